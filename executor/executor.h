@@ -1,0 +1,60 @@
+// Executor: runs a block of a program on one place. Prepare() turns the block's ops into
+// Operators once (unknown ops and bad attributes are reported here); Run() executes them in
+// program order in a scope, after placing feeds, and copies fetched tensors back to the host.
+// Persistable variables live in the scope given to Run; temporaries in a child scope that is
+// created on the first run with that scope and reused afterwards.
+// Thread-safety: one Executor per thread; a PreparedBlock runs on one thread at a time.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/operator.h"
+#include "framework/program_desc.h"
+#include "framework/scope.h"
+
+namespace loom {
+
+class PreparedBlock {
+ public:
+  const ProgramDesc& program() const { return program_; }
+  int block_id() const { return block_id_; }
+  const std::vector<std::unique_ptr<Operator>>& ops() const { return ops_; }
+
+ private:
+  friend class Executor;
+  ProgramDesc program_;
+  int block_id_ = 0;
+  std::vector<std::unique_ptr<Operator>> ops_;
+  // Outer scope serial -> (outer scope, its child holding this block's temporaries).
+  std::map<uint64_t, Scope*> local_scopes_;
+};
+
+using FeedMap = std::map<std::string, Tensor>;
+
+class Executor {
+ public:
+  explicit Executor(const Place& place = Place::CPU());
+  const Place& place() const { return place_; }
+
+  StatusOr<std::unique_ptr<PreparedBlock>> Prepare(const ProgramDesc& program, int block_id = 0);
+
+  // Feeds must name variables of the block with the declared dtype and compatible dims.
+  // fetched (when not null) receives host copies of the fetch vars, in order.
+  Status Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds = {},
+             const std::vector<std::string>& fetches = {}, std::vector<Tensor>* fetched = nullptr);
+  // Prepares and runs block 0 once.
+  Status Run(const ProgramDesc& program, Scope* scope, const FeedMap& feeds = {},
+             const std::vector<std::string>& fetches = {}, std::vector<Tensor>* fetched = nullptr);
+
+ private:
+  Status CheckPlace() const;
+  Scope* LocalScope(PreparedBlock* prepared, Scope* scope);
+  Status Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds);
+
+  Place place_;
+};
+
+}  // namespace loom

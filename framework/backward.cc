@@ -1,0 +1,280 @@
+#include "framework/backward.h"
+
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "framework/op_registry.h"
+
+namespace loom {
+
+namespace {
+
+constexpr const char* kRenameInfix = "@RENAME@";
+
+bool EndsWithGrad(const std::string& s) {
+  size_t n = std::char_traits<char>::length(kGradSuffix);
+  return s.size() > n && s.compare(s.size() - n, n, kGradSuffix) == 0;
+}
+
+std::string ForwardName(const std::string& grad) {
+  return grad.substr(0, grad.size() - std::char_traits<char>::length(kGradSuffix));
+}
+
+// Builds the backward section of a block.
+class BackwardBuilder {
+ public:
+  BackwardBuilder(BlockDesc* block, std::set<std::string> no_grad)
+      : block_(block), no_grad_(std::move(no_grad)) {}
+
+  StatusOr<std::vector<ParamGrad>> Build(const std::string& loss) {
+    VarDesc loss_var = block_->FindVar(loss);
+    if (!loss_var) return NotFound("AppendBackward: loss var '", loss, "' is not in block 0");
+    if (!IsFloatingPoint(loss_var.Dtype()))
+      return InvalidArgument("AppendBackward: loss var '", loss, "' is ",
+                             DataTypeName(loss_var.Dtype()), ", must be floating point");
+    DDim loss_dims = loss_var.Dims();
+    if (loss_dims.known() && loss_dims.numel() != 1)
+      return InvalidArgument("AppendBackward: loss var '", loss, "' has dims ",
+                             loss_dims.ToString(), ", must hold one element (reduce it with mean)");
+    int loss_op = -1;
+    for (int i = 0; i < block_->OpSize(); ++i) {
+      for (const auto& out : block_->Op(i).OutputArgumentNames())
+        if (out == loss) loss_op = i;
+    }
+    if (loss_op < 0) return NotFound("AppendBackward: no op writes the loss var '", loss, "'");
+    OpDesc lop = block_->Op(loss_op);
+    lop.SetRole(lop.Role() | kOpRoleLoss);
+
+    MarkVarsNeedingGrad(loss_op);
+    if (!needs_grad_.count(loss))
+      return InvalidArgument("AppendBackward: loss '", loss,
+                             "' does not depend on any trainable variable");
+
+    // Seed: d loss / d loss = 1.
+    std::string loss_grad = GradVarName(loss);
+    std::vector<int64_t> shape;
+    for (int64_t d : loss_dims) shape.push_back(d < 0 ? 1 : d);
+    if (shape.empty()) shape.push_back(1);
+    proto::OpDesc seed;
+    OpDesc s(&seed);
+    s.SetType("fill_constant");
+    s.SetOutput("Out", {loss_grad});
+    s.SetAttr("shape", shape);
+    s.SetAttr("value", 1.0f);
+    s.SetAttr("dtype", static_cast<int>(loss_var.Dtype()));
+    s.SetRole(kOpRoleBackward | kOpRoleLoss);
+    Emit(seed);
+    DeclareGradVar(loss_grad, loss);
+    contributions_[loss_grad] = {loss_grad};
+
+    for (int i = loss_op; i >= 0; --i) LOOM_RETURN_IF_ERROR(ProcessForwardOp(i));
+    for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
+                                                                       contributions_.end()))
+      FlushSum(kv.first);
+
+    // Parameters: persistable float vars with gradients.
+    std::vector<ParamGrad> result;
+    for (const auto& [grad, writer] : final_writer_order_) {
+      std::string param = ForwardName(grad);
+      VarDesc pv = block_->FindVarRecursive(param);
+      if (!pv || !pv.Persistable()) continue;
+      result.push_back(ParamGrad{param, grad});
+      OpDesc op = block_->Op(writer);
+      auto role_var = op.Attr<std::vector<std::string>>(kOpRoleVarAttr, {});
+      role_var.push_back(param);
+      role_var.push_back(grad);
+      op.SetAttr(kOpRoleVarAttr, role_var);
+    }
+    return result;
+  }
+
+ private:
+  bool Trainable(const VarDesc& v) const {
+    return v && IsFloatingPoint(v.Dtype()) && !v.StopGradient() && !no_grad_.count(v.Name());
+  }
+
+  void MarkVarsNeedingGrad(int last_op) {
+    std::unordered_set<std::string> produced;
+    for (int i = 0; i <= last_op; ++i)
+      for (const auto& o : block_->Op(i).OutputArgumentNames()) produced.insert(o);
+    for (const VarDesc& v : block_->AllVars())
+      if (Trainable(v) && (v.Persistable() || !produced.count(v.Name())))
+        needs_grad_.insert(v.Name());
+    for (int i = 0; i <= last_op; ++i) {
+      OpDesc op = block_->Op(i);
+      const OpInfo* info = OpRegistry::Global().Find(op.Type());
+      if (!info || !info->grad_maker) continue;
+      bool any = false;
+      for (const auto& in : op.InputArgumentNames()) any |= needs_grad_.count(in) > 0;
+      if (!any) continue;
+      for (const auto& out : op.OutputArgumentNames())
+        if (Trainable(block_->FindVarRecursive(out))) needs_grad_.insert(out);
+    }
+  }
+
+  Status ProcessForwardOp(int index) {
+    OpDesc fwd = block_->Op(index);
+    bool has_out_grad = false;
+    for (const auto& out : fwd.OutputArgumentNames())
+      has_out_grad |= contributions_.count(GradVarName(out)) > 0;
+    bool wants_in_grad = false;
+    for (const auto& in : fwd.InputArgumentNames()) wants_in_grad |= needs_grad_.count(in) > 0;
+    if (!has_out_grad || !wants_in_grad) return Status::OK();
+    const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
+    std::string where = OpLocation(fwd.Type(), block_->Idx(), index);
+    if (!info) return NotFound(where, ": unknown op type");
+    if (!info->grad_maker)
+      return Unimplemented("AppendBackward: ", where,
+                           " has no gradient, but the loss depends on its inputs through it; "
+                           "mark its inputs stop_gradient or add them to no_grad_set");
+    for (proto::OpDesc& g : info->grad_maker(fwd)) LOOM_RETURN_IF_ERROR(AddGradOp(&g, where));
+    return Status::OK();
+  }
+
+  Status AddGradOp(proto::OpDesc* g, const std::string& fwd_where) {
+    OpDesc op(g);
+    const OpInfo* ginfo = OpRegistry::Global().Find(op.Type());
+    if (!ginfo)
+      return NotFound("AppendBackward: grad op '", op.Type(), "' of ", fwd_where,
+                      " is not registered");
+    // Outputs: drop grads nobody needs.
+    bool any_output = false;
+    for (const auto& slot : op.OutputSlots()) {
+      std::vector<std::string> kept;
+      for (const auto& name : op.Output(slot)) {
+        bool keep = !EndsWithGrad(name) || needs_grad_.count(ForwardName(name));
+        kept.push_back(keep ? name : std::string());
+        any_output |= keep;
+      }
+      bool all_empty = true;
+      for (const auto& k : kept) all_empty &= k.empty();
+      if (all_empty) {
+        op.RemoveOutput(slot);
+      } else {
+        for (auto& k : kept)
+          if (k.empty()) k = kEmptyVarName;
+        op.SetOutput(slot, kept);
+      }
+    }
+    if (!any_output) return Status::OK();
+    // Inputs: grads that exist are read (summing pending contributions first); missing ones
+    // are dropped from dispensable slots or zero-filled.
+    for (const auto& slot : op.InputSlots()) {
+      std::vector<std::string> args = op.Input(slot);
+      const SlotSpec* spec = ginfo->FindInput(slot);
+      std::vector<std::string> kept;
+      for (const auto& name : args) {
+        if (!EndsWithGrad(name)) {
+          kept.push_back(name);
+          continue;
+        }
+        if (contributions_.count(name)) {
+          FlushSum(name);
+          kept.push_back(name);
+        } else if (spec && spec->dispensable) {
+          continue;
+        } else {
+          proto::OpDesc zeros;
+          OpDesc z(&zeros);
+          z.SetType("fill_zeros_like");
+          z.SetInput("X", {ForwardName(name)});
+          z.SetOutput("Out", {name});
+          z.SetRole(kOpRoleBackward);
+          Emit(zeros);
+          DeclareGradVar(name, ForwardName(name));
+          kept.push_back(name);
+        }
+      }
+      if (kept.empty()) op.RemoveInput(slot);
+      else op.SetInput(slot, kept);
+    }
+    // Output grads: rename when a gradient gets its second (third, ...) contribution.
+    int op_index = block_->OpSize();
+    for (const auto& slot : op.OutputSlots()) {
+      std::vector<std::string> args = op.Output(slot);
+      for (auto& name : args) {
+        if (!EndsWithGrad(name)) continue;
+        auto& list = contributions_[name];
+        if (list.empty()) {
+          list.push_back(name);
+          first_writer_[name] = op_index;
+        } else {
+          if (list.size() == 1 && list[0] == name) {
+            std::string renamed = StrCat(name, kRenameInfix, 0);
+            block_->Op(first_writer_[name]).RenameOutput(name, renamed);
+            DeclareGradVar(renamed, ForwardName(name));
+            list[0] = renamed;
+          }
+          std::string renamed = StrCat(name, kRenameInfix, list.size());
+          DeclareGradVar(renamed, ForwardName(name));
+          list.push_back(renamed);
+          name = renamed;
+        }
+        DeclareGradVar(name, ForwardName(name.substr(0, name.find(kRenameInfix))));
+        SetFinalWriter(name.substr(0, name.find(kRenameInfix)), op_index);
+      }
+      op.SetOutput(slot, args);
+    }
+    op.RemoveAttr(kOpRoleVarAttr);
+    op.SetRole(kOpRoleBackward);
+    Emit(*g);
+    return Status::OK();
+  }
+
+  void FlushSum(const std::string& grad) {
+    auto it = contributions_.find(grad);
+    if (it == contributions_.end() || it->second.size() < 2) return;
+    proto::OpDesc sum;
+    OpDesc s(&sum);
+    s.SetType("sum");
+    s.SetInput("X", it->second);
+    s.SetOutput("Out", {grad});
+    s.SetRole(kOpRoleBackward);
+    SetFinalWriter(grad, block_->OpSize());
+    Emit(sum);
+    DeclareGradVar(grad, ForwardName(grad));
+    it->second = {grad};
+  }
+
+  void SetFinalWriter(const std::string& grad, int op_index) {
+    for (auto& entry : final_writer_order_) {
+      if (entry.first == grad) {
+        entry.second = op_index;
+        return;
+      }
+    }
+    final_writer_order_.emplace_back(grad, op_index);
+  }
+
+  void Emit(const proto::OpDesc& op) { *block_->AppendOp().proto() = op; }
+
+  void DeclareGradVar(const std::string& grad, const std::string& fwd) {
+    if (block_->FindVar(grad)) return;
+    VarDesc f = block_->FindVarRecursive(fwd);
+    VarDesc g = block_->Var(grad);
+    if (f) {
+      g.SetDtype(f.Dtype());
+      g.SetDims(f.Dims());
+    }
+  }
+
+  BlockDesc* block_;
+  std::set<std::string> no_grad_;
+  std::unordered_set<std::string> needs_grad_;
+  // Pending contributions per gradient name (one entry = no sum needed).
+  std::unordered_map<std::string, std::vector<std::string>> contributions_;
+  std::unordered_map<std::string, int> first_writer_;
+  // Gradient -> index of the op that finishes it, in order of first production.
+  std::vector<std::pair<std::string, int>> final_writer_order_;
+};
+
+}  // namespace
+
+StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program, const std::string& loss,
+                                                const std::set<std::string>& no_grad) {
+  BackwardBuilder builder(program->GlobalBlock(), no_grad);
+  return builder.Build(loss);
+}
+
+}  // namespace loom

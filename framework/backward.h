@@ -1,0 +1,30 @@
+// AppendBackward: adds the gradient ops of a loss to a program's global block.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "framework/program_desc.h"
+#include "framework/status.h"
+
+namespace loom {
+
+struct ParamGrad {
+  std::string param;
+  std::string grad;
+};
+
+// Appends to block 0: a fill_constant seeding loss@GRAD with 1 (role backward|loss), then the
+// grad ops of every forward op on a path from a trainable variable to the loss, in reverse
+// order, made by the ops' registered grad makers. Gradients are named "X@GRAD"; a variable
+// used by several ops gets one "X@GRAD@RENAME@k" per use, summed by a `sum` op before the
+// gradient is read. Gradients of variables that are stop_gradient, non-float, or in no_grad are
+// never computed; missing gradients of unused outputs are zero-filled (fill_zeros_like) unless
+// the grad op marks the slot dispensable. Grad ops get op_role = backward; the op that finishes
+// a parameter's gradient also gets op_role_var = [param, grad]. The loss's producer gets the
+// loss role. Returns the (parameter, gradient) pairs in the order the gradients become ready.
+StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program, const std::string& loss,
+                                                const std::set<std::string>& no_grad = {});
+
+}  // namespace loom

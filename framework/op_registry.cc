@@ -1,0 +1,216 @@
+#include "framework/op_registry.h"
+
+#include <algorithm>
+
+namespace loom {
+
+std::string InferShapeContext::DescribeInput(const std::string& slot, int i) const {
+  return StrCat("input '", slot, "' (var '", InputVarName(slot, i), "', dims ",
+                InputDim(slot, i).ToString(), ")");
+}
+
+const Tensor& KernelContext::Input(const std::string& slot, int i) const {
+  const Tensor* t = InputOrNull(slot, i);
+  LOOM_CHECK(t != nullptr, Where(), ": kernel reads absent input ", slot);
+  return *t;
+}
+
+Tensor* KernelContext::Output(const std::string& slot, int i) const {
+  Tensor* t = OutputOrNull(slot, i);
+  LOOM_CHECK(t != nullptr, Where(), ": kernel writes absent output ", slot);
+  return t;
+}
+
+proto::OpDesc MakeDefaultGradOp(const OpDesc& fwd) {
+  proto::OpDesc grad;
+  OpDesc g(&grad);
+  g.SetType(fwd.Type() + "_grad");
+  for (const auto& slot : fwd.InputSlots()) {
+    g.SetInput(slot, fwd.Input(slot));
+    std::vector<std::string> grads;
+    for (const auto& v : fwd.Input(slot)) grads.push_back(GradVarName(v));
+    g.SetOutput(GradVarName(slot), grads);
+  }
+  for (const auto& slot : fwd.OutputSlots()) {
+    g.SetInput(slot, fwd.Output(slot));
+    std::vector<std::string> grads;
+    for (const auto& v : fwd.Output(slot)) grads.push_back(GradVarName(v));
+    g.SetInput(GradVarName(slot), grads);
+  }
+  for (const auto& a : fwd.proto()->attrs()) *grad.add_attrs() = a;
+  return grad;
+}
+
+namespace {
+std::vector<proto::OpDesc> DefaultGradMakerImpl(const OpDesc& fwd) {
+  return {MakeDefaultGradOp(fwd)};
+}
+}  // namespace
+
+GradMakerFn DefaultGradMaker() { return &DefaultGradMakerImpl; }
+
+const SlotSpec* OpInfo::FindInput(const std::string& name) const {
+  for (const auto& s : inputs)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const SlotSpec* OpInfo::FindOutput(const std::string& name) const {
+  for (const auto& s : outputs)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const AttrSpec* OpInfo::FindAttr(const std::string& name) const {
+  for (const auto& a : attrs)
+    if (a.name == name) return &a;
+  for (const auto& a : CommonAttrs())
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+KernelFn OpInfo::FindKernel(Place::Kind place, DataType dtype) const {
+  auto it = kernels.find(KernelKey{place, dtype});
+  return it == kernels.end() ? nullptr : it->second;
+}
+
+StatusOr<AttributeMap> OpInfo::ResolveAttrs(const OpDesc& desc, const std::string& where) const {
+  AttributeMap out;
+  for (const auto& a : desc.proto()->attrs()) {
+    const AttrSpec* spec = FindAttr(a.name());
+    if (!spec)
+      return InvalidArgument(where, ": unknown attribute '", a.name(), "' (op '", type,
+                             "' has no such attribute)");
+    auto value = AttrFromProto(a);
+    if (!value.ok()) return value.status().WithContext(where);
+    if (AttrTypeOf(value.value()) != spec->type)
+      return InvalidArgument(where, ": attribute '", a.name(), "' must be ",
+                             AttrTypeName(spec->type), ", got ",
+                             AttrTypeName(AttrTypeOf(value.value())));
+    if (spec->check) {
+      Status st = spec->check(value.value());
+      if (!st.ok())
+        return InvalidArgument(where, ": attribute '", a.name(), "' = ",
+                               AttrToString(value.value()), ": ", st.message());
+    }
+    out[a.name()] = std::move(value).value();
+  }
+  auto fill = [&](const AttrSpec& spec) -> Status {
+    if (out.count(spec.name)) return Status::OK();
+    if (!spec.default_value)
+      return InvalidArgument(where, ": required attribute '", spec.name, "' (",
+                             AttrTypeName(spec.type), ") is missing");
+    out[spec.name] = *spec.default_value;
+    return Status::OK();
+  };
+  for (const auto& spec : attrs) LOOM_RETURN_IF_ERROR(fill(spec));
+  for (const auto& spec : CommonAttrs()) LOOM_RETURN_IF_ERROR(fill(spec));
+  return out;
+}
+
+OpRegistry& OpRegistry::Global() {
+  static auto* registry = new OpRegistry();
+  return *registry;
+}
+
+const OpInfo* OpRegistry::Find(const std::string& type) const {
+  auto it = ops_.find(type);
+  if (it == ops_.end() || !it->second->has_maker) return nullptr;
+  return it->second.get();
+}
+
+OpInfo* OpRegistry::GetOrCreate(const std::string& type) {
+  auto& slot = ops_[type];
+  if (!slot) {
+    slot = std::make_unique<OpInfo>();
+    slot->type = type;
+  }
+  return slot.get();
+}
+
+std::vector<std::string> OpRegistry::Types() const {
+  std::vector<std::string> out;
+  for (const auto& kv : ops_)
+    if (kv.second->has_maker) out.push_back(kv.first);
+  return out;
+}
+
+const std::vector<AttrSpec>& CommonAttrs() {
+  static const auto* attrs = new std::vector<AttrSpec>{
+      {kOpRoleAttr, "bitmask: forward 0, backward 1, optimize 2, rpc 4, dist 8, lr_sched 16, "
+                    "communication 32, loss 256", proto::INT, Attribute(0), nullptr},
+      {kOpRoleVarAttr, "(param, grad) pairs this backward/optimizer op concerns",
+       proto::STRINGS, Attribute(std::vector<std::string>{}), nullptr},
+      {"op_namescope", "name scope the op was built in (informational)", proto::STRING,
+       Attribute(std::string()), nullptr},
+  };
+  return *attrs;
+}
+
+OpRegistrar::OpRegistrar(const char* type) : info_(OpRegistry::Global().GetOrCreate(type)) {
+  LOOM_CHECK(!info_->has_maker, "op '", type, "' registered twice");
+  info_->has_maker = true;
+}
+
+OpRegistrar& OpRegistrar::Doc(const std::string& doc) {
+  info_->doc = doc;
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::Input(const std::string& name, const std::string& doc,
+                                bool duplicable, bool dispensable) {
+  info_->inputs.push_back(SlotSpec{name, doc, duplicable, dispensable});
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::Output(const std::string& name, const std::string& doc,
+                                 bool duplicable, bool dispensable) {
+  info_->outputs.push_back(SlotSpec{name, doc, duplicable, dispensable});
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::AddAttr(const std::string& name, proto::AttrType type,
+                                  std::optional<Attribute> default_value, const std::string& doc,
+                                  std::function<Status(const Attribute&)> check) {
+  info_->attrs.push_back(AttrSpec{name, doc, type, std::move(default_value), std::move(check)});
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::InferShape(InferShapeFn fn) {
+  info_->infer_shape = fn;
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::GradMaker(GradMakerFn fn) {
+  info_->grad_maker = fn;
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::KernelDtypeFrom(const std::string& slot) {
+  info_->kernel_dtype_slot = slot;
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::Kernel(Place::Kind place, DataType dtype, KernelFn fn) {
+  info_->kernels[KernelKey{place, dtype}] = fn;
+  return *this;
+}
+
+KernelRegistrar::KernelRegistrar(const char* type, Place::Kind place, DataType dtype,
+                                 KernelFn fn) {
+  OpRegistry::Global().GetOrCreate(type)->kernels[KernelKey{place, dtype}] = fn;
+}
+
+std::function<Status(const int&)> Positive(const std::string& what) {
+  return [what](const int& v) {
+    return v > 0 ? Status::OK() : InvalidArgument(what, " must be > 0, got ", v);
+  };
+}
+
+std::function<Status(const int&)> NonNegative(const std::string& what) {
+  return [what](const int& v) {
+    return v >= 0 ? Status::OK() : InvalidArgument(what, " must be >= 0, got ", v);
+  };
+}
+
+}  // namespace loom

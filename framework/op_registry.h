@@ -1,0 +1,218 @@
+// The op registry: one entry per op type, declared once next to its kernels, with its slots,
+// attributes (types, defaults, checks, docs), shape inference, grad maker and kernels keyed by
+// (place kind, dtype). The verifier, executor, backward, CLI (`loom inspect --ops`) and docs all
+// read from here. Registration happens during static initialization; lookups afterwards are
+// read-only and thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/attribute.h"
+#include "framework/ddim.h"
+#include "framework/device_context.h"
+#include "framework/place.h"
+#include "framework/program_desc.h"
+#include "framework/tensor.h"
+
+namespace loom {
+
+struct SlotSpec {
+  std::string name;
+  std::string doc;
+  bool duplicable = false;   // takes a list of variables
+  bool dispensable = false;  // may be absent
+};
+
+struct AttrSpec {
+  std::string name;
+  std::string doc;
+  proto::AttrType type = proto::INT;
+  std::optional<Attribute> default_value;  // absent: the attribute is required
+  std::function<Status(const Attribute&)> check;
+};
+
+// Shape inference sees an op through this interface, either at compile time (over VarDescs of
+// a block; dims may hold -1) or at run time (over tensors in a scope; dims are known).
+class InferShapeContext {
+ public:
+  virtual ~InferShapeContext() = default;
+  virtual bool IsRuntime() const = 0;
+  virtual const std::string& OpType() const = 0;
+  virtual const AttributeMap& Attrs() const = 0;
+  virtual int InputSize(const std::string& slot) const = 0;
+  virtual int OutputSize(const std::string& slot) const = 0;
+  virtual std::string InputVarName(const std::string& slot, int i = 0) const = 0;
+  virtual std::string OutputVarName(const std::string& slot, int i = 0) const = 0;
+  virtual DDim InputDim(const std::string& slot, int i = 0) const = 0;
+  virtual DataType InputDtype(const std::string& slot, int i = 0) const = 0;
+  virtual void SetOutputDim(const std::string& slot, const DDim& dims, int i = 0) = 0;
+  virtual void SetOutputDtype(const std::string& slot, DataType dtype, int i = 0) = 0;
+  // "op 'mul' (block 0, #3)"
+  virtual std::string Where() const = 0;
+
+  bool HasInput(const std::string& slot) const { return InputSize(slot) > 0; }
+  bool HasOutput(const std::string& slot) const { return OutputSize(slot) > 0; }
+  template <typename T>
+  const T& Attr(const std::string& name) const {
+    return GetAttr<T>(Attrs(), name);
+  }
+  // Output slot takes the dims and dtype of an input slot (element-wise ops, grads).
+  void ShareDimAndDtype(const std::string& in, const std::string& out, int i = 0) {
+    SetOutputDim(out, InputDim(in, i), i);
+    SetOutputDtype(out, InputDtype(in, i), i);
+  }
+  // InvalidArgument prefixed with the op's location.
+  template <typename... Args>
+  Status Error(Args&&... args) const {
+    return InvalidArgument(Where(), ": ", std::forward<Args>(args)...);
+  }
+  // "input 'X' (var 'x', dims [2, 3])"
+  std::string DescribeInput(const std::string& slot, int i = 0) const;
+};
+
+using InferShapeFn = Status (*)(InferShapeContext* ctx);
+
+// What a kernel sees: its inputs and outputs as tensors, attributes and the device context.
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  virtual const Tensor* InputOrNull(const std::string& slot, int i = 0) const = 0;
+  virtual Tensor* OutputOrNull(const std::string& slot, int i = 0) const = 0;
+  virtual int InputSize(const std::string& slot) const = 0;
+  virtual int OutputSize(const std::string& slot) const = 0;
+  virtual const AttributeMap& Attrs() const = 0;
+  virtual const DeviceContext& device() const = 0;
+  virtual std::string Where() const = 0;
+
+  const Tensor& Input(const std::string& slot, int i = 0) const;
+  Tensor* Output(const std::string& slot, int i = 0) const;
+  const Place& place() const { return device().place(); }
+  template <typename T>
+  const T& Attr(const std::string& name) const {
+    return GetAttr<T>(Attrs(), name);
+  }
+  template <typename... Args>
+  Status Error(Args&&... args) const {
+    return InvalidArgument(Where(), ": ", std::forward<Args>(args)...);
+  }
+};
+
+using KernelFn = Status (*)(const KernelContext& ctx);
+
+// Makes the grad op descs of a forward op. Slot conventions: the grad op sees the forward
+// inputs and outputs under their slot names, output grads as "<Slot>@GRAD", and writes input
+// grads to "<Slot>@GRAD". Backward drops grads nobody needs and fills missing ones.
+using GradMakerFn = std::vector<proto::OpDesc> (*)(const OpDesc& fwd);
+
+// Builds the common grad op: type = fwd type + "_grad"; inputs: all forward inputs, all outputs
+// and the outputs' grads; outputs: the grads of every input; attributes copied.
+proto::OpDesc MakeDefaultGradOp(const OpDesc& fwd);
+GradMakerFn DefaultGradMaker();
+
+struct KernelKey {
+  Place::Kind place;
+  DataType dtype;
+  bool operator<(const KernelKey& o) const {
+    return place != o.place ? place < o.place : dtype < o.dtype;
+  }
+};
+
+struct OpInfo {
+  std::string type;
+  std::string doc;
+  bool has_maker = false;  // false while only kernels were registered
+  std::vector<SlotSpec> inputs;
+  std::vector<SlotSpec> outputs;
+  std::vector<AttrSpec> attrs;
+  InferShapeFn infer_shape = nullptr;
+  GradMakerFn grad_maker = nullptr;
+  // The slot whose dtype selects the kernel (default: the first input; none: attr "dtype").
+  std::string kernel_dtype_slot;
+  std::map<KernelKey, KernelFn> kernels;
+
+  const SlotSpec* FindInput(const std::string& name) const;
+  const SlotSpec* FindOutput(const std::string& name) const;
+  const AttrSpec* FindAttr(const std::string& name) const;
+  KernelFn FindKernel(Place::Kind place, DataType dtype) const;
+  // Attributes of desc with defaults filled in; errors for unknown, mistyped, missing or
+  // failing-check attributes.
+  StatusOr<AttributeMap> ResolveAttrs(const OpDesc& desc, const std::string& where) const;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& Global();
+  const OpInfo* Find(const std::string& type) const;
+  OpInfo* GetOrCreate(const std::string& type);
+  std::vector<std::string> Types() const;  // sorted
+
+ private:
+  std::map<std::string, std::unique_ptr<OpInfo>> ops_;
+};
+
+// Attributes every op accepts (op_role, op_role_var, ...).
+const std::vector<AttrSpec>& CommonAttrs();
+
+// Declares an op; chain the builder calls. Example:
+//   LOOM_REGISTER_OP(relu).Doc("...").Input("X", "...").Output("Out", "...")
+//       .InferShape(UnaryInferShape).GradMaker(DefaultGradMaker());
+class OpRegistrar {
+ public:
+  explicit OpRegistrar(const char* type);
+  OpRegistrar& Doc(const std::string& doc);
+  OpRegistrar& Input(const std::string& name, const std::string& doc, bool duplicable = false,
+                     bool dispensable = false);
+  OpRegistrar& Output(const std::string& name, const std::string& doc, bool duplicable = false,
+                      bool dispensable = false);
+  template <typename T>
+  OpRegistrar& Attr(const std::string& name, T default_value, const std::string& doc,
+                    std::function<Status(const T&)> check = nullptr) {
+    return AddAttr(name, AttrTypeTrait<T>::value, Attribute(std::move(default_value)), doc,
+                   Wrap<T>(name, std::move(check)));
+  }
+  template <typename T>
+  OpRegistrar& RequiredAttr(const std::string& name, const std::string& doc,
+                            std::function<Status(const T&)> check = nullptr) {
+    return AddAttr(name, AttrTypeTrait<T>::value, std::nullopt, doc,
+                   Wrap<T>(name, std::move(check)));
+  }
+  OpRegistrar& InferShape(InferShapeFn fn);
+  OpRegistrar& GradMaker(GradMakerFn fn);
+  OpRegistrar& KernelDtypeFrom(const std::string& slot);
+  OpRegistrar& Kernel(Place::Kind place, DataType dtype, KernelFn fn);
+
+ private:
+  template <typename T>
+  static std::function<Status(const Attribute&)> Wrap(const std::string& name,
+                                                      std::function<Status(const T&)> check) {
+    if (!check) return nullptr;
+    return [check](const Attribute& a) { return check(std::get<T>(a)); };
+  }
+  OpRegistrar& AddAttr(const std::string& name, proto::AttrType type,
+                       std::optional<Attribute> default_value, const std::string& doc,
+                       std::function<Status(const Attribute&)> check);
+  OpInfo* info_;
+};
+
+// Registers a kernel for an op declared elsewhere (e.g. CUDA kernels in a .cu file).
+struct KernelRegistrar {
+  KernelRegistrar(const char* type, Place::Kind place, DataType dtype, KernelFn fn);
+};
+
+#define LOOM_REGISTER_OP(type) \
+  static ::loom::OpRegistrar& LOOM_CONCAT(loom_op_registrar_, __COUNTER__) = \
+      (*new ::loom::OpRegistrar(#type))
+
+#define LOOM_REGISTER_KERNEL(type, place, dtype, fn)                              \
+  static ::loom::KernelRegistrar LOOM_CONCAT(loom_kernel_registrar_, __COUNTER__)( \
+      #type, ::loom::Place::place, ::loom::proto::dtype, fn)
+
+// Common attribute checks.
+std::function<Status(const int&)> Positive(const std::string& what);
+std::function<Status(const int&)> NonNegative(const std::string& what);
+
+}  // namespace loom

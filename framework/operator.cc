@@ -1,0 +1,158 @@
+#include "framework/operator.h"
+
+namespace loom {
+
+StatusOr<std::unique_ptr<Operator>> Operator::Create(const OpDesc& desc, int block, int index) {
+  std::string where = OpLocation(desc.Type(), block, index);
+  const OpInfo* info = OpRegistry::Global().Find(desc.Type());
+  if (!info) return NotFound(where, ": unknown op type '", desc.Type(), "'");
+  std::unique_ptr<Operator> op(new Operator());
+  op->info_ = info;
+  op->where_ = where;
+  LOOM_ASSIGN_OR_RETURN(op->attrs_, info->ResolveAttrs(desc, where));
+  for (const auto& s : desc.proto()->inputs()) {
+    op->inputs_.push_back(Slot{s.parameter(), {s.arguments().begin(), s.arguments().end()}, {}});
+    for (const auto& a : s.arguments()) op->all_inputs_.push_back(a);
+  }
+  for (const auto& s : desc.proto()->outputs()) {
+    op->outputs_.push_back(Slot{s.parameter(), {s.arguments().begin(), s.arguments().end()}, {}});
+    for (const auto& a : s.arguments()) op->all_outputs_.push_back(a);
+  }
+  return op;
+}
+
+const Operator::Slot* Operator::FindSlot(const std::vector<Slot>& slots,
+                                         const std::string& name) const {
+  for (const auto& s : slots)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+int Operator::InputSize(const std::string& slot) const {
+  const Slot* s = FindSlot(inputs_, slot);
+  return s ? static_cast<int>(s->vars.size()) : 0;
+}
+
+int Operator::OutputSize(const std::string& slot) const {
+  const Slot* s = FindSlot(outputs_, slot);
+  return s ? static_cast<int>(s->vars.size()) : 0;
+}
+
+std::string Operator::InputVarName(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(inputs_, slot);
+  return s && i < static_cast<int>(s->vars.size()) ? s->vars[i] : std::string();
+}
+
+std::string Operator::OutputVarName(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(outputs_, slot);
+  return s && i < static_cast<int>(s->vars.size()) ? s->vars[i] : std::string();
+}
+
+const Tensor* Operator::InputOrNull(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(inputs_, slot);
+  if (!s || i >= static_cast<int>(s->bound.size())) return nullptr;
+  Variable* v = s->bound[i];
+  return v && v->IsType<Tensor>() ? &v->Get<Tensor>() : nullptr;
+}
+
+Tensor* Operator::OutputOrNull(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(outputs_, slot);
+  if (!s || i >= static_cast<int>(s->bound.size()) || !s->bound[i]) return nullptr;
+  return s->bound[i]->GetMutable<Tensor>();
+}
+
+DDim Operator::InputDim(const std::string& slot, int i) const {
+  const Tensor* t = InputOrNull(slot, i);
+  return t ? t->dims() : DDim();
+}
+
+DataType Operator::InputDtype(const std::string& slot, int i) const {
+  const Tensor* t = InputOrNull(slot, i);
+  return t ? t->dtype() : proto::FP32;
+}
+
+void Operator::SetOutputDim(const std::string& slot, const DDim& dims, int i) {
+  if (Tensor* t = OutputOrNull(slot, i)) t->Resize(dims);
+}
+
+void Operator::SetOutputDtype(const std::string& slot, DataType dtype, int i) {
+  if (Tensor* t = OutputOrNull(slot, i)) t->set_dtype(dtype);
+}
+
+Status Operator::Bind(const Scope& scope) {
+  for (auto* slots : {&inputs_, &outputs_}) {
+    for (auto& s : *slots) {
+      s.bound.resize(s.vars.size());
+      for (size_t i = 0; i < s.vars.size(); ++i) {
+        if (s.vars[i] == kEmptyVarName) {
+          s.bound[i] = nullptr;
+          continue;
+        }
+        s.bound[i] = scope.FindVar(s.vars[i]);
+        if (!s.bound[i])
+          return NotFound(where_, ": ", slots == &inputs_ ? "input" : "output", " '", s.name,
+                          "' var '", s.vars[i], "' does not exist in the scope");
+      }
+    }
+  }
+  bound_scope_ = scope.serial();
+  return Status::OK();
+}
+
+Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
+  DataType dtype = proto::FP32;
+  const Slot* slot = nullptr;
+  if (!info_->kernel_dtype_slot.empty()) {
+    slot = FindSlot(inputs_, info_->kernel_dtype_slot);
+  } else {
+    for (const auto& spec : info_->inputs) {
+      slot = FindSlot(inputs_, spec.name);
+      if (slot && !slot->vars.empty()) break;
+      slot = nullptr;
+    }
+  }
+  if (slot && !slot->bound.empty()) {
+    dtype = slot->bound[0]->Get<Tensor>().dtype();
+  } else if (auto it = attrs_.find("dtype"); it != attrs_.end()) {
+    dtype = static_cast<DataType>(std::get<int>(it->second));
+  }
+  if (cached_kernel_ && cached_key_.place == place && cached_key_.dtype == dtype) {
+    *fn = cached_kernel_;
+    return Status::OK();
+  }
+  KernelFn k = info_->FindKernel(place, dtype);
+  if (!k) {
+    std::string have;
+    for (const auto& kv : info_->kernels)
+      have += StrCat(have.empty() ? "" : ", ", PlaceKindName(kv.first.place), "/",
+                     DataTypeName(kv.first.dtype));
+    return Unimplemented(where_, ": no ", PlaceKindName(place), " kernel for dtype ",
+                         DataTypeName(dtype), " (registered: ", have.empty() ? "none" : have,
+                         ")");
+  }
+  cached_key_ = KernelKey{place, dtype};
+  cached_kernel_ = k;
+  *fn = k;
+  return Status::OK();
+}
+
+Status Operator::Run(const Scope& scope, const DeviceContext& dev) {
+  if (scope.serial() != bound_scope_) LOOM_RETURN_IF_ERROR(Bind(scope));
+  dev_ = &dev;
+  for (const auto& s : inputs_) {
+    for (size_t i = 0; i < s.bound.size(); ++i) {
+      const Variable* v = s.bound[i];
+      if (!v) continue;
+      if (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized())
+        return FailedPrecondition(where_, ": input '", s.name, "' var '", s.vars[i],
+                                  "' has no value (not fed, not loaded, and no earlier op "
+                                  "writes it)");
+    }
+  }
+  if (info_->infer_shape) LOOM_RETURN_IF_ERROR(info_->infer_shape(this));
+  KernelFn kernel = nullptr;
+  LOOM_RETURN_IF_ERROR(SelectKernel(dev.place().kind, &kernel));
+  return kernel(*this);
+}
+
+}  // namespace loom

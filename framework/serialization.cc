@@ -1,0 +1,349 @@
+#include "framework/serialization.h"
+
+#include <google/protobuf/text_format.h>
+#include <zlib.h>
+
+#include <cstring>
+
+#include "framework/file_util.h"
+#include "framework/verifier.h"
+
+namespace loom {
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+template <typename T>
+void Append(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const std::string& bytes, std::string source) : b_(bytes), source_(std::move(source)) {}
+  template <typename T>
+  Status Read(T* v, const char* what) {
+    if (pos_ + sizeof(T) > b_.size())
+      return Corruption(source_, ": truncated (reading ", what, " at byte ", pos_, ")");
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return Status::OK();
+  }
+  Status Skip(size_t n, const char* what) {
+    if (pos_ + n > b_.size() || pos_ + n < pos_)
+      return Corruption(source_, ": truncated (", what, " needs ", n, " bytes at byte ", pos_,
+                        ", file has ", b_.size(), ")");
+    pos_ += n;
+    return Status::OK();
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::string& b_;
+  std::string source_;
+  size_t pos_ = 0;
+};
+
+constexpr char kTensorMagic[8] = {'L', 'O', 'O', 'M', 'T', 'N', 'S', 'R'};
+constexpr uint32_t kTensorVersion = 1;
+
+}  // namespace
+
+// ------------------------------------------------------------------ programs
+
+StatusOr<ProgramDesc> ParseProgram(const std::string& bytes, const std::string& source) {
+  proto::ProgramDesc p;
+  if (!p.ParseFromString(bytes))
+    return Corruption(source, ": not a Loom program (protobuf parse failed: truncated or not a "
+                      "ProgramDesc; ", bytes.size(), " bytes)");
+  return ProgramDesc(p);
+}
+
+StatusOr<ProgramDesc> ParseProgramText(const std::string& text, const std::string& source) {
+  proto::ProgramDesc p;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &p))
+    return Corruption(source, ": not a Loom program in protobuf text format");
+  return ProgramDesc(p);
+}
+
+StatusOr<ProgramDesc> LoadProgram(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  bool text = EndsWith(path, ".pbtxt") || EndsWith(path, ".txt");
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc program,
+                        text ? ParseProgramText(bytes, path) : ParseProgram(bytes, path));
+  Status st = VerifyProgram(program);
+  if (!st.ok()) return st.WithContext(path);
+  return program;
+}
+
+Status SaveProgram(const ProgramDesc& program, const std::string& path) {
+  bool text = EndsWith(path, ".pbtxt") || EndsWith(path, ".txt");
+  std::string out;
+  if (text) {
+    out = ProgramToText(program);
+  } else if (!program.proto().SerializeToString(&out)) {
+    return Internal("cannot serialize program for '", path, "'");
+  }
+  return WriteFileAtomic(path, out);
+}
+
+std::string ProgramToText(const ProgramDesc& program) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(program.proto(), &out);
+  return out;
+}
+
+// ------------------------------------------------------------------ tensors
+
+std::string SerializeTensor(const Tensor& t) {
+  Tensor host = t;
+  if (t.initialized() && !t.place().is_cpu()) TensorCopy(t, Place::CPU(), &host);
+  std::string out(kTensorMagic, sizeof(kTensorMagic));
+  Append<uint32_t>(&out, kTensorVersion);
+  Append<uint32_t>(&out, static_cast<uint32_t>(t.dtype()));
+  Append<uint32_t>(&out, static_cast<uint32_t>(t.dims().size()));
+  for (int64_t d : t.dims()) Append<int64_t>(&out, d);
+  uint64_t nbytes = t.initialized() ? t.nbytes() : 0;
+  Append<uint64_t>(&out, nbytes);
+  if (nbytes) out.append(static_cast<const char*>(host.raw_data()), nbytes);
+  uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size())));
+  Append<uint32_t>(&out, crc);
+  return out;
+}
+
+StatusOr<Tensor> DeserializeTensor(const std::string& bytes, const std::string& source,
+                                   const Place& place) {
+  if (bytes.size() < sizeof(kTensorMagic) || std::memcmp(bytes.data(), kTensorMagic, 8) != 0)
+    return Corruption(source, ": not a Loom tensor file (bad magic)");
+  Reader r(bytes, source);
+  LOOM_RETURN_IF_ERROR(r.Skip(8, "magic"));
+  uint32_t version = 0, dtype = 0, rank = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&version, "version"));
+  if (version != kTensorVersion)
+    return Corruption(source, ": unsupported tensor format version ", version, " (expected ",
+                      kTensorVersion, ")");
+  LOOM_RETURN_IF_ERROR(r.Read(&dtype, "dtype"));
+  if (!proto::DataType_IsValid(static_cast<int>(dtype)))
+    return Corruption(source, ": invalid dtype code ", dtype);
+  LOOM_RETURN_IF_ERROR(r.Read(&rank, "rank"));
+  if (rank > static_cast<uint32_t>(DDim::kMaxRank))
+    return Corruption(source, ": rank ", rank, " above the maximum ", DDim::kMaxRank);
+  DDim dims;
+  for (uint32_t i = 0; i < rank; ++i) {
+    int64_t d = 0;
+    LOOM_RETURN_IF_ERROR(r.Read(&d, "dims"));
+    if (d < 0 || d > (int64_t{1} << 40)) return Corruption(source, ": invalid dim ", d);
+    dims.push_back(d);
+  }
+  uint64_t nbytes = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&nbytes, "data size"));
+  auto dt = static_cast<DataType>(dtype);
+  if (nbytes != static_cast<uint64_t>(dims.numel()) * SizeOf(dt))
+    return Corruption(source, ": data size ", nbytes, " does not match dims ", dims.ToString(),
+                      " of ", DataTypeName(dt));
+  size_t data_at = r.pos();
+  LOOM_RETURN_IF_ERROR(r.Skip(nbytes, "data"));
+  size_t crc_at = r.pos();
+  uint32_t stored_crc = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&stored_crc, "checksum"));
+  if (r.pos() != bytes.size())
+    return Corruption(source, ": ", bytes.size() - r.pos(), " trailing bytes after the checksum");
+  uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(crc_at)));
+  if (crc != stored_crc)
+    return Corruption(source, ": checksum mismatch (stored ", stored_crc, ", computed ", crc,
+                      "): the file is corrupt");
+  Tensor t(dt, dims);
+  void* dst = t.mutable_data(place, dt);
+  MemCopy(place, dst, Place::CPU(), bytes.data() + data_at, nbytes);
+  return t;
+}
+
+Status SaveTensor(const Tensor& t, const std::string& path) {
+  return WriteFileAtomic(path, SerializeTensor(t));
+}
+
+StatusOr<Tensor> LoadTensor(const std::string& path, const Place& place) {
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return DeserializeTensor(bytes, path, place);
+}
+
+// ------------------------------------------------------------------ .npy
+
+namespace {
+StatusOr<std::string> NpyField(const std::string& header, const std::string& key,
+                               const std::string& source) {
+  auto k = header.find("'" + key + "'");
+  if (k == std::string::npos) return Corruption(source, ": .npy header has no '", key, "'");
+  auto colon = header.find(':', k);
+  if (colon == std::string::npos) return Corruption(source, ": malformed .npy header");
+  size_t start = colon + 1;
+  while (start < header.size() && header[start] == ' ') ++start;
+  size_t end = start;
+  if (start < header.size() && header[start] == '(') {
+    end = header.find(')', start);
+    if (end == std::string::npos) return Corruption(source, ": malformed .npy shape");
+    return header.substr(start + 1, end - start - 1);
+  }
+  if (start < header.size() && header[start] == '\'') {
+    end = header.find('\'', start + 1);
+    if (end == std::string::npos) return Corruption(source, ": malformed .npy header");
+    return header.substr(start + 1, end - start - 1);
+  }
+  end = header.find_first_of(",}", start);
+  return header.substr(start, end - start);
+}
+}  // namespace
+
+StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
+    return Corruption(source, ": not a .npy file (bad magic)");
+  int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len, header_at;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    header_at = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return Corruption(source, ": truncated .npy header");
+    uint32_t len;
+    std::memcpy(&len, bytes.data() + 8, 4);
+    header_len = len;
+    header_at = 12;
+  } else {
+    return Corruption(source, ": unsupported .npy version ", major);
+  }
+  if (header_at + header_len > bytes.size()) return Corruption(source, ": truncated .npy header");
+  std::string header = bytes.substr(header_at, header_len);
+  LOOM_ASSIGN_OR_RETURN(std::string descr, NpyField(header, "descr", source));
+  LOOM_ASSIGN_OR_RETURN(std::string fortran, NpyField(header, "fortran_order", source));
+  LOOM_ASSIGN_OR_RETURN(std::string shape, NpyField(header, "shape", source));
+  if (fortran.find("True") != std::string::npos)
+    return InvalidArgument(source, ": Fortran-order .npy arrays are not supported (save with "
+                           "numpy.ascontiguousarray)");
+  DataType dtype;
+  bool from_u8 = false;
+  if (descr == "<f4") dtype = proto::FP32;
+  else if (descr == "<f8") dtype = proto::FP64;
+  else if (descr == "<f2") dtype = proto::FP16;
+  else if (descr == "<i4") dtype = proto::INT32;
+  else if (descr == "<i8") dtype = proto::INT64;
+  else if (descr == "|b1") dtype = proto::BOOL;
+  else if (descr == "|u1") { dtype = proto::INT32; from_u8 = true; }
+  else return InvalidArgument(source, ": unsupported .npy dtype '", descr,
+                              "' (supported: <f2 <f4 <f8 <i4 <i8 |b1 |u1)");
+  DDim dims;
+  size_t pos = 0;
+  while (pos < shape.size()) {
+    size_t comma = shape.find(',', pos);
+    std::string item = shape.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? shape.size() : comma + 1;
+    size_t a = item.find_first_not_of(' ');
+    if (a == std::string::npos) continue;
+    item = item.substr(a, item.find_last_not_of(' ') - a + 1);
+    char* end = nullptr;
+    long long d = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' && *end != 'L') return Corruption(source, ": bad .npy shape '", shape, "'");
+    if (d < 0 || dims.size() == DDim::kMaxRank) return Corruption(source, ": bad .npy shape '", shape, "'");
+    dims.push_back(d);
+  }
+  size_t data_at = header_at + header_len;
+  size_t elem = from_u8 ? 1 : SizeOf(dtype);
+  size_t need = static_cast<size_t>(dims.numel()) * elem;
+  if (bytes.size() - data_at != need)
+    return Corruption(source, ": .npy data has ", bytes.size() - data_at, " bytes, shape ",
+                      dims.ToString(), " of ", descr, " needs ", need);
+  Tensor t(dtype, dims);
+  void* dst = t.mutable_data(Place::CPU(), dtype);
+  if (from_u8) {
+    auto* out = static_cast<int32_t*>(dst);
+    for (size_t i = 0; i < need; ++i) out[i] = static_cast<unsigned char>(bytes[data_at + i]);
+  } else if (need) {
+    std::memcpy(dst, bytes.data() + data_at, need);
+  }
+  return t;
+}
+
+StatusOr<Tensor> LoadNpy(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return ParseNpy(bytes, path);
+}
+
+std::string SerializeNpy(const Tensor& t) {
+  const char* descr = "<f4";
+  switch (t.dtype()) {
+    case proto::FP32: descr = "<f4"; break;
+    case proto::FP64: descr = "<f8"; break;
+    case proto::FP16: descr = "<f2"; break;
+    case proto::INT32: descr = "<i4"; break;
+    case proto::INT64: descr = "<i8"; break;
+    case proto::BOOL: descr = "|b1"; break;
+  }
+  std::string shape;
+  for (int i = 0; i < t.dims().size(); ++i) shape += (i ? ", " : "") + std::to_string(t.dims()[i]);
+  if (t.dims().size() == 1) shape += ",";
+  std::string header = StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
+                              shape, "), }");
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  Append<uint16_t>(&out, static_cast<uint16_t>(header.size()));
+  out += header;
+  Tensor host = t;
+  if (!t.place().is_cpu()) TensorCopy(t, Place::CPU(), &host);
+  if (t.nbytes()) out.append(static_cast<const char*>(host.raw_data()), t.nbytes());
+  return out;
+}
+
+Status SaveNpy(const Tensor& t, const std::string& path) {
+  return WriteFileAtomic(path, SerializeNpy(t));
+}
+
+// ------------------------------------------------------------------ params
+
+std::string ParamFileName(const std::string& var_name) {
+  std::string out;
+  for (char c : var_name) {
+    if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
+    else out += c;
+  }
+  return out;
+}
+
+Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir) {
+  LOOM_RETURN_IF_ERROR(MakeDirs(dir));
+  for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
+    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    const Variable* var = scope.FindVar(v.Name());
+    if (!var || !var->IsType<Tensor>() || !var->Get<Tensor>().initialized())
+      return FailedPrecondition("cannot save parameter '", v.Name(),
+                                "': it has no value in the scope (run the startup program first)");
+    LOOM_RETURN_IF_ERROR(SaveTensor(var->Get<Tensor>(), JoinPath(dir, ParamFileName(v.Name()))));
+  }
+  return Status::OK();
+}
+
+Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& dir,
+                  const Place& place) {
+  if (!IsDirectory(dir)) return NotFound("parameter directory '", dir, "' does not exist");
+  for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
+    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    std::string path = JoinPath(dir, ParamFileName(v.Name()));
+    LOOM_ASSIGN_OR_RETURN(Tensor t, LoadTensor(path, place));
+    if (t.dtype() != v.Dtype())
+      return InvalidArgument(path, ": parameter '", v.Name(), "' is ", DataTypeName(t.dtype()),
+                             ", the program declares ", DataTypeName(v.Dtype()));
+    if (!DimsCompatible(t.dims(), v.Dims()))
+      return InvalidArgument(path, ": parameter '", v.Name(), "' has dims ", t.dims().ToString(),
+                             ", the program declares ", v.Dims().ToString());
+    *scope->Var(v.Name())->GetMutable<Tensor>() = std::move(t);
+  }
+  return Status::OK();
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// Reading and writing programs and tensors. Formats are documented in docs/FORMATS.md.
+// All writers are atomic (see file_util.h); all readers validate and return clear errors.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "framework/program_desc.h"
+#include "framework/scope.h"
+#include "framework/tensor.h"
+
+namespace loom {
+
+// Programs: binary protobuf (.pb), or protobuf text format when the path ends in .pbtxt/.txt.
+StatusOr<ProgramDesc> ParseProgram(const std::string& bytes, const std::string& source);
+StatusOr<ProgramDesc> ParseProgramText(const std::string& text, const std::string& source);
+// Reads and verifies a program file.
+StatusOr<ProgramDesc> LoadProgram(const std::string& path);
+Status SaveProgram(const ProgramDesc& program, const std::string& path);
+std::string ProgramToText(const ProgramDesc& program);
+
+// Tensors ("LOOMTNSR" format: magic, version, dtype, dims, data, CRC-32). CPU or device tensors;
+// loaded tensors land on place.
+std::string SerializeTensor(const Tensor& t);
+StatusOr<Tensor> DeserializeTensor(const std::string& bytes, const std::string& source,
+                                   const Place& place = Place::CPU());
+Status SaveTensor(const Tensor& t, const std::string& path);
+StatusOr<Tensor> LoadTensor(const std::string& path, const Place& place = Place::CPU());
+
+// NumPy .npy (versions 1.0-3.0, little-endian, C order; f2/f4/f8/i4/i8/b1; i8 and u1 read too).
+StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source);
+StatusOr<Tensor> LoadNpy(const std::string& path);
+std::string SerializeNpy(const Tensor& t);
+Status SaveNpy(const Tensor& t, const std::string& path);
+
+// Persistable variables of a program: one tensor file per var, named after the var
+// ('/' in names becomes '%2F'). Loading checks dims and dtype against the program's VarDescs.
+Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir);
+Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& dir,
+                  const Place& place = Place::CPU());
+std::string ParamFileName(const std::string& var_name);
+
+}  // namespace loom

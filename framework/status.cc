@@ -1,0 +1,50 @@
+#include "framework/status.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace loom {
+
+const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kInvalidArgument: return "InvalidArgument";
+    case StatusCode::kNotFound: return "NotFound";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
+    case StatusCode::kCorruption: return "Corruption";
+    case StatusCode::kIOError: return "IOError";
+    case StatusCode::kUnimplemented: return "Unimplemented";
+    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kTimeout: return "Timeout";
+  }
+  return "Unknown";
+}
+
+Status::Status(StatusCode code, std::string message) {
+  if (code != StatusCode::kOk) state_ = std::make_shared<State>(State{code, std::move(message)});
+}
+
+const std::string& Status::message() const {
+  static const std::string kEmpty;
+  return state_ ? state_->message : kEmpty;
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return StrCat(StatusCodeName(state_->code), ": ", state_->message);
+}
+
+Status Status::WithContext(const std::string& prefix) const {
+  if (ok()) return *this;
+  return Status(state_->code, prefix + ": " + state_->message);
+}
+
+namespace internal {
+void CheckFailed(const char* file, int line, const char* cond, const std::string& msg) {
+  std::fprintf(stderr, "loom: internal check failed at %s:%d: %s %s\n", file, line, cond, msg.c_str());
+  std::abort();
+}
+}  // namespace internal
+
+}  // namespace loom

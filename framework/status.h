@@ -1,0 +1,127 @@
+// Status and StatusOr: how anything that depends on input (parsing, verification, I/O, shapes)
+// reports failure. No exceptions cross Loom's C++ API; CHECK-style aborts are for programmer errors.
+// Thread-safety: value types, safe to copy between threads.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace loom {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kAlreadyExists,
+  kCorruption,
+  kIOError,
+  kUnimplemented,
+  kFailedPrecondition,
+  kInternal,
+  kTimeout,
+};
+
+const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message);
+
+  static Status OK() { return Status(); }
+  bool ok() const { return state_ == nullptr; }
+  StatusCode code() const { return state_ ? state_->code : StatusCode::kOk; }
+  const std::string& message() const;
+  std::string ToString() const;
+  // Returns a copy whose message is "prefix: message" (keeps the code).
+  Status WithContext(const std::string& prefix) const;
+
+ private:
+  struct State {
+    StatusCode code;
+    std::string message;
+  };
+  std::shared_ptr<const State> state_;
+};
+
+// Streams every argument into one string: StrCat("dims ", 3, " vs ", 4).
+template <typename... Args>
+std::string StrCat(Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  return os.str();
+}
+
+#define LOOM_DEFINE_STATUS_FACTORY(Name, Code)      \
+  template <typename... Args>                       \
+  Status Name(Args&&... args) {                     \
+    return Status(StatusCode::Code, StrCat(std::forward<Args>(args)...)); \
+  }
+LOOM_DEFINE_STATUS_FACTORY(InvalidArgument, kInvalidArgument)
+LOOM_DEFINE_STATUS_FACTORY(NotFound, kNotFound)
+LOOM_DEFINE_STATUS_FACTORY(AlreadyExists, kAlreadyExists)
+LOOM_DEFINE_STATUS_FACTORY(Corruption, kCorruption)
+LOOM_DEFINE_STATUS_FACTORY(IOError, kIOError)
+LOOM_DEFINE_STATUS_FACTORY(Unimplemented, kUnimplemented)
+LOOM_DEFINE_STATUS_FACTORY(FailedPrecondition, kFailedPrecondition)
+LOOM_DEFINE_STATUS_FACTORY(Internal, kInternal)
+LOOM_DEFINE_STATUS_FACTORY(Timeout, kTimeout)
+#undef LOOM_DEFINE_STATUS_FACTORY
+
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() { return *value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace loom
+
+#define LOOM_CONCAT_INNER(a, b) a##b
+#define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
+
+#define LOOM_RETURN_IF_ERROR(expr)          \
+  do {                                      \
+    ::loom::Status _loom_st = (expr);       \
+    if (!_loom_st.ok()) return _loom_st;    \
+  } while (0)
+
+#define LOOM_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                               \
+  if (!tmp.ok()) return tmp.status();              \
+  lhs = std::move(tmp).value()
+
+#define LOOM_ASSIGN_OR_RETURN(lhs, expr) \
+  LOOM_ASSIGN_OR_RETURN_IMPL(LOOM_CONCAT(_loom_so_, __LINE__), lhs, expr)
+
+// Returns InvalidArgument(msg...) from the enclosing function when cond is false.
+#define LOOM_ENFORCE(cond, ...)                                   \
+  do {                                                            \
+    if (!(cond)) return ::loom::InvalidArgument(__VA_ARGS__);     \
+  } while (0)
+
+// Programmer errors: abort with a message.
+#define LOOM_CHECK(cond, ...)                                                          \
+  do {                                                                                 \
+    if (!(cond)) ::loom::internal::CheckFailed(__FILE__, __LINE__, #cond,              \
+                                               ::loom::StrCat("" __VA_OPT__(, ) __VA_ARGS__)); \
+  } while (0)
+
+namespace loom::internal {
+[[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
+}

@@ -1,0 +1,53 @@
+// scale: Out = scale * X + bias (bias before scaling when bias_after_scale is false).
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+template <typename T>
+void ScaleCompute(const Tensor& x, float scale, float bias, bool bias_after_scale, Tensor* out,
+                  const Place& place) {
+  const T* in = x.data<T>();
+  T* o = out->mutable_data<T>(place);
+  int64_t n = x.numel();
+  T s = static_cast<T>(scale);
+  T b = static_cast<T>(bias_after_scale ? bias : bias * scale);
+  for (int64_t i = 0; i < n; ++i) o[i] = s * in[i] + b;
+}
+
+template <typename T>
+Status ScaleKernel(const KernelContext& ctx) {
+  ScaleCompute<T>(ctx.Input("X"), ctx.Attr<float>("scale"), ctx.Attr<float>("bias"),
+                  ctx.Attr<bool>("bias_after_scale"), ctx.Output("Out"), ctx.place());
+  return Status::OK();
+}
+
+// d(scale*x + b)/dx = scale: the gradient is a scale op with bias 0.
+std::vector<proto::OpDesc> ScaleGradMaker(const OpDesc& fwd) {
+  proto::OpDesc g;
+  OpDesc op(&g);
+  op.SetType("scale");
+  op.SetInput("X", {GradVarName(fwd.Output("Out")[0])});
+  op.SetOutput("Out", {GradVarName(fwd.Input("X")[0])});
+  op.SetAttr("scale", fwd.Attr<float>("scale", 1.0f));
+  op.SetAttr("bias", 0.0f);
+  return {g};
+}
+
+}  // namespace
+
+LOOM_REGISTER_OP(scale)
+    .Doc("Out = scale * X + bias (or scale * (X + bias) when bias_after_scale is false).")
+    .Input("X", "input tensor")
+    .Output("Out", "output tensor, same shape as X")
+    .Attr<float>("scale", 1.0f, "multiplier")
+    .Attr<float>("bias", 0.0f, "added offset")
+    .Attr<bool>("bias_after_scale", true, "add bias after scaling (true) or before (false)")
+    .InferShape(SameShapeInferShape)
+    .GradMaker(ScaleGradMaker)
+    .Kernel(Place::kCPU, proto::FP32, ScaleKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, ScaleKernel<double>)
+    .Kernel(Place::kCPU, proto::INT32, ScaleKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, ScaleKernel<int64_t>);
+
+}  // namespace loom::ops
