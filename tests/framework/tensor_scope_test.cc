@@ -1,0 +1,111 @@
+// Tensor, Variable, Scope, Place, allocators and DDim.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/allocator.h"
+#include "framework/scope.h"
+#include "framework/tensor.h"
+
+namespace loom {
+namespace {
+
+TEST(DDimTest, NumelAndCompatibility) {
+  DDim d{2, 3, 4};
+  EXPECT_EQ(d.numel(), 24);
+  EXPECT_EQ(d.product(1, 3), 12);
+  EXPECT_EQ(DDim({-1, 3}).numel(), -1);
+  EXPECT_TRUE(DimsCompatible(DDim{-1, 3}, DDim{5, 3}));
+  EXPECT_FALSE(DimsCompatible(DDim{-1, 3}, DDim{5, 4}));
+  EXPECT_FALSE(DimsCompatible(DDim{3}, DDim{3, 1}));
+  EXPECT_EQ(FlattenTo2D(d, 1), (DDim{2, 12}));
+  EXPECT_EQ(d.ToString(), "[2, 3, 4]");
+}
+
+TEST(PlaceTest, Parse) {
+  EXPECT_EQ(ParsePlace("cpu:3").value(), Place::CPU(3));
+  EXPECT_EQ(ParsePlace("cuda:1").value(), Place::CUDA(1));
+  EXPECT_EQ(ParsePlace("cpu").value(), Place::CPU(0));
+  EXPECT_FALSE(ParsePlace("tpu:0").ok());
+  EXPECT_FALSE(ParsePlace("cpu:x").ok());
+  EXPECT_FALSE(ParsePlace("cpu:-1").ok());
+}
+
+TEST(TensorTest, AllocateShareAndSlice) {
+  Tensor t(proto::FP32, DDim{4, 2});
+  float* p = t.mutable_data<float>(Place::CPU());
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<float>(i);
+  Tensor shared = t;
+  EXPECT_EQ(shared.data<float>(), t.data<float>());
+  Tensor rows = t.Slice(1, 3);
+  EXPECT_EQ(rows.dims(), (DDim{2, 2}));
+  EXPECT_EQ(rows.data<float>()[0], 2.0f);
+  Tensor copy;
+  TensorCopy(t, Place::CPU(), &copy);
+  EXPECT_NE(copy.data<float>(), t.data<float>());
+  EXPECT_EQ(copy.data<float>()[7], 7.0f);
+  // Shrinking keeps the allocation; growing reallocates.
+  t.Resize(DDim{2, 2});
+  EXPECT_EQ(t.mutable_data<float>(Place::CPU()), p);
+  t.Resize(DDim{100});
+  EXPECT_NE(t.mutable_data<float>(Place::CPU()), nullptr);
+}
+
+TEST(TensorTest, ZeroSizeTensor) {
+  Tensor t(proto::FP64, DDim{0, 5});
+  EXPECT_NE(t.mutable_data<double>(Place::CPU()), nullptr);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.nbytes(), 0u);
+}
+
+TEST(TensorTest, CpuPlacesHaveIndependentAllocators) {
+  Allocator* a0 = GetAllocator(Place::CPU(0));
+  Allocator* a1 = GetAllocator(Place::CPU(1));
+  ASSERT_NE(a0, a1);
+  size_t before0 = a0->bytes_in_use(), before1 = a1->bytes_in_use();
+  {
+    Tensor t(proto::FP32, DDim{1000});
+    t.mutable_data<float>(Place::CPU(1));
+    EXPECT_EQ(a1->bytes_in_use(), before1 + 4000);
+    EXPECT_EQ(a0->bytes_in_use(), before0);
+    EXPECT_EQ(t.place(), Place::CPU(1));
+  }
+  EXPECT_EQ(a1->bytes_in_use(), before1);
+  EXPECT_GE(a1->peak_bytes(), before1 + 4000);
+}
+
+TEST(Float16Test, RoundTripsRepresentableValues) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f, 1000.5f, std::ldexp(1.0f, -24)}) {
+    EXPECT_EQ(static_cast<float>(float16(f)), f) << f;
+  }
+  EXPECT_NEAR(static_cast<float>(float16(0.1f)), 0.1f, 1e-4);
+}
+
+TEST(ScopeTest, HierarchyAndLookup) {
+  Scope root;
+  Variable* a = root.Var("a");
+  EXPECT_EQ(root.Var("a"), a);
+  Scope& kid = root.NewScope();
+  EXPECT_EQ(kid.FindVar("a"), a);
+  EXPECT_EQ(kid.FindLocalVar("a"), nullptr);
+  Variable* shadow = kid.Var("a");
+  EXPECT_NE(shadow, a);
+  EXPECT_EQ(kid.FindVar("a"), shadow);
+  EXPECT_EQ(root.FindVar("missing"), nullptr);
+  EXPECT_NE(kid.serial(), root.serial());
+  EXPECT_TRUE(root.EraseLocalVar("a"));
+  EXPECT_EQ(root.FindVar("a"), nullptr);
+  root.DeleteScope(&kid);
+}
+
+TEST(VariableTest, HoldsOneType) {
+  Variable v;
+  EXPECT_FALSE(v.IsInitialized());
+  v.GetMutable<Tensor>()->Resize(DDim{3});
+  EXPECT_TRUE(v.IsType<Tensor>());
+  EXPECT_FALSE(v.IsType<int>());
+  EXPECT_EQ(v.Get<Tensor>().dims(), DDim{3});
+}
+
+}  // namespace
+}  // namespace loom
