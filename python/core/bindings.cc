@@ -1,0 +1,408 @@
+// loom.core: the C++ framework seen from Python. Descs are edited in place through views that
+// keep their ProgramDesc alive; Status errors become Python exceptions in one place.
+#include <pybind11/stl.h>
+
+#include "executor/executor.h"
+#include "framework/backward.h"
+#include "framework/op_registry.h"
+#include "framework/serialization.h"
+#include "framework/verifier.h"
+#include "loom/config.h"
+#include "python/core/common.h"
+
+namespace loom::python {
+
+namespace {
+
+PyObject* g_errors[16] = {};
+
+PyObject* MakeError(py::module_& m, const char* name, PyObject* builtin, PyObject* base) {
+  std::string full = std::string("loom.core.") + name;
+  PyObject* bases = builtin ? PyTuple_Pack(2, base, builtin) : PyTuple_Pack(1, base);
+  PyObject* cls = PyErr_NewException(full.c_str(), bases, nullptr);
+  Py_DECREF(bases);
+  m.add_object(name, py::handle(cls));
+  return cls;
+}
+
+}  // namespace
+
+void RegisterErrors(py::module_& m) {
+  PyObject* base = PyErr_NewException("loom.core.LoomError", PyExc_RuntimeError, nullptr);
+  m.add_object("LoomError", py::handle(base));
+  auto set = [&](StatusCode c, const char* name, PyObject* builtin) {
+    g_errors[static_cast<int>(c)] = MakeError(m, name, builtin, base);
+  };
+  set(StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError);
+  set(StatusCode::kNotFound, "NotFoundError", PyExc_LookupError);
+  set(StatusCode::kAlreadyExists, "AlreadyExistsError", PyExc_ValueError);
+  set(StatusCode::kCorruption, "CorruptionError", PyExc_ValueError);
+  set(StatusCode::kIOError, "IOError", PyExc_OSError);
+  set(StatusCode::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError);
+  set(StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr);
+  set(StatusCode::kInternal, "InternalError", nullptr);
+  set(StatusCode::kTimeout, "TimeoutError", PyExc_TimeoutError);
+  g_errors[0] = base;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusException& e) {
+      PyObject* cls = g_errors[static_cast<int>(e.status.code())];
+      PyErr_SetString(cls ? cls : g_errors[0], e.status.message().c_str());
+    }
+  });
+}
+
+namespace {
+
+// ------------------------------------------------------------------ attributes
+
+template <typename T>
+std::vector<T> ListOf(py::handle v) {
+  std::vector<T> out;
+  for (py::handle x : v) out.push_back(x.cast<T>());
+  return out;
+}
+
+Attribute AttrFromPy(const std::string& name, py::handle v, std::optional<proto::AttrType> want) {
+  try {
+    if (want) {
+      switch (*want) {
+        case proto::INT: return v.cast<int>();
+        case proto::FLOAT: return v.cast<float>();
+        case proto::STRING: return v.cast<std::string>();
+        case proto::INTS: return ListOf<int>(v);
+        case proto::FLOATS: return ListOf<float>(v);
+        case proto::STRINGS: return ListOf<std::string>(v);
+        case proto::BOOLEAN: return v.cast<bool>();
+        case proto::BOOLEANS: return ListOf<bool>(v);
+        case proto::BLOCK: return BlockIndex{v.cast<int>()};
+        case proto::LONG: return v.cast<int64_t>();
+        case proto::LONGS: return ListOf<int64_t>(v);
+      }
+    }
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (py::isinstance<py::int_>(v)) {
+      int64_t x = v.cast<int64_t>();
+      if (x >= INT32_MIN && x <= INT32_MAX) return static_cast<int>(x);
+      return x;
+    }
+    if (py::isinstance<py::float_>(v)) return v.cast<float>();
+    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+    if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      py::sequence seq = v.cast<py::sequence>();
+      if (seq.size() == 0) return std::vector<int>{};
+      py::handle first = seq[0];
+      if (py::isinstance<py::bool_>(first)) return ListOf<bool>(v);
+      if (py::isinstance<py::int_>(first)) return ListOf<int>(v);
+      if (py::isinstance<py::float_>(first)) return ListOf<float>(v);
+      if (py::isinstance<py::str>(first)) return ListOf<std::string>(v);
+    }
+  } catch (const py::cast_error&) {
+    Throw(InvalidArgument("attribute '", name, "': cannot convert ",
+                          std::string(py::str(py::type::of(v))), " to ",
+                          want ? AttrTypeName(*want) : "an attribute"));
+  }
+  Throw(InvalidArgument("attribute '", name, "': unsupported Python type ",
+                        std::string(py::str(py::type::of(v)))));
+}
+
+py::object AttrToPy(const Attribute& a) {
+  return std::visit(
+      [](const auto& v) -> py::object {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, BlockIndex>) return py::int_(v.idx);
+        else return py::cast(v);
+      },
+      a);
+}
+
+// ------------------------------------------------------------------ desc views
+// Views hold a shared_ptr to their program so Python references never dangle.
+
+using ProgramPtr = std::shared_ptr<ProgramDesc>;
+
+struct PyVar {
+  ProgramPtr program;
+  VarDesc desc;
+};
+struct PyOp {
+  ProgramPtr program;
+  OpDesc desc;
+};
+struct PyBlock {
+  ProgramPtr program;
+  int idx;
+  BlockDesc* get() const { return program->Block(idx); }
+};
+
+PyVar CheckedVar(const PyBlock& b, const std::string& name, bool recursive) {
+  VarDesc v = recursive ? b.get()->FindVarRecursive(name) : b.get()->FindVar(name);
+  if (!v) Throw(NotFound("var '", name, "' is not in block ", b.idx));
+  return PyVar{b.program, v};
+}
+
+void SetOpAttr(PyOp& op, const std::string& name, py::handle value) {
+  std::optional<proto::AttrType> want;
+  if (const OpInfo* info = OpRegistry::Global().Find(op.desc.Type()))
+    if (const AttrSpec* spec = info->FindAttr(name)) want = spec->type;
+  op.desc.SetAttr(name, AttrFromPy(name, value, want));
+}
+
+using SlotMap = std::map<std::string, std::vector<std::string>>;
+
+py::dict OpInfoToDict(const OpInfo& info) {
+  py::dict d;
+  d["type"] = info.type;
+  d["doc"] = info.doc;
+  auto slots = [](const std::vector<SlotSpec>& specs) {
+    py::list l;
+    for (const auto& s : specs) {
+      py::dict e;
+      e["name"] = s.name;
+      e["doc"] = s.doc;
+      e["duplicable"] = s.duplicable;
+      e["dispensable"] = s.dispensable;
+      l.append(e);
+    }
+    return l;
+  };
+  d["inputs"] = slots(info.inputs);
+  d["outputs"] = slots(info.outputs);
+  py::list attrs;
+  for (const auto& a : info.attrs) {
+    py::dict e;
+    e["name"] = a.name;
+    e["type"] = std::string(AttrTypeName(a.type));
+    e["doc"] = a.doc;
+    e["default"] = a.default_value ? AttrToPy(*a.default_value) : py::none();
+    e["required"] = !a.default_value.has_value();
+    attrs.append(e);
+  }
+  d["attrs"] = attrs;
+  py::list kernels;
+  for (const auto& kv : info.kernels)
+    kernels.append(py::make_tuple(PlaceKindName(kv.first.place), DataTypeName(kv.first.dtype)));
+  d["kernels"] = kernels;
+  d["has_grad"] = info.grad_maker != nullptr;
+  return d;
+}
+
+FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
+  FeedMap feeds;
+  for (auto item : feed) {
+    std::string name = item.first.cast<std::string>();
+    if (py::isinstance<Tensor>(item.second)) {
+      feeds[name] = item.second.cast<Tensor>();
+    } else {
+      py::array a = py::array::ensure(item.second);
+      if (!a) Throw(InvalidArgument("feed '", name, "' is not convertible to a numpy array"));
+      feeds[name] = TensorFromArray(a, place, "feed '" + name + "'");
+    }
+  }
+  return feeds;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(core, m) {
+  m.doc() = "Loom's C++ core: program descs, scopes, tensors, the executor.";
+  RegisterErrors(m);
+  RegisterTensor(m);
+
+  py::enum_<proto::DataType>(m, "DataType")
+      .value("BOOL", proto::BOOL)
+      .value("INT32", proto::INT32)
+      .value("INT64", proto::INT64)
+      .value("FP16", proto::FP16)
+      .value("FP32", proto::FP32)
+      .value("FP64", proto::FP64);
+  m.def("parse_dtype", [](const std::string& s) { return ValueOrThrow(ParseDataType(s)); });
+  m.def("dtype_name", [](proto::DataType d) { return std::string(DataTypeName(d)); });
+  m.def("is_compiled_with_cuda", [] { return static_cast<bool>(LOOM_CUDA_ENABLED); });
+  m.attr("__version__") = LOOM_VERSION;
+  m.attr("kOpRoleForward") = static_cast<int>(kOpRoleForward);
+  m.attr("kOpRoleBackward") = static_cast<int>(kOpRoleBackward);
+  m.attr("kOpRoleOptimize") = static_cast<int>(kOpRoleOptimize);
+  m.attr("kOpRoleLoss") = static_cast<int>(kOpRoleLoss);
+  m.attr("kOpRoleLRSched") = static_cast<int>(kOpRoleLRSched);
+
+  py::class_<PyVar>(m, "VarDesc")
+      .def("name", [](const PyVar& v) { return v.desc.Name(); })
+      .def("dtype", [](const PyVar& v) { return v.desc.Dtype(); })
+      .def("set_dtype", [](PyVar& v, proto::DataType d) { v.desc.SetDtype(d); })
+      .def("shape", [](const PyVar& v) { return v.desc.Dims().vec(); })
+      .def("set_shape",
+           [](PyVar& v, const std::vector<int64_t>& s) {
+             if (s.size() > static_cast<size_t>(DDim::kMaxRank))
+               Throw(InvalidArgument("var '", v.desc.Name(), "': rank ", s.size(), " too large"));
+             v.desc.SetDims(DDim(s));
+           })
+      .def("persistable", [](const PyVar& v) { return v.desc.Persistable(); })
+      .def("set_persistable", [](PyVar& v, bool b) { v.desc.SetPersistable(b); })
+      .def("stop_gradient", [](const PyVar& v) { return v.desc.StopGradient(); })
+      .def("set_stop_gradient", [](PyVar& v, bool b) { v.desc.SetStopGradient(b); })
+      .def("is_parameter", [](const PyVar& v) { return v.desc.IsParameter(); })
+      .def("set_is_parameter", [](PyVar& v, bool b) { v.desc.SetIsParameter(b); });
+
+  py::class_<PyOp>(m, "OpDesc")
+      .def("type", [](const PyOp& o) { return o.desc.Type(); })
+      .def("set_type", [](PyOp& o, const std::string& t) { o.desc.SetType(t); })
+      .def("input", [](const PyOp& o, const std::string& s) { return o.desc.Input(s); })
+      .def("output", [](const PyOp& o, const std::string& s) { return o.desc.Output(s); })
+      .def("set_input", [](PyOp& o, const std::string& s, const std::vector<std::string>& v) {
+        o.desc.SetInput(s, v);
+      })
+      .def("set_output", [](PyOp& o, const std::string& s, const std::vector<std::string>& v) {
+        o.desc.SetOutput(s, v);
+      })
+      .def("input_names", [](const PyOp& o) { return o.desc.InputSlots(); })
+      .def("output_names", [](const PyOp& o) { return o.desc.OutputSlots(); })
+      .def("input_arg_names", [](const PyOp& o) { return o.desc.InputArgumentNames(); })
+      .def("output_arg_names", [](const PyOp& o) { return o.desc.OutputArgumentNames(); })
+      .def("rename_input", [](PyOp& o, const std::string& a, const std::string& b) {
+        o.desc.RenameInput(a, b);
+      })
+      .def("rename_output", [](PyOp& o, const std::string& a, const std::string& b) {
+        o.desc.RenameOutput(a, b);
+      })
+      .def("has_attr", [](const PyOp& o, const std::string& n) { return o.desc.HasAttr(n); })
+      .def("attr", [](const PyOp& o, const std::string& n) {
+        return AttrToPy(ValueOrThrow(o.desc.GetAttr(n)));
+      })
+      .def("set_attr", &SetOpAttr,
+           "Sets an attribute; for registered ops the value is converted to the declared type.")
+      .def("remove_attr", [](PyOp& o, const std::string& n) { o.desc.RemoveAttr(n); })
+      .def("attr_names", [](const PyOp& o) { return o.desc.AttrNames(); });
+
+  py::class_<PyBlock>(m, "BlockDesc")
+      .def_property_readonly("idx", [](const PyBlock& b) { return b.idx; })
+      .def_property_readonly("parent_idx", [](const PyBlock& b) { return b.get()->ParentIdx(); })
+      .def("var", [](PyBlock& b, const std::string& n) { return PyVar{b.program, b.get()->Var(n)}; },
+           "Finds or creates a var in this block.")
+      .def("find_var", [](const PyBlock& b, const std::string& n) { return CheckedVar(b, n, false); })
+      .def("find_var_recursive",
+           [](const PyBlock& b, const std::string& n) { return CheckedVar(b, n, true); })
+      .def("has_var", [](const PyBlock& b, const std::string& n) { return b.get()->HasVar(n); })
+      .def("has_var_recursive",
+           [](const PyBlock& b, const std::string& n) {
+             return static_cast<bool>(b.get()->FindVarRecursive(n));
+           })
+      .def("remove_var", [](PyBlock& b, const std::string& n) { return b.get()->RemoveVar(n); })
+      .def("all_vars",
+           [](const PyBlock& b) {
+             std::vector<PyVar> out;
+             for (VarDesc v : b.get()->AllVars()) out.push_back(PyVar{b.program, v});
+             return out;
+           })
+      .def("op_size", [](const PyBlock& b) { return b.get()->OpSize(); })
+      .def("op", [](const PyBlock& b, int i) {
+        if (i < 0 || i >= b.get()->OpSize())
+          Throw(InvalidArgument("op index ", i, " out of range (block ", b.idx, " has ",
+                                b.get()->OpSize(), " ops)"));
+        return PyOp{b.program, b.get()->Op(i)};
+      })
+      .def("append_op", [](PyBlock& b) { return PyOp{b.program, b.get()->AppendOp()}; })
+      .def("insert_op", [](PyBlock& b, int i) {
+        if (i < 0 || i > b.get()->OpSize()) Throw(InvalidArgument("insert position ", i, " out of range"));
+        return PyOp{b.program, b.get()->InsertOp(i)};
+      })
+      .def("remove_op", [](PyBlock& b, int i) {
+        if (i < 0 || i >= b.get()->OpSize()) Throw(InvalidArgument("op index ", i, " out of range"));
+        b.get()->RemoveOp(i);
+      })
+      .def("infer_shape", [](PyBlock& b, int i) { ThrowIfError(InferShapeAtCompileTime(b.get(), i)); },
+           "Runs compile-time shape inference of op i, updating its output vars.");
+
+  py::class_<ProgramDesc, ProgramPtr>(m, "ProgramDesc")
+      .def(py::init<>())
+      .def("clone", [](const ProgramDesc& p) { return std::make_shared<ProgramDesc>(p); })
+      .def("num_blocks", &ProgramDesc::NumBlocks)
+      .def("block", [](ProgramPtr p, int i) {
+        if (i < 0 || i >= p->NumBlocks()) Throw(InvalidArgument("block ", i, " does not exist"));
+        return PyBlock{p, i};
+      })
+      .def("append_block", [](ProgramPtr p, int parent) {
+        if (parent < 0 || parent >= p->NumBlocks()) Throw(InvalidArgument("block ", parent, " does not exist"));
+        BlockDesc* b = p->AppendBlock(*p->Block(parent));
+        return PyBlock{p, b->Idx()};
+      })
+      .def("serialize_to_string", [](const ProgramDesc& p) {
+        std::string s;
+        p.proto().SerializeToString(&s);
+        return py::bytes(s);
+      })
+      .def_static("parse_from_string", [](const py::bytes& b) {
+        return std::make_shared<ProgramDesc>(ValueOrThrow(ParseProgram(std::string(b), "bytes")));
+      })
+      .def("to_text", [](const ProgramDesc& p) { return ProgramToText(p); })
+      .def("verify", [](const ProgramDesc& p) { ThrowIfError(VerifyProgram(p)); })
+      .def("save", [](const ProgramDesc& p, const std::string& path) { ThrowIfError(SaveProgram(p, path)); })
+      .def_static("load", [](const std::string& path) {
+        return std::make_shared<ProgramDesc>(ValueOrThrow(LoadProgram(path)));
+      });
+
+  m.def("append_backward",
+        [](ProgramDesc& p, const std::string& loss, const std::set<std::string>& no_grad) {
+          std::vector<std::pair<std::string, std::string>> out;
+          for (const auto& pg : ValueOrThrow(AppendBackward(&p, loss, no_grad)))
+            out.emplace_back(pg.param, pg.grad);
+          return out;
+        },
+        py::arg("program"), py::arg("loss"), py::arg("no_grad_set") = std::set<std::string>{},
+        "Appends grad ops for loss to block 0; returns [(param, grad)].");
+
+  m.def("registered_ops", [] { return OpRegistry::Global().Types(); });
+  m.def("op_info", [](const std::string& type) {
+    const OpInfo* info = OpRegistry::Global().Find(type);
+    if (!info) Throw(NotFound("unknown op type '", type, "'"));
+    return OpInfoToDict(*info);
+  });
+
+  py::class_<Scope, std::shared_ptr<Scope>>(m, "Scope")
+      .def(py::init<>())
+      .def("var", [](Scope& s, const std::string& n) { return s.Var(n); },
+           py::return_value_policy::reference_internal)
+      .def("find_var", [](Scope& s, const std::string& n) { return s.FindVar(n); },
+           py::return_value_policy::reference_internal)
+      .def("local_var_names", &Scope::LocalVarNames);
+
+  py::class_<Variable>(m, "Variable")
+      .def("get_tensor", [](Variable& v) { return v.GetMutable<Tensor>(); },
+           py::return_value_policy::reference_internal)
+      .def("is_initialized", &Variable::IsInitialized);
+
+  py::class_<PreparedBlock>(m, "PreparedBlock");
+
+  py::class_<Executor>(m, "Executor")
+      .def(py::init<Place>())
+      .def("prepare", [](Executor& e, const ProgramDesc& p, int block) {
+        return ValueOrThrow(e.Prepare(p, block));
+      }, py::arg("program"), py::arg("block") = 0)
+      .def("run",
+           [](Executor& e, PreparedBlock& prepared, Scope& scope, const py::dict& feed,
+              const std::vector<std::string>& fetch) {
+             FeedMap feeds = FeedsFromPy(feed, e.place());
+             std::vector<Tensor> out;
+             Status st;
+             {
+               py::gil_scoped_release release;
+               st = e.Run(&prepared, &scope, feeds, fetch, &out);
+             }
+             ThrowIfError(st);
+             return out;
+           },
+           py::arg("prepared"), py::arg("scope"), py::arg("feed") = py::dict(),
+           py::arg("fetch_list") = std::vector<std::string>{});
+
+  m.def("save_params", [](const ProgramDesc& p, const Scope& s, const std::string& dir) {
+    ThrowIfError(SaveParams(p, s, dir));
+  });
+  m.def("load_params", [](const ProgramDesc& p, Scope& s, const std::string& dir, const Place& place) {
+    ThrowIfError(LoadParams(p, &s, dir, place));
+  }, py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
+  m.def("save_tensor", [](const Tensor& t, const std::string& path) { ThrowIfError(SaveTensor(t, path)); });
+  m.def("load_tensor", [](const std::string& path) { return ValueOrThrow(LoadTensor(path)); });
+}
+
+}  // namespace loom::python

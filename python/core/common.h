@@ -1,0 +1,38 @@
+// Shared by the binding files: Status -> Python exception, and numpy <-> Tensor.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "framework/status.h"
+#include "framework/tensor.h"
+
+namespace loom::python {
+
+namespace py = pybind11;
+
+// Raised from C++ with the Status; translated into loom.core.<Code>Error (a subclass of
+// loom.core.LoomError and of the matching builtin: ValueError, LookupError, OSError, ...).
+struct StatusException {
+  Status status;
+};
+
+[[noreturn]] inline void Throw(const Status& st) { throw StatusException{st}; }
+inline void ThrowIfError(const Status& st) {
+  if (!st.ok()) Throw(st);
+}
+template <typename T>
+T ValueOrThrow(StatusOr<T> v) {
+  if (!v.ok()) Throw(v.status());
+  return std::move(v).value();
+}
+
+void RegisterErrors(py::module_& m);
+void RegisterTensor(py::module_& m);
+
+// A host copy of an ndarray as a tensor on place (dtype from the array; C order enforced).
+Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what);
+// A numpy view of a CPU tensor (keeps the allocation alive); device tensors are copied.
+py::array ArrayFromTensor(const Tensor& t);
+
+}  // namespace loom::python
