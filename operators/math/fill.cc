@@ -1,0 +1,111 @@
+// fill_constant, fill_zeros_like, uniform_random, gaussian_random: ops that create values.
+#include <random>
+
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+Status ShapeFromAttr(InferShapeContext* ctx) {
+  const auto& shape = ctx->Attr<std::vector<int64_t>>("shape");
+  if (shape.size() > static_cast<size_t>(DDim::kMaxRank))
+    return ctx->Error("attribute 'shape' has rank ", shape.size(), " (max ", DDim::kMaxRank, ")");
+  for (int64_t d : shape)
+    if (d < 0) return ctx->Error("attribute 'shape' has negative dim ", d);
+  ctx->SetOutputDim("Out", DDim(shape));
+  ctx->SetOutputDtype("Out", static_cast<DataType>(ctx->Attr<int>("dtype")));
+  return Status::OK();
+}
+
+template <typename T>
+Status FillConstantKernel(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  T* o = out->mutable_data<T>(ctx.place());
+  T v = static_cast<T>(ctx.Attr<float>("value"));
+  std::fill(o, o + out->numel(), v);
+  return Status::OK();
+}
+
+template <typename T>
+Status FillZerosLikeKernel(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  T* o = out->mutable_data<T>(ctx.place());
+  std::fill(o, o + out->numel(), T(0));
+  return Status::OK();
+}
+
+// Seed 0 draws a fresh seed; otherwise the stream is a pure function of the seed.
+uint64_t EffectiveSeed(int seed) {
+  return seed != 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+}
+
+template <typename T>
+Status UniformRandomKernel(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  T* o = out->mutable_data<T>(ctx.place());
+  std::mt19937_64 rng(EffectiveSeed(ctx.Attr<int>("seed")));
+  std::uniform_real_distribution<T> dist(ctx.Attr<float>("min"), ctx.Attr<float>("max"));
+  for (int64_t i = 0; i < out->numel(); ++i) o[i] = dist(rng);
+  return Status::OK();
+}
+
+template <typename T>
+Status GaussianRandomKernel(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  T* o = out->mutable_data<T>(ctx.place());
+  std::mt19937_64 rng(EffectiveSeed(ctx.Attr<int>("seed")));
+  std::normal_distribution<T> dist(ctx.Attr<float>("mean"), ctx.Attr<float>("std"));
+  for (int64_t i = 0; i < out->numel(); ++i) o[i] = dist(rng);
+  return Status::OK();
+}
+
+}  // namespace
+
+LOOM_REGISTER_OP(fill_constant)
+    .Doc("Out = a tensor of the given shape and dtype filled with value.")
+    .Output("Out", "the filled tensor")
+    .Attr<std::vector<int64_t>>("shape", {1}, "dims of Out")
+    .Attr<float>("value", 0.0f, "the fill value")
+    .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
+    .InferShape(ShapeFromAttr)
+    .Kernel(Place::kCPU, proto::FP32, FillConstantKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, FillConstantKernel<double>)
+    .Kernel(Place::kCPU, proto::INT32, FillConstantKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, FillConstantKernel<int64_t>)
+    .Kernel(Place::kCPU, proto::BOOL, FillConstantKernel<bool>);
+
+LOOM_REGISTER_OP(fill_zeros_like)
+    .Doc("Out = zeros with the dims and dtype of X.")
+    .Input("X", "the tensor whose dims and dtype Out takes")
+    .Output("Out", "zeros")
+    .InferShape(SameShapeInferShape)
+    .Kernel(Place::kCPU, proto::FP32, FillZerosLikeKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, FillZerosLikeKernel<double>)
+    .Kernel(Place::kCPU, proto::INT32, FillZerosLikeKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, FillZerosLikeKernel<int64_t>);
+
+LOOM_REGISTER_OP(uniform_random)
+    .Doc("Out ~ U[min, max), reproducible for a non-zero seed.")
+    .Output("Out", "random tensor")
+    .Attr<std::vector<int64_t>>("shape", {1}, "dims of Out")
+    .Attr<float>("min", -1.0f, "lower bound")
+    .Attr<float>("max", 1.0f, "upper bound")
+    .Attr<int>("seed", 0, "random seed; 0 draws a fresh one")
+    .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
+    .InferShape(ShapeFromAttr)
+    .Kernel(Place::kCPU, proto::FP32, UniformRandomKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, UniformRandomKernel<double>);
+
+LOOM_REGISTER_OP(gaussian_random)
+    .Doc("Out ~ N(mean, std^2), reproducible for a non-zero seed.")
+    .Output("Out", "random tensor")
+    .Attr<std::vector<int64_t>>("shape", {1}, "dims of Out")
+    .Attr<float>("mean", 0.0f, "mean")
+    .Attr<float>("std", 1.0f, "standard deviation")
+    .Attr<int>("seed", 0, "random seed; 0 draws a fresh one")
+    .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
+    .InferShape(ShapeFromAttr)
+    .Kernel(Place::kCPU, proto::FP32, GaussianRandomKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, GaussianRandomKernel<double>);
+
+}  // namespace loom::ops

@@ -1,0 +1,44 @@
+// sgd: ParamOut = Param - LearningRate * Grad (in place when ParamOut is Param).
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+Status SgdInferShape(InferShapeContext* ctx) {
+  DDim p = ctx->InputDim("Param"), g = ctx->InputDim("Grad"), lr = ctx->InputDim("LearningRate");
+  if (!DimsCompatible(p, g))
+    return ctx->Error(ctx->DescribeInput("Grad"), " must have the dims of ",
+                      ctx->DescribeInput("Param"));
+  if (lr.numel() != 1 && lr.known())
+    return ctx->Error(ctx->DescribeInput("LearningRate"), " must hold one element");
+  if (ctx->InputDtype("Param") != ctx->InputDtype("Grad"))
+    return ctx->Error("Param is ", DataTypeName(ctx->InputDtype("Param")), " but Grad is ",
+                      DataTypeName(ctx->InputDtype("Grad")));
+  ctx->ShareDimAndDtype("Param", "ParamOut");
+  return Status::OK();
+}
+
+template <typename T>
+Status SgdKernel(const KernelContext& ctx) {
+  const Tensor& param = ctx.Input("Param");
+  const T* g = ctx.Input("Grad").data<T>();
+  T lr = ctx.Input("LearningRate").data<T>()[0];
+  const T* p = param.data<T>();
+  T* out = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
+  for (int64_t i = 0; i < param.numel(); ++i) out[i] = p[i] - lr * g[i];
+  return Status::OK();
+}
+
+}  // namespace
+
+LOOM_REGISTER_OP(sgd)
+    .Doc("Stochastic gradient descent: ParamOut = Param - LearningRate * Grad.")
+    .Input("Param", "parameter")
+    .Input("Grad", "its gradient")
+    .Input("LearningRate", "learning rate, one element")
+    .Output("ParamOut", "updated parameter (usually the Param var itself)")
+    .InferShape(SgdInferShape)
+    .Kernel(Place::kCPU, proto::FP32, SgdKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, SgdKernel<double>);
+
+}  // namespace loom::ops

@@ -1,0 +1,79 @@
+"""Executor, scopes and feeding (Fluid's ``fluid.Executor``)."""
+import contextlib
+
+import numpy as np
+
+from . import core
+from .framework import Program, Variable, default_main_program
+
+Scope = core.Scope
+_global_scope = core.Scope()
+
+
+def global_scope():
+    """The scope executors use when run() is given none."""
+    return _global_scope
+
+
+@contextlib.contextmanager
+def scope_guard(scope):
+    """Makes scope the global scope inside the with-block."""
+    global _global_scope
+    saved, _global_scope = _global_scope, scope
+    try:
+        yield
+    finally:
+        _global_scope = saved
+
+
+def _fetch_name(v):
+    if isinstance(v, Variable):
+        return v.name
+    if isinstance(v, str):
+        return v
+    raise TypeError("fetch_list entries must be Variables or names, got %r" % (v,))
+
+
+class Executor:
+    """Runs programs on one place: ``exe.run(program, feed={...}, fetch_list=[...])``."""
+
+    def __init__(self, place=None):
+        self.place = place if place is not None else core.Place.cpu(0)
+        self._exe = core.Executor(self.place)
+        self._prepared = {}
+
+    def _prepare(self, program):
+        key = id(program.desc)
+        entry = self._prepared.get(key)
+        # Programs are mutable while being built: re-prepare when the ops changed.
+        fingerprint = program.desc.serialize_to_string()
+        if entry is None or entry[1] != fingerprint:
+            entry = (self._exe.prepare(program.desc, 0), fingerprint, program.desc)
+            self._prepared[key] = entry
+        return entry[0]
+
+    def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
+            fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True):
+        """Runs block 0 of program (default: the default main program). feed maps var names to
+        numpy arrays (or core.Tensor); fetch_list names vars (or Variables) whose values are
+        returned, as numpy arrays when return_numpy is true."""
+        if program is None:
+            program = default_main_program()
+        if hasattr(program, "_run_with"):  # CompiledProgram
+            return program._run_with(self, feed, fetch_list, scope, return_numpy)
+        if not isinstance(program, Program):
+            raise TypeError("Executor.run: program must be a loom.Program, got %r" % (program,))
+        if feed is None:
+            feed = {}
+        if not isinstance(feed, dict):
+            raise TypeError("Executor.run: feed must be a dict of name -> numpy array")
+        fetch = [_fetch_name(v) for v in (fetch_list or [])]
+        feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
+        prepared = self._prepare(program)
+        out = self._exe.run(prepared, scope or global_scope(), feed, fetch)
+        if return_numpy:
+            return [np.array(t) for t in out]
+        return out
+
+    def close(self):
+        self._prepared.clear()

@@ -1,0 +1,97 @@
+"""Initializers: each appends one op to the startup program that fills a parameter."""
+import math
+
+from . import core
+from .framework import dtype_name
+
+
+class Initializer:
+    def __call__(self, var, block):
+        raise NotImplementedError
+
+
+def _shape(var):
+    return [int(s) for s in var.shape]
+
+
+class ConstantInitializer(Initializer):
+    def __init__(self, value=0.0, force_cpu=False):
+        self.value = float(value)
+
+    def __call__(self, var, block):
+        return block.append_op("fill_constant", outputs={"Out": var},
+                               attrs={"shape": _shape(var), "value": self.value,
+                                      "dtype": int(var.dtype)})
+
+
+class UniformInitializer(Initializer):
+    def __init__(self, low=-1.0, high=1.0, seed=0):
+        if low > high:
+            raise ValueError("UniformInitializer: low (%g) > high (%g)" % (low, high))
+        self.low, self.high, self.seed = float(low), float(high), int(seed)
+
+    def __call__(self, var, block):
+        seed = self.seed or block.program.random_seed
+        return block.append_op("uniform_random", outputs={"Out": var},
+                               attrs={"shape": _shape(var), "min": self.low, "max": self.high,
+                                      "seed": seed, "dtype": int(var.dtype)})
+
+
+class NormalInitializer(Initializer):
+    def __init__(self, loc=0.0, scale=1.0, seed=0):
+        self.loc, self.scale, self.seed = float(loc), float(scale), int(seed)
+
+    def __call__(self, var, block):
+        seed = self.seed or block.program.random_seed
+        return block.append_op("gaussian_random", outputs={"Out": var},
+                               attrs={"shape": _shape(var), "mean": self.loc, "std": self.scale,
+                                      "seed": seed, "dtype": int(var.dtype)})
+
+
+def _fans(var):
+    shape = _shape(var)
+    if len(shape) < 2:
+        return shape[0] if shape else 1, shape[0] if shape else 1
+    if len(shape) == 2:
+        return shape[0], shape[1]
+    receptive = 1
+    for s in shape[2:]:
+        receptive *= s
+    return shape[1] * receptive, shape[0] * receptive
+
+
+class XavierInitializer(Initializer):
+    """Glorot: uniform in ±sqrt(6/(fan_in+fan_out)) or normal with std sqrt(2/(fan_in+fan_out))."""
+
+    def __init__(self, uniform=True, fan_in=None, fan_out=None, seed=0):
+        self.uniform, self.fan_in, self.fan_out, self.seed = uniform, fan_in, fan_out, seed
+
+    def __call__(self, var, block):
+        fi, fo = _fans(var)
+        fi = self.fan_in or fi
+        fo = self.fan_out or fo
+        if self.uniform:
+            limit = math.sqrt(6.0 / (fi + fo))
+            return UniformInitializer(-limit, limit, self.seed)(var, block)
+        return NormalInitializer(0.0, math.sqrt(2.0 / (fi + fo)), self.seed)(var, block)
+
+
+class MSRAInitializer(Initializer):
+    """He: uniform in ±sqrt(6/fan_in) or normal with std sqrt(2/fan_in)."""
+
+    def __init__(self, uniform=True, fan_in=None, seed=0):
+        self.uniform, self.fan_in, self.seed = uniform, fan_in, seed
+
+    def __call__(self, var, block):
+        fi = self.fan_in or _fans(var)[0]
+        if self.uniform:
+            limit = math.sqrt(6.0 / fi)
+            return UniformInitializer(-limit, limit, self.seed)(var, block)
+        return NormalInitializer(0.0, math.sqrt(2.0 / fi), self.seed)(var, block)
+
+
+Constant = ConstantInitializer
+Uniform = UniformInitializer
+Normal = NormalInitializer
+Xavier = XavierInitializer
+MSRA = MSRAInitializer

@@ -1,0 +1,482 @@
+"""Layers: Fluid 1.x names and signatures. Each builds op descs into the default programs;
+shapes are inferred by the C++ shape inference as ops are added, so a bad argument fails at
+the line that builds the layer, with the op and the vars named."""
+import numpy as np
+
+from .framework import Variable, convert_dtype, dtype_name, default_main_program
+from .layer_helper import LayerHelper
+
+
+def _append_simple(block, op_type, inputs, attrs=None, dtype="float32", shape=None,
+                   out_slot="Out", name=None):
+    out = block.create_var(name=name, dtype=dtype, shape=shape)
+    block.append_op(op_type, inputs=inputs, outputs={out_slot: out}, attrs=attrs)
+    return out
+
+
+def _check_var(x, what, layer):
+    if not isinstance(x, Variable):
+        raise TypeError("%s: %s must be a Variable, got %r" % (layer, what, x))
+
+
+def _unary(op_type, x, attrs=None, name=None):
+    _check_var(x, "input", op_type)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(op_type, inputs={"X": x}, outputs={"Out": out}, attrs=attrs)
+    return out
+
+
+# ------------------------------------------------------------------ data and constants
+
+def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None,
+         stop_gradient=True):
+    """Declares a feed variable; a leading -1 (batch) is added unless append_batch_size=False."""
+    shape = [int(s) for s in shape]
+    if append_batch_size:
+        shape = [-1] + shape
+    block = default_main_program().global_block()
+    return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient)
+
+
+def fill_constant(shape, dtype, value, force_cpu=False, out=None):
+    helper = LayerHelper("fill_constant")
+    out = out or helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("fill_constant", outputs={"Out": out},
+                     attrs={"shape": [int(s) for s in shape], "value": float(value),
+                            "dtype": int(convert_dtype(dtype))})
+    return out
+
+
+def zeros(shape, dtype, force_cpu=False):
+    return fill_constant(shape, dtype, 0.0)
+
+
+def ones(shape, dtype, force_cpu=False):
+    return fill_constant(shape, dtype, 1.0)
+
+
+def uniform_random(shape, dtype="float32", min=-1.0, max=1.0, seed=0):
+    helper = LayerHelper("uniform_random")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("uniform_random", outputs={"Out": out},
+                     attrs={"shape": list(shape), "min": min, "max": max, "seed": seed,
+                            "dtype": int(convert_dtype(dtype))})
+    return out
+
+
+def gaussian_random(shape, mean=0.0, std=1.0, seed=0, dtype="float32"):
+    helper = LayerHelper("gaussian_random")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("gaussian_random", outputs={"Out": out},
+                     attrs={"shape": list(shape), "mean": mean, "std": std, "seed": seed,
+                            "dtype": int(convert_dtype(dtype))})
+    return out
+
+
+def assign(input, output=None):
+    helper = LayerHelper("assign")
+    if isinstance(input, np.ndarray):
+        raise NotImplementedError("assign from a numpy array is not supported yet")
+    output = output or helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("assign", inputs={"X": input}, outputs={"Out": output})
+    return output
+
+
+def cast(x, dtype):
+    helper = LayerHelper("cast")
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op("cast", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"in_dtype": int(x.dtype), "out_dtype": int(convert_dtype(dtype))})
+    return out
+
+
+# ------------------------------------------------------------------ dense layers
+
+def _act(out, act):
+    if act is None:
+        return out
+    if not isinstance(act, str):
+        raise TypeError("act must be a string such as 'relu', got %r" % (act,))
+    fn = globals().get(act)
+    if fn is None or act not in _ACTIVATIONS:
+        raise ValueError("unknown activation %r (supported: %s)" % (act, ", ".join(_ACTIVATIONS)))
+    return fn(out)
+
+
+def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None):
+    """Fully connected: act(input · W + b). Input is flattened to 2-D at num_flatten_dims."""
+    helper = LayerHelper("fc", name=name)
+    inputs = input if isinstance(input, (list, tuple)) else [input]
+    if int(size) <= 0:
+        raise ValueError("fc: size must be positive, got %r" % (size,))
+    partial = []
+    for i, x in enumerate(inputs):
+        _check_var(x, "input", "fc")
+        shape = x.shape
+        if not 0 < num_flatten_dims < len(shape):
+            raise ValueError("fc: num_flatten_dims=%d is out of range for input '%s' of shape %s"
+                             % (num_flatten_dims, x.name, list(shape)))
+        in_features = int(np.prod(shape[num_flatten_dims:]))
+        if in_features <= 0:
+            raise ValueError("fc: input '%s' has unknown feature dims %s" % (x.name, list(shape)))
+        w = helper.create_parameter(param_attr, [in_features, int(size)], x.dtype,
+                                    suffix="w_%d" % i if len(inputs) > 1 else "w")
+        out = helper.create_variable_for_type_inference(x.dtype)
+        helper.append_op("mul", inputs={"X": x, "Y": w}, outputs={"Out": out},
+                         attrs={"x_num_col_dims": num_flatten_dims, "y_num_col_dims": 1})
+        partial.append(out)
+    pre_bias = partial[0] if len(partial) == 1 else sums(partial)
+    b = helper.create_parameter(bias_attr, [int(size)], pre_bias.dtype, is_bias=True)
+    if b is not None:
+        with_bias = helper.create_variable_for_type_inference(pre_bias.dtype)
+        helper.append_op("elementwise_add", inputs={"X": pre_bias, "Y": b},
+                         outputs={"Out": with_bias}, attrs={"axis": num_flatten_dims})
+        pre_bias = with_bias
+    return _act(pre_bias, act)
+
+
+def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None,
+              param_attr=None, dtype="float32"):
+    helper = LayerHelper("embedding")
+    w = helper.create_parameter(param_attr, list(size), dtype)
+    out = helper.create_variable_for_type_inference(dtype)
+    pad = -1 if padding_idx is None else (padding_idx if padding_idx >= 0 else size[0] + padding_idx)
+    helper.append_op("lookup_table", inputs={"Ids": input, "W": w}, outputs={"Out": out},
+                     attrs={"padding_idx": pad, "is_sparse": is_sparse})
+    return out
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None,
+           param_attr=None, bias_attr=None, use_cudnn=True, act=None, name=None):
+    helper = LayerHelper("conv2d", name=name)
+    _check_var(input, "input", "conv2d")
+    pair = lambda v: [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]
+    groups = groups or 1
+    channels = input.shape[1]
+    if channels <= 0 or channels % groups:
+        raise ValueError("conv2d: input channels %d must be positive and divisible by groups %d"
+                         % (channels, groups))
+    k = pair(filter_size)
+    from .initializer import MSRAInitializer
+    w = helper.create_parameter(param_attr, [num_filters, channels // groups] + k, input.dtype,
+                                default_initializer=MSRAInitializer())
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("conv2d", inputs={"Input": input, "Filter": w}, outputs={"Output": out},
+                     attrs={"strides": pair(stride), "paddings": pair(padding),
+                            "dilations": pair(dilation), "groups": groups})
+    b = helper.create_parameter(bias_attr, [num_filters], input.dtype, is_bias=True)
+    if b is not None:
+        biased = helper.create_variable_for_type_inference(input.dtype)
+        helper.append_op("elementwise_add", inputs={"X": out, "Y": b}, outputs={"Out": biased},
+                         attrs={"axis": 1})
+        out = biased
+    return _act(out, act)
+
+
+def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0,
+           global_pooling=False, use_cudnn=True, ceil_mode=False, name=None, exclusive=True):
+    if pool_type not in ("max", "avg"):
+        raise ValueError("pool2d: pool_type must be 'max' or 'avg', got %r" % (pool_type,))
+    pair = lambda v: [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]
+    return _unary("pool2d", input, {"pooling_type": pool_type, "ksize": pair(pool_size),
+                                         "strides": pair(pool_stride),
+                                         "paddings": pair(pool_padding),
+                                         "global_pooling": global_pooling,
+                                         "ceil_mode": ceil_mode, "exclusive": exclusive},
+                  name=name)
+
+
+def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, param_attr=None,
+               bias_attr=None, data_layout="NCHW", name=None, moving_mean_name=None,
+               moving_variance_name=None):
+    from .initializer import ConstantInitializer
+    from .param_attr import ParamAttr
+    helper = LayerHelper("batch_norm", name=name)
+    c = input.shape[1] if data_layout == "NCHW" else input.shape[-1]
+    scale = helper.create_parameter(param_attr, [c], input.dtype,
+                                    default_initializer=ConstantInitializer(1.0), suffix="w")
+    bias = helper.create_parameter(bias_attr, [c], input.dtype, is_bias=True)
+    mean = helper.create_parameter(
+        ParamAttr(name=moving_mean_name or helper.name + ".mean", trainable=False,
+                  initializer=ConstantInitializer(0.0)), [c], input.dtype)
+    var = helper.create_parameter(
+        ParamAttr(name=moving_variance_name or helper.name + ".var", trainable=False,
+                  initializer=ConstantInitializer(1.0)), [c], input.dtype)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    saved_mean = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    saved_var = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("batch_norm",
+                     inputs={"X": input, "Scale": scale, "Bias": bias, "Mean": mean,
+                             "Variance": var},
+                     outputs={"Y": out, "MeanOut": mean, "VarianceOut": var,
+                              "SavedMean": saved_mean, "SavedVariance": saved_var},
+                     attrs={"momentum": momentum, "epsilon": epsilon, "is_test": is_test,
+                            "data_layout": data_layout})
+    return _act(out, act)
+
+
+def dropout(x, dropout_prob, is_test=False, seed=None, name=None,
+            dropout_implementation="downgrade_in_infer"):
+    if not 0 <= dropout_prob < 1:
+        raise ValueError("dropout: dropout_prob must be in [0, 1), got %r" % (dropout_prob,))
+    helper = LayerHelper("dropout", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    mask = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    helper.append_op("dropout", inputs={"X": x}, outputs={"Out": out, "Mask": mask},
+                     attrs={"dropout_prob": float(dropout_prob), "is_test": is_test,
+                            "seed": seed or 0,
+                            "dropout_implementation": dropout_implementation})
+    return out
+
+
+# ------------------------------------------------------------------ activations
+
+_ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "leaky_relu", "softmax", "exp", "log",
+                "sqrt", "square", "abs")
+
+
+def relu(x, name=None):
+    return _unary("relu", x, name=name)
+
+
+def sigmoid(x, name=None):
+    return _unary("sigmoid", x, name=name)
+
+
+def tanh(x, name=None):
+    return _unary("tanh", x, name=name)
+
+
+def gelu(x, name=None):
+    return _unary("gelu", x, name=name)
+
+
+def leaky_relu(x, alpha=0.02, name=None):
+    return _unary("leaky_relu", x, {"alpha": alpha}, name=name)
+
+
+def exp(x, name=None):
+    return _unary("exp", x, name=name)
+
+
+def log(x, name=None):
+    return _unary("log", x, name=name)
+
+
+def sqrt(x, name=None):
+    return _unary("sqrt", x, name=name)
+
+
+def square(x, name=None):
+    return _unary("square", x, name=name)
+
+
+def abs(x, name=None):
+    return _unary("abs", x, name=name)
+
+
+def softmax(input, use_cudnn=False, name=None, axis=-1):
+    return _unary("softmax", input, {"axis": axis}, name=name)
+
+
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
+    out = _unary("scale", x, {"scale": float(scale), "bias": float(bias),
+                              "bias_after_scale": bias_after_scale}, name=name)
+    return _act(out, act)
+
+
+def clip(x, min, max, name=None):
+    return _unary("clip", x, {"min": float(min), "max": float(max)}, name=name)
+
+
+# ------------------------------------------------------------------ elementwise and math
+
+def _elementwise(op_type, x, y, axis=-1, act=None, name=None):
+    _check_var(x, "x", op_type)
+    _check_var(y, "y", op_type)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(op_type, inputs={"X": x, "Y": y}, outputs={"Out": out},
+                     attrs={"axis": axis})
+    return _act(out, act)
+
+
+def elementwise_add(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_add", x, y, axis, act, name)
+
+
+def elementwise_sub(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_sub", x, y, axis, act, name)
+
+
+def elementwise_mul(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_mul", x, y, axis, act, name)
+
+
+def elementwise_div(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_div", x, y, axis, act, name)
+
+
+def elementwise_max(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_max", x, y, axis, act, name)
+
+
+def elementwise_min(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_min", x, y, axis, act, name)
+
+
+def elementwise_pow(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_pow", x, y, axis, act, name)
+
+
+def mul(x, y, x_num_col_dims=1, y_num_col_dims=1, name=None):
+    helper = LayerHelper("mul", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("mul", inputs={"X": x, "Y": y}, outputs={"Out": out},
+                     attrs={"x_num_col_dims": x_num_col_dims, "y_num_col_dims": y_num_col_dims})
+    return out
+
+
+def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
+    helper = LayerHelper("matmul", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("matmul", inputs={"X": x, "Y": y}, outputs={"Out": out},
+                     attrs={"transpose_X": transpose_x, "transpose_Y": transpose_y,
+                            "alpha": float(alpha)})
+    return out
+
+
+def sums(input, out=None):
+    helper = LayerHelper("sum")
+    out = out or helper.create_variable_for_type_inference(input[0].dtype)
+    helper.append_op("sum", inputs={"X": list(input)}, outputs={"Out": out})
+    return out
+
+
+def mean(x, name=None):
+    return _unary("mean", x, name=name)
+
+
+def _reduce(op_type, input, dim, keep_dim, name):
+    attrs = {"keep_dim": keep_dim, "reduce_all": dim is None,
+             "dim": [0] if dim is None else ([dim] if isinstance(dim, int) else list(dim))}
+    return _unary(op_type, input, attrs, name=name)
+
+
+def reduce_sum(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_sum", input, dim, keep_dim, name)
+
+
+def reduce_mean(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_mean", input, dim, keep_dim, name)
+
+
+def reduce_max(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_max", input, dim, keep_dim, name)
+
+
+# ------------------------------------------------------------------ losses and metrics
+
+def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100,
+                               numeric_stable_mode=True, return_softmax=False, axis=-1):
+    helper = LayerHelper("softmax_with_cross_entropy")
+    softmax_out = helper.create_variable_for_type_inference(logits.dtype)
+    loss = helper.create_variable_for_type_inference(logits.dtype)
+    helper.append_op("softmax_with_cross_entropy", inputs={"Logits": logits, "Label": label},
+                     outputs={"Softmax": softmax_out, "Loss": loss},
+                     attrs={"soft_label": soft_label, "ignore_index": ignore_index,
+                            "axis": axis})
+    return (loss, softmax_out) if return_softmax else loss
+
+
+def cross_entropy(input, label, soft_label=False, ignore_index=-100):
+    helper = LayerHelper("cross_entropy")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("cross_entropy", inputs={"X": input, "Label": label}, outputs={"Y": out},
+                     attrs={"soft_label": soft_label, "ignore_index": ignore_index})
+    return out
+
+
+def square_error_cost(input, label):
+    helper = LayerHelper("square_error_cost")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("square_error_cost", inputs={"X": input, "Y": label},
+                     outputs={"Out": out})
+    return out
+
+
+def accuracy(input, label, k=1, correct=None, total=None):
+    helper = LayerHelper("accuracy")
+    values = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    indices = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("top_k", inputs={"X": input}, outputs={"Out": values, "Indices": indices},
+                     attrs={"k": k})
+    acc = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    correct = correct or helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    total = total or helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("accuracy", inputs={"Out": values, "Indices": indices, "Label": label},
+                     outputs={"Accuracy": acc, "Correct": correct, "Total": total})
+    return acc
+
+
+def argmax(x, axis=0):
+    helper = LayerHelper("arg_max")
+    out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("arg_max", inputs={"X": x}, outputs={"Out": out}, attrs={"axis": axis})
+    return out
+
+
+def topk(input, k, name=None):
+    helper = LayerHelper("top_k", name=name)
+    values = helper.create_variable_for_type_inference(input.dtype)
+    indices = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("top_k", inputs={"X": input}, outputs={"Out": values, "Indices": indices},
+                     attrs={"k": k})
+    return values, indices
+
+
+# ------------------------------------------------------------------ shape ops
+
+def reshape(x, shape, actual_shape=None, act=None, inplace=False, name=None):
+    out = _unary("reshape", x, {"shape": [int(s) for s in shape]},
+                 name=name)
+    return _act(out, act)
+
+
+def transpose(x, perm, name=None):
+    return _unary("transpose", x, {"axis": list(perm)}, name=name)
+
+
+def flatten(x, axis=1, name=None):
+    return _unary("flatten", x, {"axis": axis}, name=name)
+
+
+def squeeze(input, axes, name=None):
+    return _unary("squeeze", input, {"axes": list(axes)}, name=name)
+
+
+def unsqueeze(input, axes, name=None):
+    return _unary("unsqueeze", input, {"axes": list(axes)}, name=name)
+
+
+def concat(input, axis=0, name=None):
+    helper = LayerHelper("concat", name=name)
+    out = helper.create_variable_for_type_inference(input[0].dtype)
+    helper.append_op("concat", inputs={"X": list(input)}, outputs={"Out": out},
+                     attrs={"axis": axis})
+    return out
+
+
+def stack(x, axis=0):
+    helper = LayerHelper("stack")
+    out = helper.create_variable_for_type_inference(x[0].dtype)
+    helper.append_op("stack", inputs={"X": list(x)}, outputs={"Y": out}, attrs={"axis": axis})
+    return out
+
+
+def gather(input, index):
+    helper = LayerHelper("gather")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("gather", inputs={"X": input, "Index": index}, outputs={"Out": out})
+    return out

@@ -1,0 +1,28 @@
+"""ParamAttr: how a layer creates its parameter (name, initializer, regularizer, ...)."""
+
+
+class ParamAttr:
+    def __init__(self, name=None, initializer=None, learning_rate=1.0, regularizer=None,
+                 trainable=True, gradient_clip=None, do_model_average=False):
+        self.name = name
+        self.initializer = initializer
+        self.learning_rate = learning_rate
+        self.regularizer = regularizer
+        self.trainable = trainable
+        self.gradient_clip = gradient_clip
+
+    @staticmethod
+    def _to_attr(arg):
+        """None -> default ParamAttr; str -> named; ParamAttr as is; False -> no parameter."""
+        if arg is None:
+            return ParamAttr()
+        if isinstance(arg, ParamAttr):
+            return arg
+        if isinstance(arg, str):
+            return ParamAttr(name=arg)
+        if arg is False:
+            return False
+        from .initializer import Initializer
+        if isinstance(arg, Initializer):
+            return ParamAttr(initializer=arg)
+        raise TypeError("expected ParamAttr, str, Initializer, None or False, got %r" % (arg,))

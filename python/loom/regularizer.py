@@ -1,0 +1,22 @@
+"""Weight decay, applied by the optimizer as ops on the gradient."""
+
+
+class WeightDecayRegularizer:
+    pass
+
+
+class L2DecayRegularizer(WeightDecayRegularizer):
+    """grad += coeff * param."""
+
+    def __init__(self, regularization_coeff=0.0):
+        self.coeff = float(regularization_coeff)
+
+    def append_ops(self, block, param, grad):
+        from .layers import _append_simple
+        decay = _append_simple(block, "scale", {"X": param}, {"scale": self.coeff},
+                               dtype=param.dtype, shape=param.shape)
+        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": grad})
+        return grad
+
+
+L2Decay = L2DecayRegularizer
