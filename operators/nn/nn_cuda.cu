@@ -1,0 +1,289 @@
+// CUDA kernels of mul (cuBLAS), relu(+grad), softmax_with_cross_entropy(+grad), sgd and the
+// random initializers.
+#include <random>
+
+#include "operators/cuda_util.cuh"
+
+namespace loom::ops::cuda {
+namespace {
+
+// Row-major C[m,n] = op(A)·op(B) through column-major cuBLAS: compute Cᵀ = op(B)ᵀ·op(A)ᵀ.
+template <typename T>
+cublasStatus_t Gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const T* a,
+                    const T* b, T* c) {
+  const T one = 1, zero = 0;
+  cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if constexpr (std::is_same_v<T, float>) {
+    return cublasSgemm(h, opb, opa, n, m, k, &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
+  } else {
+    return cublasDgemm(h, opb, opa, n, m, k, &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
+  }
+}
+
+template <typename T>
+Status GemmChecked(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                   const T* a, const T* b, T* c) {
+  if (m == 0 || n == 0) return Status::OK();
+  if (k == 0) {
+    cudaMemsetAsync(c, 0, sizeof(T) * m * n, Stream(ctx));
+    return Status::OK();
+  }
+  cublasStatus_t st = Gemm<T>(Cublas(ctx), ta, tb, static_cast<int>(m), static_cast<int>(n),
+                              static_cast<int>(k), a, b, c);
+  return st == CUBLAS_STATUS_SUCCESS ? Status::OK()
+                                     : ctx.Error("cuBLAS gemm failed with status ", int(st));
+}
+
+template <typename T>
+Status Mul(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const Tensor& y = ctx.Input("Y");
+  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
+  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  return GemmChecked<T>(ctx, false, false, x2[0], y2[1], x2[1], x.data<T>(), y.data<T>(),
+                        ctx.Output("Out")->mutable_data<T>(ctx.place()));
+}
+
+template <typename T>
+Status MulGrad(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const Tensor& y = ctx.Input("Y");
+  const Tensor& dout = ctx.Input("Out@GRAD");
+  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
+  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  if (Tensor* dx = ctx.OutputOrNull("X@GRAD"))
+    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, false, true, x2[0], x2[1], y2[1], dout.data<T>(),
+                                        y.data<T>(), dx->mutable_data<T>(ctx.place())));
+  if (Tensor* dy = ctx.OutputOrNull("Y@GRAD"))
+    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, true, false, y2[0], y2[1], x2[0], x.data<T>(),
+                                        dout.data<T>(), dy->mutable_data<T>(ctx.place())));
+  return Status::OK();
+}
+
+template <typename T>
+__global__ void ReluK(const T* x, T* o, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) o[i] = x[i] > T(0) ? x[i] : T(0);
+}
+
+template <typename T>
+__global__ void ReluGradK(const T* y, const T* g, T* o, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) o[i] = y[i] > T(0) ? g[i] : T(0);
+}
+
+template <typename T>
+Status Relu(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  ReluK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(
+      x.data<T>(), ctx.Output("Out")->mutable_data<T>(ctx.place()), x.numel());
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+Status ReluGrad(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& y = ctx.Input("Out");
+  ReluGradK<T><<<Blocks(y.numel()), kThreads, 0, Stream(ctx)>>>(
+      y.data<T>(), ctx.Input("Out@GRAD").data<T>(), dx->mutable_data<T>(ctx.place()), y.numel());
+  return LaunchStatus(ctx);
+}
+
+// One block per row: max, sum of exp, softmax and loss. Bad hard labels set *bad.
+template <typename T>
+__global__ void SwceK(const T* x, const int64_t* l64, const int32_t* l32, const T* soft, T* sm,
+                      T* loss, int64_t rows, int64_t d, int64_t ignore, int64_t* bad) {
+  __shared__ T red[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * d;
+    T* sr = sm + r * d;
+    T mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) mx = max(mx, xr[j]);
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] = max(red[threadIdx.x], red[threadIdx.x + s]);
+      __syncthreads();
+    }
+    mx = red[0];
+    __syncthreads();
+    T sum = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += exp(xr[j] - mx);
+    red[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+      __syncthreads();
+    }
+    T log_sum = log(red[0]);
+    __syncthreads();
+    T acc = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      T logp = xr[j] - mx - log_sum;
+      sr[j] = exp(logp);
+      if (soft) acc -= soft[r * d + j] * logp;
+    }
+    if (soft) {
+      red[threadIdx.x] = acc;
+      __syncthreads();
+      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) loss[r] = red[0];
+      __syncthreads();
+    } else if (threadIdx.x == 0) {
+      int64_t l = l64 ? l64[r] : l32[r];
+      if (l == ignore) {
+        loss[r] = 0;
+      } else if (l < 0 || l >= d) {
+        *bad = l;
+        loss[r] = 0;
+      } else {
+        loss[r] = -(xr[l] - mx - log_sum);
+      }
+    }
+  }
+}
+
+template <typename T>
+Status Swce(const KernelContext& ctx) {
+  const Tensor& logits = ctx.Input("Logits");
+  const Tensor& label = ctx.Input("Label");
+  int64_t d = logits.dims()[logits.dims().size() - 1];
+  int64_t rows = d ? logits.numel() / d : 0;
+  bool soft = ctx.Attr<bool>("soft_label");
+  Tensor flag(proto::INT64, DDim{1});
+  int64_t* bad = flag.mutable_data<int64_t>(ctx.place());
+  const int64_t kNone = INT64_MIN;
+  cudaMemcpyAsync(bad, &kNone, sizeof(kNone), cudaMemcpyHostToDevice, Stream(ctx));
+  SwceK<T><<<Blocks(rows), kThreads, 0, Stream(ctx)>>>(
+      logits.data<T>(), !soft && label.dtype() == proto::INT64 ? label.data<int64_t>() : nullptr,
+      !soft && label.dtype() == proto::INT32 ? label.data<int32_t>() : nullptr,
+      soft ? label.data<T>() : nullptr, ctx.Output("Softmax")->mutable_data<T>(ctx.place()),
+      ctx.Output("Loss")->mutable_data<T>(ctx.place()), rows, d, ctx.Attr<int>("ignore_index"),
+      bad);
+  int64_t host = kNone;
+  cudaMemcpyAsync(&host, bad, sizeof(host), cudaMemcpyDeviceToHost, Stream(ctx));
+  cudaStreamSynchronize(Stream(ctx));
+  if (host != kNone) return ctx.Error("label ", host, " is out of range [0, ", d, ")");
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+__global__ void SwceGradK(const T* sm, const int64_t* l64, const int32_t* l32, const T* soft,
+                          const T* dloss, T* o, int64_t rows, int64_t d, int64_t ignore) {
+  LOOM_GRID_STRIDE(i, rows * d) {
+    int64_t r = i / d, j = i % d;
+    T g = dloss[r];
+    if (soft) {
+      // Soft labels that sum to one: (softmax - label) * g.
+      o[i] = (sm[i] - soft[i]) * g;
+    } else {
+      int64_t l = l64 ? l64[r] : l32[r];
+      o[i] = l == ignore ? T(0) : (sm[i] - (j == l ? T(1) : T(0))) * g;
+    }
+  }
+}
+
+template <typename T>
+Status SwceGrad(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("Logits@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& sm = ctx.Input("Softmax");
+  const Tensor& label = ctx.Input("Label");
+  int64_t d = sm.dims()[sm.dims().size() - 1];
+  int64_t rows = d ? sm.numel() / d : 0;
+  bool soft = ctx.Attr<bool>("soft_label");
+  SwceGradK<T><<<Blocks(rows * d), kThreads, 0, Stream(ctx)>>>(
+      sm.data<T>(), !soft && label.dtype() == proto::INT64 ? label.data<int64_t>() : nullptr,
+      !soft && label.dtype() == proto::INT32 ? label.data<int32_t>() : nullptr,
+      soft ? label.data<T>() : nullptr, ctx.Input("Loss@GRAD").data<T>(),
+      dx->mutable_data<T>(ctx.place()), rows, d, ctx.Attr<int>("ignore_index"));
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+__global__ void SgdK(const T* p, const T* g, const T* lr, T* o, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) o[i] = p[i] - lr[0] * g[i];
+}
+
+template <typename T>
+Status Sgd(const KernelContext& ctx) {
+  const Tensor& p = ctx.Input("Param");
+  SgdK<T><<<Blocks(p.numel()), kThreads, 0, Stream(ctx)>>>(
+      p.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("LearningRate").data<T>(),
+      ctx.Output("ParamOut")->mutable_data<T>(ctx.place()), p.numel());
+  return LaunchStatus(ctx);
+}
+
+// Counter-based generator: element i of stream `seed` is a hash of (seed, i), so results do
+// not depend on the launch geometry.
+__device__ inline uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__device__ inline double Unit(uint64_t seed, uint64_t i) {
+  return (Mix(seed ^ Mix(i)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+template <typename T>
+__global__ void UniformK(T* o, int64_t n, uint64_t seed, double lo, double hi) {
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(lo + (hi - lo) * Unit(seed, i));
+}
+
+template <typename T>
+__global__ void GaussianK(T* o, int64_t n, uint64_t seed, double mean, double std) {
+  LOOM_GRID_STRIDE(i, n) {
+    double u1 = Unit(seed, 2 * i) + 1e-300, u2 = Unit(seed, 2 * i + 1);
+    o[i] = static_cast<T>(mean + std * sqrt(-2.0 * log(u1)) * cospi(2.0 * u2));
+  }
+}
+
+uint64_t SeedOf(const KernelContext& ctx) {
+  int seed = ctx.Attr<int>("seed");
+  return seed != 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
+}
+
+template <typename T>
+Status Uniform(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  UniformK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(
+      out->mutable_data<T>(ctx.place()), out->numel(), SeedOf(ctx), ctx.Attr<float>("min"),
+      ctx.Attr<float>("max"));
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+Status Gaussian(const KernelContext& ctx) {
+  Tensor* out = ctx.Output("Out");
+  GaussianK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(
+      out->mutable_data<T>(ctx.place()), out->numel(), SeedOf(ctx), ctx.Attr<float>("mean"),
+      ctx.Attr<float>("std"));
+  return LaunchStatus(ctx);
+}
+
+}  // namespace
+
+LOOM_REGISTER_KERNEL(mul, kCUDA, FP32, Mul<float>);
+LOOM_REGISTER_KERNEL(mul, kCUDA, FP64, Mul<double>);
+LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP32, MulGrad<float>);
+LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP64, MulGrad<double>);
+LOOM_REGISTER_KERNEL(relu, kCUDA, FP32, Relu<float>);
+LOOM_REGISTER_KERNEL(relu, kCUDA, FP64, Relu<double>);
+LOOM_REGISTER_KERNEL(relu_grad, kCUDA, FP32, ReluGrad<float>);
+LOOM_REGISTER_KERNEL(relu_grad, kCUDA, FP64, ReluGrad<double>);
+LOOM_REGISTER_KERNEL(softmax_with_cross_entropy, kCUDA, FP32, Swce<float>);
+LOOM_REGISTER_KERNEL(softmax_with_cross_entropy, kCUDA, FP64, Swce<double>);
+LOOM_REGISTER_KERNEL(softmax_with_cross_entropy_grad, kCUDA, FP32, SwceGrad<float>);
+LOOM_REGISTER_KERNEL(softmax_with_cross_entropy_grad, kCUDA, FP64, SwceGrad<double>);
+LOOM_REGISTER_KERNEL(sgd, kCUDA, FP32, Sgd<float>);
+LOOM_REGISTER_KERNEL(sgd, kCUDA, FP64, Sgd<double>);
+LOOM_REGISTER_KERNEL(uniform_random, kCUDA, FP32, Uniform<float>);
+LOOM_REGISTER_KERNEL(uniform_random, kCUDA, FP64, Uniform<double>);
+LOOM_REGISTER_KERNEL(gaussian_random, kCUDA, FP32, Gaussian<float>);
+LOOM_REGISTER_KERNEL(gaussian_random, kCUDA, FP64, Gaussian<double>);
+
+}  // namespace loom::ops::cuda
