@@ -1,0 +1,38 @@
+"""DataFeeder: turns a minibatch (list of sample tuples) into the executor's feed dict."""
+import numpy as np
+
+from .framework import Variable, dtype_name
+
+
+class DataFeeder:
+    def __init__(self, feed_list, place=None, program=None):
+        self.feed_vars = []
+        for v in feed_list:
+            if not isinstance(v, Variable):
+                raise TypeError("DataFeeder: feed_list entries must be Variables, got %r" % (v,))
+            self.feed_vars.append(v)
+        self.place = place
+
+    def feed(self, iterable):
+        """iterable: samples, each a tuple with one entry per feed var, in feed_list order."""
+        columns = [[] for _ in self.feed_vars]
+        for i, sample in enumerate(iterable):
+            if len(sample) != len(self.feed_vars):
+                raise ValueError("DataFeeder: sample %d has %d fields, feed_list has %d vars (%s)"
+                                 % (i, len(sample), len(self.feed_vars),
+                                    ", ".join(v.name for v in self.feed_vars)))
+            for c, value in zip(columns, sample):
+                c.append(value)
+        out = {}
+        for var, col in zip(self.feed_vars, columns):
+            arr = np.asarray(col, dtype=dtype_name(var.dtype))
+            shape = list(var.shape)
+            tail = [s for s in shape[1:]]
+            if tail and all(s > 0 for s in tail):
+                try:
+                    arr = arr.reshape([len(col)] + tail)
+                except ValueError:
+                    raise ValueError("DataFeeder: var '%s' expects samples of shape %s, got %s"
+                                     % (var.name, tail, list(np.asarray(col[0]).shape)))
+            out[var.name] = arr
+        return out

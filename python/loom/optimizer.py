@@ -1,0 +1,129 @@
+"""Optimizers: ``opt.minimize(loss)`` appends backward and one update op per parameter.
+Every update op gets op_role = optimize and op_role_var = [param, grad]."""
+from . import core, unique_name
+from .backward import append_backward
+from .framework import Variable, _op_role_guard, default_startup_program
+
+
+class Optimizer:
+    _op_type = None
+
+    def __init__(self, learning_rate, regularization=None, name=None):
+        if not isinstance(learning_rate, (int, float, Variable)):
+            raise TypeError("learning_rate must be a float or a Variable, got %r" % (learning_rate,))
+        if isinstance(learning_rate, (int, float)) and learning_rate < 0:
+            raise ValueError("learning_rate must be >= 0, got %r" % (learning_rate,))
+        self._learning_rate = learning_rate
+        self.regularization = regularization
+        self._name = name or self.__class__.__name__.lower()
+        self._lr_var = None
+        self._accumulators = {}
+
+    def _create_global_var(self, program, startup, name, value, shape=(1,), dtype="float32"):
+        block = program.global_block()
+        var = block.create_var(name=name, shape=list(shape), dtype=dtype, persistable=True,
+                               stop_gradient=True)
+        sblock = startup.global_block()
+        sv = sblock.create_var(name=name, shape=list(shape), dtype=dtype, persistable=True)
+        sblock.append_op("fill_constant", outputs={"Out": sv},
+                         attrs={"shape": [int(s) for s in shape], "value": float(value),
+                                "dtype": int(sv.dtype)})
+        return var
+
+    def _lr(self, program, startup):
+        if isinstance(self._learning_rate, Variable):
+            return self._learning_rate
+        if self._lr_var is None:
+            self._lr_var = self._create_global_var(
+                program, startup, unique_name.generate("learning_rate"), self._learning_rate)
+        return self._lr_var
+
+    def _add_accumulator(self, program, startup, kind, param, value=0.0, shape=None):
+        name = "%s_%s_%s" % (param.name, self._name, kind)
+        var = self._create_global_var(program, startup, name, value,
+                                      shape=param.shape if shape is None else shape,
+                                      dtype=param.dtype)
+        self._accumulators[(kind, param.name)] = var
+        return var
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        raise NotImplementedError
+
+    def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        return append_backward(loss, parameter_list, no_grad_set)
+
+    def apply_gradients(self, params_grads, program, startup):
+        block = program.global_block()
+        ops = []
+        with _op_role_guard(program, core.kOpRoleOptimize):
+            lr = self._lr(program, startup)
+            for param, grad in params_grads:
+                reg = getattr(param, "regularizer", None) or self.regularization
+                if reg is not None:
+                    reg.append_ops(block, param, grad)
+                op = self._append_update(block, param, grad, lr, program, startup)
+                op._set_attr("op_role_var", [param.name, grad.name])
+                ops.append(op)
+        return ops
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        """Appends backward and the update ops; returns (optimize_ops, [(param, grad)])."""
+        startup = startup_program or default_startup_program()
+        params_grads = self.backward(loss, startup, parameter_list, no_grad_set)
+        if not params_grads:
+            raise ValueError("minimize: loss '%s' depends on no trainable parameter" % loss.name)
+        ops = self.apply_gradients(params_grads, loss.block.program, startup)
+        return ops, params_grads
+
+
+class SGDOptimizer(Optimizer):
+    """param -= lr * grad."""
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        return block.append_op("sgd", inputs={"Param": param, "Grad": grad, "LearningRate": lr},
+                               outputs={"ParamOut": param})
+
+
+class MomentumOptimizer(Optimizer):
+    """velocity = mu * velocity + grad; param -= lr * (grad + mu * velocity if nesterov else velocity)."""
+
+    def __init__(self, learning_rate, momentum, use_nesterov=False, regularization=None,
+                 name=None):
+        super().__init__(learning_rate, regularization, name)
+        self._momentum = float(momentum)
+        self._nesterov = bool(use_nesterov)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        v = self._add_accumulator(program, startup, "velocity", param)
+        return block.append_op("momentum",
+                               inputs={"Param": param, "Grad": grad, "Velocity": v,
+                                       "LearningRate": lr},
+                               outputs={"ParamOut": param, "VelocityOut": v},
+                               attrs={"mu": self._momentum, "use_nesterov": self._nesterov})
+
+
+class AdamOptimizer(Optimizer):
+    """Adam with bias-corrected moments; beta powers live in per-parameter vars."""
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 regularization=None, name=None, lazy_mode=False):
+        super().__init__(learning_rate, regularization, name)
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        m1 = self._add_accumulator(program, startup, "moment1", param)
+        m2 = self._add_accumulator(program, startup, "moment2", param)
+        b1 = self._add_accumulator(program, startup, "beta1_pow_acc", param, self._beta1, [1])
+        b2 = self._add_accumulator(program, startup, "beta2_pow_acc", param, self._beta2, [1])
+        return block.append_op(
+            "adam",
+            inputs={"Param": param, "Grad": grad, "LearningRate": lr, "Moment1": m1,
+                    "Moment2": m2, "Beta1Pow": b1, "Beta2Pow": b2},
+            outputs={"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2,
+                     "Beta1PowOut": b1, "Beta2PowOut": b2},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
+
+
+SGD = SGDOptimizer
+Momentum = MomentumOptimizer
+Adam = AdamOptimizer
