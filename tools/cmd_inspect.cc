@@ -1,0 +1,187 @@
+// loom inspect FILE.pb: prints a program, verifies it, draws it; --ops lists registered ops.
+#include <cstdio>
+#include <sstream>
+
+#include "framework/file_util.h"
+#include "framework/op_registry.h"
+#include "framework/serialization.h"
+#include "framework/verifier.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::cli {
+
+namespace {
+
+Flags InspectFlags() {
+  return Flags("inspect", "loom inspect FILE.pb [--dot OUT.dot] | loom inspect --ops",
+               "Prints a program readably (blocks, vars with dtype and dims, ops with slots,\n"
+               "attributes and roles) and the result of the verifier. Text programs (.pbtxt)\n"
+               "are read too.",
+               {
+                   {"dot", "OUT.dot", "also write the program as a Graphviz graph", ""},
+                   {"ops", "", "list registered ops: slots, attributes, kernels", ""},
+                   {"no-verify", "", "print without running the verifier", ""},
+               },
+               0, 1);
+}
+
+std::string Slots(const google::protobuf::RepeatedPtrField<proto::OpDesc::Var>& slots) {
+  std::string s;
+  for (const auto& v : slots) {
+    if (!s.empty()) s += ", ";
+    s += v.parameter() + "=[";
+    for (int i = 0; i < v.arguments_size(); ++i) s += (i ? ", " : "") + v.arguments(i);
+    s += "]";
+  }
+  return s;
+}
+
+std::string PrintProgram(const ProgramDesc& p) {
+  std::ostringstream os;
+  for (int b = 0; b < p.NumBlocks(); ++b) {
+    const BlockDesc& block = *p.Block(b);
+    os << "block " << b << " (parent " << block.ParentIdx() << "): " << block.AllVars().size()
+       << " vars, " << block.OpSize() << " ops\n";
+    for (const VarDesc& v : block.AllVars()) {
+      os << "  var " << v.Name() << " : " << DataTypeName(v.Dtype()) << v.Dims().ToString();
+      if (v.Persistable()) os << " persistable";
+      if (v.IsParameter()) os << " parameter";
+      if (v.StopGradient()) os << " stop_gradient";
+      os << "\n";
+    }
+    for (int i = 0; i < block.OpSize(); ++i) {
+      OpDesc op = block.Op(i);
+      os << "  #" << i << " " << op.Type() << "(" << Slots(op.proto()->inputs()) << ") -> ("
+         << Slots(op.proto()->outputs()) << ")";
+      std::string attrs;
+      for (const auto& a : op.proto()->attrs()) {
+        if (a.name() == kOpRoleAttr) continue;
+        auto v = AttrFromProto(a);
+        attrs += (attrs.empty() ? "" : ", ") + a.name() + "=" +
+                 (v.ok() ? AttrToString(v.value()) : std::string("?"));
+      }
+      if (!attrs.empty()) os << " {" << attrs << "}";
+      os << " [" << OpRoleToString(op.Role()) << "]\n";
+    }
+  }
+  return os.str();
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string ToDot(const ProgramDesc& p) {
+  std::ostringstream os;
+  os << "digraph program {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  for (int b = 0; b < p.NumBlocks(); ++b) {
+    const BlockDesc& block = *p.Block(b);
+    os << "  subgraph cluster_block" << b << " {\n    label=\"block " << b << "\";\n";
+    for (const VarDesc& v : block.AllVars()) {
+      os << "    " << Quote(StrCat("b", b, "_var_", v.Name())) << " [shape=ellipse, label="
+         << Quote(v.Name() + "\n" + v.Dims().ToString()) << (v.Persistable() ? ", style=filled, fillcolor=lightyellow" : "")
+         << "];\n";
+    }
+    for (int i = 0; i < block.OpSize(); ++i) {
+      OpDesc op = block.Op(i);
+      std::string id = StrCat("b", b, "_op", i);
+      const char* color = (op.Role() & kOpRoleOptimize) ? "lightblue"
+                          : (op.Role() & kOpRoleBackward) ? "mistyrose" : "palegreen";
+      os << "    " << Quote(id) << " [shape=box, style=filled, fillcolor=" << color
+         << ", label=" << Quote(StrCat("#", i, " ", op.Type())) << "];\n";
+      for (const auto& v : op.InputArgumentNames())
+        if (block.FindVarRecursive(v)) os << "    " << Quote(StrCat("b", b, "_var_", v)) << " -> " << Quote(id) << ";\n";
+      for (const auto& v : op.OutputArgumentNames())
+        if (block.FindVarRecursive(v)) os << "    " << Quote(id) << " -> " << Quote(StrCat("b", b, "_var_", v)) << ";\n";
+    }
+    os << "  }\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+std::string PrintOps() {
+  std::ostringstream os;
+  const auto& registry = OpRegistry::Global();
+  for (const auto& type : registry.Types()) {
+    const OpInfo& info = *registry.Find(type);
+    os << type << (info.grad_maker ? "" : " (no gradient)") << "\n  " << info.doc << "\n";
+    auto slots = [&os](const char* what, const std::vector<SlotSpec>& specs) {
+      for (const auto& s : specs) {
+        os << "  " << what << " " << s.name;
+        if (s.duplicable) os << " (list)";
+        if (s.dispensable) os << " (optional)";
+        os << ": " << s.doc << "\n";
+      }
+    };
+    slots("in ", info.inputs);
+    slots("out", info.outputs);
+    for (const auto& a : info.attrs) {
+      os << "  attr " << a.name << " : " << AttrTypeName(a.type) << " = "
+         << (a.default_value ? AttrToString(*a.default_value) : std::string("(required)"))
+         << "  " << a.doc << "\n";
+    }
+    os << "  kernels:";
+    if (info.kernels.empty()) os << " none";
+    for (const auto& kv : info.kernels)
+      os << " " << PlaceKindName(kv.first.place) << "/" << DataTypeName(kv.first.dtype);
+    os << "\n\n";
+  }
+  os << registry.Types().size() << " ops registered\n";
+  return os.str();
+}
+
+Status Inspect(const Flags& flags) {
+  if (flags.Switch("ops")) {
+    std::fputs(PrintOps().c_str(), stdout);
+    return Status::OK();
+  }
+  if (flags.positional().empty())
+    return InvalidArgument("nothing to inspect: give FILE.pb or --ops");
+  const std::string& path = flags.positional()[0];
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  bool text = path.size() > 6 && (path.substr(path.size() - 6) == ".pbtxt" ||
+                                  path.substr(path.size() - 4) == ".txt");
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc program,
+                        text ? ParseProgramText(bytes, path) : ParseProgram(bytes, path));
+  std::fputs(PrintProgram(program).c_str(), stdout);
+  if (flags.Has("dot")) {
+    LOOM_RETURN_IF_ERROR(WriteFileAtomic(flags.Get("dot"), ToDot(program)));
+    std::printf("wrote %s\n", flags.Get("dot").c_str());
+  }
+  if (!flags.Switch("no-verify")) {
+    Status st = VerifyProgram(program);
+    if (!st.ok()) return st.WithContext(StrCat(path, ": verification failed"));
+    std::printf("verified: ok\n");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int InspectCommand(int argc, char** argv) {
+  Flags flags = InspectFlags();
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return kExitOk;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "loom inspect: %s\n", parsed.message().c_str());
+    return kExitUsage;
+  }
+  Status st = Inspect(flags);
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom inspect: error: %s\n", st.message().c_str());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace loom::cli

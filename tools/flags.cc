@@ -1,0 +1,105 @@
+#include "tools/flags.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace loom::cli {
+
+Flags::Flags(std::string command, std::string synopsis, std::string description,
+             std::vector<FlagSpec> specs, int min_positional, int max_positional)
+    : command_(std::move(command)),
+      synopsis_(std::move(synopsis)),
+      description_(std::move(description)),
+      specs_(std::move(specs)),
+      min_positional_(min_positional),
+      max_positional_(max_positional) {}
+
+const FlagSpec* Flags::Find(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+Status Flags::Parse(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      return Status::OK();
+    }
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      std::string name = arg.substr(2), value;
+      bool inline_value = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        inline_value = true;
+      }
+      const FlagSpec* spec = Find(name);
+      if (!spec) return InvalidArgument("unknown flag --", name, " (see loom ", command_, " --help)");
+      if (spec->value.empty()) {
+        if (inline_value) return InvalidArgument("flag --", name, " takes no value");
+        values_[name].push_back("1");
+        continue;
+      }
+      if (!inline_value) {
+        if (i + 1 >= argc) return InvalidArgument("flag --", name, " needs a value (", spec->value, ")");
+        value = argv[++i];
+      }
+      if (!spec->repeated && values_.count(name))
+        return InvalidArgument("flag --", name, " given twice");
+      values_[name].push_back(value);
+      continue;
+    }
+    positional_.push_back(arg);
+  }
+  int n = static_cast<int>(positional_.size());
+  if (n < min_positional_ || n > max_positional_)
+    return InvalidArgument("expected ", min_positional_ == max_positional_ ? "" : "between ",
+                           min_positional_,
+                           min_positional_ == max_positional_ ? "" : StrCat(" and ", max_positional_),
+                           " argument(s), got ", n, ": usage: ", synopsis_);
+  return Status::OK();
+}
+
+std::string Flags::Help() const {
+  std::ostringstream os;
+  os << "usage: " << synopsis_ << "\n\n" << description_ << "\n";
+  if (!specs_.empty()) os << "\nflags:\n";
+  for (const auto& s : specs_) {
+    std::string left = "  --" + s.name + (s.value.empty() ? "" : " " + s.value);
+    os << left;
+    if (left.size() < 28) os << std::string(28 - left.size(), ' ');
+    else os << "\n" << std::string(28, ' ');
+    os << s.help;
+    if (!s.default_value.empty()) os << " (default: " << s.default_value << ")";
+    if (s.repeated) os << " [repeatable]";
+    os << "\n";
+  }
+  os << "  --help                    print this help\n";
+  return os.str();
+}
+
+const std::string& Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second.back();
+  const FlagSpec* spec = Find(name);
+  LOOM_CHECK(spec != nullptr, "flag --", name, " is not declared");
+  return spec->default_value;
+}
+
+const std::vector<std::string>& Flags::GetAll(const std::string& name) const {
+  static const std::vector<std::string> kEmpty;
+  auto it = values_.find(name);
+  return it == values_.end() ? kEmpty : it->second;
+}
+
+StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
+  const std::string& v = Get(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
+  return static_cast<int64_t>(x);
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,57 @@
+// loom: run and inspect saved Loom programs.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "loom/config.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: loom <command> [flags] [args]\n"
+    "\n"
+    "commands:\n"
+    "  run DIR        train a saved program bundle (DIR/startup.pb, DIR/main.pb, DIR/bundle.pbtxt)\n"
+    "  inspect FILE   print a program, verify it, or draw it (--dot); --ops lists registered ops\n"
+    "  help [CMD]     print help for loom or a command\n"
+    "\n"
+    "  loom CMD --help    flags of a command\n"
+    "  loom --version     print the version\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace loom::cli;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (cmd == "help") {
+    if (argc > 2) {
+      char help_flag[] = "--help";
+      char* args[] = {help_flag};
+      std::string sub = argv[2];
+      if (sub == "run") return RunCommand(1, args);
+      if (sub == "inspect") return InspectCommand(1, args);
+      std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", sub.c_str(), kUsage);
+      return kExitUsage;
+    }
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("loom %s (CUDA %s)\n", LOOM_VERSION, LOOM_CUDA_ENABLED ? "enabled" : "disabled");
+    return kExitOk;
+  }
+  if (cmd == "run") return RunCommand(argc - 2, argv + 2);
+  if (cmd == "inspect") return InspectCommand(argc - 2, argv + 2);
+  std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+  return kExitUsage;
+}
