@@ -1,0 +1,259 @@
+// The loom CLI end to end: example bundles train, params round-trip, and every kind of bad
+// input ends in a non-zero exit with one clear message and no partial output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+
+#include "framework/file_util.h"
+#include "framework/serialization.h"
+
+namespace loom {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/loom_cli_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    std::string cmd = StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", dir_, " > /dev/null");
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+
+  static Result Loom(const std::string& args) {
+    std::string out = JoinPath(dir_, "stdout"), err = JoinPath(dir_, "stderr");
+    std::string cmd = StrCat(LOOM_CLI_PATH, " ", args, " > ", out, " 2> ", err);
+    int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadFile(out).value();
+    r.err = ReadFile(err).value();
+    return r;
+  }
+
+  static std::string Bundle(const std::string& name) { return JoinPath(dir_, name); }
+
+  // A copy of the softmax bundle whose main.pb is replaced by program (saved unverified).
+  static std::string BundleWithMain(const std::string& name, const ProgramDesc& program) {
+    std::string d = JoinPath(dir_, name);
+    std::string cmd = StrCat("rm -rf ", d, " && cp -r ", Bundle("softmax_classifier"), " ", d);
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    EXPECT_TRUE(SaveProgram(program, JoinPath(d, "main.pb")).ok());
+    return d;
+  }
+
+  static ProgramDesc Main() { return LoadProgram(JoinPath(Bundle("softmax_classifier"), "main.pb")).value(); }
+
+  static void ExpectError(const Result& r, std::initializer_list<std::string> fragments,
+                          int code = 1) {
+    EXPECT_EQ(r.code, code) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line expected: " << r.err;
+    for (const auto& f : fragments)
+      EXPECT_NE(r.err.find(f), std::string::npos) << "stderr lacks '" << f << "': " << r.err;
+  }
+
+  static std::string dir_;
+};
+
+std::string CliTest::dir_;
+
+double LossAt(const std::string& out, const std::string& iter) {
+  std::smatch m;
+  std::regex re("iter " + iter + "/\\d+  loss ([0-9.e+-]+)");
+  if (!std::regex_search(out, m, re)) return -1;
+  return std::stod(m[1]);
+}
+
+TEST_F(CliTest, SoftmaxClassifierLossFallsTenfold) {
+  Result r = Loom("run " + Bundle("softmax_classifier") + " --iters 200 --print-every 50");
+  ASSERT_EQ(r.code, 0) << r.err;
+  double first = LossAt(r.out, "1"), last = LossAt(r.out, "200");
+  ASSERT_GT(first, 0) << r.out;
+  ASSERT_GT(last, 0) << r.out;
+  EXPECT_GT(first / last, 10.0) << r.out;
+}
+
+TEST_F(CliTest, LinearRegressionTrains) {
+  Result r = Loom("run " + Bundle("linear_regression") + " --iters 300 --print-every 100");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(LossAt(r.out, "300"), LossAt(r.out, "1") / 10) << r.out;
+}
+
+TEST_F(CliTest, SaveAndLoadParamsRoundTrip) {
+  std::string params = JoinPath(dir_, "params");
+  Result a = Loom("run " + Bundle("softmax_classifier") +
+                  " --iters 100 --save-params " + params);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_TRUE(FileExists(JoinPath(params, "fc_0.w_0")));
+  // Resuming from the saved params starts where training stopped, not from scratch.
+  Result b = Loom("run " + Bundle("softmax_classifier") + " --iters 1 --load-params " + params);
+  ASSERT_EQ(b.code, 0) << b.err;
+  double resumed = LossAt(b.out, "1");
+  EXPECT_LT(resumed, LossAt(a.out, "1") / 5) << b.out;
+}
+
+TEST_F(CliTest, ExplicitFeedsFetchAndBatchSize) {
+  std::string d = Bundle("softmax_classifier");
+  Result r = Loom("run " + d + " --iters 3 --print-every 1 --batch-size 16 --feed x=" +
+                  JoinPath(d, "data/x.npy") + " --fetch loss --fetch fc_0.b_0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("fc_0.b_0 float32[64]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("batch 16"), std::string::npos);
+}
+
+TEST_F(CliTest, InspectPrintsAndDraws) {
+  std::string dot = JoinPath(dir_, "main.dot");
+  Result r = Loom("inspect " + JoinPath(Bundle("softmax_classifier"), "main.pb") + " --dot " + dot);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("mul(X=[x], Y=[fc_0.w_0])"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sgd("), std::string::npos);
+  EXPECT_NE(r.out.find("[optimize]"), std::string::npos);
+  EXPECT_NE(r.out.find("verified: ok"), std::string::npos);
+  std::string graph = ReadFile(dot).value();
+  EXPECT_EQ(graph.rfind("digraph program {", 0), 0u);
+  EXPECT_NE(graph.find("-> \"b0_var_loss\""), std::string::npos);
+}
+
+TEST_F(CliTest, InspectListsOps) {
+  Result r = Loom("inspect --ops");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("attr x_num_col_dims : int = 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cpu/float32"), std::string::npos);
+}
+
+TEST_F(CliTest, HelpForEveryCommand) {
+  for (const char* args : {"--help", "help", "run --help", "inspect --help", "help run", "--version"}) {
+    Result r = Loom(args);
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << args;
+  }
+  EXPECT_NE(Loom("run --help").out.find("--save-params DIR"), std::string::npos);
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(Loom("").code, 2);
+  EXPECT_EQ(Loom("frobnicate").code, 2);
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --bogus 3"), {"--bogus"}, 2);
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters"), {"--iters", "needs a value"}, 2);
+  ExpectError(Loom("run"), {"usage"}, 2);
+}
+
+TEST_F(CliTest, BadFlagValues) {
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters many"), {"--iters", "many"});
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --batch-size 0"), {"batch size 0"});
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --place tpu:0"), {"tpu:0"});
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --feed x"), {"NAME=FILE.npy"});
+}
+
+TEST_F(CliTest, MissingBundle) {
+  ExpectError(Loom("run " + JoinPath(dir_, "nope")), {"nope", "does not exist"});
+}
+
+TEST_F(CliTest, TruncatedProgram) {
+  std::string d = BundleWithMain("truncated", Main());
+  std::string path = JoinPath(d, "main.pb");
+  std::string bytes = ReadFile(path).value();
+  ASSERT_TRUE(WriteFileAtomic(path, bytes.substr(0, bytes.size() / 2)).ok());
+  ExpectError(Loom("run " + d), {"main.pb"});
+  ExpectError(Loom("inspect " + path), {"main.pb"});
+}
+
+TEST_F(CliTest, RandomBytesAsProgram) {
+  std::string d = BundleWithMain("random", Main());
+  std::string junk(4096, '\0');
+  unsigned s = 12345;
+  for (auto& c : junk) c = static_cast<char>((s = s * 1103515245u + 12345u) >> 16);
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(d, "main.pb"), junk).ok());
+  ExpectError(Loom("run " + d), {"main.pb"});
+}
+
+TEST_F(CliTest, UnknownOpType) {
+  ProgramDesc p = Main();
+  p.GlobalBlock()->Op(2).SetType("relu_v9");
+  ExpectError(Loom("run " + BundleWithMain("unknown_op", p)), {"relu_v9", "block 0, #2"});
+}
+
+TEST_F(CliTest, MissingInputVar) {
+  ProgramDesc p = Main();
+  p.GlobalBlock()->Op(0).SetInput("Y", {"no_such_weight"});
+  ExpectError(Loom("run " + BundleWithMain("missing_var", p)), {"no_such_weight", "mul"});
+}
+
+TEST_F(CliTest, WrongAttributeType) {
+  ProgramDesc p = Main();
+  p.GlobalBlock()->Op(1).SetAttr("axis", std::string("one"));
+  ExpectError(Loom("run " + BundleWithMain("bad_attr", p)), {"elementwise_add", "axis", "int"});
+}
+
+TEST_F(CliTest, IncompatibleMulShapes) {
+  ProgramDesc p = Main();
+  p.GlobalBlock()->FindVar("fc_0.w_0").SetDims({21, 64});
+  ExpectError(Loom("run " + BundleWithMain("bad_shape", p)),
+              {"mul", "'x'", "fc_0.w_0", "[21, 64]", "[-1, 20]"});
+}
+
+TEST_F(CliTest, MissingFeed) {
+  std::string d = BundleWithMain("no_feed", Main());
+  ASSERT_EQ(std::system(("rm " + JoinPath(d, "data/label.npy")).c_str()), 0);
+  ExpectError(Loom("run " + d), {"label.npy"});
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(d, "bundle.pbtxt"),
+                              "feeds { name: \"x\" file: \"data/x.npy\" }\nfetches: \"loss\"\n").ok());
+  ExpectError(Loom("run " + d), {"missing feed", "'label'", "softmax_with_cross_entropy"});
+}
+
+TEST_F(CliTest, WrongFeedDtypeAndShape) {
+  std::string d = Bundle("softmax_classifier");
+  Tensor x64(proto::FP64, DDim{8, 20});
+  x64.mutable_data<double>(Place::CPU());
+  std::string p64 = JoinPath(dir_, "x64.npy");
+  ASSERT_TRUE(SaveNpy(x64, p64).ok());
+  ExpectError(Loom("run " + d + " --feed x=" + p64), {"'x'", "float64", "float32"});
+  Tensor x19(proto::FP32, DDim{2048, 19});
+  x19.mutable_data<float>(Place::CPU());
+  std::string p19 = JoinPath(dir_, "x19.npy");
+  ASSERT_TRUE(SaveNpy(x19, p19).ok());
+  ExpectError(Loom("run " + d + " --feed x=" + p19), {"'x'", "[2048, 19]", "[-1, 20]"});
+}
+
+TEST_F(CliTest, UnreadableNpy) {
+  std::string junk = JoinPath(dir_, "junk.npy");
+  ASSERT_TRUE(WriteFileAtomic(junk, "definitely not numpy").ok());
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --feed x=" + junk),
+              {"junk.npy", "not a .npy"});
+}
+
+TEST_F(CliTest, CorruptParamFile) {
+  std::string params = JoinPath(dir_, "params_corrupt");
+  ASSERT_EQ(Loom("run " + Bundle("softmax_classifier") + " --iters 1 --save-params " + params).code, 0);
+  std::string path = JoinPath(params, "fc_1.w_0");
+  std::string bytes = ReadFile(path).value();
+  bytes[bytes.size() / 2] ^= 0x40;
+  ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --load-params " + params),
+              {"fc_1.w_0", "checksum"});
+}
+
+TEST_F(CliTest, FailedRunLeavesNoPartialOutput) {
+  std::string params = JoinPath(dir_, "never_written");
+  std::string dot = JoinPath(dir_, "never.dot");
+  ProgramDesc p = Main();
+  p.GlobalBlock()->Op(0).SetType("nope");
+  std::string d = BundleWithMain("no_output", p);
+  EXPECT_EQ(Loom("run " + d + " --save-params " + params).code, 1);
+  EXPECT_FALSE(FileExists(params));
+  EXPECT_EQ(Loom("inspect " + JoinPath(d, "main.pb") + " --dot " + JoinPath(dir_, "no/such/dir.dot")).code, 1);
+  EXPECT_FALSE(FileExists(dot));
+  // No stray temp files were left next to the targets.
+  EXPECT_NE(std::system(("ls " + dir_ + " | grep -q '\\.tmp\\.'").c_str()), 0);
+}
+
+}  // namespace
+}  // namespace loom
