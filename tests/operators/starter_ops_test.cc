@@ -1,0 +1,344 @@
+// Forward vs reference and numeric gradient checks of the starter operators.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/verifier.h"
+#include "op_test_util.h"
+
+namespace loom::testing {
+namespace {
+
+constexpr double kEps64 = 1e-6, kRtol64 = 1e-6, kAtol64 = 1e-8;
+constexpr double kEps32 = 1e-2, kRtol32 = 5e-3, kAtol32 = 5e-3;
+
+void ExpectNear(const Tensor& got, const std::vector<double>& want, double tol) {
+  std::vector<double> g = Values(got);
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], tol) << "element " << i;
+}
+
+// ---------------------------------------------------------------- mul
+
+std::vector<double> MatMul(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                           int64_t k, int64_t n) {
+  std::vector<double> c(m * n, 0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t t = 0; t < k; ++t) c[i * n + j] += a[i * k + t] * b[t * n + j];
+  return c;
+}
+
+class MulTest : public ::testing::TestWithParam<DataType> {};
+
+TEST_P(MulTest, ForwardAndGrad) {
+  DataType dt = GetParam();
+  bool f64 = dt == proto::FP64;
+  for (int64_t batch : {1, 5}) {
+    Tensor x = Random(dt, DDim{batch, 4}, 1), y = Random(dt, DDim{4, 3}, 2);
+    OpTest t("mul");
+    t.Input("X", x).Input("Y", y).Output("Out");
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out.value()["Out"].dims(), (DDim{batch, 3}));
+    ExpectNear(out.value()["Out"], MatMul(Values(x), Values(y), batch, 4, 3), f64 ? 1e-12 : 1e-5);
+    EXPECT_EQ(t.CheckGrad("Out", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
+                          f64 ? kAtol64 : kAtol32), "");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MulTest, ::testing::Values(proto::FP32, proto::FP64));
+
+TEST(MulOpTest, FlattensAtNumColDims) {
+  Tensor x = Random(proto::FP64, DDim{2, 3, 2, 2}, 3), y = Random(proto::FP64, DDim{4, 5}, 4);
+  OpTest t("mul");
+  t.Input("X", x).Input("Y", y).Output("Out").Attr("x_num_col_dims", 2);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].dims(), (DDim{2, 3, 5}));
+  ExpectNear(out.value()["Out"], MatMul(Values(x), Values(y), 6, 4, 5), 1e-12);
+  EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+}
+
+TEST(MulOpTest, ZeroRows) {
+  OpTest t("mul");
+  t.Input("X", Random(proto::FP32, DDim{0, 4}, 1)).Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
+      .Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].dims(), (DDim{0, 3}));
+}
+
+TEST(MulOpTest, IncompatibleShapesFailAtCompileAndRunTime) {
+  OpTest t("mul");
+  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP32, DDim{5, 3}, 2))
+      .Output("Out");
+  Status compile = VerifyProgram(t.BuildProgram());
+  ASSERT_FALSE(compile.ok());
+  for (const char* f : {"mul", "X_in", "Y_in", "[2, 4]", "[5, 3]"})
+    EXPECT_NE(compile.message().find(f), std::string::npos) << compile.message();
+  // At run time (declared dims unknown, so only the run can tell).
+  ProgramDesc p = t.BuildProgram();
+  p.GlobalBlock()->FindVar("X_in").SetDims({-1, -1});
+  p.GlobalBlock()->FindVar("Y_in").SetDims({-1, -1});
+  Executor exe;
+  Scope scope;
+  Status run = exe.Run(p, &scope, t.Feeds(), {"Out_out"});
+  ASSERT_FALSE(run.ok());
+  for (const char* f : {"mul", "block 0, #0", "X_in", "Y_in", "[2, 4]", "[5, 3]"})
+    EXPECT_NE(run.message().find(f), std::string::npos) << run.message();
+}
+
+TEST(MulOpTest, BadAttribute) {
+  OpTest t("mul");
+  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
+      .Output("Out").Attr("x_num_col_dims", 0);
+  Status st = VerifyProgram(t.BuildProgram());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("x_num_col_dims must be > 0"), std::string::npos) << st.message();
+}
+
+// ---------------------------------------------------------------- elementwise_add
+
+struct AddCase {
+  DDim x, y;
+  int axis;
+};
+
+class AddTest : public ::testing::TestWithParam<AddCase> {};
+
+TEST_P(AddTest, BroadcastForwardAndGrad) {
+  AddCase c = GetParam();
+  Tensor x = Random(proto::FP64, c.x, 5), y = Random(proto::FP64, c.y, 6);
+  OpTest t("elementwise_add");
+  t.Input("X", x).Input("Y", y).Output("Out").Attr("axis", c.axis);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  // Reference: index Y by the X coordinates [axis, axis + rank(Y)).
+  std::vector<double> xv = Values(x), yv = Values(y), want(xv.size());
+  int axis = c.axis < 0 ? c.x.size() - c.y.size() : c.axis;
+  int64_t post = 1;
+  for (int i = axis + c.y.size(); i < c.x.size(); ++i) post *= c.x[i];
+  int64_t n = c.y.numel();
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = xv[i] + yv[(i / post) % n];
+  ExpectNear(out.value()["Out"], want, 1e-12);
+  EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AddTest,
+    ::testing::Values(AddCase{DDim{3, 4}, DDim{3, 4}, -1}, AddCase{DDim{3, 4}, DDim{4}, -1},
+                      AddCase{DDim{3, 4}, DDim{4}, 1}, AddCase{DDim{3, 4, 2}, DDim{3}, 0},
+                      AddCase{DDim{2, 3, 4}, DDim{3}, 1}, AddCase{DDim{2, 3, 4}, DDim{3, 4}, 1},
+                      AddCase{DDim{1, 5}, DDim{5}, 1}));
+
+TEST(AddOpTest, TrailingOnesOfYAreTrimmed) {
+  OpTest t("elementwise_add");
+  t.Input("X", Random(proto::FP64, DDim{2, 3, 4}, 1)).Input("Y", Random(proto::FP64, DDim{3, 1}, 2))
+      .Output("Out").Attr("axis", 1);
+  ASSERT_TRUE(t.Forward().ok());
+  EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+}
+
+TEST(AddOpTest, BadBroadcastIsAnError) {
+  OpTest t("elementwise_add");
+  t.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Input("Y", Random(proto::FP32, DDim{4}, 2))
+      .Output("Out");
+  Status st = VerifyProgram(t.BuildProgram());
+  ASSERT_FALSE(st.ok());
+  for (const char* f : {"elementwise_add", "Y_in", "[4]", "[2, 3]"})
+    EXPECT_NE(st.message().find(f), std::string::npos) << st.message();
+}
+
+// ---------------------------------------------------------------- relu, scale, mean, sum
+
+TEST(ReluOpTest, ForwardAndGrad) {
+  // Keep values away from 0, where relu is not differentiable.
+  Tensor x = Random(proto::FP64, DDim{4, 5}, 7, 0.1, 1.0);
+  double* p = x.data<double>();
+  for (int i = 0; i < 20; i += 2) p[i] = -p[i];
+  OpTest t("relu");
+  t.Input("X", x).Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok());
+  std::vector<double> want;
+  for (double v : Values(x)) want.push_back(v > 0 ? v : 0);
+  ExpectNear(out.value()["Out"], want, 0);
+  EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+}
+
+TEST(ScaleOpTest, ForwardAndGradBothBiasModes) {
+  for (bool after : {true, false}) {
+    Tensor x = Random(proto::FP64, DDim{3, 2}, 8);
+    OpTest t("scale");
+    t.Input("X", x).Output("Out").Attr("scale", 2.5f).Attr("bias", 0.5f).Attr("bias_after_scale", after);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok());
+    std::vector<double> want;
+    for (double v : Values(x)) want.push_back(after ? 2.5 * v + 0.5 : 2.5 * (v + 0.5));
+    ExpectNear(out.value()["Out"], want, 1e-6);
+    EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+  }
+}
+
+TEST(MeanOpTest, ForwardAndGrad) {
+  Tensor x = Random(proto::FP64, DDim{3, 4}, 9);
+  OpTest t("mean");
+  t.Input("X", x).Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok());
+  double s = 0;
+  for (double v : Values(x)) s += v;
+  ExpectNear(out.value()["Out"], {s / 12}, 1e-12);
+  EXPECT_EQ(out.value()["Out"].dims(), DDim{1});
+  EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
+}
+
+TEST(SumOpTest, ThreeInputs) {
+  std::vector<Tensor> xs = {Random(proto::FP64, DDim{2, 3}, 1), Random(proto::FP64, DDim{2, 3}, 2),
+                            Random(proto::FP64, DDim{2, 3}, 3)};
+  OpTest t("sum");
+  t.Inputs("X", xs).Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> want(6, 0);
+  for (const auto& x : xs)
+    for (int i = 0; i < 6; ++i) want[i] += Values(x)[i];
+  ExpectNear(out.value()["Out"], want, 1e-12);
+  OpTest bad("sum");
+  bad.Inputs("X", {Random(proto::FP64, DDim{2, 3}, 1), Random(proto::FP64, DDim{3, 2}, 2)}).Output("Out");
+  Status st = VerifyProgram(bad.BuildProgram());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("X_in1"), std::string::npos) << st.message();
+}
+
+// ---------------------------------------------------------------- softmax_with_cross_entropy
+
+TEST(SoftmaxWithCrossEntropyTest, HardLabels) {
+  for (DataType dt : {proto::FP64, proto::FP32}) {
+    bool f64 = dt == proto::FP64;
+    Tensor logits = Random(dt, DDim{4, 5}, 10, -3, 3);
+    Tensor label = Ints(DDim{4, 1}, {0, 4, 2, 2});
+    OpTest t("softmax_with_cross_entropy");
+    t.Input("Logits", logits).Input("Label", label).Output("Softmax").Output("Loss");
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> lv = Values(logits), want_sm, want_loss;
+    for (int r = 0; r < 4; ++r) {
+      double mx = -1e300, s = 0;
+      for (int j = 0; j < 5; ++j) mx = std::max(mx, lv[r * 5 + j]);
+      for (int j = 0; j < 5; ++j) s += std::exp(lv[r * 5 + j] - mx);
+      for (int j = 0; j < 5; ++j) want_sm.push_back(std::exp(lv[r * 5 + j] - mx) / s);
+      want_loss.push_back(-std::log(want_sm[r * 5 + Values(label)[r]]));
+    }
+    ExpectNear(out.value()["Softmax"], want_sm, f64 ? 1e-12 : 1e-5);
+    ExpectNear(out.value()["Loss"], want_loss, f64 ? 1e-12 : 1e-5);
+    EXPECT_EQ(t.CheckGrad("Loss", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
+                          f64 ? kAtol64 : kAtol32), "");
+  }
+}
+
+TEST(SoftmaxWithCrossEntropyTest, SoftLabelsAndIgnoreIndex) {
+  Tensor logits = Random(proto::FP64, DDim{3, 4}, 11, -2, 2);
+  Tensor soft = Random(proto::FP64, DDim{3, 4}, 12, 0, 1);
+  double* s = soft.data<double>();
+  for (int r = 0; r < 3; ++r) {
+    double sum = 0;
+    for (int j = 0; j < 4; ++j) sum += s[r * 4 + j];
+    for (int j = 0; j < 4; ++j) s[r * 4 + j] /= sum;
+  }
+  OpTest t("softmax_with_cross_entropy");
+  t.Input("Logits", logits).Input("Label", soft, /*no_grad=*/true).Output("Softmax").Output("Loss")
+      .Attr("soft_label", true);
+  ASSERT_TRUE(t.Forward().ok());
+  EXPECT_EQ(t.CheckGrad("Loss", kEps64, kRtol64, kAtol64), "");
+
+  OpTest ig("softmax_with_cross_entropy");
+  ig.Input("Logits", logits).Input("Label", Ints(DDim{3, 1}, {1, -100, 3})).Output("Softmax")
+      .Output("Loss");
+  auto out = ig.Forward();
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(Values(out.value()["Loss"])[1], 0.0);
+  EXPECT_EQ(ig.CheckGrad("Loss", kEps64, kRtol64, kAtol64), "");
+}
+
+TEST(SoftmaxWithCrossEntropyTest, OutOfRangeLabelIsAnError) {
+  OpTest t("softmax_with_cross_entropy");
+  t.Input("Logits", Random(proto::FP32, DDim{2, 3}, 1)).Input("Label", Ints(DDim{2, 1}, {1, 7}))
+      .Output("Softmax").Output("Loss");
+  auto out = t.Forward();
+  ASSERT_FALSE(out.ok());
+  for (const char* f : {"softmax_with_cross_entropy", "label 7", "[0, 3)"})
+    EXPECT_NE(out.status().message().find(f), std::string::npos) << out.status().message();
+}
+
+// ---------------------------------------------------------------- creation ops and sgd
+
+TEST(FillOpsTest, ConstantAndSeededRandom) {
+  OpTest c("fill_constant");
+  c.Output("Out").Attr("shape", std::vector<int64_t>{2, 3}).Attr("value", 1.5f)
+      .Attr("dtype", static_cast<int>(proto::FP64));
+  auto out = c.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].dtype(), proto::FP64);
+  ExpectNear(out.value()["Out"], std::vector<double>(6, 1.5), 0);
+
+  for (const char* type : {"uniform_random", "gaussian_random"}) {
+    auto draw = [&](int seed) {
+      OpTest r(type);
+      r.Output("Out").Attr("shape", std::vector<int64_t>{1000}).Attr("seed", seed);
+      return Values(r.Forward().value()["Out"]);
+    };
+    std::vector<double> a = draw(3), b = draw(3), c2 = draw(4);
+    EXPECT_EQ(a, b) << type << ": same seed, same values";
+    EXPECT_NE(a, c2) << type;
+    double mean = 0;
+    for (double v : a) mean += v / a.size();
+    EXPECT_NEAR(mean, 0.0, 0.15) << type;
+  }
+  OpTest bad("fill_constant");
+  bad.Output("Out").Attr("shape", std::vector<int64_t>{2, -3});
+  ASSERT_FALSE(bad.Forward().ok());
+  OpTest bad_dtype("fill_constant");
+  bad_dtype.Output("Out").Attr("dtype", 42);
+  auto st = bad_dtype.Forward();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("dtype"), std::string::npos);
+}
+
+TEST(SgdOpTest, UpdatesInPlace) {
+  Tensor param = Random(proto::FP32, DDim{3, 2}, 1), grad = Random(proto::FP32, DDim{3, 2}, 2);
+  Tensor lr(proto::FP32, DDim{1});
+  lr.mutable_data<float>(Place::CPU())[0] = 0.1f;
+  OpTest t("sgd");
+  t.Input("Param", param).Input("Grad", grad).Input("LearningRate", lr).Output("ParamOut");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> want;
+  for (int i = 0; i < 6; ++i) want.push_back(Values(param)[i] - 0.1 * Values(grad)[i]);
+  ExpectNear(out.value()["ParamOut"], want, 1e-6);
+  OpTest bad("sgd");
+  bad.Input("Param", param).Input("Grad", Random(proto::FP32, DDim{2, 3}, 2))
+      .Input("LearningRate", lr).Output("ParamOut");
+  Status st = VerifyProgram(bad.BuildProgram());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Grad_in"), std::string::npos) << st.message();
+}
+
+TEST(CudaKernelsTest, MatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels compiled, not run";
+  Tensor x = Random(proto::FP32, DDim{8, 16}, 1), y = Random(proto::FP32, DDim{16, 4}, 2);
+  OpTest t("mul");
+  t.Input("X", x).Input("Y", y).Output("Out");
+  ProgramDesc p = t.BuildProgram();
+  std::vector<Tensor> cpu, gpu;
+  Scope s1, s2;
+  Executor e_cpu(Place::CPU()), e_gpu(Place::CUDA(0));
+  ASSERT_TRUE(e_cpu.Run(p, &s1, t.Feeds(), {"Out_out"}, &cpu).ok());
+  Status st = e_gpu.Run(p, &s2, t.Feeds(), {"Out_out"}, &gpu);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectNear(gpu[0], Values(cpu[0]), 1e-4);
+}
+
+}  // namespace
+}  // namespace loom::testing
