@@ -1,5 +1,7 @@
 #include "executor/executor.h"
 
+#include <set>
+
 #include "framework/device_context.h"
 #include "loom/config.h"
 
@@ -31,8 +33,17 @@ StatusOr<std::unique_ptr<PreparedBlock>> Executor::Prepare(const ProgramDesc& pr
   prepared->program_ = program;
   prepared->block_id_ = block_id;
   const BlockDesc* block = prepared->program_.Block(block_id);
+  std::set<std::string> written;
   for (int i = 0; i < block->OpSize(); ++i) {
     LOOM_ASSIGN_OR_RETURN(auto op, Operator::Create(block->Op(i), block_id, i));
+    for (const auto& v : op->InputVars()) {
+      VarDesc d = block->FindVarRecursive(v);
+      if (!written.count(v) && d && !d.Persistable()) {
+        prepared->feed_targets_.push_back(v);
+        written.insert(v);
+      }
+    }
+    for (const auto& v : op->OutputVars()) written.insert(v);
     prepared->ops_.push_back(std::move(op));
   }
   return prepared;
@@ -79,6 +90,10 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
 Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds,
                      const std::vector<std::string>& fetches, std::vector<Tensor>* fetched) {
   Scope* local = LocalScope(prepared, scope);
+  for (const auto& name : prepared->feed_targets_) {
+    if (feeds.count(name)) continue;
+    if (Variable* v = local->FindLocalVar(name)) v->Clear();
+  }
   LOOM_RETURN_IF_ERROR(Feed(*prepared, local, feeds));
   const DeviceContext& dev = *GetDeviceContext(place_);
   for (auto& op : prepared->ops_) LOOM_RETURN_IF_ERROR(op->Run(*local, dev));

@@ -2,7 +2,9 @@
 // Operators once (unknown ops and bad attributes are reported here); Run() executes them in
 // program order in a scope, after placing feeds, and copies fetched tensors back to the host.
 // Persistable variables live in the scope given to Run; temporaries in a child scope that is
-// created on the first run with that scope and reused afterwards.
+// created on the first run with that scope and reused afterwards. Variables the block reads
+// before writing (its feed targets) are cleared when a run does not feed them, so a stale
+// batch from an earlier run is never used silently.
 // Thread-safety: one Executor per thread; a PreparedBlock runs on one thread at a time.
 #pragma once
 
@@ -28,6 +30,8 @@ class PreparedBlock {
   ProgramDesc program_;
   int block_id_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;
+  // Non-persistable vars read before any op writes them: they must be fed on every run.
+  std::vector<std::string> feed_targets_;
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
   std::map<uint64_t, Scope*> local_scopes_;
 };

@@ -93,19 +93,25 @@ def cast(x, dtype):
 
 # ------------------------------------------------------------------ dense layers
 
+def _check_act(act):
+    if act is None:
+        return
+    if not isinstance(act, str):
+        raise TypeError("act must be a string such as 'relu', got %r" % (act,))
+    if act not in _ACTIVATIONS:
+        raise ValueError("unknown activation %r (supported: %s)" % (act, ", ".join(_ACTIVATIONS)))
+
+
 def _act(out, act):
     if act is None:
         return out
-    if not isinstance(act, str):
-        raise TypeError("act must be a string such as 'relu', got %r" % (act,))
-    fn = globals().get(act)
-    if fn is None or act not in _ACTIVATIONS:
-        raise ValueError("unknown activation %r (supported: %s)" % (act, ", ".join(_ACTIVATIONS)))
-    return fn(out)
+    _check_act(act)
+    return globals()[act](out)
 
 
 def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None):
     """Fully connected: act(input · W + b). Input is flattened to 2-D at num_flatten_dims."""
+    _check_act(act)
     helper = LayerHelper("fc", name=name)
     inputs = input if isinstance(input, (list, tuple)) else [input]
     if int(size) <= 0:
@@ -149,6 +155,7 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
 
 def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None,
            param_attr=None, bias_attr=None, use_cudnn=True, act=None, name=None):
+    _check_act(act)
     helper = LayerHelper("conv2d", name=name)
     _check_var(input, "input", "conv2d")
     pair = lambda v: [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]

@@ -67,6 +67,18 @@ TEST(ExecutorTest, MissingFeedNamesOpAndVar) {
   EXPECT_NE(st.message().find("'v0'"), std::string::npos) << st.message();
 }
 
+TEST(ExecutorTest, UnfedInputIsNotSilentlyReusedFromAnEarlierRun) {
+  ProgramDesc p = ScaleChain(1);
+  Executor exe;
+  Scope scope;
+  auto prepared = exe.Prepare(p);
+  ASSERT_TRUE(prepared.ok());
+  ASSERT_TRUE(exe.Run(prepared->get(), &scope, {{"v0", RandomTensor(proto::FP32, DDim{1, 3}, 1)}}).ok());
+  Status st = exe.Run(prepared->get(), &scope, {}, {"v1"}, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'v0'"), std::string::npos) << st.message();
+}
+
 TEST(ExecutorTest, WrongFeedDtypeShapeOrName) {
   ProgramDesc p = ScaleChain(1);
   Executor exe;

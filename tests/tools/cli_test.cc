@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "framework/file_util.h"
@@ -249,10 +251,104 @@ TEST_F(CliTest, FailedRunLeavesNoPartialOutput) {
   std::string d = BundleWithMain("no_output", p);
   EXPECT_EQ(Loom("run " + d + " --save-params " + params).code, 1);
   EXPECT_FALSE(FileExists(params));
-  EXPECT_EQ(Loom("inspect " + JoinPath(d, "main.pb") + " --dot " + JoinPath(dir_, "no/such/dir.dot")).code, 1);
+  // A program that fails verification is printed but not drawn.
+  EXPECT_EQ(Loom("inspect " + JoinPath(d, "main.pb") + " --dot " + dot).code, 1);
   EXPECT_FALSE(FileExists(dot));
+  // An unwritable --dot target fails without leaving anything behind.
+  std::string bad_dot = JoinPath(dir_, "no/such/dir.dot");
+  EXPECT_EQ(Loom("inspect " + JoinPath(Bundle("softmax_classifier"), "main.pb") + " --dot " +
+                 bad_dot).code, 1);
+  EXPECT_FALSE(FileExists(bad_dot));
   // No stray temp files were left next to the targets.
   EXPECT_NE(std::system(("ls " + dir_ + " | grep -q '\\.tmp\\.'").c_str()), 0);
+}
+
+TEST_F(CliTest, MakeExamplesWritesBothBundles) {
+  for (const char* b : {"linear_regression", "softmax_classifier"}) {
+    for (const char* f : {"startup.pb", "main.pb", "bundle.pbtxt"})
+      EXPECT_TRUE(FileExists(JoinPath(Bundle(b), f))) << b << "/" << f;
+    EXPECT_TRUE(LoadProgram(JoinPath(Bundle(b), "main.pb")).ok()) << b;
+    EXPECT_TRUE(LoadProgram(JoinPath(Bundle(b), "startup.pb")).ok()) << b;
+  }
+  EXPECT_TRUE(FileExists(JoinPath(Bundle("linear_regression"), "data/x.npy")));
+  EXPECT_TRUE(FileExists(JoinPath(Bundle("linear_regression"), "data/y.npy")));
+  EXPECT_TRUE(FileExists(JoinPath(Bundle("softmax_classifier"), "data/x.npy")));
+  EXPECT_TRUE(FileExists(JoinPath(Bundle("softmax_classifier"), "data/label.npy")));
+  // Same seed, same bytes.
+  std::string again = JoinPath(dir_, "again");
+  ASSERT_EQ(std::system(StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", again, " > /dev/null").c_str()), 0);
+  for (const char* f : {"startup.pb", "main.pb", "data/x.npy", "data/label.npy"})
+    EXPECT_EQ(ReadFile(JoinPath(JoinPath(again, "softmax_classifier"), f)).value(),
+              ReadFile(JoinPath(Bundle("softmax_classifier"), f)).value()) << f;
+}
+
+TEST_F(CliTest, MakeExamplesUsageErrors) {
+  auto code = [](const std::string& args) {
+    int status = std::system(StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", args, " > /dev/null 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  EXPECT_EQ(code(""), 2);
+  EXPECT_EQ(code(JoinPath(dir_, "s") + " --seed"), 2);
+  EXPECT_EQ(code(JoinPath(dir_, "s") + " --seed abc"), 2);
+  EXPECT_EQ(code(JoinPath(dir_, "s") + " --bogus"), 2);
+  EXPECT_FALSE(FileExists(JoinPath(dir_, "s")));
+}
+
+TEST_F(CliTest, BatchesWrapAround) {
+  // 2048 rows in batches of 100 (and of 2047): later batches wrap past the last row.
+  Result r = Loom("run " + Bundle("softmax_classifier") + " --batch-size 100 --iters 45 --print-every 5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(LossAt(r.out, "1") / LossAt(r.out, "45"), 5.0) << r.out;
+  r = Loom("run " + Bundle("softmax_classifier") + " --batch-size 2047 --iters 3 --print-every 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(LossAt(r.out, "3"), 0) << r.out;
+}
+
+TEST_F(CliTest, InspectRejectsBadProgramsWithoutDrawing) {
+  struct Case {
+    const char* name;
+    std::function<void(ProgramDesc*)> edit;
+    std::vector<std::string> fragments;
+  };
+  std::vector<Case> cases = {
+      {"unknown_op", [](ProgramDesc* p) { p->GlobalBlock()->Op(2).SetType("relu_v9"); },
+       {"relu_v9", "block 0, #2"}},
+      {"missing_var", [](ProgramDesc* p) { p->GlobalBlock()->Op(0).SetInput("Y", {"no_such_weight"}); },
+       {"no_such_weight", "mul"}},
+      {"bad_attr", [](ProgramDesc* p) { p->GlobalBlock()->Op(1).SetAttr("axis", std::string("one")); },
+       {"elementwise_add", "axis"}},
+      {"bad_shape", [](ProgramDesc* p) { p->GlobalBlock()->FindVar("fc_0.w_0").SetDims({21, 64}); },
+       {"mul", "fc_0.w_0", "[21, 64]"}},
+  };
+  for (const auto& c : cases) {
+    ProgramDesc p = Main();
+    c.edit(&p);
+    std::string pb = JoinPath(dir_, StrCat("inspect_", c.name, ".pb"));
+    ASSERT_TRUE(SaveProgram(p, pb).ok());
+    std::string dot = JoinPath(dir_, StrCat("inspect_", c.name, ".dot"));
+    Result r = Loom("inspect " + pb + " --dot " + dot);
+    std::vector<std::string> want = c.fragments;
+    want.push_back(pb);
+    EXPECT_EQ(r.code, 1) << c.name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << ": " << r.err;
+    for (const auto& f : want)
+      EXPECT_NE(r.err.find(f), std::string::npos) << c.name << ": stderr lacks '" << f << "': " << r.err;
+    EXPECT_FALSE(FileExists(dot)) << c.name;
+  }
+}
+
+TEST_F(CliTest, InspectUsageErrors) {
+  std::string pb = JoinPath(Bundle("softmax_classifier"), "main.pb");
+  ExpectError(Loom("inspect"), {"nothing to inspect"}, 2);
+  ExpectError(Loom("inspect --ops " + pb), {"--ops"}, 2);
+  ExpectError(Loom("inspect " + pb + " --dot"), {"--dot", "needs a value"}, 2);
+  ExpectError(Loom("inspect " + pb + " --colour"), {"--colour"}, 2);
+  ExpectError(Loom("inspect " + JoinPath(dir_, "absent.pb")), {"absent.pb"});
+}
+
+TEST_F(CliTest, OutOfRangeIntegerFlag) {
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters 99999999999999999999999"),
+              {"--iters", "out of range"});
 }
 
 }  // namespace

@@ -1,0 +1,6 @@
+import os
+import sys
+
+# Make the staged package importable when pytest runs from a source checkout.
+BUILD = os.environ.get("LOOM_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+sys.path.insert(0, os.path.abspath(os.path.join(BUILD, "python")))
