@@ -4,6 +4,7 @@
 // Each holds startup.pb, main.pb, bundle.pbtxt and data/*.npy (see docs/FORMATS.md).
 #include <google/protobuf/text_format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,8 +111,21 @@ int main(int argc, char** argv) {
       std::printf("usage: loom_make_examples OUT_DIR [--seed N]\n"
                   "writes OUT_DIR/linear_regression and OUT_DIR/softmax_classifier bundles\n");
       return 0;
-    } else if (a == "--seed" && i + 1 < argc) {
-      seed = std::atoi(argv[++i]);
+    } else if (a == "--seed") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "loom_make_examples: --seed needs a value (N)\n");
+        return 2;
+      }
+      std::string v = argv[++i];
+      char* end = nullptr;
+      errno = 0;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno == ERANGE || n < 0 || n > 1000000000L) {
+        std::fprintf(stderr, "loom_make_examples: --seed expects an integer in [0, 1e9], got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      seed = static_cast<int>(n);
     } else if (!a.empty() && a[0] != '-' && out.empty()) {
       out = a;
     } else {

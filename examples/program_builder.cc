@@ -6,6 +6,12 @@
 
 namespace loom::examples {
 
+int ProgramBuilder::InitSeed() {
+  // uniform_random treats seed 0 as "draw a fresh seed"; initializers must be reproducible.
+  int s = seed_ + counter_++;
+  return s != 0 ? s : 0x5eed;
+}
+
 std::string ProgramBuilder::NewName(const std::string& prefix) {
   return StrCat(prefix, ".tmp_", counter_++);
 }
@@ -35,7 +41,7 @@ StatusOr<std::string> ProgramBuilder::Param(const std::string& name, std::vector
   } else {
     float limit = std::sqrt(6.0f / static_cast<float>(dims[0] + dims[1]));
     s->AppendOp("uniform_random", {}, {{"Out", {name}}},
-                {{"shape", dims}, {"min", -limit}, {"max", limit}, {"seed", seed_ + counter_++},
+                {{"shape", dims}, {"min", -limit}, {"max", limit}, {"seed", InitSeed()},
                  {"dtype", static_cast<int>(proto::FP32)}});
   }
   LOOM_RETURN_IF_ERROR(InferShapeAtCompileTime(s, s->OpSize() - 1));
@@ -56,8 +62,15 @@ StatusOr<std::string> ProgramBuilder::Op(
 
 StatusOr<std::string> ProgramBuilder::FC(const std::string& input, int64_t size,
                                          const std::string& act, const std::string& name) {
-  DDim in = main_->GlobalBlock()->FindVar(input).Dims();
-  LOOM_ASSIGN_OR_RETURN(std::string w, Param(name + ".w_0", {in[in.size() - 1], size}, false));
+  VarDesc in_var = main_->GlobalBlock()->FindVar(input);
+  if (!in_var) return NotFound("fc '", name, "': input var '", input, "' is not declared");
+  DDim in = in_var.Dims();
+  // mul flattens the input to [N, K] with K the product of the dims after the first.
+  int64_t k = in.size() >= 2 ? in.product(1, in.size()) : -1;
+  if (k <= 0)
+    return InvalidArgument("fc '", name, "': input '", input, "' has dims ", in.ToString(),
+                           ", need [N, K...] with known K");
+  LOOM_ASSIGN_OR_RETURN(std::string w, Param(name + ".w_0", {k, size}, false));
   LOOM_ASSIGN_OR_RETURN(std::string b, Param(name + ".b_0", {size}, true));
   LOOM_ASSIGN_OR_RETURN(std::string xw, Op("mul", {{"X", {input}}, {"Y", {w}}}, "Out"));
   LOOM_ASSIGN_OR_RETURN(std::string out,

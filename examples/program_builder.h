@@ -32,6 +32,8 @@ class ProgramBuilder {
 
  private:
   std::string NewName(const std::string& prefix);
+  // The seed of the next initializer: fixed by the builder's seed, never 0.
+  int InitSeed();
   StatusOr<std::string> Param(const std::string& name, std::vector<int64_t> dims, bool bias);
 
   ProgramDesc* main_;
