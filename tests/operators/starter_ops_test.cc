@@ -342,3 +342,101 @@ TEST(CudaKernelsTest, MatchCpu) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// ---------------------------------------------------------------- unary and softmax families
+
+struct UnaryCase {
+  const char* type;
+  double lo, hi;
+  double (*ref)(double);
+};
+
+class UnaryTest : public ::testing::TestWithParam<UnaryCase> {};
+
+TEST_P(UnaryTest, ForwardAndGrad) {
+  UnaryCase c = GetParam();
+  Tensor x = Random(proto::FP64, DDim{3, 4}, 21, c.lo, c.hi);
+  OpTest t(c.type);
+  t.Input("X", x).Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> want;
+  for (double v : Values(x)) want.push_back(c.ref(v));
+  std::vector<double> got = Values(out.value()["Out"]);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << c.type;
+  EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << c.type;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, UnaryTest,
+    ::testing::Values(
+        UnaryCase{"sigmoid", -3, 3, [](double x) { return 1 / (1 + std::exp(-x)); }},
+        UnaryCase{"tanh", -2, 2, [](double x) { return std::tanh(x); }},
+        UnaryCase{"exp", -2, 2, [](double x) { return std::exp(x); }},
+        UnaryCase{"log", 0.2, 3, [](double x) { return std::log(x); }},
+        UnaryCase{"sqrt", 0.2, 3, [](double x) { return std::sqrt(x); }},
+        UnaryCase{"square", -2, 2, [](double x) { return x * x; }},
+        UnaryCase{"abs", 0.1, 2, [](double x) { return std::abs(x); }},
+        UnaryCase{"gelu", -3, 3,
+                  [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }}),
+    [](const ::testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.type); });
+
+TEST(UnaryOpTest, LeakyReluAndClipAttributes) {
+  Tensor x = Random(proto::FP64, DDim{4, 4}, 22, -2, 2);
+  OpTest lr("leaky_relu");
+  lr.Input("X", x).Output("Out").Attr("alpha", 0.1f);
+  auto out = lr.Forward();
+  ASSERT_TRUE(out.ok());
+  for (size_t i = 0; i < 16; ++i) {
+    double v = Values(x)[i];
+    EXPECT_NEAR(Values(out.value()["Out"])[i], v > 0 ? v : static_cast<double>(0.1f) * v, 1e-12);
+  }
+  EXPECT_EQ(lr.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "");
+  OpTest clip("clip");
+  clip.Input("X", x).Output("Out").Attr("min", -0.5f).Attr("max", 0.7f);
+  auto c = clip.Forward();
+  ASSERT_TRUE(c.ok());
+  for (double v : Values(c.value()["Out"])) EXPECT_TRUE(v >= -0.5 && v <= 0.7 + 1e-7);
+  OpTest bad("clip");
+  bad.Input("X", x).Output("Out").Attr("min", 1.0f).Attr("max", 0.0f);
+  auto st = bad.Forward();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("min"), std::string::npos);
+  OpTest missing("clip");
+  missing.Input("X", x).Output("Out");
+  auto m = missing.Forward();
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("required attribute 'min'"), std::string::npos);
+}
+
+TEST(SoftmaxOpTest, SoftmaxAndLogSoftmax) {
+  for (const char* type : {"softmax", "log_softmax"}) {
+    for (DDim dims : {DDim{1, 5}, DDim{3, 4}, DDim{2, 3, 4}}) {
+      Tensor x = Random(proto::FP64, dims, 23, -3, 3);
+      OpTest t(type);
+      t.Input("X", x).Output("Out");
+      auto out = t.Forward();
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      std::vector<double> xv = Values(x), got = Values(out.value()["Out"]);
+      int64_t d = dims[dims.size() - 1];
+      for (int64_t r = 0; r < x.numel() / d; ++r) {
+        double s = 0;
+        for (int64_t j = 0; j < d; ++j) s += std::exp(xv[r * d + j]);
+        for (int64_t j = 0; j < d; ++j) {
+          double p = std::exp(xv[r * d + j]) / s;
+          EXPECT_NEAR(got[r * d + j], std::string(type) == "softmax" ? p : std::log(p), 1e-12);
+        }
+      }
+      EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << type << dims.ToString();
+    }
+  }
+  OpTest bad("softmax");
+  bad.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Out").Attr("axis", 0);
+  ASSERT_FALSE(bad.Forward().ok());
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,168 @@
+// Element-wise unary ops: one table entry per op (forward f(x) and derivative f'(x, y)), from
+// which the op, its grad op and CPU kernels are registered. Grad ops read X and Out.
+#include <cmath>
+
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+struct UnaryAttrs {
+  float alpha = 0, min = 0, max = 0;
+};
+
+template <typename T>
+using UnaryFn = T (*)(T x, const UnaryAttrs& a);
+template <typename T>
+using UnaryGradFn = T (*)(T x, T y, const UnaryAttrs& a);  // dy/dx at x (y = f(x))
+
+UnaryAttrs ReadAttrs(const AttributeMap& attrs) {
+  UnaryAttrs a;
+  if (auto it = attrs.find("alpha"); it != attrs.end()) a.alpha = std::get<float>(it->second);
+  if (auto it = attrs.find("min"); it != attrs.end()) a.min = std::get<float>(it->second);
+  if (auto it = attrs.find("max"); it != attrs.end()) a.max = std::get<float>(it->second);
+  return a;
+}
+
+template <typename T, UnaryFn<T> F>
+Status Forward(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  UnaryAttrs a = ReadAttrs(ctx.Attrs());
+  const T* in = x.data<T>();
+  T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = F(in[i], a);
+  return Status::OK();
+}
+
+template <typename T, UnaryGradFn<T> G>
+Status Backward(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& x = ctx.Input("X");
+  UnaryAttrs a = ReadAttrs(ctx.Attrs());
+  const T* in = x.data<T>();
+  const T* y = ctx.Input("Out").data<T>();
+  const T* g = ctx.Input("Out@GRAD").data<T>();
+  T* o = dx->mutable_data<T>(ctx.place());
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = g[i] * G(in[i], y[i], a);
+  return Status::OK();
+}
+
+// clang-format off
+template <typename T> T Sigmoid(T x, const UnaryAttrs&) { return T(1) / (T(1) + std::exp(-x)); }
+template <typename T> T SigmoidD(T, T y, const UnaryAttrs&) { return y * (T(1) - y); }
+template <typename T> T Tanh(T x, const UnaryAttrs&) { return std::tanh(x); }
+template <typename T> T TanhD(T, T y, const UnaryAttrs&) { return T(1) - y * y; }
+template <typename T> T Exp(T x, const UnaryAttrs&) { return std::exp(x); }
+template <typename T> T ExpD(T, T y, const UnaryAttrs&) { return y; }
+template <typename T> T Log(T x, const UnaryAttrs&) { return std::log(x); }
+template <typename T> T LogD(T x, T, const UnaryAttrs&) { return T(1) / x; }
+template <typename T> T Sqrt(T x, const UnaryAttrs&) { return std::sqrt(x); }
+template <typename T> T SqrtD(T, T y, const UnaryAttrs&) { return T(0.5) / y; }
+template <typename T> T Square(T x, const UnaryAttrs&) { return x * x; }
+template <typename T> T SquareD(T x, T, const UnaryAttrs&) { return T(2) * x; }
+template <typename T> T Abs(T x, const UnaryAttrs&) { return std::abs(x); }
+template <typename T> T AbsD(T x, T, const UnaryAttrs&) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
+template <typename T> T LeakyRelu(T x, const UnaryAttrs& a) { return x > T(0) ? x : T(a.alpha) * x; }
+template <typename T> T LeakyReluD(T x, T, const UnaryAttrs& a) { return x > T(0) ? T(1) : T(a.alpha); }
+template <typename T> T Clip(T x, const UnaryAttrs& a) { return std::min(std::max(x, T(a.min)), T(a.max)); }
+template <typename T> T ClipD(T x, T, const UnaryAttrs& a) { return x >= T(a.min) && x <= T(a.max) ? T(1) : T(0); }
+// GELU, exact form: x * Phi(x).
+template <typename T> T Gelu(T x, const UnaryAttrs&) { return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2)))); }
+template <typename T> T GeluD(T x, T, const UnaryAttrs&) {
+  T cdf = T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2))));
+  T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * T(M_PI));
+  return cdf + x * pdf;
+}
+// clang-format on
+
+Status UnaryGradInferShape(InferShapeContext* ctx) {
+  ctx->ShareDimAndDtype("X", "X@GRAD");
+  return Status::OK();
+}
+
+std::vector<proto::OpDesc> UnaryGradMaker(const OpDesc& fwd) {
+  proto::OpDesc g = MakeDefaultGradOp(fwd);
+  return {g};
+}
+
+Status ClipCheck(InferShapeContext* ctx) {
+  if (ctx->Attr<float>("min") > ctx->Attr<float>("max"))
+    return ctx->Error("attribute min (", ctx->Attr<float>("min"), ") > max (",
+                      ctx->Attr<float>("max"), ")");
+  return SameShapeInferShape(ctx);
+}
+
+// Declares op NAME and NAME_grad with fp32/fp64 CPU kernels from F and D.
+#define LOOM_UNARY_OP(NAME, F, D, DOC)                                                    \
+  LOOM_REGISTER_OP(NAME)                                                                  \
+      .Doc(DOC)                                                                           \
+      .Input("X", "input")                                                                \
+      .Output("Out", "output, same dims as X")                                            \
+      .InferShape(SameShapeInferShape)                                                    \
+      .GradMaker(UnaryGradMaker)                                                          \
+      .Kernel(Place::kCPU, proto::FP32, Forward<float, F<float>>)                         \
+      .Kernel(Place::kCPU, proto::FP64, Forward<double, F<double>>);                      \
+  LOOM_REGISTER_OP(NAME##_grad)                                                           \
+      .Doc("gradient of " #NAME)                                                          \
+      .Input("X", "forward input")                                                        \
+      .Input("Out", "forward output")                                                     \
+      .Input("Out@GRAD", "gradient of Out")                                               \
+      .Output("X@GRAD", "gradient of X", false, true)                                     \
+      .InferShape(UnaryGradInferShape)                                                    \
+      .Kernel(Place::kCPU, proto::FP32, Backward<float, D<float>>)                        \
+      .Kernel(Place::kCPU, proto::FP64, Backward<double, D<double>>)
+
+LOOM_UNARY_OP(sigmoid, Sigmoid, SigmoidD, "Out = 1 / (1 + exp(-X)).");
+LOOM_UNARY_OP(tanh, Tanh, TanhD, "Out = tanh(X).");
+LOOM_UNARY_OP(exp, Exp, ExpD, "Out = exp(X).");
+LOOM_UNARY_OP(log, Log, LogD, "Out = ln(X).");
+LOOM_UNARY_OP(sqrt, Sqrt, SqrtD, "Out = sqrt(X).");
+LOOM_UNARY_OP(square, Square, SquareD, "Out = X * X.");
+LOOM_UNARY_OP(abs, Abs, AbsD, "Out = |X| (gradient 0 at 0).");
+LOOM_UNARY_OP(gelu, Gelu, GeluD, "Out = X * Phi(X), Phi the standard normal CDF.");
+
+LOOM_REGISTER_OP(leaky_relu)
+    .Doc("Out = X if X > 0 else alpha * X.")
+    .Input("X", "input")
+    .Output("Out", "output, same dims as X")
+    .Attr<float>("alpha", 0.02f, "slope for negative inputs")
+    .InferShape(SameShapeInferShape)
+    .GradMaker(UnaryGradMaker)
+    .Kernel(Place::kCPU, proto::FP32, Forward<float, LeakyRelu<float>>)
+    .Kernel(Place::kCPU, proto::FP64, Forward<double, LeakyRelu<double>>);
+LOOM_REGISTER_OP(leaky_relu_grad)
+    .Doc("gradient of leaky_relu")
+    .Input("X", "forward input")
+    .Input("Out", "forward output")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("X@GRAD", "gradient of X", false, true)
+    .Attr<float>("alpha", 0.02f, "as in the forward op")
+    .InferShape(UnaryGradInferShape)
+    .Kernel(Place::kCPU, proto::FP32, Backward<float, LeakyReluD<float>>)
+    .Kernel(Place::kCPU, proto::FP64, Backward<double, LeakyReluD<double>>);
+
+LOOM_REGISTER_OP(clip)
+    .Doc("Out = min(max(X, min), max).")
+    .Input("X", "input")
+    .Output("Out", "output, same dims as X")
+    .RequiredAttr<float>("min", "lower bound")
+    .RequiredAttr<float>("max", "upper bound")
+    .InferShape(ClipCheck)
+    .GradMaker(UnaryGradMaker)
+    .Kernel(Place::kCPU, proto::FP32, Forward<float, Clip<float>>)
+    .Kernel(Place::kCPU, proto::FP64, Forward<double, Clip<double>>);
+LOOM_REGISTER_OP(clip_grad)
+    .Doc("gradient of clip: passes where min <= X <= max")
+    .Input("X", "forward input")
+    .Input("Out", "forward output")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("X@GRAD", "gradient of X", false, true)
+    .RequiredAttr<float>("min", "as in the forward op")
+    .RequiredAttr<float>("max", "as in the forward op")
+    .InferShape(UnaryGradInferShape)
+    .Kernel(Place::kCPU, proto::FP32, Backward<float, ClipD<float>>)
+    .Kernel(Place::kCPU, proto::FP64, Backward<double, ClipD<double>>);
+
+}  // namespace
+}  // namespace loom::ops
