@@ -19,7 +19,8 @@ Flags InspectFlags() {
                "attributes and roles) and the result of the verifier. Text programs (.pbtxt)\n"
                "are read too.",
                {
-                   {"dot", "OUT.dot", "also write the program as a Graphviz graph", ""},
+                   {"dot", "OUT.dot",
+                    "also write the program as a Graphviz graph (only when it verifies)", ""},
                    {"ops", "", "list registered ops: slots, attributes, kernels", ""},
                    {"no-verify", "", "print without running the verifier", ""},
                },
@@ -142,23 +143,25 @@ Status Inspect(const Flags& flags) {
     std::fputs(PrintOps().c_str(), stdout);
     return Status::OK();
   }
-  if (flags.positional().empty())
-    return InvalidArgument("nothing to inspect: give FILE.pb or --ops");
   const std::string& path = flags.positional()[0];
   LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  bool text = path.size() > 6 && (path.substr(path.size() - 6) == ".pbtxt" ||
-                                  path.substr(path.size() - 4) == ".txt");
+  auto ends_with = [&path](const std::string& suffix) {
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  bool text = ends_with(".pbtxt") || ends_with(".txt");
   LOOM_ASSIGN_OR_RETURN(ProgramDesc program,
                         text ? ParseProgramText(bytes, path) : ParseProgram(bytes, path));
   std::fputs(PrintProgram(program).c_str(), stdout);
-  if (flags.Has("dot")) {
-    LOOM_RETURN_IF_ERROR(WriteFileAtomic(flags.Get("dot"), ToDot(program)));
-    std::printf("wrote %s\n", flags.Get("dot").c_str());
-  }
+  // Verify before drawing: a failed command leaves no output file behind.
   if (!flags.Switch("no-verify")) {
     Status st = VerifyProgram(program);
     if (!st.ok()) return st.WithContext(StrCat(path, ": verification failed"));
     std::printf("verified: ok\n");
+  }
+  if (flags.Has("dot")) {
+    LOOM_RETURN_IF_ERROR(WriteFileAtomic(flags.Get("dot"), ToDot(program)));
+    std::printf("wrote %s\n", flags.Get("dot").c_str());
   }
   return Status::OK();
 }
@@ -171,6 +174,13 @@ int InspectCommand(int argc, char** argv) {
   if (flags.help()) {
     std::fputs(flags.Help().c_str(), stdout);
     return kExitOk;
+  }
+  if (parsed.ok()) {
+    bool ops = flags.Switch("ops"), file = !flags.positional().empty();
+    if (ops && (file || flags.Has("dot")))
+      parsed = InvalidArgument("--ops takes no FILE and no --dot (see loom inspect --help)");
+    else if (!ops && !file)
+      parsed = InvalidArgument("nothing to inspect: give FILE.pb or --ops (see loom inspect --help)");
   }
   if (!parsed.ok()) {
     std::fprintf(stderr, "loom inspect: %s\n", parsed.message().c_str());

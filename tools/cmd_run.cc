@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 
 #include "executor/executor.h"
@@ -127,6 +128,23 @@ std::string Summarize(const Tensor& t) {
   return TensorSummary(t, 4);
 }
 
+// Rows [offset, offset + batch) of data, wrapping around to row 0 past the end (a copy then;
+// a view otherwise). Requires 0 <= offset < rows and 1 <= batch <= rows.
+Tensor Minibatch(const Tensor& data, int64_t offset, int64_t batch) {
+  const int64_t rows = data.dims()[0];
+  if (offset + batch <= rows) return data.Slice(offset, offset + batch);
+  DDim dims = data.dims();
+  dims[0] = batch;
+  Tensor out(data.dtype(), dims);
+  char* dst = static_cast<char*>(out.mutable_data(Place::CPU(), data.dtype()));
+  const char* src = static_cast<const char*>(data.raw_data());
+  const size_t row_bytes = data.nbytes() / static_cast<size_t>(rows);
+  const size_t tail = static_cast<size_t>(rows - offset) * row_bytes;
+  std::memcpy(dst, src + static_cast<size_t>(offset) * row_bytes, tail);
+  std::memcpy(dst + tail, src, static_cast<size_t>(batch) * row_bytes - tail);
+  return out;
+}
+
 double FirstValue(const Tensor& t) {
   if (t.numel() < 1) return NAN;
   if (t.dtype() == proto::FP32) return t.data<float>()[0];
@@ -188,9 +206,8 @@ Status Run(const Flags& flags) {
   int64_t offset = 0;
   for (int64_t it = 1; it <= iters; ++it) {
     FeedMap feed;
-    if (offset + batch > rows) offset = 0;
-    for (const auto& f : feeds) feed[f.name] = f.data.Slice(offset, offset + batch);
-    offset += batch;
+    for (const auto& f : feeds) feed[f.name] = Minibatch(f.data, offset, batch);
+    if (rows > 0) offset = (offset + batch) % rows;
     Status st = exe.Run(prepared.get(), &scope, feed, fetches, &out);
     if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
     if (!out.empty()) {

@@ -1,5 +1,6 @@
 #include "tools/flags.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
@@ -97,8 +98,10 @@ const std::vector<std::string>& Flags::GetAll(const std::string& name) const {
 StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   const std::string& v = Get(name);
   char* end = nullptr;
+  errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0') return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
+  if (errno == ERANGE) return InvalidArgument("flag --", name, " value '", v, "' is out of range");
   return static_cast<int64_t>(x);
 }
 

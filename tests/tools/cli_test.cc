@@ -30,6 +30,11 @@ class CliTest : public ::testing::Test {
     ASSERT_EQ(std::system(cmd.c_str()), 0);
   }
 
+  static void TearDownTestSuite() {
+    if (!dir_.empty() && std::getenv("LOOM_KEEP_TEST_DIR") == nullptr)
+      std::system(("rm -rf " + dir_).c_str());
+  }
+
   static Result Loom(const std::string& args) {
     std::string out = JoinPath(dir_, "stdout"), err = JoinPath(dir_, "stderr");
     std::string cmd = StrCat(LOOM_CLI_PATH, " ", args, " > ", out, " 2> ", err);
