@@ -1,4 +1,6 @@
-// elementwise_add with Fluid's broadcast rule, and its gradient.
+// elementwise_{add,sub,mul,div,max,min,pow} with Fluid's broadcast rule, and their gradients.
+#include <cmath>
+
 #include "operators/math/elementwise.h"
 
 namespace loom::ops {
@@ -44,93 +46,134 @@ Status ElementwiseInferShape(InferShapeContext* ctx) {
 
 namespace {
 
-template <typename T>
-void AddCompute(const T* x, const T* y, const BroadcastPlan& p, T* out) {
-  if (p.same_shape) {
-    for (int64_t i = 0; i < p.n; ++i) out[i] = x[i] + y[i];
-    return;
-  }
-  for (int64_t i = 0; i < p.pre; ++i)
-    for (int64_t j = 0; j < p.n; ++j) {
-      const T* xr = x + (i * p.n + j) * p.post;
-      T* o = out + (i * p.n + j) * p.post;
-      T yv = y[j];
-      for (int64_t k = 0; k < p.post; ++k) o[k] = xr[k] + yv;
-    }
-}
+// Each functor gives f(x, y) and the partial derivatives given x, y and out = f(x, y).
+struct AddF {
+  template <typename T> static T F(T x, T y) { return x + y; }
+  template <typename T> static T Dx(T, T, T) { return T(1); }
+  template <typename T> static T Dy(T, T, T) { return T(1); }
+};
+struct SubF {
+  template <typename T> static T F(T x, T y) { return x - y; }
+  template <typename T> static T Dx(T, T, T) { return T(1); }
+  template <typename T> static T Dy(T, T, T) { return T(-1); }
+};
+struct MulF {
+  template <typename T> static T F(T x, T y) { return x * y; }
+  template <typename T> static T Dx(T, T y, T) { return y; }
+  template <typename T> static T Dy(T x, T, T) { return x; }
+};
+struct DivF {
+  template <typename T> static T F(T x, T y) { return x / y; }
+  template <typename T> static T Dx(T, T y, T) { return T(1) / y; }
+  template <typename T> static T Dy(T, T y, T out) { return -out / y; }
+};
+// Ties send the gradient to Y for max and to X for min (as Fluid does).
+struct MaxF {
+  template <typename T> static T F(T x, T y) { return x > y ? x : y; }
+  template <typename T> static T Dx(T x, T y, T) { return x > y ? T(1) : T(0); }
+  template <typename T> static T Dy(T x, T y, T) { return x > y ? T(0) : T(1); }
+};
+struct MinF {
+  template <typename T> static T F(T x, T y) { return x < y ? x : y; }
+  template <typename T> static T Dx(T x, T y, T) { return x <= y ? T(1) : T(0); }
+  template <typename T> static T Dy(T x, T y, T) { return x <= y ? T(0) : T(1); }
+};
+struct PowF {
+  template <typename T> static T F(T x, T y) { return static_cast<T>(std::pow(x, y)); }
+  template <typename T> static T Dx(T x, T y, T) { return static_cast<T>(y * std::pow(x, y - T(1))); }
+  template <typename T> static T Dy(T x, T, T out) { return static_cast<T>(out * std::log(x)); }
+};
 
-template <typename T>
-Status AddKernel(const KernelContext& ctx) {
+template <typename Fn, typename T>
+Status BinaryKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   auto plan = PlanBroadcast(x.dims(), y.dims(), ctx.Attr<int>("axis"));
   if (!plan.ok()) return ctx.Error(plan.status().message());
-  AddCompute<T>(x.data<T>(), y.data<T>(), plan.value(),
-                ctx.Output("Out")->mutable_data<T>(ctx.place()));
-  return Status::OK();
-}
-
-template <typename T>
-Status AddGradKernel(const KernelContext& ctx) {
-  const Tensor& dout = ctx.Input("Out@GRAD");
-  const T* g = dout.data<T>();
-  if (Tensor* dx = ctx.OutputOrNull("X@GRAD")) {
-    T* o = dx->mutable_data<T>(ctx.place());
-    std::copy(g, g + dout.numel(), o);
+  const BroadcastPlan& p = plan.value();
+  const T* xv = x.data<T>();
+  const T* yv = y.data<T>();
+  T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  if (p.same_shape) {
+    for (int64_t i = 0; i < p.n; ++i) o[i] = Fn::F(xv[i], yv[i]);
+    return Status::OK();
   }
-  if (Tensor* dy = ctx.OutputOrNull("Y@GRAD")) {
-    auto plan = PlanBroadcast(ctx.Input("X").dims(), ctx.Input("Y").dims(), ctx.Attr<int>("axis"));
-    if (!plan.ok()) return ctx.Error(plan.status().message());
-    const BroadcastPlan& p = plan.value();
-    T* o = dy->mutable_data<T>(ctx.place());
-    if (p.same_shape) {
-      std::copy(g, g + dout.numel(), o);
-    } else {
-      std::fill(o, o + p.n, T(0));
-      for (int64_t i = 0; i < p.pre; ++i)
-        for (int64_t j = 0; j < p.n; ++j) {
-          const T* gr = g + (i * p.n + j) * p.post;
-          T acc = 0;
-          for (int64_t k = 0; k < p.post; ++k) acc += gr[k];
-          o[j] += acc;
-        }
+  for (int64_t i = 0; i < p.pre; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      int64_t base = (i * p.n + j) * p.post;
+      T b = yv[j];
+      for (int64_t k = 0; k < p.post; ++k) o[base + k] = Fn::F(xv[base + k], b);
     }
-  }
   return Status::OK();
 }
 
-std::vector<proto::OpDesc> AddGradMaker(const OpDesc& fwd) {
-  proto::OpDesc g = MakeDefaultGradOp(fwd);
-  OpDesc(&g).RemoveInput("Out");  // the gradient does not need the forward output
-  return {g};
+template <typename Fn, typename T>
+Status BinaryGradKernel(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const Tensor& y = ctx.Input("Y");
+  auto plan = PlanBroadcast(x.dims(), y.dims(), ctx.Attr<int>("axis"));
+  if (!plan.ok()) return ctx.Error(plan.status().message());
+  const BroadcastPlan& p = plan.value();
+  const T* xv = x.data<T>();
+  const T* yv = y.data<T>();
+  const T* out = ctx.Input("Out").data<T>();
+  const T* g = ctx.Input("Out@GRAD").data<T>();
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  Tensor* dy = ctx.OutputOrNull("Y@GRAD");
+  T* dxv = dx ? dx->mutable_data<T>(ctx.place()) : nullptr;
+  T* dyv = dy ? dy->mutable_data<T>(ctx.place()) : nullptr;
+  int64_t pre = p.same_shape ? 1 : p.pre, post = p.same_shape ? 1 : p.post;
+  if (dyv) std::fill(dyv, dyv + p.n, T(0));
+  for (int64_t i = 0; i < pre; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      int64_t base = (i * p.n + j) * post;
+      T acc = 0;
+      for (int64_t k = 0; k < post; ++k) {
+        int64_t e = base + k;
+        T yj = p.same_shape ? yv[e] : yv[j];
+        if (dxv) dxv[e] = g[e] * Fn::Dx(xv[e], yj, out[e]);
+        acc += g[e] * Fn::Dy(xv[e], yj, out[e]);
+      }
+      if (dyv) dyv[j] += acc;
+    }
+  return Status::OK();
 }
 
 }  // namespace
 
-LOOM_REGISTER_OP(elementwise_add)
-    .Doc("Out = X + Y, with Y broadcast onto X by Fluid's axis rule.")
-    .Input("X", "first operand; Out has its dims")
-    .Input("Y", "second operand, broadcast onto X")
-    .Output("Out", "the sum")
-    .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)")
-    .InferShape(ElementwiseInferShape)
-    .GradMaker(AddGradMaker)
-    .Kernel(Place::kCPU, proto::FP32, AddKernel<float>)
-    .Kernel(Place::kCPU, proto::FP64, AddKernel<double>)
-    .Kernel(Place::kCPU, proto::INT32, AddKernel<int32_t>)
-    .Kernel(Place::kCPU, proto::INT64, AddKernel<int64_t>);
+// Declares elementwise_NAME and elementwise_NAME_grad.
+#define LOOM_ELEMENTWISE_OP(NAME, FN, DOC)                                                  \
+  LOOM_REGISTER_OP(elementwise_##NAME)                                                      \
+      .Doc(DOC " Y is broadcast onto X by Fluid's axis rule.")                              \
+      .Input("X", "first operand; Out has its dims")                                        \
+      .Input("Y", "second operand, broadcast onto X")                                       \
+      .Output("Out", "the result")                                                          \
+      .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)")     \
+      .InferShape(ElementwiseInferShape)                                                    \
+      .GradMaker(DefaultGradMaker())                                                        \
+      .Kernel(Place::kCPU, proto::FP32, BinaryKernel<FN, float>)                            \
+      .Kernel(Place::kCPU, proto::FP64, BinaryKernel<FN, double>)                           \
+      .Kernel(Place::kCPU, proto::INT32, BinaryKernel<FN, int32_t>)                         \
+      .Kernel(Place::kCPU, proto::INT64, BinaryKernel<FN, int64_t>);                        \
+  LOOM_REGISTER_OP(elementwise_##NAME##_grad)                                               \
+      .Doc("gradient of elementwise_" #NAME "; Y@GRAD is summed over the broadcast dims.")  \
+      .Input("X", "forward X")                                                              \
+      .Input("Y", "forward Y")                                                              \
+      .Input("Out", "forward Out")                                                          \
+      .Input("Out@GRAD", "gradient of Out")                                                 \
+      .Output("X@GRAD", "gradient of X", false, true)                                       \
+      .Output("Y@GRAD", "gradient of Y", false, true)                                       \
+      .Attr<int>("axis", -1, "as in the forward op")                                        \
+      .InferShape(GradInferShape)                                                           \
+      .Kernel(Place::kCPU, proto::FP32, BinaryGradKernel<FN, float>)                        \
+      .Kernel(Place::kCPU, proto::FP64, BinaryGradKernel<FN, double>)
 
-LOOM_REGISTER_OP(elementwise_add_grad)
-    .Doc("X@GRAD = Out@GRAD; Y@GRAD = Out@GRAD summed over the broadcast dims.")
-    .Input("X", "forward X")
-    .Input("Y", "forward Y")
-    .Input("Out@GRAD", "gradient of Out")
-    .Output("X@GRAD", "gradient of X", false, true)
-    .Output("Y@GRAD", "gradient of Y", false, true)
-    .Attr<int>("axis", -1, "as in the forward op")
-    .InferShape(GradInferShape)
-    .KernelDtypeFrom("Out@GRAD")
-    .Kernel(Place::kCPU, proto::FP32, AddGradKernel<float>)
-    .Kernel(Place::kCPU, proto::FP64, AddGradKernel<double>);
+LOOM_ELEMENTWISE_OP(add, AddF, "Out = X + Y.");
+LOOM_ELEMENTWISE_OP(sub, SubF, "Out = X - Y.");
+LOOM_ELEMENTWISE_OP(mul, MulF, "Out = X * Y.");
+LOOM_ELEMENTWISE_OP(div, DivF, "Out = X / Y.");
+LOOM_ELEMENTWISE_OP(max, MaxF, "Out = max(X, Y).");
+LOOM_ELEMENTWISE_OP(min, MinF, "Out = min(X, Y).");
+LOOM_ELEMENTWISE_OP(pow, PowF, "Out = X ^ Y.");
 
 }  // namespace loom::ops

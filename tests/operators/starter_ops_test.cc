@@ -440,3 +440,47 @@ TEST(SoftmaxOpTest, SoftmaxAndLogSoftmax) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+struct BinaryCase {
+  const char* type;
+  double (*ref)(double, double);
+};
+
+class BinaryTest : public ::testing::TestWithParam<BinaryCase> {};
+
+TEST_P(BinaryTest, ForwardAndGradWithBroadcast) {
+  BinaryCase c = GetParam();
+  for (auto [xd, yd, axis] : {std::make_tuple(DDim{3, 4}, DDim{3, 4}, -1),
+                              std::make_tuple(DDim{2, 3, 4}, DDim{3}, 1),
+                              std::make_tuple(DDim{2, 3}, DDim{3}, -1)}) {
+    // Positive inputs bounded away from each other keep div, pow and max/min differentiable.
+    Tensor x = Random(proto::FP64, xd, 31, 0.5, 1.5);
+    Tensor y = Random(proto::FP64, yd, 32, 1.6, 2.5);
+    OpTest t(c.type);
+    t.Input("X", x).Input("Y", y).Output("Out").Attr("axis", axis);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> xv = Values(x), yv = Values(y), got = Values(out.value()["Out"]);
+    int ax = axis < 0 ? xd.size() - yd.size() : axis;
+    int64_t post = xd.product(ax + yd.size(), xd.size());
+    for (size_t i = 0; i < xv.size(); ++i)
+      EXPECT_NEAR(got[i], c.ref(xv[i], yv[(i / post) % yd.numel()]), 1e-12) << c.type;
+    EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << c.type << " " << xd.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, BinaryTest,
+    ::testing::Values(BinaryCase{"elementwise_sub", [](double a, double b) { return a - b; }},
+                      BinaryCase{"elementwise_mul", [](double a, double b) { return a * b; }},
+                      BinaryCase{"elementwise_div", [](double a, double b) { return a / b; }},
+                      BinaryCase{"elementwise_max", [](double a, double b) { return std::max(a, b); }},
+                      BinaryCase{"elementwise_min", [](double a, double b) { return std::min(a, b); }},
+                      BinaryCase{"elementwise_pow", [](double a, double b) { return std::pow(a, b); }}),
+    [](const ::testing::TestParamInfo<BinaryCase>& info) { return std::string(info.param.type); });
+
+}  // namespace
+}  // namespace loom::testing
