@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <numeric>
 
 #include "framework/verifier.h"
 #include "op_test_util.h"
@@ -481,6 +483,173 @@ INSTANTIATE_TEST_SUITE_P(
                       BinaryCase{"elementwise_min", [](double a, double b) { return std::min(a, b); }},
                       BinaryCase{"elementwise_pow", [](double a, double b) { return std::pow(a, b); }}),
     [](const ::testing::TestParamInfo<BinaryCase>& info) { return std::string(info.param.type); });
+
+}  // namespace
+}  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// ---------------------------------------------------------------- reductions
+
+TEST(ReduceOpTest, SumMeanMaxOverDims) {
+  Tensor x = Random(proto::FP64, DDim{2, 3, 4}, 41);
+  std::vector<double> xv = Values(x);
+  struct Case {
+    std::vector<int> dim;
+    bool keep, all;
+    DDim out;
+  };
+  for (const Case& c : {Case{{1}, false, false, DDim{2, 4}}, Case{{-1}, true, false, DDim{2, 3, 1}},
+                        Case{{0, 2}, false, false, DDim{3}}, Case{{0}, false, true, DDim{1}}}) {
+    for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
+      OpTest t(type);
+      t.Input("X", x).Output("Out").Attr("dim", c.dim).Attr("keep_dim", c.keep).Attr("reduce_all", c.all);
+      auto out = t.Forward();
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out.value()["Out"].dims(), c.out) << type;
+      // Reference: for each output element, fold the inputs that map to it.
+      std::vector<bool> red(3, c.all);
+      for (int d : c.dim) red[d < 0 ? d + 3 : d] = true;
+      std::map<std::vector<int>, std::vector<double>> groups;
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j)
+          for (int k = 0; k < 4; ++k)
+            groups[{red[0] ? 0 : i, red[1] ? 0 : j, red[2] ? 0 : k}].push_back(xv[(i * 3 + j) * 4 + k]);
+      std::vector<double> got = Values(out.value()["Out"]);
+      size_t g = 0;
+      for (const auto& [key, vals] : groups) {
+        double want = std::string(type) == "reduce_max" ? *std::max_element(vals.begin(), vals.end())
+                                                        : std::accumulate(vals.begin(), vals.end(), 0.0);
+        if (std::string(type) == "reduce_mean") want /= vals.size();
+        EXPECT_NEAR(got[g++], want, 1e-12) << type;
+      }
+      EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << type;
+    }
+  }
+  OpTest bad("reduce_sum");
+  bad.Input("X", x).Output("Out").Attr("dim", std::vector<int>{3});
+  auto st = bad.Forward();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("dim 3 is out of range"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- losses and metrics
+
+TEST(LossOpTest, CrossEntropyAndSquareError) {
+  Tensor probs = Random(proto::FP64, DDim{3, 4}, 42, 0.1, 1.0);
+  OpTest ce("cross_entropy");
+  ce.Input("X", probs).Input("Label", Ints(DDim{3, 1}, {3, 0, 2})).Output("Y");
+  auto out = ce.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> pv = Values(probs);
+  ExpectNear(out.value()["Y"], {-std::log(pv[3]), -std::log(pv[4]), -std::log(pv[10])}, 1e-12);
+  EXPECT_EQ(ce.CheckGrad("Y", 1e-7, 1e-6, 1e-8), "");
+
+  Tensor a = Random(proto::FP64, DDim{4, 2}, 43), b = Random(proto::FP64, DDim{4, 2}, 44);
+  OpTest se("square_error_cost");
+  se.Input("X", a).Input("Y", b).Output("Out");
+  auto sq = se.Forward();
+  ASSERT_TRUE(sq.ok());
+  std::vector<double> want;
+  for (int i = 0; i < 8; ++i) want.push_back(std::pow(Values(a)[i] - Values(b)[i], 2));
+  ExpectNear(sq.value()["Out"], want, 1e-12);
+  EXPECT_EQ(se.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "");
+}
+
+TEST(MetricOpTest, TopKArgMaxAccuracy) {
+  Tensor x(proto::FP32, DDim{3, 4});
+  float* p = x.mutable_data<float>(Place::CPU());
+  float vals[] = {0.1f, 0.7f, 0.2f, 0.0f, 0.5f, 0.1f, 0.1f, 0.3f, 0.0f, 0.2f, 0.3f, 0.5f};
+  std::copy(vals, vals + 12, p);
+  OpTest tk("top_k");
+  tk.Input("X", x).Output("Out").Output("Indices").Attr("k", 2);
+  auto t = tk.Forward();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(Values(t.value()["Indices"]), (std::vector<double>{1, 2, 0, 3, 3, 2}));
+  OpTest am("arg_max");
+  am.Input("X", x).Output("Out").Attr("axis", 1);
+  EXPECT_EQ(Values(am.Forward().value()["Out"]), (std::vector<double>{1, 0, 3}));
+  OpTest acc("accuracy");
+  acc.Input("Out", t.value()["Out"]).Input("Indices", t.value()["Indices"])
+      .Input("Label", Ints(DDim{3, 1}, {2, 1, 3})).Output("Accuracy").Output("Correct").Output("Total");
+  auto a = acc.Forward();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_NEAR(Values(a.value()["Accuracy"])[0], 2.0 / 3, 1e-6);
+  EXPECT_EQ(Values(a.value()["Correct"])[0], 2);
+  EXPECT_EQ(Values(a.value()["Total"])[0], 3);
+  OpTest big("top_k");
+  big.Input("X", x).Output("Out").Output("Indices").Attr("k", 5);
+  EXPECT_FALSE(big.Forward().ok());
+}
+
+// ---------------------------------------------------------------- optimizers
+
+TEST(OptimizerOpTest, MomentumMatchesReference) {
+  for (bool nesterov : {false, true}) {
+    Tensor p = Random(proto::FP64, DDim{5}, 51), g = Random(proto::FP64, DDim{5}, 52),
+           v = Random(proto::FP64, DDim{5}, 53);
+    Tensor lr(proto::FP64, DDim{1});
+    lr.mutable_data<double>(Place::CPU())[0] = 0.1;
+    OpTest t("momentum");
+    t.Input("Param", p).Input("Grad", g).Input("Velocity", v).Input("LearningRate", lr)
+        .Output("ParamOut").Output("VelocityOut").Attr("mu", 0.9f).Attr("use_nesterov", nesterov);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> pw, vw;
+    double mu = static_cast<double>(0.9f);
+    for (int i = 0; i < 5; ++i) {
+      double nv = mu * Values(v)[i] + Values(g)[i];
+      vw.push_back(nv);
+      pw.push_back(Values(p)[i] - 0.1 * (nesterov ? Values(g)[i] + mu * nv : nv));
+    }
+    ExpectNear(out.value()["ParamOut"], pw, 1e-12);
+    ExpectNear(out.value()["VelocityOut"], vw, 1e-12);
+  }
+}
+
+TEST(OptimizerOpTest, AdamAndAdamWMatchReference) {
+  for (const char* type : {"adam", "adamw"}) {
+    Tensor p = Random(proto::FP64, DDim{6}, 61), g = Random(proto::FP64, DDim{6}, 62);
+    Tensor m1 = Random(proto::FP64, DDim{6}, 63), m2 = Random(proto::FP64, DDim{6}, 64, 0.1, 1);
+    auto scalar = [](double v) {
+      Tensor t(proto::FP64, DDim{1});
+      t.mutable_data<double>(Place::CPU())[0] = v;
+      return t;
+    };
+    double b1 = static_cast<double>(0.9f), b2 = static_cast<double>(0.999f);
+    double eps = static_cast<double>(1e-8f), coeff = static_cast<double>(0.01f);
+    double b1p = b1 * b1, b2p = b2 * b2, lr = 0.01;
+    OpTest t(type);
+    t.Input("Param", p).Input("Grad", g).Input("LearningRate", scalar(lr)).Input("Moment1", m1)
+        .Input("Moment2", m2).Input("Beta1Pow", scalar(b1p)).Input("Beta2Pow", scalar(b2p))
+        .Output("ParamOut").Output("Moment1Out").Output("Moment2Out").Output("Beta1PowOut")
+        .Output("Beta2PowOut");
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> want;
+    double lr_t = lr * std::sqrt(1 - b2p) / (1 - b1p);
+    for (int i = 0; i < 6; ++i) {
+      double a = b1 * Values(m1)[i] + (1 - b1) * Values(g)[i];
+      double b = b2 * Values(m2)[i] + (1 - b2) * Values(g)[i] * Values(g)[i];
+      double base = std::string(type) == "adamw" ? Values(p)[i] * (1 - lr * coeff) : Values(p)[i];
+      want.push_back(base - lr_t * a / (std::sqrt(b) + eps * std::sqrt(1 - b2p)));
+    }
+    ExpectNear(out.value()["ParamOut"], want, 1e-12);
+    ExpectNear(out.value()["Beta1PowOut"], {b1p * b1}, 1e-15);
+    ExpectNear(out.value()["Beta2PowOut"], {b2p * b2}, 1e-15);
+  }
+}
+
+TEST(OptimizerOpTest, SquaredL2Norm) {
+  Tensor x = Random(proto::FP64, DDim{3, 3}, 71);
+  OpTest t("squared_l2_norm");
+  t.Input("X", x).Output("Out");
+  double s = 0;
+  for (double v : Values(x)) s += v * v;
+  ExpectNear(t.Forward().value()["Out"], {s}, 1e-12);
+  EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "");
+}
 
 }  // namespace
 }  // namespace loom::testing

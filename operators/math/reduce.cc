@@ -1,0 +1,155 @@
+// reduce_sum, reduce_mean, reduce_max over a set of dims (or all), with keep_dim.
+#include <limits>
+
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+// The reduced dims normalized to [0, rank), sorted, unique; reduce_all -> every dim.
+StatusOr<std::vector<bool>> ReducedMask(const DDim& x, const std::vector<int>& dims, bool all) {
+  std::vector<bool> mask(x.size(), all);
+  if (all) return mask;
+  for (int d : dims) {
+    int k = d < 0 ? d + x.size() : d;
+    if (k < 0 || k >= x.size())
+      return InvalidArgument("dim ", d, " is out of range for rank ", x.size());
+    mask[k] = true;
+  }
+  return mask;
+}
+
+Status ReduceInferShape(InferShapeContext* ctx) {
+  DDim x = ctx->InputDim("X");
+  auto mask = ReducedMask(x, ctx->Attr<std::vector<int>>("dim"), ctx->Attr<bool>("reduce_all"));
+  if (!mask.ok()) return ctx->Error(ctx->DescribeInput("X"), ": ", mask.status().message());
+  bool keep = ctx->Attr<bool>("keep_dim");
+  DDim out;
+  for (int i = 0; i < x.size(); ++i) {
+    if (!mask.value()[i]) out.push_back(x[i]);
+    else if (keep) out.push_back(1);
+  }
+  if (out.size() == 0) out.push_back(1);
+  ctx->SetOutputDim("Out", out);
+  ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+  return Status::OK();
+}
+
+// Maps every input element to its output element: out_index(i) via strides.
+struct ReduceIndexer {
+  std::vector<int64_t> in_dims, out_strides;  // out_strides[k] = 0 for reduced dims
+  int64_t groups = 1;                         // elements per output element
+  ReduceIndexer(const DDim& x, const std::vector<bool>& mask) {
+    in_dims = x.vec();
+    out_strides.assign(x.size(), 0);
+    int64_t s = 1;
+    for (int k = x.size() - 1; k >= 0; --k) {
+      if (mask[k]) {
+        groups *= x[k];
+      } else {
+        out_strides[k] = s;
+        s *= x[k];
+      }
+    }
+  }
+  template <typename F>
+  void ForEach(F f) const {  // f(input flat index, output flat index)
+    int64_t n = 1;
+    for (int64_t d : in_dims) n *= d;
+    std::vector<int64_t> idx(in_dims.size(), 0);
+    int64_t out = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      f(i, out);
+      for (int k = static_cast<int>(in_dims.size()) - 1; k >= 0; --k) {
+        if (++idx[k] < in_dims[k]) {
+          out += out_strides[k];
+          break;
+        }
+        out -= out_strides[k] * (in_dims[k] - 1);
+        idx[k] = 0;
+      }
+    }
+  }
+};
+
+enum class Kind { kSum, kMean, kMax };
+
+template <typename T, Kind K>
+Status ReduceKernel(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  auto mask = ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
+  if (!mask.ok()) return ctx.Error(mask.status().message());
+  ReduceIndexer ix(x.dims(), mask.value());
+  Tensor* out = ctx.Output("Out");
+  T* o = out->mutable_data<T>(ctx.place());
+  std::fill(o, o + out->numel(), K == Kind::kMax ? std::numeric_limits<T>::lowest() : T(0));
+  const T* in = x.data<T>();
+  ix.ForEach([&](int64_t i, int64_t j) {
+    if (K == Kind::kMax) o[j] = std::max(o[j], in[i]);
+    else o[j] += in[i];
+  });
+  if (K == Kind::kMean && ix.groups > 0)
+    for (int64_t j = 0; j < out->numel(); ++j) o[j] /= static_cast<T>(ix.groups);
+  return Status::OK();
+}
+
+// sum: dx = g[j]; mean: dx = g[j] / groups; max: dx = g[j] where x == out[j] (all ties).
+template <typename T, Kind K>
+Status ReduceGradKernel(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& x = ctx.Input("X");
+  auto mask = ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
+  if (!mask.ok()) return ctx.Error(mask.status().message());
+  ReduceIndexer ix(x.dims(), mask.value());
+  const T* g = ctx.Input("Out@GRAD").data<T>();
+  const T* in = x.data<T>();
+  const T* out = K == Kind::kMax ? ctx.Input("Out").data<T>() : nullptr;
+  T* o = dx->mutable_data<T>(ctx.place());
+  T scale = K == Kind::kMean ? T(1) / static_cast<T>(ix.groups ? ix.groups : 1) : T(1);
+  ix.ForEach([&](int64_t i, int64_t j) {
+    if (K == Kind::kMax) o[i] = in[i] == out[j] ? g[j] : T(0);
+    else o[i] = g[j] * scale;
+  });
+  return Status::OK();
+}
+
+Status ReduceGradInferShape(InferShapeContext* ctx) {
+  ctx->ShareDimAndDtype("X", "X@GRAD");
+  return Status::OK();
+}
+
+}  // namespace
+
+#define LOOM_REDUCE_OP(NAME, KIND, DOC)                                                       \
+  LOOM_REGISTER_OP(NAME)                                                                      \
+      .Doc(DOC)                                                                               \
+      .Input("X", "input")                                                                    \
+      .Output("Out", "reduced tensor")                                                        \
+      .Attr<std::vector<int>>("dim", {0}, "dims to reduce (negative counts from the end)")    \
+      .Attr<bool>("keep_dim", false, "keep reduced dims with size 1")                         \
+      .Attr<bool>("reduce_all", false, "reduce every dim (ignores dim)")                      \
+      .InferShape(ReduceInferShape)                                                           \
+      .GradMaker(DefaultGradMaker())                                                          \
+      .Kernel(Place::kCPU, proto::FP32, ReduceKernel<float, KIND>)                            \
+      .Kernel(Place::kCPU, proto::FP64, ReduceKernel<double, KIND>)                           \
+      .Kernel(Place::kCPU, proto::INT32, ReduceKernel<int32_t, KIND>)                         \
+      .Kernel(Place::kCPU, proto::INT64, ReduceKernel<int64_t, KIND>);                        \
+  LOOM_REGISTER_OP(NAME##_grad)                                                               \
+      .Doc("gradient of " #NAME)                                                              \
+      .Input("X", "forward input")                                                            \
+      .Input("Out", "forward output")                                                         \
+      .Input("Out@GRAD", "gradient of Out")                                                   \
+      .Output("X@GRAD", "gradient of X", false, true)                                         \
+      .Attr<std::vector<int>>("dim", {0}, "as in the forward op")                             \
+      .Attr<bool>("keep_dim", false, "as in the forward op")                                  \
+      .Attr<bool>("reduce_all", false, "as in the forward op")                                \
+      .InferShape(ReduceGradInferShape)                                                       \
+      .Kernel(Place::kCPU, proto::FP32, ReduceGradKernel<float, KIND>)                        \
+      .Kernel(Place::kCPU, proto::FP64, ReduceGradKernel<double, KIND>)
+
+LOOM_REDUCE_OP(reduce_sum, Kind::kSum, "Out = sum of X over dims.");
+LOOM_REDUCE_OP(reduce_mean, Kind::kMean, "Out = mean of X over dims.");
+LOOM_REDUCE_OP(reduce_max, Kind::kMax, "Out = max of X over dims (every tied maximum receives the gradient).");
+
+}  // namespace loom::ops

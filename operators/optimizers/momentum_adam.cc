@@ -1,0 +1,198 @@
+// momentum (with Nesterov), adam and adamw: in-place parameter updates; optimizer state lives in
+// its own vars (velocity, moments, beta powers) so the transpiler can place it with the param.
+// Also squared_l2_norm, the building block of clipping by global norm.
+#include <cmath>
+
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+Status CheckLike(InferShapeContext* ctx, const char* slot, const char* like) {
+  if (!DimsCompatible(ctx->InputDim(slot), ctx->InputDim(like)))
+    return ctx->Error(ctx->DescribeInput(slot), " must have the dims of ", ctx->DescribeInput(like));
+  if (ctx->InputDtype(slot) != ctx->InputDtype(like))
+    return ctx->Error("input '", slot, "' is ", DataTypeName(ctx->InputDtype(slot)), ", '", like,
+                      "' is ", DataTypeName(ctx->InputDtype(like)));
+  return Status::OK();
+}
+
+Status CheckScalar(InferShapeContext* ctx, const char* slot) {
+  DDim d = ctx->InputDim(slot);
+  if (d.known() && d.numel() != 1)
+    return ctx->Error(ctx->DescribeInput(slot), " must hold one element");
+  return Status::OK();
+}
+
+Status MomentumInferShape(InferShapeContext* ctx) {
+  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Grad", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Velocity", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckScalar(ctx, "LearningRate"));
+  ctx->ShareDimAndDtype("Param", "ParamOut");
+  ctx->ShareDimAndDtype("Velocity", "VelocityOut");
+  return Status::OK();
+}
+
+// v = mu v + g;  p -= lr (g + mu v) with Nesterov, else p -= lr v.
+template <typename T>
+Status MomentumKernel(const KernelContext& ctx) {
+  const Tensor& param = ctx.Input("Param");
+  int64_t n = param.numel();
+  const T* p = param.data<T>();
+  const T* g = ctx.Input("Grad").data<T>();
+  const T* v = ctx.Input("Velocity").data<T>();
+  T lr = ctx.Input("LearningRate").data<T>()[0];
+  T mu = static_cast<T>(ctx.Attr<float>("mu"));
+  bool nesterov = ctx.Attr<bool>("use_nesterov");
+  T* po = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
+  T* vo = ctx.Output("VelocityOut")->mutable_data<T>(ctx.place());
+  for (int64_t i = 0; i < n; ++i) {
+    T nv = mu * v[i] + g[i];
+    vo[i] = nv;
+    po[i] = p[i] - lr * (nesterov ? g[i] + mu * nv : nv);
+  }
+  return Status::OK();
+}
+
+Status AdamInferShape(InferShapeContext* ctx) {
+  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Grad", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment1", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment2", "Param"));
+  for (const char* s : {"LearningRate", "Beta1Pow", "Beta2Pow"}) LOOM_RETURN_IF_ERROR(CheckScalar(ctx, s));
+  ctx->ShareDimAndDtype("Param", "ParamOut");
+  ctx->ShareDimAndDtype("Moment1", "Moment1Out");
+  ctx->ShareDimAndDtype("Moment2", "Moment2Out");
+  ctx->ShareDimAndDtype("Beta1Pow", "Beta1PowOut");
+  ctx->ShareDimAndDtype("Beta2Pow", "Beta2PowOut");
+  return Status::OK();
+}
+
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; lr_t = lr sqrt(1-b2^t) / (1-b1^t);
+// p -= lr_t m / (sqrt(v) + eps sqrt(1-b2^t)) [+ lr coeff p for adamw, decoupled];
+// the beta powers advance by one step.
+template <typename T, bool kDecoupledDecay>
+Status AdamKernel(const KernelContext& ctx) {
+  const Tensor& param = ctx.Input("Param");
+  int64_t n = param.numel();
+  const T* p = param.data<T>();
+  const T* g = ctx.Input("Grad").data<T>();
+  const T* m1 = ctx.Input("Moment1").data<T>();
+  const T* m2 = ctx.Input("Moment2").data<T>();
+  T lr = ctx.Input("LearningRate").data<T>()[0];
+  T b1p = ctx.Input("Beta1Pow").data<T>()[0], b2p = ctx.Input("Beta2Pow").data<T>()[0];
+  T b1 = static_cast<T>(ctx.Attr<float>("beta1")), b2 = static_cast<T>(ctx.Attr<float>("beta2"));
+  T eps = static_cast<T>(ctx.Attr<float>("epsilon"));
+  T coeff = kDecoupledDecay ? static_cast<T>(ctx.Attr<float>("coeff")) : T(0);
+  T* po = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
+  T* m1o = ctx.Output("Moment1Out")->mutable_data<T>(ctx.place());
+  T* m2o = ctx.Output("Moment2Out")->mutable_data<T>(ctx.place());
+  T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
+  T eps_t = eps * std::sqrt(T(1) - b2p);
+  for (int64_t i = 0; i < n; ++i) {
+    T a = b1 * m1[i] + (T(1) - b1) * g[i];
+    T b = b2 * m2[i] + (T(1) - b2) * g[i] * g[i];
+    m1o[i] = a;
+    m2o[i] = b;
+    T decayed = kDecoupledDecay ? p[i] * (T(1) - lr * coeff) : p[i];
+    po[i] = decayed - lr_t * a / (std::sqrt(b) + eps_t);
+  }
+  ctx.Output("Beta1PowOut")->mutable_data<T>(ctx.place())[0] = b1p * b1;
+  ctx.Output("Beta2PowOut")->mutable_data<T>(ctx.place())[0] = b2p * b2;
+  return Status::OK();
+}
+
+Status SquaredL2NormInferShape(InferShapeContext* ctx) {
+  ctx->SetOutputDim("Out", DDim{1});
+  ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+  return Status::OK();
+}
+
+template <typename T>
+Status SquaredL2NormKernel(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const T* in = x.data<T>();
+  double acc = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) acc += static_cast<double>(in[i]) * in[i];
+  ctx.Output("Out")->mutable_data<T>(ctx.place())[0] = static_cast<T>(acc);
+  return Status::OK();
+}
+
+template <typename T>
+Status SquaredL2NormGradKernel(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& x = ctx.Input("X");
+  T g = ctx.Input("Out@GRAD").data<T>()[0];
+  const T* in = x.data<T>();
+  T* o = dx->mutable_data<T>(ctx.place());
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = T(2) * in[i] * g;
+  return Status::OK();
+}
+
+}  // namespace
+
+LOOM_REGISTER_OP(momentum)
+    .Doc("Momentum SGD: Velocity = mu * Velocity + Grad; Param -= lr * (Nesterov ? Grad + mu * Velocity : Velocity).")
+    .Input("Param", "parameter")
+    .Input("Grad", "its gradient")
+    .Input("Velocity", "velocity accumulator")
+    .Input("LearningRate", "learning rate, one element")
+    .Output("ParamOut", "updated parameter (the Param var)")
+    .Output("VelocityOut", "updated velocity (the Velocity var)")
+    .Attr<float>("mu", 0.9f, "momentum")
+    .Attr<bool>("use_nesterov", false, "Nesterov accelerated gradient")
+    .InferShape(MomentumInferShape)
+    .Kernel(Place::kCPU, proto::FP32, MomentumKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, MomentumKernel<double>);
+
+#define LOOM_ADAM_SLOTS                                                  \
+  .Input("Param", "parameter")                                           \
+      .Input("Grad", "its gradient")                                     \
+      .Input("LearningRate", "learning rate, one element")               \
+      .Input("Moment1", "first moment")                                  \
+      .Input("Moment2", "second moment")                                 \
+      .Input("Beta1Pow", "beta1^t, one element")                         \
+      .Input("Beta2Pow", "beta2^t, one element")                         \
+      .Output("ParamOut", "updated parameter")                           \
+      .Output("Moment1Out", "updated first moment")                      \
+      .Output("Moment2Out", "updated second moment")                     \
+      .Output("Beta1PowOut", "beta1^(t+1)")                              \
+      .Output("Beta2PowOut", "beta2^(t+1)")                              \
+      .Attr<float>("beta1", 0.9f, "decay of the first moment")           \
+      .Attr<float>("beta2", 0.999f, "decay of the second moment")        \
+      .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")             \
+      .InferShape(AdamInferShape)
+
+LOOM_REGISTER_OP(adam)
+    .Doc("Adam with bias correction; the beta powers advance each step.")
+    LOOM_ADAM_SLOTS
+    .Kernel(Place::kCPU, proto::FP32, AdamKernel<float, false>)
+    .Kernel(Place::kCPU, proto::FP64, AdamKernel<double, false>);
+
+LOOM_REGISTER_OP(adamw)
+    .Doc("Adam with decoupled weight decay: Param *= (1 - lr * coeff) before the Adam step.")
+    LOOM_ADAM_SLOTS
+    .Attr<float>("coeff", 0.01f, "weight decay coefficient")
+    .Kernel(Place::kCPU, proto::FP32, AdamKernel<float, true>)
+    .Kernel(Place::kCPU, proto::FP64, AdamKernel<double, true>);
+
+LOOM_REGISTER_OP(squared_l2_norm)
+    .Doc("Out = sum(X^2), dims [1] (used for clipping by global norm).")
+    .Input("X", "input")
+    .Output("Out", "sum of squares")
+    .InferShape(SquaredL2NormInferShape)
+    .GradMaker(DefaultGradMaker())
+    .Kernel(Place::kCPU, proto::FP32, SquaredL2NormKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, SquaredL2NormKernel<double>);
+
+LOOM_REGISTER_OP(squared_l2_norm_grad)
+    .Doc("X@GRAD = 2 X Out@GRAD.")
+    .Input("X", "forward input")
+    .Input("Out", "forward output")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("X@GRAD", "gradient of X", false, true)
+    .InferShape(GradInferShape)
+    .Kernel(Place::kCPU, proto::FP32, SquaredL2NormGradKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, SquaredL2NormGradKernel<double>);
+
+}  // namespace loom::ops
