@@ -11,6 +11,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   pybind11-dev python3-dev python3-numpy python3-pytest
+  dataset-fashion-mnist python3-matplotlib
 )
 # Optional extras: clang for the libFuzzer target.
 OPTIONAL=(clang libclang-rt-14-dev)
