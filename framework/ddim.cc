@@ -56,6 +56,16 @@ bool DDim::operator==(const DDim& o) const {
   return true;
 }
 
+bool CheckedByteSize(const DDim& d, size_t elem_size, uint64_t* bytes) {
+  uint64_t n = elem_size;
+  for (int64_t v : d) {
+    if (v < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(v), &n)) return false;
+  }
+  if (n > static_cast<uint64_t>(INT64_MAX)) return false;
+  *bytes = n;
+  return true;
+}
+
 bool DimsCompatible(const DDim& a, const DDim& b) {
   if (a.size() != b.size()) return false;
   for (int i = 0; i < a.size(); ++i)

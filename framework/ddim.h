@@ -45,6 +45,8 @@ class DDim {
   int rank_ = 0;
 };
 
+// numel * elem_size in bytes; false when a dim is negative or the product overflows.
+bool CheckedByteSize(const DDim& d, size_t elem_size, uint64_t* bytes);
 // Two dims are compatible when they have the same rank and agree wherever both are known.
 bool DimsCompatible(const DDim& a, const DDim& b);
 // Flattens dims [0, num_col_dims) into rows and the rest into columns: [rows, cols].

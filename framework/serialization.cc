@@ -142,7 +142,11 @@ StatusOr<Tensor> DeserializeTensor(const std::string& bytes, const std::string& 
   uint64_t nbytes = 0;
   LOOM_RETURN_IF_ERROR(r.Read(&nbytes, "data size"));
   auto dt = static_cast<DataType>(dtype);
-  if (nbytes != static_cast<uint64_t>(dims.numel()) * SizeOf(dt))
+  uint64_t want_bytes = 0;
+  if (!CheckedByteSize(dims, SizeOf(dt), &want_bytes))
+    return Corruption(source, ": dims ", dims.ToString(), " of ", DataTypeName(dt),
+                      " overflow the addressable size");
+  if (nbytes != want_bytes)
     return Corruption(source, ": data size ", nbytes, " does not match dims ", dims.ToString(),
                       " of ", DataTypeName(dt));
   size_t data_at = r.pos();
@@ -252,7 +256,9 @@ StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
   }
   size_t data_at = header_at + header_len;
   size_t elem = from_u8 ? 1 : SizeOf(dtype);
-  size_t need = static_cast<size_t>(dims.numel()) * elem;
+  uint64_t need = 0;
+  if (!CheckedByteSize(dims, elem, &need))
+    return Corruption(source, ": .npy shape ", dims.ToString(), " overflows the addressable size");
   if (bytes.size() - data_at != need)
     return Corruption(source, ": .npy data has ", bytes.size() - data_at, " bytes, shape ",
                       dims.ToString(), " of ", descr, " needs ", need);

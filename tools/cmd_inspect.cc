@@ -8,6 +8,7 @@
 #include "framework/verifier.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/proto_text.h"
 
 namespace loom::cli {
 
@@ -150,6 +151,11 @@ Status Inspect(const Flags& flags) {
            path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   bool text = ends_with(".pbtxt") || ends_with(".txt");
+  if (text) {
+    // Syntax errors with their line and column, in one line.
+    proto::ProgramDesc syntax_only;
+    LOOM_RETURN_IF_ERROR(ParseTextProto(bytes, path, "a Loom program", &syntax_only));
+  }
   LOOM_ASSIGN_OR_RETURN(ProgramDesc program,
                         text ? ParseProgramText(bytes, path) : ParseProgram(bytes, path));
   std::fputs(PrintProgram(program).c_str(), stdout);

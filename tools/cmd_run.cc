@@ -1,6 +1,4 @@
 // loom run DIR: trains a saved program bundle.
-#include <google/protobuf/text_format.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include "framework/serialization.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/proto_text.h"
 
 namespace loom::cli {
 
@@ -46,9 +45,7 @@ Status LoadManifest(const std::string& dir, proto::BundleManifest* manifest) {
   std::string path = JoinPath(dir, "bundle.pbtxt");
   if (!FileExists(path)) return Status::OK();
   LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  if (!google::protobuf::TextFormat::ParseFromString(text, manifest))
-    return Corruption(path, ": not a valid bundle manifest (protobuf text format)");
-  return Status::OK();
+  return ParseTextProto(text, path, "a bundle manifest", manifest);
 }
 
 // Vars main reads before any op writes them, that are neither persistable nor fed.
@@ -186,6 +183,13 @@ Status Run(const Flags& flags) {
   if (!feeds.empty() && (batch <= 0 || batch > rows))
     return InvalidArgument("batch size ", batch, " must be between 1 and the ", rows,
                            " rows of the feeds");
+  for (const auto& f : feeds) {
+    DDim want = main.GlobalBlock()->FindVar(f.name).Dims();
+    if (want[0] >= 0 && want[0] != batch)
+      return InvalidArgument("batch size ", batch, " does not fit feed '", f.name,
+                             "': main.pb declares dims ", want.ToString(),
+                             " (pass --batch-size ", want[0], ")");
+  }
 
   Executor exe(place);
   Scope scope;

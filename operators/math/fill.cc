@@ -17,6 +17,18 @@ Status ShapeFromAttr(InferShapeContext* ctx) {
   return Status::OK();
 }
 
+Status UniformInferShape(InferShapeContext* ctx) {
+  float lo = ctx->Attr<float>("min"), hi = ctx->Attr<float>("max");
+  if (!(lo <= hi)) return ctx->Error("attribute min (", lo, ") must not exceed max (", hi, ")");
+  return ShapeFromAttr(ctx);
+}
+
+Status GaussianInferShape(InferShapeContext* ctx) {
+  float std = ctx->Attr<float>("std");
+  if (!(std >= 0)) return ctx->Error("attribute std (", std, ") must be >= 0");
+  return ShapeFromAttr(ctx);
+}
+
 template <typename T>
 Status FillConstantKernel(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
@@ -92,7 +104,7 @@ LOOM_REGISTER_OP(uniform_random)
     .Attr<float>("max", 1.0f, "upper bound")
     .Attr<int>("seed", 0, "random seed; 0 draws a fresh one")
     .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
-    .InferShape(ShapeFromAttr)
+    .InferShape(UniformInferShape)
     .Kernel(Place::kCPU, proto::FP32, UniformRandomKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, UniformRandomKernel<double>);
 
@@ -104,7 +116,7 @@ LOOM_REGISTER_OP(gaussian_random)
     .Attr<float>("std", 1.0f, "standard deviation")
     .Attr<int>("seed", 0, "random seed; 0 draws a fresh one")
     .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
-    .InferShape(ShapeFromAttr)
+    .InferShape(GaussianInferShape)
     .Kernel(Place::kCPU, proto::FP32, GaussianRandomKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, GaussianRandomKernel<double>);
 

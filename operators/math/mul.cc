@@ -23,8 +23,9 @@ Status MulInferShape(InferShapeContext* ctx) {
                       " are incompatible: X flattened at ", xc, " has ", k_x,
                       " columns but Y flattened at ", yc, " has ", k_y, " rows");
   if (ctx->InputDtype("X") != ctx->InputDtype("Y"))
-    return ctx->Error("X is ", DataTypeName(ctx->InputDtype("X")), " but Y is ",
-                      DataTypeName(ctx->InputDtype("Y")));
+    return ctx->Error("X (var '", ctx->InputVarName("X"), "') is ",
+                      DataTypeName(ctx->InputDtype("X")), " but Y (var '", ctx->InputVarName("Y"),
+                      "') is ", DataTypeName(ctx->InputDtype("Y")));
   DDim out;
   for (int i = 0; i < xc; ++i) out.push_back(x[i]);
   for (int i = yc; i < y.size(); ++i) out.push_back(y[i]);

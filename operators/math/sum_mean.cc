@@ -15,8 +15,10 @@ Status SumInferShape(InferShapeContext* ctx) {
                         d.ToString(), ", input #0 (var '", ctx->InputVarName("X", 0), "') has ",
                         first.ToString());
     if (ctx->InputDtype("X", i) != ctx->InputDtype("X", 0))
-      return ctx->Error("inputs have different dtypes: ", DataTypeName(ctx->InputDtype("X", 0)),
-                        " and ", DataTypeName(ctx->InputDtype("X", i)));
+      return ctx->Error("input 'X' #", i, " (var '", ctx->InputVarName("X", i), "') is ",
+                        DataTypeName(ctx->InputDtype("X", i)), ", input #0 (var '",
+                        ctx->InputVarName("X", 0), "') is ",
+                        DataTypeName(ctx->InputDtype("X", 0)));
   }
   ctx->ShareDimAndDtype("X", "Out");
   return Status::OK();
@@ -46,6 +48,22 @@ Status SumKernel(const KernelContext& ctx) {
   // shape check above rules out.
   SumCompute<T>(ins, out->numel(), out->mutable_data<T>(ctx.place()));
   return Status::OK();
+}
+
+// d(X[0] + X[1] + ...)/dX[i] = 1: each input's gradient is a copy of Out@GRAD (a scale by 1).
+std::vector<proto::OpDesc> SumGradMaker(const OpDesc& fwd) {
+  std::vector<proto::OpDesc> grads;
+  std::string dout = GradVarName(fwd.Output("Out")[0]);
+  for (const std::string& x : fwd.Input("X")) {
+    proto::OpDesc g;
+    OpDesc op(&g);
+    op.SetType("scale");
+    op.SetInput("X", {dout});
+    op.SetOutput("Out", {GradVarName(x)});
+    op.SetAttr("scale", 1.0f);
+    grads.push_back(std::move(g));
+  }
+  return grads;
 }
 
 Status MeanInferShape(InferShapeContext* ctx) {
@@ -93,6 +111,7 @@ LOOM_REGISTER_OP(sum)
     .Input("X", "tensors to add", /*duplicable=*/true)
     .Output("Out", "their sum (may be one of the inputs)")
     .InferShape(SumInferShape)
+    .GradMaker(SumGradMaker)
     .Kernel(Place::kCPU, proto::FP32, SumKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, SumKernel<double>)
     .Kernel(Place::kCPU, proto::INT32, SumKernel<int32_t>)

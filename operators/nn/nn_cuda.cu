@@ -88,6 +88,11 @@ Status ReluGrad(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
+// Grid size for kernels that give each row its own block (grid-stride over rows beyond it).
+inline unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
+}
+
 // One block per row: max, sum of exp, softmax and loss. Bad hard labels set *bad.
 template <typename T>
 __global__ void SwceK(const T* x, const int64_t* l64, const int32_t* l32, const T* soft, T* sm,
@@ -156,7 +161,7 @@ Status Swce(const KernelContext& ctx) {
   int64_t* bad = flag.mutable_data<int64_t>(ctx.place());
   const int64_t kNone = INT64_MIN;
   cudaMemcpyAsync(bad, &kNone, sizeof(kNone), cudaMemcpyHostToDevice, Stream(ctx));
-  SwceK<T><<<Blocks(rows), kThreads, 0, Stream(ctx)>>>(
+  SwceK<T><<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(
       logits.data<T>(), !soft && label.dtype() == proto::INT64 ? label.data<int64_t>() : nullptr,
       !soft && label.dtype() == proto::INT32 ? label.data<int32_t>() : nullptr,
       soft ? label.data<T>() : nullptr, ctx.Output("Softmax")->mutable_data<T>(ctx.place()),
@@ -169,19 +174,37 @@ Status Swce(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
+// Hard labels: Logits@GRAD = (Softmax - onehot(label)) * Loss@GRAD, zero for ignored rows.
 template <typename T>
-__global__ void SwceGradK(const T* sm, const int64_t* l64, const int32_t* l32, const T* soft,
-                          const T* dloss, T* o, int64_t rows, int64_t d, int64_t ignore) {
+__global__ void SwceHardGradK(const T* sm, const int64_t* l64, const int32_t* l32,
+                              const T* dloss, T* o, int64_t rows, int64_t d, int64_t ignore) {
   LOOM_GRID_STRIDE(i, rows * d) {
     int64_t r = i / d, j = i % d;
-    T g = dloss[r];
-    if (soft) {
-      // Soft labels that sum to one: (softmax - label) * g.
-      o[i] = (sm[i] - soft[i]) * g;
-    } else {
-      int64_t l = l64 ? l64[r] : l32[r];
-      o[i] = l == ignore ? T(0) : (sm[i] - (j == l ? T(1) : T(0))) * g;
+    int64_t l = l64 ? l64[r] : l32[r];
+    o[i] = l == ignore ? T(0) : (sm[i] - (j == l ? T(1) : T(0))) * dloss[r];
+  }
+}
+
+// Soft labels: Logits@GRAD = (Softmax * sum(label) - label) * Loss@GRAD, one block per row
+// (exact also when a row of labels does not sum to one, as on the CPU).
+template <typename T>
+__global__ void SwceSoftGradK(const T* sm, const T* soft, const T* dloss, T* o, int64_t rows,
+                              int64_t d) {
+  __shared__ T red[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* lr = soft + r * d;
+    T acc = 0;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) acc += lr[j];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+      __syncthreads();
     }
+    T lsum = red[0], g = dloss[r];
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      o[r * d + j] = (sm[r * d + j] * lsum - lr[j]) * g;
   }
 }
 
@@ -193,12 +216,17 @@ Status SwceGrad(const KernelContext& ctx) {
   const Tensor& label = ctx.Input("Label");
   int64_t d = sm.dims()[sm.dims().size() - 1];
   int64_t rows = d ? sm.numel() / d : 0;
-  bool soft = ctx.Attr<bool>("soft_label");
-  SwceGradK<T><<<Blocks(rows * d), kThreads, 0, Stream(ctx)>>>(
-      sm.data<T>(), !soft && label.dtype() == proto::INT64 ? label.data<int64_t>() : nullptr,
-      !soft && label.dtype() == proto::INT32 ? label.data<int32_t>() : nullptr,
-      soft ? label.data<T>() : nullptr, ctx.Input("Loss@GRAD").data<T>(),
-      dx->mutable_data<T>(ctx.place()), rows, d, ctx.Attr<int>("ignore_index"));
+  const T* dloss = ctx.Input("Loss@GRAD").data<T>();
+  T* o = dx->mutable_data<T>(ctx.place());
+  if (ctx.Attr<bool>("soft_label")) {
+    SwceSoftGradK<T><<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(
+        sm.data<T>(), label.data<T>(), dloss, o, rows, d);
+  } else {
+    bool i64 = label.dtype() == proto::INT64;
+    SwceHardGradK<T><<<Blocks(rows * d), kThreads, 0, Stream(ctx)>>>(
+        sm.data<T>(), i64 ? label.data<int64_t>() : nullptr,
+        i64 ? nullptr : label.data<int32_t>(), dloss, o, rows, d, ctx.Attr<int>("ignore_index"));
+  }
   return LaunchStatus(ctx);
 }
 

@@ -14,6 +14,10 @@ Status SgdInferShape(InferShapeContext* ctx) {
   if (ctx->InputDtype("Param") != ctx->InputDtype("Grad"))
     return ctx->Error("Param is ", DataTypeName(ctx->InputDtype("Param")), " but Grad is ",
                       DataTypeName(ctx->InputDtype("Grad")));
+  if (ctx->InputDtype("LearningRate") != ctx->InputDtype("Param"))
+    return ctx->Error(ctx->DescribeInput("LearningRate"), " is ",
+                      DataTypeName(ctx->InputDtype("LearningRate")), " but Param is ",
+                      DataTypeName(ctx->InputDtype("Param")));
   ctx->ShareDimAndDtype("Param", "ParamOut");
   return Status::OK();
 }

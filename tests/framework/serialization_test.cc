@@ -95,6 +95,12 @@ TEST(NpyTest, RejectsBadFiles) {
   complex.replace(complex.find("<f4"), 3, "<c8");
   EXPECT_FALSE(ParseNpy(complex, "a.npy").ok());
   EXPECT_FALSE(LoadNpy("/nonexistent/x.npy").ok());
+  // A shape whose byte size overflows must not pass as "0 bytes of data".
+  std::string huge = good;
+  huge.replace(huge.find("(2, 2)"), 6, "(4611686018427387904, 4)");
+  auto overflow = ParseNpy(huge, "huge.npy");
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_NE(overflow.status().message().find("overflow"), std::string::npos);
 }
 
 TEST(FileTest, AtomicWriteReplacesWholeFileOrNothing) {

@@ -66,6 +66,11 @@ OpTest& OpTest::Attr(const std::string& name, Attribute value) {
   return *this;
 }
 
+OpTest& OpTest::OnPlace(const Place& place) {
+  place_ = place;
+  return *this;
+}
+
 ProgramDesc OpTest::BuildProgram() {
   ProgramDesc p;
   BlockDesc* b = p.GlobalBlock();
@@ -99,7 +104,7 @@ StatusOr<std::map<std::string, Tensor>> OpTest::Forward() {
   LOOM_RETURN_IF_ERROR(VerifyProgram(p));
   std::vector<std::string> fetch;
   for (const auto& o : outputs_) fetch.push_back(o + "_out");
-  Executor exe;
+  Executor exe(place_);
   Scope scope;
   std::vector<Tensor> out;
   LOOM_RETURN_IF_ERROR(exe.Run(p, &scope, Feeds(), fetch, &out));
@@ -139,7 +144,7 @@ std::string OpTest::CheckGrad(const std::string& out_slot, double eps, double rt
     for (const auto& v : in.vars) grads.push_back(GradVarName(v));
     checked.push_back(&in);
   }
-  Executor exe;
+  Executor exe(place_);
   Scope scope;
   FeedMap feeds = Feeds();
   feeds[GradVarName(out)] = w;

@@ -24,6 +24,8 @@ class OpTest {
   OpTest& Inputs(const std::string& slot, std::vector<Tensor> ts);  // duplicable slot
   OpTest& Output(const std::string& slot);
   OpTest& Attr(const std::string& name, Attribute value);
+  // Where Forward and CheckGrad run (default CPU); feeds and fetches stay on the host.
+  OpTest& OnPlace(const Place& place);
 
   // Runs forward; returns outputs by slot (first var of each slot).
   StatusOr<std::map<std::string, Tensor>> Forward();
@@ -46,6 +48,7 @@ class OpTest {
   std::vector<In> inputs_;
   std::vector<std::string> outputs_;
   AttributeMap attrs_;
+  Place place_ = Place::CPU();
 };
 
 }  // namespace loom::testing

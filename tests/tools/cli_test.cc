@@ -356,5 +356,48 @@ TEST_F(CliTest, OutOfRangeIntegerFlag) {
               {"--iters", "out of range"});
 }
 
+// A .npy file with a hand-written header: dims whose byte count overflows, and no data.
+void WriteOverflowingNpy(const std::string& path, const std::string& descr,
+                         const std::string& shape) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape +
+                       "), }";
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  ASSERT_TRUE(WriteFileAtomic(path, bytes + header).ok());
+}
+
+TEST_F(CliTest, NpyDimsThatOverflowAreRejected) {
+  // 2^62 rows of 20 floats wrap to 0 bytes in 64 bits; the run must not read past the data.
+  std::string x = JoinPath(dir_, "overflow_x.npy"), label = JoinPath(dir_, "overflow_label.npy");
+  WriteOverflowingNpy(x, "<f4", "4611686018427387904, 20");
+  WriteOverflowingNpy(label, "<i8", "4611686018427387904, 1");
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --feed x=" + x + " --feed label=" +
+                   label),
+              {"overflow_", "4611686018427387904", "overflow"});
+}
+
+TEST_F(CliTest, BadManifestIsOneLineWithPosition) {
+  std::string d = BundleWithMain("bad_manifest", Main());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(d, "bundle.pbtxt"), "feeds { nme: \"x\" }\n").ok());
+  ExpectError(Loom("run " + d), {"bundle.pbtxt:1:", "nme", "bundle manifest"});
+}
+
+TEST_F(CliTest, TextProgramSyntaxErrorIsOneLineWithPosition) {
+  std::string path = JoinPath(dir_, "broken.pbtxt");
+  ASSERT_TRUE(WriteFileAtomic(path, "blocks { idx: 0\n  ops { type: \"relu\"\n").ok());
+  ExpectError(Loom("inspect " + path), {"broken.pbtxt:3:", "Loom program"});
+}
+
+TEST_F(CliTest, FixedBatchDimMustMatchBatchSize) {
+  ProgramDesc p = Main();
+  p.GlobalBlock()->FindVar("x").SetDims({64, 20});
+  std::string d = BundleWithMain("fixed_batch", p);
+  ExpectError(Loom("run " + d + " --batch-size 32"), {"batch size 32", "'x'", "[64, 20]"});
+  Result r = Loom("run " + d + " --iters 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace loom
