@@ -14,3 +14,11 @@ echo
 echo "== loom run $OUT/softmax_classifier"
 build/tools/loom run "$OUT/softmax_classifier" --iters 200 --print-every 20 \
   --save-params "$OUT/softmax_classifier_params"
+
+echo
+echo "== Python: Fashion-MNIST MLP, one epoch (examples/fashion_mnist.py)"
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp --epochs 1
+else
+  echo "Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping"
+fi
