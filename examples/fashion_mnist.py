@@ -69,8 +69,9 @@ def build(model, lr, seed):
         loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
         acc = fluid.layers.accuracy(fluid.layers.softmax(logits), label)
         test = main.clone(for_test=True)
-        fluid.optimizer.Adam(lr).minimize(loss)
-    return main, startup, test, loss, acc
+        opt = fluid.optimizer.Adam(lr)
+        opt.minimize(loss)
+    return main, startup, test, loss, acc, opt
 
 
 def evaluate(exe, test, acc, x, y, batch):
@@ -96,6 +97,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-decay", type=float, default=0.8,
+                    help="multiply the learning rate by this after every epoch")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default=DATA_DIR, help="directory with the IDX files")
     ap.add_argument("--limit", type=int, default=0, help="use only the first N training images")
@@ -110,7 +113,7 @@ def main():
     if args.model == "mlp":
         x_train, x_test = x_train.reshape(-1, 784), x_test.reshape(-1, 784)
 
-    main_prog, startup, test, loss, acc = build(args.model, args.lr, args.seed)
+    main_prog, startup, test, loss, acc, opt = build(args.model, args.lr, args.seed)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     rng = np.random.RandomState(args.seed)
@@ -128,6 +131,8 @@ def main():
             if s % 20 == 0 or s == steps - 1:
                 progress(epoch, s + 1, steps, np.mean(curve[-20:]),
                          (s + 1) * args.batch_size / max(time.time() - t0, 1e-9))
+        lr_var = fluid.global_scope().find_var(opt._lr_var.name).get_tensor()
+        lr_var.set(np.array(lr_var) * args.lr_decay, fluid.CPUPlace())
         accuracy = evaluate(exe, test, acc, x_test, y_test, 1000)
         accs.append(accuracy)
         print("\nepoch %d: test accuracy %.4f  (%.1f s, %.1f steps/s)" %

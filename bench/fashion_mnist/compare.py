@@ -20,7 +20,7 @@ import loom as fluid  # noqa: E402
 
 
 def loom_steps_per_s(model, x, y, batch, steps):
-    main, startup, _, loss, _ = fashion_mnist.build(model, 1e-3, 1)
+    main, startup, _, loss, _, _ = fashion_mnist.build(model, 1e-3, 1)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     feeds = [{"image": x[i * batch:(i + 1) * batch], "label": y[i * batch:(i + 1) * batch]}
