@@ -48,11 +48,25 @@ def _write_manifest(dirname, feeds, fetches, batch_size=None, description=None, 
     os.replace(tmp, os.path.join(dirname, "bundle.pbtxt"))
 
 
+def _prune_to_targets(program, targets):
+    """Removes every op of block 0 that the targets do not depend on."""
+    block = program.global_block().desc
+    needed = set(targets)
+    for i in reversed(range(block.op_size())):
+        op = block.op(i)
+        if needed.intersection(op.output_arg_names()):
+            needed.update(op.input_arg_names())
+        else:
+            block.remove_op(i)
+    return program
+
+
 def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program=None,
                          model_filename=None, params_filename=None):
-    """Saves the forward part of the program (for test) as DIR/main.pb, its parameters under
-    DIR/params and a manifest naming feeds and fetches."""
-    program = _program(main_program).clone(for_test=True)
+    """Saves the forward part of the program that computes target_vars (test mode, pruned of
+    loss and optimizer ops) as DIR/main.pb, its parameters under DIR/params and a manifest
+    naming feeds and fetches."""
+    program = _prune_to_targets(_program(main_program).clone(for_test=True), _names(target_vars))
     os.makedirs(dirname, exist_ok=True)
     program.desc.save(os.path.join(dirname, model_filename or "main.pb"))
     core.save_params(program.desc, global_scope(), os.path.join(dirname, "params"))
