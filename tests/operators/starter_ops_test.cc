@@ -653,3 +653,59 @@ TEST(OptimizerOpTest, SquaredL2Norm) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// Reference batched matmul with transposes, on doubles.
+std::vector<double> RefMatmul(const Tensor& x, const Tensor& y, bool tx, bool ty, double alpha,
+                              int64_t batch, int64_t m, int64_t k, int64_t n, bool xb, bool yb) {
+  std::vector<double> xv = Values(x), yv = Values(y), out(batch * m * n, 0);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t t = 0; t < k; ++t) {
+          double a = xv[(xb ? b * m * k : 0) + (tx ? t * m + i : i * k + t)];
+          double c = yv[(yb ? b * k * n : 0) + (ty ? j * k + t : t * n + j)];
+          acc += a * c;
+        }
+        out[(b * m + i) * n + j] = alpha * acc;
+      }
+  return out;
+}
+
+TEST(MatmulOpTest, TransposesBatchesAndAlpha) {
+  struct Case {
+    DDim x, y;
+    bool tx, ty;
+    int64_t batch, m, k, n;
+    bool xb, yb;
+    DDim out;
+  };
+  for (const Case& c : {Case{DDim{3, 4}, DDim{4, 5}, false, false, 1, 3, 4, 5, false, false, DDim{3, 5}},
+                        Case{DDim{4, 3}, DDim{5, 4}, true, true, 1, 3, 4, 5, false, false, DDim{3, 5}},
+                        Case{DDim{2, 3, 4}, DDim{2, 4, 5}, false, false, 2, 3, 4, 5, true, true, DDim{2, 3, 5}},
+                        Case{DDim{2, 4, 3}, DDim{4, 5}, true, false, 2, 3, 4, 5, true, false, DDim{2, 3, 5}},
+                        Case{DDim{3, 4}, DDim{2, 5, 4}, false, true, 2, 3, 4, 5, false, true, DDim{2, 3, 5}}}) {
+    Tensor x = Random(proto::FP64, c.x, 81), y = Random(proto::FP64, c.y, 82);
+    OpTest t("matmul");
+    t.Input("X", x).Input("Y", y).Output("Out").Attr("transpose_X", c.tx).Attr("transpose_Y", c.ty)
+        .Attr("alpha", 0.5f);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out.value()["Out"].dims(), c.out);
+    std::vector<double> want = RefMatmul(x, y, c.tx, c.ty, 0.5, c.batch, c.m, c.k, c.n, c.xb, c.yb);
+    ExpectNear(out.value()["Out"], want, 1e-12);
+    EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << c.x.ToString() << c.y.ToString();
+  }
+  OpTest bad("matmul");
+  bad.Input("X", Random(proto::FP32, DDim{3, 4}, 1)).Input("Y", Random(proto::FP32, DDim{5, 2}, 2))
+      .Output("Out");
+  auto st = bad.Forward();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("inner dims differ"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::testing
