@@ -12,6 +12,10 @@ StatusOr<BroadcastPlan> PlanBroadcast(const DDim& x, const DDim& y, int axis) {
     plan.n = x.numel();
     return plan;
   }
+  if (y.known() && y.numel() == 1) {  // a one-element Y is a scalar for every X
+    plan.pre = x.numel();
+    return plan;
+  }
   DDim yt = y;
   while (yt.size() > 1 && yt[yt.size() - 1] == 1) yt.resize(yt.size() - 1);
   if (axis == -1) axis = x.size() - yt.size();

@@ -1,6 +1,6 @@
 // Fluid's elementwise broadcasting: Y's dims (trailing 1s trimmed) must equal a contiguous run
-// of X's dims starting at `axis` (axis = -1: rank(X) - rank(Y)). X is then viewed as
-// [pre, n, post] and Y as [n]; Out has X's dims.
+// of X's dims starting at `axis` (axis = -1: rank(X) - rank(Y)); a one-element Y broadcasts
+// onto any X. X is then viewed as [pre, n, post] and Y as [n]; Out has X's dims.
 #pragma once
 
 #include "operators/common.h"

@@ -8,7 +8,7 @@ from .framework import Variable, _op_role_guard, default_startup_program
 class Optimizer:
     _op_type = None
 
-    def __init__(self, learning_rate, regularization=None, name=None):
+    def __init__(self, learning_rate, regularization=None, name=None, grad_clip=None):
         if not isinstance(learning_rate, (int, float, Variable)):
             raise TypeError("learning_rate must be a float or a Variable, got %r" % (learning_rate,))
         if isinstance(learning_rate, (int, float)) and learning_rate < 0:
@@ -18,6 +18,7 @@ class Optimizer:
         self._name = name or self.__class__.__name__.lower()
         self._lr_var = None
         self._accumulators = {}
+        self._grad_clip = grad_clip
 
     def _create_global_var(self, program, startup, name, value, shape=(1,), dtype="float32"):
         block = program.global_block()
@@ -57,6 +58,10 @@ class Optimizer:
         ops = []
         with _op_role_guard(program, core.kOpRoleOptimize):
             lr = self._lr(program, startup)
+            from . import clip
+            grad_clip = self._grad_clip or clip._current_clip()
+            if grad_clip is not None:
+                grad_clip.append_ops(block, params_grads)
             for param, grad in params_grads:
                 reg = getattr(param, "regularizer", None) or self.regularization
                 if reg is not None:
@@ -88,8 +93,8 @@ class MomentumOptimizer(Optimizer):
     """velocity = mu * velocity + grad; param -= lr * (grad + mu * velocity if nesterov else velocity)."""
 
     def __init__(self, learning_rate, momentum, use_nesterov=False, regularization=None,
-                 name=None):
-        super().__init__(learning_rate, regularization, name)
+                 name=None, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
         self._momentum = float(momentum)
         self._nesterov = bool(use_nesterov)
 
@@ -106,8 +111,8 @@ class AdamOptimizer(Optimizer):
     """Adam with bias-corrected moments; beta powers live in per-parameter vars."""
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
-                 regularization=None, name=None, lazy_mode=False):
-        super().__init__(learning_rate, regularization, name)
+                 regularization=None, name=None, lazy_mode=False, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
 
     def _append_update(self, block, param, grad, lr, program, startup):

@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(AddCase{DDim{3, 4}, DDim{3, 4}, -1}, AddCase{DDim{3, 4}, DDim{4}, -1},
                       AddCase{DDim{3, 4}, DDim{4}, 1}, AddCase{DDim{3, 4, 2}, DDim{3}, 0},
                       AddCase{DDim{2, 3, 4}, DDim{3}, 1}, AddCase{DDim{2, 3, 4}, DDim{3, 4}, 1},
-                      AddCase{DDim{1, 5}, DDim{5}, 1}));
+                      AddCase{DDim{1, 5}, DDim{5}, 1}, AddCase{DDim{3, 2}, DDim{1}, -1}));
 
 TEST(AddOpTest, TrailingOnesOfYAreTrimmed) {
   OpTest t("elementwise_add");

@@ -80,3 +80,16 @@ def test_optimizer_ops_carry_roles():
 def test_bad_learning_rate():
     with pytest.raises(ValueError, match="learning_rate"):
         fluid.optimizer.SGD(-1.0)
+
+
+def test_gradient_clip_by_global_norm_matches_numpy():
+    clip = fluid.clip.GradientClipByGlobalNorm(0.05)
+    history, final = run_steps(fluid.optimizer.SGD(0.1, grad_clip=clip), steps=2)
+    (w, g), (w_next, _) = history[0], history[1]
+    # w@GRAD fetched is the clipped gradient; check it against the unclipped one from numpy.
+    x = np.random.RandomState(0).randn(5, 3)
+    raw = grad_of(w, x)
+    scale = 0.05 / max(np.linalg.norm(raw), 0.05)
+    np.testing.assert_allclose(g, raw * scale, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(w_next, w - 0.1 * g, rtol=1e-5, atol=1e-7)
+    assert np.linalg.norm(g) <= 0.05 + 1e-6

@@ -1,0 +1,53 @@
+"""Gradient clipping as ops appended before the optimizer's update ops."""
+from . import unique_name
+
+
+class GradientClipByGlobalNorm:
+    """Scales every gradient by clip_norm / max(global_norm, clip_norm), where global_norm is
+    the L2 norm of all gradients together (squared_l2_norm, sum, sqrt, elementwise ops)."""
+
+    def __init__(self, clip_norm):
+        if clip_norm <= 0:
+            raise ValueError("clip_norm must be > 0, got %r" % (clip_norm,))
+        self.clip_norm = float(clip_norm)
+
+    def append_ops(self, block, params_grads):
+        def tmp(dtype, shape):
+            return block.create_var(name=unique_name.generate("global_norm.tmp"), dtype=dtype,
+                                    shape=shape)
+        grads = [g for _, g in params_grads]
+        if not grads:
+            return params_grads
+        dtype = grads[0].dtype
+        squares = []
+        for g in grads:
+            sq = tmp(dtype, [1])
+            block.append_op("squared_l2_norm", inputs={"X": g}, outputs={"Out": sq})
+            squares.append(sq)
+        total = tmp(dtype, [1])
+        block.append_op("sum", inputs={"X": squares}, outputs={"Out": total})
+        norm = tmp(dtype, [1])
+        block.append_op("sqrt", inputs={"X": total}, outputs={"Out": norm})
+        clip = tmp(dtype, [1])
+        block.append_op("fill_constant", outputs={"Out": clip},
+                        attrs={"shape": [1], "value": self.clip_norm, "dtype": int(dtype)})
+        bigger = tmp(dtype, [1])
+        block.append_op("elementwise_max", inputs={"X": norm, "Y": clip}, outputs={"Out": bigger})
+        factor = tmp(dtype, [1])
+        block.append_op("elementwise_div", inputs={"X": clip, "Y": bigger}, outputs={"Out": factor})
+        for g in grads:
+            block.append_op("elementwise_mul", inputs={"X": g, "Y": factor}, outputs={"Out": g})
+        return params_grads
+
+
+_global_clip = None
+
+
+def set_gradient_clip(clip, param_list=None, program=None):
+    """Every optimizer's minimize() then clips gradients with clip (Fluid 1.x API)."""
+    global _global_clip
+    _global_clip = clip
+
+
+def _current_clip():
+    return _global_clip

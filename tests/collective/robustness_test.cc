@@ -1,0 +1,194 @@
+// Errors instead of hangs: mismatched calls, ranks that never call, unsupported algorithms and
+// bad arguments.
+#include <gtest/gtest.h>
+
+#include "tests/collective/test_util.h"
+
+namespace loom::collective {
+namespace {
+
+using testing::RunRanks;
+
+std::unique_ptr<InProcessWorld> MakeWorld(int n, int timeout_ms = 200) {
+  WorldOptions options;
+  options.communicator.timeout = std::chrono::milliseconds(timeout_ms);
+  return InProcessWorld::Create(n, options).value();
+}
+
+TEST(Mismatch, CountDifferenceNamesBothRanksAndKeepsTheGroupUsable) {
+  auto world = MakeWorld(3, 30000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    std::vector<float> buf(16, 1.0f);
+    const size_t count = rank == 2 ? 12 : 10;
+    Status s = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                              CallOptions{Algorithm::kRing})
+                   .Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 0 called AllReduce(count=10, dtype=fp32, op=sum, "
+                               "algorithm=ring)"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("rank 2 called AllReduce(count=12, dtype=fp32, op=sum"),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(buf[0], 1.0f);  // nothing moved
+    // The next call works.
+    std::vector<float> ok(5, 1.0f);
+    Status next =
+        comm.AllReduce(ok.data(), ok.data(), ok.size(), DataType::kFloat32, ReduceOp::kSum).Wait();
+    EXPECT_TRUE(next.ok()) << next.ToString();
+    EXPECT_EQ(ok[4], 3.0f);
+  });
+}
+
+TEST(Mismatch, DtypeOpRootAndAlgorithmDifferences) {
+  auto world = MakeWorld(4, 30000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    std::vector<double> buf(8, 1.0);
+    const bool odd = rank == 3;
+    Work dtype = comm.AllReduce(buf.data(), buf.data(), 4,
+                                odd ? DataType::kInt64 : DataType::kFloat64, ReduceOp::kSum);
+    Work op = comm.AllReduce(buf.data(), buf.data(), 4, DataType::kFloat64,
+                             odd ? ReduceOp::kMax : ReduceOp::kSum);
+    Work root = comm.Broadcast(buf.data(), buf.data(), 4, DataType::kFloat64, odd ? 1 : 0);
+    Work algo = comm.AllReduce(buf.data(), buf.data(), 4, DataType::kFloat64, ReduceOp::kSum,
+                               CallOptions{odd ? Algorithm::kTree : Algorithm::kRing});
+    Work kind = odd ? comm.Reduce(buf.data(), buf.data(), 4, DataType::kFloat64, ReduceOp::kSum, 0)
+                    : comm.AllReduce(buf.data(), buf.data(), 4, DataType::kFloat64, ReduceOp::kSum);
+    const std::pair<Work*, const char*> checks[] = {
+        {&dtype, "rank 3 called AllReduce(count=4, dtype=int64"},
+        {&op, "op=max"},
+        {&root, "rank 3 called Broadcast(count=4, dtype=fp64, root=1"},
+        {&algo, "algorithm=tree"},
+        {&kind, "rank 3 called Reduce("}};
+    for (const auto& [work, needle] : checks) {
+      Status s = work->Wait();
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+      EXPECT_NE(s.message().find("rank 0 called"), std::string::npos) << s.message();
+    }
+    EXPECT_TRUE(comm.Barrier().Wait().ok());
+  });
+}
+
+TEST(Mismatch, PointToPointCountDifference) {
+  auto world = MakeWorld(2, 30000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    std::vector<int32_t> buf(10, rank);
+    Status s = rank == 0 ? comm.Send(buf.data(), 10, DataType::kInt32, 1, 4).Wait()
+                         : comm.Recv(buf.data(), 8, DataType::kInt32, 0, 4).Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 0 sends count=10 dtype=int32 but rank 1 receives count=8"),
+              std::string::npos)
+        << s.message();
+  });
+}
+
+TEST(Timeout, RankThatNeverCallsEndsInTimeoutNotAHang) {
+  auto world = MakeWorld(3);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    if (rank == 2) return;  // never calls
+    std::vector<float> buf(1000, 1.0f);
+    Status s =
+        comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum)
+            .Wait();
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+    EXPECT_NE(s.message().find("no progress within 200 ms"), std::string::npos) << s.message();
+    // The group is out of step now: later calls fail at once.
+    Status later = comm.Barrier().Wait();
+    EXPECT_EQ(later.code(), StatusCode::kFailedPrecondition) << later.ToString();
+  });
+}
+
+TEST(Timeout, PeerBusyWithSomethingElseCancelsCleanly) {
+  // Rank 1 sends point-to-point while the others run an allreduce: ranks 0 and 2 time out waiting
+  // for rank 1, rank 1 times out waiting for rank 0; every posted transfer is withdrawn.
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+    auto world = MakeWorld(3, 100);
+    RunRanks(*world, [&](int rank, Communicator& comm) {
+      if (rank == 1) {
+        std::vector<float> other(64, 0.0f);
+        Status s = comm.Send(other.data(), other.size(), DataType::kFloat32, 0, 1).Wait();
+        EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+        return;
+      }
+      std::vector<float> buf(100000, 1.0f);
+      Status s = comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                                ReduceOp::kSum, CallOptions{a})
+                     .Wait();
+      EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+    });
+  }
+}
+
+TEST(Timeout, SendWithoutMatchingRecv) {
+  auto world = MakeWorld(2);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    if (rank == 1) return;
+    int32_t x = 5;
+    Status s = comm.Send(&x, 1, DataType::kInt32, 1, 0).Wait();
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  });
+}
+
+TEST(Arguments, NativeAndUnsupportedAlgorithmsAreUnimplemented) {
+  auto world = MakeWorld(2, 30000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    std::vector<float> buf(8, 1.0f), out(16);
+    Status native = comm.AllReduce(buf.data(), buf.data(), 8, DataType::kFloat32, ReduceOp::kSum,
+                                   CallOptions{Algorithm::kNative})
+                        .Wait();
+    EXPECT_EQ(native.code(), StatusCode::kUnimplemented) << native.ToString();
+    EXPECT_NE(native.message().find("in-process"), std::string::npos) << native.message();
+    Status tree_gather =
+        comm.AllGather(buf.data(), out.data(), 8, DataType::kFloat32, CallOptions{Algorithm::kTree})
+            .Wait();
+    EXPECT_EQ(tree_gather.code(), StatusCode::kUnimplemented) << tree_gather.ToString();
+    // Rejected calls consume no sequence number: the group is still in step.
+    EXPECT_TRUE(
+        comm.AllReduce(buf.data(), buf.data(), 8, DataType::kFloat32, ReduceOp::kSum).Wait().ok());
+    EXPECT_EQ(buf[0], 2.0f);
+  });
+}
+
+TEST(Arguments, BadRootPeerTagAndNullBuffers) {
+  auto world = MakeWorld(2, 30000);
+  Communicator& comm = world->comm(0);
+  float x = 0;
+  EXPECT_EQ(comm.Broadcast(&x, &x, 1, DataType::kFloat32, 2).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, -1).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Send(&x, 1, DataType::kFloat32, 0, 1).Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Send(&x, 1, DataType::kFloat32, 1, -3).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.AllReduce(nullptr, &x, 1, DataType::kFloat32, ReduceOp::kSum).Wait().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(comm.WaitAll().code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(comm.WaitAll().ok());  // the failures were reported once
+}
+
+TEST(Arguments, WorldRejectsBadOptions) {
+  EXPECT_FALSE(InProcessWorld::Create(0).ok());
+  WorldOptions options;
+  options.topology = Topology::Preset("mesh4").value();
+  EXPECT_EQ(InProcessWorld::Create(3, options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(InProcessWorld::Create(4, options).ok());
+}
+
+TEST(Work, WaitWithShortTimeoutLeavesTheCallRunning) {
+  auto world = MakeWorld(2, 30000);
+  std::vector<float> a(4, 1.0f), b(4, 2.0f);
+  Work w0 = world->comm(0).AllReduce(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(w0.Wait(std::chrono::milliseconds(1)).code(), StatusCode::kTimeout);
+  EXPECT_FALSE(w0.IsCompleted());
+  Work w1 = world->comm(1).AllReduce(b.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_TRUE(w0.Wait().ok());
+  EXPECT_TRUE(w1.Wait().ok());
+  EXPECT_EQ(a[3], 3.0f);
+  EXPECT_EQ(b[0], 3.0f);
+}
+
+}  // namespace
+}  // namespace loom::collective

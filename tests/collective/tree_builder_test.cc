@@ -1,0 +1,221 @@
+#include "collective/tree_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <random>
+
+namespace loom::collective {
+namespace {
+
+void ExpectValid(const Topology& t, const Tree& tree) {
+  Status s = ValidateTree(t, tree);
+  EXPECT_TRUE(s.ok()) << s.ToString() << "\n" << tree.ToString();
+}
+
+TEST(TreeBuilder, EveryPresetEveryRootSingleAndMulti) {
+  for (const std::string& name : Topology::PresetNames()) {
+    auto t = Topology::Preset(name).value();
+    for (int root = 0; root < t.size(); ++root) {
+      auto tree = BuildTree(t, root);
+      ASSERT_TRUE(tree.ok()) << name << " root " << root << ": " << tree.status().ToString();
+      EXPECT_EQ(tree->root, root);
+      ExpectValid(t, *tree);
+    }
+    auto trees = BuildTrees(t);
+    ASSERT_TRUE(trees.ok()) << name << ": " << trees.status().ToString();
+    ASSERT_EQ(static_cast<int>(trees->size()), t.size());
+    for (int root = 0; root < t.size(); ++root) {
+      EXPECT_EQ((*trees)[root].root, root);
+      ExpectValid(t, (*trees)[root]);
+    }
+  }
+}
+
+TEST(TreeBuilder, NvlinkOnlyOnTheReferenceMachines) {
+  for (const char* name : {"p3.16xlarge", "dgx1-p100"}) {
+    auto t = Topology::Preset(name).value();
+    auto trees = BuildTrees(t).value();
+    for (int root = 0; root < t.size(); ++root) {
+      for (const Tree& tree : {BuildTree(t, root).value(), trees[root]}) {
+        EXPECT_EQ(tree.depth(), 3);
+        for (const auto& [p, c] : tree.Edges()) {
+          EXPECT_GE(t.weight(p, c), 2) << name << " " << tree.ToString();
+        }
+      }
+    }
+  }
+}
+
+TEST(TreeBuilder, SmallSizesAndDepth) {
+  for (int n = 1; n <= 16; ++n) {
+    auto t = Topology::Uniform(n);
+    for (int root = 0; root < n; ++root) {
+      auto tree = BuildTree(t, root).value();
+      EXPECT_EQ(tree.depth(), CeilLog2(n));
+      EXPECT_EQ(static_cast<int>(tree.Edges().size()), n - 1);
+      ExpectValid(t, tree);
+    }
+  }
+  EXPECT_EQ(CeilLog2(1), 0);
+  EXPECT_EQ(CeilLog2(5), 3);
+  EXPECT_EQ(CeilLog2(16), 4);
+  EXPECT_EQ(CeilLog2(17), 5);
+}
+
+TEST(TreeBuilder, PenaltySpreadsLaterTreesOverOtherLinks) {
+  auto t = Topology::Preset("p3.16xlarge").value();
+  auto plain = BuildTrees(t, TreeBuilderOptions{1.0}).value();
+  auto penalized = BuildTrees(t, TreeBuilderOptions{0.7}).value();
+  // The first tree sees no penalty yet.
+  EXPECT_EQ(plain[0], penalized[0]);
+  int differing = 0;
+  for (int r = 0; r < 8; ++r) differing += plain[r] == penalized[r] ? 0 : 1;
+  EXPECT_GT(differing, 0);
+  // Links used: the penalty puts the trees on more distinct links and uses the busiest less.
+  auto usage = [](const std::vector<Tree>& trees) {
+    std::map<std::pair<int, int>, int> count;
+    for (const Tree& tree : trees) {
+      for (auto [p, c] : tree.Edges()) ++count[{std::min(p, c), std::max(p, c)}];
+    }
+    int busiest = 0;
+    for (const auto& [link, k] : count) busiest = std::max(busiest, k);
+    return std::make_pair(static_cast<int>(count.size()), busiest);
+  };
+  const auto [plain_links, plain_busiest] = usage(plain);
+  const auto [penalized_links, penalized_busiest] = usage(penalized);
+  EXPECT_GT(penalized_links, plain_links);
+  EXPECT_LE(penalized_busiest, plain_busiest);
+  EXPECT_EQ(BuildTrees(t, TreeBuilderOptions{0.0}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TreeBuilder, Deterministic) {
+  for (const char* name : {"p3.16xlarge", "dgx2"}) {
+    auto t = Topology::Preset(name).value();
+    auto a = BuildTrees(t).value();
+    auto b = BuildTrees(t).value();
+    EXPECT_EQ(a, b);
+  }
+}
+
+// Independent existence oracle: does a tree of depth ceil(log2 |set|) over real links exist for
+// (set, root)? Plain recursion with memoization, written apart from the builder.
+bool TreeExists(const Topology& t, uint64_t set, int root,
+                std::map<std::pair<uint64_t, int>, bool>* memo) {
+  const int m = __builtin_popcountll(set);
+  if (m == 1) return true;
+  auto key = std::make_pair(set, root);
+  if (auto it = memo->find(key); it != memo->end()) return it->second;
+  bool found = false;
+  std::vector<int> others;
+  for (int v = 0; v < t.size(); ++v) {
+    if ((set >> v & 1) && v != root) others.push_back(v);
+  }
+  const int k = m / 2;
+  std::function<void(size_t, uint64_t, int)> choose = [&](size_t i, uint64_t half, int left) {
+    if (found) return;
+    if (left == 0) {
+      if (!TreeExists(t, set & ~half, root, memo)) return;
+      for (int c : others) {
+        if ((half >> c & 1) && t.connected(root, c) && TreeExists(t, half, c, memo)) {
+          found = true;
+          return;
+        }
+      }
+      return;
+    }
+    if (others.size() - i < static_cast<size_t>(left)) return;
+    choose(i + 1, half | (uint64_t{1} << others[i]), left - 1);
+    choose(i + 1, half, left);
+  };
+  choose(0, 0, k);
+  return (*memo)[key] = found;
+}
+
+Topology RandomConnected(std::mt19937& rng, int n) {
+  std::vector<std::vector<int>> w(n, std::vector<int>(n, 0));
+  std::uniform_int_distribution<int> weight(1, 3);
+  // A random spanning tree keeps it connected; extra links appear with a random density.
+  for (int v = 1; v < n; ++v) {
+    const int u = std::uniform_int_distribution<int>(0, v - 1)(rng);
+    w[u][v] = w[v][u] = weight(rng);
+  }
+  const double density = std::uniform_real_distribution<double>(0.3, 0.9)(rng);
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      if (w[a][b] == 0 && std::uniform_real_distribution<double>(0, 1)(rng) < density) {
+        w[a][b] = w[b][a] = weight(rng);
+      }
+    }
+  }
+  return Topology::FromWeights(w).value();
+}
+
+TEST(TreeBuilder, HundredRandomConnectedGraphs) {
+  std::mt19937 rng(20240611);
+  int built = 0, impossible = 0;
+  for (int g = 0; g < 100; ++g) {
+    const int n = 2 + g % 15;
+    const Topology t = RandomConnected(rng, n);
+    ASSERT_TRUE(t.IsConnected());
+    std::map<std::pair<uint64_t, int>, bool> memo;
+    const uint64_t all = (uint64_t{1} << n) - 1;
+    for (int root = 0; root < n; ++root) {
+      auto tree = BuildTree(t, root);
+      const bool exists = TreeExists(t, all, root, &memo);
+      // Found exactly when one exists (sparse graphs, e.g. a path, admit none).
+      ASSERT_EQ(tree.ok(), exists) << "graph " << g << " root " << root << "\n" << t.ToString();
+      if (tree.ok()) {
+        ExpectValid(t, *tree);
+        ++built;
+      } else {
+        EXPECT_EQ(tree.status().code(), StatusCode::kNotFound);
+        ++impossible;
+      }
+    }
+    // The multi-tree set exists exactly when every root has a tree.
+    auto trees = BuildTrees(t);
+    if (trees.ok()) {
+      for (const Tree& tree : *trees) ExpectValid(t, tree);
+    }
+  }
+  EXPECT_GT(built, 4 * impossible);  // the sample is mostly feasible, so the check has teeth
+  std::printf("random graphs: %d trees built, %d roots proven impossible\n", built, impossible);
+}
+
+TEST(TreeBuilder, SixteenDevicesIsFast) {
+  // Reported, not asserted (no timing asserts in tests); bench/ has the numbers.
+  std::mt19937 rng(7);
+  for (const Topology& t : {Topology::Preset("dgx2").value(), RandomConnected(rng, 16)}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto trees = BuildTrees(t);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("16-device trees (%s): %.2f ms, %s\n", t.name().c_str(), ms,
+                trees.ok() ? "all roots" : trees.status().ToString().c_str());
+  }
+}
+
+TEST(TreeBuilder, ErrorsAndHelpers) {
+  auto t = Topology::Uniform(4);
+  EXPECT_EQ(BuildTree(t, 4).status().code(), StatusCode::kInvalidArgument);
+  // A path 0-1-2-3: root 0 has one link but needs two levels of partners.
+  auto path =
+      Topology::FromWeights({{0, 1, 0, 0}, {1, 0, 1, 0}, {0, 1, 0, 1}, {0, 0, 1, 0}}).value();
+  EXPECT_EQ(BuildTree(path, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(BuildTree(path, 1).ok(), true);  // 1-0 | 1-2, 2-3
+  Tree bad;
+  bad.root = 0;
+  bad.levels = {{{0, 1}}, {{0, 2}, {0, 3}}};
+  EXPECT_FALSE(ValidateTree(t, bad).ok());
+  Tree star = StarTree(4, 2);
+  EXPECT_EQ(star.depth(), 3);
+  EXPECT_EQ(star.levels[0][0], std::make_pair(2, 0));
+  Tree chain = ChainTree({0, 2, 1, 3}, 1);
+  EXPECT_EQ(chain.Edges(), (std::vector<std::pair<int, int>>{{1, 3}, {3, 0}, {0, 2}}));
+}
+
+}  // namespace
+}  // namespace loom::collective
