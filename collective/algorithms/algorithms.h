@@ -1,0 +1,43 @@
+// Internal: the algorithms. Each is a schedule of sends, receives and reductions over a Transport
+// (through Schedule), so it runs unchanged on any transport. One entry point per algorithm file;
+// the tree-shaped ones share the tree engine in tree.cc.
+#pragma once
+
+#include <vector>
+
+#include "collective/schedule.h"
+#include "collective/tree_builder.h"
+
+namespace loom::collective::internal {
+
+// ring.cc: allreduce = reduce-scatter + all-gather around the ring; allgather; reducescatter;
+// reduce and broadcast as a pipelined chain along the ring.
+Status RunRing(Schedule& s, const CallArgs& args);
+// tree.cc: one topology tree (rooted at 0 for allreduce, at the root otherwise).
+Status RunTree(Schedule& s, const CallArgs& args);
+// multi_tree.cc: one tree per rank, tree r carrying the r-th slice of the buffer.
+Status RunMultiTree(Schedule& s, const CallArgs& args);
+// star.cc: everything through one rank (rank 0 for allreduce, the root otherwise).
+Status RunStar(Schedule& s, const CallArgs& args);
+
+// The tree engine (tree.cc). A job is one tree carrying one element range of the buffer; jobs run
+// interleaved and pipelined in pieces of Schedule::piece_elems.
+struct TreeJob {
+  const Tree* tree;
+  Range range;
+};
+// Reduces each job's range to its tree's root. Leaves send from `in`; a rank with children
+// accumulates into `work` (which then holds, on each job's root, the job's unscaled result).
+Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in, void* work,
+                   const Reduction& reduction);
+// Sends each job's range of `buf` from its tree's root down to every rank.
+Status TreesBroadcast(Schedule& s, const std::vector<TreeJob>& jobs, void* buf);
+
+// Collectives over trees, shared by tree, multi_tree, star and ring (chain).
+Status TreesAllReduce(Schedule& s, const CallArgs& args, const std::vector<TreeJob>& jobs);
+Status TreeRootedReduce(Schedule& s, const CallArgs& args, const Tree& tree);
+Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree);
+
+Status UnsupportedAlgorithm(const CallArgs& args);
+
+}  // namespace loom::collective::internal

@@ -1,0 +1,82 @@
+// Multi-tree algorithm: one tree per rank (built with the link-usage penalty, so the trees spread
+// over different links); tree r carries the r-th slice of the buffer. All trees run at once, so
+// every link and every rank works on some slice at every step.
+//   allreduce:     each slice reduced up its tree, then broadcast down it.
+//   reducescatter: slice r (= block r) reduced to rank r.
+//   reduce:        slices reduced to their tree roots, then gathered at the root.
+//   broadcast:     the root scatters slice r to rank r, which broadcasts it down tree r.
+#include "collective/algorithms/algorithms.h"
+
+namespace loom::collective::internal {
+namespace {
+
+std::vector<TreeJob> SliceJobs(const Schedule& s, const std::vector<Range>& slices) {
+  std::vector<TreeJob> jobs;
+  for (int r = 0; r < s.nranks(); ++r) jobs.push_back(TreeJob{&s.plan().multi_trees[r], slices[r]});
+  return jobs;
+}
+
+Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
+  const Reduction reduction{args.dtype, args.op};
+  const size_t elem = DataTypeSize(args.dtype);
+  const std::vector<Range> slices = SplitEvenly(args.count, s.nranks());
+  void* work = s.rank() == args.root ? args.recv : s.Scratch(args.count * elem);
+  LOOM_RETURN_IF_ERROR(TreesReduce(s, SliceJobs(s, slices), args.send, work, reduction));
+  if (s.rank() == args.root) {
+    for (int r = 0; r < s.nranks(); ++r) {
+      if (r != args.root) {
+        s.PostRecv(r, kGatherPhase, At(work, slices[r].offset, elem), slices[r].count * elem);
+      }
+    }
+  } else {
+    const Range& mine = slices[s.rank()];
+    s.PostSend(args.root, kGatherPhase, At(work, mine.offset, elem), mine.count * elem);
+  }
+  LOOM_RETURN_IF_ERROR(s.WaitAll());
+  if (s.rank() == args.root) Finalize(reduction, args.recv, args.count, s.nranks());
+  return Status::OK();
+}
+
+Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
+  const size_t bytes = args.count * DataTypeSize(args.dtype);
+  const std::vector<Range> slices = SplitEvenly(bytes, s.nranks());
+  if (s.rank() == args.root) {
+    CopyIfDistinct(args.recv, args.send, bytes);
+    for (int r = 0; r < s.nranks(); ++r) {
+      if (r != args.root)
+        s.PostSend(r, kScatterPhase, At(args.recv, slices[r].offset, 1), slices[r].count);
+    }
+  } else {
+    const Range& mine = slices[s.rank()];
+    s.PostRecv(args.root, kScatterPhase, At(args.recv, mine.offset, 1), mine.count);
+  }
+  LOOM_RETURN_IF_ERROR(s.WaitAll());
+  return TreesBroadcast(s, SliceJobs(s, slices), args.recv);
+}
+
+Status MultiTreeReduceScatter(Schedule& s, const CallArgs& args) {
+  const Reduction reduction{args.dtype, args.op};
+  const size_t elem = DataTypeSize(args.dtype);
+  std::vector<Range> blocks(s.nranks());
+  for (int r = 0; r < s.nranks(); ++r) blocks[r] = Range{r * args.count, args.count};
+  void* work = s.Scratch(s.nranks() * args.count * elem);
+  LOOM_RETURN_IF_ERROR(TreesReduce(s, SliceJobs(s, blocks), args.send, work, reduction));
+  CopyIfDistinct(args.recv, At(work, blocks[s.rank()].offset, elem), args.count * elem);
+  Finalize(reduction, args.recv, args.count, s.nranks());
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunMultiTree(Schedule& s, const CallArgs& args) {
+  switch (args.kind) {
+    case Kind::kAllReduce:
+      return TreesAllReduce(s, args, SliceJobs(s, SplitEvenly(args.count, s.nranks())));
+    case Kind::kReduce: return MultiTreeReduce(s, args);
+    case Kind::kBroadcast: return MultiTreeBroadcast(s, args);
+    case Kind::kReduceScatter: return MultiTreeReduceScatter(s, args);
+    default: return UnsupportedAlgorithm(args);
+  }
+}
+
+}  // namespace loom::collective::internal

@@ -1,0 +1,421 @@
+#include "collective/communicator.h"
+
+#include <cstring>
+
+#include "collective/algorithms/algorithms.h"
+#include "collective/schedule.h"
+
+namespace loom::collective {
+
+namespace internal {
+struct WorkState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  void Complete(Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      status = std::move(s);
+    }
+    cv.notify_all();
+  }
+};
+}  // namespace internal
+
+using internal::CallArgs;
+using internal::Kind;
+
+Status Work::Wait(std::chrono::milliseconds timeout) const {
+  LOOM_CHECK(state_ != nullptr, "Wait on an empty Work");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [this] { return state_->done; })) {
+    return Timeout("Work::Wait gave up after ", timeout.count(), " ms; the call is still running");
+  }
+  return state_->status;
+}
+
+bool Work::IsCompleted() const {
+  LOOM_CHECK(state_ != nullptr, "IsCompleted on an empty Work");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topology,
+                                                           double tree_link_penalty) {
+  auto plan = std::make_shared<CommPlan>();
+  plan->topology = topology;
+  plan->ring_order = BuildRingOrder(topology);
+  for (int root = 0; root < topology.size(); ++root) {
+    StatusOr<Tree> tree = BuildTree(topology, root);
+    // Without a topology tree (sparse link matrix) fall back to the chain along the ring.
+    plan->trees.push_back(tree.ok() ? std::move(tree).value() : ChainTree(plan->ring_order, root));
+  }
+  StatusOr<std::vector<Tree>> trees = BuildTrees(topology, TreeBuilderOptions{tree_link_penalty});
+  plan->multi_trees = trees.ok() ? std::move(trees).value() : plan->trees;
+  return std::shared_ptr<const CommPlan>(std::move(plan));
+}
+
+bool AlgorithmSupports(const char* collective, Algorithm algorithm) {
+  const std::string c = collective;
+  switch (algorithm) {
+    case Algorithm::kRing:
+      return c == "AllReduce" || c == "Reduce" || c == "Broadcast" || c == "AllGather" ||
+             c == "ReduceScatter";
+    case Algorithm::kTree:
+    case Algorithm::kStar: return c == "AllReduce" || c == "Reduce" || c == "Broadcast";
+    case Algorithm::kMultiTree:
+      return c == "AllReduce" || c == "Reduce" || c == "Broadcast" || c == "ReduceScatter";
+    default: return false;
+  }
+}
+
+// One issued call: its arguments and, for collectives, its sequence number.
+struct Communicator::Call {
+  CallArgs args;
+  uint64_t seq = 0;  // collectives: 1, 2, ... in issue order; point-to-point: 0
+};
+
+namespace {
+
+// What each rank tells the others before a collective runs. Fields that do not apply to a kind
+// hold fixed values so that they never differ.
+struct Signature {
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+  int32_t algorithm;
+  int32_t tag;
+  uint64_t count;
+  uint64_t seq;
+  bool operator==(const Signature& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
+};
+static_assert(sizeof(Signature) == 40, "Signature must have no padding");
+
+bool HasReduction(Kind k) {
+  return k == Kind::kAllReduce || k == Kind::kReduce || k == Kind::kReduceScatter;
+}
+bool HasRoot(Kind k) { return k == Kind::kReduce || k == Kind::kBroadcast; }
+
+Signature SignatureOf(const CallArgs& a, uint64_t seq) {
+  Signature s{};
+  s.kind = static_cast<int32_t>(a.kind);
+  s.dtype = a.kind == Kind::kBarrier ? -1 : static_cast<int32_t>(a.dtype);
+  s.op = HasReduction(a.kind) ? static_cast<int32_t>(a.op) : -1;
+  s.root = HasRoot(a.kind) ? a.root : -1;
+  s.algorithm = a.kind == Kind::kBarrier || a.kind == Kind::kSend || a.kind == Kind::kRecv
+                    ? -1
+                    : static_cast<int32_t>(a.algorithm);
+  s.tag = a.tag;
+  s.count = a.count;
+  s.seq = seq;
+  return s;
+}
+
+std::string Describe(const Signature& s) {
+  const auto kind = static_cast<Kind>(s.kind);
+  std::string out = StrCat(internal::KindName(kind), "(");
+  if (kind != Kind::kBarrier) {
+    out += StrCat("count=", s.count, ", dtype=", DataTypeName(static_cast<DataType>(s.dtype)));
+  }
+  if (s.op >= 0) out += StrCat(", op=", ReduceOpName(static_cast<ReduceOp>(s.op)));
+  if (s.root >= 0) out += StrCat(", root=", s.root);
+  if (s.tag >= 0) out += StrCat(", tag=", s.tag);
+  if (s.algorithm >= 0) {
+    out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
+  }
+  return out + ")";
+}
+
+// Every rank sends its signature to every other rank, so every rank sees every call and all
+// ranks reach the same verdict (and the same message) without further messages.
+Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
+  const int n = s.nranks();
+  auto* all = static_cast<Signature*>(s.Scratch(n * sizeof(Signature)));
+  all[s.rank()] = mine;
+  for (int r = 0; r < n; ++r) {
+    if (r == s.rank()) continue;
+    s.PostRecv(r, internal::kSignature, &all[r], sizeof(Signature));
+    s.PostSend(r, internal::kSignature, &all[s.rank()], sizeof(Signature));
+  }
+  LOOM_RETURN_IF_ERROR(s.WaitAll());
+  for (int r = 1; r < n; ++r) {
+    if (!(all[r] == all[0])) {
+      return InvalidArgument("mismatched collective #", mine.seq, ": rank 0 called ",
+                             Describe(all[0]), " but rank ", r, " called ", Describe(all[r]));
+    }
+  }
+  return Status::OK();
+}
+
+// Send and Recv check each other: the sender's and receiver's counts and dtypes must agree.
+Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
+  auto* pair = static_cast<Signature*>(s.Scratch(2 * sizeof(Signature)));
+  Signature& mine = pair[0];
+  Signature& theirs = pair[1];
+  mine = SignatureOf(a, 0);
+  mine.kind = 0;  // both sides describe the message, not their role
+  s.PostRecv(a.peer, internal::kSignature, &theirs, sizeof theirs);
+  s.PostSend(a.peer, internal::kSignature, &mine, sizeof mine);
+  LOOM_RETURN_IF_ERROR(s.WaitAll());
+  if (!(mine == theirs)) {
+    const bool sending = a.kind == Kind::kSend;
+    return InvalidArgument(
+        "mismatched point-to-point message: rank ", sending ? s.rank() : a.peer,
+        " sends count=", sending ? mine.count : theirs.count,
+        " dtype=", DataTypeName(static_cast<DataType>(sending ? mine.dtype : theirs.dtype)),
+        " but rank ", sending ? a.peer : s.rank(),
+        " receives count=", sending ? theirs.count : mine.count,
+        " dtype=", DataTypeName(static_cast<DataType>(sending ? theirs.dtype : mine.dtype)),
+        " (tag ", a.tag, ")");
+  }
+  return Status::OK();
+}
+
+constexpr uint64_t kPointToPointBit = uint64_t{1} << 63;
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<Transport> transport,
+                           std::shared_ptr<const CommPlan> plan, const CommunicatorOptions& options)
+    : transport_(std::move(transport)), plan_(std::move(plan)), options_(options) {
+  LOOM_CHECK(transport_ != nullptr && plan_ != nullptr,
+             "communicator needs a transport and a plan");
+  rank_ = transport_->rank();
+  nranks_ = transport_->nranks();
+  LOOM_CHECK(plan_->topology.size() == nranks_, "plan has ", plan_->topology.size(),
+             " devices for ", nranks_, " ranks");
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+Work Communicator::Failed(Status status) {
+  auto state = std::make_shared<internal::WorkState>();
+  state->Complete(std::move(status));
+  Work work(state);
+  Remember(work);
+  return work;
+}
+
+void Communicator::Remember(const Work& work) {
+  // Callers that wait on each Work and never call WaitAll must not grow this list forever: drop
+  // calls that completed successfully (failed ones stay until WaitAll reports them).
+  if (outstanding_.size() >= 1024) {
+    std::vector<Work> kept;
+    for (Work& w : outstanding_) {
+      if (!w.IsCompleted() || !w.Wait(std::chrono::milliseconds(0)).ok()) kept.push_back(w);
+    }
+    outstanding_.swap(kept);
+  }
+  outstanding_.push_back(work);
+}
+
+Work Communicator::Issue(Call call) {
+  CallArgs& a = call.args;
+  const char* kind = internal::KindName(a.kind);
+  auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
+  const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
+  if (a.kind != Kind::kBarrier && !p2p) {
+    if (a.algorithm == Algorithm::kNative) {
+      return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
+                                " transport"));
+    }
+    if (a.algorithm == Algorithm::kAuto) {
+      const size_t bytes = a.count * DataTypeSize(a.dtype);
+      switch (a.kind) {
+        case Kind::kAllReduce:
+          a.algorithm = bytes <= options_.auto_tree_max_bytes ? Algorithm::kTree : Algorithm::kRing;
+          break;
+        case Kind::kReduce:
+        case Kind::kBroadcast: a.algorithm = Algorithm::kTree; break;
+        default: a.algorithm = Algorithm::kRing;
+      }
+    }
+    if (!AlgorithmSupports(kind, a.algorithm)) {
+      return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));
+    }
+  }
+  if (HasRoot(a.kind) && (a.root < 0 || a.root >= nranks_)) {
+    return fail(InvalidArgument("root ", a.root, " is outside 0..", nranks_ - 1));
+  }
+  if (p2p) {
+    if (a.peer < 0 || a.peer >= nranks_ || a.peer == rank_) {
+      return fail(InvalidArgument("peer ", a.peer, " is not another rank of 0..", nranks_ - 1));
+    }
+    if (a.tag < 0 || a.tag > (1 << 30))
+      return fail(InvalidArgument("tag ", a.tag, " is outside 0..2^30"));
+  }
+  if (a.count > 0 && a.kind != Kind::kBarrier) {
+    const bool needs_send =
+        a.kind != Kind::kRecv && !(a.kind == Kind::kBroadcast && rank_ != a.root);
+    const bool needs_recv = a.kind != Kind::kSend && !(a.kind == Kind::kReduce && rank_ != a.root);
+    if (needs_send && a.send == nullptr) return fail(InvalidArgument("send buffer is null"));
+    if (needs_recv && a.recv == nullptr) return fail(InvalidArgument("recv buffer is null"));
+  }
+  if (!p2p) call.seq = next_seq_++;
+
+  auto state = std::make_shared<internal::WorkState>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::make_shared<Call>(call), state);
+  }
+  cv_.notify_one();
+  Work work(state);
+  Remember(work);
+  return work;
+}
+
+void Communicator::WorkerLoop() {
+  while (true) {
+    std::shared_ptr<Call> call;
+    std::shared_ptr<internal::WorkState> state;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      call = queue_.front().first;
+      state = queue_.front().second;
+      queue_.pop_front();
+    }
+    Status status;
+    if (!broken_.ok()) {
+      status = FailedPrecondition("communicator is unusable after an earlier error: ",
+                                  broken_.ToString());
+    } else {
+      status = Run(*call);
+      // A mismatch is caught before any data moved and seen by every rank alike, so the group
+      // stays in step; anything else (a timeout, a transport error) may have left ranks apart.
+      if (!status.ok() && status.code() != StatusCode::kInvalidArgument) broken_ = status;
+    }
+    if (!status.ok()) {
+      const CallArgs& a = call->args;
+      std::string what = StrCat(internal::KindName(a.kind));
+      if (call->seq > 0) what += StrCat(" #", call->seq);
+      if (a.kind != Kind::kBarrier && a.kind != Kind::kSend && a.kind != Kind::kRecv) {
+        what += StrCat(" (", AlgorithmName(a.algorithm), ")");
+      }
+      status = status.WithContext(StrCat(what, " on rank ", rank_));
+    }
+    state->Complete(std::move(status));
+  }
+}
+
+Status Communicator::Run(const Call& call) {
+  const CallArgs& a = call.args;
+  const Deadline deadline = Clock::now() + options_.timeout;
+  const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
+  const uint64_t tag_base =
+      p2p ? kPointToPointBit | (static_cast<uint64_t>(a.tag) << 8) : call.seq << 8;
+  internal::Schedule s(transport_.get(), plan_.get(), &options_, tag_base, deadline);
+  Status status = [&]() -> Status {
+    if (p2p) {
+      LOOM_RETURN_IF_ERROR(CheckPeerSignature(s, a));
+      const size_t bytes = a.count * DataTypeSize(a.dtype);
+      if (a.kind == Kind::kSend) {
+        s.PostSend(a.peer, internal::kData, a.send, bytes);
+      } else {
+        s.PostRecv(a.peer, internal::kData, a.recv, bytes);
+      }
+      return s.WaitAll();
+    }
+    LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq)));
+    if (a.kind == Kind::kBarrier) return Status::OK();
+    switch (a.algorithm) {
+      case Algorithm::kRing: return internal::RunRing(s, a);
+      case Algorithm::kTree: return internal::RunTree(s, a);
+      case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
+      case Algorithm::kStar: return internal::RunStar(s, a);
+      default: return internal::UnsupportedAlgorithm(a);
+    }
+  }();
+  if (status.code() == StatusCode::kTimeout) {
+    status = status.WithContext(StrCat("no progress within ", options_.timeout.count(), " ms"));
+  }
+  return status;
+}
+
+Status Communicator::WaitAll(std::chrono::milliseconds timeout) {
+  const Deadline deadline = Clock::now() + timeout;
+  Status first;
+  for (const Work& work : outstanding_) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    Status s = work.Wait(std::max(left, std::chrono::milliseconds(0)));
+    if (s.code() == StatusCode::kTimeout && !work.IsCompleted()) return s;
+    if (first.ok() && !s.ok()) first = s;
+  }
+  outstanding_.clear();
+  return first;
+}
+
+Work Communicator::AllReduce(const void* send, void* recv, size_t count, DataType dtype,
+                             ReduceOp op, const CallOptions& options) {
+  Call c;
+  c.args = CallArgs{Kind::kAllReduce, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+  return Issue(c);
+}
+
+Work Communicator::Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                          int root, const CallOptions& options) {
+  Call c;
+  c.args = CallArgs{Kind::kReduce, send, recv, count, dtype, op, root, -1, -1, options.algorithm};
+  return Issue(c);
+}
+
+Work Communicator::Broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                             const CallOptions& options) {
+  Call c;
+  c.args = CallArgs{Kind::kBroadcast, send, recv, count, dtype,
+                    ReduceOp::kSum,   root, -1,   -1,    options.algorithm};
+  return Issue(c);
+}
+
+Work Communicator::AllGather(const void* send, void* recv, size_t count, DataType dtype,
+                             const CallOptions& options) {
+  Call c;
+  c.args = CallArgs{Kind::kAllGather, send, recv, count, dtype,
+                    ReduceOp::kSum,   -1,   -1,   -1,    options.algorithm};
+  return Issue(c);
+}
+
+Work Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType dtype,
+                                 ReduceOp op, const CallOptions& options) {
+  Call c;
+  c.args =
+      CallArgs{Kind::kReduceScatter, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+  return Issue(c);
+}
+
+Work Communicator::Send(const void* data, size_t count, DataType dtype, int peer, int tag) {
+  Call c;
+  c.args = CallArgs{Kind::kSend,    data, nullptr, count, dtype,
+                    ReduceOp::kSum, -1,   peer,    tag,   Algorithm::kAuto};
+  return Issue(c);
+}
+
+Work Communicator::Recv(void* data, size_t count, DataType dtype, int peer, int tag) {
+  Call c;
+  c.args = CallArgs{Kind::kRecv,    nullptr, data, count, dtype,
+                    ReduceOp::kSum, -1,      peer, tag,   Algorithm::kAuto};
+  return Issue(c);
+}
+
+Work Communicator::Barrier() {
+  Call c;
+  c.args = CallArgs{Kind::kBarrier, nullptr, nullptr, 0,  DataType::kFloat32,
+                    ReduceOp::kSum, -1,      -1,      -1, Algorithm::kAuto};
+  return Issue(c);
+}
+
+}  // namespace loom::collective

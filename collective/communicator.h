@@ -1,0 +1,149 @@
+// Communicator: one rank's face of a group of ranks that run collectives together (the library's
+// public API, in the style of Gloo/NCCL communicators and c10d's process groups).
+//
+// Every call validates its local arguments, then returns a Work handle at once; the call runs on
+// the communicator's own worker thread. Many calls may be in flight; they run and complete in
+// issue order. All ranks must issue the same collectives in the same order; each collective first
+// exchanges a small signature with every rank, so a call whose count, dtype, operator, root or
+// algorithm differs from another rank's ends in InvalidArgument naming both ranks' calls (and the
+// communicator stays usable). A call that does not finish within the timeout ends in Timeout and
+// leaves the communicator unusable (later calls fail with FailedPrecondition).
+//
+// Buffers must stay valid and untouched until the call's Work completes. "In place" means send ==
+// recv (AllGather: send == recv + rank * count; ReduceScatter: recv == send + rank * count).
+//
+// Threading: issue calls for one communicator from one thread at a time; Work handles may be
+// waited on from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/topology.h"
+#include "collective/transport.h"
+#include "collective/tree_builder.h"
+#include "collective/types.h"
+#include "framework/status.h"
+
+namespace loom::collective {
+
+namespace internal {
+struct WorkState;
+}
+
+// Handle of one issued call.
+class Work {
+ public:
+  Work() = default;
+  // Blocks until the call completes and returns its status, or returns Timeout when `timeout`
+  // passes first (the call then stays in flight).
+  Status Wait(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365)) const;
+  bool IsCompleted() const;
+
+ private:
+  friend class Communicator;
+  explicit Work(std::shared_ptr<internal::WorkState> state) : state_(std::move(state)) {}
+  std::shared_ptr<internal::WorkState> state_;
+};
+
+// Per-call options.
+struct CallOptions {
+  Algorithm algorithm = Algorithm::kAuto;
+};
+
+struct CommunicatorOptions {
+  // How long one call may run before it ends in Timeout.
+  std::chrono::milliseconds timeout{30000};
+  // Large transfers are cut into pieces of at most this many bytes so that steps pipeline.
+  size_t pipeline_chunk_bytes = size_t{1} << 20;
+  // kAuto picks the single tree for allreduce/reduce/broadcast up to this many bytes, else ring
+  // (allreduce) or the tree (reduce, broadcast).
+  size_t auto_tree_max_bytes = size_t{64} << 10;
+};
+
+// What every rank of one group shares: the topology, the ring order and the trees.
+struct CommPlan {
+  Topology topology = Topology::Uniform(1);
+  std::vector<int> ring_order;
+  std::vector<Tree> trees;        // trees[r]: the best tree rooted at r (algorithm kTree)
+  std::vector<Tree> multi_trees;  // multi_trees[r]: rooted at r, built with the link penalty
+
+  static StatusOr<std::shared_ptr<const CommPlan>> Create(const Topology& topology,
+                                                          double tree_link_penalty = 0.7);
+};
+
+// Which (collective, algorithm) pairs exist; auto and native are not listed.
+bool AlgorithmSupports(const char* collective, Algorithm algorithm);
+
+class Communicator {
+ public:
+  // rank r of transport->nranks() ranks; plan->topology must have nranks devices.
+  Communicator(std::unique_ptr<Transport> transport, std::shared_ptr<const CommPlan> plan,
+               const CommunicatorOptions& options = {});
+  // Lets every issued call finish (or time out), then stops the worker.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const CommPlan& plan() const { return *plan_; }
+
+  // recv[i] = send[i] reduced over all ranks, count elements.
+  Work AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                 const CallOptions& options = {});
+  // Like AllReduce, but only root's recv receives the result; recv may be null elsewhere.
+  Work Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
+              const CallOptions& options = {});
+  // recv = root's send on every rank; send is read on root only (may be null elsewhere).
+  Work Broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                 const CallOptions& options = {});
+  // recv (nranks * count elements) = every rank's send (count elements) in rank order.
+  Work AllGather(const void* send, void* recv, size_t count, DataType dtype,
+                 const CallOptions& options = {});
+  // recv (count elements) = block `rank` of the element-wise reduction of every rank's send
+  // (nranks * count elements).
+  Work ReduceScatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                     const CallOptions& options = {});
+  // Point-to-point; a Send matches the peer's Recv with the same tag (>= 0), in posting order.
+  Work Send(const void* data, size_t count, DataType dtype, int peer, int tag);
+  Work Recv(void* data, size_t count, DataType dtype, int peer, int tag);
+  // Completes once every rank has called it.
+  Work Barrier();
+
+  // Waits for every call issued so far; returns the first error among them.
+  Status WaitAll(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365));
+
+ private:
+  struct Call;
+  Work Issue(Call call);
+  Work Failed(Status status);
+  void Remember(const Work& work);
+  void WorkerLoop();
+  Status Run(const Call& call);
+
+  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<const CommPlan> plan_;
+  CommunicatorOptions options_;
+  int rank_;
+  int nranks_;
+  uint64_t next_seq_ = 1;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<Call>, std::shared_ptr<internal::WorkState>>> queue_;
+  bool stopping_ = false;
+  std::vector<Work> outstanding_;  // issued since the last WaitAll
+  Status broken_;                  // worker thread only
+  std::thread worker_;
+};
+
+}  // namespace loom::collective

@@ -1,0 +1,129 @@
+// Internal: what an algorithm runs with. A Schedule is one call's view of the transport: it posts
+// sends and receives (skipping empty ones), waits on them against the call's deadline, and cancels
+// whatever is still pending when it goes out of scope, so a failed call never leaves a peer
+// writing into a buffer its caller has already reused. Temporary buffers that transfers touch must
+// come from Scratch(): they live until the Schedule has cancelled everything (a local vector would
+// be freed while a failed call's receives into it are still posted). One Schedule per call, on the
+// worker thread.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/reduce.h"
+#include "collective/transport.h"
+
+namespace loom::collective::internal {
+
+enum class Kind {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kSend,
+  kRecv,
+  kBarrier
+};
+const char* KindName(Kind kind);
+
+// One call's arguments, as issued.
+struct CallArgs {
+  Kind kind = Kind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;                           // kReduce, kBroadcast
+  int peer = -1;                           // kSend, kRecv
+  int tag = -1;                            // kSend, kRecv
+  Algorithm algorithm = Algorithm::kAuto;  // resolved (never kAuto) before the call runs
+};
+
+// Transport tags: collectives use (seq << 8 | phase); point-to-point calls set the top bit and
+// carry the user's tag. Phases keep the messages of one call's stages apart.
+enum Phase : uint64_t {
+  kSignature = 0,
+  kReducePhase = 1,
+  kBroadcastPhase = 2,
+  kGatherPhase = 3,
+  kScatterPhase = 4,
+  kData = 5
+};
+
+class Schedule {
+ public:
+  Schedule(Transport* transport, const CommPlan* plan, const CommunicatorOptions* options,
+           uint64_t tag_base, Deadline deadline)
+      : transport_(transport),
+        plan_(plan),
+        options_(options),
+        tag_base_(tag_base),
+        deadline_(deadline) {}
+  ~Schedule() { CancelPending(); }
+  Schedule(const Schedule&) = delete;
+  Schedule& operator=(const Schedule&) = delete;
+
+  Transport& transport() { return *transport_; }
+  const CommPlan& plan() const { return *plan_; }
+  int rank() const { return transport_->rank(); }
+  int nranks() const { return transport_->nranks(); }
+  uint64_t tag(Phase phase) const { return tag_base_ | phase; }
+  // Elements per pipelined piece for elements of `elem` bytes (at least 1).
+  size_t piece_elems(size_t elem) const {
+    return std::max<size_t>(1, options_->pipeline_chunk_bytes / elem);
+  }
+
+  // Zeroed memory for `bytes` bytes that lives as long as this Schedule.
+  void* Scratch(size_t bytes) {
+    scratch_.push_back(std::make_unique<unsigned char[]>(std::max<size_t>(bytes, 1)));
+    return scratch_.back().get();
+  }
+
+  // Each returns a handle for Wait, or -1 when there is nothing to move (bytes == 0).
+  int PostSend(int peer, Phase phase, const void* data, size_t bytes);
+  int PostRecv(int peer, Phase phase, void* data, size_t bytes);
+  int PostRecvReduce(int peer, Phase phase, void* dst, const void* local, size_t bytes,
+                     const Reduction& reduction);
+  Status Wait(int handle);
+  // Waits for every request posted so far.
+  Status WaitAll();
+
+ private:
+  int Track(std::unique_ptr<Request> request);
+  void CancelPending();
+
+  Transport* transport_;
+  const CommPlan* plan_;
+  const CommunicatorOptions* options_;
+  uint64_t tag_base_;
+  Deadline deadline_;
+  // Declared before requests_ so it is destroyed after them (and after CancelPending).
+  std::vector<std::unique_ptr<unsigned char[]>> scratch_;
+  std::vector<std::unique_ptr<Request>> requests_;
+  std::vector<bool> done_;
+};
+
+// An element range of a buffer: [offset, offset + count).
+struct Range {
+  size_t offset = 0;
+  size_t count = 0;
+};
+// Splits count elements into n near-equal ranges (the first count % n get one more).
+std::vector<Range> SplitEvenly(size_t count, int n);
+
+inline const char* At(const void* base, size_t elem_offset, size_t elem) {
+  return static_cast<const char*>(base) + elem_offset * elem;
+}
+inline char* At(void* base, size_t elem_offset, size_t elem) {
+  return static_cast<char*>(base) + elem_offset * elem;
+}
+inline void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
+}  // namespace loom::collective::internal

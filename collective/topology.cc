@@ -1,0 +1,203 @@
+#include "collective/topology.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace loom::collective {
+namespace {
+
+// The reference matrices of /work/shared/topologies (also in collective/topologies/*.txt).
+constexpr const char* kP3_16xlarge =
+    R"(# AWS p3.16xlarge = NVIDIA DGX-1 with 8 V100 (hybrid cube-mesh).
+8
+0 2 2 3 3 1 1 1
+2 0 3 2 1 3 1 1
+2 3 0 3 1 1 2 1
+3 2 3 0 1 1 1 2
+3 1 1 1 0 2 2 3
+1 3 1 1 2 0 3 2
+1 1 2 1 2 3 0 3
+1 1 1 2 3 2 3 0
+)";
+
+constexpr const char* kDgx1P100 = R"(# NVIDIA DGX-1 with 8 P100 (hybrid cube-mesh), single NVLinks.
+8
+0 2 2 2 2 1 1 1
+2 0 2 2 1 2 1 1
+2 2 0 2 1 1 2 1
+2 2 2 0 1 1 1 2
+2 1 1 1 0 2 2 2
+1 2 1 1 2 0 2 2
+1 1 2 1 2 2 0 2
+1 1 1 2 2 2 2 0
+)";
+
+}  // namespace
+
+Link Topology::LinkForWeight(int weight) {
+  switch (weight) {
+    case 0: return Link{0, 0, 0};
+    case 1: return Link{1, 10.0, 5.0};
+    case 2: return Link{2, 25.0, 2.0};
+    default: return Link{weight, 25.0 * (weight - 1), 2.0};
+  }
+}
+
+void Topology::SetLink(int a, int b, const Link& link) {
+  links_[size_t(a) * n_ + b] = link;
+  links_[size_t(b) * n_ + a] = link;
+}
+
+Topology Topology::Uniform(int n, int weight) {
+  LOOM_CHECK(n >= 1, "topology needs at least one device, got ", n);
+  Topology t(n, StrCat("uniform", n));
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) t.SetLink(a, b, LinkForWeight(weight));
+  }
+  return t;
+}
+
+StatusOr<Topology> Topology::FromWeights(const std::vector<std::vector<int>>& weights) {
+  const int n = static_cast<int>(weights.size());
+  LOOM_ENFORCE(n >= 1, "topology needs at least one device");
+  for (int a = 0; a < n; ++a) {
+    LOOM_ENFORCE(static_cast<int>(weights[a].size()) == n, "row ", a, " has ", weights[a].size(),
+                 " weights, expected ", n);
+  }
+  Topology t(n, "custom");
+  for (int a = 0; a < n; ++a) {
+    LOOM_ENFORCE(weights[a][a] == 0, "diagonal entry (", a, ",", a, ") is ", weights[a][a],
+                 ", expected 0");
+    for (int b = 0; b < n; ++b) {
+      const int w = weights[a][b];
+      LOOM_ENFORCE(w >= 0 && w <= 3, "weight (", a, ",", b, ") is ", w, ", expected 0..3");
+      LOOM_ENFORCE(w == weights[b][a], "matrix is not symmetric: (", a, ",", b, ") is ", w,
+                   " but (", b, ",", a, ") is ", weights[b][a]);
+    }
+    for (int b = a + 1; b < n; ++b) t.SetLink(a, b, LinkForWeight(weights[a][b]));
+  }
+  return t;
+}
+
+StatusOr<Topology> Topology::Parse(const std::string& text) {
+  std::istringstream lines(text);
+  std::string line;
+  int line_no = 0;
+  int n = -1;
+  std::vector<std::vector<int>> rows;
+  std::string name = "custom";
+  while (std::getline(lines, line)) {
+    ++line_no;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (line[first] == '#') continue;
+    std::istringstream fields(line);
+    std::vector<long> values;
+    std::string token;
+    while (fields >> token) {
+      size_t used = 0;
+      long v = 0;
+      try {
+        v = std::stol(token, &used);
+      } catch (...) {
+        used = 0;
+      }
+      LOOM_ENFORCE(used == token.size() && !token.empty(), "line ", line_no, ": '", token,
+                   "' is not an integer");
+      values.push_back(v);
+    }
+    if (n < 0) {
+      LOOM_ENFORCE(values.size() == 1, "line ", line_no,
+                   ": expected the device count alone on the line");
+      LOOM_ENFORCE(values[0] >= 1 && values[0] <= 64, "line ", line_no, ": device count ",
+                   values[0], " is outside 1..64");
+      n = static_cast<int>(values[0]);
+      continue;
+    }
+    LOOM_ENFORCE(static_cast<int>(rows.size()) < n, "line ", line_no, ": more than ", n,
+                 " matrix rows");
+    LOOM_ENFORCE(static_cast<int>(values.size()) == n, "line ", line_no, ": row has ",
+                 values.size(), " weights, expected ", n);
+    rows.emplace_back(values.begin(), values.end());
+  }
+  LOOM_ENFORCE(n >= 0, "no device count found");
+  LOOM_ENFORCE(static_cast<int>(rows.size()) == n, "expected ", n, " matrix rows, found ",
+               rows.size());
+  return FromWeights(rows);
+}
+
+StatusOr<Topology> Topology::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return IOError("cannot open topology file '", path, "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  StatusOr<Topology> t = Parse(buffer.str());
+  if (!t.ok()) return t.status().WithContext(path);
+  t->name_ = path;
+  return t;
+}
+
+std::vector<std::string> Topology::PresetNames() {
+  return {"p3.16xlarge", "dgx1-p100", "dgx2", "mesh4", "pcie8"};
+}
+
+StatusOr<Topology> Topology::Preset(const std::string& name) {
+  StatusOr<Topology> t = InvalidArgument("unknown topology preset '", name, "'");
+  if (name == "p3.16xlarge") {
+    t = Parse(kP3_16xlarge);
+  } else if (name == "dgx1-p100") {
+    t = Parse(kDgx1P100);
+    if (t.ok()) {
+      // P100 NVLink 1.0: about 20 GB/s per link and direction.
+      for (int a = 0; a < t->n_; ++a) {
+        for (int b = a + 1; b < t->n_; ++b) {
+          if (t->weight(a, b) == 2) t->SetLink(a, b, Link{2, 20.0, 2.0});
+        }
+      }
+    }
+  } else if (name == "dgx2") {
+    // 16 V100 behind NVSwitches: every pair sees the same full-bandwidth path.
+    Topology u = Uniform(16, 3);
+    for (int a = 0; a < 16; ++a) {
+      for (int b = a + 1; b < 16; ++b) u.SetLink(a, b, Link{3, 120.0, 3.0});
+    }
+    t = std::move(u);
+  } else if (name == "mesh4") {
+    t = Uniform(4, 3);  // four GPUs, a double NVLink between every pair
+  } else if (name == "pcie8") {
+    t = Uniform(8, 1);
+  }
+  if (t.ok()) t->name_ = name;
+  return t;
+}
+
+bool Topology::IsConnected() const {
+  std::vector<bool> seen(n_, false);
+  std::vector<int> stack{0};
+  seen[0] = true;
+  int count = 1;
+  while (!stack.empty()) {
+    const int a = stack.back();
+    stack.pop_back();
+    for (int b = 0; b < n_; ++b) {
+      if (!seen[b] && connected(a, b)) {
+        seen[b] = true;
+        ++count;
+        stack.push_back(b);
+      }
+    }
+  }
+  return count == n_;
+}
+
+std::string Topology::ToString() const {
+  std::ostringstream os;
+  os << "# " << name_ << "\n" << n_ << "\n";
+  for (int a = 0; a < n_; ++a) {
+    for (int b = 0; b < n_; ++b) os << (b ? " " : "") << weight(a, b);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace loom::collective

@@ -1,0 +1,58 @@
+// Topology: the devices of one machine and the links between them. A symmetric matrix of link
+// weights (3 = double NVLink, 2 = single NVLink, 1 = PCIe through the CPU, 0 = self / no link)
+// with a bandwidth (GB/s, one direction) and a latency (microseconds) per link. Built from a
+// preset, from the text format of docs/COLLECTIVES.md, or as a uniform all-to-all machine.
+// Immutable value type; safe to share between threads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "framework/status.h"
+
+namespace loom::collective {
+
+struct Link {
+  int weight = 0;
+  double bandwidth_gbps = 0;
+  double latency_us = 0;
+};
+
+class Topology {
+ public:
+  // n devices, every pair linked with `weight` (default: 1, PCIe-like).
+  static Topology Uniform(int n, int weight = 1);
+  // "p3.16xlarge", "dgx1-p100", "dgx2", "mesh4", "pcie8".
+  static StatusOr<Topology> Preset(const std::string& name);
+  static std::vector<std::string> PresetNames();
+  // Text format: '#' comment lines, the device count n, then n rows of n integer weights (0..3).
+  // The matrix must be symmetric with a zero diagonal.
+  static StatusOr<Topology> Parse(const std::string& text);
+  static StatusOr<Topology> FromFile(const std::string& path);
+  // A matrix of weights; bandwidth and latency follow the weight class (see LinkForWeight).
+  static StatusOr<Topology> FromWeights(const std::vector<std::vector<int>>& weights);
+
+  // Default bandwidth/latency of a weight class: 3 -> 50 GB/s, 2 -> 25 GB/s, 1 -> 10 GB/s.
+  static Link LinkForWeight(int weight);
+
+  int size() const { return n_; }
+  const Link& link(int a, int b) const { return links_[static_cast<size_t>(a) * n_ + b]; }
+  int weight(int a, int b) const { return link(a, b).weight; }
+  bool connected(int a, int b) const { return a != b && weight(a, b) > 0; }
+  // Every device reaches every other over links of weight > 0.
+  bool IsConnected() const;
+  const std::string& name() const { return name_; }
+
+  // The matrix in the text format Parse reads (with a comment naming the topology).
+  std::string ToString() const;
+
+ private:
+  Topology(int n, std::string name) : n_(n), name_(std::move(name)), links_(size_t(n) * n) {}
+  void SetLink(int a, int b, const Link& link);
+
+  int n_ = 0;
+  std::string name_;
+  std::vector<Link> links_;
+};
+
+}  // namespace loom::collective

@@ -1,0 +1,44 @@
+#include "collective/transport.h"
+
+#include <vector>
+
+namespace loom::collective {
+namespace {
+
+// Receive into a staging buffer, reduce on successful completion.
+class StagedRecvReduce final : public Request {
+ public:
+  StagedRecvReduce(Transport* transport, int peer, uint64_t tag, void* dst, const void* local,
+                   size_t bytes, const Reduction& reduction)
+      : dst_(dst), local_(local), reduction_(reduction), staging_(bytes) {
+    inner_ = transport->Recv(peer, tag, staging_.data(), bytes);
+  }
+
+  Status Wait(Deadline deadline) override {
+    if (reduced_) return Status::OK();
+    LOOM_RETURN_IF_ERROR(inner_->Wait(deadline));
+    const size_t count = staging_.size() / DataTypeSize(reduction_.dtype);
+    Reduce(reduction_, dst_, local_, staging_.data(), count);
+    reduced_ = true;
+    return Status::OK();
+  }
+
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  void* dst_;
+  const void* local_;
+  Reduction reduction_;
+  std::vector<unsigned char> staging_;
+  std::unique_ptr<Request> inner_;
+  bool reduced_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
+                                               size_t bytes, const Reduction& reduction) {
+  return std::make_unique<StagedRecvReduce>(this, peer, tag, dst, local, bytes, reduction);
+}
+
+}  // namespace loom::collective

@@ -1,0 +1,54 @@
+// Transport: the point-to-point layer every collective algorithm is written against. One Transport
+// object is one rank's endpoint. Messages are matched by (peer, tag); messages between one pair of
+// ranks with the same tag match in the order they were posted (MPI's non-overtaking rule), so a
+// schedule may reuse one tag for a whole phase as long as both sides post in the same order.
+//
+// Threading: one thread drives a Transport (the communicator's worker); Request::Wait and Cancel
+// are called from that thread. Implementations may complete requests from other threads.
+// Buffers passed to Send/Recv/RecvReduce must stay valid and untouched until the request completes
+// or Cancel returns.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "collective/reduce.h"
+#include "framework/status.h"
+
+namespace loom::collective {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until the transfer finished (OK or its error) or the deadline passed (Timeout; the
+  // request stays pending and must then be cancelled).
+  virtual Status Wait(Deadline deadline) = 0;
+  // Withdraws a pending request. If a peer is already moving its data, waits for that to end.
+  // After Cancel the request's buffers are free. Cancelling a completed request is a no-op.
+  virtual void Cancel() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  // Human-readable name for messages ("in-process", "mpi", ...).
+  virtual const char* name() const = 0;
+
+  virtual std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
+  virtual std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Receives `bytes` from peer and stores dst = local (op) received, element-wise. dst may equal
+  // local. The default receives into a staging buffer and reduces when Wait succeeds; transports
+  // that can read the sender's memory directly override it and skip the staging copy.
+  virtual std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
+                                              size_t bytes, const Reduction& reduction);
+};
+
+}  // namespace loom::collective

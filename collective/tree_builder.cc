@@ -1,0 +1,452 @@
+#include "collective/tree_builder.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+namespace loom::collective {
+namespace {
+
+using Mask = uint64_t;
+
+int PopCount(Mask m) { return __builtin_popcountll(m); }
+Mask Bit(int i) { return Mask{1} << i; }
+
+std::vector<int> Members(Mask m) {
+  std::vector<int> out;
+  for (; m; m &= m - 1) out.push_back(__builtin_ctzll(m));
+  return out;
+}
+
+struct PairHash {
+  size_t operator()(const std::pair<Mask, int>& k) const {
+    return std::hash<uint64_t>()(k.first * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(k.second));
+  }
+};
+
+// The best subtree found for (device set, root): its weight and the first split, from which the
+// rest is read back out of the memo.
+struct Subtree {
+  bool feasible = false;
+  double weight = 0;
+  int child = -1;  // the root's level-1 partner
+  Mask half = 0;   // the child's half
+};
+
+// Searches trees over one topology. Link weights change between trees (penalty); which device sets
+// admit a tree at all does not, so proven-infeasible (set, root) pairs are kept across trees.
+class Searcher {
+ public:
+  explicit Searcher(const Topology& t) : topology_(t), n_(t.size()), weight_(size_t(n_) * n_) {
+    std::set<int, std::greater<int>> classes;
+    for (int a = 0; a < n_; ++a) {
+      for (int b = 0; b < n_; ++b) {
+        if (t.connected(a, b)) {
+          weight_[size_t(a) * n_ + b] = t.weight(a, b);
+          classes.insert(t.weight(a, b));
+        }
+      }
+    }
+    classes_.assign(classes.begin(), classes.end());
+  }
+
+  double w(int a, int b) const { return weight_[size_t(a) * n_ + b]; }
+  void Penalize(int a, int b, double factor) {
+    weight_[size_t(a) * n_ + b] *= factor;
+    weight_[size_t(b) * n_ + a] *= factor;
+  }
+
+  // Tries the strongest link class first: a tree over links of weight >= 3 if one exists, else
+  // >= 2, and so on. The weakest link bounds a tree's speed, so this is the first criterion; the
+  // total (penalized) weight is the second. On p3.16xlarge and DGX-1 it yields NVLink-only trees.
+  StatusOr<Tree> Build(int root) {
+    max_weight_ = *std::max_element(weight_.begin(), weight_.end());
+    const Mask all = n_ == 64 ? ~Mask{0} : Bit(n_) - 1;
+    bool found = false;
+    for (int min_class : classes_) {
+      UseLinksOfAtLeast(min_class);
+      if (Solve(all, root).feasible) {
+        found = true;
+        break;
+      }
+    }
+    if (!found && n_ > 1) {
+      return NotFound("no balanced binary tree of depth ", CeilLog2(n_), " over real links exists",
+                      " for root ", root, " on this ", n_, "-device topology");
+    }
+    Tree tree;
+    tree.root = root;
+    tree.levels.resize(CeilLog2(n_));
+    Emit(all, root, 0, &tree);
+    return tree;
+  }
+
+ private:
+  void UseLinksOfAtLeast(int min_class) {
+    memo_.clear();
+    min_class_ = min_class;
+    adj_.assign(n_, 0);
+    for (int a = 0; a < n_; ++a) {
+      for (int b = 0; b < n_; ++b) {
+        if (topology_.connected(a, b) && topology_.weight(a, b) >= min_class) adj_[a] |= Bit(b);
+      }
+    }
+  }
+
+  const Subtree& Solve(Mask set, int root) {
+    const auto key = std::make_pair(set, root);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    Subtree best;
+    if (PopCount(set) == 1) {
+      best.feasible = true;
+    } else if (Feasible(set, root)) {
+      // Kernighan-Lin first: one good bisection, tried with every possible child; the exhaustive
+      // search only where that bisection admits no tree (one exists: Feasible said so).
+      TrySplit(set, root, KernighanLin(set, root), &best);
+      if (!best.feasible) Exhaustive(set, root, &best);
+    }
+    return memo_[key] = best;
+  }
+
+  // Whether (set, root) admits any tree over the current link class: a weight-free search whose
+  // answers hold for every root and every tree of this class, so they are kept across builds.
+  bool Feasible(Mask set, int root) {
+    const int m = PopCount(set);
+    if (m == 1) return true;
+    auto& known = feasible_[min_class_];
+    const auto key = std::make_pair(set, root);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+    bool found = false;
+    if (PopCount(adj_[root] & set) >= CeilLog2(m) && Connected(set, root)) {
+      ForEachHalf(set, root, [&](Mask half) {
+        const Mask left = set & ~half;
+        if ((adj_[root] & half) == 0 || !Feasible(left, root)) return false;
+        for (int c : Members(adj_[root] & half)) {
+          if (Feasible(half, c)) return found = true;
+        }
+        return false;
+      });
+    }
+    known[key] = found;
+    return found;
+  }
+
+  // Calls fn(half) for every subset of set \ {root} with floor(m/2) devices until fn returns true.
+  template <typename Fn>
+  void ForEachHalf(Mask set, int root, Fn fn) const {
+    const std::vector<int> others = Members(set & ~Bit(root));
+    const int k = PopCount(set) / 2;
+    const int n = static_cast<int>(others.size());
+    std::vector<int> pick(k);
+    for (int i = 0; i < k; ++i) pick[i] = i;
+    while (true) {
+      Mask half = 0;
+      for (int i : pick) half |= Bit(others[i]);
+      if (fn(half)) return;
+      // Next k-combination of n in lexicographic order.
+      int i = k - 1;
+      while (i >= 0 && pick[i] == n - k + i) --i;
+      if (i < 0) return;
+      ++pick[i];
+      for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+    }
+  }
+
+  // Whether the links inside `set` connect it (necessary for any spanning tree).
+  bool Connected(Mask set, int root) const {
+    Mask reached = Bit(root), frontier = Bit(root);
+    while (frontier) {
+      Mask next = 0;
+      for (int v : Members(frontier)) next |= adj_[v] & set;
+      frontier = next & ~reached;
+      reached |= next;
+    }
+    return (reached & set) == set;
+  }
+
+  // Tries the root's half = set \ half with every child in `half` linked to the root; returns
+  // whether this split admits a tree at all.
+  bool TrySplit(Mask set, int root, Mask half, Subtree* best) {
+    if ((adj_[root] & half) == 0) return false;
+    // Cheap necessary conditions first: both halves connected, the root linked often enough.
+    const Mask left_set = set & ~half;
+    if (PopCount(adj_[root] & left_set) < CeilLog2(PopCount(left_set))) return false;
+    if (!Connected(left_set, root) || !Connected(half, __builtin_ctzll(half))) return false;
+    if (!Feasible(left_set, root)) return false;
+    const Subtree& left = Solve(left_set, root);
+    if (!left.feasible) return false;
+    const double left_weight = left.weight;
+    bool admits = false;
+    for (int c : Members(adj_[root] & half)) {
+      // Bound: the child's subtree can add at most (|half| - 1) links of the heaviest weight.
+      if (best->feasible &&
+          w(root, c) + left_weight + (PopCount(half) - 1) * max_weight_ <= best->weight) {
+        continue;
+      }
+      if (!Feasible(half, c)) continue;
+      admits = true;
+      const Subtree& right = Solve(half, c);
+      const double total = w(root, c) + left_weight + right.weight;
+      if (!best->feasible || total > best->weight + 1e-9) {
+        *best = Subtree{true, total, c, half};
+      }
+    }
+    return admits;
+  }
+
+  // Bisections in lexicographic order (the child's half has floor(m/2) devices); TrySplit's bound
+  // skips children that cannot beat the best tree so far. Feasible() guarantees a tree exists, so
+  // the first feasible split is found; after kSplitBudget feasible splits the best so far is kept,
+  // which bounds the time on large sets.
+  void Exhaustive(Mask set, int root, Subtree* best) {
+    constexpr int kSplitBudget = 24;
+    int feasible_splits = 0;
+    ForEachHalf(set, root, [&](Mask half) {
+      if (TrySplit(set, root, half, best)) ++feasible_splits;
+      return feasible_splits >= kSplitBudget;
+    });
+  }
+
+  // Bisection of `set` into the root's half (ceil(m/2), containing root) and the other half
+  // (floor(m/2)) with little link weight across: greedy growth from the root, then KL passes of
+  // pair swaps. Returns the other half.
+  Mask KernighanLin(Mask set, int root) {
+    const std::vector<int> nodes = Members(set);
+    const int m = static_cast<int>(nodes.size());
+    const int size_a = (m + 1) / 2;
+    std::vector<bool> in_a(n_, false);
+    in_a[root] = true;
+    for (int count = 1; count < size_a; ++count) {
+      int pick = -1;
+      double pick_gain = -1;
+      for (int v : nodes) {
+        if (in_a[v]) continue;
+        double gain = 0;
+        for (int u : nodes) gain += in_a[u] ? w(u, v) : 0;
+        if (gain > pick_gain) {
+          pick = v;
+          pick_gain = gain;
+        }
+      }
+      in_a[pick] = true;
+    }
+    for (int pass = 0; pass < 4; ++pass) {  // KL converges in a few passes
+      // D(v) = external - internal link weight.
+      std::vector<double> d(n_, 0);
+      for (int v : nodes) {
+        for (int u : nodes) d[v] += (in_a[u] != in_a[v] ? 1 : -1) * w(u, v);
+      }
+      std::vector<bool> locked(n_, false);
+      locked[root] = true;
+      std::vector<std::pair<int, int>> swaps;
+      std::vector<double> gains;
+      while (true) {
+        int best_a = -1, best_b = -1;
+        double best_gain = 0;
+        for (int a : nodes) {
+          if (!in_a[a] || locked[a]) continue;
+          for (int b : nodes) {
+            if (in_a[b] || locked[b]) continue;
+            const double g = d[a] + d[b] - 2 * w(a, b);
+            if (best_a < 0 || g > best_gain) {
+              best_a = a;
+              best_b = b;
+              best_gain = g;
+            }
+          }
+        }
+        if (best_a < 0) break;
+        locked[best_a] = locked[best_b] = true;
+        swaps.emplace_back(best_a, best_b);
+        gains.push_back(best_gain);
+        for (int x : nodes) {
+          if (locked[x]) continue;
+          const double delta = 2 * w(x, best_a) - 2 * w(x, best_b);
+          d[x] += in_a[x] ? delta : -delta;
+        }
+      }
+      double total = 0, best_total = 0;
+      size_t best_prefix = 0;
+      for (size_t i = 0; i < gains.size(); ++i) {
+        total += gains[i];
+        if (total > best_total + 1e-9) {
+          best_total = total;
+          best_prefix = i + 1;
+        }
+      }
+      if (best_prefix == 0) break;
+      for (size_t i = 0; i < best_prefix; ++i) {
+        in_a[swaps[i].first] = false;
+        in_a[swaps[i].second] = true;
+      }
+    }
+    Mask half = 0;
+    for (int v : nodes) {
+      if (!in_a[v]) half |= Bit(v);
+    }
+    return half;
+  }
+
+  void Emit(Mask set, int root, int level, Tree* tree) {
+    if (PopCount(set) == 1) return;
+    const Subtree& s = memo_.at(std::make_pair(set, root));
+    tree->levels[level].emplace_back(root, s.child);
+    Emit(set & ~s.half, root, level + 1, tree);
+    Emit(s.half, s.child, level + 1, tree);
+  }
+
+  const Topology& topology_;
+  int n_;
+  std::vector<double> weight_;  // link weights with the penalties applied so far
+  std::vector<int> classes_;    // distinct link weights, strongest first
+  int min_class_ = 1;           // links weaker than this are ignored in the current search
+  std::vector<Mask> adj_;       // links of at least min_class_
+  double max_weight_ = 0;
+  std::map<std::pair<Mask, int>, Subtree> memo_;
+  // Per link class: whether (set, root) admits a tree; weights never change this.
+  std::map<int, std::unordered_map<std::pair<Mask, int>, bool, PairHash>> feasible_;
+};
+
+Status CheckBuildable(const Topology& topology, int root) {
+  LOOM_ENFORCE(topology.size() <= 64, "tree builder supports at most 64 devices, topology has ",
+               topology.size());
+  LOOM_ENFORCE(root >= 0 && root < topology.size(), "root ", root, " is outside 0..",
+               topology.size() - 1);
+  return Status::OK();
+}
+
+}  // namespace
+
+int CeilLog2(int n) {
+  LOOM_CHECK(n >= 1, "CeilLog2 of ", n);
+  int d = 0;
+  while ((1 << d) < n) ++d;
+  return d;
+}
+
+std::vector<std::pair<int, int>> Tree::Edges() const {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& level : levels) out.insert(out.end(), level.begin(), level.end());
+  return out;
+}
+
+std::string Tree::ToString() const {
+  std::ostringstream os;
+  os << "root " << root << ":";
+  for (size_t l = 0; l < levels.size(); ++l) {
+    os << (l ? " |" : "") << " L" << l + 1;
+    for (const auto& [p, c] : levels[l]) os << " " << p << "-" << c;
+  }
+  return os.str();
+}
+
+StatusOr<Tree> BuildTree(const Topology& topology, int root) {
+  LOOM_RETURN_IF_ERROR(CheckBuildable(topology, root));
+  Searcher searcher(topology);
+  return searcher.Build(root);
+}
+
+StatusOr<std::vector<Tree>> BuildTrees(const Topology& topology,
+                                       const TreeBuilderOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckBuildable(topology, 0));
+  LOOM_ENFORCE(options.link_penalty > 0 && options.link_penalty <= 1, "link penalty ",
+               options.link_penalty, " is outside (0, 1]");
+  Searcher searcher(topology);
+  std::vector<Tree> trees;
+  for (int root = 0; root < topology.size(); ++root) {
+    LOOM_ASSIGN_OR_RETURN(Tree tree, searcher.Build(root));
+    for (const auto& [p, c] : tree.Edges()) searcher.Penalize(p, c, options.link_penalty);
+    trees.push_back(std::move(tree));
+  }
+  return trees;
+}
+
+Status ValidateTree(const Topology& topology, const Tree& tree) {
+  const int n = topology.size();
+  LOOM_ENFORCE(tree.root >= 0 && tree.root < n, "root ", tree.root, " is outside 0..", n - 1);
+  LOOM_ENFORCE(tree.depth() == CeilLog2(n), "depth ", tree.depth(), ", expected ", CeilLog2(n));
+  std::vector<bool> in_tree(n, false);
+  in_tree[tree.root] = true;
+  int count = 1;
+  for (int l = 0; l < tree.depth(); ++l) {
+    std::vector<bool> used(n, false);
+    for (const auto& [p, c] : tree.levels[l]) {
+      LOOM_ENFORCE(p >= 0 && p < n && c >= 0 && c < n, "level ", l + 1, ": edge ", p, "-", c,
+                   " names a device outside 0..", n - 1);
+      LOOM_ENFORCE(in_tree[p], "level ", l + 1, ": parent ", p, " is not yet in the tree");
+      LOOM_ENFORCE(!in_tree[c], "level ", l + 1, ": child ", c, " is already in the tree");
+      LOOM_ENFORCE(!used[p] && !used[c], "level ", l + 1, ": device ", used[p] ? p : c,
+                   " appears twice");
+      LOOM_ENFORCE(topology.connected(p, c), "level ", l + 1, ": no link between ", p, " and ", c);
+      used[p] = used[c] = true;
+    }
+    for (const auto& [p, c] : tree.levels[l]) {
+      in_tree[c] = true;
+      ++count;
+    }
+  }
+  LOOM_ENFORCE(count == n, "tree spans ", count, " of ", n, " devices");
+  return Status::OK();
+}
+
+std::vector<int> BuildRingOrder(const Topology& topology) {
+  const int n = topology.size();
+  // Missing links count as strongly negative so any ring over real links wins.
+  auto score = [&](int a, int b) {
+    return topology.connected(a, b) ? static_cast<double>(topology.weight(a, b)) : -100.0;
+  };
+  std::vector<int> order{0};
+  std::vector<bool> used(n, false);
+  used[0] = true;
+  for (int i = 1; i < n; ++i) {
+    const int last = order.back();
+    int pick = -1;
+    for (int v = 0; v < n; ++v) {
+      if (!used[v] && (pick < 0 || score(last, v) > score(last, pick))) pick = v;
+    }
+    used[pick] = true;
+    order.push_back(pick);
+  }
+  // 2-opt: reverse order[i..j] when that raises the ring's total weight.
+  bool improved = n > 3;
+  for (int round = 0; improved && round < 100; ++round) {
+    improved = false;
+    for (int i = 1; i < n - 1; ++i) {
+      for (int j = i + 1; j < n; ++j) {
+        const int a = order[i - 1], b = order[i], c = order[j], d = order[(j + 1) % n];
+        if (score(a, c) + score(b, d) > score(a, b) + score(c, d) + 1e-9) {
+          std::reverse(order.begin() + i, order.begin() + j + 1);
+          improved = true;
+        }
+      }
+    }
+  }
+  return order;
+}
+
+Tree StarTree(int n, int root) {
+  Tree tree;
+  tree.root = root;
+  for (int v = 0; v < n; ++v) {
+    if (v != root) tree.levels.push_back({{root, v}});
+  }
+  return tree;
+}
+
+Tree ChainTree(const std::vector<int>& order, int root) {
+  const int n = static_cast<int>(order.size());
+  const int start = static_cast<int>(std::find(order.begin(), order.end(), root) - order.begin());
+  LOOM_CHECK(start < n, "root ", root, " not in ring order");
+  Tree tree;
+  tree.root = root;
+  for (int i = 1; i < n; ++i) {
+    tree.levels.push_back({{order[(start + i - 1) % n], order[(start + i) % n]}});
+  }
+  return tree;
+}
+
+}  // namespace loom::collective
