@@ -1,9 +1,8 @@
 // matmul: Out = alpha * op(X) · op(Y), op = optional transpose of the last two dims, batched
 // over leading dims (which must match, or one side has none). 1-D operands act as a row
 // (X) or column (Y) vector, as in Fluid.
-#include <cblas.h>
-
 #include "operators/common.h"
+#include "operators/math/blas.h"
 
 namespace loom::ops {
 namespace {
@@ -57,22 +56,6 @@ Status MatmulInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", g.value().out);
   ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
   return Status::OK();
-}
-
-template <typename T>
-void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, const T* b,
-          T beta, T* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
-    return;
-  }
-  auto A = ta ? CblasTrans : CblasNoTrans, B = tb ? CblasTrans : CblasNoTrans;
-  int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, A, B, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
-  else
-    cblas_dgemm(CblasRowMajor, A, B, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
 }
 
 template <typename T>

@@ -1,8 +1,7 @@
 // mul: the fully-connected matmul. X is flattened to 2-D at x_num_col_dims, Y at
 // y_num_col_dims; Out = X2 · Y2 reshaped to X.dims[:x_num_col_dims] + Y.dims[y_num_col_dims:].
-#include <cblas.h>
-
 #include "operators/common.h"
+#include "operators/math/blas.h"
 
 namespace loom::ops {
 
@@ -32,39 +31,6 @@ Status MulInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", out);
   ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
   return Status::OK();
-}
-
-// C[m,n] = op(A) · op(B) (+ C when accumulate), row-major.
-template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-          T* c, bool accumulate = false);
-
-template <>
-void Gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                 const float* b, float* c, bool acc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!acc) std::fill(c, c + m * n, 0.0f);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), acc ? 1.0f : 0.0f,
-              c, static_cast<int>(n));
-}
-
-template <>
-void Gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
-                  const double* b, double* c, bool acc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!acc) std::fill(c, c + m * n, 0.0);
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
-              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), acc ? 1.0 : 0.0, c,
-              static_cast<int>(n));
 }
 
 template <typename T>

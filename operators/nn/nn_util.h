@@ -2,7 +2,6 @@
 // lists, grad op construction from a slot list, and a row-major GEMM over CBLAS.
 #pragma once
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <initializer_list>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "operators/common.h"
+#include "operators/math/blas.h"
 
 namespace loom::ops::nn {
 
@@ -88,32 +88,7 @@ inline proto::OpDesc MakeGradOp(const OpDesc& fwd, std::initializer_list<const c
   return g;
 }
 
-// C[m, n] = op(A) · op(B) (+ C when accumulate), all row-major and densely packed.
-inline void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                 const float* b, float* c, bool acc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!acc) std::fill(c, c + m * n, 0.0f);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), acc ? 1.0f : 0.0f,
-              c, static_cast<int>(n));
-}
-
-inline void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
-                 const double* b, double* c, bool acc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!acc) std::fill(c, c + m * n, 0.0);
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
-              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), acc ? 1.0 : 0.0, c,
-              static_cast<int>(n));
-}
+using ops::Gemm;  // operators/math/blas.h
 
 // "[a, b]" for an INTS attribute in messages.
 inline std::string IntsToString(const std::vector<int>& v) {
