@@ -57,7 +57,7 @@ Status UniformRandomKernel(const KernelContext& ctx) {
   T* o = out->mutable_data<T>(ctx.place());
   std::mt19937_64 rng(EffectiveSeed(ctx.Attr<int>("seed")));
   std::uniform_real_distribution<T> dist(ctx.Attr<float>("min"), ctx.Attr<float>("max"));
-  for (int64_t i = 0; i < out->numel(); ++i) o[i] = dist(rng);
+  for (int64_t i = 0, i_end = out->numel(); i < i_end; ++i) o[i] = dist(rng);
   return Status::OK();
 }
 
@@ -67,7 +67,7 @@ Status GaussianRandomKernel(const KernelContext& ctx) {
   T* o = out->mutable_data<T>(ctx.place());
   std::mt19937_64 rng(EffectiveSeed(ctx.Attr<int>("seed")));
   std::normal_distribution<T> dist(ctx.Attr<float>("mean"), ctx.Attr<float>("std"));
-  for (int64_t i = 0; i < out->numel(); ++i) o[i] = dist(rng);
+  for (int64_t i = 0, i_end = out->numel(); i < i_end; ++i) o[i] = dist(rng);
   return Status::OK();
 }
 

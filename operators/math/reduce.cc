@@ -89,7 +89,7 @@ Status ReduceKernel(const KernelContext& ctx) {
     else o[j] += in[i];
   });
   if (K == Kind::kMean && ix.groups > 0)
-    for (int64_t j = 0; j < out->numel(); ++j) o[j] /= static_cast<T>(ix.groups);
+    for (int64_t j = 0, j_end = out->numel(); j < j_end; ++j) o[j] /= static_cast<T>(ix.groups);
   return Status::OK();
 }
 

@@ -30,7 +30,7 @@ Status Forward(const KernelContext& ctx) {
   UnaryAttrs a = ReadAttrs(ctx.Attrs());
   const T* in = x.data<T>();
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = F(in[i], a);
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = F(in[i], a);
   return Status::OK();
 }
 
@@ -44,7 +44,7 @@ Status Backward(const KernelContext& ctx) {
   const T* y = ctx.Input("Out").data<T>();
   const T* g = ctx.Input("Out@GRAD").data<T>();
   T* o = dx->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = g[i] * G(in[i], y[i], a);
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = g[i] * G(in[i], y[i], a);
   return Status::OK();
 }
 

@@ -9,7 +9,7 @@ Status ReluKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const T* in = x.data<T>();
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = in[i] > T(0) ? in[i] : T(0);
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = in[i] > T(0) ? in[i] : T(0);
   return Status::OK();
 }
 
@@ -21,7 +21,7 @@ Status ReluGradKernel(const KernelContext& ctx) {
   const T* y = out.data<T>();
   const T* g = ctx.Input("Out@GRAD").data<T>();
   T* o = dx->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = y[i] > T(0) ? g[i] : T(0);
+  for (int64_t i = 0, i_end = out.numel(); i < i_end; ++i) o[i] = y[i] > T(0) ? g[i] : T(0);
   return Status::OK();
 }
 

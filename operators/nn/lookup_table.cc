@@ -36,7 +36,7 @@ Status LookupTableInferShape(InferShapeContext* ctx) {
 Status ReadIds(const KernelContext& ctx, const Tensor& ids, int64_t rows,
                std::vector<int64_t>* out) {
   out->resize(ids.numel());
-  for (int64_t i = 0; i < ids.numel(); ++i) {
+  for (int64_t i = 0, i_end = ids.numel(); i < i_end; ++i) {
     int64_t id = ids.dtype() == proto::INT64 ? ids.data<int64_t>()[i]
                                              : static_cast<int64_t>(ids.data<int32_t>()[i]);
     if (id < 0 || id >= rows)

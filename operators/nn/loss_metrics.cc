@@ -109,7 +109,7 @@ Status SquareErrorKernel(const KernelContext& ctx) {
   const T* a = x.data<T>();
   const T* b = ctx.Input("Y").data<T>();
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = (a[i] - b[i]) * (a[i] - b[i]);
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = (a[i] - b[i]) * (a[i] - b[i]);
   return Status::OK();
 }
 
@@ -123,7 +123,7 @@ Status SquareErrorGradKernel(const KernelContext& ctx) {
   Tensor* dy = ctx.OutputOrNull("Y@GRAD");
   T* ox = dx ? dx->mutable_data<T>(ctx.place()) : nullptr;
   T* oy = dy ? dy->mutable_data<T>(ctx.place()) : nullptr;
-  for (int64_t i = 0; i < x.numel(); ++i) {
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) {
     T v = T(2) * (a[i] - b[i]) * g[i];
     if (ox) ox[i] = v;
     if (oy) oy[i] = -v;

@@ -112,7 +112,7 @@ Status SquaredL2NormKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const T* in = x.data<T>();
   double acc = 0;
-  for (int64_t i = 0; i < x.numel(); ++i) acc += static_cast<double>(in[i]) * in[i];
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) acc += static_cast<double>(in[i]) * in[i];
   ctx.Output("Out")->mutable_data<T>(ctx.place())[0] = static_cast<T>(acc);
   return Status::OK();
 }
@@ -125,7 +125,7 @@ Status SquaredL2NormGradKernel(const KernelContext& ctx) {
   T g = ctx.Input("Out@GRAD").data<T>()[0];
   const T* in = x.data<T>();
   T* o = dx->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = T(2) * in[i] * g;
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = T(2) * in[i] * g;
   return Status::OK();
 }
 

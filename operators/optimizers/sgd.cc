@@ -29,7 +29,7 @@ Status SgdKernel(const KernelContext& ctx) {
   T lr = ctx.Input("LearningRate").data<T>()[0];
   const T* p = param.data<T>();
   T* out = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0; i < param.numel(); ++i) out[i] = p[i] - lr * g[i];
+  for (int64_t i = 0, i_end = param.numel(); i < i_end; ++i) out[i] = p[i] - lr * g[i];
   return Status::OK();
 }
 

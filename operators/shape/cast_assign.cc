@@ -29,7 +29,7 @@ template <typename In, typename Out>
 void CastCompute(const Tensor& x, Tensor* out, const Place& place) {
   const In* in = x.data<In>();
   Out* o = out->mutable_data<Out>(place);
-  for (int64_t i = 0; i < x.numel(); ++i) o[i] = static_cast<Out>(in[i]);
+  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = static_cast<Out>(in[i]);
 }
 
 template <typename In>

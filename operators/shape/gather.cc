@@ -30,7 +30,7 @@ Status GatherGradInferShape(InferShapeContext* ctx) { return GradLikeInput(ctx, 
 template <typename I>
 Status CheckIndex(const Tensor& index, int64_t rows, const DDim& x_dims) {
   const I* idx = index.data<I>();
-  for (int64_t i = 0; i < index.numel(); ++i)
+  for (int64_t i = 0, i_end = index.numel(); i < i_end; ++i)
     if (idx[i] < 0 || idx[i] >= rows)
       return InvalidArgument("index ", static_cast<int64_t>(idx[i]), " (Index[", i,
                              "]) is out of range [0, ", rows, ") for dim 0 of X with dims ",
@@ -48,7 +48,7 @@ Status GatherCompute(const Tensor& x, const Tensor& index, Tensor* out, const Pl
   const T* in = x.data<T>();
   T* o = out->mutable_data<T>(place);
   if (width == 0) return Status::OK();
-  for (int64_t i = 0; i < index.numel(); ++i)
+  for (int64_t i = 0, i_end = index.numel(); i < i_end; ++i)
     std::memcpy(o + i * width, in + idx[i] * width, static_cast<size_t>(width) * sizeof(T));
   return Status::OK();
 }
@@ -63,7 +63,7 @@ Status GatherGradCompute(const Tensor& index, const Tensor& g, Tensor* dx, const
   const T* gv = g.data<T>();
   T* d = dx->mutable_data<T>(place);
   std::fill(d, d + dx->numel(), T(0));
-  for (int64_t i = 0; i < index.numel(); ++i) {
+  for (int64_t i = 0, i_end = index.numel(); i < i_end; ++i) {
     T* row = d + idx[i] * width;
     const T* src = gv + i * width;
     for (int64_t k = 0; k < width; ++k) row[k] += src[k];
