@@ -45,8 +45,11 @@ class Executor:
     def _prepare(self, program):
         key = id(program.desc)
         entry = self._prepared.get(key)
-        # Programs are mutable while being built: re-prepare when the ops changed.
-        fingerprint = program.desc.serialize_to_string()
+        # Programs are mutable while being built: re-prepare when they changed. Edits through
+        # the Python API bump program._version; the op and block counts catch the rest cheaply.
+        fingerprint = (program._version, program.desc.num_blocks(),
+                       tuple(program.desc.block(i).op_size()
+                             for i in range(program.desc.num_blocks())))
         if entry is None or entry[1] != fingerprint:
             entry = (self._exe.prepare(program.desc, 0), fingerprint, program.desc)
             self._prepared[key] = entry

@@ -141,6 +141,7 @@ class Operator:
 
     def _set_attr(self, name, value):
         self.desc.set_attr(name, value)
+        self.block.program._version += 1
 
     def __repr__(self):
         ins = ", ".join("%s=%s" % (s, self.input(s)) for s in self.input_names)
@@ -193,6 +194,7 @@ class Block:
 
     def create_var(self, name=None, shape=None, dtype="float32", persistable=False,
                    stop_gradient=False):
+        self.program._version += 1
         name = name or unique_name.generate("tmp")
         d = self.desc.var(name)
         d.set_dtype(convert_dtype(dtype))
@@ -204,6 +206,7 @@ class Block:
 
     def create_parameter(self, name, shape, dtype="float32", trainable=True, regularizer=None,
                          optimize_attr=None):
+        self.program._version += 1
         d = self.desc.var(name)
         d.set_dtype(convert_dtype(dtype))
         d.set_shape([int(s) for s in shape])
@@ -231,6 +234,7 @@ class Block:
                             infer_shape)
 
     def _add_op(self, desc, index, type, inputs, outputs, attrs, infer_shape):
+        self.program._version += 1
         desc.set_type(type)
         try:
             for slot, v in (inputs or {}).items():
@@ -252,6 +256,7 @@ class Block:
         return Operator(self, desc)
 
     def _remove_op(self, index):
+        self.program._version += 1
         self.desc.remove_op(index)
 
     def __repr__(self):
@@ -266,6 +271,7 @@ class Program:
         self.blocks = [Block(self, i) for i in range(self.desc.num_blocks())]
         self.current_block_idx = 0
         self._op_role = core.kOpRoleForward
+        self._version = 0  # bumped by every edit made through this API (executor cache key)
         self._name_scope = ""
         self.random_seed = 0
 

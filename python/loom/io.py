@@ -58,6 +58,7 @@ def _prune_to_targets(program, targets):
             needed.update(op.input_arg_names())
         else:
             block.remove_op(i)
+    program._version += 1
     return program
 
 
