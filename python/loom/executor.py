@@ -75,7 +75,7 @@ class Executor:
         prepared = self._prepare(program)
         out = self._exe.run(prepared, scope or global_scope(), feed, fetch)
         if return_numpy:
-            return [np.array(t) for t in out]
+            return [np.asarray(t) for t in out]  # views of the fetched host copies
         return out
 
     def close(self):
