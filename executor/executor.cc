@@ -78,7 +78,8 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
                              ", the program declares ", v.Dims().ToString());
     Variable* var = local->FindVar(name);
     Tensor* dst = var->GetMutable<Tensor>();
-    if (tensor.place() == place_) {
+    // Share the caller's memory, except for persistable vars that ops may update in place.
+    if (tensor.place() == place_ && !v.Persistable()) {
       *dst = tensor;
     } else {
       TensorCopy(tensor, place_, dst);

@@ -58,7 +58,16 @@ Allocation::Allocation(Place place, size_t bytes)
   ptr_ = allocator_->Allocate(bytes);
 }
 
-Allocation::~Allocation() { allocator_->Free(ptr_, size_); }
+Allocation::Allocation(Place place, void* ptr, size_t bytes, std::function<void(void*)> release)
+    : place_(place), size_(bytes), ptr_(ptr), release_(std::move(release)) {}
+
+Allocation::~Allocation() {
+  if (release_) {
+    release_(ptr_);
+  } else {
+    allocator_->Free(ptr_, size_);
+  }
+}
 
 void MemCopy(const Place& dst_place, void* dst, const Place& src_place, const void* src,
              size_t bytes) {

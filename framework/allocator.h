@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "framework/place.h"
@@ -36,6 +37,9 @@ Allocator* GetAllocator(const Place& place);
 class Allocation {
  public:
   Allocation(Place place, size_t bytes);
+  // Wraps memory owned elsewhere (e.g. a NumPy array): release(ptr) runs when the last
+  // reference goes. Such memory is not counted by the place's allocator statistics.
+  Allocation(Place place, void* ptr, size_t bytes, std::function<void(void*)> release);
   ~Allocation();
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -47,7 +51,8 @@ class Allocation {
   Place place_;
   size_t size_;
   void* ptr_;
-  Allocator* allocator_;
+  Allocator* allocator_ = nullptr;
+  std::function<void(void*)> release_;
 };
 
 // Copies bytes between places (host<->device, device<->device). Synchronous.

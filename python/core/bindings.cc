@@ -197,7 +197,9 @@ FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
     } else {
       py::array a = py::array::ensure(item.second);
       if (!a) Throw(InvalidArgument("feed '", name, "' is not convertible to a numpy array"));
-      feeds[name] = TensorFromArray(a, place, "feed '" + name + "'");
+      // CPU feeds share the array's memory (no copy); device feeds are copied over.
+      feeds[name] = place.is_cpu() ? TensorViewOfArray(a, "feed '" + name + "'")
+                                   : TensorFromArray(a, place, "feed '" + name + "'");
     }
   }
   return feeds;

@@ -32,6 +32,9 @@ void RegisterTensor(py::module_& m);
 
 // A host copy of an ndarray as a tensor on place (dtype from the array; C order enforced).
 Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what);
+// A CPU tensor sharing the ndarray's memory when it is C-contiguous and aligned (the array is
+// kept alive by the tensor); otherwise a copy, as TensorFromArray.
+Tensor TensorViewOfArray(const py::array& array, const std::string& what);
 // A numpy view of a CPU tensor (keeps the allocation alive); device tensors are copied.
 py::array ArrayFromTensor(const Tensor& t);
 

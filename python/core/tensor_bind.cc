@@ -49,6 +49,27 @@ Tensor TensorFromArray(const py::array& array, const Place& place, const std::st
   return t;
 }
 
+Tensor TensorViewOfArray(const py::array& array, const std::string& what) {
+  DataType dt = DtypeOfArray(array, what);
+  bool contiguous = (array.flags() & py::array::c_style) && array.ndim() <= DDim::kMaxRank;
+  bool aligned = reinterpret_cast<uintptr_t>(array.data()) % SizeOf(dt) == 0;
+  if (!contiguous || !aligned || array.nbytes() == 0) return TensorFromArray(array, Place::CPU(), what);
+  DDim dims;
+  for (py::ssize_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
+  // The release callback may run on an executor thread without the GIL: take it to drop the
+  // reference.
+  auto* keep = new py::object(array);
+  auto holder = std::make_shared<Allocation>(
+      Place::CPU(), const_cast<void*>(array.data()), static_cast<size_t>(array.nbytes()),
+      [keep](void*) {
+        py::gil_scoped_acquire gil;
+        delete keep;
+      });
+  Tensor t(dt, dims);
+  t.ShareBuffer(std::move(holder), 0, Place::CPU());
+  return t;
+}
+
 py::array ArrayFromTensor(const Tensor& t) {
   if (!t.initialized()) Throw(FailedPrecondition("tensor holds no data"));
   Tensor host = t;
