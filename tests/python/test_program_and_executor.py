@@ -136,3 +136,22 @@ def test_bad_layer_arguments_raise_at_the_layer():
             fluid.layers.fc(x, 3, act="swish9")
     # A failed layer leaves no half-built op behind.
     assert [op.type for op in main.global_block().ops].count("mul") == 0
+
+
+def test_feeds_of_any_memory_layout_give_the_same_result():
+    # C-contiguous feeds are shared with the executor, others are copied: both must be right,
+    # and the caller's array must not change.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        y = fluid.layers.scale(fluid.layers.relu(x), scale=3.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    base = np.random.RandomState(1).randn(6, 8).astype("float32")
+    layouts = {"c": base[:, :4].copy(), "fortran": np.asfortranarray(base[:, :4]),
+               "strided": base[:, ::2], "offset": base[:, 4:]}
+    for name, arr in layouts.items():
+        before = arr.copy()
+        got, = exe.run(main, feed={"x": arr}, fetch_list=[y])
+        np.testing.assert_allclose(got, 3.0 * np.maximum(arr, 0), err_msg=name)
+        np.testing.assert_array_equal(arr, before, err_msg=name)
