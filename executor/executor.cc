@@ -1,6 +1,8 @@
 #include "executor/executor.h"
 
 #include <set>
+#include <thread>
+#include <unordered_map>
 
 #include "framework/device_context.h"
 #include "loom/config.h"
@@ -88,6 +90,91 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
   return Status::OK();
 }
 
+namespace {
+
+// Calls still running on behalf of ops of one run (collectives), keyed by the variables they
+// touch. An op that reads or writes one of those variables waits for the call first, so
+// communication overlaps with every op that does not depend on it.
+class PendingCalls {
+ public:
+  bool empty() const { return by_var_.empty(); }
+
+  void Add(AsyncWait wait, const Operator& op) {
+    auto call = std::make_shared<Call>();
+    call->wait = std::move(wait);
+    call->where = op.Where();
+    for (const auto* vars : {&op.InputVars(), &op.OutputVars()})
+      for (const auto& v : *vars) by_var_[v] = call;
+    all_.push_back(std::move(call));
+  }
+
+  // Ends the calls touching any variable of op.
+  Status WaitFor(const Operator& op) {
+    for (const auto* vars : {&op.InputVars(), &op.OutputVars()}) {
+      for (const auto& v : *vars) {
+        auto it = by_var_.find(v);
+        if (it == by_var_.end()) continue;
+        std::shared_ptr<Call> call = it->second;
+        LOOM_RETURN_IF_ERROR(End(call.get()));
+        for (auto i = by_var_.begin(); i != by_var_.end();) {
+          i = i->second == call ? by_var_.erase(i) : std::next(i);
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  // Ends every call (also after an error: buffers must not be freed under a running call) and
+  // returns the first error.
+  Status WaitAll() {
+    Status first;
+    for (auto& call : all_) {
+      Status st = End(call.get());
+      if (first.ok() && !st.ok()) first = st;
+    }
+    all_.clear();
+    by_var_.clear();
+    return first;
+  }
+
+ private:
+  struct Call {
+    AsyncWait wait;
+    std::string where;
+    bool ended = false;
+    Status status;
+  };
+  static Status End(Call* call) {
+    if (!call->ended) {
+      call->ended = true;
+      call->status = call->wait();
+      if (!call->status.ok())
+        call->status = Status(call->status.code(), call->where + ": " + call->status.message());
+    }
+    return call->status;
+  }
+  std::unordered_map<std::string, std::shared_ptr<Call>> by_var_;
+  std::vector<std::shared_ptr<Call>> all_;
+};
+
+}  // namespace
+
+Status Executor::RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev) {
+  PendingCalls pending;
+  Status st;
+  for (auto& op : prepared->ops_) {
+    if (!pending.empty()) {
+      st = pending.WaitFor(*op);
+      if (!st.ok()) break;
+    }
+    st = op->Run(*local, dev);
+    if (AsyncWait wait = op->TakeAsync()) pending.Add(std::move(wait), *op);
+    if (!st.ok()) break;
+  }
+  Status ended = pending.WaitAll();
+  return st.ok() ? ended : st;
+}
+
 Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds,
                      const std::vector<std::string>& fetches, std::vector<Tensor>* fetched) {
   Scope* local = LocalScope(prepared, scope);
@@ -97,7 +184,7 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
   }
   LOOM_RETURN_IF_ERROR(Feed(*prepared, local, feeds));
   const DeviceContext& dev = *GetDeviceContext(place_);
-  for (auto& op : prepared->ops_) LOOM_RETURN_IF_ERROR(op->Run(*local, dev));
+  LOOM_RETURN_IF_ERROR(RunOps(prepared, local, dev));
   dev.Wait();
   if (fetched) fetched->clear();
   for (const auto& name : fetches) {
@@ -122,6 +209,22 @@ Status Executor::Run(const ProgramDesc& program, Scope* scope, const FeedMap& fe
   // A one-shot run keeps no temporaries.
   scope->DeleteScope(prepared->local_scopes_[scope->serial()]);
   return st;
+}
+
+Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::string>& fetches) {
+  auto run_one = [&fetches](RankRun* r) {
+    Executor exe(r->place);
+    r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);
+  };
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < ranks->size(); ++i) workers.emplace_back(run_one, &(*ranks)[i]);
+  if (!ranks->empty()) run_one(&(*ranks)[0]);
+  for (auto& w : workers) w.join();
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    const Status& st = (*ranks)[i].status;
+    if (!st.ok()) return Status(st.code(), "rank " + std::to_string(i) + ": " + st.message());
+  }
+  return Status::OK();
 }
 
 }  // namespace loom

@@ -5,6 +5,9 @@
 // created on the first run with that scope and reused afterwards. Variables the block reads
 // before writing (its feed targets) are cleared when a run does not feed them, so a stale
 // batch from an earlier run is never used silently.
+// Ops run in program order on the executor's thread; an op may leave a call running (a
+// collective on its communicator's thread), and only the later ops that touch that call's
+// variables wait for it, so communication overlaps with the compute that does not need it.
 // Thread-safety: one Executor per thread; a PreparedBlock runs on one thread at a time.
 #pragma once
 
@@ -38,6 +41,17 @@ class PreparedBlock {
 
 using FeedMap = std::map<std::string, Tensor>;
 
+// One rank of a multi-place run: where it runs, its prepared per-rank program and scope, its
+// share of the feeds; receives its fetches and its status.
+struct RankRun {
+  Place place = Place::CPU();
+  PreparedBlock* prepared = nullptr;
+  Scope* scope = nullptr;
+  FeedMap feeds;
+  std::vector<Tensor> fetched;
+  Status status;
+};
+
 class Executor {
  public:
   explicit Executor(const Place& place = Place::CPU());
@@ -53,10 +67,17 @@ class Executor {
   Status Run(const ProgramDesc& program, Scope* scope, const FeedMap& feeds = {},
              const std::vector<std::string>& fetches = {}, std::vector<Tensor>* fetched = nullptr);
 
+  // Runs the per-rank programs of a transpiled multi-device program concurrently, one worker
+  // thread per rank (rank 0 on the calling thread); the ranks meet in their collective ops.
+  // Returns the first failing rank's error prefixed with "rank R: " (each rank's own status is
+  // in its RankRun).
+  static Status RunRanks(std::vector<RankRun>* ranks, const std::vector<std::string>& fetches);
+
  private:
   Status CheckPlace() const;
   Scope* LocalScope(PreparedBlock* prepared, Scope* scope);
   Status Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds);
+  Status RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev);
 
   Place place_;
 };

@@ -17,6 +17,7 @@
 #include "framework/place.h"
 #include "framework/program_desc.h"
 #include "framework/tensor.h"
+#include "framework/variable.h"
 
 namespace loom {
 
@@ -76,6 +77,10 @@ class InferShapeContext {
 
 using InferShapeFn = Status (*)(InferShapeContext* ctx);
 
+// A call still running when its kernel returned (e.g. a collective on the communicator's
+// thread). Calling it blocks until the call ended and returns its status; it is called once.
+using AsyncWait = std::function<Status()>;
+
 // What a kernel sees: its inputs and outputs as tensors, attributes and the device context.
 class KernelContext {
  public:
@@ -87,6 +92,12 @@ class KernelContext {
   virtual const AttributeMap& Attrs() const = 0;
   virtual const DeviceContext& device() const = 0;
   virtual std::string Where() const = 0;
+  // The variable bound to a slot, for slots that hold no tensor (a communicator).
+  virtual Variable* InputVariable(const std::string& slot, int i = 0) const = 0;
+  virtual Variable* OutputVariable(const std::string& slot, int i = 0) const = 0;
+  // Declares that the kernel left work running that reads or writes the op's variables: the
+  // executor calls `wait` before any later op touches one of them, and before the run ends.
+  virtual void SetAsync(AsyncWait wait) const = 0;
 
   const Tensor& Input(const std::string& slot, int i = 0) const;
   Tensor* Output(const std::string& slot, int i = 0) const;

@@ -55,6 +55,18 @@ const Tensor* Operator::InputOrNull(const std::string& slot, int i) const {
   return v && v->IsType<Tensor>() ? &v->Get<Tensor>() : nullptr;
 }
 
+Variable* Operator::InputVariable(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(inputs_, slot);
+  if (!s || i >= static_cast<int>(s->bound.size())) return nullptr;
+  return s->bound[i];
+}
+
+Variable* Operator::OutputVariable(const std::string& slot, int i) const {
+  const Slot* s = FindSlot(outputs_, slot);
+  if (!s || i >= static_cast<int>(s->bound.size())) return nullptr;
+  return s->bound[i];
+}
+
 Tensor* Operator::OutputOrNull(const std::string& slot, int i) const {
   const Slot* s = FindSlot(outputs_, slot);
   if (!s || i >= static_cast<int>(s->bound.size()) || !s->bound[i]) return nullptr;
@@ -111,7 +123,7 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
       slot = nullptr;
     }
   }
-  if (slot && !slot->bound.empty()) {
+  if (slot && !slot->bound.empty() && slot->bound[0] && slot->bound[0]->IsType<Tensor>()) {
     dtype = slot->bound[0]->Get<Tensor>().dtype();
   } else if (auto it = attrs_.find("dtype"); it != attrs_.end()) {
     dtype = static_cast<DataType>(std::get<int>(it->second));
@@ -139,11 +151,13 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
 Status Operator::Run(const Scope& scope, const DeviceContext& dev) {
   if (scope.serial() != bound_scope_) LOOM_RETURN_IF_ERROR(Bind(scope));
   dev_ = &dev;
+  async_ = nullptr;
   for (const auto& s : inputs_) {
     for (size_t i = 0; i < s.bound.size(); ++i) {
       const Variable* v = s.bound[i];
       if (!v) continue;
-      if (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized())
+      bool other_object = v->IsInitialized() && !v->IsType<Tensor>();  // e.g. a communicator
+      if (!other_object && (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized()))
         return FailedPrecondition(where_, ": input '", s.name, "' var '", s.vars[i],
                                   "' has no value (not fed, not loaded, and no earlier op "
                                   "writes it)");

@@ -43,6 +43,11 @@ class Operator final : public InferShapeContext, public KernelContext {
   const Tensor* InputOrNull(const std::string& slot, int i) const override;
   Tensor* OutputOrNull(const std::string& slot, int i) const override;
   const DeviceContext& device() const override { return *dev_; }
+  Variable* InputVariable(const std::string& slot, int i) const override;
+  Variable* OutputVariable(const std::string& slot, int i) const override;
+  void SetAsync(AsyncWait wait) const override { async_ = std::move(wait); }
+  // The wait a kernel left with SetAsync during the last Run (empty when it finished in place).
+  AsyncWait TakeAsync() { return std::move(async_); }
 
  private:
   struct Slot {
@@ -66,6 +71,7 @@ class Operator final : public InferShapeContext, public KernelContext {
   const DeviceContext* dev_ = nullptr;
   KernelKey cached_key_{Place::kCPU, proto::FP32};
   KernelFn cached_kernel_ = nullptr;
+  mutable AsyncWait async_;
 };
 
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "executor/executor.h"
@@ -21,7 +22,9 @@ Flags RunFlags() {
       "run", "loom run DIR [flags]",
       "Runs DIR/startup.pb once (initializing parameters), then DIR/main.pb for --iters steps,\n"
       "feeding minibatches sliced along dim 0 from .npy files (wrapping around), and prints the\n"
-      "fetched variables. Defaults for feeds, fetches and batch size come from DIR/bundle.pbtxt.",
+      "fetched variables. Defaults for feeds, fetches and batch size come from DIR/bundle.pbtxt.\n"
+      "A DIR written by `loom transpile` (DIR/manifest.pbtxt) trains on all its ranks at once:\n"
+      "each step's global batch is split across the ranks and the loss is reported over it.",
       {
           {"iters", "N", "number of training steps", "100"},
           {"batch-size", "B", "rows per minibatch (default: bundle.pbtxt, else all rows)", ""},
@@ -149,100 +152,229 @@ double FirstValue(const Tensor& t) {
   return NAN;
 }
 
-Status Run(const Flags& flags) {
-  const std::string dir = flags.positional()[0];
-  if (!IsDirectory(dir)) return NotFound("bundle directory '", dir, "' does not exist");
-  LOOM_ASSIGN_OR_RETURN(int64_t iters, flags.GetInt("iters"));
-  LOOM_ASSIGN_OR_RETURN(int64_t every, flags.GetInt("print-every"));
-  if (iters < 0) return InvalidArgument("--iters must be >= 0, got ", iters);
-  if (every <= 0) return InvalidArgument("--print-every must be > 0, got ", every);
-  LOOM_ASSIGN_OR_RETURN(Place place, ParsePlace(flags.Get("place")));
+// The feeds, fetches and batch size of a run, shared by the one-place and multi-place paths.
+struct RunSetup {
+  std::string dir;
+  int64_t iters = 0;
+  int64_t every = 1;
+  Place place = Place::CPU();
+  std::vector<Feed> feeds;
+  std::vector<std::string> fetches;
+  int64_t rows = 0;
+  int64_t batch = 0;
+};
 
+// Prints the progress line of iteration it (of setup.iters) and updates first/last.
+class Progress {
+ public:
+  explicit Progress(const RunSetup& setup) : setup_(setup) {}
+  void Step(int64_t it, const std::vector<Tensor>& out, double scalar0) {
+    if (!out.empty()) {
+      last = scalar0;
+      if (it == 1) first = last;
+    }
+    const int64_t every = setup_.every;
+    if (it % every == 0 || it == setup_.iters || it == 1) {
+      auto now = std::chrono::steady_clock::now();
+      double secs = std::chrono::duration<double>(now - window_).count();
+      int64_t span = it == 1 ? 1 : (it % every == 0 ? every : it % every);
+      std::string line = StrCat("iter ", it, "/", setup_.iters);
+      for (size_t k = 0; k < out.size(); ++k) {
+        line += StrCat("  ", setup_.fetches[k], " ",
+                       k == 0 && out[0].numel() == 1 ? StrCat(scalar0) : Summarize(out[k]));
+      }
+      char rate[32];
+      std::snprintf(rate, sizeof(rate), "  %.1f it/s", secs > 0 ? span / secs : 0.0);
+      std::printf("%s%s\n", line.c_str(), rate);
+      std::fflush(stdout);
+      window_ = now;
+    }
+  }
+  void Done() {
+    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    std::printf("done: %lld iterations in %.3f s", static_cast<long long>(setup_.iters), total);
+    if (!setup_.fetches.empty() && std::isfinite(first) && std::isfinite(last)) {
+      std::printf("; %s %.6g -> %.6g", setup_.fetches[0].c_str(), first, last);
+      if (last > 0) std::printf(" (%.1fx lower)", first / last);
+    }
+    std::printf("\n");
+  }
+  double first = NAN, last = NAN;
+
+ private:
+  const RunSetup& setup_;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point window_ = t0_;
+};
+
+Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& main,
+                 RunSetup* setup) {
+  setup->dir = dir;
+  LOOM_ASSIGN_OR_RETURN(setup->iters, flags.GetInt("iters"));
+  LOOM_ASSIGN_OR_RETURN(setup->every, flags.GetInt("print-every"));
+  if (setup->iters < 0) return InvalidArgument("--iters must be >= 0, got ", setup->iters);
+  if (setup->every <= 0) return InvalidArgument("--print-every must be > 0, got ", setup->every);
+  LOOM_ASSIGN_OR_RETURN(setup->place, ParsePlace(flags.Get("place")));
   proto::BundleManifest manifest;
   LOOM_RETURN_IF_ERROR(LoadManifest(dir, &manifest));
-  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));
-  bool load = flags.Has("load-params");
-  ProgramDesc startup;
-  if (!load) {
-    LOOM_ASSIGN_OR_RETURN(startup, LoadProgram(JoinPath(dir, "startup.pb")));
-  }
-  std::vector<Feed> feeds;
-  LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, &feeds));
-  std::vector<std::string> fetches = flags.GetAll("fetch");
-  if (fetches.empty()) fetches.assign(manifest.fetches().begin(), manifest.fetches().end());
-  for (const auto& f : fetches)
-    if (!main.GlobalBlock()->FindVar(f)) return NotFound("fetch '", f, "' is not a variable of main.pb");
-
-  int64_t rows = feeds.empty() ? 0 : feeds[0].data.dims()[0];
-  int64_t batch = rows;
+  LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, &setup->feeds));
+  setup->fetches = flags.GetAll("fetch");
+  if (setup->fetches.empty())
+    setup->fetches.assign(manifest.fetches().begin(), manifest.fetches().end());
+  for (const auto& f : setup->fetches)
+    if (!main.GlobalBlock()->FindVar(f))
+      return NotFound("fetch '", f, "' is not a variable of main.pb");
+  setup->rows = setup->feeds.empty() ? 0 : setup->feeds[0].data.dims()[0];
+  setup->batch = setup->rows;
   if (flags.Has("batch-size")) {
-    LOOM_ASSIGN_OR_RETURN(batch, flags.GetInt("batch-size"));
+    LOOM_ASSIGN_OR_RETURN(setup->batch, flags.GetInt("batch-size"));
   } else if (manifest.has_batch_size()) {
-    batch = manifest.batch_size();
+    setup->batch = manifest.batch_size();
   }
-  if (!feeds.empty() && (batch <= 0 || batch > rows))
-    return InvalidArgument("batch size ", batch, " must be between 1 and the ", rows,
-                           " rows of the feeds");
-  for (const auto& f : feeds) {
+  if (!setup->feeds.empty() && (setup->batch <= 0 || setup->batch > setup->rows))
+    return InvalidArgument("batch size ", setup->batch, " must be between 1 and the ",
+                           setup->rows, " rows of the feeds");
+  return Status::OK();
+}
+
+Status RunOnePlace(const Flags& flags, const RunSetup& setup, const ProgramDesc& main) {
+  const std::string& dir = setup.dir;
+  const int64_t batch = setup.batch;
+  for (const auto& f : setup.feeds) {
     DDim want = main.GlobalBlock()->FindVar(f.name).Dims();
     if (want[0] >= 0 && want[0] != batch)
       return InvalidArgument("batch size ", batch, " does not fit feed '", f.name,
                              "': main.pb declares dims ", want.ToString(),
                              " (pass --batch-size ", want[0], ")");
   }
-
-  Executor exe(place);
+  Executor exe(setup.place);
   Scope scope;
-  if (load) {
-    LOOM_RETURN_IF_ERROR(LoadParams(main, &scope, flags.Get("load-params"), place));
+  if (flags.Has("load-params")) {
+    LOOM_RETURN_IF_ERROR(LoadParams(main, &scope, flags.Get("load-params"), setup.place));
   } else {
+    LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(dir, "startup.pb")));
     LOOM_RETURN_IF_ERROR(exe.Run(startup, &scope).WithContext("startup.pb"));
   }
   LOOM_ASSIGN_OR_RETURN(auto prepared, exe.Prepare(main));
 
   std::printf("loom run %s: %lld iterations, batch %lld of %lld rows, %s\n", dir.c_str(),
-              static_cast<long long>(iters), static_cast<long long>(batch),
-              static_cast<long long>(rows), place.ToString().c_str());
+              static_cast<long long>(setup.iters), static_cast<long long>(batch),
+              static_cast<long long>(setup.rows), setup.place.ToString().c_str());
   std::vector<Tensor> out;
-  double first = NAN, last = NAN;
-  auto t0 = std::chrono::steady_clock::now();
-  auto window = t0;
+  Progress progress(setup);
   int64_t offset = 0;
-  for (int64_t it = 1; it <= iters; ++it) {
+  for (int64_t it = 1; it <= setup.iters; ++it) {
     FeedMap feed;
-    for (const auto& f : feeds) feed[f.name] = Minibatch(f.data, offset, batch);
-    if (rows > 0) offset = (offset + batch) % rows;
-    Status st = exe.Run(prepared.get(), &scope, feed, fetches, &out);
+    for (const auto& f : setup.feeds) feed[f.name] = Minibatch(f.data, offset, batch);
+    if (setup.rows > 0) offset = (offset + batch) % setup.rows;
+    Status st = exe.Run(prepared.get(), &scope, feed, setup.fetches, &out);
     if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
-    if (!out.empty()) {
-      last = FirstValue(out[0]);
-      if (it == 1) first = last;
-    }
-    if (it % every == 0 || it == iters || it == 1) {
-      auto now = std::chrono::steady_clock::now();
-      double secs = std::chrono::duration<double>(now - window).count();
-      int64_t span = it == 1 ? 1 : (it % every == 0 ? every : it % every);
-      std::string line = StrCat("iter ", it, "/", iters);
-      for (size_t k = 0; k < out.size(); ++k) line += StrCat("  ", fetches[k], " ", Summarize(out[k]));
-      char rate[32];
-      std::snprintf(rate, sizeof(rate), "  %.1f it/s", secs > 0 ? span / secs : 0.0);
-      std::printf("%s%s\n", line.c_str(), rate);
-      std::fflush(stdout);
-      window = now;
-    }
+    progress.Step(it, out, out.empty() ? NAN : FirstValue(out[0]));
   }
-  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("done: %lld iterations in %.3f s", static_cast<long long>(iters), total);
-  if (!fetches.empty() && std::isfinite(first) && std::isfinite(last)) {
-    std::printf("; %s %.6g -> %.6g", fetches[0].c_str(), first, last);
-    if (last > 0) std::printf(" (%.1fx lower)", first / last);
-  }
-  std::printf("\n");
+  progress.Done();
   if (flags.Has("save-params")) {
     LOOM_RETURN_IF_ERROR(SaveParams(main, scope, flags.Get("save-params")));
     std::printf("saved parameters to %s\n", flags.Get("save-params").c_str());
   }
   return Status::OK();
+}
+
+// A transpiled bundle: DIR/manifest.pbtxt and DIR/rank<R>/{startup,main}.pb. Every rank runs on
+// its own thread with its own scope; each step's global minibatch is split along dim 0 (the
+// first rows % N ranks get one row more; a rank may get none).
+Status RunRanks(const Flags& flags, const RunSetup& setup,
+                const proto::DataParallelManifest& dp) {
+  const int n = dp.nranks();
+  std::vector<ProgramDesc> startups(n), mains(n);
+  for (int r = 0; r < n; ++r) {
+    std::string rd = JoinPath(setup.dir, StrCat("rank", r));
+    LOOM_ASSIGN_OR_RETURN(startups[r], LoadProgram(JoinPath(rd, "startup.pb")));
+    LOOM_ASSIGN_OR_RETURN(mains[r], LoadProgram(JoinPath(rd, "main.pb")));
+  }
+  std::vector<std::unique_ptr<Scope>> scopes;
+  std::vector<std::unique_ptr<PreparedBlock>> startup_prepared, main_prepared;
+  std::vector<RankRun> ranks(n);
+  for (int r = 0; r < n; ++r) {
+    scopes.push_back(std::make_unique<Scope>());
+    Executor exe(setup.place);
+    LOOM_ASSIGN_OR_RETURN(auto sp, exe.Prepare(startups[r]));
+    LOOM_ASSIGN_OR_RETURN(auto mp, exe.Prepare(mains[r]));
+    startup_prepared.push_back(std::move(sp));
+    main_prepared.push_back(std::move(mp));
+    ranks[r].place = setup.place;
+    ranks[r].scope = scopes[r].get();
+    ranks[r].prepared = startup_prepared[r].get();
+  }
+  // Startup: comm_init, parameter initialization, broadcast from rank 0.
+  LOOM_RETURN_IF_ERROR(Executor::RunRanks(&ranks, {}).WithContext("startup.pb"));
+  if (flags.Has("load-params")) {
+    for (int r = 0; r < n; ++r)
+      LOOM_RETURN_IF_ERROR(
+          LoadParams(mains[r], scopes[r].get(), flags.Get("load-params"), setup.place));
+  }
+  for (int r = 0; r < n; ++r) ranks[r].prepared = main_prepared[r].get();
+
+  const int64_t batch = setup.batch;
+  std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks (%s, %s)\n",
+              setup.dir.c_str(), static_cast<long long>(setup.iters),
+              static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
+              dp.mode().c_str(), setup.place.ToString().c_str());
+  Progress progress(setup);
+  int64_t offset = 0;
+  for (int64_t it = 1; it <= setup.iters; ++it) {
+    std::vector<int64_t> share(n);
+    for (int r = 0; r < n; ++r) share[r] = batch / n + (r < batch % n ? 1 : 0);
+    for (const auto& f : setup.feeds) {
+      Tensor global = Minibatch(f.data, offset, batch);
+      int64_t begin = 0;
+      for (int r = 0; r < n; ++r) {
+        ranks[r].feeds[f.name] = global.Slice(begin, begin + share[r]);
+        begin += share[r];
+      }
+    }
+    if (setup.rows > 0) offset = (offset + batch) % setup.rows;
+    Status st = Executor::RunRanks(&ranks, setup.fetches);
+    if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
+    // A scalar first fetch (the loss) is reported over the global batch: the ranks' values
+    // weighted by their rows.
+    double scalar = NAN;
+    const auto& out0 = ranks[0].fetched;
+    if (!out0.empty() && out0[0].numel() == 1 && batch > 0) {
+      scalar = 0;
+      for (int r = 0; r < n; ++r)
+        if (share[r] > 0) scalar += FirstValue(ranks[r].fetched[0]) * share[r] / batch;
+    } else if (!out0.empty()) {
+      scalar = FirstValue(out0[0]);
+    }
+    progress.Step(it, out0, scalar);
+  }
+  progress.Done();
+  if (flags.Has("save-params")) {
+    LOOM_RETURN_IF_ERROR(SaveParams(mains[0], *scopes[0], flags.Get("save-params")));
+    std::printf("saved parameters (rank 0) to %s\n", flags.Get("save-params").c_str());
+  }
+  return Status::OK();
+}
+
+Status Run(const Flags& flags) {
+  const std::string dir = flags.positional()[0];
+  if (!IsDirectory(dir)) return NotFound("bundle directory '", dir, "' does not exist");
+  const std::string dp_path = JoinPath(dir, "manifest.pbtxt");
+  if (FileExists(dp_path)) {
+    proto::DataParallelManifest dp;
+    LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(dp_path));
+    LOOM_RETURN_IF_ERROR(ParseTextProto(text, dp_path, "a data-parallel manifest", &dp));
+    if (dp.nranks() < 1) return InvalidArgument(dp_path, ": nranks must be >= 1");
+    LOOM_ASSIGN_OR_RETURN(ProgramDesc main0,
+                          LoadProgram(JoinPath(JoinPath(dir, "rank0"), "main.pb")));
+    RunSetup setup;
+    LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
+    return RunRanks(flags, setup, dp);
+  }
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));
+  RunSetup setup;
+  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, &setup));
+  return RunOnePlace(flags, setup, main);
 }
 
 }  // namespace

@@ -6,5 +6,6 @@ namespace loom::cli {
 
 int RunCommand(int argc, char** argv);
 int InspectCommand(int argc, char** argv);
+int TranspileCommand(int argc, char** argv);
 
 }  // namespace loom::cli

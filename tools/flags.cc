@@ -28,6 +28,7 @@ Status Flags::Parse(int argc, char** argv) {
       help_ = true;
       return Status::OK();
     }
+    if (arg == "-o" && Find("output")) arg = "--output";  // the one short alias
     if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
       std::string name = arg.substr(2), value;
       bool inline_value = false;

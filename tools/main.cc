@@ -15,6 +15,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  run DIR        train a saved program bundle (DIR/startup.pb, DIR/main.pb, DIR/bundle.pbtxt)\n"
     "  inspect FILE   print a program, verify it, or draw it (--dot); --ops lists registered ops\n"
+    "  transpile DIR  rewrite a bundle for data-parallel training on several places (-o OUT)\n"
     "  help [CMD]     print help for loom or a command\n"
     "\n"
     "  loom CMD --help    flags of a command\n"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
       std::string sub = argv[2];
       if (sub == "run") return RunCommand(1, args);
       if (sub == "inspect") return InspectCommand(1, args);
+      if (sub == "transpile") return TranspileCommand(1, args);
       std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", sub.c_str(), kUsage);
       return kExitUsage;
     }
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "run") return RunCommand(argc - 2, argv + 2);
   if (cmd == "inspect") return InspectCommand(argc - 2, argv + 2);
+  if (cmd == "transpile") return TranspileCommand(argc - 2, argv + 2);
   std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return kExitUsage;
 }

@@ -1,0 +1,371 @@
+// Collective operators: comm_init, allreduce, reduce, broadcast, allgather, barrier, plus the two
+// helpers the data-parallel transpiler inserts (coalesce_grads, sample_weight).
+//
+// allreduce / reduce / broadcast / allgather issue their call on the communicator and return at
+// once: the call runs on the communicator's thread and the executor waits for it only before a
+// later op touches one of the op's variables (KernelContext::SetAsync), so gradients are
+// exchanged while the rest of backward computes. Ranks must run the same collective ops in the
+// same order (the transpiler guarantees it); calls that differ end in an error naming both ranks.
+#include <atomic>
+
+#include "operators/collective/comm.h"
+#include "operators/collective/stats.h"
+#include "operators/common.h"
+
+namespace loom::ops {
+namespace {
+
+using collective::Algorithm;
+using collective::CallOptions;
+using collective::Communicator;
+using collective::Work;
+
+StatusOr<CallOptions> CallOptionsOf(const KernelContext& ctx) {
+  CallOptions o;
+  LOOM_ASSIGN_OR_RETURN(o.algorithm, collective::ParseAlgorithm(ctx.Attr<std::string>("algorithm")));
+  return o;
+}
+
+void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
+  ctx.SetAsync([works = std::move(works)]() -> Status {
+    Status first;
+    for (const Work& w : works) {
+      Status st = w.Wait();
+      if (first.ok() && !st.ok()) first = st;
+    }
+    return first;
+  });
+}
+
+// ---- comm_init ----
+
+Status CommInitKernel(const KernelContext& ctx) {
+  Variable* out = ctx.OutputVariable("Comm");
+  if (!out) return ctx.Error("output 'Comm' is missing");
+  const std::string& transport = ctx.Attr<std::string>("transport");
+  if (transport != "inprocess")
+    return Unimplemented(ctx.Where(), ": transport '", transport,
+                         "' is not available to comm_init (supported: inprocess)");
+  GroupOptions o;
+  o.timeout_ms = ctx.Attr<int>("timeout_ms");
+  o.topology = ctx.Attr<std::string>("topology");
+  o.tree_max_bytes = static_cast<size_t>(ctx.Attr<int>("tree_max_bytes"));
+  LOOM_ASSIGN_OR_RETURN(CommHandle h, JoinInProcessGroup(ctx.Attr<std::string>("group"),
+                                                         ctx.Attr<int>("nranks"),
+                                                         ctx.Attr<int>("rank"), o));
+  *out->GetMutable<CommHandle>() = std::move(h);
+  return Status::OK();
+}
+
+// ---- allreduce ----
+
+// Scales n elements at p by w (the rank's share of the global batch).
+Status ScaleInPlace(void* p, int64_t n, DataType dtype, float w, const std::string& where) {
+  switch (dtype) {
+    case proto::FP32: {
+      float* f = static_cast<float*>(p);
+      for (int64_t i = 0; i < n; ++i) f[i] *= w;
+      return Status::OK();
+    }
+    case proto::FP64: {
+      double* d = static_cast<double*>(p);
+      double wd = w;
+      for (int64_t i = 0; i < n; ++i) d[i] *= wd;
+      return Status::OK();
+    }
+    default:
+      return Unimplemented(where, ": input 'Weight' needs fp32 or fp64 data, got ",
+                           DataTypeName(dtype));
+  }
+}
+
+Status AllReduceKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op,
+                        ParseReduceOp(ctx.Attr<std::string>("reduce_type"), ctx.Where()));
+  int n = ctx.InputSize("X");
+  std::vector<Tensor*> xs(n);
+  for (int i = 0; i < n; ++i) {
+    xs[i] = ctx.Output("Out", i);
+    if (xs[i]->raw_data() != ctx.Input("X", i).raw_data())
+      return ctx.Error("Out[", i, "] must be the same variable as X[", i, "] (in place)");
+    if (xs[i]->dtype() != xs[0]->dtype())
+      return ctx.Error("X[", i, "] has dtype ", DataTypeName(xs[i]->dtype()), ", X[0] has ",
+                       DataTypeName(xs[0]->dtype()));
+  }
+  LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(xs[0]->dtype(), ctx.Where()));
+  const Tensor* weight = ctx.InputOrNull("Weight");
+  // One call when the tensors lie back to back in one buffer (coalesce_grads put them there).
+  bool contiguous = true;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && static_cast<const char*>(xs[i - 1]->raw_data()) + xs[i - 1]->nbytes() !=
+                     xs[i]->raw_data())
+      contiguous = false;
+    total += xs[i]->numel();
+  }
+  std::vector<Work> works;
+  if (contiguous) {
+    void* p = xs[0]->raw_data();
+    if (weight)
+      LOOM_RETURN_IF_ERROR(
+          ScaleInPlace(p, total, xs[0]->dtype(), weight->data<float>()[0], ctx.Where()));
+    works.push_back(comm->AllReduce(p, p, static_cast<size_t>(total), dt, op, call));
+    CollectiveOpStats::Get().allreduce_calls += 1;
+    if (n > 1) CollectiveOpStats::Get().fused_calls += 1;
+  } else {
+    for (Tensor* x : xs) {
+      void* p = x->raw_data();
+      if (weight)
+        LOOM_RETURN_IF_ERROR(
+            ScaleInPlace(p, x->numel(), x->dtype(), weight->data<float>()[0], ctx.Where()));
+      works.push_back(comm->AllReduce(p, p, static_cast<size_t>(x->numel()), dt, op, call));
+    }
+    CollectiveOpStats::Get().allreduce_calls += n;
+    if (n > 1) CollectiveOpStats::Get().unfused_buckets += 1;
+  }
+  WaitOn(ctx, std::move(works));
+  return Status::OK();
+}
+
+Status InPlaceInferShape(InferShapeContext* ctx) {
+  for (int i = 0; i < ctx->InputSize("X"); ++i) {
+    if (ctx->InputVarName("X", i) != ctx->OutputVarName("Out", i))
+      return ctx->Error("Out[", i, "] ('", ctx->OutputVarName("Out", i),
+                        "') must be X[", i, "] ('", ctx->InputVarName("X", i), "'): the op works in place");
+    ctx->ShareDimAndDtype("X", "Out", i);
+  }
+  return Status::OK();
+}
+
+// ---- reduce / broadcast ----
+
+Status ReduceKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op,
+                        ParseReduceOp(ctx.Attr<std::string>("reduce_type"), ctx.Where()));
+  int root = ctx.Attr<int>("root");
+  if (root >= comm->nranks()) return ctx.Error("root ", root, " >= nranks ", comm->nranks());
+  Tensor* x = ctx.Output("Out");
+  LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x->dtype(), ctx.Where()));
+  void* p = x->raw_data();
+  if (const Tensor* weight = ctx.InputOrNull("Weight"))
+    LOOM_RETURN_IF_ERROR(
+        ScaleInPlace(p, x->numel(), x->dtype(), weight->data<float>()[0], ctx.Where()));
+  WaitOn(ctx, {comm->Reduce(p, comm->rank() == root ? p : nullptr,
+                            static_cast<size_t>(x->numel()), dt, op, root, call)});
+  return Status::OK();
+}
+
+Status BroadcastKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
+  int root = ctx.Attr<int>("root");
+  if (root >= comm->nranks()) return ctx.Error("root ", root, " >= nranks ", comm->nranks());
+  Tensor* x = ctx.Output("Out");
+  LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x->dtype(), ctx.Where()));
+  void* p = x->raw_data();
+  WaitOn(ctx, {comm->Broadcast(p, p, static_cast<size_t>(x->numel()), dt, root, call)});
+  return Status::OK();
+}
+
+// ---- allgather ----
+
+Status AllGatherInferShape(InferShapeContext* ctx) {
+  DDim d = ctx->InputDim("X");
+  if (d.size() == 0) return ctx->Error(ctx->DescribeInput("X"), " must have at least one dim");
+  if (d[0] >= 0) d[0] *= ctx->Attr<int>("nranks");
+  ctx->SetOutputDim("Out", d);
+  ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+  return Status::OK();
+}
+
+Status AllGatherKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
+  if (ctx.Attr<int>("nranks") != comm->nranks())
+    return ctx.Error("attribute nranks = ", ctx.Attr<int>("nranks"), ", the communicator has ",
+                     comm->nranks(), " ranks");
+  const Tensor& x = ctx.Input("X");
+  Tensor* out = ctx.Output("Out");
+  LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x.dtype(), ctx.Where()));
+  void* o = out->mutable_data(ctx.place(), x.dtype());
+  WaitOn(ctx, {comm->AllGather(x.raw_data(), o, static_cast<size_t>(x.numel()), dt, call)});
+  return Status::OK();
+}
+
+// ---- barrier ----
+
+Status BarrierKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  return comm->Barrier().Wait();
+}
+
+// ---- sample_weight ----
+// Out = rows(X) / sum over ranks of rows(X): the weight of this rank's gradient in the
+// full-batch gradient (0 for a rank that got no samples). Blocks: it is tiny and every gradient
+// exchange of the step needs it.
+Status SampleWeightInferShape(InferShapeContext* ctx) {
+  ctx->SetOutputDim("Out", DDim({1}));
+  ctx->SetOutputDtype("Out", proto::FP32);
+  return Status::OK();
+}
+
+Status SampleWeightKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  const Tensor& x = ctx.Input("X");
+  int64_t rows = x.dims().size() > 0 ? x.dims()[0] : 1;
+  int64_t total = rows;
+  LOOM_RETURN_IF_ERROR(
+      comm->AllReduce(&total, &total, 1, collective::DataType::kInt64, collective::ReduceOp::kSum)
+          .Wait());
+  if (total <= 0)
+    return ctx.Error("the global batch has no samples (this rank's X has dims ",
+                     x.dims().ToString(), ")");
+  ctx.Output("Out")->mutable_data<float>(Place::CPU())[0] =
+      static_cast<float>(static_cast<double>(rows) / static_cast<double>(total));
+  return Status::OK();
+}
+
+// ---- coalesce_grads ----
+// Makes Grads[i] views of consecutive pieces of one buffer Fused, shaped like Params[i], so the
+// gradients of a bucket are produced in place and one allreduce covers them without copies.
+Status CoalesceInferShape(InferShapeContext* ctx) {
+  int n = ctx->InputSize("Params");
+  if (ctx->OutputSize("Grads") != n)
+    return ctx->Error(n, " Params but ", ctx->OutputSize("Grads"), " Grads");
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    DDim d = ctx->InputDim("Params", i);
+    if (ctx->InputDtype("Params", i) != ctx->InputDtype("Params", 0))
+      return ctx->Error(ctx->DescribeInput("Params", i), " has another dtype than Params[0]");
+    ctx->SetOutputDim("Grads", d, i);
+    ctx->SetOutputDtype("Grads", ctx->InputDtype("Params", i), i);
+    int64_t numel = d.numel();
+    total = (total < 0 || numel < 0) ? -1 : total + numel;
+  }
+  ctx->SetOutputDim("Fused", DDim({total}));
+  ctx->SetOutputDtype("Fused", ctx->InputDtype("Params", 0));
+  return Status::OK();
+}
+
+Status CoalesceKernel(const KernelContext& ctx) {
+  int n = ctx.InputSize("Params");
+  Tensor* fused = ctx.Output("Fused");
+  char* base = static_cast<char*>(fused->mutable_data(ctx.place(), ctx.Input("Params").dtype()));
+  size_t offset = static_cast<size_t>(base - static_cast<char*>(fused->holder()->ptr()));
+  for (int i = 0; i < n; ++i) {
+    Tensor* g = ctx.Output("Grads", i);
+    g->set_dtype(fused->dtype());
+    g->ShareBuffer(fused->holder(), offset, ctx.place());
+    offset += g->nbytes();
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// Registered kernels: every dtype the collectives library moves, on CPU places (in-process or
+// MPI communicators).
+#define LOOM_COLLECTIVE_KERNELS(fn)                 \
+  Kernel(Place::kCPU, proto::FP32, fn)              \
+      .Kernel(Place::kCPU, proto::FP64, fn)         \
+      .Kernel(Place::kCPU, proto::FP16, fn)         \
+      .Kernel(Place::kCPU, proto::INT32, fn)        \
+      .Kernel(Place::kCPU, proto::INT64, fn)
+
+LOOM_REGISTER_OP(comm_init)
+    .Doc("Creates this rank's communicator (NCCLInit's role): rank `rank` of the group named "
+         "`group` of `nranks` ranks. Ranks of an in-process group are threads of one process.")
+    .Output("Comm", "the communicator variable (type COMMUNICATOR)")
+    .RequiredAttr<int>("nranks", "number of ranks", Positive("nranks"))
+    .RequiredAttr<int>("rank", "this rank", NonNegative("rank"))
+    .RequiredAttr<std::string>("group", "name the ranks of one group share")
+    .Attr<std::string>("transport", "inprocess", "inprocess (more to come: mpi, nccl)")
+    .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
+    .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
+               Positive("timeout_ms"))
+    .Attr<int>("tree_max_bytes", 64 << 10,
+               "algorithm auto uses the tree up to this many bytes", NonNegative("tree_max_bytes"))
+    .Kernel(Place::kCPU, proto::FP32, CommInitKernel);
+
+LOOM_REGISTER_OP(allreduce)
+    .Doc("X[i] = reduction of X[i] over all ranks, in place (Out must be X). Several inputs that "
+         "lie back to back in one buffer (coalesce_grads) go in one call. With Weight, each "
+         "rank's X is first scaled by it (its share of the global batch).")
+    .Input("X", "tensors to reduce", /*duplicable=*/true)
+    .Input("Comm", "the communicator (from comm_init)")
+    .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
+    .Output("Out", "the same variables as X", /*duplicable=*/true)
+    .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())
+    .Attr<std::string>("algorithm", "auto",
+                       "ring, tree, multi_tree, star, native or auto", ValidAlgorithm())
+    .KernelDtypeFrom("X")
+    .InferShape(InPlaceInferShape)
+    .LOOM_COLLECTIVE_KERNELS(AllReduceKernel);
+
+LOOM_REGISTER_OP(reduce)
+    .Doc("X on rank `root` = reduction of X over all ranks (in place; other ranks' X is only "
+         "read). With Weight, X is first scaled by it.")
+    .Input("X", "tensor to reduce")
+    .Input("Comm", "the communicator (from comm_init)")
+    .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
+    .Output("Out", "the same variable as X")
+    .Attr<int>("root", 0, "rank that receives the result", NonNegative("root"))
+    .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())
+    .Attr<std::string>("algorithm", "auto", "tree, ring, star, native or auto", ValidAlgorithm())
+    .KernelDtypeFrom("X")
+    .InferShape(InPlaceInferShape)
+    .LOOM_COLLECTIVE_KERNELS(ReduceKernel);
+
+LOOM_REGISTER_OP(broadcast)
+    .Doc("X on every rank = X of rank `root` (in place; X must already have its dims).")
+    .Input("X", "tensor to broadcast")
+    .Input("Comm", "the communicator (from comm_init)")
+    .Output("Out", "the same variable as X")
+    .Attr<int>("root", 0, "rank whose X is sent", NonNegative("root"))
+    .Attr<std::string>("algorithm", "auto", "tree, ring, star, native or auto", ValidAlgorithm())
+    .KernelDtypeFrom("X")
+    .InferShape(InPlaceInferShape)
+    .LOOM_COLLECTIVE_KERNELS(BroadcastKernel);
+
+LOOM_REGISTER_OP(allgather)
+    .Doc("Out = the X of every rank, concatenated along dim 0 in rank order.")
+    .Input("X", "this rank's piece")
+    .Input("Comm", "the communicator (from comm_init)")
+    .Output("Out", "nranks * dims(X)[0] rows")
+    .RequiredAttr<int>("nranks", "number of ranks", Positive("nranks"))
+    .Attr<std::string>("algorithm", "auto", "ring, native or auto", ValidAlgorithm())
+    .KernelDtypeFrom("X")
+    .InferShape(AllGatherInferShape)
+    .LOOM_COLLECTIVE_KERNELS(AllGatherKernel);
+
+LOOM_REGISTER_OP(barrier)
+    .Doc("Returns once every rank has reached it.")
+    .Input("Comm", "the communicator (from comm_init)")
+    .Kernel(Place::kCPU, proto::FP32, BarrierKernel);
+
+LOOM_REGISTER_OP(sample_weight)
+    .Doc("Out = rows(X) / (sum of rows(X) over all ranks): this rank's share of the global "
+         "batch, the weight of its gradient in the full-batch gradient.")
+    .Input("X", "a batch input of this rank (its dim 0 counts samples)")
+    .Input("Comm", "the communicator (from comm_init)")
+    .Output("Out", "1-element fp32 weight")
+    .KernelDtypeFrom("Comm")
+    .InferShape(SampleWeightInferShape)
+    .Kernel(Place::kCPU, proto::FP32, SampleWeightKernel);
+
+LOOM_REGISTER_OP(coalesce_grads)
+    .Doc("Places Grads[i] (shaped like Params[i]) back to back in the one buffer Fused, so a "
+         "fused allreduce of them needs no copy in or out.")
+    .Input("Params", "parameters whose gradients are grouped", /*duplicable=*/true)
+    .Output("Grads", "their gradients, views into Fused", /*duplicable=*/true)
+    .Output("Fused", "the bucket's buffer")
+    .KernelDtypeFrom("Params")
+    .InferShape(CoalesceInferShape)
+    .Kernel(Place::kCPU, proto::FP32, CoalesceKernel)
+    .Kernel(Place::kCPU, proto::FP64, CoalesceKernel);
+
+}  // namespace loom::ops

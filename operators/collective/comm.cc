@@ -1,0 +1,111 @@
+#include "operators/collective/comm.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "collective/world.h"
+
+namespace loom::ops {
+namespace {
+
+struct PendingGroup {
+  std::shared_ptr<collective::InProcessWorld> world;
+  std::vector<bool> joined;
+  int remaining = 0;
+};
+
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::map<std::string, PendingGroup>& Registry() {
+  static auto* groups = new std::map<std::string, PendingGroup>;
+  return *groups;
+}
+
+}  // namespace
+
+StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int rank,
+                                        const GroupOptions& options) {
+  if (nranks < 1) return InvalidArgument("group '", key, "': nranks must be >= 1, got ", nranks);
+  if (rank < 0 || rank >= nranks)
+    return InvalidArgument("group '", key, "': rank ", rank, " is outside [0, ", nranks, ")");
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  auto& groups = Registry();
+  auto it = groups.find(key);
+  if (it == groups.end()) {
+    collective::WorldOptions wo;
+    wo.communicator.timeout = std::chrono::milliseconds(options.timeout_ms);
+    wo.communicator.auto_tree_max_bytes = options.tree_max_bytes;
+    if (!options.topology.empty()) {
+      LOOM_ASSIGN_OR_RETURN(collective::Topology topo,
+                            collective::Topology::Preset(options.topology));
+      if (topo.size() != nranks)
+        return InvalidArgument("group '", key, "': topology '", options.topology, "' has ",
+                               topo.size(), " devices, the group has ", nranks, " ranks");
+      wo.topology = topo;
+    }
+    LOOM_ASSIGN_OR_RETURN(auto world, collective::InProcessWorld::Create(nranks, wo));
+    PendingGroup g;
+    g.world = std::shared_ptr<collective::InProcessWorld>(std::move(world));
+    g.joined.assign(nranks, false);
+    g.remaining = nranks;
+    it = groups.emplace(key, std::move(g)).first;
+  }
+  PendingGroup& g = it->second;
+  if (static_cast<int>(g.joined.size()) != nranks)
+    return InvalidArgument("group '", key, "' has ", g.joined.size(),
+                           " ranks, comm_init of rank ", rank, " asks for ", nranks);
+  if (g.joined[rank])
+    return FailedPrecondition("group '", key, "': rank ", rank,
+                              " joined twice before every rank joined once");
+  g.joined[rank] = true;
+  CommHandle handle;
+  handle.owner = g.world;
+  handle.comm = &g.world->comm(rank);
+  if (--g.remaining == 0) groups.erase(it);
+  return handle;
+}
+
+StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx) {
+  Variable* v = ctx.InputVariable("Comm");
+  if (!v || !v->IsType<CommHandle>() || !v->Get<CommHandle>().comm)
+    return FailedPrecondition(ctx.Where(),
+                              ": input 'Comm' holds no communicator (run comm_init first: it is "
+                              "in the transpiled startup program)");
+  return v->Get<CommHandle>().comm;
+}
+
+StatusOr<collective::DataType> CollectiveDtype(DataType dtype, const std::string& where) {
+  switch (dtype) {
+    case proto::FP32: return collective::DataType::kFloat32;
+    case proto::FP64: return collective::DataType::kFloat64;
+    case proto::FP16: return collective::DataType::kFloat16;
+    case proto::INT32: return collective::DataType::kInt32;
+    case proto::INT64: return collective::DataType::kInt64;
+    default:
+      return Unimplemented(where, ": collectives do not support dtype ", DataTypeName(dtype));
+  }
+}
+
+StatusOr<collective::ReduceOp> ParseReduceOp(const std::string& name, const std::string& where) {
+  if (name == "sum") return collective::ReduceOp::kSum;
+  if (name == "prod") return collective::ReduceOp::kProd;
+  if (name == "max") return collective::ReduceOp::kMax;
+  if (name == "min") return collective::ReduceOp::kMin;
+  if (name == "avg") return collective::ReduceOp::kAvg;
+  return InvalidArgument(where, ": reduce_type '", name,
+                         "' is not one of sum, prod, max, min, avg");
+}
+
+std::function<Status(const std::string&)> ValidReduceType() {
+  return [](const std::string& v) { return ParseReduceOp(v, "reduce_type").status(); };
+}
+
+std::function<Status(const std::string&)> ValidAlgorithm() {
+  return [](const std::string& v) { return collective::ParseAlgorithm(v).status(); };
+}
+
+}  // namespace loom::ops

@@ -1,0 +1,45 @@
+// The communicator a program's collective ops share. `comm_init` puts a CommHandle into a scope
+// variable of type COMMUNICATOR; `allreduce`, `reduce`, `broadcast`, ... take that variable as
+// their "Comm" input. In-process groups (N ranks as N threads of one process: the CPU analog of
+// one multi-GPU machine) meet through a process-wide registry keyed by the group's name, so the
+// ranks' startup programs can each run `comm_init` on their own thread.
+// Thread-safety: JoinInProcessGroup may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collective/communicator.h"
+#include "collective/types.h"
+#include "framework/op_registry.h"
+
+namespace loom::ops {
+
+struct CommHandle {
+  std::shared_ptr<void> owner;  // keeps the group (and its peers' transports) alive
+  collective::Communicator* comm = nullptr;
+};
+
+struct GroupOptions {
+  int timeout_ms = 30000;
+  std::string topology;  // preset name; empty: all ranks linked alike
+  size_t tree_max_bytes = size_t{64} << 10;
+};
+
+// Rank `rank` of the in-process group `key` of nranks ranks. The first rank to arrive creates
+// the group; it is forgotten by the registry once every rank has joined, so a later group may
+// reuse the name.
+StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int rank,
+                                        const GroupOptions& options);
+
+// The communicator held by the kernel's "Comm" input.
+StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx);
+
+StatusOr<collective::DataType> CollectiveDtype(DataType dtype, const std::string& where);
+StatusOr<collective::ReduceOp> ParseReduceOp(const std::string& name, const std::string& where);
+
+// Attribute checks shared by the collective ops.
+std::function<Status(const std::string&)> ValidReduceType();
+std::function<Status(const std::string&)> ValidAlgorithm();
+
+}  // namespace loom::ops

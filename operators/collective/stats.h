@@ -1,0 +1,27 @@
+// Counters of the collective ops, process-wide: how many allreduce calls were issued and whether
+// multi-tensor buckets went out as one call (their tensors lay back to back) or fell back to one
+// call per tensor. Tests and benchmarks read them to check that fusion needs no copies.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace loom::ops {
+
+struct CollectiveOpStats {
+  std::atomic<int64_t> allreduce_calls{0};
+  std::atomic<int64_t> fused_calls{0};      // buckets of >1 tensor sent as one call
+  std::atomic<int64_t> unfused_buckets{0};  // buckets of >1 tensor sent tensor by tensor
+
+  static CollectiveOpStats& Get() {
+    static CollectiveOpStats stats;
+    return stats;
+  }
+  void Reset() {
+    allreduce_calls = 0;
+    fused_calls = 0;
+    unfused_buckets = 0;
+  }
+};
+
+}  // namespace loom::ops

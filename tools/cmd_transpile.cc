@@ -1,0 +1,144 @@
+// loom transpile IN_DIR -o OUT_DIR: turns a single-device bundle into per-rank bundles for
+// data-parallel training on several places, plus a readable manifest of the decisions.
+#include <cstdio>
+
+#include <google/protobuf/text_format.h>
+
+#include "framework/file_util.h"
+#include "framework/serialization.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/proto_text.h"
+#include "transpiler/data_parallel.h"
+
+namespace loom::cli {
+namespace {
+
+Flags TranspileFlags() {
+  std::string passes;
+  for (const auto& p : transpiler::DataParallelPasses())
+    passes += StrCat("\n  ", p.name, p.optional ? " (optional)" : "", ": ", p.summary);
+  return Flags(
+      "transpile", "loom transpile IN_DIR -o OUT_DIR [flags]",
+      "Rewrites the single-device bundle IN_DIR (startup.pb, main.pb with forward, backward and\n"
+      "optimizer ops, bundle.pbtxt) for data-parallel training on --places: OUT_DIR/rank<R>/ holds\n"
+      "each rank's startup.pb and main.pb, OUT_DIR/manifest.pbtxt the owners, buckets and the\n"
+      "algorithm of each bucket, OUT_DIR/bundle.pbtxt the feeds (global batch). `loom run OUT_DIR`\n"
+      "trains with them. Passes, in order:" + passes,
+      {
+          {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
+          {"places", "cpu:N", "the devices: N in-process CPU places", "cpu:2"},
+          {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
+                           "parameter updated by one owner rank, then broadcast)", "allreduce"},
+          {"algo", "ALGO", "ring, tree, multi_tree, star or auto (chosen per bucket)", "auto"},
+          {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
+          {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
+                              "gradient), avg (1/N) or one", "sample"},
+          {"owner-policy", "P", "owner mode: bytes (balanced) or hash (of the name)", "bytes"},
+          {"timeout-ms", "MS", "a collective that does not finish within MS fails", "30000"},
+          {"topology", "PRESET", "topology preset of the places (see docs/COLLECTIVES.md)", ""},
+          {"disable-pass", "NAME", "skip an optional pass", "", true},
+      },
+      1, 1);
+}
+
+StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* places) {
+  const std::string prefix = "cpu:";
+  if (spec.compare(0, prefix.size(), prefix) != 0)
+    return InvalidArgument("--places '", spec, "': expected cpu:N (CUDA places need NCCL, "
+                           "which this command does not drive yet)");
+  char* end = nullptr;
+  long n = std::strtol(spec.c_str() + prefix.size(), &end, 10);
+  if (*end != '\0' || n < 1 || n > 1024)
+    return InvalidArgument("--places '", spec, "': N must be an integer in [1, 1024]");
+  for (long i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
+  return static_cast<int>(n);
+}
+
+Status Transpile(const Flags& flags) {
+  const std::string in = flags.positional()[0];
+  if (!flags.Has("output")) return InvalidArgument("-o OUT_DIR is required");
+  const std::string out = flags.Get("output");
+  if (!IsDirectory(in)) return NotFound("bundle directory '", in, "' does not exist");
+  transpiler::DataParallelConfig config;
+  LOOM_ASSIGN_OR_RETURN(config.nranks, ParsePlaces(flags.Get("places"), &config.places));
+  LOOM_ASSIGN_OR_RETURN(config.mode, transpiler::ParseSyncMode(flags.Get("mode")));
+  LOOM_ASSIGN_OR_RETURN(config.grad_scale, transpiler::ParseGradScale(flags.Get("grad-scale")));
+  config.algorithm = flags.Get("algo");
+  config.owner_policy = flags.Get("owner-policy");
+  config.topology = flags.Get("topology");
+  char* end = nullptr;
+  config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
+  if (*end != '\0') return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");
+  LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
+  if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");
+  config.timeout_ms = static_cast<int>(timeout);
+  config.disabled_passes = flags.GetAll("disable-pass");
+  config.group = StrCat("transpiled:", out);
+
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(in, "startup.pb")));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(in, "main.pb")));
+  proto::BundleManifest bundle;
+  if (FileExists(JoinPath(in, "bundle.pbtxt"))) {
+    LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(in, "bundle.pbtxt")));
+    LOOM_RETURN_IF_ERROR(ParseTextProto(text, JoinPath(in, "bundle.pbtxt"), "a bundle manifest",
+                                        &bundle));
+  }
+  LOOM_ASSIGN_OR_RETURN(auto result, transpiler::TranspileDataParallel(startup, main, config));
+
+  // Everything is decided; only now touch OUT_DIR (each file written atomically).
+  LOOM_RETURN_IF_ERROR(MakeDirs(out));
+  for (int r = 0; r < config.nranks; ++r) {
+    std::string dir = JoinPath(out, StrCat("rank", r));
+    LOOM_RETURN_IF_ERROR(MakeDirs(dir));
+    LOOM_RETURN_IF_ERROR(SaveProgram(result.startup[r], JoinPath(dir, "startup.pb")));
+    LOOM_RETURN_IF_ERROR(SaveProgram(result.main[r], JoinPath(dir, "main.pb")));
+  }
+  // Feed files are copied next to the rank directories so OUT_DIR stands on its own.
+  for (auto& f : *bundle.mutable_feeds()) {
+    if (!f.has_file()) continue;
+    LOOM_ASSIGN_OR_RETURN(std::string data, ReadFile(JoinPath(in, f.file())));
+    std::string name = f.file().substr(f.file().find_last_of('/') + 1);
+    LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, name), data));
+    f.set_file(name);
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(bundle, &text);
+  LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, "bundle.pbtxt"), text));
+  text.clear();
+  google::protobuf::TextFormat::PrintToString(result.manifest, &text);
+  LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, "manifest.pbtxt"), text));
+
+  const auto& m = result.manifest;
+  int fused = 0;
+  for (const auto& b : m.buckets()) fused += b.fused();
+  std::printf("loom transpile %s -> %s: %d ranks, mode %s, %d params in %d buckets (%d fused)",
+              in.c_str(), out.c_str(), m.nranks(), m.mode().c_str(), m.params_size(),
+              m.buckets_size(), fused);
+  if (m.has_owner_imbalance()) std::printf(", owner imbalance %.3f", m.owner_imbalance());
+  std::printf("\n");
+  return Status::OK();
+}
+
+}  // namespace
+
+int TranspileCommand(int argc, char** argv) {
+  Flags flags = TranspileFlags();
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return kExitOk;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "loom transpile: %s\n", parsed.message().c_str());
+    return kExitUsage;
+  }
+  Status st = Transpile(flags);
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom transpile: error: %s\n", st.message().c_str());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,86 @@
+// The data-parallel transpiler: one single-device program (startup + main with forward,
+// backward and optimizer ops) in, one startup + main program per rank out, plus a manifest of
+// every decision (owners, buckets, algorithm per bucket). It never runs a kernel.
+//
+// It runs as a pipeline of small named passes; the verifier checks the programs after each:
+//   check-program       rejects transpiled programs, programs without optimizer ops, and
+//                       parameters whose gradient no backward op writes
+//   find-gradients      pairs every optimized parameter with the gradient backward produces and
+//                       the op that produces it last
+//   assign-owners       (owner mode) one owner rank per parameter: balanced by bytes (largest
+//                       first onto the least-loaded rank) or by a hash of the name
+//   plan-buckets        groups small gradients, in the order backward produces them, into
+//                       buckets of about fuse_grad_size_mb; resolves algorithm "auto" per bucket
+//   insert-comm-init    comm_init in startup; the communicator variable in both programs
+//   broadcast-params    every parameter is broadcast from rank 0 after initialization
+//   insert-grad-sync    sample_weight, coalesce_grads per fused bucket, and right after a
+//                       bucket's last gradient is produced its allreduce (or, in owner mode, a
+//                       reduce to the owner and a broadcast of the updated parameter)
+//   split-per-rank      per-rank copies; owner mode drops the optimizer ops (and their state)
+//                       of parameters the rank does not own
+// Passes marked optional (plan-buckets, broadcast-params) can be disabled by name.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/framework.pb.h"
+#include "framework/program_desc.h"
+#include "framework/status.h"
+
+namespace loom::transpiler {
+
+enum class SyncMode { kAllReduce, kOwner };
+// How a rank's gradient is weighted in the sum over ranks (Fluid's GradientScaleStrategy):
+// kSample by its share of the global batch (the full-batch gradient even when the batch does
+// not divide evenly, and 0 for a rank without samples), kAvg by 1/nranks (Fluid's
+// CoeffNumDevice), kOne not at all (sum).
+enum class GradScale { kSample, kAvg, kOne };
+
+struct DataParallelConfig {
+  int nranks = 1;
+  std::vector<std::string> places;  // recorded in the manifest, e.g. "cpu:0"
+  SyncMode mode = SyncMode::kAllReduce;
+  std::string algorithm = "auto";  // ring, tree, multi_tree, star or auto
+  double fuse_grad_size_mb = 32;   // 0: no fusion
+  GradScale grad_scale = GradScale::kSample;
+  std::string owner_policy = "bytes";  // bytes | hash
+  std::string group = "loom_dp";       // name the ranks' communicators meet under
+  std::string topology;                // preset name for comm_init; empty: uniform
+  int timeout_ms = 30000;
+  int tree_max_bytes = 64 << 10;  // "auto" picks the tree up to this bucket size, else ring
+  // false: the per-rank startup programs hold only comm_init and the broadcasts (the caller
+  // brings initialized parameters, as Python's CompiledProgram does).
+  bool keep_startup_init = true;
+  std::vector<std::string> disabled_passes;
+};
+
+struct DataParallelResult {
+  std::vector<ProgramDesc> startup;  // one per rank
+  std::vector<ProgramDesc> main;
+  proto::DataParallelManifest manifest;
+};
+
+StatusOr<DataParallelResult> TranspileDataParallel(const ProgramDesc& startup,
+                                                   const ProgramDesc& main,
+                                                   const DataParallelConfig& config);
+
+// (name, summary, optional) of every pass, in pipeline order.
+struct PassInfo {
+  const char* name;
+  const char* summary;
+  bool optional;
+};
+const std::vector<PassInfo>& DataParallelPasses();
+
+StatusOr<SyncMode> ParseSyncMode(const std::string& name);
+StatusOr<GradScale> ParseGradScale(const std::string& name);
+const char* SyncModeName(SyncMode mode);
+const char* GradScaleName(GradScale scale);
+
+// Variable names the transpiler introduces.
+inline constexpr const char* kCommVar = "@LOOM_COMM@";
+inline constexpr const char* kSampleWeightVar = "@LOOM_SAMPLE_WEIGHT@";
+
+}  // namespace loom::transpiler
