@@ -188,6 +188,8 @@ py::dict OpInfoToDict(const OpInfo& info) {
   return d;
 }
 
+}  // namespace
+
 FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
   FeedMap feeds;
   for (auto item : feed) {
@@ -205,12 +207,12 @@ FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
   return feeds;
 }
 
-}  // namespace
 
 PYBIND11_MODULE(core, m) {
   m.doc() = "Loom's C++ core: program descs, scopes, tensors, the executor.";
   RegisterErrors(m);
   RegisterTensor(m);
+  RegisterParallel(m);
 
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)

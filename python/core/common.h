@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include "framework/status.h"
+#include "executor/executor.h"
 #include "framework/tensor.h"
 
 namespace loom::python {
@@ -29,12 +30,15 @@ T ValueOrThrow(StatusOr<T> v) {
 
 void RegisterErrors(py::module_& m);
 void RegisterTensor(py::module_& m);
+void RegisterParallel(py::module_& m);
 
 // A host copy of an ndarray as a tensor on place (dtype from the array; C order enforced).
 Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what);
 // A CPU tensor sharing the ndarray's memory when it is C-contiguous and aligned (the array is
 // kept alive by the tensor); otherwise a copy, as TensorFromArray.
 Tensor TensorViewOfArray(const py::array& array, const std::string& what);
+// Feeds of Executor.run: names -> ndarrays (or core.Tensor) as tensors on place.
+FeedMap FeedsFromPy(const py::dict& feed, const Place& place);
 // A numpy view of a CPU tensor (keeps the allocation alive); device tensors are copied.
 py::array ArrayFromTensor(const Tensor& t);
 

@@ -12,6 +12,7 @@ from .executor import Executor, global_scope, scope_guard, Scope
 from .param_attr import ParamAttr
 from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
+from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
 
 __version__ = core.__version__
@@ -21,5 +22,6 @@ __all__ = [
     "default_main_program", "default_startup_program", "CPUPlace", "CUDAPlace", "cpu_places",
     "cuda_places", "is_compiled_with_cuda", "Executor", "global_scope", "scope_guard", "Scope",
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
-    "optimizer", "io", "reader", "regularizer", "unique_name", "clip",
+    "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
+    "BuildStrategy", "ExecutionStrategy", "ParallelExecutor",
 ]

@@ -56,14 +56,17 @@ class Executor:
         return entry[0]
 
     def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
-            fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True):
+            fetch_var_name="fetch", scope=None, return_numpy=True, use_program_cache=True,
+            return_merged=True):
         """Runs block 0 of program (default: the default main program). feed maps var names to
         numpy arrays (or core.Tensor); fetch_list names vars (or Variables) whose values are
-        returned, as numpy arrays when return_numpy is true."""
+        returned, as numpy arrays when return_numpy is true. program may be a CompiledProgram
+        (data parallel): then fetched values are concatenated over the places, or given per
+        place (a list per fetch) with return_merged=False."""
         if program is None:
             program = default_main_program()
         if hasattr(program, "_run_with"):  # CompiledProgram
-            return program._run_with(self, feed, fetch_list, scope, return_numpy)
+            return program._run_with(self, feed, fetch_list, scope, return_numpy, return_merged)
         if not isinstance(program, Program):
             raise TypeError("Executor.run: program must be a loom.Program, got %r" % (program,))
         if feed is None:

@@ -1,0 +1,108 @@
+// Bindings for data-parallel training: the transpiler, multi-rank runs and the collective ops'
+// counters. The Python side (loom.compiler.CompiledProgram) drives them.
+#include <google/protobuf/text_format.h>
+#include <pybind11/stl.h>
+
+#include "operators/collective/stats.h"
+#include "python/core/common.h"
+#include "transpiler/data_parallel.h"
+
+namespace loom::python {
+
+void RegisterParallel(py::module_& m) {
+  m.def(
+      "transpile_data_parallel",
+      [](const ProgramDesc& startup, const ProgramDesc& main, int nranks, const std::string& mode,
+         const std::string& algorithm, double fuse_mb, const std::string& grad_scale,
+         const std::string& owner_policy, const std::string& group, bool keep_startup_init,
+         int timeout_ms, const std::vector<std::string>& disabled_passes) {
+        transpiler::DataParallelConfig c;
+        c.nranks = nranks;
+        c.mode = ValueOrThrow(transpiler::ParseSyncMode(mode));
+        c.algorithm = algorithm;
+        c.fuse_grad_size_mb = fuse_mb;
+        c.grad_scale = ValueOrThrow(transpiler::ParseGradScale(grad_scale));
+        c.owner_policy = owner_policy;
+        c.group = group;
+        c.keep_startup_init = keep_startup_init;
+        c.timeout_ms = timeout_ms;
+        c.disabled_passes = disabled_passes;
+        for (int r = 0; r < nranks; ++r) c.places.push_back("cpu:" + std::to_string(r));
+        auto result = ValueOrThrow(transpiler::TranspileDataParallel(startup, main, c));
+        std::vector<std::shared_ptr<ProgramDesc>> starts, mains;
+        for (auto& p : result.startup) starts.push_back(std::make_shared<ProgramDesc>(p));
+        for (auto& p : result.main) mains.push_back(std::make_shared<ProgramDesc>(p));
+        std::string text;
+        google::protobuf::TextFormat::PrintToString(result.manifest, &text);
+        return py::make_tuple(starts, mains, text);
+      },
+      py::arg("startup"), py::arg("main"), py::arg("nranks"), py::arg("mode") = "allreduce",
+      py::arg("algorithm") = "auto", py::arg("fuse_grad_size_mb") = 32.0,
+      py::arg("grad_scale") = "sample", py::arg("owner_policy") = "bytes",
+      py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
+      py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
+      "Transpiles a single-device (startup, main) for nranks places: returns (per-rank startup "
+      "programs, per-rank main programs, the manifest as text).");
+
+  m.def(
+      "run_ranks",
+      [](const std::vector<PreparedBlock*>& prepared, const std::vector<Scope*>& scopes,
+         const std::vector<py::dict>& feeds, const std::vector<std::string>& fetch,
+         const Place& place) {
+        size_t n = prepared.size();
+        if (scopes.size() != n || (!feeds.empty() && feeds.size() != n))
+          Throw(InvalidArgument("run_ranks: ", n, " programs, ", scopes.size(), " scopes and ",
+                                feeds.size(), " feeds"));
+        std::vector<RankRun> ranks(n);
+        for (size_t r = 0; r < n; ++r) {
+          ranks[r].place = place;
+          ranks[r].prepared = prepared[r];
+          ranks[r].scope = scopes[r];
+          if (!feeds.empty()) ranks[r].feeds = FeedsFromPy(feeds[r], place);
+        }
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = Executor::RunRanks(&ranks, fetch);
+        }
+        // Drop the feeds (which may hold NumPy arrays) while holding the GIL.
+        for (auto& r : ranks) r.feeds.clear();
+        ThrowIfError(st);
+        std::vector<std::vector<Tensor>> out;
+        for (auto& r : ranks) out.push_back(std::move(r.fetched));
+        return out;
+      },
+      py::arg("prepared"), py::arg("scopes"), py::arg("feeds"), py::arg("fetch_list"),
+      py::arg("place"),
+      "Runs one prepared program per rank concurrently (one thread each); returns each rank's "
+      "fetched tensors.");
+
+  m.def(
+      "copy_persistables",
+      [](const ProgramDesc& program, const Scope& src, Scope& dst, const Place& place) {
+        int copied = 0;
+        for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
+          if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+          const Variable* from = src.FindVar(v.Name());
+          if (!from || !from->IsType<Tensor>() || !from->Get<Tensor>().initialized()) continue;
+          TensorCopy(from->Get<Tensor>(), place, dst.Var(v.Name())->GetMutable<Tensor>());
+          ++copied;
+        }
+        return copied;
+      },
+      py::arg("program"), py::arg("src"), py::arg("dst"), py::arg("place"),
+      "Deep-copies the program's initialized persistable tensors from src into dst; returns "
+      "how many.");
+
+  m.def("collective_op_stats", [] {
+    auto& s = ops::CollectiveOpStats::Get();
+    py::dict d;
+    d["allreduce_calls"] = s.allreduce_calls.load();
+    d["fused_calls"] = s.fused_calls.load();
+    d["unfused_buckets"] = s.unfused_buckets.load();
+    return d;
+  });
+  m.def("reset_collective_op_stats", [] { ops::CollectiveOpStats::Get().Reset(); });
+}
+
+}  // namespace loom::python

@@ -1,0 +1,217 @@
+"""Data-parallel training with Fluid's names: ``CompiledProgram(main).with_data_parallel(...)``
+run by the one ``Executor``, ``BuildStrategy`` and the thin ``ParallelExecutor`` alias.
+
+The program is transpiled (in C++, ``loom transpile``'s passes) into one program per place; the
+places run concurrently, each on its own thread with its own scope, and exchange gradients with
+collective ops that overlap with backward. Rank 0 runs in the caller's scope, so parameters
+saved from it (``io.save_params``) are the trained ones; the other ranks get copies of the
+caller's initialized persistables on the first run.
+"""
+import itertools
+
+import numpy as np
+
+from . import core
+from .framework import Program
+
+_group_ids = itertools.count()
+
+
+class BuildStrategy:
+    """How the data-parallel program is built.
+
+    reduce_strategy: ``ReduceStrategy.AllReduce`` (every place updates every parameter after an
+    allreduce of its gradient) or ``ReduceStrategy.Reduce`` (root-card ownership: each parameter
+    has one owner place, which alone runs its optimizer ops and broadcasts the result).
+    gradient_scale_strategy: ``None`` (default: each place weighted by its share of the batch, so
+    the update equals the full-batch update even when the batch does not divide evenly),
+    ``CoeffNumDevice`` (1/N), ``One`` or ``Customized`` (plain sum).
+    fuse_all_reduce_ops / fuse_grad_size_in_MB: group small gradients into buckets that are
+    produced in one buffer and allreduced with one call.
+    allreduce_algorithm: "auto", "ring", "tree", "multi_tree" or "star" (Loom's addition).
+    owner_policy: "bytes" (balanced) or "hash" for ReduceStrategy.Reduce (Loom's addition).
+    """
+
+    class ReduceStrategy:
+        AllReduce = 0
+        Reduce = 1
+
+    class GradientScaleStrategy:
+        CoeffNumDevice = 0
+        One = 1
+        Customized = 2
+
+    def __init__(self):
+        self.reduce_strategy = BuildStrategy.ReduceStrategy.AllReduce
+        self.gradient_scale_strategy = None
+        self.fuse_all_reduce_ops = True
+        self.fuse_grad_size_in_MB = 32
+        self.allreduce_algorithm = "auto"
+        self.owner_policy = "bytes"
+        self.collective_timeout_ms = 30000
+
+    def _mode(self):
+        if self.reduce_strategy == BuildStrategy.ReduceStrategy.AllReduce:
+            return "allreduce"
+        if self.reduce_strategy == BuildStrategy.ReduceStrategy.Reduce:
+            return "owner"
+        raise ValueError("BuildStrategy.reduce_strategy must be ReduceStrategy.AllReduce or "
+                         "ReduceStrategy.Reduce, got %r" % (self.reduce_strategy,))
+
+    def _grad_scale(self):
+        s = self.gradient_scale_strategy
+        if s is None:
+            return "sample"
+        if s == BuildStrategy.GradientScaleStrategy.CoeffNumDevice:
+            return "avg"
+        if s in (BuildStrategy.GradientScaleStrategy.One,
+                 BuildStrategy.GradientScaleStrategy.Customized):
+            return "one"
+        raise ValueError("BuildStrategy.gradient_scale_strategy %r is not one of None, "
+                         "CoeffNumDevice, One, Customized" % (s,))
+
+
+class ExecutionStrategy:
+    """Accepted for Fluid compatibility; Loom runs one thread per place."""
+
+    def __init__(self):
+        self.num_threads = 0
+        self.num_iteration_per_drop_scope = 1
+
+
+class _RankState:
+    """Per-scope state of a compiled program: rank programs, scopes and prepared blocks."""
+
+    def __init__(self, compiled, scope):
+        n = len(compiled._places)
+        bs = compiled._build_strategy
+        group = "py:%d" % next(_group_ids)
+        fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
+        startups, mains, manifest = core.transpile_data_parallel(
+            core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),
+            algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
+            grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
+            keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms))
+        self.manifest = manifest
+        self.mains = mains
+        self.version = compiled._program._version
+        self.scopes = [scope] + [core.Scope() for _ in range(n - 1)]
+        place = core.Place.cpu(0)
+        self.place = place
+        for r in range(1, n):
+            core.copy_persistables(mains[r], scope, self.scopes[r], place)
+        self.exes = [core.Executor(place) for _ in range(n)]
+        starts = [self.exes[r].prepare(startups[r], 0) for r in range(n)]
+        # comm_init and the broadcast of every parameter from rank 0.
+        core.run_ranks(starts, self.scopes, [], [], place)
+        self.prepared = [self.exes[r].prepare(mains[r], 0) for r in range(n)]
+
+
+class CompiledProgram:
+    """A program compiled for data-parallel execution on several places.
+
+        compiled = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(4), build_strategy=strategy)
+        loss_v, = exe.run(compiled, feed={...}, fetch_list=[loss])
+
+    The global feed is split along dim 0 across the places (the first rows % N places get one
+    row more; a place may get none). Fetched values come back concatenated along dim 0 in
+    place order (Fluid's merged form), or per place with ``return_merged=False``.
+    """
+
+    def __init__(self, program_or_graph, build_strategy=None):
+        if not isinstance(program_or_graph, Program):
+            raise TypeError("CompiledProgram expects a loom.Program, got %r" % (program_or_graph,))
+        self._program = program_or_graph
+        self._build_strategy = build_strategy or BuildStrategy()
+        self._places = None
+        self._loss_name = None
+        self._states = {}
+
+    def with_data_parallel(self, loss_name=None, build_strategy=None, exec_strategy=None,
+                           share_vars_from=None, places=None):
+        """Runs the program on ``places`` (default: ``cpu_places()``, CPU_NUM of them)."""
+        from .framework import cpu_places
+        if build_strategy is not None:
+            self._build_strategy = build_strategy
+        if places is None:
+            places = cpu_places()
+        places = list(places)
+        if not places:
+            raise ValueError("with_data_parallel: places is empty")
+        for p in places:
+            if not p.is_cpu_place():
+                raise NotImplementedError(
+                    "with_data_parallel: place %r: data parallelism across CUDA places needs "
+                    "the NCCL transport, which is not available yet; use CPU places" % (p,))
+        self._places = places
+        self._loss_name = loss_name
+        return self
+
+    @property
+    def manifest(self):
+        """The transpiler's decisions (owners, buckets, algorithms) as text, once it ran."""
+        for st in self._states.values():
+            return st.manifest
+        return None
+
+    def _state(self, scope):
+        st = self._states.get(id(scope))
+        if st is None or st.version != self._program._version:
+            st = _RankState(self, scope)
+            self._states[id(scope)] = st
+        return st
+
+    def _run_with(self, exe, feed, fetch_list, scope, return_numpy, return_merged=True):
+        from .executor import global_scope, _fetch_name
+        from .framework import Variable
+        if self._places is None:
+            self.with_data_parallel()
+        scope = scope or global_scope()
+        st = self._state(scope)
+        n = len(self._places)
+        feed = feed or {}
+        if isinstance(feed, (list, tuple)):
+            raise NotImplementedError("per-place feed lists are not supported: pass one dict, "
+                                      "it is split across the places")
+        per_rank = [dict() for _ in range(n)]
+        for k, v in feed.items():
+            name = k.name if isinstance(k, Variable) else k
+            arr = np.asarray(v)
+            if arr.ndim == 0:
+                raise ValueError("feed '%s' is a scalar: data-parallel feeds are split along "
+                                 "dim 0" % name)
+            for r, part in enumerate(np.array_split(arr, n, axis=0)):
+                per_rank[r][name] = part
+        fetch = [_fetch_name(v) for v in (fetch_list or [])]
+        out = core.run_ranks(st.prepared, st.scopes, per_rank, fetch, st.place)
+        if not return_numpy:
+            return out
+        per_place = [[np.asarray(t) for t in rank] for rank in out]
+        if not return_merged:
+            return [[per_place[r][i] for r in range(n)] for i in range(len(fetch))]
+        merged = []
+        for i in range(len(fetch)):
+            parts = [per_place[r][i] for r in range(n)]
+            merged.append(np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts]))
+        return merged
+
+
+class ParallelExecutor:
+    """Fluid's ParallelExecutor as a thin alias of Executor + CompiledProgram."""
+
+    def __init__(self, use_cuda=False, loss_name=None, main_program=None, build_strategy=None,
+                 exec_strategy=None, places=None, scope=None, share_vars_from=None):
+        from .executor import Executor
+        from .framework import default_main_program
+        if use_cuda:
+            raise NotImplementedError("ParallelExecutor(use_cuda=True) needs the NCCL transport, "
+                                      "which is not available yet")
+        self._scope = scope
+        self._compiled = CompiledProgram(main_program or default_main_program()).with_data_parallel(
+            loss_name=loss_name, build_strategy=build_strategy, places=places)
+        self._exe = Executor(core.Place.cpu(0))
+
+    def run(self, fetch_list, feed=None, feed_dict=None, return_numpy=True):
+        return self._exe.run(self._compiled, feed=feed if feed is not None else feed_dict,
+                             fetch_list=fetch_list, scope=self._scope, return_numpy=return_numpy)

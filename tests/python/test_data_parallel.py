@@ -1,0 +1,206 @@
+"""Data-parallel training on several CPU places: every rank ends with the same parameters, and
+they equal single-device training on the concatenated batch (both modes, every algorithm,
+fusion on and off, 1-4 places, SGD and Adam); uneven and tiny batches; clear errors."""
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import core
+
+STEPS = 20
+
+
+def build(model, opt, seed=7):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        if model == "mlp":
+            x = fluid.layers.data("x", [12])
+            h = fluid.layers.fc(x, 16, act="relu")
+            h = fluid.layers.fc(h, 8, act="tanh")
+            logits = fluid.layers.fc(h, 4)
+        else:
+            x = fluid.layers.data("x", [2, 8, 8])
+            c = fluid.layers.conv2d(x, num_filters=4, filter_size=3, padding=1, act="relu")
+            p = fluid.layers.pool2d(c, pool_size=2, pool_stride=2)
+            c2 = fluid.layers.conv2d(p, num_filters=4, filter_size=3, padding=1, act="relu")
+            logits = fluid.layers.fc(c2, 4)
+        y = fluid.layers.data("y", [1], dtype="int64")
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        if opt == "sgd":
+            fluid.optimizer.SGD(0.1).minimize(loss)
+        else:
+            fluid.optimizer.Adam(0.01).minimize(loss)
+    return main, startup, loss
+
+
+def batches(model, rows, seed=3):
+    rng = np.random.RandomState(seed)
+    shape = (rows, 12) if model == "mlp" else (rows, 2, 8, 8)
+    return [(rng.randn(*shape).astype("float32"),
+             rng.randint(0, 4, size=(rows, 1)).astype("int64")) for _ in range(STEPS)]
+
+
+def params_of(main):
+    return sorted(p.name for p in main.global_block().all_parameters())
+
+
+def fresh_scope(main, startup, init):
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    for name, value in init.items():
+        scope.find_var(name).get_tensor().set(value, fluid.CPUPlace())
+    return exe, scope
+
+
+def initial_params(main, startup):
+    scope = core.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    return {n: np.array(scope.find_var(n).get_tensor()) for n in params_of(main)}
+
+
+def reference(model, opt, data):
+    main, startup, loss = build(model, opt)
+    init = initial_params(main, startup)
+    exe, scope = fresh_scope(main, startup, init)
+    for x, y in data:
+        exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    return init, {n: np.array(scope.find_var(n).get_tensor()) for n in params_of(main)}
+
+
+def data_parallel(model, opt, data, init, places, mode, algo, fuse, scale=None):
+    main, startup, loss = build(model, opt)
+    exe, scope = fresh_scope(main, startup, init)
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = (fluid.BuildStrategy.ReduceStrategy.Reduce if mode == "owner"
+                          else fluid.BuildStrategy.ReduceStrategy.AllReduce)
+    bs.allreduce_algorithm = algo
+    bs.fuse_all_reduce_ops = fuse
+    bs.gradient_scale_strategy = scale
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(places))
+    for x, y in data:
+        out, = exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+        assert out.shape == (places,)
+    state = compiled._states[id(scope)]
+    ranks = [{n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+             for s in state.scopes]
+    return ranks, compiled
+
+
+def assert_close(got, want, what):
+    for name in want:
+        err = np.linalg.norm(got[name] - want[name]) / max(np.linalg.norm(want[name]), 1e-12)
+        assert err < 1e-5, "%s: param %s differs from single-device training by %.3g (relative)" % (
+            what, name, err)
+
+
+_REFS = {}
+
+
+def ref_for(model, opt, rows):
+    key = (model, opt, rows)
+    if key not in _REFS:
+        data = batches(model, rows)
+        _REFS[key] = (data,) + reference(model, opt, data)
+    return _REFS[key]
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+@pytest.mark.parametrize("algo", ["ring", "tree", "multi_tree", "star"])
+def test_ranks_agree_and_match_single_device(model, opt, mode, algo):
+    data, init, want = ref_for(model, opt, 12)
+    for places in (1, 2, 3, 4):
+        for fuse in (True, False):
+            ranks, _ = data_parallel(model, opt, data, init, places, mode, algo, fuse)
+            what = "%s/%s/%s/%s places=%d fuse=%s" % (model, opt, mode, algo, places, fuse)
+            for r in range(1, places):
+                for name in ranks[0]:
+                    np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
+                                                  err_msg="%s: rank %d" % (what, r))
+            assert_close(ranks[0], want, what)
+
+
+@pytest.mark.parametrize("rows", [5, 3, 1])
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+def test_uneven_and_tiny_batches_give_the_full_batch_update(rows, mode):
+    # 5 rows over 4 places (2,1,1,1), 3 rows (one place gets none), 1 row (three get none).
+    data, init, want = ref_for("mlp", "sgd", rows)
+    ranks, _ = data_parallel("mlp", "sgd", data, init, 4, mode, "ring", True)
+    assert_close(ranks[0], want, "rows=%d" % rows)
+
+
+def test_fused_buckets_need_no_copies_and_avg_scaling_works_on_even_batches():
+    core.reset_collective_op_stats()
+    data, init, want = ref_for("mlp", "sgd", 12)
+    ranks, compiled = data_parallel("mlp", "sgd", data, init, 4, "allreduce", "ring", True,
+                                    scale=fluid.BuildStrategy.GradientScaleStrategy.CoeffNumDevice)
+    assert_close(ranks[0], want, "avg")
+    stats = core.collective_op_stats()
+    # One fused call per step and rank: all six gradients were produced in one buffer.
+    assert stats["unfused_buckets"] == 0
+    assert stats["fused_calls"] == 4 * STEPS
+    assert 'grad_scale: "avg"' in compiled.manifest and "fused: true" in compiled.manifest
+
+
+def test_owner_mode_keeps_optimizer_state_only_on_the_owner():
+    data, init, _ = ref_for("mlp", "adam", 12)
+    _, compiled = data_parallel("mlp", "adam", data, init, 2, "owner", "tree", False)
+    state = compiled._states[next(iter(compiled._states))]
+    moments = [sorted(v.name() for v in m.block(0).all_vars() if "moment" in v.name())
+               for m in state.mains]
+    total = sum(len(m) for m in moments)
+    assert total == 2 * 6  # two moments for each of the six parameters, each on one rank only
+    assert not set(moments[0]) & set(moments[1])
+
+
+def test_transpiler_errors_are_clear():
+    main, startup, loss = build("mlp", "sgd")
+    starts, mains, _ = core.transpile_data_parallel(startup.desc, main.desc, 2)
+    with pytest.raises(core.LoomError, match="already transpiled"):
+        core.transpile_data_parallel(starts[0], mains[0], 2)
+    fwd, fstart = fluid.Program(), fluid.Program()
+    with fluid.program_guard(fwd, fstart):
+        x = fluid.layers.data("x", [3])
+        fluid.layers.mean(fluid.layers.fc(x, 2))
+    with pytest.raises(core.LoomError, match="no optimizer ops"):
+        core.transpile_data_parallel(fstart.desc, fwd.desc, 2)
+    # An optimizer op for a parameter the loss never reaches (an unused branch).
+    main2, startup2 = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main2, startup2), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [3])
+        used = fluid.layers.fc(x, 2)
+        unused = fluid.layers.fc(x, 2, param_attr=fluid.ParamAttr(name="branch_w"))
+        loss2 = fluid.layers.mean(used)
+        fluid.optimizer.SGD(0.1).minimize(loss2)
+        block = main2.global_block()
+        g = block.create_var(name="branch_w@GRAD", shape=[3, 2], dtype="float32")
+        lr = [v for v in block.vars.values() if v.name.startswith("learning_rate")][0]
+        op = block.append_op("sgd", inputs={"Param": block.var("branch_w"), "Grad": g,
+                                            "LearningRate": lr},
+                             outputs={"ParamOut": block.var("branch_w")})
+        op._set_attr("op_role", core.kOpRoleOptimize)
+    with pytest.raises(core.LoomError, match="branch_w.*no backward op writes"):
+        core.transpile_data_parallel(startup2.desc, main2.desc, 2)
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = 7
+    with pytest.raises(ValueError, match="reduce_strategy"):
+        bs._mode()
+
+
+def test_parallel_executor_alias_trains():
+    main, startup, loss = build("mlp", "sgd")
+    scope = core.Scope()
+    with fluid.scope_guard(scope):
+        fluid.Executor(fluid.CPUPlace()).run(startup)
+        pe = fluid.ParallelExecutor(use_cuda=False, loss_name=loss.name, main_program=main,
+                                    places=fluid.cpu_places(2))
+        x, y = batches("mlp", 16)[0]
+        first = last = None
+        for _ in range(STEPS):  # one batch again and again: the loss must fall
+            out, = pe.run(fetch_list=[loss.name], feed={"x": x, "y": y})
+            first = out.mean() if first is None else first
+            last = out.mean()
+        assert last < first
