@@ -399,5 +399,65 @@ TEST_F(CliTest, FixedBatchDimMustMatchBatchSize) {
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
+TEST_F(CliTest, TranspiledBundleTrainsLikeOneDevice) {
+  Result one = Loom("run " + Bundle("softmax_classifier") + " --iters 30 --print-every 10");
+  ASSERT_EQ(one.code, 0) << one.err;
+  for (const std::string mode : {"allreduce", "owner"}) {
+    std::string out = JoinPath(dir_, "dp_" + mode);
+    Result t = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                    " --places cpu:3 --mode " + mode);
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_TRUE(FileExists(JoinPath(out, "manifest.pbtxt")));
+    EXPECT_TRUE(FileExists(JoinPath(out, "rank2/main.pb")));
+    Result r = Loom("run " + out + " --iters 30 --print-every 10");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("3 ranks (" + mode), std::string::npos) << r.out;
+    // The loss over the global batch follows single-device training.
+    for (const char* it : {"1", "10", "30"})
+      EXPECT_NEAR(LossAt(r.out, it), LossAt(one.out, it), 1e-4 * LossAt(one.out, it))
+          << mode << " iter " << it << "\n" << r.out << one.out;
+  }
+}
+
+TEST_F(CliTest, TranspileWritesManifestAndInspectShowsCollectives) {
+  std::string out = JoinPath(dir_, "dp_inspect");
+  Result t = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --places cpu:2 --fuse-mb 0 --algo ring");
+  ASSERT_EQ(t.code, 0) << t.err;
+  std::string manifest = ReadFile(JoinPath(out, "manifest.pbtxt")).value();
+  EXPECT_NE(manifest.find("algorithm: \"ring\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("collective: \"allreduce\""), std::string::npos);
+  std::string dot_file = JoinPath(dir_, "dp_rank0.dot");
+  Result dot = Loom("inspect " + JoinPath(out, "rank0/main.pb") + " --dot " + dot_file);
+  ASSERT_EQ(dot.code, 0) << dot.err;
+  EXPECT_NE(ReadFile(dot_file).value().find("allreduce"), std::string::npos);
+  Result text = Loom("inspect " + JoinPath(out, "rank1/startup.pb"));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("comm_init"), std::string::npos);
+  EXPECT_NE(text.out.find("broadcast"), std::string::npos);
+  // A global batch smaller than the number of ranks still trains (one rank gets no rows).
+  Result tiny = Loom("transpile " + Bundle("softmax_classifier") + " -o " +
+                     JoinPath(dir_, "dp_tiny") + " --places cpu:4");
+  ASSERT_EQ(tiny.code, 0) << tiny.err;
+  Result r = Loom("run " + JoinPath(dir_, "dp_tiny") + " --iters 5 --batch-size 3");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(CliTest, TranspileErrors) {
+  std::string out = JoinPath(dir_, "dp_err");
+  Result ok = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places cpu:2");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  std::string again = JoinPath(dir_, "dp_again");
+  ExpectError(Loom("transpile " + JoinPath(out, "rank0") + " -o " + again),
+              {"already transpiled", "comm_init"});
+  EXPECT_FALSE(IsDirectory(again)) << "a failed transpile must not create its output";
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again + " --mode bogus"),
+              {"mode 'bogus'"});
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
+                   " --places cuda:0"),
+              {"--places 'cuda:0'"});
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier")), {"-o OUT_DIR is required"});
+}
+
 }  // namespace
 }  // namespace loom

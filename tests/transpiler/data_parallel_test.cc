@@ -1,0 +1,310 @@
+// The data-parallel transpiler: where each pass puts its ops, owner assignment, fusion,
+// disabling passes, errors, and the transpiled programs run on several ranks giving the
+// single-device result.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "examples/program_builder.h"
+#include "executor/executor.h"
+#include "framework/op_role.h"
+#include "transpiler/data_parallel.h"
+
+namespace loom::transpiler {
+namespace {
+
+struct Net {
+  ProgramDesc main, startup;
+};
+
+// MLP 6-16-8-3 with softmax cross-entropy and SGD: 6 parameters.
+Net Mlp() {
+  Net n;
+  examples::ProgramBuilder b(&n.main, &n.startup, 5);
+  b.Data("x", {6});
+  b.Data("label", {1}, proto::INT64);
+  std::string h = b.FC("x", 16, "relu", "fc_0").value();
+  h = b.FC(h, 8, "relu", "fc_1").value();
+  std::string logits = b.FC(h, 3, "", "fc_2").value();
+  std::string loss = b.SoftmaxCrossEntropyLoss(logits, "label").value();
+  EXPECT_TRUE(b.MinimizeWithSGD(loss, 0.1f).ok());
+  n.main.GlobalBlock()->Var(loss);
+  return n;
+}
+
+std::vector<std::string> OpTypes(const ProgramDesc& p) {
+  std::vector<std::string> t;
+  for (int i = 0; i < p.GlobalBlock()->OpSize(); ++i) t.push_back(p.GlobalBlock()->Op(i).Type());
+  return t;
+}
+
+int Count(const ProgramDesc& p, const std::string& type) {
+  auto t = OpTypes(p);
+  return static_cast<int>(std::count(t.begin(), t.end(), type));
+}
+
+bool WritesAny(const OpDesc& op, const std::vector<std::string>& vars) {
+  for (const auto& o : op.OutputArgumentNames())
+    if (std::find(vars.begin(), vars.end(), o) != vars.end()) return true;
+  return false;
+}
+
+// Every gradient collective sits right after the last backward op producing one of its grads,
+// and no backward compute op after it writes them again.
+void ExpectSyncRightAfterProducers(const ProgramDesc& p, const std::string& collective) {
+  const BlockDesc* b = p.GlobalBlock();
+  int seen = 0;
+  for (int i = 0; i < b->OpSize(); ++i) {
+    OpDesc op = b->Op(i);
+    if (op.Type() != collective || !(op.Role() & kOpRoleBackward)) continue;
+    ++seen;
+    std::vector<std::string> grads = op.Input("X");
+    int j = i - 1;
+    while (j >= 0 && (b->Op(j).Role() & kOpRoleCommunication)) --j;  // other syncs in between
+    ASSERT_GE(j, 0);
+    EXPECT_TRUE(WritesAny(b->Op(j), grads)) << collective << " #" << i << " is not right after "
+                                            << "the producer of its gradients";
+    for (int k = i + 1; k < b->OpSize(); ++k) {
+      OpDesc later = b->Op(k);
+      if ((later.Role() & kOpRoleBackward) && !(later.Role() & kOpRoleCommunication))
+        EXPECT_FALSE(WritesAny(later, grads)) << later.Type() << " #" << k << " rewrites a grad";
+    }
+  }
+  EXPECT_GT(seen, 0);
+}
+
+TEST(DataParallelTranspiler, AllReduceModeWithFusion) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 3;
+  auto r = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r.value().main.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    const ProgramDesc& s = r.value().startup[rank];
+    const ProgramDesc& m = r.value().main[rank];
+    EXPECT_EQ(OpTypes(s)[0], "comm_init");
+    EXPECT_EQ(s.GlobalBlock()->Op(0).Attr<int>("rank", -1), rank);
+    EXPECT_EQ(s.GlobalBlock()->Op(0).Attr<int>("nranks", -1), 3);
+    EXPECT_EQ(Count(s, "broadcast"), 6);
+    // All six small grads share one bucket: one coalesce_grads, one allreduce, all sgd kept.
+    EXPECT_EQ(OpTypes(m)[0], "sample_weight");
+    EXPECT_EQ(Count(m, "coalesce_grads"), 1);
+    EXPECT_EQ(Count(m, "allreduce"), 1);
+    EXPECT_EQ(Count(m, "sgd"), 6);
+    ExpectSyncRightAfterProducers(m, "allreduce");
+  }
+  const auto& man = r.value().manifest;
+  ASSERT_EQ(man.buckets_size(), 1);
+  EXPECT_TRUE(man.buckets(0).fused());
+  EXPECT_EQ(man.buckets(0).algorithm(), "tree");  // small: auto picks the tree
+  EXPECT_EQ(man.batch_var(), "x");
+  EXPECT_EQ(man.passes_size(), static_cast<int>(DataParallelPasses().size()));
+}
+
+TEST(DataParallelTranspiler, NoFusionSyncsEachGradientAsSoonAsItExists) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 2;
+  c.fuse_grad_size_mb = 0;
+  c.algorithm = "ring";
+  c.grad_scale = GradScale::kAvg;
+  auto r = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ProgramDesc& m = r.value().main[0];
+  EXPECT_EQ(Count(m, "allreduce"), 6);
+  EXPECT_EQ(Count(m, "coalesce_grads"), 0);
+  EXPECT_EQ(Count(m, "sample_weight"), 0);
+  ExpectSyncRightAfterProducers(m, "allreduce");
+  const BlockDesc* b = m.GlobalBlock();
+  for (int i = 0; i < b->OpSize(); ++i) {
+    if (b->Op(i).Type() != "allreduce") continue;
+    EXPECT_EQ(b->Op(i).Attr<std::string>("reduce_type", ""), "avg");
+    EXPECT_EQ(b->Op(i).Attr<std::string>("algorithm", ""), "ring");
+  }
+  // The first sync comes before the last backward op: it overlaps with backward.
+  int first_sync = -1, last_backward = -1;
+  for (int i = 0; i < b->OpSize(); ++i) {
+    int role = b->Op(i).Role();
+    if (b->Op(i).Type() == "allreduce" && first_sync < 0) first_sync = i;
+    if ((role & kOpRoleBackward) && !(role & kOpRoleCommunication)) last_backward = i;
+  }
+  EXPECT_LT(first_sync, last_backward);
+}
+
+TEST(DataParallelTranspiler, OwnerModeBalancesBytesAndKeepsOnlyOwnedUpdates) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 3;
+  c.mode = SyncMode::kOwner;
+  auto r = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& man = r.value().manifest;
+  std::map<std::string, int> owner;
+  std::vector<int64_t> load(3, 0);
+  for (const auto& p : man.params()) {
+    ASSERT_GE(p.owner(), 0);
+    owner[p.name()] = p.owner();
+    load[p.owner()] += p.bytes();
+  }
+  // fc_0.w_0 (6x16) is the largest and goes alone; the rest spread over the other ranks.
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(man.owner_bytes(k), load[k]);
+  EXPECT_GE(man.owner_imbalance(), 1.0);
+  int updates = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    const BlockDesc* b = r.value().main[rank].GlobalBlock();
+    EXPECT_EQ(Count(r.value().main[rank], "reduce"), 6);
+    EXPECT_EQ(Count(r.value().main[rank], "broadcast"), 6);
+    for (int i = 0; i < b->OpSize(); ++i) {
+      OpDesc op = b->Op(i);
+      if (op.Type() == "sgd") {
+        ++updates;
+        EXPECT_EQ(owner[op.Input("Param")[0]], rank);
+      }
+      if (op.Type() == "broadcast") {
+        EXPECT_EQ(op.Attr<int>("root", -1), owner[op.Input("X")[0]]);
+      }
+      if (op.Type() == "reduce") {
+        EXPECT_EQ(op.Attr<int>("root", -1),
+                  owner[op.Input("X")[0].substr(0, op.Input("X")[0].size() - 5)]);
+      }
+    }
+  }
+  EXPECT_EQ(updates, 6);  // each parameter updated on exactly one rank
+}
+
+TEST(DataParallelTranspiler, HashOwnersAreDeterministic) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 4;
+  c.mode = SyncMode::kOwner;
+  c.owner_policy = "hash";
+  auto a = TranspileDataParallel(n.startup, n.main, c);
+  auto b = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a.value().manifest.SerializeAsString(), b.value().manifest.SerializeAsString());
+}
+
+TEST(DataParallelTranspiler, OptionalPassesCanBeDisabled) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 2;
+  c.disabled_passes = {"broadcast-params", "plan-buckets"};
+  auto r = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Count(r.value().startup[0], "broadcast"), 0);
+  EXPECT_EQ(Count(r.value().main[0], "coalesce_grads"), 0);
+  EXPECT_EQ(Count(r.value().main[0], "allreduce"), 6);
+  c.disabled_passes = {"insert-grad-sync"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("cannot be disabled"),
+            std::string::npos);
+  c.disabled_passes = {"no-such-pass"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("no pass named"),
+            std::string::npos);
+}
+
+TEST(DataParallelTranspiler, ClearErrors) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 2;
+  auto once = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(once.ok());
+  auto twice = TranspileDataParallel(once.value().startup[0], once.value().main[0], c);
+  EXPECT_NE(twice.status().message().find("already transpiled"), std::string::npos)
+      << twice.status().ToString();
+  // No optimizer: only forward ops.
+  Net fwd;
+  examples::ProgramBuilder b(&fwd.main, &fwd.startup, 1);
+  b.Data("x", {4});
+  ASSERT_TRUE(b.FC("x", 2, "", "fc").ok());
+  EXPECT_NE(TranspileDataParallel(fwd.startup, fwd.main, c).status().message().find(
+                "no optimizer ops"),
+            std::string::npos);
+  c.algorithm = "native";
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("native"),
+            std::string::npos);
+  c.algorithm = "bogus";
+  EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
+  c.algorithm = "auto";
+  c.nranks = 0;
+  EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
+}
+
+// Runs the transpiled programs on nranks threads and single-device on the whole batch; the
+// parameters must agree (and be identical across ranks).
+void ExpectSameTraining(SyncMode mode, int nranks, int rows) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = nranks;
+  c.mode = mode;
+  c.group = "cc-test-" + std::to_string(static_cast<int>(mode)) + "-" + std::to_string(nranks) +
+            "-" + std::to_string(rows);
+  auto r = TranspileDataParallel(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  Tensor x(proto::FP32, DDim({rows, 6})), label(proto::INT64, DDim({rows, 1}));
+  float* xp = x.mutable_data<float>(Place::CPU());
+  int64_t* lp = label.mutable_data<int64_t>(Place::CPU());
+  for (int i = 0; i < rows * 6; ++i) xp[i] = normal(rng);
+  for (int i = 0; i < rows; ++i) lp[i] = i % 3;
+
+  Executor exe;
+  Scope single;
+  ASSERT_TRUE(exe.Run(n.startup, &single).ok());
+  auto prepared = exe.Prepare(n.main).value();
+  for (int step = 0; step < 10; ++step)
+    ASSERT_TRUE(exe.Run(prepared.get(), &single, {{"x", x}, {"label", label}}).ok());
+
+  std::vector<std::unique_ptr<Scope>> scopes;
+  std::vector<std::unique_ptr<PreparedBlock>> blocks;
+  std::vector<RankRun> ranks(nranks);
+  for (int k = 0; k < nranks; ++k) {
+    scopes.push_back(std::make_unique<Scope>());
+    blocks.push_back(exe.Prepare(r.value().startup[k]).value());
+    ranks[k].scope = scopes[k].get();
+    ranks[k].prepared = blocks[k].get();
+  }
+  ASSERT_TRUE(Executor::RunRanks(&ranks, {}).ok());
+  for (int k = 0; k < nranks; ++k) {
+    blocks[k] = exe.Prepare(r.value().main[k]).value();
+    ranks[k].prepared = blocks[k].get();
+    int64_t begin = rows * k / nranks, end = rows * (k + 1) / nranks;
+    ranks[k].feeds = {{"x", x.Slice(begin, end)}, {"label", label.Slice(begin, end)}};
+  }
+  for (int step = 0; step < 10; ++step) {
+    Status st = Executor::RunRanks(&ranks, {});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  for (const auto& p : r.value().manifest.params()) {
+    const Tensor& want = single.FindVar(p.name())->Get<Tensor>();
+    for (int k = 0; k < nranks; ++k) {
+      const Tensor& got = scopes[k]->FindVar(p.name())->Get<Tensor>();
+      ASSERT_EQ(got.numel(), want.numel());
+      double diff = 0, norm = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        diff += std::pow(got.data<float>()[i] - want.data<float>()[i], 2);
+        norm += std::pow(want.data<float>()[i], 2);
+      }
+      EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 1e-5)
+          << p.name() << " on rank " << k << " of " << nranks;
+    }
+  }
+}
+
+TEST(DataParallelTranspiler, AllReduceRanksTrainLikeOneDevice) {
+  ExpectSameTraining(SyncMode::kAllReduce, 3, 10);
+}
+TEST(DataParallelTranspiler, OwnerRanksTrainLikeOneDevice) {
+  ExpectSameTraining(SyncMode::kOwner, 4, 9);
+}
+TEST(DataParallelTranspiler, FewerSamplesThanRanks) {
+  ExpectSameTraining(SyncMode::kAllReduce, 4, 2);
+}
+
+}  // namespace
+}  // namespace loom::transpiler
