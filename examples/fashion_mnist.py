@@ -104,6 +104,12 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="use only the first N training images")
     ap.add_argument("--plot", help="write the loss curve to this PNG")
     ap.add_argument("--save-bundle", help="save main/startup programs and data for `loom run`")
+    ap.add_argument("--places", type=int, default=1,
+                    help="train data-parallel on this many CPU places (CompiledProgram); the "
+                         "batch size is the global batch")
+    ap.add_argument("--eval-params", metavar="DIR",
+                    help="only evaluate: load parameters saved in DIR (e.g. by `loom run "
+                         "--save-params`) and print the test accuracy")
     args = ap.parse_args()
 
     x_train, y_train = load(args.data, "train")
@@ -116,6 +122,15 @@ def main():
     main_prog, startup, test, loss, acc, opt = build(args.model, args.lr, args.seed)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
+    if args.eval_params:
+        fluid.io.load_params(exe, args.eval_params, main_program=test)
+        print("test accuracy %.4f (parameters from %s)" %
+              (evaluate(exe, test, acc, x_test, y_test, 1000), args.eval_params))
+        return 0
+    program = main_prog
+    if args.places > 1:
+        program = fluid.CompiledProgram(main_prog).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(args.places))
     rng = np.random.RandomState(args.seed)
     steps = len(x_train) // args.batch_size
     curve, accs = [], []
@@ -125,20 +140,23 @@ def main():
         t0 = time.time()
         for s in range(steps):
             idx = order[s * args.batch_size:(s + 1) * args.batch_size]
-            (l,) = exe.run(main_prog, feed={"image": x_train[idx], "label": y_train[idx]},
+            (l,) = exe.run(program, feed={"image": x_train[idx], "label": y_train[idx]},
                            fetch_list=[loss])
-            curve.append(float(l[0]))
+            curve.append(float(np.mean(l)))
             if s % 20 == 0 or s == steps - 1:
                 progress(epoch, s + 1, steps, np.mean(curve[-20:]),
                          (s + 1) * args.batch_size / max(time.time() - t0, 1e-9))
-        lr_var = fluid.global_scope().find_var(opt._lr_var.name).get_tensor()
-        lr_var.set(np.array(lr_var) * args.lr_decay, fluid.CPUPlace())
+        scopes = program.local_scopes() if args.places > 1 else [fluid.global_scope()]
+        for scope in scopes:  # every place keeps its own copy of the learning rate
+            lr_var = scope.find_var(opt._lr_var.name).get_tensor()
+            lr_var.set(np.array(lr_var) * args.lr_decay, fluid.CPUPlace())
         accuracy = evaluate(exe, test, acc, x_test, y_test, 1000)
         accs.append(accuracy)
         print("\nepoch %d: test accuracy %.4f  (%.1f s, %.1f steps/s)" %
               (epoch, accuracy, time.time() - t0, steps / (time.time() - t0)))
-    print("final test accuracy %.4f after %d epochs in %.1f s" %
-          (accs[-1], args.epochs, time.time() - start))
+    if accs:
+        print("final test accuracy %.4f after %d epochs in %.1f s" %
+              (accs[-1], args.epochs, time.time() - start))
     if args.plot:
         import matplotlib
         matplotlib.use("Agg")
@@ -147,7 +165,7 @@ def main():
         plt.plot(np.convolve(curve, np.ones(50) / 50, mode="valid"))
         plt.xlabel("step")
         plt.ylabel("training loss (moving average of 50)")
-        plt.title("Fashion-MNIST %s, test accuracy %.3f" % (args.model, accs[-1]))
+        plt.title("Fashion-MNIST %s, test accuracy %.3f" % (args.model, accs[-1] if accs else 0))
         plt.tight_layout()
         plt.savefig(args.plot)
         print("wrote", args.plot)

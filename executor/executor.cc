@@ -1,9 +1,11 @@
 #include "executor/executor.h"
 
+#include <algorithm>
 #include <set>
 #include <thread>
 #include <unordered_map>
 
+#include "framework/cpu_threads.h"
 #include "framework/device_context.h"
 #include "loom/config.h"
 
@@ -212,6 +214,9 @@ Status Executor::Run(const ProgramDesc& program, Scope* scope, const FeedMap& fe
 }
 
 Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::string>& fetches) {
+  // The ranks share the machine's cores: each rank's GEMMs get its share of them.
+  int n = static_cast<int>(ranks->size());
+  ScopedBlasThreads blas(n > 1 ? std::max(1, CpuCores() / n) : BlasThreads());
   auto run_one = [&fetches](RankRun* r) {
     Executor exe(r->place);
     r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds Loom, writes the example bundles and trains the softmax
-# classifier with `loom run`, printing the loss as it falls.
+# classifier with `loom run`, printing the loss as it falls; then trains the Fashion-MNIST MLP
+# in Python, and once more data-parallel: built in Python, saved, transpiled to 4 CPU places
+# with `loom transpile`, trained with `loom run`, and evaluated on the test set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -19,6 +21,18 @@ echo
 echo "== Python: Fashion-MNIST MLP, one epoch (examples/fashion_mnist.py)"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
   PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp --epochs 1
+
+  FM=build/examples_out/fashion_mlp
+  rm -rf "$FM" "$FM.4places" "$FM.params"
+  echo
+  echo "== Fashion-MNIST MLP on 4 CPU places: save (Python), loom transpile, loom run"
+  PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp --epochs 0 \
+    --save-bundle "$FM"
+  build/tools/loom transpile "$FM" -o "$FM.4places" --places cpu:4 --mode allreduce
+  build/tools/loom run "$FM.4places" --iters 2000 --batch-size 128 --print-every 250 \
+    --save-params "$FM.params"
+  PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp \
+    --eval-params "$FM.params"
 else
   echo "Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping"
 fi

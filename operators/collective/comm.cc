@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "collective/world.h"
+#include "operators/collective/stats.h"
 
 namespace loom::ops {
 namespace {
@@ -26,6 +27,11 @@ std::map<std::string, PendingGroup>& Registry() {
 }
 
 }  // namespace
+
+CollectiveOpStats& CollectiveOpStats::Get() {
+  static auto* stats = new CollectiveOpStats;
+  return *stats;
+}
 
 StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int rank,
                                         const GroupOptions& options) {

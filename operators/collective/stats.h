@@ -13,10 +13,8 @@ struct CollectiveOpStats {
   std::atomic<int64_t> fused_calls{0};      // buckets of >1 tensor sent as one call
   std::atomic<int64_t> unfused_buckets{0};  // buckets of >1 tensor sent tensor by tensor
 
-  static CollectiveOpStats& Get() {
-    static CollectiveOpStats stats;
-    return stats;
-  }
+  // The process-wide instance (defined in libloom, so every module sees the same one).
+  static CollectiveOpStats& Get();
   void Reset() {
     allreduce_calls = 0;
     fused_calls = 0;

@@ -155,6 +155,15 @@ class CompiledProgram:
             return st.manifest
         return None
 
+    def local_scopes(self, scope=None):
+        """The per-place scopes (place 0's is scope itself) after the first run in scope; e.g. to
+        change a learning-rate variable on every place."""
+        from .executor import global_scope
+        st = self._states.get(id(scope or global_scope()))
+        if st is None:
+            raise RuntimeError("local_scopes: the compiled program has not run in this scope yet")
+        return list(st.scopes)
+
     def _state(self, scope):
         st = self._states.get(id(scope))
         if st is None or st.version != self._program._version:

@@ -1,0 +1,44 @@
+#include "framework/cpu_threads.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <thread>
+
+namespace loom {
+namespace {
+
+// OpenBLAS's controls, looked up at run time so that any CBLAS works (the setting is then a
+// no-op).
+using GetFn = int (*)();
+using SetFn = void (*)(int);
+
+GetFn GetThreadsFn() {
+  static GetFn fn = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn;
+}
+
+SetFn SetThreadsFn() {
+  static SetFn fn = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return fn;
+}
+
+}  // namespace
+
+int BlasThreads() {
+  GetFn fn = GetThreadsFn();
+  return fn ? fn() : 1;
+}
+
+void SetBlasThreads(int n) {
+  if (SetFn fn = SetThreadsFn()) fn(n < 1 ? 1 : n);
+}
+
+int CpuCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
+}  // namespace loom

@@ -1,0 +1,32 @@
+// CPU thread policy shared by kernels and the executor: how many threads the BLAS library may
+// use. When several ranks run at once on one machine (in-process data parallelism), each rank's
+// GEMMs must not each spawn a thread per core, or N ranks x cores threads fight for the cores.
+// Thread-safety: the BLAS thread count is process-wide; set it from one thread at a time.
+#pragma once
+
+namespace loom {
+
+// Threads the BLAS library uses now (1 when it cannot tell, e.g. not OpenBLAS).
+int BlasThreads();
+// Sets the BLAS thread count when the library supports it (OpenBLAS); otherwise a no-op.
+void SetBlasThreads(int n);
+// Number of cores this process may use.
+int CpuCores();
+
+// Sets the BLAS thread count for a scope and restores the previous count at its end.
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int n) : saved_(BlasThreads()) {
+    if (n != saved_) SetBlasThreads(n);
+  }
+  ~ScopedBlasThreads() {
+    if (BlasThreads() != saved_) SetBlasThreads(saved_);
+  }
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace loom
