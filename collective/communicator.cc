@@ -13,11 +13,15 @@ struct WorkState {
   std::condition_variable cv;
   bool done = false;
   Status status;
+  Clock::time_point started{};   // when the worker began running the call
+  Clock::time_point finished{};  // when it completed
 
   void Complete(Status s) {
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
+      finished = Clock::now();
+      if (started == Clock::time_point{}) started = finished;
       status = std::move(s);
     }
     cv.notify_all();
@@ -35,6 +39,12 @@ Status Work::Wait(std::chrono::milliseconds timeout) const {
     return Timeout("Work::Wait gave up after ", timeout.count(), " ms; the call is still running");
   }
   return state_->status;
+}
+
+std::pair<Clock::time_point, Clock::time_point> Work::RunSpan() const {
+  LOOM_CHECK(state_ != nullptr, "RunSpan on an empty Work");
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return {state_->started, state_->finished};
 }
 
 bool Work::IsCompleted() const {
@@ -287,6 +297,10 @@ void Communicator::WorkerLoop() {
       call = queue_.front().first;
       state = queue_.front().second;
       queue_.pop_front();
+    }
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->started = Clock::now();
     }
     Status status;
     if (!broken_.ok()) {

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collective/topology.h"
@@ -47,6 +48,9 @@ class Work {
   // passes first (the call then stays in flight).
   Status Wait(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365)) const;
   bool IsCompleted() const;
+  // When the communicator's worker started and finished running the call (for timelines);
+  // meaningful once the call completed.
+  std::pair<Clock::time_point, Clock::time_point> RunSpan() const;
 
  private:
   friend class Communicator;

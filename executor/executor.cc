@@ -99,12 +99,13 @@ namespace {
 // communication overlaps with every op that does not depend on it.
 class PendingCalls {
  public:
+  PendingCalls(Timeline* timeline, int rank) : timeline_(timeline), rank_(rank) {}
   bool empty() const { return by_var_.empty(); }
 
   void Add(AsyncWait wait, const Operator& op) {
     auto call = std::make_shared<Call>();
     call->wait = std::move(wait);
-    call->where = op.Where();
+    call->op = &op;
     for (const auto* vars : {&op.InputVars(), &op.OutputVars()})
       for (const auto& v : *vars) by_var_[v] = call;
     all_.push_back(std::move(call));
@@ -142,19 +143,30 @@ class PendingCalls {
  private:
   struct Call {
     AsyncWait wait;
-    std::string where;
+    const Operator* op;
     bool ended = false;
     Status status;
   };
-  static Status End(Call* call) {
+  Status End(Call* call) {
     if (!call->ended) {
       call->ended = true;
-      call->status = call->wait();
+      AsyncSpan span;
+      bool record = timeline_ && timeline_->enabled();
+      call->status = call->wait(record ? &span : nullptr);
       if (!call->status.ok())
-        call->status = Status(call->status.code(), call->where + ": " + call->status.message());
+        call->status =
+            Status(call->status.code(), call->op->Where() + ": " + call->status.message());
+      if (record && span.end != AsyncSpan().end) {
+        std::string vars;
+        for (const auto& v : call->op->InputVars()) vars += (vars.empty() ? "" : ", ") + v;
+        timeline_->Add(rank_, Timeline::kCommunication, call->op->Type(), vars, span.begin,
+                       span.end);
+      }
     }
     return call->status;
   }
+  Timeline* timeline_;
+  int rank_;
   std::unordered_map<std::string, std::shared_ptr<Call>> by_var_;
   std::vector<std::shared_ptr<Call>> all_;
 };
@@ -162,14 +174,22 @@ class PendingCalls {
 }  // namespace
 
 Status Executor::RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev) {
-  PendingCalls pending;
+  PendingCalls pending(timeline_, timeline_rank_);
+  const bool record = timeline_ && timeline_->enabled();
   Status st;
   for (auto& op : prepared->ops_) {
     if (!pending.empty()) {
       st = pending.WaitFor(*op);
       if (!st.ok()) break;
     }
+    auto begin = record ? Timeline::Clock::now() : Timeline::Clock::time_point();
     st = op->Run(*local, dev);
+    if (record) {
+      std::string outs;
+      for (const auto& v : op->OutputVars()) outs += (outs.empty() ? "" : ", ") + v;
+      timeline_->Add(timeline_rank_, Timeline::kCompute, op->Type(), outs, begin,
+                     Timeline::Clock::now());
+    }
     if (AsyncWait wait = op->TakeAsync()) pending.Add(std::move(wait), *op);
     if (!st.ok()) break;
   }
@@ -217,8 +237,9 @@ Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::st
   // The ranks share the machine's cores: each rank's GEMMs get its share of them.
   int n = static_cast<int>(ranks->size());
   ScopedBlasThreads blas(n > 1 ? std::max(1, CpuCores() / n) : BlasThreads());
-  auto run_one = [&fetches](RankRun* r) {
+  auto run_one = [&fetches, ranks](RankRun* r) {
     Executor exe(r->place);
+    exe.set_timeline(r->timeline, static_cast<int>(r - &(*ranks)[0]));
     r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);
   };
   std::vector<std::thread> workers;

@@ -18,6 +18,7 @@
 
 #include "framework/operator.h"
 #include "framework/program_desc.h"
+#include "executor/timeline.h"
 #include "framework/scope.h"
 
 namespace loom {
@@ -50,12 +51,18 @@ struct RankRun {
   FeedMap feeds;
   std::vector<Tensor> fetched;
   Status status;
+  Timeline* timeline = nullptr;  // when set, the rank's ops are recorded (pid = rank index)
 };
 
 class Executor {
  public:
   explicit Executor(const Place& place = Place::CPU());
   const Place& place() const { return place_; }
+  // Records every op of later runs into timeline as rank `rank` (nullptr: stop recording).
+  void set_timeline(Timeline* timeline, int rank = 0) {
+    timeline_ = timeline;
+    timeline_rank_ = rank;
+  }
 
   StatusOr<std::unique_ptr<PreparedBlock>> Prepare(const ProgramDesc& program, int block_id = 0);
 
@@ -80,6 +87,8 @@ class Executor {
   Status RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev);
 
   Place place_;
+  Timeline* timeline_ = nullptr;
+  int timeline_rank_ = 0;
 };
 
 }  // namespace loom

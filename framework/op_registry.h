@@ -5,6 +5,7 @@
 // read-only and thread-safe.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -77,9 +78,14 @@ class InferShapeContext {
 
 using InferShapeFn = Status (*)(InferShapeContext* ctx);
 
+// When a call left running by a kernel actually ran (for timelines).
+struct AsyncSpan {
+  std::chrono::steady_clock::time_point begin{}, end{};
+};
 // A call still running when its kernel returned (e.g. a collective on the communicator's
 // thread). Calling it blocks until the call ended and returns its status; it is called once.
-using AsyncWait = std::function<Status()>;
+// When span is not null, it receives when the call ran.
+using AsyncWait = std::function<Status(AsyncSpan* span)>;
 
 // What a kernel sees: its inputs and outputs as tensors, attributes and the device context.
 class KernelContext {

@@ -34,6 +34,9 @@ Flags RunFlags() {
           {"place", "PLACE", "where to run: cpu:i or cuda:i", "cpu:0"},
           {"load-params", "DIR", "load parameters from DIR instead of running startup.pb", ""},
           {"save-params", "DIR", "save the persistable variables to DIR at the end", ""},
+          {"timeline", "FILE", "write a chrome://tracing JSON of the last --timeline-iters steps "
+                               "(ops per rank on compute and communication threads)", ""},
+          {"timeline-iters", "K", "steps recorded by --timeline", "5"},
       },
       1, 1);
 }
@@ -162,7 +165,17 @@ struct RunSetup {
   std::vector<std::string> fetches;
   int64_t rows = 0;
   int64_t batch = 0;
+  bool timeline = false;
+  int64_t timeline_iters = 5;
 };
+
+Status WriteTimeline(const Flags& flags, const Timeline& timeline) {
+  if (!flags.Has("timeline")) return Status::OK();
+  LOOM_RETURN_IF_ERROR(timeline.Write(flags.Get("timeline")));
+  std::printf("wrote timeline (%zu events) to %s\n", timeline.size(),
+              flags.Get("timeline").c_str());
+  return Status::OK();
+}
 
 // Prints the progress line of iteration it (of setup.iters) and updates first/last.
 class Progress {
@@ -215,6 +228,10 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
   if (setup->iters < 0) return InvalidArgument("--iters must be >= 0, got ", setup->iters);
   if (setup->every <= 0) return InvalidArgument("--print-every must be > 0, got ", setup->every);
   LOOM_ASSIGN_OR_RETURN(setup->place, ParsePlace(flags.Get("place")));
+  setup->timeline = flags.Has("timeline");
+  LOOM_ASSIGN_OR_RETURN(setup->timeline_iters, flags.GetInt("timeline-iters"));
+  if (setup->timeline_iters < 1)
+    return InvalidArgument("--timeline-iters must be >= 1, got ", setup->timeline_iters);
   proto::BundleManifest manifest;
   LOOM_RETURN_IF_ERROR(LoadManifest(dir, &manifest));
   LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, &setup->feeds));
@@ -261,9 +278,12 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, const ProgramDesc&
               static_cast<long long>(setup.iters), static_cast<long long>(batch),
               static_cast<long long>(setup.rows), setup.place.ToString().c_str());
   std::vector<Tensor> out;
+  Timeline timeline;
+  if (setup.timeline) exe.set_timeline(&timeline, 0);
   Progress progress(setup);
   int64_t offset = 0;
   for (int64_t it = 1; it <= setup.iters; ++it) {
+    timeline.set_enabled(it > setup.iters - setup.timeline_iters);
     FeedMap feed;
     for (const auto& f : setup.feeds) feed[f.name] = Minibatch(f.data, offset, batch);
     if (setup.rows > 0) offset = (offset + batch) % setup.rows;
@@ -272,6 +292,7 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, const ProgramDesc&
     progress.Step(it, out, out.empty() ? NAN : FirstValue(out[0]));
   }
   progress.Done();
+  LOOM_RETURN_IF_ERROR(WriteTimeline(flags, timeline));
   if (flags.Has("save-params")) {
     LOOM_RETURN_IF_ERROR(SaveParams(main, scope, flags.Get("save-params")));
     std::printf("saved parameters to %s\n", flags.Get("save-params").c_str());
@@ -319,9 +340,13 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
               setup.dir.c_str(), static_cast<long long>(setup.iters),
               static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
               dp.mode().c_str(), setup.place.ToString().c_str());
+  Timeline timeline;
+  if (setup.timeline)
+    for (auto& r : ranks) r.timeline = &timeline;
   Progress progress(setup);
   int64_t offset = 0;
   for (int64_t it = 1; it <= setup.iters; ++it) {
+    timeline.set_enabled(it > setup.iters - setup.timeline_iters);
     std::vector<int64_t> share(n);
     for (int r = 0; r < n; ++r) share[r] = batch / n + (r < batch % n ? 1 : 0);
     for (const auto& f : setup.feeds) {
@@ -349,6 +374,7 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
     progress.Step(it, out0, scalar);
   }
   progress.Done();
+  LOOM_RETURN_IF_ERROR(WriteTimeline(flags, timeline));
   if (flags.Has("save-params")) {
     LOOM_RETURN_IF_ERROR(SaveParams(mains[0], *scopes[0], flags.Get("save-params")));
     std::printf("saved parameters (rank 0) to %s\n", flags.Get("save-params").c_str());

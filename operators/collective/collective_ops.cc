@@ -27,11 +27,16 @@ StatusOr<CallOptions> CallOptionsOf(const KernelContext& ctx) {
 }
 
 void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
-  ctx.SetAsync([works = std::move(works)]() -> Status {
+  ctx.SetAsync([works = std::move(works)](AsyncSpan* span) -> Status {
     Status first;
-    for (const Work& w : works) {
-      Status st = w.Wait();
+    for (size_t i = 0; i < works.size(); ++i) {
+      Status st = works[i].Wait();
       if (first.ok() && !st.ok()) first = st;
+      if (span) {
+        auto [begin, end] = works[i].RunSpan();
+        if (i == 0 || begin < span->begin) span->begin = begin;
+        if (i == 0 || end > span->end) span->end = end;
+      }
     }
     return first;
   });

@@ -439,8 +439,16 @@ TEST_F(CliTest, TranspileWritesManifestAndInspectShowsCollectives) {
   Result tiny = Loom("transpile " + Bundle("softmax_classifier") + " -o " +
                      JoinPath(dir_, "dp_tiny") + " --places cpu:4");
   ASSERT_EQ(tiny.code, 0) << tiny.err;
-  Result r = Loom("run " + JoinPath(dir_, "dp_tiny") + " --iters 5 --batch-size 3");
-  EXPECT_EQ(r.code, 0) << r.err;
+  std::string trace = JoinPath(dir_, "dp_tiny.json");
+  Result r = Loom("run " + JoinPath(dir_, "dp_tiny") + " --iters 5 --batch-size 3 --timeline " +
+                  trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // The timeline shows every rank's compute and its allreduce on the communication thread.
+  std::string json = ReadFile(trace).value();
+  EXPECT_NE(json.find("\"rank 3\""), std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"allreduce\", \"cat\": \"communication\""),
+            std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"mul_grad\", \"cat\": \"compute\""), std::string::npos);
 }
 
 TEST_F(CliTest, TranspileErrors) {
