@@ -159,6 +159,38 @@ def torch_steps_per_s(name, world, global_batch, steps):
         return float(open(f.name).read())
 
 
+def scope_bytes(core, scope):
+    total = 0
+    for name in scope.local_var_names():
+        var = scope.find_var(name)
+        if name.startswith("@") or not var.is_initialized():
+            continue
+        total += np.array(var.get_tensor()).nbytes
+    return total
+
+
+def memory_table(name, n):
+    """Persistable bytes per rank after the per-rank startup programs ran (parameters plus
+    optimizer state), allreduce vs owner mode."""
+    import loom as fluid
+    core = fluid.core
+    main, startup, _ = loom_model(fluid, name)
+    rows = []
+    for mode in ("allreduce", "owner"):
+        starts, mains, _ = core.transpile_data_parallel(startup.desc, main.desc, n, mode=mode,
+                                                        group="mem-%s-%s" % (name, mode))
+        scopes = [core.Scope() for _ in range(n)]
+        prepared = [core.Executor(core.Place.cpu(0)).prepare(s, 0) for s in starts]
+        core.run_ranks(prepared, scopes, [], [], core.Place.cpu(0))
+        rows.append((mode, [scope_bytes(core, sc) for sc in scopes]))
+    print("\nPersistable memory per place, %s with Adam on %d places (MiB):\n" % (name, n))
+    print("| mode | " + " | ".join("place %d" % r for r in range(n)) + " | total |")
+    print("|" + "---|" * (n + 2))
+    for mode, b in rows:
+        print("| %s | " % mode + " | ".join("%.1f" % (x / 2**20) for x in b) +
+              " | %.1f |" % (sum(b) / 2**20))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--places", type=int, default=4)
@@ -166,6 +198,8 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: per model)")
     ap.add_argument("--batch", type=int, default=0, help="global batch (default: per model)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--memory", default="few-large",
+                    help="model whose per-place memory (allreduce vs owner) is reported")
     args = ap.parse_args()
     n = args.places
     defaults = {"mlp": (256, 100), "cnn": (128, 5), "many-small": (64, 20), "few-large": (64, 5)}
@@ -191,6 +225,8 @@ def main():
         sys.stdout.flush()
     print("\n(samples/s; %d cores; load average %.1f at the end)" %
           (len(os.sched_getaffinity(0)), os.getloadavg()[0]))
+    if args.memory:
+        memory_table(args.memory, n)
 
 
 if __name__ == "__main__":

@@ -204,3 +204,47 @@ def test_parallel_executor_alias_trains():
             first = out.mean() if first is None else first
             last = out.mean()
         assert last < first
+
+
+def test_frozen_params_and_embeddings_match_single_device():
+    # A frozen fc (trainable=False: no gradient, only broadcast once) and an embedding table
+    # that each batch uses only a few rows of.
+    def build_emb():
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            ids = fluid.layers.data("ids", [3], dtype="int64")
+            emb = fluid.layers.embedding(ids, size=[50, 8])
+            h = fluid.layers.reshape(emb, [-1, 24])
+            h = fluid.layers.fc(h, 16, act="relu",
+                                param_attr=fluid.ParamAttr(name="frozen_w", trainable=False))
+            logits = fluid.layers.fc(h, 4)
+            y = fluid.layers.data("y", [1], dtype="int64")
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+            fluid.optimizer.Adam(0.01).minimize(loss)
+        return main, startup, loss
+
+    rng = np.random.RandomState(5)
+    data = [(rng.randint(0, 50, size=(10, 3)).astype("int64"),
+             rng.randint(0, 4, size=(10, 1)).astype("int64")) for _ in range(STEPS)]
+    main, startup, loss = build_emb()
+    init = initial_params(main, startup)
+    exe, scope = fresh_scope(main, startup, init)
+    for ids, y in data:
+        exe.run(main, feed={"ids": ids, "y": y}, fetch_list=[loss], scope=scope)
+    want = {n: np.array(scope.find_var(n).get_tensor()) for n in params_of(main)}
+    np.testing.assert_array_equal(want["frozen_w"], init["frozen_w"])
+
+    for mode in ("allreduce", "owner"):
+        main, startup, loss = build_emb()
+        exe, scope = fresh_scope(main, startup, init)
+        bs = fluid.BuildStrategy()
+        if mode == "owner":
+            bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+        compiled = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(3))
+        for ids, y in data:
+            exe.run(compiled, feed={"ids": ids, "y": y}, fetch_list=[loss], scope=scope)
+        assert "frozen_params" in compiled.manifest
+        for s in compiled.local_scopes(scope):
+            got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+            assert_close(got, want, "embedding/" + mode)
