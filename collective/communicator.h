@@ -67,9 +67,9 @@ struct CommunicatorOptions {
   size_t pipeline_chunk_bytes = size_t{1} << 20;
   // kAuto (selector.h): allreduce up to this many bytes per rank uses the single tree, larger
   // ones the cheapest algorithm by the cost model; negative: the cost model decides alone. Other
-  // collectives follow the cost model. The default is the crossover the in-process benchmark
-  // measured (docs/COLLECTIVES.md).
-  long long auto_tree_max_bytes = 64 << 10;
+  // collectives follow the cost model. The default is the crossover `loom bench collective`
+  // measured for 4 ranks, in-process and over MPI (docs/COLLECTIVES.md, "Selector").
+  long long auto_tree_max_bytes = 2 << 20;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.

@@ -32,7 +32,7 @@ StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name);
 
 struct SelectorOptions {
   // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
-  long long tree_max_bytes = 64 << 10;
+  long long tree_max_bytes = 2 << 20;
   // Anything but kAuto is returned as is for every collective that supports it.
   Algorithm force = Algorithm::kAuto;
   // Software cost of one posted message (post, match, wake-up), microseconds.

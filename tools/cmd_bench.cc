@@ -45,8 +45,8 @@ Flags BenchFlags() {
           {"transport", "T", "inprocess or mpi (default: mpi under mpirun, else inprocess)", ""},
           {"inflight", "K", "calls issued before each WaitAll", "1"},
           {"tree-max-bytes", "B", "auto's allreduce tree/ring crossover (negative: model only)",
-           "65536"},
-          {"chunk", "SIZE", "pipeline piece size", "1M"},
+           "2097152"},
+          {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
       },
@@ -349,7 +349,8 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   c.mpi = transport == "mpi";
   LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
   c.options.auto_tree_max_bytes = tree_max;
-  LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));
+  const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
+  LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", chunk));
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");

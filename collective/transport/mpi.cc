@@ -54,10 +54,14 @@ Status CheckThreadLevel() {
   return Status::OK();
 }
 
-// Polls `request` until it completes or the deadline passes. Yields between polls: ranks are
-// often oversubscribed on few cores, and a spinning rank would starve the peer it waits for.
+// Polls `request` until it completes or the deadline passes. MPI moves large messages only
+// while some MPI call runs (no progress thread), so the loop keeps calling MPI_Test and only
+// yields between polls, like Open MPI's own blocking calls when ranks are oversubscribed; after
+// 50 ms without completion (a peer that is late or gone) it sleeps between polls instead.
 Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bool* completed) {
   *completed = false;
+  const Deadline patient = Clock::now() + std::chrono::milliseconds(50);
+  bool idle = false;
   for (int polls = 0;; ++polls) {
     int flag = 0, rc;
     {
@@ -69,11 +73,15 @@ Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bo
       *completed = true;
       return Status::OK();
     }
-    if ((polls & 63) == 63 && Clock::now() > deadline) return Status::OK();
-    if (polls < 256) {
-      std::this_thread::yield();
+    if ((polls & 63) == 63) {
+      const Deadline now = Clock::now();
+      if (now > deadline) return Status::OK();
+      idle = now > patient;
+    }
+    if (idle) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 4096 ? 2 : 50));
+      std::this_thread::yield();
     }
   }
 }
@@ -389,6 +397,12 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
   }
   const int ub = found && tag_ub != nullptr ? *tag_ub : 32767;  // 32767: the standard's minimum
   return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, ub));
+}
+
+CommunicatorOptions DefaultMpiCommunicatorOptions() {
+  CommunicatorOptions options;
+  options.pipeline_chunk_bytes = size_t{256} << 10;
+  return options;
 }
 
 StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(

@@ -46,8 +46,13 @@ int MpiWorldSize();
 // This process's endpoint of MPI_COMM_WORLD (collective over all ranks: every process calls it).
 StatusOr<std::unique_ptr<Transport>> CreateMpiTransport();
 
+// CommunicatorOptions for MPI ranks: pipeline pieces of 256 KiB, which keep Open MPI's
+// shared-memory rendezvous streaming (measured with loom bench collective: 4 MiB ring allreduce
+// over 4 ranks 2-3x faster than with 1 MiB pieces).
+CommunicatorOptions DefaultMpiCommunicatorOptions();
+
 struct MpiCommunicatorOptions {
-  CommunicatorOptions communicator;
+  CommunicatorOptions communicator = DefaultMpiCommunicatorOptions();
   // The machine the ranks stand for; default: world-size devices, all linked alike.
   std::optional<Topology> topology;
   double tree_link_penalty = 0.7;
