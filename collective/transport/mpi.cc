@@ -99,7 +99,13 @@ class MpiRequest final : public Request {
     if (done_) return status_;
     MPI_Status mpi_status;
     bool completed = false;
-    LOOM_RETURN_IF_ERROR(PollUntil(&request_, &mpi_status, deadline, &completed));
+    Status polled = PollUntil(&request_, &mpi_status, deadline, &completed);
+    if (!polled.ok()) {  // e.g. MPI_ERR_TRUNCATE: the peer sent more than was expected
+      done_ = true;
+      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ",
+                                          peer_, " (", bytes_, " bytes)"));
+      return status_;
+    }
     if (!completed) {
       return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (",
                      bytes_, " bytes, MPI tag ", tag_, ") did not complete");
@@ -130,7 +136,7 @@ class MpiRequest final : public Request {
     const Deadline grace = Clock::now() + std::chrono::milliseconds(is_send_ ? 200 : 5000);
     if (PollUntil(&request_, &ignored, grace, &completed).ok() && completed) return;
     MpiGuard guard;
-    MPI_Request_free(&request_);
+    if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
   }
 
  private:
@@ -250,6 +256,8 @@ class MpiTransport final : public Transport {
 
   MPI_Comm coll_, p2p_;
   int tag_ub_;
+  // Staging blocks of timed-out native calls that MPI may still write into.
+  std::vector<std::unique_ptr<std::vector<unsigned char>>> abandoned_;
   int rank_ = 0, nranks_ = 1;
   MPI_Op half_ops_[4];
 };
@@ -267,7 +275,7 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   const MPI_Datatype type = MpiType(c.dtype);
   const MPI_Op op = MpiOp(c.dtype, c.op);
   const Reduction reduction{c.dtype, c.op};
-  std::vector<unsigned char> staging;  // in-place reduce-scatter only
+  auto staging = std::make_unique<std::vector<unsigned char>>();  // in-place reduce-scatter
   MPI_Request request = MPI_REQUEST_NULL;
   int rc = MPI_SUCCESS;
   const char* what = "";
@@ -303,8 +311,8 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
         const bool in_place = c.recv == static_cast<const char*>(c.send) + rank_ * c.count * elem;
         void* out = c.recv;
         if (in_place) {
-          staging.resize(c.count * elem);
-          out = staging.data();
+          staging->resize(c.count * elem);
+          out = staging->data();
         }
         rc = MPI_Ireduce_scatter_block(c.send, out, count, type, op, coll_, &request);
         break;
@@ -316,11 +324,12 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   bool completed = false;
   LOOM_RETURN_IF_ERROR(PollUntil(&request, &status, deadline, &completed));
   if (!completed) {
-    // Nonblocking collectives cannot be cancelled; the request stays with MPI (see mpi.h).
-    if (!staging.empty()) new std::vector<unsigned char>(std::move(staging));  // keep it alive
+    // Nonblocking collectives cannot be cancelled; the request stays with MPI (see mpi.h), and
+    // so does the staging block it may still write into, until the transport goes away.
+    abandoned_.push_back(std::move(staging));
     return Timeout(what, " did not complete on every rank");
   }
-  if (!staging.empty()) std::memcpy(c.recv, staging.data(), staging.size());
+  if (!staging->empty()) std::memcpy(c.recv, staging->data(), staging->size());
   if (c.op == ReduceOp::kAvg) {
     if (c.kind == NativeKind::kAllReduce || c.kind == NativeKind::kReduceScatter ||
         (c.kind == NativeKind::kReduce && rank_ == c.root)) {
@@ -394,6 +403,9 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
         MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS) {
       return Internal("MPI_Comm_dup of MPI_COMM_WORLD failed");
     }
+    // Errors on our communicators come back as codes (and then as Status), not as an abort.
+    MPI_Comm_set_errhandler(coll, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
   }
   const int ub = found && tag_ub != nullptr ? *tag_ub : 32767;  // 32767: the standard's minimum
   return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, ub));
