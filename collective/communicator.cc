@@ -264,6 +264,15 @@ Work Communicator::Issue(Call call) {
   auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
   const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
   if (a.kind != Kind::kBarrier && !p2p) {
+    if (!transport_->host_buffers()) {
+      // Device buffers: the schedules cannot touch them; the transport's collectives can.
+      if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
+      if (a.algorithm != Algorithm::kNative) {
+        return fail(Unimplemented("the ", transport_->name(), " transport runs only algorithm "
+                                  "'native' (its buffers are device memory), not '",
+                                  AlgorithmName(a.algorithm), "'"));
+      }
+    }
     if (a.algorithm == Algorithm::kNative &&
         !transport_->SupportsNative(NativeKindOf(a.kind), a.dtype)) {
       return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),

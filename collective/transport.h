@@ -69,6 +69,11 @@ class Transport {
   // the transport has none.
   virtual bool SupportsNative(NativeKind kind, DataType dtype) const { return false; }
   virtual Status RunNative(const NativeCollective& call, Deadline deadline);
+
+  // Whether call buffers are host memory that the algorithm schedules may read and write (they
+  // copy, reduce and finalize on the host). A transport of device buffers (NCCL) answers false:
+  // its communicator runs native collectives and point-to-point calls only.
+  virtual bool host_buffers() const { return true; }
 };
 
 }  // namespace loom::collective
