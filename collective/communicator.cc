@@ -4,6 +4,7 @@
 
 #include "collective/algorithms/algorithms.h"
 #include "collective/schedule.h"
+#include "collective/selector.h"
 
 namespace loom::collective {
 
@@ -187,6 +188,38 @@ Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
 
 constexpr uint64_t kPointToPointBit = uint64_t{1} << 63;
 
+NativeKind NativeKindOf(Kind k) {
+  switch (k) {
+    case Kind::kReduce: return NativeKind::kReduce;
+    case Kind::kBroadcast: return NativeKind::kBroadcast;
+    case Kind::kAllGather: return NativeKind::kAllGather;
+    case Kind::kReduceScatter: return NativeKind::kReduceScatter;
+    default: return NativeKind::kAllReduce;
+  }
+}
+
+CollectiveKind CollectiveKindOf(Kind k) {
+  switch (k) {
+    case Kind::kReduce: return CollectiveKind::kReduce;
+    case Kind::kBroadcast: return CollectiveKind::kBroadcast;
+    case Kind::kAllGather: return CollectiveKind::kAllGather;
+    case Kind::kReduceScatter: return CollectiveKind::kReduceScatter;
+    default: return CollectiveKind::kAllReduce;
+  }
+}
+
+Status RunNative(Transport& transport, const CallArgs& a, Deadline deadline) {
+  NativeCollective c;
+  c.kind = NativeKindOf(a.kind);
+  c.send = a.send;
+  c.recv = a.recv;
+  c.count = a.count;
+  c.dtype = a.dtype;
+  c.op = a.op;
+  c.root = a.root;
+  return transport.RunNative(c, deadline);
+}
+
 }  // namespace
 
 Communicator::Communicator(std::unique_ptr<Transport> transport,
@@ -198,6 +231,10 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
   nranks_ = transport_->nranks();
   LOOM_CHECK(plan_->topology.size() == nranks_, "plan has ", plan_->topology.size(),
              " devices for ", nranks_, " ranks");
+  SelectorOptions selection;
+  selection.tree_max_bytes = options_.auto_tree_max_bytes;
+  selection.chunk_bytes = options_.pipeline_chunk_bytes;
+  selector_ = std::make_unique<Selector>(*plan_, selection);
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -237,22 +274,32 @@ Work Communicator::Issue(Call call) {
   auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
   const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
   if (a.kind != Kind::kBarrier && !p2p) {
-    if (a.algorithm == Algorithm::kNative) {
-      return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
-                                " transport"));
-    }
-    if (a.algorithm == Algorithm::kAuto) {
-      const size_t bytes = a.count * DataTypeSize(a.dtype);
-      switch (a.kind) {
-        case Kind::kAllReduce:
-          a.algorithm = bytes <= options_.auto_tree_max_bytes ? Algorithm::kTree : Algorithm::kRing;
-          break;
-        case Kind::kReduce:
-        case Kind::kBroadcast: a.algorithm = Algorithm::kTree; break;
-        default: a.algorithm = Algorithm::kRing;
+    if (!transport_->host_buffers()) {
+      // Device buffers: the schedules cannot touch them; the transport's collectives can.
+      if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
+      if (a.algorithm != Algorithm::kNative) {
+        return fail(Unimplemented("the ", transport_->name(), " transport runs only algorithm "
+                                  "'native' (its buffers are device memory), not '",
+                                  AlgorithmName(a.algorithm), "'"));
       }
     }
-    if (!AlgorithmSupports(kind, a.algorithm)) {
+    if (a.algorithm == Algorithm::kNative &&
+        !transport_->SupportsNative(NativeKindOf(a.kind), a.dtype)) {
+      return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
+                                " transport for ", kind, " of ", DataTypeName(a.dtype)));
+    }
+    if (a.algorithm == Algorithm::kAuto) {
+      size_t bytes = a.count * DataTypeSize(a.dtype);
+      // The selector sizes allgather/reducescatter by the whole buffer, as nccl-tests does.
+      if (a.kind == Kind::kAllGather || a.kind == Kind::kReduceScatter) bytes *= nranks_;
+      size_t inflight;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        inflight = queue_.size() + 1;
+      }
+      a.algorithm = selector_->Choose(CollectiveKindOf(a.kind), bytes, static_cast<int>(inflight));
+    }
+    if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(kind, a.algorithm)) {
       return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));
     }
   }
@@ -350,6 +397,7 @@ Status Communicator::Run(const Call& call) {
       case Algorithm::kTree: return internal::RunTree(s, a);
       case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
       case Algorithm::kStar: return internal::RunStar(s, a);
+      case Algorithm::kNative: return RunNative(*transport_, a, deadline);
       default: return internal::UnsupportedAlgorithm(a);
     }
   }();

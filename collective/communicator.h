@@ -39,6 +39,7 @@ namespace loom::collective {
 namespace internal {
 struct WorkState;
 }
+class Selector;
 
 // Handle of one issued call.
 class Work {
@@ -68,9 +69,11 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{30000};
   // Large transfers are cut into pieces of at most this many bytes so that steps pipeline.
   size_t pipeline_chunk_bytes = size_t{1} << 20;
-  // kAuto picks the single tree for allreduce/reduce/broadcast up to this many bytes, else ring
-  // (allreduce) or the tree (reduce, broadcast).
-  size_t auto_tree_max_bytes = size_t{64} << 10;
+  // kAuto (selector.h): allreduce up to this many bytes per rank uses the single tree, larger
+  // ones the cheapest algorithm by the cost model; negative: the cost model decides alone. Other
+  // collectives follow the cost model. The default is the crossover `loom bench collective`
+  // measured for 4 ranks, in-process and over MPI (docs/COLLECTIVES.md, "Selector").
+  long long auto_tree_max_bytes = 2 << 20;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.
@@ -137,6 +140,7 @@ class Communicator {
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<const CommPlan> plan_;
   CommunicatorOptions options_;
+  std::unique_ptr<const Selector> selector_;
   int rank_;
   int nranks_;
   uint64_t next_seq_ = 1;

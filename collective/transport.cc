@@ -41,4 +41,8 @@ std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst
   return std::make_unique<StagedRecvReduce>(this, peer, tag, dst, local, bytes, reduction);
 }
 
+Status Transport::RunNative(const NativeCollective& call, Deadline deadline) {
+  return Unimplemented("the ", name(), " transport has no native collectives");
+}
+
 }  // namespace loom::collective

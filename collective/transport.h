@@ -33,6 +33,20 @@ class Request {
   virtual void Cancel() = 0;
 };
 
+// A collective the transport can run itself (Algorithm::kNative), e.g. MPI_Allreduce or
+// ncclAllReduce. Arguments as in communicator.h; in place when send == recv (AllGather: send ==
+// recv + rank * count; ReduceScatter: recv == send + rank * count).
+enum class NativeKind { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
+struct NativeCollective {
+  NativeKind kind = NativeKind::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -49,6 +63,17 @@ class Transport {
   // that can read the sender's memory directly override it and skip the staging copy.
   virtual std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                               size_t bytes, const Reduction& reduction);
+
+  // Native collectives: whether the transport has its own implementation of `kind` for `dtype`,
+  // and running it (on the driving thread, ending by the deadline in Timeout). The defaults say
+  // the transport has none.
+  virtual bool SupportsNative(NativeKind kind, DataType dtype) const { return false; }
+  virtual Status RunNative(const NativeCollective& call, Deadline deadline);
+
+  // Whether call buffers are host memory that the algorithm schedules may read and write (they
+  // copy, reduce and finalize on the host). A transport of device buffers (NCCL) answers false:
+  // its communicator runs native collectives and point-to-point calls only.
+  virtual bool host_buffers() const { return true; }
 };
 
 }  // namespace loom::collective

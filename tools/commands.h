@@ -7,5 +7,7 @@ namespace loom::cli {
 int RunCommand(int argc, char** argv);
 int InspectCommand(int argc, char** argv);
 int TranspileCommand(int argc, char** argv);
+int TopoCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
 
 }  // namespace loom::cli

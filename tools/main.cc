@@ -16,6 +16,8 @@ constexpr const char* kUsage =
     "  run DIR        train a saved program bundle (DIR/startup.pb, DIR/main.pb, DIR/bundle.pbtxt)\n"
     "  inspect FILE   print a program, verify it, or draw it (--dot); --ops lists registered ops\n"
     "  transpile DIR  rewrite a bundle for data-parallel training on several places (-o OUT)\n"
+    "  topo           print a machine's links, ring and trees (--preset, --file, --detect)\n"
+    "  bench collective   time a collective over message sizes (nccl-tests format)\n"
     "  help [CMD]     print help for loom or a command\n"
     "\n"
     "  loom CMD --help    flags of a command\n"
@@ -42,6 +44,8 @@ int main(int argc, char** argv) {
       if (sub == "run") return RunCommand(1, args);
       if (sub == "inspect") return InspectCommand(1, args);
       if (sub == "transpile") return TranspileCommand(1, args);
+      if (sub == "topo") return TopoCommand(1, args);
+      if (sub == "bench") return BenchCommand(1, args);
       std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", sub.c_str(), kUsage);
       return kExitUsage;
     }
@@ -55,6 +59,8 @@ int main(int argc, char** argv) {
   if (cmd == "run") return RunCommand(argc - 2, argv + 2);
   if (cmd == "inspect") return InspectCommand(argc - 2, argv + 2);
   if (cmd == "transpile") return TranspileCommand(argc - 2, argv + 2);
+  if (cmd == "topo") return TopoCommand(argc - 2, argv + 2);
+  if (cmd == "bench") return BenchCommand(argc - 2, argv + 2);
   std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return kExitUsage;
 }

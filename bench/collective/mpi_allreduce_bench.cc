@@ -1,0 +1,41 @@
+// Open MPI's own MPI_Allreduce as a peer for Loom over MPI: run under mpirun -np N. fp32 sum in
+// place, sizes 4 KiB..64 MiB; rank 0 prints "RESULT mpi_allreduce <bytes> <time_us> <busbw_GBps>"
+// (time: the slowest rank; busbw = bytes / time * 2 (N - 1) / N as nccl-tests).
+//
+//   mpirun -np 4 collective_mpi_bench [min_bytes=4096] [max_bytes=67108864]
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const size_t min_bytes = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 4096;
+  const size_t max_bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : size_t{64} << 20;
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    const int count = static_cast<int>(bytes / sizeof(float));
+    std::vector<float> data(count, 1.0f);
+    const int iters =
+        static_cast<int>(std::max(3.0, std::min(200.0, 0.3 / (bytes / 1e9 + 50e-6))));
+    MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double start = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) {
+      MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    double us = (MPI_Wtime() - start) * 1e6 / iters;
+    MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf("RESULT mpi_allreduce %zu %.1f %.3f\n", bytes, us,
+                  bytes / (us * 1e3) * 2.0 * (n - 1) / n);
+      std::fflush(stdout);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,209 @@
+#include "collective/selector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace loom::collective {
+namespace {
+
+struct LinkBound {
+  double gbps = std::numeric_limits<double>::infinity();
+  double us = 0;
+  void Add(const Link& link) {
+    if (link.weight <= 0) return;  // a missing link: the chain fallback; ignore
+    gbps = std::min(gbps, link.bandwidth_gbps);
+    us = std::max(us, link.latency_us);
+  }
+  void Finish() {
+    if (!std::isfinite(gbps)) gbps = Topology::LinkForWeight(1).bandwidth_gbps;
+    if (us == 0) us = Topology::LinkForWeight(1).latency_us;
+  }
+};
+
+LinkBound TreesBound(const Topology& t, const std::vector<Tree>& trees) {
+  LinkBound b;
+  for (const Tree& tree : trees) {
+    for (const auto& [parent, child] : tree.Edges()) b.Add(t.link(parent, child));
+  }
+  b.Finish();
+  return b;
+}
+
+// Microseconds to move `bytes` at `gbps` GB/s.
+double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
+
+}  // namespace
+
+const char* CollectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+  }
+  return "unknown";
+}
+
+StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name) {
+  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+                           CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+                           CollectiveKind::kReduceScatter}) {
+    if (name == CollectiveKindName(k)) return k;
+  }
+  return InvalidArgument("unknown collective '", name,
+                         "' (expected allreduce, reduce, broadcast, allgather or reducescatter)");
+}
+
+Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
+    : n_(plan.topology.size()), options_(options), depth_(CeilLog2(plan.topology.size())) {
+  const Topology& t = plan.topology;
+  LinkBound ring;
+  for (size_t i = 0; i < plan.ring_order.size() && n_ > 1; ++i) {
+    ring.Add(t.link(plan.ring_order[i], plan.ring_order[(i + 1) % plan.ring_order.size()]));
+  }
+  ring.Finish();
+  const LinkBound tree = TreesBound(t, plan.trees), multi = TreesBound(t, plan.multi_trees);
+  LinkBound star;  // the star ignores links: every pair is used
+  for (int a = 0; a < n_; ++a) {
+    for (int b = a + 1; b < n_; ++b) star.Add(t.link(a, b));
+  }
+  star.Finish();
+  ring_gbps_ = ring.gbps, ring_us_ = ring.us;
+  tree_gbps_ = tree.gbps, tree_us_ = tree.us;
+  multi_gbps_ = multi.gbps, multi_us_ = multi.us;
+  star_gbps_ = star.gbps, star_us_ = star.us;
+}
+
+// The model (docs/COLLECTIVES.md, "Selector"): S bytes, N ranks, d = ceil(log2 N), P pipeline
+// pieces. The tree engine handles one rank's transfers one after another (receive from the
+// children, then send to the parent), while the ring sends and receives at the same time; so
+// tree-shaped algorithms count a rank's sent and received bytes together.
+double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, int inflight) const {
+  const double n = n_, d = depth_, s = static_cast<double>(bytes);
+  const double msg = options_.message_us, gamma = options_.reduce_gbps;
+  const double call = options_.call_us / std::max(1, inflight) + ring_us_ + 2 * (n - 1) * msg;
+  if (n_ == 1 || bytes == 0) return call;
+  const double chunk = static_cast<double>(std::max<size_t>(options_.chunk_bytes, 1));
+  const bool reduces = kind != CollectiveKind::kBroadcast && kind != CollectiveKind::kAllGather;
+  auto pieces = [&](double b) { return std::max(1.0, std::ceil(b / chunk)); };
+  double t = 0;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      switch (algorithm) {
+        case Algorithm::kRing:
+          t = 2 * (n - 1) * ring_us_ + 4 * (n - 1) * pieces(s / n) * msg +
+              Us(2 * (n - 1) / n * s, ring_gbps_) + Us((n - 1) / n * s, gamma);
+          break;
+        case Algorithm::kTree:
+          t = 2 * d * tree_us_ + 4 * d * pieces(s) * msg + Us(2 * d * s, tree_gbps_) +
+              Us(d * s, gamma);
+          break;
+        case Algorithm::kMultiTree:
+          t = 2 * d * multi_us_ + 4 * (n - 1) * pieces(s / n) * msg +
+              Us(4 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
+          break;
+        case Algorithm::kStar:
+          t = 2 * (n - 1) * star_us_ + 4 * (n - 1) * pieces(s) * msg +
+              Us(2 * (n - 1) * s, star_gbps_) + Us((n - 1) * s, gamma);
+          break;
+        default: return -1;
+      }
+      break;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kBroadcast: {
+      const double g = reduces ? 1.0 : 0.0;
+      switch (algorithm) {
+        case Algorithm::kRing:  // pipelined chain
+          t = (n - 1 + pieces(s) - 1) * ring_us_ + 2 * pieces(s) * msg + Us(s, ring_gbps_) +
+              g * Us(s, gamma);
+          break;
+        case Algorithm::kTree:
+          t = d * tree_us_ + 2 * d * pieces(s) * msg + Us(d * s, tree_gbps_) + g * Us(d * s, gamma);
+          break;
+        case Algorithm::kMultiTree:
+          t = (d + 1) * multi_us_ + 2 * (n - 1) * pieces(s / n) * msg +
+              Us(3 * (n - 1) / n * s, multi_gbps_) + g * Us((n - 1) / n * s, gamma);
+          break;
+        case Algorithm::kStar:
+          t = (n - 1) * star_us_ + 2 * (n - 1) * pieces(s) * msg + Us((n - 1) * s, star_gbps_) +
+              g * Us((n - 1) * s, gamma);
+          break;
+        default: return -1;
+      }
+      break;
+    }
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter: {
+      // S is the whole buffer (nranks blocks), as in nccl-tests.
+      const double g = reduces ? 1.0 : 0.0;
+      if (algorithm == Algorithm::kRing) {
+        t = (n - 1) * ring_us_ + 2 * (n - 1) * pieces(s / n) * msg +
+            Us((n - 1) / n * s, ring_gbps_) + g * Us((n - 1) / n * s, gamma);
+      } else if (algorithm == Algorithm::kMultiTree && reduces) {
+        t = d * multi_us_ + 2 * (n - 1) * pieces(s / n) * msg +
+            Us(2 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
+      } else {
+        return -1;
+      }
+      break;
+    }
+  }
+  return call + t;
+}
+
+std::vector<Estimate> Selector::Estimates(CollectiveKind kind, size_t bytes, int inflight) const {
+  std::vector<Estimate> out;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+    const double t = Time(kind, a, bytes, inflight);
+    if (t >= 0) out.push_back({a, t});
+  }
+  return out;
+}
+
+Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight) const {
+  const std::vector<Estimate> estimates = Estimates(kind, bytes, inflight);
+  if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative) {
+    for (const Estimate& e : estimates) {
+      if (e.algorithm == options_.force) return e.algorithm;
+    }
+  }
+  const bool crossover = kind == CollectiveKind::kAllReduce && options_.tree_max_bytes >= 0;
+  if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes) return Algorithm::kTree;
+  Algorithm best = estimates.front().algorithm;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (const Estimate& e : estimates) {
+    if (crossover && e.algorithm == Algorithm::kTree) continue;  // above the crossover
+    if (e.time_us < best_time) best = e.algorithm, best_time = e.time_us;
+  }
+  return best;
+}
+
+std::string Selector::Table(CollectiveKind kind, size_t min_bytes, size_t max_bytes,
+                            int inflight) const {
+  const std::vector<Estimate> header = Estimates(kind, min_bytes, inflight);
+  std::string out = StrCat("# ", CollectiveKindName(kind), ", ", n_, " ranks, ", inflight,
+                           " in flight; estimated µs per call (alpha-beta model)\n");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%12s", "size(B)");
+  out += buf;
+  for (const Estimate& e : header) {
+    std::snprintf(buf, sizeof buf, "%12s", AlgorithmName(e.algorithm));
+    out += buf;
+  }
+  out += "  auto\n";
+  for (size_t bytes = std::max<size_t>(min_bytes, 1); bytes <= max_bytes; bytes *= 4) {
+    std::snprintf(buf, sizeof buf, "%12zu", bytes);
+    out += buf;
+    for (const Estimate& e : Estimates(kind, bytes, inflight)) {
+      std::snprintf(buf, sizeof buf, "%12.1f", e.time_us);
+      out += buf;
+    }
+    out += StrCat("  ", AlgorithmName(Choose(kind, bytes, inflight)), "\n");
+  }
+  return out;
+}
+
+}  // namespace loom::collective

@@ -1,0 +1,78 @@
+// Selector: the alpha-beta cost model behind Algorithm::kAuto. For one collective of `bytes`
+// bytes per rank over a CommPlan it estimates the time of ring, tree, multi_tree and star from
+// the topology's links (latency per hop, bandwidth of the weakest link each algorithm uses), a
+// per-message software cost and a reduction bandwidth, and picks the cheapest supported one.
+//
+//   time = hops * link_latency + messages * message_us + bytes_on_busiest_link / link_bandwidth
+//          + bytes_reduced_by_busiest_rank / reduce_bandwidth
+//
+// Like MXNet's MXNET_KVSTORE_TREE_ARRAY_BOUND, the small-message crossover is an option:
+// allreduce messages up to `tree_max_bytes` take the single tree (latency-optimal) and larger
+// ones the cheapest of the other algorithms by the model; the default comes from the in-process
+// benchmark (docs/COLLECTIVES.md). A negative crossover lets the model decide alone. `force`
+// overrides everything (e.g. the CLI's --algo).
+//
+// Calls in flight run one after another on the communicator's worker thread, so `inflight` only
+// spreads the per-call wake-up of the worker over the queued calls; it changes the estimates but
+// not today's ranking. Immutable after construction; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "collective/types.h"
+
+namespace loom::collective {
+
+enum class CollectiveKind { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
+const char* CollectiveKindName(CollectiveKind kind);  // "allreduce", ...
+StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name);
+
+struct SelectorOptions {
+  // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
+  long long tree_max_bytes = 2 << 20;
+  // Anything but kAuto is returned as is for every collective that supports it.
+  Algorithm force = Algorithm::kAuto;
+  // Software cost of one posted message (post, match, wake-up), microseconds.
+  double message_us = 2.0;
+  // Per-call cost paid once per batch of queued calls (worker wake-up), microseconds.
+  double call_us = 10.0;
+  // Element-wise reduction throughput of one rank, GB/s.
+  double reduce_gbps = 8.0;
+  // The communicator's pipeline piece (CommunicatorOptions::pipeline_chunk_bytes).
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+struct Estimate {
+  Algorithm algorithm;
+  double time_us;
+};
+
+class Selector {
+ public:
+  Selector(const CommPlan& plan, const SelectorOptions& options = {});
+
+  // Estimated time of one call (µs) for each algorithm that supports the collective.
+  std::vector<Estimate> Estimates(CollectiveKind kind, size_t bytes, int inflight = 1) const;
+  // The algorithm kAuto runs (never kAuto or kNative).
+  Algorithm Choose(CollectiveKind kind, size_t bytes, int inflight = 1) const;
+  // A table: one row per size from `min_bytes` to `max_bytes` (x4), estimated µs per algorithm
+  // and the choice.
+  std::string Table(CollectiveKind kind, size_t min_bytes, size_t max_bytes,
+                    int inflight = 1) const;
+
+  const SelectorOptions& options() const { return options_; }
+
+ private:
+  double Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, int inflight) const;
+
+  int n_;
+  SelectorOptions options_;
+  // Weakest link (bandwidth GB/s) and slowest hop (µs) of the ring, the trees and the multi-trees.
+  double ring_gbps_, ring_us_, tree_gbps_, tree_us_, multi_gbps_, multi_us_, star_gbps_, star_us_;
+  int depth_;
+};
+
+}  // namespace loom::collective

@@ -1,0 +1,435 @@
+#include "collective/transport/mpi.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collective/reduce.h"
+
+namespace loom::collective {
+namespace {
+
+int g_thread_level = -1;       // granted level; -1 until known
+bool g_we_initialized = false;  // MpiInit called MPI_Init_thread
+std::mutex g_mpi_mu;            // held around MPI calls below MPI_THREAD_MULTIPLE
+
+// Holds the process-wide MPI lock unless the library is fully thread-safe.
+class MpiGuard {
+ public:
+  MpiGuard() : locked_(g_thread_level < MPI_THREAD_MULTIPLE) {
+    if (locked_) g_mpi_mu.lock();
+  }
+  ~MpiGuard() {
+    if (locked_) g_mpi_mu.unlock();
+  }
+  MpiGuard(const MpiGuard&) = delete;
+  MpiGuard& operator=(const MpiGuard&) = delete;
+
+ private:
+  bool locked_;
+};
+
+std::string MpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, len);
+}
+
+Status CheckThreadLevel() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return FailedPrecondition("MPI is not initialized (call MpiInit first)");
+  if (g_thread_level < 0) MPI_Query_thread(&g_thread_level);
+  if (g_thread_level < MPI_THREAD_SERIALIZED) {
+    return FailedPrecondition("MPI granted ", MpiThreadLevel(),
+                              "; the MPI transport needs at least MPI_THREAD_SERIALIZED because "
+                              "the communicator's worker thread makes the MPI calls");
+  }
+  return Status::OK();
+}
+
+// Polls `request` until it completes or the deadline passes. MPI moves large messages only
+// while some MPI call runs (no progress thread), so the loop keeps calling MPI_Test and only
+// yields between polls, like Open MPI's own blocking calls when ranks are oversubscribed; after
+// 50 ms without completion (a peer that is late or gone) it sleeps between polls instead.
+Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bool* completed) {
+  *completed = false;
+  const Deadline patient = Clock::now() + std::chrono::milliseconds(50);
+  bool idle = false;
+  for (int polls = 0;; ++polls) {
+    int flag = 0, rc;
+    {
+      MpiGuard guard;
+      rc = MPI_Test(request, &flag, status);
+    }
+    if (rc != MPI_SUCCESS) return Internal("MPI_Test failed: ", MpiError(rc));
+    if (flag) {
+      *completed = true;
+      return Status::OK();
+    }
+    if ((polls & 63) == 63) {
+      const Deadline now = Clock::now();
+      if (now > deadline) return Status::OK();
+      idle = now > patient;
+    }
+    if (idle) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(MPI_Request request, bool is_send, int peer, int tag, size_t bytes)
+      : request_(request), is_send_(is_send), peer_(peer), tag_(tag), bytes_(bytes) {}
+  // An already failed request (e.g. a message too large for one MPI call).
+  explicit MpiRequest(Status failure)
+      : request_(MPI_REQUEST_NULL), done_(true), status_(std::move(failure)) {}
+  ~MpiRequest() override { Cancel(); }
+
+  Status Wait(Deadline deadline) override {
+    if (done_) return status_;
+    MPI_Status mpi_status;
+    bool completed = false;
+    Status polled = PollUntil(&request_, &mpi_status, deadline, &completed);
+    if (!polled.ok()) {  // e.g. MPI_ERR_TRUNCATE: the peer sent more than was expected
+      done_ = true;
+      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ",
+                                          peer_, " (", bytes_, " bytes)"));
+      return status_;
+    }
+    if (!completed) {
+      return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (",
+                     bytes_, " bytes, MPI tag ", tag_, ") did not complete");
+    }
+    done_ = true;
+    if (!is_send_) {
+      int received = 0;
+      MPI_Get_count(&mpi_status, MPI_BYTE, &received);
+      if (static_cast<size_t>(received) != bytes_) {
+        status_ = Internal("message size mismatch on MPI tag ", tag_, ": rank ", peer_, " sent ",
+                           received, " bytes, ", bytes_, " expected");
+      }
+    }
+    return status_;
+  }
+
+  void Cancel() override {
+    if (done_) return;
+    done_ = true;
+    status_ = FailedPrecondition("cancelled");
+    {
+      MpiGuard guard;
+      MPI_Cancel(&request_);
+    }
+    // A cancelled receive completes promptly; a send MPI cannot withdraw is let go after a while.
+    MPI_Status ignored;
+    bool completed = false;
+    const Deadline grace = Clock::now() + std::chrono::milliseconds(is_send_ ? 200 : 5000);
+    if (PollUntil(&request_, &ignored, grace, &completed).ok() && completed) return;
+    MpiGuard guard;
+    if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+  }
+
+ private:
+  MPI_Request request_;
+  bool is_send_ = false;
+  int peer_ = -1;
+  int tag_ = 0;
+  size_t bytes_ = 0;
+  bool done_ = false;
+  Status status_;
+};
+
+// fp16 reductions as MPI user operators (MPI has no binary16 type): inout = inout (op) in.
+template <ReduceOp kOp>
+void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  Reduce(Reduction{DataType::kFloat16, kOp}, inout, inout, in, static_cast<size_t>(*len));
+}
+
+MPI_Datatype MpiType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub)
+      : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
+    MPI_Comm_rank(coll_, &rank_);
+    MPI_Comm_size(coll_, &nranks_);
+    half_ops_[0] = MakeOp(&HalfOp<ReduceOp::kSum>);
+    half_ops_[1] = MakeOp(&HalfOp<ReduceOp::kProd>);
+    half_ops_[2] = MakeOp(&HalfOp<ReduceOp::kMax>);
+    half_ops_[3] = MakeOp(&HalfOp<ReduceOp::kMin>);
+  }
+  ~MpiTransport() override {
+    MpiGuard guard;
+    for (MPI_Op& op : half_ops_) MPI_Op_free(&op);
+    // Native collectives that timed out stay pending; their requests are never completed.
+    MPI_Comm_free(&coll_);
+    MPI_Comm_free(&p2p_);
+  }
+
+  int rank() const override { return rank_; }
+  int nranks() const override { return nranks_; }
+  const char* name() const override { return "mpi"; }
+
+  std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    return Post(/*is_send=*/true, peer, tag, const_cast<void*>(data), bytes);
+  }
+  std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    return Post(/*is_send=*/false, peer, tag, data, bytes);
+  }
+
+  bool SupportsNative(NativeKind kind, DataType dtype) const override { return true; }
+  Status RunNative(const NativeCollective& call, Deadline deadline) override;
+
+ private:
+  static MPI_Op MakeOp(MPI_User_function* fn) {
+    MPI_Op op;
+    MpiGuard guard;
+    MPI_Op_create(fn, /*commute=*/1, &op);
+    return op;
+  }
+
+  // The library's tag layout (schedule.h): collectives seq << 8 | phase; point-to-point calls
+  // set bit 63 and carry the user tag in bits 8..39.
+  std::pair<MPI_Comm, int> MapTag(uint64_t tag) const {
+    if (tag >> 63) {
+      const uint64_t user = (tag >> 8) & 0x7fffffffu;
+      return {p2p_, static_cast<int>(user % (static_cast<uint64_t>(tag_ub_) + 1))};
+    }
+    const uint64_t window = (static_cast<uint64_t>(tag_ub_) + 1) >> 3;
+    const uint64_t seq = tag >> 8, phase = tag & 0xff;
+    LOOM_CHECK(phase < 8, "collective phase ", phase, " does not fit the MPI tag layout");
+    return {coll_, static_cast<int>((seq % window) << 3 | phase)};
+  }
+
+  std::unique_ptr<Request> Post(bool is_send, int peer, uint64_t tag, void* data, size_t bytes) {
+    LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ",
+               rank_, " of ", nranks_);
+    if (bytes > static_cast<size_t>(INT_MAX)) {
+      return std::make_unique<MpiRequest>(
+          InvalidArgument("message of ", bytes, " bytes exceeds one MPI call (INT_MAX bytes); "
+                          "lower pipeline_chunk_bytes"));
+    }
+    const auto [comm, mpi_tag] = MapTag(tag);
+    MPI_Request request;
+    int rc;
+    {
+      MpiGuard guard;
+      rc = is_send ? MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
+                               &request)
+                   : MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
+                               &request);
+    }
+    if (rc != MPI_SUCCESS) {
+      return std::make_unique<MpiRequest>(
+          Internal(is_send ? "MPI_Isend" : "MPI_Irecv", " to/from rank ", peer, " failed: ",
+                   MpiError(rc)));
+    }
+    return std::make_unique<MpiRequest>(request, is_send, peer, mpi_tag, bytes);
+  }
+
+  MPI_Op MpiOp(DataType dtype, ReduceOp op) const {
+    const int index = op == ReduceOp::kProd ? 1 : op == ReduceOp::kMax ? 2
+                      : op == ReduceOp::kMin ? 3 : 0;  // sum and avg
+    if (dtype == DataType::kFloat16) return half_ops_[index];
+    const MPI_Op builtin[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    return builtin[index];
+  }
+
+  MPI_Comm coll_, p2p_;
+  int tag_ub_;
+  // Staging blocks of timed-out native calls that MPI may still write into.
+  std::vector<std::unique_ptr<std::vector<unsigned char>>> abandoned_;
+  int rank_ = 0, nranks_ = 1;
+  MPI_Op half_ops_[4];
+};
+
+Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
+  const size_t elem = DataTypeSize(c.dtype);
+  const size_t total = c.kind == NativeKind::kAllGather || c.kind == NativeKind::kReduceScatter
+                           ? c.count * nranks_
+                           : c.count;
+  if (total > static_cast<size_t>(INT_MAX)) {
+    return InvalidArgument("native MPI collectives take at most INT_MAX elements, got ", total);
+  }
+  if (c.count == 0) return Status::OK();
+  const int count = static_cast<int>(c.count);
+  const MPI_Datatype type = MpiType(c.dtype);
+  const MPI_Op op = MpiOp(c.dtype, c.op);
+  const Reduction reduction{c.dtype, c.op};
+  auto staging = std::make_unique<std::vector<unsigned char>>();  // in-place reduce-scatter
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_SUCCESS;
+  const char* what = "";
+  {
+    MpiGuard guard;
+    switch (c.kind) {
+      case NativeKind::kAllReduce:
+        what = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type, op,
+                            coll_, &request);
+        break;
+      case NativeKind::kReduce:
+        what = "MPI_Ireduce";
+        rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv,
+                         count, type, op, c.root, coll_, &request);
+        break;
+      case NativeKind::kBroadcast:
+        what = "MPI_Ibcast";
+        if (rank_ == c.root && c.send != c.recv) std::memcpy(c.recv, c.send, c.count * elem);
+        rc = MPI_Ibcast(c.recv, count, type, c.root, coll_, &request);
+        break;
+      case NativeKind::kAllGather: {
+        what = "MPI_Iallgather";
+        const bool in_place = c.send == static_cast<const char*>(c.recv) + rank_ * c.count * elem;
+        rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c.send, count, type, c.recv, count, type,
+                            coll_, &request);
+        break;
+      }
+      case NativeKind::kReduceScatter: {
+        what = "MPI_Ireduce_scatter_block";
+        // MPI's in-place form expects the block at the front of the buffer; ours sits at rank's
+        // offset, so an in-place call reduces into a staging block and copies it back.
+        const bool in_place = c.recv == static_cast<const char*>(c.send) + rank_ * c.count * elem;
+        void* out = c.recv;
+        if (in_place) {
+          staging->resize(c.count * elem);
+          out = staging->data();
+        }
+        rc = MPI_Ireduce_scatter_block(c.send, out, count, type, op, coll_, &request);
+        break;
+      }
+    }
+  }
+  if (rc != MPI_SUCCESS) return Internal(what, " failed: ", MpiError(rc));
+  MPI_Status status;
+  bool completed = false;
+  LOOM_RETURN_IF_ERROR(PollUntil(&request, &status, deadline, &completed));
+  if (!completed) {
+    // Nonblocking collectives cannot be cancelled; the request stays with MPI (see mpi.h), and
+    // so does the staging block it may still write into, until the transport goes away.
+    abandoned_.push_back(std::move(staging));
+    return Timeout(what, " did not complete on every rank");
+  }
+  if (!staging->empty()) std::memcpy(c.recv, staging->data(), staging->size());
+  if (c.op == ReduceOp::kAvg) {
+    if (c.kind == NativeKind::kAllReduce || c.kind == NativeKind::kReduceScatter ||
+        (c.kind == NativeKind::kReduce && rank_ == c.root)) {
+      Finalize(reduction, c.recv, c.count, nranks_);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* MpiThreadLevel() {
+  switch (g_thread_level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "not initialized";
+}
+
+Status MpiInit(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &g_thread_level);
+    if (rc != MPI_SUCCESS) return Internal("MPI_Init_thread failed: ", MpiError(rc));
+    g_we_initialized = true;
+  } else {
+    MPI_Query_thread(&g_thread_level);
+  }
+  return CheckThreadLevel();
+}
+
+Status MpiFinalize() {
+  if (!g_we_initialized) return Status::OK();
+  g_we_initialized = false;
+  const int rc = MPI_Finalize();
+  if (rc != MPI_SUCCESS) return Internal("MPI_Finalize failed: ", MpiError(rc));
+  return Status::OK();
+}
+
+bool LaunchedByMpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+int MpiWorldRank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int MpiWorldSize() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
+  LOOM_RETURN_IF_ERROR(CheckThreadLevel());
+  MPI_Comm coll, p2p;
+  int* tag_ub = nullptr;
+  int found = 0;
+  {
+    MpiGuard guard;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &coll) != MPI_SUCCESS ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS) {
+      return Internal("MPI_Comm_dup of MPI_COMM_WORLD failed");
+    }
+    // Errors on our communicators come back as codes (and then as Status), not as an abort.
+    MPI_Comm_set_errhandler(coll, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
+  }
+  const int ub = found && tag_ub != nullptr ? *tag_ub : 32767;  // 32767: the standard's minimum
+  return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, ub));
+}
+
+CommunicatorOptions DefaultMpiCommunicatorOptions() {
+  CommunicatorOptions options;
+  options.pipeline_chunk_bytes = size_t{256} << 10;
+  return options;
+}
+
+StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
+    const MpiCommunicatorOptions& options) {
+  LOOM_ENFORCE(options.communicator.timeout.count() > 0, "timeout must be positive");
+  LOOM_ENFORCE(options.communicator.pipeline_chunk_bytes > 0, "pipeline chunk must be positive");
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, CreateMpiTransport());
+  const int n = transport->nranks();
+  const Topology topology = options.topology ? *options.topology : Topology::Uniform(n);
+  LOOM_ENFORCE(topology.size() == n, "topology '", topology.name(), "' has ", topology.size(),
+               " devices for ", n, " MPI ranks");
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan,
+                        CommPlan::Create(topology, options.tree_link_penalty));
+  return std::make_unique<Communicator>(std::move(transport), std::move(plan),
+                                        options.communicator);
+}
+
+}  // namespace loom::collective

@@ -1,0 +1,139 @@
+// The selector behind Algorithm::kAuto: estimates grow with size, the allreduce choice crosses
+// from the tree to a bandwidth algorithm once and never back, the crossover option and a forced
+// algorithm are obeyed, and the communicator runs what the selector chose.
+#include <gtest/gtest.h>
+
+#include "collective/selector.h"
+#include "tests/collective/test_util.h"
+
+namespace loom::collective {
+namespace {
+
+std::shared_ptr<const CommPlan> Plan(const Topology& t) { return CommPlan::Create(t).value(); }
+
+const CollectiveKind kKinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+                                 CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+                                 CollectiveKind::kReduceScatter};
+
+TEST(Selector, EstimatesGrowWithSizeForEveryAlgorithm) {
+  for (const Topology& t : {Topology::Uniform(4), Topology::Preset("p3.16xlarge").value()}) {
+    Selector selector(*Plan(t));
+    for (CollectiveKind kind : kKinds) {
+      std::vector<Estimate> previous = selector.Estimates(kind, 1);
+      ASSERT_FALSE(previous.empty()) << CollectiveKindName(kind);
+      for (size_t bytes = 4; bytes <= (size_t{256} << 20); bytes *= 4) {
+        std::vector<Estimate> now = selector.Estimates(kind, bytes);
+        ASSERT_EQ(now.size(), previous.size());
+        for (size_t i = 0; i < now.size(); ++i) {
+          EXPECT_GE(now[i].time_us, previous[i].time_us)
+              << CollectiveKindName(kind) << " " << AlgorithmName(now[i].algorithm) << " at "
+              << bytes << " bytes on " << t.name();
+        }
+        previous = now;
+      }
+    }
+  }
+}
+
+// Once auto leaves the tree for a bandwidth algorithm it never returns to it at larger sizes.
+void ExpectMonotoneCrossover(const Selector& selector, int nranks) {
+  bool left_tree = false;
+  for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 2) {
+    const Algorithm a = selector.Choose(CollectiveKind::kAllReduce, bytes);
+    if (a != Algorithm::kTree) left_tree = true;
+    if (left_tree) {
+      EXPECT_NE(a, Algorithm::kTree) << bytes << " bytes, " << nranks << " ranks";
+    }
+  }
+  EXPECT_TRUE(left_tree) << nranks << " ranks: large messages should not use the single tree";
+}
+
+TEST(Selector, AllReduceCrossoverIsMonotoneWithAndWithoutTheBound) {
+  for (int n : {2, 3, 4, 8, 16}) {
+    const auto plan = Plan(Topology::Uniform(n));
+    ExpectMonotoneCrossover(Selector(*plan), n);
+    SelectorOptions model_only;
+    model_only.tree_max_bytes = -1;
+    ExpectMonotoneCrossover(Selector(*plan, model_only), n);
+    // Small messages take the latency-optimal tree; the cost model agrees at 4 bytes once the
+    // tree has fewer steps than the ring (depth ceil(log2 n) < n - 1, i.e. n >= 4).
+    if (n >= 4) {
+      EXPECT_EQ(Selector(*plan, model_only).Choose(CollectiveKind::kAllReduce, 4),
+                Algorithm::kTree);
+    }
+  }
+}
+
+TEST(Selector, CrossoverOptionMovesTheSwitchPoint) {
+  const auto plan = Plan(Topology::Uniform(4));
+  for (long long bound : {0LL, 1LL << 10, 1LL << 16, 1LL << 22}) {
+    SelectorOptions options;
+    options.tree_max_bytes = bound;
+    Selector selector(*plan, options);
+    if (bound > 0) {
+      EXPECT_EQ(selector.Choose(CollectiveKind::kAllReduce, bound), Algorithm::kTree) << bound;
+    }
+    EXPECT_NE(selector.Choose(CollectiveKind::kAllReduce, bound + 1), Algorithm::kTree) << bound;
+  }
+}
+
+TEST(Selector, ForcedAlgorithmIsRespectedWhereSupported) {
+  const auto plan = Plan(Topology::Uniform(4));
+  for (Algorithm forced : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
+                           Algorithm::kStar}) {
+    SelectorOptions options;
+    options.force = forced;
+    Selector selector(*plan, options);
+    for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{1} << 28}) {
+      EXPECT_EQ(selector.Choose(CollectiveKind::kAllReduce, bytes), forced);
+      // AllGather only has the ring: a forced algorithm it lacks falls back to the model.
+      EXPECT_EQ(selector.Choose(CollectiveKind::kAllGather, bytes), Algorithm::kRing);
+    }
+  }
+}
+
+TEST(Selector, ChoiceIsAlwaysSupportedAndTableListsIt) {
+  const auto plan = Plan(Topology::Preset("dgx1-p100").value());
+  Selector selector(*plan);
+  for (CollectiveKind kind : kKinds) {
+    for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes *= 8) {
+      const Algorithm a = selector.Choose(kind, bytes, /*inflight=*/3);
+      static const char* kNames[] = {"AllReduce", "Reduce", "Broadcast", "AllGather",
+                                     "ReduceScatter"};
+      EXPECT_TRUE(AlgorithmSupports(kNames[static_cast<int>(kind)], a))
+          << CollectiveKindName(kind) << " " << AlgorithmName(a);
+    }
+    const std::string table = selector.Table(kind, 4 << 10, 64 << 20);
+    EXPECT_NE(table.find("ring"), std::string::npos) << table;
+    EXPECT_NE(table.find("67108864"), std::string::npos) << table;
+  }
+}
+
+TEST(Selector, InflightLowersThePerCallEstimate) {
+  const auto plan = Plan(Topology::Uniform(4));
+  Selector selector(*plan);
+  const auto one = selector.Estimates(CollectiveKind::kAllReduce, 1024, 1);
+  const auto many = selector.Estimates(CollectiveKind::kAllReduce, 1024, 16);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_LT(many[i].time_us, one[i].time_us);
+}
+
+TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
+  WorldOptions options;
+  options.communicator.auto_tree_max_bytes = 1 << 10;
+  auto world = InProcessWorld::Create(4, options).value();
+  testing::RunRanks(*world, [&](int rank, Communicator& comm) {
+    for (size_t count : {size_t{3}, size_t{256}, size_t{257}, size_t{100000}}) {
+      auto buf = testing::Input(DataType::kFloat32, ReduceOp::kSum, rank, count, 1);
+      Status s = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum)
+                     .Wait();
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(testing::Compare(DataType::kFloat32,
+                                 testing::Expected(DataType::kFloat32, ReduceOp::kSum, 4, count, 1),
+                                 buf.data(), count),
+                "");
+    }
+  });
+}
+
+}  // namespace
+}  // namespace loom::collective

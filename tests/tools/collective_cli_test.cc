@@ -1,0 +1,161 @@
+// loom topo and loom bench collective end to end: the trees the CLI prints for the reference
+// machines, detection without a GPU, the nccl-tests table of bench, and usage errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
+Result Loom(const std::string& args, const std::string& env = "") {
+  const std::string base = "/tmp/loom_collective_cli_" + std::to_string(getpid());
+  const std::string cmd = env + " " + LOOM_CLI_PATH + " " + args + " > " + base + ".out 2> " +
+                          base + ".err";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = Slurp(base + ".out");
+  r.err = Slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+// The lines of `text` that start (after spaces) with "root ".
+std::vector<std::string> TreeLines(const std::string& text, const std::string& section) {
+  std::vector<std::string> out;
+  std::istringstream in(text.substr(text.find(section)));
+  std::string line;
+  std::getline(in, line);  // the section title
+  while (std::getline(in, line) && !line.empty()) out.push_back(line);
+  return out;
+}
+
+TEST(LoomTopo, P3PresetHasNvlinkOnlyTreesForAllEightRoots) {
+  Result r = Loom("topo --preset p3.16xlarge");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto trees = TreeLines(r.out, "trees (one per root)");
+  ASSERT_EQ(trees.size(), 8u) << r.out;
+  for (int root = 0; root < 8; ++root) {
+    EXPECT_NE(trees[root].find("root " + std::to_string(root) + ":"), std::string::npos)
+        << trees[root];
+    EXPECT_NE(trees[root].find("[nvlink-only]"), std::string::npos) << trees[root];
+    // Every edge a-b printed in the tree is a weight >= 2 entry of the matrix printed above.
+  }
+  const auto multi = TreeLines(r.out, "multi-trees");
+  ASSERT_EQ(multi.size(), 8u) << r.out;
+  EXPECT_NE(r.out.find("ring: 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(weakest link weight 3)"), std::string::npos) << r.out;
+}
+
+TEST(LoomTopo, PrintedTreeEdgesAreLinksOfThePrintedMatrix) {
+  Result r = Loom("topo --preset dgx1-p100");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Matrix rows: "   a  w w w ..." after the header line.
+  std::istringstream in(r.out.substr(r.out.find("link matrix")));
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);
+  std::vector<std::vector<std::string>> m;
+  for (int a = 0; a < 8 && std::getline(in, line); ++a) {
+    std::istringstream cells(line);
+    std::string cell;
+    cells >> cell;  // row label
+    m.emplace_back();
+    while (cells >> cell) m.back().push_back(cell);
+    ASSERT_EQ(m.back().size(), 8u) << line;
+  }
+  const std::regex edge("(\\d+)-(\\d+)");
+  for (const std::string& tree : TreeLines(r.out, "trees (one per root)")) {
+    for (std::sregex_iterator it(tree.begin(), tree.end(), edge), end; it != end; ++it) {
+      const int a = std::stoi((*it)[1]), b = std::stoi((*it)[2]);
+      EXPECT_GE(std::stoi(m[a][b]), 2) << "edge " << a << "-" << b << " in " << tree;
+    }
+  }
+}
+
+TEST(LoomTopo, DetectWithoutGpuSaysSo) {
+  // An empty PATH hides nvidia-smi even on a GPU machine.
+  Result r = Loom("topo --detect", "PATH=/nonexistent");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.err.find("no NVIDIA GPU"), std::string::npos) << r.err;
+}
+
+TEST(LoomTopo, HelpUsageErrorsAndSelectorTable) {
+  Result help = Loom("topo --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("--preset"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--detect"), std::string::npos) << help.out;
+  Result none = Loom("topo");
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("--preset"), std::string::npos) << none.err;
+  Result bad = Loom("topo --preset nosuchmachine");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("nosuchmachine"), std::string::npos) << bad.err;
+  Result two = Loom("topo --preset mesh4 --uniform 4");
+  EXPECT_EQ(two.code, 1);
+  Result table = Loom("topo --uniform 4 --selector");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("auto"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("67108864"), std::string::npos) << table.out;
+}
+
+TEST(LoomBench, CollectiveTableHasNcclTestsColumnsAndNoWrongElements) {
+  for (const std::string op : {"allreduce", "broadcast", "reduce", "allgather", "reducescatter"}) {
+    Result r = Loom("bench collective --op " + op +
+                    " --algo all -b 1K -e 64K -f 8 -n 2 -w 1 --places cpu:3 --inflight 2");
+    ASSERT_EQ(r.code, 0) << op << ": " << r.err;
+    EXPECT_NE(r.out.find("size(B)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("busbw(GB/s)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("#wrong"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("auto:"), std::string::npos) << r.out;
+    // Every data row ends in its #wrong count, which must be 0.
+    std::istringstream in(r.out);
+    std::string line;
+    int rows = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#' || line.find("size(B)") != std::string::npos) continue;
+      ++rows;
+      std::istringstream cells(line);
+      std::string cell, last;
+      while (cells >> cell) last = cell;
+      EXPECT_EQ(last, "0") << op << ": " << line;
+    }
+    EXPECT_GE(rows, 2) << r.out;
+  }
+}
+
+TEST(LoomBench, UsageErrors) {
+  EXPECT_EQ(Loom("bench collective -b 1X").code, 2);
+  EXPECT_EQ(Loom("bench collective --op allscatter").code, 2);
+  EXPECT_EQ(Loom("bench collective -b 1M -e 1K").code, 2);
+  EXPECT_EQ(Loom("bench nothing").code, 2);
+  Result unsupported = Loom("bench collective --op allgather --algo tree -b 1K -e 1K");
+  EXPECT_EQ(unsupported.code, 1);
+  EXPECT_NE(unsupported.err.find("AllGather has no 'tree'"), std::string::npos) << unsupported.err;
+  Result native = Loom("bench collective --algo native -b 1K -e 1K --transport inprocess");
+  EXPECT_EQ(native.code, 1);
+  EXPECT_NE(native.err.find("native"), std::string::npos) << native.err;
+}
+
+}  // namespace

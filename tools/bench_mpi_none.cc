@@ -1,0 +1,17 @@
+#include <cstdlib>
+
+#include "tools/bench_mpi.h"
+
+namespace loom::cli {
+
+bool UnderMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+Status RunOnMpiWorld(int*, char***, const collective::CommunicatorOptions&,
+                     const std::function<Status(collective::Communicator&)>&) {
+  return Unimplemented("this loom was built without MPI (no MPI library found at configure "
+                       "time); --transport mpi is unavailable");
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,408 @@
+// loom bench collective: a sweep of one collective over message sizes in the nccl-tests format
+// (size, count, type, redop, algorithm, time, algbw, busbw, #wrong), on in-process devices
+// (--places cpu:N) or, under mpirun, one rank per process over the MPI transport.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "collective/reduce.h"
+#include "collective/selector.h"
+#include "collective/world.h"
+#include "tools/bench_mpi.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::cli {
+
+namespace {
+
+using namespace loom::collective;
+
+Flags BenchFlags() {
+  return Flags(
+      "bench", "loom bench collective [flags]   (under mpirun: one rank per process)",
+      "Times one collective over a range of message sizes and prints a table with the\n"
+      "conventions of nccl-tests: size is the whole buffer (allgather: the gathered output,\n"
+      "reducescatter: the input), time is per call (max over ranks), algbw = size / time and\n"
+      "busbw = algbw x factor (allreduce 2(N-1)/N; allgather, reducescatter (N-1)/N; reduce,\n"
+      "broadcast 1). #wrong counts elements that differ from a locally computed reference\n"
+      "after one checked call per size. Short flags as nccl-tests: -b -e -f -n -w -d -o.",
+      {
+          {"op", "COLL", "allreduce, broadcast, reduce, allgather or reducescatter", "allreduce"},
+          {"algo", "LIST", "comma-separated: auto, ring, tree, multi_tree, star, native, or all",
+           "auto"},
+          {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
+          {"maxbytes", "SIZE", "-e: largest size", "64M"},
+          {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
+          {"iters", "N", "-n: timed iterations per size", "20"},
+          {"warmup_iters", "N", "-w: untimed iterations per size", "5"},
+          {"datatype", "T", "-d: fp32, fp64, fp16, int32, int64", "fp32"},
+          {"redop", "OP", "-o: sum, prod, max, min, avg", "sum"},
+          {"places", "cpu:N", "in-process devices (one rank thread each)", "cpu:4"},
+          {"transport", "T", "inprocess or mpi (default: mpi under mpirun, else inprocess)", ""},
+          {"inflight", "K", "calls issued before each WaitAll", "1"},
+          {"tree-max-bytes", "B", "auto's allreduce tree/ring crossover (negative: model only)",
+           "2097152"},
+          {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
+          {"timeout-ms", "MS", "per-call timeout", "60000"},
+          {"selector", "", "also print the cost model's table for these sizes", ""},
+      },
+      1, 1);
+}
+
+// "-b 8" -> "--minbytes 8" and so on; everything else passes through.
+std::vector<std::string> TranslateShortFlags(int argc, char** argv) {
+  static const std::pair<const char*, const char*> kShort[] = {
+      {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
+      {"-w", "--warmup_iters"}, {"-d", "--datatype"}, {"-o", "--redop"}};
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    for (const auto& [s, l] : kShort) {
+      if (arg == s) arg = l;
+    }
+    out.push_back(arg);
+  }
+  return out;
+}
+
+StatusOr<size_t> ParseSize(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  size_t mult = 1;
+  std::string suffix = end ? end : "";
+  if (suffix == "K" || suffix == "k") mult = size_t{1} << 10;
+  else if (suffix == "M" || suffix == "m") mult = size_t{1} << 20;
+  else if (suffix == "G" || suffix == "g") mult = size_t{1} << 30;
+  else if (!suffix.empty()) mult = 0;
+  if (v.empty() || mult == 0 || x < 0) {
+    return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
+  }
+  return static_cast<size_t>(x * static_cast<double>(mult));
+}
+
+StatusOr<DataType> ParseDtype(const std::string& v) {
+  for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kInt32,
+                     DataType::kInt64}) {
+    if (v == DataTypeName(d)) return d;
+  }
+  return InvalidArgument("unknown --datatype '", v, "' (expected fp32, fp64, fp16, int32, int64)");
+}
+
+StatusOr<ReduceOp> ParseRedop(const std::string& v) {
+  for (ReduceOp o :
+       {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
+    if (v == ReduceOpName(o)) return o;
+  }
+  return InvalidArgument("unknown --redop '", v, "' (expected sum, prod, max, min, avg)");
+}
+
+struct Config {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::vector<Algorithm> algorithms;
+  bool all = false;  // --algo all: skip pairs that do not exist instead of failing
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t min_bytes = 0, max_bytes = 0;
+  double factor = 4;
+  int iters = 20, warmup = 5, inflight = 1, places = 4;
+  bool mpi = false, selector = false;
+  CommunicatorOptions options;
+};
+
+// Deterministic small-integer inputs (exact under every reduction order).
+int64_t Value(ReduceOp op, int rank, size_t i) {
+  const int64_t k = static_cast<int64_t>((rank * 7 + i * 13) % 7);
+  if (op == ReduceOp::kProd) return (k % 3 == 0) ? -1 : (k % 3 == 1 ? 1 : 2);
+  return k - 3;
+}
+
+void Store(DataType dtype, void* buf, size_t i, double v) {
+  switch (dtype) {
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+// The reference value of element i after reducing every rank's input.
+double Reduced(ReduceOp op, DataType dtype, int n, size_t i) {
+  int64_t acc = Value(op, 0, i);
+  for (int r = 1; r < n; ++r) {
+    const int64_t v = Value(op, r, i);
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    else if (op == ReduceOp::kProd) acc *= v;
+    else if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    else acc = std::min(acc, v);
+  }
+  if (op != ReduceOp::kAvg) return static_cast<double>(acc);
+  if (dtype == DataType::kInt32 || dtype == DataType::kInt64) return static_cast<double>(acc / n);
+  return dtype == DataType::kFloat32 || dtype == DataType::kFloat16
+             ? static_cast<double>(static_cast<float>(acc) / static_cast<float>(n))
+             : static_cast<double>(acc) / n;
+}
+
+// Elements of `got` (count, starting at global index `first`) that differ from the reference.
+int64_t CountWrong(DataType dtype, const void* got, size_t count, size_t first,
+                   const std::function<double(size_t)>& want) {
+  const size_t elem = DataTypeSize(dtype);
+  std::vector<unsigned char> one(elem);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Store(dtype, one.data(), 0, want(first + i));
+    if (std::memcmp(one.data(), static_cast<const unsigned char*>(got) + i * elem, elem)) ++wrong;
+  }
+  return wrong;
+}
+
+double BusFactor(CollectiveKind kind, int n) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+const char* KindCallName(CollectiveKind kind) {
+  static const char* kNames[] = {"AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter"};
+  return kNames[static_cast<int>(kind)];
+}
+
+Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, void* recv,
+           size_t count) {
+  const CallOptions o{a};
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce: return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
+    case CollectiveKind::kReduce: return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
+    case CollectiveKind::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
+    case CollectiveKind::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
+    case CollectiveKind::kReduceScatter:
+      return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
+  }
+  return Work();
+}
+
+// One rank's sweep; rank 0 prints. Every rank runs the same calls in the same order.
+Status RankSweep(Communicator& comm, const Config& c) {
+  const int rank = comm.rank(), n = comm.nranks();
+  const size_t elem = DataTypeSize(c.dtype);
+  const bool print = rank == 0;
+  SelectorOptions so;
+  so.tree_max_bytes = c.options.auto_tree_max_bytes;
+  so.chunk_bytes = c.options.pipeline_chunk_bytes;
+  const Selector selector(comm.plan(), so);
+  if (print) {
+    std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
+                CollectiveKindName(c.kind), n, c.mpi ? "mpi" : "in-process", c.inflight, c.iters,
+                c.warmup);
+    std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type",
+                "redop", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  }
+  double busbw_sum = 0;
+  int rows = 0;
+  for (double size = static_cast<double>(c.min_bytes); size <= c.max_bytes * 1.0000001;
+       size = std::max(size * c.factor, size + 1)) {
+    const bool split = c.kind == CollectiveKind::kAllGather ||
+                       c.kind == CollectiveKind::kReduceScatter;
+    const size_t count = static_cast<size_t>(size) / elem / (split ? n : 1);
+    const size_t send_count = c.kind == CollectiveKind::kReduceScatter ? count * n : count;
+    const size_t recv_count = c.kind == CollectiveKind::kAllGather ? count * n : count;
+    const size_t bytes = (split ? count * n : count) * elem;
+    std::vector<unsigned char> send(send_count * elem), recv(recv_count * elem);
+    for (size_t i = 0; i < send_count; ++i) {
+      Store(c.dtype, send.data(), i, static_cast<double>(Value(c.op, rank, i)));
+    }
+    for (Algorithm a : c.algorithms) {
+      if (a != Algorithm::kAuto && a != Algorithm::kNative &&
+          !AlgorithmSupports(KindCallName(c.kind), a)) {
+        if (c.all) continue;
+        return Unimplemented(KindCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
+      }
+      if (c.all && a == Algorithm::kNative && !c.mpi) continue;
+      // Checked call.
+      std::fill(recv.begin(), recv.end(), 0);
+      LOOM_RETURN_IF_ERROR(Issue(comm, c, a, send.data(), recv.data(), count).Wait());
+      int64_t wrong = 0;
+      switch (c.kind) {
+        case CollectiveKind::kAllReduce:
+          wrong = CountWrong(c.dtype, recv.data(), count, 0,
+                             [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+          break;
+        case CollectiveKind::kReduce:
+          if (rank == 0) {
+            wrong = CountWrong(c.dtype, recv.data(), count, 0,
+                               [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+          }
+          break;
+        case CollectiveKind::kBroadcast:
+          wrong = CountWrong(c.dtype, recv.data(), count, 0,
+                             [&](size_t i) { return static_cast<double>(Value(c.op, 0, i)); });
+          break;
+        case CollectiveKind::kAllGather:
+          for (int r = 0; r < n; ++r) {
+            wrong += CountWrong(c.dtype, recv.data() + r * count * elem, count, 0,
+                                [&](size_t i) { return static_cast<double>(Value(c.op, r, i)); });
+          }
+          break;
+        case CollectiveKind::kReduceScatter:
+          wrong = CountWrong(c.dtype, recv.data(), count, rank * count,
+                             [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+          break;
+      }
+      for (int i = 0; i < c.warmup; ++i) {
+        for (int k = 0; k < c.inflight; ++k) Issue(comm, c, a, send.data(), recv.data(), count);
+        LOOM_RETURN_IF_ERROR(comm.WaitAll());
+      }
+      LOOM_RETURN_IF_ERROR(comm.Barrier().Wait());
+      const auto start = Clock::now();
+      std::vector<Work> works(c.inflight);
+      for (int i = 0; i < c.iters; ++i) {
+        for (int k = 0; k < c.inflight; ++k) {
+          works[k] = Issue(comm, c, a, send.data(), recv.data(), count);
+        }
+        for (const Work& w : works) LOOM_RETURN_IF_ERROR(w.Wait());
+      }
+      LOOM_RETURN_IF_ERROR(comm.WaitAll());
+      double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                  (static_cast<double>(c.iters) * c.inflight);
+      // The slowest rank's time and every rank's wrong elements.
+      LOOM_RETURN_IF_ERROR(comm.AllReduce(&us, &us, 1, DataType::kFloat64, ReduceOp::kMax).Wait());
+      LOOM_RETURN_IF_ERROR(
+          comm.AllReduce(&wrong, &wrong, 1, DataType::kInt64, ReduceOp::kSum).Wait());
+      if (print) {
+        const double algbw = static_cast<double>(bytes) / (us * 1e3);
+        const double busbw = algbw * BusFactor(c.kind, n);
+        busbw_sum += busbw;
+        ++rows;
+        std::string name = AlgorithmName(a);
+        if (a == Algorithm::kAuto) {
+          name += StrCat(":", AlgorithmName(selector.Choose(c.kind, bytes, c.inflight)));
+        }
+        std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
+                    split ? count * n : count, DataTypeName(c.dtype),
+                    c.kind == CollectiveKind::kBroadcast || c.kind == CollectiveKind::kAllGather
+                        ? "none"
+                        : ReduceOpName(c.op),
+                    name.c_str(), us, algbw, busbw, static_cast<long long>(wrong));
+        std::fflush(stdout);
+      }
+    }
+    if (size == 0) size = 1;  // a sweep from 0 continues with 1 byte
+  }
+  if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
+  if (print && c.selector) {
+    std::printf("\n%s", selector.Table(c.kind, std::max<size_t>(c.min_bytes, 1), c.max_bytes,
+                                        c.inflight).c_str());
+  }
+  return Status::OK();
+}
+
+StatusOr<Config> MakeConfig(const Flags& flags) {
+  Config c;
+  if (flags.positional()[0] != "collective") {
+    return InvalidArgument("unknown benchmark '", flags.positional()[0],
+                           "' (expected: loom bench collective)");
+  }
+  LOOM_ASSIGN_OR_RETURN(c.kind, ParseCollectiveKind(flags.Get("op")));
+  std::string list = flags.Get("algo");
+  if (list == "all") {
+    c.all = true;
+    list = "ring,tree,multi_tree,star,native,auto";
+  }
+  for (size_t pos = 0; pos <= list.size();) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    LOOM_ASSIGN_OR_RETURN(Algorithm a, ParseAlgorithm(list.substr(pos, comma - pos)));
+    c.algorithms.push_back(a);
+    pos = comma + 1;
+  }
+  LOOM_ASSIGN_OR_RETURN(c.dtype, ParseDtype(flags.Get("datatype")));
+  LOOM_ASSIGN_OR_RETURN(c.op, ParseRedop(flags.Get("redop")));
+  LOOM_ASSIGN_OR_RETURN(c.min_bytes, ParseSize("minbytes", flags.Get("minbytes")));
+  LOOM_ASSIGN_OR_RETURN(c.max_bytes, ParseSize("maxbytes", flags.Get("maxbytes")));
+  LOOM_ENFORCE(c.min_bytes <= c.max_bytes, "-b ", c.min_bytes, " is larger than -e ", c.max_bytes);
+  c.factor = std::atof(flags.Get("stepfactor").c_str());
+  LOOM_ENFORCE(c.factor > 1, "-f must be a factor > 1, got '", flags.Get("stepfactor"), "'");
+  LOOM_ASSIGN_OR_RETURN(int64_t iters, flags.GetInt("iters"));
+  LOOM_ASSIGN_OR_RETURN(int64_t warmup, flags.GetInt("warmup_iters"));
+  LOOM_ASSIGN_OR_RETURN(int64_t inflight, flags.GetInt("inflight"));
+  LOOM_ENFORCE(iters >= 1 && warmup >= 0 && inflight >= 1,
+               "-n and --inflight must be >= 1 and -w >= 0");
+  c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
+  c.inflight = static_cast<int>(inflight);
+  const std::string places = flags.Get("places");
+  LOOM_ENFORCE(places.rfind("cpu:", 0) == 0 && std::atoi(places.c_str() + 4) >= 1 &&
+                   std::atoi(places.c_str() + 4) <= 64,
+               "--places expects cpu:N with N in 1..64, got '", places, "'");
+  c.places = std::atoi(places.c_str() + 4);
+  const std::string transport = flags.Has("transport") ? flags.Get("transport")
+                                : UnderMpirun()         ? "mpi"
+                                                        : "inprocess";
+  LOOM_ENFORCE(transport == "mpi" || transport == "inprocess",
+               "--transport expects inprocess or mpi, got '", transport, "'");
+  c.mpi = transport == "mpi";
+  LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
+  c.options.auto_tree_max_bytes = tree_max;
+  const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
+  LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", chunk));
+  LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
+  LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
+  LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");
+  c.options.timeout = std::chrono::milliseconds(timeout);
+  c.selector = flags.Switch("selector");
+  return c;
+}
+
+Status Bench(const Config& c, int* argc, char*** argv) {
+  if (c.mpi) return RunOnMpiWorld(argc, argv, c.options, [&](Communicator& comm) {
+      return RankSweep(comm, c);
+    });
+  WorldOptions options;
+  options.communicator = c.options;
+  LOOM_ASSIGN_OR_RETURN(auto world, InProcessWorld::Create(c.places, options));
+  std::mutex mu;
+  Status first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world->size(); ++r) {
+    threads.emplace_back([&, r] {
+      Status s = RankSweep(world->comm(r), c);
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok() && !s.ok()) first = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return first;
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  Flags flags = BenchFlags();
+  std::vector<std::string> args = TranslateShortFlags(argc, argv);
+  std::vector<char*> ptrs;
+  for (auto& a : args) ptrs.push_back(a.data());
+  Status parsed = flags.Parse(static_cast<int>(ptrs.size()), ptrs.data());
+  if (flags.help()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return kExitOk;
+  }
+  StatusOr<Config> config = parsed.ok() ? MakeConfig(flags) : StatusOr<Config>(parsed);
+  if (!config.ok()) {
+    std::fprintf(stderr, "loom bench: %s\n", config.status().message().c_str());
+    return kExitUsage;
+  }
+  Status st = Bench(config.value(), &argc, &argv);
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom bench: error: %s\n", st.ToString().c_str());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace loom::cli

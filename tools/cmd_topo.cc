@@ -1,0 +1,175 @@
+// loom topo: prints a machine's link matrix, the ring order, the tree for every root, the
+// multi-trees and (with --selector) the cost model's table of algorithm estimates.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "collective/communicator.h"
+#include "collective/selector.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::cli {
+
+namespace {
+
+using collective::CommPlan;
+using collective::Topology;
+using collective::Tree;
+
+Flags TopoFlags() {
+  std::string presets;
+  for (const auto& p : Topology::PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
+  return Flags("topo", "loom topo [--preset NAME | --file F | --detect] [--selector]",
+               "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
+               "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
+               "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
+               "penalty). Presets: " + presets + ".",
+               {
+                   {"preset", "NAME", "a built-in machine", ""},
+                   {"file", "F", "a topology file (format in docs/COLLECTIVES.md)", ""},
+                   {"detect", "", "this machine's GPUs (via nvidia-smi topo -m)", ""},
+                   {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
+                   {"penalty", "X", "link penalty between multi-trees", "0.7"},
+                   {"selector", "", "also print the cost model's estimates and auto's choice", ""},
+                   {"op", "COLL", "collective for --selector: allreduce, reduce, broadcast, "
+                                  "allgather, reducescatter", "allreduce"},
+               },
+               0, 0);
+}
+
+// Parses `nvidia-smi topo -m`: rows "GPUi  X NV2 SYS ...". NV1 is one NVLink (weight 2), NVk with
+// k >= 2 several (3); PIX/PXB/PHB/NODE/SYS go through PCIe or the CPU (1).
+StatusOr<Topology> Detect() {
+  FILE* pipe = popen("nvidia-smi topo -m 2>/dev/null", "r");
+  std::string text;
+  if (pipe != nullptr) {
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, got);
+    pclose(pipe);
+  }
+  std::vector<std::vector<int>> weights;
+  std::istringstream lines(text);
+  std::string line;
+  bool header = true;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string first;
+    fields >> first;
+    if (header) {  // the header lists GPU0 GPU1 ... before the other columns
+      if (first.rfind("GPU", 0) == 0) header = false;
+      continue;
+    }
+    if (first.rfind("GPU", 0) != 0) continue;
+    std::vector<int> row;
+    std::string cell;
+    // The header holds "GPUi" once per GPU; every GPU row starts with as many matrix cells.
+    while (fields >> cell && row.size() < 64) {
+      if (cell == "X") row.push_back(0);
+      else if (cell.rfind("NV", 0) == 0) row.push_back(std::atoi(cell.c_str() + 2) >= 2 ? 3 : 2);
+      else if (cell == "PIX" || cell == "PXB" || cell == "PHB" || cell == "NODE" || cell == "SYS")
+        row.push_back(1);
+      else break;
+    }
+    weights.push_back(row);
+  }
+  if (weights.empty()) {
+    return NotFound("--detect found no NVIDIA GPU on this machine (nvidia-smi is missing or lists "
+                    "no GPU); use --preset NAME or --file F");
+  }
+  for (auto& row : weights) row.resize(weights.size());
+  return Topology::FromWeights(weights);
+}
+
+StatusOr<Topology> LoadTopology(const Flags& flags) {
+  const int sources = flags.Has("preset") + flags.Has("file") + flags.Has("detect") +
+                      flags.Has("uniform");
+  if (sources > 1) return InvalidArgument("give only one of --preset, --file, --detect, --uniform");
+  if (flags.Has("file")) return Topology::FromFile(flags.Get("file"));
+  if (flags.Has("detect")) return Detect();
+  if (flags.Has("uniform")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t n, flags.GetInt("uniform"));
+    LOOM_ENFORCE(n >= 1 && n <= 64, "--uniform ", n, " is outside 1..64");
+    return Topology::Uniform(static_cast<int>(n));
+  }
+  if (sources == 0) return InvalidArgument("give --preset NAME, --file F, --detect or --uniform N");
+  return Topology::Preset(flags.Get("preset"));
+}
+
+// The weakest link of a tree, as a label.
+std::string TreeLinks(const Topology& t, const Tree& tree) {
+  int weakest = 3;
+  for (const auto& [a, b] : tree.Edges()) weakest = std::min(weakest, t.weight(a, b));
+  if (tree.Edges().empty()) return "";
+  return weakest >= 2 ? "nvlink-only" : weakest == 1 ? "uses-pcie" : "uses-missing-links";
+}
+
+Status Topo(const Flags& flags) {
+  LOOM_ASSIGN_OR_RETURN(Topology t, LoadTopology(flags));
+  double penalty = std::atof(flags.Get("penalty").c_str());
+  LOOM_ENFORCE(penalty > 0 && penalty <= 1, "--penalty must be in (0, 1], got ",
+               flags.Get("penalty"));
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan, CommPlan::Create(t, penalty));
+  const int n = t.size();
+  std::printf("topology %s: %d devices\n\nlink matrix (weight; bandwidth GB/s, latency us by "
+              "class: 3 = 50/2, 2 = 25/2, 1 = 10/5)\n     ",
+              t.name().c_str(), n);
+  for (int b = 0; b < n; ++b) std::printf("%3d", b);
+  std::printf("\n");
+  for (int a = 0; a < n; ++a) {
+    std::printf("  %2d ", a);
+    for (int b = 0; b < n; ++b) {
+      if (a == b) std::printf("  -");
+      else std::printf("%3d", t.weight(a, b));
+    }
+    std::printf("\n");
+  }
+  std::printf("\nring:");
+  int weakest = 3;
+  for (size_t i = 0; i < plan->ring_order.size(); ++i) {
+    std::printf(" %d", plan->ring_order[i]);
+    if (n > 1) {
+      weakest = std::min(weakest, t.weight(plan->ring_order[i],
+                                           plan->ring_order[(i + 1) % plan->ring_order.size()]));
+    }
+  }
+  std::printf("  (weakest link weight %d)\n\ntrees (one per root):\n", n > 1 ? weakest : 0);
+  for (const Tree& tree : plan->trees) {
+    std::printf("  %s  [%s]\n", tree.ToString().c_str(), TreeLinks(t, tree).c_str());
+  }
+  std::printf("\nmulti-trees (link penalty %.2f):\n", penalty);
+  for (const Tree& tree : plan->multi_trees) {
+    std::printf("  %s  [%s]\n", tree.ToString().c_str(), TreeLinks(t, tree).c_str());
+  }
+  if (flags.Switch("selector")) {
+    LOOM_ASSIGN_OR_RETURN(collective::CollectiveKind kind,
+                          collective::ParseCollectiveKind(flags.Get("op")));
+    collective::Selector selector(*plan);
+    std::printf("\n%s", selector.Table(kind, 4 << 10, 64 << 20).c_str());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int TopoCommand(int argc, char** argv) {
+  Flags flags = TopoFlags();
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return kExitOk;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "loom topo: %s\n", parsed.message().c_str());
+    return kExitUsage;
+  }
+  Status st = Topo(flags);
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom topo: error: %s\n", st.message().c_str());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace loom::cli
