@@ -152,9 +152,10 @@ void Col2ImAdd(const ConvGeom& g, const T* col, int64_t ld, T* dx) {
   }
 }
 
-// Samples per GEMM: enough for a wide GEMM, few enough that the column buffer stays ~16 MiB.
+// Samples per GEMM: enough for a wide GEMM, few enough that the column buffer stays in L3
+// (measured on conv 32->64 5x5 14x14: 4 MiB buffers run ~2x faster than 16 MiB ones).
 int64_t SamplesPerChunk(const ConvGeom& g) {
-  constexpr int64_t kColBudget = int64_t{4} << 20;  // elements
+  constexpr int64_t kColBudget = int64_t{1} << 20;  // elements (4 MiB fp32)
   int64_t per_sample = std::max<int64_t>(g.K() * g.P(), 1);
   return std::clamp<int64_t>(kColBudget / per_sample, 1, std::max<int64_t>(g.n, 1));
 }

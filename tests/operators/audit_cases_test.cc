@@ -104,7 +104,8 @@ double Dot(const std::vector<double>& a, const std::vector<double>& b) {
   return s;
 }
 
-// Images big enough that the kernels lower one sample per chunk (3 chunks). Elementwise
+// Images big enough that the kernels lower one sample per chunk (3 chunks), and a size with
+// two samples in the first chunk and one in the last. Elementwise
 // finite differences would take too long here; conv is linear in each operand, so
 // <Input, Input@GRAD> and <Filter, Filter@GRAD> must both equal loss = <W, Output>.
 TEST(ConvChunkTest, SeveralChunksMatchNaiveConvAndBilinearIdentity) {
@@ -112,7 +113,7 @@ TEST(ConvChunkTest, SeveralChunksMatchNaiveConvAndBilinearIdentity) {
     int64_t c, m, hw;
     int pad, dil, groups;
   };
-  for (Case cs : {Case{8, 4, 110, 2, 1, 1}, Case{8, 4, 150, 3, 2, 2}}) {
+  for (Case cs : {Case{8, 4, 110, 2, 1, 1}, Case{8, 4, 150, 3, 2, 2}, Case{8, 4, 45, 2, 1, 1}}) {
     Tensor x = Random(proto::FP64, DDim{3, cs.c, cs.hw, cs.hw}, 11);
     Tensor f = Random(proto::FP64, DDim{cs.m, cs.c / cs.groups, 5, 5}, 12);
     OpTest t("conv2d");
