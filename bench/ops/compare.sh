@@ -18,23 +18,30 @@ OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS LOOM_NUM_THREADS=$THREADS
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   OMP_NUM_THREADS=$THREADS /usr/bin/python3 bench/ops/torch_ops.py --threads "$THREADS" \
     --filter "$FILTER" >"$tmp/torch.json"
+  # Also one thread: this VM's PyTorch build is sometimes much slower with two (docs/PERF.md).
+  OMP_NUM_THREADS=1 /usr/bin/python3 bench/ops/torch_ops.py --threads 1 \
+    --filter "$FILTER" >"$tmp/torch1.json"
 else
   echo '{}' >"$tmp/torch.json"
+  echo '{}' >"$tmp/torch1.json"
 fi
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-/usr/bin/python3 - "$tmp/loom.json" "$tmp/torch.json" <<'PY'
+/usr/bin/python3 - "$tmp/loom.json" "$tmp/torch.json" "$tmp/torch1.json" "$THREADS" <<'PY'
 import json, sys
 loom = {}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("aggregate_name") == "median":
         loom[b["run_name"].replace("/real_time", "")] = b["real_time"]
-torch = json.load(open(sys.argv[2]))
-print("| row | Loom µs | PyTorch µs | Loom / PyTorch |")
-print("| --- | ---: | ---: | ---: |")
+torch, torch1, n = json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), sys.argv[4]
+fmt = lambda v: "%.0f" % v if v else "n/a"
+print("| row | Loom µs (%s thr) | PyTorch µs (%s thr) | Loom / PyTorch | PyTorch µs (1 thr) "
+      "| Loom / best PyTorch |" % (n, n))
+print("| --- | ---: | ---: | ---: | ---: | ---: |")
 for name, us in loom.items():
-    t = torch.get(name)
-    ratio = "%.2f" % (us / t) if t else "n/a"
-    print("| %s | %.0f | %s | %s |" % (name, us, "%.0f" % t if t else "n/a", ratio))
+    t, t1 = torch.get(name), torch1.get(name)
+    best = min(v for v in (t, t1) if v) if (t or t1) else None
+    print("| %s | %.0f | %s | %s | %s | %s |" % (name, us, fmt(t), "%.2f" % (us / t) if t else "n/a",
+                                             fmt(t1), "%.2f" % (us / best) if best else "n/a"))
 PY
 echo
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
