@@ -7,7 +7,9 @@
 #include <cmath>
 #include <vector>
 
+#include "operators/math/vec_math.h"
 #include "operators/nn/nn_util.h"
+#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
@@ -71,22 +73,19 @@ Status BatchNormKernel(const KernelContext& ctx) {
       return ctx.Error("training-mode batch_norm needs a non-empty batch, X has dims ",
                        xt.dims().ToString());
     std::vector<T> var(g.c);
-    for (int64_t ch = 0; ch < g.c; ++ch) {
-      T sum = 0;
-      for (int64_t s = 0; s < g.n; ++s) {
-        const T* p = x + (s * g.c + ch) * g.inner;
-        for (int64_t i = 0; i < g.inner; ++i) sum += p[i];
+    ParallelFor(g.c, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t ch = begin; ch < end; ++ch) {
+        T sum = 0;
+        for (int64_t s = 0; s < g.n; ++s) sum += SumOf(x + (s * g.c + ch) * g.inner, g.inner);
+        const T mu = sum / static_cast<T>(count);
+        T sq = 0;
+        for (int64_t s = 0; s < g.n; ++s)
+          sq += SumSqDiff(x + (s * g.c + ch) * g.inner, g.inner, mu);
+        mean[ch] = mu;
+        var[ch] = sq / static_cast<T>(count);
+        inv_std[ch] = T(1) / std::sqrt(var[ch] + eps);
       }
-      T mu = sum / static_cast<T>(count);
-      T sq = 0;
-      for (int64_t s = 0; s < g.n; ++s) {
-        const T* p = x + (s * g.c + ch) * g.inner;
-        for (int64_t i = 0; i < g.inner; ++i) sq += (p[i] - mu) * (p[i] - mu);
-      }
-      mean[ch] = mu;
-      var[ch] = sq / static_cast<T>(count);
-      inv_std[ch] = T(1) / std::sqrt(var[ch] + eps);
-    }
+    });
     // Moving statistics (the outputs may alias the inputs: element-wise read-then-write).
     if (Tensor* mo = ctx.OutputOrNull("MeanOut")) {
       T* m = mo->mutable_data<T>(ctx.place());
@@ -114,14 +113,15 @@ Status BatchNormKernel(const KernelContext& ctx) {
     std::copy(inv_std.begin(), inv_std.end(), sv->mutable_data<T>(ctx.place()));
 
   T* y = ctx.Output("Y")->mutable_data<T>(ctx.place());
-  for (int64_t s = 0; s < g.n; ++s) {
-    for (int64_t ch = 0; ch < g.c; ++ch) {
-      const int64_t off = (s * g.c + ch) * g.inner;
+  ParallelFor(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.inner, 1)),
+              [&](int64_t begin, int64_t end) {
+    for (int64_t sc = begin; sc < end; ++sc) {
+      const int64_t ch = sc % g.c, off = sc * g.inner;
       const T a = scale[ch] * inv_std[ch];
       const T b = bias[ch] - mean[ch] * a;
       for (int64_t i = 0; i < g.inner; ++i) y[off + i] = x[off + i] * a + b;
     }
-  }
+  });
   return Status::OK();
 }
 
@@ -142,39 +142,42 @@ Status BatchNormGradKernel(const KernelContext& ctx) {
   const int64_t count = g.n * g.inner;
 
   std::vector<T> dbias(g.c, T(0)), dscale(g.c, T(0));
-  for (int64_t s = 0; s < g.n; ++s) {
-    for (int64_t ch = 0; ch < g.c; ++ch) {
-      const int64_t off = (s * g.c + ch) * g.inner;
+  ParallelFor(g.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
       T sb = 0, ss = 0;
-      for (int64_t i = 0; i < g.inner; ++i) {
-        sb += dy[off + i];
-        ss += dy[off + i] * (x[off + i] - mean[ch]);
+      for (int64_t s = 0; s < g.n; ++s) {
+        const int64_t off = (s * g.c + ch) * g.inner;
+        T b, d;
+        SumAndDotDiff(dy + off, x + off, g.inner, mean[ch], &b, &d);
+        sb += b;
+        ss += d;
       }
-      dbias[ch] += sb;
-      dscale[ch] += ss * inv_std[ch];
+      dbias[ch] = sb;
+      dscale[ch] = ss * inv_std[ch];
     }
-  }
+  });
   if (Tensor* t = ctx.OutputOrNull("Bias@GRAD"))
     std::copy(dbias.begin(), dbias.end(), t->mutable_data<T>(ctx.place()));
   if (Tensor* t = ctx.OutputOrNull("Scale@GRAD"))
     std::copy(dscale.begin(), dscale.end(), t->mutable_data<T>(ctx.place()));
   if (Tensor* t = ctx.OutputOrNull("X@GRAD")) {
     T* dx = t->mutable_data<T>(ctx.place());
-    for (int64_t s = 0; s < g.n; ++s) {
-      for (int64_t ch = 0; ch < g.c; ++ch) {
-        const int64_t off = (s * g.c + ch) * g.inner;
+    const T inv_m = T(1) / static_cast<T>(std::max<int64_t>(count, 1));
+    ParallelFor(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.inner, 1)),
+                [&](int64_t begin, int64_t end) {
+      for (int64_t sc = begin; sc < end; ++sc) {
+        const int64_t ch = sc % g.c, off = sc * g.inner;
         const T a = scale[ch] * inv_std[ch];
         if (is_test) {
           for (int64_t i = 0; i < g.inner; ++i) dx[off + i] = a * dy[off + i];
           continue;
         }
-        const T inv_m = T(1) / static_cast<T>(count);
-        for (int64_t i = 0; i < g.inner; ++i) {
-          T xhat = (x[off + i] - mean[ch]) * inv_std[ch];
-          dx[off + i] = a * (dy[off + i] - (dbias[ch] + xhat * dscale[ch]) * inv_m);
-        }
+        // dx = a * dy - a * inv_m * (dbias + (x - mean) * inv_std * dscale) = a*dy + k*x + c
+        const T kx = -a * inv_m * inv_std[ch] * dscale[ch];
+        const T c0 = -a * inv_m * dbias[ch] - kx * mean[ch];
+        for (int64_t i = 0; i < g.inner; ++i) dx[off + i] = a * dy[off + i] + kx * x[off + i] + c0;
       }
-    }
+    });
   }
   return Status::OK();
 }

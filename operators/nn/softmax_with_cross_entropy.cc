@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "operators/common.h"
+#include "operators/math/vec_math.h"
+#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
@@ -64,34 +66,34 @@ Status SwceKernel(const KernelContext& ctx) {
   const T* x = logits.data<T>();
   T* sm = ctx.Output("Softmax")->mutable_data<T>(ctx.place());
   T* loss = ctx.Output("Loss")->mutable_data<T>(ctx.place());
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * d;
-    T* sr = sm + r * d;
-    T mx = xr[0];
-    for (int64_t j = 1; j < d; ++j) mx = std::max(mx, xr[j]);
-    T sum = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      sr[j] = std::exp(xr[j] - mx);
-      sum += sr[j];
-    }
-    T log_sum = std::log(sum);
-    for (int64_t j = 0; j < d; ++j) sr[j] /= sum;
-    if (soft) {
-      const T* lr = label.data<T>() + r * d;
-      T acc = 0;
-      for (int64_t j = 0; j < d; ++j) acc -= lr[j] * (xr[j] - mx - log_sum);
-      loss[r] = acc;
-    } else {
+  // Labels are checked first so that the rows can then be split over threads.
+  if (!soft)
+    for (int64_t r = 0; r < rows; ++r) {
       int64_t l = HardLabel<T>(label, r);
-      if (l == ignore) {
-        loss[r] = 0;
-        continue;
-      }
-      if (l < 0 || l >= d)
+      if (l != ignore && (l < 0 || l >= d))
         return ctx.Error("label ", l, " of row ", r, " is out of range [0, ", d, ")");
-      loss[r] = -(xr[l] - mx - log_sum);
     }
-  }
+  ParallelFor(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(d, 1)),
+              [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * d;
+      T* sr = sm + r * d;
+      const T mx = MaxOf(xr, d);
+      ExpShifted(xr, mx, sr, d);
+      const T sum = SumOf(sr, d);
+      const T log_sum = std::log(sum), inv_sum = T(1) / sum;
+      for (int64_t j = 0; j < d; ++j) sr[j] *= inv_sum;
+      if (soft) {
+        const T* lr = label.data<T>() + r * d;
+        T acc = 0;
+        for (int64_t j = 0; j < d; ++j) acc -= lr[j] * (xr[j] - mx - log_sum);
+        loss[r] = acc;
+      } else {
+        int64_t l = HardLabel<T>(label, r);
+        loss[r] = l == ignore ? T(0) : -(xr[l] - mx - log_sum);
+      }
+    }
+  });
   return Status::OK();
 }
 

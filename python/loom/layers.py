@@ -487,3 +487,75 @@ def gather(input, index):
     out = helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("gather", inputs={"X": input, "Index": index}, outputs={"Out": out})
     return out
+
+
+# ------------------------------------------------------------------ added with the op audit
+
+def layer_norm(input, scale=True, shift=True, begin_norm_axis=1, epsilon=1e-05,
+               param_attr=None, bias_attr=None, act=None, name=None):
+    from .initializer import ConstantInitializer
+    _check_var(input, "input", "layer_norm")
+    rank = len(input.shape)
+    if not 0 < begin_norm_axis < rank:
+        raise ValueError("layer_norm: begin_norm_axis must be in [1, %d), got %r"
+                         % (rank, begin_norm_axis))
+    helper = LayerHelper("layer_norm", name=name)
+    norm_size = int(np.prod(input.shape[begin_norm_axis:]))
+    inputs = {"X": input}
+    if scale:
+        inputs["Scale"] = helper.create_parameter(
+            param_attr, [norm_size], input.dtype,
+            default_initializer=ConstantInitializer(1.0), suffix="w")
+    if shift:
+        inputs["Bias"] = helper.create_parameter(bias_attr, [norm_size], input.dtype,
+                                                 is_bias=True)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    mean = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    var = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("layer_norm", inputs=inputs,
+                     outputs={"Y": out, "Mean": mean, "Variance": var},
+                     attrs={"begin_norm_axis": begin_norm_axis, "epsilon": epsilon})
+    return _act(out, act)
+
+
+def split(input, num_or_sections, dim=-1, name=None):
+    _check_var(input, "input", "split")
+    helper = LayerHelper("split", name=name)
+    if isinstance(num_or_sections, int):
+        if num_or_sections <= 0:
+            raise ValueError("split: num_or_sections must be > 0, got %r" % (num_or_sections,))
+        n, attrs = num_or_sections, {"num": num_or_sections, "sections": []}
+    else:
+        sections = [int(s) for s in num_or_sections]
+        n, attrs = len(sections), {"num": 0, "sections": sections}
+    attrs["axis"] = dim
+    outs = [helper.create_variable_for_type_inference(input.dtype) for _ in range(n)]
+    helper.append_op("split", inputs={"X": input}, outputs={"Out": outs}, attrs=attrs)
+    return outs
+
+
+def slice(input, axes, starts, ends):
+    _check_var(input, "input", "slice")
+    helper = LayerHelper("slice")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("slice", inputs={"Input": input}, outputs={"Out": out},
+                     attrs={"axes": [int(a) for a in axes], "starts": [int(s) for s in starts],
+                            "ends": [int(e) for e in ends]})
+    return out
+
+
+def log_softmax(input, axis=-1, name=None):
+    return _unary("log_softmax", input, {"axis": axis}, name=name)
+
+
+def sum(x):
+    return sums(x if isinstance(x, (list, tuple)) else [x])
+
+
+def zeros_like(x, out=None):
+    _check_var(x, "x", "zeros_like")
+    helper = LayerHelper("fill_zeros_like")
+    if out is None:
+        out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("fill_zeros_like", inputs={"X": x}, outputs={"Out": out})
+    return out

@@ -113,30 +113,45 @@ StatusOr<std::map<std::string, Tensor>> OpTest::Forward() {
   return result;
 }
 
-std::string OpTest::CheckGrad(const std::string& out_slot, double eps, double rtol, double atol) {
+StatusOr<std::vector<Tensor>> OpTest::AnalyticGrads(const std::string& out_slot,
+                                                    const Tensor& w) {
   const std::string out = out_slot + "_out";
+  ProgramDesc train = BuildProgram();
+  BlockDesc* b = train.GlobalBlock();
+  b->Var("loss_mean");
+  b->AppendOp("mean", {{"X", {out}}}, {{"Out", {"loss_mean"}}});
+  LOOM_RETURN_IF_ERROR(InferShapes(b));
+  int forward_ops = b->OpSize();
+  auto pairs = AppendBackward(&train, "loss_mean");
+  if (!pairs.ok()) return pairs.status();
+  // Drop the seed fill_constant and mean_grad: out@GRAD comes from the feed.
+  b->RemoveOp(forward_ops);
+  b->RemoveOp(forward_ops);
+  b->RemoveOp(forward_ops - 1);
+  LOOM_RETURN_IF_ERROR(VerifyProgram(train));
+  std::vector<std::string> grads;
+  for (const auto& in : inputs_) {
+    if (in.no_grad || !IsFloatingPoint(in.values[0].dtype())) continue;
+    for (const auto& v : in.vars) grads.push_back(GradVarName(v));
+  }
+  Executor exe(place_);
+  Scope scope;
+  FeedMap feeds = Feeds();
+  feeds[GradVarName(out)] = w;
+  std::vector<Tensor> analytic;
+  LOOM_RETURN_IF_ERROR(exe.Run(train, &scope, feeds, grads, &analytic));
+  return analytic;
+}
+
+std::string OpTest::CheckGrad(const std::string& out_slot, double eps, double rtol, double atol) {
   auto fwd = Forward();
   if (!fwd.ok()) return "forward failed: " + fwd.status().ToString();
   const Tensor& y = fwd.value()[out_slot];
   // Upstream gradient W: fed directly as out@GRAD after removing the mean-loss seed ops.
   Tensor w = Random(y.dtype(), y.dims(), 4242, 0.5, 1.5);
-
-  ProgramDesc train = BuildProgram();
-  BlockDesc* b = train.GlobalBlock();
-  b->Var("loss_mean");
-  b->AppendOp("mean", {{"X", {out}}}, {{"Out", {"loss_mean"}}});
-  Status st = InferShapes(b);
-  if (!st.ok()) return st.ToString();
-  int forward_ops = b->OpSize();
-  auto pairs = AppendBackward(&train, "loss_mean");
-  if (!pairs.ok()) return "AppendBackward failed: " + pairs.status().ToString();
-  // Drop the seed fill_constant and mean_grad: out@GRAD comes from the feed.
-  b->RemoveOp(forward_ops);
-  b->RemoveOp(forward_ops);
-  b->RemoveOp(forward_ops - 1);
-  st = VerifyProgram(train);
-  if (!st.ok()) return "backward program does not verify: " + st.ToString();
-
+  auto analytic_or = AnalyticGrads(out_slot, w);
+  if (!analytic_or.ok()) return "backward failed: " + analytic_or.status().ToString();
+  const std::vector<Tensor>& analytic = analytic_or.value();
   std::vector<std::string> grads;
   std::vector<const In*> checked;
   for (const auto& in : inputs_) {
@@ -144,13 +159,6 @@ std::string OpTest::CheckGrad(const std::string& out_slot, double eps, double rt
     for (const auto& v : in.vars) grads.push_back(GradVarName(v));
     checked.push_back(&in);
   }
-  Executor exe(place_);
-  Scope scope;
-  FeedMap feeds = Feeds();
-  feeds[GradVarName(out)] = w;
-  std::vector<Tensor> analytic;
-  st = exe.Run(train, &scope, feeds, grads, &analytic);
-  if (!st.ok()) return "backward run failed: " + st.ToString();
 
   std::vector<double> wv = Values(w);
   size_t k = 0;

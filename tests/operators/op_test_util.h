@@ -32,6 +32,8 @@ class OpTest {
   // Checks d(sum(out_slot * W))/d(input) for every float input not marked no_grad.
   // Returns a description of the first mismatch, or "" when all agree.
   std::string CheckGrad(const std::string& out_slot, double eps, double rtol, double atol);
+  // Gradients of sum(out_slot * w) for every float input not marked no_grad, in input order.
+  StatusOr<std::vector<Tensor>> AnalyticGrads(const std::string& out_slot, const Tensor& w);
   // The one-op program the test builds (for verifier tests).
   ProgramDesc BuildProgram();
   FeedMap Feeds() const;
