@@ -237,7 +237,9 @@ Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::st
   // The ranks share the machine's cores: each rank's GEMMs get its share of them.
   int n = static_cast<int>(ranks->size());
   ScopedBlasThreads blas(n > 1 ? std::max(1, CpuCores() / n) : BlasThreads());
-  auto run_one = [&fetches, ranks](RankRun* r) {
+  const int budget = n > 1 ? std::max(1, CpuCores() / n) : 0;
+  auto run_one = [&fetches, ranks, budget](RankRun* r) {
+    ScopedThreadBudget threads(budget);
     Executor exe(r->place);
     exe.set_timeline(r->timeline, static_cast<int>(r - &(*ranks)[0]));
     r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);

@@ -23,7 +23,15 @@ SetFn SetThreadsFn() {
   return fn;
 }
 
+thread_local int thread_budget = 0;
+
 }  // namespace
+
+int ThreadBudget() { return thread_budget; }
+
+ScopedThreadBudget::ScopedThreadBudget(int n) : saved_(thread_budget) { thread_budget = n; }
+
+ScopedThreadBudget::~ScopedThreadBudget() { thread_budget = saved_; }
 
 int BlasThreads() {
   GetFn fn = GetThreadsFn();

@@ -13,6 +13,22 @@ void SetBlasThreads(int n);
 // Number of cores this process may use.
 int CpuCores();
 
+// Threads a kernel running on the calling thread may use for its own loops; 0 when no budget
+// was set (then the kernel's default applies). Per thread: each rank of an in-process
+// data-parallel run gets its share of the cores.
+int ThreadBudget();
+
+class ScopedThreadBudget {
+ public:
+  explicit ScopedThreadBudget(int n);
+  ~ScopedThreadBudget();
+  ScopedThreadBudget(const ScopedThreadBudget&) = delete;
+  ScopedThreadBudget& operator=(const ScopedThreadBudget&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Sets the BLAS thread count for a scope and restores the previous count at its end.
 class ScopedBlasThreads {
  public:

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "collective/communicator.h"
+#include "collective/selector.h"
 #include "collective/types.h"
 #include "framework/op_role.h"
 #include "framework/verifier.h"
@@ -61,6 +63,8 @@ struct State {
   std::string batch_var;
   // Owner mode: optimize-role op index -> the parameter it serves (absent: serves all).
   std::map<int, int> op_param;
+  std::unique_ptr<collective::Selector> selector;  // resolves "auto" per bucket
+  std::shared_ptr<const collective::CommPlan> plan;
   std::vector<ProgramDesc> rank_startup;
   std::vector<ProgramDesc> rank_main;
   proto::DataParallelManifest manifest;
@@ -72,10 +76,12 @@ std::string ResolveAlgorithm(const State& s, const char* collective, int64_t byt
     auto a = collective::ParseAlgorithm(asked);
     if (a.ok() && collective::AlgorithmSupports(collective, a.value())) return asked;
   }
-  // Small messages: the tree's log(N) latency; large ones: the ring's bandwidth.
-  if (std::string(collective) == "AllReduce")
-    return bytes <= s.config.tree_max_bytes ? "tree" : "ring";
-  return "tree";
+  // The collectives library's cost model (the same one the communicator's auto uses).
+  auto kind = std::string(collective) == "AllReduce" ? collective::CollectiveKind::kAllReduce
+              : std::string(collective) == "Reduce"  ? collective::CollectiveKind::kReduce
+                                                     : collective::CollectiveKind::kBroadcast;
+  return collective::AlgorithmName(
+      s.selector->Choose(kind, static_cast<size_t>(std::max<int64_t>(bytes, 0))));
 }
 
 VarDesc DeclareLike(BlockDesc* block, const VarDesc& like) {
@@ -103,6 +109,17 @@ Status CheckProgram(State* s) {
       return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the in-process "
                              "transport offers ring, tree, multi_tree, star and auto");
   }
+  collective::Topology topology = collective::Topology::Uniform(c.nranks);
+  if (!c.topology.empty()) {
+    LOOM_ASSIGN_OR_RETURN(topology, collective::Topology::Preset(c.topology));
+    if (topology.size() != c.nranks)
+      return InvalidArgument("topology '", c.topology, "' has ", topology.size(),
+                             " devices, asked for ", c.nranks, " ranks");
+  }
+  LOOM_ASSIGN_OR_RETURN(s->plan, collective::CommPlan::Create(topology));
+  collective::SelectorOptions so;
+  so.tree_max_bytes = c.tree_max_bytes;
+  s->selector = std::make_unique<collective::Selector>(*s->plan, so);
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);
   if (c.owner_policy != "bytes" && c.owner_policy != "hash")

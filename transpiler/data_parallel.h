@@ -11,6 +11,7 @@
 //                       first onto the least-loaded rank) or by a hash of the name
 //   plan-buckets        groups small gradients, in the order backward produces them, into
 //                       buckets of about fuse_grad_size_mb; resolves algorithm "auto" per bucket
+//                       with the collectives' cost model
 //   insert-comm-init    comm_init in startup; the communicator variable in both programs
 //   broadcast-params    every parameter is broadcast from rank 0 after initialization
 //   insert-grad-sync    sample_weight, coalesce_grads per fused bucket, and right after a
@@ -49,7 +50,9 @@ struct DataParallelConfig {
   std::string group = "loom_dp";       // name the ranks' communicators meet under
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
-  int tree_max_bytes = 64 << 10;  // "auto" picks the tree up to this bucket size, else ring
+  // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):
+  // allreduce buckets up to this size take the tree, larger ones the cheapest by the model.
+  int tree_max_bytes = 2 << 20;
   // false: the per-rank startup programs hold only comm_init and the broadcasts (the caller
   // brings initialized parameters, as Python's CompiledProgram does).
   bool keep_startup_init = true;

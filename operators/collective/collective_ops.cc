@@ -292,7 +292,7 @@ LOOM_REGISTER_OP(comm_init)
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
                Positive("timeout_ms"))
-    .Attr<int>("tree_max_bytes", 64 << 10,
+    .Attr<int>("tree_max_bytes", 2 << 20,
                "algorithm auto uses the tree up to this many bytes", NonNegative("tree_max_bytes"))
     .Kernel(Place::kCPU, proto::FP32, CommInitKernel);
 

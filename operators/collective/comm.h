@@ -23,7 +23,7 @@ struct CommHandle {
 struct GroupOptions {
   int timeout_ms = 30000;
   std::string topology;  // preset name; empty: all ranks linked alike
-  size_t tree_max_bytes = size_t{64} << 10;
+  size_t tree_max_bytes = size_t{2} << 20;
 };
 
 // Rank `rank` of the in-process group `key` of nranks ranks. The first rank to arrive creates
