@@ -122,6 +122,9 @@ class MpiRequest final : public Request {
     return status_;
   }
 
+  // True once MPI no longer touches the buffer (completed, or cancelled and waited for).
+  bool settled() const { return done_ && !released_; }
+
   void Cancel() override {
     if (done_) return;
     done_ = true;
@@ -137,6 +140,7 @@ class MpiRequest final : public Request {
     if (PollUntil(&request_, &ignored, grace, &completed).ok() && completed) return;
     MpiGuard guard;
     if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+    released_ = true;
   }
 
  private:
@@ -146,7 +150,78 @@ class MpiRequest final : public Request {
   int tag_ = 0;
   size_t bytes_ = 0;
   bool done_ = false;
+  bool released_ = false;  // let go while MPI may still use the buffer
   Status status_;
+};
+
+// Staging buffers for RecvReduce, reused across calls: allocating (and zeroing) a fresh piece
+// per receive costs page faults and memory traffic comparable to the reduction itself.
+// Used only by the thread that drives the transport.
+class StagingPool {
+ public:
+  std::unique_ptr<unsigned char[]> Take(size_t bytes, size_t* capacity) {
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].second >= bytes) {
+        auto buf = std::move(free_[i].first);
+        *capacity = free_[i].second;
+        free_.erase(free_.begin() + i);
+        return buf;
+      }
+    }
+    *capacity = std::max<size_t>(bytes, 1);
+    return std::unique_ptr<unsigned char[]>(new unsigned char[*capacity]);
+  }
+  void Give(std::unique_ptr<unsigned char[]> buf, size_t capacity) {
+    if (free_.size() < 64) free_.emplace_back(std::move(buf), capacity);
+  }
+
+ private:
+  std::vector<std::pair<std::unique_ptr<unsigned char[]>, size_t>> free_;
+};
+
+// Receive into a pooled staging buffer, reduce into dst when the receive completes.
+class MpiRecvReduce final : public Request {
+ public:
+  MpiRecvReduce(StagingPool* pool, std::unique_ptr<unsigned char[]> staging, size_t capacity,
+                std::unique_ptr<Request> inner, void* dst, const void* local, size_t bytes,
+                const Reduction& reduction)
+      : pool_(pool),
+        staging_(std::move(staging)),
+        capacity_(capacity),
+        inner_(std::move(inner)),
+        dst_(dst),
+        local_(local),
+        bytes_(bytes),
+        reduction_(reduction) {}
+  ~MpiRecvReduce() override {
+    inner_->Cancel();
+    auto* mpi = dynamic_cast<MpiRequest*>(inner_.get());
+    if (mpi == nullptr || mpi->settled()) {
+      pool_->Give(std::move(staging_), capacity_);
+    } else {
+      staging_.release();  // MPI may still write into it
+    }
+  }
+
+  Status Wait(Deadline deadline) override {
+    if (reduced_) return Status::OK();
+    LOOM_RETURN_IF_ERROR(inner_->Wait(deadline));
+    Reduce(reduction_, dst_, local_, staging_.get(), bytes_ / DataTypeSize(reduction_.dtype));
+    reduced_ = true;
+    return Status::OK();
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  StagingPool* pool_;
+  std::unique_ptr<unsigned char[]> staging_;
+  size_t capacity_;
+  std::unique_ptr<Request> inner_;
+  void* dst_;
+  const void* local_;
+  size_t bytes_;
+  Reduction reduction_;
+  bool reduced_ = false;
 };
 
 // fp16 reductions as MPI user operators (MPI has no binary16 type): inout = inout (op) in.
@@ -194,6 +269,15 @@ class MpiTransport final : public Transport {
   }
   std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
     return Post(/*is_send=*/false, peer, tag, data, bytes);
+  }
+
+  std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
+                                      size_t bytes, const Reduction& reduction) override {
+    size_t capacity = 0;
+    auto staging = pool_.Take(bytes, &capacity);
+    auto inner = Post(/*is_send=*/false, peer, tag, staging.get(), bytes);
+    return std::make_unique<MpiRecvReduce>(&pool_, std::move(staging), capacity, std::move(inner),
+                                           dst, local, bytes, reduction);
   }
 
   bool SupportsNative(NativeKind kind, DataType dtype) const override { return true; }
@@ -256,6 +340,7 @@ class MpiTransport final : public Transport {
 
   MPI_Comm coll_, p2p_;
   int tag_ub_;
+  StagingPool pool_;
   // Staging blocks of timed-out native calls that MPI may still write into.
   std::vector<std::unique_ptr<std::vector<unsigned char>>> abandoned_;
   int rank_ = 0, nranks_ = 1;
