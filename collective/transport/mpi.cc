@@ -14,7 +14,7 @@
 namespace loom::collective {
 namespace {
 
-int g_thread_level = -1;       // granted level; -1 until known
+int g_thread_level = -1;        // granted level; -1 until known
 bool g_we_initialized = false;  // MpiInit called MPI_Init_thread
 std::mutex g_mpi_mu;            // held around MPI calls below MPI_THREAD_MULTIPLE
 
@@ -102,13 +102,13 @@ class MpiRequest final : public Request {
     Status polled = PollUntil(&request_, &mpi_status, deadline, &completed);
     if (!polled.ok()) {  // e.g. MPI_ERR_TRUNCATE: the peer sent more than was expected
       done_ = true;
-      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ",
-                                          peer_, " (", bytes_, " bytes)"));
+      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ", peer_,
+                                          " (", bytes_, " bytes)"));
       return status_;
     }
     if (!completed) {
-      return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (",
-                     bytes_, " bytes, MPI tag ", tag_, ") did not complete");
+      return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (", bytes_,
+                     " bytes, MPI tag ", tag_, ") did not complete");
     }
     done_ = true;
     if (!is_send_) {
@@ -243,8 +243,7 @@ MPI_Datatype MpiType(DataType dtype) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub)
-      : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
+  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub) : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
     MPI_Comm_rank(coll_, &rank_);
     MPI_Comm_size(coll_, &nranks_);
     half_ops_[0] = MakeOp(&HalfOp<ReduceOp::kSum>);
@@ -305,11 +304,12 @@ class MpiTransport final : public Transport {
   }
 
   std::unique_ptr<Request> Post(bool is_send, int peer, uint64_t tag, void* data, size_t bytes) {
-    LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ",
-               rank_, " of ", nranks_);
+    LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ", rank_,
+               " of ", nranks_);
     if (bytes > static_cast<size_t>(INT_MAX)) {
       return std::make_unique<MpiRequest>(
-          InvalidArgument("message of ", bytes, " bytes exceeds one MPI call (INT_MAX bytes); "
+          InvalidArgument("message of ", bytes,
+                          " bytes exceeds one MPI call (INT_MAX bytes); "
                           "lower pipeline_chunk_bytes"));
     }
     const auto [comm, mpi_tag] = MapTag(tag);
@@ -317,22 +317,22 @@ class MpiTransport final : public Transport {
     int rc;
     {
       MpiGuard guard;
-      rc = is_send ? MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
-                               &request)
-                   : MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
-                               &request);
+      rc = is_send
+               ? MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm, &request)
+               : MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm, &request);
     }
     if (rc != MPI_SUCCESS) {
-      return std::make_unique<MpiRequest>(
-          Internal(is_send ? "MPI_Isend" : "MPI_Irecv", " to/from rank ", peer, " failed: ",
-                   MpiError(rc)));
+      return std::make_unique<MpiRequest>(Internal(
+          is_send ? "MPI_Isend" : "MPI_Irecv", " to/from rank ", peer, " failed: ", MpiError(rc)));
     }
     return std::make_unique<MpiRequest>(request, is_send, peer, mpi_tag, bytes);
   }
 
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const {
-    const int index = op == ReduceOp::kProd ? 1 : op == ReduceOp::kMax ? 2
-                      : op == ReduceOp::kMin ? 3 : 0;  // sum and avg
+    const int index = op == ReduceOp::kProd  ? 1
+                      : op == ReduceOp::kMax ? 2
+                      : op == ReduceOp::kMin ? 3
+                                             : 0;  // sum and avg
     if (dtype == DataType::kFloat16) return half_ops_[index];
     const MPI_Op builtin[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
     return builtin[index];
@@ -374,8 +374,8 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
         break;
       case NativeKind::kReduce:
         what = "MPI_Ireduce";
-        rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv,
-                         count, type, op, c.root, coll_, &request);
+        rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count,
+                         type, op, c.root, coll_, &request);
         break;
       case NativeKind::kBroadcast:
         what = "MPI_Ibcast";
