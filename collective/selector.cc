@@ -48,9 +48,9 @@ const char* CollectiveKindName(CollectiveKind kind) {
 }
 
 StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name) {
-  for (CollectiveKind k : {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
-                           CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
-                           CollectiveKind::kReduceScatter}) {
+  for (CollectiveKind k :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduce, CollectiveKind::kBroadcast,
+        CollectiveKind::kAllGather, CollectiveKind::kReduceScatter}) {
     if (name == CollectiveKindName(k)) return k;
   }
   return InvalidArgument("unknown collective '", name,
@@ -156,7 +156,8 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
 
 std::vector<Estimate> Selector::Estimates(CollectiveKind kind, size_t bytes, int inflight) const {
   std::vector<Estimate> out;
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
     const double t = Time(kind, a, bytes, inflight);
     if (t >= 0) out.push_back({a, t});
   }
@@ -171,7 +172,8 @@ Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight) cons
     }
   }
   const bool crossover = kind == CollectiveKind::kAllReduce && options_.tree_max_bytes >= 0;
-  if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes) return Algorithm::kTree;
+  if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)
+    return Algorithm::kTree;
   Algorithm best = estimates.front().algorithm;
   double best_time = std::numeric_limits<double>::infinity();
   for (const Estimate& e : estimates) {

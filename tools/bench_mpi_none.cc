@@ -10,8 +10,9 @@ bool UnderMpirun() {
 
 Status RunOnMpiWorld(int*, char***, const collective::CommunicatorOptions&,
                      const std::function<Status(collective::Communicator&)>&) {
-  return Unimplemented("this loom was built without MPI (no MPI library found at configure "
-                       "time); --transport mpi is unavailable");
+  return Unimplemented(
+      "this loom was built without MPI (no MPI library found at configure "
+      "time); --transport mpi is unavailable");
 }
 
 }  // namespace loom::cli

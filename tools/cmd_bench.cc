@@ -56,7 +56,7 @@ Flags BenchFlags() {
 // "-b 8" -> "--minbytes 8" and so on; everything else passes through.
 std::vector<std::string> TranslateShortFlags(int argc, char** argv) {
   static const std::pair<const char*, const char*> kShort[] = {
-      {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
+      {"-b", "--minbytes"},     {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
       {"-w", "--warmup_iters"}, {"-d", "--datatype"}, {"-o", "--redop"}};
   std::vector<std::string> out;
   for (int i = 0; i < argc; ++i) {
@@ -74,10 +74,14 @@ StatusOr<size_t> ParseSize(const std::string& flag, const std::string& v) {
   const double x = std::strtod(v.c_str(), &end);
   size_t mult = 1;
   std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "k") mult = size_t{1} << 10;
-  else if (suffix == "M" || suffix == "m") mult = size_t{1} << 20;
-  else if (suffix == "G" || suffix == "g") mult = size_t{1} << 30;
-  else if (!suffix.empty()) mult = 0;
+  if (suffix == "K" || suffix == "k")
+    mult = size_t{1} << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = size_t{1} << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = size_t{1} << 30;
+  else if (!suffix.empty())
+    mult = 0;
   if (v.empty() || mult == 0 || x < 0) {
     return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
   }
@@ -124,7 +128,9 @@ void Store(DataType dtype, void* buf, size_t i, double v) {
   switch (dtype) {
     case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
+      break;
     case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
   }
@@ -135,10 +141,14 @@ double Reduced(ReduceOp op, DataType dtype, int n, size_t i) {
   int64_t acc = Value(op, 0, i);
   for (int r = 1; r < n; ++r) {
     const int64_t v = Value(op, r, i);
-    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-    else if (op == ReduceOp::kProd) acc *= v;
-    else if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    else acc = std::min(acc, v);
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg)
+      acc += v;
+    else if (op == ReduceOp::kProd)
+      acc *= v;
+    else if (op == ReduceOp::kMax)
+      acc = std::max(acc, v);
+    else
+      acc = std::min(acc, v);
   }
   if (op != ReduceOp::kAvg) return static_cast<double>(acc);
   if (dtype == DataType::kInt32 || dtype == DataType::kInt64) return static_cast<double>(acc / n);
@@ -201,15 +211,15 @@ Status RankSweep(Communicator& comm, const Config& c) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
                 CollectiveKindName(c.kind), n, c.mpi ? "mpi" : "in-process", c.inflight, c.iters,
                 c.warmup);
-    std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type",
-                "redop", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
+                "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
   double busbw_sum = 0;
   int rows = 0;
   for (double size = static_cast<double>(c.min_bytes); size <= c.max_bytes * 1.0000001;
        size = std::max(size * c.factor, size + 1)) {
-    const bool split = c.kind == CollectiveKind::kAllGather ||
-                       c.kind == CollectiveKind::kReduceScatter;
+    const bool split =
+        c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter;
     const size_t count = static_cast<size_t>(size) / elem / (split ? n : 1);
     const size_t send_count = c.kind == CollectiveKind::kReduceScatter ? count * n : count;
     const size_t recv_count = c.kind == CollectiveKind::kAllGather ? count * n : count;
@@ -297,8 +307,9 @@ Status RankSweep(Communicator& comm, const Config& c) {
   }
   if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
   if (print && c.selector) {
-    std::printf("\n%s", selector.Table(c.kind, std::max<size_t>(c.min_bytes, 1), c.max_bytes,
-                                        c.inflight).c_str());
+    std::printf(
+        "\n%s",
+        selector.Table(c.kind, std::max<size_t>(c.min_bytes, 1), c.max_bytes, c.inflight).c_str());
   }
   return Status::OK();
 }
@@ -342,8 +353,8 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                "--places expects cpu:N with N in 1..64, got '", places, "'");
   c.places = std::atoi(places.c_str() + 4);
   const std::string transport = flags.Has("transport") ? flags.Get("transport")
-                                : UnderMpirun()         ? "mpi"
-                                                        : "inprocess";
+                                : UnderMpirun()        ? "mpi"
+                                                       : "inprocess";
   LOOM_ENFORCE(transport == "mpi" || transport == "inprocess",
                "--transport expects inprocess or mpi, got '", transport, "'");
   c.mpi = transport == "mpi";
@@ -360,9 +371,9 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
 }
 
 Status Bench(const Config& c, int* argc, char*** argv) {
-  if (c.mpi) return RunOnMpiWorld(argc, argv, c.options, [&](Communicator& comm) {
-      return RankSweep(comm, c);
-    });
+  if (c.mpi)
+    return RunOnMpiWorld(argc, argv, c.options,
+                         [&](Communicator& comm) { return RankSweep(comm, c); });
   WorldOptions options;
   options.communicator = c.options;
   LOOM_ASSIGN_OR_RETURN(auto world, InProcessWorld::Create(c.places, options));

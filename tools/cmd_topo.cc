@@ -24,7 +24,8 @@ Flags TopoFlags() {
                "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
                "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
                "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
-               "penalty). Presets: " + presets + ".",
+               "penalty). Presets: " +
+                   presets + ".",
                {
                    {"preset", "NAME", "a built-in machine", ""},
                    {"file", "F", "a topology file (format in docs/COLLECTIVES.md)", ""},
@@ -32,8 +33,10 @@ Flags TopoFlags() {
                    {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
                    {"penalty", "X", "link penalty between multi-trees", "0.7"},
                    {"selector", "", "also print the cost model's estimates and auto's choice", ""},
-                   {"op", "COLL", "collective for --selector: allreduce, reduce, broadcast, "
-                                  "allgather, reducescatter", "allreduce"},
+                   {"op", "COLL",
+                    "collective for --selector: allreduce, reduce, broadcast, "
+                    "allgather, reducescatter",
+                    "allreduce"},
                },
                0, 0);
 }
@@ -66,25 +69,29 @@ StatusOr<Topology> Detect() {
     std::string cell;
     // The header holds "GPUi" once per GPU; every GPU row starts with as many matrix cells.
     while (fields >> cell && row.size() < 64) {
-      if (cell == "X") row.push_back(0);
-      else if (cell.rfind("NV", 0) == 0) row.push_back(std::atoi(cell.c_str() + 2) >= 2 ? 3 : 2);
+      if (cell == "X")
+        row.push_back(0);
+      else if (cell.rfind("NV", 0) == 0)
+        row.push_back(std::atoi(cell.c_str() + 2) >= 2 ? 3 : 2);
       else if (cell == "PIX" || cell == "PXB" || cell == "PHB" || cell == "NODE" || cell == "SYS")
         row.push_back(1);
-      else break;
+      else
+        break;
     }
     weights.push_back(row);
   }
   if (weights.empty()) {
-    return NotFound("--detect found no NVIDIA GPU on this machine (nvidia-smi is missing or lists "
-                    "no GPU); use --preset NAME or --file F");
+    return NotFound(
+        "--detect found no NVIDIA GPU on this machine (nvidia-smi is missing or lists "
+        "no GPU); use --preset NAME or --file F");
   }
   for (auto& row : weights) row.resize(weights.size());
   return Topology::FromWeights(weights);
 }
 
 StatusOr<Topology> LoadTopology(const Flags& flags) {
-  const int sources = flags.Has("preset") + flags.Has("file") + flags.Has("detect") +
-                      flags.Has("uniform");
+  const int sources =
+      flags.Has("preset") + flags.Has("file") + flags.Has("detect") + flags.Has("uniform");
   if (sources > 1) return InvalidArgument("give only one of --preset, --file, --detect, --uniform");
   if (flags.Has("file")) return Topology::FromFile(flags.Get("file"));
   if (flags.Has("detect")) return Detect();
@@ -112,16 +119,19 @@ Status Topo(const Flags& flags) {
                flags.Get("penalty"));
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan, CommPlan::Create(t, penalty));
   const int n = t.size();
-  std::printf("topology %s: %d devices\n\nlink matrix (weight; bandwidth GB/s, latency us by "
-              "class: 3 = 50/2, 2 = 25/2, 1 = 10/5)\n     ",
-              t.name().c_str(), n);
+  std::printf(
+      "topology %s: %d devices\n\nlink matrix (weight; bandwidth GB/s, latency us by "
+      "class: 3 = 50/2, 2 = 25/2, 1 = 10/5)\n     ",
+      t.name().c_str(), n);
   for (int b = 0; b < n; ++b) std::printf("%3d", b);
   std::printf("\n");
   for (int a = 0; a < n; ++a) {
     std::printf("  %2d ", a);
     for (int b = 0; b < n; ++b) {
-      if (a == b) std::printf("  -");
-      else std::printf("%3d", t.weight(a, b));
+      if (a == b)
+        std::printf("  -");
+      else
+        std::printf("%3d", t.weight(a, b));
     }
     std::printf("\n");
   }

@@ -62,12 +62,14 @@ int main(int argc, char** argv) {
         const int count = static_cast<int>(bytes / sizeof(float));
         std::vector<float> data(count, 1.0f);
         const int iters = Iterations(bytes);
-        const double ring = TimeUs<gloo::AllreduceRing<float>>(ctx, data.data(), count, iters, sync);
+        const double ring =
+            TimeUs<gloo::AllreduceRing<float>>(ctx, data.data(), count, iters, sync);
         const double hd =
             TimeUs<gloo::AllreduceHalvingDoubling<float>>(ctx, data.data(), count, iters, sync);
         if (rank == 0) {
           const double factor = 2.0 * (n - 1) / n;
-          std::printf("RESULT gloo_ring %zu %.1f %.3f\n", bytes, ring, bytes / (ring * 1e3) * factor);
+          std::printf("RESULT gloo_ring %zu %.1f %.3f\n", bytes, ring,
+                      bytes / (ring * 1e3) * factor);
           std::printf("RESULT gloo_halving_doubling %zu %.1f %.3f\n", bytes, hd,
                       bytes / (hd * 1e3) * factor);
           std::fflush(stdout);

@@ -29,8 +29,8 @@ double Run(int threads, size_t n, int kernel) {
       });
     }
     for (auto& t : pool) t.join();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                              .count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   const double bytes = static_cast<double>(n) * sizeof(double) * (kernel == 0 ? 2 : 3);
   if (a[n / 2] < 0) std::printf("impossible\n");  // keeps the stores

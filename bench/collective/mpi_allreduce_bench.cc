@@ -20,8 +20,7 @@ int main(int argc, char** argv) {
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const int count = static_cast<int>(bytes / sizeof(float));
     std::vector<float> data(count, 1.0f);
-    const int iters =
-        static_cast<int>(std::max(3.0, std::min(200.0, 0.3 / (bytes / 1e9 + 50e-6))));
+    const int iters = static_cast<int>(std::max(3.0, std::min(200.0, 0.3 / (bytes / 1e9 + 50e-6))));
     MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();

@@ -14,7 +14,7 @@
 namespace loom::collective {
 namespace {
 
-int g_thread_level = -1;       // granted level; -1 until known
+int g_thread_level = -1;        // granted level; -1 until known
 bool g_we_initialized = false;  // MpiInit called MPI_Init_thread
 std::mutex g_mpi_mu;            // held around MPI calls below MPI_THREAD_MULTIPLE
 
@@ -102,13 +102,13 @@ class MpiRequest final : public Request {
     Status polled = PollUntil(&request_, &mpi_status, deadline, &completed);
     if (!polled.ok()) {  // e.g. MPI_ERR_TRUNCATE: the peer sent more than was expected
       done_ = true;
-      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ",
-                                          peer_, " (", bytes_, " bytes)"));
+      status_ = polled.WithContext(StrCat(is_send_ ? "send to rank " : "receive from rank ", peer_,
+                                          " (", bytes_, " bytes)"));
       return status_;
     }
     if (!completed) {
-      return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (",
-                     bytes_, " bytes, MPI tag ", tag_, ") did not complete");
+      return Timeout(is_send_ ? "MPI send to rank " : "MPI receive from rank ", peer_, " (", bytes_,
+                     " bytes, MPI tag ", tag_, ") did not complete");
     }
     done_ = true;
     if (!is_send_) {
@@ -121,6 +121,9 @@ class MpiRequest final : public Request {
     }
     return status_;
   }
+
+  // True once MPI no longer touches the buffer (completed, or cancelled and waited for).
+  bool settled() const { return done_ && !released_; }
 
   void Cancel() override {
     if (done_) return;
@@ -137,6 +140,7 @@ class MpiRequest final : public Request {
     if (PollUntil(&request_, &ignored, grace, &completed).ok() && completed) return;
     MpiGuard guard;
     if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+    released_ = true;
   }
 
  private:
@@ -146,7 +150,78 @@ class MpiRequest final : public Request {
   int tag_ = 0;
   size_t bytes_ = 0;
   bool done_ = false;
+  bool released_ = false;  // let go while MPI may still use the buffer
   Status status_;
+};
+
+// Staging buffers for RecvReduce, reused across calls: allocating (and zeroing) a fresh piece
+// per receive costs page faults and memory traffic comparable to the reduction itself.
+// Used only by the thread that drives the transport.
+class StagingPool {
+ public:
+  std::unique_ptr<unsigned char[]> Take(size_t bytes, size_t* capacity) {
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].second >= bytes) {
+        auto buf = std::move(free_[i].first);
+        *capacity = free_[i].second;
+        free_.erase(free_.begin() + i);
+        return buf;
+      }
+    }
+    *capacity = std::max<size_t>(bytes, 1);
+    return std::unique_ptr<unsigned char[]>(new unsigned char[*capacity]);
+  }
+  void Give(std::unique_ptr<unsigned char[]> buf, size_t capacity) {
+    if (free_.size() < 64) free_.emplace_back(std::move(buf), capacity);
+  }
+
+ private:
+  std::vector<std::pair<std::unique_ptr<unsigned char[]>, size_t>> free_;
+};
+
+// Receive into a pooled staging buffer, reduce into dst when the receive completes.
+class MpiRecvReduce final : public Request {
+ public:
+  MpiRecvReduce(StagingPool* pool, std::unique_ptr<unsigned char[]> staging, size_t capacity,
+                std::unique_ptr<Request> inner, void* dst, const void* local, size_t bytes,
+                const Reduction& reduction)
+      : pool_(pool),
+        staging_(std::move(staging)),
+        capacity_(capacity),
+        inner_(std::move(inner)),
+        dst_(dst),
+        local_(local),
+        bytes_(bytes),
+        reduction_(reduction) {}
+  ~MpiRecvReduce() override {
+    inner_->Cancel();
+    auto* mpi = dynamic_cast<MpiRequest*>(inner_.get());
+    if (mpi == nullptr || mpi->settled()) {
+      pool_->Give(std::move(staging_), capacity_);
+    } else {
+      staging_.release();  // MPI may still write into it
+    }
+  }
+
+  Status Wait(Deadline deadline) override {
+    if (reduced_) return Status::OK();
+    LOOM_RETURN_IF_ERROR(inner_->Wait(deadline));
+    Reduce(reduction_, dst_, local_, staging_.get(), bytes_ / DataTypeSize(reduction_.dtype));
+    reduced_ = true;
+    return Status::OK();
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  StagingPool* pool_;
+  std::unique_ptr<unsigned char[]> staging_;
+  size_t capacity_;
+  std::unique_ptr<Request> inner_;
+  void* dst_;
+  const void* local_;
+  size_t bytes_;
+  Reduction reduction_;
+  bool reduced_ = false;
 };
 
 // fp16 reductions as MPI user operators (MPI has no binary16 type): inout = inout (op) in.
@@ -168,8 +243,7 @@ MPI_Datatype MpiType(DataType dtype) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub)
-      : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
+  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub) : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
     MPI_Comm_rank(coll_, &rank_);
     MPI_Comm_size(coll_, &nranks_);
     half_ops_[0] = MakeOp(&HalfOp<ReduceOp::kSum>);
@@ -194,6 +268,15 @@ class MpiTransport final : public Transport {
   }
   std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
     return Post(/*is_send=*/false, peer, tag, data, bytes);
+  }
+
+  std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
+                                      size_t bytes, const Reduction& reduction) override {
+    size_t capacity = 0;
+    auto staging = pool_.Take(bytes, &capacity);
+    auto inner = Post(/*is_send=*/false, peer, tag, staging.get(), bytes);
+    return std::make_unique<MpiRecvReduce>(&pool_, std::move(staging), capacity, std::move(inner),
+                                           dst, local, bytes, reduction);
   }
 
   bool SupportsNative(NativeKind kind, DataType dtype) const override { return true; }
@@ -221,11 +304,12 @@ class MpiTransport final : public Transport {
   }
 
   std::unique_ptr<Request> Post(bool is_send, int peer, uint64_t tag, void* data, size_t bytes) {
-    LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ",
-               rank_, " of ", nranks_);
+    LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ", rank_,
+               " of ", nranks_);
     if (bytes > static_cast<size_t>(INT_MAX)) {
       return std::make_unique<MpiRequest>(
-          InvalidArgument("message of ", bytes, " bytes exceeds one MPI call (INT_MAX bytes); "
+          InvalidArgument("message of ", bytes,
+                          " bytes exceeds one MPI call (INT_MAX bytes); "
                           "lower pipeline_chunk_bytes"));
     }
     const auto [comm, mpi_tag] = MapTag(tag);
@@ -233,22 +317,22 @@ class MpiTransport final : public Transport {
     int rc;
     {
       MpiGuard guard;
-      rc = is_send ? MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
-                               &request)
-                   : MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm,
-                               &request);
+      rc = is_send
+               ? MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm, &request)
+               : MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag, comm, &request);
     }
     if (rc != MPI_SUCCESS) {
-      return std::make_unique<MpiRequest>(
-          Internal(is_send ? "MPI_Isend" : "MPI_Irecv", " to/from rank ", peer, " failed: ",
-                   MpiError(rc)));
+      return std::make_unique<MpiRequest>(Internal(
+          is_send ? "MPI_Isend" : "MPI_Irecv", " to/from rank ", peer, " failed: ", MpiError(rc)));
     }
     return std::make_unique<MpiRequest>(request, is_send, peer, mpi_tag, bytes);
   }
 
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const {
-    const int index = op == ReduceOp::kProd ? 1 : op == ReduceOp::kMax ? 2
-                      : op == ReduceOp::kMin ? 3 : 0;  // sum and avg
+    const int index = op == ReduceOp::kProd  ? 1
+                      : op == ReduceOp::kMax ? 2
+                      : op == ReduceOp::kMin ? 3
+                                             : 0;  // sum and avg
     if (dtype == DataType::kFloat16) return half_ops_[index];
     const MPI_Op builtin[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
     return builtin[index];
@@ -256,6 +340,7 @@ class MpiTransport final : public Transport {
 
   MPI_Comm coll_, p2p_;
   int tag_ub_;
+  StagingPool pool_;
   // Staging blocks of timed-out native calls that MPI may still write into.
   std::vector<std::unique_ptr<std::vector<unsigned char>>> abandoned_;
   int rank_ = 0, nranks_ = 1;
@@ -289,8 +374,8 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
         break;
       case NativeKind::kReduce:
         what = "MPI_Ireduce";
-        rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv,
-                         count, type, op, c.root, coll_, &request);
+        rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count,
+                         type, op, c.root, coll_, &request);
         break;
       case NativeKind::kBroadcast:
         what = "MPI_Ibcast";

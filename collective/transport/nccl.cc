@@ -56,9 +56,9 @@ class NcclTransport;
 struct NcclOp {
   bool is_send = false;
   int peer = -1;
-  void* user = nullptr;     // the caller's buffer
-  void* device = nullptr;   // what NCCL reads or writes (user, or staging)
-  bool staged = false;      // device is a staging copy of a host buffer
+  void* user = nullptr;    // the caller's buffer
+  void* device = nullptr;  // what NCCL reads or writes (user, or staging)
+  bool staged = false;     // device is a staging copy of a host buffer
   size_t bytes = 0;
   std::shared_ptr<cudaEvent_t> event;  // shared by the ops of one group
   bool finished = false;
@@ -123,8 +123,8 @@ class NcclRequest final : public Request {
     if (op_->finished) return Status::OK();
     LOOM_RETURN_IF_ERROR(transport_->Usable());
     if (!op_->event) LOOM_RETURN_IF_ERROR(transport_->Flush());
-    LOOM_RETURN_IF_ERROR(transport_->WaitEvent(
-        *op_->event, deadline, op_->is_send ? "NCCL send" : "NCCL receive"));
+    LOOM_RETURN_IF_ERROR(
+        transport_->WaitEvent(*op_->event, deadline, op_->is_send ? "NCCL send" : "NCCL receive"));
     if (op_->staged && !op_->is_send) {
       LOOM_RETURN_IF_ERROR(CudaStatus(
           cudaMemcpy(op_->user, op_->device, op_->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy"));
@@ -318,14 +318,14 @@ StatusOr<std::vector<std::unique_ptr<Transport>>> CreateNcclTransports(
     }
   }
   std::vector<ncclComm_t> comms(n);
-  LOOM_RETURN_IF_ERROR(NcclStatus(ncclCommInitAll(comms.data(), n, devices.data()),
-                                  "ncclCommInitAll"));
+  LOOM_RETURN_IF_ERROR(
+      NcclStatus(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll"));
   std::vector<std::unique_ptr<Transport>> out;
   for (int r = 0; r < n; ++r) {
     cudaSetDevice(devices[r]);
     cudaStream_t stream;
-    LOOM_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                                    "cudaStreamCreate"));
+    LOOM_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
     out.push_back(std::make_unique<NcclTransport>(comms[r], devices[r], r, n, stream));
   }
   return out;

@@ -1,9 +1,10 @@
 // The selector behind Algorithm::kAuto: estimates grow with size, the allreduce choice crosses
 // from the tree to a bandwidth algorithm once and never back, the crossover option and a forced
 // algorithm are obeyed, and the communicator runs what the selector chose.
+#include "collective/selector.h"
+
 #include <gtest/gtest.h>
 
-#include "collective/selector.h"
 #include "tests/collective/test_util.h"
 
 namespace loom::collective {
@@ -79,8 +80,8 @@ TEST(Selector, CrossoverOptionMovesTheSwitchPoint) {
 
 TEST(Selector, ForcedAlgorithmIsRespectedWhereSupported) {
   const auto plan = Plan(Topology::Uniform(4));
-  for (Algorithm forced : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
-                           Algorithm::kStar}) {
+  for (Algorithm forced :
+       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
     SelectorOptions options;
     options.force = forced;
     Selector selector(*plan, options);
@@ -124,8 +125,8 @@ TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
   testing::RunRanks(*world, [&](int rank, Communicator& comm) {
     for (size_t count : {size_t{3}, size_t{256}, size_t{257}, size_t{100000}}) {
       auto buf = testing::Input(DataType::kFloat32, ReduceOp::kSum, rank, count, 1);
-      Status s = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum)
-                     .Wait();
+      Status s =
+          comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_EQ(testing::Compare(DataType::kFloat32,
                                  testing::Expected(DataType::kFloat32, ReduceOp::kSum, 4, count, 1),

@@ -29,8 +29,8 @@ std::string Slurp(const std::string& path) {
 
 Result Loom(const std::string& args, const std::string& env = "") {
   const std::string base = "/tmp/loom_collective_cli_" + std::to_string(getpid());
-  const std::string cmd = env + " " + LOOM_CLI_PATH + " " + args + " > " + base + ".out 2> " +
-                          base + ".err";
+  const std::string cmd =
+      env + " " + LOOM_CLI_PATH + " " + args + " > " + base + ".out 2> " + base + ".err";
   const int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

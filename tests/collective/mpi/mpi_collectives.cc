@@ -58,8 +58,8 @@ TEST_P(MpiCollectives, AllReduceEveryDtypeOpAndCountInFlightAtOnce) {
         if (count == kLarge && op != ReduceOp::kSum && op != ReduceOp::kMax) continue;
         ++salt;
         auto p = std::make_unique<Pending>();
-        p->what = StrCat(AlgorithmName(algorithm), " count=", count, " ", DataTypeName(dtype),
-                         " ", ReduceOpName(op));
+        p->what = StrCat(AlgorithmName(algorithm), " count=", count, " ", DataTypeName(dtype), " ",
+                         ReduceOpName(op));
         p->dtype = dtype;
         p->count = count;
         p->in = Input(dtype, op, rank, count, salt);
@@ -242,8 +242,7 @@ TEST(MpiErrors, RankThatNeverCallsEndsInTimeout) {
           << s.ToString();
       if (algorithm == Algorithm::kRing) {
         EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
-        EXPECT_NE(s.message().find("no progress within 500 ms"), std::string::npos)
-            << s.message();
+        EXPECT_NE(s.message().find("no progress within 500 ms"), std::string::npos) << s.message();
         EXPECT_NE(s.message().find(StrCat("rank ", n - 1)), std::string::npos) << s.message();
       }
     }

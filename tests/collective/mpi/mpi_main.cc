@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
     listeners.Append(new FailurePrinter(MpiWorldRank()));
   }
   const int result = RUN_ALL_TESTS();
-  if (MpiWorldRank() == 0) std::printf("ranks: %d, MPI thread level: %s\n", MpiWorldSize(),
-                                       MpiThreadLevel());
+  if (MpiWorldRank() == 0)
+    std::printf("ranks: %d, MPI thread level: %s\n", MpiWorldSize(), MpiThreadLevel());
   (void)MpiFinalize();
   return result;
 }

@@ -47,7 +47,9 @@ class NcclTest : public ::testing::Test {
 
 // A device copy of a host buffer, freed at scope exit.
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t bytes) : bytes(bytes) { cudaMalloc(&ptr, std::max<size_t>(bytes, 1)); }
+  explicit DeviceBuffer(size_t bytes) : bytes(bytes) {
+    cudaMalloc(&ptr, std::max<size_t>(bytes, 1));
+  }
   DeviceBuffer(const std::vector<unsigned char>& host) : DeviceBuffer(host.size()) {
     cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice);
   }
@@ -86,14 +88,14 @@ TEST_F(NcclTest, RootedGatherScatterAndPointToPoint) {
     const size_t elem = DataTypeSize(dtype);
     DeviceBuffer in(Input(dtype, ReduceOp::kSum, rank, count, 5)), out(count * elem);
     ASSERT_TRUE(comm.Broadcast(in.ptr, out.ptr, count, dtype, n() - 1).Wait().ok());
-    EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kSum, n() - 1, count, 5), out.Host().data(),
-                      count),
-              "");
+    EXPECT_EQ(
+        Compare(dtype, Input(dtype, ReduceOp::kSum, n() - 1, count, 5), out.Host().data(), count),
+        "");
     ASSERT_TRUE(comm.Reduce(in.ptr, out.ptr, count, dtype, ReduceOp::kSum, 0).Wait().ok());
     if (rank == 0) {
-      EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kSum, n(), count, 5), out.Host().data(),
-                        count),
-                "");
+      EXPECT_EQ(
+          Compare(dtype, Expected(dtype, ReduceOp::kSum, n(), count, 5), out.Host().data(), count),
+          "");
     }
     DeviceBuffer gathered(n() * count * elem);
     ASSERT_TRUE(comm.AllGather(in.ptr, gathered.ptr, count, dtype).Wait().ok());
@@ -104,7 +106,8 @@ TEST_F(NcclTest, RootedGatherScatterAndPointToPoint) {
                 "");
     }
     DeviceBuffer rs_in(Input(dtype, ReduceOp::kSum, rank, n() * count, 6)), rs_out(count * elem);
-    ASSERT_TRUE(comm.ReduceScatter(rs_in.ptr, rs_out.ptr, count, dtype, ReduceOp::kSum).Wait().ok());
+    ASSERT_TRUE(
+        comm.ReduceScatter(rs_in.ptr, rs_out.ptr, count, dtype, ReduceOp::kSum).Wait().ok());
     EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kSum, n(), count, 6, rank * count),
                       rs_out.Host().data(), count),
               "");
@@ -119,9 +122,9 @@ TEST_F(NcclTest, RootedGatherScatterAndPointToPoint) {
         comm.Send(in.ptr, count, dtype, next, 7);
       }
       ASSERT_TRUE(comm.WaitAll().ok());
-      EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(),
-                        count),
-                "");
+      EXPECT_EQ(
+          Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(), count),
+          "");
     }
     EXPECT_TRUE(comm.Barrier().Wait().ok());
   });
@@ -136,9 +139,9 @@ TEST_F(NcclTest, SchedulesRefuseDeviceBuffersAndMismatchesAreCaught) {
     EXPECT_EQ(ring.code(), StatusCode::kUnimplemented) << ring.ToString();
     EXPECT_NE(ring.message().find("nccl"), std::string::npos) << ring.message();
     if (n() < 2) return;
-    Status s = comm.AllReduce(buf.ptr, buf.ptr, rank == 1 ? 12 : 10, DataType::kFloat32,
-                              ReduceOp::kSum)
-                   .Wait();
+    Status s =
+        comm.AllReduce(buf.ptr, buf.ptr, rank == 1 ? 12 : 10, DataType::kFloat32, ReduceOp::kSum)
+            .Wait();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
     EXPECT_NE(s.message().find("rank 1 called AllReduce(count=12"), std::string::npos)
         << s.message();
