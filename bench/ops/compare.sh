@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom vs PyTorch (CPU) on the operator rows of bench/ops: forward op and grad ops, 2 threads
 # each (OpenBLAS and Loom's kernels; torch.set_num_threads). Prints a Markdown table with the
-# median of 5 repetitions per row, then the machine and load.
+# median of 5 repetitions per row (best of ROUNDS=2 alternating rounds), then machine and load.
 # Usage: bench/ops/compare.sh [filter]   (after scripts/build.sh and bench/install-peers.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,27 +12,43 @@ FILTER=${1:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load_before=$(cut -d' ' -f1 /proc/loadavg)
-OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS LOOM_NUM_THREADS=$THREADS "$BIN" \
-  --benchmark_filter="${FILTER:-.}" --benchmark_format=json --benchmark_repetitions=5 \
-  --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true >"$tmp/loom.json" 2>/dev/null
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  OMP_NUM_THREADS=$THREADS /usr/bin/python3 bench/ops/torch_ops.py --threads "$THREADS" \
-    --filter "$FILTER" >"$tmp/torch.json"
-  # Also one thread: this VM's PyTorch build is sometimes much slower with two (docs/PERF.md).
-  OMP_NUM_THREADS=1 /usr/bin/python3 bench/ops/torch_ops.py --threads 1 \
-    --filter "$FILTER" >"$tmp/torch1.json"
-else
-  echo '{}' >"$tmp/torch.json"
-  echo '{}' >"$tmp/torch1.json"
-fi
+# Loom and PyTorch alternate for ROUNDS rounds and each row keeps its best median, so a burst
+# of load from other processes does not land on one side only.
+ROUNDS=${ROUNDS:-2}
+for r in $(seq 1 "$ROUNDS"); do
+  OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS LOOM_NUM_THREADS=$THREADS "$BIN" \
+    --benchmark_filter="${FILTER:-.}" --benchmark_format=json --benchmark_repetitions=5 \
+    --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true >"$tmp/loom$r.json" \
+    2>/dev/null
+  if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    OMP_NUM_THREADS=$THREADS /usr/bin/python3 bench/ops/torch_ops.py --threads "$THREADS" \
+      --filter "$FILTER" >"$tmp/torch$r.json"
+    # Also one thread: this VM's PyTorch build is sometimes much slower with two (docs/PERF.md).
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/ops/torch_ops.py --threads 1 \
+      --filter "$FILTER" >"$tmp/torch1_$r.json"
+  else
+    echo '{}' >"$tmp/torch$r.json"
+    echo '{}' >"$tmp/torch1_$r.json"
+  fi
+done
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-/usr/bin/python3 - "$tmp/loom.json" "$tmp/torch.json" "$tmp/torch1.json" "$THREADS" <<'PY'
+/usr/bin/python3 - "$tmp" "$ROUNDS" "$THREADS" <<'PY'
 import json, sys
-loom = {}
-for b in json.load(open(sys.argv[1]))["benchmarks"]:
-    if b.get("aggregate_name") == "median":
-        loom[b["run_name"].replace("/real_time", "")] = b["real_time"]
-torch, torch1, n = json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), sys.argv[4]
+tmp, rounds, n = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def best(dicts):
+    out = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = min(v, out.get(k, v))
+    return out
+def loom_round(r):
+    return {b["run_name"].replace("/real_time", ""): b["real_time"]
+            for b in json.load(open("%s/loom%d.json" % (tmp, r)))["benchmarks"]
+            if b.get("aggregate_name") == "median"}
+rs = range(1, rounds + 1)
+loom = best(loom_round(r) for r in rs)
+torch = best(json.load(open("%s/torch%d.json" % (tmp, r))) for r in rs)
+torch1 = best(json.load(open("%s/torch1_%d.json" % (tmp, r))) for r in rs)
 fmt = lambda v: "%.0f" % v if v else "n/a"
 print("| row | Loom µs (%s thr) | PyTorch µs (%s thr) | Loom / PyTorch | PyTorch µs (1 thr) "
       "| Loom / best PyTorch |" % (n, n))

@@ -12,9 +12,16 @@
 
 namespace loom::ops {
 
+// Forced inlining lets SIMD-cloned callers (vec_math.cc) compile these with their own ISA.
+#if defined(__GNUC__)
+#define LOOM_VEC_INLINE __attribute__((always_inline)) inline
+#else
+#define LOOM_VEC_INLINE inline
+#endif
+
 // Σ p[i].
 template <typename T>
-T SumOf(const T* p, int64_t n) {
+LOOM_VEC_INLINE T SumOf(const T* p, int64_t n) {
   T acc[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -27,7 +34,7 @@ T SumOf(const T* p, int64_t n) {
 
 // max p[i] (n >= 1).
 template <typename T>
-T MaxOf(const T* p, int64_t n) {
+LOOM_VEC_INLINE T MaxOf(const T* p, int64_t n) {
   T acc[8];
   for (int k = 0; k < 8; ++k) acc[k] = p[0];
   int64_t i = 0;
@@ -76,7 +83,7 @@ void SumAndDotDiff(const T* a, const T* b, int64_t n, T c, T* sum, T* dot) {
 // |r| <= ln2 / 2, exp(r) by its Taylor series to r^7 (relative error < 5e-9 before rounding),
 // times 2^n built in the exponent bits. n is clamped as an integer: a float select in this
 // loop body stops GCC's vectorizer, an integer one does not.
-inline float ExpF(float x) {
+LOOM_VEC_INLINE float ExpF(float x) {
   // Round x / ln2 to nearest with the 1.5 * 2^23 trick: the low bits of t hold n.
   const float t = x * 1.44269504f + 12582912.0f;
   const float n = t - 12582912.0f;
@@ -103,12 +110,30 @@ inline float ExpF(float x) {
 // y[i] = exp(x[i] - shift) for shift >= max x (softmax): float through ExpF after clamping
 // the argument to >= -87.3 in its own loop (exp is below 1e-37 there), double through std::exp.
 template <typename T>
-void ExpShifted(const T* x, T shift, T* y, int64_t n) {
+LOOM_VEC_INLINE void ExpShifted(const T* x, T shift, T* y, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i] - shift, -87.3f);
     for (int64_t i = 0; i < n; ++i) y[i] = ExpF(y[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - shift);
+  }
+}
+
+// One softmax row: y = exp(x - max) / Σ exp(x - max); *mx = max, *log_sum = log Σ exp(x - max).
+// The float version is compiled twice (AVX2 and baseline x86-64) and picked at load time, so
+// the build keeps running on any x86-64 while AVX2 machines get 8-wide exp.
+void SoftmaxRowF32(const float* x, float* y, int64_t d, float* mx, float* log_sum);
+
+template <typename T>
+void SoftmaxRow(const T* x, T* y, int64_t d, T* mx, T* log_sum) {
+  if constexpr (std::is_same_v<T, float>) {
+    SoftmaxRowF32(x, y, d, mx, log_sum);
+  } else {
+    *mx = MaxOf(x, d);
+    ExpShifted(x, *mx, y, d);
+    const T s = SumOf(y, d);
+    for (int64_t j = 0; j < d; ++j) y[j] /= s;
+    *log_sum = std::log(s);
   }
 }
 

@@ -36,6 +36,11 @@ AxisView ViewAt(const DDim& dims, int axis) {
 // along k, which is contiguous. post == 1 is a plain row.
 template <typename T, bool kLog>
 void SoftmaxBlock(const T* x, T* o, int64_t d, int64_t post, T* mx, T* sum) {
+  if (post == 1 && !kLog) {
+    T m, log_sum;
+    SoftmaxRow(x, o, d, &m, &log_sum);
+    return;
+  }
   if (post == 1) {
     const T m = MaxOf(x, d);
     ExpShifted(x, m, o, d);

@@ -78,11 +78,8 @@ Status SwceKernel(const KernelContext& ctx) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * d;
       T* sr = sm + r * d;
-      const T mx = MaxOf(xr, d);
-      ExpShifted(xr, mx, sr, d);
-      const T sum = SumOf(sr, d);
-      const T log_sum = std::log(sum), inv_sum = T(1) / sum;
-      for (int64_t j = 0; j < d; ++j) sr[j] *= inv_sum;
+      T mx, log_sum;
+      SoftmaxRow(xr, sr, d, &mx, &log_sum);
       if (soft) {
         const T* lr = label.data<T>() + r * d;
         T acc = 0;
