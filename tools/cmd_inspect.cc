@@ -176,28 +176,14 @@ Status Inspect(const Flags& flags) {
 
 int InspectCommand(int argc, char** argv) {
   Flags flags = InspectFlags();
-  Status parsed = flags.Parse(argc, argv);
-  if (flags.help()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return kExitOk;
-  }
-  if (parsed.ok()) {
-    bool ops = flags.Switch("ops"), file = !flags.positional().empty();
-    if (ops && (file || flags.Has("dot")))
-      parsed = InvalidArgument("--ops takes no FILE and no --dot (see loom inspect --help)");
-    else if (!ops && !file)
-      parsed = InvalidArgument("nothing to inspect: give FILE.pb or --ops (see loom inspect --help)");
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "loom inspect: %s\n", parsed.message().c_str());
-    return kExitUsage;
-  }
-  Status st = Inspect(flags);
-  if (!st.ok()) {
-    std::fprintf(stderr, "loom inspect: error: %s\n", st.message().c_str());
-    return kExitError;
-  }
-  return kExitOk;
+  return RunSubcommand(flags, argc, argv, Inspect, [](const Flags& f) -> Status {
+    bool ops = f.Switch("ops"), file = !f.positional().empty();
+    if (ops && (file || f.Has("dot")))
+      return InvalidArgument("--ops takes no FILE and no --dot (see loom inspect --help)");
+    if (!ops && !file)
+      return InvalidArgument("nothing to inspect: give FILE.pb or --ops (see loom inspect --help)");
+    return Status::OK();
+  });
 }
 
 }  // namespace loom::cli

@@ -407,21 +407,7 @@ Status Run(const Flags& flags) {
 
 int RunCommand(int argc, char** argv) {
   Flags flags = RunFlags();
-  Status parsed = flags.Parse(argc, argv);
-  if (flags.help()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return kExitOk;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "loom run: %s\n", parsed.message().c_str());
-    return kExitUsage;
-  }
-  Status st = Run(flags);
-  if (!st.ok()) {
-    std::fprintf(stderr, "loom run: error: %s\n", st.message().c_str());
-    return kExitError;
-  }
-  return kExitOk;
+  return RunSubcommand(flags, argc, argv, Run);
 }
 
 }  // namespace loom::cli

@@ -165,21 +165,7 @@ Status Topo(const Flags& flags) {
 
 int TopoCommand(int argc, char** argv) {
   Flags flags = TopoFlags();
-  Status parsed = flags.Parse(argc, argv);
-  if (flags.help()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return kExitOk;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "loom topo: %s\n", parsed.message().c_str());
-    return kExitUsage;
-  }
-  Status st = Topo(flags);
-  if (!st.ok()) {
-    std::fprintf(stderr, "loom topo: error: %s\n", st.message().c_str());
-    return kExitError;
-  }
-  return kExitOk;
+  return RunSubcommand(flags, argc, argv, Topo);
 }
 
 }  // namespace loom::cli

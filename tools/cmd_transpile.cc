@@ -124,21 +124,7 @@ Status Transpile(const Flags& flags) {
 
 int TranspileCommand(int argc, char** argv) {
   Flags flags = TranspileFlags();
-  Status parsed = flags.Parse(argc, argv);
-  if (flags.help()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return kExitOk;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "loom transpile: %s\n", parsed.message().c_str());
-    return kExitUsage;
-  }
-  Status st = Transpile(flags);
-  if (!st.ok()) {
-    std::fprintf(stderr, "loom transpile: error: %s\n", st.message().c_str());
-    return kExitError;
-  }
-  return kExitOk;
+  return RunSubcommand(flags, argc, argv, Transpile);
 }
 
 }  // namespace loom::cli

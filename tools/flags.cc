@@ -1,5 +1,7 @@
 #include "tools/flags.h"
 
+#include <cstdio>
+
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -104,6 +106,27 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   if (v.empty() || *end != '\0') return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
   if (errno == ERANGE) return InvalidArgument("flag --", name, " value '", v, "' is out of range");
   return static_cast<int64_t>(x);
+}
+
+int RunSubcommand(Flags& flags, int argc, char** argv,
+                  const std::function<Status(const Flags&)>& body,
+                  const std::function<Status(const Flags&)>& check) {
+  Status parsed = flags.Parse(argc, argv);
+  if (flags.help()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return kExitOk;
+  }
+  if (parsed.ok() && check) parsed = check(flags);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "loom %s: %s\n", flags.command().c_str(), parsed.message().c_str());
+    return kExitUsage;
+  }
+  Status st = body(flags);
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom %s: error: %s\n", flags.command().c_str(), st.message().c_str());
+    return kExitError;
+  }
+  return kExitOk;
 }
 
 }  // namespace loom::cli

@@ -2,6 +2,7 @@
 // (name, value name, help, default, repeatable) that both parses argv and prints --help.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ class Flags {
   bool Switch(const std::string& name) const { return Has(name); }
   StatusOr<int64_t> GetInt(const std::string& name) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  const std::string& command() const { return command_; }
 
  private:
   const FlagSpec* Find(const std::string& name) const;
@@ -50,5 +52,13 @@ class Flags {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
+
+// The shape of every subcommand's entry point: parses argv into flags; --help prints the help
+// (exit 0); a parse error or an error from `check` (extra usage rules) prints
+// "loom CMD: MESSAGE" (exit 2); otherwise runs `body`, whose error prints
+// "loom CMD: error: MESSAGE" (exit 1).
+int RunSubcommand(Flags& flags, int argc, char** argv,
+                  const std::function<Status(const Flags&)>& body,
+                  const std::function<Status(const Flags&)>& check = nullptr);
 
 }  // namespace loom::cli
