@@ -347,11 +347,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                "-n and --inflight must be >= 1 and -w >= 0");
   c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
   c.inflight = static_cast<int>(inflight);
-  const std::string places = flags.Get("places");
-  LOOM_ENFORCE(places.rfind("cpu:", 0) == 0 && std::atoi(places.c_str() + 4) >= 1 &&
-                   std::atoi(places.c_str() + 4) <= 64,
-               "--places expects cpu:N with N in 1..64, got '", places, "'");
-  c.places = std::atoi(places.c_str() + 4);
+  LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(flags.Get("places"), 64));
   const std::string transport = flags.Has("transport") ? flags.Get("transport")
                                 : UnderMpirun()        ? "mpi"
                                                        : "inprocess";

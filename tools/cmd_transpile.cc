@@ -43,16 +43,12 @@ Flags TranspileFlags() {
 }
 
 StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* places) {
-  const std::string prefix = "cpu:";
-  if (spec.compare(0, prefix.size(), prefix) != 0)
+  if (spec.compare(0, 4, "cpu:") != 0)
     return InvalidArgument("--places '", spec, "': expected cpu:N (CUDA places need NCCL, "
                            "which this command does not drive yet)");
-  char* end = nullptr;
-  long n = std::strtol(spec.c_str() + prefix.size(), &end, 10);
-  if (*end != '\0' || n < 1 || n > 1024)
-    return InvalidArgument("--places '", spec, "': N must be an integer in [1, 1024]");
-  for (long i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
-  return static_cast<int>(n);
+  LOOM_ASSIGN_OR_RETURN(int n, ParseCpuPlaces(spec, 1024));
+  for (int i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
+  return n;
 }
 
 Status Transpile(const Flags& flags) {
