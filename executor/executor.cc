@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <set>
+#include <queue>
 #include <thread>
+#include <variant>
 #include <unordered_map>
 
 #include "framework/cpu_threads.h"
@@ -50,6 +52,7 @@ StatusOr<std::unique_ptr<PreparedBlock>> Executor::Prepare(const ProgramDesc& pr
     for (const auto& v : op->OutputVars()) written.insert(v);
     prepared->ops_.push_back(std::move(op));
   }
+  BuildDependencies(prepared.get());
   return prepared;
 }
 
@@ -92,108 +95,181 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
   return Status::OK();
 }
 
+void Executor::BuildDependencies(PreparedBlock* prepared) {
+  const BlockDesc* block = prepared->program_.Block(prepared->block_id_);
+  const int n = static_cast<int>(prepared->ops_.size());
+  std::vector<std::set<int>> preds(n);
+  std::unordered_map<std::string, int> last_writer;
+  std::unordered_map<std::string, std::vector<int>> readers;  // since the last write
+  int last_barrier = -1;
+  std::vector<int> since_barrier;
+  auto is_tensor = [block](const std::string& v) {
+    VarDesc d = block->FindVarRecursive(v);
+    return !d || d.Type() == proto::VarType::DENSE_TENSOR;
+  };
+  for (int i = 0; i < n; ++i) {
+    const Operator& op = *prepared->ops_[i];
+    bool barrier = false;
+    for (const auto& [name, attr] : op.Attrs())
+      if (std::holds_alternative<BlockIndex>(attr)) barrier = true;
+    if (barrier) {
+      for (int j : since_barrier) preds[i].insert(j);
+      if (last_barrier >= 0) preds[i].insert(last_barrier);
+      since_barrier.clear();
+      last_barrier = i;
+    } else {
+      if (last_barrier >= 0) preds[i].insert(last_barrier);
+      since_barrier.push_back(i);
+    }
+    auto write = [&](const std::string& v) {
+      auto w = last_writer.find(v);
+      if (w != last_writer.end() && w->second != i) preds[i].insert(w->second);
+      for (int r : readers[v])
+        if (r != i) preds[i].insert(r);
+      readers[v].clear();
+      last_writer[v] = i;
+    };
+    for (const auto& v : op.InputVars()) {
+      if (!is_tensor(v)) continue;  // ordered below, as a write
+      auto w = last_writer.find(v);
+      if (w != last_writer.end() && w->second != i) preds[i].insert(w->second);
+    }
+    for (const auto& v : op.InputVars())
+      if (!is_tensor(v)) write(v);
+    for (const auto& v : op.OutputVars()) write(v);
+    for (const auto& v : op.InputVars()) {
+      auto w = last_writer.find(v);
+      if (is_tensor(v) && (w == last_writer.end() || w->second != i)) readers[v].push_back(i);
+    }
+  }
+  prepared->succs_.assign(n, {});
+  prepared->npreds_.assign(n, 0);
+  for (int i = 0; i < n; ++i) {
+    prepared->npreds_[i] = static_cast<int>(preds[i].size());
+    for (int p : preds[i]) prepared->succs_[p].push_back(i);
+  }
+}
+
 namespace {
 
-// Calls still running on behalf of ops of one run (collectives), keyed by the variables they
-// touch. An op that reads or writes one of those variables waits for the call first, so
-// communication overlaps with every op that does not depend on it.
-class PendingCalls {
+// One run's schedule: which ops are ready (all the ops they depend on have run, and any call
+// those left running has ended), and the calls still running.
+class Schedule {
  public:
-  PendingCalls(Timeline* timeline, int rank) : timeline_(timeline), rank_(rank) {}
-  bool empty() const { return by_var_.empty(); }
-
-  void Add(AsyncWait wait, const Operator& op) {
-    auto call = std::make_shared<Call>();
-    call->wait = std::move(wait);
-    call->op = &op;
-    for (const auto* vars : {&op.InputVars(), &op.OutputVars()})
-      for (const auto& v : *vars) by_var_[v] = call;
-    all_.push_back(std::move(call));
+  Schedule(const PreparedBlock& prepared, const std::vector<std::vector<int>>& succs,
+           std::vector<int> npreds, Timeline* timeline, int rank)
+      : prepared_(prepared), succs_(succs), npreds_(std::move(npreds)), timeline_(timeline),
+        rank_(rank) {
+    for (int i = 0; i < static_cast<int>(npreds_.size()); ++i)
+      if (npreds_[i] == 0) ready_.push(i);
   }
 
-  // Ends the calls touching any variable of op.
-  Status WaitFor(const Operator& op) {
-    for (const auto* vars : {&op.InputVars(), &op.OutputVars()}) {
-      for (const auto& v : *vars) {
-        auto it = by_var_.find(v);
-        if (it == by_var_.end()) continue;
-        std::shared_ptr<Call> call = it->second;
-        LOOM_RETURN_IF_ERROR(End(call.get()));
-        for (auto i = by_var_.begin(); i != by_var_.end();) {
-          i = i->second == call ? by_var_.erase(i) : std::next(i);
-        }
-      }
+  // The next op to run (the lowest ready index), ending finished calls first and waiting for
+  // the oldest running call when no op is ready. -1 when every op has run, or on error.
+  int Next(Status* status) {
+    Retire(/*block=*/false, status);
+    while (ready_.empty() && !running_.empty() && status->ok()) Retire(/*block=*/true, status);
+    if (!status->ok() || ready_.empty()) return -1;
+    int i = ready_.top();
+    ready_.pop();
+    return i;
+  }
+
+  // Op i has run; `call` is the work it left running, if any.
+  void Ran(int i, Operator::AsyncCall call) {
+    if (call.wait) {
+      running_.push_back({i, std::move(call.wait), std::move(call.done)});
+    } else {
+      Release(i);
     }
-    return Status::OK();
   }
 
-  // Ends every call (also after an error: buffers must not be freed under a running call) and
-  // returns the first error.
+  // Ends every call still running (also after an error: buffers must not be freed under a
+  // running call) and returns the first error.
   Status WaitAll() {
     Status first;
-    for (auto& call : all_) {
-      Status st = End(call.get());
+    for (auto& c : running_) {
+      Status st = End(&c);
       if (first.ok() && !st.ok()) first = st;
     }
-    all_.clear();
-    by_var_.clear();
+    running_.clear();
     return first;
   }
 
  private:
-  struct Call {
+  struct Running {
+    int op;
     AsyncWait wait;
-    const Operator* op;
-    bool ended = false;
-    Status status;
+    AsyncDone done;
   };
-  Status End(Call* call) {
-    if (!call->ended) {
-      call->ended = true;
-      AsyncSpan span;
-      bool record = timeline_ && timeline_->enabled();
-      call->status = call->wait(record ? &span : nullptr);
-      if (!call->status.ok())
-        call->status =
-            Status(call->status.code(), call->op->Where() + ": " + call->status.message());
-      if (record && span.end != AsyncSpan().end) {
-        std::string vars;
-        for (const auto& v : call->op->InputVars()) vars += (vars.empty() ? "" : ", ") + v;
-        timeline_->Add(rank_, Timeline::kCommunication, call->op->Type(), vars, span.begin,
-                       span.end);
-      }
-    }
-    return call->status;
+
+  void Release(int i) {
+    for (int s : succs_[i])
+      if (--npreds_[s] == 0) ready_.push(s);
   }
+
+  // Ends the calls that have finished (block: at least the oldest one, waiting for it).
+  void Retire(bool block, Status* status) {
+    for (size_t k = 0; k < running_.size() && status->ok();) {
+      Running& c = running_[k];
+      bool finished = (block && k == 0) || (c.done && c.done());
+      if (!finished) {
+        ++k;
+        continue;
+      }
+      *status = End(&c);
+      int op = c.op;
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(k));
+      if (status->ok()) Release(op);
+      if (block) break;
+    }
+  }
+
+  Status End(Running* c) {
+    if (!c->wait) return Status::OK();
+    AsyncWait wait = std::move(c->wait);
+    const Operator& op = *prepared_.ops()[c->op];
+    AsyncSpan span;
+    bool record = timeline_ && timeline_->enabled();
+    Status st = wait(record ? &span : nullptr);
+    if (!st.ok()) st = Status(st.code(), op.Where() + ": " + st.message());
+    if (record && span.end != AsyncSpan().end) {
+      std::string vars;
+      for (const auto& v : op.InputVars()) vars += (vars.empty() ? "" : ", ") + v;
+      timeline_->Add(rank_, Timeline::kCommunication, op.Type(), vars, span.begin, span.end);
+    }
+    return st;
+  }
+
+  const PreparedBlock& prepared_;
+  const std::vector<std::vector<int>>& succs_;
+  std::vector<int> npreds_;
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready_;
+  std::vector<Running> running_;  // in issue order
   Timeline* timeline_;
   int rank_;
-  std::unordered_map<std::string, std::shared_ptr<Call>> by_var_;
-  std::vector<std::shared_ptr<Call>> all_;
 };
 
 }  // namespace
 
 Status Executor::RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev) {
-  PendingCalls pending(timeline_, timeline_rank_);
+  Schedule schedule(*prepared, prepared->succs_, prepared->npreds_, timeline_, timeline_rank_);
   const bool record = timeline_ && timeline_->enabled();
   Status st;
-  for (auto& op : prepared->ops_) {
-    if (!pending.empty()) {
-      st = pending.WaitFor(*op);
-      if (!st.ok()) break;
-    }
+  for (int i; (i = schedule.Next(&st)) >= 0;) {
+    Operator& op = *prepared->ops_[i];
     auto begin = record ? Timeline::Clock::now() : Timeline::Clock::time_point();
-    st = op->Run(*local, dev);
+    st = op.Run(*local, dev);
     if (record) {
       std::string outs;
-      for (const auto& v : op->OutputVars()) outs += (outs.empty() ? "" : ", ") + v;
-      timeline_->Add(timeline_rank_, Timeline::kCompute, op->Type(), outs, begin,
+      for (const auto& v : op.OutputVars()) outs += (outs.empty() ? "" : ", ") + v;
+      timeline_->Add(timeline_rank_, Timeline::kCompute, op.Type(), outs, begin,
                      Timeline::Clock::now());
     }
-    if (AsyncWait wait = op->TakeAsync()) pending.Add(std::move(wait), *op);
+    schedule.Ran(i, op.TakeAsync());
     if (!st.ok()) break;
   }
-  Status ended = pending.WaitAll();
+  Status ended = schedule.WaitAll();
   return st.ok() ? ended : st;
 }
 

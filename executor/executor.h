@@ -5,9 +5,14 @@
 // created on the first run with that scope and reused afterwards. Variables the block reads
 // before writing (its feed targets) are cleared when a run does not feed them, so a stale
 // batch from an earlier run is never used silently.
-// Ops run in program order on the executor's thread; an op may leave a call running (a
-// collective on its communicator's thread), and only the later ops that touch that call's
-// variables wait for it, so communication overlaps with the compute that does not need it.
+// Ops are scheduled by their data dependencies (read-after-write, write-after-read,
+// write-after-write on variable names), lowest program index first among the ready ones. An op
+// may leave a call running (a collective on its communicator's thread); the ops that depend on
+// it become ready only when that call has ended, and every op that does not depend on it runs
+// meanwhile, so communication overlaps with the compute that does not need it. Ops that share a
+// variable that is not a tensor (a communicator) keep their program order, so every rank issues
+// its collectives in the same order; an op carrying a sub-block is a barrier (it may touch any
+// variable). With no call left running the schedule is exactly program order.
 // Thread-safety: one Executor per thread; a PreparedBlock runs on one thread at a time.
 #pragma once
 
@@ -34,6 +39,10 @@ class PreparedBlock {
   ProgramDesc program_;
   int block_id_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;
+  // Dependency graph: succs_[i] are the ops that must wait for op i; npreds_[i] counts the
+  // ops op i waits for.
+  std::vector<std::vector<int>> succs_;
+  std::vector<int> npreds_;
   // Non-persistable vars read before any op writes them: they must be fed on every run.
   std::vector<std::string> feed_targets_;
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
@@ -85,6 +94,7 @@ class Executor {
   Scope* LocalScope(PreparedBlock* prepared, Scope* scope);
   Status Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds);
   Status RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev);
+  static void BuildDependencies(PreparedBlock* prepared);
 
   Place place_;
   Timeline* timeline_ = nullptr;

@@ -86,6 +86,9 @@ struct AsyncSpan {
 // thread). Calling it blocks until the call ended and returns its status; it is called once.
 // When span is not null, it receives when the call ran.
 using AsyncWait = std::function<Status(AsyncSpan* span)>;
+// Whether such a call has ended, without blocking (lets the executor run an op that needed the
+// call as soon as it is done, ahead of ops that wait for later calls).
+using AsyncDone = std::function<bool()>;
 
 // What a kernel sees: its inputs and outputs as tensors, attributes and the device context.
 class KernelContext {
@@ -103,7 +106,8 @@ class KernelContext {
   virtual Variable* OutputVariable(const std::string& slot, int i = 0) const = 0;
   // Declares that the kernel left work running that reads or writes the op's variables: the
   // executor calls `wait` before any later op touches one of them, and before the run ends.
-  virtual void SetAsync(AsyncWait wait) const = 0;
+  // `done`, when given, tells without blocking whether the work has ended.
+  virtual void SetAsync(AsyncWait wait, AsyncDone done = nullptr) const = 0;
 
   const Tensor& Input(const std::string& slot, int i = 0) const;
   Tensor* Output(const std::string& slot, int i = 0) const;

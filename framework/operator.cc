@@ -151,7 +151,8 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
 Status Operator::Run(const Scope& scope, const DeviceContext& dev) {
   if (scope.serial() != bound_scope_) LOOM_RETURN_IF_ERROR(Bind(scope));
   dev_ = &dev;
-  async_ = nullptr;
+  async_wait_ = nullptr;
+  async_done_ = nullptr;
   for (const auto& s : inputs_) {
     for (size_t i = 0; i < s.bound.size(); ++i) {
       const Variable* v = s.bound[i];

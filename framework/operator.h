@@ -45,9 +45,17 @@ class Operator final : public InferShapeContext, public KernelContext {
   const DeviceContext& device() const override { return *dev_; }
   Variable* InputVariable(const std::string& slot, int i) const override;
   Variable* OutputVariable(const std::string& slot, int i) const override;
-  void SetAsync(AsyncWait wait) const override { async_ = std::move(wait); }
-  // The wait a kernel left with SetAsync during the last Run (empty when it finished in place).
-  AsyncWait TakeAsync() { return std::move(async_); }
+  void SetAsync(AsyncWait wait, AsyncDone done = nullptr) const override {
+    async_wait_ = std::move(wait);
+    async_done_ = std::move(done);
+  }
+  // The work a kernel left with SetAsync during the last Run (wait is empty when it finished in
+  // place; done may be empty when the kernel cannot tell without blocking).
+  struct AsyncCall {
+    AsyncWait wait;
+    AsyncDone done;
+  };
+  AsyncCall TakeAsync() { return {std::move(async_wait_), std::move(async_done_)}; }
 
  private:
   struct Slot {
@@ -71,7 +79,8 @@ class Operator final : public InferShapeContext, public KernelContext {
   const DeviceContext* dev_ = nullptr;
   KernelKey cached_key_{Place::kCPU, proto::FP32};
   KernelFn cached_kernel_ = nullptr;
-  mutable AsyncWait async_;
+  mutable AsyncWait async_wait_;
+  mutable AsyncDone async_done_;
 };
 
 }  // namespace loom

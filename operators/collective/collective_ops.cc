@@ -27,6 +27,11 @@ StatusOr<CallOptions> CallOptionsOf(const KernelContext& ctx) {
 }
 
 void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
+  AsyncDone done = [works] {
+    for (const Work& w : works)
+      if (!w.IsCompleted()) return false;
+    return true;
+  };
   ctx.SetAsync([works = std::move(works)](AsyncSpan* span) -> Status {
     Status first;
     for (size_t i = 0; i < works.size(); ++i) {
@@ -39,7 +44,7 @@ void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
       }
     }
     return first;
-  });
+  }, std::move(done));
 }
 
 // ---- comm_init ----

@@ -1,7 +1,13 @@
 // Executor: feeds, fetches, scopes, prepared reuse, and error messages naming op and var.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "executor/executor.h"
+#include "framework/op_registry.h"
 #include "test_programs.h"
 
 namespace loom {
@@ -139,6 +145,175 @@ TEST(ExecutorTest, RunsOnIndependentCpuPlaces) {
   ASSERT_TRUE(e0.Run(p, &s0, {{"v0", x}}, {"v2"}, &a).ok());
   ASSERT_TRUE(e1.Run(p, &s1, {{"v0", x}}, {"v2"}, &b).ok());
   for (int i = 0; i < 12; ++i) EXPECT_EQ(a[0].data<float>()[i], b[0].data<float>()[i]);
+}
+
+// ---- dependency scheduling ----
+// test_gated_copy copies X to Out on a thread that finishes only when the gate opens (or after
+// 2 s); test_log copies X to Out, appends its tag to a log and, with open_gate, opens the gate.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::vector<std::string> log;
+};
+Gate& TheGate() {
+  static Gate g;
+  return g;
+}
+
+Status GatedCopy(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  Tensor* out = ctx.Output("Out");
+  out->Resize(x.dims());
+  float* dst = out->mutable_data<float>(Place::CPU());
+  const float* src = x.data<float>();
+  int64_t n = x.numel();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto worker = std::make_shared<std::thread>([=] {
+    Gate& g = TheGate();
+    std::unique_lock<std::mutex> lock(g.mu);
+    g.cv.wait_for(lock, std::chrono::seconds(2), [&] { return g.open; });
+    g.log.push_back(g.open ? "copy after gate" : "copy timed out");
+    std::copy(src, src + n, dst);
+    done->store(true);
+  });
+  ctx.SetAsync([worker](AsyncSpan*) {
+    worker->join();
+    return Status::OK();
+  }, [done] { return done->load(); });
+  return Status::OK();
+}
+
+Status LogCopy(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  Tensor* out = ctx.Output("Out");
+  out->Resize(x.dims());
+  std::copy(x.data<float>(), x.data<float>() + x.numel(), out->mutable_data<float>(Place::CPU()));
+  Gate& g = TheGate();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.log.push_back(ctx.Attr<std::string>("tag"));
+  if (ctx.Attr<bool>("open_gate")) {
+    g.open = true;
+    g.cv.notify_all();
+  }
+  return Status::OK();
+}
+
+LOOM_REGISTER_OP(test_gated_copy)
+    .Doc("test: copies X to Out asynchronously once the gate opens")
+    .Input("X", "")
+    .Input("Comm", "", false, /*dispensable=*/true)
+    .Output("Out", "")
+    .Kernel(Place::kCPU, proto::FP32, GatedCopy);
+LOOM_REGISTER_OP(test_log)
+    .Doc("test: copies X to Out and logs its tag")
+    .Input("X", "")
+    .Input("Comm", "", false, /*dispensable=*/true)
+    .Output("Out", "")
+    .Attr<std::string>("tag", "", "")
+    .Attr<bool>("open_gate", false, "")
+    .Kernel(Place::kCPU, proto::FP32, LogCopy);
+
+std::vector<std::string> RunGated(const ProgramDesc& p, Scope* scope, std::vector<Tensor>* out) {
+  Gate& g = TheGate();
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.open = false;
+    g.log.clear();
+  }
+  Executor exe;
+  Tensor a = RandomTensor(proto::FP32, DDim{2, 3}, 7);
+  Status st = exe.Run(p, scope, {{"a", a}}, {"c", "d"}, out);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  for (int i = 0; i < 6 && out->size() == 2; ++i) {
+    EXPECT_EQ((*out)[0].data<float>()[i], a.data<float>()[i]);
+    EXPECT_EQ((*out)[1].data<float>()[i], a.data<float>()[i]);
+  }
+  std::lock_guard<std::mutex> lock(g.mu);
+  return g.log;
+}
+
+// a -> gated_copy -> b -> log("dependent") -> c ; a -> log("independent", opens gate) -> d
+ProgramDesc GatedProgram(bool share_comm) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* v : {"a", "b", "c", "d"}) DeclareVar(b, v, DDim{-1, 3}, proto::FP32);
+  using Slots = std::vector<std::pair<std::string, std::vector<std::string>>>;
+  Slots comm;
+  if (share_comm) {
+    b->Var("comm").SetType(proto::VarType::COMMUNICATOR);
+    b->Var("comm").SetPersistable(true);
+    comm = {{"Comm", {"comm"}}};
+  }
+  auto with = [&](Slots in) {
+    in.insert(in.end(), comm.begin(), comm.end());
+    return in;
+  };
+  b->AppendOp("test_gated_copy", with(Slots{{"X", {"a"}}}), {{"Out", {"b"}}}, {});
+  b->AppendOp("test_log", {{"X", {"b"}}}, {{"Out", {"c"}}}, {{"tag", std::string("dependent")}});
+  b->AppendOp("test_log", with(Slots{{"X", {"a"}}}), {{"Out", {"d"}}},
+              {{"tag", std::string("independent")}, {"open_gate", true}});
+  return p;
+}
+
+TEST(ExecutorScheduleTest, IndependentOpsRunWhileACallIsInFlight) {
+  // The op reading b waits for the running copy; the op that does not need it runs first and
+  // opens the gate. In program order the copy would time out first.
+  Scope scope;
+  std::vector<Tensor> out;
+  std::vector<std::string> log = RunGated(GatedProgram(false), &scope, &out);
+  EXPECT_EQ(log, (std::vector<std::string>{"independent", "copy after gate", "dependent"}));
+}
+
+TEST(ExecutorScheduleTest, OpsSharingACommunicatorKeepProgramOrder) {
+  // Same program, but both async-capable ops name one communicator: the second may not pass the
+  // first (ranks must issue collectives in the same order), so the copy times out first.
+  Scope scope;
+  scope.Var("comm")->GetMutable<int>();
+  std::vector<Tensor> out;
+  std::vector<std::string> log = RunGated(GatedProgram(true), &scope, &out);
+  EXPECT_EQ(log, (std::vector<std::string>{"copy timed out", "dependent", "independent"}));
+}
+
+TEST(ExecutorScheduleTest, WithoutRunningCallsTheOrderIsProgramOrder) {
+  // Ops that do not depend on each other still run in program order when nothing is in flight.
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* v : {"a", "c", "d"}) DeclareVar(b, v, DDim{-1, 3}, proto::FP32);
+  b->AppendOp("test_log", {{"X", {"a"}}}, {{"Out", {"d"}}}, {{"tag", std::string("first")}});
+  b->AppendOp("test_log", {{"X", {"a"}}}, {{"Out", {"c"}}}, {{"tag", std::string("second")}});
+  Scope scope;
+  std::vector<Tensor> out;
+  std::vector<std::string> log = RunGated(p, &scope, &out);
+  EXPECT_EQ(log, (std::vector<std::string>{"first", "second"}));
+}
+
+TEST(ExecutorScheduleTest, WriteAfterReadWaitsForTheReader) {
+  // gated_copy reads a; a later op overwrites a: it must wait for the copy to finish reading.
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* v : {"a", "b", "c", "d"}) DeclareVar(b, v, DDim{-1, 3}, proto::FP32);
+  b->AppendOp("test_gated_copy", {{"X", {"a"}}}, {{"Out", {"b"}}}, {});
+  b->AppendOp("test_log", {{"X", {"d"}}}, {{"Out", {"a"}}}, {{"tag", std::string("overwrite")}});
+  b->AppendOp("test_log", {{"X", {"b"}}}, {{"Out", {"c"}}},
+              {{"tag", std::string("read copy")}, {"open_gate", true}});
+  Gate& g = TheGate();
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.open = false;
+    g.log.clear();
+  }
+  Tensor a = RandomTensor(proto::FP32, DDim{2, 3}, 8), d = RandomTensor(proto::FP32, DDim{2, 3}, 9);
+  Tensor a0 = RandomTensor(proto::FP32, DDim{2, 3}, 8);  // a's values (the feed's memory is reused)
+  Scope scope;
+  std::vector<Tensor> out;
+  Executor exe;
+  ASSERT_TRUE(exe.Run(p, &scope, {{"a", a}, {"d", d}}, {"b", "a"}, &out).ok());
+  EXPECT_EQ(g.log, (std::vector<std::string>{"copy timed out", "overwrite", "read copy"}));
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(out[0].data<float>()[i], a0.data<float>()[i]);  // the copy saw the old a
+    EXPECT_EQ(out[1].data<float>()[i], d.data<float>()[i]);
+  }
 }
 
 }  // namespace
