@@ -6,9 +6,14 @@
 #include <memory>
 #include <set>
 
+#include "collective/transport/mpi.h"
 #include "executor/executor.h"
+#include "framework/cpu_threads.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
+#include "loom/config.h"
+#include "operators/collective/comm.h"
+#include "transpiler/data_parallel.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/proto_text.h"
@@ -24,7 +29,9 @@ Flags RunFlags() {
       "feeding minibatches sliced along dim 0 from .npy files (wrapping around), and prints the\n"
       "fetched variables. Defaults for feeds, fetches and batch size come from DIR/bundle.pbtxt.\n"
       "A DIR written by `loom transpile` (DIR/manifest.pbtxt) trains on all its ranks at once:\n"
-      "each step's global batch is split across the ranks and the loss is reported over it.",
+      "each step's global batch is split across the ranks and the loss is reported over it.\n"
+      "A DIR transpiled with --transport mpi runs one rank per process:\n"
+      "  mpirun -np N loom run DIR   (rank 0 prints; every rank reads the same feeds)",
       {
           {"iters", "N", "number of training steps", "100"},
           {"batch-size", "B", "rows per minibatch (default: bundle.pbtxt, else all rows)", ""},
@@ -300,6 +307,13 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, const ProgramDesc&
   return Status::OK();
 }
 
+// The global minibatch's rows per rank: the first rows % n ranks get one row more.
+std::vector<int64_t> Shares(int64_t batch, int n) {
+  std::vector<int64_t> share(n);
+  for (int r = 0; r < n; ++r) share[r] = batch / n + (r < batch % n ? 1 : 0);
+  return share;
+}
+
 // A transpiled bundle: DIR/manifest.pbtxt and DIR/rank<R>/{startup,main}.pb. Every rank runs on
 // its own thread with its own scope; each step's global minibatch is split along dim 0 (the
 // first rows % N ranks get one row more; a rank may get none).
@@ -347,8 +361,7 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
   int64_t offset = 0;
   for (int64_t it = 1; it <= setup.iters; ++it) {
     timeline.set_enabled(it > setup.iters - setup.timeline_iters);
-    std::vector<int64_t> share(n);
-    for (int r = 0; r < n; ++r) share[r] = batch / n + (r < batch % n ? 1 : 0);
+    const std::vector<int64_t> share = Shares(batch, n);
     for (const auto& f : setup.feeds) {
       Tensor global = Minibatch(f.data, offset, batch);
       int64_t begin = 0;
@@ -382,6 +395,111 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
   return Status::OK();
 }
 
+#if LOOM_MPI_ENABLED
+// One rank of a DIR transpiled for transport mpi: this process is MPI rank R and runs
+// DIR/rank<R> on its share of each global minibatch; a scalar first fetch is summed over the
+// ranks (weighted by rows) through the program's own communicator, and rank 0 prints.
+Status RunThisMpiRank(const Flags& flags, const RunSetup& setup,
+                      const proto::DataParallelManifest& dp, int rank) {
+  const int n = dp.nranks();
+  std::string rd = JoinPath(setup.dir, StrCat("rank", rank));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(rd, "startup.pb")));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(rd, "main.pb")));
+  // The processes of one machine share its cores.
+  int local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+  const int threads = std::max(1, CpuCores() / local);
+  ScopedBlasThreads blas(threads);
+  ScopedThreadBudget budget(local > 1 ? threads : 0);
+  const bool print = rank == 0;
+
+  Scope scope;
+  Executor exe(setup.place);
+  LOOM_RETURN_IF_ERROR(exe.Run(startup, &scope).WithContext("startup.pb"));
+  if (flags.Has("load-params"))
+    LOOM_RETURN_IF_ERROR(LoadParams(main, &scope, flags.Get("load-params"), setup.place));
+  const Variable* cv = scope.FindVar(transpiler::kCommVar);
+  if (!cv || !cv->IsType<ops::CommHandle>() || !cv->Get<ops::CommHandle>().comm)
+    return FailedPrecondition("rank", rank, "/startup.pb made no communicator ('",
+                              transpiler::kCommVar, "')");
+  collective::Communicator* comm = cv->Get<ops::CommHandle>().comm;
+  LOOM_ASSIGN_OR_RETURN(auto prepared, exe.Prepare(main));
+
+  const int64_t batch = setup.batch;
+  const std::vector<int64_t> share = Shares(batch, n);
+  int64_t begin = 0;
+  for (int r = 0; r < rank; ++r) begin += share[r];
+  if (print)
+    std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks "
+                "(%s, mpi, %d thread(s) per rank)\n",
+                setup.dir.c_str(), static_cast<long long>(setup.iters),
+                static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
+                dp.mode().c_str(), threads);
+  Timeline timeline;
+  if (setup.timeline && print) exe.set_timeline(&timeline, 0);
+  Progress progress(setup);
+  std::vector<Tensor> out;
+  int64_t offset = 0;
+  for (int64_t it = 1; it <= setup.iters; ++it) {
+    timeline.set_enabled(it > setup.iters - setup.timeline_iters);
+    FeedMap feed;
+    for (const auto& f : setup.feeds)
+      feed[f.name] = Minibatch(f.data, offset, batch).Slice(begin, begin + share[rank]);
+    if (setup.rows > 0) offset = (offset + batch) % setup.rows;
+    Status st = exe.Run(prepared.get(), &scope, feed, setup.fetches, &out);
+    if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
+    double scalar = out.empty() ? NAN : FirstValue(out[0]);
+    if (!out.empty() && out[0].numel() == 1 && batch > 0) {
+      double part = share[rank] > 0 ? scalar * share[rank] / batch : 0.0;
+      LOOM_RETURN_IF_ERROR(comm->AllReduce(&part, &scalar, 1, collective::DataType::kFloat64,
+                                           collective::ReduceOp::kSum)
+                               .Wait()
+                               .WithContext("summing the loss over the ranks"));
+    }
+    if (print) progress.Step(it, out, scalar);
+  }
+  if (print) {
+    progress.Done();
+    LOOM_RETURN_IF_ERROR(WriteTimeline(flags, timeline));
+    if (flags.Has("save-params")) {
+      LOOM_RETURN_IF_ERROR(SaveParams(main, scope, flags.Get("save-params")));
+      std::printf("saved parameters (rank 0) to %s\n", flags.Get("save-params").c_str());
+    }
+  }
+  // Every rank leaves together: rank 0 may still be saving.
+  return comm->Barrier().Wait();
+}
+#endif
+
+// A DIR transpiled for transport mpi, in this process (one of the mpirun ranks). Errors found
+// after MPI is up end the whole job (MPI_Abort), so no peer waits for a rank that is gone.
+Status RunMpiRank(const Flags& flags, const RunSetup& setup,
+                  const proto::DataParallelManifest& dp) {
+#if LOOM_MPI_ENABLED
+  const int n = dp.nranks();
+  if (!collective::LaunchedByMpirun())
+    return FailedPrecondition(setup.dir, " was transpiled for transport mpi: start one process "
+                              "per rank, e.g. mpirun -np ", n, " loom run ", setup.dir);
+  LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
+  const int rank = collective::MpiWorldRank();
+  Status st = collective::MpiWorldSize() == n
+                  ? RunThisMpiRank(flags, setup, dp, rank)
+                  : FailedPrecondition(setup.dir, " was transpiled for ", n,
+                                       " ranks, the MPI world has ",
+                                       collective::MpiWorldSize(), " processes");
+  if (!st.ok()) {
+    std::fprintf(stderr, "loom run: error: rank %d: %s\n", rank, st.message().c_str());
+    std::fflush(stderr);
+    collective::MpiAbort(kExitError);
+    return st;
+  }
+  return collective::MpiFinalize();
+#else
+  return Unimplemented(setup.dir, " was transpiled for transport mpi, but Loom was built "
+                       "without MPI (install Open MPI, see scripts/install-deps.sh, and rebuild)");
+#endif
+}
+
 Status Run(const Flags& flags) {
   const std::string dir = flags.positional()[0];
   if (!IsDirectory(dir)) return NotFound("bundle directory '", dir, "' does not exist");
@@ -395,6 +513,10 @@ Status Run(const Flags& flags) {
                           LoadProgram(JoinPath(JoinPath(dir, "rank0"), "main.pb")));
     RunSetup setup;
     LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
+    if (dp.transport() == "mpi") return RunMpiRank(flags, setup, dp);
+    if (dp.has_transport() && dp.transport() != "inprocess")
+      return InvalidArgument(dp_path, ": transport '", dp.transport(),
+                             "' is not one of inprocess, mpi");
     return RunRanks(flags, setup, dp);
   }
   LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));

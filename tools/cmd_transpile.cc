@@ -27,10 +27,15 @@ Flags TranspileFlags() {
       "trains with them. Passes, in order:" + passes,
       {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
-          {"places", "cpu:N", "the devices: N in-process CPU places", "cpu:2"},
+          {"places", "cpu:N", "the devices: N CPU places (threads of one process, or with "
+                              "--transport mpi one process each)", "cpu:2"},
+          {"transport", "T", "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
+                             "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process)",
+           "inprocess"},
           {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
                            "parameter updated by one owner rank, then broadcast)", "allreduce"},
-          {"algo", "ALGO", "ring, tree, multi_tree, star or auto (chosen per bucket)", "auto"},
+          {"algo", "ALGO", "ring, tree, multi_tree, star, auto (chosen per bucket), or with "
+                           "--transport mpi also native (MPI's own)", "auto"},
           {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
           {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
                               "gradient), avg (1/N) or one", "sample"},
@@ -63,6 +68,7 @@ Status Transpile(const Flags& flags) {
   config.algorithm = flags.Get("algo");
   config.owner_policy = flags.Get("owner-policy");
   config.topology = flags.Get("topology");
+  config.transport = flags.Get("transport");
   char* end = nullptr;
   config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
   if (*end != '\0') return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");

@@ -103,9 +103,11 @@ VarDesc DeclareCommVar(BlockDesc* block) {
 Status CheckProgram(State* s) {
   const auto& c = s->config;
   if (c.nranks < 1) return InvalidArgument("nranks must be >= 1, got ", c.nranks);
+  if (c.transport != "inprocess" && c.transport != "mpi")
+    return InvalidArgument("transport '", c.transport, "' is not one of inprocess, mpi");
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
-    if (a == collective::Algorithm::kNative)
+    if (a == collective::Algorithm::kNative && c.transport == "inprocess")
       return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the in-process "
                              "transport offers ring, tree, multi_tree, star and auto");
   }
@@ -329,6 +331,7 @@ Status InsertCommInit(State* s) {
   op.SetAttr("nranks", s->config.nranks);
   op.SetAttr("rank", 0);  // set per rank by split-per-rank
   op.SetAttr("group", s->config.group);
+  op.SetAttr("transport", s->config.transport);
   op.SetAttr("topology", s->config.topology);
   op.SetAttr("timeout_ms", s->config.timeout_ms);
   op.SetAttr("tree_max_bytes", s->config.tree_max_bytes);
@@ -551,6 +554,7 @@ void FillManifest(State* s) {
   m.set_grad_scale(GradScaleName(c.grad_scale));
   m.set_fuse_grad_size_mb(c.fuse_grad_size_mb);
   m.set_group(c.group);
+  m.set_transport(c.transport);
   if (c.grad_scale == GradScale::kSample) m.set_batch_var(s->batch_var);
   for (const auto& p : s->params) {
     auto* mp = m.add_params();

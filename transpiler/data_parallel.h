@@ -48,6 +48,9 @@ struct DataParallelConfig {
   GradScale grad_scale = GradScale::kSample;
   std::string owner_policy = "bytes";  // bytes | hash
   std::string group = "loom_dp";       // name the ranks' communicators meet under
+  // How the ranks meet: "inprocess" (one process, a thread per rank: Executor::RunRanks) or
+  // "mpi" (one process per rank under mpirun; the MPI world is the group).
+  std::string transport = "inprocess";
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
   // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):

@@ -36,6 +36,9 @@ namespace loom::collective {
 Status MpiInit(int* argc, char*** argv);
 // MPI_Finalize, if MpiInit initialized MPI.
 Status MpiFinalize();
+// Ends every process of the job with `code` (MPI_Abort), when MPI is initialized; returns
+// otherwise. For a rank that failed while its peers may still wait in a collective.
+void MpiAbort(int code);
 // True when this process was started by mpirun/mpiexec (Open MPI, MPICH, PMI launchers).
 bool LaunchedByMpirun();
 // The thread level granted ("MPI_THREAD_MULTIPLE", ...), or "not initialized".

@@ -53,16 +53,16 @@ Status CommInitKernel(const KernelContext& ctx) {
   Variable* out = ctx.OutputVariable("Comm");
   if (!out) return ctx.Error("output 'Comm' is missing");
   const std::string& transport = ctx.Attr<std::string>("transport");
-  if (transport != "inprocess")
-    return Unimplemented(ctx.Where(), ": transport '", transport,
-                         "' is not available to comm_init (supported: inprocess)");
   GroupOptions o;
   o.timeout_ms = ctx.Attr<int>("timeout_ms");
   o.topology = ctx.Attr<std::string>("topology");
   o.tree_max_bytes = static_cast<size_t>(ctx.Attr<int>("tree_max_bytes"));
-  LOOM_ASSIGN_OR_RETURN(CommHandle h, JoinInProcessGroup(ctx.Attr<std::string>("group"),
-                                                         ctx.Attr<int>("nranks"),
-                                                         ctx.Attr<int>("rank"), o));
+  const int nranks = ctx.Attr<int>("nranks"), rank = ctx.Attr<int>("rank");
+  StatusOr<CommHandle> joined =
+      transport == "mpi" ? JoinMpiWorld(nranks, rank, o)
+                         : JoinInProcessGroup(ctx.Attr<std::string>("group"), nranks, rank, o);
+  if (!joined.ok()) return joined.status().WithContext(ctx.Where());
+  CommHandle h = std::move(joined).value();
   *out->GetMutable<CommHandle>() = std::move(h);
   return Status::OK();
 }
@@ -293,7 +293,15 @@ LOOM_REGISTER_OP(comm_init)
     .RequiredAttr<int>("nranks", "number of ranks", Positive("nranks"))
     .RequiredAttr<int>("rank", "this rank", NonNegative("rank"))
     .RequiredAttr<std::string>("group", "name the ranks of one group share")
-    .Attr<std::string>("transport", "inprocess", "inprocess (more to come: mpi, nccl)")
+    .Attr<std::string>("transport", "inprocess",
+                       "inprocess (ranks are threads of one process, meeting by group name) or "
+                       "mpi (one process per rank under mpirun; the MPI world is the group)",
+                       [](const std::string& t) {
+                         return t == "inprocess" || t == "mpi"
+                                    ? Status::OK()
+                                    : InvalidArgument("transport '", t,
+                                                      "' is not one of inprocess, mpi");
+                       })
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
                Positive("timeout_ms"))

@@ -4,7 +4,9 @@
 #include <mutex>
 #include <vector>
 
+#include "collective/transport/mpi.h"
 #include "collective/world.h"
+#include "loom/config.h"
 #include "operators/collective/stats.h"
 
 namespace loom::ops {
@@ -73,6 +75,42 @@ StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int 
   handle.comm = &g.world->comm(rank);
   if (--g.remaining == 0) groups.erase(it);
   return handle;
+}
+
+StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& options) {
+#if LOOM_MPI_ENABLED
+  if (!collective::LaunchedByMpirun())
+    return FailedPrecondition("transport 'mpi' needs one process per rank started by mpirun "
+                              "(e.g. mpirun -np ", nranks, " loom run DIR)");
+  LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
+  if (collective::MpiWorldSize() != nranks)
+    return FailedPrecondition("the program was transpiled for ", nranks,
+                              " ranks, the MPI world has ", collective::MpiWorldSize(),
+                              " processes (start it with mpirun -np ", nranks, ")");
+  if (collective::MpiWorldRank() != rank)
+    return FailedPrecondition("this is the program of rank ", rank, ", but this process is MPI rank ",
+                              collective::MpiWorldRank());
+  collective::MpiCommunicatorOptions o;
+  o.communicator.timeout = std::chrono::milliseconds(options.timeout_ms);
+  o.communicator.auto_tree_max_bytes = options.tree_max_bytes;
+  if (!options.topology.empty()) {
+    LOOM_ASSIGN_OR_RETURN(collective::Topology topo,
+                          collective::Topology::Preset(options.topology));
+    if (topo.size() != nranks)
+      return InvalidArgument("topology '", options.topology, "' has ", topo.size(),
+                             " devices, the MPI world has ", nranks, " ranks");
+    o.topology = topo;
+  }
+  LOOM_ASSIGN_OR_RETURN(auto comm, collective::CreateMpiCommunicator(o));
+  std::shared_ptr<collective::Communicator> owner(std::move(comm));
+  CommHandle handle;
+  handle.comm = owner.get();
+  handle.owner = std::move(owner);
+  return handle;
+#else
+  return Unimplemented("transport 'mpi' is not available: Loom was built without MPI "
+                       "(install Open MPI, see scripts/install-deps.sh, and rebuild)");
+#endif
 }
 
 StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx) {

@@ -32,6 +32,13 @@ struct GroupOptions {
 StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int rank,
                                         const GroupOptions& options);
 
+// Rank `rank` of nranks over MPI_COMM_WORLD: one process per rank, started by mpirun. MPI is
+// initialized here when the caller has not done it (whoever initialized it finalizes it, after
+// every communicator is gone: collective::MpiFinalize). Fails when the world's size or this
+// process's rank differ from what the program was transpiled for, and when Loom was built
+// without MPI.
+StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& options);
+
 // The communicator held by the kernel's "Comm" input.
 StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx);
 
