@@ -85,6 +85,37 @@ def loom_steps_per_s(name, places, config, global_batch, steps, warmup=3):
     return steps / (time.perf_counter() - t0)
 
 
+def loom_mpi_steps_per_s(name, places, global_batch, steps, loom_bin, mpirun):
+    """Loom over MPI, one process per rank like DDP: the model saved as a bundle, transpiled with
+    --transport mpi (allreduce, auto), trained by `mpirun -np N loom run`."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+    import loom as fluid
+    main, startup, loss = loom_model(fluid, name)
+    x, y = batch(name, global_batch)
+    work = tempfile.mkdtemp(prefix="loom_dp_mpi_")
+    try:
+        bundle, out = os.path.join(work, "bundle"), os.path.join(work, "mpi")
+        fluid.io.save_program_bundle(bundle, main, startup, ["x", "y"], [loss],
+                                     data={"x": x, "y": y}, batch_size=global_batch)
+        subprocess.run([loom_bin, "transpile", bundle, "-o", out, "--places", "cpu:%d" % places,
+                        "--transport", "mpi"], check=True, stdout=subprocess.DEVNULL)
+
+        def run(iters):
+            r = subprocess.run([mpirun, "--oversubscribe", "--allow-run-as-root", "-np",
+                                str(places), loom_bin, "run", out, "--iters", str(iters),
+                                "--print-every", str(iters)], check=True, capture_output=True,
+                               text=True)
+            return float(re.search(r"done: \d+ iterations in ([0-9.]+) s", r.stdout).group(1))
+        # The difference of two runs leaves out start-up and the first (warm-up) steps.
+        short, full = run(3), run(3 + steps)
+        return steps / max(full - short, 1e-9)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # ---- PyTorch ----
 
 def torch_model(torch, name):
@@ -198,6 +229,12 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: per model)")
     ap.add_argument("--batch", type=int, default=0, help="global batch (default: per model)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--mpi", action="store_true",
+                    help="add Loom over MPI (N processes, allreduce auto; needs mpirun and the "
+                         "loom binary, see --loom)")
+    ap.add_argument("--loom", default=os.path.join(os.path.dirname(__file__), "..", "..", "build",
+                                                   "tools", "loom"),
+                    help="the loom binary for --mpi")
     ap.add_argument("--memory", default="few-large",
                     help="model whose per-place memory (allreduce vs owner) is reported")
     args = ap.parse_args()
@@ -208,15 +245,19 @@ def main():
     print("| model | global batch | Loom 1 place | " +
           " | ".join("Loom %d places %s%s" % (n, m if m == "owner" else "", "" if m == "owner"
                                               else a) for m, a in configs) +
+          (" | Loom %d MPI procs auto" % n if args.mpi else "") +
           ("" if args.no_torch else " | PyTorch 1 proc | PyTorch DDP %d procs" % n) +
           " | best Loom %d / DDP |" % n)
-    print("|" + "---|" * (4 + len(configs) + (0 if args.no_torch else 3)))
+    print("|" + "---|" * (4 + len(configs) + (1 if args.mpi else 0) +
+                          (0 if args.no_torch else 3)))
     for name in args.models.split(","):
         gb, steps = defaults[name]
         gb, steps = args.batch or gb, args.steps or steps
         one = loom_steps_per_s(name, 1, None, gb, steps)
         multi = [loom_steps_per_s(name, n, c, gb, steps) for c in configs]
         row = [name, str(gb), "%.1f" % (one * gb)] + ["%.1f" % (r * gb) for r in multi]
+        if args.mpi:
+            row += ["%.1f" % (loom_mpi_steps_per_s(name, n, gb, steps, args.loom, "mpirun") * gb)]
         if not args.no_torch:
             t1 = torch_steps_per_s(name, 1, gb, steps)
             tn = torch_steps_per_s(name, n, gb, steps)
