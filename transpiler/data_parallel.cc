@@ -63,6 +63,10 @@ struct State {
   std::string batch_var;
   // Owner mode: optimize-role op index -> the parameter it serves (absent: serves all).
   std::map<int, int> op_param;
+  // Owner mode: `sum` ops over per-parameter terms (the squared norms of clipping by global
+  // norm): op index -> (input var, parameter) of each term. Each rank sums the terms of its own
+  // parameters and an allreduce right after the op adds up the ranks' partial sums.
+  std::map<int, std::vector<std::pair<std::string, int>>> partial_sums;
   std::unique_ptr<collective::Selector> selector;  // resolves "auto" per bucket
   std::shared_ptr<const collective::CommPlan> plan;
   std::vector<ProgramDesc> rank_startup;
@@ -209,8 +213,10 @@ Status FindGradients(State* s) {
 }
 
 // Which parameter each optimize-role op serves: the one whose param or gradient it touches,
-// directly or through temporaries of ops serving it. Ops serving several parameters (global
-// norm clipping) cannot be split across owners.
+// directly or through temporaries of ops serving it. An op serving several parameters is split
+// across owners only when it is a `sum` whose every input is a term of one parameter (the global
+// norm of clipping by global norm: each owner adds its terms, then the ranks allreduce); any
+// other such op is an error.
 Status BindOptimizerOps(State* s) {
   const BlockDesc* block = s->main.GlobalBlock();
   std::map<std::string, int> of_var;
@@ -232,11 +238,28 @@ Status BindOptimizerOps(State* s) {
           if (auto it = of_var.find(n); it != of_var.end()) served.insert(it->second);
     }
     if (served.size() > 1) {
-      std::string list;
-      for (int k : served) list += (list.empty() ? "'" : ", '") + s->params[k].param + "'";
-      return InvalidArgument(OpLocation(op.Type(), 0, i), " combines the gradients of ", list,
-                             ", which owner mode updates on different ranks (e.g. clipping by "
-                             "global norm); use mode allreduce");
+      std::vector<std::pair<std::string, int>> terms;
+      if (op.Type() == "sum" && outs.size() == 1 && !of_var.count(outs[0])) {
+        for (const auto& n : op.Input("X")) {
+          auto it = of_var.find(n);
+          if (it == of_var.end() || n == s->params[it->second].param ||
+              n == s->params[it->second].grad) {
+            terms.clear();  // a raw param or gradient, or a term of no parameter
+            break;
+          }
+          terms.push_back({n, it->second});
+        }
+      }
+      if (terms.empty()) {
+        std::string list;
+        for (int k : served) list += (list.empty() ? "'" : ", '") + s->params[k].param + "'";
+        return InvalidArgument(OpLocation(op.Type(), 0, i), " combines the gradients of ", list,
+                               ", which owner mode updates on different ranks; only a sum of "
+                               "per-parameter terms (clipping by global norm) can be split; use "
+                               "mode allreduce");
+      }
+      s->partial_sums[i] = std::move(terms);
+      continue;  // its output serves every parameter
     }
     if (served.empty()) continue;
     int k = *served.begin();
@@ -425,6 +448,16 @@ Status InsertGradSync(State* s) {
           {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}}, role));
     }
   }
+  for (const auto& [i, terms] : s->partial_sums) {
+    OpDesc op = block->Op(i);
+    const std::string out = op.Output("Out")[0];
+    VarDesc v = block->FindVarRecursive(out);
+    int64_t bytes = v ? std::max<int64_t>(v.Dims().numel(), 1) * SizeOf(v.Dtype()) : 8;
+    after[i].push_back(make("allreduce", {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
+                            {{"reduce_type", std::string("sum")},
+                             {"algorithm", ResolveAlgorithm(*s, "AllReduce", bytes)}},
+                            kOpRoleOptimize | kOpRoleCommunication));
+  }
   if (owner) {
     for (const ParamSync& p : s->params) {
       int64_t bytes = p.bytes;
@@ -447,6 +480,9 @@ Status InsertGradSync(State* s) {
   std::map<int, int> op_param;
   for (const auto& [i, k] : s->op_param) op_param[moved[i]] = k;
   s->op_param = op_param;
+  std::map<int, std::vector<std::pair<std::string, int>>> partial_sums;
+  for (auto& [i, terms] : s->partial_sums) partial_sums[moved[i]] = std::move(terms);
+  s->partial_sums = std::move(partial_sums);
   return Status::OK();
 }
 
@@ -460,6 +496,26 @@ Status SplitPerRank(State* s) {
       if (sb->Op(i).Type() == "comm_init") sb->Op(i).SetAttr("rank", r);
     if (owner) {
       BlockDesc* mb = main.GlobalBlock();
+      // Partial sums keep the terms of this rank's parameters; with none, the rank adds zero.
+      for (const auto& [i, terms] : s->partial_sums) {
+        OpDesc op = mb->Op(i);
+        std::vector<std::string> mine;
+        for (const auto& [var, k] : terms)
+          if (s->params[k].owner == r) mine.push_back(var);
+        if (!mine.empty()) {
+          op.SetInput("X", mine);
+          continue;
+        }
+        VarDesc out = mb->FindVarRecursive(op.Output("Out")[0]);
+        std::vector<int64_t> shape;
+        for (int64_t d : out.Dims().vec()) shape.push_back(std::max<int64_t>(d, 1));
+        if (shape.empty()) shape.push_back(1);
+        op.RemoveInput("X");
+        op.SetType("fill_constant");
+        op.SetAttr("shape", shape);
+        op.SetAttr("value", 0.0f);
+        op.SetAttr("dtype", static_cast<int>(out.Dtype()));
+      }
       std::set<std::string> state;  // optimizer state of parameters this rank does not own
       for (int i = mb->OpSize() - 1; i >= 0; --i) {
         auto it = s->op_param.find(i);

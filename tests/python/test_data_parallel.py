@@ -10,7 +10,7 @@ from loom import core
 STEPS = 20
 
 
-def build(model, opt, seed=7):
+def build(model, opt, seed=7, clip_norm=None):
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         if model == "mlp":
@@ -26,10 +26,11 @@ def build(model, opt, seed=7):
             logits = fluid.layers.fc(c2, 4)
         y = fluid.layers.data("y", [1], dtype="int64")
         loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        clip = fluid.clip.GradientClipByGlobalNorm(clip_norm) if clip_norm else None
         if opt == "sgd":
-            fluid.optimizer.SGD(0.1).minimize(loss)
+            fluid.optimizer.SGD(0.1, grad_clip=clip).minimize(loss)
         else:
-            fluid.optimizer.Adam(0.01).minimize(loss)
+            fluid.optimizer.Adam(0.01, grad_clip=clip).minimize(loss)
     return main, startup, loss
 
 
@@ -154,6 +155,97 @@ def test_owner_mode_keeps_optimizer_state_only_on_the_owner():
     total = sum(len(m) for m in moments)
     assert total == 2 * 6  # two moments for each of the six parameters, each on one rank only
     assert not set(moments[0]) & set(moments[1])
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+def test_clipping_by_global_norm_matches_single_device(mode):
+    # The global norm spans every gradient; in owner mode each owner adds the squared norms of
+    # its own parameters and the ranks allreduce the partial sums. clip_norm is small enough
+    # that every step clips.
+    data = batches("mlp", 12)
+    main, startup, loss = build("mlp", "sgd", clip_norm=0.05)
+    init = initial_params(main, startup)
+    exe, scope = fresh_scope(main, startup, init)
+    for x, y in data:
+        exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    want = {n: np.array(scope.find_var(n).get_tensor()) for n in params_of(main)}
+    # Clipping changed the result (so the test would notice it being skipped).
+    unclipped = reference("mlp", "sgd", data)[1]
+    assert any(np.abs(want[n] - unclipped[n]).max() > 1e-3 for n in want)
+    for places in (1, 2, 3, 4):
+        main, startup, loss = build("mlp", "sgd", clip_norm=0.05)
+        exe, scope = fresh_scope(main, startup, init)
+        bs = fluid.BuildStrategy()
+        bs.reduce_strategy = (fluid.BuildStrategy.ReduceStrategy.Reduce if mode == "owner"
+                              else fluid.BuildStrategy.ReduceStrategy.AllReduce)
+        compiled = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(places))
+        for x, y in data:
+            exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+        for r, s in enumerate(compiled._states[id(scope)].scopes):
+            got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+            assert_close(got, want, "clip %s places=%d rank %d" % (mode, places, r))
+
+
+def test_clipping_when_a_rank_owns_no_parameter():
+    # Two parameters on three ranks in owner mode: one rank adds no terms (a zero partial sum).
+    def build_lin():
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [12])
+            logits = fluid.layers.fc(x, 4)
+            y = fluid.layers.data("y", [1], dtype="int64")
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+            fluid.optimizer.SGD(
+                0.5, grad_clip=fluid.clip.GradientClipByGlobalNorm(0.05)).minimize(loss)
+        return main, startup, loss
+    data = batches("mlp", 9)
+    main, startup, loss = build_lin()
+    init = initial_params(main, startup)
+    exe, scope = fresh_scope(main, startup, init)
+    for x, y in data:
+        exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    want = {n: np.array(scope.find_var(n).get_tensor()) for n in params_of(main)}
+    main, startup, loss = build_lin()
+    exe, scope = fresh_scope(main, startup, init)
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(3))
+    for x, y in data:
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    state = compiled._states[id(scope)]
+    for r, s in enumerate(state.scopes):
+        got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+        assert_close(got, want, "clip owner 3 places, rank %d" % r)
+    # Exactly one rank owns nothing: its partial sum became a zero fill; the others keep a sum.
+    kinds = []
+    for m in state.mains:
+        b = m.block(0)
+        ops = [b.op(i) for i in range(b.op_size())]
+        sums = [o for o in ops if o.type() == "sum" and "global_norm" in o.output("Out")[0]]
+        zeros = [o for o in ops if o.type() == "fill_constant"
+                 and "global_norm" in o.output("Out")[0] and o.attr("value") == 0.0]
+        kinds.append((len(sums), len(zeros)))
+    assert sorted(kinds) == [(0, 1), (1, 0), (1, 0)], kinds
+
+
+def test_owner_mode_rejects_other_ops_combining_gradients():
+    main, startup, loss = build("mlp", "sgd")
+    block = main.global_block()
+    # Two parameters' squared gradient norms combined by elementwise_add (not a sum op).
+    norms = []
+    for p in block.all_parameters()[:2]:
+        sq = block.create_var(name=p.name + "@SQ", shape=[1], dtype="float32")
+        block.append_op("squared_l2_norm", inputs={"X": block.var(p.name + "@GRAD")},
+                        outputs={"Out": sq})._set_attr("op_role", core.kOpRoleOptimize)
+        norms.append(sq)
+    total = block.create_var(name="sq_total", shape=[1], dtype="float32")
+    block.append_op("elementwise_add", inputs={"X": norms[0], "Y": norms[1]},
+                    outputs={"Out": total})._set_attr("op_role", core.kOpRoleOptimize)
+    with pytest.raises(core.LoomError,
+                       match="elementwise_add.*combines the gradients of.*only a sum"):
+        core.transpile_data_parallel(startup.desc, main.desc, 2, mode="owner")
 
 
 def test_transpiler_errors_are_clear():

@@ -69,8 +69,9 @@ void ExpectSyncRightAfterProducers(const ProgramDesc& p, const std::string& coll
                                             << "the producer of its gradients";
     for (int k = i + 1; k < b->OpSize(); ++k) {
       OpDesc later = b->Op(k);
-      if ((later.Role() & kOpRoleBackward) && !(later.Role() & kOpRoleCommunication))
+      if ((later.Role() & kOpRoleBackward) && !(later.Role() & kOpRoleCommunication)) {
         EXPECT_FALSE(WritesAny(later, grads)) << later.Type() << " #" << k << " rewrites a grad";
+      }
     }
   }
   EXPECT_GT(seen, 0);
