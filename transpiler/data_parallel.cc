@@ -178,6 +178,16 @@ Status FindGradients(State* s) {
       OpDesc w = block->Op(j);
       if ((w.Role() & kOpRoleBackward) && Writes(w, p.grad)) p.producer = j;
     }
+    // A gradient written inside a sub-block (control flow) would be updated unsynchronized.
+    for (int b = 1; b < s->main.NumBlocks(); ++b) {
+      const BlockDesc* sub = s->main.Block(b);
+      for (int j = 0; j < sub->OpSize(); ++j)
+        if (Writes(sub->Op(j), p.grad))
+          return Unimplemented("parameter '", p.param, "': its gradient '", p.grad,
+                               "' is written inside sub-block ", b, " (",
+                               OpLocation(sub->Op(j).Type(), b, j),
+                               "); the transpiler synchronizes gradients of block 0 only");
+    }
     if (p.producer < 0)
       return InvalidArgument("parameter '", p.param, "': ", OpLocation(op.Type(), 0, i),
                              " updates it but no backward op writes its gradient '", p.grad,

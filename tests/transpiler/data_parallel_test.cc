@@ -230,6 +230,29 @@ TEST(DataParallelTranspiler, ClearErrors) {
   c.algorithm = "bogus";
   EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
   c.algorithm = "auto";
+  c.transport = "carrier-pigeon";
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "transport 'carrier-pigeon' is not one of inprocess, mpi"),
+            std::string::npos);
+  c.transport = "mpi";
+  c.algorithm = "native";  // MPI has its own allreduce
+  EXPECT_TRUE(TranspileDataParallel(n.startup, n.main, c).ok());
+  c.algorithm = "auto";
+  c.transport = "inprocess";
+  // A gradient written inside a sub-block (control flow) is refused, naming it.
+  {
+    Net sub = Mlp();
+    std::string param;
+    for (const VarDesc& v : sub.main.GlobalBlock()->AllVars())
+      if (v.IsParameter() && param.empty()) param = v.Name();
+    BlockDesc* inner = sub.main.AppendBlock(*sub.main.GlobalBlock());
+    inner->AppendOp("scale", {{"X", {param + "@GRAD"}}}, {{"Out", {param + "@GRAD"}}},
+                    {{"scale", 0.5f}});
+    Status st = TranspileDataParallel(sub.startup, sub.main, c).status();
+    EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
+    EXPECT_NE(st.message().find("written inside sub-block 1"), std::string::npos)
+        << st.ToString();
+  }
   c.nranks = 0;
   EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
 }
