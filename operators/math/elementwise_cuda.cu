@@ -1,16 +1,18 @@
 // CUDA kernels of scale, fill_constant, fill_zeros_like, sum, mean(+grad) and the elementwise
 // binaries add, sub, mul, div, max, min, pow (+grad) with Fluid's broadcast rule
-// (operators/math/elementwise.h). Binaries run in fp32, fp64 and fp16 (fp16 computes in float),
-// forward also in int32 / int64 except pow.
+// (operators/math/elementwise.h). All run in fp32, fp64 and fp16 (fp16 computes in float; the
+// CPU has no fp16 kernels); fill_constant also in int32 / int64, the binaries' forward also in
+// int32 / int64 except pow.
 #include "operators/cuda_util.cuh"
 #include "operators/math/elementwise.h"
 
 namespace loom::ops::cuda {
 namespace {
 
+// T is the element type, A = Acc<T> the arithmetic one (float for fp16).
 template <typename T>
-__global__ void ScaleK(const T* x, T* o, int64_t n, T s, T b) {
-  LOOM_GRID_STRIDE(i, n) o[i] = s * x[i] + b;
+__global__ void ScaleK(const T* x, T* o, int64_t n, Acc<T> s, Acc<T> b) {
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(s * static_cast<Acc<T>>(x[i]) + b);
 }
 
 template <typename T>
@@ -19,9 +21,10 @@ Status Scale(const KernelContext& ctx) {
   float s = ctx.Attr<float>("scale"), b = ctx.Attr<float>("bias");
   if (!ctx.Attr<bool>("bias_after_scale")) b *= s;
   int64_t n = x.numel();
-  ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), ctx.Output("Out")->mutable_data<T>(ctx.place()), n, static_cast<T>(s),
-      static_cast<T>(b));
+  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
+  if (n == 0) return Status::OK();
+  ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, static_cast<Acc<T>>(s),
+                                                     static_cast<Acc<T>>(b));
   return LaunchStatus(ctx);
 }
 
@@ -34,26 +37,30 @@ template <typename T>
 Status FillConstant(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
   int64_t n = out->numel();
-  FillK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(out->mutable_data<T>(ctx.place()), n,
-                                                    static_cast<T>(ctx.Attr<float>("value")));
+  T* o = MutableDataOf<T>(out, ctx.place());
+  if (n == 0) return Status::OK();
+  FillK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
+      o, n, static_cast<T>(static_cast<Acc<T>>(ctx.Attr<float>("value"))));
   return LaunchStatus(ctx);
 }
 
 template <typename T>
 Status FillZerosLike(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
-  cudaMemsetAsync(out->mutable_data<T>(ctx.place()), 0, out->nbytes(), Stream(ctx));
+  cudaMemsetAsync(MutableDataOf<T>(out, ctx.place()), 0, out->nbytes(), Stream(ctx));
   return LaunchStatus(ctx);
 }
 
 template <typename T>
 __global__ void AccumulateK(T* o, const T* a, int64_t n, bool first) {
-  LOOM_GRID_STRIDE(i, n) o[i] = first ? a[i] : o[i] + a[i];
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = first ? a[i] : static_cast<T>(static_cast<A>(o[i]) + static_cast<A>(a[i]));
 }
 
 template <typename T>
 __global__ void Add2K(T* o, const T* a, const T* b, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = a[i] + b[i];
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(static_cast<A>(a[i]) + static_cast<A>(b[i]));
 }
 
 template <typename T>
@@ -62,8 +69,8 @@ Status Sum(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
   int64_t n = out->numel();
   std::vector<const T*> ins;
-  for (int i = 0; i < k; ++i) ins.push_back(ctx.Input("X", i).data<T>());
-  T* o = out->mutable_data<T>(ctx.place());
+  for (int i = 0; i < k; ++i) ins.push_back(DataOf<T>(ctx.Input("X", i)));
+  T* o = MutableDataOf<T>(out, ctx.place());
   // Out may alias an input: fold pairwise so no input is overwritten before it is read, then
   // accumulate the rest.
   if (k == 1) {
@@ -84,27 +91,29 @@ template <typename T>
 __global__ void MeanK(const T* x, int64_t n, T* out) {
   __shared__ double part[kThreads];
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += static_cast<double>(x[i]);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += static_cast<double>(static_cast<Acc<T>>(x[i]));
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
     if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = static_cast<T>(n ? part[0] / n : 0.0);
+  if (threadIdx.x == 0) out[0] = static_cast<T>(static_cast<Acc<T>>(n ? part[0] / n : 0.0));
 }
 
 template <typename T>
 Status Mean(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  MeanK<T><<<1, kThreads, 0, Stream(ctx)>>>(x.data<T>(), x.numel(),
-                                            ctx.Output("Out")->mutable_data<T>(ctx.place()));
+  MeanK<T><<<1, kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), x.numel(),
+                                            MutableDataOf<T>(ctx.Output("Out"), ctx.place()));
   return LaunchStatus(ctx);
 }
 
 template <typename T>
 __global__ void MeanGradK(const T* g, T* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = g[0] / static_cast<T>(n);
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(static_cast<A>(g[0]) / static_cast<A>(n));
 }
 
 template <typename T>
@@ -112,8 +121,9 @@ Status MeanGrad(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
   int64_t n = dx->numel();
-  MeanGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(ctx.Input("Out@GRAD").data<T>(),
-                                                        dx->mutable_data<T>(ctx.place()), n);
+  T* o = MutableDataOf<T>(dx, ctx.place());
+  if (n == 0) return Status::OK();
+  MeanGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(ctx.Input("Out@GRAD")), o, n);
   return LaunchStatus(ctx);
 }
 
@@ -253,18 +263,24 @@ Status BinaryGrad(const KernelContext& ctx) {
 
 LOOM_REGISTER_KERNEL(scale, kCUDA, FP32, Scale<float>);
 LOOM_REGISTER_KERNEL(scale, kCUDA, FP64, Scale<double>);
+LOOM_REGISTER_KERNEL(scale, kCUDA, FP16, Scale<__half>);
 LOOM_REGISTER_KERNEL(fill_constant, kCUDA, FP32, FillConstant<float>);
 LOOM_REGISTER_KERNEL(fill_constant, kCUDA, FP64, FillConstant<double>);
+LOOM_REGISTER_KERNEL(fill_constant, kCUDA, FP16, FillConstant<__half>);
 LOOM_REGISTER_KERNEL(fill_constant, kCUDA, INT64, FillConstant<int64_t>);
 LOOM_REGISTER_KERNEL(fill_constant, kCUDA, INT32, FillConstant<int32_t>);
 LOOM_REGISTER_KERNEL(fill_zeros_like, kCUDA, FP32, FillZerosLike<float>);
 LOOM_REGISTER_KERNEL(fill_zeros_like, kCUDA, FP64, FillZerosLike<double>);
+LOOM_REGISTER_KERNEL(fill_zeros_like, kCUDA, FP16, FillZerosLike<__half>);
 LOOM_REGISTER_KERNEL(sum, kCUDA, FP32, Sum<float>);
 LOOM_REGISTER_KERNEL(sum, kCUDA, FP64, Sum<double>);
+LOOM_REGISTER_KERNEL(sum, kCUDA, FP16, Sum<__half>);
 LOOM_REGISTER_KERNEL(mean, kCUDA, FP32, Mean<float>);
 LOOM_REGISTER_KERNEL(mean, kCUDA, FP64, Mean<double>);
+LOOM_REGISTER_KERNEL(mean, kCUDA, FP16, Mean<__half>);
 LOOM_REGISTER_KERNEL(mean_grad, kCUDA, FP32, MeanGrad<float>);
 LOOM_REGISTER_KERNEL(mean_grad, kCUDA, FP64, MeanGrad<double>);
+LOOM_REGISTER_KERNEL(mean_grad, kCUDA, FP16, MeanGrad<__half>);
 
 // Forward: fp32, fp64, fp16, and int32 / int64 where the CPU has them (all but pow); grads:
 // fp32, fp64, fp16.

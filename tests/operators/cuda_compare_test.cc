@@ -1,7 +1,8 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, softmax / log_softmax, the elementwise binaries
 // (with broadcasting), matmul and the reductions; the sgd / momentum / adam / adamw updates; and
-// the fp16 kernels against the fp32 CPU kernels on the same (fp16-representable) inputs with a
+// the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills, optimizers) against the
+// fp32 CPU kernels on the same (fp16-representable) inputs with a
 // loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
 // is present; the CUDA kernels are still compiled and registered by every build that has the
 // toolkit.
@@ -439,6 +440,47 @@ TEST(CudaCompareTest, HalfElementwiseBinariesMatchFloatCpu) {
       ExpectHalfMatchesCpu(op + "_grad", {{"X", x}, {"Y", y}, {"Out", o}, {"Out@GRAD", g}},
                            {"X@GRAD", "Y@GRAD"}, attrs, what + " grad");
     }
+  }
+}
+
+TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  const DDim dims{5, 7};
+  Tensor x = RandomHalfExact(dims, 7, -2, 2);
+  for (bool after : {true, false})
+    ExpectHalfMatchesCpu("scale", {{"X", x}}, {"Out"},
+                         {{"scale", 1.5f}, {"bias", -0.25f}, {"bias_after_scale", after}},
+                         "scale fp16");
+  ExpectHalfMatchesCpu("mean", {{"X", x}}, {"Out"}, {}, "mean fp16");
+  ExpectHalfMatchesCpu("mean_grad", {{"X", x}, {"Out@GRAD", RandomHalfExact(DDim{1}, 8)}},
+                       {"X@GRAD"}, {}, "mean_grad fp16");
+  for (int k : {1, 2, 4}) {
+    std::vector<Tensor> ins32, ins16;
+    for (int i = 0; i < k; ++i) {
+      ins32.push_back(RandomHalfExact(dims, 10 + i));
+      ins16.push_back(ToDtype(ins32.back(), proto::FP16));
+    }
+    OpTest cpu("sum"), gpu("sum");
+    cpu.Inputs("X", ins32).Output("Out");
+    gpu.Inputs("X", ins16).Output("Out").OnPlace(Place::CUDA(0));
+    auto c = cpu.Forward();
+    auto g = gpu.Forward();
+    ASSERT_TRUE(c.ok() && g.ok()) << "sum fp16: " << g.status().ToString();
+    ExpectClose(g.value()["Out"], c.value()["Out"], kHalfTol, "sum fp16 of " + std::to_string(k));
+  }
+  for (const char* type : {"fill_constant", "fill_zeros_like"}) {
+    OpTest t(type);
+    if (std::string(type) == "fill_constant") {
+      t.Attr("shape", std::vector<int64_t>{3, 4}).Attr("value", 0.375f)
+          .Attr("dtype", static_cast<int>(proto::FP16));
+    } else {
+      t.Input("X", ToDtype(x, proto::FP16));
+    }
+    auto g = t.Output("Out").OnPlace(Place::CUDA(0)).Forward();
+    ASSERT_TRUE(g.ok()) << type << ": " << g.status().ToString();
+    const Tensor& out = g.value()["Out"];
+    EXPECT_EQ(out.dtype(), proto::FP16) << type;
+    for (double v : AsDoubles(out)) EXPECT_EQ(v, std::string(type) == "fill_constant" ? 0.375 : 0);
   }
 }
 
