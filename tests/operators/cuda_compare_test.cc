@@ -1,8 +1,8 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
-// unary family, conv2d, pool2d, batch_norm, softmax / log_softmax, the elementwise binaries
-// (with broadcasting), matmul and the reductions; the sgd / momentum / adam / adamw updates; and
-// the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills, optimizers) against the
-// fp32 CPU kernels on the same (fp16-representable) inputs with a
+// unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
+// binaries (with broadcasting), matmul, the reductions and transpose; the sgd / momentum / adam /
+// adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
+// transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable) inputs with a
 // loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
 // is present; the CUDA kernels are still compiled and registered by every build that has the
 // toolkit.
@@ -340,6 +340,44 @@ TEST(CudaCompareTest, ReductionsMatchCpu) {
   }
 }
 
+TEST(CudaCompareTest, LayerNormMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (auto [dims, axis] : std::vector<std::pair<DDim, int>>{
+             {{4, 6}, 1}, {{2, 3, 4}, 1}, {{2, 3, 4}, 2}, {{1, 700}, 1}, {{1, 3, 5}, 1}}) {
+      const int64_t right = dims.product(axis, dims.size());
+      for (int mode = 0; mode < 3; ++mode) {  // Scale and Bias, neither, Scale only
+        OpTest t("layer_norm");
+        t.Input("X", Random(dt, dims, 101, -2, 3));
+        if (mode != 1) t.Input("Scale", Random(dt, DDim{right}, 102));
+        if (mode == 0) t.Input("Bias", Random(dt, DDim{right}, 103));
+        t.Output("Y").Output("Mean").Output("Variance").Attr("begin_norm_axis", axis)
+            .Attr("epsilon", 1e-3f);
+        ExpectCudaMatchesCpu(t, {"Y", "Mean", "Variance"}, "Y", Tol(dt),
+                             "layer_norm " + dims.ToString() + " axis " + std::to_string(axis) +
+                                 " mode " + std::to_string(mode) + " " + DataTypeName(dt));
+      }
+    }
+  }
+}
+
+TEST(CudaCompareTest, TransposeMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (auto [dims, perm] : std::vector<std::pair<DDim, std::vector<int>>>{
+             {{3, 4}, {1, 0}}, {{2, 3, 4}, {2, 0, 1}}, {{2, 3, 4, 5}, {0, 2, -1, 1}}, {{5}, {0}}}) {
+      OpTest t("transpose");
+      t.Input("X", Random(dt, dims, 111)).Output("Out").Attr("axis", perm);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
+                           "transpose " + dims.ToString() + " " + DataTypeName(dt));
+    }
+  }
+  OpTest t("transpose");
+  t.Input("X", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
+      .Attr("axis", std::vector<int>{1, 0});
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "transpose int64");
+}
+
 // ---- fp16: CUDA fp16 kernels against the fp32 CPU kernels ----
 
 constexpr double kHalfTol = 5e-3;
@@ -482,6 +520,15 @@ TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
     EXPECT_EQ(out.dtype(), proto::FP16) << type;
     for (double v : AsDoubles(out)) EXPECT_EQ(v, std::string(type) == "fill_constant" ? 0.375 : 0);
   }
+}
+
+TEST(CudaCompareTest, HalfTransposeMatchesFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  Tensor x = RandomHalfExact(DDim{2, 3, 4}, 9);
+  AttributeMap attrs = {{"axis", std::vector<int>{1, 2, 0}}};
+  ExpectHalfMatchesCpu("transpose", {{"X", x}}, {"Out"}, attrs, "transpose fp16");
+  ExpectHalfMatchesCpu("transpose_grad", {{"Out@GRAD", RandomHalfExact(DDim{3, 4, 2}, 10)}},
+                       {"X@GRAD"}, attrs, "transpose_grad fp16");
 }
 
 Tensor Scalar32(double v) { return Scalar(proto::FP32, v); }
