@@ -1,7 +1,7 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
-// binaries (with broadcasting), matmul, the reductions and transpose; the sgd / momentum / adam /
-// adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
+// binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign
+// and cast; the sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
 // transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable) inputs with a
 // loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
 // is present; the CUDA kernels are still compiled and registered by every build that has the
@@ -376,6 +376,44 @@ TEST(CudaCompareTest, TransposeMatchesCpu) {
   t.Input("X", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
       .Attr("axis", std::vector<int>{1, 0});
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "transpose int64");
+}
+
+TEST(CudaCompareTest, ReshapeFamilyAssignAndCastMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    struct Case {
+      const char* type;
+      DDim x;
+      const char* attr;
+      Attribute value;
+    };
+    std::vector<Case> cases = {
+        {"reshape", {2, 3, 4}, "shape", std::vector<int>{4, -1}},
+        {"squeeze", {2, 1, 3, 1}, "axes", std::vector<int>{1}},
+        {"unsqueeze", {2, 3}, "axes", std::vector<int>{0, 2}},
+        {"flatten", {2, 3, 4}, "axis", 2},
+        {"assign", {1, 5}, nullptr, 0},
+    };
+    for (const auto& c : cases) {
+      OpTest t(c.type);
+      t.Input("X", Random(dt, c.x, 121)).Output("Out");
+      if (c.attr) t.Attr(c.attr, c.value);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0, std::string(c.type) + " " + dn);
+    }
+  }
+  Tensor x = Random(proto::FP32, DDim{3, 4}, 122, -3, 3);
+  for (DataType to : {proto::FP32, proto::FP64, proto::INT32, proto::INT64, proto::BOOL}) {
+    OpTest t("cast");
+    t.Input("X", x).Output("Out").Attr("in_dtype", static_cast<int>(proto::FP32))
+        .Attr("out_dtype", static_cast<int>(to));
+    ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string("cast float32 to ") + DataTypeName(to));
+  }
+  OpTest t("cast");
+  t.Input("X", Ints(DDim{2, 3}, {-2, -1, 0, 1, 2, 300})).Output("Out")
+      .Attr("in_dtype", static_cast<int>(proto::INT64))
+      .Attr("out_dtype", static_cast<int>(proto::FP64));
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "cast int64 to float64");
 }
 
 // ---- fp16: CUDA fp16 kernels against the fp32 CPU kernels ----
