@@ -1,7 +1,8 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
-// binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign
-// and cast; the sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
+// binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
+// cast and the losses (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum /
+// adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
 // transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable) inputs with a
 // loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
 // is present; the CUDA kernels are still compiled and registered by every build that has the
@@ -414,6 +415,53 @@ TEST(CudaCompareTest, ReshapeFamilyAssignAndCastMatchCpu) {
       .Attr("in_dtype", static_cast<int>(proto::INT64))
       .Attr("out_dtype", static_cast<int>(proto::FP64));
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "cast int64 to float64");
+}
+
+Tensor Int32s(DDim dims, std::vector<int32_t> values) {
+  Tensor t(proto::INT32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int32_t>(Place::CPU())[i] = values[i];
+  return t;
+}
+
+TEST(CudaCompareTest, LossesMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    const DDim xd{5, 4};
+    // Hard labels (int64 and int32, one row ignored), then soft labels.
+    for (Tensor label : {Ints(DDim{5, 1}, {0, 3, -100, 2, 1}),
+                         Int32s(DDim{5, 1}, {0, 3, -100, 2, 1})}) {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 131, 0.05, 1)).Input("Label", label).Output("Y");
+      ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt),
+                           "cross_entropy hard " + std::string(DataTypeName(label.dtype())) +
+                               " " + dn);
+    }
+    {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 132, 0.05, 1))
+          .Input("Label", Random(dt, xd, 133, 0, 1), /*no_grad=*/true).Output("Y")
+          .Attr("soft_label", true);
+      ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt), "cross_entropy soft " + dn);
+    }
+    {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 134, 0.05, 1)).Input("Label", Ints(DDim{5, 1}, {0, 1, 4, 2, 1}))
+          .Output("Y");
+      EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "label 4 of 4 classes";
+    }
+    {
+      OpTest t("square_error_cost");
+      t.Input("X", Random(dt, DDim{3, 5}, 135)).Input("Y", Random(dt, DDim{3, 5}, 136))
+          .Output("Out");
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "square_error_cost " + dn);
+    }
+    for (DDim d : {DDim{1}, DDim{7, 300}}) {
+      OpTest t("squared_l2_norm");
+      t.Input("X", Random(dt, d, 137)).Output("Out");
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "squared_l2_norm " + d.ToString() + " " + dn);
+    }
+  }
 }
 
 // ---- fp16: CUDA fp16 kernels against the fp32 CPU kernels ----
