@@ -1,12 +1,13 @@
 // Helpers for CUDA kernels: the context's stream and cuBLAS handle, launch geometry, fp16
-// access (device __half for the framework's float16, arithmetic in float) and strided-batched
-// row-major GEMM.
+// access (device __half for the framework's float16, arithmetic in float), strided-batched
+// row-major GEMM, block reductions and a device flag for reporting bad labels / ids.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "framework/device_context.h"
@@ -111,6 +112,29 @@ __device__ A BlockMax(A v, A* buf) {
 inline unsigned RowBlocks(int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
 }
+
+// A device-side int64 flag that kernels set to report a bad value (an out-of-range label or
+// id): starts as kUnset; Read() waits for the stream and returns what was stored.
+class DeviceFlag {
+ public:
+  static constexpr int64_t kUnset = INT64_MIN;
+  explicit DeviceFlag(const KernelContext& ctx) : ctx_(ctx), t_(proto::INT64, DDim{1}) {
+    ptr_ = t_.mutable_data<int64_t>(ctx.place());
+    cudaMemcpyAsync(ptr_, &kUnset, sizeof(int64_t), cudaMemcpyHostToDevice, Stream(ctx));
+  }
+  int64_t* ptr() const { return ptr_; }
+  int64_t Read() const {
+    int64_t host = kUnset;
+    cudaMemcpyAsync(&host, ptr_, sizeof(host), cudaMemcpyDeviceToHost, Stream(ctx_));
+    cudaStreamSynchronize(Stream(ctx_));
+    return host;
+  }
+
+ private:
+  const KernelContext& ctx_;
+  Tensor t_;
+  int64_t* ptr_;
+};
 
 #define LOOM_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \

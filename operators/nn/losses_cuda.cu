@@ -10,29 +10,7 @@
 namespace loom::ops::cuda {
 namespace {
 
-constexpr int64_t kNoBadLabel = INT64_MIN;
-
-// A device flag for a bad label: set to kNoBadLabel, then read back after the kernels.
-class BadLabelFlag {
- public:
-  explicit BadLabelFlag(const KernelContext& ctx) : ctx_(ctx), t_(proto::INT64, DDim{1}) {
-    ptr_ = t_.mutable_data<int64_t>(ctx.place());
-    cudaMemcpyAsync(ptr_, &kNoBadLabel, sizeof(int64_t), cudaMemcpyHostToDevice, Stream(ctx));
-  }
-  int64_t* ptr() const { return ptr_; }
-  // The bad label, or kNoBadLabel; waits for the stream.
-  int64_t Read() const {
-    int64_t host = kNoBadLabel;
-    cudaMemcpyAsync(&host, ptr_, sizeof(host), cudaMemcpyDeviceToHost, Stream(ctx_));
-    cudaStreamSynchronize(Stream(ctx_));
-    return host;
-  }
-
- private:
-  const KernelContext& ctx_;
-  Tensor t_;
-  int64_t* ptr_;
-};
+constexpr int64_t kNoBadLabel = DeviceFlag::kUnset;
 
 __device__ inline int64_t LabelOf(const int64_t* l64, const int32_t* l32, int64_t r) {
   return l64 ? l64[r] : static_cast<int64_t>(l32[r]);
@@ -81,7 +59,7 @@ Status CrossEntropy(const KernelContext& ctx) {
     return LaunchStatus(ctx);
   }
   const bool i64 = label.dtype() == proto::INT64;
-  BadLabelFlag bad(ctx);
+  DeviceFlag bad(ctx);
   CrossEntropyHardK<T><<<Blocks(rows), kThreads, 0, Stream(ctx)>>>(
       x.data<T>(), i64 ? label.data<int64_t>() : nullptr, i64 ? nullptr : label.data<int32_t>(),
       y, rows, d, ctx.Attr<int>("ignore_index"), bad.ptr());
@@ -124,7 +102,7 @@ Status CrossEntropyGrad(const KernelContext& ctx) {
   const bool soft = ctx.Attr<bool>("soft_label");
   const bool i64 = !soft && label.dtype() == proto::INT64;
   const bool i32 = !soft && !i64;
-  BadLabelFlag bad(ctx);
+  DeviceFlag bad(ctx);
   CrossEntropyGradK<T><<<Blocks(rows * d), kThreads, 0, Stream(ctx)>>>(
       x.data<T>(), soft ? label.data<T>() : nullptr, i64 ? label.data<int64_t>() : nullptr,
       i32 ? label.data<int32_t>() : nullptr, ctx.Input("Y@GRAD").data<T>(), o, rows, d,

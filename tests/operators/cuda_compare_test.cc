@@ -1,8 +1,8 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
 // binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
-// cast and the losses (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum /
-// adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
+// cast, lookup_table and the losses (cross_entropy, square_error_cost, squared_l2_norm); the
+// sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
 // transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable) inputs with a
 // loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
 // is present; the CUDA kernels are still compiled and registered by every build that has the
@@ -461,6 +461,29 @@ TEST(CudaCompareTest, LossesMatchCpu) {
       t.Input("X", Random(dt, d, 137)).Output("Out");
       ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "squared_l2_norm " + d.ToString() + " " + dn);
     }
+  }
+}
+
+TEST(CudaCompareTest, LookupTableMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    // Repeated ids (the gradient adds their rows), a padding row, int64 and int32 ids.
+    for (Tensor ids : {Ints(DDim{6, 1}, {3, 0, 3, 2, 5, 3}), Int32s(DDim{2, 3}, {3, 0, 3, 2, 5, 3}),
+                       Ints(DDim{1}, {4})}) {
+      for (int pad : {-1, 3}) {
+        OpTest t("lookup_table");
+        t.Input("W", Random(dt, DDim{6, 5}, 141)).Input("Ids", ids).Output("Out")
+            .Attr("padding_idx", pad);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             "lookup_table ids " + ids.dims().ToString() + " " +
+                                 DataTypeName(ids.dtype()) + " padding " + std::to_string(pad) +
+                                 " " + dn);
+      }
+    }
+    OpTest t("lookup_table");
+    t.Input("W", Random(dt, DDim{6, 5}, 142)).Input("Ids", Ints(DDim{2, 1}, {1, 6})).Output("Out");
+    EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "id 6 of 6 rows";
   }
 }
 
