@@ -54,7 +54,9 @@ Status FillZerosLike(const KernelContext& ctx) {
 template <typename T>
 __global__ void AccumulateK(T* o, const T* a, int64_t n, bool first) {
   using A = Acc<T>;
-  LOOM_GRID_STRIDE(i, n) o[i] = first ? a[i] : static_cast<T>(static_cast<A>(o[i]) + static_cast<A>(a[i]));
+  LOOM_GRID_STRIDE(i, n) {
+    o[i] = first ? a[i] : static_cast<T>(static_cast<A>(o[i]) + static_cast<A>(a[i]));
+  }
 }
 
 template <typename T>

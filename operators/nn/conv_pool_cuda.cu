@@ -151,7 +151,7 @@ Status Conv2D(const KernelContext& ctx) {
   return Status::OK();
 }
 
-// Filter@GRAD_g = Σ_s dOut_{s,g} [mg, P] · col_{s,g}ᵀ [P, K] (one sample at a time, batched over
+// Filter@GRAD_g = Σ_s dOut_{s,g} [mg, P] · col_{s,g}ᵀ [P, K] (per sample, batched over
 // groups, accumulating); Input@GRAD = col2im(W_gᵀ · dOut_{s,g}).
 template <typename T>
 Status Conv2DGrad(const KernelContext& ctx) {

@@ -2,11 +2,11 @@
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
 // binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
 // cast, lookup_table and the losses (cross_entropy, square_error_cost, squared_l2_norm); the
-// sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum, mean, fills,
-// transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable) inputs with a
-// loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no CUDA device
-// is present; the CUDA kernels are still compiled and registered by every build that has the
-// toolkit.
+// sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
+// sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
+// (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
+// (with the reason) where no CUDA device is present; the CUDA kernels are still compiled and
+// registered by every build that has the toolkit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -459,7 +459,8 @@ TEST(CudaCompareTest, LossesMatchCpu) {
     for (DDim d : {DDim{1}, DDim{7, 300}}) {
       OpTest t("squared_l2_norm");
       t.Input("X", Random(dt, d, 137)).Output("Out");
-      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "squared_l2_norm " + d.ToString() + " " + dn);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                           "squared_l2_norm " + d.ToString() + " " + dn);
     }
   }
 }
@@ -495,8 +496,11 @@ Tensor ToDtype(const Tensor& t, DataType dt) {
   Tensor out(dt, t.dims());
   std::vector<double> v = AsDoubles(t);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == proto::FP16) out.mutable_data<float16>(Place::CPU())[i] = float16(static_cast<float>(v[i]));
-    else out.mutable_data<float>(Place::CPU())[i] = static_cast<float>(v[i]);
+    if (dt == proto::FP16) {
+      out.mutable_data<float16>(Place::CPU())[i] = float16(static_cast<float>(v[i]));
+    } else {
+      out.mutable_data<float>(Place::CPU())[i] = static_cast<float>(v[i]);
+    }
   }
   return out;
 }
