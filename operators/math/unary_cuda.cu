@@ -1,6 +1,7 @@
 // CUDA kernels of the element-wise unary family (operators/math/unary.cc): sigmoid, tanh, exp,
-// log, sqrt, square, abs, gelu, leaky_relu and clip, forward and grad, fp32 and fp64. Same
-// formulas as the CPU table; grad kernels read X, Out and Out@GRAD as the CPU ones do.
+// log, sqrt, square, abs, gelu, leaky_relu and clip, forward and grad, fp32, fp64 and fp16
+// (fp16 computes in float; the CPU has no fp16 kernels). Same formulas as the CPU table; grad
+// kernels read X, Out and Out@GRAD as the CPU ones do.
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
@@ -74,23 +75,29 @@ struct ClipF {
   }
 };
 
+// T is the element type, A = Acc<T> the arithmetic one (float for fp16).
 template <typename Fn, typename T>
 __global__ void ForwardK(const T* x, T* o, int64_t n, UnaryAttrs a) {
-  LOOM_GRID_STRIDE(i, n) o[i] = Fn::template F<T>(x[i], a);
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(Fn::template F<A>(static_cast<A>(x[i]), a));
 }
 
 template <typename Fn, typename T>
 __global__ void BackwardK(const T* x, const T* y, const T* g, T* o, int64_t n, UnaryAttrs a) {
-  LOOM_GRID_STRIDE(i, n) o[i] = g[i] * Fn::template D<T>(x[i], y[i], a);
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) {
+    o[i] = static_cast<T>(static_cast<A>(g[i]) *
+                          Fn::template D<A>(static_cast<A>(x[i]), static_cast<A>(y[i]), a));
+  }
 }
 
 template <typename Fn, typename T>
 Status Forward(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   int64_t n = x.numel();
-  T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   if (n == 0) return Status::OK();
-  ForwardK<Fn, T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(x.data<T>(), o, n,
+  ForwardK<Fn, T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n,
                                                            ReadAttrs(ctx.Attrs()));
   return LaunchStatus(ctx);
 }
@@ -101,10 +108,10 @@ Status Backward(const KernelContext& ctx) {
   if (!dx) return Status::OK();
   const Tensor& x = ctx.Input("X");
   int64_t n = x.numel();
-  T* o = dx->mutable_data<T>(ctx.place());
+  T* o = MutableDataOf<T>(dx, ctx.place());
   if (n == 0) return Status::OK();
   BackwardK<Fn, T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), ctx.Input("Out").data<T>(), ctx.Input("Out@GRAD").data<T>(), o, n,
+      DataOf<T>(x), DataOf<T>(ctx.Input("Out")), DataOf<T>(ctx.Input("Out@GRAD")), o, n,
       ReadAttrs(ctx.Attrs()));
   return LaunchStatus(ctx);
 }
@@ -114,8 +121,10 @@ Status Backward(const KernelContext& ctx) {
 #define LOOM_UNARY_CUDA(NAME, FN)                                                    \
   LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Forward<FN, float>));                     \
   LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Forward<FN, double>));                    \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP16, (Forward<FN, __half>));                    \
   LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP32, (Backward<FN, float>));             \
-  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP64, (Backward<FN, double>))
+  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP64, (Backward<FN, double>));            \
+  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP16, (Backward<FN, __half>))
 
 LOOM_UNARY_CUDA(sigmoid, SigmoidF);
 LOOM_UNARY_CUDA(tanh, TanhF);

@@ -1,5 +1,5 @@
 // CUDA kernels of mul (cuBLAS), relu(+grad), softmax_with_cross_entropy(+grad), sgd and the
-// random initializers.
+// random initializers. relu(+grad) and sgd also run in fp16 (arithmetic in float).
 #include <random>
 
 #include "operators/cuda_util.cuh"
@@ -62,19 +62,22 @@ Status MulGrad(const KernelContext& ctx) {
 
 template <typename T>
 __global__ void ReluK(const T* x, T* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = x[i] > T(0) ? x[i] : T(0);
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<A>(x[i]) > A(0) ? x[i] : static_cast<T>(A(0));
 }
 
 template <typename T>
 __global__ void ReluGradK(const T* y, const T* g, T* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = y[i] > T(0) ? g[i] : T(0);
+  using A = Acc<T>;
+  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<A>(y[i]) > A(0) ? g[i] : static_cast<T>(A(0));
 }
 
 template <typename T>
 Status Relu(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  ReluK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), ctx.Output("Out")->mutable_data<T>(ctx.place()), x.numel());
+  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
+  if (x.numel() == 0) return Status::OK();
+  ReluK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, x.numel());
   return LaunchStatus(ctx);
 }
 
@@ -83,14 +86,11 @@ Status ReluGrad(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
   const Tensor& y = ctx.Input("Out");
+  T* o = MutableDataOf<T>(dx, ctx.place());
+  if (y.numel() == 0) return Status::OK();
   ReluGradK<T><<<Blocks(y.numel()), kThreads, 0, Stream(ctx)>>>(
-      y.data<T>(), ctx.Input("Out@GRAD").data<T>(), dx->mutable_data<T>(ctx.place()), y.numel());
+      DataOf<T>(y), DataOf<T>(ctx.Input("Out@GRAD")), o, y.numel());
   return LaunchStatus(ctx);
-}
-
-// Grid size for kernels that give each row its own block (grid-stride over rows beyond it).
-inline unsigned RowBlocks(int64_t rows) {
-  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
 }
 
 // One block per row: max, sum of exp, softmax and loss. Bad hard labels set *bad.
@@ -232,15 +232,21 @@ Status SwceGrad(const KernelContext& ctx) {
 
 template <typename T>
 __global__ void SgdK(const T* p, const T* g, const T* lr, T* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = p[i] - lr[0] * g[i];
+  using A = Acc<T>;
+  const A rate = static_cast<A>(lr[0]);
+  LOOM_GRID_STRIDE(i, n) {
+    o[i] = static_cast<T>(static_cast<A>(p[i]) - rate * static_cast<A>(g[i]));
+  }
 }
 
 template <typename T>
 Status Sgd(const KernelContext& ctx) {
   const Tensor& p = ctx.Input("Param");
+  T* o = MutableDataOf<T>(ctx.Output("ParamOut"), ctx.place());
+  if (p.numel() == 0) return Status::OK();
   SgdK<T><<<Blocks(p.numel()), kThreads, 0, Stream(ctx)>>>(
-      p.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("LearningRate").data<T>(),
-      ctx.Output("ParamOut")->mutable_data<T>(ctx.place()), p.numel());
+      DataOf<T>(p), DataOf<T>(ctx.Input("Grad")), DataOf<T>(ctx.Input("LearningRate")), o,
+      p.numel());
   return LaunchStatus(ctx);
 }
 
@@ -301,14 +307,17 @@ LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP32, MulGrad<float>);
 LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP64, MulGrad<double>);
 LOOM_REGISTER_KERNEL(relu, kCUDA, FP32, Relu<float>);
 LOOM_REGISTER_KERNEL(relu, kCUDA, FP64, Relu<double>);
+LOOM_REGISTER_KERNEL(relu, kCUDA, FP16, Relu<__half>);
 LOOM_REGISTER_KERNEL(relu_grad, kCUDA, FP32, ReluGrad<float>);
 LOOM_REGISTER_KERNEL(relu_grad, kCUDA, FP64, ReluGrad<double>);
+LOOM_REGISTER_KERNEL(relu_grad, kCUDA, FP16, ReluGrad<__half>);
 LOOM_REGISTER_KERNEL(softmax_with_cross_entropy, kCUDA, FP32, Swce<float>);
 LOOM_REGISTER_KERNEL(softmax_with_cross_entropy, kCUDA, FP64, Swce<double>);
 LOOM_REGISTER_KERNEL(softmax_with_cross_entropy_grad, kCUDA, FP32, SwceGrad<float>);
 LOOM_REGISTER_KERNEL(softmax_with_cross_entropy_grad, kCUDA, FP64, SwceGrad<double>);
 LOOM_REGISTER_KERNEL(sgd, kCUDA, FP32, Sgd<float>);
 LOOM_REGISTER_KERNEL(sgd, kCUDA, FP64, Sgd<double>);
+LOOM_REGISTER_KERNEL(sgd, kCUDA, FP16, Sgd<__half>);
 LOOM_REGISTER_KERNEL(uniform_random, kCUDA, FP32, Uniform<float>);
 LOOM_REGISTER_KERNEL(uniform_random, kCUDA, FP64, Uniform<double>);
 LOOM_REGISTER_KERNEL(gaussian_random, kCUDA, FP32, Gaussian<float>);

@@ -1,6 +1,8 @@
-// CUDA kernels of momentum (with Nesterov) and adam / adamw, fp32 and fp64. The learning rate
-// and the beta powers stay on the device: kernels read them through pointers, and the beta
+// CUDA kernels of momentum (with Nesterov) and adam / adamw, fp32, fp64 and fp16. The learning
+// rate and the beta powers stay on the device: kernels read them through pointers, and the beta
 // powers advance in a one-thread kernel queued after the update (the outputs may alias them).
+// fp16 (Param, Grad and the optimizer state in fp16; the CPU has no fp16 kernels) computes in
+// float and takes the learning rate and beta powers in fp16 or fp32, whichever they are.
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
@@ -79,8 +81,110 @@ Status Adam(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
+// ---- fp16 ----
+
+// A one-element fp16 or fp32 tensor on the device, read as float.
+struct ScalarRef {
+  const void* p;
+  bool half;
+  __device__ float Get() const {
+    return half ? __half2float(*static_cast<const __half*>(p)) : *static_cast<const float*>(p);
+  }
+};
+
+StatusOr<ScalarRef> ScalarOf(const KernelContext& ctx, const char* slot) {
+  const Tensor& t = ctx.Input(slot);
+  if (t.dtype() == proto::FP16) return ScalarRef{t.raw_data(), true};
+  if (t.dtype() == proto::FP32) return ScalarRef{t.raw_data(), false};
+  return ctx.Error("fp16 ", slot, " must be fp16 or fp32, got ", DataTypeName(t.dtype()));
+}
+
+__global__ void MomentumHalfK(const __half* p, const __half* g, const __half* v, ScalarRef lr,
+                              __half* po, __half* vo, int64_t n, float mu, bool nesterov) {
+  const float rate = lr.Get();
+  LOOM_GRID_STRIDE(i, n) {
+    float gi = __half2float(g[i]);
+    float nv = mu * __half2float(v[i]) + gi;
+    vo[i] = __float2half(nv);
+    po[i] = __float2half(__half2float(p[i]) - rate * (nesterov ? gi + mu * nv : nv));
+  }
+}
+
+Status MomentumHalf(const KernelContext& ctx) {
+  const Tensor& param = ctx.Input("Param");
+  int64_t n = param.numel();
+  auto lr = ScalarOf(ctx, "LearningRate");
+  if (!lr.ok()) return lr.status();
+  __half* po = MutableDataOf<__half>(ctx.Output("ParamOut"), ctx.place());
+  __half* vo = MutableDataOf<__half>(ctx.Output("VelocityOut"), ctx.place());
+  if (n == 0) return Status::OK();
+  MomentumHalfK<<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
+      DataOf<__half>(param), DataOf<__half>(ctx.Input("Grad")),
+      DataOf<__half>(ctx.Input("Velocity")), lr.value(), po, vo, n, ctx.Attr<float>("mu"),
+      ctx.Attr<bool>("use_nesterov"));
+  return LaunchStatus(ctx);
+}
+
+__global__ void AdamHalfK(const __half* p, const __half* g, const __half* m1, const __half* m2,
+                          ScalarRef lr, ScalarRef b1p, ScalarRef b2p, __half* po, __half* m1o,
+                          __half* m2o, int64_t n, float b1, float b2, float eps, float coeff) {
+  const float rate = lr.Get(), pow1 = b1p.Get(), pow2 = b2p.Get();
+  const float lr_t = rate * sqrtf(1.f - pow2) / (1.f - pow1);
+  const float eps_t = eps * sqrtf(1.f - pow2);
+  const float decay = 1.f - rate * coeff;
+  LOOM_GRID_STRIDE(i, n) {
+    float gi = __half2float(g[i]);
+    float a = b1 * __half2float(m1[i]) + (1.f - b1) * gi;
+    float b = b2 * __half2float(m2[i]) + (1.f - b2) * gi * gi;
+    m1o[i] = __float2half(a);
+    m2o[i] = __float2half(b);
+    po[i] = __float2half(__half2float(p[i]) * decay - lr_t * a / (sqrtf(b) + eps_t));
+  }
+}
+
+// The beta powers advance in their own dtype (fp16 or fp32).
+__global__ void AdvancePowsHalfK(ScalarRef b1p, ScalarRef b2p, void* b1o, void* b2o, float b1,
+                                 float b2) {
+  float a = b1p.Get() * b1, b = b2p.Get() * b2;
+  if (b1p.half) *static_cast<__half*>(b1o) = __float2half(a);
+  else *static_cast<float*>(b1o) = a;
+  if (b2p.half) *static_cast<__half*>(b2o) = __float2half(b);
+  else *static_cast<float*>(b2o) = b;
+}
+
+template <bool kDecoupledDecay>
+Status AdamHalf(const KernelContext& ctx) {
+  const Tensor& param = ctx.Input("Param");
+  int64_t n = param.numel();
+  float b1 = ctx.Attr<float>("beta1"), b2 = ctx.Attr<float>("beta2");
+  float eps = ctx.Attr<float>("epsilon");
+  float coeff = kDecoupledDecay ? ctx.Attr<float>("coeff") : 0.f;
+  auto lr = ScalarOf(ctx, "LearningRate");
+  auto b1p = ScalarOf(ctx, "Beta1Pow");
+  auto b2p = ScalarOf(ctx, "Beta2Pow");
+  for (const auto* s : {&lr, &b1p, &b2p})
+    if (!s->ok()) return s->status();
+  __half* po = MutableDataOf<__half>(ctx.Output("ParamOut"), ctx.place());
+  __half* m1o = MutableDataOf<__half>(ctx.Output("Moment1Out"), ctx.place());
+  __half* m2o = MutableDataOf<__half>(ctx.Output("Moment2Out"), ctx.place());
+  Tensor* b1o = ctx.Output("Beta1PowOut");
+  Tensor* b2o = ctx.Output("Beta2PowOut");
+  void* b1o_p = b1o->mutable_data(ctx.place(), ctx.Input("Beta1Pow").dtype());
+  void* b2o_p = b2o->mutable_data(ctx.place(), ctx.Input("Beta2Pow").dtype());
+  if (n > 0)
+    AdamHalfK<<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
+        DataOf<__half>(param), DataOf<__half>(ctx.Input("Grad")),
+        DataOf<__half>(ctx.Input("Moment1")), DataOf<__half>(ctx.Input("Moment2")),
+        lr.value(), b1p.value(), b2p.value(), po, m1o, m2o, n, b1, b2, eps, coeff);
+  AdvancePowsHalfK<<<1, 1, 0, Stream(ctx)>>>(b1p.value(), b2p.value(), b1o_p, b2o_p, b1, b2);
+  return LaunchStatus(ctx);
+}
+
 }  // namespace
 
+LOOM_REGISTER_KERNEL(momentum, kCUDA, FP16, MomentumHalf);
+LOOM_REGISTER_KERNEL(adam, kCUDA, FP16, AdamHalf<false>);
+LOOM_REGISTER_KERNEL(adamw, kCUDA, FP16, AdamHalf<true>);
 LOOM_REGISTER_KERNEL(momentum, kCUDA, FP32, Momentum<float>);
 LOOM_REGISTER_KERNEL(momentum, kCUDA, FP64, Momentum<double>);
 LOOM_REGISTER_KERNEL(adam, kCUDA, FP32, (Adam<float, false>));

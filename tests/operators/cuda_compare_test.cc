@@ -1,9 +1,18 @@
-// CUDA kernels against the CPU ones: forward outputs and gradients of the unary family, and the
-// momentum / adam / adamw updates. Skips (with the reason) where no CUDA device is present; the
-// CUDA kernels are still compiled and registered by every build that has the toolkit.
+// CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
+// unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
+// binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
+// cast, lookup_table and the losses (cross_entropy, square_error_cost, squared_l2_norm); the
+// sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
+// sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
+// (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
+// (with the reason) where no CUDA device is present; the CUDA kernels are still compiled and
+// registered by every build that has the toolkit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "framework/device_context.h"
 #include "op_test_util.h"
@@ -11,8 +20,16 @@
 namespace loom::testing {
 namespace {
 
+// Values() of any float tensor, fp16 included.
+std::vector<double> AsDoubles(const Tensor& t) {
+  if (t.dtype() != proto::FP16) return Values(t);
+  std::vector<double> out(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<float>(t.data<float16>()[i]);
+  return out;
+}
+
 void ExpectClose(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
-  std::vector<double> x = Values(a), y = Values(b);
+  std::vector<double> x = AsDoubles(a), y = AsDoubles(b);
   ASSERT_EQ(x.size(), y.size()) << what;
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(x[i], y[i], tol * (1 + std::abs(y[i]))) << what << " [" << i << "]";
@@ -90,6 +107,575 @@ TEST(CudaCompareTest, OptimizerUpdatesMatchCpu) {
       for (const char* s : {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"})
         ExpectClose(gpu.value()[s], cpu.value()[s], tol, std::string(type) + " " + s);
     }
+  }
+}
+
+constexpr const char* kNoDevice = "no CUDA device: CUDA kernels compiled, not run";
+
+double Tol(DataType dt) { return dt == proto::FP32 ? 1e-4 : 1e-10; }
+
+// Runs t on the CPU and on CUDA device 0 and expects the forward outputs `outs` to agree and,
+// when grad_out is not empty, the gradients of sum(grad_out * W) for a random W.
+void ExpectCudaMatchesCpu(OpTest t, const std::vector<std::string>& outs,
+                          const std::string& grad_out, double tol, const std::string& what) {
+  auto cpu = t.Forward();
+  ASSERT_TRUE(cpu.ok()) << what << ": " << cpu.status().ToString();
+  OpTest g = t;
+  g.OnPlace(Place::CUDA(0));
+  auto gpu = g.Forward();
+  ASSERT_TRUE(gpu.ok()) << what << ": " << gpu.status().ToString();
+  for (const auto& o : outs) ExpectClose(gpu.value()[o], cpu.value()[o], tol, what + " " + o);
+  if (grad_out.empty()) return;
+  const Tensor& y = cpu.value()[grad_out];
+  Tensor w = Random(y.dtype(), y.dims(), 77, 0.5, 1.5);
+  auto cpu_g = t.AnalyticGrads(grad_out, w);
+  auto gpu_g = g.AnalyticGrads(grad_out, w);
+  ASSERT_TRUE(cpu_g.ok()) << what << ": " << cpu_g.status().ToString();
+  ASSERT_TRUE(gpu_g.ok()) << what << ": " << gpu_g.status().ToString();
+  ASSERT_EQ(cpu_g.value().size(), gpu_g.value().size()) << what;
+  for (size_t i = 0; i < cpu_g.value().size(); ++i)
+    ExpectClose(gpu_g.value()[i], cpu_g.value()[i], tol, what + " grad #" + std::to_string(i));
+}
+
+std::vector<int> Ints2(int a, int b) { return {a, b}; }
+
+TEST(CudaCompareTest, Conv2DForwardAndGradsMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim input, filter;
+    std::vector<int> strides, paddings, dilations;
+    int groups;
+  };
+  std::vector<Case> cases = {
+      {{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {{1, 3, 9, 8}, {4, 3, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},   // batch 1, stride, padding
+      {{3, 4, 10, 11}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {2, 1}, 2},  // dilation, groups
+      {{2, 6, 7, 7}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 6},    // depthwise
+      {{1, 5, 6, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},    // 1x1
+  };
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      OpTest t("conv2d");
+      t.Input("Input", Random(dt, c.input, 11 + i)).Input("Filter", Random(dt, c.filter, 21 + i))
+          .Output("Output").Attr("strides", c.strides).Attr("paddings", c.paddings)
+          .Attr("dilations", c.dilations).Attr("groups", c.groups);
+      ExpectCudaMatchesCpu(t, {"Output"}, "Output", Tol(dt),
+                           "conv2d case " + std::to_string(i) + " " + DataTypeName(dt));
+    }
+  }
+}
+
+TEST(CudaCompareTest, Pool2DForwardAndGradsMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim x;
+    std::string type;
+    std::vector<int> ksize, strides, paddings;
+    bool global, ceil_mode, exclusive;
+  };
+  std::vector<Case> cases = {
+      {{2, 3, 8, 9}, "max", {2, 2}, {2, 2}, {0, 0}, false, false, true},
+      {{2, 3, 8, 9}, "max", {3, 3}, {1, 2}, {1, 1}, false, false, true},   // overlapping
+      {{1, 2, 7, 7}, "max", {3, 2}, {2, 2}, {1, 1}, false, true, true},    // ceil_mode
+      {{2, 3, 8, 9}, "avg", {3, 3}, {2, 2}, {1, 1}, false, false, true},   // exclusive
+      {{2, 3, 8, 9}, "avg", {3, 3}, {2, 2}, {1, 1}, false, false, false},  // kh * kw divisor
+      {{1, 2, 7, 6}, "avg", {2, 3}, {2, 2}, {1, 1}, false, true, true},
+      {{2, 4, 5, 6}, "max", {1, 1}, {1, 1}, {0, 0}, true, false, true},    // global
+      {{2, 4, 5, 6}, "avg", {1, 1}, {1, 1}, {0, 0}, true, false, true},
+  };
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      OpTest t("pool2d");
+      t.Input("X", Random(dt, c.x, 31 + i)).Output("Out").Attr("pooling_type", c.type)
+          .Attr("ksize", c.ksize).Attr("strides", c.strides).Attr("paddings", c.paddings)
+          .Attr("global_pooling", c.global).Attr("ceil_mode", c.ceil_mode)
+          .Attr("exclusive", c.exclusive);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                           "pool2d case " + std::to_string(i) + " " + DataTypeName(dt));
+    }
+  }
+}
+
+TEST(CudaCompareTest, BatchNormTrainAndTestMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (DDim dims : {DDim{4, 3, 5, 6}, DDim{1, 3, 4, 4}, DDim{7, 5}, DDim{2, 3, 2, 3, 2}}) {
+      const int64_t c = dims[1];
+      for (bool is_test : {false, true}) {
+        OpTest t("batch_norm");
+        t.Input("X", Random(dt, dims, 41, -2, 3)).Input("Scale", Random(dt, DDim{c}, 42))
+            .Input("Bias", Random(dt, DDim{c}, 43))
+            .Input("Mean", Random(dt, DDim{c}, 44), /*no_grad=*/true)
+            .Input("Variance", Random(dt, DDim{c}, 45, 0.5, 2), /*no_grad=*/true)
+            .Output("Y").Output("MeanOut").Output("VarianceOut").Output("SavedMean")
+            .Output("SavedVariance").Attr("is_test", is_test).Attr("momentum", 0.8f)
+            .Attr("epsilon", 1e-3f);
+        ExpectCudaMatchesCpu(t, {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
+                             "Y", Tol(dt),
+                             "batch_norm " + dims.ToString() + (is_test ? " test " : " train ") +
+                                 DataTypeName(dt));
+      }
+    }
+  }
+}
+
+TEST(CudaCompareTest, SoftmaxAndLogSoftmaxMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (const char* type : {"softmax", "log_softmax"}) {
+      for (auto [dims, axis] : std::vector<std::pair<DDim, int>>{
+               {{6, 10}, -1}, {{1, 700}, -1}, {{3, 4, 5}, 1}, {{3, 4, 5}, 0}, {{2, 3, 4}, -1}}) {
+        OpTest t(type);
+        t.Input("X", Random(dt, dims, 51, -4, 4)).Output("Out").Attr("axis", axis);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             std::string(type) + " " + dims.ToString() + " axis " +
+                                 std::to_string(axis) + " " + DataTypeName(dt));
+      }
+    }
+  }
+}
+
+struct BroadcastCase {
+  DDim x, y;
+  int axis;
+};
+
+std::vector<BroadcastCase> BroadcastCases() {
+  return {{{3, 4, 5}, {3, 4, 5}, -1}, {{2, 3, 4, 5}, {3}, 1},   {{2, 3, 4, 5}, {4, 5}, -1},
+          {{2, 3, 4, 5}, {1}, -1},    {{1, 3, 4}, {3, 1}, 1},   {{1, 6}, {6}, -1},
+          {{4, 3}, {4}, 0}};
+}
+
+TEST(CudaCompareTest, ElementwiseBinariesMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
+                             "elementwise_div", "elementwise_max", "elementwise_min",
+                             "elementwise_pow"}) {
+      const std::string op = type;
+      const bool positive = op == "elementwise_pow" || op == "elementwise_div";
+      for (const auto& c : BroadcastCases()) {
+        OpTest t(type);
+        t.Input("X", Random(dt, c.x, 61, positive ? 0.5 : -2, 2))
+            .Input("Y", Random(dt, c.y, 62, positive ? 0.5 : -2, 2)).Output("Out")
+            .Attr("axis", c.axis);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             op + " " + c.x.ToString() + " by " + c.y.ToString() + " " +
+                                 DataTypeName(dt));
+      }
+    }
+  }
+  // Integer forward kernels.
+  for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
+                           "elementwise_div", "elementwise_max", "elementwise_min"}) {
+    OpTest t(type);
+    t.Input("X", Ints(DDim{2, 3}, {7, -8, 9, 10, -11, 12})).Input("Y", Ints(DDim{3}, {2, -3, 4}))
+        .Output("Out");
+    ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string(type) + " int64");
+  }
+}
+
+TEST(CudaCompareTest, MatmulMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim x, y;
+    bool tx, ty;
+    float alpha;
+  };
+  std::vector<Case> cases = {
+      {{4, 5}, {5, 3}, false, false, 1.f},       {{5, 4}, {5, 3}, true, false, 0.5f},
+      {{4, 5}, {3, 5}, false, true, 2.f},        {{5, 4}, {3, 5}, true, true, 1.f},
+      {{2, 3, 4, 5}, {2, 3, 5, 6}, false, false, 1.f},  // batched both
+      {{3, 5, 4}, {3, 6, 5}, true, true, 1.5f},
+      {{3, 4, 5}, {5, 6}, false, false, 1.f},     // batched X only
+      {{4, 5}, {3, 5, 6}, false, false, 1.f},     // batched Y only
+      {{3, 5, 4}, {6, 5}, true, true, 0.7f},
+      {{5}, {5}, false, false, 1.f},              // vectors
+      {{5}, {2, 5, 3}, false, false, 1.f},        {{2, 4, 5}, {5}, false, false, 1.f},
+      {{1, 5}, {5, 1}, false, false, 1.f},
+  };
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      OpTest t("matmul");
+      t.Input("X", Random(dt, c.x, 71 + i)).Input("Y", Random(dt, c.y, 81 + i)).Output("Out")
+          .Attr("transpose_X", c.tx).Attr("transpose_Y", c.ty).Attr("alpha", c.alpha);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                           "matmul case " + std::to_string(i) + " " + DataTypeName(dt));
+    }
+  }
+}
+
+TEST(CudaCompareTest, ReductionsMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim x;
+    std::vector<int> dim;
+    bool keep, all;
+  };
+  std::vector<Case> cases = {
+      {{3, 4, 5}, {0}, false, false},   {{3, 4, 5}, {-1}, true, false},
+      {{3, 4, 5}, {0, 2}, false, false}, {{3, 4, 5}, {1}, false, false},
+      {{3, 4, 5}, {0}, false, true},     {{1, 2000}, {1}, false, false},  // one block per output
+      {{2000, 3}, {0}, true, false},     {{2, 1, 3, 1}, {1, 3}, false, false},
+  };
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[i];
+        OpTest t(type);
+        t.Input("X", Random(dt, c.x, 91 + i)).Output("Out").Attr("dim", c.dim)
+            .Attr("keep_dim", c.keep).Attr("reduce_all", c.all);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             std::string(type) + " case " + std::to_string(i) + " " +
+                                 DataTypeName(dt));
+      }
+    }
+  }
+  for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
+    OpTest t(type);
+    t.Input("X", Ints(DDim{2, 3}, {7, -8, 9, 10, -11, 12})).Output("Out").Attr("dim", Ints2(1, 0));
+    ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string(type) + " int64");
+  }
+}
+
+TEST(CudaCompareTest, LayerNormMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (auto [dims, axis] : std::vector<std::pair<DDim, int>>{
+             {{4, 6}, 1}, {{2, 3, 4}, 1}, {{2, 3, 4}, 2}, {{1, 700}, 1}, {{1, 3, 5}, 1}}) {
+      const int64_t right = dims.product(axis, dims.size());
+      for (int mode = 0; mode < 3; ++mode) {  // Scale and Bias, neither, Scale only
+        OpTest t("layer_norm");
+        t.Input("X", Random(dt, dims, 101, -2, 3));
+        if (mode != 1) t.Input("Scale", Random(dt, DDim{right}, 102));
+        if (mode == 0) t.Input("Bias", Random(dt, DDim{right}, 103));
+        t.Output("Y").Output("Mean").Output("Variance").Attr("begin_norm_axis", axis)
+            .Attr("epsilon", 1e-3f);
+        ExpectCudaMatchesCpu(t, {"Y", "Mean", "Variance"}, "Y", Tol(dt),
+                             "layer_norm " + dims.ToString() + " axis " + std::to_string(axis) +
+                                 " mode " + std::to_string(mode) + " " + DataTypeName(dt));
+      }
+    }
+  }
+}
+
+TEST(CudaCompareTest, TransposeMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (auto [dims, perm] : std::vector<std::pair<DDim, std::vector<int>>>{
+             {{3, 4}, {1, 0}}, {{2, 3, 4}, {2, 0, 1}}, {{2, 3, 4, 5}, {0, 2, -1, 1}}, {{5}, {0}}}) {
+      OpTest t("transpose");
+      t.Input("X", Random(dt, dims, 111)).Output("Out").Attr("axis", perm);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
+                           "transpose " + dims.ToString() + " " + DataTypeName(dt));
+    }
+  }
+  OpTest t("transpose");
+  t.Input("X", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
+      .Attr("axis", std::vector<int>{1, 0});
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "transpose int64");
+}
+
+TEST(CudaCompareTest, ReshapeFamilyAssignAndCastMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    struct Case {
+      const char* type;
+      DDim x;
+      const char* attr;
+      Attribute value;
+    };
+    std::vector<Case> cases = {
+        {"reshape", {2, 3, 4}, "shape", std::vector<int>{4, -1}},
+        {"squeeze", {2, 1, 3, 1}, "axes", std::vector<int>{1}},
+        {"unsqueeze", {2, 3}, "axes", std::vector<int>{0, 2}},
+        {"flatten", {2, 3, 4}, "axis", 2},
+        {"assign", {1, 5}, nullptr, 0},
+    };
+    for (const auto& c : cases) {
+      OpTest t(c.type);
+      t.Input("X", Random(dt, c.x, 121)).Output("Out");
+      if (c.attr) t.Attr(c.attr, c.value);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0, std::string(c.type) + " " + dn);
+    }
+  }
+  Tensor x = Random(proto::FP32, DDim{3, 4}, 122, -3, 3);
+  for (DataType to : {proto::FP32, proto::FP64, proto::INT32, proto::INT64, proto::BOOL}) {
+    OpTest t("cast");
+    t.Input("X", x).Output("Out").Attr("in_dtype", static_cast<int>(proto::FP32))
+        .Attr("out_dtype", static_cast<int>(to));
+    ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string("cast float32 to ") + DataTypeName(to));
+  }
+  OpTest t("cast");
+  t.Input("X", Ints(DDim{2, 3}, {-2, -1, 0, 1, 2, 300})).Output("Out")
+      .Attr("in_dtype", static_cast<int>(proto::INT64))
+      .Attr("out_dtype", static_cast<int>(proto::FP64));
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "cast int64 to float64");
+}
+
+Tensor Int32s(DDim dims, std::vector<int32_t> values) {
+  Tensor t(proto::INT32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int32_t>(Place::CPU())[i] = values[i];
+  return t;
+}
+
+TEST(CudaCompareTest, LossesMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    const DDim xd{5, 4};
+    // Hard labels (int64 and int32, one row ignored), then soft labels.
+    for (Tensor label : {Ints(DDim{5, 1}, {0, 3, -100, 2, 1}),
+                         Int32s(DDim{5, 1}, {0, 3, -100, 2, 1})}) {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 131, 0.05, 1)).Input("Label", label).Output("Y");
+      ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt),
+                           "cross_entropy hard " + std::string(DataTypeName(label.dtype())) +
+                               " " + dn);
+    }
+    {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 132, 0.05, 1))
+          .Input("Label", Random(dt, xd, 133, 0, 1), /*no_grad=*/true).Output("Y")
+          .Attr("soft_label", true);
+      ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt), "cross_entropy soft " + dn);
+    }
+    {
+      OpTest t("cross_entropy");
+      t.Input("X", Random(dt, xd, 134, 0.05, 1)).Input("Label", Ints(DDim{5, 1}, {0, 1, 4, 2, 1}))
+          .Output("Y");
+      EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "label 4 of 4 classes";
+    }
+    {
+      OpTest t("square_error_cost");
+      t.Input("X", Random(dt, DDim{3, 5}, 135)).Input("Y", Random(dt, DDim{3, 5}, 136))
+          .Output("Out");
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "square_error_cost " + dn);
+    }
+    for (DDim d : {DDim{1}, DDim{7, 300}}) {
+      OpTest t("squared_l2_norm");
+      t.Input("X", Random(dt, d, 137)).Output("Out");
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                           "squared_l2_norm " + d.ToString() + " " + dn);
+    }
+  }
+}
+
+TEST(CudaCompareTest, LookupTableMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    // Repeated ids (the gradient adds their rows), a padding row, int64 and int32 ids.
+    for (Tensor ids : {Ints(DDim{6, 1}, {3, 0, 3, 2, 5, 3}), Int32s(DDim{2, 3}, {3, 0, 3, 2, 5, 3}),
+                       Ints(DDim{1}, {4})}) {
+      for (int pad : {-1, 3}) {
+        OpTest t("lookup_table");
+        t.Input("W", Random(dt, DDim{6, 5}, 141)).Input("Ids", ids).Output("Out")
+            .Attr("padding_idx", pad);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             "lookup_table ids " + ids.dims().ToString() + " " +
+                                 DataTypeName(ids.dtype()) + " padding " + std::to_string(pad) +
+                                 " " + dn);
+      }
+    }
+    OpTest t("lookup_table");
+    t.Input("W", Random(dt, DDim{6, 5}, 142)).Input("Ids", Ints(DDim{2, 1}, {1, 6})).Output("Out");
+    EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "id 6 of 6 rows";
+  }
+}
+
+// ---- fp16: CUDA fp16 kernels against the fp32 CPU kernels ----
+
+constexpr double kHalfTol = 5e-3;
+
+Tensor ToDtype(const Tensor& t, DataType dt) {
+  Tensor out(dt, t.dims());
+  std::vector<double> v = AsDoubles(t);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == proto::FP16) {
+      out.mutable_data<float16>(Place::CPU())[i] = float16(static_cast<float>(v[i]));
+    } else {
+      out.mutable_data<float>(Place::CPU())[i] = static_cast<float>(v[i]);
+    }
+  }
+  return out;
+}
+
+// A random fp32 tensor whose values are exact in fp16.
+Tensor RandomHalfExact(DDim dims, uint32_t seed, double lo = -1, double hi = 1) {
+  return ToDtype(ToDtype(Random(proto::FP32, dims, seed, lo, hi), proto::FP16), proto::FP32);
+}
+
+// Runs op `type` once on the CPU with the fp32 `inputs` and once on CUDA with them in fp16
+// (slots in `keep_fp32` stay fp32 there too); the outputs must agree within kHalfTol.
+void ExpectHalfMatchesCpu(const std::string& type,
+                          const std::vector<std::pair<std::string, Tensor>>& inputs,
+                          const std::vector<std::string>& outs, const AttributeMap& attrs,
+                          const std::string& what,
+                          const std::vector<std::string>& keep_fp32 = {}) {
+  OpTest cpu(type), gpu(type);
+  for (const auto& [slot, t] : inputs) {
+    cpu.Input(slot, t, true);
+    bool keep = std::find(keep_fp32.begin(), keep_fp32.end(), slot) != keep_fp32.end();
+    gpu.Input(slot, keep ? t : ToDtype(t, proto::FP16), true);
+  }
+  for (const auto& o : outs) {
+    cpu.Output(o);
+    gpu.Output(o);
+  }
+  for (const auto& [k, v] : attrs) {
+    cpu.Attr(k, v);
+    gpu.Attr(k, v);
+  }
+  auto c = cpu.Forward();
+  auto g = gpu.OnPlace(Place::CUDA(0)).Forward();
+  ASSERT_TRUE(c.ok()) << what << ": " << c.status().ToString();
+  ASSERT_TRUE(g.ok()) << what << ": " << g.status().ToString();
+  for (const auto& o : outs) {
+    if (keep_fp32.empty()) {
+      EXPECT_EQ(g.value()[o].dtype(), proto::FP16) << what << " " << o;
+    }
+    ExpectClose(g.value()[o], c.value()[o], kHalfTol, what + " " + o);
+  }
+}
+
+TEST(CudaCompareTest, HalfUnaryAndReluMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  std::vector<UnaryCase> cases = {
+      {"sigmoid", -3, 3, {}},   {"tanh", -2, 2, {}},    {"exp", -2, 2, {}},
+      {"log", 0.1, 2, {}},      {"sqrt", 0.1, 2, {}},   {"square", -2, 2, {}},
+      {"abs", -2, 2, {}},       {"gelu", -3, 3, {}},    {"relu", -2, 2, {}},
+      {"leaky_relu", -2, 2, {{"alpha", 0.1f}}},
+      {"clip", -2, 2, {{"min", -0.5f}, {"max", 0.7f}}}};
+  for (const auto& c : cases) {
+    const std::string type = c.type;
+    Tensor x = RandomHalfExact(DDim{7, 33}, 5, c.lo, c.hi);
+    OpTest f(type);
+    f.Input("X", x).Output("Out");
+    for (const auto& [k, v] : c.attrs) f.Attr(k, v);
+    auto out = f.Forward();
+    ASSERT_TRUE(out.ok()) << type << ": " << out.status().ToString();
+    ExpectHalfMatchesCpu(type, {{"X", x}}, {"Out"}, c.attrs, type);
+    // The grad op on the same (fp16-rounded) X, Out and Out@GRAD.
+    Tensor y = ToDtype(ToDtype(out.value()["Out"], proto::FP16), proto::FP32);
+    Tensor g = RandomHalfExact(DDim{7, 33}, 6, 0.5, 1.5);
+    std::vector<std::pair<std::string, Tensor>> ins = {{"Out", y}, {"Out@GRAD", g}};
+    if (type != "relu") ins.insert(ins.begin(), {"X", x});
+    ExpectHalfMatchesCpu(type + "_grad", ins, {"X@GRAD"}, c.attrs, type + "_grad");
+  }
+}
+
+TEST(CudaCompareTest, HalfElementwiseBinariesMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
+                           "elementwise_div", "elementwise_max", "elementwise_min",
+                           "elementwise_pow"}) {
+    const std::string op = type;
+    const bool positive = op == "elementwise_pow" || op == "elementwise_div";
+    for (const auto& c : BroadcastCases()) {
+      const std::string what = op + " fp16 " + c.x.ToString() + " by " + c.y.ToString();
+      Tensor x = RandomHalfExact(c.x, 61, positive ? 0.5 : -2, 2);
+      Tensor y = RandomHalfExact(c.y, 62, positive ? 0.5 : -2, 2);
+      AttributeMap attrs = {{"axis", c.axis}};
+      ExpectHalfMatchesCpu(op, {{"X", x}, {"Y", y}}, {"Out"}, attrs, what);
+      OpTest f(op);
+      f.Input("X", x).Input("Y", y).Output("Out").Attr("axis", c.axis);
+      auto out = f.Forward();
+      ASSERT_TRUE(out.ok()) << what << ": " << out.status().ToString();
+      Tensor o = ToDtype(ToDtype(out.value()["Out"], proto::FP16), proto::FP32);
+      Tensor g = RandomHalfExact(c.x, 63, 0.5, 1.5);
+      ExpectHalfMatchesCpu(op + "_grad", {{"X", x}, {"Y", y}, {"Out", o}, {"Out@GRAD", g}},
+                           {"X@GRAD", "Y@GRAD"}, attrs, what + " grad");
+    }
+  }
+}
+
+TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  const DDim dims{5, 7};
+  Tensor x = RandomHalfExact(dims, 7, -2, 2);
+  for (bool after : {true, false})
+    ExpectHalfMatchesCpu("scale", {{"X", x}}, {"Out"},
+                         {{"scale", 1.5f}, {"bias", -0.25f}, {"bias_after_scale", after}},
+                         "scale fp16");
+  ExpectHalfMatchesCpu("mean", {{"X", x}}, {"Out"}, {}, "mean fp16");
+  ExpectHalfMatchesCpu("mean_grad", {{"X", x}, {"Out@GRAD", RandomHalfExact(DDim{1}, 8)}},
+                       {"X@GRAD"}, {}, "mean_grad fp16");
+  for (int k : {1, 2, 4}) {
+    std::vector<Tensor> ins32, ins16;
+    for (int i = 0; i < k; ++i) {
+      ins32.push_back(RandomHalfExact(dims, 10 + i));
+      ins16.push_back(ToDtype(ins32.back(), proto::FP16));
+    }
+    OpTest cpu("sum"), gpu("sum");
+    cpu.Inputs("X", ins32).Output("Out");
+    gpu.Inputs("X", ins16).Output("Out").OnPlace(Place::CUDA(0));
+    auto c = cpu.Forward();
+    auto g = gpu.Forward();
+    ASSERT_TRUE(c.ok() && g.ok()) << "sum fp16: " << g.status().ToString();
+    ExpectClose(g.value()["Out"], c.value()["Out"], kHalfTol, "sum fp16 of " + std::to_string(k));
+  }
+  for (const char* type : {"fill_constant", "fill_zeros_like"}) {
+    OpTest t(type);
+    if (std::string(type) == "fill_constant") {
+      t.Attr("shape", std::vector<int64_t>{3, 4}).Attr("value", 0.375f)
+          .Attr("dtype", static_cast<int>(proto::FP16));
+    } else {
+      t.Input("X", ToDtype(x, proto::FP16));
+    }
+    auto g = t.Output("Out").OnPlace(Place::CUDA(0)).Forward();
+    ASSERT_TRUE(g.ok()) << type << ": " << g.status().ToString();
+    const Tensor& out = g.value()["Out"];
+    EXPECT_EQ(out.dtype(), proto::FP16) << type;
+    for (double v : AsDoubles(out)) EXPECT_EQ(v, std::string(type) == "fill_constant" ? 0.375 : 0);
+  }
+}
+
+TEST(CudaCompareTest, HalfTransposeMatchesFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  Tensor x = RandomHalfExact(DDim{2, 3, 4}, 9);
+  AttributeMap attrs = {{"axis", std::vector<int>{1, 2, 0}}};
+  ExpectHalfMatchesCpu("transpose", {{"X", x}}, {"Out"}, attrs, "transpose fp16");
+  ExpectHalfMatchesCpu("transpose_grad", {{"Out@GRAD", RandomHalfExact(DDim{3, 4, 2}, 10)}},
+                       {"X@GRAD"}, attrs, "transpose_grad fp16");
+}
+
+Tensor Scalar32(double v) { return Scalar(proto::FP32, v); }
+
+TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  const DDim dims{1000};
+  Tensor p = RandomHalfExact(dims, 1), g = RandomHalfExact(dims, 2);
+  Tensor lr = ToDtype(ToDtype(Scalar32(0.125), proto::FP16), proto::FP32);
+  ExpectHalfMatchesCpu("sgd", {{"Param", p}, {"Grad", g}, {"LearningRate", lr}}, {"ParamOut"},
+                       {}, "sgd fp16");
+  for (bool nesterov : {false, true})
+    ExpectHalfMatchesCpu("momentum",
+                         {{"Param", p}, {"Grad", g}, {"Velocity", RandomHalfExact(dims, 3)},
+                          {"LearningRate", lr}},
+                         {"ParamOut", "VelocityOut"},
+                         {{"mu", 0.9f}, {"use_nesterov", nesterov}}, "momentum fp16",
+                         {"LearningRate"});
+  for (const char* type : {"adam", "adamw"}) {
+    std::vector<std::pair<std::string, Tensor>> ins = {
+        {"Param", p},
+        {"Grad", g},
+        {"LearningRate", lr},
+        {"Moment1", RandomHalfExact(dims, 3)},
+        {"Moment2", RandomHalfExact(dims, 4, 0.25, 1)},
+        {"Beta1Pow", Scalar32(0.8125)},
+        {"Beta2Pow", Scalar32(0.9375)}};
+    std::vector<std::string> outs = {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut",
+                                     "Beta2PowOut"};
+    // Learning rate and beta powers in fp32 (mixed precision) and in fp16.
+    ExpectHalfMatchesCpu(type, ins, {"ParamOut", "Moment1Out", "Moment2Out"}, {},
+                         std::string(type) + " fp16, fp32 scalars",
+                         {"LearningRate", "Beta1Pow", "Beta2Pow"});
+    ExpectHalfMatchesCpu(type, ins, outs, {}, std::string(type) + " fp16");
   }
 }
 

@@ -1,0 +1,356 @@
+// CUDA kernels of conv2d(+grad) and pool2d(+grad), fp32 and fp64, NCHW, with the semantics of
+// the CPU kernels (operators/nn/conv2d.cc, operators/nn/pool2d.cc).
+// conv2d lowers chunks of samples to an im2col buffer and runs strided-batched cuBLAS GEMMs over
+// (sample, group); the input gradient goes back through col2im as a gather (one thread per
+// input pixel, no atomics). pool2d runs one thread per output; the max-pool gradient goes to the
+// first window element equal to the output (atomicAdd where windows overlap), the average-pool
+// gradient is a gather with the forward divisor.
+#include <algorithm>
+
+#include "operators/cuda_util.cuh"
+
+namespace loom::ops::cuda {
+namespace {
+
+// ---- conv2d ----
+
+struct ConvGeom {
+  int64_t n, c, h, w;      // Input
+  int64_t m, kh, kw;       // Filter [m, c / groups, kh, kw]
+  int64_t sh, sw, ph, pw, dh, dw;
+  int64_t groups, cg, mg;  // channels per group (in, out)
+  int64_t ho, wo;
+  int64_t K() const { return cg * kh * kw; }      // rows of one group's column block
+  int64_t P() const { return ho * wo; }           // output pixels per plane
+  int64_t Rows() const { return c * kh * kw; }    // rows of one sample's column buffer
+};
+
+int64_t ConvOutSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation) {
+  int64_t eff = dilation * (k - 1) + 1;
+  int64_t span = in + 2 * pad - eff;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+ConvGeom MakeConvGeom(const KernelContext& ctx, const DDim& in, const DDim& f) {
+  const auto& strides = ctx.Attr<std::vector<int>>("strides");
+  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
+  const auto& dils = ctx.Attr<std::vector<int>>("dilations");
+  ConvGeom g;
+  g.n = in[0], g.c = in[1], g.h = in[2], g.w = in[3];
+  g.m = f[0], g.kh = f[2], g.kw = f[3];
+  g.sh = strides[0], g.sw = strides[1], g.ph = pads[0], g.pw = pads[1];
+  g.dh = dils[0], g.dw = dils[1];
+  g.groups = ctx.Attr<int>("groups");
+  g.cg = g.c / g.groups, g.mg = g.m / g.groups;
+  g.ho = ConvOutSize(g.h, g.kh, g.ph, g.sh, g.dh);
+  g.wo = ConvOutSize(g.w, g.kw, g.pw, g.sw, g.dw);
+  return g;
+}
+
+// col[s][(c * kh + i) * kw + j][oh * wo + ow] = x[s0 + s][c][oh*sh - ph + i*dh][ow*sw - pw + j*dw]
+// (0 outside the image) for the cs samples from s0.
+template <typename T>
+__global__ void Im2ColK(ConvGeom g, const T* x, T* col, int64_t cs) {
+  const int64_t p = g.ho * g.wo, rows = g.c * g.kh * g.kw;
+  LOOM_GRID_STRIDE(idx, cs * rows * p) {
+    int64_t pix = idx % p, r = (idx / p) % rows, s = idx / (p * rows);
+    int64_t j = r % g.kw, i = (r / g.kw) % g.kh, c = r / (g.kh * g.kw);
+    int64_t ih = (pix / g.wo) * g.sh - g.ph + i * g.dh;
+    int64_t iw = (pix % g.wo) * g.sw - g.pw + j * g.dw;
+    col[idx] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w
+                   ? x[((s * g.c + c) * g.h + ih) * g.w + iw]
+                   : T(0);
+  }
+}
+
+// The adjoint of Im2ColK as a gather: dx[s][c][ih][iw] = sum of the column entries read from it.
+template <typename T>
+__global__ void Col2ImK(ConvGeom g, const T* col, T* dx, int64_t cs) {
+  const int64_t p = g.ho * g.wo, rows = g.c * g.kh * g.kw;
+  LOOM_GRID_STRIDE(idx, cs * g.c * g.h * g.w) {
+    int64_t iw = idx % g.w, ih = (idx / g.w) % g.h, c = (idx / (g.w * g.h)) % g.c;
+    int64_t s = idx / (g.w * g.h * g.c);
+    const T* cols = col + s * rows * p;
+    T acc = 0;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t th = ih + g.ph - i * g.dh;
+      if (th < 0 || th % g.sh != 0) continue;
+      int64_t oh = th / g.sh;
+      if (oh >= g.ho) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t tw = iw + g.pw - j * g.dw;
+        if (tw < 0 || tw % g.sw != 0) continue;
+        int64_t ow = tw / g.sw;
+        if (ow >= g.wo) continue;
+        acc += cols[((c * g.kh + i) * g.kw + j) * p + oh * g.wo + ow];
+      }
+    }
+    dx[idx] = acc;
+  }
+}
+
+// Samples per column buffer: at most 2^25 elements, at least one sample.
+int64_t SamplesPerChunk(const ConvGeom& g) {
+  constexpr int64_t kColBudget = int64_t{1} << 25;
+  int64_t per_sample = std::max<int64_t>(g.Rows() * g.P(), 1);
+  return std::clamp<int64_t>(kColBudget / per_sample, 1, std::max<int64_t>(g.n, 1));
+}
+
+// One GEMM per (sample, group) of a chunk of cs samples: operand offsets are
+// s * s_stride + gi * g_stride. Batches over whichever of samples and groups is longer.
+struct Operand {
+  int64_t s_stride, g_stride;
+};
+
+template <typename T>
+Status GemmOverSamplesAndGroups(const KernelContext& ctx, int64_t cs, int64_t groups, bool ta,
+                                bool tb, int64_t m, int64_t n, int64_t k, const T* a, Operand oa,
+                                const T* b, Operand ob, T beta, T* c, Operand oc) {
+  cublasHandle_t h = Cublas(ctx);
+  if (cs >= groups) {
+    for (int64_t gi = 0; gi < groups; ++gi)
+      LOOM_RETURN_IF_ERROR(CublasStatus(
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, T(1), a + gi * oa.g_stride, oa.s_stride,
+                                     b + gi * ob.g_stride, ob.s_stride, beta,
+                                     c + gi * oc.g_stride, oc.s_stride, cs)));
+  } else {
+    for (int64_t s = 0; s < cs; ++s)
+      LOOM_RETURN_IF_ERROR(CublasStatus(
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, T(1), a + s * oa.s_stride, oa.g_stride,
+                                     b + s * ob.s_stride, ob.g_stride, beta,
+                                     c + s * oc.s_stride, oc.g_stride, groups)));
+  }
+  return Status::OK();
+}
+
+// Output[s, g*mg:(g+1)*mg] = W_g [mg, K] · col_{s,g} [K, P].
+template <typename T>
+Status Conv2D(const KernelContext& ctx) {
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
+  T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+  const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
+  if (g.n * g.m * p == 0) return Status::OK();
+  if (k == 0) {
+    cudaMemsetAsync(out, 0, sizeof(T) * g.n * g.m * p, Stream(ctx));
+    return LaunchStatus(ctx);
+  }
+  Tensor col(input.dtype(), DDim{chunk * g.Rows() * p});
+  T* cb = col.mutable_data<T>(ctx.place());
+  const T* x = input.data<T>();
+  for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
+    const int64_t cs = std::min(chunk, g.n - s0);
+    Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, Stream(ctx)>>>(
+        g, x + s0 * g.c * g.h * g.w, cb, cs);
+    LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
+    LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
+        ctx, cs, g.groups, false, false, g.mg, p, k, filter.data<T>(), Operand{0, g.mg * k}, cb,
+        Operand{g.Rows() * p, k * p}, T(0), out + s0 * g.m * p, Operand{g.m * p, g.mg * p}));
+  }
+  return Status::OK();
+}
+
+// Filter@GRAD_g = Σ_s dOut_{s,g} [mg, P] · col_{s,g}ᵀ [P, K] (per sample, batched over
+// groups, accumulating); Input@GRAD = col2im(W_gᵀ · dOut_{s,g}).
+template <typename T>
+Status Conv2DGrad(const KernelContext& ctx) {
+  Tensor* dinput = ctx.OutputOrNull("Input@GRAD");
+  Tensor* dfilter = ctx.OutputOrNull("Filter@GRAD");
+  if (!dinput && !dfilter) return Status::OK();
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
+  const T* x = input.data<T>();
+  const T* w = filter.data<T>();
+  const T* dout = ctx.Input("Output@GRAD").data<T>();
+  const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
+  cudaStream_t stream = Stream(ctx);
+  T* dx = dinput ? dinput->mutable_data<T>(ctx.place()) : nullptr;
+  T* dw = dfilter ? dfilter->mutable_data<T>(ctx.place()) : nullptr;
+  if (dw) cudaMemsetAsync(dw, 0, dfilter->nbytes(), stream);
+  if (g.n * k * p * g.m == 0) {
+    if (dx) cudaMemsetAsync(dx, 0, dinput->nbytes(), stream);
+    return LaunchStatus(ctx);
+  }
+  Tensor col(input.dtype(), DDim{chunk * g.Rows() * p});
+  T* cb = col.mutable_data<T>(ctx.place());
+  for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
+    const int64_t cs = std::min(chunk, g.n - s0);
+    const T* dout0 = dout + s0 * g.m * p;
+    if (dw) {
+      Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, stream>>>(
+          g, x + s0 * g.c * g.h * g.w, cb, cs);
+      LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
+      for (int64_t s = 0; s < cs; ++s)
+        LOOM_RETURN_IF_ERROR(CublasStatus(
+            ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, T(1),
+                                       dout0 + s * g.m * p, g.mg * p, cb + s * g.Rows() * p,
+                                       k * p, T(1), dw, g.mg * k, g.groups)));
+    }
+    if (dx) {
+      LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
+          ctx, cs, g.groups, true, false, k, p, g.mg, w, Operand{0, g.mg * k}, dout0,
+          Operand{g.m * p, g.mg * p}, T(0), cb, Operand{g.Rows() * p, k * p}));
+      Col2ImK<T><<<Blocks(cs * g.c * g.h * g.w), kThreads, 0, stream>>>(
+          g, cb, dx + s0 * g.c * g.h * g.w, cs);
+      LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
+    }
+  }
+  return Status::OK();
+}
+
+// ---- pool2d ----
+
+struct PoolGeom {
+  int64_t planes, h, w;  // planes = N * C
+  int64_t kh, kw, sh, sw, ph, pw;
+  int64_t ho, wo;
+  bool max, exclusive;
+};
+
+int64_t PoolOutSize(int64_t in, int64_t k, int64_t pad, int64_t stride, bool ceil_mode) {
+  int64_t span = in + 2 * pad - k;
+  if (span < 0) return 0;
+  return (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+}
+
+PoolGeom MakePoolGeom(const KernelContext& ctx, const DDim& x) {
+  const auto& ksize = ctx.Attr<std::vector<int>>("ksize");
+  const auto& strides = ctx.Attr<std::vector<int>>("strides");
+  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
+  const bool global = ctx.Attr<bool>("global_pooling");
+  const bool ceil_mode = ctx.Attr<bool>("ceil_mode");
+  PoolGeom g;
+  g.planes = x[0] * x[1], g.h = x[2], g.w = x[3];
+  g.kh = global ? g.h : ksize[0], g.kw = global ? g.w : ksize[1];
+  g.sh = global ? 1 : strides[0], g.sw = global ? 1 : strides[1];
+  g.ph = global ? 0 : pads[0], g.pw = global ? 0 : pads[1];
+  g.ho = global ? 1 : PoolOutSize(g.h, g.kh, g.ph, g.sh, ceil_mode);
+  g.wo = global ? 1 : PoolOutSize(g.w, g.kw, g.pw, g.sw, ceil_mode);
+  g.max = ctx.Attr<std::string>("pooling_type") == "max";
+  g.exclusive = ctx.Attr<bool>("exclusive");
+  return g;
+}
+
+// The window of output (oh, ow) clipped to the image, and the average's divisor.
+struct Window {
+  int64_t h0, h1, w0, w1, divisor;
+};
+
+__device__ Window WindowAt(const PoolGeom& g, int64_t oh, int64_t ow) {
+  Window win;
+  win.h0 = oh * g.sh - g.ph;
+  win.w0 = ow * g.sw - g.pw;
+  win.h1 = min(win.h0 + g.kh, g.h);
+  win.w1 = min(win.w0 + g.kw, g.w);
+  win.h0 = max(win.h0, int64_t{0});
+  win.w0 = max(win.w0, int64_t{0});
+  int64_t area = max(win.h1 - win.h0, int64_t{0}) * max(win.w1 - win.w0, int64_t{0});
+  win.divisor = g.exclusive ? area : g.kh * g.kw;
+  return win;
+}
+
+template <typename T>
+__global__ void PoolK(PoolGeom g, const T* x, T* out) {
+  LOOM_GRID_STRIDE(idx, g.planes * g.ho * g.wo) {
+    int64_t ow = idx % g.wo, oh = (idx / g.wo) % g.ho, pl = idx / (g.wo * g.ho);
+    const T* xp = x + pl * g.h * g.w;
+    Window win = WindowAt(g, oh, ow);
+    T acc = 0;
+    bool any = false;
+    for (int64_t ih = win.h0; ih < win.h1; ++ih)
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+        T v = xp[ih * g.w + iw];
+        acc = !any ? v : (g.max ? (v > acc ? v : acc) : acc + v);
+        any = true;
+      }
+    // A window entirely in the padding (possible with ceil_mode) yields 0, as on the CPU.
+    if (any && !g.max) acc /= static_cast<T>(win.divisor);
+    out[idx] = any ? acc : T(0);
+  }
+}
+
+// Max: the gradient of each output goes to the first element (row-major) of its window equal
+// to the output; overlapping windows may pick the same element, hence atomicAdd.
+template <typename T>
+__global__ void MaxPoolGradK(PoolGeom g, const T* x, const T* out, const T* dout, T* dx) {
+  LOOM_GRID_STRIDE(idx, g.planes * g.ho * g.wo) {
+    int64_t ow = idx % g.wo, oh = (idx / g.wo) % g.ho, pl = idx / (g.wo * g.ho);
+    const T* xp = x + pl * g.h * g.w;
+    Window win = WindowAt(g, oh, ow);
+    const T target = out[idx];
+    int64_t at = -1;
+    for (int64_t ih = win.h0; ih < win.h1 && at < 0; ++ih)
+      for (int64_t iw = win.w0; iw < win.w1; ++iw)
+        if (xp[ih * g.w + iw] == target) {
+          at = ih * g.w + iw;
+          break;
+        }
+    if (at >= 0) atomicAdd(dx + pl * g.h * g.w + at, dout[idx]);
+  }
+}
+
+// Avg: dx[ih][iw] = Σ over the windows holding (ih, iw) of dout / divisor. A pixel of the image
+// lies in a clipped window exactly when it lies in the unclipped one.
+template <typename T>
+__global__ void AvgPoolGradK(PoolGeom g, const T* dout, T* dx) {
+  LOOM_GRID_STRIDE(idx, g.planes * g.h * g.w) {
+    int64_t iw = idx % g.w, ih = (idx / g.w) % g.h, pl = idx / (g.w * g.h);
+    const T* dp = dout + pl * g.ho * g.wo;
+    int64_t th = ih + g.ph - g.kh + 1, tw = iw + g.pw - g.kw + 1;
+    int64_t oh0 = th <= 0 ? 0 : (th + g.sh - 1) / g.sh;
+    int64_t ow0 = tw <= 0 ? 0 : (tw + g.sw - 1) / g.sw;
+    int64_t oh1 = min((ih + g.ph) / g.sh, g.ho - 1), ow1 = min((iw + g.pw) / g.sw, g.wo - 1);
+    T acc = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow)
+        acc += dp[oh * g.wo + ow] / static_cast<T>(WindowAt(g, oh, ow).divisor);
+    dx[idx] = acc;
+  }
+}
+
+template <typename T>
+Status Pool2D(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  PoolGeom g = MakePoolGeom(ctx, x.dims());
+  T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  const int64_t n = g.planes * g.ho * g.wo;
+  if (n == 0) return Status::OK();
+  PoolK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(g, x.data<T>(), out);
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+Status Pool2DGrad(const KernelContext& ctx) {
+  Tensor* dxt = ctx.OutputOrNull("X@GRAD");
+  if (!dxt) return Status::OK();
+  const Tensor& x = ctx.Input("X");
+  PoolGeom g = MakePoolGeom(ctx, x.dims());
+  T* dx = dxt->mutable_data<T>(ctx.place());
+  const T* dout = ctx.Input("Out@GRAD").data<T>();
+  if (dxt->numel() == 0) return Status::OK();
+  if (g.max) {
+    cudaMemsetAsync(dx, 0, dxt->nbytes(), Stream(ctx));
+    const int64_t n = g.planes * g.ho * g.wo;
+    if (n > 0)
+      MaxPoolGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
+          g, x.data<T>(), ctx.Input("Out").data<T>(), dout, dx);
+  } else {
+    AvgPoolGradK<T><<<Blocks(dxt->numel()), kThreads, 0, Stream(ctx)>>>(g, dout, dx);
+  }
+  return LaunchStatus(ctx);
+}
+
+}  // namespace
+
+LOOM_REGISTER_KERNEL(conv2d, kCUDA, FP32, Conv2D<float>);
+LOOM_REGISTER_KERNEL(conv2d, kCUDA, FP64, Conv2D<double>);
+LOOM_REGISTER_KERNEL(conv2d_grad, kCUDA, FP32, Conv2DGrad<float>);
+LOOM_REGISTER_KERNEL(conv2d_grad, kCUDA, FP64, Conv2DGrad<double>);
+LOOM_REGISTER_KERNEL(pool2d, kCUDA, FP32, Pool2D<float>);
+LOOM_REGISTER_KERNEL(pool2d, kCUDA, FP64, Pool2D<double>);
+LOOM_REGISTER_KERNEL(pool2d_grad, kCUDA, FP32, Pool2DGrad<float>);
+LOOM_REGISTER_KERNEL(pool2d_grad, kCUDA, FP64, Pool2DGrad<double>);
+
+}  // namespace loom::ops::cuda
