@@ -1,10 +1,10 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
 // binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
-// cast, lookup_table, concat / split / stack, slice, gather (all with their gradients), dropout
-// (mask statistics and scaling; the CUDA mask is not the CPU's random stream) and the losses
-// (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum / adam / adamw
-// updates; and the fp16 kernels (unary, relu, elementwise, scale,
+// cast, lookup_table, concat / split / stack, slice, gather, top_k (all with their gradients),
+// arg_max, accuracy, dropout (mask statistics and scaling; the CUDA mask is not the CPU's random
+// stream) and the losses (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum
+// / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
 // sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
 // (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
 // (with the reason) where no CUDA device is present; the CUDA kernels are still compiled and
@@ -607,7 +607,7 @@ TEST(CudaCompareTest, SliceMatchesCpu) {
       {{1, 6}, {1}, {1}, {4}},                     // batch size 1
       {{4, 5, 6}, {0, 2}, {1, -4}, {3, 100}},      // negative and out-of-range bounds
       {{3, 4, 5}, {-1, 1}, {-3, 0}, {-1, -1}},
-      {{2, 3}, {0}, {1}, {1}},                     // empty box
+      {{2, 3}, {0}, {-1}, {5}},                    // one row left
       {{2, 3, 2, 4}, {1, 3}, {1, 1}, {3, 3}},
   };
   for (DataType dt : {proto::FP32, proto::FP64}) {
@@ -702,6 +702,47 @@ TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
           .Attr("dropout_implementation", std::string(impl));
       ExpectCudaMatchesCpu(eg, {"X@GRAD"}, "", Tol(dt), what + " is_test grad batch 1");
     }
+  }
+}
+
+TEST(CudaCompareTest, TopKArgMaxAndAccuracyMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    for (DDim xd : {DDim{1, 7}, DDim{4, 9}, DDim{2, 3, 5}}) {
+      for (int k : {1, 3}) {
+        OpTest t("top_k");
+        t.Input("X", Random(dt, xd, 220)).Output("Out").Output("Indices").Attr("k", k);
+        ExpectCudaMatchesCpu(t, {"Out", "Indices"}, "Out", Tol(dt),
+                             "top_k " + xd.ToString() + " k " + std::to_string(k) + " " + dn);
+      }
+      for (int axis : {0, -1}) {
+        OpTest t("arg_max");
+        t.Input("X", Random(dt, xd, 221)).Output("Out").Attr("axis", axis);
+        ExpectCudaMatchesCpu(t, {"Out"}, "", 0,
+                             "arg_max " + xd.ToString() + " axis " + std::to_string(axis) + " " +
+                                 dn);
+      }
+    }
+  }
+  // Ties: lower index first.
+  Tensor ties = Ints(DDim{2, 5}, {3, 1, 3, 2, 3, 0, 0, 5, 5, 0});
+  OpTest t("top_k");
+  t.Input("X", ties).Output("Out").Output("Indices").Attr("k", 4);
+  ExpectCudaMatchesCpu(t, {"Out", "Indices"}, "", 0, "top_k int64 ties");
+  OpTest a("arg_max");
+  a.Input("X", ties).Output("Out").Attr("axis", 1);
+  ExpectCudaMatchesCpu(a, {"Out"}, "", 0, "arg_max int64 ties");
+  Tensor indices = Ints(DDim{4, 2}, {0, 1, 2, 3, 1, 4, 0, 2});
+  for (Tensor label : {Ints(DDim{4, 1}, {1, 0, 4, 3}), Int32s(DDim{4, 1}, {1, 0, 4, 3}),
+                       Ints(DDim{1, 1}, {7})}) {
+    OpTest c("accuracy");
+    Tensor idx = label.dims()[0] == 1 ? Ints(DDim{1, 2}, {7, 1}) : indices;
+    c.Input("Out", Random(proto::FP32, idx.dims(), 222), true).Input("Indices", idx)
+        .Input("Label", label).Output("Accuracy").Output("Correct").Output("Total");
+    ExpectCudaMatchesCpu(c, {"Accuracy", "Correct", "Total"}, "", 0,
+                         "accuracy N " + std::to_string(label.dims()[0]) + " " +
+                             DataTypeName(label.dtype()));
   }
 }
 
