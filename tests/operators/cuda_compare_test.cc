@@ -1,8 +1,10 @@
 // CUDA kernels against the CPU ones on random inputs: forward outputs and gradients of the
 // unary family, conv2d, pool2d, batch_norm, layer_norm, softmax / log_softmax, the elementwise
 // binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
-// cast, lookup_table and the losses (cross_entropy, square_error_cost, squared_l2_norm); the
-// sgd / momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
+// cast, lookup_table, concat / split / stack, slice, gather, top_k (all with their gradients),
+// arg_max, accuracy, dropout (mask statistics and scaling; the CUDA mask is not the CPU's random
+// stream) and the losses (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum
+// / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
 // sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
 // (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
 // (with the reason) where no CUDA device is present; the CUDA kernels are still compiled and
@@ -14,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "executor/executor.h"
 #include "framework/device_context.h"
+#include "framework/verifier.h"
 #include "op_test_util.h"
 
 namespace loom::testing {
@@ -485,6 +489,260 @@ TEST(CudaCompareTest, LookupTableMatchesCpu) {
     OpTest t("lookup_table");
     t.Input("W", Random(dt, DDim{6, 5}, 142)).Input("Ids", Ints(DDim{2, 1}, {1, 6})).Output("Out");
     EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "id 6 of 6 rows";
+  }
+}
+
+TEST(CudaCompareTest, ConcatAndStackMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    // Batch size 1 (dim 0 of 1) and a larger batch; every axis, negative ones too.
+    for (int64_t b : {1, 3}) {
+      for (int axis : {0, 1, 2, -1}) {
+        const int a = axis < 0 ? axis + 3 : axis;
+        std::vector<Tensor> xs;
+        for (int i = 0; i < 3; ++i) {
+          std::vector<int64_t> d = {b, 4, 5};
+          d[a] = i + 1 + (a == 0 ? b - 1 : 0);
+          xs.push_back(Random(dt, DDim(d), 150 + i));
+        }
+        OpTest t("concat");
+        t.Inputs("X", xs).Output("Out").Attr("axis", axis);
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
+                             "concat batch " + std::to_string(b) + " axis " +
+                                 std::to_string(axis) + " " + dn);
+      }
+      for (int axis : {0, 1, 2, -1, -3}) {
+        std::vector<Tensor> xs;
+        for (int i = 0; i < 3; ++i) xs.push_back(Random(dt, DDim{b, 4}, 160 + i));
+        OpTest t("stack");
+        t.Inputs("X", xs).Output("Y").Attr("axis", axis);
+        ExpectCudaMatchesCpu(t, {"Y"}, "Y", 0,
+                             "stack batch " + std::to_string(b) + " axis " +
+                                 std::to_string(axis) + " " + dn);
+      }
+    }
+  }
+  OpTest c("concat");
+  c.Inputs("X", {Ints(DDim{2, 1}, {1, 2}), Ints(DDim{2, 2}, {3, 4, 5, 6})}).Output("Out")
+      .Attr("axis", 1);
+  ExpectCudaMatchesCpu(c, {"Out"}, "", 0, "concat int64");
+  OpTest s("stack");
+  s.Inputs("X", {Ints(DDim{2}, {1, 2}), Ints(DDim{2}, {3, 4})}).Output("Y").Attr("axis", 1);
+  ExpectCudaMatchesCpu(s, {"Y"}, "", 0, "stack int64");
+}
+
+// Runs split of x (into n outputs) on `place`; returns the parts.
+StatusOr<std::vector<Tensor>> RunSplit(const Tensor& x, const AttributeMap& attrs, int n,
+                                       const Place& place) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  VarDesc xv = b->Var("x");
+  xv.SetDtype(x.dtype());
+  xv.SetDims(x.dims());
+  std::vector<std::string> outs;
+  for (int k = 0; k < n; ++k) {
+    outs.push_back("out" + std::to_string(k));
+    b->Var(outs.back());
+  }
+  b->AppendOp("split", {{"X", {"x"}}}, {{"Out", outs}}, attrs);
+  LOOM_RETURN_IF_ERROR(InferShapes(b));
+  Executor exe(place);
+  Scope scope;
+  std::vector<Tensor> fetched;
+  LOOM_RETURN_IF_ERROR(exe.Run(p, &scope, {{"x", x}}, outs, &fetched));
+  return fetched;
+}
+
+TEST(CudaCompareTest, SplitAndSplitGradMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim x;
+    int axis, n;
+    AttributeMap attrs;
+  };
+  std::vector<Case> cases = {
+      {{1, 6}, 1, 3, {{"num", 3}}},
+      {{4, 6}, 0, 2, {{"num", 2}}},
+      {{3, 7, 2}, 1, 3, {{"sections", std::vector<int>{2, -1, 1}}}},
+      {{2, 3, 5}, -1, 2, {{"sections", std::vector<int>{4, 1}}}},
+  };
+  for (DataType dt : {proto::FP32, proto::FP64, proto::INT64}) {
+    for (const auto& c : cases) {
+      const std::string what = "split " + c.x.ToString() + " axis " + std::to_string(c.axis) +
+                               " " + DataTypeName(dt);
+      AttributeMap attrs = c.attrs;
+      attrs["axis"] = c.axis;
+      Tensor x = dt == proto::INT64 ? Ints(c.x, std::vector<int64_t>(c.x.numel(), 7))
+                                    : Random(dt, c.x, 170);
+      if (dt == proto::INT64)
+        for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<int64_t>(Place::CPU())[i] = i;
+      auto cpu = RunSplit(x, attrs, c.n, Place::CPU());
+      auto gpu = RunSplit(x, attrs, c.n, Place::CUDA(0));
+      ASSERT_TRUE(cpu.ok()) << what << ": " << cpu.status().ToString();
+      ASSERT_TRUE(gpu.ok()) << what << ": " << gpu.status().ToString();
+      for (int k = 0; k < c.n; ++k) {
+        EXPECT_EQ(gpu.value()[k].dims().ToString(), cpu.value()[k].dims().ToString()) << what << " part " << k;
+        ExpectClose(gpu.value()[k], cpu.value()[k], 0, what + " part " + std::to_string(k));
+      }
+      if (dt == proto::INT64) continue;
+      // split_grad joins the part gradients again.
+      std::vector<Tensor> gs;
+      for (int k = 0; k < c.n; ++k)
+        gs.push_back(Random(dt, cpu.value()[k].dims(), 180 + k));
+      OpTest g("split_grad");
+      g.Inputs("Out@GRAD", gs).Output("X@GRAD").Attr("axis", c.axis);
+      ExpectCudaMatchesCpu(g, {"X@GRAD"}, "", 0, what + " grad");
+    }
+  }
+}
+
+TEST(CudaCompareTest, SliceMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  struct Case {
+    DDim x;
+    std::vector<int> axes, starts, ends;
+  };
+  std::vector<Case> cases = {
+      {{1, 6}, {1}, {1}, {4}},                     // batch size 1
+      {{4, 5, 6}, {0, 2}, {1, -4}, {3, 100}},      // negative and out-of-range bounds
+      {{3, 4, 5}, {-1, 1}, {-3, 0}, {-1, -1}},
+      {{2, 3}, {0}, {-1}, {5}},                    // one row left
+      {{2, 3, 2, 4}, {1, 3}, {1, 1}, {3, 3}},
+  };
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (const auto& c : cases) {
+      OpTest t("slice");
+      t.Input("Input", Random(dt, c.x, 190)).Output("Out").Attr("axes", c.axes)
+          .Attr("starts", c.starts).Attr("ends", c.ends);
+      ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
+                           "slice " + c.x.ToString() + " axis " + std::to_string(c.axes[0]) +
+                               " " + DataTypeName(dt));
+    }
+  }
+  OpTest t("slice");
+  t.Input("Input", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
+      .Attr("axes", std::vector<int>{1}).Attr("starts", std::vector<int>{1})
+      .Attr("ends", std::vector<int>{3});
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "slice int64");
+}
+
+TEST(CudaCompareTest, GatherMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    // Repeated indices (the gradient adds their rows), int64 and int32, [N, 1], one index.
+    for (Tensor index : {Ints(DDim{5}, {2, 0, 2, 4, 2}), Int32s(DDim{5, 1}, {2, 0, 2, 4, 2}),
+                         Ints(DDim{1}, {3})}) {
+      for (DDim xd : {DDim{5, 3}, DDim{5, 2, 3}, DDim{5}}) {
+        OpTest t("gather");
+        t.Input("X", Random(dt, xd, 200)).Input("Index", index).Output("Out");
+        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
+                             "gather X " + xd.ToString() + " Index " + index.dims().ToString() +
+                                 " " + DataTypeName(index.dtype()) + " " + dn);
+      }
+    }
+    OpTest t("gather");
+    t.Input("X", Random(dt, DDim{4, 2}, 201)).Input("Index", Ints(DDim{2}, {1, 4})).Output("Out");
+    EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "index 4 of 4 rows";
+  }
+  OpTest t("gather");
+  t.Input("X", Ints(DDim{3, 2}, {1, 2, 3, 4, 5, 6})).Input("Index", Ints(DDim{2}, {2, 0}))
+      .Output("Out");
+  ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "gather int64");
+}
+
+// The CUDA dropout mask comes from a hash of (seed, index), not the CPU's mt19937_64 stream:
+// checked are its statistics, Out against X * Mask (scaled), determinism for a fixed seed,
+// is_test and the gradient (given the same Mask) against the CPU.
+TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
+      const std::string what = std::string("dropout ") + impl + " " + DataTypeName(dt);
+      const bool upscale = std::string(impl) == "upscale_in_train";
+      const double p = 0.3;
+      Tensor x = Random(dt, DDim{100, 200}, 210, 0.5, 1.5);
+      OpTest t("dropout");
+      t.Input("X", x).Output("Out").Output("Mask").Attr("dropout_prob", 0.3f)
+          .Attr("seed", 5).Attr("dropout_implementation", std::string(impl));
+      t.OnPlace(Place::CUDA(0));
+      auto a = t.Forward();
+      auto b = t.Forward();
+      ASSERT_TRUE(a.ok() && b.ok()) << what << ": " << a.status().ToString();
+      std::vector<double> xv = Values(x), out = Values(a.value()["Out"]),
+                          mask = Values(a.value()["Mask"]);
+      EXPECT_EQ(mask, Values(b.value()["Mask"])) << what << ": same seed, same mask";
+      double kept = 0;
+      const double scale = upscale ? 1 / (1 - p) : 1;
+      for (size_t i = 0; i < mask.size(); ++i) {
+        ASSERT_TRUE(mask[i] == 0 || mask[i] == 1) << what << " mask[" << i << "]";
+        kept += mask[i];
+        EXPECT_NEAR(out[i], xv[i] * mask[i] * scale, 1e-6 * (1 + std::abs(out[i])))
+            << what << " [" << i << "]";
+      }
+      EXPECT_NEAR(kept / mask.size(), 1 - p, 0.02) << what << ": keep fraction";
+      // Neighbouring elements must not be correlated.
+      double both = 0;
+      for (size_t i = 0; i + 1 < mask.size(); ++i) both += mask[i] * mask[i + 1];
+      EXPECT_NEAR(both / (mask.size() - 1), (1 - p) * (1 - p), 0.02) << what << ": pairs";
+      // Gradient from the same Mask, and is_test, against the CPU.
+      OpTest g("dropout_grad");
+      g.Input("Mask", a.value()["Mask"], true).Input("Out@GRAD", Random(dt, x.dims(), 211))
+          .Output("X@GRAD").Attr("dropout_prob", 0.3f)
+          .Attr("dropout_implementation", std::string(impl));
+      ExpectCudaMatchesCpu(g, {"X@GRAD"}, "", Tol(dt), what + " grad");
+      OpTest e("dropout");
+      e.Input("X", x).Output("Out").Output("Mask").Attr("dropout_prob", 0.3f)
+          .Attr("is_test", true).Attr("dropout_implementation", std::string(impl));
+      ExpectCudaMatchesCpu(e, {"Out", "Mask"}, "", Tol(dt), what + " is_test");
+      OpTest eg("dropout_grad");
+      eg.Input("Out@GRAD", Random(dt, DDim{1, 7}, 212)).Output("X@GRAD")
+          .Attr("dropout_prob", 0.3f).Attr("is_test", true)
+          .Attr("dropout_implementation", std::string(impl));
+      ExpectCudaMatchesCpu(eg, {"X@GRAD"}, "", Tol(dt), what + " is_test grad batch 1");
+    }
+  }
+}
+
+TEST(CudaCompareTest, TopKArgMaxAndAccuracyMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (DataType dt : {proto::FP32, proto::FP64}) {
+    const std::string dn = DataTypeName(dt);
+    for (DDim xd : {DDim{1, 7}, DDim{4, 9}, DDim{2, 3, 5}}) {
+      for (int k : {1, 3}) {
+        OpTest t("top_k");
+        t.Input("X", Random(dt, xd, 220)).Output("Out").Output("Indices").Attr("k", k);
+        ExpectCudaMatchesCpu(t, {"Out", "Indices"}, "Out", Tol(dt),
+                             "top_k " + xd.ToString() + " k " + std::to_string(k) + " " + dn);
+      }
+      for (int axis : {0, -1}) {
+        OpTest t("arg_max");
+        t.Input("X", Random(dt, xd, 221)).Output("Out").Attr("axis", axis);
+        ExpectCudaMatchesCpu(t, {"Out"}, "", 0,
+                             "arg_max " + xd.ToString() + " axis " + std::to_string(axis) + " " +
+                                 dn);
+      }
+    }
+  }
+  // Ties: lower index first.
+  Tensor ties = Ints(DDim{2, 5}, {3, 1, 3, 2, 3, 0, 0, 5, 5, 0});
+  OpTest t("top_k");
+  t.Input("X", ties).Output("Out").Output("Indices").Attr("k", 4);
+  ExpectCudaMatchesCpu(t, {"Out", "Indices"}, "", 0, "top_k int64 ties");
+  OpTest a("arg_max");
+  a.Input("X", ties).Output("Out").Attr("axis", 1);
+  ExpectCudaMatchesCpu(a, {"Out"}, "", 0, "arg_max int64 ties");
+  Tensor indices = Ints(DDim{4, 2}, {0, 1, 2, 3, 1, 4, 0, 2});
+  for (Tensor label : {Ints(DDim{4, 1}, {1, 0, 4, 3}), Int32s(DDim{4, 1}, {1, 0, 4, 3}),
+                       Ints(DDim{1, 1}, {7})}) {
+    OpTest c("accuracy");
+    Tensor idx = label.dims()[0] == 1 ? Ints(DDim{1, 2}, {7, 1}) : indices;
+    c.Input("Out", Random(proto::FP32, idx.dims(), 222), true).Input("Indices", idx)
+        .Input("Label", label).Output("Accuracy").Output("Correct").Output("Total");
+    ExpectCudaMatchesCpu(c, {"Accuracy", "Correct", "Total"}, "", 0,
+                         "accuracy N " + std::to_string(label.dims()[0]) + " " +
+                             DataTypeName(label.dtype()));
   }
 }
 
