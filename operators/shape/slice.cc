@@ -75,6 +75,7 @@ void SliceCompute(const Tensor& x, const SliceBox& box, Tensor* out, const Place
   int64_t base = 0;
   for (int d = 0; d < x.dims().size(); ++d) base += box.offset[d] * xs[d];
   T* o = out->mutable_data<T>(place);
+  if (box.dims.numel() == 0) return;  // an empty box: x may hold no data at all
   StridedCopy<T>(box.dims, x.data<T>() + base, xs.data(), o, os.data());
 }
 
@@ -83,6 +84,7 @@ template <typename T>
 void SliceGradCompute(const Tensor& g, const SliceBox& box, Tensor* dx, const Place& place) {
   T* d = dx->mutable_data<T>(place);
   std::fill(d, d + dx->numel(), T(0));
+  if (box.dims.numel() == 0) return;  // nothing was sliced: g holds no data
   std::vector<int64_t> xs = Strides(dx->dims()), gs = Strides(box.dims);
   int64_t base = 0;
   for (int d2 = 0; d2 < dx->dims().size(); ++d2) base += box.offset[d2] * xs[d2];
