@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "operators/nn/conv_geom.h"
 #include "operators/nn/nn_util.h"
 #include "operators/parallel.h"
 
@@ -10,25 +11,6 @@ namespace loom::ops {
 namespace {
 
 using nn::Gemm;
-
-// Everything the kernels need about one convolution, derived from the tensors and attributes.
-struct ConvGeom {
-  int64_t n, c, h, w;      // Input
-  int64_t m, kh, kw;       // Filter [m, c / groups, kh, kw]
-  int64_t sh, sw, ph, pw, dh, dw;
-  int64_t groups, cg, mg;  // channels per group (in, out)
-  int64_t ho, wo;
-  int64_t K() const { return cg * kh * kw; }  // rows of the column buffer
-  int64_t P() const { return ho * wo; }       // output pixels per plane
-};
-
-// Output extent along one axis, or -1 when the input extent is unknown; < 1 means no output.
-int64_t ConvOutSize(int64_t in, int64_t k, int pad, int stride, int dilation) {
-  if (in < 0 || k < 0) return -1;
-  int64_t eff = static_cast<int64_t>(dilation) * (k - 1) + 1;
-  int64_t span = in + 2 * pad - eff;
-  return span < 0 ? 0 : span / stride + 1;
-}
 
 Status Conv2DInferShape(InferShapeContext* ctx) {
   DDim in = ctx->InputDim("Input"), f = ctx->InputDim("Filter");
@@ -68,22 +50,6 @@ Status Conv2DInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Output", out);
   ctx->SetOutputDtype("Output", ctx->InputDtype("Input"));
   return Status::OK();
-}
-
-ConvGeom MakeGeom(const KernelContext& ctx, const DDim& in, const DDim& f) {
-  const auto& strides = ctx.Attr<std::vector<int>>("strides");
-  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
-  const auto& dils = ctx.Attr<std::vector<int>>("dilations");
-  ConvGeom g;
-  g.n = in[0], g.c = in[1], g.h = in[2], g.w = in[3];
-  g.m = f[0], g.kh = f[2], g.kw = f[3];
-  g.sh = strides[0], g.sw = strides[1], g.ph = pads[0], g.pw = pads[1];
-  g.dh = dils[0], g.dw = dils[1];
-  g.groups = ctx.Attr<int>("groups");
-  g.cg = g.c / g.groups, g.mg = g.m / g.groups;
-  g.ho = ConvOutSize(g.h, g.kh, pads[0], strides[0], dils[0]);
-  g.wo = ConvOutSize(g.w, g.kw, pads[1], strides[1], dils[1]);
-  return g;
 }
 
 // Output columns [lo, hi) whose input column ow * sw - pw + j * dw lies inside [0, w).
@@ -168,7 +134,7 @@ template <typename T>
 Status Conv2DKernel(const KernelContext& ctx) {
   const Tensor& input = ctx.Input("Input");
   const Tensor& filter = ctx.Input("Filter");
-  ConvGeom g = MakeGeom(ctx, input.dims(), filter.dims());
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
   const T* x = input.data<T>();
   const T* w = filter.data<T>();
   T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
@@ -204,7 +170,7 @@ Status Conv2DGradKernel(const KernelContext& ctx) {
   if (!dinput && !dfilter) return Status::OK();
   const Tensor& input = ctx.Input("Input");
   const Tensor& filter = ctx.Input("Filter");
-  ConvGeom g = MakeGeom(ctx, input.dims(), filter.dims());
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
   const T* x = input.data<T>();
   const T* w = filter.data<T>();
   const T* dout = ctx.Input("Output@GRAD").data<T>();

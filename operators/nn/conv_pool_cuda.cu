@@ -8,44 +8,12 @@
 #include <algorithm>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/conv_geom.h"
 
 namespace loom::ops::cuda {
 namespace {
 
 // ---- conv2d ----
-
-struct ConvGeom {
-  int64_t n, c, h, w;      // Input
-  int64_t m, kh, kw;       // Filter [m, c / groups, kh, kw]
-  int64_t sh, sw, ph, pw, dh, dw;
-  int64_t groups, cg, mg;  // channels per group (in, out)
-  int64_t ho, wo;
-  int64_t K() const { return cg * kh * kw; }      // rows of one group's column block
-  int64_t P() const { return ho * wo; }           // output pixels per plane
-  int64_t Rows() const { return c * kh * kw; }    // rows of one sample's column buffer
-};
-
-int64_t ConvOutSize(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation) {
-  int64_t eff = dilation * (k - 1) + 1;
-  int64_t span = in + 2 * pad - eff;
-  return span < 0 ? 0 : span / stride + 1;
-}
-
-ConvGeom MakeConvGeom(const KernelContext& ctx, const DDim& in, const DDim& f) {
-  const auto& strides = ctx.Attr<std::vector<int>>("strides");
-  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
-  const auto& dils = ctx.Attr<std::vector<int>>("dilations");
-  ConvGeom g;
-  g.n = in[0], g.c = in[1], g.h = in[2], g.w = in[3];
-  g.m = f[0], g.kh = f[2], g.kw = f[3];
-  g.sh = strides[0], g.sw = strides[1], g.ph = pads[0], g.pw = pads[1];
-  g.dh = dils[0], g.dw = dils[1];
-  g.groups = ctx.Attr<int>("groups");
-  g.cg = g.c / g.groups, g.mg = g.m / g.groups;
-  g.ho = ConvOutSize(g.h, g.kh, g.ph, g.sh, g.dh);
-  g.wo = ConvOutSize(g.w, g.kw, g.pw, g.sw, g.dw);
-  return g;
-}
 
 // col[s][(c * kh + i) * kw + j][oh * wo + ow] = x[s0 + s][c][oh*sh - ph + i*dh][ow*sw - pw + j*dw]
 // (0 outside the image) for the cs samples from s0.
