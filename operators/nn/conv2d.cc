@@ -1,8 +1,11 @@
 // conv2d: 2-D convolution over NCHW inputs with strides, zero padding, dilation and groups.
-// CPU kernels lower chunks of samples to one GEMM per (chunk, group) over an im2col buffer.
+// CPU kernels: fp32 runs the direct AVX2 kernels of conv2d_direct.h where they apply; the rest
+// lowers chunks of samples to one GEMM per (chunk, group) over an im2col buffer.
 #include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "operators/nn/conv2d_direct.h"
 #include "operators/nn/conv_geom.h"
 #include "operators/nn/nn_util.h"
 #include "operators/parallel.h"
@@ -138,6 +141,12 @@ Status Conv2DKernel(const KernelContext& ctx) {
   const T* x = input.data<T>();
   const T* w = filter.data<T>();
   T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv_direct::SupportedForward(g)) {
+      conv_direct::Forward(g, x, w, out);
+      return Status::OK();
+    }
+  }
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
   // Uninitialized: every element is written before it is read.
   std::unique_ptr<T[]> col(new T[k * p * chunk]), prod(new T[g.mg * p * chunk]);
@@ -177,6 +186,17 @@ Status Conv2DGradKernel(const KernelContext& ctx) {
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
   T* dx = dinput ? dinput->mutable_data<T>(ctx.place()) : nullptr;
   T* dw = dfilter ? dfilter->mutable_data<T>(ctx.place()) : nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (dx && conv_direct::SupportedInputGrad(g)) {
+      conv_direct::InputGrad(g, dout, w, dx);
+      dx = nullptr;
+    }
+    if (dw && conv_direct::SupportedFilterGrad(g)) {
+      conv_direct::FilterGrad(g, x, dout, dw);
+      dw = nullptr;
+    }
+    if (!dx && !dw) return Status::OK();
+  }
   if (dw) std::fill(dw, dw + dfilter->numel(), T(0));
   if (dx && g.n * k * p == 0) std::fill(dx, dx + dinput->numel(), T(0));
   std::unique_ptr<T[]> col(new T[k * p * chunk]), dprod(new T[g.mg * p * chunk]);
