@@ -16,6 +16,10 @@
 
 namespace loom::ops {
 
+// Elements per range for memory-bound elementwise loops: below 2x this, one thread is faster
+// than waking another.
+constexpr int64_t kElementwiseGrain = 65536;
+
 // LOOM_NUM_THREADS when set (>= 1), else the hardware threads, at most 8; within a
 // data-parallel rank, at most its share of the cores (ThreadBudget).
 int CpuThreads();

@@ -1,5 +1,6 @@
 // relu and its gradient (which needs only Out, so X can be freed early).
 #include "operators/common.h"
+#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
@@ -9,7 +10,9 @@ Status ReluKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const T* in = x.data<T>();
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = in[i] > T(0) ? in[i] : T(0);
+  ParallelFor(x.numel(), kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = in[i] > T(0) ? in[i] : T(0);
+  });
   return Status::OK();
 }
 
@@ -21,7 +24,9 @@ Status ReluGradKernel(const KernelContext& ctx) {
   const T* y = out.data<T>();
   const T* g = ctx.Input("Out@GRAD").data<T>();
   T* o = dx->mutable_data<T>(ctx.place());
-  for (int64_t i = 0, i_end = out.numel(); i < i_end; ++i) o[i] = y[i] > T(0) ? g[i] : T(0);
+  ParallelFor(out.numel(), kElementwiseGrain, [=](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = y[i] > T(0) ? g[i] : T(0);
+  });
   return Status::OK();
 }
 

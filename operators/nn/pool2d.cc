@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "operators/nn/nn_util.h"
+#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
@@ -104,34 +105,94 @@ Window WindowAt(const PoolGeom& g, int64_t oh, int64_t ow) {
   return win;
 }
 
+// Planes per ParallelFor range: about 32K input elements, so small maps stay on one thread.
+int64_t PlanesPerRange(const PoolGeom& g) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(g.h * g.w, 1));
+}
+
+// 2x2 windows at stride 2, no padding, every window inside the image: the usual CNN
+// downsampling, where each input element is in at most one window. Runs without WindowAt.
+bool IsTwoByTwo(const PoolGeom& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+         2 * g.ho <= g.h && 2 * g.wo <= g.w;
+}
+
+template <typename T>
+void TwoByTwoForward(const PoolGeom& g, const T* xp, T* op) {
+  for (int64_t oh = 0; oh < g.ho; ++oh) {
+    const T* r0 = xp + 2 * oh * g.w;
+    const T* r1 = r0 + g.w;
+    T* o = op + oh * g.wo;
+    if (g.max) {
+      for (int64_t ow = 0; ow < g.wo; ++ow)
+        o[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
+                         std::max(r1[2 * ow], r1[2 * ow + 1]));
+    } else {
+      for (int64_t ow = 0; ow < g.wo; ++ow)
+        o[ow] = (r0[2 * ow] + r0[2 * ow + 1] + r1[2 * ow] + r1[2 * ow + 1]) / T(4);
+    }
+  }
+}
+
+// dx of one plane, already zero: max sends the gradient to the first element of the window
+// (row-major) equal to the output, avg a quarter to each.
+template <typename T>
+void TwoByTwoGrad(const PoolGeom& g, const T* xp, const T* op, const T* dop, T* dxp) {
+  for (int64_t oh = 0; oh < g.ho; ++oh) {
+    const int64_t i0 = 2 * oh * g.w, i1 = i0 + g.w;
+    for (int64_t ow = 0; ow < g.wo; ++ow) {
+      const T gv = dop[oh * g.wo + ow];
+      const int64_t c = 2 * ow;
+      if (g.max) {
+        const T t = op[oh * g.wo + ow];
+        int64_t at = xp[i0 + c] == t       ? i0 + c
+                     : xp[i0 + c + 1] == t ? i0 + c + 1
+                     : xp[i1 + c] == t     ? i1 + c
+                     : xp[i1 + c + 1] == t ? i1 + c + 1
+                                           : -1;
+        if (at >= 0) dxp[at] = gv;
+      } else {
+        const T share = gv / T(4);
+        dxp[i0 + c] = dxp[i0 + c + 1] = dxp[i1 + c] = dxp[i1 + c + 1] = share;
+      }
+    }
+  }
+}
+
 template <typename T>
 Status Pool2DKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
   PoolGeom g = MakeGeom(ctx, xt.dims());
   const T* x = xt.data<T>();
   T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    const T* xp = x + pl * g.h * g.w;
-    T* op = out + pl * g.ho * g.wo;
-    for (int64_t oh = 0; oh < g.ho; ++oh) {
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        Window win = WindowAt(g, oh, ow);
-        T acc = g.max ? std::numeric_limits<T>::lowest() : T(0);
-        bool any = false;
-        for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-          for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-            T v = xp[ih * g.w + iw];
-            acc = g.max ? std::max(acc, v) : acc + v;
-            any = true;
+  ParallelFor(g.planes, PlanesPerRange(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = x + pl * g.h * g.w;
+      T* op = out + pl * g.ho * g.wo;
+      if (IsTwoByTwo(g)) {
+        TwoByTwoForward(g, xp, op);
+        continue;
+      }
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          Window win = WindowAt(g, oh, ow);
+          T acc = g.max ? std::numeric_limits<T>::lowest() : T(0);
+          bool any = false;
+          for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+            for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+              T v = xp[ih * g.w + iw];
+              acc = g.max ? std::max(acc, v) : acc + v;
+              any = true;
+            }
           }
+          // A window lying entirely in the padding (possible with ceil_mode) yields 0.
+          if (!any) acc = T(0);
+          else if (!g.max) acc /= static_cast<T>(win.divisor);
+          op[oh * g.wo + ow] = acc;
         }
-        // A window lying entirely in the padding (possible with ceil_mode) yields 0.
-        if (!any) acc = T(0);
-        else if (!g.max) acc /= static_cast<T>(win.divisor);
-        op[oh * g.wo + ow] = acc;
       }
     }
-  }
+  });
   return Status::OK();
 }
 
@@ -147,36 +208,42 @@ Status Pool2DGradKernel(const KernelContext& ctx) {
   const T* out = ctx.Input("Out").data<T>();
   const T* dout = ctx.Input("Out@GRAD").data<T>();
   T* dx = dxt->mutable_data<T>(ctx.place());
-  std::fill(dx, dx + dxt->numel(), T(0));
-  for (int64_t pl = 0; pl < g.planes; ++pl) {
-    const T* xp = x + pl * g.h * g.w;
-    T* dxp = dx + pl * g.h * g.w;
-    const int64_t ooff = pl * g.ho * g.wo;
-    for (int64_t oh = 0; oh < g.ho; ++oh) {
-      for (int64_t ow = 0; ow < g.wo; ++ow) {
-        Window win = WindowAt(g, oh, ow);
-        if (win.h1 <= win.h0 || win.w1 <= win.w0) continue;
-        T gv = dout[ooff + oh * g.wo + ow];
-        if (g.max) {
-          T target = out[ooff + oh * g.wo + ow];
-          bool done = false;
-          for (int64_t ih = win.h0; ih < win.h1 && !done; ++ih) {
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-              if (xp[ih * g.w + iw] == target) {
-                dxp[ih * g.w + iw] += gv;
-                done = true;
-                break;
+  ParallelFor(g.planes, PlanesPerRange(g), [&](int64_t p0, int64_t p1) {
+    std::fill(dx + p0 * g.h * g.w, dx + p1 * g.h * g.w, T(0));
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = x + pl * g.h * g.w;
+      T* dxp = dx + pl * g.h * g.w;
+      const int64_t ooff = pl * g.ho * g.wo;
+      if (IsTwoByTwo(g)) {
+        TwoByTwoGrad(g, xp, out + ooff, dout + ooff, dxp);
+        continue;
+      }
+      for (int64_t oh = 0; oh < g.ho; ++oh) {
+        for (int64_t ow = 0; ow < g.wo; ++ow) {
+          Window win = WindowAt(g, oh, ow);
+          if (win.h1 <= win.h0 || win.w1 <= win.w0) continue;
+          T gv = dout[ooff + oh * g.wo + ow];
+          if (g.max) {
+            T target = out[ooff + oh * g.wo + ow];
+            bool done = false;
+            for (int64_t ih = win.h0; ih < win.h1 && !done; ++ih) {
+              for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+                if (xp[ih * g.w + iw] == target) {
+                  dxp[ih * g.w + iw] += gv;
+                  done = true;
+                  break;
+                }
               }
             }
+          } else {
+            T share = gv / static_cast<T>(win.divisor);
+            for (int64_t ih = win.h0; ih < win.h1; ++ih)
+              for (int64_t iw = win.w0; iw < win.w1; ++iw) dxp[ih * g.w + iw] += share;
           }
-        } else {
-          T share = gv / static_cast<T>(win.divisor);
-          for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) dxp[ih * g.w + iw] += share;
         }
       }
     }
-  }
+  });
   return Status::OK();
 }
 

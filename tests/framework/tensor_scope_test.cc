@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "framework/allocator.h"
 #include "framework/scope.h"
@@ -72,6 +74,29 @@ TEST(TensorTest, CpuPlacesHaveIndependentAllocators) {
   }
   EXPECT_EQ(a1->bytes_in_use(), before1);
   EXPECT_GE(a1->peak_bytes(), before1 + 4000);
+}
+
+// Large freed blocks are kept and handed to the next allocation of the same rounded size
+// (training steps reallocate the same sizes); small ones go back to malloc. Accounting counts
+// only live blocks either way.
+TEST(TensorTest, LargeFreedBlocksAreReused) {
+  Allocator* a = GetAllocator(Place::CPU(3));
+  size_t before = a->bytes_in_use();
+  const size_t big = (1 << 20) + 100;  // rounds up to the next 4 KiB
+  void* p = a->Allocate(big);
+  std::memset(p, 7, big);
+  EXPECT_EQ(a->bytes_in_use(), before + big);
+  a->Free(p, big);
+  EXPECT_EQ(a->bytes_in_use(), before);
+  void* q = a->Allocate(big + 50);  // same 4 KiB-rounded size
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 64, 0u);
+  void* r = a->Allocate(big);  // the cached block is taken: a new one
+  EXPECT_NE(r, q);
+  EXPECT_EQ(a->bytes_in_use(), before + 2 * big + 50);
+  a->Free(q, big + 50);
+  a->Free(r, big);
+  EXPECT_EQ(a->bytes_in_use(), before);
 }
 
 TEST(Float16Test, RoundTripsRepresentableValues) {

@@ -222,7 +222,49 @@ INSTANTIATE_TEST_SUITE_P(
         PoolCase{"avg", DDim{2, 3, 4, 5}, {1, 1}, {1, 1}, {0, 0}, true, false, true},
         PoolCase{"max", DDim{1, 2, 5, 5}, {2, 2}, {2, 2}, {0, 0}, false, true, true},
         PoolCase{"avg", DDim{1, 2, 6, 6}, {3, 3}, {2, 2}, {0, 0}, false, true, true},
-        PoolCase{"avg", DDim{1, 2, 6, 6}, {3, 3}, {2, 2}, {1, 1}, false, true, false}));
+        PoolCase{"avg", DDim{1, 2, 6, 6}, {3, 3}, {2, 2}, {1, 1}, false, true, false},
+        // 2x2 at stride 2 (the fast path), with an odd row / column left out of every window.
+        PoolCase{"max", DDim{2, 3, 5, 7}, {2, 2}, {2, 2}, {0, 0}, false, false, true},
+        PoolCase{"avg", DDim{2, 3, 6, 5}, {2, 2}, {2, 2}, {0, 0}, false, false, false},
+        PoolCase{"avg", DDim{1, 2, 4, 4}, {2, 2}, {2, 2}, {0, 0}, false, true, true}));
+
+// Inputs large enough to be split over threads (planes in several ranges), for the 2x2 path
+// and the general window path: forward against the reference, gradient against the rule
+// (max: the whole output gradient to the window's maximum; avg: an equal share to each).
+TEST(PoolOpTest, LargeInputsForwardAndGrad) {
+  for (const PoolCase& c :
+       {PoolCase{"max", DDim{4, 24, 30, 30}, {2, 2}, {2, 2}, {0, 0}, false, false, true},
+        PoolCase{"avg", DDim{4, 24, 30, 30}, {2, 2}, {2, 2}, {0, 0}, false, false, true},
+        PoolCase{"max", DDim{4, 24, 30, 30}, {3, 3}, {3, 3}, {0, 0}, false, false, true}}) {
+    SCOPED_TRACE(c.type + " k" + std::to_string(c.ksize[0]));
+    Tensor x = Distinct(c.x, 8);
+    OpTest t("pool2d");
+    t.Input("X", x).Output("Out").Attr("pooling_type", c.type).Attr("ksize", c.ksize)
+        .Attr("strides", c.strides);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const int64_t k = c.ksize[0], ho = 30 / k, wo = 30 / k;
+    ExpectNear(out.value()["Out"], PoolRef(c, Values(x), ho, wo), 1e-12);
+    Tensor seed = Random(proto::FP64, out.value()["Out"].dims(), 9);
+    auto grads = t.AnalyticGrads("Out", seed);
+    ASSERT_TRUE(grads.ok()) << grads.status().ToString();
+    std::vector<double> xv = Values(x), sv = Values(seed), want(xv.size(), 0.0);
+    for (int64_t pl = 0; pl < 4 * 24; ++pl)
+      for (int64_t oh = 0; oh < ho; ++oh)
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          const double gv = sv[(pl * ho + oh) * wo + ow];
+          int64_t best = -1;
+          for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < k; ++j) {
+              int64_t at = (pl * 30 + oh * k + i) * 30 + ow * k + j;
+              if (c.type == "avg") want[at] += gv / double(k * k);
+              else if (best < 0 || xv[at] > xv[best]) best = at;
+            }
+          if (best >= 0) want[best] += gv;
+        }
+    ExpectNear(grads.value()[0], want, 1e-12);
+  }
+}
 
 TEST(PoolOpTest, Fp32Forward) {
   PoolCase c{"max", DDim{2, 2, 6, 6}, {2, 2}, {2, 2}, {0, 0}, false, false, true};
