@@ -57,17 +57,23 @@ template <typename T> using Acc = typename AccOf<T>::type;
 
 // Row-major C_b = alpha * op(A_b) · op(B_b) + beta * C_b for b < batch, operands `sa`, `sb`,
 // `sc` elements apart (0: the same matrix for every b), through column-major cuBLAS as
-// C_bᵀ = op(B_b)ᵀ · op(A_b)ᵀ. fp32 and fp64.
+// C_bᵀ = op(B_b)ᵀ · op(A_b)ᵀ. fp32, fp64, and fp16 storage with fp32 accumulation (alpha and
+// beta are then floats, as cuBLAS's compute type asks).
 template <typename T>
 cublasStatus_t GemmStridedBatched(cublasHandle_t h, bool ta, bool tb, int64_t m, int64_t n,
-                                  int64_t k, T alpha, const T* a, int64_t sa, const T* b,
-                                  int64_t sb, T beta, T* c, int64_t sc, int64_t batch) {
+                                  int64_t k, Acc<T> alpha, const T* a, int64_t sa, const T* b,
+                                  int64_t sb, Acc<T> beta, T* c, int64_t sc, int64_t batch) {
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
   if constexpr (std::is_same_v<T, float>) {
     return cublasSgemmStridedBatched(h, opb, opa, static_cast<int>(n), static_cast<int>(m),
                                      static_cast<int>(k), &alpha, b, ldb, sb, a, lda, sa, &beta,
                                      c, static_cast<int>(n), sc, static_cast<int>(batch));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return cublasGemmStridedBatchedEx(
+        h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+        CUDA_R_16F, ldb, sb, a, CUDA_R_16F, lda, sa, &beta, c, CUDA_R_16F, static_cast<int>(n),
+        sc, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   } else {
     return cublasDgemmStridedBatched(h, opb, opa, static_cast<int>(n), static_cast<int>(m),
                                      static_cast<int>(k), &alpha, b, ldb, sb, a, lda, sa, &beta,

@@ -1,6 +1,6 @@
 // CUDA kernels of matmul(+grad) (transpose_X / transpose_Y, alpha, batched over leading dims,
-// 1-D operands as in operators/math/matmul.cc) through cuBLAS strided-batched GEMM, fp32 and
-// fp64; and of reduce_sum / reduce_mean / reduce_max (+grad) over any set of dims
+// 1-D operands as in operators/math/matmul.cc) through cuBLAS strided-batched GEMM, fp32, fp64
+// and fp16 (fp32 accumulation); and of reduce_sum / reduce_mean / reduce_max (+grad) over any set of dims
 // (operators/math/reduce.cc), fp32 and fp64 with forward also in int32 / int64.
 #include <limits>
 
@@ -43,7 +43,7 @@ StatusOr<MatmulGeom> Plan(const DDim& xd, const DDim& yd, bool tx, bool ty) {
 // C_b = alpha * op(A_b) · op(B_b) (+ C_b when accumulate) for b < batch; handles empty extents.
 template <typename T>
 Status Gemms(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-             T alpha, const T* a, int64_t sa, const T* b, int64_t sb, bool accumulate, T* c,
+             Acc<T> alpha, const T* a, int64_t sa, const T* b, int64_t sb, bool accumulate, T* c,
              int64_t sc, int64_t batch) {
   if (m == 0 || n == 0 || batch == 0) return Status::OK();
   if (k == 0) {
@@ -54,12 +54,12 @@ Status Gemms(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, i
     for (int64_t i = 0; i < batch; ++i)
       LOOM_RETURN_IF_ERROR(CublasStatus(
           ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
-                                     b + i * sb, 0, accumulate || i > 0 ? T(1) : T(0), c, 0,
+                                     b + i * sb, 0, accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0,
                                      1)));
     return Status::OK();
   }
   return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b,
-                                                 sb, accumulate ? T(1) : T(0), c, sc, batch));
+                                                 sb, accumulate ? Acc<T>(1) : Acc<T>(0), c, sc, batch));
 }
 
 template <typename T>
@@ -70,9 +70,9 @@ Status Matmul(const KernelContext& ctx) {
   auto g = Plan(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
-  T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
-  return Gemms<T>(ctx, tx, ty, p.m, p.n, p.k, static_cast<T>(ctx.Attr<float>("alpha")),
-                  x.data<T>(), p.x_batched ? p.m * p.k : 0, y.data<T>(),
+  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
+  return Gemms<T>(ctx, tx, ty, p.m, p.n, p.k, static_cast<Acc<T>>(ctx.Attr<float>("alpha")),
+                  DataOf<T>(x), p.x_batched ? p.m * p.k : 0, DataOf<T>(y),
                   p.y_batched ? p.k * p.n : 0, false, o, p.m * p.n, p.batch);
 }
 
@@ -82,40 +82,42 @@ template <typename T>
 Status MatmulGrad(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
-  const T* dc = ctx.Input("Out@GRAD").data<T>();
+  const T* dc = DataOf<T>(ctx.Input("Out@GRAD"));
+  const T* xd = DataOf<T>(x);
+  const T* yd = DataOf<T>(y);
   bool tx = ctx.Attr<bool>("transpose_X"), ty = ctx.Attr<bool>("transpose_Y");
   auto g = Plan(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
-  const T alpha = static_cast<T>(ctx.Attr<float>("alpha"));
+  const Acc<T> alpha = static_cast<Acc<T>>(ctx.Attr<float>("alpha"));
   const int64_t sx = p.x_batched ? p.m * p.k : 0, sy = p.y_batched ? p.k * p.n : 0;
   const int64_t sdc = p.m * p.n;
   if (Tensor* dx = ctx.OutputOrNull("X@GRAD")) {
-    T* o = dx->mutable_data<T>(ctx.place());
+    T* o = MutableDataOf<T>(dx, ctx.place());
     if (!p.x_batched || p.batch == 0 || p.n == 0)
       cudaMemsetAsync(o, 0, dx->nbytes(), Stream(ctx));
     if (p.n > 0) {
       // X not transposed: dX[m,k] = dC · op(Y)ᵀ; transposed: dX[k,m] = op(Y) · dCᵀ.
       if (!tx)
-        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, false, !ty, p.m, p.k, p.n, alpha, dc, sdc,
-                                      y.data<T>(), sy, !p.x_batched, o, sx, p.batch));
+        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, false, !ty, p.m, p.k, p.n, alpha, dc, sdc, yd, sy,
+                                      !p.x_batched, o, sx, p.batch));
       else
-        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, ty, true, p.k, p.m, p.n, alpha, y.data<T>(), sy, dc,
-                                      sdc, !p.x_batched, o, sx, p.batch));
+        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, ty, true, p.k, p.m, p.n, alpha, yd, sy, dc, sdc,
+                                      !p.x_batched, o, sx, p.batch));
     }
   }
   if (Tensor* dy = ctx.OutputOrNull("Y@GRAD")) {
-    T* o = dy->mutable_data<T>(ctx.place());
+    T* o = MutableDataOf<T>(dy, ctx.place());
     if (!p.y_batched || p.batch == 0 || p.m == 0)
       cudaMemsetAsync(o, 0, dy->nbytes(), Stream(ctx));
     if (p.m > 0) {
       // Y not transposed: dY[k,n] = op(X)ᵀ · dC; transposed: dY[n,k] = dCᵀ · op(X).
       if (!ty)
-        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, !tx, false, p.k, p.n, p.m, alpha, x.data<T>(), sx,
-                                      dc, sdc, !p.y_batched, o, sy, p.batch));
+        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, !tx, false, p.k, p.n, p.m, alpha, xd, sx, dc, sdc,
+                                      !p.y_batched, o, sy, p.batch));
       else
-        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, true, tx, p.n, p.k, p.m, alpha, dc, sdc,
-                                      x.data<T>(), sx, !p.y_batched, o, sy, p.batch));
+        LOOM_RETURN_IF_ERROR(Gemms<T>(ctx, true, tx, p.n, p.k, p.m, alpha, dc, sdc, xd, sx,
+                                      !p.y_batched, o, sy, p.batch));
     }
   }
   return LaunchStatus(ctx);
@@ -293,6 +295,8 @@ LOOM_REGISTER_KERNEL(matmul, kCUDA, FP32, Matmul<float>);
 LOOM_REGISTER_KERNEL(matmul, kCUDA, FP64, Matmul<double>);
 LOOM_REGISTER_KERNEL(matmul_grad, kCUDA, FP32, MatmulGrad<float>);
 LOOM_REGISTER_KERNEL(matmul_grad, kCUDA, FP64, MatmulGrad<double>);
+LOOM_REGISTER_KERNEL(matmul, kCUDA, FP16, Matmul<__half>);
+LOOM_REGISTER_KERNEL(matmul_grad, kCUDA, FP16, MatmulGrad<__half>);
 
 #define LOOM_REDUCE_CUDA(NAME, KIND)                                                   \
   LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Reduce<float, KIND>));                      \

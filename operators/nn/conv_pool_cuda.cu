@@ -1,5 +1,6 @@
-// CUDA kernels of conv2d(+grad) and pool2d(+grad), fp32 and fp64, NCHW, with the semantics of
-// the CPU kernels (operators/nn/conv2d.cc, operators/nn/pool2d.cc).
+// CUDA kernels of conv2d(+grad) and pool2d(+grad), fp32, fp64 and fp16 (fp16 storage, fp32
+// arithmetic and GEMM accumulation), NCHW, with the semantics of the CPU kernels
+// (operators/nn/conv2d.cc, operators/nn/pool2d.cc).
 // conv2d lowers chunks of samples to an im2col buffer and runs strided-batched cuBLAS GEMMs over
 // (sample, group); the input gradient goes back through col2im as a gather (one thread per
 // input pixel, no atomics). pool2d runs one thread per output; the max-pool gradient goes to the
@@ -27,7 +28,7 @@ __global__ void Im2ColK(ConvGeom g, const T* x, T* col, int64_t cs) {
     int64_t iw = (pix % g.wo) * g.sw - g.pw + j * g.dw;
     col[idx] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w
                    ? x[((s * g.c + c) * g.h + ih) * g.w + iw]
-                   : T(0);
+                   : static_cast<T>(0.0f);
   }
 }
 
@@ -39,7 +40,7 @@ __global__ void Col2ImK(ConvGeom g, const T* col, T* dx, int64_t cs) {
     int64_t iw = idx % g.w, ih = (idx / g.w) % g.h, c = (idx / (g.w * g.h)) % g.c;
     int64_t s = idx / (g.w * g.h * g.c);
     const T* cols = col + s * rows * p;
-    T acc = 0;
+    Acc<T> acc = 0;
     for (int64_t i = 0; i < g.kh; ++i) {
       int64_t th = ih + g.ph - i * g.dh;
       if (th < 0 || th % g.sh != 0) continue;
@@ -50,10 +51,10 @@ __global__ void Col2ImK(ConvGeom g, const T* col, T* dx, int64_t cs) {
         if (tw < 0 || tw % g.sw != 0) continue;
         int64_t ow = tw / g.sw;
         if (ow >= g.wo) continue;
-        acc += cols[((c * g.kh + i) * g.kw + j) * p + oh * g.wo + ow];
+        acc += static_cast<Acc<T>>(cols[((c * g.kh + i) * g.kw + j) * p + oh * g.wo + ow]);
       }
     }
-    dx[idx] = acc;
+    dx[idx] = static_cast<T>(acc);
   }
 }
 
@@ -73,18 +74,18 @@ struct Operand {
 template <typename T>
 Status GemmOverSamplesAndGroups(const KernelContext& ctx, int64_t cs, int64_t groups, bool ta,
                                 bool tb, int64_t m, int64_t n, int64_t k, const T* a, Operand oa,
-                                const T* b, Operand ob, T beta, T* c, Operand oc) {
+                                const T* b, Operand ob, Acc<T> beta, T* c, Operand oc) {
   cublasHandle_t h = Cublas(ctx);
   if (cs >= groups) {
     for (int64_t gi = 0; gi < groups; ++gi)
       LOOM_RETURN_IF_ERROR(CublasStatus(
-          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, T(1), a + gi * oa.g_stride, oa.s_stride,
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + gi * oa.g_stride, oa.s_stride,
                                      b + gi * ob.g_stride, ob.s_stride, beta,
                                      c + gi * oc.g_stride, oc.s_stride, cs)));
   } else {
     for (int64_t s = 0; s < cs; ++s)
       LOOM_RETURN_IF_ERROR(CublasStatus(
-          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, T(1), a + s * oa.s_stride, oa.g_stride,
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + s * oa.s_stride, oa.g_stride,
                                      b + s * ob.s_stride, ob.g_stride, beta,
                                      c + s * oc.s_stride, oc.g_stride, groups)));
   }
@@ -97,7 +98,7 @@ Status Conv2D(const KernelContext& ctx) {
   const Tensor& input = ctx.Input("Input");
   const Tensor& filter = ctx.Input("Filter");
   ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
-  T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+  T* out = MutableDataOf<T>(ctx.Output("Output"), ctx.place());
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
   if (g.n * g.m * p == 0) return Status::OK();
   if (k == 0) {
@@ -105,16 +106,16 @@ Status Conv2D(const KernelContext& ctx) {
     return LaunchStatus(ctx);
   }
   Tensor col(input.dtype(), DDim{chunk * g.Rows() * p});
-  T* cb = col.mutable_data<T>(ctx.place());
-  const T* x = input.data<T>();
+  T* cb = MutableDataOf<T>(&col, ctx.place());
+  const T* x = DataOf<T>(input);
   for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
     const int64_t cs = std::min(chunk, g.n - s0);
     Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, Stream(ctx)>>>(
         g, x + s0 * g.c * g.h * g.w, cb, cs);
     LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
     LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
-        ctx, cs, g.groups, false, false, g.mg, p, k, filter.data<T>(), Operand{0, g.mg * k}, cb,
-        Operand{g.Rows() * p, k * p}, T(0), out + s0 * g.m * p, Operand{g.m * p, g.mg * p}));
+        ctx, cs, g.groups, false, false, g.mg, p, k, DataOf<T>(filter), Operand{0, g.mg * k}, cb,
+        Operand{g.Rows() * p, k * p}, Acc<T>(0), out + s0 * g.m * p, Operand{g.m * p, g.mg * p}));
   }
   return Status::OK();
 }
@@ -129,20 +130,20 @@ Status Conv2DGrad(const KernelContext& ctx) {
   const Tensor& input = ctx.Input("Input");
   const Tensor& filter = ctx.Input("Filter");
   ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
-  const T* x = input.data<T>();
-  const T* w = filter.data<T>();
-  const T* dout = ctx.Input("Output@GRAD").data<T>();
+  const T* x = DataOf<T>(input);
+  const T* w = DataOf<T>(filter);
+  const T* dout = DataOf<T>(ctx.Input("Output@GRAD"));
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
   cudaStream_t stream = Stream(ctx);
-  T* dx = dinput ? dinput->mutable_data<T>(ctx.place()) : nullptr;
-  T* dw = dfilter ? dfilter->mutable_data<T>(ctx.place()) : nullptr;
+  T* dx = dinput ? MutableDataOf<T>(dinput, ctx.place()) : nullptr;
+  T* dw = dfilter ? MutableDataOf<T>(dfilter, ctx.place()) : nullptr;
   if (dw) cudaMemsetAsync(dw, 0, dfilter->nbytes(), stream);
   if (g.n * k * p * g.m == 0) {
     if (dx) cudaMemsetAsync(dx, 0, dinput->nbytes(), stream);
     return LaunchStatus(ctx);
   }
   Tensor col(input.dtype(), DDim{chunk * g.Rows() * p});
-  T* cb = col.mutable_data<T>(ctx.place());
+  T* cb = MutableDataOf<T>(&col, ctx.place());
   for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
     const int64_t cs = std::min(chunk, g.n - s0);
     const T* dout0 = dout + s0 * g.m * p;
@@ -152,14 +153,14 @@ Status Conv2DGrad(const KernelContext& ctx) {
       LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
       for (int64_t s = 0; s < cs; ++s)
         LOOM_RETURN_IF_ERROR(CublasStatus(
-            ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, T(1),
+            ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, Acc<T>(1),
                                        dout0 + s * g.m * p, g.mg * p, cb + s * g.Rows() * p,
-                                       k * p, T(1), dw, g.mg * k, g.groups)));
+                                       k * p, Acc<T>(1), dw, g.mg * k, g.groups)));
     }
     if (dx) {
       LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
           ctx, cs, g.groups, true, false, k, p, g.mg, w, Operand{0, g.mg * k}, dout0,
-          Operand{g.m * p, g.mg * p}, T(0), cb, Operand{g.Rows() * p, k * p}));
+          Operand{g.m * p, g.mg * p}, Acc<T>(0), cb, Operand{g.Rows() * p, k * p}));
       Col2ImK<T><<<Blocks(cs * g.c * g.h * g.w), kThreads, 0, stream>>>(
           g, cb, dx + s0 * g.c * g.h * g.w, cs);
       LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
@@ -225,17 +226,17 @@ __global__ void PoolK(PoolGeom g, const T* x, T* out) {
     int64_t ow = idx % g.wo, oh = (idx / g.wo) % g.ho, pl = idx / (g.wo * g.ho);
     const T* xp = x + pl * g.h * g.w;
     Window win = WindowAt(g, oh, ow);
-    T acc = 0;
+    Acc<T> acc = 0;
     bool any = false;
     for (int64_t ih = win.h0; ih < win.h1; ++ih)
       for (int64_t iw = win.w0; iw < win.w1; ++iw) {
-        T v = xp[ih * g.w + iw];
+        Acc<T> v = static_cast<Acc<T>>(xp[ih * g.w + iw]);
         acc = !any ? v : (g.max ? (v > acc ? v : acc) : acc + v);
         any = true;
       }
     // A window entirely in the padding (possible with ceil_mode) yields 0, as on the CPU.
-    if (any && !g.max) acc /= static_cast<T>(win.divisor);
-    out[idx] = any ? acc : T(0);
+    if (any && !g.max) acc /= static_cast<Acc<T>>(win.divisor);
+    out[idx] = static_cast<T>(any ? acc : Acc<T>(0));
   }
 }
 
@@ -247,11 +248,11 @@ __global__ void MaxPoolGradK(PoolGeom g, const T* x, const T* out, const T* dout
     int64_t ow = idx % g.wo, oh = (idx / g.wo) % g.ho, pl = idx / (g.wo * g.ho);
     const T* xp = x + pl * g.h * g.w;
     Window win = WindowAt(g, oh, ow);
-    const T target = out[idx];
+    const Acc<T> target = static_cast<Acc<T>>(out[idx]);
     int64_t at = -1;
     for (int64_t ih = win.h0; ih < win.h1 && at < 0; ++ih)
       for (int64_t iw = win.w0; iw < win.w1; ++iw)
-        if (xp[ih * g.w + iw] == target) {
+        if (static_cast<Acc<T>>(xp[ih * g.w + iw]) == target) {
           at = ih * g.w + iw;
           break;
         }
@@ -270,11 +271,12 @@ __global__ void AvgPoolGradK(PoolGeom g, const T* dout, T* dx) {
     int64_t oh0 = th <= 0 ? 0 : (th + g.sh - 1) / g.sh;
     int64_t ow0 = tw <= 0 ? 0 : (tw + g.sw - 1) / g.sw;
     int64_t oh1 = min((ih + g.ph) / g.sh, g.ho - 1), ow1 = min((iw + g.pw) / g.sw, g.wo - 1);
-    T acc = 0;
+    Acc<T> acc = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow)
-        acc += dp[oh * g.wo + ow] / static_cast<T>(WindowAt(g, oh, ow).divisor);
-    dx[idx] = acc;
+        acc += static_cast<Acc<T>>(dp[oh * g.wo + ow]) /
+               static_cast<Acc<T>>(WindowAt(g, oh, ow).divisor);
+    dx[idx] = static_cast<T>(acc);
   }
 }
 
@@ -282,10 +284,10 @@ template <typename T>
 Status Pool2D(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   PoolGeom g = MakePoolGeom(ctx, x.dims());
-  T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  T* out = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   const int64_t n = g.planes * g.ho * g.wo;
   if (n == 0) return Status::OK();
-  PoolK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(g, x.data<T>(), out);
+  PoolK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(g, DataOf<T>(x), out);
   return LaunchStatus(ctx);
 }
 
@@ -295,15 +297,15 @@ Status Pool2DGrad(const KernelContext& ctx) {
   if (!dxt) return Status::OK();
   const Tensor& x = ctx.Input("X");
   PoolGeom g = MakePoolGeom(ctx, x.dims());
-  T* dx = dxt->mutable_data<T>(ctx.place());
-  const T* dout = ctx.Input("Out@GRAD").data<T>();
+  T* dx = MutableDataOf<T>(dxt, ctx.place());
+  const T* dout = DataOf<T>(ctx.Input("Out@GRAD"));
   if (dxt->numel() == 0) return Status::OK();
   if (g.max) {
     cudaMemsetAsync(dx, 0, dxt->nbytes(), Stream(ctx));
     const int64_t n = g.planes * g.ho * g.wo;
     if (n > 0)
       MaxPoolGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
-          g, x.data<T>(), ctx.Input("Out").data<T>(), dout, dx);
+          g, DataOf<T>(x), DataOf<T>(ctx.Input("Out")), dout, dx);
   } else {
     AvgPoolGradK<T><<<Blocks(dxt->numel()), kThreads, 0, Stream(ctx)>>>(g, dout, dx);
   }
@@ -320,5 +322,9 @@ LOOM_REGISTER_KERNEL(pool2d, kCUDA, FP32, Pool2D<float>);
 LOOM_REGISTER_KERNEL(pool2d, kCUDA, FP64, Pool2D<double>);
 LOOM_REGISTER_KERNEL(pool2d_grad, kCUDA, FP32, Pool2DGrad<float>);
 LOOM_REGISTER_KERNEL(pool2d_grad, kCUDA, FP64, Pool2DGrad<double>);
+LOOM_REGISTER_KERNEL(conv2d, kCUDA, FP16, Conv2D<__half>);
+LOOM_REGISTER_KERNEL(conv2d_grad, kCUDA, FP16, Conv2DGrad<__half>);
+LOOM_REGISTER_KERNEL(pool2d, kCUDA, FP16, Pool2D<__half>);
+LOOM_REGISTER_KERNEL(pool2d_grad, kCUDA, FP16, Pool2DGrad<__half>);
 
 }  // namespace loom::ops::cuda

@@ -1,5 +1,5 @@
 // CUDA kernels of mul (cuBLAS), relu(+grad), softmax_with_cross_entropy(+grad), sgd and the
-// random initializers. relu(+grad) and sgd also run in fp16 (arithmetic in float).
+// random initializers. mul(+grad), relu(+grad) and sgd also run in fp16 (arithmetic in float).
 #include <random>
 
 #include "operators/cuda_util.cuh"
@@ -7,19 +7,7 @@
 namespace loom::ops::cuda {
 namespace {
 
-// Row-major C[m,n] = op(A)·op(B) through column-major cuBLAS: compute Cᵀ = op(B)ᵀ·op(A)ᵀ.
-template <typename T>
-cublasStatus_t Gemm(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, const T* a,
-                    const T* b, T* c) {
-  const T one = 1, zero = 0;
-  cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if constexpr (std::is_same_v<T, float>) {
-    return cublasSgemm(h, opb, opa, n, m, k, &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
-  } else {
-    return cublasDgemm(h, opb, opa, n, m, k, &one, b, tb ? k : n, a, ta ? m : k, &zero, c, n);
-  }
-}
-
+// Row-major C[m,n] = op(A)·op(B) (fp16: fp32 accumulation); empty extents give zeros.
 template <typename T>
 Status GemmChecked(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                    const T* a, const T* b, T* c) {
@@ -28,10 +16,8 @@ Status GemmChecked(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_
     cudaMemsetAsync(c, 0, sizeof(T) * m * n, Stream(ctx));
     return Status::OK();
   }
-  cublasStatus_t st = Gemm<T>(Cublas(ctx), ta, tb, static_cast<int>(m), static_cast<int>(n),
-                              static_cast<int>(k), a, b, c);
-  return st == CUBLAS_STATUS_SUCCESS ? Status::OK()
-                                     : ctx.Error("cuBLAS gemm failed with status ", int(st));
+  return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, Acc<T>(1), a, 0,
+                                                 b, 0, Acc<T>(0), c, 0, 1));
 }
 
 template <typename T>
@@ -40,8 +26,8 @@ Status Mul(const KernelContext& ctx) {
   const Tensor& y = ctx.Input("Y");
   DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
   DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
-  return GemmChecked<T>(ctx, false, false, x2[0], y2[1], x2[1], x.data<T>(), y.data<T>(),
-                        ctx.Output("Out")->mutable_data<T>(ctx.place()));
+  return GemmChecked<T>(ctx, false, false, x2[0], y2[1], x2[1], DataOf<T>(x), DataOf<T>(y),
+                        MutableDataOf<T>(ctx.Output("Out"), ctx.place()));
 }
 
 template <typename T>
@@ -52,11 +38,11 @@ Status MulGrad(const KernelContext& ctx) {
   DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
   DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
   if (Tensor* dx = ctx.OutputOrNull("X@GRAD"))
-    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, false, true, x2[0], x2[1], y2[1], dout.data<T>(),
-                                        y.data<T>(), dx->mutable_data<T>(ctx.place())));
+    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, false, true, x2[0], x2[1], y2[1], DataOf<T>(dout),
+                                        DataOf<T>(y), MutableDataOf<T>(dx, ctx.place())));
   if (Tensor* dy = ctx.OutputOrNull("Y@GRAD"))
-    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, true, false, y2[0], y2[1], x2[0], x.data<T>(),
-                                        dout.data<T>(), dy->mutable_data<T>(ctx.place())));
+    LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, true, false, y2[0], y2[1], x2[0], DataOf<T>(x),
+                                        DataOf<T>(dout), MutableDataOf<T>(dy, ctx.place())));
   return Status::OK();
 }
 
@@ -305,6 +291,8 @@ LOOM_REGISTER_KERNEL(mul, kCUDA, FP32, Mul<float>);
 LOOM_REGISTER_KERNEL(mul, kCUDA, FP64, Mul<double>);
 LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP32, MulGrad<float>);
 LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP64, MulGrad<double>);
+LOOM_REGISTER_KERNEL(mul, kCUDA, FP16, Mul<__half>);
+LOOM_REGISTER_KERNEL(mul_grad, kCUDA, FP16, MulGrad<__half>);
 LOOM_REGISTER_KERNEL(relu, kCUDA, FP32, Relu<float>);
 LOOM_REGISTER_KERNEL(relu, kCUDA, FP64, Relu<double>);
 LOOM_REGISTER_KERNEL(relu, kCUDA, FP16, Relu<__half>);

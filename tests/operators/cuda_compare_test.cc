@@ -904,6 +904,65 @@ TEST(CudaCompareTest, HalfTransposeMatchesFloatCpu) {
 
 Tensor Scalar32(double v) { return Scalar(proto::FP32, v); }
 
+// Outputs of op `type` run once forward on the CPU.
+StatusOr<std::map<std::string, Tensor>> CpuForward(
+    const std::string& type, const std::vector<std::pair<std::string, Tensor>>& inputs,
+    const std::vector<std::string>& outs, const AttributeMap& attrs) {
+  OpTest t(type);
+  for (const auto& [slot, v] : inputs) t.Input(slot, v, true);
+  for (const auto& o : outs) t.Output(o);
+  for (const auto& [k, v] : attrs) t.Attr(k, v);
+  return t.Forward();
+}
+
+// fp16 GEMM ops (fp32 accumulation in cuBLAS) and the CNN ops: forward and grad kernels on
+// fp16-exact inputs against the fp32 CPU kernels.
+TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  {
+    Tensor x = RandomHalfExact(DDim{6, 2, 5}, 31), y = RandomHalfExact(DDim{10, 7}, 32);
+    Tensor g = RandomHalfExact(DDim{6, 7}, 33);
+    AttributeMap attrs{{"x_num_col_dims", 1}, {"y_num_col_dims", 1}};
+    ExpectHalfMatchesCpu("mul", {{"X", x}, {"Y", y}}, {"Out"}, attrs, "mul fp16");
+    ExpectHalfMatchesCpu("mul_grad", {{"X", x}, {"Y", y}, {"Out@GRAD", g}}, {"X@GRAD", "Y@GRAD"},
+                         attrs, "mul_grad fp16");
+  }
+  for (bool tx : {false, true})
+    for (bool ty : {false, true}) {
+      DDim xd = tx ? DDim{3, 8, 4} : DDim{3, 4, 8}, yd = ty ? DDim{5, 8} : DDim{8, 5};
+      Tensor x = RandomHalfExact(xd, 41), y = RandomHalfExact(yd, 42);
+      Tensor g = RandomHalfExact(DDim{3, 4, 5}, 43);
+      AttributeMap attrs{{"transpose_X", tx}, {"transpose_Y", ty}, {"alpha", 0.5f}};
+      std::string what = std::string("matmul fp16 tx ") + (tx ? "1" : "0") + " ty " + (ty ? "1" : "0");
+      ExpectHalfMatchesCpu("matmul", {{"X", x}, {"Y", y}}, {"Out"}, attrs, what);
+      ExpectHalfMatchesCpu("matmul_grad", {{"X", x}, {"Y", y}, {"Out@GRAD", g}},
+                           {"X@GRAD", "Y@GRAD"}, attrs, what + " grad");
+    }
+  {
+    AttributeMap attrs{{"strides", std::vector<int>{2, 1}}, {"paddings", std::vector<int>{1, 1}},
+                       {"dilations", std::vector<int>{1, 2}}, {"groups", 2}};
+    Tensor x = RandomHalfExact(DDim{2, 4, 9, 8}, 51), w = RandomHalfExact(DDim{6, 2, 3, 3}, 52);
+    auto out = CpuForward("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ExpectHalfMatchesCpu("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs,
+                         "conv2d fp16");
+    Tensor g = RandomHalfExact(out.value()["Output"].dims(), 53);
+    ExpectHalfMatchesCpu("conv2d_grad", {{"Input", x}, {"Filter", w}, {"Output@GRAD", g}},
+                         {"Input@GRAD", "Filter@GRAD"}, attrs, "conv2d_grad fp16");
+  }
+  for (const char* type : {"max", "avg"}) {
+    AttributeMap attrs{{"pooling_type", std::string(type)}, {"ksize", std::vector<int>{3, 3}},
+                       {"strides", std::vector<int>{2, 2}}, {"paddings", std::vector<int>{1, 1}}};
+    Tensor x = RandomHalfExact(DDim{2, 3, 7, 6}, 61, -2, 2);
+    auto out = CpuForward("pool2d", {{"X", x}}, {"Out"}, attrs);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ExpectHalfMatchesCpu("pool2d", {{"X", x}}, {"Out"}, attrs, std::string("pool2d fp16 ") + type);
+    Tensor o = out.value()["Out"], g = RandomHalfExact(o.dims(), 62);
+    ExpectHalfMatchesCpu("pool2d_grad", {{"X", x}, {"Out", o}, {"Out@GRAD", g}}, {"X@GRAD"},
+                         attrs, std::string("pool2d_grad fp16 ") + type);
+  }
+}
+
 TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
   const DDim dims{1000};
