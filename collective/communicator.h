@@ -64,6 +64,16 @@ struct CallOptions {
   Algorithm algorithm = Algorithm::kAuto;
 };
 
+// Measured allreduce crossovers of Algorithm::kAuto (docs/COLLECTIVES.md, "Selector"; rerun
+// with bench/collective/auto_check.py). Between processes (MPI) the tree wins up to ~2 MiB and
+// the ring's bandwidth takes over above. Ranks of one process share one memory system: every
+// algorithm moves the same bytes through it, and the tree, with the fewest synchronized steps,
+// was at or ahead of the ring at every size from 4 KiB to 64 MiB (medians of 5 rounds: 4 MiB
+// tree 3190 µs vs ring 3518, 16 MiB 17021 vs 18556, 64 MiB 58830 vs 68454), so in-process
+// allreduce takes the tree at every size.
+constexpr long long kLinkAutoTreeMaxBytes = 2 << 20;
+constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
+
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
   std::chrono::milliseconds timeout{30000};
@@ -71,9 +81,9 @@ struct CommunicatorOptions {
   size_t pipeline_chunk_bytes = size_t{1} << 20;
   // kAuto (selector.h): allreduce up to this many bytes per rank uses the single tree, larger
   // ones the cheapest algorithm by the cost model; negative: the cost model decides alone. Other
-  // collectives follow the cost model. The default is the crossover `loom bench collective`
-  // measured for 4 ranks, in-process and over MPI (docs/COLLECTIVES.md, "Selector").
-  long long auto_tree_max_bytes = 2 << 20;
+  // collectives follow the cost model. The default is the crossover measured between processes
+  // (kLinkAutoTreeMaxBytes); in-process worlds default to kInProcessAutoTreeMaxBytes.
+  long long auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.
@@ -103,6 +113,7 @@ class Communicator {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const CommPlan& plan() const { return *plan_; }
+  const CommunicatorOptions& options() const { return options_; }
 
   // recv[i] = send[i] reduced over all ranks, count elements.
   Work AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,

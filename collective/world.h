@@ -17,7 +17,12 @@
 namespace loom::collective {
 
 struct WorldOptions {
-  CommunicatorOptions communicator;
+  // auto_tree_max_bytes: the in-process crossover unless set (communicator.h).
+  CommunicatorOptions communicator = [] {
+    CommunicatorOptions o;
+    o.auto_tree_max_bytes = kInProcessAutoTreeMaxBytes;
+    return o;
+  }();
   // The machine the ranks stand for; default: nranks devices, all linked alike.
   std::optional<Topology> topology;
   double tree_link_penalty = 0.7;

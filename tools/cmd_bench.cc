@@ -44,8 +44,10 @@ Flags BenchFlags() {
           {"places", "cpu:N", "in-process devices (one rank thread each)", "cpu:4"},
           {"transport", "T", "inprocess or mpi (default: mpi under mpirun, else inprocess)", ""},
           {"inflight", "K", "calls issued before each WaitAll", "1"},
-          {"tree-max-bytes", "B", "auto's allreduce tree/ring crossover (negative: model only)",
-           "2097152"},
+          {"tree-max-bytes", "B",
+           "auto's allreduce tree/ring crossover (negative: model only; default: the "
+           "transport's measured one, in-process every size, mpi 2M)",
+           ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
@@ -354,8 +356,13 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ENFORCE(transport == "mpi" || transport == "inprocess",
                "--transport expects inprocess or mpi, got '", transport, "'");
   c.mpi = transport == "mpi";
-  LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
-  c.options.auto_tree_max_bytes = tree_max;
+  if (flags.Has("tree-max-bytes")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
+    c.options.auto_tree_max_bytes = tree_max;
+  } else {
+    c.options.auto_tree_max_bytes =
+        c.mpi ? collective::kLinkAutoTreeMaxBytes : collective::kInProcessAutoTreeMaxBytes;
+  }
   const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
   LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", chunk));
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");

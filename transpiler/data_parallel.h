@@ -54,8 +54,9 @@ struct DataParallelConfig {
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
   // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):
-  // allreduce buckets up to this size take the tree, larger ones the cheapest by the model.
-  int tree_max_bytes = 2 << 20;
+  // allreduce buckets up to this size take the tree, larger ones the cheapest by the model;
+  // -1: the transport's measured crossover (collective/communicator.h).
+  int tree_max_bytes = -1;
   // false: the per-rank startup programs hold only comm_init and the broadcasts (the caller
   // brings initialized parameters, as Python's CompiledProgram does).
   bool keep_startup_init = true;

@@ -56,7 +56,7 @@ Status CommInitKernel(const KernelContext& ctx) {
   GroupOptions o;
   o.timeout_ms = ctx.Attr<int>("timeout_ms");
   o.topology = ctx.Attr<std::string>("topology");
-  o.tree_max_bytes = static_cast<size_t>(ctx.Attr<int>("tree_max_bytes"));
+  o.tree_max_bytes = ctx.Attr<int>("tree_max_bytes");
   const int nranks = ctx.Attr<int>("nranks"), rank = ctx.Attr<int>("rank");
   StatusOr<CommHandle> joined =
       transport == "mpi" ? JoinMpiWorld(nranks, rank, o)
@@ -305,8 +305,13 @@ LOOM_REGISTER_OP(comm_init)
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
                Positive("timeout_ms"))
-    .Attr<int>("tree_max_bytes", 2 << 20,
-               "algorithm auto uses the tree up to this many bytes", NonNegative("tree_max_bytes"))
+    .Attr<int>("tree_max_bytes", -1,
+               "algorithm auto uses the tree for allreduce up to this many bytes; -1: the "
+               "transport's measured crossover (in-process: every size; mpi: 2 MiB)",
+               [](const int& v) {
+                 return v >= -1 ? Status::OK()
+                                : InvalidArgument("must be >= -1, got ", v);
+               })
     .Kernel(Place::kCPU, proto::FP32, CommInitKernel);
 
 LOOM_REGISTER_OP(allreduce)

@@ -46,7 +46,7 @@ StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int 
   if (it == groups.end()) {
     collective::WorldOptions wo;
     wo.communicator.timeout = std::chrono::milliseconds(options.timeout_ms);
-    wo.communicator.auto_tree_max_bytes = options.tree_max_bytes;
+    if (options.tree_max_bytes >= 0) wo.communicator.auto_tree_max_bytes = options.tree_max_bytes;
     if (!options.topology.empty()) {
       LOOM_ASSIGN_OR_RETURN(collective::Topology topo,
                             collective::Topology::Preset(options.topology));
@@ -92,7 +92,7 @@ StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& opti
                               collective::MpiWorldRank());
   collective::MpiCommunicatorOptions o;
   o.communicator.timeout = std::chrono::milliseconds(options.timeout_ms);
-  o.communicator.auto_tree_max_bytes = options.tree_max_bytes;
+  if (options.tree_max_bytes >= 0) o.communicator.auto_tree_max_bytes = options.tree_max_bytes;
   if (!options.topology.empty()) {
     LOOM_ASSIGN_OR_RETURN(collective::Topology topo,
                           collective::Topology::Preset(options.topology));

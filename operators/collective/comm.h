@@ -23,7 +23,9 @@ struct CommHandle {
 struct GroupOptions {
   int timeout_ms = 30000;
   std::string topology;  // preset name; empty: all ranks linked alike
-  size_t tree_max_bytes = size_t{2} << 20;
+  // Algorithm auto's allreduce tree/ring crossover; < 0: the transport's measured default
+  // (collective/communicator.h).
+  long long tree_max_bytes = -1;
 };
 
 // Rank `rank` of the in-process group `key` of nranks ranks. The first rank to arrive creates

@@ -118,6 +118,27 @@ TEST(Selector, InflightLowersThePerCallEstimate) {
   for (size_t i = 0; i < one.size(); ++i) EXPECT_LT(many[i].time_us, one[i].time_us);
 }
 
+// The measured crossovers: ranks of one process (one shared memory) take the tree at every
+// size; communicators between processes keep the 2 MiB crossover, above which the cost model
+// picks a bandwidth algorithm.
+TEST(Selector, MeasuredCrossoverDependsOnTheTransport) {
+  EXPECT_EQ(WorldOptions().communicator.auto_tree_max_bytes, kInProcessAutoTreeMaxBytes);
+  EXPECT_EQ(CommunicatorOptions().auto_tree_max_bytes, kLinkAutoTreeMaxBytes);
+  const auto plan = Plan(Topology::Uniform(4));
+  SelectorOptions in_process, link;
+  in_process.tree_max_bytes = kInProcessAutoTreeMaxBytes;
+  link.tree_max_bytes = kLinkAutoTreeMaxBytes;
+  for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
+    EXPECT_EQ(Selector(*plan, in_process).Choose(CollectiveKind::kAllReduce, bytes),
+              Algorithm::kTree)
+        << bytes;
+  }
+  EXPECT_EQ(Selector(*plan, link).Choose(CollectiveKind::kAllReduce, 1 << 20), Algorithm::kTree);
+  EXPECT_NE(Selector(*plan, link).Choose(CollectiveKind::kAllReduce, 64 << 20), Algorithm::kTree);
+  auto world = InProcessWorld::Create(4).value();
+  EXPECT_EQ(world->comm(0).options().auto_tree_max_bytes, kInProcessAutoTreeMaxBytes);
+}
+
 TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
   WorldOptions options;
   options.communicator.auto_tree_max_bytes = 1 << 10;

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""How close `auto` comes to the best fixed allreduce algorithm at each (size, in-flight) point.
+
+Runs `loom bench collective --algo ring,tree,multi_tree,star,auto` ROUNDS times for each in-flight
+count (in-process places), keeps the median time of every (size, in-flight, algorithm) over the
+rounds (a run covers every algorithm at a size back to back, so a burst of load from other
+processes hits all of them), and prints a Markdown table: the median time of each algorithm,
+what auto ran, and auto's time over the best fixed algorithm's.
+
+    /usr/bin/python3 bench/collective/auto_check.py [--rounds 5] [--places 4] [--mpi]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+ALGOS = ["ring", "tree", "multi_tree", "star"]
+
+
+def run_once(loom, places, inflight, minb, maxb, iters, extra, mpi=False):
+    where = (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(places), loom,
+              "bench", "collective", "--transport", "mpi"] if mpi else
+             [loom, "bench", "collective", "--places", "cpu:%d" % places])
+    cmd = where + ["--algo",
+           ",".join(ALGOS + ["auto"]), "-b", minb, "-e", maxb, "-f", "4", "-n", str(iters),
+           "-w", "2", "--inflight", str(inflight)] + extra
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 9 or line.startswith("#") or not parts[0].isdigit():
+            continue
+        size, algo, us, wrong = int(parts[0]), parts[4], float(parts[5]), int(parts[8])
+        if wrong:
+            sys.exit("%s at %d bytes: %d wrong elements" % (algo, size, wrong))
+        choice = None
+        if algo.startswith("auto:"):
+            algo, choice = "auto", algo.split(":", 1)[1]
+        rows[(size, algo)] = (us, choice)
+    return rows
+
+
+def human(size):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= div:
+            return "%d %s" % (size // div, unit)
+    return "%d B" % size
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--places", type=int, default=4)
+    ap.add_argument("--mpi", action="store_true",
+                    help="ranks are processes under mpirun (MPI transport), not in-process places")
+    ap.add_argument("--loom", default=os.path.join(os.path.dirname(__file__), "..", "..", "build",
+                                                   "tools", "loom"))
+    ap.add_argument("--points", default="1:4K:64M:10,50:4K:1M:3,150:4K:256K:2",
+                    help="comma-separated INFLIGHT:MIN:MAX:ITERS sweeps")
+    ap.add_argument("extra", nargs="*", help="more flags for loom bench collective (after --)")
+    args = ap.parse_args()
+    table = {}
+    for point in args.points.split(","):
+        inflight, minb, maxb, iters = point.split(":")
+        samples = {}
+        for _ in range(args.rounds):
+            for key, val in run_once(args.loom, args.places, int(inflight), minb, maxb,
+                                     int(iters), args.extra, args.mpi).items():
+                samples.setdefault(key, []).append(val)
+        for (size, algo), vals in samples.items():
+            med = statistics.median(v[0] for v in vals)
+            choices = sorted({v[1] for v in vals if v[1]})
+            table[(int(inflight), size, algo)] = (med, "/".join(choices))
+    print("| in flight | size | " + " | ".join(ALGOS) + " | auto | auto ran | auto / best |")
+    print("|---" * (len(ALGOS) + 5) + "|")
+    worst = 0.0
+    for inflight, size in sorted({(k[0], k[1]) for k in table}):
+        times = [table[(inflight, size, a)][0] for a in ALGOS]
+        auto, choice = table[(inflight, size, "auto")]
+        best = min(times)
+        worst = max(worst, auto / best)
+        print("| %d | %s | %s | %.1f | %s | %.2f |" % (
+            inflight, human(size), " | ".join("%.1f" % t for t in times), auto, choice,
+            auto / best))
+    print()
+    print("(median µs per call over %d rounds, %d %s; worst auto / best: %.2f)"
+          % (args.rounds, args.places, "MPI processes" if args.mpi else "in-process places",
+             worst))
+
+
+if __name__ == "__main__":
+    main()
