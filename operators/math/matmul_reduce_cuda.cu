@@ -1,7 +1,7 @@
 // CUDA kernels of matmul(+grad) (transpose_X / transpose_Y, alpha, batched over leading dims,
 // 1-D operands as in operators/math/matmul.cc) through cuBLAS strided-batched GEMM, fp32, fp64
-// and fp16 (fp32 accumulation); and of reduce_sum / reduce_mean / reduce_max (+grad) over any set of dims
-// (operators/math/reduce.cc), fp32 and fp64 with forward also in int32 / int64.
+// and fp16 (fp32 accumulation); and of reduce_sum / reduce_mean / reduce_max (+grad) over any
+// set of dims (operators/math/reduce.cc), fp32 and fp64 with forward also in int32 / int64.
 #include <limits>
 
 #include "operators/cuda_util.cuh"
@@ -54,12 +54,13 @@ Status Gemms(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, i
     for (int64_t i = 0; i < batch; ++i)
       LOOM_RETURN_IF_ERROR(CublasStatus(
           ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
-                                     b + i * sb, 0, accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0,
-                                     1)));
+                                     b + i * sb, 0,
+                                     accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0, 1)));
     return Status::OK();
   }
-  return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b,
-                                                 sb, accumulate ? Acc<T>(1) : Acc<T>(0), c, sc, batch));
+  return CublasStatus(
+      ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b, sb,
+                                 accumulate ? Acc<T>(1) : Acc<T>(0), c, sc, batch));
 }
 
 template <typename T>

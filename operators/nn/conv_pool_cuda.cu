@@ -79,14 +79,14 @@ Status GemmOverSamplesAndGroups(const KernelContext& ctx, int64_t cs, int64_t gr
   if (cs >= groups) {
     for (int64_t gi = 0; gi < groups; ++gi)
       LOOM_RETURN_IF_ERROR(CublasStatus(
-          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + gi * oa.g_stride, oa.s_stride,
-                                     b + gi * ob.g_stride, ob.s_stride, beta,
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + gi * oa.g_stride,
+                                     oa.s_stride, b + gi * ob.g_stride, ob.s_stride, beta,
                                      c + gi * oc.g_stride, oc.s_stride, cs)));
   } else {
     for (int64_t s = 0; s < cs; ++s)
       LOOM_RETURN_IF_ERROR(CublasStatus(
-          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + s * oa.s_stride, oa.g_stride,
-                                     b + s * ob.s_stride, ob.g_stride, beta,
+          ctx, GemmStridedBatched<T>(h, ta, tb, m, n, k, Acc<T>(1), a + s * oa.s_stride,
+                                     oa.g_stride, b + s * ob.s_stride, ob.g_stride, beta,
                                      c + s * oc.s_stride, oc.g_stride, groups)));
   }
   return Status::OK();

@@ -1,5 +1,5 @@
-// CUDA kernels of dropout and dropout_grad (fp32, fp64), with the semantics of
-// operators/nn/dropout.cc: each element is kept with probability 1 - dropout_prob;
+// CUDA kernels of dropout and dropout_grad (fp32, fp64; fp16 with float arithmetic), with the
+// semantics of operators/nn/dropout.cc: each element is kept with probability 1 - dropout_prob;
 // "downgrade_in_infer" trains with Out = X * Mask and tests with Out = X * (1 - p);
 // "upscale_in_train" trains with Out = X * Mask / (1 - p) and tests with Out = X; Mask holds 1
 // for kept and 0 for dropped elements (all 1 with is_test). The CPU kernel draws its mask from
@@ -27,25 +27,27 @@ __device__ inline double Uniform(uint64_t seed, int64_t i) {
 
 template <typename T>
 __global__ void DropoutK(const T* x, T* out, T* mask, int64_t n, uint64_t seed, double keep,
-                         T keep_scale) {
+                         Acc<T> keep_scale) {
   LOOM_GRID_STRIDE(i, n) {
     const bool k = Uniform(seed, i) < keep;
-    if (mask) mask[i] = k ? T(1) : T(0);
-    out[i] = k ? x[i] * keep_scale : T(0);
+    if (mask) mask[i] = k ? static_cast<T>(1.0f) : static_cast<T>(0.0f);
+    out[i] = k ? static_cast<T>(static_cast<Acc<T>>(x[i]) * keep_scale) : static_cast<T>(0.0f);
   }
 }
 
 template <typename T>
-__global__ void ScaleK(const T* x, T* out, T* ones, int64_t n, T factor) {
+__global__ void ScaleK(const T* x, T* out, T* ones, int64_t n, Acc<T> factor) {
   LOOM_GRID_STRIDE(i, n) {
-    out[i] = x[i] * factor;
-    if (ones) ones[i] = T(1);
+    out[i] = static_cast<T>(static_cast<Acc<T>>(x[i]) * factor);
+    if (ones) ones[i] = static_cast<T>(1.0f);
   }
 }
 
 template <typename T>
-__global__ void MaskGradK(const T* g, const T* mask, T* dx, int64_t n, T keep_scale) {
-  LOOM_GRID_STRIDE(i, n) dx[i] = g[i] * mask[i] * keep_scale;
+__global__ void MaskGradK(const T* g, const T* mask, T* dx, int64_t n, Acc<T> keep_scale) {
+  LOOM_GRID_STRIDE(i, n) {
+    dx[i] = static_cast<T>(static_cast<Acc<T>>(g[i]) * static_cast<Acc<T>>(mask[i]) * keep_scale);
+  }
 }
 
 bool Upscale(const KernelContext& ctx) {
@@ -58,23 +60,23 @@ Status Dropout(const KernelContext& ctx) {
   const int64_t n = xt.numel();
   const double p = ctx.Attr<float>("dropout_prob");
   const bool upscale = Upscale(ctx);
-  T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  T* out = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   Tensor* mt = ctx.OutputOrNull("Mask");
-  T* mask = mt ? mt->mutable_data<T>(ctx.place()) : nullptr;
+  T* mask = mt ? MutableDataOf<T>(mt, ctx.place()) : nullptr;
   if (n == 0) return Status::OK();
   if (ctx.Attr<bool>("is_test")) {
-    const T factor = upscale ? T(1) : static_cast<T>(1.0 - p);
-    ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(xt.data<T>(), out, mask, n, factor);
+    const Acc<T> factor = upscale ? Acc<T>(1) : static_cast<Acc<T>>(1.0 - p);
+    ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(xt), out, mask, n, factor);
     return LaunchStatus(ctx);
   }
-  const T keep_scale = upscale && p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(1);
+  const Acc<T> keep_scale = upscale && p < 1.0 ? static_cast<Acc<T>>(1.0 / (1.0 - p)) : Acc<T>(1);
   const int seed = ctx.Attr<int>("seed");
   uint64_t s = static_cast<uint64_t>(seed);
   if (seed == 0) {
     std::random_device rd;
     s = (static_cast<uint64_t>(rd()) << 32) | rd();
   }
-  DropoutK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(xt.data<T>(), out, mask, n, s, 1.0 - p,
+  DropoutK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(xt), out, mask, n, s, 1.0 - p,
                                                        keep_scale);
   return LaunchStatus(ctx);
 }
@@ -88,11 +90,11 @@ Status DropoutGrad(const KernelContext& ctx) {
   const int64_t n = dout.numel();
   const double p = ctx.Attr<float>("dropout_prob");
   const bool upscale = Upscale(ctx);
-  T* dx = dxt->mutable_data<T>(ctx.place());
+  T* dx = MutableDataOf<T>(dxt, ctx.place());
   if (ctx.Attr<bool>("is_test")) {
-    const T factor = upscale ? T(1) : static_cast<T>(1.0 - p);
+    const Acc<T> factor = upscale ? Acc<T>(1) : static_cast<Acc<T>>(1.0 - p);
     if (n > 0)
-      ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(dout.data<T>(), dx, nullptr, n, factor);
+      ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(dout), dx, nullptr, n, factor);
     return LaunchStatus(ctx);
   }
   const Tensor* mt = ctx.InputOrNull("Mask");
@@ -100,9 +102,9 @@ Status DropoutGrad(const KernelContext& ctx) {
   if (mt->numel() != n)
     return ctx.Error("Mask has dims ", mt->dims().ToString(), " but Out@GRAD has ",
                      dout.dims().ToString());
-  const T keep_scale = upscale && p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(1);
+  const Acc<T> keep_scale = upscale && p < 1.0 ? static_cast<Acc<T>>(1.0 / (1.0 - p)) : Acc<T>(1);
   if (n > 0)
-    MaskGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(dout.data<T>(), mt->data<T>(), dx, n,
+    MaskGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(dout), DataOf<T>(*mt), dx, n,
                                                          keep_scale);
   return LaunchStatus(ctx);
 }
@@ -113,5 +115,7 @@ LOOM_REGISTER_KERNEL(dropout, kCUDA, FP32, Dropout<float>);
 LOOM_REGISTER_KERNEL(dropout, kCUDA, FP64, Dropout<double>);
 LOOM_REGISTER_KERNEL(dropout_grad, kCUDA, FP32, DropoutGrad<float>);
 LOOM_REGISTER_KERNEL(dropout_grad, kCUDA, FP64, DropoutGrad<double>);
+LOOM_REGISTER_KERNEL(dropout, kCUDA, FP16, Dropout<__half>);
+LOOM_REGISTER_KERNEL(dropout_grad, kCUDA, FP16, DropoutGrad<__half>);
 
 }  // namespace loom::ops::cuda

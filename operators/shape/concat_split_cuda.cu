@@ -1,6 +1,6 @@
-// CUDA kernels of concat, split and stack (fp32, fp64, int32, int64) and their gradients
-// concat_grad, split_grad, stack_grad (fp32, fp64), as operators/shape/concat_split.cc: the data
-// is viewed as an [outer, sum(inner_i)] matrix whose piece i is an [outer, inner_i] block; one
+// CUDA kernels of concat, split and stack (fp32, fp64, fp16, int32, int64) and their gradients
+// concat_grad, split_grad, stack_grad (fp32, fp64, fp16), as operators/shape/concat_split.cc: the
+// data is viewed as an [outer, sum(inner_i)] matrix whose piece i is an [outer, inner_i] block; one
 // launch per piece copies its block (one thread per element). Null gradient outputs are skipped.
 #include "operators/cuda_util.cuh"
 #include "operators/shape/shape_util.h"
@@ -76,10 +76,10 @@ Status ConcatSlot(const KernelContext& ctx, const std::string& slot, Tensor* out
   std::vector<int64_t> inner;
   for (int i = 0; i < n; ++i) {
     const Tensor& x = ctx.Input(slot, i);
-    pieces.push_back(x.data<T>());
+    pieces.push_back(DataOf<T>(x));
     inner.push_back(x.dims().product(axis, rank));
   }
-  return ConcatPieces<T>(ctx, pieces, inner, outer, out->mutable_data<T>(ctx.place()));
+  return ConcatPieces<T>(ctx, pieces, inner, outer, MutableDataOf<T>(out, ctx.place()));
 }
 
 template <typename T>
@@ -88,9 +88,9 @@ Status SplitIntoSlot(const KernelContext& ctx, const Tensor& in, int64_t outer,
   std::vector<T*> pieces;
   for (int i = 0; i < static_cast<int>(inner.size()); ++i) {
     Tensor* t = ctx.OutputOrNull(slot, i);
-    pieces.push_back(t ? t->mutable_data<T>(ctx.place()) : nullptr);
+    pieces.push_back(t ? MutableDataOf<T>(t, ctx.place()) : nullptr);
   }
-  return SplitPieces<T>(ctx, in.data<T>(), outer, inner, pieces);
+  return SplitPieces<T>(ctx, DataOf<T>(in), outer, inner, pieces);
 }
 
 template <typename T>
@@ -148,10 +148,10 @@ Status Stack(const KernelContext& ctx) {
   const int rank = x0.dims().size();
   const int axis = StackAxis(ctx.Attr<int>("axis"), rank);
   std::vector<const T*> pieces;
-  for (int i = 0; i < ctx.InputSize("X"); ++i) pieces.push_back(ctx.Input("X", i).data<T>());
+  for (int i = 0; i < ctx.InputSize("X"); ++i) pieces.push_back(DataOf<T>(ctx.Input("X", i)));
   std::vector<int64_t> inner(pieces.size(), x0.dims().product(axis, rank));
   return ConcatPieces<T>(ctx, pieces, inner, x0.dims().product(0, axis),
-                         ctx.Output("Y")->mutable_data<T>(ctx.place()));
+                         MutableDataOf<T>(ctx.Output("Y"), ctx.place()));
 }
 
 template <typename T>
@@ -183,5 +183,12 @@ LOOM_REGISTER_KERNEL(stack, kCUDA, INT32, Stack<int32_t>);
 LOOM_REGISTER_KERNEL(stack, kCUDA, INT64, Stack<int64_t>);
 LOOM_REGISTER_KERNEL(stack_grad, kCUDA, FP32, StackGrad<float>);
 LOOM_REGISTER_KERNEL(stack_grad, kCUDA, FP64, StackGrad<double>);
+// fp16: the same copies.
+LOOM_REGISTER_KERNEL(concat, kCUDA, FP16, Concat<__half>);
+LOOM_REGISTER_KERNEL(concat_grad, kCUDA, FP16, ConcatGrad<__half>);
+LOOM_REGISTER_KERNEL(split, kCUDA, FP16, Split<__half>);
+LOOM_REGISTER_KERNEL(split_grad, kCUDA, FP16, SplitGrad<__half>);
+LOOM_REGISTER_KERNEL(stack, kCUDA, FP16, Stack<__half>);
+LOOM_REGISTER_KERNEL(stack_grad, kCUDA, FP16, StackGrad<__half>);
 
 }  // namespace loom::ops::cuda

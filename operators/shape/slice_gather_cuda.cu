@@ -1,10 +1,10 @@
-// CUDA kernels of slice and gather (fp32, fp64, int32, int64) and of slice_grad and gather_grad
-// (fp32, fp64), as operators/shape/slice.cc and gather.cc. slice copies the box selected by
-// [start, end) ranges (Python's rules for negative and out-of-range bounds); slice_grad zeroes
-// Input@GRAD and writes Out@GRAD into the box. gather picks rows of X by int32 / int64 Index;
-// an index outside [0, dims(X)[0]) is an error (flagged by the kernel, reported after it);
-// gather_grad scatter-adds the rows of Out@GRAD into a zero X@GRAD with atomicAdd (repeated
-// indices accumulate; the order of the additions to one row is not fixed).
+// CUDA kernels of slice and gather (fp32, fp64, fp16, int32, int64) and of slice_grad and
+// gather_grad (fp32, fp64, fp16), as operators/shape/slice.cc and gather.cc. slice copies the box
+// selected by [start, end) ranges (Python's rules for negative and out-of-range bounds); slice_grad
+// zeroes Input@GRAD and writes Out@GRAD into the box. gather picks rows of X by int32 / int64
+// Index; an index outside [0, dims(X)[0]) is an error (flagged by the kernel, reported after it);
+// gather_grad scatter-adds the rows of Out@GRAD into a zero X@GRAD with atomicAdd (repeated indices
+// accumulate; the order of the additions to one row is not fixed).
 #include <algorithm>
 
 #include "operators/cuda_util.cuh"
@@ -76,10 +76,10 @@ Status Slice(const KernelContext& ctx) {
   SlicePlan p = MakePlan(x.dims(), ctx.Attr<std::vector<int>>("axes"),
                          ctx.Attr<std::vector<int>>("starts"), ctx.Attr<std::vector<int>>("ends"),
                          &box);
-  T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   const int64_t n = box.numel();
   if (n <= 0) return Status::OK();
-  SliceK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, x.data<T>(), o, n);
+  SliceK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, DataOf<T>(x), o, n);
   return LaunchStatus(ctx);
 }
 
@@ -91,11 +91,11 @@ Status SliceGrad(const KernelContext& ctx) {
   SlicePlan p = MakePlan(ctx.Input("Input").dims(), ctx.Attr<std::vector<int>>("axes"),
                          ctx.Attr<std::vector<int>>("starts"), ctx.Attr<std::vector<int>>("ends"),
                          &box);
-  T* d = dx->mutable_data<T>(ctx.place());
+  T* d = MutableDataOf<T>(dx, ctx.place());
   cudaMemsetAsync(d, 0, dx->nbytes(), Stream(ctx));
   const int64_t n = box.numel();
   if (n > 0)
-    SliceGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, ctx.Input("Out@GRAD").data<T>(),
+    SliceGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, DataOf<T>(ctx.Input("Out@GRAD")),
                                                           d, n);
   return LaunchStatus(ctx);
 }
@@ -115,7 +115,7 @@ __global__ void GatherK(const T* x, const int64_t* i64, const int32_t* i32, T* o
     const int64_t i = e / w, id = IndexAt(i64, i32, i);
     if (id < 0 || id >= rows) {
       *bad = id;
-      if (width > 0) out[e] = T(0);
+      if (width > 0) out[e] = static_cast<T>(0.0f);
     } else if (width > 0) {
       out[e] = x[id * width + e % width];
     }
@@ -144,7 +144,7 @@ Status Gather(const KernelContext& ctx) {
   const bool is64 = index.dtype() == proto::INT64;
   const int64_t* i64 = is64 ? index.data<int64_t>() : nullptr;
   const int32_t* i32 = is64 ? nullptr : index.data<int32_t>();
-  T* o = out->mutable_data<T>(ctx.place());
+  T* o = MutableDataOf<T>(out, ctx.place());
   cudaStream_t stream = Stream(ctx);
   if (kGrad) cudaMemsetAsync(o, 0, out->nbytes(), stream);
   if (n == 0) return LaunchStatus(ctx);
@@ -152,9 +152,9 @@ Status Gather(const KernelContext& ctx) {
   const int64_t threads = n * std::max<int64_t>(width, 1);
   if constexpr (kGrad) {
     GatherGradK<T><<<Blocks(threads), kThreads, 0, stream>>>(
-        ctx.Input("Out@GRAD").data<T>(), i64, i32, o, n, rows, width, bad.ptr());
+        DataOf<T>(ctx.Input("Out@GRAD")), i64, i32, o, n, rows, width, bad.ptr());
   } else {
-    GatherK<T><<<Blocks(threads), kThreads, 0, stream>>>(x.data<T>(), i64, i32, o, n, rows,
+    GatherK<T><<<Blocks(threads), kThreads, 0, stream>>>(DataOf<T>(x), i64, i32, o, n, rows,
                                                          width, bad.ptr());
   }
   LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
@@ -179,5 +179,10 @@ LOOM_REGISTER_KERNEL(gather, kCUDA, INT32, (Gather<int32_t, false>));
 LOOM_REGISTER_KERNEL(gather, kCUDA, INT64, (Gather<int64_t, false>));
 LOOM_REGISTER_KERNEL(gather_grad, kCUDA, FP32, (Gather<float, true>));
 LOOM_REGISTER_KERNEL(gather_grad, kCUDA, FP64, (Gather<double, true>));
+// fp16: the same copies; gather_grad's scatter-add uses atomicAdd on __half (sm_70+).
+LOOM_REGISTER_KERNEL(slice, kCUDA, FP16, Slice<__half>);
+LOOM_REGISTER_KERNEL(slice_grad, kCUDA, FP16, SliceGrad<__half>);
+LOOM_REGISTER_KERNEL(gather, kCUDA, FP16, (Gather<__half, false>));
+LOOM_REGISTER_KERNEL(gather_grad, kCUDA, FP16, (Gather<__half, true>));
 
 }  // namespace loom::ops::cuda

@@ -933,7 +933,8 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
       Tensor x = RandomHalfExact(xd, 41), y = RandomHalfExact(yd, 42);
       Tensor g = RandomHalfExact(DDim{3, 4, 5}, 43);
       AttributeMap attrs{{"transpose_X", tx}, {"transpose_Y", ty}, {"alpha", 0.5f}};
-      std::string what = std::string("matmul fp16 tx ") + (tx ? "1" : "0") + " ty " + (ty ? "1" : "0");
+      std::string what =
+          std::string("matmul fp16 tx ") + (tx ? "1" : "0") + " ty " + (ty ? "1" : "0");
       ExpectHalfMatchesCpu("matmul", {{"X", x}, {"Y", y}}, {"Out"}, attrs, what);
       ExpectHalfMatchesCpu("matmul_grad", {{"X", x}, {"Y", y}, {"Out@GRAD", g}},
                            {"X@GRAD", "Y@GRAD"}, attrs, what + " grad");
@@ -960,6 +961,57 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
     Tensor o = out.value()["Out"], g = RandomHalfExact(o.dims(), 62);
     ExpectHalfMatchesCpu("pool2d_grad", {{"X", x}, {"Out", o}, {"Out@GRAD", g}}, {"X@GRAD"},
                          attrs, std::string("pool2d_grad fp16 ") + type);
+  }
+}
+
+// fp16 data movement (concat, stack, split, slice, gather and their grads) and dropout (is_test,
+// and the gradient through a given Mask) against the fp32 CPU kernels.
+TEST(CudaCompareTest, HalfShapeOpsAndDropoutMatchFloatCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  for (const char* type : {"concat", "stack"}) {
+    std::vector<Tensor> xs32, xs16;
+    for (int i = 0; i < 3; ++i) {
+      xs32.push_back(RandomHalfExact(DDim{2, 3}, 70 + i));
+      xs16.push_back(ToDtype(xs32.back(), proto::FP16));
+    }
+    const std::string out = std::string(type) == "concat" ? "Out" : "Y";
+    OpTest cpu(type), gpu(type);
+    cpu.Inputs("X", xs32).Output(out).Attr("axis", 1);
+    gpu.Inputs("X", xs16).Output(out).Attr("axis", 1);
+    auto c = cpu.Forward();
+    auto g = gpu.OnPlace(Place::CUDA(0)).Forward();
+    ASSERT_TRUE(c.ok() && g.ok()) << type;
+    EXPECT_EQ(g.value()[out].dtype(), proto::FP16) << type;
+    ExpectClose(g.value()[out], c.value()[out], 0, std::string(type) + " fp16");
+  }
+  Tensor x = RandomHalfExact(DDim{4, 5, 6}, 75);
+  AttributeMap slice{{"axes", std::vector<int>{0, 2}}, {"starts", std::vector<int>{1, -4}},
+                     {"ends", std::vector<int>{3, 100}}};
+  ExpectHalfMatchesCpu("slice", {{"Input", x}}, {"Out"}, slice, "slice fp16");
+  Tensor slice_g = RandomHalfExact(DDim{2, 5, 4}, 76);
+  ExpectHalfMatchesCpu("slice_grad", {{"Input", x}, {"Out@GRAD", slice_g}}, {"Input@GRAD"}, slice,
+                       "slice_grad fp16");
+  Tensor index = Ints(DDim{5}, {2, 0, 2, 3, 2});
+  ExpectHalfMatchesCpu("gather", {{"X", x}, {"Index", index}}, {"Out"}, {}, "gather fp16",
+                       {"Index"});
+  Tensor gather_g = RandomHalfExact(DDim{5, 5, 6}, 77);
+  ExpectHalfMatchesCpu("gather_grad", {{"X", x}, {"Index", index}, {"Out@GRAD", gather_g}},
+                       {"X@GRAD"}, {}, "gather_grad fp16", {"Index"});
+  for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
+    AttributeMap attrs{{"dropout_prob", 0.25f}, {"is_test", true},
+                       {"dropout_implementation", std::string(impl)}};
+    ExpectHalfMatchesCpu("dropout", {{"X", x}}, {"Out"}, attrs,
+                         std::string("dropout is_test fp16 ") + impl);
+    Tensor mask = ToDtype(ToDtype(Random(proto::FP32, x.dims(), 78, 0, 2), proto::FP16),
+                          proto::FP32);
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      float* m = mask.mutable_data<float>(Place::CPU());
+      m[i] = m[i] < 1 ? 0.0f : 1.0f;
+    }
+    attrs["is_test"] = false;
+    Tensor g = RandomHalfExact(x.dims(), 79);
+    ExpectHalfMatchesCpu("dropout_grad", {{"Mask", mask}, {"Out@GRAD", g}}, {"X@GRAD"}, attrs,
+                         std::string("dropout_grad fp16 ") + impl);
   }
 }
 
