@@ -369,6 +369,8 @@ PYBIND11_MODULE(core, m) {
            py::return_value_policy::reference_internal)
       .def("find_var", [](Scope& s, const std::string& n) { return s.FindVar(n); },
            py::return_value_policy::reference_internal)
+      .def("erase_local_var", &Scope::EraseLocalVar,
+           "Drops a variable of this scope (not of its parents); returns whether it existed.")
       .def("local_var_names", &Scope::LocalVarNames);
 
   py::class_<Variable>(m, "Variable")

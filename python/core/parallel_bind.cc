@@ -3,9 +3,13 @@
 #include <google/protobuf/text_format.h>
 #include <pybind11/stl.h>
 
+#include "loom/config.h"
 #include "operators/collective/stats.h"
 #include "python/core/common.h"
 #include "transpiler/data_parallel.h"
+#if LOOM_MPI_ENABLED
+#include "collective/transport/mpi.h"
+#endif
 
 namespace loom::python {
 
@@ -15,7 +19,8 @@ void RegisterParallel(py::module_& m) {
       [](const ProgramDesc& startup, const ProgramDesc& main, int nranks, const std::string& mode,
          const std::string& algorithm, double fuse_mb, const std::string& grad_scale,
          const std::string& owner_policy, const std::string& group, bool keep_startup_init,
-         int timeout_ms, const std::vector<std::string>& disabled_passes) {
+         int timeout_ms, const std::vector<std::string>& disabled_passes,
+         const std::string& transport) {
         transpiler::DataParallelConfig c;
         c.nranks = nranks;
         c.mode = ValueOrThrow(transpiler::ParseSyncMode(mode));
@@ -27,6 +32,7 @@ void RegisterParallel(py::module_& m) {
         c.keep_startup_init = keep_startup_init;
         c.timeout_ms = timeout_ms;
         c.disabled_passes = disabled_passes;
+        c.transport = transport;
         for (int r = 0; r < nranks; ++r) c.places.push_back("cpu:" + std::to_string(r));
         auto result = ValueOrThrow(transpiler::TranspileDataParallel(startup, main, c));
         std::vector<std::shared_ptr<ProgramDesc>> starts, mains;
@@ -41,6 +47,7 @@ void RegisterParallel(py::module_& m) {
       py::arg("grad_scale") = "sample", py::arg("owner_policy") = "bytes",
       py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
       py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
+      py::arg("transport") = "inprocess",
       "Transpiles a single-device (startup, main) for nranks places: returns (per-rank startup "
       "programs, per-rank main programs, the manifest as text).");
 
@@ -93,6 +100,42 @@ void RegisterParallel(py::module_& m) {
       py::arg("program"), py::arg("src"), py::arg("dst"), py::arg("place"),
       "Deep-copies the program's initialized persistable tensors from src into dst; returns "
       "how many.");
+
+  // MPI for data parallelism across processes (BuildStrategy.transport = "mpi").
+  m.def("is_compiled_with_mpi", [] { return static_cast<bool>(LOOM_MPI_ENABLED); });
+  m.def(
+      "mpi_init",
+      []() -> py::tuple {
+#if LOOM_MPI_ENABLED
+        if (!collective::LaunchedByMpirun())
+          Throw(FailedPrecondition("transport 'mpi' needs one process per rank started by "
+                                   "mpirun (e.g. mpirun -np 4 python3 train.py)"));
+        ThrowIfError(collective::MpiInit(nullptr, nullptr));
+        return py::make_tuple(collective::MpiWorldRank(), collective::MpiWorldSize());
+#else
+        Throw(Unimplemented("transport 'mpi': Loom was built without MPI (install Open MPI, see "
+                            "scripts/install-deps.sh, and rebuild)"));
+        return py::tuple();
+#endif
+      },
+      "Initializes MPI (once; MPI_THREAD_MULTIPLE) in a process started by mpirun; returns "
+      "(rank, world size).");
+  m.def(
+      "mpi_finalize",
+      [] {
+#if LOOM_MPI_ENABLED
+        ThrowIfError(collective::MpiFinalize());
+#endif
+      },
+      "MPI_Finalize, if mpi_init initialized MPI; every MPI communicator must be gone.");
+  m.def(
+      "mpi_abort",
+      [](int code) {
+#if LOOM_MPI_ENABLED
+        collective::MpiAbort(code);
+#endif
+      },
+      py::arg("code"), "Ends every process of the MPI job (MPI_Abort), when MPI is up.");
 
   m.def("collective_op_stats", [] {
     auto& s = ops::CollectiveOpStats::Get();

@@ -5,8 +5,11 @@ The program is transpiled (in C++, ``loom transpile``'s passes) into one program
 places run concurrently, each on its own thread with its own scope, and exchange gradients with
 collective ops that overlap with backward. Rank 0 runs in the caller's scope, so parameters
 saved from it (``io.save_params``) are the trained ones; the other ranks get copies of the
-caller's initialized persistables on the first run.
+caller's initialized persistables on the first run. With ``BuildStrategy.transport = "mpi"`` the
+ranks are processes started by mpirun instead (one place each, Horovod-style).
 """
+import atexit
+import gc
 import itertools
 
 import numpy as np
@@ -28,8 +31,14 @@ class BuildStrategy:
     ``CoeffNumDevice`` (1/N), ``One`` or ``Customized`` (plain sum).
     fuse_all_reduce_ops / fuse_grad_size_in_MB: group small gradients into buckets that are
     produced in one buffer and allreduced with one call.
-    allreduce_algorithm: "auto", "ring", "tree", "multi_tree" or "star" (Loom's addition).
+    allreduce_algorithm: "auto", "ring", "tree", "multi_tree" or "star" (Loom's addition; with
+    transport "mpi" also "native", Open MPI's own allreduce).
     owner_policy: "bytes" (balanced) or "hash" for ReduceStrategy.Reduce (Loom's addition).
+    transport: "inprocess" (default: the places are threads of this process and each global
+    feed is split across them) or "mpi" (Loom's addition, Horovod-style: one process per rank,
+    started by ``mpirun -np N python3 train.py``; each process runs one place, feeds its own
+    batch, and gets its own fetched values; the update equals the full-batch update over the
+    samples of all processes). MPI is finalized when Python exits.
     """
 
     class ReduceStrategy:
@@ -49,6 +58,7 @@ class BuildStrategy:
         self.allreduce_algorithm = "auto"
         self.owner_policy = "bytes"
         self.collective_timeout_ms = 30000
+        self.transport = "inprocess"
 
     def _mode(self):
         if self.reduce_strategy == BuildStrategy.ReduceStrategy.AllReduce:
@@ -83,8 +93,15 @@ class _RankState:
     """Per-scope state of a compiled program: rank programs, scopes and prepared blocks."""
 
     def __init__(self, compiled, scope):
-        n = len(compiled._places)
         bs = compiled._build_strategy
+        if bs.transport not in ("inprocess", "mpi"):
+            raise ValueError("BuildStrategy.transport must be 'inprocess' or 'mpi', got %r"
+                             % (bs.transport,))
+        if bs.transport == "mpi":
+            self._init_mpi(compiled, scope)
+            return
+        self.mpi = False
+        n = len(compiled._places)
         group = "py:%d" % next(_group_ids)
         fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
         startups, mains, manifest = core.transpile_data_parallel(
@@ -105,6 +122,60 @@ class _RankState:
         # comm_init and the broadcast of every parameter from rank 0.
         core.run_ranks(starts, self.scopes, [], [], place)
         self.prepared = [self.exes[r].prepare(mains[r], 0) for r in range(n)]
+
+    def _init_mpi(self, compiled, scope):
+        """This process is one rank of the MPI world: its programs only, in `scope`."""
+        bs = compiled._build_strategy
+        rank, n = core.mpi_init()
+        fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
+        startups, mains, manifest = core.transpile_data_parallel(
+            core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),
+            algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
+            grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group="mpi",
+            keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
+            transport="mpi")
+        self.mpi = True
+        self.rank, self.nranks = rank, n
+        self.manifest = manifest
+        self.mains = [mains[rank]]
+        self.version = compiled._program._version
+        self.scopes = [scope]
+        self.place = core.Place.cpu(0)
+        self.exes = [core.Executor(self.place)]
+        start = self.exes[0].prepare(startups[rank], 0)
+        block = startups[rank].block(0)
+        comm_vars = [block.op(i).output("Comm")[0] for i in range(block.op_size())
+                     if block.op(i).type() == "comm_init"]
+        _mpi_cleanup.track(scope, comm_vars)
+        # comm_init over MPI_COMM_WORLD and the broadcast of every parameter from rank 0.
+        core.run_ranks([start], self.scopes, [], [], self.place)
+        self.prepared = [self.exes[0].prepare(mains[rank], 0)]
+
+
+class _MpiCleanup:
+    """At exit: drops the MPI communicators (scope variables) of compiled programs, then
+    finalizes MPI, so that mpirun sees every rank end cleanly."""
+
+    def __init__(self):
+        self._comms = []
+        self._registered = False
+
+    def track(self, scope, names):
+        self._comms.append((scope, list(names)))
+        if not self._registered:
+            atexit.register(self.finalize)
+            self._registered = True
+
+    def finalize(self):
+        for scope, names in self._comms:
+            for name in names:
+                scope.erase_local_var(name)
+        self._comms = []
+        gc.collect()
+        core.mpi_finalize()
+
+
+_mpi_cleanup = _MpiCleanup()
 
 
 class CompiledProgram:
@@ -178,6 +249,8 @@ class CompiledProgram:
             self.with_data_parallel()
         scope = scope or global_scope()
         st = self._state(scope)
+        if st.mpi:
+            return self._run_mpi_rank(st, feed, fetch_list, scope, return_numpy)
         n = len(self._places)
         feed = feed or {}
         if isinstance(feed, (list, tuple)):
@@ -204,6 +277,24 @@ class CompiledProgram:
             parts = [per_place[r][i] for r in range(n)]
             merged.append(np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts]))
         return merged
+
+
+    def _run_mpi_rank(self, st, feed, fetch_list, scope, return_numpy):
+        """One step of this process's rank: its own feed, its own fetched values."""
+        from .executor import _fetch_name
+        from .framework import Variable
+        feed = feed or {}
+        if isinstance(feed, (list, tuple)):
+            raise NotImplementedError("transport 'mpi': pass this process's feed as one dict")
+        mine = {}
+        for k, v in feed.items():
+            name = k.name if isinstance(k, Variable) else k
+            mine[name] = np.asarray(v)
+        fetch = [_fetch_name(v) for v in (fetch_list or [])]
+        out = core.run_ranks(st.prepared, st.scopes, [mine], fetch, st.place)[0]
+        if not return_numpy:
+            return out
+        return [np.asarray(t) for t in out]
 
 
 class ParallelExecutor:
