@@ -81,6 +81,30 @@ cublasStatus_t GemmStridedBatched(cublasHandle_t h, bool ta, bool tb, int64_t m,
   }
 }
 
+// fp16 A and B, fp32 C (alpha, beta, accumulation in fp32): for sums of many products into one
+// result, e.g. a weight gradient over the samples of a batch, which fp16 storage of C between
+// the products would round at every step. Same layout rules as GemmStridedBatched.
+inline cublasStatus_t GemmStridedBatchedHalfToFloat(cublasHandle_t h, bool ta, bool tb,
+                                                    int64_t m, int64_t n, int64_t k, float alpha,
+                                                    const __half* a, int64_t sa, const __half* b,
+                                                    int64_t sb, float beta, float* c, int64_t sc,
+                                                    int64_t batch) {
+  cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  return cublasGemmStridedBatchedEx(
+      h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+      CUDA_R_16F, ldb, sb, a, CUDA_R_16F, lda, sa, &beta, c, CUDA_R_32F, static_cast<int>(n), sc,
+      static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// out[i] = in[i] converted, n elements (float <-> __half).
+template <typename From, typename To>
+__global__ void ConvertK(const From* in, To* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+    out[i] = static_cast<To>(static_cast<float>(in[i]));
+}
+
 inline Status CublasStatus(const KernelContext& ctx, cublasStatus_t st) {
   return st == CUBLAS_STATUS_SUCCESS ? Status::OK()
                                      : ctx.Error("cuBLAS call failed with status ", int(st));

@@ -51,12 +51,29 @@ Status Gemms(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, i
     return LaunchStatus(ctx);
   }
   if (sc == 0 && batch > 1) {  // every product lands on the same C: one call per product
-    for (int64_t i = 0; i < batch; ++i)
-      LOOM_RETURN_IF_ERROR(CublasStatus(
-          ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
-                                     b + i * sb, 0,
-                                     accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0, 1)));
-    return Status::OK();
+    if constexpr (std::is_same_v<T, __half>) {
+      // fp16: the sum over the batch runs in an fp32 buffer, converted once at the end.
+      Tensor acc(proto::FP32, DDim{m * n});
+      float* cf = acc.mutable_data<float>(ctx.place());
+      if (accumulate) {
+        ConvertK<__half, float><<<Blocks(m * n), kThreads, 0, Stream(ctx)>>>(c, cf, m * n);
+      } else {
+        cudaMemsetAsync(cf, 0, acc.nbytes(), Stream(ctx));
+      }
+      for (int64_t i = 0; i < batch; ++i)
+        LOOM_RETURN_IF_ERROR(CublasStatus(
+            ctx, GemmStridedBatchedHalfToFloat(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa,
+                                               0, b + i * sb, 0, 1.0f, cf, 0, 1)));
+      ConvertK<float, __half><<<Blocks(m * n), kThreads, 0, Stream(ctx)>>>(cf, c, m * n);
+      return LaunchStatus(ctx);
+    } else {
+      for (int64_t i = 0; i < batch; ++i)
+        LOOM_RETURN_IF_ERROR(CublasStatus(
+            ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
+                                       b + i * sb, 0,
+                                       accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0, 1)));
+      return Status::OK();
+    }
   }
   return CublasStatus(
       ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b, sb,

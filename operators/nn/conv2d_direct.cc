@@ -212,35 +212,37 @@ __attribute__((target("avx2,fma"))) void StoreTileTransposed(const float* tile, 
 #undef LOOM_CONV_STORE_TILE
 
 // out [n, groups * cout, ho, wo] = cv applied to in [n, groups * cin, h, w] with the packed
-// filter. Samples (and groups) are split over Loom's threads.
+// filter. (sample, group, channel block) items are split over Loom's threads, so a batch of one
+// still uses every core.
 void RunConv(const Conv& cv, const float* in, const std::vector<float>& packed, float* out) {
   const int64_t hp = cv.Hp(), wp = cv.Wp(), plane = hp * wp, npix = cv.ho * cv.wo;
   const int64_t taps = cv.Taps(), blocks = cv.Blocks();
   const std::vector<int64_t> pix = PixelOffsets(cv);
   const ConvTileFn tile_fn = PickConvTile(cv.kw, cv.dw);
-  ParallelFor(cv.n * cv.groups, 1, [&](int64_t b, int64_t e) {
+  ParallelFor(cv.n * cv.groups * blocks, 1, [&](int64_t b, int64_t e) {
     std::unique_ptr<float[]> xp(new float[std::max<int64_t>(cv.cin * plane, 1)]());
     alignas(32) float tile[kTileP * kTileC];
     const float* px[kTileP];
-    for (int64_t u = b; u < e; ++u) {
-      PadPlanes(cv, cv.cin, in + u * cv.cin * cv.h * cv.w, xp.get());
+    int64_t padded = -1;  // the (sample, group) whose input xp holds
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t u = item / blocks, blk = item % blocks;
+      if (u != padded) PadPlanes(cv, cv.cin, in + u * cv.cin * cv.h * cv.w, xp.get());
+      padded = u;
       float* o = out + u * cv.cout * npix;
       const int64_t gi = u % cv.groups;
-      for (int64_t blk = 0; blk < blocks; ++blk) {
-        const float* wt = packed.data() + (gi * blocks + blk) * taps * kTileC;
-        const int64_t oc0 = blk * kTileC, nc = std::min(kTileC, cv.cout - oc0);
-        for (int64_t p0 = 0; p0 < npix; p0 += kTileP) {
-          const int64_t np = std::min(kTileP, npix - p0);
-          for (int64_t r = 0; r < kTileP; ++r) px[r] = xp.get() + pix[p0 + std::min(r, np - 1)];
-          tile_fn(px, wt, cv.cin, cv.kh, cv.kw, plane, cv.dh * wp, cv.dw, tile);
-          if (p0 + 8 <= npix) {  // a later tile of this block rewrites pixels p0 + 6, p0 + 7
-            StoreTileTransposed(tile, o + oc0 * npix + p0, npix, nc);
-            continue;
-          }
-          for (int64_t c = 0; c < nc; ++c) {
-            float* dst = o + (oc0 + c) * npix + p0;
-            for (int64_t r = 0; r < np; ++r) dst[r] = tile[r * kTileC + c];
-          }
+      const float* wt = packed.data() + (gi * blocks + blk) * taps * kTileC;
+      const int64_t oc0 = blk * kTileC, nc = std::min(kTileC, cv.cout - oc0);
+      for (int64_t p0 = 0; p0 < npix; p0 += kTileP) {
+        const int64_t np = std::min(kTileP, npix - p0);
+        for (int64_t r = 0; r < kTileP; ++r) px[r] = xp.get() + pix[p0 + std::min(r, np - 1)];
+        tile_fn(px, wt, cv.cin, cv.kh, cv.kw, plane, cv.dh * wp, cv.dw, tile);
+        if (p0 + 8 <= npix) {  // a later tile of this block rewrites pixels p0 + 6, p0 + 7
+          StoreTileTransposed(tile, o + oc0 * npix + p0, npix, nc);
+          continue;
+        }
+        for (int64_t c = 0; c < nc; ++c) {
+          float* dst = o + (oc0 + c) * npix + p0;
+          for (int64_t r = 0; r < np; ++r) dst[r] = tile[r * kTileC + c];
         }
       }
     }
@@ -289,8 +291,8 @@ void InputGrad(const ConvGeom& g, const float* dout, const float* w, float* dx) 
 
 // dw[o][c][i][j] = sum over samples and output pixels of dout[o][pixel] * x[c][tap of pixel]:
 // each tile holds 6 taps x 16 output channels and runs over every pixel of a sample, reading
-// the output gradient transposed to [pixel][channel]. Samples are split over Loom's threads,
-// each with its own partial sums, added up at the end.
+// the output gradient transposed to [pixel][channel]. (sample, group, channel block) items are
+// split over Loom's threads, each thread with its own partial sums, added up at the end.
 void FilterGrad(const ConvGeom& g, const float* x, const float* dout, float* dw) {
   const Conv cv = ForwardConv(g);
   const int64_t hp = cv.Hp(), wp = cv.Wp(), plane = hp * wp, npix = cv.ho * cv.wo;
@@ -304,34 +306,36 @@ void FilterGrad(const ConvGeom& g, const float* x, const float* dout, float* dw)
         tap_off[(c * cv.kh + i) * cv.kw + j] = c * plane + i * cv.dh * wp + j * cv.dw;
   std::fill(dw, dw + g.m * taps, 0.0f);
   std::mutex mu;
-  ParallelFor(cv.n, 1, [&](int64_t b, int64_t e) {
+  ParallelFor(cv.n * cv.groups * blocks, 1, [&](int64_t b, int64_t e) {
     std::vector<float> part(cv.groups * blocks * taps * kTileC, 0.0f);
     std::unique_ptr<float[]> xp(new float[std::max<int64_t>(g.c * plane, 1)]());
     std::vector<float> dt(npix * ldt, 0.0f);  // lanes past each group's channels stay zero
     alignas(32) float tile[kTileP * kTileC];
     const float* px[kTileP];
-    for (int64_t s = b; s < e; ++s) {
-      PadPlanes(cv, g.c, x + s * g.c * g.h * g.w, xp.get());
-      for (int64_t gi = 0; gi < cv.groups; ++gi)
-        for (int64_t o = 0; o < cv.cout; ++o) {
-          const float* src = dout + (s * g.m + gi * cv.cout + o) * npix;
-          float* col = dt.data() + gi * blocks * kTileC + o;
-          for (int64_t p = 0; p < npix; ++p) col[p * ldt] = src[p];
-        }
-      for (int64_t gi = 0; gi < cv.groups; ++gi) {
-        const float* xg = xp.get() + gi * cv.cin * plane;
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const float* dtb = dt.data() + (gi * blocks + blk) * kTileC;
-          float* acc = part.data() + (gi * blocks + blk) * taps * kTileC;
-          for (int64_t t0 = 0; t0 < taps; t0 += kTileP) {
-            const int64_t nt = std::min(kTileP, taps - t0);
-            for (int64_t r = 0; r < kTileP; ++r) px[r] = xg + tap_off[t0 + std::min(r, nt - 1)];
-            std::copy(acc + t0 * kTileC, acc + (t0 + nt) * kTileC, tile);
-            std::fill(tile + nt * kTileC, tile + kTileP * kTileC, 0.0f);
-            FilterTile(px, dtb, ldt, pix.data(), npix, tile);
-            std::copy(tile, tile + nt * kTileC, acc + t0 * kTileC);
+    int64_t loaded = -1;  // the sample whose input and output gradient xp and dt hold
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t s = item / (cv.groups * blocks), gi = item / blocks % cv.groups;
+      const int64_t blk = item % blocks;
+      if (s != loaded) {
+        PadPlanes(cv, g.c, x + s * g.c * g.h * g.w, xp.get());
+        for (int64_t gj = 0; gj < cv.groups; ++gj)
+          for (int64_t o = 0; o < cv.cout; ++o) {
+            const float* src = dout + (s * g.m + gj * cv.cout + o) * npix;
+            float* col = dt.data() + gj * blocks * kTileC + o;
+            for (int64_t p = 0; p < npix; ++p) col[p * ldt] = src[p];
           }
-        }
+        loaded = s;
+      }
+      const float* xg = xp.get() + gi * cv.cin * plane;
+      const float* dtb = dt.data() + (gi * blocks + blk) * kTileC;
+      float* acc = part.data() + (gi * blocks + blk) * taps * kTileC;
+      for (int64_t t0 = 0; t0 < taps; t0 += kTileP) {
+        const int64_t nt = std::min(kTileP, taps - t0);
+        for (int64_t r = 0; r < kTileP; ++r) px[r] = xg + tap_off[t0 + std::min(r, nt - 1)];
+        std::copy(acc + t0 * kTileC, acc + (t0 + nt) * kTileC, tile);
+        std::fill(tile + nt * kTileC, tile + kTileP * kTileC, 0.0f);
+        FilterTile(px, dtb, ldt, pix.data(), npix, tile);
+        std::copy(tile, tile + nt * kTileC, acc + t0 * kTileC);
       }
     }
     std::lock_guard<std::mutex> lock(mu);

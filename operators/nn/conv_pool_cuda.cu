@@ -144,6 +144,11 @@ Status Conv2DGrad(const KernelContext& ctx) {
   }
   Tensor col(input.dtype(), DDim{chunk * g.Rows() * p});
   T* cb = MutableDataOf<T>(&col, ctx.place());
+  // fp16: Filter@GRAD is summed over the samples in an fp32 buffer, converted once at the end.
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  Tensor dw32(proto::FP32, DDim{kHalf && dw ? g.m * k : 0});
+  float* dwf = kHalf && dw ? dw32.mutable_data<float>(ctx.place()) : nullptr;
+  if (dwf) cudaMemsetAsync(dwf, 0, dw32.nbytes(), stream);
   for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
     const int64_t cs = std::min(chunk, g.n - s0);
     const T* dout0 = dout + s0 * g.m * p;
@@ -151,11 +156,20 @@ Status Conv2DGrad(const KernelContext& ctx) {
       Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, stream>>>(
           g, x + s0 * g.c * g.h * g.w, cb, cs);
       LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
-      for (int64_t s = 0; s < cs; ++s)
-        LOOM_RETURN_IF_ERROR(CublasStatus(
-            ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, Acc<T>(1),
-                                       dout0 + s * g.m * p, g.mg * p, cb + s * g.Rows() * p,
-                                       k * p, Acc<T>(1), dw, g.mg * k, g.groups)));
+      for (int64_t s = 0; s < cs; ++s) {
+        if constexpr (kHalf) {
+          LOOM_RETURN_IF_ERROR(CublasStatus(
+              ctx, GemmStridedBatchedHalfToFloat(Cublas(ctx), false, true, g.mg, k, p, 1.0f,
+                                                 dout0 + s * g.m * p, g.mg * p,
+                                                 cb + s * g.Rows() * p, k * p, 1.0f, dwf,
+                                                 g.mg * k, g.groups)));
+        } else {
+          LOOM_RETURN_IF_ERROR(CublasStatus(
+              ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, Acc<T>(1),
+                                         dout0 + s * g.m * p, g.mg * p, cb + s * g.Rows() * p,
+                                         k * p, Acc<T>(1), dw, g.mg * k, g.groups)));
+        }
+      }
     }
     if (dx) {
       LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
@@ -165,6 +179,10 @@ Status Conv2DGrad(const KernelContext& ctx) {
           g, cb, dx + s0 * g.c * g.h * g.w, cs);
       LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
     }
+  }
+  if (dwf) {
+    ConvertK<float, T><<<Blocks(g.m * k), kThreads, 0, stream>>>(dwf, dw, g.m * k);
+    return LaunchStatus(ctx);
   }
   return Status::OK();
 }

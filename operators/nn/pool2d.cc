@@ -124,9 +124,13 @@ void TwoByTwoForward(const PoolGeom& g, const T* xp, T* op) {
     const T* r1 = r0 + g.w;
     T* o = op + oh * g.wo;
     if (g.max) {
-      for (int64_t ow = 0; ow < g.wo; ++ow)
-        o[ow] = std::max(std::max(r0[2 * ow], r0[2 * ow + 1]),
-                         std::max(r1[2 * ow], r1[2 * ow + 1]));
+      // Same order as the general path (from lowest(), row-major), so NaNs are treated alike.
+      for (int64_t ow = 0; ow < g.wo; ++ow) {
+        T acc = std::max(std::numeric_limits<T>::lowest(), r0[2 * ow]);
+        acc = std::max(acc, r0[2 * ow + 1]);
+        acc = std::max(acc, r1[2 * ow]);
+        o[ow] = std::max(acc, r1[2 * ow + 1]);
+      }
     } else {
       for (int64_t ow = 0; ow < g.wo; ++ow)
         o[ow] = (r0[2 * ow] + r0[2 * ow + 1] + r1[2 * ow] + r1[2 * ow + 1]) / T(4);

@@ -127,6 +127,7 @@ class _RankState:
         """This process is one rank of the MPI world: its programs only, in `scope`."""
         bs = compiled._build_strategy
         rank, n = core.mpi_init()
+        _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
         fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
         startups, mains, manifest = core.transpile_data_parallel(
             core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),

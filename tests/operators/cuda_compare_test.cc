@@ -929,9 +929,10 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
   }
   for (bool tx : {false, true})
     for (bool ty : {false, true}) {
-      DDim xd = tx ? DDim{3, 8, 4} : DDim{3, 4, 8}, yd = ty ? DDim{5, 8} : DDim{8, 5};
+      // Y has no batch dims: its gradient sums 16 products (in fp32, rounded once).
+      DDim xd = tx ? DDim{16, 8, 4} : DDim{16, 4, 8}, yd = ty ? DDim{5, 8} : DDim{8, 5};
       Tensor x = RandomHalfExact(xd, 41), y = RandomHalfExact(yd, 42);
-      Tensor g = RandomHalfExact(DDim{3, 4, 5}, 43);
+      Tensor g = RandomHalfExact(DDim{16, 4, 5}, 43);
       AttributeMap attrs{{"transpose_X", tx}, {"transpose_Y", ty}, {"alpha", 0.5f}};
       std::string what =
           std::string("matmul fp16 tx ") + (tx ? "1" : "0") + " ty " + (ty ? "1" : "0");
@@ -942,7 +943,8 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
   {
     AttributeMap attrs{{"strides", std::vector<int>{2, 1}}, {"paddings", std::vector<int>{1, 1}},
                        {"dilations", std::vector<int>{1, 2}}, {"groups", 2}};
-    Tensor x = RandomHalfExact(DDim{2, 4, 9, 8}, 51), w = RandomHalfExact(DDim{6, 2, 3, 3}, 52);
+    // Filter@GRAD sums 8 samples (in fp32, rounded once).
+    Tensor x = RandomHalfExact(DDim{8, 4, 9, 8}, 51), w = RandomHalfExact(DDim{6, 2, 3, 3}, 52);
     auto out = CpuForward("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs);
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     ExpectHalfMatchesCpu("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs,
