@@ -179,7 +179,8 @@ LOOM_REGISTER_KERNEL(gather, kCUDA, INT32, (Gather<int32_t, false>));
 LOOM_REGISTER_KERNEL(gather, kCUDA, INT64, (Gather<int64_t, false>));
 LOOM_REGISTER_KERNEL(gather_grad, kCUDA, FP32, (Gather<float, true>));
 LOOM_REGISTER_KERNEL(gather_grad, kCUDA, FP64, (Gather<double, true>));
-// fp16: the same copies; gather_grad's scatter-add uses atomicAdd on __half (sm_70+).
+// fp16: the same copies; gather_grad scatter-adds with atomicAdd on __half (sm_70+), so rows
+// gathered many times accumulate their gradient in fp16 (as the fp16 max-pool gradient does).
 LOOM_REGISTER_KERNEL(slice, kCUDA, FP16, Slice<__half>);
 LOOM_REGISTER_KERNEL(slice_grad, kCUDA, FP16, SliceGrad<__half>);
 LOOM_REGISTER_KERNEL(gather, kCUDA, FP16, (Gather<__half, false>));
