@@ -107,6 +107,10 @@ def main():
     ap.add_argument("--places", type=int, default=1,
                     help="train data-parallel on this many CPU places (CompiledProgram); the "
                          "batch size is the global batch")
+    ap.add_argument("--mpi", action="store_true",
+                    help="one data-parallel rank per process: start with `mpirun -np N python3 "
+                         "examples/fashion_mnist.py --mpi`; every rank takes its share of each "
+                         "global batch, rank 0 prints")
     ap.add_argument("--eval-params", metavar="DIR",
                     help="only evaluate: load parameters saved in DIR (e.g. by `loom run "
                          "--save-params`) and print the test accuracy")
@@ -128,9 +132,19 @@ def main():
               (evaluate(exe, test, acc, x_test, y_test, 1000), args.eval_params))
         return 0
     program = main_prog
-    if args.places > 1:
+    rank, nranks = 0, 1
+    if args.mpi:
+        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+        nranks = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")))
+        bs = fluid.BuildStrategy()
+        bs.transport = "mpi"
+        program = fluid.CompiledProgram(main_prog).with_data_parallel(loss_name=loss.name,
+                                                                      build_strategy=bs)
+    elif args.places > 1:
         program = fluid.CompiledProgram(main_prog).with_data_parallel(
             loss_name=loss.name, places=fluid.cpu_places(args.places))
+    if rank != 0:  # only rank 0 reports
+        sys.stdout = open(os.devnull, "w")
     rng = np.random.RandomState(args.seed)
     steps = len(x_train) // args.batch_size
     curve, accs = [], []
@@ -140,13 +154,16 @@ def main():
         t0 = time.time()
         for s in range(steps):
             idx = order[s * args.batch_size:(s + 1) * args.batch_size]
+            if args.mpi:  # this rank's share of the global batch
+                idx = np.array_split(idx, nranks)[rank]
             (l,) = exe.run(program, feed={"image": x_train[idx], "label": y_train[idx]},
                            fetch_list=[loss])
             curve.append(float(np.mean(l)))
             if s % 20 == 0 or s == steps - 1:
                 progress(epoch, s + 1, steps, np.mean(curve[-20:]),
                          (s + 1) * args.batch_size / max(time.time() - t0, 1e-9))
-        scopes = program.local_scopes() if args.places > 1 else [fluid.global_scope()]
+        scopes = (program.local_scopes() if args.places > 1 or args.mpi
+                  else [fluid.global_scope()])
         for scope in scopes:  # every place keeps its own copy of the learning rate
             lr_var = scope.find_var(opt._lr_var.name).get_tensor()
             lr_var.set(np.array(lr_var) * args.lr_decay, fluid.CPUPlace())
