@@ -228,6 +228,30 @@ INSTANTIATE_TEST_SUITE_P(
         PoolCase{"avg", DDim{2, 3, 6, 5}, {2, 2}, {2, 2}, {0, 0}, false, false, false},
         PoolCase{"avg", DDim{1, 2, 4, 4}, {2, 2}, {2, 2}, {0, 0}, false, true, true}));
 
+// Max pooling skips NaNs the same way on the 2x2 path as on the general one: a window's
+// result is the largest of its numbers wherever the NaN sits.
+TEST(PoolOpTest, TwoByTwoMaxSkipsNaNLikeTheGeneralPath) {
+  const double nan = std::nan("");
+  Tensor x(proto::FP64, DDim{1, 1, 2, 6});
+  double* p = x.mutable_data<double>(Place::CPU());
+  const double rows[2][6] = {{nan, 1, 1, nan, nan, nan}, {2, 3, 2, 3, nan, 5}};
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 6; ++c) p[r * 6 + c] = rows[r][c];
+  for (int k : {2, 3}) {  // ksize 3 with stride 2 over rows 0-1 takes the general path
+    OpTest t("pool2d");
+    t.Input("X", x).Output("Out").Attr("ksize", std::vector<int>{2, k})
+        .Attr("strides", std::vector<int>{2, 2});
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> got = Values(out.value()["Out"]);
+    if (k == 2) {
+      EXPECT_EQ(got, (std::vector<double>{3, 3, 5}));
+    } else {  // windows of width 3 at columns 0 and 2: {nan,1,1,2,3,2} and {1,nan,nan,2,3,nan}
+      EXPECT_EQ(got, (std::vector<double>{3, 3}));
+    }
+  }
+}
+
 // Inputs large enough to be split over threads (planes in several ranges), for the 2x2 path
 // and the general window path: forward against the reference, gradient against the rule
 // (max: the whole output gradient to the window's maximum; avg: an equal share to each).
