@@ -234,6 +234,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
   SelectorOptions selection;
   selection.tree_max_bytes = options_.auto_tree_max_bytes;
   selection.chunk_bytes = options_.pipeline_chunk_bytes;
+  selection.overlapped_transfers = options_.overlapped_transfers;
   selector_ = std::make_unique<Selector>(*plan_, selection);
   worker_ = std::thread([this] { WorkerLoop(); });
 }

@@ -65,13 +65,17 @@ struct CallOptions {
 };
 
 // Measured allreduce crossovers of Algorithm::kAuto (docs/COLLECTIVES.md, "Selector"; rerun
-// with bench/collective/auto_check.py). Between processes (MPI) the tree wins up to ~2 MiB and
-// the ring's bandwidth takes over above. Ranks of one process share one memory system: every
+// with bench/collective/auto_check.py). Over real links the tree wins up to ~2 MiB and the
+// ring's bandwidth takes over above (kLinkAutoTreeMaxBytes); MPI: kMpiAutoTreeMaxBytes. Ranks of one process share one memory system: every
 // algorithm moves the same bytes through it, and the tree, with the fewest synchronized steps,
 // was at or ahead of the ring at every size from 4 KiB to 64 MiB (medians of 5 rounds: 4 MiB
 // tree 3190 µs vs ring 3518, 16 MiB 17021 vs 18556, 64 MiB 58830 vs 68454), so in-process
 // allreduce takes the tree at every size.
 constexpr long long kLinkAutoTreeMaxBytes = 2 << 20;
+// Over MPI (processes of one host, medians of 3 and 5 rounds): the tree was at or near the best
+// up to 256 KiB and behind the ring and multi_tree from 1 MiB (1 MiB: tree 1476/1820 µs, ring
+// 1351/1454, multi_tree 1388/1244), with overlapped transfers in the model picking multi_tree.
+constexpr long long kMpiAutoTreeMaxBytes = 256 << 10;
 constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
 
 struct CommunicatorOptions {
@@ -84,6 +88,8 @@ struct CommunicatorOptions {
   // collectives follow the cost model. The default is the crossover measured between processes
   // (kLinkAutoTreeMaxBytes); in-process worlds default to kInProcessAutoTreeMaxBytes.
   long long auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
+  // For the cost model: a rank's sends and receives overlap (selector.h); MPI sets it.
+  bool overlapped_transfers = false;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.

@@ -89,6 +89,8 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
   const double chunk = static_cast<double>(std::max<size_t>(options_.chunk_bytes, 1));
   const bool reduces = kind != CollectiveKind::kBroadcast && kind != CollectiveKind::kAllGather;
   auto pieces = [&](double b) { return std::max(1.0, std::ceil(b / chunk)); };
+  // Overlapped transfers: a tree rank's sends and receives share the time instead of adding up.
+  const double tb = options_.overlapped_transfers ? 0.5 : 1.0;
   double t = 0;
   switch (kind) {
     case CollectiveKind::kAllReduce:
@@ -98,16 +100,17 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
               Us(2 * (n - 1) / n * s, ring_gbps_) + Us((n - 1) / n * s, gamma);
           break;
         case Algorithm::kTree:
-          t = 2 * d * tree_us_ + 4 * d * pieces(s) * msg + Us(2 * d * s, tree_gbps_) +
+          t = 2 * d * tree_us_ + 4 * d * pieces(s) * msg + Us(2 * d * s * tb, tree_gbps_) +
               Us(d * s, gamma);
           break;
         case Algorithm::kMultiTree:
           t = 2 * d * multi_us_ + 4 * (n - 1) * pieces(s / n) * msg +
-              Us(4 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
+              Us(4 * (n - 1) / n * s * tb, multi_gbps_) + Us((n - 1) / n * s, gamma);
           break;
-        case Algorithm::kStar:
-          t = 2 * (n - 1) * star_us_ + 4 * (n - 1) * pieces(s) * msg +
-              Us(2 * (n - 1) * s, star_gbps_) + Us((n - 1) * s, gamma);
+        case Algorithm::kStar:  // overlapped: the root meets all peers in one round trip
+          t = 2 * (options_.overlapped_transfers ? 1 : n - 1) * star_us_ +
+              4 * (n - 1) * pieces(s) * msg + Us(2 * (n - 1) * s * tb, star_gbps_) +
+              Us((n - 1) * s, gamma);
           break;
         default: return -1;
       }

@@ -43,6 +43,11 @@ struct SelectorOptions {
   double reduce_gbps = 8.0;
   // The communicator's pipeline piece (CommunicatorOptions::pipeline_chunk_bytes).
   size_t chunk_bytes = size_t{1} << 20;
+  // Whether one rank's sends and receives proceed at the same time (MPI's non-blocking
+  // transfers; CommunicatorOptions::overlapped_transfers): then a tree rank's time is the larger
+  // of what it sends and receives, not their sum, and the star's root meets all its peers in
+  // one round trip.
+  bool overlapped_transfers = false;
 };
 
 struct Estimate {

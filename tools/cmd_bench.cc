@@ -46,7 +46,7 @@ Flags BenchFlags() {
           {"inflight", "K", "calls issued before each WaitAll", "1"},
           {"tree-max-bytes", "B",
            "auto's allreduce tree/ring crossover (negative: model only; default: the "
-           "transport's measured one, in-process every size, mpi 2M)",
+           "transport's measured one, in-process every size, mpi 256K)",
            ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
@@ -208,6 +208,7 @@ Status RankSweep(Communicator& comm, const Config& c) {
   SelectorOptions so;
   so.tree_max_bytes = c.options.auto_tree_max_bytes;
   so.chunk_bytes = c.options.pipeline_chunk_bytes;
+  so.overlapped_transfers = c.options.overlapped_transfers;
   const Selector selector(comm.plan(), so);
   if (print) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
@@ -361,8 +362,9 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     c.options.auto_tree_max_bytes = tree_max;
   } else {
     c.options.auto_tree_max_bytes =
-        c.mpi ? collective::kLinkAutoTreeMaxBytes : collective::kInProcessAutoTreeMaxBytes;
+        c.mpi ? collective::kMpiAutoTreeMaxBytes : collective::kInProcessAutoTreeMaxBytes;
   }
+  c.options.overlapped_transfers = c.mpi;
   const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
   LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", chunk));
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");

@@ -125,8 +125,9 @@ Status CheckProgram(State* s) {
   LOOM_ASSIGN_OR_RETURN(s->plan, collective::CommPlan::Create(topology));
   collective::SelectorOptions so;
   so.tree_max_bytes = c.tree_max_bytes >= 0     ? c.tree_max_bytes
-                      : c.transport == "mpi" ? collective::kLinkAutoTreeMaxBytes
+                      : c.transport == "mpi" ? collective::kMpiAutoTreeMaxBytes
                                              : collective::kInProcessAutoTreeMaxBytes;
+  so.overlapped_transfers = c.transport == "mpi";
   s->selector = std::make_unique<collective::Selector>(*s->plan, so);
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);

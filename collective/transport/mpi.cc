@@ -506,6 +506,8 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
   CommunicatorOptions options;
   options.pipeline_chunk_bytes = size_t{256} << 10;
+  options.overlapped_transfers = true;  // MPI_Isend / MPI_Irecv progress together
+  options.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
   return options;
 }
 

@@ -307,7 +307,7 @@ LOOM_REGISTER_OP(comm_init)
                Positive("timeout_ms"))
     .Attr<int>("tree_max_bytes", -1,
                "algorithm auto uses the tree for allreduce up to this many bytes; -1: the "
-               "transport's measured crossover (in-process: every size; mpi: 2 MiB)",
+               "transport's measured crossover (in-process: every size; mpi: 256 KiB)",
                [](const int& v) {
                  return v >= -1 ? Status::OK()
                                 : InvalidArgument("must be >= -1, got ", v);

@@ -139,6 +139,22 @@ TEST(Selector, MeasuredCrossoverDependsOnTheTransport) {
   EXPECT_EQ(world->comm(0).options().auto_tree_max_bytes, kInProcessAutoTreeMaxBytes);
 }
 
+// With a rank's sends and receives overlapping (MPI), a tree rank's time is the larger of the
+// two, so the multi-tree's bandwidth matches the ring's with fewer steps: above MPI's crossover
+// auto takes it; without the overlap the ring stays the choice for large messages.
+TEST(Selector, OverlappedTransfersFavourTheMultiTreeAboveTheCrossover) {
+  const auto plan = Plan(Topology::Uniform(4));
+  SelectorOptions o;
+  o.tree_max_bytes = kMpiAutoTreeMaxBytes;
+  o.chunk_bytes = 256 << 10;
+  EXPECT_EQ(Selector(*plan, o).Choose(CollectiveKind::kAllReduce, 64 << 20), Algorithm::kRing);
+  o.overlapped_transfers = true;
+  const Selector mpi(*plan, o);
+  EXPECT_EQ(mpi.Choose(CollectiveKind::kAllReduce, 256 << 10), Algorithm::kTree);
+  for (size_t bytes : {size_t{1} << 20, size_t{4} << 20, size_t{64} << 20})
+    EXPECT_EQ(mpi.Choose(CollectiveKind::kAllReduce, bytes), Algorithm::kMultiTree) << bytes;
+}
+
 TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
   WorldOptions options;
   options.communicator.auto_tree_max_bytes = 1 << 10;
