@@ -126,6 +126,10 @@ class _RankState:
     def _init_mpi(self, compiled, scope):
         """This process is one rank of the MPI world: its programs only, in `scope`."""
         bs = compiled._build_strategy
+        if getattr(compiled, "_places_given", False) and len(compiled._places) != 1:
+            raise ValueError(
+                "transport 'mpi' runs one place per process, got places=%r: start one process "
+                "per rank with mpirun -np N instead" % (compiled._places,))
         rank, n = core.mpi_init()
         _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
         fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
@@ -206,6 +210,7 @@ class CompiledProgram:
         from .framework import cpu_places
         if build_strategy is not None:
             self._build_strategy = build_strategy
+        self._places_given = places is not None
         if places is None:
             places = cpu_places()
         places = list(places)

@@ -76,6 +76,11 @@ def test_mpi_transport_outside_mpirun_is_a_clear_error():
         pytest.skip("running under mpirun")
     with pytest.raises(Exception, match="mpirun|without MPI"):
         exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    bs.transport = "mpi"
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(2))
+    with pytest.raises(ValueError, match="one place per process"):
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
     bs.transport = "carrier-pigeon"
     compiled = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
                                                               build_strategy=bs)
