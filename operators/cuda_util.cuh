@@ -97,14 +97,6 @@ inline cublasStatus_t GemmStridedBatchedHalfToFloat(cublasHandle_t h, bool ta, b
       static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-// out[i] = in[i] converted, n elements (float <-> __half).
-template <typename From, typename To>
-__global__ void ConvertK(const From* in, To* out, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-    out[i] = static_cast<To>(static_cast<float>(in[i]));
-}
-
 inline Status CublasStatus(const KernelContext& ctx, cublasStatus_t st) {
   return st == CUBLAS_STATUS_SUCCESS ? Status::OK()
                                      : ctx.Error("cuBLAS call failed with status ", int(st));
@@ -169,5 +161,11 @@ class DeviceFlag {
 #define LOOM_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// out[i] = static_cast<To>(in[i]), n elements (the cast op; float <-> __half accumulators).
+template <typename From, typename To>
+__global__ void ConvertK(const From* in, To* out, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) out[i] = static_cast<To>(in[i]);
+}
 
 }  // namespace loom::ops::cuda

@@ -91,6 +91,17 @@ std::vector<float> PackFilter(const Conv& cv, F filt) {
     a1 = _mm256_fmadd_ps(b_, v1, a1);               \
   } while (0)
 
+// The whole 6 x 16 tile: the six inputs at p0..p5 + o times the 16 weights in v0, v1.
+#define LOOM_CONV_FMA_TILE(o)                     \
+  do {                                            \
+    LOOM_CONV_FMA2(p0 + (o), a00, a01, v0, v1);   \
+    LOOM_CONV_FMA2(p1 + (o), a10, a11, v0, v1);   \
+    LOOM_CONV_FMA2(p2 + (o), a20, a21, v0, v1);   \
+    LOOM_CONV_FMA2(p3 + (o), a30, a31, v0, v1);   \
+    LOOM_CONV_FMA2(p4 + (o), a40, a41, v0, v1);   \
+    LOOM_CONV_FMA2(p5 + (o), a50, a51, v0, v1);   \
+  } while (0)
+
 #define LOOM_CONV_LOAD_TILE(t)                                              \
   __m256 a00 = _mm256_loadu_ps(t), a01 = _mm256_loadu_ps(t + 8);            \
   __m256 a10 = _mm256_loadu_ps(t + 16), a11 = _mm256_loadu_ps(t + 24);      \
@@ -128,12 +139,7 @@ __attribute__((target("avx2,fma"))) void ConvTile(const float* const* px, const 
         const __m256 v0 = _mm256_loadu_ps(wt), v1 = _mm256_loadu_ps(wt + 8);
         wt += kTileC;
         const int64_t o = row + j * (KW > 0 ? 1 : cstep);
-        LOOM_CONV_FMA2(p0 + o, a00, a01, v0, v1);
-        LOOM_CONV_FMA2(p1 + o, a10, a11, v0, v1);
-        LOOM_CONV_FMA2(p2 + o, a20, a21, v0, v1);
-        LOOM_CONV_FMA2(p3 + o, a30, a31, v0, v1);
-        LOOM_CONV_FMA2(p4 + o, a40, a41, v0, v1);
-        LOOM_CONV_FMA2(p5 + o, a50, a51, v0, v1);
+        LOOM_CONV_FMA_TILE(o);
       }
     }
   }
@@ -168,12 +174,7 @@ __attribute__((target("avx2,fma"))) void FilterTile(const float* const* px, cons
     const float* d = dt + p * ldt;
     const __m256 v0 = _mm256_loadu_ps(d), v1 = _mm256_loadu_ps(d + 8);
     const int64_t o = pix[p];
-    LOOM_CONV_FMA2(p0 + o, a00, a01, v0, v1);
-    LOOM_CONV_FMA2(p1 + o, a10, a11, v0, v1);
-    LOOM_CONV_FMA2(p2 + o, a20, a21, v0, v1);
-    LOOM_CONV_FMA2(p3 + o, a30, a31, v0, v1);
-    LOOM_CONV_FMA2(p4 + o, a40, a41, v0, v1);
-    LOOM_CONV_FMA2(p5 + o, a50, a51, v0, v1);
+    LOOM_CONV_FMA_TILE(o);
   }
   LOOM_CONV_STORE_TILE(tile);
 }
@@ -208,6 +209,7 @@ __attribute__((target("avx2,fma"))) void StoreTileTransposed(const float* tile, 
 }
 
 #undef LOOM_CONV_FMA2
+#undef LOOM_CONV_FMA_TILE
 #undef LOOM_CONV_LOAD_TILE
 #undef LOOM_CONV_STORE_TILE
 

@@ -28,16 +28,11 @@ Status ReshapeLikeGrad(const KernelContext& ctx) {
 }
 
 template <typename In, typename Out>
-__global__ void CastK(const In* x, Out* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = static_cast<Out>(x[i]);
-}
-
-template <typename In, typename Out>
 Status CastTo(const KernelContext& ctx, const Tensor& x, Tensor* out) {
   Out* o = out->mutable_data<Out>(ctx.place());
   const int64_t n = x.numel();
   if (n == 0) return Status::OK();
-  CastK<In, Out><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(x.data<In>(), o, n);
+  ConvertK<In, Out><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(x.data<In>(), o, n);
   return LaunchStatus(ctx);
 }
 
