@@ -38,10 +38,16 @@ StatusOr<std::unique_ptr<PreparedBlock>> Executor::Prepare(const ProgramDesc& pr
   auto prepared = std::make_unique<PreparedBlock>();
   prepared->program_ = program;
   prepared->block_id_ = block_id;
-  const BlockDesc* block = prepared->program_.Block(block_id);
+  LOOM_RETURN_IF_ERROR(PrepareOps(prepared.get()));
+  LOOM_RETURN_IF_ERROR(PrepareSubBlocks(prepared.get(), *prepared));
+  return prepared;
+}
+
+Status Executor::PrepareOps(PreparedBlock* prepared) {
+  const BlockDesc* block = prepared->desc_->Block(prepared->block_id_);
   std::set<std::string> written;
   for (int i = 0; i < block->OpSize(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(auto op, Operator::Create(block->Op(i), block_id, i));
+    LOOM_ASSIGN_OR_RETURN(auto op, Operator::Create(block->Op(i), prepared->block_id_, i));
     for (const auto& v : op->InputVars()) {
       VarDesc d = block->FindVarRecursive(v);
       if (!written.count(v) && d && !d.Persistable()) {
@@ -52,15 +58,50 @@ StatusOr<std::unique_ptr<PreparedBlock>> Executor::Prepare(const ProgramDesc& pr
     for (const auto& v : op->OutputVars()) written.insert(v);
     prepared->ops_.push_back(std::move(op));
   }
-  BuildDependencies(prepared.get());
-  return prepared;
+  BuildDependencies(prepared);
+  return Status::OK();
+}
+
+// Prepares, into root, every block the ops of `from` run as sub-blocks, recursively.
+Status Executor::PrepareSubBlocks(PreparedBlock* root, const PreparedBlock& from) {
+  for (const auto& op : from.ops_) {
+    for (int b : op->SubBlocks()) {
+      if (b <= from.block_id_ || b >= root->program_.NumBlocks())
+        return InvalidArgument(op->Where(), ": names block ", b,
+                               ", which is not a sub-block of this program (it has ",
+                               root->program_.NumBlocks(), " blocks)");
+      if (root->sub_blocks_.count(b)) continue;
+      auto sub = std::make_unique<PreparedBlock>();
+      sub->desc_ = &root->program_;
+      sub->block_id_ = b;
+      LOOM_RETURN_IF_ERROR(PrepareOps(sub.get()));
+      PreparedBlock* raw = sub.get();
+      root->sub_blocks_[b] = std::move(sub);
+      LOOM_RETURN_IF_ERROR(PrepareSubBlocks(root, *raw));
+    }
+  }
+  return Status::OK();
+}
+
+Status Executor::RunBlock(int block, Scope* scope, const DeviceContext& dev) {
+  if (!running_) return Internal("RunBlock(", block, ") outside a run");
+  auto it = running_->sub_blocks_.find(block);
+  if (it == running_->sub_blocks_.end())
+    return Internal("block ", block, " was not prepared as a sub-block");
+  PreparedBlock* sub = it->second.get();
+  if (sub->vars_scope_ != scope->serial()) {
+    for (const VarDesc& v : sub->desc_->Block(block)->AllVars())
+      if (!scope->FindLocalVar(v.Name())) scope->Var(v.Name());
+    sub->vars_scope_ = scope->serial();
+  }
+  return RunOps(sub, scope, dev);
 }
 
 Scope* Executor::LocalScope(PreparedBlock* prepared, Scope* scope) {
   auto it = prepared->local_scopes_.find(scope->serial());
   if (it != prepared->local_scopes_.end()) return it->second;
   Scope* local = &scope->NewScope();
-  for (const VarDesc& v : prepared->program_.Block(prepared->block_id_)->AllVars()) {
+  for (const VarDesc& v : prepared->desc_->Block(prepared->block_id_)->AllVars()) {
     if (v.Persistable()) scope->Var(v.Name());
     else local->Var(v.Name());
   }
@@ -69,7 +110,7 @@ Scope* Executor::LocalScope(PreparedBlock* prepared, Scope* scope) {
 }
 
 Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds) {
-  const BlockDesc* block = prepared.program_.Block(prepared.block_id_);
+  const BlockDesc* block = prepared.desc_->Block(prepared.block_id_);
   for (const auto& [name, tensor] : feeds) {
     VarDesc v = block->FindVarRecursive(name);
     if (!v)
@@ -96,7 +137,7 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
 }
 
 void Executor::BuildDependencies(PreparedBlock* prepared) {
-  const BlockDesc* block = prepared->program_.Block(prepared->block_id_);
+  const BlockDesc* block = prepared->desc_->Block(prepared->block_id_);
   const int n = static_cast<int>(prepared->ops_.size());
   std::vector<std::set<int>> preds(n);
   std::unordered_map<std::string, int> last_writer;
@@ -259,7 +300,7 @@ Status Executor::RunOps(PreparedBlock* prepared, Scope* local, const DeviceConte
   for (int i; (i = schedule.Next(&st)) >= 0;) {
     Operator& op = *prepared->ops_[i];
     auto begin = record ? Timeline::Clock::now() : Timeline::Clock::time_point();
-    st = op.Run(*local, dev);
+    st = op.Run(local, dev, this);
     if (record) {
       std::string outs;
       for (const auto& v : op.OutputVars()) outs += (outs.empty() ? "" : ", ") + v;
@@ -282,7 +323,11 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
   }
   LOOM_RETURN_IF_ERROR(Feed(*prepared, local, feeds));
   const DeviceContext& dev = *GetDeviceContext(place_);
-  LOOM_RETURN_IF_ERROR(RunOps(prepared, local, dev));
+  PreparedBlock* outer = running_;
+  running_ = prepared;
+  Status ran = RunOps(prepared, local, dev);
+  running_ = outer;
+  LOOM_RETURN_IF_ERROR(ran);
   dev.Wait();
   if (fetched) fetched->clear();
   for (const auto& name : fetches) {

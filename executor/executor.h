@@ -30,13 +30,14 @@ namespace loom {
 
 class PreparedBlock {
  public:
-  const ProgramDesc& program() const { return program_; }
+  const ProgramDesc& program() const { return *desc_; }
   int block_id() const { return block_id_; }
   const std::vector<std::unique_ptr<Operator>>& ops() const { return ops_; }
 
  private:
   friend class Executor;
-  ProgramDesc program_;
+  ProgramDesc program_;                // the root's own copy (sub-blocks point into it)
+  const ProgramDesc* desc_ = &program_;
   int block_id_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;
   // Dependency graph: succs_[i] are the ops that must wait for op i; npreds_[i] counts the
@@ -47,6 +48,10 @@ class PreparedBlock {
   std::vector<std::string> feed_targets_;
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
   std::map<uint64_t, Scope*> local_scopes_;
+  // Root only: the sub-blocks its control-flow ops (and theirs) run, by block index.
+  std::map<int, std::unique_ptr<PreparedBlock>> sub_blocks_;
+  // Sub-blocks: the scope whose block variables were last created.
+  uint64_t vars_scope_ = 0;
 };
 
 using FeedMap = std::map<std::string, Tensor>;
@@ -63,7 +68,7 @@ struct RankRun {
   Timeline* timeline = nullptr;  // when set, the rank's ops are recorded (pid = rank index)
 };
 
-class Executor {
+class Executor final : public BlockRunner {
  public:
   explicit Executor(const Place& place = Place::CPU());
   const Place& place() const { return place_; }
@@ -89,7 +94,12 @@ class Executor {
   // in its RankRun).
   static Status RunRanks(std::vector<RankRun>* ranks, const std::vector<std::string>& fetches);
 
+  // BlockRunner: runs a sub-block of the program being run (control-flow ops call it).
+  Status RunBlock(int block, Scope* scope, const DeviceContext& dev) override;
+
  private:
+  Status PrepareOps(PreparedBlock* prepared);
+  Status PrepareSubBlocks(PreparedBlock* root, const PreparedBlock& from);
   Status CheckPlace() const;
   Scope* LocalScope(PreparedBlock* prepared, Scope* scope);
   Status Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds);
@@ -97,6 +107,7 @@ class Executor {
   static void BuildDependencies(PreparedBlock* prepared);
 
   Place place_;
+  PreparedBlock* running_ = nullptr;  // the root block of the run in progress
   Timeline* timeline_ = nullptr;
   int timeline_rank_ = 0;
 };

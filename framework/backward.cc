@@ -3,6 +3,7 @@
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
+#include <variant>
 
 #include "framework/op_registry.h"
 
@@ -21,11 +22,37 @@ std::string ForwardName(const std::string& grad) {
   return grad.substr(0, grad.size() - std::char_traits<char>::length(kGradSuffix));
 }
 
-// Builds the backward section of a block.
+// Builds the backward section of a block: the grad ops of fwd's ops, in reverse, into out.
+// For block 0, out is block 0 itself (after the forward ops). For the sub-block of a
+// control-flow op (an op with a `sub_block` attribute), out is a new gradient block whose parent
+// is the sub-block: the op's gradient runs it in the scope the sub-block ran in, so it reads the
+// forward temporaries there, reads the gradients of the op's outputs from enclosing blocks and
+// keeps the gradients it computes as its own variables (the gradient op copies them out).
 class BackwardBuilder {
  public:
-  BackwardBuilder(BlockDesc* block, std::set<std::string> no_grad)
-      : block_(block), no_grad_(std::move(no_grad)) {}
+  BackwardBuilder(BlockDesc* fwd, BlockDesc* out, std::set<std::string> no_grad,
+                  std::unordered_set<std::string> needs_grad = {})
+      : fwd_(fwd), block_(out), no_grad_(std::move(no_grad)), needs_grad_(std::move(needs_grad)) {}
+
+  // The gradient block of a sub-block. seeds: the gradients of the variables the sub-block
+  // writes for enclosing blocks; they exist outside and are only read here.
+  Status BuildSubBlock(const std::vector<std::string>& seeds) {
+    for (const auto& s : seeds) {
+      contributions_[s] = {s};
+      external_.insert(s);
+    }
+    for (int i = 0; i < fwd_->OpSize(); ++i) MarkOutputsOf(fwd_->Op(i));
+    for (int i = fwd_->OpSize() - 1; i >= 0; --i) LOOM_RETURN_IF_ERROR(ProcessForwardOp(i));
+    for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
+                                                                       contributions_.end()))
+      FlushSum(kv.first);
+    return Status::OK();
+  }
+
+  // Whether the gradient ops written so far produce grad (a gradient block's result).
+  bool Produces(const std::string& grad) const {
+    return contributions_.count(grad) > 0 && !external_.count(grad);
+  }
 
   StatusOr<std::vector<ParamGrad>> Build(const std::string& loss) {
     VarDesc loss_var = block_->FindVar(loss);
@@ -101,20 +128,22 @@ class BackwardBuilder {
     for (const VarDesc& v : block_->AllVars())
       if (Trainable(v) && (v.Persistable() || !produced.count(v.Name())))
         needs_grad_.insert(v.Name());
-    for (int i = 0; i <= last_op; ++i) {
-      OpDesc op = block_->Op(i);
-      const OpInfo* info = OpRegistry::Global().Find(op.Type());
-      if (!info || !info->grad_maker) continue;
-      bool any = false;
-      for (const auto& in : op.InputArgumentNames()) any |= needs_grad_.count(in) > 0;
-      if (!any) continue;
-      for (const auto& out : op.OutputArgumentNames())
-        if (Trainable(block_->FindVarRecursive(out))) needs_grad_.insert(out);
-    }
+    for (int i = 0; i <= last_op; ++i) MarkOutputsOf(block_->Op(i));
+  }
+
+  // A differentiable op with an input that needs a gradient: its float outputs need one too.
+  void MarkOutputsOf(const OpDesc& op) {
+    const OpInfo* info = OpRegistry::Global().Find(op.Type());
+    if (!info || !info->grad_maker) return;
+    bool any = false;
+    for (const auto& in : op.InputArgumentNames()) any |= needs_grad_.count(in) > 0;
+    if (!any) return;
+    for (const auto& out : op.OutputArgumentNames())
+      if (Trainable(fwd_->FindVarRecursive(out))) needs_grad_.insert(out);
   }
 
   Status ProcessForwardOp(int index) {
-    OpDesc fwd = block_->Op(index);
+    OpDesc fwd = fwd_->Op(index);
     bool has_out_grad = false;
     for (const auto& out : fwd.OutputArgumentNames())
       has_out_grad |= contributions_.count(GradVarName(out)) > 0;
@@ -122,13 +151,50 @@ class BackwardBuilder {
     for (const auto& in : fwd.InputArgumentNames()) wants_in_grad |= needs_grad_.count(in) > 0;
     if (!has_out_grad || !wants_in_grad) return Status::OK();
     const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
-    std::string where = OpLocation(fwd.Type(), block_->Idx(), index);
+    std::string where = OpLocation(fwd.Type(), fwd_->Idx(), index);
     if (!info) return NotFound(where, ": unknown op type");
     if (!info->grad_maker)
       return Unimplemented("AppendBackward: ", where,
                            " has no gradient, but the loss depends on its inputs through it; "
                            "mark its inputs stop_gradient or add them to no_grad_set");
-    for (proto::OpDesc& g : info->grad_maker(fwd)) LOOM_RETURN_IF_ERROR(AddGradOp(&g, where));
+    std::vector<proto::OpDesc> grads = info->grad_maker(fwd);
+    if (fwd.HasAttr("sub_block")) LOOM_RETURN_IF_ERROR(BuildGradBlock(fwd, where, &grads));
+    for (proto::OpDesc& g : grads) LOOM_RETURN_IF_ERROR(AddGradOp(&g, where));
+    return Status::OK();
+  }
+
+  // A control-flow op: differentiates its sub-block into a new gradient block, points the grad
+  // ops at it and drops the input gradients the block does not compute.
+  Status BuildGradBlock(const OpDesc& fwd, const std::string& where,
+                        std::vector<proto::OpDesc>* grads) {
+    auto attr = fwd.GetAttr("sub_block");
+    const BlockIndex* bi = attr.ok() ? std::get_if<BlockIndex>(&attr.value()) : nullptr;
+    ProgramDesc* program = fwd_->Program();
+    if (!bi || bi->idx <= fwd_->Idx() || bi->idx >= program->NumBlocks())
+      return InvalidArgument("AppendBackward: ", where,
+                             ": attribute 'sub_block' does not name a sub-block");
+    BlockDesc* sub = program->Block(bi->idx);
+    std::vector<std::string> seeds;
+    for (const auto& out : fwd.OutputArgumentNames()) {
+      std::string g = GradVarName(out);
+      if (!contributions_.count(g)) continue;
+      FlushSum(g);
+      seeds.push_back(g);
+    }
+    BlockDesc* gblock = program->AppendBlock(*sub);
+    BackwardBuilder inner(sub, gblock, no_grad_, needs_grad_);
+    Status st = inner.BuildSubBlock(seeds);
+    if (!st.ok()) return st;
+    for (proto::OpDesc& g : *grads) {
+      OpDesc op(&g);
+      op.SetAttr("sub_block", BlockIndex{gblock->Idx()});
+      for (const auto& slot : op.OutputSlots()) {
+        std::vector<std::string> args = op.Output(slot);
+        for (auto& a : args)
+          if (EndsWithGrad(a) && !inner.Produces(a)) a = kEmptyVarName;
+        op.SetOutput(slot, args);
+      }
+    }
     return Status::OK();
   }
 
@@ -143,7 +209,8 @@ class BackwardBuilder {
     for (const auto& slot : op.OutputSlots()) {
       std::vector<std::string> kept;
       for (const auto& name : op.Output(slot)) {
-        bool keep = !EndsWithGrad(name) || needs_grad_.count(ForwardName(name));
+        bool keep = name != kEmptyVarName &&
+                    (!EndsWithGrad(name) || needs_grad_.count(ForwardName(name)));
         kept.push_back(keep ? name : std::string());
         any_output |= keep;
       }
@@ -195,6 +262,12 @@ class BackwardBuilder {
       std::vector<std::string> args = op.Output(slot);
       for (auto& name : args) {
         if (!EndsWithGrad(name)) continue;
+        if (external_.count(name))
+          return Unimplemented("AppendBackward: ", fwd_where, " adds to the gradient '", name,
+                               "', which also flows into sub-block ", fwd_->Idx(),
+                               " from outside (a variable the sub-block writes for the "
+                               "enclosing block is also read inside it); give it its own "
+                               "variable inside the sub-block");
         auto& list = contributions_[name];
         if (list.empty()) {
           list.push_back(name);
@@ -259,7 +332,8 @@ class BackwardBuilder {
     }
   }
 
-  BlockDesc* block_;
+  BlockDesc* fwd_;    // the block differentiated
+  BlockDesc* block_;  // where the grad ops go
   std::set<std::string> no_grad_;
   std::unordered_set<std::string> needs_grad_;
   // Pending contributions per gradient name (one entry = no sum needed).
@@ -267,13 +341,15 @@ class BackwardBuilder {
   std::unordered_map<std::string, int> first_writer_;
   // Gradient -> index of the op that finishes it, in order of first production.
   std::vector<std::pair<std::string, int>> final_writer_order_;
+  // Gradients that come from enclosing blocks (read-only here).
+  std::unordered_set<std::string> external_;
 };
 
 }  // namespace
 
 StatusOr<std::vector<ParamGrad>> AppendBackward(ProgramDesc* program, const std::string& loss,
                                                 const std::set<std::string>& no_grad) {
-  BackwardBuilder builder(program->GlobalBlock(), no_grad);
+  BackwardBuilder builder(program->GlobalBlock(), program->GlobalBlock(), no_grad);
   return builder.Build(loss);
 }
 

@@ -22,6 +22,8 @@
 
 namespace loom {
 
+class Scope;
+
 struct SlotSpec {
   std::string name;
   std::string doc;
@@ -108,6 +110,14 @@ class KernelContext {
   // executor calls `wait` before any later op touches one of them, and before the run ends.
   // `done`, when given, tells without blocking whether the work has ended.
   virtual void SetAsync(AsyncWait wait, AsyncDone done = nullptr) const = 0;
+  // Control-flow ops: the scope the op runs in, and a run of block `block` of the op's program
+  // in `scope` (a scope the kernel made below scope()), on the op's place and thread. The block
+  // must be a sub-block named by one of the op's attributes; RunBlock creates the block's own
+  // variables in `scope` when they are missing there.
+  virtual Scope* scope() const = 0;
+  virtual Status RunBlock(int block, Scope* scope) const = 0;
+  // The name of the variable bound to a slot ("" when absent).
+  virtual std::string InputVarName(const std::string& slot, int i = 0) const = 0;
 
   const Tensor& Input(const std::string& slot, int i = 0) const;
   Tensor* Output(const std::string& slot, int i = 0) const;

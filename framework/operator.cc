@@ -1,5 +1,8 @@
 #include "framework/operator.h"
 
+#include <algorithm>
+#include <variant>
+
 namespace loom {
 
 StatusOr<std::unique_ptr<Operator>> Operator::Create(const OpDesc& desc, int block, int index) {
@@ -10,6 +13,8 @@ StatusOr<std::unique_ptr<Operator>> Operator::Create(const OpDesc& desc, int blo
   op->info_ = info;
   op->where_ = where;
   LOOM_ASSIGN_OR_RETURN(op->attrs_, info->ResolveAttrs(desc, where));
+  for (const auto& [name, value] : op->attrs_)
+    if (const auto* b = std::get_if<BlockIndex>(&value)) op->sub_blocks_.push_back(b->idx);
   for (const auto& s : desc.proto()->inputs()) {
     op->inputs_.push_back(Slot{s.parameter(), {s.arguments().begin(), s.arguments().end()}, {}});
     for (const auto& a : s.arguments()) op->all_inputs_.push_back(a);
@@ -148,9 +153,21 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
   return Status::OK();
 }
 
-Status Operator::Run(const Scope& scope, const DeviceContext& dev) {
+Status Operator::RunBlock(int block, Scope* scope) const {
+  if (std::find(sub_blocks_.begin(), sub_blocks_.end(), block) == sub_blocks_.end())
+    return Internal(where_, ": block ", block, " is not a sub-block of this op");
+  if (!runner_)
+    return FailedPrecondition(where_, ": runs sub-block ", block,
+                              ", but it was run outside an executor");
+  return runner_->RunBlock(block, scope, *dev_);
+}
+
+Status Operator::Run(Scope* scope_ptr, const DeviceContext& dev, BlockRunner* runner) {
+  const Scope& scope = *scope_ptr;
   if (scope.serial() != bound_scope_) LOOM_RETURN_IF_ERROR(Bind(scope));
   dev_ = &dev;
+  scope_ = scope_ptr;
+  runner_ = runner;
   async_wait_ = nullptr;
   async_done_ = nullptr;
   for (const auto& s : inputs_) {

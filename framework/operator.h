@@ -15,12 +15,22 @@
 
 namespace loom {
 
+// Runs the sub-blocks of control-flow ops (the executor implements it).
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  virtual Status RunBlock(int block, Scope* scope, const DeviceContext& dev) = 0;
+};
+
 class Operator final : public InferShapeContext, public KernelContext {
  public:
   // block and index only name the op in errors.
   static StatusOr<std::unique_ptr<Operator>> Create(const OpDesc& desc, int block, int index);
 
-  Status Run(const Scope& scope, const DeviceContext& dev);
+  // runner runs the sub-blocks of a control-flow op (nullptr: the op may not run any).
+  Status Run(Scope* scope, const DeviceContext& dev, BlockRunner* runner = nullptr);
+  // The blocks named by the op's block attributes (sub_block of conditional_block, ...).
+  const std::vector<int>& SubBlocks() const { return sub_blocks_; }
 
   const std::string& Type() const { return info_->type; }
   const OpInfo& info() const { return *info_; }
@@ -51,6 +61,8 @@ class Operator final : public InferShapeContext, public KernelContext {
   }
   // The work a kernel left with SetAsync during the last Run (wait is empty when it finished in
   // place; done may be empty when the kernel cannot tell without blocking).
+  Scope* scope() const override { return scope_; }
+  Status RunBlock(int block, Scope* scope) const override;
   struct AsyncCall {
     AsyncWait wait;
     AsyncDone done;
@@ -77,6 +89,9 @@ class Operator final : public InferShapeContext, public KernelContext {
   std::vector<std::string> all_outputs_;
   uint64_t bound_scope_ = 0;  // serial of the scope the slots are bound in
   const DeviceContext* dev_ = nullptr;
+  Scope* scope_ = nullptr;             // during Run
+  BlockRunner* runner_ = nullptr;      // during Run
+  std::vector<int> sub_blocks_;
   KernelKey cached_key_{Place::kCPU, proto::FP32};
   KernelFn cached_kernel_ = nullptr;
   mutable AsyncWait async_wait_;

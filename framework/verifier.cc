@@ -119,6 +119,14 @@ Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
   const OpInfo* info = OpRegistry::Global().Find(op.Type());
   if (!info) return NotFound(where, ": unknown op type '", op.Type(), "'");
   LOOM_ASSIGN_OR_RETURN(AttributeMap attrs, info->ResolveAttrs(op, where));
+  // A control-flow op's sub-blocks first: they give the dims of the variables it writes for
+  // the ops after it.
+  for (const auto& [name, value] : attrs) {
+    const auto* bi = std::get_if<BlockIndex>(&value);
+    ProgramDesc* program = block->Program();
+    if (bi && bi->idx > block->Idx() && bi->idx < program->NumBlocks())
+      LOOM_RETURN_IF_ERROR(InferShapes(program->Block(bi->idx)));
+  }
   if (!info->infer_shape) return Status::OK();
   CompileTimeContext ctx(block, op, &attrs, where);
   LOOM_RETURN_IF_ERROR(info->infer_shape(&ctx));
