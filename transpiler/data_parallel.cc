@@ -164,6 +164,13 @@ Status CheckProgram(State* s) {
   return Status::OK();
 }
 
+// The index of the nearest block, from `block` up, that declares `name` (-1: none).
+int DeclaringBlock(const BlockDesc* block, const std::string& name) {
+  for (const BlockDesc* b = block; b; b = b->Parent())
+    if (b->HasVar(name)) return b->Idx();
+  return -1;
+}
+
 Status FindGradients(State* s) {
   const BlockDesc* block = s->main.GlobalBlock();
   std::set<std::string> seen;
@@ -181,13 +188,16 @@ Status FindGradients(State* s) {
       OpDesc w = block->Op(j);
       if ((w.Role() & kOpRoleBackward) && Writes(w, p.grad)) p.producer = j;
     }
-    // A gradient written inside a sub-block (control flow) would be updated unsynchronized.
+    // A sub-block (control flow) may compute the gradient as its own variable (a gradient block
+    // does; its control-flow op copies it out in block 0, where it is synchronized), but one
+    // that writes block 0's gradient itself would update it unsynchronized.
     for (int b = 1; b < s->main.NumBlocks(); ++b) {
       const BlockDesc* sub = s->main.Block(b);
+      if (DeclaringBlock(sub, p.grad) > 0) continue;
       for (int j = 0; j < sub->OpSize(); ++j)
         if (Writes(sub->Op(j), p.grad))
           return Unimplemented("parameter '", p.param, "': its gradient '", p.grad,
-                               "' is written inside sub-block ", b, " (",
+                               "' of block 0 is written inside sub-block ", b, " (",
                                OpLocation(sub->Op(j).Type(), b, j),
                                "); the transpiler synchronizes gradients of block 0 only");
     }

@@ -231,8 +231,18 @@ PYBIND11_MODULE(core, m) {
   m.attr("kOpRoleLoss") = static_cast<int>(kOpRoleLoss);
   m.attr("kOpRoleLRSched") = static_cast<int>(kOpRoleLRSched);
 
+  py::enum_<proto::VarType::Type>(m, "VarType")
+      .value("DENSE_TENSOR", proto::VarType::DENSE_TENSOR)
+      .value("FEED_MINIBATCH", proto::VarType::FEED_MINIBATCH)
+      .value("FETCH_LIST", proto::VarType::FETCH_LIST)
+      .value("STEP_SCOPES", proto::VarType::STEP_SCOPES)
+      .value("RAW", proto::VarType::RAW)
+      .value("COMMUNICATOR", proto::VarType::COMMUNICATOR);
+
   py::class_<PyVar>(m, "VarDesc")
       .def("name", [](const PyVar& v) { return v.desc.Name(); })
+      .def("type", [](const PyVar& v) { return v.desc.Type(); })
+      .def("set_type", [](PyVar& v, proto::VarType::Type t) { v.desc.SetType(t); })
       .def("dtype", [](const PyVar& v) { return v.desc.Dtype(); })
       .def("set_dtype", [](PyVar& v, proto::DataType d) { v.desc.SetDtype(d); })
       .def("shape", [](const PyVar& v) { return v.desc.Dims().vec(); })

@@ -16,6 +16,7 @@ def append_backward(loss, parameter_list=None, no_grad_set=None, callbacks=None)
         if not p.trainable:
             no_grad.add(p.name)
     pairs = core.append_backward(program.desc, loss.name, no_grad)
+    program._sync_with_desc()
     program._version += 1
     block = program.global_block()
     wanted = None

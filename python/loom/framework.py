@@ -89,6 +89,20 @@ class Variable:
     def __truediv__(self, o):
         return self._binary(o, "elementwise_div")
 
+    # Comparisons build bool variables (== and != keep Python's identity semantics, so
+    # variables stay usable as dict keys and in lists; use layers.equal / not_equal).
+    def __lt__(self, o):
+        return self._binary(o, "less_than")
+
+    def __le__(self, o):
+        return self._binary(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._binary(o, "greater_than")
+
+    def __ge__(self, o):
+        return self._binary(o, "greater_equal")
+
 
 class Parameter(Variable):
     """A trainable persistable variable."""
@@ -193,10 +207,12 @@ class Block:
         return Variable(self, name)
 
     def create_var(self, name=None, shape=None, dtype="float32", persistable=False,
-                   stop_gradient=False):
+                   stop_gradient=False, type=None):
         self.program._version += 1
         name = name or unique_name.generate("tmp")
         d = self.desc.var(name)
+        if type is not None:
+            d.set_type(type)
         d.set_dtype(convert_dtype(dtype))
         if shape is not None:
             d.set_shape([int(s) for s in shape])
@@ -296,6 +312,11 @@ class Program:
 
     def _rollback(self):
         self.current_block_idx = self.current_block().parent_idx
+
+    def _sync_with_desc(self):
+        """Adds Block views for blocks the C++ side appended (gradient blocks of backward)."""
+        for i in range(len(self.blocks), self.desc.num_blocks()):
+            self.blocks.append(Block(self, i))
 
     def all_parameters(self):
         return self.global_block().all_parameters()

@@ -48,6 +48,34 @@ def fill_constant(shape, dtype, value, force_cpu=False, out=None):
     return out
 
 
+def create_global_var(shape, value, dtype, persistable=False, force_cpu=False, name=None):
+    """A variable of the global block filled with value by the startup program (Fluid's
+    create_global_var), e.g. a step counter. persistable=True keeps it across runs."""
+    from . import unique_name
+    from .framework import default_startup_program
+    name = name or unique_name.generate("global_var")
+    shape = [int(s) for s in shape]
+    main_var = default_main_program().global_block().create_var(
+        name=name, shape=shape, dtype=dtype, persistable=persistable, stop_gradient=True)
+    sblock = default_startup_program().global_block()
+    svar = sblock.create_var(name=name, shape=shape, dtype=dtype, persistable=persistable,
+                             stop_gradient=True)
+    sblock.append_op("fill_constant", outputs={"Out": svar},
+                     attrs={"shape": shape, "value": float(value),
+                            "dtype": int(convert_dtype(dtype))})
+    return main_var
+
+
+def increment(x, value=1.0, in_place=True):
+    """x + value; with in_place (the default) written back into x (Fluid's increment)."""
+    _check_var(x, "x", "increment")
+    helper = LayerHelper("increment")
+    out = x if in_place else helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("scale", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"scale": 1.0, "bias": float(value)})
+    return out
+
+
 def zeros(shape, dtype, force_cpu=False):
     return fill_constant(shape, dtype, 0.0)
 
@@ -559,3 +587,8 @@ def zeros_like(x, out=None):
         out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("fill_zeros_like", inputs={"X": x}, outputs={"Out": out})
     return out
+
+
+# Control flow (comparisons, logical ops, cond) lives in its own module, as in Fluid.
+from .control_flow import (less_than, less_equal, greater_than, greater_equal, equal,  # noqa: E402
+                           not_equal, logical_and, logical_or, logical_xor, logical_not, cond)

@@ -18,6 +18,21 @@ def build(model, opt, seed=7, clip_norm=None):
             h = fluid.layers.fc(x, 16, act="relu")
             h = fluid.layers.fc(h, 8, act="tanh")
             logits = fluid.layers.fc(h, 4)
+        elif model in ("cond", "cond_data"):
+            # Two branches with their own parameters: on a step counter (the same on every
+            # rank: the first half of the steps take one branch) or on each rank's own batch.
+            x = fluid.layers.data("x", [12])
+            h = fluid.layers.fc(x, 16, act="relu")
+            if model == "cond":
+                step = fluid.layers.create_global_var([1], 0.0, "float32", persistable=True,
+                                                      name="step")
+                fluid.layers.increment(step)
+                pred = step > STEPS / 2
+            else:
+                pred = fluid.layers.reduce_mean(x) > 0.0
+            logits = fluid.layers.cond(
+                pred, lambda: fluid.layers.fc(h, 4, name="late"),
+                lambda: fluid.layers.fc(fluid.layers.scale(h, 0.5), 4, act="tanh", name="early"))
         else:
             x = fluid.layers.data("x", [2, 8, 8])
             c = fluid.layers.conv2d(x, num_filters=4, filter_size=3, padding=1, act="relu")
@@ -31,12 +46,14 @@ def build(model, opt, seed=7, clip_norm=None):
             fluid.optimizer.SGD(0.1, grad_clip=clip).minimize(loss)
         else:
             fluid.optimizer.Adam(0.01, grad_clip=clip).minimize(loss)
+    if model == "cond_data":
+        loss.pred = pred
     return main, startup, loss
 
 
 def batches(model, rows, seed=3):
     rng = np.random.RandomState(seed)
-    shape = (rows, 12) if model == "mlp" else (rows, 2, 8, 8)
+    shape = (rows, 2, 8, 8) if model == "cnn" else (rows, 12)
     return [(rng.randn(*shape).astype("float32"),
              rng.randint(0, 4, size=(rows, 1)).astype("int64")) for _ in range(STEPS)]
 
@@ -122,6 +139,52 @@ def test_ranks_agree_and_match_single_device(model, opt, mode, algo):
                     np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
                                                   err_msg="%s: rank %d" % (what, r))
             assert_close(ranks[0], want, what)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+def test_programs_with_branches_train_like_one_device(opt, mode):
+    # Parameters used inside sub-blocks (cond's branches) are synchronized like the others;
+    # the branch not taken gives its parameters zero gradients.
+    data, init, want = ref_for("cond", opt, 12)
+    assert any(n.startswith("early") for n in want) and any(n.startswith("late") for n in want)
+    for places in (1, 2, 3, 4):
+        for fuse in (True, False):
+            ranks, _ = data_parallel("cond", opt, data, init, places, mode, "auto", fuse)
+            what = "cond/%s/%s places=%d fuse=%s" % (opt, mode, places, fuse)
+            for r in range(1, places):
+                for name in ranks[0]:
+                    np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
+                                                  err_msg="%s: rank %d" % (what, r))
+            assert_close(ranks[0], want, what)
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+def test_ranks_taking_different_branches_stay_identical(mode):
+    # The condition depends on each rank's batch, so ranks take different branches in the same
+    # step; every rank still has a gradient for every parameter and they stay in sync.
+    data = batches("mlp", 12, seed=5)
+    main, startup, loss = build("cond_data", "sgd")
+    init = initial_params(main, startup)
+    exe, scope = fresh_scope(main, startup, init)
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = (fluid.BuildStrategy.ReduceStrategy.Reduce if mode == "owner"
+                          else fluid.BuildStrategy.ReduceStrategy.AllReduce)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(4))
+    mixed = 0
+    for x, y in data:
+        pred, = exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss.pred], scope=scope)
+        mixed += int(pred.any() and not pred.all())
+    assert mixed > 0, "no step had ranks on different branches"
+    state = compiled._states[id(scope)]
+    ranks = [{n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+             for s in state.scopes]
+    for r in range(1, 4):
+        for name in ranks[0]:
+            np.testing.assert_array_equal(ranks[r][name], ranks[0][name], err_msg=name)
+    for name in ranks[0]:
+        assert not np.array_equal(ranks[0][name], init[name]), name + " never trained"
 
 
 @pytest.mark.parametrize("rows", [5, 3, 1])

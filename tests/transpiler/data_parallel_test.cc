@@ -250,7 +250,7 @@ TEST(DataParallelTranspiler, ClearErrors) {
                     {{"scale", 0.5f}});
     Status st = TranspileDataParallel(sub.startup, sub.main, c).status();
     EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
-    EXPECT_NE(st.message().find("written inside sub-block 1"), std::string::npos)
+    EXPECT_NE(st.message().find("of block 0 is written inside sub-block 1"), std::string::npos)
         << st.ToString();
   }
   c.nranks = 0;

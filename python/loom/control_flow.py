@@ -1,0 +1,198 @@
+"""Control flow and the layers that feed it: comparisons, logical ops and ``cond`` (Fluid's
+``layers.control_flow``). Re-exported by ``loom.layers``.
+
+``cond`` builds each branch in a sub-block of the program run by a ``conditional_block`` op;
+``append_backward`` differentiates through it (the gradient of a branch is a gradient block run
+in the scope the branch ran in), and the data-parallel transpiler synchronizes the gradients of
+parameters used inside branches like any other.
+"""
+from . import core, unique_name
+from .framework import Variable, default_main_program, dtype_name
+from .layer_helper import LayerHelper
+
+__all__ = [
+    "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "cond",
+]
+
+
+def _check(x, what, layer):
+    if not isinstance(x, Variable):
+        raise TypeError("%s: %s must be a Variable, got %r" % (layer, what, x))
+
+
+def _binary_bool(op_type, x, y, cond, axis=-1):
+    _check(x, "x", op_type)
+    _check(y, "y", op_type)
+    helper = LayerHelper(op_type)
+    out = cond if cond is not None else helper.create_variable_for_type_inference(
+        "bool", stop_gradient=True)
+    helper.append_op(op_type, inputs={"X": x, "Y": y}, outputs={"Out": out},
+                     attrs={"axis": axis})
+    return out
+
+
+def less_than(x, y, force_cpu=None, cond=None):
+    """Element-wise ``x < y`` as a bool Variable (y broadcast onto x); written into ``cond``
+    when given."""
+    return _binary_bool("less_than", x, y, cond)
+
+
+def less_equal(x, y, cond=None):
+    """Element-wise ``x <= y`` as a bool Variable."""
+    return _binary_bool("less_equal", x, y, cond)
+
+
+def greater_than(x, y, cond=None):
+    """Element-wise ``x > y`` as a bool Variable."""
+    return _binary_bool("greater_than", x, y, cond)
+
+
+def greater_equal(x, y, cond=None):
+    """Element-wise ``x >= y`` as a bool Variable."""
+    return _binary_bool("greater_equal", x, y, cond)
+
+
+def equal(x, y, cond=None):
+    """Element-wise ``x == y`` as a bool Variable."""
+    return _binary_bool("equal", x, y, cond)
+
+
+def not_equal(x, y, cond=None):
+    """Element-wise ``x != y`` as a bool Variable."""
+    return _binary_bool("not_equal", x, y, cond)
+
+
+def logical_and(x, y, out=None, name=None):
+    """Element-wise and of two bool Variables."""
+    return _binary_bool("logical_and", x, y, out)
+
+
+def logical_or(x, y, out=None, name=None):
+    """Element-wise or of two bool Variables."""
+    return _binary_bool("logical_or", x, y, out)
+
+
+def logical_xor(x, y, out=None, name=None):
+    """Element-wise xor of two bool Variables."""
+    return _binary_bool("logical_xor", x, y, out)
+
+
+def logical_not(x, out=None, name=None):
+    """Element-wise not of a bool Variable."""
+    _check(x, "x", "logical_not")
+    helper = LayerHelper("logical_not", name=name)
+    out = out if out is not None else helper.create_variable_for_type_inference(
+        "bool", stop_gradient=True)
+    helper.append_op("logical_not", inputs={"X": x}, outputs={"Out": out})
+    return out
+
+
+def _as_list(outs, what):
+    if outs is None:
+        return []
+    if isinstance(outs, Variable):
+        return [outs]
+    if isinstance(outs, (list, tuple)) and all(isinstance(o, Variable) for o in outs):
+        return list(outs)
+    raise TypeError("cond: %s must return None, a Variable or a list/tuple of Variables, got %r"
+                    % (what, outs))
+
+
+def _outer_reads_writes(block):
+    """Variables of enclosing blocks that the ops of block read / write, in first-use order."""
+    local = {v.name() for v in block.desc.all_vars()}
+    reads, writes = [], []
+    for op in block.ops:
+        for n in op.input_arg_names:
+            if n not in local and n not in reads:
+                reads.append(n)
+        for n in op.output_arg_names:
+            if n not in local and n not in writes:
+                writes.append(n)
+    return reads, writes
+
+
+def _build_branch(program, fn, what):
+    block = program._create_block()
+    try:
+        outs = _as_list(fn(), what) if fn is not None else []
+    finally:
+        program._rollback()
+    return block, outs
+
+
+def _append_conditional_block(parent, pred, block, helper):
+    reads, writes = _outer_reads_writes(block)
+    scope = parent.create_var(name=unique_name.generate(helper.name + ".scope"),
+                              type=core.VarType.STEP_SCOPES, stop_gradient=True)
+    parent.append_op("conditional_block",
+                     inputs={"Cond": pred, "Input": reads},
+                     outputs={"Out": writes, "Scope": scope},
+                     attrs={"sub_block": block.idx})
+
+
+def cond(pred, true_fn=None, false_fn=None, name=None):
+    """Runs the ops ``true_fn`` builds when ``pred`` holds, else those ``false_fn`` builds
+    (Fluid's ``layers.cond``).
+
+    pred: a bool Variable with one element (e.g. ``layers.reduce_mean(x) > 0``).
+    true_fn, false_fn: callables that build ops and return None, a Variable, or a list/tuple
+    of Variables; when both return values, they must return as many, with the same dtypes.
+    Each runs in a sub-block of the program: variables it creates stay local to the branch;
+    it may read any variable of the enclosing blocks (parameters included).
+
+    Returns the outputs of the branch taken, as Variables of the enclosing block (a Variable,
+    a list, or None). Gradients flow through the branch taken; a parameter used only in the
+    other branch gets a zero gradient, so every rank of a data-parallel run has one to
+    synchronize even when ranks take different branches.
+    """
+    _check(pred, "pred", "cond")
+    if pred.dtype != core.DataType.BOOL:
+        raise TypeError("cond: pred '%s' must be bool, got %s (compare with layers.less_than, "
+                        "greater_than, ...)" % (pred.name, dtype_name(pred.dtype)))
+    numel = 1
+    for d in pred.shape:
+        numel = -1 if d < 0 or numel < 0 else numel * d
+    if numel not in (1, -1):
+        raise ValueError("cond: pred '%s' must hold one element, its shape is %s"
+                         % (pred.name, list(pred.shape)))
+    if true_fn is None and false_fn is None:
+        raise ValueError("cond: give true_fn, false_fn or both")
+    for fn, what in ((true_fn, "true_fn"), (false_fn, "false_fn")):
+        if fn is not None and not callable(fn):
+            raise TypeError("cond: %s must be callable, got %r" % (what, fn))
+    program = default_main_program()
+    parent = program.current_block()
+    helper = LayerHelper("cond", name=name)
+    true_block, true_outs = _build_branch(program, true_fn, "true_fn")
+    false_block, false_outs = _build_branch(program, false_fn, "false_fn")
+    if (true_outs or false_outs) and (true_fn is None or false_fn is None):
+        raise ValueError("cond: %s returns %d variable(s) but %s is None; give both branches "
+                         "when they return values" % (
+                             "true_fn" if true_outs else "false_fn",
+                             len(true_outs or false_outs),
+                             "false_fn" if true_outs else "true_fn"))
+    if len(true_outs) != len(false_outs):
+        raise ValueError("cond: true_fn returns %d variable(s), false_fn %d"
+                         % (len(true_outs), len(false_outs)))
+    outs = []
+    for i, (a, b) in enumerate(zip(true_outs, false_outs)):
+        if a.dtype != b.dtype:
+            raise TypeError("cond: output %d is %s in true_fn ('%s') but %s in false_fn ('%s')"
+                            % (i, dtype_name(a.dtype), a.name, dtype_name(b.dtype), b.name))
+        shape = None
+        if len(a.shape) == len(b.shape):
+            shape = [x if x == y else -1 for x, y in zip(a.shape, b.shape)]
+        outs.append(parent.create_var(name=unique_name.generate(helper.name + ".out"),
+                                      dtype=a.dtype, shape=shape))
+    for block, values in ((true_block, true_outs), (false_block, false_outs)):
+        for v, o in zip(values, outs):
+            block.append_op("assign", inputs={"X": v}, outputs={"Out": o})
+    if true_fn is not None:
+        _append_conditional_block(parent, pred, true_block, helper)
+    if false_fn is not None:
+        _append_conditional_block(parent, logical_not(pred), false_block, helper)
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else outs

@@ -1,0 +1,183 @@
+"""layers.cond and the comparison / logical layers: the branch taken runs, gradients flow
+through it (equal to the branch written without control flow, and to finite differences),
+training switches branches on a step counter, and bad arguments give clear errors."""
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import core
+
+
+def run(main, startup, feed, fetch, init=None):
+    """Runs startup then main once; init: parameter values to use instead of startup's."""
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    for name, value in (init or {}).items():
+        scope.find_var(name).get_tensor().set(value, fluid.CPUPlace())
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope), scope
+
+
+def test_comparisons_and_logical_layers():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [3])
+        y = fluid.layers.data("y", [3], append_batch_size=False)
+        lt = fluid.layers.less_than(x, y)
+        ge = x >= y
+        gt = x > 2.0
+        eq = fluid.layers.equal(x, y)
+        both = fluid.layers.logical_and(lt, fluid.layers.logical_not(eq))
+        either = fluid.layers.logical_or(gt, eq)
+    xv = np.array([[1, 2, 3], [4, 2, 0]], "float32")
+    yv = np.array([2, 2, 2], "float32")
+    (o_lt, o_ge, o_gt, o_eq, o_both, o_either), _ = run(
+        main, startup, {"x": xv, "y": yv}, [lt, ge, gt, eq, both, either])
+    assert o_lt.dtype == np.bool_
+    np.testing.assert_array_equal(o_lt, xv < yv)
+    np.testing.assert_array_equal(o_ge, xv >= yv)
+    np.testing.assert_array_equal(o_gt, xv > 2)
+    np.testing.assert_array_equal(o_eq, xv == yv)
+    np.testing.assert_array_equal(o_both, (xv < yv) & ~(xv == yv))
+    np.testing.assert_array_equal(o_either, (xv > 2) | (xv == yv))
+
+
+def build_branches(flat=None):
+    """h = fc(x); logits = fc_a(h) if mean(x) > 0 else fc_b(0.5 h); flat='a'/'b' writes the
+    branch without cond."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [6], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="int64")
+        h = fluid.layers.fc(x, 5, act="tanh", name="shared")
+
+        def branch_a():
+            return fluid.layers.fc(h, 3, name="fc_a")
+
+        def branch_b():
+            return fluid.layers.fc(fluid.layers.scale(h, 0.5), 3, name="fc_b")
+
+        # Both variants declare both branches' parameters in the same order.
+        if flat is None:
+            pred = fluid.layers.reduce_mean(x) > 0.0
+            logits = fluid.layers.cond(pred, branch_a, branch_b)
+        else:
+            a, b = branch_a(), branch_b()
+            logits = a if flat == "a" else b
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        pairs = fluid.append_backward(loss)
+    return main, startup, loss, pairs
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cond_gradients_equal_the_branch_written_flat(sign):
+    rng = np.random.RandomState(0)
+    x = np.abs(rng.randn(8, 6)) * sign
+    y = rng.randint(0, 3, size=(8, 1)).astype("int64")
+    main, startup, loss, pairs = build_branches()
+    # One sub-block per branch, one gradient block per branch.
+    assert main.num_blocks() == 5
+    names = [g.name for _, g in pairs]
+    got, scope = run(main, startup, {"x": x, "y": y}, [loss] + names)
+    init = {p.name: np.array(scope.find_var(p.name).get_tensor()) for p, _ in pairs}
+    fmain, fstartup, floss, fpairs = build_branches(flat="a" if sign > 0 else "b")
+    fnames = {p.name: g.name for p, g in fpairs}
+    want, _ = run(fmain, fstartup, {"x": x, "y": y}, [floss] + list(fnames.values()), init)
+    want = dict(zip(["loss"] + list(fnames), want))
+    np.testing.assert_allclose(got[0], want["loss"], rtol=1e-12)
+    taken, other = ("fc_a", "fc_b") if sign > 0 else ("fc_b", "fc_a")
+    for (p, _), g in zip(pairs, got[1:]):
+        if p.name.startswith(other):
+            assert not g.any(), "%s is used only in the branch not taken" % p.name
+        else:
+            np.testing.assert_allclose(g, want[p.name], rtol=1e-10, atol=1e-14, err_msg=p.name)
+
+
+def test_cond_gradients_match_finite_differences():
+    rng = np.random.RandomState(1)
+    x = rng.randn(8, 6) + 0.3
+    y = rng.randint(0, 3, size=(8, 1)).astype("int64")
+    main, startup, loss, pairs = build_branches()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": x, "y": y}
+    grads = exe.run(main, feed=feed, fetch_list=[g for _, g in pairs], scope=scope)
+    fwd = main.clone(for_test=True)
+    eps = 1e-6
+    for (p, _), g in zip(pairs, grads):
+        t = scope.find_var(p.name).get_tensor()
+        value = np.array(t)
+        for idx in [(0,) * value.ndim, tuple(s - 1 for s in value.shape)]:
+            for d, sgn in ((eps, 1), (-eps, -1)):
+                v = value.copy()
+                v[idx] += d
+                t.set(v, fluid.CPUPlace())
+                out, = exe.run(fwd, feed=feed, fetch_list=[loss], scope=scope)
+                if sgn > 0:
+                    up = float(out[0])
+                else:
+                    down = float(out[0])
+            t.set(value, fluid.CPUPlace())
+            np.testing.assert_allclose(g[idx], (up - down) / (2 * eps), atol=1e-7,
+                                       err_msg="%s%s" % (p.name, idx))
+
+
+def test_training_switches_branches_on_a_step_counter():
+    # Steps 1-3 take the false branch, later steps the true one; both branch parameters move
+    # only while their branch runs.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        step = fluid.layers.create_global_var([1], 0.0, "float32", persistable=True, name="step")
+        fluid.layers.increment(step)
+        pred = step > 3.0
+        out = fluid.layers.cond(pred, lambda: fluid.layers.fc(x, 1, name="late"),
+                                lambda: fluid.layers.fc(x, 1, name="early"))
+        loss = fluid.layers.mean(fluid.layers.square(out))
+        fluid.optimizer.SGD(0.01).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    xv = np.ones((2, 4), "float32")
+    history = []
+    for _ in range(6):
+        exe.run(main, feed={"x": xv}, fetch_list=[loss], scope=scope)
+        history.append({n: np.array(scope.find_var(n).get_tensor()).copy()
+                        for n in ("early.w_0", "late.w_0")})
+    for i in range(1, 6):
+        early_moved = not np.array_equal(history[i]["early.w_0"], history[i - 1]["early.w_0"])
+        late_moved = not np.array_equal(history[i]["late.w_0"], history[i - 1]["late.w_0"])
+        assert (early_moved, late_moved) == ((True, False) if i < 3 else (False, True)), i
+
+
+def test_cond_errors():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [3])
+        with pytest.raises(TypeError, match="must be bool"):
+            fluid.layers.cond(fluid.layers.reduce_mean(x), lambda: x, lambda: x)
+        many = fluid.layers.less_than(x, x)
+        with pytest.raises(ValueError, match="one element"):
+            fluid.layers.cond(fluid.layers.fill_constant([2], "bool", 1), lambda: x, lambda: x)
+        pred = fluid.layers.reduce_mean(x) > 0.0
+        with pytest.raises(ValueError, match="true_fn returns 1 variable.*false_fn 2"):
+            fluid.layers.cond(pred, lambda: x, lambda: [x, x])
+        with pytest.raises(ValueError, match="false_fn is None"):
+            fluid.layers.cond(pred, lambda: x)
+        with pytest.raises(TypeError, match="output 0 is float32 in true_fn"):
+            fluid.layers.cond(pred, lambda: x, lambda: fluid.layers.cast(x, "int64"))
+        with pytest.raises(TypeError, match="must return None, a Variable"):
+            fluid.layers.cond(pred, lambda: 3, lambda: 4)
+    # The failed calls left the program in the enclosing block.
+    assert main.current_block_idx == 0
+    # A batch-shaped condition is refused when it runs (it must hold one element).
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [1])
+        out = fluid.layers.cond(x > 0.0, lambda: fluid.layers.scale(x, 2.0),
+                                lambda: fluid.layers.scale(x, 3.0))
+    with pytest.raises(core.EnforceNotMet if hasattr(core, "EnforceNotMet") else Exception,
+                       match="conditional_block.*one element"):
+        run(main, startup, {"x": np.ones((2, 1), "float32")}, [out])
+    del many
