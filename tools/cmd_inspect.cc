@@ -1,6 +1,7 @@
 // loom inspect FILE.pb: prints a program, verifies it, draws it; --ops lists registered ops.
 #include <cstdio>
 #include <sstream>
+#include <variant>
 
 #include "framework/file_util.h"
 #include "framework/op_registry.h"
@@ -81,10 +82,14 @@ std::string Quote(const std::string& s) {
 
 std::string ToDot(const ProgramDesc& p) {
   std::ostringstream os;
-  os << "digraph program {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
+  os << "digraph program {\n  rankdir=TB;\n  compound=true;\n"
+        "  node [fontname=\"Helvetica\", fontsize=10];\n";
   for (int b = 0; b < p.NumBlocks(); ++b) {
     const BlockDesc& block = *p.Block(b);
-    os << "  subgraph cluster_block" << b << " {\n    label=\"block " << b << "\";\n";
+    os << "  subgraph cluster_block" << b << " {\n    label=\"block " << b << " (parent "
+       << block.ParentIdx() << ")\";\n";
+    // Control-flow ops point at this node (an edge to the cluster).
+    os << "    " << Quote(StrCat("b", b, "_anchor")) << " [shape=point, style=invis];\n";
     for (const VarDesc& v : block.AllVars()) {
       os << "    " << Quote(StrCat("b", b, "_var_", v.Name())) << " [shape=ellipse, label="
          << Quote(v.Name() + "\n" + v.Dims().ToString()) << (v.Persistable() ? ", style=filled, fillcolor=lightyellow" : "")
@@ -101,6 +106,14 @@ std::string ToDot(const ProgramDesc& p) {
         if (block.FindVarRecursive(v)) os << "    " << Quote(StrCat("b", b, "_var_", v)) << " -> " << Quote(id) << ";\n";
       for (const auto& v : op.OutputArgumentNames())
         if (block.FindVarRecursive(v)) os << "    " << Quote(id) << " -> " << Quote(StrCat("b", b, "_var_", v)) << ";\n";
+      for (const auto& name : op.AttrNames()) {
+        auto a = op.GetAttr(name);
+        const BlockIndex* sub = a.ok() ? std::get_if<BlockIndex>(&a.value()) : nullptr;
+        if (sub && sub->idx > b && sub->idx < p.NumBlocks())
+          os << "    " << Quote(id) << " -> " << Quote(StrCat("b", sub->idx, "_anchor"))
+             << " [style=dashed, lhead=cluster_block" << sub->idx << ", label=" << Quote(name)
+             << "];\n";
+      }
     }
     os << "  }\n";
   }
