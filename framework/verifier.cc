@@ -1,5 +1,7 @@
 #include "framework/verifier.h"
 
+#include <set>
+
 #include "framework/op_registry.h"
 
 namespace loom {
@@ -113,7 +115,12 @@ Status CheckSlots(const OpInfo& info, const BlockDesc& block, const OpDesc& op,
 
 }  // namespace
 
-Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
+namespace {
+
+Status InferBlock(BlockDesc* block, std::set<int>* done);
+
+// done: the blocks this pass has inferred (each sub-block once, however many ops name it).
+Status InferOp(BlockDesc* block, int op_index, std::set<int>* done) {
   OpDesc op = block->Op(op_index);
   std::string where = OpLocation(op.Type(), block->Idx(), op_index);
   const OpInfo* info = OpRegistry::Global().Find(op.Type());
@@ -125,7 +132,7 @@ Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
     const auto* bi = std::get_if<BlockIndex>(&value);
     ProgramDesc* program = block->Program();
     if (bi && bi->idx > block->Idx() && bi->idx < program->NumBlocks())
-      LOOM_RETURN_IF_ERROR(InferShapes(program->Block(bi->idx)));
+      LOOM_RETURN_IF_ERROR(InferBlock(program->Block(bi->idx), done));
   }
   if (!info->infer_shape) return Status::OK();
   CompileTimeContext ctx(block, op, &attrs, where);
@@ -133,9 +140,22 @@ Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
   return ctx.conflict();
 }
 
-Status InferShapes(BlockDesc* block) {
-  for (int i = 0; i < block->OpSize(); ++i) LOOM_RETURN_IF_ERROR(InferShapeAtCompileTime(block, i));
+Status InferBlock(BlockDesc* block, std::set<int>* done) {
+  if (!done->insert(block->Idx()).second) return Status::OK();
+  for (int i = 0; i < block->OpSize(); ++i) LOOM_RETURN_IF_ERROR(InferOp(block, i, done));
   return Status::OK();
+}
+
+}  // namespace
+
+Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
+  std::set<int> done;
+  return InferOp(block, op_index, &done);
+}
+
+Status InferShapes(BlockDesc* block) {
+  std::set<int> done;
+  return InferBlock(block, &done);
 }
 
 Status VerifyProgram(const ProgramDesc& program) {
@@ -186,7 +206,8 @@ Status VerifyProgram(const ProgramDesc& program) {
     }
   }
   ProgramDesc copy(program);
-  for (int b = 0; b < copy.NumBlocks(); ++b) LOOM_RETURN_IF_ERROR(InferShapes(copy.Block(b)));
+  std::set<int> done;
+  for (int b = 0; b < copy.NumBlocks(); ++b) LOOM_RETURN_IF_ERROR(InferBlock(copy.Block(b), &done));
   return Status::OK();
 }
 
