@@ -11,6 +11,7 @@
 #include "operators/collective/comm.h"
 #include "operators/collective/stats.h"
 #include "operators/common.h"
+#include "loom/config.h"
 
 namespace loom::ops {
 namespace {
@@ -58,9 +59,16 @@ Status CommInitKernel(const KernelContext& ctx) {
   o.topology = ctx.Attr<std::string>("topology");
   o.tree_max_bytes = ctx.Attr<int>("tree_max_bytes");
   const int nranks = ctx.Attr<int>("nranks"), rank = ctx.Attr<int>("rank");
+  // Device buffers need the NCCL transport; the others move host memory.
+  if (ctx.place().is_cpu() == (transport == "nccl"))
+    return ctx.Error("transport '", transport, "' cannot run on place ", ctx.place().ToString(),
+                     ctx.place().is_cpu() ? " (nccl needs CUDA places)"
+                                          : " (CUDA places need transport nccl)");
   StatusOr<CommHandle> joined =
-      transport == "mpi" ? JoinMpiWorld(nranks, rank, o)
-                         : JoinInProcessGroup(ctx.Attr<std::string>("group"), nranks, rank, o);
+      transport == "mpi"    ? JoinMpiWorld(nranks, rank, o)
+      : transport == "nccl" ? JoinNcclGroup(ctx.Attr<std::string>("group"), nranks, rank,
+                                            ctx.place().device, o)
+                            : JoinInProcessGroup(ctx.Attr<std::string>("group"), nranks, rank, o);
   if (!joined.ok()) return joined.status().WithContext(ctx.Where());
   CommHandle h = std::move(joined).value();
   *out->GetMutable<CommHandle>() = std::move(h);
@@ -87,6 +95,22 @@ Status ScaleInPlace(void* p, int64_t n, DataType dtype, float w, const std::stri
       return Unimplemented(where, ": input 'Weight' needs fp32 or fp64 data, got ",
                            DataTypeName(dtype));
   }
+}
+
+// ScaleInPlace for data on the kernel's place.
+Status ScaleOnPlace(const KernelContext& ctx, void* p, int64_t n, DataType dtype, float w) {
+  if (ctx.place().is_cpu()) return ScaleInPlace(p, n, dtype, w, ctx.Where());
+#if LOOM_CUDA_ENABLED
+  return ScaleOnDevice(ctx, p, n, dtype, w);
+#else
+  return Unimplemented(ctx.Where(), ": no CUDA in this build");
+#endif
+}
+
+// On a CUDA place the communicator runs on its own stream: the compute stream must have
+// written the buffers before a call reads them.
+void ComputeDone(const KernelContext& ctx) {
+  if (!ctx.place().is_cpu()) ctx.device().Wait();
 }
 
 Status AllReduceKernel(const KernelContext& ctx) {
@@ -119,8 +143,8 @@ Status AllReduceKernel(const KernelContext& ctx) {
   if (contiguous) {
     void* p = xs[0]->raw_data();
     if (weight)
-      LOOM_RETURN_IF_ERROR(
-          ScaleInPlace(p, total, xs[0]->dtype(), weight->data<float>()[0], ctx.Where()));
+      LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, total, xs[0]->dtype(), weight->data<float>()[0]));
+    ComputeDone(ctx);
     works.push_back(comm->AllReduce(p, p, static_cast<size_t>(total), dt, op, call));
     CollectiveOpStats::Get().allreduce_calls += 1;
     if (n > 1) CollectiveOpStats::Get().fused_calls += 1;
@@ -129,7 +153,8 @@ Status AllReduceKernel(const KernelContext& ctx) {
       void* p = x->raw_data();
       if (weight)
         LOOM_RETURN_IF_ERROR(
-            ScaleInPlace(p, x->numel(), x->dtype(), weight->data<float>()[0], ctx.Where()));
+            ScaleOnPlace(ctx, p, x->numel(), x->dtype(), weight->data<float>()[0]));
+      ComputeDone(ctx);
       works.push_back(comm->AllReduce(p, p, static_cast<size_t>(x->numel()), dt, op, call));
     }
     CollectiveOpStats::Get().allreduce_calls += n;
@@ -162,8 +187,8 @@ Status ReduceKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x->dtype(), ctx.Where()));
   void* p = x->raw_data();
   if (const Tensor* weight = ctx.InputOrNull("Weight"))
-    LOOM_RETURN_IF_ERROR(
-        ScaleInPlace(p, x->numel(), x->dtype(), weight->data<float>()[0], ctx.Where()));
+    LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, x->numel(), x->dtype(), weight->data<float>()[0]));
+  ComputeDone(ctx);
   WaitOn(ctx, {comm->Reduce(p, comm->rank() == root ? p : nullptr,
                             static_cast<size_t>(x->numel()), dt, op, root, call)});
   return Status::OK();
@@ -177,6 +202,7 @@ Status BroadcastKernel(const KernelContext& ctx) {
   Tensor* x = ctx.Output("Out");
   LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x->dtype(), ctx.Where()));
   void* p = x->raw_data();
+  ComputeDone(ctx);
   WaitOn(ctx, {comm->Broadcast(p, p, static_cast<size_t>(x->numel()), dt, root, call)});
   return Status::OK();
 }
@@ -202,6 +228,7 @@ Status AllGatherKernel(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
   LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x.dtype(), ctx.Where()));
   void* o = out->mutable_data(ctx.place(), x.dtype());
+  ComputeDone(ctx);
   WaitOn(ctx, {comm->AllGather(x.raw_data(), o, static_cast<size_t>(x.numel()), dt, call)});
   return Status::OK();
 }
@@ -228,9 +255,19 @@ Status SampleWeightKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   int64_t rows = x.dims().size() > 0 ? x.dims()[0] : 1;
   int64_t total = rows;
-  LOOM_RETURN_IF_ERROR(
-      comm->AllReduce(&total, &total, 1, collective::DataType::kInt64, collective::ReduceOp::kSum)
-          .Wait());
+  if (ctx.place().is_cpu()) {
+    LOOM_RETURN_IF_ERROR(comm->AllReduce(&total, &total, 1, collective::DataType::kInt64,
+                                         collective::ReduceOp::kSum)
+                             .Wait());
+  } else {
+    // A device communicator (NCCL) reduces device memory: stage the count there.
+    Tensor staged(proto::INT64, DDim({1}));
+    void* d = staged.mutable_data(ctx.place(), proto::INT64);
+    MemCopy(ctx.place(), d, Place::CPU(), &total, sizeof(total));
+    LOOM_RETURN_IF_ERROR(
+        comm->AllReduce(d, d, 1, collective::DataType::kInt64, collective::ReduceOp::kSum).Wait());
+    MemCopy(Place::CPU(), &total, ctx.place(), d, sizeof(total));
+  }
   if (total <= 0)
     return ctx.Error("the global batch has no samples (this rank's X has dims ",
                      x.dims().ToString(), ")");
@@ -294,13 +331,15 @@ LOOM_REGISTER_OP(comm_init)
     .RequiredAttr<int>("rank", "this rank", NonNegative("rank"))
     .RequiredAttr<std::string>("group", "name the ranks of one group share")
     .Attr<std::string>("transport", "inprocess",
-                       "inprocess (ranks are threads of one process, meeting by group name) or "
-                       "mpi (one process per rank under mpirun; the MPI world is the group)",
+                       "inprocess (ranks are threads of one process, meeting by group name), "
+                       "mpi (one process per rank under mpirun; the MPI world is the group) or "
+                       "nccl (CUDA places: ranks are threads of one process, one GPU each, "
+                       "meeting by group name; NCCLInit's role)",
                        [](const std::string& t) {
-                         return t == "inprocess" || t == "mpi"
+                         return t == "inprocess" || t == "mpi" || t == "nccl"
                                     ? Status::OK()
                                     : InvalidArgument("transport '", t,
-                                                      "' is not one of inprocess, mpi");
+                                                      "' is not one of inprocess, mpi, nccl");
                        })
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
@@ -390,5 +429,26 @@ LOOM_REGISTER_OP(coalesce_grads)
     .InferShape(CoalesceInferShape)
     .Kernel(Place::kCPU, proto::FP32, CoalesceKernel)
     .Kernel(Place::kCPU, proto::FP64, CoalesceKernel);
+
+#if LOOM_CUDA_ENABLED
+// The same kernels on CUDA places, over a communicator of transport nccl (device buffers; the
+// algorithm is NCCL's own, `native` or `auto`).
+#define LOOM_COLLECTIVE_CUDA_KERNELS(op, fn)   \
+  LOOM_REGISTER_KERNEL(op, kCUDA, FP32, fn);  \
+  LOOM_REGISTER_KERNEL(op, kCUDA, FP64, fn);  \
+  LOOM_REGISTER_KERNEL(op, kCUDA, FP16, fn);  \
+  LOOM_REGISTER_KERNEL(op, kCUDA, INT32, fn); \
+  LOOM_REGISTER_KERNEL(op, kCUDA, INT64, fn)
+LOOM_COLLECTIVE_CUDA_KERNELS(allreduce, AllReduceKernel);
+LOOM_COLLECTIVE_CUDA_KERNELS(reduce, ReduceKernel);
+LOOM_COLLECTIVE_CUDA_KERNELS(broadcast, BroadcastKernel);
+LOOM_COLLECTIVE_CUDA_KERNELS(allgather, AllGatherKernel);
+LOOM_REGISTER_KERNEL(comm_init, kCUDA, FP32, CommInitKernel);
+LOOM_REGISTER_KERNEL(barrier, kCUDA, FP32, BarrierKernel);
+LOOM_REGISTER_KERNEL(sample_weight, kCUDA, FP32, SampleWeightKernel);
+LOOM_REGISTER_KERNEL(coalesce_grads, kCUDA, FP32, CoalesceKernel);
+LOOM_REGISTER_KERNEL(coalesce_grads, kCUDA, FP64, CoalesceKernel);
+LOOM_REGISTER_KERNEL(coalesce_grads, kCUDA, FP16, CoalesceKernel);
+#endif
 
 }  // namespace loom::ops

@@ -1,5 +1,6 @@
 #include "operators/collective/comm.h"
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -8,6 +9,9 @@
 #include "collective/world.h"
 #include "loom/config.h"
 #include "operators/collective/stats.h"
+#if LOOM_NCCL_ENABLED
+#include "collective/transport/nccl.h"
+#endif
 
 namespace loom::ops {
 namespace {
@@ -28,7 +32,102 @@ std::map<std::string, PendingGroup>& Registry() {
   return *groups;
 }
 
+// A device group between its first and its last rank's arrival.
+struct PendingDeviceGroup {
+  explicit PendingDeviceGroup(int nranks) : devices(nranks, -1) {}
+  std::vector<int> devices;  // -1: not arrived
+  int arrived = 0;
+  bool done = false;
+  Status status;
+  DeviceGroupComms comms;
+  std::condition_variable cv;
+};
+
+std::map<std::string, std::shared_ptr<PendingDeviceGroup>>& DeviceRegistry() {
+  static auto* groups = new std::map<std::string, std::shared_ptr<PendingDeviceGroup>>;
+  return *groups;
+}
+
 }  // namespace
+
+StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int rank, int device,
+                                     const GroupOptions& options,
+                                     const DeviceGroupFactory& factory) {
+  if (nranks < 1) return InvalidArgument("group '", key, "': nranks must be >= 1, got ", nranks);
+  if (rank < 0 || rank >= nranks)
+    return InvalidArgument("group '", key, "': rank ", rank, " is outside [0, ", nranks, ")");
+  std::unique_lock<std::mutex> lock(RegistryMutex());
+  auto& groups = DeviceRegistry();
+  auto it = groups.find(key);
+  if (it == groups.end())
+    it = groups.emplace(key, std::make_shared<PendingDeviceGroup>(nranks)).first;
+  std::shared_ptr<PendingDeviceGroup> g = it->second;
+  if (static_cast<int>(g->devices.size()) != nranks)
+    return InvalidArgument("group '", key, "' has ", g->devices.size(),
+                           " ranks, comm_init of rank ", rank, " asks for ", nranks);
+  if (g->devices[rank] >= 0)
+    return FailedPrecondition("group '", key, "': rank ", rank,
+                              " joined twice before every rank joined once");
+  for (int r = 0; r < nranks; ++r)
+    if (g->devices[r] == device)
+      return InvalidArgument("group '", key, "': ranks ", r, " and ", rank, " both use device ",
+                             device, "; each rank needs a device of its own");
+  g->devices[rank] = device;
+  if (++g->arrived == nranks) {
+    groups.erase(key);  // a later group may reuse the name
+    lock.unlock();
+    StatusOr<DeviceGroupComms> made = factory(g->devices);
+    lock.lock();
+    g->status = made.ok() ? Status::OK() : made.status();
+    if (made.ok()) g->comms = std::move(made).value();
+    if (g->status.ok() && static_cast<int>(g->comms.comms.size()) != nranks)
+      g->status = Internal("group '", key, "': the factory made ", g->comms.comms.size(),
+                           " communicators for ", nranks, " ranks");
+    g->done = true;
+    g->cv.notify_all();
+  } else {
+    bool arrived = g->cv.wait_for(lock, std::chrono::milliseconds(options.timeout_ms),
+                                  [&g] { return g->done; });
+    if (!arrived) {
+      std::string missing;
+      for (int r = 0; r < nranks; ++r)
+        if (g->devices[r] < 0) missing += StrCat(missing.empty() ? "" : ", ", r);
+      auto cur = groups.find(key);
+      if (cur != groups.end() && cur->second == g) groups.erase(cur);
+      g->done = true;
+      g->status = Timeout("group '", key, "': rank(s) ", missing, " of ", nranks,
+                          " did not call comm_init within ", options.timeout_ms, " ms");
+      g->cv.notify_all();
+    }
+  }
+  if (!g->status.ok()) return g->status;
+  CommHandle handle;
+  handle.owner = g->comms.owner;
+  handle.comm = g->comms.comms[rank];
+  return handle;
+}
+
+StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
+                                   const GroupOptions& options) {
+#if LOOM_NCCL_ENABLED
+  collective::CommunicatorOptions co;
+  co.timeout = std::chrono::milliseconds(options.timeout_ms);
+  if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
+  auto factory = [co](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
+    LOOM_ASSIGN_OR_RETURN(auto comms, collective::CreateNcclCommunicators(devices, co));
+    auto owned =
+        std::make_shared<std::vector<std::unique_ptr<collective::Communicator>>>(std::move(comms));
+    DeviceGroupComms g;
+    for (auto& c : *owned) g.comms.push_back(c.get());
+    g.owner = std::move(owned);
+    return g;
+  };
+  return JoinDeviceGroup(key, nranks, rank, device, options, factory);
+#else
+  return Unimplemented("transport 'nccl' is not available: Loom was built without CUDA and NCCL "
+                       "(rank ", rank, " of group '", key, "' on device ", device, ")");
+#endif
+}
 
 CollectiveOpStats& CollectiveOpStats::Get() {
   static auto* stats = new CollectiveOpStats;

@@ -6,12 +6,15 @@
 // Thread-safety: JoinInProcessGroup may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collective/communicator.h"
 #include "collective/types.h"
 #include "framework/op_registry.h"
+#include "loom/config.h"
 
 namespace loom::ops {
 
@@ -40,6 +43,35 @@ StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int 
 // process's rank differ from what the program was transpiled for, and when Loom was built
 // without MPI.
 StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& options);
+
+// The communicators of a group whose ranks are created together, one per device.
+struct DeviceGroupComms {
+  std::shared_ptr<void> owner;                // keeps them alive
+  std::vector<collective::Communicator*> comms;  // comms[r] is rank r's
+};
+using DeviceGroupFactory =
+    std::function<StatusOr<DeviceGroupComms>(const std::vector<int>& devices)>;
+
+// Rank `rank` of the group `key` of nranks threads of one process, rank r driving device
+// devices[r]. A group whose communicators must be created together (NCCL's ncclCommInitAll)
+// meets here: each rank brings its device; the last to arrive calls `factory` with the devices
+// in rank order and every rank gets its communicator. A rank that waits longer than
+// options.timeout_ms for the others gets Timeout naming the missing ranks (and the ranks that
+// arrive later start a new group). Two ranks on one device, or a group asked for with another
+// nranks, are errors.
+StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int rank, int device,
+                                     const GroupOptions& options,
+                                     const DeviceGroupFactory& factory);
+
+// JoinDeviceGroup with NCCL communicators (comm_init on CUDA places, transport "nccl"): the
+// ranks' CUDA devices as one NCCL clique. Unimplemented when Loom was built without NCCL.
+StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
+                                   const GroupOptions& options);
+
+#if LOOM_CUDA_ENABLED
+// x[0, n) *= w on the kernel's CUDA stream (fp32, fp64 or fp16 data).
+Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, float w);
+#endif
 
 // The communicator held by the kernel's "Comm" input.
 StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx);

@@ -1,0 +1,140 @@
+// The rendezvous behind comm_init on CUDA places (transport nccl): ranks bring their devices,
+// the last one creates the group's communicators, every rank gets its own; a missing rank is a
+// timeout naming it. Exercised here with in-process communicators standing in for NCCL's.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "collective/world.h"
+#include "executor/executor.h"
+#include "operators/collective/comm.h"
+
+namespace loom::ops {
+namespace {
+
+DeviceGroupFactory InProcessFactory(std::atomic<int>* calls, std::vector<int>* seen) {
+  return [calls, seen](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
+    ++*calls;
+    *seen = devices;
+    LOOM_ASSIGN_OR_RETURN(auto world,
+                          collective::InProcessWorld::Create(static_cast<int>(devices.size())));
+    std::shared_ptr<collective::InProcessWorld> owned(std::move(world));
+    DeviceGroupComms g;
+    for (int r = 0; r < owned->size(); ++r) g.comms.push_back(&owned->comm(r));
+    g.owner = owned;
+    return g;
+  };
+}
+
+TEST(DeviceGroup, RanksMeetAndTheLastCreatesTheCommunicators) {
+  std::atomic<int> calls{0};
+  std::vector<int> seen;
+  auto factory = InProcessFactory(&calls, &seen);
+  const std::vector<int> devices = {5, 3, 7};
+  std::vector<int64_t> sums(3, 0);
+  std::vector<Status> status(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      GroupOptions o;
+      o.timeout_ms = 10000;
+      auto h = JoinDeviceGroup("device-group-meet", 3, r, devices[r], o, factory);
+      status[r] = h.status();
+      if (!h.ok()) return;
+      EXPECT_EQ(h->comm->rank(), r);
+      int64_t v = r + 1;
+      status[r] = h->comm->AllReduce(&v, &v, 1, collective::DataType::kInt64,
+                                     collective::ReduceOp::kSum).Wait();
+      sums[r] = v;
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(status[r].ok()) << status[r].ToString();
+    EXPECT_EQ(sums[r], 6) << "rank " << r;
+  }
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(seen, devices);  // in rank order
+}
+
+TEST(DeviceGroup, AMissingRankIsATimeoutNamingIt) {
+  std::atomic<int> calls{0};
+  std::vector<int> seen;
+  auto factory = InProcessFactory(&calls, &seen);
+  std::vector<Status> status(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      GroupOptions o;
+      o.timeout_ms = 200;
+      status[r] = JoinDeviceGroup("device-group-missing", 3, r, r, o, factory).status();
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(calls.load(), 0);
+  bool one_named_it = false;
+  for (const Status& st : status) {
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.ToString();
+    one_named_it |= st.message().find("rank(s) 2 of 3 did not call comm_init") != std::string::npos;
+  }
+  EXPECT_TRUE(one_named_it) << status[0].ToString() << " / " << status[1].ToString();
+  // The name is free again: a complete group under it works.
+  std::vector<std::thread> again;
+  std::vector<Status> st2(2);
+  for (int r = 0; r < 2; ++r)
+    again.emplace_back([&, r] {
+      GroupOptions o;
+      st2[r] = JoinDeviceGroup("device-group-missing", 2, r, r, o, factory).status();
+    });
+  for (auto& t : again) t.join();
+  EXPECT_TRUE(st2[0].ok() && st2[1].ok()) << st2[0].ToString() << " / " << st2[1].ToString();
+}
+
+TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
+  std::atomic<int> calls{0};
+  std::vector<int> seen;
+  auto factory = InProcessFactory(&calls, &seen);
+  GroupOptions o;
+  o.timeout_ms = 300;
+  Status first;
+  std::thread waiting([&] { first = JoinDeviceGroup("device-group-bad", 2, 0, 1, o, factory).status(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status same_device = JoinDeviceGroup("device-group-bad", 2, 1, 1, o, factory).status();
+  EXPECT_NE(same_device.message().find("ranks 0 and 1 both use device 1"), std::string::npos)
+      << same_device.ToString();
+  Status other_size = JoinDeviceGroup("device-group-bad", 3, 2, 2, o, factory).status();
+  EXPECT_NE(other_size.message().find("has 2 ranks, comm_init of rank 2 asks for 3"),
+            std::string::npos)
+      << other_size.ToString();
+  waiting.join();
+  EXPECT_EQ(first.code(), StatusCode::kTimeout) << first.ToString();
+
+  DeviceGroupFactory failing = [](const std::vector<int>&) -> StatusOr<DeviceGroupComms> {
+    return FailedPrecondition("no such device");
+  };
+  std::vector<Status> st(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      st[r] = JoinDeviceGroup("device-group-failing", 2, r, r, GroupOptions{}, failing).status();
+    });
+  for (auto& t : ranks) t.join();
+  for (const Status& s : st) EXPECT_NE(s.message().find("no such device"), std::string::npos);
+}
+
+TEST(DeviceGroup, CommInitRefusesTransportsThatDoNotFitThePlace) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  b->Var("comm").SetType(proto::VarType::COMMUNICATOR);
+  b->AppendOp("comm_init", {}, {{"Comm", {"comm"}}},
+              {{"nranks", 1}, {"rank", 0}, {"group", std::string("g")},
+               {"transport", std::string("nccl")}});
+  Executor exe(Place::CPU());
+  Scope scope;
+  Status st = exe.Run(p, &scope);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("transport 'nccl' cannot run on place cpu:0"), std::string::npos)
+      << st.ToString();
+}
+
+}  // namespace
+}  // namespace loom::ops
