@@ -326,17 +326,30 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
     LOOM_ASSIGN_OR_RETURN(startups[r], LoadProgram(JoinPath(rd, "startup.pb")));
     LOOM_ASSIGN_OR_RETURN(mains[r], LoadProgram(JoinPath(rd, "main.pb")));
   }
+  // CPU ranks run on --place; CUDA ranks (transport nccl) each on the GPU of its manifest place.
+  std::vector<Place> places(n, setup.place);
+  std::string where = setup.place.ToString();
+  if (dp.transport() == "nccl") {
+    if (dp.places_size() != n)
+      return InvalidArgument(setup.dir, ": the manifest lists ", dp.places_size(), " places for ",
+                             n, " ranks");
+    where.clear();
+    for (int r = 0; r < n; ++r) {
+      LOOM_ASSIGN_OR_RETURN(places[r], ParsePlace(dp.places(r)));
+      where += (r ? "," : "") + places[r].ToString();
+    }
+  }
   std::vector<std::unique_ptr<Scope>> scopes;
   std::vector<std::unique_ptr<PreparedBlock>> startup_prepared, main_prepared;
   std::vector<RankRun> ranks(n);
   for (int r = 0; r < n; ++r) {
     scopes.push_back(std::make_unique<Scope>());
-    Executor exe(setup.place);
+    Executor exe(places[r]);
     LOOM_ASSIGN_OR_RETURN(auto sp, exe.Prepare(startups[r]));
     LOOM_ASSIGN_OR_RETURN(auto mp, exe.Prepare(mains[r]));
     startup_prepared.push_back(std::move(sp));
     main_prepared.push_back(std::move(mp));
-    ranks[r].place = setup.place;
+    ranks[r].place = places[r];
     ranks[r].scope = scopes[r].get();
     ranks[r].prepared = startup_prepared[r].get();
   }
@@ -345,7 +358,7 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
   if (flags.Has("load-params")) {
     for (int r = 0; r < n; ++r)
       LOOM_RETURN_IF_ERROR(
-          LoadParams(mains[r], scopes[r].get(), flags.Get("load-params"), setup.place));
+          LoadParams(mains[r], scopes[r].get(), flags.Get("load-params"), places[r]));
   }
   for (int r = 0; r < n; ++r) ranks[r].prepared = main_prepared[r].get();
 
@@ -353,7 +366,7 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
   std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks (%s, %s)\n",
               setup.dir.c_str(), static_cast<long long>(setup.iters),
               static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
-              dp.mode().c_str(), setup.place.ToString().c_str());
+              dp.mode().c_str(), where.c_str());
   Timeline timeline;
   if (setup.timeline)
     for (auto& r : ranks) r.timeline = &timeline;
@@ -514,9 +527,9 @@ Status Run(const Flags& flags) {
     RunSetup setup;
     LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
     if (dp.transport() == "mpi") return RunMpiRank(flags, setup, dp);
-    if (dp.has_transport() && dp.transport() != "inprocess")
+    if (dp.has_transport() && dp.transport() != "inprocess" && dp.transport() != "nccl")
       return InvalidArgument(dp_path, ": transport '", dp.transport(),
-                             "' is not one of inprocess, mpi");
+                             "' is not one of inprocess, mpi, nccl");
     return RunRanks(flags, setup, dp);
   }
   LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));

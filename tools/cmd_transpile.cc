@@ -27,15 +27,17 @@ Flags TranspileFlags() {
       "trains with them. Passes, in order:" + passes,
       {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
-          {"places", "cpu:N", "the devices: N CPU places (threads of one process, or with "
-                              "--transport mpi one process each)", "cpu:2"},
+          {"places", "PLACES", "the devices: cpu:N, N CPU places (threads of one process, or "
+                               "with --transport mpi one process each), or cuda:D0,D1,... one "
+                               "rank per listed GPU (threads of one process, NCCL)", "cpu:2"},
           {"transport", "T", "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
-                             "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process)",
-           "inprocess"},
+                             "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
+                             "CUDA places use nccl", "inprocess"},
           {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
                            "parameter updated by one owner rank, then broadcast)", "allreduce"},
           {"algo", "ALGO", "ring, tree, multi_tree, star, auto (chosen per bucket), or with "
-                           "--transport mpi also native (MPI's own)", "auto"},
+                           "--transport mpi also native (MPI's own); CUDA places: native or "
+                           "auto (NCCL's own)", "auto"},
           {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
           {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
                               "gradient), avg (1/N) or one", "sample"},
@@ -47,10 +49,27 @@ Flags TranspileFlags() {
       1, 1);
 }
 
+// cpu:N (N CPU places) or cuda:D0,D1,... (one rank per listed GPU).
 StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* places) {
+  if (spec.compare(0, 5, "cuda:") == 0) {
+    std::string list = spec.substr(5);
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t comma = list.find(',', start);
+      std::string item = list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                       : comma - start);
+      auto place = ParsePlace("cuda:" + item);
+      if (!place.ok())
+        return InvalidArgument("--places '", spec, "': '", item,
+                               "' is not a GPU number (expected cuda:D0,D1,...)");
+      places->push_back(place.value().ToString());
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return static_cast<int>(places->size());
+  }
   if (spec.compare(0, 4, "cpu:") != 0)
-    return InvalidArgument("--places '", spec, "': expected cpu:N (CUDA places need NCCL, "
-                           "which this command does not drive yet)");
+    return InvalidArgument("--places '", spec, "': expected cpu:N or cuda:D0,D1,...");
   LOOM_ASSIGN_OR_RETURN(int n, ParseCpuPlaces(spec, 1024));
   for (int i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
   return n;
@@ -69,6 +88,11 @@ Status Transpile(const Flags& flags) {
   config.owner_policy = flags.Get("owner-policy");
   config.topology = flags.Get("topology");
   config.transport = flags.Get("transport");
+  // CUDA places meet over NCCL unless another transport was asked for (which the transpiler
+  // then refuses, naming the place).
+  if (!config.places.empty() && config.places[0].compare(0, 5, "cuda:") == 0 &&
+      config.transport == "inprocess")
+    config.transport = "nccl";
   char* end = nullptr;
   config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
   if (*end != '\0') return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");

@@ -75,6 +75,8 @@ struct State {
 };
 
 std::string ResolveAlgorithm(const State& s, const char* collective, int64_t bytes) {
+  // Device buffers: NCCL's own collectives.
+  if (s.config.transport == "nccl") return "native";
   const std::string& asked = s.config.algorithm;
   if (asked != "auto") {
     auto a = collective::ParseAlgorithm(asked);
@@ -107,13 +109,31 @@ VarDesc DeclareCommVar(BlockDesc* block) {
 Status CheckProgram(State* s) {
   const auto& c = s->config;
   if (c.nranks < 1) return InvalidArgument("nranks must be >= 1, got ", c.nranks);
-  if (c.transport != "inprocess" && c.transport != "mpi")
-    return InvalidArgument("transport '", c.transport, "' is not one of inprocess, mpi");
+  if (c.transport != "inprocess" && c.transport != "mpi" && c.transport != "nccl")
+    return InvalidArgument("transport '", c.transport, "' is not one of inprocess, mpi, nccl");
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
     if (a == collective::Algorithm::kNative && c.transport == "inprocess")
       return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the in-process "
                              "transport offers ring, tree, multi_tree, star and auto");
+    if (a != collective::Algorithm::kNative && c.transport == "nccl")
+      return InvalidArgument("algorithm '", c.algorithm, "' runs on host buffers; transport nccl "
+                             "(CUDA places) runs NCCL's own collectives: use native or auto");
+  }
+  // Places, when given, must fit the transport: CUDA places (one GPU per rank) meet over NCCL.
+  if (!c.places.empty()) {
+    if (static_cast<int>(c.places.size()) != c.nranks)
+      return InvalidArgument(c.places.size(), " places for ", c.nranks, " ranks");
+    std::set<std::string> distinct;
+    for (const auto& p : c.places) {
+      bool cuda = p.compare(0, 5, "cuda:") == 0;
+      if (cuda != (c.transport == "nccl"))
+        return InvalidArgument("place '", p, "' does not fit transport '", c.transport,
+                               cuda ? "' (CUDA places meet over transport nccl)"
+                                    : "' (transport nccl needs CUDA places)");
+      if (cuda && !distinct.insert(p).second)
+        return InvalidArgument("place '", p, "' is given twice: NCCL needs one GPU per rank");
+    }
   }
   collective::Topology topology = collective::Topology::Uniform(c.nranks);
   if (!c.topology.empty()) {

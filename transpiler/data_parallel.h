@@ -41,15 +41,18 @@ enum class GradScale { kSample, kAvg, kOne };
 
 struct DataParallelConfig {
   int nranks = 1;
-  std::vector<std::string> places;  // recorded in the manifest, e.g. "cpu:0"
+  // Recorded in the manifest, e.g. "cpu:0"; when given, one per rank, and CUDA places
+  // ("cuda:N", distinct) exactly when the transport is nccl.
+  std::vector<std::string> places;
   SyncMode mode = SyncMode::kAllReduce;
   std::string algorithm = "auto";  // ring, tree, multi_tree, star or auto
   double fuse_grad_size_mb = 32;   // 0: no fusion
   GradScale grad_scale = GradScale::kSample;
   std::string owner_policy = "bytes";  // bytes | hash
   std::string group = "loom_dp";       // name the ranks' communicators meet under
-  // How the ranks meet: "inprocess" (one process, a thread per rank: Executor::RunRanks) or
-  // "mpi" (one process per rank under mpirun; the MPI world is the group).
+  // How the ranks meet: "inprocess" (one process, a thread per rank: Executor::RunRanks),
+  // "mpi" (one process per rank under mpirun; the MPI world is the group) or "nccl" (CUDA
+  // places, a thread per rank, one GPU each; every collective is NCCL's own: "native").
   std::string transport = "inprocess";
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;

@@ -32,6 +32,9 @@ void RegisterErrors(py::module_& m);
 void RegisterTensor(py::module_& m);
 void RegisterParallel(py::module_& m);
 
+// Throws FailedPrecondition (naming `what`) when place is a CUDA place this process cannot use:
+// no CUDA in the build, or no such device.
+void CheckPlaceAvailable(const Place& place, const std::string& what);
 // A host copy of an ndarray as a tensor on place (dtype from the array; C order enforced).
 Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what);
 // A CPU tensor sharing the ndarray's memory when it is C-contiguous and aligned (the array is

@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 #include <pybind11/stl.h>
 
+#include "framework/device_context.h"
 #include "loom/config.h"
 #include "operators/collective/stats.h"
 #include "python/core/common.h"
@@ -20,7 +21,7 @@ void RegisterParallel(py::module_& m) {
          const std::string& algorithm, double fuse_mb, const std::string& grad_scale,
          const std::string& owner_policy, const std::string& group, bool keep_startup_init,
          int timeout_ms, const std::vector<std::string>& disabled_passes,
-         const std::string& transport) {
+         const std::string& transport, const std::vector<std::string>& places) {
         transpiler::DataParallelConfig c;
         c.nranks = nranks;
         c.mode = ValueOrThrow(transpiler::ParseSyncMode(mode));
@@ -33,7 +34,9 @@ void RegisterParallel(py::module_& m) {
         c.timeout_ms = timeout_ms;
         c.disabled_passes = disabled_passes;
         c.transport = transport;
-        for (int r = 0; r < nranks; ++r) c.places.push_back("cpu:" + std::to_string(r));
+        c.places = places;
+        if (c.places.empty())
+          for (int r = 0; r < nranks; ++r) c.places.push_back("cpu:" + std::to_string(r));
         auto result = ValueOrThrow(transpiler::TranspileDataParallel(startup, main, c));
         std::vector<std::shared_ptr<ProgramDesc>> starts, mains;
         for (auto& p : result.startup) starts.push_back(std::make_shared<ProgramDesc>(p));
@@ -47,21 +50,31 @@ void RegisterParallel(py::module_& m) {
       py::arg("grad_scale") = "sample", py::arg("owner_policy") = "bytes",
       py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
       py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
-      py::arg("transport") = "inprocess",
-      "Transpiles a single-device (startup, main) for nranks places: returns (per-rank startup "
-      "programs, per-rank main programs, the manifest as text).");
+      py::arg("transport") = "inprocess", py::arg("places") = std::vector<std::string>{},
+      "Transpiles a single-device (startup, main) for nranks places (names like 'cpu:0' or "
+      "'cuda:1'; default cpu:0..): returns (per-rank startup programs, per-rank main programs, "
+      "the manifest as text).");
 
   m.def(
       "run_ranks",
       [](const std::vector<PreparedBlock*>& prepared, const std::vector<Scope*>& scopes,
          const std::vector<py::dict>& feeds, const std::vector<std::string>& fetch,
-         const Place& place) {
+         const py::object& place_or_places) {
         size_t n = prepared.size();
         if (scopes.size() != n || (!feeds.empty() && feeds.size() != n))
           Throw(InvalidArgument("run_ranks: ", n, " programs, ", scopes.size(), " scopes and ",
                                 feeds.size(), " feeds"));
+        std::vector<Place> places;
+        if (py::isinstance<Place>(place_or_places)) {
+          places.assign(n, place_or_places.cast<Place>());
+        } else {
+          places = place_or_places.cast<std::vector<Place>>();
+          if (places.size() != n)
+            Throw(InvalidArgument("run_ranks: ", n, " programs but ", places.size(), " places"));
+        }
         std::vector<RankRun> ranks(n);
         for (size_t r = 0; r < n; ++r) {
+          const Place& place = places[r];
           ranks[r].place = place;
           ranks[r].prepared = prepared[r];
           ranks[r].scope = scopes[r];
@@ -81,25 +94,31 @@ void RegisterParallel(py::module_& m) {
       },
       py::arg("prepared"), py::arg("scopes"), py::arg("feeds"), py::arg("fetch_list"),
       py::arg("place"),
-      "Runs one prepared program per rank concurrently (one thread each); returns each rank's "
-      "fetched tensors.");
+      "Runs one prepared program per rank concurrently (one thread each) on `place` (one Place "
+      "for every rank, or a list with one per rank); returns each rank's fetched tensors.");
 
   m.def(
       "copy_persistables",
       [](const ProgramDesc& program, const Scope& src, Scope& dst, const Place& place) {
+        CheckPlaceAvailable(place, "copy_persistables");
         int copied = 0;
         for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
           if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
           const Variable* from = src.FindVar(v.Name());
           if (!from || !from->IsType<Tensor>() || !from->Get<Tensor>().initialized()) continue;
-          TensorCopy(from->Get<Tensor>(), place, dst.Var(v.Name())->GetMutable<Tensor>());
+          // A copy sharing the buffer keeps the data alive when dst is src (moving rank 0's
+          // own scope onto its device).
+          Tensor data = from->Get<Tensor>();
+          Tensor* to = dst.Var(v.Name())->GetMutable<Tensor>();
+          if (to == &from->Get<Tensor>() && data.place() == place) continue;
+          TensorCopy(data, place, to);
           ++copied;
         }
         return copied;
       },
       py::arg("program"), py::arg("src"), py::arg("dst"), py::arg("place"),
-      "Deep-copies the program's initialized persistable tensors from src into dst; returns "
-      "how many.");
+      "Deep-copies the program's initialized persistable tensors from src into dst on place "
+      "(src may be dst: moves them to place); returns how many.");
 
   // MPI for data parallelism across processes (BuildStrategy.transport = "mpi").
   m.def("is_compiled_with_mpi", [] { return static_cast<bool>(LOOM_MPI_ENABLED); });

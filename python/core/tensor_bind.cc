@@ -35,7 +35,16 @@ py::dtype NumpyDtype(DataType dt) {
 
 }  // namespace
 
+void CheckPlaceAvailable(const Place& place, const std::string& what) {
+  if (place.is_cpu()) return;
+  int visible = CudaDeviceCount();
+  if (place.device >= visible)
+    Throw(FailedPrecondition(what, ": place ", place.ToString(), " is not available: ", visible,
+                             " CUDA device(s) visible"));
+}
+
 Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what) {
+  CheckPlaceAvailable(place, what);
   DataType dt = DtypeOfArray(array, what);
   py::array c = py::array::ensure(array, py::array::c_style);
   if (!c) Throw(InvalidArgument(what, ": cannot make a C-contiguous array"));

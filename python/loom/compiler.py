@@ -102,25 +102,30 @@ class _RankState:
             return
         self.mpi = False
         n = len(compiled._places)
+        # CPU places are threads over the in-process transport (all on cpu:0's allocator
+        # settings); CUDA places are threads with one GPU each, meeting over NCCL.
+        cuda = not compiled._places[0].is_cpu_place()
+        places = list(compiled._places) if cuda else [core.Place.cpu(0)] * n
         group = "py:%d" % next(_group_ids)
         fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
         startups, mains, manifest = core.transpile_data_parallel(
             core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
-            keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms))
+            keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
+            transport="nccl" if cuda else "inprocess",
+            places=[repr(p) for p in places] if cuda else [])
         self.manifest = manifest
         self.mains = mains
         self.version = compiled._program._version
         self.scopes = [scope] + [core.Scope() for _ in range(n - 1)]
-        place = core.Place.cpu(0)
-        self.place = place
-        for r in range(1, n):
-            core.copy_persistables(mains[r], scope, self.scopes[r], place)
-        self.exes = [core.Executor(place) for _ in range(n)]
+        self.place = places
+        for r in range(1 if not cuda else 0, n):
+            core.copy_persistables(mains[r], scope, self.scopes[r], places[r])
+        self.exes = [core.Executor(places[r]) for r in range(n)]
         starts = [self.exes[r].prepare(startups[r], 0) for r in range(n)]
         # comm_init and the broadcast of every parameter from rank 0.
-        core.run_ranks(starts, self.scopes, [], [], place)
+        core.run_ranks(starts, self.scopes, [], [], places)
         self.prepared = [self.exes[r].prepare(mains[r], 0) for r in range(n)]
 
     def _init_mpi(self, compiled, scope):
@@ -216,11 +221,23 @@ class CompiledProgram:
         places = list(places)
         if not places:
             raise ValueError("with_data_parallel: places is empty")
-        for p in places:
-            if not p.is_cpu_place():
+        kinds = {p.is_cpu_place() for p in places}
+        if len(kinds) > 1:
+            raise ValueError("with_data_parallel: places %r mix CPU and CUDA places" % (places,))
+        if not places[0].is_cpu_place():
+            if not core.is_compiled_with_cuda():
                 raise NotImplementedError(
-                    "with_data_parallel: place %r: data parallelism across CUDA places needs "
-                    "the NCCL transport, which is not available yet; use CPU places" % (p,))
+                    "with_data_parallel: CUDA places %r need a build with CUDA and NCCL"
+                    % (places,))
+            if len(set(places)) != len(places):
+                raise ValueError("with_data_parallel: places %r repeat a GPU; NCCL needs one "
+                                 "GPU per place" % (places,))
+            visible = core.cuda_device_count()
+            for p in places:
+                if p.device >= visible:
+                    raise core.FailedPreconditionError(
+                        "with_data_parallel: place %r is not available: %d CUDA device(s) "
+                        "visible" % (p, visible))
         self._places = places
         self._loss_name = loss_name
         return self

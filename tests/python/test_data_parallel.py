@@ -403,3 +403,36 @@ def test_frozen_params_and_embeddings_match_single_device():
         for s in compiled.local_scopes(scope):
             got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
             assert_close(got, want, "embedding/" + mode)
+
+
+def test_cuda_places_meet_over_nccl():
+    # Place checks run everywhere; the NCCL run itself needs a GPU per place (NCCL refuses two
+    # ranks on one GPU), so with one GPU it is a single-rank group.
+    data, init, want = ref_for("mlp", "sgd", 12)
+    main, startup, loss = build("mlp", "sgd")
+    for places, error in (([fluid.CUDAPlace(0), fluid.CPUPlace()], "mix CPU and CUDA"),
+                          ([fluid.CUDAPlace(0), fluid.CUDAPlace(0)], "repeat a GPU")):
+        with pytest.raises(ValueError, match=error):
+            fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name, places=places)
+    if not core.is_compiled_with_cuda():
+        with pytest.raises(NotImplementedError, match="need a build with CUDA and NCCL"):
+            fluid.CompiledProgram(main).with_data_parallel(
+                loss_name=loss.name, places=[fluid.CUDAPlace(0)])
+        pytest.skip("built without CUDA")
+    if core.cuda_device_count() == 0:
+        with pytest.raises(core.FailedPreconditionError, match="cuda:0 is not available"):
+            fluid.CompiledProgram(main).with_data_parallel(
+                loss_name=loss.name, places=[fluid.CUDAPlace(0)])
+        pytest.skip("no CUDA device: the NCCL data-parallel run needs one GPU per place")
+    places = fluid.cuda_places()
+    exe, scope = fresh_scope(main, startup, init)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=places)
+    for x, y in data:
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    assert 'transport: "nccl"' in compiled.manifest
+    for s in compiled._states[id(scope)].scopes:
+        got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+        for name in want:
+            err = np.linalg.norm(got[name] - want[name]) / np.linalg.norm(want[name])
+            assert err < 1e-4, "%s: %.3g on %d CUDA places" % (name, err, len(places))

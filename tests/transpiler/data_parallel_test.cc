@@ -257,6 +257,53 @@ TEST(DataParallelTranspiler, ClearErrors) {
   EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
 }
 
+TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 2;
+  c.transport = "nccl";
+  c.places = {"cuda:0", "cuda:1"};
+  for (SyncMode mode : {SyncMode::kAllReduce, SyncMode::kOwner}) {
+    c.mode = mode;
+    auto r = TranspileDataParallel(n.startup, n.main, c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (int rank = 0; rank < 2; ++rank) {
+      const BlockDesc* s = r.value().startup[rank].GlobalBlock();
+      EXPECT_EQ(s->Op(0).Type(), "comm_init");
+      EXPECT_EQ(s->Op(0).Attr<std::string>("transport", ""), "nccl");
+      int collectives = 0;
+      for (const ProgramDesc* p : {&r.value().startup[rank], &r.value().main[rank]}) {
+        for (int i = 0; i < p->GlobalBlock()->OpSize(); ++i) {
+          OpDesc op = p->GlobalBlock()->Op(i);
+          if (!op.HasAttr("algorithm")) continue;
+          ++collectives;
+          EXPECT_EQ(op.Attr<std::string>("algorithm", ""), "native") << op.Type();
+        }
+      }
+      EXPECT_GT(collectives, 0);
+    }
+    for (const auto& b : r.value().manifest.buckets()) EXPECT_EQ(b.algorithm(), "native");
+  }
+  c.algorithm = "ring";
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "algorithm 'ring' runs on host buffers; transport nccl"),
+            std::string::npos);
+  c.algorithm = "auto";
+  c.places = {"cuda:0", "cuda:0"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "'cuda:0' is given twice"),
+            std::string::npos);
+  c.places = {"cpu:0", "cpu:1"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "transport nccl needs CUDA places"),
+            std::string::npos);
+  c.transport = "inprocess";
+  c.places = {"cuda:0", "cuda:1"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "CUDA places meet over transport nccl"),
+            std::string::npos);
+}
+
 // Runs the transpiled programs on nranks threads and single-device on the whole batch; the
 // parameters must agree (and be identical across ranks).
 void ExpectSameTraining(SyncMode mode, int nranks, int rows) {
