@@ -10,6 +10,7 @@
 #include <functional>
 #include <regex>
 
+#include "framework/device_context.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 
@@ -451,6 +452,21 @@ TEST_F(CliTest, TranspileWritesManifestAndInspectShowsCollectives) {
   EXPECT_NE(json.find("\"name\": \"mul_grad\", \"cat\": \"compute\""), std::string::npos);
 }
 
+TEST_F(CliTest, CudaPlacesTranspileToNcclRanks) {
+  std::string out = JoinPath(dir_, "dp_cuda");
+  Result r = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --places cuda:0,1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string manifest = ReadFile(JoinPath(out, "manifest.pbtxt")).value();
+  EXPECT_NE(manifest.find("places: \"cuda:1\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("transport: \"nccl\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("algorithm: \"native\""), std::string::npos) << manifest;
+  if (CudaDeviceCount() < 2) {
+    // Without the GPUs the run stops with an error naming the place, not a crash.
+    ExpectError(Loom("run " + out + " --iters 1"), {"cuda:0", "not available"});
+  }
+}
+
 TEST_F(CliTest, TranspileErrors) {
   std::string out = JoinPath(dir_, "dp_err");
   Result ok = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places cpu:2");
@@ -462,8 +478,14 @@ TEST_F(CliTest, TranspileErrors) {
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again + " --mode bogus"),
               {"mode 'bogus'"});
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
-                   " --places cuda:0"),
-              {"--places 'cuda:0'"});
+                   " --places cuda:0,x"),
+              {"--places 'cuda:0,x'", "'x' is not a GPU number"});
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
+                   " --places cuda:0,1 --transport mpi"),
+              {"place 'cuda:0' does not fit transport 'mpi'"});
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
+                   " --places cuda:0,1 --algo ring"),
+              {"algorithm 'ring' runs on host buffers"});
   ExpectError(Loom("transpile " + Bundle("softmax_classifier")), {"-o OUT_DIR is required"});
 }
 
