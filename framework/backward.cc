@@ -25,9 +25,11 @@ std::string ForwardName(const std::string& grad) {
 // Builds the backward section of a block: the grad ops of fwd's ops, in reverse, into out.
 // For block 0, out is block 0 itself (after the forward ops). For the sub-block of a
 // control-flow op (an op with a `sub_block` attribute), out is a new gradient block whose parent
-// is the sub-block: the op's gradient runs it in the scope the sub-block ran in, so it reads the
-// forward temporaries there, reads the gradients of the op's outputs from enclosing blocks and
-// keeps the gradients it computes as its own variables (the gradient op copies them out).
+// is the sub-block: the op's gradient runs it in the very scope the sub-block ran in, so it
+// reads the forward temporaries there and the gradients of the op's outputs from enclosing
+// scopes. The gradients it computes are declared in the sub-block, so they live in that scope
+// too (shadowing the enclosing gradients of the op's inputs, which the gradient op copies out)
+// and a nested control-flow op's gradient block, run in a scope below, sees them.
 class BackwardBuilder {
  public:
   BackwardBuilder(BlockDesc* fwd, BlockDesc* out, std::set<std::string> no_grad,
@@ -322,10 +324,12 @@ class BackwardBuilder {
 
   void Emit(const proto::OpDesc& op) { *block_->AppendOp().proto() = op; }
 
+  // Gradients are declared in the forward block (for a sub-block: where its control-flow op's
+  // gradient runs the gradient block, so nested gradient blocks see their enclosing gradients).
   void DeclareGradVar(const std::string& grad, const std::string& fwd) {
-    if (block_->FindVar(grad)) return;
-    VarDesc f = block_->FindVarRecursive(fwd);
-    VarDesc g = block_->Var(grad);
+    if (fwd_->FindVar(grad)) return;
+    VarDesc f = fwd_->FindVarRecursive(fwd);
+    VarDesc g = fwd_->Var(grad);
     if (f) {
       g.SetDtype(f.Dtype());
       g.SetDims(f.Dims());

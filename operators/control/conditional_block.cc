@@ -4,9 +4,10 @@
 // The sub-block runs in a scope of its own below the op's scope, so its temporaries stay local
 // while the variables of enclosing blocks (the op's Input and Out, parameters) are found, read
 // and written through the scope chain. That scope is kept in the op's `Scope` output (a
-// STEP_SCOPES variable): the gradient op runs the gradient sub-block that AppendBackward built
-// in a scope below it, where it reads the forward temporaries, and copies each Input's gradient
-// out. When the condition is false the forward op leaves Out untouched and the gradient op
+// STEP_SCOPES variable): the gradient op runs the gradient block that AppendBackward built in
+// that same scope, where it reads the forward temporaries and where the sub-block's declared
+// gradients live (a nested conditional_block's gradient, run in a scope below, reads them), and
+// copies each Input's gradient out. When the condition is false the forward op leaves Out untouched and the gradient op
 // writes zeros, so a parameter used only in a branch some ranks skip still gets a gradient of
 // the right shape on every rank (the transpiler's allreduce needs one).
 #include <cstring>
@@ -20,9 +21,8 @@ namespace {
 
 // What conditional_block keeps in its Scope output.
 struct StepScopes {
-  Scope* parent = nullptr;  // the scope the op ran in; step and grad are below it
-  Scope* step = nullptr;    // where the sub-block ran
-  Scope* grad = nullptr;    // where the gradient block runs (below step)
+  Scope* parent = nullptr;  // the scope the op ran in; step is below it
+  Scope* step = nullptr;    // where the sub-block ran (and its gradient block runs)
   bool ran = false;         // whether the last forward run ran the sub-block
 };
 
@@ -67,7 +67,6 @@ Status ConditionalBlock(const KernelContext& ctx) {
     if (ss->parent && ss->step && ss->parent == here) here->DeleteScope(ss->step);
     ss->parent = here;
     ss->step = &here->NewScope();
-    ss->grad = nullptr;
   }
   return ctx.RunBlock(ctx.Attr<BlockIndex>("sub_block").idx, ss->step);
 }
@@ -100,17 +99,14 @@ Status ConditionalBlockGrad(const KernelContext& ctx) {
     return ctx.Error("the condition holds but the forward conditional_block did not run its "
                      "sub-block in this scope (the condition changed between the forward op and "
                      "its gradient, or the forward op did not run)");
-  if (cond) {
-    if (!ss->grad) ss->grad = &ss->step->NewScope();
-    LOOM_RETURN_IF_ERROR(ctx.RunBlock(ctx.Attr<BlockIndex>("sub_block").idx, ss->grad));
-  }
+  if (cond) LOOM_RETURN_IF_ERROR(ctx.RunBlock(ctx.Attr<BlockIndex>("sub_block").idx, ss->step));
   for (int i = 0; i < ctx.OutputSize("Input@GRAD"); ++i) {
     Tensor* out = ctx.OutputOrNull("Input@GRAD", i);
     if (!out) continue;
     const Tensor& x = ctx.Input("Input", i);
-    // The gradient block declares the gradient of each input it reaches as its own variable,
-    // under the input's gradient name (the op's output may be a renamed contribution).
-    const Variable* g = cond ? ss->grad->FindLocalVar(GradVarName(ctx.InputVarName("Input", i)))
+    // The sub-block declares the gradient of each input it reaches as its own variable, under
+    // the input's gradient name (the op's output may be a renamed contribution).
+    const Variable* g = cond ? ss->step->FindLocalVar(GradVarName(ctx.InputVarName("Input", i)))
                              : nullptr;
     if (g && g->IsType<Tensor>() && g->Get<Tensor>().initialized()) {
       const Tensor& gt = g->Get<Tensor>();

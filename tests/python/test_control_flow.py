@@ -232,3 +232,51 @@ def test_saved_program_with_branches_runs_and_transpiles_in_the_cli(tmp_path):
                     str(dot)], capture_output=True, text=True, check=True)
     text = dot.read_text()
     assert "lhead=cluster_block1" in text and "lhead=cluster_block2" in text
+
+
+@pytest.mark.parametrize("shift", [1.0, 0.2, -1.0])
+def test_nested_cond_gradients_match_finite_differences(shift):
+    # outer: mean(x) > 0 ? (inner: mean(x) > 0.5 ? fc_a(h) : fc_b(h)) : fc_c(2h); the shifts
+    # take the three paths. A nested branch's gradient block reads the gradients of the
+    # enclosing branch.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [6], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="int64")
+        h = fluid.layers.fc(x, 5, act="tanh", name="shared")
+        m = fluid.layers.reduce_mean(x)
+        logits = fluid.layers.cond(
+            m > 0.0,
+            lambda: fluid.layers.cond(m > 0.5, lambda: fluid.layers.fc(h, 3, name="a"),
+                                      lambda: fluid.layers.fc(h, 3, act="tanh", name="b")),
+            lambda: fluid.layers.fc(fluid.layers.scale(h, 2.0), 3, name="c"))
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        pairs = fluid.append_backward(loss)
+    main.verify()
+    taken = {1.0: "a", 0.2: "b", -1.0: "c"}[shift]
+    rng = np.random.RandomState(2)
+    feed = {"x": rng.rand(8, 6) * 0.2 + shift - 0.1,
+            "y": rng.randint(0, 3, size=(8, 1)).astype("int64")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    grads = exe.run(main, feed=feed, fetch_list=[g for _, g in pairs], scope=scope)
+    fwd = main.clone(for_test=True)
+    eps = 1e-6
+    for (p, _), g in zip(pairs, grads):
+        if p.name[0] in "abc" and p.name[0] != taken:
+            assert not g.any(), "%s belongs to a branch not taken" % p.name
+            continue
+        t = scope.find_var(p.name).get_tensor()
+        value = np.array(t)
+        idx = (0,) * value.ndim
+        losses = []
+        for d in (eps, -eps):
+            v = value.copy()
+            v[idx] += d
+            t.set(v, fluid.CPUPlace())
+            losses.append(float(exe.run(fwd, feed=feed, fetch_list=[loss], scope=scope)[0][0]))
+        t.set(value, fluid.CPUPlace())
+        np.testing.assert_allclose(g[idx], (losses[0] - losses[1]) / (2 * eps), atol=1e-7,
+                                   err_msg=p.name)
+        assert g.any(), p.name
