@@ -3,7 +3,8 @@
 // binaries (with broadcasting), matmul, the reductions, transpose, the reshape family, assign,
 // cast, lookup_table, concat / split / stack, slice, gather, top_k (all with their gradients),
 // arg_max, accuracy, dropout (mask statistics and scaling; the CUDA mask is not the CPU's random
-// stream) and the losses (cross_entropy, square_error_cost, squared_l2_norm); the sgd / momentum
+// stream) and the losses (cross_entropy, square_error_cost, squared_l2_norm); the comparison and
+// logical ops and conditional_block with its gradient (a program run on both places); the sgd / momentum
 // / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
 // sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
 // (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "executor/executor.h"
+#include "framework/backward.h"
 #include "framework/device_context.h"
 #include "framework/verifier.h"
 #include "op_test_util.h"
@@ -1047,6 +1049,73 @@ TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
                          std::string(type) + " fp16, fp32 scalars",
                          {"LearningRate", "Beta1Pow", "Beta2Pow"});
     ExpectHalfMatchesCpu(type, ins, outs, {}, std::string(type) + " fp16");
+  }
+}
+
+// Comparisons, logical ops and a conditional_block (forward and gradient) as one program on a
+// CUDA place and on the CPU: h = (mean(x) > 0 and not ...) ? relu(x·w) : 0.5·x·w.
+TEST(CudaCompareTest, CompareLogicalAndConditionalBlockMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  auto declare = [](BlockDesc* blk, const std::string& n, DDim d, DataType dt) {
+    VarDesc v = blk->Var(n);
+    v.SetDims(d);
+    v.SetDtype(dt);
+    return v;
+  };
+  declare(b, "x", DDim{5, 4}, proto::FP32).SetStopGradient(true);
+  VarDesc w = declare(b, "w", DDim{4, 3}, proto::FP32);
+  w.SetPersistable(true);
+  w.SetIsParameter(true);
+  for (const char* n : {"m", "zero", "h", "loss"}) declare(b, n, DDim{}, proto::FP32);
+  for (const char* n : {"pos", "big", "small", "c", "not_c", "either"})
+    declare(b, n, DDim{}, proto::BOOL);
+  b->Var("s1").SetType(proto::VarType::STEP_SCOPES);
+  b->Var("s2").SetType(proto::VarType::STEP_SCOPES);
+  BlockDesc* yes = p.AppendBlock(*b);
+  declare(yes, "t", DDim{}, proto::FP32);
+  yes->AppendOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"t"}}});
+  yes->AppendOp("relu", {{"X", {"t"}}}, {{"Out", {"h"}}});
+  BlockDesc* no = p.AppendBlock(*b);
+  declare(no, "u", DDim{}, proto::FP32);
+  no->AppendOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"u"}}});
+  no->AppendOp("scale", {{"X", {"u"}}}, {{"Out", {"h"}}}, {{"scale", 0.5f}});
+  b->AppendOp("mean", {{"X", {"x"}}}, {{"Out", {"m"}}});
+  b->AppendOp("fill_constant", {}, {{"Out", {"zero"}}},
+              {{"shape", std::vector<int64_t>{1}}, {"value", 0.0f}});
+  b->AppendOp("greater_than", {{"X", {"m"}}, {"Y", {"zero"}}}, {{"Out", {"pos"}}});
+  b->AppendOp("less_equal", {{"X", {"m"}}, {"Y", {"zero"}}}, {{"Out", {"small"}}});
+  b->AppendOp("not_equal", {{"X", {"m"}}, {"Y", {"zero"}}}, {{"Out", {"big"}}});
+  b->AppendOp("logical_and", {{"X", {"pos"}}, {"Y", {"big"}}}, {{"Out", {"c"}}});
+  b->AppendOp("logical_xor", {{"X", {"c"}}, {"Y", {"small"}}}, {{"Out", {"either"}}});
+  b->AppendOp("logical_not", {{"X", {"c"}}}, {{"Out", {"not_c"}}});
+  b->AppendOp("conditional_block", {{"Cond", {"c"}}, {"Input", {"x", "w"}}},
+              {{"Out", {"h"}}, {"Scope", {"s1"}}}, {{"sub_block", BlockIndex{1}}});
+  b->AppendOp("conditional_block", {{"Cond", {"not_c"}}, {"Input", {"x", "w"}}},
+              {{"Out", {"h"}}, {"Scope", {"s2"}}}, {{"sub_block", BlockIndex{2}}});
+  b->AppendOp("mean", {{"X", {"h"}}}, {{"Out", {"loss"}}});
+  ASSERT_TRUE(AppendBackward(&p, "loss").ok());
+  const std::vector<std::string> fetch = {"c", "not_c", "either", "h", "loss", "w@GRAD"};
+  for (double shift : {0.5, -0.5}) {
+    Tensor x = Random(proto::FP32, DDim{5, 4}, 3, shift - 0.3, shift + 0.3);
+    Tensor wv = Random(proto::FP32, DDim{4, 3}, 4, -1, 1);
+    std::vector<std::vector<Tensor>> got;
+    for (Place place : {Place::CPU(), Place::CUDA(0)}) {
+      Scope scope;
+      TensorCopy(wv, place, scope.Var("w")->GetMutable<Tensor>());
+      Executor exe(place);
+      std::vector<Tensor> out;
+      Status st = exe.Run(p, &scope, {{"x", x}}, fetch, &out);
+      ASSERT_TRUE(st.ok()) << place.ToString() << ": " << st.ToString();
+      got.push_back(std::move(out));
+    }
+    EXPECT_EQ(got[0][0].data<bool>()[0], shift > 0);
+    EXPECT_TRUE(got[0][2].data<bool>()[0]);  // c xor (m <= 0): exactly one holds
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(got[1][k].data<bool>()[0], got[0][k].data<bool>()[0]) << fetch[k];
+    for (size_t k = 3; k < fetch.size(); ++k)
+      ExpectClose(got[1][k], got[0][k], 1e-5, fetch[k] + " shift " + std::to_string(shift));
   }
 }
 
