@@ -12,7 +12,7 @@ from .layer_helper import LayerHelper
 
 __all__ = [
     "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "cond",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
 ]
 
 
@@ -196,3 +196,72 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     if not outs:
         return None
     return outs[0] if len(outs) == 1 else outs
+
+
+def case(pred_fn_pairs, default=None, name=None):
+    """Runs the function of the first pair whose predicate holds (Fluid's ``layers.case``).
+
+    pred_fn_pairs: a list or tuple of (pred, fn): pred a one-element bool Variable, fn a
+    callable as for ``cond``. default: the function run when no predicate holds; None: the
+    last pair's function. All functions must return as many variables with the same dtypes.
+    Built as nested ``cond``s, so gradients flow through the function that ran.
+    """
+    if not isinstance(pred_fn_pairs, (list, tuple)) or not pred_fn_pairs:
+        raise TypeError("case: pred_fn_pairs must be a non-empty list or tuple of (pred, fn), "
+                        "got %r" % (pred_fn_pairs,))
+    for i, pair in enumerate(pred_fn_pairs):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not callable(pair[1]):
+            raise TypeError("case: pred_fn_pairs[%d] must be a (pred, fn) pair with a callable "
+                            "fn, got %r" % (i, pair))
+        _check(pair[0], "pred_fn_pairs[%d][0]" % i, "case")
+    if default is None:
+        default = pred_fn_pairs[-1][1]
+    elif not callable(default):
+        raise TypeError("case: default must be callable, got %r" % (default,))
+
+    def chain(i):
+        if i == len(pred_fn_pairs):
+            return default()
+        pred, fn = pred_fn_pairs[i]
+        return cond(pred, fn, lambda: chain(i + 1), name=name)
+
+    return chain(0)
+
+
+def switch_case(branch_index, branch_fns, default=None, name=None):
+    """Runs ``branch_fns[branch_index]`` (Fluid's ``layers.switch_case``).
+
+    branch_index: a one-element int32 or int64 Variable. branch_fns: a list of callables
+    (indices 0, 1, ...), or a dict or list of (index, fn) pairs. default: run when the index
+    matches none; None: the function with the largest index.
+    """
+    _check(branch_index, "branch_index", "switch_case")
+    if branch_index.dtype not in (core.DataType.INT32, core.DataType.INT64):
+        raise TypeError("switch_case: branch_index '%s' must be int32 or int64, got %s"
+                        % (branch_index.name, dtype_name(branch_index.dtype)))
+    if isinstance(branch_fns, dict):
+        items = list(branch_fns.items())
+    elif isinstance(branch_fns, (list, tuple)) and branch_fns and all(
+            callable(f) for f in branch_fns):
+        items = list(enumerate(branch_fns))
+    elif isinstance(branch_fns, (list, tuple)) and branch_fns:
+        items = list(branch_fns)
+    else:
+        raise TypeError("switch_case: branch_fns must be a non-empty list of callables or of "
+                        "(index, fn) pairs, or a dict, got %r" % (branch_fns,))
+    seen = set()
+    for pair in items:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or \
+                not isinstance(pair[0], int) or not callable(pair[1]):
+            raise TypeError("switch_case: each branch must be (int index, callable), got %r"
+                            % (pair,))
+        if pair[0] in seen:
+            raise ValueError("switch_case: index %d appears twice" % pair[0])
+        seen.add(pair[0])
+    items.sort(key=lambda kv: kv[0])
+    if default is None:
+        default = items[-1][1]
+    from . import layers
+    pairs = [(equal(branch_index, layers.fill_constant([1], dtype_name(branch_index.dtype), k)),
+              fn) for k, fn in items]
+    return case(pairs, default, name=name)

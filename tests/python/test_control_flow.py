@@ -280,3 +280,37 @@ def test_nested_cond_gradients_match_finite_differences(shift):
         np.testing.assert_allclose(g[idx], (losses[0] - losses[1]) / (2 * eps), atol=1e-7,
                                    err_msg=p.name)
         assert g.any(), p.name
+
+
+def test_case_and_switch_case_pick_one_branch():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [1], append_batch_size=False)
+        k = fluid.layers.data("k", [1], dtype="int64", append_batch_size=False)
+        by_case = fluid.layers.case(
+            [(x < 0.0, lambda: fluid.layers.scale(x, 10.0)),
+             (x < 1.0, lambda: fluid.layers.scale(x, 20.0))],
+            default=lambda: fluid.layers.scale(x, 30.0))
+        by_last = fluid.layers.case([(x < 0.0, lambda: fluid.layers.scale(x, 10.0)),
+                                     (x < 1.0, lambda: fluid.layers.scale(x, 20.0))])
+        by_index = fluid.layers.switch_case(
+            k, {0: lambda: fluid.layers.scale(x, 1.0), 3: lambda: fluid.layers.scale(x, 3.0),
+                1: lambda: fluid.layers.scale(x, 2.0)})
+        by_list = fluid.layers.switch_case(
+            k, [lambda: fluid.layers.scale(x, 1.0), lambda: fluid.layers.scale(x, 2.0)],
+            default=lambda: fluid.layers.scale(x, -1.0))
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    for xv, kv, want in ((-2.0, 0, (-20, -20, -2, -2)), (0.5, 1, (10, 10, 1, 1)),
+                         (3.0, 3, (90, 60, 9, -3)), (3.0, 7, (90, 60, 9, -3))):
+        got = exe.run(main, feed={"x": np.array([xv], "float32"), "k": np.array([kv], "int64")},
+                      fetch_list=[by_case, by_last, by_index, by_list], scope=scope)
+        np.testing.assert_allclose([g[0] for g in got], want, err_msg="x=%s k=%s" % (xv, kv))
+    with fluid.program_guard(main, startup):
+        with pytest.raises(TypeError, match="must be int32 or int64"):
+            fluid.layers.switch_case(x, [lambda: x])
+        with pytest.raises(ValueError, match="index 1 appears twice"):
+            fluid.layers.switch_case(k, [(1, lambda: x), (1, lambda: x)])
+        with pytest.raises(TypeError, match=r"pred_fn_pairs\[0\]"):
+            fluid.layers.case([(x < 0.0, 3)])
