@@ -1,5 +1,7 @@
 // reduce_sum, reduce_mean, reduce_max over a set of dims (or all), with keep_dim.
+#include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "operators/common.h"
 
@@ -72,7 +74,61 @@ struct ReduceIndexer {
   }
 };
 
+// x viewed as [pre, mid, post] with the mid dims reduced: the reduced dims form one contiguous
+// run (all dims, leading or trailing dims, or a middle run; dims of size 1 join either side).
+// Other masks (e.g. dims 0 and 2 of 3) go through ReduceIndexer.
+struct ContiguousReduce {
+  int64_t pre = 1, mid = 1, post = 1;
+  static std::optional<ContiguousReduce> Plan(const DDim& x, const std::vector<bool>& mask) {
+    ContiguousReduce r;
+    int stage = 0;  // 0: before the reduced run, 1: inside it, 2: after it
+    for (int k = 0; k < x.size(); ++k) {
+      if (x[k] == 1) continue;
+      if (mask[k]) {
+        if (stage == 2) return std::nullopt;
+        stage = 1;
+        r.mid *= x[k];
+      } else {
+        if (stage == 1) stage = 2;
+        (stage == 0 ? r.pre : r.post) *= x[k];
+      }
+    }
+    return r;
+  }
+};
+
 enum class Kind { kSum, kMean, kMax };
+
+template <typename T, Kind K>
+T Fold(T a, T b) {
+  return K == Kind::kMax ? std::max(a, b) : a + b;
+}
+
+// o[p, q] = fold over k of in[p, k, q], o already holding the fold's identity.
+template <typename T, Kind K>
+void ReduceContiguous(const ContiguousReduce& r, const T* in, T* o) {
+  for (int64_t p = 0; p < r.pre; ++p) {
+    const T* ip = in + p * r.mid * r.post;
+    T* op = o + p * r.post;
+    if (r.post == 1) {
+      // Eight independent partial folds: the loop vectorizes, and sums lose less precision.
+      T acc[8];
+      std::fill(acc, acc + 8, op[0]);
+      int64_t k = 0;
+      for (; k + 8 <= r.mid; k += 8)
+        for (int l = 0; l < 8; ++l) acc[l] = Fold<T, K>(acc[l], ip[k + l]);
+      for (; k < r.mid; ++k) acc[0] = Fold<T, K>(acc[0], ip[k]);
+      T total = acc[0];
+      for (int l = 1; l < 8; ++l) total = Fold<T, K>(total, acc[l]);
+      op[0] = total;
+    } else {
+      for (int64_t k = 0; k < r.mid; ++k) {
+        const T* row = ip + k * r.post;
+        for (int64_t q = 0; q < r.post; ++q) op[q] = Fold<T, K>(op[q], row[q]);
+      }
+    }
+  }
+}
 
 template <typename T, Kind K>
 Status ReduceKernel(const KernelContext& ctx) {
@@ -84,10 +140,11 @@ Status ReduceKernel(const KernelContext& ctx) {
   T* o = out->mutable_data<T>(ctx.place());
   std::fill(o, o + out->numel(), K == Kind::kMax ? std::numeric_limits<T>::lowest() : T(0));
   const T* in = x.data<T>();
-  ix.ForEach([&](int64_t i, int64_t j) {
-    if (K == Kind::kMax) o[j] = std::max(o[j], in[i]);
-    else o[j] += in[i];
-  });
+  if (auto plan = ContiguousReduce::Plan(x.dims(), mask.value())) {
+    ReduceContiguous<T, K>(*plan, in, o);
+  } else {
+    ix.ForEach([&](int64_t i, int64_t j) { o[j] = Fold<T, K>(o[j], in[i]); });
+  }
   if (K == Kind::kMean && ix.groups > 0)
     for (int64_t j = 0, j_end = out->numel(); j < j_end; ++j) o[j] /= static_cast<T>(ix.groups);
   return Status::OK();
@@ -107,10 +164,19 @@ Status ReduceGradKernel(const KernelContext& ctx) {
   const T* out = K == Kind::kMax ? ctx.Input("Out").data<T>() : nullptr;
   T* o = dx->mutable_data<T>(ctx.place());
   T scale = K == Kind::kMean ? T(1) / static_cast<T>(ix.groups ? ix.groups : 1) : T(1);
-  ix.ForEach([&](int64_t i, int64_t j) {
+  auto one = [&](int64_t i, int64_t j) {
     if (K == Kind::kMax) o[i] = in[i] == out[j] ? g[j] : T(0);
     else o[i] = g[j] * scale;
-  });
+  };
+  if (auto plan = ContiguousReduce::Plan(x.dims(), mask.value())) {
+    for (int64_t p = 0; p < plan->pre; ++p)
+      for (int64_t k = 0; k < plan->mid; ++k) {
+        int64_t base = (p * plan->mid + k) * plan->post, j0 = p * plan->post;
+        for (int64_t q = 0; q < plan->post; ++q) one(base + q, j0 + q);
+      }
+  } else {
+    ix.ForEach(one);
+  }
   return Status::OK();
 }
 

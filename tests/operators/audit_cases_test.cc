@@ -4,7 +4,10 @@
 // concat with an empty input, and attribute errors that must name the op and the attribute.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
 #include <random>
 
 #include "framework/verifier.h"
@@ -264,6 +267,49 @@ TEST(AttrErrorTest, BadAttributesNameOpAndAttribute) {
   drop.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Out").Output("Mask")
       .Attr("dropout_prob", 1.5f);
   ExpectError(VerifyProgram(drop.BuildProgram()), {"dropout", "dropout_prob"});
+}
+
+}  // namespace
+}  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// Larger odd shapes: the contiguous fast paths (all dims, leading, trailing, middle runs, with
+// size-1 dims) and the general indexer (split runs) against a float64 reference.
+TEST(ReduceCasesTest, ContiguousAndSplitRunsMatchAReference) {
+  const DDim dims{3, 1, 37, 5};
+  Tensor x = Random(proto::FP64, dims, 77, -1, 1);
+  std::vector<double> xv = Values(x);
+  for (std::vector<int> dim : std::vector<std::vector<int>>{
+           {0, 1, 2, 3}, {0}, {2, 3}, {3}, {1, 2}, {2}, {0, 2}, {0, 3}, {1}}) {
+    std::vector<bool> red(4, false);
+    for (int d : dim) red[d] = true;
+    for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
+      OpTest t(type);
+      t.Input("X", x).Output("Out").Attr("dim", dim).Attr("keep_dim", true);
+      auto out = t.Forward();
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      const Tensor& o = out.value()["Out"];
+      std::map<int64_t, std::vector<double>> groups;
+      for (int64_t a = 0; a < 3; ++a)
+        for (int64_t c = 0; c < 37; ++c)
+          for (int64_t d = 0; d < 5; ++d) {
+            int64_t oa = red[0] ? 0 : a, oc = red[2] ? 0 : c, od = red[3] ? 0 : d;
+            int64_t key = (oa * (red[2] ? 1 : 37) + oc) * (red[3] ? 1 : 5) + od;
+            groups[key].push_back(xv[(a * 37 + c) * 5 + d]);
+          }
+      ASSERT_EQ(o.numel(), static_cast<int64_t>(groups.size())) << type;
+      for (const auto& [key, vals] : groups) {
+        double want = std::string(type) == "reduce_max"
+                          ? *std::max_element(vals.begin(), vals.end())
+                          : std::accumulate(vals.begin(), vals.end(), 0.0);
+        if (std::string(type) == "reduce_mean") want /= vals.size();
+        EXPECT_NEAR(o.data<double>()[key], want, 1e-12) << type << " key " << key;
+      }
+      if (dim.size() < 4) EXPECT_EQ(t.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "") << type;
+    }
+  }
 }
 
 }  // namespace
