@@ -1,5 +1,6 @@
 #include "framework/backward.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,27 +34,56 @@ std::string ForwardName(const std::string& grad) {
 class BackwardBuilder {
  public:
   BackwardBuilder(BlockDesc* fwd, BlockDesc* out, std::set<std::string> no_grad,
-                  std::unordered_set<std::string> needs_grad = {})
-      : fwd_(fwd), block_(out), no_grad_(std::move(no_grad)), needs_grad_(std::move(needs_grad)) {}
+                  std::unordered_set<std::string> needs_grad = {}, bool loop = false)
+      : fwd_(fwd), block_(out), no_grad_(std::move(no_grad)), needs_grad_(std::move(needs_grad)),
+        loop_(loop) {}
 
   // The gradient block of a sub-block. seeds: the gradients of the variables the sub-block
-  // writes for enclosing blocks; they exist outside and are only read here.
+  // writes for enclosing blocks. They are only read here: under their own names (they exist
+  // outside), or in a loop under "<seed>@SEED", declared in the sub-block, which the grad op
+  // fills for each iteration.
   Status BuildSubBlock(const std::vector<std::string>& seeds) {
     for (const auto& s : seeds) {
-      contributions_[s] = {s};
-      external_.insert(s);
+      std::string read = s;
+      if (loop_) {
+        read = s + kSeedSuffix;
+        DeclareGradVar(s, ForwardName(s));
+        DeclareLike(read, s);
+      }
+      contributions_[s] = {read};
+      external_.insert(read);
     }
     for (int i = 0; i < fwd_->OpSize(); ++i) MarkOutputsOf(fwd_->Op(i));
     for (int i = fwd_->OpSize() - 1; i >= 0; --i) LOOM_RETURN_IF_ERROR(ProcessForwardOp(i));
+    // Every gradient the block computes ends under its own name, where the grad op reads it: a
+    // sum of its pieces, or its one piece renamed back (a piece written after the name was
+    // ended has a fresh name).
     for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
-                                                                       contributions_.end()))
-      FlushSum(kv.first);
+                                                                       contributions_.end())) {
+      const std::string& grad = kv.first;
+      const auto& pieces = kv.second;
+      if (pieces.size() >= 2) {
+        FlushSum(grad);
+      } else if (pieces.size() == 1 && pieces[0] != grad && !external_.count(pieces[0])) {
+        for (int i = block_->OpSize() - 1; i >= 0; --i) {
+          OpDesc op = block_->Op(i);
+          const auto outs = op.OutputArgumentNames();
+          if (std::find(outs.begin(), outs.end(), pieces[0]) == outs.end()) continue;
+          op.RenameOutput(pieces[0], grad);
+          break;
+        }
+        DeclareGradVar(grad, ForwardName(grad));
+        contributions_[grad] = {grad};
+      }
+    }
     return Status::OK();
   }
 
   // Whether the gradient ops written so far produce grad (a gradient block's result).
   bool Produces(const std::string& grad) const {
-    return contributions_.count(grad) > 0 && !external_.count(grad);
+    auto it = contributions_.find(grad);
+    return it != contributions_.end() &&
+           !(it->second.size() == 1 && external_.count(it->second[0]));
   }
 
   StatusOr<std::vector<ParamGrad>> Build(const std::string& loss) {
@@ -151,7 +181,18 @@ class BackwardBuilder {
       has_out_grad |= contributions_.count(GradVarName(out)) > 0;
     bool wants_in_grad = false;
     for (const auto& in : fwd.InputArgumentNames()) wants_in_grad |= needs_grad_.count(in) > 0;
-    if (!has_out_grad || !wants_in_grad) return Status::OK();
+    // A write ends the gradient of the value it overwrites: contributions made afterwards (by
+    // the grad ops of earlier readers, or by this op's own for an input it overwrites in place,
+    // such as a while's loop state) belong to the previous value. A conditional_block may
+    // leave its outputs as they were, so it ends nothing (its alternatives all read them).
+    const OpInfo* fwd_info = OpRegistry::Global().Find(fwd.Type());
+    bool conditional = fwd.HasAttr("sub_block") && !(fwd_info && fwd_info->repeats_sub_block);
+    if (!conditional)
+      for (const auto& out : fwd.OutputArgumentNames()) kill_.push_back(GradVarName(out));
+    if (!has_out_grad || !wants_in_grad) {
+      Kill();
+      return Status::OK();
+    }
     const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
     std::string where = OpLocation(fwd.Type(), fwd_->Idx(), index);
     if (!info) return NotFound(where, ": unknown op type");
@@ -161,8 +202,32 @@ class BackwardBuilder {
                            "mark its inputs stop_gradient or add them to no_grad_set");
     std::vector<proto::OpDesc> grads = info->grad_maker(fwd);
     if (fwd.HasAttr("sub_block")) LOOM_RETURN_IF_ERROR(BuildGradBlock(fwd, where, &grads));
-    for (proto::OpDesc& g : grads) LOOM_RETURN_IF_ERROR(AddGradOp(&g, where));
+    std::vector<bool> keep(grads.size(), false);
+    for (size_t k = 0; k < grads.size(); ++k) {
+      bool kept = false;
+      LOOM_RETURN_IF_ERROR(PrepareGradOp(&grads[k], where, &kept));
+      keep[k] = kept;
+    }
+    // What the grad ops write now is the gradient of the values before the forward op's
+    // writes (for an input it overwrites in place, the old value's).
+    Kill();
+    for (size_t k = 0; k < grads.size(); ++k)
+      if (keep[k]) LOOM_RETURN_IF_ERROR(FinishGradOp(&grads[k], where));
     return Status::OK();
+  }
+
+  // Ends the gradients queued in kill_ (see ProcessForwardOp). The next contribution to one
+  // gets a fresh name: the killing grad op may have read the old one.
+  void Kill() {
+    for (const auto& g : kill_) {
+      if (contributions_.erase(g)) retired_.insert(g);
+      first_writer_.erase(g);
+    }
+    kill_.clear();
+  }
+
+  std::string FreshName(const std::string& grad) {
+    return StrCat(grad, kRenameInfix, renames_[grad]++);
   }
 
   // A control-flow op: differentiates its sub-block into a new gradient block, points the grad
@@ -184,7 +249,8 @@ class BackwardBuilder {
       seeds.push_back(g);
     }
     BlockDesc* gblock = program->AppendBlock(*sub);
-    BackwardBuilder inner(sub, gblock, no_grad_, needs_grad_);
+    const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
+    BackwardBuilder inner(sub, gblock, no_grad_, needs_grad_, info && info->repeats_sub_block);
     Status st = inner.BuildSubBlock(seeds);
     if (!st.ok()) return st;
     for (proto::OpDesc& g : *grads) {
@@ -200,7 +266,11 @@ class BackwardBuilder {
     return Status::OK();
   }
 
-  Status AddGradOp(proto::OpDesc* g, const std::string& fwd_where) {
+  // A grad op in two steps, so that every grad op of one forward op reads the gradients of its
+  // outputs before the forward op's writes end them (Kill): PrepareGradOp drops the outputs
+  // nobody needs (*keep: whether any is left) and resolves the inputs, emitting the sums and
+  // zero fills they need; FinishGradOp names the outputs and emits the op.
+  Status PrepareGradOp(proto::OpDesc* g, const std::string& fwd_where, bool* keep) {
     OpDesc op(g);
     const OpInfo* ginfo = OpRegistry::Global().Find(op.Type());
     if (!ginfo)
@@ -226,6 +296,7 @@ class BackwardBuilder {
         op.SetOutput(slot, kept);
       }
     }
+    *keep = any_output;
     if (!any_output) return Status::OK();
     // Inputs: grads that exist are read (summing pending contributions first); missing ones
     // are dropped from dispensable slots or zero-filled.
@@ -240,7 +311,7 @@ class BackwardBuilder {
         }
         if (contributions_.count(name)) {
           FlushSum(name);
-          kept.push_back(name);
+          kept.push_back(contributions_[name][0]);  // name, or a loop's seed
         } else if (spec && spec->dispensable) {
           continue;
         } else {
@@ -258,6 +329,11 @@ class BackwardBuilder {
       if (kept.empty()) op.RemoveInput(slot);
       else op.SetInput(slot, kept);
     }
+    return Status::OK();
+  }
+
+  Status FinishGradOp(proto::OpDesc* g, const std::string& fwd_where) {
+    OpDesc op(g);
     // Output grads: rename when a gradient gets its second (third, ...) contribution.
     int op_index = block_->OpSize();
     for (const auto& slot : op.OutputSlots()) {
@@ -271,17 +347,17 @@ class BackwardBuilder {
                                "enclosing block is also read inside it); give it its own "
                                "variable inside the sub-block");
         auto& list = contributions_[name];
-        if (list.empty()) {
+        if (list.empty() && !retired_.count(name)) {
           list.push_back(name);
           first_writer_[name] = op_index;
         } else {
           if (list.size() == 1 && list[0] == name) {
-            std::string renamed = StrCat(name, kRenameInfix, 0);
+            std::string renamed = FreshName(name);
             block_->Op(first_writer_[name]).RenameOutput(name, renamed);
             DeclareGradVar(renamed, ForwardName(name));
             list[0] = renamed;
           }
-          std::string renamed = StrCat(name, kRenameInfix, list.size());
+          std::string renamed = FreshName(name);
           DeclareGradVar(renamed, ForwardName(name));
           list.push_back(renamed);
           name = renamed;
@@ -326,6 +402,17 @@ class BackwardBuilder {
 
   // Gradients are declared in the forward block (for a sub-block: where its control-flow op's
   // gradient runs the gradient block, so nested gradient blocks see their enclosing gradients).
+  // name, declared in the forward block like the variable `like` (resolved from there).
+  void DeclareLike(const std::string& name, const std::string& like) {
+    if (fwd_->FindVar(name)) return;
+    VarDesc f = fwd_->FindVarRecursive(like);
+    VarDesc v = fwd_->Var(name);
+    if (f) {
+      v.SetDtype(f.Dtype());
+      v.SetDims(f.Dims());
+    }
+  }
+
   void DeclareGradVar(const std::string& grad, const std::string& fwd) {
     if (fwd_->FindVar(grad)) return;
     VarDesc f = fwd_->FindVarRecursive(fwd);
@@ -347,6 +434,10 @@ class BackwardBuilder {
   std::vector<std::pair<std::string, int>> final_writer_order_;
   // Gradients that come from enclosing blocks (read-only here).
   std::unordered_set<std::string> external_;
+  bool loop_ = false;              // a sub-block run repeatedly (see backward.h)
+  std::vector<std::string> kill_;  // gradients the current forward op's writes end
+  std::unordered_set<std::string> retired_;               // gradients ended at least once
+  std::unordered_map<std::string, int> renames_;          // renamed contributions per gradient
 };
 
 }  // namespace

@@ -181,6 +181,11 @@ OpRegistrar& OpRegistrar::InferShape(InferShapeFn fn) {
   return *this;
 }
 
+OpRegistrar& OpRegistrar::RepeatsSubBlock() {
+  info_->repeats_sub_block = true;
+  return *this;
+}
+
 OpRegistrar& OpRegistrar::GradMaker(GradMakerFn fn) {
   info_->grad_maker = fn;
   return *this;

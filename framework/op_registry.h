@@ -118,6 +118,7 @@ class KernelContext {
   virtual Status RunBlock(int block, Scope* scope) const = 0;
   // The name of the variable bound to a slot ("" when absent).
   virtual std::string InputVarName(const std::string& slot, int i = 0) const = 0;
+  virtual std::string OutputVarName(const std::string& slot, int i = 0) const = 0;
 
   const Tensor& Input(const std::string& slot, int i = 0) const;
   Tensor* Output(const std::string& slot, int i = 0) const;
@@ -161,6 +162,10 @@ struct OpInfo {
   std::vector<AttrSpec> attrs;
   InferShapeFn infer_shape = nullptr;
   GradMakerFn grad_maker = nullptr;
+  // A control-flow op that runs its sub-block repeatedly (while): backward builds its gradient
+  // block for one iteration, with the gradients of the variables it carries from one
+  // iteration to the next passed in under seed names (backward.h).
+  bool repeats_sub_block = false;
   // The slot whose dtype selects the kernel (default: the first input; none: attr "dtype").
   std::string kernel_dtype_slot;
   std::map<KernelKey, KernelFn> kernels;
@@ -213,6 +218,7 @@ class OpRegistrar {
   }
   OpRegistrar& InferShape(InferShapeFn fn);
   OpRegistrar& GradMaker(GradMakerFn fn);
+  OpRegistrar& RepeatsSubBlock();
   OpRegistrar& KernelDtypeFrom(const std::string& slot);
   OpRegistrar& Kernel(Place::Kind place, DataType dtype, KernelFn fn);
 

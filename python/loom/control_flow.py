@@ -13,6 +13,7 @@ from .layer_helper import LayerHelper
 __all__ = [
     "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
+    "while_loop",
 ]
 
 
@@ -265,3 +266,65 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     pairs = [(equal(branch_index, layers.fill_constant([1], dtype_name(branch_index.dtype), k)),
               fn) for k, fn in items]
     return case(pairs, default, name=name)
+
+
+def while_loop(cond, body, loop_vars, is_test=False, max_iterations=1000000, name=None):
+    """Repeats ``loop_vars = body(*loop_vars)`` while ``cond(*loop_vars)`` holds (Fluid's
+    ``layers.while_loop``).
+
+    cond: a callable returning a one-element bool Variable. body: a callable returning as many
+    Variables as loop_vars (the next values; returning a loop variable itself keeps it).
+    loop_vars: a list or tuple of Variables of the enclosing block (the loop state). The body
+    runs in a sub-block of the program; it may read any variable of the enclosing blocks
+    (parameters included: their gradients are summed over the iterations).
+
+    Returns the final values of the loop variables, as new Variables (the ones passed in keep
+    their values). is_test: keep nothing for a
+    gradient (``Program.clone(for_test=True)`` sets it). A loop still running after
+    max_iterations iterations ends in an error instead of hanging.
+    """
+    if not callable(cond) or not callable(body):
+        raise TypeError("while_loop: cond and body must be callable, got %r and %r"
+                        % (cond, body))
+    if not isinstance(loop_vars, (list, tuple)) or not loop_vars:
+        raise TypeError("while_loop: loop_vars must be a non-empty list or tuple of Variables, "
+                        "got %r" % (loop_vars,))
+    for i, v in enumerate(loop_vars):
+        _check(v, "loop_vars[%d]" % i, "while_loop")
+    # The loop overwrites its state: start from copies, so the values the caller passed in
+    # (which ops before the loop may need for their gradients) stay as they were.
+    from . import layers
+    loop_vars = [layers.assign(v) for v in loop_vars]
+    pre_cond = cond(*loop_vars)
+    _check(pre_cond, "cond(*loop_vars)", "while_loop")
+    if pre_cond.dtype != core.DataType.BOOL:
+        raise TypeError("while_loop: cond must return a bool Variable, got %s"
+                        % dtype_name(pre_cond.dtype))
+    program = default_main_program()
+    parent = program.current_block()
+    helper = LayerHelper("while_loop", name=name)
+    block = program._create_block()
+    try:
+        outs = body(*loop_vars)
+        outs = _as_list(outs, "body")
+        if len(outs) != len(loop_vars):
+            raise ValueError("while_loop: body returns %d variable(s) for %d loop_vars"
+                             % (len(outs), len(loop_vars)))
+        for i, (o, v) in enumerate(zip(outs, loop_vars)):
+            if o.dtype != v.dtype:
+                raise TypeError("while_loop: body's output %d is %s, loop_vars[%d] ('%s') is %s"
+                                % (i, dtype_name(o.dtype), i, v.name, dtype_name(v.dtype)))
+            if o.name != v.name:
+                block.append_op("assign", inputs={"X": o}, outputs={"Out": v})
+        now = cond(*loop_vars)
+        block.append_op("assign", inputs={"X": now}, outputs={"Out": pre_cond})
+    finally:
+        program._rollback()
+    reads, writes = _outer_reads_writes(block)
+    steps = parent.create_var(name=unique_name.generate(helper.name + ".steps"),
+                              type=core.VarType.STEP_SCOPES, stop_gradient=True)
+    parent.append_op("while", inputs={"X": reads, "Condition": pre_cond},
+                     outputs={"Out": writes, "StepScopes": steps},
+                     attrs={"sub_block": block.idx, "is_test": bool(is_test),
+                            "max_iterations": int(max_iterations)})
+    return loop_vars
