@@ -314,3 +314,83 @@ def test_case_and_switch_case_pick_one_branch():
             fluid.layers.switch_case(k, [(1, lambda: x), (1, lambda: x)])
         with pytest.raises(TypeError, match=r"pred_fn_pairs\[0\]"):
             fluid.layers.case([(x < 0.0, 3)])
+
+
+def build_rnn(steps, unrolled=False, dtype="float64"):
+    """h = tanh(fc(x)); then `steps` times h = tanh(h @ cell.w) (a while_loop, or written out);
+    loss = mean(h^2)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype=dtype)
+        h = fluid.layers.fc(x, 4, act="tanh", name="enc")
+        cell = fluid.ParamAttr(name="cell.w")
+        if unrolled:
+            for _ in range(steps):
+                h = fluid.layers.fc(h, 4, act="tanh", param_attr=cell, bias_attr=False)
+        else:
+            i = fluid.layers.fill_constant([1], "int64", 0)
+            n = fluid.layers.fill_constant([1], "int64", steps)
+
+            def body(i, h):
+                return [fluid.layers.increment(i, in_place=False),
+                        fluid.layers.fc(h, 4, act="tanh", param_attr=cell, bias_attr=False)]
+
+            i, h = fluid.layers.while_loop(lambda i, h: fluid.layers.less_than(i, n), body,
+                                           [i, h])
+        loss = fluid.layers.mean(fluid.layers.square(h))
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("steps", [3, 1, 0])
+def test_while_loop_gradients_equal_the_loop_written_out(steps):
+    main, startup, loss = build_rnn(steps)
+    pairs = dict((p.name, g.name) for p, g in fluid.append_backward(loss, ))
+    main.verify()
+    assert {"enc.w_0", "enc.b_0", "cell.w"} <= set(pairs)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    init = {n: np.array(scope.find_var(n).get_tensor()) for n in pairs}
+    feed = {"x": np.random.RandomState(0).randn(5, 4)}
+    got = exe.run(main, feed=feed, fetch_list=[loss] + list(pairs.values()), scope=scope)
+    got = dict(zip(["loss"] + list(pairs), got))
+    flat_main, flat_startup, flat_loss = build_rnn(steps, unrolled=True)
+    flat_pairs = dict((p.name, g.name) for p, g in fluid.append_backward(flat_loss))
+    want, _ = run(flat_main, flat_startup, feed, [flat_loss] + list(flat_pairs.values()),
+                  {n: v for n, v in init.items() if n in flat_pairs})
+    want = dict(zip(["loss"] + list(flat_pairs), want))
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-12)
+    for name in pairs:
+        if name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-14,
+                                       err_msg=name)
+        else:  # cell.w with no iteration
+            assert steps == 0 and not got[name].any(), name
+    # Training twice in the same scope reuses nothing stale.
+    again = exe.run(main, feed=feed, fetch_list=[pairs["cell.w"]], scope=scope)[0]
+    np.testing.assert_array_equal(again, got["cell.w"])
+
+
+def test_while_loop_in_test_mode_and_its_limits():
+    main, startup, loss = build_rnn(4, dtype="float32")
+    test = main.clone(for_test=True)
+    assert any(op.type == "while" and op.attr("is_test") for op in test.global_block().ops)
+    feed = {"x": np.random.RandomState(1).randn(3, 4).astype("float32")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    train_loss, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    test_loss, = exe.run(test, feed=feed, fetch_list=[loss], scope=scope)
+    np.testing.assert_allclose(test_loss, train_loss, rtol=1e-6)
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        forever = fluid.layers.while_loop(lambda i: i >= 0, lambda i: [i], [i],
+                                          max_iterations=50)[0]
+        with pytest.raises(ValueError, match="body returns 2 variable"):
+            fluid.layers.while_loop(lambda i: i >= 0, lambda i: [i, i], [i])
+        with pytest.raises(TypeError, match="must return a bool"):
+            fluid.layers.while_loop(lambda i: i, lambda i: [i], [i])
+    with pytest.raises(Exception, match="still holds after 50 iterations"):
+        run(main, startup, {}, [forever])

@@ -18,6 +18,20 @@ def build(model, opt, seed=7, clip_norm=None):
             h = fluid.layers.fc(x, 16, act="relu")
             h = fluid.layers.fc(h, 8, act="tanh")
             logits = fluid.layers.fc(h, 4)
+        elif model == "rnn":
+            # A recurrent cell applied three times by a while loop (one shared parameter).
+            x = fluid.layers.data("x", [12])
+            h = fluid.layers.fc(x, 8, act="tanh")
+            i = fluid.layers.fill_constant([1], "int64", 0)
+            n = fluid.layers.fill_constant([1], "int64", 3)
+            cell = fluid.ParamAttr(name="cell.w")
+            i, h = fluid.layers.while_loop(
+                lambda i, h: fluid.layers.less_than(i, n),
+                lambda i, h: [fluid.layers.increment(i, in_place=False),
+                              fluid.layers.fc(h, 8, act="tanh", param_attr=cell,
+                                              bias_attr=False)],
+                [i, h])
+            logits = fluid.layers.fc(h, 4)
         elif model in ("cond", "cond_data"):
             # Two branches with their own parameters: on a step counter (the same on every
             # rank: the first half of the steps take one branch) or on each rank's own batch.
@@ -152,6 +166,24 @@ def test_programs_with_branches_train_like_one_device(opt, mode):
         for fuse in (True, False):
             ranks, _ = data_parallel("cond", opt, data, init, places, mode, "auto", fuse)
             what = "cond/%s/%s places=%d fuse=%s" % (opt, mode, places, fuse)
+            for r in range(1, places):
+                for name in ranks[0]:
+                    np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
+                                                  err_msg="%s: rank %d" % (what, r))
+            assert_close(ranks[0], want, what)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam"])
+@pytest.mark.parametrize("mode", ["allreduce", "owner"])
+def test_programs_with_loops_train_like_one_device(opt, mode):
+    # The while loop's parameter gets the sum of its per-iteration gradients on each rank,
+    # synchronized like the others.
+    data, init, want = ref_for("rnn", opt, 12)
+    assert np.abs(want["cell.w"] - init["cell.w"]).max() > 1e-3, "the loop's parameter trains"
+    for places in (1, 2, 3, 4):
+        for fuse in (True, False):
+            ranks, _ = data_parallel("rnn", opt, data, init, places, mode, "auto", fuse)
+            what = "rnn/%s/%s places=%d fuse=%s" % (opt, mode, places, fuse)
             for r in range(1, places):
                 for name in ranks[0]:
                     np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
