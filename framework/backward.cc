@@ -336,9 +336,11 @@ class BackwardBuilder {
     OpDesc op(g);
     // Output grads: rename when a gradient gets its second (third, ...) contribution.
     int op_index = block_->OpSize();
+    std::vector<std::pair<std::string, std::vector<std::string>>> done;  // slots named so far
     for (const auto& slot : op.OutputSlots()) {
       std::vector<std::string> args = op.Output(slot);
-      for (auto& name : args) {
+      for (size_t k = 0; k < args.size(); ++k) {
+        std::string& name = args[k];
         if (!EndsWithGrad(name)) continue;
         if (external_.count(name))
           return Unimplemented("AppendBackward: ", fwd_where, " adds to the gradient '", name,
@@ -353,7 +355,15 @@ class BackwardBuilder {
         } else {
           if (list.size() == 1 && list[0] == name) {
             std::string renamed = FreshName(name);
-            block_->Op(first_writer_[name]).RenameOutput(name, renamed);
+            if (first_writer_[name] == op_index) {
+              // This op wrote it first (x * x): rename among the outputs named so far.
+              for (auto& [s, names] : done)
+                std::replace(names.begin(), names.end(), name, renamed);
+              std::replace(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(k), name,
+                           renamed);
+            } else {
+              block_->Op(first_writer_[name]).RenameOutput(name, renamed);
+            }
             DeclareGradVar(renamed, ForwardName(name));
             list[0] = renamed;
           }
@@ -365,8 +375,9 @@ class BackwardBuilder {
         DeclareGradVar(name, ForwardName(name.substr(0, name.find(kRenameInfix))));
         SetFinalWriter(name.substr(0, name.find(kRenameInfix)), op_index);
       }
-      op.SetOutput(slot, args);
+      done.emplace_back(slot, args);
     }
+    for (const auto& [slot, names] : done) op.SetOutput(slot, names);
     op.RemoveAttr(kOpRoleVarAttr);
     op.SetRole(kOpRoleBackward);
     Emit(*g);

@@ -156,5 +156,25 @@ TEST(BackwardTest, ClearErrors) {
   EXPECT_NE(int_loss.status().message().find("floating point"), std::string::npos);
 }
 
+// One grad op writing two contributions to one gradient (x * x): both kept and summed.
+TEST(BackwardTest, AnOpReadingOneVariableTwiceGetsBothContributions) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  DeclareVar(b, "x", DDim{2, 3}, proto::FP64, true);
+  for (const char* n : {"sq", "loss"}) DeclareVar(b, n, DDim{}, proto::FP64);
+  b->AppendOp("elementwise_mul", {{"X", {"x"}}, {"Y", {"x"}}}, {{"Out", {"sq"}}});
+  b->AppendOp("mean", {{"X", {"sq"}}}, {{"Out", {"loss"}}});
+  ASSERT_TRUE(AppendBackward(&p, "loss").ok());
+  ASSERT_TRUE(VerifyProgram(p).ok()) << VerifyProgram(p).ToString();
+  Scope scope;
+  Tensor x = RandomTensor(proto::FP64, DDim{2, 3}, 3);
+  *scope.Var("x")->GetMutable<Tensor>() = x;
+  Executor exe(Place::CPU());
+  std::vector<Tensor> g;
+  ASSERT_TRUE(exe.Run(p, &scope, {}, {"x@GRAD"}, &g).ok());
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(g[0].data<double>()[i], 2 * x.data<double>()[i] / 6, 1e-12) << i;
+}
+
 }  // namespace
 }  // namespace loom

@@ -309,5 +309,50 @@ TEST(ControlFlowTest, CompareAndLogicalOps) {
   EXPECT_NE(st.message().find("int32"), std::string::npos) << st.message();
 }
 
+// A write ends the gradient of the value it overwrites: y = x·w; y = 3·y; y = y + 1 (both in
+// place); loss = mean(y·y). The gradient flows through each value of y once. (Grad ops that
+// need an overwritten value itself, e.g. relu's output, would read the last one: programs
+// keep such values in variables of their own, as the Python layers do.)
+TEST(ControlFlowTest, OverwrittenVariablesDifferentiateThroughEachValue) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  DeclareVar(b, "x", DDim{-1, 3}, proto::FP64).SetStopGradient(true);
+  DeclareVar(b, "w", DDim{3, 2}, proto::FP64, true);
+  for (const char* n : {"y", "sq", "loss"}) DeclareVar(b, n, DDim{}, proto::FP64);
+  b->AppendOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"y"}}});
+  b->AppendOp("scale", {{"X", {"y"}}}, {{"Out", {"y"}}}, {{"scale", 3.0f}});
+  b->AppendOp("scale", {{"X", {"y"}}}, {{"Out", {"y"}}}, {{"bias", 1.0f}});
+  b->AppendOp("elementwise_mul", {{"X", {"y"}}, {"Y", {"y"}}}, {{"Out", {"sq"}}});
+  b->AppendOp("mean", {{"X", {"sq"}}}, {{"Out", {"loss"}}});
+  ProgramDesc forward = p;
+  ASSERT_TRUE(AppendBackward(&p, "loss").ok());
+  ASSERT_TRUE(VerifyProgram(p).ok()) << VerifyProgram(p).ToString();
+  Scope scope;
+  Tensor w = RandomTensor(proto::FP64, DDim{3, 2}, 8);
+  *scope.Var("w")->GetMutable<Tensor>() = w;
+  FeedMap feeds = {{"x", RandomTensor(proto::FP64, DDim{4, 3}, 9)}};
+  Executor exe(Place::CPU());
+  std::vector<Tensor> grad;
+  ASSERT_TRUE(exe.Run(p, &scope, feeds, {"w@GRAD"}, &grad).ok());
+  auto loss = [&] {
+    std::vector<Tensor> out;
+    EXPECT_TRUE(exe.Run(forward, &scope, feeds, {"loss"}, &out).ok());
+    return out[0].data<double>()[0];
+  };
+  double* wp = scope.FindVar("w")->GetMutable<Tensor>()->data<double>();
+  bool nonzero = false;
+  for (int i = 0; i < 6; ++i) {
+    double keep = wp[i];
+    wp[i] = keep + 1e-6;
+    double up = loss();
+    wp[i] = keep - 1e-6;
+    double down = loss();
+    wp[i] = keep;
+    EXPECT_NEAR(grad[0].data<double>()[i], (up - down) / 2e-6, 1e-6) << "w[" << i << "]";
+    nonzero |= grad[0].data<double>()[i] != 0;
+  }
+  EXPECT_TRUE(nonzero);
+}
+
 }  // namespace
 }  // namespace loom
