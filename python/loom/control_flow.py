@@ -6,6 +6,8 @@
 in the scope the branch ran in), and the data-parallel transpiler synchronizes the gradients of
 parameters used inside branches like any other.
 """
+import contextlib
+
 from . import core, unique_name
 from .framework import Variable, default_main_program, dtype_name
 from .layer_helper import LayerHelper
@@ -13,7 +15,7 @@ from .layer_helper import LayerHelper
 __all__ = [
     "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
-    "while_loop",
+    "while_loop", "While",
 ]
 
 
@@ -328,3 +330,57 @@ def while_loop(cond, body, loop_vars, is_test=False, max_iterations=1000000, nam
                      attrs={"sub_block": block.idx, "is_test": bool(is_test),
                             "max_iterations": int(max_iterations)})
     return loop_vars
+
+
+class While:
+    """Fluid 1.x's loop: the ops built inside ``with loop.block():`` run while ``cond`` holds.
+
+        i = layers.fill_constant([1], "int64", 0)
+        n = layers.fill_constant([1], "int64", 10)
+        cond = layers.less_than(i, n)
+        loop = layers.While(cond)
+        with loop.block():
+            ...                               # read and write variables of the program
+            layers.increment(i)               # in place
+            layers.less_than(i, n, cond=cond)
+
+    The body updates ``cond`` itself (write it with ``cond=``). Variables of enclosing blocks
+    that the body writes are overwritten in place, iteration after iteration; a gradient op
+    that needs their earlier values would read the last ones, so for training prefer
+    ``while_loop``, which starts from copies.
+    """
+
+    def __init__(self, cond, is_test=False, name=None, max_iterations=1000000):
+        _check(cond, "cond", "While")
+        if cond.dtype != core.DataType.BOOL:
+            raise TypeError("While: cond '%s' must be bool, got %s"
+                            % (cond.name, dtype_name(cond.dtype)))
+        self.cond = cond
+        self.is_test = bool(is_test)
+        self.max_iterations = int(max_iterations)
+        self.helper = LayerHelper("while", name=name)
+        self._used = False
+
+    @contextlib.contextmanager
+    def block(self):
+        if self._used:
+            raise RuntimeError("While: block() may be entered once per While")
+        self._used = True
+        program = default_main_program()
+        parent = program.current_block()
+        body = program._create_block()
+        try:
+            yield
+        finally:
+            program._rollback()
+        reads, writes = _outer_reads_writes(body)
+        if self.cond.name not in writes:
+            raise ValueError("While: the body never writes the condition '%s' (update it, e.g. "
+                             "layers.less_than(i, n, cond=cond)); the loop would not end"
+                             % self.cond.name)
+        steps = parent.create_var(name=unique_name.generate(self.helper.name + ".steps"),
+                                  type=core.VarType.STEP_SCOPES, stop_gradient=True)
+        parent.append_op("while", inputs={"X": reads, "Condition": self.cond},
+                         outputs={"Out": writes, "StepScopes": steps},
+                         attrs={"sub_block": body.idx, "is_test": self.is_test,
+                                "max_iterations": self.max_iterations})

@@ -592,4 +592,4 @@ def zeros_like(x, out=None):
 # Control flow (comparisons, logical ops, cond) lives in its own module, as in Fluid.
 from .control_flow import (less_than, less_equal, greater_than, greater_equal, equal,  # noqa: E402
                            not_equal, logical_and, logical_or, logical_xor, logical_not, cond,
-                           case, switch_case, while_loop)
+                           case, switch_case, while_loop, While)

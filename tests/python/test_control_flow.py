@@ -394,3 +394,77 @@ def test_while_loop_in_test_mode_and_its_limits():
             fluid.layers.while_loop(lambda i: i, lambda i: [i], [i])
     with pytest.raises(Exception, match="still holds after 50 iterations"):
         run(main, startup, {}, [forever])
+
+
+def test_cond_inside_while_loop_gradients_match_finite_differences():
+    # Iterations 0-1 take one cell, 2-3 the other: a branch inside a loop body.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype="float64")
+        h = fluid.layers.fc(x, 4, act="tanh", name="enc")
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        n = fluid.layers.fill_constant([1], "int64", 4)
+        two = fluid.layers.fill_constant([1], "int64", 2)
+
+        def body(i, h):
+            h2 = fluid.layers.cond(
+                i < two,
+                lambda: fluid.layers.fc(h, 4, act="tanh", param_attr=fluid.ParamAttr(name="a.w"),
+                                        bias_attr=False),
+                lambda: fluid.layers.fc(h, 4, act="sigmoid",
+                                        param_attr=fluid.ParamAttr(name="b.w"), bias_attr=False))
+            return [fluid.layers.increment(i, in_place=False), h2]
+
+        i, h = fluid.layers.while_loop(lambda i, h: i < n, body, [i, h])
+        loss = fluid.layers.mean(fluid.layers.square(h))
+        pairs = fluid.append_backward(loss)
+    main.verify()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": np.random.RandomState(0).randn(5, 4)}
+    grads = exe.run(main, feed=feed, fetch_list=[g for _, g in pairs], scope=scope)
+    fwd = main.clone(for_test=True)
+    assert {p.name for p, _ in pairs} >= {"a.w", "b.w", "enc.w_0"}
+    for (p, _), g in zip(pairs, grads):
+        assert g.any(), p.name
+        t = scope.find_var(p.name).get_tensor()
+        value = np.array(t)
+        for idx in [(0,) * value.ndim, tuple(s - 1 for s in value.shape)]:
+            losses = []
+            for d in (1e-6, -1e-6):
+                v = value.copy()
+                v[idx] += d
+                t.set(v, fluid.CPUPlace())
+                losses.append(float(exe.run(fwd, feed=feed, fetch_list=[loss], scope=scope)[0][0]))
+            t.set(value, fluid.CPUPlace())
+            np.testing.assert_allclose(g[idx], (losses[0] - losses[1]) / 2e-6, atol=1e-8,
+                                       err_msg="%s%s" % (p.name, idx))
+
+
+def test_fluid_style_while_block():
+    # Sum of 1..10 and a running product, written Fluid 1.x style; a body that never updates
+    # the condition is refused.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        n = fluid.layers.fill_constant([1], "int64", 10)
+        total = fluid.layers.fill_constant([1], "int64", 0)
+        prod = fluid.layers.fill_constant([1], "float32", 1.0)
+        cond = fluid.layers.less_than(i, n)
+        loop = fluid.layers.While(cond)
+        with loop.block():
+            fluid.layers.increment(i)
+            fluid.layers.assign(fluid.layers.elementwise_add(total, i), total)
+            fluid.layers.assign(fluid.layers.scale(prod, 1.5), prod)
+            fluid.layers.less_than(i, n, cond=cond)
+        with pytest.raises(RuntimeError, match="entered once"):
+            with loop.block():
+                pass
+        with pytest.raises(ValueError, match="never writes the condition"):
+            with fluid.layers.While(cond).block():
+                fluid.layers.increment(i)
+    assert main.current_block_idx == 0
+    (got_i, got_total, got_prod), _ = run(main, startup, {}, [i, total, prod])
+    assert got_i[0] == 10 and got_total[0] == 55
+    np.testing.assert_allclose(got_prod[0], 1.5 ** 10, rtol=1e-6)
