@@ -341,9 +341,13 @@ class Program:
                 role = op.attr("op_role") if op.has_attr("op_role") else 0
                 if role & (core.kOpRoleBackward | core.kOpRoleOptimize | core.kOpRoleLRSched):
                     gb.desc.remove_op(i)
-                    continue
-                if op.has_attr("is_test"):
-                    op.set_attr("is_test", True)
+            # Test mode everywhere, sub-blocks (branches, loop bodies) included. Gradient
+            # blocks stay, unreferenced.
+            for b in p.blocks:
+                for i in range(b.desc.op_size()):
+                    op = b.desc.op(i)
+                    if op.has_attr("is_test"):
+                        op.set_attr("is_test", True)
         return p
 
     def verify(self):

@@ -468,3 +468,19 @@ def test_fluid_style_while_block():
     (got_i, got_total, got_prod), _ = run(main, startup, {}, [i, total, prod])
     assert got_i[0] == 10 and got_total[0] == 55
     np.testing.assert_allclose(got_prod[0], 1.5 ** 10, rtol=1e-6)
+
+
+def test_clone_for_test_reaches_ops_inside_branches():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        h = fluid.layers.fc(x, 4)
+        out = fluid.layers.cond(fluid.layers.reduce_mean(x) > 0.0,
+                                lambda: fluid.layers.dropout(h, 0.5),
+                                lambda: fluid.layers.scale(h, 2.0))
+        loss = fluid.layers.mean(out)
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    test = main.clone(for_test=True)
+    dropouts = [op for b in test.blocks for op in b.ops if op.type == "dropout"]
+    assert dropouts and all(op.attr("is_test") for op in dropouts)
+    assert not any(op.type.endswith("_grad") for op in test.global_block().ops)
