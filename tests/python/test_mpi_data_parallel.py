@@ -55,8 +55,9 @@ def test_mpi_ranks_agree_and_match_single_process(tmp_path, n, mode):
         for name in want:
             np.testing.assert_array_equal(ranks[r][name], ranks[0][name],
                                           err_msg="rank %d %s" % (r, name))
-    for name, value in want.items():
-        np.testing.assert_allclose(ranks[0][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # Within 1e-5 relative (L2 over each parameter, as the in-process tests): the ranks sum
+    # their weighted gradients in another order than one process sums the full batch.
+    dp.assert_close({n: ranks[0][n] for n in want}, want, "%d processes, %s" % (n, mode))
     # Each rank fetched its own loss (its share of the batch), not one shared value.
     assert not all(np.array_equal(ranks[r]["losses"], ranks[0]["losses"]) for r in range(1, n))
 
