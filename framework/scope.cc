@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <unordered_set>
 
 namespace loom {
 
@@ -54,6 +55,13 @@ uint64_t Scope::NextSerial() {
 void Scope::DeleteScope(Scope* kid) {
   std::lock_guard<std::mutex> lock(mu_);
   kids_.remove_if([kid](const std::unique_ptr<Scope>& s) { return s.get() == kid; });
+}
+
+void Scope::DeleteScopes(const std::vector<Scope*>& kids) {
+  if (kids.empty()) return;
+  std::unordered_set<const Scope*> doomed(kids.begin(), kids.end());
+  std::lock_guard<std::mutex> lock(mu_);
+  kids_.remove_if([&doomed](const std::unique_ptr<Scope>& s) { return doomed.count(s.get()) > 0; });
 }
 
 void Scope::DropKids() {

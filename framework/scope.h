@@ -31,6 +31,8 @@ class Scope {
 
   Scope& NewScope();
   void DeleteScope(Scope* kid);
+  // Deletes several kids in one pass (a loop's per-iteration scopes).
+  void DeleteScopes(const std::vector<Scope*>& kids);
   void DropKids();
   // Unique per scope ever created in the process: caches key on it, not on the address.
   uint64_t serial() const { return serial_; }

@@ -55,7 +55,7 @@ std::vector<std::string> SlotNames(const KernelContext& ctx, const std::string& 
 }
 
 void DropSteps(WhileSteps* ws) {
-  for (Scope* s : ws->steps) ws->parent->DeleteScope(s);
+  ws->parent->DeleteScopes(ws->steps);
   ws->steps.clear();
 }
 

@@ -1,6 +1,8 @@
 // Tensor, Variable, Scope, Place, allocators and DDim.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -130,6 +132,23 @@ TEST(VariableTest, HoldsOneType) {
   EXPECT_TRUE(v.IsType<Tensor>());
   EXPECT_FALSE(v.IsType<int>());
   EXPECT_EQ(v.Get<Tensor>().dims(), DDim{3});
+}
+
+TEST(ScopeTest, DeleteScopesDropsExactlyTheGivenKids) {
+  Scope root;
+  auto token = std::make_shared<int>(7);
+  std::vector<Scope*> kids;
+  for (int i = 0; i < 4; ++i) {
+    kids.push_back(&root.NewScope());
+    *kids.back()->Var("t")->GetMutable<std::shared_ptr<int>>() = token;
+  }
+  EXPECT_EQ(token.use_count(), 5);
+  root.DeleteScopes({kids[0], kids[2]});
+  EXPECT_EQ(token.use_count(), 3);  // kids 1 and 3 still hold it
+  EXPECT_NE(kids[1]->FindLocalVar("t"), nullptr);
+  root.DeleteScopes({});
+  root.DeleteScopes({kids[1], kids[3]});
+  EXPECT_EQ(token.use_count(), 1);
 }
 
 }  // namespace
