@@ -1,11 +1,10 @@
 // Tensor, Variable, Scope, Place, allocators and DDim.
 #include <gtest/gtest.h>
 
-#include <memory>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "framework/allocator.h"
 #include "framework/scope.h"
