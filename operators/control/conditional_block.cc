@@ -10,11 +10,10 @@
 // copies each Input's gradient out. When the condition is false the forward op leaves Out untouched and the gradient op
 // writes zeros, so a parameter used only in a branch some ranks skip still gets a gradient of
 // the right shape on every rank (the transpiler's allreduce needs one).
-#include <cstring>
-
 #include "framework/scope.h"
 #include "loom/config.h"
 #include "operators/common.h"
+#include "operators/control/control_util.h"
 
 namespace loom::ops {
 namespace {
@@ -71,26 +70,6 @@ Status ConditionalBlock(const KernelContext& ctx) {
   return ctx.RunBlock(ctx.Attr<BlockIndex>("sub_block").idx, ss->step);
 }
 
-// dst (an existing gradient buffer, possibly a view into a fused bucket) = src.
-void CopyInto(const KernelContext& ctx, const Tensor& src, Tensor* dst) {
-  if (!src.place().is_cpu() || !ctx.place().is_cpu()) ctx.device().Wait();
-  TensorCopy(src, ctx.place(), dst);
-}
-
-void ZeroLike(const KernelContext& ctx, const Tensor& like, Tensor* dst) {
-  dst->Resize(like.dims());
-  void* p = dst->mutable_data(ctx.place(), like.dtype());
-  size_t bytes = dst->nbytes();
-  if (bytes == 0) return;
-  if (ctx.place().is_cpu()) {
-    std::memset(p, 0, bytes);
-    return;
-  }
-  std::vector<char> zeros(bytes, 0);
-  ctx.device().Wait();
-  MemCopy(ctx.place(), p, Place::CPU(), zeros.data(), bytes);
-}
-
 Status ConditionalBlockGrad(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(bool cond, ReadCondition(ctx));
   StepScopes* ss = StepScopesOf(ctx.InputVariable("Scope"));
@@ -114,9 +93,9 @@ Status ConditionalBlockGrad(const KernelContext& ctx) {
         return ctx.Error("the gradient block computed dims ", gt.dims().ToString(),
                          " for the gradient of '", ctx.InputVarName("Input", i), "', which has dims ",
                          x.dims().ToString());
-      CopyInto(ctx, gt, out);
+      CopyOnPlace(ctx, gt, out);
     } else {
-      ZeroLike(ctx, x, out);
+      ZerosOnPlace(ctx, x, out);
     }
   }
   return Status::OK();

@@ -12,7 +12,6 @@
 // are the gradients of the values the loop started from. With is_test one scope serves every
 // iteration and nothing is kept.
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <set>
 
@@ -20,6 +19,7 @@
 #include "framework/scope.h"
 #include "loom/config.h"
 #include "operators/common.h"
+#include "operators/control/control_util.h"
 
 namespace loom::ops {
 namespace {
@@ -116,47 +116,12 @@ Status While(const KernelContext& ctx) {
   return st;
 }
 
-// dst (an existing gradient buffer, possibly a view into a fused bucket) = src, or += src.
-Status Accumulate(const KernelContext& ctx, const Tensor& src, Tensor* dst, bool add) {
-  if (!add) {
-    TensorCopy(src, ctx.place(), dst);
-    return Status::OK();
-  }
-  if (src.dims() != dst->dims() || src.dtype() != dst->dtype())
-    return ctx.Error("gradient pieces disagree: ", DataTypeName(src.dtype()), src.dims().ToString(),
-                     " vs ", DataTypeName(dst->dtype()), dst->dims().ToString());
-  const int64_t n = src.numel();
-  switch (src.dtype()) {
-    case proto::FP32: {
-      float* d = dst->data<float>();
-      const float* s = src.data<float>();
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-      return Status::OK();
-    }
-    case proto::FP64: {
-      double* d = dst->data<double>();
-      const double* s = src.data<double>();
-      for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-      return Status::OK();
-    }
-    default:
-      return ctx.Error("gradients of dtype ", DataTypeName(src.dtype()), " are not summed");
-  }
-}
-
-void Zeros(const Tensor& like, const Place& place, Tensor* dst) {
-  dst->Resize(like.dims());
-  void* p = dst->mutable_data(place, like.dtype());
-  if (dst->nbytes()) std::memset(p, 0, dst->nbytes());
-}
-
 const Tensor* LocalTensor(Scope* s, const std::string& name) {
   const Variable* v = s->FindLocalVar(name);
   return v && v->IsType<Tensor>() && v->Get<Tensor>().initialized() ? &v->Get<Tensor>() : nullptr;
 }
 
 Status WhileGrad(const KernelContext& ctx) {
-  if (!ctx.place().is_cpu()) return ctx.Error("while_grad runs on CPU places only");
   WhileSteps* ws = StepsOf(ctx.InputVariable("StepScopes"));
   if (!ws || ws->parent != ctx.scope())
     return ctx.Error("input 'StepScopes' holds no iterations of the forward while in this scope "
@@ -187,7 +152,7 @@ Status WhileGrad(const KernelContext& ctx) {
       } else if (carried.count(name) && carried_g.count(name)) {
         *seed = carried_g[name];
       } else {
-        Zeros(value, ctx.place(), seed);  // overwritten later: no gradient reaches it
+        ZerosOnPlace(ctx, value, seed);  // overwritten later: no gradient reaches it
       }
     }
     LOOM_RETURN_IF_ERROR(ctx.RunBlock(block, s));
@@ -198,9 +163,9 @@ Status WhileGrad(const KernelContext& ctx) {
       if (carried.count(x)) {
         carried_g[x] = *g;  // the block reruns in another scope: this one keeps the buffer
       } else if (sums.count(x)) {
-        LOOM_RETURN_IF_ERROR(Accumulate(ctx, *g, &sums[x], /*add=*/true));
+        LOOM_RETURN_IF_ERROR(AddOnPlace(ctx, *g, &sums[x]));
       } else {
-        TensorCopy(*g, ctx.place(), &sums[x]);
+        CopyOnPlace(ctx, *g, &sums[x]);
       }
     }
   }
@@ -216,9 +181,9 @@ Status WhileGrad(const KernelContext& ctx) {
       value = &sums[x];
     }
     if (value) {
-      LOOM_RETURN_IF_ERROR(Accumulate(ctx, *value, out, /*add=*/false));
+      CopyOnPlace(ctx, *value, out);
     } else {
-      Zeros(ctx.Input("X", i), ctx.place(), out);
+      ZerosOnPlace(ctx, ctx.Input("X", i), out);
     }
   }
   return Status::OK();
@@ -282,6 +247,7 @@ LOOM_REGISTER_OP(while_grad)
 
 #if LOOM_CUDA_ENABLED
 LOOM_REGISTER_KERNEL(while, kCUDA, BOOL, While);
+LOOM_REGISTER_KERNEL(while_grad, kCUDA, FP32, WhileGrad);
 #endif
 
 }  // namespace

@@ -484,3 +484,23 @@ def test_clone_for_test_reaches_ops_inside_branches():
     dropouts = [op for b in test.blocks for op in b.ops if op.type == "dropout"]
     assert dropouts and all(op.attr("is_test") for op in dropouts)
     assert not any(op.type.endswith("_grad") for op in test.global_block().ops)
+
+
+def test_while_loop_on_cuda_matches_cpu():
+    if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device: the control-flow kernels are compiled, not run")
+    main, startup, loss = build_rnn(3, dtype="float32")
+    pairs = fluid.append_backward(loss)
+    feed = {"x": np.random.RandomState(3).randn(5, 4).astype("float32")}
+    cpu_scope = core.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=cpu_scope)
+    fetch = [loss] + [g for _, g in pairs]
+    results = []
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        scope = core.Scope()
+        for p, _ in pairs:
+            scope.var(p.name).get_tensor().set(
+                np.array(cpu_scope.find_var(p.name).get_tensor()), place)
+        results.append(fluid.Executor(place).run(main, feed=feed, fetch_list=fetch, scope=scope))
+    for name, a, b in zip(["loss"] + [p.name for p, _ in pairs], *results):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6, err_msg=name)
