@@ -29,7 +29,8 @@ Flags RunFlags() {
       "feeding minibatches sliced along dim 0 from .npy files (wrapping around), and prints the\n"
       "fetched variables. Defaults for feeds, fetches and batch size come from DIR/bundle.pbtxt.\n"
       "A DIR written by `loom transpile` (DIR/manifest.pbtxt) trains on all its ranks at once:\n"
-      "each step's global batch is split across the ranks and the loss is reported over it.\n"
+      "each step's global batch is split across the ranks and the loss is reported over it\n"
+      "(ranks transpiled for CUDA places run on their GPUs, --place applies to CPU ranks).\n"
       "A DIR transpiled with --transport mpi runs one rank per process:\n"
       "  mpirun -np N loom run DIR   (rank 0 prints; every rank reads the same feeds)",
       {
