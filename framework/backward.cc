@@ -36,7 +36,11 @@ class BackwardBuilder {
   BackwardBuilder(BlockDesc* fwd, BlockDesc* out, std::set<std::string> no_grad,
                   std::unordered_set<std::string> needs_grad = {}, bool loop = false)
       : fwd_(fwd), block_(out), no_grad_(std::move(no_grad)), needs_grad_(std::move(needs_grad)),
-        loop_(loop) {}
+        loop_(loop) {
+    // Where each variable is written among the forward ops (before any grad op is appended).
+    for (int i = 0; i < fwd_->OpSize(); ++i)
+      for (const auto& o : fwd_->Op(i).OutputArgumentNames()) writers_[o].push_back(i);
+  }
 
   // The gradient block of a sub-block. seeds: the gradients of the variables the sub-block
   // writes for enclosing blocks. They are only read here: under their own names (they exist
@@ -207,12 +211,38 @@ class BackwardBuilder {
       bool kept = false;
       LOOM_RETURN_IF_ERROR(PrepareGradOp(&grads[k], where, &kept));
       keep[k] = kept;
+      if (kept) LOOM_RETURN_IF_ERROR(CheckValuesStillThere(grads[k], index, where));
     }
     // What the grad ops write now is the gradient of the values before the forward op's
     // writes (for an input it overwrites in place, the old value's).
     Kill();
     for (size_t k = 0; k < grads.size(); ++k)
       if (keep[k]) LOOM_RETURN_IF_ERROR(FinishGradOp(&grads[k], where));
+    return Status::OK();
+  }
+
+  // A grad op reads the forward values it needs by name after the forward ops ran, so it must
+  // not need a value a later forward op overwrote: that would be a silently wrong gradient.
+  // In a loop body the variables of enclosing blocks are read from the copy of the loop state
+  // the iteration began with, so for them a read after a write in the body is the problem.
+  Status CheckValuesStillThere(const proto::OpDesc& g, int index, const std::string& where) {
+    OpDesc op(const_cast<proto::OpDesc*>(&g));
+    for (const auto& name : op.InputArgumentNames()) {
+      if (name == kEmptyVarName || EndsWithGrad(name)) continue;
+      auto w = writers_.find(name);
+      if (w == writers_.end()) continue;
+      bool outer = loop_ && !fwd_->HasVar(name);
+      for (int j : w->second) {
+        if (outer ? j >= index : j <= index) continue;
+        return Unimplemented(
+            "AppendBackward: the gradient of ", where, " reads '", name, "', which ",
+            OpLocation(fwd_->Op(j).Type(), fwd_->Idx(), j),
+            outer ? " overwrites earlier in the loop body (the gradient would see the value "
+                    "the iteration began with)"
+                  : " overwrites afterwards (the gradient would see the later value)",
+            "; write that result to a variable of its own");
+      }
+    }
     return Status::OK();
   }
 
@@ -448,6 +478,7 @@ class BackwardBuilder {
   bool loop_ = false;              // a sub-block run repeatedly (see backward.h)
   std::vector<std::string> kill_;  // gradients the current forward op's writes end
   std::unordered_set<std::string> retired_;               // gradients ended at least once
+  std::unordered_map<std::string, std::vector<int>> writers_;  // forward ops writing each var
   std::unordered_map<std::string, int> renames_;          // renamed contributions per gradient
 };
 

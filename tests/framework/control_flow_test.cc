@@ -354,5 +354,24 @@ TEST(ControlFlowTest, OverwrittenVariablesDifferentiateThroughEachValue) {
   EXPECT_TRUE(nonzero);
 }
 
+// relu's gradient needs relu's output y, which a later op overwrites: a clear error, not a
+// silently wrong gradient.
+TEST(ControlFlowTest, AGradientThatNeedsAnOverwrittenValueIsAClearError) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  DeclareVar(b, "x", DDim{-1, 3}, proto::FP32).SetStopGradient(true);
+  DeclareVar(b, "w", DDim{3, 2}, proto::FP32, true);
+  for (const char* n : {"t", "y", "loss"}) DeclareVar(b, n, DDim{}, proto::FP32);
+  b->AppendOp("mul", {{"X", {"x"}}, {"Y", {"w"}}}, {{"Out", {"t"}}});
+  b->AppendOp("relu", {{"X", {"t"}}}, {{"Out", {"y"}}});
+  b->AppendOp("scale", {{"X", {"y"}}}, {{"Out", {"y"}}}, {{"scale", 2.0f}});
+  b->AppendOp("mean", {{"X", {"y"}}}, {{"Out", {"loss"}}});
+  auto pairs = AppendBackward(&p, "loss");
+  ASSERT_FALSE(pairs.ok());
+  const std::string& m = pairs.status().message();
+  EXPECT_NE(m.find("op 'relu' (block 0, #1) reads 'y'"), std::string::npos) << m;
+  EXPECT_NE(m.find("op 'scale' (block 0, #2) overwrites afterwards"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace loom

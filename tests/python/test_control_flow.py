@@ -504,3 +504,26 @@ def test_while_loop_on_cuda_matches_cpu():
         results.append(fluid.Executor(place).run(main, feed=feed, fetch_list=fetch, scope=scope))
     for name, a, b in zip(["loss"] + [p.name for p, _ in pairs], *results):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_loop_body_reading_state_it_overwrote_is_a_clear_backward_error():
+    # square(h) after the body wrote h: its gradient would see the value the iteration began
+    # with, so backward refuses, naming both ops.
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        h = fluid.layers.fc(x, 4)
+        out = fluid.layers.scale(h, 1.0)
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        n = fluid.layers.fill_constant([1], "int64", 2)
+        cond = fluid.layers.less_than(i, n)
+        loop = fluid.layers.While(cond)
+        with loop.block():
+            fluid.layers.assign(fluid.layers.fc(h, 4, bias_attr=False), h)
+            fluid.layers.assign(fluid.layers.square(h), out)
+            fluid.layers.increment(i)
+            fluid.layers.less_than(i, n, cond=cond)
+        loss = fluid.layers.mean(out)
+        with pytest.raises(NotImplementedError, match="op 'square' .* reads .* overwrites "
+                                                      "earlier in the loop body"):
+            fluid.append_backward(loss)
