@@ -145,7 +145,7 @@ std::string Describe(const Signature& s) {
 // ranks reach the same verdict (and the same message) without further messages.
 Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
   const int n = s.nranks();
-  auto* all = static_cast<Signature*>(s.Scratch(n * sizeof(Signature)));
+  auto* all = static_cast<Signature*>(s.HostScratch(n * sizeof(Signature)));
   all[s.rank()] = mine;
   for (int r = 0; r < n; ++r) {
     if (r == s.rank()) continue;
@@ -164,7 +164,7 @@ Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
 
 // Send and Recv check each other: the sender's and receiver's counts and dtypes must agree.
 Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
-  auto* pair = static_cast<Signature*>(s.Scratch(2 * sizeof(Signature)));
+  auto* pair = static_cast<Signature*>(s.HostScratch(2 * sizeof(Signature)));
   Signature& mine = pair[0];
   Signature& theirs = pair[1];
   mine = SignatureOf(a, 0);
@@ -275,12 +275,12 @@ Work Communicator::Issue(Call call) {
   auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
   const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
   if (a.kind != Kind::kBarrier && !p2p) {
-    if (!transport_->host_buffers()) {
-      // Device buffers: the schedules cannot touch them; the transport's collectives can.
+    if (!transport_->runs_schedules()) {
+      // The schedules cannot run here; the transport's own collectives can.
       if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
       if (a.algorithm != Algorithm::kNative) {
         return fail(Unimplemented("the ", transport_->name(), " transport runs only algorithm "
-                                  "'native' (its buffers are device memory), not '",
+                                  "'native' (its point-to-point calls cannot reduce on receipt), not '",
                                   AlgorithmName(a.algorithm), "'"));
       }
     }

@@ -2,13 +2,13 @@
 // sends and receives (skipping empty ones), waits on them against the call's deadline, and cancels
 // whatever is still pending when it goes out of scope, so a failed call never leaves a peer
 // writing into a buffer its caller has already reused. Temporary buffers that transfers touch must
-// come from Scratch(): they live until the Schedule has cancelled everything (a local vector would
-// be freed while a failed call's receives into it are still posted). One Schedule per call, on the
-// worker thread.
+// come from Scratch() or HostScratch(): they live until the Schedule has cancelled everything (a
+// local vector would be freed while a failed call's receives into it are still posted). Call
+// buffers and Scratch() may be device memory: schedules touch them only through transfers, Copy
+// and Finalize, never directly. One Schedule per call, on the worker thread.
 #pragma once
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -78,10 +78,31 @@ class Schedule {
     return std::max<size_t>(1, options_->pipeline_chunk_bytes / elem);
   }
 
-  // Zeroed memory for `bytes` bytes that lives as long as this Schedule.
-  void* Scratch(size_t bytes) {
-    scratch_.push_back(std::make_unique<unsigned char[]>(std::max<size_t>(bytes, 1)));
+  // Zeroed scratch of `bytes` bytes in the memory call buffers live in (the transport's, e.g. a
+  // GPU's), living as long as this Schedule.
+  StatusOr<void*> Scratch(size_t bytes) {
+    std::shared_ptr<void> buffer = transport_->AllocateBuffer(bytes);
+    if (buffer == nullptr) {
+      return Internal("could not allocate ", bytes, " bytes of scratch memory on the ",
+                      transport_->name(), " transport");
+    }
+    scratch_.push_back(std::move(buffer));
     return scratch_.back().get();
+  }
+  // Zeroed host memory (signatures and other bookkeeping the worker thread reads itself).
+  void* HostScratch(size_t bytes) {
+    host_scratch_.push_back(std::make_unique<unsigned char[]>(std::max<size_t>(bytes, 1)));
+    return host_scratch_.back().get();
+  }
+  // dst = src within this rank's call buffers (skipped when dst == src or bytes == 0).
+  Status Copy(void* dst, const void* src, size_t bytes) {
+    if (dst == src || bytes == 0) return Status::OK();
+    return transport_->Copy(dst, src, bytes);
+  }
+  // The last step of a reduction on the rank that holds the complete result (kAvg divides).
+  Status Finalize(const Reduction& reduction, void* buf, size_t count, int nranks) {
+    if (reduction.op != ReduceOp::kAvg || count == 0) return Status::OK();
+    return transport_->Finalize(reduction, buf, count, nranks);
   }
 
   // Each returns a handle for Wait, or -1 when there is nothing to move (bytes == 0).
@@ -102,8 +123,9 @@ class Schedule {
   const CommunicatorOptions* options_;
   uint64_t tag_base_;
   Deadline deadline_;
-  // Declared before requests_ so it is destroyed after them (and after CancelPending).
-  std::vector<std::unique_ptr<unsigned char[]>> scratch_;
+  // Declared before requests_ so they are destroyed after them (and after CancelPending).
+  std::vector<std::shared_ptr<void>> scratch_;
+  std::vector<std::unique_ptr<unsigned char[]>> host_scratch_;
   std::vector<std::unique_ptr<Request>> requests_;
   std::vector<bool> done_;
 };
@@ -121,9 +143,6 @@ inline const char* At(const void* base, size_t elem_offset, size_t elem) {
 }
 inline char* At(void* base, size_t elem_offset, size_t elem) {
   return static_cast<char*>(base) + elem_offset * elem;
-}
-inline void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
 }
 
 }  // namespace loom::collective::internal

@@ -1,5 +1,8 @@
 #include "collective/transport.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace loom::collective {
@@ -39,6 +42,22 @@ class StagedRecvReduce final : public Request {
 std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                                size_t bytes, const Reduction& reduction) {
   return std::make_unique<StagedRecvReduce>(this, peer, tag, dst, local, bytes, reduction);
+}
+
+Status Transport::Copy(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+  return Status::OK();
+}
+
+Status Transport::Finalize(const Reduction& reduction, void* buf, size_t count, int nranks) {
+  collective::Finalize(reduction, buf, count, nranks);
+  return Status::OK();
+}
+
+std::shared_ptr<void> Transport::AllocateBuffer(size_t bytes) {
+  void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
 Status Transport::RunNative(const NativeCollective& call, Deadline deadline) {

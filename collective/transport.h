@@ -70,10 +70,23 @@ class Transport {
   virtual bool SupportsNative(NativeKind kind, DataType dtype) const { return false; }
   virtual Status RunNative(const NativeCollective& call, Deadline deadline);
 
-  // Whether call buffers are host memory that the algorithm schedules may read and write (they
-  // copy, reduce and finalize on the host). A transport of device buffers (NCCL) answers false:
-  // its communicator runs native collectives and point-to-point calls only.
-  virtual bool host_buffers() const { return true; }
+  // Local operations on call buffers. The algorithm schedules never read or write a call buffer
+  // themselves: they move data with Send/Recv/RecvReduce and do everything else through these, so
+  // the same ring/tree code runs on host buffers and on device buffers. The defaults work on host
+  // memory; a transport whose buffers live on a device (CUDA P2P) runs them there.
+  //   Copy:     dst = src, `bytes` bytes of this rank's buffers (dst may equal src: no-op).
+  //   Finalize: the last step of a reduction on the rank that holds the complete result (kAvg
+  //             divides by nranks; every other operator leaves buf as it is).
+  //   AllocateBuffer: zeroed scratch of `bytes` bytes in the memory call buffers live in, freed
+  //             when the last reference goes; nullptr when it cannot be allocated.
+  virtual Status Copy(void* dst, const void* src, size_t bytes);
+  virtual Status Finalize(const Reduction& reduction, void* buf, size_t count, int nranks);
+  virtual std::shared_ptr<void> AllocateBuffer(size_t bytes);
+
+  // Whether the algorithm schedules (ring, tree, multi_tree, star) can run over this transport.
+  // The NCCL transport answers false: NCCL's point-to-point calls cannot reduce on receipt, so its
+  // communicator runs native collectives and point-to-point calls only.
+  virtual bool runs_schedules() const { return true; }
 };
 
 }  // namespace loom::collective

@@ -1,9 +1,11 @@
 // loom bench collective: a sweep of one collective over message sizes in the nccl-tests format
 // (size, count, type, redop, algorithm, time, algbw, busbw, #wrong), on in-process devices
-// (--places cpu:N) or, under mpirun, one rank per process over the MPI transport.
+// (--places cpu:N), on GPUs (--places cuda:D0,D1,...: the CUDA P2P transport or NCCL) or, under
+// mpirun, one rank per process over the MPI transport.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -11,6 +13,7 @@
 #include "collective/reduce.h"
 #include "collective/selector.h"
 #include "collective/world.h"
+#include "tools/bench_memory.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -41,8 +44,14 @@ Flags BenchFlags() {
           {"warmup_iters", "N", "-w: untimed iterations per size", "5"},
           {"datatype", "T", "-d: fp32, fp64, fp16, int32, int64", "fp32"},
           {"redop", "OP", "-o: sum, prod, max, min, avg", "sum"},
-          {"places", "cpu:N", "in-process devices (one rank thread each)", "cpu:4"},
-          {"transport", "T", "inprocess or mpi (default: mpi under mpirun, else inprocess)", ""},
+          {"places", "PLACES",
+           "cpu:N (in-process devices, one rank thread each) or cuda:D0,D1,... (one rank per "
+           "listed GPU; a GPU listed several times holds several virtual devices)",
+           "cpu:4"},
+          {"transport", "T",
+           "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); p2p "
+           "(CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default p2p)",
+           ""},
           {"inflight", "K", "calls issued before each WaitAll", "1"},
           {"tree-max-bytes", "B",
            "auto's allreduce tree/ring crossover (negative: model only; default: the "
@@ -115,6 +124,8 @@ struct Config {
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 4;
   int iters = 20, warmup = 5, inflight = 1, places = 4;
+  std::vector<int> cuda_devices;  // --places cuda:...
+  std::string transport;          // inprocess, mpi, p2p, nccl
   bool mpi = false, selector = false;
   CommunicatorOptions options;
 };
@@ -200,8 +211,48 @@ Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, v
   return Work();
 }
 
+class HostMemory final : public BenchMemory {
+ public:
+  StatusOr<std::shared_ptr<void>> Allocate(size_t bytes) override {
+    void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+    if (p == nullptr) return Internal("could not allocate ", bytes, " bytes");
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  Status Upload(void* dst, const void* host, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host, bytes);
+    return Status::OK();
+  }
+  Status Download(void* host, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host, src, bytes);
+    return Status::OK();
+  }
+};
+
+// cuda:D0,D1,... -> device ordinals (repeats allowed).
+StatusOr<std::vector<int>> ParseCudaDevices(const std::string& spec) {
+  std::vector<int> out;
+  const std::string list = spec.substr(5);
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    const std::string item =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long d = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || d < 0 || d > 1023) {
+      return InvalidArgument("--places '", spec, "': '", item,
+                             "' is not a GPU number (expected cuda:D0,D1,...)");
+    }
+    out.push_back(static_cast<int>(d));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  LOOM_ENFORCE(out.size() <= 64, "--places '", spec, "': at most 64 ranks");
+  return out;
+}
+
 // One rank's sweep; rank 0 prints. Every rank runs the same calls in the same order.
-Status RankSweep(Communicator& comm, const Config& c) {
+Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const int rank = comm.rank(), n = comm.nranks();
   const size_t elem = DataTypeSize(c.dtype);
   const bool print = rank == 0;
@@ -212,8 +263,11 @@ Status RankSweep(Communicator& comm, const Config& c) {
   const Selector selector(comm.plan(), so);
   if (print) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
-                CollectiveKindName(c.kind), n, c.mpi ? "mpi" : "in-process", c.inflight, c.iters,
-                c.warmup);
+                CollectiveKindName(c.kind), n,
+                c.transport == "inprocess" ? "in-process"
+                : c.transport == "p2p"     ? "cuda-p2p"
+                                           : c.transport.c_str(),
+                c.inflight, c.iters, c.warmup);
     std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                 "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -227,20 +281,34 @@ Status RankSweep(Communicator& comm, const Config& c) {
     const size_t send_count = c.kind == CollectiveKind::kReduceScatter ? count * n : count;
     const size_t recv_count = c.kind == CollectiveKind::kAllGather ? count * n : count;
     const size_t bytes = (split ? count * n : count) * elem;
-    std::vector<unsigned char> send(send_count * elem), recv(recv_count * elem);
+    std::vector<unsigned char> send_host(send_count * elem), recv(recv_count * elem);
     for (size_t i = 0; i < send_count; ++i) {
-      Store(c.dtype, send.data(), i, static_cast<double>(Value(c.op, rank, i)));
+      Store(c.dtype, send_host.data(), i, static_cast<double>(Value(c.op, rank, i)));
     }
+    LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> send_buf, memory.Allocate(send_host.size()));
+    LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> recv_buf, memory.Allocate(recv.size()));
+    void* send = send_buf.get();
+    void* recv_dev = recv_buf.get();
+    LOOM_RETURN_IF_ERROR(memory.Upload(send, send_host.data(), send_host.size()));
     for (Algorithm a : c.algorithms) {
       if (a != Algorithm::kAuto && a != Algorithm::kNative &&
           !AlgorithmSupports(KindCallName(c.kind), a)) {
         if (c.all) continue;
         return Unimplemented(KindCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
       }
-      if (c.all && a == Algorithm::kNative && !c.mpi) continue;
+      if (c.all) {
+        // Skip what the transport lacks: native outside MPI and NCCL, schedules on NCCL.
+        const bool has_native = c.transport == "mpi" || c.transport == "nccl";
+        const bool has_schedules = c.transport != "nccl";
+        if (a == Algorithm::kNative ? !has_native : (a != Algorithm::kAuto && !has_schedules)) {
+          continue;
+        }
+      }
       // Checked call.
       std::fill(recv.begin(), recv.end(), 0);
-      LOOM_RETURN_IF_ERROR(Issue(comm, c, a, send.data(), recv.data(), count).Wait());
+      LOOM_RETURN_IF_ERROR(memory.Upload(recv_dev, recv.data(), recv.size()));
+      LOOM_RETURN_IF_ERROR(Issue(comm, c, a, send, recv_dev, count).Wait());
+      LOOM_RETURN_IF_ERROR(memory.Download(recv.data(), recv_dev, recv.size()));
       int64_t wrong = 0;
       switch (c.kind) {
         case CollectiveKind::kAllReduce:
@@ -269,7 +337,7 @@ Status RankSweep(Communicator& comm, const Config& c) {
           break;
       }
       for (int i = 0; i < c.warmup; ++i) {
-        for (int k = 0; k < c.inflight; ++k) Issue(comm, c, a, send.data(), recv.data(), count);
+        for (int k = 0; k < c.inflight; ++k) Issue(comm, c, a, send, recv_dev, count);
         LOOM_RETURN_IF_ERROR(comm.WaitAll());
       }
       LOOM_RETURN_IF_ERROR(comm.Barrier().Wait());
@@ -277,17 +345,24 @@ Status RankSweep(Communicator& comm, const Config& c) {
       std::vector<Work> works(c.inflight);
       for (int i = 0; i < c.iters; ++i) {
         for (int k = 0; k < c.inflight; ++k) {
-          works[k] = Issue(comm, c, a, send.data(), recv.data(), count);
+          works[k] = Issue(comm, c, a, send, recv_dev, count);
         }
         for (const Work& w : works) LOOM_RETURN_IF_ERROR(w.Wait());
       }
       LOOM_RETURN_IF_ERROR(comm.WaitAll());
       double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
                   (static_cast<double>(c.iters) * c.inflight);
-      // The slowest rank's time and every rank's wrong elements.
-      LOOM_RETURN_IF_ERROR(comm.AllReduce(&us, &us, 1, DataType::kFloat64, ReduceOp::kMax).Wait());
+      // The slowest rank's time and every rank's wrong elements (through the ranks' memory:
+      // a GPU transport reduces device buffers).
+      LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> scalar, memory.Allocate(8));
+      LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &us, 8));
       LOOM_RETURN_IF_ERROR(
-          comm.AllReduce(&wrong, &wrong, 1, DataType::kInt64, ReduceOp::kSum).Wait());
+          comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kFloat64, ReduceOp::kMax).Wait());
+      LOOM_RETURN_IF_ERROR(memory.Download(&us, scalar.get(), 8));
+      LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &wrong, 8));
+      LOOM_RETURN_IF_ERROR(
+          comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kInt64, ReduceOp::kSum).Wait());
+      LOOM_RETURN_IF_ERROR(memory.Download(&wrong, scalar.get(), 8));
       if (print) {
         const double algbw = static_cast<double>(bytes) / (us * 1e3);
         const double busbw = algbw * BusFactor(c.kind, n);
@@ -350,19 +425,29 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                "-n and --inflight must be >= 1 and -w >= 0");
   c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
   c.inflight = static_cast<int>(inflight);
-  LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(flags.Get("places"), 64));
-  const std::string transport = flags.Has("transport") ? flags.Get("transport")
-                                : UnderMpirun()        ? "mpi"
-                                                       : "inprocess";
-  LOOM_ENFORCE(transport == "mpi" || transport == "inprocess",
-               "--transport expects inprocess or mpi, got '", transport, "'");
-  c.mpi = transport == "mpi";
+  const std::string places = flags.Get("places");
+  if (places.compare(0, 5, "cuda:") == 0) {
+    LOOM_ASSIGN_OR_RETURN(c.cuda_devices, ParseCudaDevices(places));
+    c.places = static_cast<int>(c.cuda_devices.size());
+    c.transport = flags.Has("transport") ? flags.Get("transport") : "p2p";
+    LOOM_ENFORCE(c.transport == "p2p" || c.transport == "nccl",
+                 "--transport for CUDA places expects p2p or nccl, got '", c.transport, "'");
+  } else {
+    LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, 64));
+    c.transport = flags.Has("transport") ? flags.Get("transport")
+                  : UnderMpirun()        ? "mpi"
+                                         : "inprocess";
+    LOOM_ENFORCE(c.transport == "mpi" || c.transport == "inprocess",
+                 "--transport for CPU places expects inprocess or mpi, got '", c.transport, "'");
+  }
+  c.mpi = c.transport == "mpi";
   if (flags.Has("tree-max-bytes")) {
     LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
     c.options.auto_tree_max_bytes = tree_max;
   } else {
-    c.options.auto_tree_max_bytes =
-        c.mpi ? collective::kMpiAutoTreeMaxBytes : collective::kInProcessAutoTreeMaxBytes;
+    c.options.auto_tree_max_bytes = c.mpi                     ? collective::kMpiAutoTreeMaxBytes
+                                    : c.cuda_devices.empty() ? collective::kInProcessAutoTreeMaxBytes
+                                                             : collective::kLinkAutoTreeMaxBytes;
   }
   c.options.overlapped_transfers = c.mpi;
   const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
@@ -376,18 +461,34 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
 }
 
 Status Bench(const Config& c, int* argc, char*** argv) {
-  if (c.mpi)
-    return RunOnMpiWorld(argc, argv, c.options,
-                         [&](Communicator& comm) { return RankSweep(comm, c); });
-  WorldOptions options;
-  options.communicator = c.options;
-  LOOM_ASSIGN_OR_RETURN(auto world, InProcessWorld::Create(c.places, options));
+  if (c.mpi) {
+    return RunOnMpiWorld(argc, argv, c.options, [&](Communicator& comm) {
+      return RankSweep(comm, *HostBenchMemory(), c);
+    });
+  }
+  std::vector<Communicator*> comms;
+  std::vector<std::unique_ptr<BenchMemory>> memory;
+  std::unique_ptr<InProcessWorld> world;
+  CudaBenchGroup gpus;
+  if (c.cuda_devices.empty()) {
+    WorldOptions options;
+    options.communicator = c.options;
+    LOOM_ASSIGN_OR_RETURN(world, InProcessWorld::Create(c.places, options));
+    for (int r = 0; r < world->size(); ++r) {
+      comms.push_back(&world->comm(r));
+      memory.push_back(HostBenchMemory());
+    }
+  } else {
+    LOOM_ASSIGN_OR_RETURN(gpus, MakeCudaBenchGroup(c.cuda_devices, c.transport, c.options));
+    for (auto& comm : gpus.comms) comms.push_back(comm.get());
+    memory = std::move(gpus.memory);
+  }
   std::mutex mu;
   Status first;
   std::vector<std::thread> threads;
-  for (int r = 0; r < world->size(); ++r) {
+  for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
-      Status s = RankSweep(world->comm(r), c);
+      Status s = RankSweep(*comms[r], *memory[r], c);
       std::lock_guard<std::mutex> lock(mu);
       if (first.ok() && !s.ok()) first = s;
     });
@@ -397,6 +498,8 @@ Status Bench(const Config& c, int* argc, char*** argv) {
 }
 
 }  // namespace
+
+std::unique_ptr<BenchMemory> HostBenchMemory() { return std::make_unique<HostMemory>(); }
 
 int BenchCommand(int argc, char** argv) {
   Flags flags = BenchFlags();

@@ -20,7 +20,10 @@ Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
   const std::vector<Range> slices = SplitEvenly(args.count, s.nranks());
-  void* work = s.rank() == args.root ? args.recv : s.Scratch(args.count * elem);
+  void* work = args.recv;
+  if (s.rank() != args.root) {
+    LOOM_ASSIGN_OR_RETURN(work, s.Scratch(args.count * elem));
+  }
   LOOM_RETURN_IF_ERROR(TreesReduce(s, SliceJobs(s, slices), args.send, work, reduction));
   if (s.rank() == args.root) {
     for (int r = 0; r < s.nranks(); ++r) {
@@ -33,15 +36,15 @@ Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
     s.PostSend(args.root, kGatherPhase, At(work, mine.offset, elem), mine.count * elem);
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
-  if (s.rank() == args.root) Finalize(reduction, args.recv, args.count, s.nranks());
-  return Status::OK();
+  if (s.rank() != args.root) return Status::OK();
+  return s.Finalize(reduction, args.recv, args.count, s.nranks());
 }
 
 Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
   const std::vector<Range> slices = SplitEvenly(bytes, s.nranks());
   if (s.rank() == args.root) {
-    CopyIfDistinct(args.recv, args.send, bytes);
+    LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
     for (int r = 0; r < s.nranks(); ++r) {
       if (r != args.root)
         s.PostSend(r, kScatterPhase, At(args.recv, slices[r].offset, 1), slices[r].count);
@@ -59,11 +62,11 @@ Status MultiTreeReduceScatter(Schedule& s, const CallArgs& args) {
   const size_t elem = DataTypeSize(args.dtype);
   std::vector<Range> blocks(s.nranks());
   for (int r = 0; r < s.nranks(); ++r) blocks[r] = Range{r * args.count, args.count};
-  void* work = s.Scratch(s.nranks() * args.count * elem);
+  LOOM_ASSIGN_OR_RETURN(void* work, s.Scratch(s.nranks() * args.count * elem));
   LOOM_RETURN_IF_ERROR(TreesReduce(s, SliceJobs(s, blocks), args.send, work, reduction));
-  CopyIfDistinct(args.recv, At(work, blocks[s.rank()].offset, elem), args.count * elem);
-  Finalize(reduction, args.recv, args.count, s.nranks());
-  return Status::OK();
+  LOOM_RETURN_IF_ERROR(
+      s.Copy(args.recv, At(work, blocks[s.rank()].offset, elem), args.count * elem));
+  return s.Finalize(reduction, args.recv, args.count, s.nranks());
 }
 
 }  // namespace

@@ -100,21 +100,19 @@ std::vector<Range> BlocksInRingOrder(const Schedule& s, size_t count) {
 Status RingAllReduce(Schedule& s, const CallArgs& args) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
-  if (s.nranks() == 1) {
-    CopyIfDistinct(args.recv, args.send, args.count * elem);
-    Finalize(reduction, args.recv, args.count, 1);
-    return Status::OK();
-  }
+  if (s.nranks() == 1) return s.Copy(args.recv, args.send, args.count * elem);
   const std::vector<Range> chunks = SplitEvenly(args.count, s.nranks());
   LOOM_RETURN_IF_ERROR(ReduceScatterPhase(s, chunks, args.send, args.recv, reduction));
   const Range& mine = chunks[RingOf(s).p];
-  Finalize(reduction, At(args.recv, mine.offset, elem), mine.count, s.nranks());
+  LOOM_RETURN_IF_ERROR(s.Finalize(reduction, At(args.recv, mine.offset, elem), mine.count,
+                                  s.nranks()));
   return AllGatherPhase(s, ToBytes(chunks, elem), args.recv);
 }
 
 Status RingAllGather(Schedule& s, const CallArgs& args) {
   const size_t elem = DataTypeSize(args.dtype);
-  CopyIfDistinct(At(args.recv, s.rank() * args.count, elem), args.send, args.count * elem);
+  LOOM_RETURN_IF_ERROR(
+      s.Copy(At(args.recv, s.rank() * args.count, elem), args.send, args.count * elem));
   return AllGatherPhase(s, ToBytes(BlocksInRingOrder(s, args.count), elem), args.recv);
 }
 
@@ -123,15 +121,14 @@ Status RingReduceScatter(Schedule& s, const CallArgs& args) {
   const size_t elem = DataTypeSize(args.dtype);
   const size_t mine = s.rank() * args.count;
   if (s.nranks() == 1) {
-    CopyIfDistinct(args.recv, args.send, args.count * elem);
+    LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, args.count * elem));
   } else {
-    void* work = s.Scratch(s.nranks() * args.count * elem);
+    LOOM_ASSIGN_OR_RETURN(void* work, s.Scratch(s.nranks() * args.count * elem));
     LOOM_RETURN_IF_ERROR(
         ReduceScatterPhase(s, BlocksInRingOrder(s, args.count), args.send, work, reduction));
-    CopyIfDistinct(args.recv, At(work, mine, elem), args.count * elem);
+    LOOM_RETURN_IF_ERROR(s.Copy(args.recv, At(work, mine, elem), args.count * elem));
   }
-  Finalize(reduction, args.recv, args.count, s.nranks());
-  return Status::OK();
+  return s.Finalize(reduction, args.recv, args.count, s.nranks());
 }
 
 }  // namespace

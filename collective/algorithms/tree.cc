@@ -95,8 +95,8 @@ Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in
   // A root without children (a single rank) still owes its result in work.
   for (const TreeJob& job : jobs) {
     if (job.tree->root == s.rank() && job.tree->depth() == 0) {
-      CopyIfDistinct(At(work, job.range.offset, elem), At(in, job.range.offset, elem),
-                     job.range.count * elem);
+      LOOM_RETURN_IF_ERROR(s.Copy(At(work, job.range.offset, elem),
+                                  At(in, job.range.offset, elem), job.range.count * elem));
     }
   }
   return s.WaitAll();
@@ -141,7 +141,8 @@ Status TreesAllReduce(Schedule& s, const CallArgs& args, const std::vector<TreeJ
   LOOM_RETURN_IF_ERROR(TreesReduce(s, jobs, args.send, args.recv, reduction));
   for (const TreeJob& job : jobs) {
     if (job.tree->root == s.rank()) {
-      Finalize(reduction, At(args.recv, job.range.offset, elem), job.range.count, s.nranks());
+      LOOM_RETURN_IF_ERROR(s.Finalize(reduction, At(args.recv, job.range.offset, elem),
+                                      job.range.count, s.nranks()));
     }
   }
   return TreesBroadcast(s, InBytes(jobs, elem), args.recv);
@@ -152,16 +153,19 @@ Status TreeRootedReduce(Schedule& s, const CallArgs& args, const Tree& tree) {
   const size_t elem = DataTypeSize(args.dtype);
   // Only the root's recv is the caller's; other ranks accumulate in scratch so that neither their
   // send nor their recv buffer changes.
-  void* work = s.rank() == args.root ? args.recv : s.Scratch(args.count * elem);
+  void* work = args.recv;
+  if (s.rank() != args.root) {
+    LOOM_ASSIGN_OR_RETURN(work, s.Scratch(args.count * elem));
+  }
   LOOM_RETURN_IF_ERROR(
       TreesReduce(s, {TreeJob{&tree, Range{0, args.count}}}, args.send, work, reduction));
-  if (s.rank() == args.root) Finalize(reduction, args.recv, args.count, s.nranks());
-  return Status::OK();
+  if (s.rank() != args.root) return Status::OK();
+  return s.Finalize(reduction, args.recv, args.count, s.nranks());
 }
 
 Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
-  if (s.rank() == args.root) CopyIfDistinct(args.recv, args.send, bytes);
+  if (s.rank() == args.root) LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
   return TreesBroadcast(s, {TreeJob{&tree, Range{0, bytes}}}, args.recv);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -49,8 +50,32 @@ struct Mailbox {
 };
 
 struct Hub {
-  explicit Hub(int n) : mailboxes(n) {}
+  Hub(int n, std::shared_ptr<RankMemory> memory) : mailboxes(n), memory(std::move(memory)) {}
   std::vector<Mailbox> mailboxes;
+  std::shared_ptr<RankMemory> memory;
+};
+
+class HostMemory final : public RankMemory {
+ public:
+  const char* name() const override { return "in-process"; }
+  Status Copy(int, int, void* dst, int, const void* src, size_t bytes) override {
+    if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+    return Status::OK();
+  }
+  Status Reduce(int, const Reduction& reduction, int, void* dst, const void* local, int,
+                const void* remote, size_t count) override {
+    collective::Reduce(reduction, dst, local, remote, count);
+    return Status::OK();
+  }
+  Status Finalize(int, const Reduction& reduction, void* buf, size_t count, int nranks) override {
+    collective::Finalize(reduction, buf, count, nranks);
+    return Status::OK();
+  }
+  std::shared_ptr<void> Allocate(int, size_t bytes) override {
+    void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+    if (p == nullptr) return nullptr;
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
 };
 
 void MarkDone(Posting* p, const Status& status) {
@@ -62,18 +87,19 @@ void MarkDone(Posting* p, const Status& status) {
   p->cv.notify_all();
 }
 
-// Moves the data of a matched pair; runs on the thread that made the match, outside any mailbox
-// lock.
-void Transfer(Posting* send, Posting* recv) {
+// Moves the data of a matched pair; runs on the thread of rank `performer`, which made the match,
+// outside any mailbox lock.
+void Transfer(RankMemory& memory, int performer, Posting* send, Posting* recv) {
   Status status;
   if (send->bytes != recv->bytes) {
     status = Internal("message size mismatch on tag ", send->tag, ": rank ", send->rank, " sent ",
                       send->bytes, " bytes, rank ", recv->rank, " expected ", recv->bytes);
-  } else if (recv->kind == Posting::Kind::kRecv) {
-    if (send->bytes > 0) std::memcpy(recv->dst, send->src, send->bytes);
-  } else {
-    Reduce(recv->reduction, recv->dst, recv->local, send->src,
-           send->bytes / DataTypeSize(recv->reduction.dtype));
+  } else if (send->bytes > 0 && recv->kind == Posting::Kind::kRecv) {
+    status = memory.Copy(performer, recv->rank, recv->dst, send->rank, send->src, send->bytes);
+  } else if (send->bytes > 0) {
+    status = memory.Reduce(performer, recv->reduction, recv->rank, recv->dst, recv->local,
+                           send->rank, send->src,
+                           send->bytes / DataTypeSize(recv->reduction.dtype));
   }
   MarkDone(recv, status);
   MarkDone(send, status);
@@ -147,7 +173,17 @@ class InProcessTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
-  const char* name() const override { return "in-process"; }
+  const char* name() const override { return hub_->memory->name(); }
+
+  Status Copy(void* dst, const void* src, size_t bytes) override {
+    return hub_->memory->Copy(rank_, rank_, dst, rank_, src, bytes);
+  }
+  Status Finalize(const Reduction& reduction, void* buf, size_t count, int nranks) override {
+    return hub_->memory->Finalize(rank_, reduction, buf, count, nranks);
+  }
+  std::shared_ptr<void> AllocateBuffer(size_t bytes) override {
+    return hub_->memory->Allocate(rank_, bytes);
+  }
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
     CheckPeer(peer);
@@ -167,7 +203,7 @@ class InProcessTransport final : public Transport {
     }
     if (match) {
       p->queued = false;
-      Transfer(p.get(), match.get());
+      Transfer(*hub_->memory, rank_, p.get(), match.get());
     }
     return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p));
   }
@@ -214,7 +250,7 @@ class InProcessTransport final : public Transport {
     }
     if (match) {
       p->queued = false;
-      Transfer(match.get(), p.get());
+      Transfer(*hub_->memory, rank_, match.get(), p.get());
     }
     return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p));
   }
@@ -227,10 +263,13 @@ class InProcessTransport final : public Transport {
 
 }  // namespace
 
+std::shared_ptr<RankMemory> HostRankMemory() { return std::make_shared<HostMemory>(); }
+
 std::vector<std::unique_ptr<Transport>> CreateInProcessTransports(
-    int nranks, const InProcessTransportOptions& options) {
+    int nranks, const InProcessTransportOptions& options, std::shared_ptr<RankMemory> memory) {
   LOOM_CHECK(nranks >= 1, "nranks must be positive, got ", nranks);
-  auto hub = std::make_shared<Hub>(nranks);
+  if (memory == nullptr) memory = HostRankMemory();
+  auto hub = std::make_shared<Hub>(nranks, std::move(memory));
   std::vector<std::unique_ptr<Transport>> out;
   out.reserve(nranks);
   for (int r = 0; r < nranks; ++r) {

@@ -3,6 +3,11 @@
 // receiver's; RecvReduce reduces straight out of the sender's buffer, with no staging copy. The
 // copy is done by whichever side arrives second (the other side only waits).
 //
+// Where the buffers live is a RankMemory: host memory (HostRankMemory, the default), or the GPUs
+// of the CUDA P2P transport (cuda_p2p.h), which uses the same matching with device copies and
+// reduction kernels. The endpoints' Copy/Finalize/AllocateBuffer go to the RankMemory too, so the
+// algorithm schedules run unchanged on either.
+//
 // Threading: each endpoint belongs to one rank's thread; endpoints of different ranks may be used
 // concurrently. The endpoints share a hub that must outlive no endpoint (they hold it).
 #pragma once
@@ -14,13 +19,40 @@
 
 namespace loom::collective {
 
+// The memory of one in-process group's ranks and the data movement between them. `performer` is
+// the rank whose thread runs an operation (for a transfer: whichever side arrived second); every
+// operation has completed when it returns. Implementations must allow different performers to
+// run operations concurrently.
+class RankMemory {
+ public:
+  virtual ~RankMemory() = default;
+  // The transport's name in messages ("in-process", "cuda-p2p").
+  virtual const char* name() const = 0;
+  // dst (of dst_rank) = src (of src_rank), `bytes` bytes. dst_rank may equal src_rank.
+  virtual Status Copy(int performer, int dst_rank, void* dst, int src_rank, const void* src,
+                      size_t bytes) = 0;
+  // dst = local (op) remote for `count` elements; dst and local belong to dst_rank (dst may equal
+  // local), remote to src_rank.
+  virtual Status Reduce(int performer, const Reduction& reduction, int dst_rank, void* dst,
+                        const void* local, int src_rank, const void* remote, size_t count) = 0;
+  // Transport::Finalize and Transport::AllocateBuffer of `rank`.
+  virtual Status Finalize(int rank, const Reduction& reduction, void* buf, size_t count,
+                          int nranks) = 0;
+  virtual std::shared_ptr<void> Allocate(int rank, size_t bytes) = 0;
+};
+
+// Host memory: memcpy and the host reduction kernels (reduce.h).
+std::shared_ptr<RankMemory> HostRankMemory();
+
 struct InProcessTransportOptions {
-  // When false, RecvReduce falls back to Transport's staging path (used to test that path).
+  // When false, RecvReduce falls back to Transport's staging path (used to test that path; host
+  // memory only).
   bool direct_reduce = true;
 };
 
-// Creates the n connected endpoints; element r is rank r.
+// Creates the n connected endpoints; element r is rank r. `memory` defaults to HostRankMemory().
 std::vector<std::unique_ptr<Transport>> CreateInProcessTransports(
-    int nranks, const InProcessTransportOptions& options = {});
+    int nranks, const InProcessTransportOptions& options = {},
+    std::shared_ptr<RankMemory> memory = nullptr);
 
 }  // namespace loom::collective

@@ -77,7 +77,7 @@ class NcclTransport final : public Transport {
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
   const char* name() const override { return "nccl"; }
-  bool host_buffers() const override { return false; }
+  bool runs_schedules() const override { return false; }
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
@@ -179,7 +179,7 @@ std::unique_ptr<Request> NcclTransport::Recv(int peer, uint64_t, void* data, siz
 
 std::unique_ptr<Request> NcclTransport::RecvReduce(int, uint64_t, void*, const void*, size_t,
                                                    const Reduction&) {
-  // The schedules that use RecvReduce never run on this transport (host_buffers() is false).
+  // The schedules that use RecvReduce never run on this transport (runs_schedules() is false).
   return std::make_unique<NcclRequest>(
       Unimplemented("the NCCL transport has no RecvReduce; use algorithm 'native'"));
 }
@@ -293,15 +293,6 @@ Status NcclTransport::RunNative(const NativeCollective& c, Deadline deadline) {
 }
 
 }  // namespace
-
-int CudaDeviceCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 StatusOr<std::vector<std::unique_ptr<Transport>>> CreateNcclTransports(
     const std::vector<int>& devices) {

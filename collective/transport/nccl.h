@@ -1,8 +1,9 @@
 // NCCL transport: the GPUs of one process as ranks (ncclCommInitAll), one CUDA stream per rank.
 // Buffers are device memory, so the communicator runs NCCL's own collectives (Algorithm::kNative:
 // ncclAllReduce, ncclReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter; kAuto means
-// native) and point-to-point calls (ncclSend/ncclRecv); the ring/tree schedules, which work on
-// host memory, answer Unimplemented (Transport::host_buffers).
+// native) and point-to-point calls (ncclSend/ncclRecv); the ring/tree schedules, which need a
+// reduction on receipt, answer Unimplemented (Transport::runs_schedules). The CUDA P2P transport
+// (cuda_p2p.h) runs those schedules on device buffers.
 //
 // Matching: NCCL point-to-point has no tags; messages between two ranks match in posting order.
 // That is all this transport needs: signature exchanges and ordered point-to-point calls post in
@@ -24,12 +25,10 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/transport/cuda_p2p.h"  // CudaDeviceCount
 #include "framework/status.h"
 
 namespace loom::collective {
-
-// Visible CUDA devices; 0 without a GPU or driver.
-int CudaDeviceCount();
 
 // One endpoint per entry of `devices` (distinct CUDA device ordinals); element r is rank r.
 StatusOr<std::vector<std::unique_ptr<Transport>>> CreateNcclTransports(

@@ -1,0 +1,12 @@
+#include "tools/bench_memory.h"
+
+namespace loom::cli {
+
+StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&, const std::string&,
+                                            const collective::CommunicatorOptions&) {
+  return Unimplemented(
+      "this loom was built without CUDA (no nvcc found at configure time); --places cuda:... "
+      "is unavailable");
+}
+
+}  // namespace loom::cli
