@@ -327,10 +327,11 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
     LOOM_ASSIGN_OR_RETURN(startups[r], LoadProgram(JoinPath(rd, "startup.pb")));
     LOOM_ASSIGN_OR_RETURN(mains[r], LoadProgram(JoinPath(rd, "main.pb")));
   }
-  // CPU ranks run on --place; CUDA ranks (transport nccl) each on the GPU of its manifest place.
+  // CPU ranks run on --place; CUDA ranks (transport nccl or cuda_p2p) each on the GPU of its
+  // manifest place.
   std::vector<Place> places(n, setup.place);
   std::string where = setup.place.ToString();
-  if (dp.transport() == "nccl") {
+  if (dp.transport() == "nccl" || dp.transport() == "cuda_p2p") {
     if (dp.places_size() != n)
       return InvalidArgument(setup.dir, ": the manifest lists ", dp.places_size(), " places for ",
                              n, " ranks");
@@ -528,9 +529,10 @@ Status Run(const Flags& flags) {
     RunSetup setup;
     LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
     if (dp.transport() == "mpi") return RunMpiRank(flags, setup, dp);
-    if (dp.has_transport() && dp.transport() != "inprocess" && dp.transport() != "nccl")
+    if (dp.has_transport() && dp.transport() != "inprocess" && dp.transport() != "nccl" &&
+        dp.transport() != "cuda_p2p")
       return InvalidArgument(dp_path, ": transport '", dp.transport(),
-                             "' is not one of inprocess, mpi, nccl");
+                             "' is not one of inprocess, mpi, nccl, cuda_p2p");
     return RunRanks(flags, setup, dp);
   }
   LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));

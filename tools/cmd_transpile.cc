@@ -29,15 +29,16 @@ Flags TranspileFlags() {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
           {"places", "PLACES", "the devices: cpu:N, N CPU places (threads of one process, or "
                                "with --transport mpi one process each), or cuda:D0,D1,... one "
-                               "rank per listed GPU (threads of one process, NCCL)", "cpu:2"},
+                               "rank per listed GPU (threads of one process)", "cpu:2"},
           {"transport", "T", "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
                              "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
-                             "CUDA places use nccl", "inprocess"},
+                             "CUDA places use nccl (NCCL's collectives) unless cuda_p2p is given "
+                             "(Loom's ring/tree/multi_tree/star on the GPUs)", "inprocess"},
           {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
                            "parameter updated by one owner rank, then broadcast)", "allreduce"},
           {"algo", "ALGO", "ring, tree, multi_tree, star, auto (chosen per bucket), or with "
-                           "--transport mpi also native (MPI's own); CUDA places: native or "
-                           "auto (NCCL's own)", "auto"},
+                           "--transport mpi also native (MPI's own); CUDA places over nccl: "
+                           "native or auto (NCCL's own)", "auto"},
           {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
           {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
                               "gradient), avg (1/N) or one", "sample"},

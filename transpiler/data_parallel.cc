@@ -109,30 +109,38 @@ VarDesc DeclareCommVar(BlockDesc* block) {
 Status CheckProgram(State* s) {
   const auto& c = s->config;
   if (c.nranks < 1) return InvalidArgument("nranks must be >= 1, got ", c.nranks);
-  if (c.transport != "inprocess" && c.transport != "mpi" && c.transport != "nccl")
-    return InvalidArgument("transport '", c.transport, "' is not one of inprocess, mpi, nccl");
+  if (c.transport != "inprocess" && c.transport != "mpi" && c.transport != "nccl" &&
+      c.transport != "cuda_p2p")
+    return InvalidArgument("transport '", c.transport,
+                           "' is not one of inprocess, mpi, nccl, cuda_p2p");
+  const bool gpu_transport = c.transport == "nccl" || c.transport == "cuda_p2p";
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
-    if (a == collective::Algorithm::kNative && c.transport == "inprocess")
-      return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the in-process "
-                             "transport offers ring, tree, multi_tree, star and auto");
+    if (a == collective::Algorithm::kNative &&
+        (c.transport == "inprocess" || c.transport == "cuda_p2p"))
+      return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the ",
+                             c.transport,
+                             " transport offers ring, tree, multi_tree, star and auto");
     if (a != collective::Algorithm::kNative && c.transport == "nccl")
-      return InvalidArgument("algorithm '", c.algorithm, "' runs on host buffers; transport nccl "
-                             "(CUDA places) runs NCCL's own collectives: use native or auto");
+      return InvalidArgument("algorithm '", c.algorithm,
+                             "' is one of Loom's schedules; transport nccl (CUDA places) runs "
+                             "NCCL's own collectives: use native or auto, or transport cuda_p2p "
+                             "for Loom's schedules on the GPUs");
   }
-  // Places, when given, must fit the transport: CUDA places (one GPU per rank) meet over NCCL.
+  // Places, when given, must fit the transport: CUDA places (one GPU per rank) meet over NCCL
+  // or CUDA P2P.
   if (!c.places.empty()) {
     if (static_cast<int>(c.places.size()) != c.nranks)
       return InvalidArgument(c.places.size(), " places for ", c.nranks, " ranks");
     std::set<std::string> distinct;
     for (const auto& p : c.places) {
       bool cuda = p.compare(0, 5, "cuda:") == 0;
-      if (cuda != (c.transport == "nccl"))
+      if (cuda != gpu_transport)
         return InvalidArgument("place '", p, "' does not fit transport '", c.transport,
-                               cuda ? "' (CUDA places meet over transport nccl)"
-                                    : "' (transport nccl needs CUDA places)");
+                               cuda ? "' (CUDA places meet over transport nccl or cuda_p2p)"
+                                    : StrCat("' (transport ", c.transport, " needs CUDA places)"));
       if (cuda && !distinct.insert(p).second)
-        return InvalidArgument("place '", p, "' is given twice: NCCL needs one GPU per rank");
+        return InvalidArgument("place '", p, "' is given twice: each rank needs a GPU of its own");
     }
   }
   collective::Topology topology = collective::Topology::Uniform(c.nranks);
@@ -144,9 +152,10 @@ Status CheckProgram(State* s) {
   }
   LOOM_ASSIGN_OR_RETURN(s->plan, collective::CommPlan::Create(topology));
   collective::SelectorOptions so;
-  so.tree_max_bytes = c.tree_max_bytes >= 0     ? c.tree_max_bytes
-                      : c.transport == "mpi" ? collective::kMpiAutoTreeMaxBytes
-                                             : collective::kInProcessAutoTreeMaxBytes;
+  so.tree_max_bytes = c.tree_max_bytes >= 0          ? c.tree_max_bytes
+                      : c.transport == "mpi"      ? collective::kMpiAutoTreeMaxBytes
+                      : c.transport == "cuda_p2p" ? collective::kLinkAutoTreeMaxBytes
+                                                  : collective::kInProcessAutoTreeMaxBytes;
   so.overlapped_transfers = c.transport == "mpi";
   s->selector = std::make_unique<collective::Selector>(*s->plan, so);
   if (c.fuse_grad_size_mb < 0)

@@ -42,7 +42,7 @@ enum class GradScale { kSample, kAvg, kOne };
 struct DataParallelConfig {
   int nranks = 1;
   // Recorded in the manifest, e.g. "cpu:0"; when given, one per rank, and CUDA places
-  // ("cuda:N", distinct) exactly when the transport is nccl.
+  // ("cuda:N", distinct) exactly when the transport is nccl or cuda_p2p.
   std::vector<std::string> places;
   SyncMode mode = SyncMode::kAllReduce;
   std::string algorithm = "auto";  // ring, tree, multi_tree, star or auto
@@ -51,8 +51,9 @@ struct DataParallelConfig {
   std::string owner_policy = "bytes";  // bytes | hash
   std::string group = "loom_dp";       // name the ranks' communicators meet under
   // How the ranks meet: "inprocess" (one process, a thread per rank: Executor::RunRanks),
-  // "mpi" (one process per rank under mpirun; the MPI world is the group) or "nccl" (CUDA
-  // places, a thread per rank, one GPU each; every collective is NCCL's own: "native").
+  // "mpi" (one process per rank under mpirun; the MPI world is the group), "nccl" (CUDA
+  // places, a thread per rank, one GPU each; every collective is NCCL's own: "native") or
+  // "cuda_p2p" (CUDA places like nccl, running Loom's ring/tree/multi_tree/star on the GPUs).
   std::string transport = "inprocess";
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;

@@ -59,16 +59,18 @@ Status CommInitKernel(const KernelContext& ctx) {
   o.topology = ctx.Attr<std::string>("topology");
   o.tree_max_bytes = ctx.Attr<int>("tree_max_bytes");
   const int nranks = ctx.Attr<int>("nranks"), rank = ctx.Attr<int>("rank");
-  // Device buffers need the NCCL transport; the others move host memory.
-  if (ctx.place().is_cpu() == (transport == "nccl"))
+  // Device buffers need a GPU transport (nccl, cuda_p2p); the others move host memory.
+  const bool gpu_transport = transport == "nccl" || transport == "cuda_p2p";
+  if (ctx.place().is_cpu() == gpu_transport)
     return ctx.Error("transport '", transport, "' cannot run on place ", ctx.place().ToString(),
-                     ctx.place().is_cpu() ? " (nccl needs CUDA places)"
-                                          : " (CUDA places need transport nccl)");
+                     ctx.place().is_cpu() ? StrCat(" (", transport, " needs CUDA places)")
+                                          : " (CUDA places need transport nccl or cuda_p2p)");
+  const std::string& group = ctx.Attr<std::string>("group");
   StatusOr<CommHandle> joined =
-      transport == "mpi"    ? JoinMpiWorld(nranks, rank, o)
-      : transport == "nccl" ? JoinNcclGroup(ctx.Attr<std::string>("group"), nranks, rank,
-                                            ctx.place().device, o)
-                            : JoinInProcessGroup(ctx.Attr<std::string>("group"), nranks, rank, o);
+      transport == "mpi"        ? JoinMpiWorld(nranks, rank, o)
+      : transport == "nccl"     ? JoinNcclGroup(group, nranks, rank, ctx.place().device, o)
+      : transport == "cuda_p2p" ? JoinCudaP2PGroup(group, nranks, rank, ctx.place().device, o)
+                                : JoinInProcessGroup(group, nranks, rank, o);
   if (!joined.ok()) return joined.status().WithContext(ctx.Where());
   CommHandle h = std::move(joined).value();
   *out->GetMutable<CommHandle>() = std::move(h);
@@ -334,12 +336,15 @@ LOOM_REGISTER_OP(comm_init)
                        "inprocess (ranks are threads of one process, meeting by group name), "
                        "mpi (one process per rank under mpirun; the MPI world is the group) or "
                        "nccl (CUDA places: ranks are threads of one process, one GPU each, "
-                       "meeting by group name; NCCLInit's role)",
+                       "meeting by group name; NCCLInit's role; NCCL's own collectives) or "
+                       "cuda_p2p (the same on CUDA places, running Loom's ring/tree/multi_tree/"
+                       "star schedules with peer copies and reduction kernels)",
                        [](const std::string& t) {
-                         return t == "inprocess" || t == "mpi" || t == "nccl"
+                         return t == "inprocess" || t == "mpi" || t == "nccl" || t == "cuda_p2p"
                                     ? Status::OK()
-                                    : InvalidArgument("transport '", t,
-                                                      "' is not one of inprocess, mpi, nccl");
+                                    : InvalidArgument(
+                                          "transport '", t,
+                                          "' is not one of inprocess, mpi, nccl, cuda_p2p");
                        })
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
@@ -432,7 +437,7 @@ LOOM_REGISTER_OP(coalesce_grads)
 
 #if LOOM_CUDA_ENABLED
 // The same kernels on CUDA places, over a communicator of transport nccl (device buffers; the
-// algorithm is NCCL's own, `native` or `auto`).
+// algorithm is NCCL's own, `native` or `auto`) or cuda_p2p (Loom's schedules on the GPUs).
 #define LOOM_COLLECTIVE_CUDA_KERNELS(op, fn)   \
   LOOM_REGISTER_KERNEL(op, kCUDA, FP32, fn);  \
   LOOM_REGISTER_KERNEL(op, kCUDA, FP64, fn);  \

@@ -9,6 +9,9 @@
 #include "collective/world.h"
 #include "loom/config.h"
 #include "operators/collective/stats.h"
+#if LOOM_CUDA_ENABLED
+#include "collective/transport/cuda_p2p.h"
+#endif
 #if LOOM_NCCL_ENABLED
 #include "collective/transport/nccl.h"
 #endif
@@ -126,6 +129,37 @@ StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank,
 #else
   return Unimplemented("transport 'nccl' is not available: Loom was built without CUDA and NCCL "
                        "(rank ", rank, " of group '", key, "' on device ", device, ")");
+#endif
+}
+
+StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int rank, int device,
+                                      const GroupOptions& options) {
+#if LOOM_CUDA_ENABLED
+  collective::CommunicatorOptions co;
+  co.timeout = std::chrono::milliseconds(options.timeout_ms);
+  if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
+  std::optional<collective::Topology> topology;
+  if (!options.topology.empty()) {
+    LOOM_ASSIGN_OR_RETURN(collective::Topology t, collective::Topology::Preset(options.topology));
+    if (t.size() != nranks)
+      return InvalidArgument("group '", key, "': topology '", options.topology, "' has ", t.size(),
+                             " devices for ", nranks, " ranks");
+    topology = t;
+  }
+  auto factory = [co, topology](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
+    LOOM_ASSIGN_OR_RETURN(auto comms,
+                          collective::CreateCudaP2PCommunicators(devices, co, topology));
+    auto owned =
+        std::make_shared<std::vector<std::unique_ptr<collective::Communicator>>>(std::move(comms));
+    DeviceGroupComms g;
+    for (auto& c : *owned) g.comms.push_back(c.get());
+    g.owner = std::move(owned);
+    return g;
+  };
+  return JoinDeviceGroup(key, nranks, rank, device, options, factory);
+#else
+  return Unimplemented("transport 'cuda_p2p' is not available: Loom was built without CUDA (rank ",
+                       rank, " of group '", key, "' on device ", device, ")");
 #endif
 }
 

@@ -68,6 +68,13 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
 StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
                                    const GroupOptions& options);
 
+// JoinDeviceGroup with CUDA P2P communicators (comm_init on CUDA places, transport "cuda_p2p"):
+// Loom's own schedules (ring, tree, multi_tree, star) on the ranks' GPUs, with peer copies and
+// reduction kernels; the trees follow options.topology, or the links the CUDA runtime reports
+// when it is empty. Unimplemented when Loom was built without CUDA.
+StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int rank, int device,
+                                      const GroupOptions& options);
+
 #if LOOM_CUDA_ENABLED
 // x[0, n) *= w on the kernel's CUDA stream (fp32, fp64 or fp16 data).
 Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, float w);

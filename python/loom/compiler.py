@@ -38,7 +38,10 @@ class BuildStrategy:
     feed is split across them) or "mpi" (Loom's addition, Horovod-style: one process per rank,
     started by ``mpirun -np N python3 train.py``; each process runs one place, feeds its own
     batch, and gets its own fetched values; the update equals the full-batch update over the
-    samples of all processes). MPI is finalized when Python exits.
+    samples of all processes). MPI is finalized when Python exits. With CUDA places the ranks
+    are threads with one GPU each, meeting over NCCL (NCCL's own collectives); transport
+    "cuda_p2p" (Loom's addition) runs Loom's ring/tree/multi_tree/star schedules on the GPUs
+    instead (peer copies and reduction kernels; the trees follow the GPUs' links).
     """
 
     class ReduceStrategy:
@@ -94,9 +97,12 @@ class _RankState:
 
     def __init__(self, compiled, scope):
         bs = compiled._build_strategy
-        if bs.transport not in ("inprocess", "mpi"):
-            raise ValueError("BuildStrategy.transport must be 'inprocess' or 'mpi', got %r"
-                             % (bs.transport,))
+        if bs.transport not in ("inprocess", "mpi", "cuda_p2p"):
+            raise ValueError("BuildStrategy.transport must be 'inprocess', 'mpi' or 'cuda_p2p', "
+                             "got %r" % (bs.transport,))
+        if bs.transport == "cuda_p2p" and compiled._places[0].is_cpu_place():
+            raise ValueError("BuildStrategy.transport 'cuda_p2p' needs CUDA places, got %r"
+                             % (compiled._places,))
         if bs.transport == "mpi":
             self._init_mpi(compiled, scope)
             return
@@ -113,7 +119,8 @@ class _RankState:
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
             keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport="nccl" if cuda else "inprocess",
+            transport=("cuda_p2p" if bs.transport == "cuda_p2p" else "nccl") if cuda
+            else "inprocess",
             places=[repr(p) for p in places] if cuda else [])
         self.manifest = manifest
         self.mains = mains
@@ -230,8 +237,8 @@ class CompiledProgram:
                     "with_data_parallel: CUDA places %r need a build with CUDA and NCCL"
                     % (places,))
             if len(set(places)) != len(places):
-                raise ValueError("with_data_parallel: places %r repeat a GPU; NCCL needs one "
-                                 "GPU per place" % (places,))
+                raise ValueError("with_data_parallel: places %r repeat a GPU; each place needs "
+                                 "a GPU of its own" % (places,))
             visible = core.cuda_device_count()
             for p in places:
                 if p.device >= visible:
@@ -327,9 +334,9 @@ class ParallelExecutor:
                  exec_strategy=None, places=None, scope=None, share_vars_from=None):
         from .executor import Executor
         from .framework import default_main_program
-        if use_cuda:
-            raise NotImplementedError("ParallelExecutor(use_cuda=True) needs the NCCL transport, "
-                                      "which is not available yet")
+        if use_cuda and places is None:
+            from .framework import cuda_places
+            places = cuda_places()
         self._scope = scope
         self._compiled = CompiledProgram(main_program or default_main_program()).with_data_parallel(
             loss_name=loss_name, build_strategy=build_strategy, places=places)

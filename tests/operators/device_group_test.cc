@@ -122,17 +122,30 @@ TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
 }
 
 TEST(DeviceGroup, CommInitRefusesTransportsThatDoNotFitThePlace) {
-  ProgramDesc p;
-  BlockDesc* b = p.GlobalBlock();
-  b->Var("comm").SetType(proto::VarType::COMMUNICATOR);
-  b->AppendOp("comm_init", {}, {{"Comm", {"comm"}}},
-              {{"nranks", 1}, {"rank", 0}, {"group", std::string("g")},
-               {"transport", std::string("nccl")}});
-  Executor exe(Place::CPU());
-  Scope scope;
-  Status st = exe.Run(p, &scope);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("transport 'nccl' cannot run on place cpu:0"), std::string::npos)
+  for (const std::string transport : {"nccl", "cuda_p2p"}) {
+    ProgramDesc p;
+    BlockDesc* b = p.GlobalBlock();
+    b->Var("comm").SetType(proto::VarType::COMMUNICATOR);
+    b->AppendOp("comm_init", {}, {{"Comm", {"comm"}}},
+                {{"nranks", 1}, {"rank", 0}, {"group", std::string("g")},
+                 {"transport", transport}});
+    Executor exe(Place::CPU());
+    Scope scope;
+    Status st = exe.Run(p, &scope);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("transport '" + transport + "' cannot run on place cpu:0 (" +
+                                transport + " needs CUDA places)"),
+              std::string::npos)
+        << st.ToString();
+  }
+}
+
+TEST(DeviceGroup, CudaP2PGroupWithoutAGpuFailsCleanly) {
+  // Without a GPU (or without CUDA in the build) joining fails with a status, never a crash.
+  Status st = JoinCudaP2PGroup("cuda-p2p-none", 1, 0, 0, GroupOptions{}).status();
+  if (st.ok()) GTEST_SKIP() << "a CUDA device is visible";
+  EXPECT_TRUE(st.code() == StatusCode::kFailedPrecondition ||
+              st.code() == StatusCode::kUnimplemented)
       << st.ToString();
 }
 

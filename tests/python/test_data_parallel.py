@@ -468,3 +468,34 @@ def test_cuda_places_meet_over_nccl():
         for name in want:
             err = np.linalg.norm(got[name] - want[name]) / np.linalg.norm(want[name])
             assert err < 1e-4, "%s: %.3g on %d CUDA places" % (name, err, len(places))
+
+
+def test_cuda_p2p_transport_runs_looms_schedules_on_gpus():
+    # BuildStrategy.transport = "cuda_p2p": CUDA places running Loom's ring/tree/... with peer
+    # copies and reduction kernels. The place check runs everywhere; training needs a GPU.
+    data, init, want = ref_for("mlp", "adam", 12)
+    main, startup, loss = build("mlp", "adam")
+    bs = fluid.BuildStrategy()
+    bs.transport = "cuda_p2p"
+    bs.allreduce_algorithm = "ring"
+    exe, scope = fresh_scope(main, startup, init)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(2))
+    x, y = data[0]
+    with pytest.raises(ValueError, match="'cuda_p2p' needs CUDA places"):
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device: the cuda_p2p data-parallel run needs a GPU per place")
+    places = fluid.cuda_places()
+    exe, scope = fresh_scope(main, startup, init)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=places)
+    for x, y in data:
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    assert 'transport: "cuda_p2p"' in compiled.manifest
+    assert 'algorithm: "ring"' in compiled.manifest
+    for s in compiled._states[id(scope)].scopes:
+        got = {n: np.array(s.find_var(n).get_tensor()) for n in params_of(main)}
+        for name in want:
+            err = np.linalg.norm(got[name] - want[name]) / np.linalg.norm(want[name])
+            assert err < 1e-4, "%s: %.3g on %d CUDA places" % (name, err, len(places))

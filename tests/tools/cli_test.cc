@@ -467,6 +467,23 @@ TEST_F(CliTest, CudaPlacesTranspileToNcclRanks) {
   }
 }
 
+TEST_F(CliTest, CudaPlacesOverCudaP2PKeepLoomsAlgorithms) {
+  std::string out = JoinPath(dir_, "dp_cuda_p2p");
+  Result r = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --places cuda:0,1 --transport cuda_p2p --algo multi_tree");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string manifest = ReadFile(JoinPath(out, "manifest.pbtxt")).value();
+  EXPECT_NE(manifest.find("transport: \"cuda_p2p\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("algorithm: \"multi_tree\""), std::string::npos) << manifest;
+  EXPECT_EQ(manifest.find("algorithm: \"native\""), std::string::npos) << manifest;
+  if (CudaDeviceCount() < 2) {
+    ExpectError(Loom("run " + out + " --iters 1"), {"cuda:0", "not available"});
+  }
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + "_x" +
+                   " --places cpu:2 --transport cuda_p2p"),
+              {"transport cuda_p2p needs CUDA places"});
+}
+
 TEST_F(CliTest, TranspileErrors) {
   std::string out = JoinPath(dir_, "dp_err");
   Result ok = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places cpu:2");
@@ -485,7 +502,7 @@ TEST_F(CliTest, TranspileErrors) {
               {"place 'cuda:0' does not fit transport 'mpi'"});
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
                    " --places cuda:0,1 --algo ring"),
-              {"algorithm 'ring' runs on host buffers"});
+              {"algorithm 'ring' is one of Loom's schedules", "transport cuda_p2p"});
   ExpectError(Loom("transpile " + Bundle("softmax_classifier")), {"-o OUT_DIR is required"});
 }
 

@@ -286,7 +286,7 @@ TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
   }
   c.algorithm = "ring";
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "algorithm 'ring' runs on host buffers; transport nccl"),
+                "algorithm 'ring' is one of Loom's schedules; transport nccl"),
             std::string::npos);
   c.algorithm = "auto";
   c.places = {"cuda:0", "cuda:0"};
@@ -301,6 +301,42 @@ TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
   c.places = {"cuda:0", "cuda:1"};
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
                 "CUDA places meet over transport nccl"),
+            std::string::npos);
+}
+
+TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 3;
+  c.transport = "cuda_p2p";
+  c.places = {"cuda:0", "cuda:1", "cuda:2"};
+  c.fuse_grad_size_mb = 0;  // one bucket per gradient: small ones
+  for (const char* algorithm : {"ring", "tree", "multi_tree", "star", "auto"}) {
+    c.algorithm = algorithm;
+    auto r = TranspileDataParallel(n.startup, n.main, c);
+    ASSERT_TRUE(r.ok()) << algorithm << ": " << r.status().ToString();
+    const BlockDesc* s = r.value().startup[1].GlobalBlock();
+    EXPECT_EQ(s->Op(0).Type(), "comm_init");
+    EXPECT_EQ(s->Op(0).Attr<std::string>("transport", ""), "cuda_p2p");
+    EXPECT_EQ(r.value().manifest.transport(), "cuda_p2p");
+    ASSERT_GT(r.value().manifest.buckets_size(), 0);
+    for (const auto& b : r.value().manifest.buckets()) {
+      // auto resolves with the link crossover: these small gradients take the tree.
+      EXPECT_EQ(b.algorithm(), std::string(algorithm) == "auto" ? "tree" : algorithm);
+    }
+  }
+  c.algorithm = "native";
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "the cuda_p2p transport offers ring, tree, multi_tree, star and auto"),
+            std::string::npos);
+  c.algorithm = "auto";
+  c.places = {"cpu:0", "cpu:1", "cpu:2"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "transport cuda_p2p needs CUDA places"),
+            std::string::npos);
+  c.places = {"cuda:0", "cuda:1", "cuda:1"};
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
+                "'cuda:1' is given twice"),
             std::string::npos);
 }
 
