@@ -13,7 +13,7 @@
 #include "collective/reduce.h"
 #include "collective/selector.h"
 #include "collective/world.h"
-#include "tools/bench_memory.h"
+#include "tools/gpu.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"

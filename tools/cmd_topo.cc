@@ -7,6 +7,7 @@
 #include "collective/communicator.h"
 #include "collective/selector.h"
 #include "tools/commands.h"
+#include "tools/gpu.h"
 #include "tools/flags.h"
 
 namespace loom::cli {
@@ -29,7 +30,7 @@ Flags TopoFlags() {
                {
                    {"preset", "NAME", "a built-in machine", ""},
                    {"file", "F", "a topology file (format in docs/COLLECTIVES.md)", ""},
-                   {"detect", "", "this machine's GPUs (via nvidia-smi topo -m)", ""},
+                   {"detect", "", "this machine's GPUs (CUDA runtime + NVML NVLink counts; else nvidia-smi topo -m)", ""},
                    {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
                    {"penalty", "X", "link penalty between multi-trees", "0.7"},
                    {"selector", "", "also print the cost model's estimates and auto's choice", ""},
@@ -41,9 +42,13 @@ Flags TopoFlags() {
                0, 0);
 }
 
-// Parses `nvidia-smi topo -m`: rows "GPUi  X NV2 SYS ...". NV1 is one NVLink (weight 2), NVk with
-// k >= 2 several (3); PIX/PXB/PHB/NODE/SYS go through PCIe or the CPU (1).
+// The GPUs' links: from the CUDA runtime and NVML when this build has CUDA and sees a GPU
+// (DetectGpuTopology), else by parsing `nvidia-smi topo -m`: rows "GPUi  X NV2 SYS ...". NV1 is
+// one NVLink (weight 2), NVk with k >= 2 several (3); PIX/PXB/PHB/NODE/SYS go through PCIe or
+// the CPU (1).
 StatusOr<Topology> Detect() {
+  StatusOr<Topology> cuda = DetectGpuTopology();
+  if (cuda.ok()) return cuda;
   FILE* pipe = popen("nvidia-smi topo -m 2>/dev/null", "r");
   std::string text;
   if (pipe != nullptr) {

@@ -7,6 +7,7 @@
 
 #include "collective/transport/cuda_reduce.h"
 #include "collective/transport/inprocess.h"
+#include "collective/transport/nvml_links.h"
 
 namespace loom::collective {
 namespace {
@@ -200,26 +201,52 @@ int CudaDeviceCount() {
 StatusOr<Topology> DetectCudaTopology(const std::vector<int>& devices) {
   LOOM_RETURN_IF_ERROR(CheckDevices(devices));
   const size_t n = devices.size();
+  // NVLink counts from NVML where the driver has it; the CUDA P2P attributes otherwise.
+  std::vector<std::string> bus_ids(n);
+  bool have_bus_ids = true;
+  for (size_t r = 0; r < n; ++r) {
+    char id[32] = {0};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, devices[r]) != cudaSuccess) {
+      cudaGetLastError();
+      have_bus_ids = false;
+      break;
+    }
+    bus_ids[r] = id;
+  }
+  std::optional<internal::NvLinkCounts> nvlinks;
+  if (have_bus_ids) nvlinks = internal::CountNvLinks(bus_ids);
   std::vector<std::vector<int>> weights(n, std::vector<int>(n, 0));
   for (size_t a = 0; a < n; ++a) {
     for (size_t b = 0; b < n; ++b) {
       if (a == b) continue;
       if (devices[a] == devices[b]) {
-        weights[a][b] = 3;
+        weights[a][b] = 3;  // virtual devices on one GPU share its memory
         continue;
       }
-      int access = 0, rank = 1;
+      if (nvlinks) {
+        const int links = nvlinks->links[a][b];
+        if (links >= 2 || (nvlinks->switched[a] && nvlinks->switched[b])) {
+          weights[a][b] = 3;
+          continue;
+        }
+        if (links == 1) {
+          weights[a][b] = 2;
+          continue;
+        }
+      }
+      // Peer access with native atomics is what NVLink pairs report; PCIe peers lack atomics.
+      int access = 0, atomics = 0;
       if (cudaDeviceGetP2PAttribute(&access, cudaDevP2PAttrAccessSupported, devices[a],
                                     devices[b]) != cudaSuccess ||
-          cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, devices[a],
+          cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, devices[a],
                                     devices[b]) != cudaSuccess) {
         cudaGetLastError();
         access = 0;
       }
-      weights[a][b] = access && rank == 0 ? 2 : 1;
+      weights[a][b] = access && atomics && !nvlinks ? 2 : 1;
     }
   }
-  // The attributes are asked in both directions; keep the matrix symmetric with the weaker one.
+  // Both directions are asked; keep the matrix symmetric with the weaker answer.
   for (size_t a = 0; a < n; ++a) {
     for (size_t b = a + 1; b < n; ++b) {
       weights[a][b] = weights[b][a] = std::min(weights[a][b], weights[b][a]);

@@ -29,9 +29,11 @@ namespace loom::collective {
 // Visible CUDA devices; 0 without a GPU or driver.
 int CudaDeviceCount();
 
-// The link matrix of `devices` (one entry per rank) from the CUDA runtime: two ranks on one GPU
-// get weight 3 (same memory), GPUs with peer access and the best performance rank
-// (cudaDevP2PAttrPerformanceRank 0) weight 2, every other pair weight 1 (through the host).
+// The link matrix of `devices` (one entry per rank): two ranks on one GPU get weight 3 (same
+// memory). Between GPUs the NVLink counts from NVML (loaded at run time when the driver has it)
+// decide: two or more links, or both GPUs on an NVSwitch, weight 3; one link 2; none 1 (PCIe /
+// through the host). Without NVML the CUDA P2P attributes stand in: peer access with native
+// atomics (what NVLink pairs report) 2, otherwise 1.
 StatusOr<Topology> DetectCudaTopology(const std::vector<int>& devices);
 
 // One endpoint per entry of `devices` (CUDA device ordinals, repeats allowed); element r is

@@ -1,6 +1,7 @@
-// Where `loom bench collective` keeps one rank's buffers: host memory (in-process and MPI ranks)
-// or a GPU (--places cuda:...). The GPU side is compiled from bench_cuda.cc in CUDA builds, else
-// from bench_cuda_none.cc, which reports that CUDA is missing.
+// The GPU side of the CLI: where `loom bench collective` keeps one rank's buffers (host memory for
+// in-process and MPI ranks, or a GPU for --places cuda:...) and `loom topo --detect`'s reading of
+// the GPUs' links. Compiled from gpu.cc in CUDA builds, else from gpu_none.cc, which reports
+// that CUDA is missing.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/topology.h"
 #include "framework/status.h"
 
 namespace loom::cli {
@@ -33,5 +35,9 @@ struct CudaBenchGroup {
 StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
                                             const std::string& transport,
                                             const collective::CommunicatorOptions& options);
+
+// The links between this machine's visible GPUs from the CUDA runtime and NVML
+// (collective::DetectCudaTopology); NotFound without a GPU or without CUDA in the build.
+StatusOr<collective::Topology> DetectGpuTopology();
 
 }  // namespace loom::cli

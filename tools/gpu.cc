@@ -2,7 +2,7 @@
 
 #include "loom/config.h"
 #include "collective/transport/cuda_p2p.h"
-#include "tools/bench_memory.h"
+#include "tools/gpu.h"
 #if LOOM_NCCL_ENABLED
 #include "collective/transport/nccl.h"
 #endif
@@ -63,6 +63,14 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
   }
   for (int d : devices) group.memory.push_back(std::make_unique<DeviceMemory>(d));
   return group;
+}
+
+StatusOr<collective::Topology> DetectGpuTopology() {
+  const int n = collective::CudaDeviceCount();
+  if (n == 0) return NotFound("the CUDA runtime sees no GPU");
+  std::vector<int> devices;
+  for (int d = 0; d < n; ++d) devices.push_back(d);
+  return collective::DetectCudaTopology(devices);
 }
 
 }  // namespace loom::cli

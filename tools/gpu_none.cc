@@ -1,4 +1,4 @@
-#include "tools/bench_memory.h"
+#include "tools/gpu.h"
 
 namespace loom::cli {
 
@@ -7,6 +7,10 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&, const std::
   return Unimplemented(
       "this loom was built without CUDA (no nvcc found at configure time); --places cuda:... "
       "is unavailable");
+}
+
+StatusOr<collective::Topology> DetectGpuTopology() {
+  return NotFound("this loom was built without CUDA");
 }
 
 }  // namespace loom::cli
