@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace loom::collective {
 namespace {
 
@@ -126,14 +128,90 @@ StatusOr<Topology> Topology::Parse(const std::string& text) {
   return FromWeights(rows);
 }
 
+namespace {
+
+// An n x n matrix of numbers under `key` (n = rows when n < 0).
+template <typename T>
+Status JsonMatrix(const nlohmann::json& doc, const char* key, int n,
+                  std::vector<std::vector<T>>* out) {
+  const nlohmann::json& m = doc.at(key);
+  LOOM_ENFORCE(m.is_array(), "\"", key, "\" must be an array of rows");
+  if (n < 0) n = static_cast<int>(m.size());
+  LOOM_ENFORCE(n >= 1 && n <= 64, "\"", key, "\" has ", m.size(), " rows, expected 1..64");
+  LOOM_ENFORCE(static_cast<int>(m.size()) == n, "\"", key, "\" has ", m.size(),
+               " rows, expected ", n);
+  out->assign(n, std::vector<T>(n));
+  for (int a = 0; a < n; ++a) {
+    LOOM_ENFORCE(m[a].is_array() && static_cast<int>(m[a].size()) == n, "\"", key, "\" row ", a,
+                 " must be an array of ", n, " numbers");
+    for (int b = 0; b < n; ++b) {
+      const nlohmann::json& v = m[a][b];
+      const bool fits = std::is_integral_v<T> ? v.is_number_integer() : v.is_number();
+      LOOM_ENFORCE(fits, "\"", key, "\" entry (", a, ",", b, ") is ", v.dump(), ", expected ",
+                   std::is_integral_v<T> ? "an integer" : "a number");
+      (*out)[a][b] = v.get<T>();
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<Topology> Topology::ParseJson(const std::string& text) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return InvalidArgument("not valid JSON: ", e.what());
+  }
+  LOOM_ENFORCE(doc.is_object(), "the topology must be a JSON object");
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    const std::string& k = it.key();
+    LOOM_ENFORCE(k == "name" || k == "weights" || k == "bandwidth_gbps" || k == "latency_us",
+                 "unknown key \"", k, "\" (expected name, weights, bandwidth_gbps, latency_us)");
+  }
+  LOOM_ENFORCE(doc.contains("weights"), "missing \"weights\" (the n x n link matrix)");
+  std::vector<std::vector<int>> weights;
+  LOOM_RETURN_IF_ERROR(JsonMatrix(doc, "weights", -1, &weights));
+  LOOM_ASSIGN_OR_RETURN(Topology t, FromWeights(weights));
+  const int n = t.size();
+  if (doc.contains("name")) {
+    LOOM_ENFORCE(doc["name"].is_string(), "\"name\" must be a string");
+    t.name_ = doc["name"].get<std::string>();
+  }
+  for (const char* key : {"bandwidth_gbps", "latency_us"}) {
+    if (!doc.contains(key)) continue;
+    std::vector<std::vector<double>> m;
+    LOOM_RETURN_IF_ERROR(JsonMatrix(doc, key, n, &m));
+    const bool bandwidth = std::string(key) == "bandwidth_gbps";
+    for (int a = 0; a < n; ++a) {
+      for (int b = a + 1; b < n; ++b) {
+        LOOM_ENFORCE(m[a][b] == m[b][a], "\"", key, "\" is not symmetric: (", a, ",", b, ") is ",
+                     m[a][b], " but (", b, ",", a, ") is ", m[b][a]);
+        if (weights[a][b] == 0) continue;  // no link: nothing to set
+        LOOM_ENFORCE(bandwidth ? m[a][b] > 0 : m[a][b] >= 0, "\"", key, "\" entry (", a, ",", b,
+                     ") is ", m[a][b], ", expected ", bandwidth ? "> 0" : ">= 0",
+                     " for a link of weight ", weights[a][b]);
+        Link link = t.link(a, b);
+        (bandwidth ? link.bandwidth_gbps : link.latency_us) = m[a][b];
+        t.SetLink(a, b, link);
+      }
+    }
+  }
+  return t;
+}
+
 StatusOr<Topology> Topology::FromFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return IOError("cannot open topology file '", path, "'");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  StatusOr<Topology> t = Parse(buffer.str());
+  const std::string text = buffer.str();
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const bool json = first != std::string::npos && text[first] == '{';
+  StatusOr<Topology> t = json ? ParseJson(text) : Parse(text);
   if (!t.ok()) return t.status().WithContext(path);
-  t->name_ = path;
+  if (!json || t->name_ == "custom") t->name_ = path;  // a JSON file may name its machine
   return t;
 }
 

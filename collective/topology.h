@@ -28,6 +28,13 @@ class Topology {
   // Text format: '#' comment lines, the device count n, then n rows of n integer weights (0..3).
   // The matrix must be symmetric with a zero diagonal.
   static StatusOr<Topology> Parse(const std::string& text);
+  // JSON: {"name": "...", "weights": [[0, 2, ...], ...], "bandwidth_gbps": [[...]],
+  // "latency_us": [[...]]}; name, bandwidth and latency are optional (absent: the weight class's
+  // defaults); the matrices must be n x n, symmetric, with a zero diagonal. Errors name the key
+  // and the entry.
+  static StatusOr<Topology> ParseJson(const std::string& text);
+  // A file in either format: JSON when its first non-blank character is '{', else the text
+  // format.
   static StatusOr<Topology> FromFile(const std::string& path);
   // A matrix of weights; bandwidth and latency follow the weight class (see LinkForWeight).
   static StatusOr<Topology> FromWeights(const std::vector<std::vector<int>>& weights);

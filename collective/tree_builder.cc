@@ -28,6 +28,12 @@ struct PairHash {
   }
 };
 
+// A sub-problem: a device set, its root and the levels left for it (|set| <= 2^levels), packed
+// as (set, root * 8 + levels); 64 devices need at most 6 levels.
+std::pair<Mask, int> Key(Mask set, int root, int levels) {
+  return std::make_pair(set, root * 8 + levels);
+}
+
 // The best subtree found for (device set, root): its weight and the first split, from which the
 // rest is read back out of the memo.
 struct Subtree {
@@ -67,9 +73,10 @@ class Searcher {
     max_weight_ = *std::max_element(weight_.begin(), weight_.end());
     const Mask all = n_ == 64 ? ~Mask{0} : Bit(n_) - 1;
     bool found = false;
+    const int levels = CeilLog2(n_);
     for (int min_class : classes_) {
       UseLinksOfAtLeast(min_class);
-      if (Solve(all, root).feasible) {
+      if (Solve(all, root, levels).feasible) {
         found = true;
         break;
       }
@@ -80,8 +87,8 @@ class Searcher {
     }
     Tree tree;
     tree.root = root;
-    tree.levels.resize(CeilLog2(n_));
-    Emit(all, root, 0, &tree);
+    tree.levels.resize(levels);
+    Emit(all, root, levels, 0, &tree);
     return tree;
   }
 
@@ -97,36 +104,39 @@ class Searcher {
     }
   }
 
-  const Subtree& Solve(Mask set, int root) {
-    const auto key = std::make_pair(set, root);
+  // The best tree for (set, root) within `levels` levels (|set| <= 2^levels).
+  const Subtree& Solve(Mask set, int root, int levels) {
+    const auto key = Key(set, root, levels);
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     Subtree best;
     if (PopCount(set) == 1) {
       best.feasible = true;
-    } else if (Feasible(set, root)) {
+    } else if (Feasible(set, root, levels)) {
       // Kernighan-Lin first: one good bisection, tried with every possible child; the exhaustive
       // search only where that bisection admits no tree (one exists: Feasible said so).
-      TrySplit(set, root, KernighanLin(set, root), &best);
-      if (!best.feasible) Exhaustive(set, root, &best);
+      TrySplit(set, root, levels, KernighanLin(set, root), &best);
+      if (!best.feasible) Exhaustive(set, root, levels, &best);
     }
     return memo_[key] = best;
   }
 
-  // Whether (set, root) admits any tree over the current link class: a weight-free search whose
-  // answers hold for every root and every tree of this class, so they are kept across builds.
-  bool Feasible(Mask set, int root) {
+  // Whether (set, root) admits any tree within `levels` levels over the current link class: a
+  // weight-free search whose answers hold for every root and every tree of this class, so they
+  // are kept across builds.
+  bool Feasible(Mask set, int root, int levels) {
     const int m = PopCount(set);
     if (m == 1) return true;
+    if (levels == 0 || m > (1 << levels)) return false;
     auto& known = feasible_[min_class_];
-    const auto key = std::make_pair(set, root);
+    const auto key = Key(set, root, levels);
     if (auto it = known.find(key); it != known.end()) return it->second;
     bool found = false;
-    if (PopCount(adj_[root] & set) >= CeilLog2(m) && Connected(set, root)) {
-      ForEachHalf(set, root, [&](Mask half) {
+    if ((adj_[root] & set) != 0 && Connected(set, root)) {
+      ForEachHalf(set, root, levels, [&](Mask half) {
         const Mask left = set & ~half;
-        if ((adj_[root] & half) == 0 || !Feasible(left, root)) return false;
+        if ((adj_[root] & half) == 0 || !Feasible(left, root, levels - 1)) return false;
         for (int c : Members(adj_[root] & half)) {
-          if (Feasible(half, c)) return found = true;
+          if (Feasible(half, c, levels - 1)) return found = true;
         }
         return false;
       });
@@ -135,24 +145,38 @@ class Searcher {
     return found;
   }
 
-  // Calls fn(half) for every subset of set \ {root} with floor(m/2) devices until fn returns true.
+  // Calls fn(half) for every subset of set \ {root} that can be the child's half when `levels`
+  // levels are left, until fn returns true: both halves must fit in levels - 1 levels. The
+  // balanced size floor(m/2) comes first, then sizes further from it (an uneven split, e.g. the
+  // root alone against a linked pair, can be the only one over real links).
   template <typename Fn>
-  void ForEachHalf(Mask set, int root, Fn fn) const {
+  void ForEachHalf(Mask set, int root, int levels, Fn fn) const {
     const std::vector<int> others = Members(set & ~Bit(root));
-    const int k = PopCount(set) / 2;
+    const int m = PopCount(set);
     const int n = static_cast<int>(others.size());
-    std::vector<int> pick(k);
-    for (int i = 0; i < k; ++i) pick[i] = i;
-    while (true) {
-      Mask half = 0;
-      for (int i : pick) half |= Bit(others[i]);
-      if (fn(half)) return;
-      // Next k-combination of n in lexicographic order.
-      int i = k - 1;
-      while (i >= 0 && pick[i] == n - k + i) --i;
-      if (i < 0) return;
-      ++pick[i];
-      for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+    const int cap = 1 << (levels - 1);
+    const int lo = std::max(1, m - cap), hi = std::min(m - 1, cap);
+    std::vector<int> sizes;
+    for (int d = 0; d <= m; ++d) {
+      for (int k : {m / 2 - d, m / 2 + d}) {
+        if (k >= lo && k <= hi && std::find(sizes.begin(), sizes.end(), k) == sizes.end())
+          sizes.push_back(k);
+      }
+    }
+    for (int k : sizes) {
+      std::vector<int> pick(k);
+      for (int i = 0; i < k; ++i) pick[i] = i;
+      while (true) {
+        Mask half = 0;
+        for (int i : pick) half |= Bit(others[i]);
+        if (fn(half)) return;
+        // Next k-combination of n in lexicographic order.
+        int i = k - 1;
+        while (i >= 0 && pick[i] == n - k + i) --i;
+        if (i < 0) break;
+        ++pick[i];
+        for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
+      }
     }
   }
 
@@ -170,14 +194,16 @@ class Searcher {
 
   // Tries the root's half = set \ half with every child in `half` linked to the root; returns
   // whether this split admits a tree at all.
-  bool TrySplit(Mask set, int root, Mask half, Subtree* best) {
+  bool TrySplit(Mask set, int root, int levels, Mask half, Subtree* best) {
     if ((adj_[root] & half) == 0) return false;
-    // Cheap necessary conditions first: both halves connected, the root linked often enough.
+    // Cheap necessary conditions first: both halves fit and are connected, the root is linked.
     const Mask left_set = set & ~half;
-    if (PopCount(adj_[root] & left_set) < CeilLog2(PopCount(left_set))) return false;
+    const int cap = 1 << (levels - 1);
+    if (PopCount(half) > cap || PopCount(left_set) > cap) return false;
+    if (PopCount(left_set) > 1 && (adj_[root] & left_set) == 0) return false;
     if (!Connected(left_set, root) || !Connected(half, __builtin_ctzll(half))) return false;
-    if (!Feasible(left_set, root)) return false;
-    const Subtree& left = Solve(left_set, root);
+    if (!Feasible(left_set, root, levels - 1)) return false;
+    const Subtree& left = Solve(left_set, root, levels - 1);
     if (!left.feasible) return false;
     const double left_weight = left.weight;
     bool admits = false;
@@ -187,9 +213,9 @@ class Searcher {
           w(root, c) + left_weight + (PopCount(half) - 1) * max_weight_ <= best->weight) {
         continue;
       }
-      if (!Feasible(half, c)) continue;
+      if (!Feasible(half, c, levels - 1)) continue;
       admits = true;
-      const Subtree& right = Solve(half, c);
+      const Subtree& right = Solve(half, c, levels - 1);
       const double total = w(root, c) + left_weight + right.weight;
       if (!best->feasible || total > best->weight + 1e-9) {
         *best = Subtree{true, total, c, half};
@@ -198,15 +224,15 @@ class Searcher {
     return admits;
   }
 
-  // Bisections in lexicographic order (the child's half has floor(m/2) devices); TrySplit's bound
-  // skips children that cannot beat the best tree so far. Feasible() guarantees a tree exists, so
-  // the first feasible split is found; after kSplitBudget feasible splits the best so far is kept,
-  // which bounds the time on large sets.
-  void Exhaustive(Mask set, int root, Subtree* best) {
+  // Bisections in ForEachHalf's order (balanced sizes first); TrySplit's bound skips children
+  // that cannot beat the best tree so far. Feasible() guarantees a tree exists, so the first
+  // feasible split is found; after kSplitBudget feasible splits the best so far is kept, which
+  // bounds the time on large sets.
+  void Exhaustive(Mask set, int root, int levels, Subtree* best) {
     constexpr int kSplitBudget = 24;
     int feasible_splits = 0;
-    ForEachHalf(set, root, [&](Mask half) {
-      if (TrySplit(set, root, half, best)) ++feasible_splits;
+    ForEachHalf(set, root, levels, [&](Mask half) {
+      if (TrySplit(set, root, levels, half, best)) ++feasible_splits;
       return feasible_splits >= kSplitBudget;
     });
   }
@@ -291,12 +317,12 @@ class Searcher {
     return half;
   }
 
-  void Emit(Mask set, int root, int level, Tree* tree) {
+  void Emit(Mask set, int root, int levels, int level, Tree* tree) {
     if (PopCount(set) == 1) return;
-    const Subtree& s = memo_.at(std::make_pair(set, root));
+    const Subtree& s = memo_.at(Key(set, root, levels));
     tree->levels[level].emplace_back(root, s.child);
-    Emit(set & ~s.half, root, level + 1, tree);
-    Emit(s.half, s.child, level + 1, tree);
+    Emit(set & ~s.half, root, levels - 1, level + 1, tree);
+    Emit(s.half, s.child, levels - 1, level + 1, tree);
   }
 
   const Topology& topology_;
@@ -306,8 +332,8 @@ class Searcher {
   int min_class_ = 1;           // links weaker than this are ignored in the current search
   std::vector<Mask> adj_;       // links of at least min_class_
   double max_weight_ = 0;
-  std::map<std::pair<Mask, int>, Subtree> memo_;
-  // Per link class: whether (set, root) admits a tree; weights never change this.
+  std::map<std::pair<Mask, int>, Subtree> memo_;  // by Key(set, root, levels)
+  // Per link class: whether (set, root, levels) admits a tree; weights never change this.
   std::map<int, std::unordered_map<std::pair<Mask, int>, bool, PairHash>> feasible_;
 };
 

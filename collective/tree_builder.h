@@ -2,11 +2,13 @@
 //
 // A Tree here is a balanced binary reduction schedule of depth ceil(log2 n) whose every edge is a
 // real link: at each level every node already in the tree pairs with (at most) one new node, so a
-// node may appear on several levels. Built by recursive bisection: the device set is split into
-// halves (root's half of size ceil(m/2)), the root pairs with a child in the other half over a link
-// and both halves recurse. Bisections come from Kernighan-Lin (keep heavy links inside the halves);
-// where that leads nowhere, an exhaustive branch-and-bound search over all bisections takes over,
-// so a tree is found whenever one exists. The search first allows only the strongest link class
+// node may appear on several levels. Built by recursive bisection: with L levels left, the device
+// set is split into the root's half and the child's half, each at most 2^(L-1) devices (balanced
+// ceil(m/2) / floor(m/2) first, uneven splits where only those work over real links: e.g. three
+// devices in a line, rooted at an end), the root pairs with a child in the other half over a link
+// and both halves recurse with L-1 levels. Bisections come from Kernighan-Lin (keep heavy links
+// inside the halves); where that leads nowhere, an exhaustive branch-and-bound search over all
+// bisections takes over, so a tree is found whenever one exists. The search first allows only the strongest link class
 // (weight 3), then adds weaker classes until a tree exists: the weakest link of a tree bounds its
 // speed, so it is maximized first and the total weight second. BuildTrees builds one tree per root
 // and multiplies the weight of every link a tree uses by a penalty, so later trees prefer other

@@ -9,7 +9,7 @@ PACKAGES=(
   libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev libopenblas-dev
-  libopenmpi-dev openmpi-bin libgloo-dev
+  libopenmpi-dev openmpi-bin libgloo-dev nlohmann-json3-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
   dataset-fashion-mnist python3-matplotlib
 )

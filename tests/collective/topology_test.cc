@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "collective/tree_builder.h"
 
@@ -75,6 +76,78 @@ TEST(Topology, ParseErrorsSayWhere) {
   expect_error("0\n", "outside 1..64");
   expect_error("2 2\n", "device count alone");
   EXPECT_EQ(Topology::FromFile("/nonexistent/topology.txt").status().code(), StatusCode::kIOError);
+}
+
+TEST(Topology, JsonFilesGiveWeightsBandwidthAndLatency) {
+  // The p3.16xlarge matrix as JSON gives the same weights as the preset.
+  const Topology p3 = Topology::Preset("p3.16xlarge").value();
+  std::string rows;
+  for (int a = 0; a < 8; ++a) {
+    rows += a ? ", [" : "[";
+    for (int b = 0; b < 8; ++b) rows += (b ? ", " : "") + std::to_string(p3.weight(a, b));
+    rows += "]";
+  }
+  auto same = Topology::ParseJson("{\"name\": \"p3 as json\", \"weights\": [" + rows + "]}");
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->name(), "p3 as json");
+  for (int a = 0; a < 8; ++a) {
+    for (int b = 0; b < 8; ++b) {
+      EXPECT_EQ(same->weight(a, b), p3.weight(a, b));
+      EXPECT_EQ(same->link(a, b).bandwidth_gbps, p3.link(a, b).bandwidth_gbps);
+    }
+  }
+  // Measured bandwidth and latency replace the weight class's defaults.
+  auto custom = Topology::ParseJson(R"({"weights": [[0, 2, 1], [2, 0, 0], [1, 0, 0]],
+      "bandwidth_gbps": [[0, 48.5, 12], [48.5, 0, 0], [12, 0, 0]],
+      "latency_us": [[0, 1.5, 7], [1.5, 0, 0], [7, 0, 0]]})");
+  ASSERT_TRUE(custom.ok()) << custom.status().ToString();
+  EXPECT_EQ(custom->weight(0, 1), 2);
+  EXPECT_EQ(custom->weight(1, 2), 0);
+  EXPECT_DOUBLE_EQ(custom->link(1, 0).bandwidth_gbps, 48.5);
+  EXPECT_DOUBLE_EQ(custom->link(0, 2).bandwidth_gbps, 12);
+  EXPECT_DOUBLE_EQ(custom->link(2, 0).latency_us, 7);
+  EXPECT_TRUE(custom->IsConnected());
+
+  auto expect_error = [](const std::string& text, const std::string& needle) {
+    auto t = Topology::ParseJson(text);
+    ASSERT_FALSE(t.ok()) << text;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().message();
+  };
+  expect_error("{\"weights\": [[0, 1], [1, 0]", "not valid JSON");
+  expect_error("[[0]]", "must be a JSON object");
+  expect_error("{}", "missing \"weights\"");
+  expect_error("{\"weights\": [[0, 1], [1, 0]], \"speed\": 3}", "unknown key \"speed\"");
+  expect_error("{\"weights\": [[0, 1], [1]]}", "\"weights\" row 1 must be an array of 2 numbers");
+  expect_error("{\"weights\": [[0, 1.5], [1.5, 0]]}", "entry (0,1) is 1.5, expected an integer");
+  expect_error("{\"weights\": [[0, 2], [1, 0]]}", "not symmetric");
+  expect_error("{\"weights\": [[0, 1], [1, 0]], \"bandwidth_gbps\": [[0, 5], [6, 0]]}",
+               "\"bandwidth_gbps\" is not symmetric");
+  expect_error("{\"weights\": [[0, 1], [1, 0]], \"bandwidth_gbps\": [[0, 0], [0, 0]]}",
+               "\"bandwidth_gbps\" entry (0,1) is 0, expected > 0");
+  expect_error("{\"weights\": [[0, 1], [1, 0]], \"latency_us\": [[0]]}",
+               "\"latency_us\" has 1 rows, expected 2");
+  expect_error("{\"name\": 7, \"weights\": [[0]]}", "\"name\" must be a string");
+}
+
+TEST(Topology, FromFileReadsEitherFormat) {
+  const std::string dir = ::testing::TempDir();
+  const std::string json = dir + "/loom_topology_test.json";
+  {
+    std::ofstream out(json);
+    out << "\n  {\"name\": \"two gpus\", \"weights\": [[0, 3], [3, 0]]}\n";
+  }
+  auto t = Topology::FromFile(json);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->name(), "two gpus");
+  EXPECT_EQ(t->weight(0, 1), 3);
+  {
+    std::ofstream out(json);
+    out << "{\"weights\": [[0, 3], [2, 0]]}";
+  }
+  auto bad = Topology::FromFile(json);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(json), std::string::npos) << bad.status().message();
 }
 
 TEST(RingOrder, FollowsDoubleNvlinkOnP3AndNvlinkOnDgx1) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <tuple>
 
 namespace loom::collective {
 namespace {
@@ -100,37 +101,37 @@ TEST(TreeBuilder, Deterministic) {
   }
 }
 
-// Independent existence oracle: does a tree of depth ceil(log2 |set|) over real links exist for
-// (set, root)? Plain recursion with memoization, written apart from the builder.
-bool TreeExists(const Topology& t, uint64_t set, int root,
-                std::map<std::pair<uint64_t, int>, bool>* memo) {
+// Independent existence oracle: does a schedule of at most `levels` levels over real links span
+// (set, root)? After the first pairing the root's and the child's sides each need a schedule of
+// levels - 1 levels, so each holds at most 2^(levels-1) devices. Plain recursion over every split
+// with memoization, written apart from the builder.
+bool TreeExists(const Topology& t, uint64_t set, int root, int levels,
+                std::map<std::tuple<uint64_t, int, int>, bool>* memo) {
   const int m = __builtin_popcountll(set);
   if (m == 1) return true;
-  auto key = std::make_pair(set, root);
+  if (levels == 0 || m > (1 << levels)) return false;
+  auto key = std::make_tuple(set, root, levels);
   if (auto it = memo->find(key); it != memo->end()) return it->second;
   bool found = false;
   std::vector<int> others;
   for (int v = 0; v < t.size(); ++v) {
     if ((set >> v & 1) && v != root) others.push_back(v);
   }
-  const int k = m / 2;
-  std::function<void(size_t, uint64_t, int)> choose = [&](size_t i, uint64_t half, int left) {
-    if (found) return;
-    if (left == 0) {
-      if (!TreeExists(t, set & ~half, root, memo)) return;
-      for (int c : others) {
-        if ((half >> c & 1) && t.connected(root, c) && TreeExists(t, half, c, memo)) {
-          found = true;
-          return;
-        }
-      }
-      return;
+  // Every non-empty subset of the others as the child's side.
+  const uint64_t subsets = uint64_t{1} << others.size();
+  for (uint64_t pick = 1; pick < subsets && !found; ++pick) {
+    uint64_t half = 0;
+    for (size_t i = 0; i < others.size(); ++i) {
+      if (pick >> i & 1) half |= uint64_t{1} << others[i];
     }
-    if (others.size() - i < static_cast<size_t>(left)) return;
-    choose(i + 1, half | (uint64_t{1} << others[i]), left - 1);
-    choose(i + 1, half, left);
-  };
-  choose(0, 0, k);
+    if (!TreeExists(t, set & ~half, root, levels - 1, memo)) continue;
+    for (int c : others) {
+      if ((half >> c & 1) && t.connected(root, c) && TreeExists(t, half, c, levels - 1, memo)) {
+        found = true;
+        break;
+      }
+    }
+  }
   return (*memo)[key] = found;
 }
 
@@ -160,11 +161,11 @@ TEST(TreeBuilder, HundredRandomConnectedGraphs) {
     const int n = 2 + g % 15;
     const Topology t = RandomConnected(rng, n);
     ASSERT_TRUE(t.IsConnected());
-    std::map<std::pair<uint64_t, int>, bool> memo;
+    std::map<std::tuple<uint64_t, int, int>, bool> memo;
     const uint64_t all = (uint64_t{1} << n) - 1;
     for (int root = 0; root < n; ++root) {
       auto tree = BuildTree(t, root);
-      const bool exists = TreeExists(t, all, root, &memo);
+      const bool exists = TreeExists(t, all, root, CeilLog2(n), &memo);
       // Found exactly when one exists (sparse graphs, e.g. a path, admit none).
       ASSERT_EQ(tree.ok(), exists) << "graph " << g << " root " << root << "\n" << t.ToString();
       if (tree.ok()) {
@@ -195,6 +196,41 @@ TEST(TreeBuilder, SixteenDevicesIsFast) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::printf("16-device trees (%s): %.2f ms, %s\n", t.name().c_str(), ms,
                 trees.ok() ? "all roots" : trees.status().ToString().c_str());
+  }
+}
+
+TEST(TreeBuilder, UnevenSplitsWhereOnlyTheyUseTheStrongLinks) {
+  // Three devices in a line 0 = 1 - 2 (double NVLink, NVLink, and a PCIe link 0-2): rooted at 0,
+  // the tree 0-1 | 1-2 uses NVLinks only, which a balanced split ({0, x} against one device)
+  // cannot give (it always pairs 0 with 2 over PCIe).
+  auto line = Topology::FromWeights({{0, 3, 1}, {3, 0, 2}, {1, 2, 0}}).value();
+  auto tree = BuildTree(line, 0);
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  ExpectValid(line, *tree);
+  EXPECT_EQ(tree->ToString(), "root 0: L1 0-1 | L2 1-2");
+  // Without the PCIe link the line still has a tree for every root.
+  auto path = Topology::FromWeights({{0, 2, 0}, {2, 0, 2}, {0, 2, 0}}).value();
+  for (int root = 0; root < 3; ++root) {
+    auto t = BuildTree(path, root);
+    ASSERT_TRUE(t.ok()) << "root " << root << ": " << t.status().ToString();
+    ExpectValid(path, *t);
+  }
+  // Six devices: two triangles of NVLinks joined by one NVLink (2-3), PCIe elsewhere. The bridge
+  // ends (2 and 3) get NVLink-only trees of depth 3 (2-3 | 2-0 3-4 | 2-1 3-5); from any other
+  // root no NVLink-only schedule of 3 levels exists (one triangle's far node is always left over),
+  // so those trees take exactly one PCIe link.
+  std::vector<std::vector<int>> w(6, std::vector<int>(6, 1));
+  for (int a = 0; a < 6; ++a) w[a][a] = 0;
+  for (auto [a, b] : {std::pair{0, 1}, {1, 2}, {0, 2}, {3, 4}, {4, 5}, {3, 5}, {2, 3}})
+    w[a][b] = w[b][a] = 2;
+  auto bridged = Topology::FromWeights(w).value();
+  for (int root = 0; root < 6; ++root) {
+    auto t = BuildTree(bridged, root);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ExpectValid(bridged, *t);
+    int pcie = 0;
+    for (const auto& [p, c] : t->Edges()) pcie += bridged.weight(p, c) == 1;
+    EXPECT_EQ(pcie, root == 2 || root == 3 ? 0 : 1) << t->ToString();
   }
 }
 
