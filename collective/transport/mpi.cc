@@ -418,7 +418,7 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   if (c.op == ReduceOp::kAvg) {
     if (c.kind == NativeKind::kAllReduce || c.kind == NativeKind::kReduceScatter ||
         (c.kind == NativeKind::kReduce && rank_ == c.root)) {
-      Finalize(reduction, c.recv, c.count, nranks_);
+      collective::Finalize(reduction, c.recv, c.count, nranks_);
     }
   }
   return Status::OK();

@@ -195,7 +195,9 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
     }
   });
   EXPECT_EQ(group.memory->errors(), "");
-  if (n > 1) EXPECT_GT(group.memory->device_ops.load(), 0);
+  if (n > 1) {
+    EXPECT_GT(group.memory->device_ops.load(), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

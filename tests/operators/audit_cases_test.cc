@@ -307,7 +307,9 @@ TEST(ReduceCasesTest, ContiguousAndSplitRunsMatchAReference) {
         if (std::string(type) == "reduce_mean") want /= vals.size();
         EXPECT_NEAR(o.data<double>()[key], want, 1e-12) << type << " key " << key;
       }
-      if (dim.size() < 4) EXPECT_EQ(t.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "") << type;
+      if (dim.size() < 4) {
+        EXPECT_EQ(t.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "") << type;
+      }
     }
   }
 }
