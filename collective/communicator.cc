@@ -233,6 +233,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
              " devices for ", nranks_, " ranks");
   SelectorOptions selection;
   selection.tree_max_bytes = options_.auto_tree_max_bytes;
+  selection.native_min_bytes = options_.auto_native_min_bytes;
   selection.chunk_bytes = options_.pipeline_chunk_bytes;
   selection.overlapped_transfers = options_.overlapped_transfers;
   selector_ = std::make_unique<Selector>(*plan_, selection);
@@ -298,7 +299,9 @@ Work Communicator::Issue(Call call) {
         std::lock_guard<std::mutex> lock(mu_);
         inflight = queue_.size() + 1;
       }
-      a.algorithm = selector_->Choose(CollectiveKindOf(a.kind), bytes, static_cast<int>(inflight));
+      a.algorithm =
+          selector_->Choose(CollectiveKindOf(a.kind), bytes, static_cast<int>(inflight),
+                            transport_->SupportsNative(NativeKindOf(a.kind), a.dtype));
     }
     if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(kind, a.algorithm)) {
       return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));

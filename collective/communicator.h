@@ -77,6 +77,15 @@ constexpr long long kLinkAutoTreeMaxBytes = 2 << 20;
 // 1351/1454, multi_tree 1388/1244), with overlapped transfers in the model picking multi_tree.
 constexpr long long kMpiAutoTreeMaxBytes = 256 << 10;
 constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
+// In-process ranks from this size on run the transport's native collectives: every rank reads
+// and writes every other rank's memory, so one pass over shared memory moves N·S bytes in and
+// N·S out, against about 15·S for the ring or the tree (N = 4). Measured (loom bench collective,
+// 4 ranks, allreduce, medians of 5 rounds; this shared 2-core VM varies by ±30% between runs):
+// 1 MiB tree 304-467 µs vs native 242-520 (a wash), 1.5 MiB 585 vs 384, 2 MiB 552-695 vs
+// 373-598, 4 MiB 1247-1986 vs 1136-1495, 16 MiB 8242-9142 vs 5001-5170, 64 MiB 35648 vs 20666;
+// below it the native call's two rendezvous of all ranks cost more than the tree's pairwise
+// steps (4 KiB: 87 vs 131 µs).
+constexpr long long kInProcessAutoNativeMinBytes = 1536 << 10;
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
@@ -88,6 +97,10 @@ struct CommunicatorOptions {
   // collectives follow the cost model. The default is the crossover measured between processes
   // (kLinkAutoTreeMaxBytes); in-process worlds default to kInProcessAutoTreeMaxBytes.
   long long auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
+  // kAuto: calls of at least this many bytes (allgather/reducescatter: the whole buffer) run
+  // the transport's native collective when it has one; negative: never. In-process worlds
+  // default to kInProcessAutoNativeMinBytes.
+  long long auto_native_min_bytes = -1;
   // For the cost model: a rank's sends and receives overlap (selector.h); MPI sets it.
   bool overlapped_transfers = false;
 };

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "collective/reduce_ops.h"
+
 namespace loom::collective {
 
 float HalfToFloat(uint16_t h) {
@@ -62,37 +64,21 @@ void Apply(void* dst, const void* a, const void* b, size_t count, Fn fn) {
   for (size_t i = 0; i < count; ++i) d[i] = fn(x[i], y[i]);
 }
 
-// Integer sums and products wrap around (two's complement) instead of overflowing into undefined
-// behaviour.
-template <typename T>
-T Add(T x, T y) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
-  } else {
-    return x + y;
-  }
-}
-
-template <typename T>
-T Multiply(T x, T y) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
-  } else {
-    return x * y;
-  }
-}
+using internal::MaxOf;
+using internal::MinOf;
+using internal::WrappingAdd;
+using internal::WrappingMultiply;
 
 template <typename T>
 void ReduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return Apply<T>(dst, a, b, count, [](T x, T y) { return Add(x, y); });
+    case ReduceOp::kAvg:
+      return Apply<T>(dst, a, b, count, [](T x, T y) { return WrappingAdd(x, y); });
     case ReduceOp::kProd:
-      return Apply<T>(dst, a, b, count, [](T x, T y) { return Multiply(x, y); });
-    case ReduceOp::kMax: return Apply<T>(dst, a, b, count, [](T x, T y) { return std::max(x, y); });
-    case ReduceOp::kMin: return Apply<T>(dst, a, b, count, [](T x, T y) { return std::min(x, y); });
+      return Apply<T>(dst, a, b, count, [](T x, T y) { return WrappingMultiply(x, y); });
+    case ReduceOp::kMax: return Apply<T>(dst, a, b, count, [](T x, T y) { return MaxOf(x, y); });
+    case ReduceOp::kMin: return Apply<T>(dst, a, b, count, [](T x, T y) { return MinOf(x, y); });
   }
 }
 
@@ -120,9 +106,9 @@ void ReduceHalf(ReduceOp op, void* dst, const void* a, const void* b, size_t cou
     case ReduceOp::kProd:
       return ApplyHalf(dst, a, b, count, [](float x, float y) { return x * y; });
     case ReduceOp::kMax:
-      return ApplyHalf(dst, a, b, count, [](float x, float y) { return std::max(x, y); });
+      return ApplyHalf(dst, a, b, count, [](float x, float y) { return MaxOf(x, y); });
     case ReduceOp::kMin:
-      return ApplyHalf(dst, a, b, count, [](float x, float y) { return std::min(x, y); });
+      return ApplyHalf(dst, a, b, count, [](float x, float y) { return MinOf(x, y); });
   }
 }
 

@@ -167,12 +167,17 @@ std::vector<Estimate> Selector::Estimates(CollectiveKind kind, size_t bytes, int
   return out;
 }
 
-Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight) const {
+Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight,
+                           bool native_available) const {
   const std::vector<Estimate> estimates = Estimates(kind, bytes, inflight);
   if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative) {
     for (const Estimate& e : estimates) {
       if (e.algorithm == options_.force) return e.algorithm;
     }
+  }
+  if (native_available && options_.native_min_bytes >= 0 &&
+      static_cast<long long>(bytes) >= options_.native_min_bytes) {
+    return Algorithm::kNative;
   }
   const bool crossover = kind == CollectiveKind::kAllReduce && options_.tree_max_bytes >= 0;
   if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)

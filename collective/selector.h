@@ -33,6 +33,10 @@ StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name);
 struct SelectorOptions {
   // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
   long long tree_max_bytes = 2 << 20;
+  // Every collective of at least this many bytes runs the transport's native implementation
+  // (kNative), when the caller says the transport has one; < 0: never. In-process worlds set
+  // kInProcessAutoNativeMinBytes (one pass over shared memory moves the least data).
+  long long native_min_bytes = -1;
   // Anything but kAuto is returned as is for every collective that supports it.
   Algorithm force = Algorithm::kAuto;
   // Software cost of one posted message (post, match, wake-up), microseconds.
@@ -61,8 +65,10 @@ class Selector {
 
   // Estimated time of one call (µs) for each algorithm that supports the collective.
   std::vector<Estimate> Estimates(CollectiveKind kind, size_t bytes, int inflight = 1) const;
-  // The algorithm kAuto runs (never kAuto or kNative).
-  Algorithm Choose(CollectiveKind kind, size_t bytes, int inflight = 1) const;
+  // The algorithm kAuto runs (never kAuto; kNative only from native_min_bytes on, and only when
+  // `native_available`).
+  Algorithm Choose(CollectiveKind kind, size_t bytes, int inflight = 1,
+                   bool native_available = true) const;
   // A table: one row per size from `min_bytes` to `max_bytes` (x4), estimated µs per algorithm
   // and the choice.
   std::string Table(CollectiveKind kind, size_t min_bytes, size_t max_bytes,

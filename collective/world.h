@@ -17,10 +17,12 @@
 namespace loom::collective {
 
 struct WorldOptions {
-  // auto_tree_max_bytes: the in-process crossover unless set (communicator.h).
+  // auto_tree_max_bytes and auto_native_min_bytes: the in-process crossovers unless set
+  // (communicator.h).
   CommunicatorOptions communicator = [] {
     CommunicatorOptions o;
     o.auto_tree_max_bytes = kInProcessAutoTreeMaxBytes;
+    o.auto_native_min_bytes = kInProcessAutoNativeMinBytes;
     return o;
   }();
   // The machine the ranks stand for; default: nranks devices, all linked alike.

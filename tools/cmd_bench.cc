@@ -57,6 +57,10 @@ Flags BenchFlags() {
            "auto's allreduce tree/ring crossover (negative: model only; default: the "
            "transport's measured one, in-process every size, mpi 256K)",
            ""},
+          {"native-min-bytes", "B",
+           "auto runs the transport's native collective from B bytes on (negative: never; "
+           "default: in-process 1.5M, otherwise never)",
+           ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
@@ -258,6 +262,9 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const bool print = rank == 0;
   SelectorOptions so;
   so.tree_max_bytes = c.options.auto_tree_max_bytes;
+  so.native_min_bytes = c.options.auto_native_min_bytes;
+  // What auto runs is what the communicator's selector picks (native only where the transport
+  // has it; NCCL's auto is always native).
   so.chunk_bytes = c.options.pipeline_chunk_bytes;
   so.overlapped_transfers = c.options.overlapped_transfers;
   const Selector selector(comm.plan(), so);
@@ -297,8 +304,8 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         return Unimplemented(KindCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
       }
       if (c.all) {
-        // Skip what the transport lacks: native outside MPI and NCCL, schedules on NCCL.
-        const bool has_native = c.transport == "mpi" || c.transport == "nccl";
+        // Skip what the transport lacks: native on CUDA P2P, schedules on NCCL.
+        const bool has_native = c.transport != "p2p";
         const bool has_schedules = c.transport != "nccl";
         if (a == Algorithm::kNative ? !has_native : (a != Algorithm::kAuto && !has_schedules)) {
           continue;
@@ -370,7 +377,11 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         ++rows;
         std::string name = AlgorithmName(a);
         if (a == Algorithm::kAuto) {
-          name += StrCat(":", AlgorithmName(selector.Choose(c.kind, bytes, c.inflight)));
+          const Algorithm chosen =
+              c.transport == "nccl"
+                  ? Algorithm::kNative
+                  : selector.Choose(c.kind, bytes, c.inflight, c.transport != "p2p");
+          name += StrCat(":", AlgorithmName(chosen));
         }
         std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
                     split ? count * n : count, DataTypeName(c.dtype),
@@ -448,6 +459,13 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     c.options.auto_tree_max_bytes = c.mpi                     ? collective::kMpiAutoTreeMaxBytes
                                     : c.cuda_devices.empty() ? collective::kInProcessAutoTreeMaxBytes
                                                              : collective::kLinkAutoTreeMaxBytes;
+  }
+  if (flags.Has("native-min-bytes")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t native_min, flags.GetInt("native-min-bytes"));
+    c.options.auto_native_min_bytes = native_min;
+  } else {
+    c.options.auto_native_min_bytes =
+        c.transport == "inprocess" ? collective::kInProcessAutoNativeMinBytes : -1;
   }
   c.options.overlapped_transfers = c.mpi;
   const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";

@@ -36,9 +36,9 @@ Flags TranspileFlags() {
                              "(Loom's ring/tree/multi_tree/star on the GPUs)", "inprocess"},
           {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
                            "parameter updated by one owner rank, then broadcast)", "allreduce"},
-          {"algo", "ALGO", "ring, tree, multi_tree, star, auto (chosen per bucket), or with "
-                           "--transport mpi also native (MPI's own); CUDA places over nccl: "
-                           "native or auto (NCCL's own)", "auto"},
+          {"algo", "ALGO", "ring, tree, multi_tree, star, native (the transport's own: in-process "
+                           "one pass over shared memory, MPI's, NCCL's) or auto (chosen per "
+                           "bucket); CUDA places over nccl: native or auto", "auto"},
           {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
           {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
                               "gradient), avg (1/N) or one", "sample"},

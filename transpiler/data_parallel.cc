@@ -78,6 +78,7 @@ std::string ResolveAlgorithm(const State& s, const char* collective, int64_t byt
   // Device buffers: NCCL's own collectives.
   if (s.config.transport == "nccl") return "native";
   const std::string& asked = s.config.algorithm;
+  if (asked == "native") return asked;  // the transport's own (CheckProgram: it has one)
   if (asked != "auto") {
     auto a = collective::ParseAlgorithm(asked);
     if (a.ok() && collective::AlgorithmSupports(collective, a.value())) return asked;
@@ -86,8 +87,11 @@ std::string ResolveAlgorithm(const State& s, const char* collective, int64_t byt
   auto kind = std::string(collective) == "AllReduce" ? collective::CollectiveKind::kAllReduce
               : std::string(collective) == "Reduce"  ? collective::CollectiveKind::kReduce
                                                      : collective::CollectiveKind::kBroadcast;
+  // In-process and MPI ranks have native collectives (the selector picks them only from its
+  // native crossover on: in-process, one pass over shared memory).
+  const bool native = s.config.transport == "inprocess" || s.config.transport == "mpi";
   return collective::AlgorithmName(
-      s.selector->Choose(kind, static_cast<size_t>(std::max<int64_t>(bytes, 0))));
+      s.selector->Choose(kind, static_cast<size_t>(std::max<int64_t>(bytes, 0)), 1, native));
 }
 
 VarDesc DeclareLike(BlockDesc* block, const VarDesc& like) {
@@ -116,9 +120,8 @@ Status CheckProgram(State* s) {
   const bool gpu_transport = c.transport == "nccl" || c.transport == "cuda_p2p";
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
-    if (a == collective::Algorithm::kNative &&
-        (c.transport == "inprocess" || c.transport == "cuda_p2p"))
-      return InvalidArgument("algorithm 'native' needs an MPI or NCCL transport; the ",
+    if (a == collective::Algorithm::kNative && c.transport == "cuda_p2p")
+      return InvalidArgument("algorithm 'native' needs the in-process, MPI or NCCL transport; the ",
                              c.transport,
                              " transport offers ring, tree, multi_tree, star and auto");
     if (a != collective::Algorithm::kNative && c.transport == "nccl")
@@ -156,6 +159,8 @@ Status CheckProgram(State* s) {
                       : c.transport == "mpi"      ? collective::kMpiAutoTreeMaxBytes
                       : c.transport == "cuda_p2p" ? collective::kLinkAutoTreeMaxBytes
                                                   : collective::kInProcessAutoTreeMaxBytes;
+  so.native_min_bytes =
+      c.transport == "inprocess" ? collective::kInProcessAutoNativeMinBytes : -1;
   so.overlapped_transfers = c.transport == "mpi";
   s->selector = std::make_unique<collective::Selector>(*s->plan, so);
   if (c.fuse_grad_size_mb < 0)

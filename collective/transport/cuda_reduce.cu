@@ -3,7 +3,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
+
+#include "collective/reduce_ops.h"
 
 namespace loom::collective::internal {
 namespace {
@@ -22,40 +23,21 @@ struct Arith<__half> {
   __device__ static __half Store(float v) { return __float2half_rn(v); }
 };
 
-template <typename C>
-__device__ C Add(C x, C y) {
-  if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
-    return static_cast<C>(static_cast<U>(x) + static_cast<U>(y));
-  } else {
-    return x + y;
-  }
-}
-template <typename C>
-__device__ C Multiply(C x, C y) {
-  if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
-    return static_cast<C>(static_cast<U>(x) * static_cast<U>(y));
-  } else {
-    return x * y;
-  }
-}
-
 struct SumOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return Add(x, y); }
+  __device__ C operator()(C x, C y) const { return WrappingAdd(x, y); }
 };
 struct ProdOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return Multiply(x, y); }
+  __device__ C operator()(C x, C y) const { return WrappingMultiply(x, y); }
 };
-struct MaxOp {  // std::max(x, y)
+struct MaxOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return (x < y) ? y : x; }
+  __device__ C operator()(C x, C y) const { return MaxOf(x, y); }
 };
-struct MinOp {  // std::min(x, y)
+struct MinOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return (y < x) ? y : x; }
+  __device__ C operator()(C x, C y) const { return MinOf(x, y); }
 };
 
 template <typename T, typename Op>

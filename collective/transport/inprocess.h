@@ -28,6 +28,9 @@ class RankMemory {
   virtual ~RankMemory() = default;
   // The transport's name in messages ("in-process", "cuda-p2p").
   virtual const char* name() const = 0;
+  // Whether buffers are host memory every rank's thread may read and write directly (then the
+  // transport also offers its native collectives, one pass over shared memory).
+  virtual bool host() const { return false; }
   // dst (of dst_rank) = src (of src_rank), `bytes` bytes. dst_rank may equal src_rank.
   virtual Status Copy(int performer, int dst_rank, void* dst, int src_rank, const void* src,
                       size_t bytes) = 0;

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "collective/transport/mpi.h"
@@ -110,20 +111,35 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
   return handle;
 }
 
-StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
-                                   const GroupOptions& options) {
-#if LOOM_NCCL_ENABLED
+namespace {
+
+[[maybe_unused]] collective::CommunicatorOptions DeviceCommOptions(const GroupOptions& options) {
   collective::CommunicatorOptions co;
   co.timeout = std::chrono::milliseconds(options.timeout_ms);
   if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
+  return co;
+}
+
+// A device group's communicators, kept alive by the handles of its ranks.
+[[maybe_unused]] DeviceGroupComms Shared(
+    std::vector<std::unique_ptr<collective::Communicator>> comms) {
+  auto owned =
+      std::make_shared<std::vector<std::unique_ptr<collective::Communicator>>>(std::move(comms));
+  DeviceGroupComms g;
+  for (auto& c : *owned) g.comms.push_back(c.get());
+  g.owner = std::move(owned);
+  return g;
+}
+
+}  // namespace
+
+StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
+                                   const GroupOptions& options) {
+#if LOOM_NCCL_ENABLED
+  const collective::CommunicatorOptions co = DeviceCommOptions(options);
   auto factory = [co](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
     LOOM_ASSIGN_OR_RETURN(auto comms, collective::CreateNcclCommunicators(devices, co));
-    auto owned =
-        std::make_shared<std::vector<std::unique_ptr<collective::Communicator>>>(std::move(comms));
-    DeviceGroupComms g;
-    for (auto& c : *owned) g.comms.push_back(c.get());
-    g.owner = std::move(owned);
-    return g;
+    return Shared(std::move(comms));
   };
   return JoinDeviceGroup(key, nranks, rank, device, options, factory);
 #else
@@ -135,9 +151,7 @@ StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank,
 StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int rank, int device,
                                       const GroupOptions& options) {
 #if LOOM_CUDA_ENABLED
-  collective::CommunicatorOptions co;
-  co.timeout = std::chrono::milliseconds(options.timeout_ms);
-  if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
+  const collective::CommunicatorOptions co = DeviceCommOptions(options);
   std::optional<collective::Topology> topology;
   if (!options.topology.empty()) {
     LOOM_ASSIGN_OR_RETURN(collective::Topology t, collective::Topology::Preset(options.topology));
@@ -149,12 +163,7 @@ StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int ra
   auto factory = [co, topology](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
     LOOM_ASSIGN_OR_RETURN(auto comms,
                           collective::CreateCudaP2PCommunicators(devices, co, topology));
-    auto owned =
-        std::make_shared<std::vector<std::unique_ptr<collective::Communicator>>>(std::move(comms));
-    DeviceGroupComms g;
-    for (auto& c : *owned) g.comms.push_back(c.get());
-    g.owner = std::move(owned);
-    return g;
+    return Shared(std::move(comms));
   };
   return JoinDeviceGroup(key, nranks, rank, device, options, factory);
 #else

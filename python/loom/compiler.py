@@ -31,8 +31,9 @@ class BuildStrategy:
     ``CoeffNumDevice`` (1/N), ``One`` or ``Customized`` (plain sum).
     fuse_all_reduce_ops / fuse_grad_size_in_MB: group small gradients into buckets that are
     produced in one buffer and allreduced with one call.
-    allreduce_algorithm: "auto", "ring", "tree", "multi_tree" or "star" (Loom's addition; with
-    transport "mpi" also "native", Open MPI's own allreduce).
+    allreduce_algorithm: "auto", "ring", "tree", "multi_tree", "star" or "native" (Loom's
+    addition; "native" is the transport's own: on CPU places one pass over shared memory, with
+    transport "mpi" Open MPI's allreduce, on CUDA places NCCL's; "auto" picks per bucket).
     owner_policy: "bytes" (balanced) or "hash" for ReduceStrategy.Reduce (Loom's addition).
     transport: "inprocess" (default: the places are threads of this process and each global
     feed is split across them) or "mpi" (Loom's addition, Horovod-style: one process per rank,

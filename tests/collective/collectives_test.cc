@@ -99,7 +99,7 @@ TEST_P(AllReduceLarge, TwoToTheTwentyPlusThree) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceLarge,
                          ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
                                                               Algorithm::kMultiTree,
-                                                              Algorithm::kStar),
+                                                              Algorithm::kStar, Algorithm::kNative),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          [](const auto& info) {
                            return Name(std::get<0>(info.param)) + "_n" +
@@ -118,7 +118,7 @@ TEST(AllReduce, LargeCountThroughStagedReductions) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
                                                               Algorithm::kMultiTree,
-                                                              Algorithm::kStar),
+                                                              Algorithm::kStar, Algorithm::kNative),
                                             ::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Bool()),
                          [](const auto& info) {
                            return Name(std::get<0>(info.param)) + "_n" +
@@ -221,7 +221,8 @@ TEST_P(RootedMatrix, ReduceAndBroadcastFromEveryRoot) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, RootedMatrix,
                          ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
                                                               Algorithm::kMultiTree,
-                                                              Algorithm::kStar, Algorithm::kAuto),
+                                                              Algorithm::kStar, Algorithm::kNative,
+                                                              Algorithm::kAuto),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          [](const auto& info) {
                            return Name(std::get<0>(info.param)) + "_n" +
@@ -306,7 +307,8 @@ TEST_P(GatherScatterMatrix, AllGatherAndReduceScatter) {
 
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, GatherScatterMatrix,
-    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree, Algorithm::kAuto),
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree, Algorithm::kNative,
+                                         Algorithm::kAuto),
                        ::testing::Values(1, 2, 3, 4, 5, 8)),
     [](const auto& info) {
       return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));

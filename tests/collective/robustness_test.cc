@@ -132,15 +132,10 @@ TEST(Timeout, SendWithoutMatchingRecv) {
   });
 }
 
-TEST(Arguments, NativeAndUnsupportedAlgorithmsAreUnimplemented) {
+TEST(Arguments, UnsupportedAlgorithmsAreUnimplemented) {
   auto world = MakeWorld(2, 30000);
   RunRanks(*world, [&](int rank, Communicator& comm) {
     std::vector<float> buf(8, 1.0f), out(16);
-    Status native = comm.AllReduce(buf.data(), buf.data(), 8, DataType::kFloat32, ReduceOp::kSum,
-                                   CallOptions{Algorithm::kNative})
-                        .Wait();
-    EXPECT_EQ(native.code(), StatusCode::kUnimplemented) << native.ToString();
-    EXPECT_NE(native.message().find("in-process"), std::string::npos) << native.message();
     Status tree_gather =
         comm.AllGather(buf.data(), out.data(), 8, DataType::kFloat32, CallOptions{Algorithm::kTree})
             .Wait();
@@ -188,6 +183,51 @@ TEST(Work, WaitWithShortTimeoutLeavesTheCallRunning) {
   EXPECT_TRUE(w1.Wait().ok());
   EXPECT_EQ(a[3], 3.0f);
   EXPECT_EQ(b[0], 3.0f);
+}
+
+}  // namespace
+}  // namespace loom::collective
+
+namespace loom::collective {
+namespace {
+
+TEST(NativeInProcess, ARankThatNeverCallsEndsInTimeoutAndALateOneTouchesNothing) {
+  auto transports = CreateInProcessTransports(2);
+  std::vector<float> a(64, 1.0f), b(64, 2.0f);
+  NativeCollective call;
+  call.count = a.size();
+  call.send = call.recv = a.data();
+  const auto start = Clock::now();
+  Status early = transports[0]->RunNative(call, start + std::chrono::milliseconds(100));
+  EXPECT_EQ(early.code(), StatusCode::kTimeout) << early.ToString();
+  EXPECT_NE(early.message().find("only 1 of 2 ranks arrived"), std::string::npos)
+      << early.message();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  // Rank 1 comes late to the same call: it must not reduce into rank 0's buffer, which its
+  // owner has already taken back.
+  call.send = call.recv = b.data();
+  Status late = transports[1]->RunNative(call, Clock::now() + std::chrono::seconds(5));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_EQ(a, std::vector<float>(64, 1.0f));
+  EXPECT_EQ(b, std::vector<float>(64, 2.0f));
+}
+
+TEST(NativeInProcess, NotOfferedOverMemoryThatIsNotTheHosts) {
+  class Opaque final : public RankMemory {
+   public:
+    const char* name() const override { return "opaque"; }
+    Status Copy(int, int, void*, int, const void*, size_t) override { return Status::OK(); }
+    Status Reduce(int, const Reduction&, int, void*, const void*, int, const void*,
+                  size_t) override {
+      return Status::OK();
+    }
+    Status Finalize(int, const Reduction&, void*, size_t, int) override { return Status::OK(); }
+    std::shared_ptr<void> Allocate(int, size_t) override { return nullptr; }
+  };
+  auto transports = CreateInProcessTransports(2, {}, std::make_shared<Opaque>());
+  EXPECT_FALSE(transports[0]->SupportsNative(NativeKind::kAllReduce, DataType::kFloat32));
+  EXPECT_TRUE(CreateInProcessTransports(2)[0]->SupportsNative(NativeKind::kAllReduce,
+                                                              DataType::kFloat32));
 }
 
 }  // namespace

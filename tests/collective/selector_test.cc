@@ -155,12 +155,39 @@ TEST(Selector, OverlappedTransfersFavourTheMultiTreeAboveTheCrossover) {
     EXPECT_EQ(mpi.Choose(CollectiveKind::kAllReduce, bytes), Algorithm::kMultiTree) << bytes;
 }
 
+// In-process worlds run the transport's native collectives (one pass over shared memory) from
+// their native crossover on, for every collective, and never where the transport has none.
+TEST(Selector, NativeFromItsCrossoverWhereTheTransportHasIt) {
+  EXPECT_EQ(WorldOptions().communicator.auto_native_min_bytes, kInProcessAutoNativeMinBytes);
+  EXPECT_LT(CommunicatorOptions().auto_native_min_bytes, 0);
+  const auto plan = Plan(Topology::Uniform(4));
+  SelectorOptions o;
+  o.tree_max_bytes = kInProcessAutoTreeMaxBytes;
+  o.native_min_bytes = kInProcessAutoNativeMinBytes;
+  const Selector in_process(*plan, o);
+  const size_t at = static_cast<size_t>(kInProcessAutoNativeMinBytes);
+  for (CollectiveKind kind : kKinds) {
+    EXPECT_NE(in_process.Choose(kind, at - 1), Algorithm::kNative) << CollectiveKindName(kind);
+    EXPECT_EQ(in_process.Choose(kind, at), Algorithm::kNative) << CollectiveKindName(kind);
+    EXPECT_EQ(in_process.Choose(kind, size_t{64} << 20), Algorithm::kNative);
+    EXPECT_NE(in_process.Choose(kind, size_t{64} << 20, 1, /*native_available=*/false),
+              Algorithm::kNative);
+  }
+  EXPECT_EQ(in_process.Choose(CollectiveKind::kAllReduce, 4096), Algorithm::kTree);
+  // A forced algorithm still wins.
+  o.force = Algorithm::kRing;
+  EXPECT_EQ(Selector(*plan, o).Choose(CollectiveKind::kAllReduce, size_t{64} << 20),
+            Algorithm::kRing);
+}
+
 TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
   WorldOptions options;
   options.communicator.auto_tree_max_bytes = 1 << 10;
+  options.communicator.auto_native_min_bytes = 64 << 10;  // native from 16384 floats
   auto world = InProcessWorld::Create(4, options).value();
   testing::RunRanks(*world, [&](int rank, Communicator& comm) {
-    for (size_t count : {size_t{3}, size_t{256}, size_t{257}, size_t{100000}}) {
+    for (size_t count : {size_t{3}, size_t{256}, size_t{257}, size_t{16383}, size_t{16384},
+                         size_t{100000}}) {
       auto buf = testing::Input(DataType::kFloat32, ReduceOp::kSum, rank, count, 1);
       Status s =
           comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();

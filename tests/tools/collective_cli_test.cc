@@ -153,9 +153,20 @@ TEST(LoomBench, UsageErrors) {
   Result unsupported = Loom("bench collective --op allgather --algo tree -b 1K -e 1K");
   EXPECT_EQ(unsupported.code, 1);
   EXPECT_NE(unsupported.err.find("AllGather has no 'tree'"), std::string::npos) << unsupported.err;
+  // In-process ranks have native collectives now; CUDA places need a GPU (or a CUDA build).
   Result native = Loom("bench collective --algo native -b 1K -e 1K --transport inprocess");
-  EXPECT_EQ(native.code, 1);
-  EXPECT_NE(native.err.find("native"), std::string::npos) << native.err;
+  EXPECT_EQ(native.code, 0) << native.err;
+  EXPECT_NE(native.out.find("native"), std::string::npos) << native.out;
+  Result gpu = Loom("bench collective --places cuda:0,0 -b 1K -e 1K");
+  if (gpu.code != 0) {
+    EXPECT_EQ(gpu.code, 1);
+    EXPECT_TRUE(gpu.err.find("no CUDA device") != std::string::npos ||
+                gpu.err.find("built without CUDA") != std::string::npos)
+        << gpu.err;
+  }
+  EXPECT_EQ(Loom("bench collective --places cuda:x").code, 2);
+  EXPECT_EQ(Loom("bench collective --places cpu:2 --transport p2p").code, 2);
+  EXPECT_EQ(Loom("bench collective --places cuda:0 --transport mpi").code, 2);
 }
 
 }  // namespace
