@@ -80,12 +80,12 @@ constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
 // In-process ranks from this size on run the transport's native collectives: every rank reads
 // and writes every other rank's memory, so one pass over shared memory moves N·S bytes in and
 // N·S out, against about 15·S for the ring or the tree (N = 4). Measured (loom bench collective,
-// 4 ranks, allreduce, medians of 5 rounds; this shared 2-core VM varies by ±30% between runs):
-// 1 MiB tree 304-467 µs vs native 242-520 (a wash), 1.5 MiB 585 vs 384, 2 MiB 552-695 vs
-// 373-598, 4 MiB 1247-1986 vs 1136-1495, 16 MiB 8242-9142 vs 5001-5170, 64 MiB 35648 vs 20666;
-// below it the native call's two rendezvous of all ranks cost more than the tree's pairwise
-// steps (4 KiB: 87 vs 131 µs).
-constexpr long long kInProcessAutoNativeMinBytes = 1536 << 10;
+// 4 ranks, medians of 5 rounds; this shared 2-core VM varies by ±30% between runs), allreduce
+// tree vs native: 4-64 KiB within ±15% of each other (4 KiB 100 vs 100 µs, 64 KiB 108 vs 123),
+// 128 KiB 134-148 vs 130-143, 256 KiB 171-180 vs 152-168, 512 KiB 212-243 vs 166-220,
+// 1 MiB 343-350 vs 282-337, 2 MiB 587-594 vs 359-370, 16 MiB 7660 vs 4999; reduce, broadcast
+// and allgather tie with their best schedule at 256 KiB and win from 1 MiB.
+constexpr long long kInProcessAutoNativeMinBytes = 512 << 10;
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.

@@ -20,7 +20,7 @@ SIZES=(-b 4K -e 64M -f 4 -n 20 -w 3)
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$BENCH/collective_membw_bench" > "$OUT/membw.txt"
 for rep in $(seq "${REPEAT:-3}"); do
-  "$LOOM" bench collective --algo ring,tree,multi_tree,star,auto --places cpu:4 \
+  "$LOOM" bench collective --algo ring,tree,multi_tree,star,native,auto --places cpu:4 \
     --transport inprocess "${SIZES[@]}" >> "$OUT/loom_inprocess.txt"
   "${MPIRUN[@]}" "$LOOM" bench collective --algo ring,native --transport mpi "${SIZES[@]}" \
     >> "$OUT/loom_mpi.txt"
@@ -62,7 +62,7 @@ bw = {}
 for line in open(os.path.join(out, 'membw.txt')):
     f = line.split()
     bw[f[1]] = float(f[2])
-cols = ['loom ring', 'loom tree', 'loom multi_tree', 'loom star', 'loom auto',
+cols = ['loom ring', 'loom tree', 'loom multi_tree', 'loom star', 'loom native', 'loom auto',
         'loom-mpi ring', 'loom-mpi native', 'mpi_allreduce', 'gloo_ring', 'gloo_halving_doubling']
 cols = [c for c in cols if res.get(c)]
 sizes = sorted({b for c in cols for b in res[c]})

@@ -62,9 +62,10 @@ struct Mailbox {
 struct NativeSlot {
   std::vector<const void*> send;
   std::vector<void*> recv;
-  int published = 0, finished = 0, left = 0;
+  int published = 0, left = 0;
   bool abandoned = false;  // a rank gave up waiting: the others must not touch its buffers
-  std::atomic<size_t> next_block{0};  // the next block of work to claim
+  std::atomic<size_t> next_block{0};   // the next block of work to claim
+  std::atomic<size_t> blocks_done{0};  // blocks whose results are written
 };
 
 // Native calls of one group, matched by their per-rank sequence number (every rank issues them
@@ -383,8 +384,9 @@ void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, 
 
 // The in-process native collectives. The ranks publish their buffers on the hub's board and
 // wait until all have; then they claim blocks of the whole collective from a shared counter and
-// work directly on every rank's memory, and wait until all have finished writing (a peer may be
-// writing into this rank's buffers until then). Per block:
+// work directly on every rank's memory, and wait until every block is written (a peer may be
+// writing into this rank's buffers until then; a rank that found no block left does not wait
+// for the others to be scheduled). Per block:
 //   allreduce:     reduce the block of all N inputs and write it into all N outputs: N·S bytes
 //                  read and N·S written in total, the minimum for any allreduce (the ring and
 //                  the tree move about 15·S for N = 4);
@@ -395,7 +397,7 @@ void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, 
 // Outputs too large for the caches are written with streaming stores.
 // The first wait ends at the deadline (a rank that never calls): the slot is then marked
 // abandoned so that no late rank touches the buffers of one that gave up. The second wait has
-// no deadline: it only waits for peers' memory copies in progress.
+// no deadline: it only waits for memory copies in progress.
 Status InProcessTransport::RunNative(const NativeCollective& call, Deadline deadline) {
   const int n = nranks_;
   const uint64_t seq = native_calls_++;
@@ -452,7 +454,9 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
   };
   std::vector<const char*> inputs;
   std::vector<char*> outputs;
+  size_t done_here = 0;
   for (size_t b = slot->next_block.fetch_add(1); b < blocks; b = slot->next_block.fetch_add(1)) {
+    ++done_here;
     const int part = static_cast<int>(b / per_part);
     const size_t begin = (b % per_part) * block;
     const size_t len = std::min(block, call.count - begin);
@@ -484,11 +488,18 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
         break;
     }
   }
-  if (streaming) StreamFence();
+  // Done when every block is written (by whichever ranks did them): a rank that found no work
+  // left does not wait for the others to be scheduled.
+  if (done_here > 0) {
+    if (streaming) StreamFence();
+    if (slot->blocks_done.fetch_add(done_here, std::memory_order_acq_rel) + done_here == blocks) {
+      std::lock_guard<std::mutex> lock(board.mu);
+      board.cv.notify_all();
+    }
+  }
   std::unique_lock<std::mutex> lock(board.mu);
-  ++slot->finished;
-  board.cv.notify_all();
-  board.cv.wait(lock, [&] { return slot->finished == n; });
+  board.cv.wait(lock,
+                [&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
   leave(lock);
   return Status::OK();
 }
