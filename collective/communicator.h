@@ -84,8 +84,9 @@ constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
 // tree vs native: 4-64 KiB within ±15% of each other (4 KiB 100 vs 100 µs, 64 KiB 108 vs 123),
 // 128 KiB 134-148 vs 130-143, 256 KiB 171-180 vs 152-168, 512 KiB 212-243 vs 166-220,
 // 1 MiB 343-350 vs 282-337, 2 MiB 587-594 vs 359-370, 16 MiB 7660 vs 4999; reduce, broadcast
-// and allgather tie with their best schedule at 256 KiB and win from 1 MiB.
-constexpr long long kInProcessAutoNativeMinBytes = 512 << 10;
+// and allgather tie with their best schedule at 256 KiB and win from 1 MiB; compare.sh (best of
+// 3): 256 KiB tree 164 vs native 143 µs.
+constexpr long long kInProcessAutoNativeMinBytes = 256 << 10;
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
