@@ -1,6 +1,6 @@
-"""Data-parallel training throughput: Loom on N CPU places (allreduce ring / tree / auto, owner
-mode) vs one place, and PyTorch DistributedDataParallel (gloo, N processes) vs one process, on
-the same models, global batch and machine. Prints one markdown table.
+"""Data-parallel training throughput: Loom on N CPU places (allreduce ring / tree / native /
+auto, owner mode) vs one place, and PyTorch DistributedDataParallel (gloo, N processes) vs one
+process, on the same models, global batch and machine. Prints one markdown table.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/data_parallel/compare.py --places 4
 
@@ -242,7 +242,8 @@ def main():
     args = ap.parse_args()
     n = args.places
     defaults = {"mlp": (256, 100), "cnn": (128, 5), "many-small": (64, 20), "few-large": (64, 5)}
-    configs = [("allreduce", "ring"), ("allreduce", "tree"), ("allreduce", "auto"),
+    configs = [("allreduce", "ring"), ("allreduce", "tree"), ("allreduce", "native"),
+               ("allreduce", "auto"),
                ("owner", "auto")]
     print("| model | global batch | Loom 1 place | " +
           " | ".join("Loom %d places %s%s" % (n, m if m == "owner" else "", "" if m == "owner"
