@@ -6,11 +6,7 @@
 
 #include <type_traits>
 
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+#include "framework/host_device.h"
 
 namespace loom::collective::internal {
 

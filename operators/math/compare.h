@@ -2,11 +2,7 @@
 // functors, shared by the CPU kernels (compare.cc) and the CUDA ones (compare_cuda.cu).
 #pragma once
 
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
+#include "framework/host_device.h"
 
 namespace loom::ops::cmp {
 
