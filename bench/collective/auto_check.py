@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """How close `auto` comes to the best fixed allreduce algorithm at each (size, in-flight) point.
 
-Runs `loom bench collective --algo ring,tree,multi_tree,star,auto` ROUNDS times for each in-flight
-count (in-process places), keeps the median time of every (size, in-flight, algorithm) over the
+Runs `loom bench collective --algo ring,tree,multi_tree,star,native,auto` ROUNDS times for each
+in-flight count (in-process places), keeps the median time of every (size, in-flight, algorithm) over the
 rounds (a run covers every algorithm at a size back to back, so a burst of load from other
 processes hits all of them), and prints a Markdown table: the median time of each algorithm,
 what auto ran, and auto's time over the best fixed algorithm's.
@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 
-ALGOS = ["ring", "tree", "multi_tree", "star"]
+ALGOS = ["ring", "tree", "multi_tree", "star", "native"]
 
 
 def run_once(loom, places, inflight, minb, maxb, iters, extra, mpi=False):
