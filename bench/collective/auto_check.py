@@ -2,10 +2,10 @@
 """How close `auto` comes to the best fixed allreduce algorithm at each (size, in-flight) point.
 
 Runs `loom bench collective --algo ring,tree,multi_tree,star,native,auto` ROUNDS times for each
-in-flight count (in-process places), keeps the median time of every (size, in-flight, algorithm) over the
-rounds (a run covers every algorithm at a size back to back, so a burst of load from other
-processes hits all of them), and prints a Markdown table: the median time of each algorithm,
-what auto ran, and auto's time over the best fixed algorithm's.
+in-flight count (in-process places), keeps the median time of every (size, in-flight,
+algorithm) over the rounds (a run covers every algorithm at a size back to back, so a burst of
+load from other processes hits all of them), and prints a Markdown table: the median time of
+each algorithm, what auto ran, and auto's time over the best fixed algorithm's.
 
     /usr/bin/python3 bench/collective/auto_check.py [--rounds 5] [--places 4] [--mpi]
 """
