@@ -280,8 +280,9 @@ Work Communicator::Issue(Call call) {
       // The schedules cannot run here; the transport's own collectives can.
       if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
       if (a.algorithm != Algorithm::kNative) {
-        return fail(Unimplemented("the ", transport_->name(), " transport runs only algorithm "
-                                  "'native' (its point-to-point calls cannot reduce on receipt), not '",
+        return fail(Unimplemented("the ", transport_->name(),
+                                  " transport runs only algorithm 'native' (its point-to-point "
+                                  "calls cannot reduce on receipt), not '",
                                   AlgorithmName(a.algorithm), "'"));
       }
     }

@@ -54,11 +54,13 @@ Status Transport::Finalize(const Reduction& reduction, void* buf, size_t count, 
   return Status::OK();
 }
 
-std::shared_ptr<void> Transport::AllocateBuffer(size_t bytes) {
+std::shared_ptr<void> AllocateHostBuffer(size_t bytes) {
   void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
   if (p == nullptr) return nullptr;
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
+
+std::shared_ptr<void> Transport::AllocateBuffer(size_t bytes) { return AllocateHostBuffer(bytes); }
 
 Status Transport::RunNative(const NativeCollective& call, Deadline deadline) {
   return Unimplemented("the ", name(), " transport has no native collectives");

@@ -47,6 +47,10 @@ struct NativeCollective {
   int root = -1;
 };
 
+// Zeroed host memory of `bytes` bytes (at least 1), freed with the last reference; nullptr when
+// it cannot be allocated. The default Transport::AllocateBuffer and the in-process host memory.
+std::shared_ptr<void> AllocateHostBuffer(size_t bytes);
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -8,11 +8,11 @@
 // devices in a line, rooted at an end), the root pairs with a child in the other half over a link
 // and both halves recurse with L-1 levels. Bisections come from Kernighan-Lin (keep heavy links
 // inside the halves); where that leads nowhere, an exhaustive branch-and-bound search over all
-// bisections takes over, so a tree is found whenever one exists. The search first allows only the strongest link class
-// (weight 3), then adds weaker classes until a tree exists: the weakest link of a tree bounds its
-// speed, so it is maximized first and the total weight second. BuildTrees builds one tree per root
-// and multiplies the weight of every link a tree uses by a penalty, so later trees prefer other
-// links.
+// bisections takes over, so a tree is found whenever one exists. The search first allows only
+// the strongest link class (weight 3), then adds weaker classes until a tree exists: the weakest
+// link of a tree bounds its speed, so it is maximized first and the total weight second.
+// BuildTrees builds one tree per root and multiplies the weight of every link a tree uses by a
+// penalty, so later trees prefer other links.
 //
 // Pure functions; safe from any thread.
 #pragma once

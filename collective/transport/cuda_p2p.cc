@@ -143,7 +143,8 @@ class CudaPeerMemory final : public RankMemory,
     cudaStream_t stream = streams_[rank][g];
     bytes = std::max<size_t>(bytes, 1);
     void* p = nullptr;
-    if (cudaSetDevice(gpus_[g]) != cudaSuccess || cudaMallocAsync(&p, bytes, stream) != cudaSuccess) {
+    if (cudaSetDevice(gpus_[g]) != cudaSuccess ||
+        cudaMallocAsync(&p, bytes, stream) != cudaSuccess) {
       cudaGetLastError();
       return nullptr;
     }

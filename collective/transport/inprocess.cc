@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -100,11 +99,7 @@ class HostMemory final : public RankMemory {
     collective::Finalize(reduction, buf, count, nranks);
     return Status::OK();
   }
-  std::shared_ptr<void> Allocate(int, size_t bytes) override {
-    void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
-    if (p == nullptr) return nullptr;
-    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  }
+  std::shared_ptr<void> Allocate(int, size_t bytes) override { return AllocateHostBuffer(bytes); }
 };
 
 void MarkDone(Posting* p, const Status& status) {
@@ -334,51 +329,38 @@ void StreamFence() {
 #endif
 }
 
-// Reduces `inputs` (count elements each) block by block into a small buffer that stays in cache,
-// finalizes it (avg) and writes it to every output: each input element is read once and each
-// output element written once, whatever the number of ranks.
-void ReduceInto(const Reduction& reduction, const std::vector<const char*>& inputs,
-                const std::vector<char*>& outputs, size_t count, int nranks, bool streaming) {
-  const size_t elem = DataTypeSize(reduction.dtype);
-  constexpr size_t kBlockBytes = 16 << 10;
-  const size_t block = std::max<size_t>(1, kBlockBytes / elem);
-  thread_local std::vector<unsigned char> acc;
-  acc.resize(block * elem);
-  for (size_t begin = 0; begin < count; begin += block) {
-    const size_t n = std::min(block, count - begin);
-    const size_t off = begin * elem, bytes = n * elem;
-    if (inputs.size() == 1) {
-      std::memcpy(acc.data(), inputs[0] + off, bytes);
-    } else {
-      collective::Reduce(reduction, acc.data(), inputs[0] + off, inputs[1] + off, n);
-      for (size_t i = 2; i < inputs.size(); ++i)
-        collective::Reduce(reduction, acc.data(), acc.data(), inputs[i] + off, n);
-    }
-    collective::Finalize(reduction, acc.data(), n, nranks);
-    for (char* out : outputs) {
-      if (streaming) {
-        StreamCopy(out + off, reinterpret_cast<const char*>(acc.data()), bytes);
-      } else {
-        std::memcpy(out + off, acc.data(), bytes);
-      }
-    }
+// Writes one block to an output: streaming stores for outputs that will not stay in cache.
+void Store(char* out, const char* src, size_t bytes, bool streaming) {
+  if (streaming) {
+    StreamCopy(out, src, bytes);
+  } else {
+    std::memcpy(out, src, bytes);
   }
 }
 
-// Copies `bytes` from src to every output, block by block so the source stays in cache; an output
-// that is the source itself is skipped.
+// Reduces one block of `inputs` (count elements each, at most kNativeBlockBytes) into a buffer
+// that stays in L1, finalizes it (avg) and writes it to every output: each input element is read
+// once and each output element written once, whatever the number of ranks.
+void ReduceInto(const Reduction& reduction, const std::vector<const char*>& inputs,
+                const std::vector<char*>& outputs, size_t count, int nranks, bool streaming) {
+  thread_local std::vector<unsigned char> acc;
+  const size_t bytes = count * DataTypeSize(reduction.dtype);
+  acc.resize(bytes);
+  if (inputs.size() == 1) {
+    std::memcpy(acc.data(), inputs[0], bytes);
+  } else {
+    collective::Reduce(reduction, acc.data(), inputs[0], inputs[1], count);
+    for (size_t i = 2; i < inputs.size(); ++i)
+      collective::Reduce(reduction, acc.data(), acc.data(), inputs[i], count);
+  }
+  collective::Finalize(reduction, acc.data(), count, nranks);
+  for (char* out : outputs) Store(out, reinterpret_cast<const char*>(acc.data()), bytes, streaming);
+}
+
+// Copies one block from src to every output; an output that is the source itself is skipped.
 void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, bool streaming) {
-  constexpr size_t kBlockBytes = 64 << 10;
-  for (size_t off = 0; off < bytes; off += kBlockBytes) {
-    const size_t n = std::min(kBlockBytes, bytes - off);
-    for (char* out : outputs) {
-      if (out == src) continue;
-      if (streaming) {
-        StreamCopy(out + off, src + off, n);
-      } else {
-        std::memcpy(out + off, src + off, n);
-      }
-    }
+  for (char* out : outputs) {
+    if (out != src) Store(out, src, bytes, streaming);
   }
 }
 

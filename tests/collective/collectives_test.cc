@@ -307,8 +307,8 @@ TEST_P(GatherScatterMatrix, AllGatherAndReduceScatter) {
 
 INSTANTIATE_TEST_SUITE_P(
     Algorithms, GatherScatterMatrix,
-    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree, Algorithm::kNative,
-                                         Algorithm::kAuto),
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree,
+                                         Algorithm::kNative, Algorithm::kAuto),
                        ::testing::Values(1, 2, 3, 4, 5, 8)),
     [](const auto& info) {
       return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));

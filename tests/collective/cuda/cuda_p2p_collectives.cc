@@ -197,8 +197,9 @@ TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
     const DataType dtype = DataType::kFloat64;
     DeviceBuffer buf(device, Input(dtype, ReduceOp::kSum, rank, count, 4));
     ASSERT_TRUE(comm.AllReduce(buf.ptr, buf.ptr, count, dtype, ReduceOp::kSum).Wait().ok());
-    EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kSum, n, count, 4), buf.Host().data(), count),
-              "");
+    EXPECT_EQ(
+        Compare(dtype, Expected(dtype, ReduceOp::kSum, n, count, 4), buf.Host().data(), count),
+        "");
     const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     DeviceBuffer mine(device, Input(dtype, ReduceOp::kSum, rank, count, 5)), got(device, count * 8);
     // Point-to-point calls run in issue order: alternate who sends first (an odd ring's last
@@ -211,8 +212,9 @@ TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
       comm.Send(mine.ptr, count, dtype, next, 1);
     }
     ASSERT_TRUE(comm.WaitAll().ok());
-    EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(), count),
-              "");
+    EXPECT_EQ(
+        Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(), count),
+        "");
     // A mismatch is caught before any data moves.
     Status s = comm.AllReduce(buf.ptr, buf.ptr, rank == 1 ? 12 : 10, dtype, ReduceOp::kSum).Wait();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
