@@ -9,5 +9,6 @@ int InspectCommand(int argc, char** argv);
 int TranspileCommand(int argc, char** argv);
 int TopoCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
+int DevicesCommand(int argc, char** argv);
 
 }  // namespace loom::cli

@@ -1,9 +1,13 @@
 #include <cuda_runtime.h>
 
+#include <cstdio>
+
 #include "loom/config.h"
 #include "collective/transport/cuda_p2p.h"
 #include "tools/gpu.h"
 #if LOOM_NCCL_ENABLED
+#include <nccl.h>
+
 #include "collective/transport/nccl.h"
 #endif
 
@@ -63,6 +67,46 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
   }
   for (int d : devices) group.memory.push_back(std::make_unique<DeviceMemory>(d));
   return group;
+}
+
+GpuReport DescribeGpus() {
+  GpuReport r;
+  auto version = [](int v) { return StrCat(v / 1000, ".", (v % 1000) / 10); };
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  r.text = StrCat("cuda: runtime ", version(runtime), ", driver ",
+                  driver > 0 ? version(driver) : std::string("none"), "\n");
+#if LOOM_NCCL_ENABLED
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess)
+    r.text += StrCat("nccl: ", nccl / 10000, ".", (nccl / 100) % 100, ".", nccl % 100, "\n");
+#else
+  r.text += "nccl: not in this build\n";
+#endif
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    r.text += StrCat("cuda devices: 0 (", cudaGetErrorString(e), ")\n");
+    cudaGetLastError();
+    return r;
+  }
+  r.count = n;
+  r.text += StrCat("cuda devices: ", n, "\n");
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+      cudaGetLastError();
+      r.text += StrCat("  cuda:", d, "  (properties unavailable)\n");
+      continue;
+    }
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f GiB", p.totalGlobalMem / 1073741824.0);
+    r.text += StrCat("  cuda:", d, "  ", p.name, "  sm_", p.major, p.minor, "  ",
+                     p.multiProcessorCount, " SMs  ", gib, "  L2 ", p.l2CacheSize >> 20,
+                     " MiB  pci ", p.pciBusID, "\n");
+  }
+  return r;
 }
 
 StatusOr<collective::Topology> DetectGpuTopology() {

@@ -36,6 +36,15 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
                                             const std::string& transport,
                                             const collective::CommunicatorOptions& options);
 
+// `loom devices`: the CUDA runtime and driver versions, NCCL's version and one line per visible
+// GPU (name, compute capability, multiprocessors, memory). `count` is the number of GPUs seen
+// (0 without a GPU or in a build without CUDA; the text then says why).
+struct GpuReport {
+  int count = 0;
+  std::string text;
+};
+GpuReport DescribeGpus();
+
 // The links between this machine's visible GPUs from the CUDA runtime and NVML
 // (collective::DetectCudaTopology); NotFound without a GPU or without CUDA in the build.
 StatusOr<collective::Topology> DetectGpuTopology();

@@ -9,6 +9,10 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&, const std::
       "is unavailable");
 }
 
+GpuReport DescribeGpus() {
+  return {0, "cuda: not in this build (no nvcc found at configure time)\ncuda devices: 0\n"};
+}
+
 StatusOr<collective::Topology> DetectGpuTopology() {
   return NotFound("this loom was built without CUDA");
 }

@@ -18,6 +18,7 @@ constexpr const char* kUsage =
     "  transpile DIR  rewrite a bundle for data-parallel training on several places (-o OUT)\n"
     "  topo           print a machine's links, ring and trees (--preset, --file, --detect)\n"
     "  bench collective   time a collective over message sizes (nccl-tests format)\n"
+    "  devices        print the build (CUDA, NCCL, MPI) and the GPUs this machine has\n"
     "  help [CMD]     print help for loom or a command\n"
     "\n"
     "  loom CMD --help    flags of a command\n"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       if (sub == "transpile") return TranspileCommand(1, args);
       if (sub == "topo") return TopoCommand(1, args);
       if (sub == "bench") return BenchCommand(1, args);
+      if (sub == "devices") return DevicesCommand(1, args);
       std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", sub.c_str(), kUsage);
       return kExitUsage;
     }
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   if (cmd == "transpile") return TranspileCommand(argc - 2, argv + 2);
   if (cmd == "topo") return TopoCommand(argc - 2, argv + 2);
   if (cmd == "bench") return BenchCommand(argc - 2, argv + 2);
+  if (cmd == "devices") return DevicesCommand(argc - 2, argv + 2);
   std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return kExitUsage;
 }

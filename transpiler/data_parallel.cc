@@ -142,8 +142,12 @@ Status CheckProgram(State* s) {
         return InvalidArgument("place '", p, "' does not fit transport '", c.transport,
                                cuda ? "' (CUDA places meet over transport nccl or cuda_p2p)"
                                     : StrCat("' (transport ", c.transport, " needs CUDA places)"));
-      if (cuda && !distinct.insert(p).second)
-        return InvalidArgument("place '", p, "' is given twice: each rank needs a GPU of its own");
+      // NCCL refuses two ranks on one GPU; the CUDA P2P transport takes a GPU listed several
+      // times as virtual devices sharing its memory (how one GPU checks a multi-rank group).
+      if (cuda && c.transport == "nccl" && !distinct.insert(p).second)
+        return InvalidArgument("place '", p,
+                               "' is given twice: NCCL needs a GPU of its own for each rank "
+                               "(transport cuda_p2p takes a GPU several times)");
     }
   }
   collective::Topology topology = collective::Topology::Uniform(c.nranks);

@@ -4,15 +4,22 @@
 // per-op dispatch (~0.2 µs). bench/ops/torch_ops.py times the same rows in PyTorch and
 // bench/ops/compare.sh prints both side by side. Run with OPENBLAS_NUM_THREADS=2 (compare.sh
 // does); Loom's own kernels use at most LOOM_NUM_THREADS (default 2) threads.
+// --place=cuda:0 runs the same rows on a GPU (inputs copied there once; every timed run ends
+// with the place's stream drained, so the time covers the kernels, not only their launch).
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <set>
 
 #include "executor/executor.h"
+#include "framework/device_context.h"
 #include "framework/op_registry.h"
 
 namespace {
+
+loom::Place g_place = loom::Place::CPU();  // --place
 
 using loom::AttributeMap;
 using loom::DDim;
@@ -96,7 +103,7 @@ class OpRunner {
   loom::Status Setup(const OpCase& c, bool backward, const std::string& out_slot) {
     loom::ProgramDesc fwd = ForwardProgram(c);
     for (const auto& [slot, t] : c.inputs)
-      loom::TensorCopy(t, loom::Place::CPU(), scope_.Var(slot)->GetMutable<Tensor>());
+      loom::TensorCopy(t, g_place, scope_.Var(slot)->GetMutable<Tensor>());
     auto fp = exe_.Prepare(fwd);
     if (!fp.ok()) return fp.status();
     fwd_ = std::move(fp.value());
@@ -106,18 +113,20 @@ class OpRunner {
     Tensor seed(out.dtype(), out.dims());
     float* s = seed.mutable_data<float>(loom::Place::CPU());
     for (int64_t i = 0; i < seed.numel(); ++i) s[i] = 1.0f;
-    *scope_.Var(out_slot + loom::kGradSuffix)->GetMutable<Tensor>() = seed;
+    loom::TensorCopy(seed, g_place, scope_.Var(out_slot + loom::kGradSuffix)->GetMutable<Tensor>());
     auto bp = exe_.Prepare(BackwardProgram(c, fwd));
     if (!bp.ok()) return bp.status();
     bwd_ = std::move(bp.value());
     return loom::Status::OK();
   }
   loom::Status Run(bool backward) {
-    return exe_.Run(backward ? bwd_.get() : fwd_.get(), &scope_);
+    LOOM_RETURN_IF_ERROR(exe_.Run(backward ? bwd_.get() : fwd_.get(), &scope_));
+    loom::GetDeviceContext(g_place)->Wait();
+    return loom::Status::OK();
   }
 
  private:
-  loom::Executor exe_{loom::Place::CPU()};
+  loom::Executor exe_{g_place};
   loom::Scope scope_;
   std::unique_ptr<loom::PreparedBlock> fwd_, bwd_;
 };
@@ -218,4 +227,30 @@ BENCHMARK(BM_adam_1M)->Name("adam_1M/fwd")->Unit(benchmark::kMicrosecond)->UseRe
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // --place=PLACE (cpu:0 by default, or cuda:N) is ours; the rest goes to Google Benchmark.
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--place=", 8) == 0) {
+      auto place = loom::ParsePlace(argv[i] + 8);
+      if (!place.ok()) {
+        std::fprintf(stderr, "ops_bench: %s\n", place.status().ToString().c_str());
+        return 2;
+      }
+      if (place->is_cuda() && place->device >= loom::CudaDeviceCount()) {
+        std::fprintf(stderr, "ops_bench: %s is not available (%d CUDA devices)\n", argv[i] + 8,
+                     loom::CudaDeviceCount());
+        return 1;
+      }
+      g_place = place.value();
+      continue;
+    }
+    argv[kept++] = argv[i];
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -4,7 +4,11 @@ with a ones seed, over a graph recorded once (retain_graph), so only the grad ke
 Prints one JSON object: {"<row>/fwd": microseconds, ...}, each the median of --repetitions
 timed batches.
 
+With --device cuda the tensors live on the GPU and every timed call ends with
+torch.cuda.synchronize(), as ops_bench --place=cuda:0 drains its stream after every run.
+
 Usage: /usr/bin/python3 bench/ops/torch_ops.py [--threads 2] [--repetitions 5] [--min-time 0.2]
+                                              [--device cpu|cuda]
 """
 import argparse
 import json
@@ -85,8 +89,17 @@ def main():
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--min-time", type=float, default=0.2)
     ap.add_argument("--filter", default="")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the current GPU)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    torch.set_default_device(args.device)
+    timer = time_fn
+    if args.device.startswith("cuda"):
+        def timer(fn, repetitions, min_time):
+            def run():
+                fn()
+                torch.cuda.synchronize()
+            return time_fn(run, repetitions, min_time)
     rows = {
         "mul_128x784x256": lambda: mm_row(128, 784, 256),
         "mul_512x1024x1024": lambda: mm_row(512, 1024, 1024),
@@ -103,14 +116,14 @@ def main():
             continue
         fwd, inputs = make()
         with torch.no_grad():
-            result[name + "/fwd"] = time_fn(fwd, args.repetitions, args.min_time)
+            result[name + "/fwd"] = timer(fwd, args.repetitions, args.min_time)
         out = fwd()
         seed = torch.ones_like(out)
-        result[name + "/bwd"] = time_fn(
+        result[name + "/bwd"] = timer(
             lambda: torch.autograd.grad(out, inputs, seed, retain_graph=True),
             args.repetitions, args.min_time)
     if args.filter in "adam_1M":
-        result["adam_1M/fwd"] = time_fn(adam_step(), args.repetitions, args.min_time)
+        result["adam_1M/fwd"] = timer(adam_step(), args.repetitions, args.min_time)
     print(json.dumps(result))
 
 

@@ -237,9 +237,12 @@ class CompiledProgram:
                 raise NotImplementedError(
                     "with_data_parallel: CUDA places %r need a build with CUDA and NCCL"
                     % (places,))
-            if len(set(places)) != len(places):
+            virtual_ok = getattr(self._build_strategy, "transport", None) == "cuda_p2p"
+            if len(set(places)) != len(places) and not virtual_ok:
                 raise ValueError("with_data_parallel: places %r repeat a GPU; each place needs "
-                                 "a GPU of its own" % (places,))
+                                 "a GPU of its own over NCCL (BuildStrategy.transport "
+                                 "'cuda_p2p' takes a GPU several times as virtual devices)"
+                                 % (places,))
             visible = core.cuda_device_count()
             for p in places:
                 if p.device >= visible:

@@ -22,6 +22,7 @@
 #include "framework/device_context.h"
 #include "framework/verifier.h"
 #include "op_test_util.h"
+#include "tests/gpu_required.h"
 
 namespace loom::testing {
 namespace {
@@ -48,7 +49,7 @@ struct UnaryCase {
 };
 
 TEST(CudaCompareTest, UnaryForwardAndGradsMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels compiled, not run";
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   std::vector<UnaryCase> cases = {
       {"sigmoid", -3, 3, {}},   {"tanh", -2, 2, {}},    {"exp", -2, 2, {}},
       {"log", 0.1, 2, {}},      {"sqrt", 0.1, 2, {}},   {"square", -2, 2, {}},
@@ -83,7 +84,7 @@ Tensor Scalar(DataType dt, double v) {
 }
 
 TEST(CudaCompareTest, OptimizerUpdatesMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels compiled, not run";
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const double tol = dt == proto::FP32 ? 1e-5 : 1e-12;
     const DDim dims{1000};
@@ -146,7 +147,7 @@ void ExpectCudaMatchesCpu(OpTest t, const std::vector<std::string>& outs,
 std::vector<int> Ints2(int a, int b) { return {a, b}; }
 
 TEST(CudaCompareTest, Conv2DForwardAndGradsMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim input, filter;
     std::vector<int> strides, paddings, dilations;
@@ -173,7 +174,7 @@ TEST(CudaCompareTest, Conv2DForwardAndGradsMatchCpu) {
 }
 
 TEST(CudaCompareTest, Pool2DForwardAndGradsMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim x;
     std::string type;
@@ -205,7 +206,7 @@ TEST(CudaCompareTest, Pool2DForwardAndGradsMatchCpu) {
 }
 
 TEST(CudaCompareTest, BatchNormTrainAndTestMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (DDim dims : {DDim{4, 3, 5, 6}, DDim{1, 3, 4, 4}, DDim{7, 5}, DDim{2, 3, 2, 3, 2}}) {
       const int64_t c = dims[1];
@@ -228,7 +229,7 @@ TEST(CudaCompareTest, BatchNormTrainAndTestMatchCpu) {
 }
 
 TEST(CudaCompareTest, SoftmaxAndLogSoftmaxMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (const char* type : {"softmax", "log_softmax"}) {
       for (auto [dims, axis] : std::vector<std::pair<DDim, int>>{
@@ -255,7 +256,7 @@ std::vector<BroadcastCase> BroadcastCases() {
 }
 
 TEST(CudaCompareTest, ElementwiseBinariesMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
                              "elementwise_div", "elementwise_max", "elementwise_min",
@@ -284,7 +285,7 @@ TEST(CudaCompareTest, ElementwiseBinariesMatchCpu) {
 }
 
 TEST(CudaCompareTest, MatmulMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim x, y;
     bool tx, ty;
@@ -315,7 +316,7 @@ TEST(CudaCompareTest, MatmulMatchesCpu) {
 }
 
 TEST(CudaCompareTest, ReductionsMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim x;
     std::vector<int> dim;
@@ -348,7 +349,7 @@ TEST(CudaCompareTest, ReductionsMatchCpu) {
 }
 
 TEST(CudaCompareTest, LayerNormMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (auto [dims, axis] : std::vector<std::pair<DDim, int>>{
              {{4, 6}, 1}, {{2, 3, 4}, 1}, {{2, 3, 4}, 2}, {{1, 700}, 1}, {{1, 3, 5}, 1}}) {
@@ -369,7 +370,7 @@ TEST(CudaCompareTest, LayerNormMatchesCpu) {
 }
 
 TEST(CudaCompareTest, TransposeMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (auto [dims, perm] : std::vector<std::pair<DDim, std::vector<int>>>{
              {{3, 4}, {1, 0}}, {{2, 3, 4}, {2, 0, 1}}, {{2, 3, 4, 5}, {0, 2, -1, 1}}, {{5}, {0}}}) {
@@ -386,7 +387,7 @@ TEST(CudaCompareTest, TransposeMatchesCpu) {
 }
 
 TEST(CudaCompareTest, ReshapeFamilyAssignAndCastMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     struct Case {
@@ -430,7 +431,7 @@ Tensor Int32s(DDim dims, std::vector<int32_t> values) {
 }
 
 TEST(CudaCompareTest, LossesMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     const DDim xd{5, 4};
@@ -472,7 +473,7 @@ TEST(CudaCompareTest, LossesMatchCpu) {
 }
 
 TEST(CudaCompareTest, LookupTableMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     // Repeated ids (the gradient adds their rows), a padding row, int64 and int32 ids.
@@ -495,7 +496,7 @@ TEST(CudaCompareTest, LookupTableMatchesCpu) {
 }
 
 TEST(CudaCompareTest, ConcatAndStackMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     // Batch size 1 (dim 0 of 1) and a larger batch; every axis, negative ones too.
@@ -557,7 +558,7 @@ StatusOr<std::vector<Tensor>> RunSplit(const Tensor& x, const AttributeMap& attr
 }
 
 TEST(CudaCompareTest, SplitAndSplitGradMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim x;
     int axis, n;
@@ -600,7 +601,7 @@ TEST(CudaCompareTest, SplitAndSplitGradMatchCpu) {
 }
 
 TEST(CudaCompareTest, SliceMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   struct Case {
     DDim x;
     std::vector<int> axes, starts, ends;
@@ -630,7 +631,7 @@ TEST(CudaCompareTest, SliceMatchesCpu) {
 }
 
 TEST(CudaCompareTest, GatherMatchesCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     // Repeated indices (the gradient adds their rows), int64 and int32, [N, 1], one index.
@@ -658,7 +659,7 @@ TEST(CudaCompareTest, GatherMatchesCpu) {
 // checked are its statistics, Out against X * Mask (scaled), determinism for a fixed seed,
 // is_test and the gradient (given the same Mask) against the CPU.
 TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
       const std::string what = std::string("dropout ") + impl + " " + DataTypeName(dt);
@@ -708,7 +709,7 @@ TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
 }
 
 TEST(CudaCompareTest, TopKArgMaxAndAccuracyMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const std::string dn = DataTypeName(dt);
     for (DDim xd : {DDim{1, 7}, DDim{4, 9}, DDim{2, 3, 5}}) {
@@ -804,7 +805,7 @@ void ExpectHalfMatchesCpu(const std::string& type,
 }
 
 TEST(CudaCompareTest, HalfUnaryAndReluMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   std::vector<UnaryCase> cases = {
       {"sigmoid", -3, 3, {}},   {"tanh", -2, 2, {}},    {"exp", -2, 2, {}},
       {"log", 0.1, 2, {}},      {"sqrt", 0.1, 2, {}},   {"square", -2, 2, {}},
@@ -830,7 +831,7 @@ TEST(CudaCompareTest, HalfUnaryAndReluMatchFloatCpu) {
 }
 
 TEST(CudaCompareTest, HalfElementwiseBinariesMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
                            "elementwise_div", "elementwise_max", "elementwise_min",
                            "elementwise_pow"}) {
@@ -855,7 +856,7 @@ TEST(CudaCompareTest, HalfElementwiseBinariesMatchFloatCpu) {
 }
 
 TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   const DDim dims{5, 7};
   Tensor x = RandomHalfExact(dims, 7, -2, 2);
   for (bool after : {true, false})
@@ -896,7 +897,7 @@ TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
 }
 
 TEST(CudaCompareTest, HalfTransposeMatchesFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   Tensor x = RandomHalfExact(DDim{2, 3, 4}, 9);
   AttributeMap attrs = {{"axis", std::vector<int>{1, 2, 0}}};
   ExpectHalfMatchesCpu("transpose", {{"X", x}}, {"Out"}, attrs, "transpose fp16");
@@ -920,7 +921,7 @@ StatusOr<std::map<std::string, Tensor>> CpuForward(
 // fp16 GEMM ops (fp32 accumulation in cuBLAS) and the CNN ops: forward and grad kernels on
 // fp16-exact inputs against the fp32 CPU kernels.
 TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   {
     Tensor x = RandomHalfExact(DDim{6, 2, 5}, 31), y = RandomHalfExact(DDim{10, 7}, 32);
     Tensor g = RandomHalfExact(DDim{6, 7}, 33);
@@ -971,7 +972,7 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
 // fp16 data movement (concat, stack, split, slice, gather and their grads) and dropout (is_test,
 // and the gradient through a given Mask) against the fp32 CPU kernels.
 TEST(CudaCompareTest, HalfShapeOpsAndDropoutMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (const char* type : {"concat", "stack"}) {
     std::vector<Tensor> xs32, xs16;
     for (int i = 0; i < 3; ++i) {
@@ -1020,7 +1021,7 @@ TEST(CudaCompareTest, HalfShapeOpsAndDropoutMatchFloatCpu) {
 }
 
 TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   const DDim dims{1000};
   Tensor p = RandomHalfExact(dims, 1), g = RandomHalfExact(dims, 2);
   Tensor lr = ToDtype(ToDtype(Scalar32(0.125), proto::FP16), proto::FP32);
@@ -1055,7 +1056,7 @@ TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
 // Comparisons, logical ops and a conditional_block (forward and gradient) as one program on a
 // CUDA place and on the CPU: h = (mean(x) > 0 and not ...) ? relu(x·w) : 0.5·x·w.
 TEST(CudaCompareTest, CompareLogicalAndConditionalBlockMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoDevice;
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   ProgramDesc p;
   BlockDesc* b = p.GlobalBlock();
   auto declare = [](BlockDesc* blk, const std::string& n, DDim d, DataType dt) {

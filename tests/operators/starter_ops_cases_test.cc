@@ -7,6 +7,7 @@
 
 #include "framework/verifier.h"
 #include "op_test_util.h"
+#include "tests/gpu_required.h"
 
 namespace loom::testing {
 namespace {
@@ -450,7 +451,7 @@ void CompareWithCpu(OpTest t, const std::vector<std::string>& outs, const std::s
 }
 
 TEST(CudaCasesTest, StarterKernelsMatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels compiled, not run";
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   const DataType f = proto::FP64;
   {
     OpTest t("mul");

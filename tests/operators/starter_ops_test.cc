@@ -7,6 +7,7 @@
 
 #include "framework/verifier.h"
 #include "op_test_util.h"
+#include "tests/gpu_required.h"
 
 namespace loom::testing {
 namespace {
@@ -328,7 +329,7 @@ TEST(SgdOpTest, UpdatesInPlace) {
 }
 
 TEST(CudaKernelsTest, MatchCpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA kernels compiled, not run";
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   Tensor x = Random(proto::FP32, DDim{8, 16}, 1), y = Random(proto::FP32, DDim{16, 4}, 2);
   OpTest t("mul");
   t.Input("X", x).Input("Y", y).Output("Out");

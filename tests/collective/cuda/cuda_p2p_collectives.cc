@@ -8,6 +8,7 @@
 
 #include "collective/transport/cuda_p2p.h"
 #include "tests/collective/test_util.h"
+#include "tests/gpu_required.h"
 
 namespace loom::collective {
 namespace {
@@ -69,7 +70,7 @@ class CudaP2P : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) {
-      GTEST_SKIP() << "no CUDA device visible: the CUDA P2P transport tests need a GPU";
+      LOOM_SKIP_WITHOUT_GPU("no CUDA device visible: the CUDA P2P transport tests need a GPU");
     }
   }
 };
@@ -181,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
   const int gpus = CudaDeviceCount();
-  if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (gpus == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device visible");
   // All GPUs, plus a second virtual device on GPU 0 so even one GPU gives two ranks.
   std::vector<int> devices;
   for (int d = 0; d < gpus; ++d) devices.push_back(d);
@@ -226,7 +227,7 @@ TEST(CudaP2PSetup, BadDeviceListsAreRejected) {
     auto t = CreateCudaP2PTransports({0});
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition) << t.status().ToString();
-    GTEST_SKIP() << "no CUDA device visible (checked: creating a group fails cleanly)";
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device visible (checked: creating a group fails cleanly)");
   }
   EXPECT_FALSE(CreateCudaP2PTransports({}).ok());
   EXPECT_FALSE(CreateCudaP2PTransports({CudaDeviceCount()}).ok());

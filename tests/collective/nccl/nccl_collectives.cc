@@ -8,6 +8,7 @@
 
 #include "collective/transport/nccl.h"
 #include "tests/collective/test_util.h"
+#include "tests/gpu_required.h"
 
 namespace loom::collective {
 namespace {
@@ -20,7 +21,7 @@ class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const int gpus = CudaDeviceCount();
-    if (gpus == 0) GTEST_SKIP() << "no CUDA device visible: the NCCL transport tests need a GPU";
+    if (gpus == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device visible: the NCCL transport tests need a GPU");
     for (int d = 0; d < std::min(gpus, 4); ++d) devices_.push_back(d);
     auto comms = CreateNcclCommunicators(devices_);
     ASSERT_TRUE(comms.ok()) << comms.status().ToString();
@@ -149,7 +150,7 @@ TEST_F(NcclTest, SchedulesRefuseDeviceBuffersAndMismatchesAreCaught) {
 }
 
 TEST(NcclSetup, BadDeviceListsAreRejected) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device visible");
   EXPECT_FALSE(CreateNcclTransports({0, 0}).ok());
   EXPECT_FALSE(CreateNcclTransports({CudaDeviceCount()}).ok());
   EXPECT_FALSE(CreateNcclTransports({}).ok());
