@@ -85,7 +85,7 @@ def main():
     t0 = time.perf_counter()
     for i in range(args.steps):
         loss = step(args.warmup + i)
-    last = float(loss)  # waits for the last step
+    last = float(loss.detach())  # waits for the last step
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0

@@ -72,10 +72,18 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
   if (g->devices[rank] >= 0)
     return FailedPrecondition("group '", key, "': rank ", rank,
                               " joined twice before every rank joined once");
-  for (int r = 0; r < nranks; ++r)
-    if (g->devices[r] == device)
-      return InvalidArgument("group '", key, "': ranks ", r, " and ", rank, " both use device ",
-                             device, "; each rank needs a device of its own");
+  for (int r = 0; r < nranks && !options.shared_devices; ++r) {
+    if (g->devices[r] != device) continue;
+    // The group cannot form: every rank learns why now, not after the timeout.
+    g->status = InvalidArgument("group '", key, "': ranks ", r, " and ", rank,
+                                " both use device ", device,
+                                "; each rank needs a device of its own");
+    g->done = true;
+    groups.erase(it);
+    g->cv.notify_all();
+    return g->status;
+  }
+  if (g->done) return g->status;
   g->devices[rank] = device;
   if (++g->arrived == nranks) {
     groups.erase(key);  // a later group may reuse the name
@@ -165,7 +173,9 @@ StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int ra
                           collective::CreateCudaP2PCommunicators(devices, co, topology));
     return Shared(std::move(comms));
   };
-  return JoinDeviceGroup(key, nranks, rank, device, options, factory);
+  GroupOptions shared = options;
+  shared.shared_devices = true;  // a GPU named by several ranks holds virtual devices
+  return JoinDeviceGroup(key, nranks, rank, device, shared, factory);
 #else
   return Unimplemented("transport 'cuda_p2p' is not available: Loom was built without CUDA (rank ",
                        rank, " of group '", key, "' on device ", device, ")");

@@ -29,6 +29,9 @@ struct GroupOptions {
   // Algorithm auto's allreduce tree/ring crossover; < 0: the transport's measured default
   // (collective/communicator.h).
   long long tree_max_bytes = -1;
+  // Ranks may name the same device (virtual devices sharing a GPU: the CUDA P2P transport).
+  // Otherwise two ranks on one device fail the group (NCCL needs a GPU per rank).
+  bool shared_devices = false;
 };
 
 // Rank `rank` of the in-process group `key` of nranks ranks. The first rank to arrive creates

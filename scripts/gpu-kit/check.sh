@@ -182,10 +182,16 @@ cp -r "$KIT"/bundles/* "$BUNDLES/"
 "$KIT/bin/loom_make_examples" "$BUNDLES" >"$LOGS/make_examples.log" 2>&1 ||
   record train make_examples FAIL "see make_examples.log"
 if [ "$GPUS" -gt 0 ]; then
+  # Both runs start from the same parameters (the CUDA and CPU random generators differ): the
+  # ones after one step on cpu:0, saved and loaded.
   ITERS=30
   for b in softmax_classifier fashion_mnist_mlp fashion_mnist_cnn; do
-    if run_loom "$LOGS/$b.cpu.log" run "$BUNDLES/$b" --iters $ITERS --print-every 1 --place cpu:0 &&
-       run_loom "$LOGS/$b.cuda.log" run "$BUNDLES/$b" --iters $ITERS --print-every 1 --place cuda:0
+    init=$WORK/init_$b
+    if run_loom "$LOGS/$b.init.log" run "$BUNDLES/$b" --iters 1 --place cpu:0 --save-params "$init" &&
+       run_loom "$LOGS/$b.cpu.log" run "$BUNDLES/$b" --iters $ITERS --print-every 1 --place cpu:0 \
+         --load-params "$init" &&
+       run_loom "$LOGS/$b.cuda.log" run "$BUNDLES/$b" --iters $ITERS --print-every 1 --place cuda:0 \
+         --load-params "$init"
     then
       same_losses "$b on cuda:0 vs cpu:0" "$LOGS/$b.cpu.log" "$LOGS/$b.cuda.log" 1e-3
     else
@@ -195,17 +201,20 @@ if [ "$GPUS" -gt 0 ]; then
   # Data parallel: 4 virtual devices on GPU 0 (CUDA P2P: Loom's schedules over peer copies and
   # reduction kernels) against 4 CPU places, every algorithm, allreduce and owner mode.
   B=$BUNDLES/fashion_mnist_mlp
+  INIT=$WORK/init_fashion_mnist_mlp
   for mode in allreduce owner; do
     ref=$WORK/dp_cpu_$mode
     if run_loom "$LOGS/transpile_cpu_$mode.log" transpile "$B" -o "$ref" --places cpu:4 \
-         --mode $mode && run_loom "$LOGS/dp_cpu_$mode.log" run "$ref" --iters 20 --print-every 1
+         --mode $mode && run_loom "$LOGS/dp_cpu_$mode.log" run "$ref" --iters 20 --print-every 1 \
+         --load-params "$INIT"
     then
       for algo in ring tree multi_tree star auto; do
         name="mlp on cuda:0,0,0,0 (cuda_p2p, $algo, $mode) vs cpu:4"
         out=$WORK/dp_${algo}_$mode
         if run_loom "$LOGS/transpile_${algo}_$mode.log" transpile "$B" -o "$out" \
              --places cuda:0,0,0,0 --transport cuda_p2p --algo $algo --mode $mode &&
-           run_loom "$LOGS/dp_${algo}_$mode.log" run "$out" --iters 20 --print-every 1; then
+           run_loom "$LOGS/dp_${algo}_$mode.log" run "$out" --iters 20 --print-every 1 \
+             --load-params "$INIT"; then
           same_losses "$name" "$LOGS/dp_cpu_$mode.log" "$LOGS/dp_${algo}_$mode.log" 1e-3
         else
           record train "$name" FAIL "see transpile_${algo}_$mode.log / dp_${algo}_$mode.log"
@@ -220,10 +229,12 @@ if [ "$GPUS" -gt 0 ]; then
   name="mlp on cuda:$(seq -s, 0 $((GPUS - 1))) (nccl) vs cpu:$GPUS"
   if run_loom "$LOGS/transpile_nccl.log" transpile "$B" -o "$nccl_out" \
        --places "cuda:$(seq -s, 0 $((GPUS - 1)))" --transport nccl &&
-     run_loom "$LOGS/dp_nccl.log" run "$nccl_out" --iters 20 --print-every 1 &&
+     run_loom "$LOGS/dp_nccl.log" run "$nccl_out" --iters 20 --print-every 1 \
+       --load-params "$INIT" &&
      run_loom "$LOGS/transpile_nccl_ref.log" transpile "$B" -o "$WORK/dp_nccl_ref" \
        --places "cpu:$GPUS" &&
-     run_loom "$LOGS/dp_nccl_ref.log" run "$WORK/dp_nccl_ref" --iters 20 --print-every 1; then
+     run_loom "$LOGS/dp_nccl_ref.log" run "$WORK/dp_nccl_ref" --iters 20 --print-every 1 \
+       --load-params "$INIT"; then
     same_losses "$name" "$LOGS/dp_nccl_ref.log" "$LOGS/dp_nccl.log" 1e-3
   else
     record train "$name" FAIL "see transpile_nccl*.log / dp_nccl*.log"
@@ -306,7 +317,7 @@ torch = load("ops_torch.json") or {}
 rows = {}
 for b in loom["benchmarks"]:
     if b.get("aggregate_name") == "median":
-        rows[b["run_name"]] = b["real_time"]
+        rows[b["run_name"].replace("/real_time", "")] = b["real_time"]
 print("| op | Loom | PyTorch | Loom / PyTorch |")
 print("| --- | ---: | ---: | ---: |")
 for name, t in rows.items():

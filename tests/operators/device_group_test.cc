@@ -95,18 +95,49 @@ TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
   auto factory = InProcessFactory(&calls, &seen);
   GroupOptions o;
   o.timeout_ms = 300;
+  o.timeout_ms = 10000;
+  // Two ranks on one device: both learn it at once (the waiting rank long before its timeout).
   Status first;
+  auto t0 = std::chrono::steady_clock::now();
   std::thread waiting([&] { first = JoinDeviceGroup("device-group-bad", 2, 0, 1, o, factory).status(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Status same_device = JoinDeviceGroup("device-group-bad", 2, 1, 1, o, factory).status();
   EXPECT_NE(same_device.message().find("ranks 0 and 1 both use device 1"), std::string::npos)
       << same_device.ToString();
-  Status other_size = JoinDeviceGroup("device-group-bad", 3, 2, 2, o, factory).status();
+  waiting.join();
+  EXPECT_EQ(first.code(), StatusCode::kInvalidArgument) << first.ToString();
+  EXPECT_NE(first.message().find("ranks 0 and 1 both use device 1"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(calls.load(), 0);
+
+  // Unless the group allows shared devices (virtual devices on one GPU).
+  std::vector<Status> shared_status(2);
+  {
+    GroupOptions shared = o;
+    shared.shared_devices = true;
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        shared_status[r] = JoinDeviceGroup("device-group-shared", 2, r, 4, shared, factory).status();
+      });
+    for (auto& t : ranks) t.join();
+  }
+  for (const Status& s : shared_status) EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(seen, (std::vector<int>{4, 4}));
+
+  // A rank asking for another group size.
+  o.timeout_ms = 300;
+  Status waiting_status;
+  std::thread waiting2([&] {
+    waiting_status = JoinDeviceGroup("device-group-size", 2, 0, 1, o, factory).status();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status other_size = JoinDeviceGroup("device-group-size", 3, 2, 2, o, factory).status();
   EXPECT_NE(other_size.message().find("has 2 ranks, comm_init of rank 2 asks for 3"),
             std::string::npos)
       << other_size.ToString();
-  waiting.join();
-  EXPECT_EQ(first.code(), StatusCode::kTimeout) << first.ToString();
+  waiting2.join();
+  EXPECT_EQ(waiting_status.code(), StatusCode::kTimeout) << waiting_status.ToString();
 
   DeviceGroupFactory failing = [](const std::vector<int>&) -> StatusOr<DeviceGroupComms> {
     return FailedPrecondition("no such device");
