@@ -41,9 +41,15 @@ compat_library() { case "$1" in libstdc++.so.6|libgcc_s.so.1) return 0 ;; esac; 
 # --- 1. build ---------------------------------------------------------------------------------
 command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
   die "nvcc not found: the kit needs a CUDA build (install the CUDA toolkit)"
-bash "$ROOT/scripts/install-deps.sh"
-LOOM_BUILD_DIR="$BUILD" bash "$ROOT/scripts/build.sh" -DLOOM_WITH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90
+if [ "${LOOM_KIT_NO_BUILD:-0}" = 1 ]; then
+  # Pack an existing CUDA build as it is (the kit's own test does this after the normal build).
+  grep -q '^LOOM_CUDA_ENABLED:.*=ON$\|#define LOOM_CUDA_ENABLED 1' "$BUILD/loom/config.h" \
+    "$BUILD/CMakeCache.txt" 2>/dev/null || die "$BUILD is not a CUDA build"
+else
+  bash "$ROOT/scripts/install-deps.sh"
+  LOOM_BUILD_DIR="$BUILD" bash "$ROOT/scripts/build.sh" -DLOOM_WITH_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90
+fi
 # sm_90 machine code and compute_90 PTX in every CUDA object: read from the fatbin where
 # cuobjdump exists, else from the build's own nvcc commands.
 CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
@@ -116,14 +122,20 @@ for name in $(printf '%s\n' "${!WANT[@]}" | sort); do
       (cd "$DEBS" && cp /var/cache/apt/archives/"${pkg}_"*.deb . 2>/dev/null) || true
     deb=$(ls "$DEBS/${pkg}_"*.deb 2>/dev/null | head -1 || true)
   fi
-  [ -n "$deb" ] || die "could not fetch the .deb of $pkg ($version) for $name"
-  mkdir -p "$DEBS/x/$pkg"
-  [ -d "$DEBS/x/$pkg/usr" ] || [ -d "$DEBS/x/$pkg/lib" ] || dpkg -x "$deb" "$DEBS/x/$pkg"
-  found=$(find "$DEBS/x/$pkg" -name "$name" \( -type f -o -type l \) | head -1)
-  [ -n "$found" ] || die "$name is not in $(basename "$deb")"
-  cp -L "$found" "$dest"
+  if [ -n "$deb" ]; then
+    mkdir -p "$DEBS/x/$pkg"
+    [ -d "$DEBS/x/$pkg/usr" ] || [ -d "$DEBS/x/$pkg/lib" ] || dpkg -x "$deb" "$DEBS/x/$pkg"
+    found=$(find "$DEBS/x/$pkg" -name "$name" \( -type f -o -type l \) | head -1)
+    [ -n "$found" ] || die "$name is not in $(basename "$deb")"
+    cp -L "$found" "$dest"
+    SOURCE["${dest#"$OUTDIR"/}"]="$(basename "$deb")"
+  else
+    # No package registry reachable: the installed file of the same package and version.
+    echo "gpu-kit: no .deb of $pkg reachable; packing the installed $real" >&2
+    cp -L "$real" "$dest"
+    SOURCE["${dest#"$OUTDIR"/}"]="installed file of ${pkg}_$version (no .deb reachable)"
+  fi
   strip --strip-unneeded "$dest" 2>/dev/null || true
-  SOURCE["${dest#"$OUTDIR"/}"]="$(basename "$deb")"
 done
 
 # Bundles: the Fashion-MNIST MLP and CNN of examples/fashion_mnist.py, with 1024 training rows.

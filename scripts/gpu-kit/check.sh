@@ -74,9 +74,9 @@ done
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
   [ -d "$d" ] && LD_LIBRARY_PATH+=":$d"
 done
-# Debian 12's libstdc++ only where this machine's is older.
+# Debian 12's libstdc++ and libgcc_s only where this machine's do not serve (older, or none).
 if ! "$LOOM" --version >/dev/null 2>&1 &&
-   "$LOOM" --version 2>&1 | grep -q 'GLIBCXX\|CXXABI\|GCC_'; then
+   LD_LIBRARY_PATH=$KIT/lib/compat:$LD_LIBRARY_PATH "$LOOM" --version >/dev/null 2>&1; then
   LD_LIBRARY_PATH=$KIT/lib:$KIT/lib/compat:${LD_LIBRARY_PATH#"$KIT/lib:"}
 fi
 missing=$(unresolved | tr '\n' ' ')
