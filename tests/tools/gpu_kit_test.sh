@@ -43,6 +43,7 @@ else
 fi
 rc=$?
 set -e
+echo "$out" | grep -m1 "^hid this machine" || echo "(mount namespaces not allowed: ldd-checked only)"
 echo "$out" | grep -v "^check: test " | tail -8
 [ "$rc" -ne 0 ] || { echo "FAIL: check.sh passed without a GPU"; exit 1; }
 n=$(echo "$out" | sed -n 's/.*FAILED: no CUDA device: \([0-9]*\) GPU tests could not run.*/\1/p')
