@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds Loom and runs every test: the GoogleTest suites through ctest,
-# then the Python tests (pytest on Debian's /usr/bin/python3), then a short libFuzzer run of the program loader/verifier (when clang is available).
+# then the Python tests (pytest on Debian's /usr/bin/python3), then `pip install .` into a fresh
+# virtualenv with a smoke test of the installed package, then a short libFuzzer run of the
+# program loader/verifier (when clang is available).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -9,6 +11,8 @@ echo "== ctest"
 (cd build && ctest --output-on-failure -j2 --timeout 600)
 echo "== pytest"
 LOOM_BUILD_DIR="$PWD/build" /usr/bin/python3 -m pytest -q tests/python
+echo "== pip install . (fresh venv; the installed package, not the build tree)"
+bash scripts/pip-smoke.sh
 echo "== fuzz"
 bash scripts/fuzz.sh "${LOOM_FUZZ_SECONDS:-30}"
 echo "== all tests passed"
