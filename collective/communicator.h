@@ -32,7 +32,7 @@
 #include "collective/transport.h"
 #include "collective/tree_builder.h"
 #include "collective/types.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-#include "framework/host_device.h"
+#include "base/host_device.h"
 
 namespace loom::collective::internal {
 

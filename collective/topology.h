@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

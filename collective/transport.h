@@ -15,12 +15,13 @@
 #include <memory>
 
 #include "collective/reduce.h"
-#include "framework/status.h"
+#include "base/deadline.h"
+#include "base/status.h"
 
 namespace loom::collective {
 
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
+using ::loom::Clock;
+using ::loom::Deadline;
 
 class Request {
  public:

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "collective/topology.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

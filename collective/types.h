@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "framework/framework.pb.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

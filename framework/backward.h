@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "framework/program_desc.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

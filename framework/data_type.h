@@ -6,7 +6,7 @@
 #include <string>
 
 #include "framework/framework.pb.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

@@ -1,6 +1,6 @@
 #include "framework/ddim.h"
 
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "framework/status.h"
+#include "base/status.h"
 #include "loom/config.h"
 
 namespace loom {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

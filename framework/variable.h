@@ -5,7 +5,7 @@
 #include <memory>
 #include <typeindex>
 
-#include "framework/status.h"
+#include "base/status.h"
 #include "framework/tensor.h"
 
 namespace loom {

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "framework/program_desc.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom {
 

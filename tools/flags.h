@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::cli {
 

@@ -28,7 +28,7 @@
 
 #include "framework/framework.pb.h"
 #include "framework/program_desc.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::transpiler {
 

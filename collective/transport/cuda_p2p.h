@@ -22,7 +22,7 @@
 
 #include "collective/communicator.h"
 #include "collective/topology.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

@@ -27,7 +27,7 @@
 #include <optional>
 
 #include "collective/communicator.h"
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

@@ -26,7 +26,7 @@
 
 #include "collective/communicator.h"
 #include "collective/transport/cuda_p2p.h"  // CudaDeviceCount
-#include "framework/status.h"
+#include "base/status.h"
 
 namespace loom::collective {
 

@@ -2,7 +2,7 @@
 // functors, shared by the CPU kernels (compare.cc) and the CUDA ones (compare_cuda.cu).
 #pragma once
 
-#include "framework/host_device.h"
+#include "base/host_device.h"
 
 namespace loom::ops::cmp {
 

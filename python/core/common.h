@@ -4,7 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include "framework/status.h"
+#include "base/status.h"
 #include "executor/executor.h"
 #include "framework/tensor.h"
 

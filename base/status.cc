@@ -1,4 +1,4 @@
-#include "framework/status.h"
+#include "base/status.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +41,10 @@ Status Status::WithContext(const std::string& prefix) const {
 }
 
 namespace internal {
+Status OkStatusWithoutValue() {
+  return Status(StatusCode::kInternal, "a StatusOr was built from an OK Status without a value");
+}
+
 void CheckFailed(const char* file, int line, const char* cond, const std::string& msg) {
   std::fprintf(stderr, "loom: internal check failed at %s:%d: %s %s\n", file, line, cond, msg.c_str());
   std::abort();

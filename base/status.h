@@ -71,21 +71,33 @@ LOOM_DEFINE_STATUS_FACTORY(Internal, kInternal)
 LOOM_DEFINE_STATUS_FACTORY(Timeout, kTimeout)
 #undef LOOM_DEFINE_STATUS_FACTORY
 
+namespace internal {
+[[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
+Status OkStatusWithoutValue();
+}  // namespace internal
+
+// A value or the error that stands in for it. Built from an OK Status (a programming error: an
+// OK result needs a value) it holds an Internal error saying so, never an empty value; reading
+// the value of an error is a programming error and aborts with the error's text.
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
-  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
+  StatusOr(Status status)  // NOLINT(google-explicit-constructor): implicit by design
+      : status_(status.ok() ? internal::OkStatusWithoutValue() : std::move(status)) {}
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() { return *value_; }
+  T& value() & { return Checked(), *value_; }
+  const T& value() const& { return Checked(), *value_; }
+  T&& value() && { return Checked(), std::move(*value_); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() { return value(); }
 
  private:
+  void Checked() const {
+    if (!value_) internal::CheckFailed(__FILE__, __LINE__, "StatusOr::value()", status_.ToString());
+  }
   Status status_;
   std::optional<T> value_;
 };
@@ -115,13 +127,11 @@ class [[nodiscard]] StatusOr {
     if (!(cond)) return ::loom::InvalidArgument(__VA_ARGS__);     \
   } while (0)
 
-// Programmer errors: abort with a message.
-#define LOOM_CHECK(cond, ...)                                                          \
-  do {                                                                                 \
-    if (!(cond)) ::loom::internal::CheckFailed(__FILE__, __LINE__, #cond,              \
-                                               ::loom::StrCat("" __VA_OPT__(, ) __VA_ARGS__)); \
+// Programmer errors: abort with a message. LOOM_CHECK(cond) or LOOM_CHECK(cond, "msg ", x, ...);
+// the message is built only when the check fails (C++17: no __VA_OPT__).
+#define LOOM_CHECK(...) LOOM_CHECK_IMPL(__VA_ARGS__, "")
+#define LOOM_CHECK_IMPL(cond, ...)                                                           \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      ::loom::internal::CheckFailed(__FILE__, __LINE__, #cond, ::loom::StrCat(__VA_ARGS__)); \
   } while (0)
-
-namespace loom::internal {
-[[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
-}
