@@ -31,7 +31,6 @@ struct WorkState {
 }  // namespace internal
 
 using internal::CallArgs;
-using internal::Kind;
 
 Status Work::Wait(std::chrono::milliseconds timeout) const {
   LOOM_CHECK(state_ != nullptr, "Wait on an empty Work");
@@ -69,20 +68,6 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
-bool AlgorithmSupports(const char* collective, Algorithm algorithm) {
-  const std::string c = collective;
-  switch (algorithm) {
-    case Algorithm::kRing:
-      return c == "AllReduce" || c == "Reduce" || c == "Broadcast" || c == "AllGather" ||
-             c == "ReduceScatter";
-    case Algorithm::kTree:
-    case Algorithm::kStar: return c == "AllReduce" || c == "Reduce" || c == "Broadcast";
-    case Algorithm::kMultiTree:
-      return c == "AllReduce" || c == "Reduce" || c == "Broadcast" || c == "ReduceScatter";
-    default: return false;
-  }
-}
-
 // One issued call: its arguments and, for collectives, its sequence number.
 struct Communicator::Call {
   CallArgs args;
@@ -106,18 +91,18 @@ struct Signature {
 };
 static_assert(sizeof(Signature) == 40, "Signature must have no padding");
 
-bool HasReduction(Kind k) {
-  return k == Kind::kAllReduce || k == Kind::kReduce || k == Kind::kReduceScatter;
+bool HasReduction(Collective k) {
+  return k == Collective::kAllReduce || k == Collective::kReduce || k == Collective::kReduceScatter;
 }
-bool HasRoot(Kind k) { return k == Kind::kReduce || k == Kind::kBroadcast; }
+bool HasRoot(Collective k) { return k == Collective::kReduce || k == Collective::kBroadcast; }
 
 Signature SignatureOf(const CallArgs& a, uint64_t seq) {
   Signature s{};
   s.kind = static_cast<int32_t>(a.kind);
-  s.dtype = a.kind == Kind::kBarrier ? -1 : static_cast<int32_t>(a.dtype);
+  s.dtype = a.kind == Collective::kBarrier ? -1 : static_cast<int32_t>(a.dtype);
   s.op = HasReduction(a.kind) ? static_cast<int32_t>(a.op) : -1;
   s.root = HasRoot(a.kind) ? a.root : -1;
-  s.algorithm = a.kind == Kind::kBarrier || a.kind == Kind::kSend || a.kind == Kind::kRecv
+  s.algorithm = a.kind == Collective::kBarrier || a.kind == Collective::kSend || a.kind == Collective::kRecv
                     ? -1
                     : static_cast<int32_t>(a.algorithm);
   s.tag = a.tag;
@@ -127,9 +112,9 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq) {
 }
 
 std::string Describe(const Signature& s) {
-  const auto kind = static_cast<Kind>(s.kind);
-  std::string out = StrCat(internal::KindName(kind), "(");
-  if (kind != Kind::kBarrier) {
+  const auto kind = static_cast<Collective>(s.kind);
+  std::string out = StrCat(CollectiveCallName(kind), "(");
+  if (kind != Collective::kBarrier) {
     out += StrCat("count=", s.count, ", dtype=", DataTypeName(static_cast<DataType>(s.dtype)));
   }
   if (s.op >= 0) out += StrCat(", op=", ReduceOpName(static_cast<ReduceOp>(s.op)));
@@ -173,7 +158,7 @@ Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
   s.PostSend(a.peer, internal::kSignature, &mine, sizeof mine);
   LOOM_RETURN_IF_ERROR(s.WaitAll());
   if (!(mine == theirs)) {
-    const bool sending = a.kind == Kind::kSend;
+    const bool sending = a.kind == Collective::kSend;
     return InvalidArgument(
         "mismatched point-to-point message: rank ", sending ? s.rank() : a.peer,
         " sends count=", sending ? mine.count : theirs.count,
@@ -188,29 +173,9 @@ Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
 
 constexpr uint64_t kPointToPointBit = uint64_t{1} << 63;
 
-NativeKind NativeKindOf(Kind k) {
-  switch (k) {
-    case Kind::kReduce: return NativeKind::kReduce;
-    case Kind::kBroadcast: return NativeKind::kBroadcast;
-    case Kind::kAllGather: return NativeKind::kAllGather;
-    case Kind::kReduceScatter: return NativeKind::kReduceScatter;
-    default: return NativeKind::kAllReduce;
-  }
-}
-
-CollectiveKind CollectiveKindOf(Kind k) {
-  switch (k) {
-    case Kind::kReduce: return CollectiveKind::kReduce;
-    case Kind::kBroadcast: return CollectiveKind::kBroadcast;
-    case Kind::kAllGather: return CollectiveKind::kAllGather;
-    case Kind::kReduceScatter: return CollectiveKind::kReduceScatter;
-    default: return CollectiveKind::kAllReduce;
-  }
-}
-
 Status RunNative(Transport& transport, const CallArgs& a, Deadline deadline) {
   NativeCollective c;
-  c.kind = NativeKindOf(a.kind);
+  c.kind = a.kind;
   c.send = a.send;
   c.recv = a.recv;
   c.count = a.count;
@@ -272,10 +237,10 @@ void Communicator::Remember(const Work& work) {
 
 Work Communicator::Issue(Call call) {
   CallArgs& a = call.args;
-  const char* kind = internal::KindName(a.kind);
+  const char* kind = CollectiveCallName(a.kind);
   auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
-  const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
-  if (a.kind != Kind::kBarrier && !p2p) {
+  const bool p2p = a.kind == Collective::kSend || a.kind == Collective::kRecv;
+  if (a.kind != Collective::kBarrier && !p2p) {
     if (!transport_->runs_schedules()) {
       // The schedules cannot run here; the transport's own collectives can.
       if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
@@ -287,24 +252,24 @@ Work Communicator::Issue(Call call) {
       }
     }
     if (a.algorithm == Algorithm::kNative &&
-        !transport_->SupportsNative(NativeKindOf(a.kind), a.dtype)) {
+        !transport_->SupportsNative(a.kind, a.dtype)) {
       return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
                                 " transport for ", kind, " of ", DataTypeName(a.dtype)));
     }
     if (a.algorithm == Algorithm::kAuto) {
       size_t bytes = a.count * DataTypeSize(a.dtype);
       // The selector sizes allgather/reducescatter by the whole buffer, as nccl-tests does.
-      if (a.kind == Kind::kAllGather || a.kind == Kind::kReduceScatter) bytes *= nranks_;
+      if (a.kind == Collective::kAllGather || a.kind == Collective::kReduceScatter) bytes *= nranks_;
       size_t inflight;
       {
         std::lock_guard<std::mutex> lock(mu_);
         inflight = queue_.size() + 1;
       }
       a.algorithm =
-          selector_->Choose(CollectiveKindOf(a.kind), bytes, static_cast<int>(inflight),
-                            transport_->SupportsNative(NativeKindOf(a.kind), a.dtype));
+          selector_->Choose(a.kind, bytes, static_cast<int>(inflight),
+                            transport_->SupportsNative(a.kind, a.dtype));
     }
-    if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(kind, a.algorithm)) {
+    if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(a.algorithm, a.kind)) {
       return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));
     }
   }
@@ -318,10 +283,10 @@ Work Communicator::Issue(Call call) {
     if (a.tag < 0 || a.tag > (1 << 30))
       return fail(InvalidArgument("tag ", a.tag, " is outside 0..2^30"));
   }
-  if (a.count > 0 && a.kind != Kind::kBarrier) {
+  if (a.count > 0 && a.kind != Collective::kBarrier) {
     const bool needs_send =
-        a.kind != Kind::kRecv && !(a.kind == Kind::kBroadcast && rank_ != a.root);
-    const bool needs_recv = a.kind != Kind::kSend && !(a.kind == Kind::kReduce && rank_ != a.root);
+        a.kind != Collective::kRecv && !(a.kind == Collective::kBroadcast && rank_ != a.root);
+    const bool needs_recv = a.kind != Collective::kSend && !(a.kind == Collective::kReduce && rank_ != a.root);
     if (needs_send && a.send == nullptr) return fail(InvalidArgument("send buffer is null"));
     if (needs_recv && a.recv == nullptr) return fail(InvalidArgument("recv buffer is null"));
   }
@@ -366,9 +331,9 @@ void Communicator::WorkerLoop() {
     }
     if (!status.ok()) {
       const CallArgs& a = call->args;
-      std::string what = StrCat(internal::KindName(a.kind));
+      std::string what = StrCat(CollectiveCallName(a.kind));
       if (call->seq > 0) what += StrCat(" #", call->seq);
-      if (a.kind != Kind::kBarrier && a.kind != Kind::kSend && a.kind != Kind::kRecv) {
+      if (a.kind != Collective::kBarrier && a.kind != Collective::kSend && a.kind != Collective::kRecv) {
         what += StrCat(" (", AlgorithmName(a.algorithm), ")");
       }
       status = status.WithContext(StrCat(what, " on rank ", rank_));
@@ -380,7 +345,7 @@ void Communicator::WorkerLoop() {
 Status Communicator::Run(const Call& call) {
   const CallArgs& a = call.args;
   const Deadline deadline = Clock::now() + options_.timeout;
-  const bool p2p = a.kind == Kind::kSend || a.kind == Kind::kRecv;
+  const bool p2p = a.kind == Collective::kSend || a.kind == Collective::kRecv;
   const uint64_t tag_base =
       p2p ? kPointToPointBit | (static_cast<uint64_t>(a.tag) << 8) : call.seq << 8;
   internal::Schedule s(transport_.get(), plan_.get(), &options_, tag_base, deadline);
@@ -388,7 +353,7 @@ Status Communicator::Run(const Call& call) {
     if (p2p) {
       LOOM_RETURN_IF_ERROR(CheckPeerSignature(s, a));
       const size_t bytes = a.count * DataTypeSize(a.dtype);
-      if (a.kind == Kind::kSend) {
+      if (a.kind == Collective::kSend) {
         s.PostSend(a.peer, internal::kData, a.send, bytes);
       } else {
         s.PostRecv(a.peer, internal::kData, a.recv, bytes);
@@ -396,7 +361,7 @@ Status Communicator::Run(const Call& call) {
       return s.WaitAll();
     }
     LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq)));
-    if (a.kind == Kind::kBarrier) return Status::OK();
+    if (a.kind == Collective::kBarrier) return Status::OK();
     switch (a.algorithm) {
       case Algorithm::kRing: return internal::RunRing(s, a);
       case Algorithm::kTree: return internal::RunTree(s, a);
@@ -429,21 +394,21 @@ Status Communicator::WaitAll(std::chrono::milliseconds timeout) {
 Work Communicator::AllReduce(const void* send, void* recv, size_t count, DataType dtype,
                              ReduceOp op, const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Kind::kAllReduce, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+  c.args = CallArgs{Collective::kAllReduce, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root, const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Kind::kReduce, send, recv, count, dtype, op, root, -1, -1, options.algorithm};
+  c.args = CallArgs{Collective::kReduce, send, recv, count, dtype, op, root, -1, -1, options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::Broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
                              const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Kind::kBroadcast, send, recv, count, dtype,
+  c.args = CallArgs{Collective::kBroadcast, send, recv, count, dtype,
                     ReduceOp::kSum,   root, -1,   -1,    options.algorithm};
   return Issue(c);
 }
@@ -451,7 +416,7 @@ Work Communicator::Broadcast(const void* send, void* recv, size_t count, DataTyp
 Work Communicator::AllGather(const void* send, void* recv, size_t count, DataType dtype,
                              const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Kind::kAllGather, send, recv, count, dtype,
+  c.args = CallArgs{Collective::kAllGather, send, recv, count, dtype,
                     ReduceOp::kSum,   -1,   -1,   -1,    options.algorithm};
   return Issue(c);
 }
@@ -460,27 +425,27 @@ Work Communicator::ReduceScatter(const void* send, void* recv, size_t count, Dat
                                  ReduceOp op, const CallOptions& options) {
   Call c;
   c.args =
-      CallArgs{Kind::kReduceScatter, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+      CallArgs{Collective::kReduceScatter, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::Send(const void* data, size_t count, DataType dtype, int peer, int tag) {
   Call c;
-  c.args = CallArgs{Kind::kSend,    data, nullptr, count, dtype,
+  c.args = CallArgs{Collective::kSend,    data, nullptr, count, dtype,
                     ReduceOp::kSum, -1,   peer,    tag,   Algorithm::kAuto};
   return Issue(c);
 }
 
 Work Communicator::Recv(void* data, size_t count, DataType dtype, int peer, int tag) {
   Call c;
-  c.args = CallArgs{Kind::kRecv,    nullptr, data, count, dtype,
+  c.args = CallArgs{Collective::kRecv,    nullptr, data, count, dtype,
                     ReduceOp::kSum, -1,      peer, tag,   Algorithm::kAuto};
   return Issue(c);
 }
 
 Work Communicator::Barrier() {
   Call c;
-  c.args = CallArgs{Kind::kBarrier, nullptr, nullptr, 0,  DataType::kFloat32,
+  c.args = CallArgs{Collective::kBarrier, nullptr, nullptr, 0,  DataType::kFloat32,
                     ReduceOp::kSum, -1,      -1,      -1, Algorithm::kAuto};
   return Issue(c);
 }

@@ -117,9 +117,6 @@ struct CommPlan {
                                                           double tree_link_penalty = 0.7);
 };
 
-// Which (collective, algorithm) pairs exist; auto and native are not listed.
-bool AlgorithmSupports(const char* collective, Algorithm algorithm);
-
 class Communicator {
  public:
   // rank r of transport->nranks() ranks; plan->topology must have nranks devices.

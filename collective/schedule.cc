@@ -2,20 +2,6 @@
 
 namespace loom::collective::internal {
 
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kAllReduce: return "AllReduce";
-    case Kind::kReduce: return "Reduce";
-    case Kind::kBroadcast: return "Broadcast";
-    case Kind::kAllGather: return "AllGather";
-    case Kind::kReduceScatter: return "ReduceScatter";
-    case Kind::kSend: return "Send";
-    case Kind::kRecv: return "Recv";
-    case Kind::kBarrier: return "Barrier";
-  }
-  return "unknown";
-}
-
 int Schedule::Track(std::unique_ptr<Request> request) {
   requests_.push_back(std::move(request));
   done_.push_back(false);

@@ -18,21 +18,10 @@
 
 namespace loom::collective::internal {
 
-enum class Kind {
-  kAllReduce,
-  kReduce,
-  kBroadcast,
-  kAllGather,
-  kReduceScatter,
-  kSend,
-  kRecv,
-  kBarrier
-};
-const char* KindName(Kind kind);
 
 // One call's arguments, as issued.
 struct CallArgs {
-  Kind kind = Kind::kBarrier;
+  Collective kind = Collective::kBarrier;
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;

@@ -36,27 +36,6 @@ double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 
 }  // namespace
 
-const char* CollectiveKindName(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kReduce: return "reduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kAllGather: return "allgather";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-  }
-  return "unknown";
-}
-
-StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name) {
-  for (CollectiveKind k :
-       {CollectiveKind::kAllReduce, CollectiveKind::kReduce, CollectiveKind::kBroadcast,
-        CollectiveKind::kAllGather, CollectiveKind::kReduceScatter}) {
-    if (name == CollectiveKindName(k)) return k;
-  }
-  return InvalidArgument("unknown collective '", name,
-                         "' (expected allreduce, reduce, broadcast, allgather or reducescatter)");
-}
-
 Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
     : n_(plan.topology.size()), options_(options), depth_(CeilLog2(plan.topology.size())) {
   const Topology& t = plan.topology;
@@ -81,19 +60,19 @@ Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
 // pieces. The tree engine handles one rank's transfers one after another (receive from the
 // children, then send to the parent), while the ring sends and receives at the same time; so
 // tree-shaped algorithms count a rank's sent and received bytes together.
-double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, int inflight) const {
+double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const {
   const double n = n_, d = depth_, s = static_cast<double>(bytes);
   const double msg = options_.message_us, gamma = options_.reduce_gbps;
   const double call = options_.call_us / std::max(1, inflight) + ring_us_ + 2 * (n - 1) * msg;
   if (n_ == 1 || bytes == 0) return call;
   const double chunk = static_cast<double>(std::max<size_t>(options_.chunk_bytes, 1));
-  const bool reduces = kind != CollectiveKind::kBroadcast && kind != CollectiveKind::kAllGather;
+  const bool reduces = kind != Collective::kBroadcast && kind != Collective::kAllGather;
   auto pieces = [&](double b) { return std::max(1.0, std::ceil(b / chunk)); };
   // Overlapped transfers: a tree rank's sends and receives share the time instead of adding up.
   const double tb = options_.overlapped_transfers ? 0.5 : 1.0;
   double t = 0;
   switch (kind) {
-    case CollectiveKind::kAllReduce:
+    case Collective::kAllReduce:
       switch (algorithm) {
         case Algorithm::kRing:
           t = 2 * (n - 1) * ring_us_ + 4 * (n - 1) * pieces(s / n) * msg +
@@ -115,8 +94,8 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
         default: return -1;
       }
       break;
-    case CollectiveKind::kReduce:
-    case CollectiveKind::kBroadcast: {
+    case Collective::kReduce:
+    case Collective::kBroadcast: {
       const double g = reduces ? 1.0 : 0.0;
       switch (algorithm) {
         case Algorithm::kRing:  // pipelined chain
@@ -138,8 +117,8 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
       }
       break;
     }
-    case CollectiveKind::kAllGather:
-    case CollectiveKind::kReduceScatter: {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: {
       // S is the whole buffer (nranks blocks), as in nccl-tests.
       const double g = reduces ? 1.0 : 0.0;
       if (algorithm == Algorithm::kRing) {
@@ -157,7 +136,7 @@ double Selector::Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, in
   return call + t;
 }
 
-std::vector<Estimate> Selector::Estimates(CollectiveKind kind, size_t bytes, int inflight) const {
+std::vector<Estimate> Selector::Estimates(Collective kind, size_t bytes, int inflight) const {
   std::vector<Estimate> out;
   for (Algorithm a :
        {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
@@ -167,7 +146,7 @@ std::vector<Estimate> Selector::Estimates(CollectiveKind kind, size_t bytes, int
   return out;
 }
 
-Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight,
+Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
                            bool native_available) const {
   const std::vector<Estimate> estimates = Estimates(kind, bytes, inflight);
   if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative) {
@@ -179,7 +158,7 @@ Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight,
       static_cast<long long>(bytes) >= options_.native_min_bytes) {
     return Algorithm::kNative;
   }
-  const bool crossover = kind == CollectiveKind::kAllReduce && options_.tree_max_bytes >= 0;
+  const bool crossover = kind == Collective::kAllReduce && options_.tree_max_bytes >= 0;
   if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)
     return Algorithm::kTree;
   Algorithm best = estimates.front().algorithm;
@@ -191,10 +170,10 @@ Algorithm Selector::Choose(CollectiveKind kind, size_t bytes, int inflight,
   return best;
 }
 
-std::string Selector::Table(CollectiveKind kind, size_t min_bytes, size_t max_bytes,
+std::string Selector::Table(Collective kind, size_t min_bytes, size_t max_bytes,
                             int inflight) const {
   const std::vector<Estimate> header = Estimates(kind, min_bytes, inflight);
-  std::string out = StrCat("# ", CollectiveKindName(kind), ", ", n_, " ranks, ", inflight,
+  std::string out = StrCat("# ", CollectiveName(kind), ", ", n_, " ranks, ", inflight,
                            " in flight; estimated µs per call (alpha-beta model)\n");
   char buf[64];
   std::snprintf(buf, sizeof buf, "%12s", "size(B)");

@@ -26,9 +26,6 @@
 
 namespace loom::collective {
 
-enum class CollectiveKind { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
-const char* CollectiveKindName(CollectiveKind kind);  // "allreduce", ...
-StatusOr<CollectiveKind> ParseCollectiveKind(const std::string& name);
 
 struct SelectorOptions {
   // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
@@ -64,20 +61,20 @@ class Selector {
   Selector(const CommPlan& plan, const SelectorOptions& options = {});
 
   // Estimated time of one call (µs) for each algorithm that supports the collective.
-  std::vector<Estimate> Estimates(CollectiveKind kind, size_t bytes, int inflight = 1) const;
+  std::vector<Estimate> Estimates(Collective kind, size_t bytes, int inflight = 1) const;
   // The algorithm kAuto runs (never kAuto; kNative only from native_min_bytes on, and only when
   // `native_available`).
-  Algorithm Choose(CollectiveKind kind, size_t bytes, int inflight = 1,
+  Algorithm Choose(Collective kind, size_t bytes, int inflight = 1,
                    bool native_available = true) const;
   // A table: one row per size from `min_bytes` to `max_bytes` (x4), estimated µs per algorithm
   // and the choice.
-  std::string Table(CollectiveKind kind, size_t min_bytes, size_t max_bytes,
+  std::string Table(Collective kind, size_t min_bytes, size_t max_bytes,
                     int inflight = 1) const;
 
   const SelectorOptions& options() const { return options_; }
 
  private:
-  double Time(CollectiveKind kind, Algorithm algorithm, size_t bytes, int inflight) const;
+  double Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const;
 
   int n_;
   SelectorOptions options_;

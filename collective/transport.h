@@ -37,9 +37,8 @@ class Request {
 // A collective the transport can run itself (Algorithm::kNative), e.g. MPI_Allreduce or
 // ncclAllReduce. Arguments as in communicator.h; in place when send == recv (AllGather: send ==
 // recv + rank * count; ReduceScatter: recv == send + rank * count).
-enum class NativeKind { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
 struct NativeCollective {
-  NativeKind kind = NativeKind::kAllReduce;
+  Collective kind = Collective::kAllReduce;  // one of kCollectives
   const void* send = nullptr;
   void* recv = nullptr;
   size_t count = 0;
@@ -72,7 +71,7 @@ class Transport {
   // Native collectives: whether the transport has its own implementation of `kind` for `dtype`,
   // and running it (on the driving thread, ending by the deadline in Timeout). The defaults say
   // the transport has none.
-  virtual bool SupportsNative(NativeKind kind, DataType dtype) const { return false; }
+  virtual bool SupportsNative(Collective kind, DataType dtype) const { return false; }
   virtual Status RunNative(const NativeCollective& call, Deadline deadline);
 
   // Local operations on call buffers. The algorithm schedules never read or write a call buffer

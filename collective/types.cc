@@ -57,4 +57,57 @@ StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
                          "' (expected auto, ring, tree, multi_tree, star or native)");
 }
 
+bool IsCollective(Collective c) {
+  for (Collective k : kCollectives)
+    if (k == c) return true;
+  return false;
+}
+
+const char* CollectiveName(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "allreduce";
+    case Collective::kReduce: return "reduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllGather: return "allgather";
+    case Collective::kReduceScatter: return "reducescatter";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+const char* CollectiveCallName(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "AllReduce";
+    case Collective::kReduce: return "Reduce";
+    case Collective::kBroadcast: return "Broadcast";
+    case Collective::kAllGather: return "AllGather";
+    case Collective::kReduceScatter: return "ReduceScatter";
+    case Collective::kSend: return "Send";
+    case Collective::kRecv: return "Recv";
+    case Collective::kBarrier: return "Barrier";
+  }
+  return "unknown";
+}
+
+StatusOr<Collective> ParseCollective(const std::string& name) {
+  for (Collective c : kCollectives)
+    if (name == CollectiveName(c)) return c;
+  return InvalidArgument("unknown collective '", name,
+                         "' (expected allreduce, reduce, broadcast, allgather or reducescatter)");
+}
+
+bool AlgorithmSupports(Algorithm algorithm, Collective c) {
+  using C = Collective;
+  switch (algorithm) {
+    case Algorithm::kRing: return IsCollective(c);
+    case Algorithm::kTree:
+    case Algorithm::kStar: return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast;
+    case Algorithm::kMultiTree:
+      return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast || c == C::kReduceScatter;
+    default: return false;
+  }
+}
+
 }  // namespace loom::collective

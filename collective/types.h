@@ -19,6 +19,35 @@ enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg };
 // kAuto lets the communicator choose; kNative asks for the transport's own implementation.
 enum class Algorithm { kAuto, kRing, kTree, kMultiTree, kStar, kNative };
 
+// What a communicator call does: the five collectives, then point-to-point and the barrier.
+// The one spelling of a collective in Loom: the communicator's calls, the algorithms' schedules,
+// the transports' native collectives, the selector, the transpiler and the CLI all use it.
+enum class Collective {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kSend,
+  kRecv,
+  kBarrier
+};
+// The five collectives, in enum order.
+inline constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,
+                                              Collective::kBroadcast, Collective::kAllGather,
+                                              Collective::kReduceScatter};
+bool IsCollective(Collective c);  // one of kCollectives (not send, recv or barrier)
+// "allreduce", "reduce", "broadcast", "allgather", "reducescatter", "send", "recv", "barrier":
+// flags, op types and tables.
+const char* CollectiveName(Collective c);
+// "AllReduce", ...: the Communicator method, in call signatures and messages.
+const char* CollectiveCallName(Collective c);
+// Accepts CollectiveName's names of the five collectives.
+StatusOr<Collective> ParseCollective(const std::string& name);
+// The support table: whether `algorithm` has a schedule for collective `c` (kAuto always picks
+// one that has; kNative depends on the transport: Transport::SupportsNative).
+bool AlgorithmSupports(Algorithm algorithm, Collective c);
+
 size_t DataTypeSize(DataType dtype);
 const char* DataTypeName(DataType dtype);
 const char* ReduceOpName(ReduceOp op);

@@ -120,7 +120,7 @@ StatusOr<ReduceOp> ParseRedop(const std::string& v) {
 }
 
 struct Config {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
+  Collective kind = Collective::kAllReduce;
   std::vector<Algorithm> algorithms;
   bool all = false;  // --algo all: skip pairs that do not exist instead of failing
   DataType dtype = DataType::kFloat32;
@@ -187,29 +187,24 @@ int64_t CountWrong(DataType dtype, const void* got, size_t count, size_t first,
   return wrong;
 }
 
-double BusFactor(CollectiveKind kind, int n) {
+double BusFactor(Collective kind, int n) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return 2.0 * (n - 1) / n;
-    case CollectiveKind::kAllGather:
-    case CollectiveKind::kReduceScatter: return static_cast<double>(n - 1) / n;
+    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return static_cast<double>(n - 1) / n;
     default: return 1.0;
   }
-}
-
-const char* KindCallName(CollectiveKind kind) {
-  static const char* kNames[] = {"AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter"};
-  return kNames[static_cast<int>(kind)];
 }
 
 Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, void* recv,
            size_t count) {
   const CallOptions o{a};
   switch (c.kind) {
-    case CollectiveKind::kAllReduce: return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
-    case CollectiveKind::kReduce: return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
-    case CollectiveKind::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
-    case CollectiveKind::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
-    case CollectiveKind::kReduceScatter:
+    case Collective::kAllReduce: return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
+    case Collective::kReduce: return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
+    case Collective::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
+    case Collective::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
+    case Collective::kReduceScatter:
       return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
   }
   return Work();
@@ -270,7 +265,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const Selector selector(comm.plan(), so);
   if (print) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
-                CollectiveKindName(c.kind), n,
+                CollectiveName(c.kind), n,
                 c.transport == "inprocess" ? "in-process"
                 : c.transport == "p2p"     ? "cuda-p2p"
                                            : c.transport.c_str(),
@@ -283,10 +278,10 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   for (double size = static_cast<double>(c.min_bytes); size <= c.max_bytes * 1.0000001;
        size = std::max(size * c.factor, size + 1)) {
     const bool split =
-        c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter;
+        c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter;
     const size_t count = static_cast<size_t>(size) / elem / (split ? n : 1);
-    const size_t send_count = c.kind == CollectiveKind::kReduceScatter ? count * n : count;
-    const size_t recv_count = c.kind == CollectiveKind::kAllGather ? count * n : count;
+    const size_t send_count = c.kind == Collective::kReduceScatter ? count * n : count;
+    const size_t recv_count = c.kind == Collective::kAllGather ? count * n : count;
     const size_t bytes = (split ? count * n : count) * elem;
     std::vector<unsigned char> send_host(send_count * elem), recv(recv_count * elem);
     for (size_t i = 0; i < send_count; ++i) {
@@ -299,9 +294,9 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     LOOM_RETURN_IF_ERROR(memory.Upload(send, send_host.data(), send_host.size()));
     for (Algorithm a : c.algorithms) {
       if (a != Algorithm::kAuto && a != Algorithm::kNative &&
-          !AlgorithmSupports(KindCallName(c.kind), a)) {
+          !AlgorithmSupports(a, c.kind)) {
         if (c.all) continue;
-        return Unimplemented(KindCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
+        return Unimplemented(CollectiveCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
       }
       if (c.all) {
         // Skip what the transport lacks: native on CUDA P2P, schedules on NCCL.
@@ -318,27 +313,27 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
       LOOM_RETURN_IF_ERROR(memory.Download(recv.data(), recv_dev, recv.size()));
       int64_t wrong = 0;
       switch (c.kind) {
-        case CollectiveKind::kAllReduce:
+        case Collective::kAllReduce:
           wrong = CountWrong(c.dtype, recv.data(), count, 0,
                              [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           break;
-        case CollectiveKind::kReduce:
+        case Collective::kReduce:
           if (rank == 0) {
             wrong = CountWrong(c.dtype, recv.data(), count, 0,
                                [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           }
           break;
-        case CollectiveKind::kBroadcast:
+        case Collective::kBroadcast:
           wrong = CountWrong(c.dtype, recv.data(), count, 0,
                              [&](size_t i) { return static_cast<double>(Value(c.op, 0, i)); });
           break;
-        case CollectiveKind::kAllGather:
+        case Collective::kAllGather:
           for (int r = 0; r < n; ++r) {
             wrong += CountWrong(c.dtype, recv.data() + r * count * elem, count, 0,
                                 [&](size_t i) { return static_cast<double>(Value(c.op, r, i)); });
           }
           break;
-        case CollectiveKind::kReduceScatter:
+        case Collective::kReduceScatter:
           wrong = CountWrong(c.dtype, recv.data(), count, rank * count,
                              [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           break;
@@ -385,7 +380,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         }
         std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
                     split ? count * n : count, DataTypeName(c.dtype),
-                    c.kind == CollectiveKind::kBroadcast || c.kind == CollectiveKind::kAllGather
+                    c.kind == Collective::kBroadcast || c.kind == Collective::kAllGather
                         ? "none"
                         : ReduceOpName(c.op),
                     name.c_str(), us, algbw, busbw, static_cast<long long>(wrong));
@@ -409,7 +404,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     return InvalidArgument("unknown benchmark '", flags.positional()[0],
                            "' (expected: loom bench collective)");
   }
-  LOOM_ASSIGN_OR_RETURN(c.kind, ParseCollectiveKind(flags.Get("op")));
+  LOOM_ASSIGN_OR_RETURN(c.kind, ParseCollective(flags.Get("op")));
   std::string list = flags.Get("algo");
   if (list == "all") {
     c.all = true;

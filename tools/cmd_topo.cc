@@ -158,8 +158,8 @@ Status Topo(const Flags& flags) {
     std::printf("  %s  [%s]\n", tree.ToString().c_str(), TreeLinks(t, tree).c_str());
   }
   if (flags.Switch("selector")) {
-    LOOM_ASSIGN_OR_RETURN(collective::CollectiveKind kind,
-                          collective::ParseCollectiveKind(flags.Get("op")));
+    LOOM_ASSIGN_OR_RETURN(collective::Collective kind,
+                          collective::ParseCollective(flags.Get("op")));
     collective::Selector selector(*plan);
     std::printf("\n%s", selector.Table(kind, 4 << 10, 64 << 20).c_str());
   }

@@ -74,19 +74,16 @@ struct State {
   proto::DataParallelManifest manifest;
 };
 
-std::string ResolveAlgorithm(const State& s, const char* collective, int64_t bytes) {
+std::string ResolveAlgorithm(const State& s, collective::Collective kind, int64_t bytes) {
   // Device buffers: NCCL's own collectives.
   if (s.config.transport == "nccl") return "native";
   const std::string& asked = s.config.algorithm;
   if (asked == "native") return asked;  // the transport's own (CheckProgram: it has one)
   if (asked != "auto") {
     auto a = collective::ParseAlgorithm(asked);
-    if (a.ok() && collective::AlgorithmSupports(collective, a.value())) return asked;
+    if (a.ok() && collective::AlgorithmSupports(a.value(), kind)) return asked;
   }
   // The collectives library's cost model (the same one the communicator's auto uses).
-  auto kind = std::string(collective) == "AllReduce" ? collective::CollectiveKind::kAllReduce
-              : std::string(collective) == "Reduce"  ? collective::CollectiveKind::kReduce
-                                                     : collective::CollectiveKind::kBroadcast;
   // In-process and MPI ranks have native collectives (the selector picks them only from its
   // native crossover on: in-process, one pass over shared memory).
   const bool native = s.config.transport == "inprocess" || s.config.transport == "mpi";
@@ -396,7 +393,8 @@ Status PlanBuckets(State* s) {
   for (size_t b = 0; b < s->buckets.size(); ++b) {
     Bucket& bucket = s->buckets[b];
     bucket.fused = bucket.params.size() > 1;
-    bucket.algorithm = ResolveAlgorithm(*s, owner ? "Reduce" : "AllReduce", bucket.bytes);
+    bucket.algorithm = ResolveAlgorithm(*s, owner ? collective::Collective::kReduce : collective::Collective::kAllReduce,
+                                        bucket.bytes);
     for (int k : bucket.params) s->params[k].bucket = static_cast<int>(b);
   }
   return Status::OK();
@@ -432,7 +430,7 @@ Status BroadcastParams(State* s) {
     int64_t bytes = std::max<int64_t>(v.Dims().numel(), 0) * SizeOf(v.Dtype());
     OpDesc op = sb->AppendOp("broadcast", {{"X", {v.Name()}}, {"Comm", {kCommVar}}},
                              {{"Out", {v.Name()}}},
-                             {{"root", 0}, {"algorithm", ResolveAlgorithm(*s, "Broadcast", bytes)}});
+                             {{"root", 0}, {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}});
     op.SetRole(kOpRoleCommunication);
   }
   return Status::OK();
@@ -516,7 +514,7 @@ Status InsertGradSync(State* s) {
     int64_t bytes = v ? std::max<int64_t>(v.Dims().numel(), 1) * SizeOf(v.Dtype()) : 8;
     after[i].push_back(make("allreduce", {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
                             {{"reduce_type", std::string("sum")},
-                             {"algorithm", ResolveAlgorithm(*s, "AllReduce", bytes)}},
+                             {"algorithm", ResolveAlgorithm(*s, collective::Collective::kAllReduce, bytes)}},
                             kOpRoleOptimize | kOpRoleCommunication));
   }
   if (owner) {
@@ -524,7 +522,7 @@ Status InsertGradSync(State* s) {
       int64_t bytes = p.bytes;
       after[p.update_op].push_back(make(
           "broadcast", {{"X", {p.param}}, {"Comm", {kCommVar}}}, {{"Out", {p.param}}},
-          {{"root", p.owner}, {"algorithm", ResolveAlgorithm(*s, "Broadcast", bytes)}},
+          {{"root", p.owner}, {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}},
           kOpRoleOptimize | kOpRoleCommunication));
     }
   }

@@ -73,11 +73,11 @@ Status MultiTreeReduceScatter(Schedule& s, const CallArgs& args) {
 
 Status RunMultiTree(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
-    case Kind::kAllReduce:
+    case Collective::kAllReduce:
       return TreesAllReduce(s, args, SliceJobs(s, SplitEvenly(args.count, s.nranks())));
-    case Kind::kReduce: return MultiTreeReduce(s, args);
-    case Kind::kBroadcast: return MultiTreeBroadcast(s, args);
-    case Kind::kReduceScatter: return MultiTreeReduceScatter(s, args);
+    case Collective::kReduce: return MultiTreeReduce(s, args);
+    case Collective::kBroadcast: return MultiTreeBroadcast(s, args);
+    case Collective::kReduceScatter: return MultiTreeReduceScatter(s, args);
     default: return UnsupportedAlgorithm(args);
   }
 }

@@ -135,11 +135,11 @@ Status RingReduceScatter(Schedule& s, const CallArgs& args) {
 
 Status RunRing(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
-    case Kind::kAllReduce: return RingAllReduce(s, args);
-    case Kind::kAllGather: return RingAllGather(s, args);
-    case Kind::kReduceScatter: return RingReduceScatter(s, args);
-    case Kind::kReduce: return TreeRootedReduce(s, args, ChainTree(s.plan().ring_order, args.root));
-    case Kind::kBroadcast:
+    case Collective::kAllReduce: return RingAllReduce(s, args);
+    case Collective::kAllGather: return RingAllGather(s, args);
+    case Collective::kReduceScatter: return RingReduceScatter(s, args);
+    case Collective::kReduce: return TreeRootedReduce(s, args, ChainTree(s.plan().ring_order, args.root));
+    case Collective::kBroadcast:
       return TreeRootedBroadcast(s, args, ChainTree(s.plan().ring_order, args.root));
     default: return UnsupportedAlgorithm(args);
   }

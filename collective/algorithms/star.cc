@@ -7,12 +7,12 @@
 namespace loom::collective::internal {
 
 Status RunStar(Schedule& s, const CallArgs& args) {
-  const int root = args.kind == Kind::kAllReduce ? 0 : args.root;
+  const int root = args.kind == Collective::kAllReduce ? 0 : args.root;
   const Tree star = StarTree(s.nranks(), root);
   switch (args.kind) {
-    case Kind::kAllReduce: return TreesAllReduce(s, args, {TreeJob{&star, Range{0, args.count}}});
-    case Kind::kReduce: return TreeRootedReduce(s, args, star);
-    case Kind::kBroadcast: return TreeRootedBroadcast(s, args, star);
+    case Collective::kAllReduce: return TreesAllReduce(s, args, {TreeJob{&star, Range{0, args.count}}});
+    case Collective::kReduce: return TreeRootedReduce(s, args, star);
+    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, star);
     default: return UnsupportedAlgorithm(args);
   }
 }

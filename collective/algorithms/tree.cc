@@ -170,18 +170,18 @@ Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree) 
 }
 
 Status UnsupportedAlgorithm(const CallArgs& args) {
-  return Unimplemented(KindName(args.kind), " has no '", AlgorithmName(args.algorithm),
+  return Unimplemented(CollectiveCallName(args.kind), " has no '", AlgorithmName(args.algorithm),
                        "' algorithm");
 }
 
 Status RunTree(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
-    case Kind::kAllReduce: {
+    case Collective::kAllReduce: {
       const Tree& tree = s.plan().trees[0];
       return TreesAllReduce(s, args, {TreeJob{&tree, Range{0, args.count}}});
     }
-    case Kind::kReduce: return TreeRootedReduce(s, args, s.plan().trees[args.root]);
-    case Kind::kBroadcast: return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
+    case Collective::kReduce: return TreeRootedReduce(s, args, s.plan().trees[args.root]);
+    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
     default: return UnsupportedAlgorithm(args);
   }
 }

@@ -212,7 +212,7 @@ class InProcessTransport final : public Transport {
   // Native collectives: on host memory every rank can read and write every other rank's
   // buffers, so a collective is one pass over shared memory with the minimum traffic (see
   // RunNative).
-  bool SupportsNative(NativeKind, DataType) const override { return hub_->memory->host(); }
+  bool SupportsNative(Collective, DataType) const override { return hub_->memory->host(); }
   Status RunNative(const NativeCollective& call, Deadline deadline) override;
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
@@ -415,8 +415,8 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
   const size_t elem = DataTypeSize(call.dtype);
   const Reduction reduction{call.dtype, call.op};
   // All ranks' outputs together, as the caches see them.
-  const size_t total_out = call.kind == NativeKind::kReduce ? call.count * elem
-                           : call.kind == NativeKind::kAllGather ? call.count * elem * n * n
+  const size_t total_out = call.kind == Collective::kReduce ? call.count * elem
+                           : call.kind == Collective::kAllGather ? call.count * elem * n * n
                                                                  : call.count * elem * n;
   const bool streaming = total_out >= kStreamingMinBytes;
   // The work is cut into blocks of kNativeBlockBytes per operand; part p of the collective
@@ -425,7 +425,7 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
   // ranks whose threads are running do the work and none waits for a descheduled peer's share.
   const size_t block = std::max<size_t>(1, kNativeBlockBytes / elem);
   const int parts =
-      call.kind == NativeKind::kReduceScatter || call.kind == NativeKind::kAllGather ? n : 1;
+      call.kind == Collective::kReduceScatter || call.kind == Collective::kAllGather ? n : 1;
   const size_t per_part = (call.count + block - 1) / block;
   const size_t blocks = per_part * parts;
   auto in_at = [&](int rank, size_t element) {
@@ -445,26 +445,26 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     inputs.clear();
     outputs.clear();
     switch (call.kind) {
-      case NativeKind::kAllReduce:
-      case NativeKind::kReduce:
+      case Collective::kAllReduce:
+      case Collective::kReduce:
         for (int p = 0; p < n; ++p) inputs.push_back(in_at(p, begin));
-        if (call.kind == NativeKind::kAllReduce) {
+        if (call.kind == Collective::kAllReduce) {
           for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, begin));
         } else {
           outputs.push_back(out_at(call.root, begin));
         }
         ReduceInto(reduction, inputs, outputs, len, n, streaming);
         break;
-      case NativeKind::kReduceScatter:
+      case Collective::kReduceScatter:
         for (int p = 0; p < n; ++p) inputs.push_back(in_at(p, part * call.count + begin));
         outputs.push_back(out_at(part, begin));
         ReduceInto(reduction, inputs, outputs, len, n, streaming);
         break;
-      case NativeKind::kAllGather:
+      case Collective::kAllGather:
         for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, part * call.count + begin));
         CopyInto(in_at(part, begin), outputs, len * elem, streaming);
         break;
-      case NativeKind::kBroadcast:
+      case Collective::kBroadcast:
         for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, begin));
         CopyInto(in_at(call.root, begin), outputs, len * elem, streaming);
         break;

@@ -279,7 +279,7 @@ class MpiTransport final : public Transport {
                                            dst, local, bytes, reduction);
   }
 
-  bool SupportsNative(NativeKind kind, DataType dtype) const override { return true; }
+  bool SupportsNative(Collective kind, DataType dtype) const override { return true; }
   Status RunNative(const NativeCollective& call, Deadline deadline) override;
 
  private:
@@ -349,7 +349,7 @@ class MpiTransport final : public Transport {
 
 Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   const size_t elem = DataTypeSize(c.dtype);
-  const size_t total = c.kind == NativeKind::kAllGather || c.kind == NativeKind::kReduceScatter
+  const size_t total = c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter
                            ? c.count * nranks_
                            : c.count;
   if (total > static_cast<size_t>(INT_MAX)) {
@@ -367,29 +367,29 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   {
     MpiGuard guard;
     switch (c.kind) {
-      case NativeKind::kAllReduce:
+      case Collective::kAllReduce:
         what = "MPI_Iallreduce";
         rc = MPI_Iallreduce(c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count, type, op,
                             coll_, &request);
         break;
-      case NativeKind::kReduce:
+      case Collective::kReduce:
         what = "MPI_Ireduce";
         rc = MPI_Ireduce(rank_ == c.root && c.send == c.recv ? MPI_IN_PLACE : c.send, c.recv, count,
                          type, op, c.root, coll_, &request);
         break;
-      case NativeKind::kBroadcast:
+      case Collective::kBroadcast:
         what = "MPI_Ibcast";
         if (rank_ == c.root && c.send != c.recv) std::memcpy(c.recv, c.send, c.count * elem);
         rc = MPI_Ibcast(c.recv, count, type, c.root, coll_, &request);
         break;
-      case NativeKind::kAllGather: {
+      case Collective::kAllGather: {
         what = "MPI_Iallgather";
         const bool in_place = c.send == static_cast<const char*>(c.recv) + rank_ * c.count * elem;
         rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : c.send, count, type, c.recv, count, type,
                             coll_, &request);
         break;
       }
-      case NativeKind::kReduceScatter: {
+      case Collective::kReduceScatter: {
         what = "MPI_Ireduce_scatter_block";
         // MPI's in-place form expects the block at the front of the buffer; ours sits at rank's
         // offset, so an in-place call reduces into a staging block and copies it back.
@@ -416,8 +416,8 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   }
   if (!staging->empty()) std::memcpy(c.recv, staging->data(), staging->size());
   if (c.op == ReduceOp::kAvg) {
-    if (c.kind == NativeKind::kAllReduce || c.kind == NativeKind::kReduceScatter ||
-        (c.kind == NativeKind::kReduce && rank_ == c.root)) {
+    if (c.kind == Collective::kAllReduce || c.kind == Collective::kReduceScatter ||
+        (c.kind == Collective::kReduce && rank_ == c.root)) {
       collective::Finalize(reduction, c.recv, c.count, nranks_);
     }
   }

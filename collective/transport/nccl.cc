@@ -83,7 +83,7 @@ class NcclTransport final : public Transport {
   std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                       size_t bytes, const Reduction& reduction) override;
-  bool SupportsNative(NativeKind kind, DataType dtype) const override { return true; }
+  bool SupportsNative(Collective kind, DataType dtype) const override { return true; }
   Status RunNative(const NativeCollective& call, Deadline deadline) override;
 
   // Launches every posted, not yet launched op in one NCCL group.
@@ -252,7 +252,7 @@ Status NcclTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   LOOM_RETURN_IF_ERROR(Usable());
   LOOM_RETURN_IF_ERROR(Flush());
   if (c.op == ReduceOp::kAvg && (c.dtype == DataType::kInt32 || c.dtype == DataType::kInt64) &&
-      c.kind != NativeKind::kBroadcast && c.kind != NativeKind::kAllGather) {
+      c.kind != Collective::kBroadcast && c.kind != Collective::kAllGather) {
     return Unimplemented("NCCL's avg is for floating-point types; ", DataTypeName(c.dtype),
                          " avg is not available natively");
   }
@@ -262,19 +262,19 @@ Status NcclTransport::RunNative(const NativeCollective& c, Deadline deadline) {
   const ncclRedOp_t op = NcclReduction(c.op);
   ncclResult_t r = ncclSuccess;
   switch (c.kind) {
-    case NativeKind::kAllReduce:
+    case Collective::kAllReduce:
       r = ncclAllReduce(c.send, c.recv, c.count, type, op, comm_, stream_);
       break;
-    case NativeKind::kReduce:
+    case Collective::kReduce:
       r = ncclReduce(c.send, c.recv, c.count, type, op, c.root, comm_, stream_);
       break;
-    case NativeKind::kBroadcast:
+    case Collective::kBroadcast:
       r = ncclBroadcast(c.send, c.recv, c.count, type, c.root, comm_, stream_);
       break;
-    case NativeKind::kAllGather:
+    case Collective::kAllGather:
       r = ncclAllGather(c.send, c.recv, c.count, type, comm_, stream_);
       break;
-    case NativeKind::kReduceScatter:
+    case Collective::kReduceScatter:
       r = ncclReduceScatter(c.send, c.recv, c.count, type, op, comm_, stream_);
       break;
   }

@@ -168,7 +168,7 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
                 "")
           << "broadcast from " << root;
     }
-    if (AlgorithmSupports("AllGather", algorithm)) {
+    if (AlgorithmSupports(algorithm, Collective::kAllGather)) {
       std::vector<unsigned char> in = Input(dtype, ReduceOp::kSum, rank, count, 77);
       std::vector<unsigned char> all(n * bytes);
       ASSERT_TRUE(
@@ -182,7 +182,7 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
             << "allgather block " << r;
       }
     }
-    if (AlgorithmSupports("ReduceScatter", algorithm)) {
+    if (AlgorithmSupports(algorithm, Collective::kReduceScatter)) {
       std::vector<unsigned char> in = Input(dtype, ReduceOp::kAvg, rank, n * count, 78);
       std::vector<unsigned char> out(bytes);
       ASSERT_TRUE(comm.ReduceScatter(Tag(in.data(), rank), Tag(out.data(), rank), count, dtype,

@@ -225,8 +225,8 @@ TEST(NativeInProcess, NotOfferedOverMemoryThatIsNotTheHosts) {
     std::shared_ptr<void> Allocate(int, size_t) override { return nullptr; }
   };
   auto transports = CreateInProcessTransports(2, {}, std::make_shared<Opaque>());
-  EXPECT_FALSE(transports[0]->SupportsNative(NativeKind::kAllReduce, DataType::kFloat32));
-  EXPECT_TRUE(CreateInProcessTransports(2)[0]->SupportsNative(NativeKind::kAllReduce,
+  EXPECT_FALSE(transports[0]->SupportsNative(Collective::kAllReduce, DataType::kFloat32));
+  EXPECT_TRUE(CreateInProcessTransports(2)[0]->SupportsNative(Collective::kAllReduce,
                                                               DataType::kFloat32));
 }
 

@@ -12,22 +12,20 @@ namespace {
 
 std::shared_ptr<const CommPlan> Plan(const Topology& t) { return CommPlan::Create(t).value(); }
 
-const CollectiveKind kKinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
-                                 CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
-                                 CollectiveKind::kReduceScatter};
+const auto& kKinds = kCollectives;
 
 TEST(Selector, EstimatesGrowWithSizeForEveryAlgorithm) {
   for (const Topology& t : {Topology::Uniform(4), Topology::Preset("p3.16xlarge").value()}) {
     Selector selector(*Plan(t));
-    for (CollectiveKind kind : kKinds) {
+    for (Collective kind : kKinds) {
       std::vector<Estimate> previous = selector.Estimates(kind, 1);
-      ASSERT_FALSE(previous.empty()) << CollectiveKindName(kind);
+      ASSERT_FALSE(previous.empty()) << CollectiveName(kind);
       for (size_t bytes = 4; bytes <= (size_t{256} << 20); bytes *= 4) {
         std::vector<Estimate> now = selector.Estimates(kind, bytes);
         ASSERT_EQ(now.size(), previous.size());
         for (size_t i = 0; i < now.size(); ++i) {
           EXPECT_GE(now[i].time_us, previous[i].time_us)
-              << CollectiveKindName(kind) << " " << AlgorithmName(now[i].algorithm) << " at "
+              << CollectiveName(kind) << " " << AlgorithmName(now[i].algorithm) << " at "
               << bytes << " bytes on " << t.name();
         }
         previous = now;
@@ -40,7 +38,7 @@ TEST(Selector, EstimatesGrowWithSizeForEveryAlgorithm) {
 void ExpectMonotoneCrossover(const Selector& selector, int nranks) {
   bool left_tree = false;
   for (size_t bytes = 1; bytes <= (size_t{1} << 30); bytes *= 2) {
-    const Algorithm a = selector.Choose(CollectiveKind::kAllReduce, bytes);
+    const Algorithm a = selector.Choose(Collective::kAllReduce, bytes);
     if (a != Algorithm::kTree) left_tree = true;
     if (left_tree) {
       EXPECT_NE(a, Algorithm::kTree) << bytes << " bytes, " << nranks << " ranks";
@@ -59,7 +57,7 @@ TEST(Selector, AllReduceCrossoverIsMonotoneWithAndWithoutTheBound) {
     // Small messages take the latency-optimal tree; the cost model agrees at 4 bytes once the
     // tree has fewer steps than the ring (depth ceil(log2 n) < n - 1, i.e. n >= 4).
     if (n >= 4) {
-      EXPECT_EQ(Selector(*plan, model_only).Choose(CollectiveKind::kAllReduce, 4),
+      EXPECT_EQ(Selector(*plan, model_only).Choose(Collective::kAllReduce, 4),
                 Algorithm::kTree);
     }
   }
@@ -72,9 +70,9 @@ TEST(Selector, CrossoverOptionMovesTheSwitchPoint) {
     options.tree_max_bytes = bound;
     Selector selector(*plan, options);
     if (bound > 0) {
-      EXPECT_EQ(selector.Choose(CollectiveKind::kAllReduce, bound), Algorithm::kTree) << bound;
+      EXPECT_EQ(selector.Choose(Collective::kAllReduce, bound), Algorithm::kTree) << bound;
     }
-    EXPECT_NE(selector.Choose(CollectiveKind::kAllReduce, bound + 1), Algorithm::kTree) << bound;
+    EXPECT_NE(selector.Choose(Collective::kAllReduce, bound + 1), Algorithm::kTree) << bound;
   }
 }
 
@@ -86,9 +84,9 @@ TEST(Selector, ForcedAlgorithmIsRespectedWhereSupported) {
     options.force = forced;
     Selector selector(*plan, options);
     for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{1} << 28}) {
-      EXPECT_EQ(selector.Choose(CollectiveKind::kAllReduce, bytes), forced);
+      EXPECT_EQ(selector.Choose(Collective::kAllReduce, bytes), forced);
       // AllGather only has the ring: a forced algorithm it lacks falls back to the model.
-      EXPECT_EQ(selector.Choose(CollectiveKind::kAllGather, bytes), Algorithm::kRing);
+      EXPECT_EQ(selector.Choose(Collective::kAllGather, bytes), Algorithm::kRing);
     }
   }
 }
@@ -96,13 +94,11 @@ TEST(Selector, ForcedAlgorithmIsRespectedWhereSupported) {
 TEST(Selector, ChoiceIsAlwaysSupportedAndTableListsIt) {
   const auto plan = Plan(Topology::Preset("dgx1-p100").value());
   Selector selector(*plan);
-  for (CollectiveKind kind : kKinds) {
+  for (Collective kind : kKinds) {
     for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes *= 8) {
       const Algorithm a = selector.Choose(kind, bytes, /*inflight=*/3);
-      static const char* kNames[] = {"AllReduce", "Reduce", "Broadcast", "AllGather",
-                                     "ReduceScatter"};
-      EXPECT_TRUE(AlgorithmSupports(kNames[static_cast<int>(kind)], a))
-          << CollectiveKindName(kind) << " " << AlgorithmName(a);
+      EXPECT_TRUE(AlgorithmSupports(a, kind))
+          << CollectiveName(kind) << " " << AlgorithmName(a);
     }
     const std::string table = selector.Table(kind, 4 << 10, 64 << 20);
     EXPECT_NE(table.find("ring"), std::string::npos) << table;
@@ -113,8 +109,8 @@ TEST(Selector, ChoiceIsAlwaysSupportedAndTableListsIt) {
 TEST(Selector, InflightLowersThePerCallEstimate) {
   const auto plan = Plan(Topology::Uniform(4));
   Selector selector(*plan);
-  const auto one = selector.Estimates(CollectiveKind::kAllReduce, 1024, 1);
-  const auto many = selector.Estimates(CollectiveKind::kAllReduce, 1024, 16);
+  const auto one = selector.Estimates(Collective::kAllReduce, 1024, 1);
+  const auto many = selector.Estimates(Collective::kAllReduce, 1024, 16);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_LT(many[i].time_us, one[i].time_us);
 }
 
@@ -129,12 +125,12 @@ TEST(Selector, MeasuredCrossoverDependsOnTheTransport) {
   in_process.tree_max_bytes = kInProcessAutoTreeMaxBytes;
   link.tree_max_bytes = kLinkAutoTreeMaxBytes;
   for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
-    EXPECT_EQ(Selector(*plan, in_process).Choose(CollectiveKind::kAllReduce, bytes),
+    EXPECT_EQ(Selector(*plan, in_process).Choose(Collective::kAllReduce, bytes),
               Algorithm::kTree)
         << bytes;
   }
-  EXPECT_EQ(Selector(*plan, link).Choose(CollectiveKind::kAllReduce, 1 << 20), Algorithm::kTree);
-  EXPECT_NE(Selector(*plan, link).Choose(CollectiveKind::kAllReduce, 64 << 20), Algorithm::kTree);
+  EXPECT_EQ(Selector(*plan, link).Choose(Collective::kAllReduce, 1 << 20), Algorithm::kTree);
+  EXPECT_NE(Selector(*plan, link).Choose(Collective::kAllReduce, 64 << 20), Algorithm::kTree);
   auto world = InProcessWorld::Create(4).value();
   EXPECT_EQ(world->comm(0).options().auto_tree_max_bytes, kInProcessAutoTreeMaxBytes);
 }
@@ -147,12 +143,12 @@ TEST(Selector, OverlappedTransfersFavourTheMultiTreeAboveTheCrossover) {
   SelectorOptions o;
   o.tree_max_bytes = kMpiAutoTreeMaxBytes;
   o.chunk_bytes = 256 << 10;
-  EXPECT_EQ(Selector(*plan, o).Choose(CollectiveKind::kAllReduce, 64 << 20), Algorithm::kRing);
+  EXPECT_EQ(Selector(*plan, o).Choose(Collective::kAllReduce, 64 << 20), Algorithm::kRing);
   o.overlapped_transfers = true;
   const Selector mpi(*plan, o);
-  EXPECT_EQ(mpi.Choose(CollectiveKind::kAllReduce, 256 << 10), Algorithm::kTree);
+  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, 256 << 10), Algorithm::kTree);
   for (size_t bytes : {size_t{1} << 20, size_t{4} << 20, size_t{64} << 20})
-    EXPECT_EQ(mpi.Choose(CollectiveKind::kAllReduce, bytes), Algorithm::kMultiTree) << bytes;
+    EXPECT_EQ(mpi.Choose(Collective::kAllReduce, bytes), Algorithm::kMultiTree) << bytes;
 }
 
 // In-process worlds run the transport's native collectives (one pass over shared memory) from
@@ -166,17 +162,17 @@ TEST(Selector, NativeFromItsCrossoverWhereTheTransportHasIt) {
   o.native_min_bytes = kInProcessAutoNativeMinBytes;
   const Selector in_process(*plan, o);
   const size_t at = static_cast<size_t>(kInProcessAutoNativeMinBytes);
-  for (CollectiveKind kind : kKinds) {
-    EXPECT_NE(in_process.Choose(kind, at - 1), Algorithm::kNative) << CollectiveKindName(kind);
-    EXPECT_EQ(in_process.Choose(kind, at), Algorithm::kNative) << CollectiveKindName(kind);
+  for (Collective kind : kKinds) {
+    EXPECT_NE(in_process.Choose(kind, at - 1), Algorithm::kNative) << CollectiveName(kind);
+    EXPECT_EQ(in_process.Choose(kind, at), Algorithm::kNative) << CollectiveName(kind);
     EXPECT_EQ(in_process.Choose(kind, size_t{64} << 20), Algorithm::kNative);
     EXPECT_NE(in_process.Choose(kind, size_t{64} << 20, 1, /*native_available=*/false),
               Algorithm::kNative);
   }
-  EXPECT_EQ(in_process.Choose(CollectiveKind::kAllReduce, 4096), Algorithm::kTree);
+  EXPECT_EQ(in_process.Choose(Collective::kAllReduce, 4096), Algorithm::kTree);
   // A forced algorithm still wins.
   o.force = Algorithm::kRing;
-  EXPECT_EQ(Selector(*plan, o).Choose(CollectiveKind::kAllReduce, size_t{64} << 20),
+  EXPECT_EQ(Selector(*plan, o).Choose(Collective::kAllReduce, size_t{64} << 20),
             Algorithm::kRing);
 }
 

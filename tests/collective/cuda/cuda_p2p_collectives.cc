@@ -131,7 +131,7 @@ TEST_P(CudaP2P, RootedGatherScatterAndManyInFlight) {
           Compare(dtype, Input(dtype, ReduceOp::kAvg, root, count, root), out.Host().data(), count),
           "");
     }
-    if (AlgorithmSupports("AllGather", algorithm)) {
+    if (AlgorithmSupports(algorithm, Collective::kAllGather)) {
       DeviceBuffer in(device, Input(dtype, ReduceOp::kSum, rank, count, 9));
       DeviceBuffer all(device, n * bytes);
       ASSERT_TRUE(comm.AllGather(in.ptr, all.ptr, count, dtype, opts).Wait().ok());
@@ -142,7 +142,7 @@ TEST_P(CudaP2P, RootedGatherScatterAndManyInFlight) {
                   "");
       }
     }
-    if (AlgorithmSupports("ReduceScatter", algorithm)) {
+    if (AlgorithmSupports(algorithm, Collective::kReduceScatter)) {
       DeviceBuffer in(device, Input(dtype, ReduceOp::kSum, rank, n * count, 10));
       DeviceBuffer out(device, bytes);
       ASSERT_TRUE(
