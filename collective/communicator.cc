@@ -1,5 +1,7 @@
 #include "collective/communicator.h"
 
+#include "collective/transport_registry.h"
+
 #include <cstring>
 
 #include "collective/algorithms/algorithms.h"
@@ -196,12 +198,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
   nranks_ = transport_->nranks();
   LOOM_CHECK(plan_->topology.size() == nranks_, "plan has ", plan_->topology.size(),
              " devices for ", nranks_, " ranks");
-  SelectorOptions selection;
-  selection.tree_max_bytes = options_.auto_tree_max_bytes;
-  selection.native_min_bytes = options_.auto_native_min_bytes;
-  selection.chunk_bytes = options_.pipeline_chunk_bytes;
-  selection.overlapped_transfers = options_.overlapped_transfers;
-  selector_ = std::make_unique<Selector>(*plan_, selection);
+  selector_ = std::make_unique<Selector>(*plan_, SelectorOptionsOf(options_));
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 

@@ -13,18 +13,14 @@
 
 #include "collective/communicator.h"
 #include "collective/transport/inprocess.h"
+#include "collective/transport_registry.h"
 
 namespace loom::collective {
 
 struct WorldOptions {
   // auto_tree_max_bytes and auto_native_min_bytes: the in-process crossovers unless set
   // (communicator.h).
-  CommunicatorOptions communicator = [] {
-    CommunicatorOptions o;
-    o.auto_tree_max_bytes = kInProcessAutoTreeMaxBytes;
-    o.auto_native_min_bytes = kInProcessAutoNativeMinBytes;
-    return o;
-  }();
+  CommunicatorOptions communicator = TransportDefaults(GetTransport(TransportId::kInProcess));
   // The machine the ranks stand for; default: nranks devices, all linked alike.
   std::optional<Topology> topology;
   double tree_link_penalty = 0.7;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collective/transport_registry.h"
 #include "collective/reduce.h"
 #include "collective/selector.h"
 #include "collective/world.h"
@@ -49,8 +50,9 @@ Flags BenchFlags() {
            "listed GPU; a GPU listed several times holds several virtual devices)",
            "cpu:4"},
           {"transport", "T",
-           "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); p2p "
-           "(CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default p2p)",
+           "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); "
+           "cuda_p2p (CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default "
+           "cuda_p2p)",
            ""},
           {"inflight", "K", "calls issued before each WaitAll", "1"},
           {"tree-max-bytes", "B",
@@ -129,7 +131,7 @@ struct Config {
   double factor = 4;
   int iters = 20, warmup = 5, inflight = 1, places = 4;
   std::vector<int> cuda_devices;  // --places cuda:...
-  std::string transport;          // inprocess, mpi, p2p, nccl
+  const collective::TransportInfo* transport = nullptr;
   bool mpi = false, selector = false;
   CommunicatorOptions options;
 };
@@ -255,20 +257,13 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const int rank = comm.rank(), n = comm.nranks();
   const size_t elem = DataTypeSize(c.dtype);
   const bool print = rank == 0;
-  SelectorOptions so;
-  so.tree_max_bytes = c.options.auto_tree_max_bytes;
-  so.native_min_bytes = c.options.auto_native_min_bytes;
   // What auto runs is what the communicator's selector picks (native only where the transport
-  // has it; NCCL's auto is always native).
-  so.chunk_bytes = c.options.pipeline_chunk_bytes;
-  so.overlapped_transfers = c.options.overlapped_transfers;
-  const Selector selector(comm.plan(), so);
+  // has it; a transport without schedules, NCCL, always runs native).
+  const Selector selector(comm.plan(), collective::SelectorOptionsOf(c.options));
   if (print) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
                 CollectiveName(c.kind), n,
-                c.transport == "inprocess" ? "in-process"
-                : c.transport == "p2p"     ? "cuda-p2p"
-                                           : c.transport.c_str(),
+                c.transport->display,
                 c.inflight, c.iters, c.warmup);
     std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                 "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -300,8 +295,8 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
       }
       if (c.all) {
         // Skip what the transport lacks: native on CUDA P2P, schedules on NCCL.
-        const bool has_native = c.transport != "p2p";
-        const bool has_schedules = c.transport != "nccl";
+        const bool has_native = c.transport->native;
+        const bool has_schedules = c.transport->schedules;
         if (a == Algorithm::kNative ? !has_native : (a != Algorithm::kAuto && !has_schedules)) {
           continue;
         }
@@ -373,9 +368,9 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         std::string name = AlgorithmName(a);
         if (a == Algorithm::kAuto) {
           const Algorithm chosen =
-              c.transport == "nccl"
+              !c.transport->schedules
                   ? Algorithm::kNative
-                  : selector.Choose(c.kind, bytes, c.inflight, c.transport != "p2p");
+                  : selector.Choose(c.kind, bytes, c.inflight, c.transport->native);
           name += StrCat(":", AlgorithmName(chosen));
         }
         std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
@@ -435,36 +430,40 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   if (places.compare(0, 5, "cuda:") == 0) {
     LOOM_ASSIGN_OR_RETURN(c.cuda_devices, ParseCudaDevices(places));
     c.places = static_cast<int>(c.cuda_devices.size());
-    c.transport = flags.Has("transport") ? flags.Get("transport") : "p2p";
-    LOOM_ENFORCE(c.transport == "p2p" || c.transport == "nccl",
-                 "--transport for CUDA places expects p2p or nccl, got '", c.transport, "'");
+    LOOM_ASSIGN_OR_RETURN(c.transport, collective::FindTransport(
+        flags.Has("transport") ? flags.Get("transport")
+                               : collective::GetTransport(collective::TransportId::kCudaP2P).name));
+    LOOM_ENFORCE(c.transport->device == collective::DeviceKind::kCuda,
+                 "--transport for CUDA places expects cuda_p2p or nccl, got '", c.transport->name,
+                 "'");
   } else {
     LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, 64));
-    c.transport = flags.Has("transport") ? flags.Get("transport")
-                  : UnderMpirun()        ? "mpi"
-                                         : "inprocess";
-    LOOM_ENFORCE(c.transport == "mpi" || c.transport == "inprocess",
-                 "--transport for CPU places expects inprocess or mpi, got '", c.transport, "'");
+    using collective::TransportId;
+    LOOM_ASSIGN_OR_RETURN(
+        c.transport,
+        collective::FindTransport(
+            flags.Has("transport") ? flags.Get("transport")
+                                   : collective::GetTransport(UnderMpirun() ? TransportId::kMpi
+                                                                            : TransportId::kInProcess)
+                                         .name));
+    LOOM_ENFORCE(c.transport->device == collective::DeviceKind::kCpu,
+                 "--transport for CPU places expects inprocess or mpi, got '", c.transport->name,
+                 "'");
   }
-  c.mpi = c.transport == "mpi";
+  c.mpi = c.transport->processes;
+  // The transport's measured crossovers and chunking, unless a flag says otherwise.
+  c.options = collective::TransportDefaults(*c.transport);
   if (flags.Has("tree-max-bytes")) {
     LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
     c.options.auto_tree_max_bytes = tree_max;
-  } else {
-    c.options.auto_tree_max_bytes = c.mpi                     ? collective::kMpiAutoTreeMaxBytes
-                                    : c.cuda_devices.empty() ? collective::kInProcessAutoTreeMaxBytes
-                                                             : collective::kLinkAutoTreeMaxBytes;
   }
   if (flags.Has("native-min-bytes")) {
     LOOM_ASSIGN_OR_RETURN(int64_t native_min, flags.GetInt("native-min-bytes"));
     c.options.auto_native_min_bytes = native_min;
-  } else {
-    c.options.auto_native_min_bytes =
-        c.transport == "inprocess" ? collective::kInProcessAutoNativeMinBytes : -1;
   }
-  c.options.overlapped_transfers = c.mpi;
-  const std::string chunk = flags.Has("chunk") ? flags.Get("chunk") : c.mpi ? "256K" : "1M";
-  LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", chunk));
+  if (flags.Has("chunk")) {
+    LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));
+  }
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");
@@ -492,7 +491,7 @@ Status Bench(const Config& c, int* argc, char*** argv) {
       memory.push_back(HostBenchMemory());
     }
   } else {
-    LOOM_ASSIGN_OR_RETURN(gpus, MakeCudaBenchGroup(c.cuda_devices, c.transport, c.options));
+    LOOM_ASSIGN_OR_RETURN(gpus, MakeCudaBenchGroup(c.cuda_devices, *c.transport, c.options));
     for (auto& comm : gpus.comms) comms.push_back(comm.get());
     memory = std::move(gpus.memory);
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 
+#include "collective/transport_registry.h"
 #include "collective/transport/mpi.h"
 #include "executor/executor.h"
 #include "framework/cpu_threads.h"
@@ -318,6 +319,13 @@ std::vector<int64_t> Shares(int64_t batch, int n) {
 // A transpiled bundle: DIR/manifest.pbtxt and DIR/rank<R>/{startup,main}.pb. Every rank runs on
 // its own thread with its own scope; each step's global minibatch is split along dim 0 (the
 // first rows % N ranks get one row more; a rank may get none).
+// The manifest's transport; manifests written before the field existed are in-process.
+std::string ManifestTransport(const proto::DataParallelManifest& dp) {
+  return dp.transport().empty()
+             ? collective::GetTransport(collective::TransportId::kInProcess).name
+             : dp.transport();
+}
+
 Status RunRanks(const Flags& flags, const RunSetup& setup,
                 const proto::DataParallelManifest& dp) {
   const int n = dp.nranks();
@@ -331,7 +339,9 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
   // manifest place.
   std::vector<Place> places(n, setup.place);
   std::string where = setup.place.ToString();
-  if (dp.transport() == "nccl" || dp.transport() == "cuda_p2p") {
+  LOOM_ASSIGN_OR_RETURN(const collective::TransportInfo* transport,
+                        collective::FindTransport(ManifestTransport(dp)));
+  if (transport->device == collective::DeviceKind::kCuda) {
     if (dp.places_size() != n)
       return InvalidArgument(setup.dir, ": the manifest lists ", dp.places_size(), " places for ",
                              n, " ranks");
@@ -528,11 +538,9 @@ Status Run(const Flags& flags) {
                           LoadProgram(JoinPath(JoinPath(dir, "rank0"), "main.pb")));
     RunSetup setup;
     LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
-    if (dp.transport() == "mpi") return RunMpiRank(flags, setup, dp);
-    if (dp.has_transport() && dp.transport() != "inprocess" && dp.transport() != "nccl" &&
-        dp.transport() != "cuda_p2p")
-      return InvalidArgument(dp_path, ": transport '", dp.transport(),
-                             "' is not one of inprocess, mpi, nccl, cuda_p2p");
+    auto transport = collective::FindTransport(ManifestTransport(dp));
+    if (!transport.ok()) return transport.status().WithContext(dp_path);
+    if (transport.value()->processes) return RunMpiRank(flags, setup, dp);
     return RunRanks(flags, setup, dp);
   }
   LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));

@@ -4,6 +4,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include "collective/transport_registry.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "tools/commands.h"
@@ -33,7 +34,8 @@ Flags TranspileFlags() {
           {"transport", "T", "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
                              "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
                              "CUDA places use nccl (NCCL's collectives) unless cuda_p2p is given "
-                             "(Loom's ring/tree/multi_tree/star on the GPUs)", "inprocess"},
+                             "(Loom's ring/tree/multi_tree/star on the GPUs)",
+           collective::GetTransport(collective::TransportId::kInProcess).name},
           {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
                            "parameter updated by one owner rank, then broadcast)", "allreduce"},
           {"algo", "ALGO", "ring, tree, multi_tree, star, native (the transport's own: in-process "
@@ -91,9 +93,11 @@ Status Transpile(const Flags& flags) {
   config.transport = flags.Get("transport");
   // CUDA places meet over NCCL unless another transport was asked for (which the transpiler
   // then refuses, naming the place).
+  using collective::GetTransport;
+  using collective::TransportId;
   if (!config.places.empty() && config.places[0].compare(0, 5, "cuda:") == 0 &&
-      config.transport == "inprocess")
-    config.transport = "nccl";
+      config.transport == GetTransport(TransportId::kInProcess).name)
+    config.transport = GetTransport(TransportId::kNccl).name;
   char* end = nullptr;
   config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
   if (*end != '\0') return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");

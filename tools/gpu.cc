@@ -51,19 +51,20 @@ class DeviceMemory final : public BenchMemory {
 }  // namespace
 
 StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
-                                            const std::string& transport,
+                                            const collective::TransportInfo& transport,
                                             const collective::CommunicatorOptions& options) {
   CudaBenchGroup group;
-  if (transport == "p2p") {
+  if (transport.id == collective::TransportId::kCudaP2P) {
     LOOM_ASSIGN_OR_RETURN(group.comms, collective::CreateCudaP2PCommunicators(devices, options));
-  } else if (transport == "nccl") {
+  } else if (transport.id == collective::TransportId::kNccl) {
 #if LOOM_NCCL_ENABLED
     LOOM_ASSIGN_OR_RETURN(group.comms, collective::CreateNcclCommunicators(devices, options));
 #else
-    return Unimplemented("this loom was built without NCCL; use --transport p2p");
+    return Unimplemented("this loom was built without NCCL; use --transport cuda_p2p");
 #endif
   } else {
-    return InvalidArgument("CUDA places take --transport p2p or nccl, not '", transport, "'");
+    return InvalidArgument("CUDA places take --transport cuda_p2p or nccl, not '", transport.name,
+                           "'");
   }
   for (int d : devices) group.memory.push_back(std::make_unique<DeviceMemory>(d));
   return group;

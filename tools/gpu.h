@@ -10,6 +10,7 @@
 
 #include "collective/communicator.h"
 #include "collective/topology.h"
+#include "collective/transport_registry.h"
 #include "base/status.h"
 
 namespace loom::cli {
@@ -26,14 +27,14 @@ class BenchMemory {
 std::unique_ptr<BenchMemory> HostBenchMemory();
 
 // One communicator and one device memory per entry of `devices` (CUDA ordinals; repeats are
-// virtual devices on one GPU for transport "p2p"), over transport "p2p" (the CUDA P2P transport:
-// Loom's schedules) or "nccl" (NCCL's collectives as algorithm native).
+// virtual devices on one GPU for the CUDA P2P transport), over the CUDA P2P transport (Loom's
+// schedules) or NCCL (its collectives as algorithm native).
 struct CudaBenchGroup {
   std::vector<std::unique_ptr<collective::Communicator>> comms;
   std::vector<std::unique_ptr<BenchMemory>> memory;
 };
 StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>& devices,
-                                            const std::string& transport,
+                                            const collective::TransportInfo& transport,
                                             const collective::CommunicatorOptions& options);
 
 // `loom devices`: the CUDA runtime and driver versions, NCCL's version and one line per visible

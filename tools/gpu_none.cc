@@ -2,7 +2,8 @@
 
 namespace loom::cli {
 
-StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&, const std::string&,
+StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&,
+                                            const collective::TransportInfo&,
                                             const collective::CommunicatorOptions&) {
   return Unimplemented(
       "this loom was built without CUDA (no nvcc found at configure time); --places cuda:... "

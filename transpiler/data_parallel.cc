@@ -8,6 +8,7 @@
 
 #include "collective/communicator.h"
 #include "collective/selector.h"
+#include "collective/transport_registry.h"
 #include "collective/types.h"
 #include "framework/op_role.h"
 #include "framework/verifier.h"
@@ -67,6 +68,7 @@ struct State {
   // norm): op index -> (input var, parameter) of each term. Each rank sums the terms of its own
   // parameters and an allreduce right after the op adds up the ranks' partial sums.
   std::map<int, std::vector<std::pair<std::string, int>>> partial_sums;
+  const collective::TransportInfo* transport = nullptr;  // config.transport, from the registry
   std::unique_ptr<collective::Selector> selector;  // resolves "auto" per bucket
   std::shared_ptr<const collective::CommPlan> plan;
   std::vector<ProgramDesc> rank_startup;
@@ -75,8 +77,8 @@ struct State {
 };
 
 std::string ResolveAlgorithm(const State& s, collective::Collective kind, int64_t bytes) {
-  // Device buffers: NCCL's own collectives.
-  if (s.config.transport == "nccl") return "native";
+  // A transport without Loom's schedules (NCCL) runs its own collectives.
+  if (!s.transport->schedules) return "native";
   const std::string& asked = s.config.algorithm;
   if (asked == "native") return asked;  // the transport's own (CheckProgram: it has one)
   if (asked != "auto") {
@@ -84,11 +86,10 @@ std::string ResolveAlgorithm(const State& s, collective::Collective kind, int64_
     if (a.ok() && collective::AlgorithmSupports(a.value(), kind)) return asked;
   }
   // The collectives library's cost model (the same one the communicator's auto uses).
-  // In-process and MPI ranks have native collectives (the selector picks them only from its
-  // native crossover on: in-process, one pass over shared memory).
-  const bool native = s.config.transport == "inprocess" || s.config.transport == "mpi";
-  return collective::AlgorithmName(
-      s.selector->Choose(kind, static_cast<size_t>(std::max<int64_t>(bytes, 0)), 1, native));
+  // The selector picks native collectives only where the transport has them, from its native
+  // crossover on (in-process: one pass over shared memory).
+  return collective::AlgorithmName(s.selector->Choose(
+      kind, static_cast<size_t>(std::max<int64_t>(bytes, 0)), 1, s.transport->native));
 }
 
 VarDesc DeclareLike(BlockDesc* block, const VarDesc& like) {
@@ -110,22 +111,19 @@ VarDesc DeclareCommVar(BlockDesc* block) {
 Status CheckProgram(State* s) {
   const auto& c = s->config;
   if (c.nranks < 1) return InvalidArgument("nranks must be >= 1, got ", c.nranks);
-  if (c.transport != "inprocess" && c.transport != "mpi" && c.transport != "nccl" &&
-      c.transport != "cuda_p2p")
-    return InvalidArgument("transport '", c.transport,
-                           "' is not one of inprocess, mpi, nccl, cuda_p2p");
-  const bool gpu_transport = c.transport == "nccl" || c.transport == "cuda_p2p";
+  LOOM_ASSIGN_OR_RETURN(s->transport, collective::FindTransport(c.transport));
+  const collective::TransportInfo& t = *s->transport;
+  const bool gpu_transport = t.device == collective::DeviceKind::kCuda;
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
-    if (a == collective::Algorithm::kNative && c.transport == "cuda_p2p")
-      return InvalidArgument("algorithm 'native' needs the in-process, MPI or NCCL transport; the ",
-                             c.transport,
+    if (a == collective::Algorithm::kNative && !t.native)
+      return InvalidArgument("algorithm 'native' needs a transport with collectives of its own; "
+                             "the ", t.name,
                              " transport offers ring, tree, multi_tree, star and auto");
-    if (a != collective::Algorithm::kNative && c.transport == "nccl")
-      return InvalidArgument("algorithm '", c.algorithm,
-                             "' is one of Loom's schedules; transport nccl (CUDA places) runs "
-                             "NCCL's own collectives: use native or auto, or transport cuda_p2p "
-                             "for Loom's schedules on the GPUs");
+    if (a != collective::Algorithm::kNative && !t.schedules)
+      return InvalidArgument("algorithm '", c.algorithm, "' is one of Loom's schedules; transport ",
+                             t.name, " runs its own collectives: use native or auto, or transport "
+                             "cuda_p2p for Loom's schedules on the GPUs");
   }
   // Places, when given, must fit the transport: CUDA places (one GPU per rank) meet over NCCL
   // or CUDA P2P.
@@ -141,10 +139,10 @@ Status CheckProgram(State* s) {
                                     : StrCat("' (transport ", c.transport, " needs CUDA places)"));
       // NCCL refuses two ranks on one GPU; the CUDA P2P transport takes a GPU listed several
       // times as virtual devices sharing its memory (how one GPU checks a multi-rank group).
-      if (cuda && c.transport == "nccl" && !distinct.insert(p).second)
-        return InvalidArgument("place '", p,
-                               "' is given twice: NCCL needs a GPU of its own for each rank "
-                               "(transport cuda_p2p takes a GPU several times)");
+      if (cuda && !t.shared_devices && !distinct.insert(p).second)
+        return InvalidArgument("place '", p, "' is given twice: transport ", t.name,
+                               " needs a GPU of its own for each rank (transport cuda_p2p takes "
+                               "a GPU several times)");
     }
   }
   collective::Topology topology = collective::Topology::Uniform(c.nranks);
@@ -155,14 +153,10 @@ Status CheckProgram(State* s) {
                              " devices, asked for ", c.nranks, " ranks");
   }
   LOOM_ASSIGN_OR_RETURN(s->plan, collective::CommPlan::Create(topology));
-  collective::SelectorOptions so;
-  so.tree_max_bytes = c.tree_max_bytes >= 0          ? c.tree_max_bytes
-                      : c.transport == "mpi"      ? collective::kMpiAutoTreeMaxBytes
-                      : c.transport == "cuda_p2p" ? collective::kLinkAutoTreeMaxBytes
-                                                  : collective::kInProcessAutoTreeMaxBytes;
-  so.native_min_bytes =
-      c.transport == "inprocess" ? collective::kInProcessAutoNativeMinBytes : -1;
-  so.overlapped_transfers = c.transport == "mpi";
+  // The selector the ranks' communicators will run with (their transport's crossovers).
+  collective::CommunicatorOptions co = collective::TransportDefaults(t);
+  if (c.tree_max_bytes >= 0) co.auto_tree_max_bytes = c.tree_max_bytes;
+  collective::SelectorOptions so = collective::SelectorOptionsOf(co);
   s->selector = std::make_unique<collective::Selector>(*s->plan, so);
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);

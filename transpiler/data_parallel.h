@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "collective/transport_registry.h"
 #include "framework/framework.pb.h"
 #include "framework/program_desc.h"
 #include "base/status.h"
@@ -54,7 +55,7 @@ struct DataParallelConfig {
   // "mpi" (one process per rank under mpirun; the MPI world is the group), "nccl" (CUDA
   // places, a thread per rank, one GPU each; every collective is NCCL's own: "native") or
   // "cuda_p2p" (CUDA places like nccl, running Loom's ring/tree/multi_tree/star on the GPUs).
-  std::string transport = "inprocess";
+  std::string transport = collective::GetTransport(collective::TransportId::kInProcess).name;
   std::string topology;                // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
   // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):

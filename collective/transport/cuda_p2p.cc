@@ -8,6 +8,7 @@
 #include "collective/transport/cuda_reduce.h"
 #include "collective/transport/inprocess.h"
 #include "collective/transport/nvml_links.h"
+#include "collective/transport_registry.h"
 
 namespace loom::collective {
 namespace {
@@ -82,7 +83,7 @@ class CudaPeerMemory final : public RankMemory,
     }
   }
 
-  const char* name() const override { return "cuda-p2p"; }
+  const char* name() const override { return GetTransport(TransportId::kCudaP2P).display; }
 
   Status Copy(int performer, int dst_rank, void* dst, int src_rank, const void* src,
               size_t bytes) override {

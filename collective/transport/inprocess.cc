@@ -14,6 +14,7 @@
 #endif
 
 #include "collective/schedule.h"
+#include "collective/transport_registry.h"
 
 namespace loom::collective {
 namespace {
@@ -84,7 +85,7 @@ struct Hub {
 
 class HostMemory final : public RankMemory {
  public:
-  const char* name() const override { return "in-process"; }
+  const char* name() const override { return GetTransport(TransportId::kInProcess).display; }
   bool host() const override { return true; }
   Status Copy(int, int, void* dst, int, const void* src, size_t bytes) override {
     if (dst != src && bytes > 0) std::memmove(dst, src, bytes);

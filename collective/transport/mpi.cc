@@ -1,5 +1,7 @@
 #include "collective/transport/mpi.h"
 
+#include "collective/transport_registry.h"
+
 #include <mpi.h>
 
 #include <climits>
@@ -261,7 +263,7 @@ class MpiTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
-  const char* name() const override { return "mpi"; }
+  const char* name() const override { return GetTransport(TransportId::kMpi).display; }
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
     return Post(/*is_send=*/true, peer, tag, const_cast<void*>(data), bytes);
@@ -504,11 +506,7 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
 }
 
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
-  CommunicatorOptions options;
-  options.pipeline_chunk_bytes = size_t{256} << 10;
-  options.overlapped_transfers = true;  // MPI_Isend / MPI_Irecv progress together
-  options.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
-  return options;
+  return TransportDefaults(GetTransport(TransportId::kMpi));
 }
 
 StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(

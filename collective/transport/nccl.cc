@@ -1,4 +1,5 @@
 #include "collective/transport/nccl.h"
+#include "collective/transport_registry.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -76,7 +77,7 @@ class NcclTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
-  const char* name() const override { return "nccl"; }
+  const char* name() const override { return GetTransport(TransportId::kNccl).display; }
   bool runs_schedules() const override { return false; }
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override;

@@ -53,24 +53,22 @@ void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
 Status CommInitKernel(const KernelContext& ctx) {
   Variable* out = ctx.OutputVariable("Comm");
   if (!out) return ctx.Error("output 'Comm' is missing");
-  const std::string& transport = ctx.Attr<std::string>("transport");
+  LOOM_ASSIGN_OR_RETURN(const collective::TransportInfo* t,
+                        collective::FindTransport(ctx.Attr<std::string>("transport")));
+  const std::string transport = t->name;
   GroupOptions o;
   o.timeout_ms = ctx.Attr<int>("timeout_ms");
   o.topology = ctx.Attr<std::string>("topology");
   o.tree_max_bytes = ctx.Attr<int>("tree_max_bytes");
   const int nranks = ctx.Attr<int>("nranks"), rank = ctx.Attr<int>("rank");
   // Device buffers need a GPU transport (nccl, cuda_p2p); the others move host memory.
-  const bool gpu_transport = transport == "nccl" || transport == "cuda_p2p";
+  const bool gpu_transport = t->device == collective::DeviceKind::kCuda;
   if (ctx.place().is_cpu() == gpu_transport)
     return ctx.Error("transport '", transport, "' cannot run on place ", ctx.place().ToString(),
                      ctx.place().is_cpu() ? StrCat(" (", transport, " needs CUDA places)")
                                           : " (CUDA places need transport nccl or cuda_p2p)");
   const std::string& group = ctx.Attr<std::string>("group");
-  StatusOr<CommHandle> joined =
-      transport == "mpi"        ? JoinMpiWorld(nranks, rank, o)
-      : transport == "nccl"     ? JoinNcclGroup(group, nranks, rank, ctx.place().device, o)
-      : transport == "cuda_p2p" ? JoinCudaP2PGroup(group, nranks, rank, ctx.place().device, o)
-                                : JoinInProcessGroup(group, nranks, rank, o);
+  StatusOr<CommHandle> joined = JoinGroup(*t, group, nranks, rank, ctx.place().device, o);
   if (!joined.ok()) return joined.status().WithContext(ctx.Where());
   CommHandle h = std::move(joined).value();
   *out->GetMutable<CommHandle>() = std::move(h);
@@ -332,20 +330,15 @@ LOOM_REGISTER_OP(comm_init)
     .RequiredAttr<int>("nranks", "number of ranks", Positive("nranks"))
     .RequiredAttr<int>("rank", "this rank", NonNegative("rank"))
     .RequiredAttr<std::string>("group", "name the ranks of one group share")
-    .Attr<std::string>("transport", "inprocess",
+    .Attr<std::string>("transport",
+                       collective::GetTransport(collective::TransportId::kInProcess).name,
                        "inprocess (ranks are threads of one process, meeting by group name), "
                        "mpi (one process per rank under mpirun; the MPI world is the group) or "
                        "nccl (CUDA places: ranks are threads of one process, one GPU each, "
                        "meeting by group name; NCCLInit's role; NCCL's own collectives) or "
                        "cuda_p2p (the same on CUDA places, running Loom's ring/tree/multi_tree/"
                        "star schedules with peer copies and reduction kernels)",
-                       [](const std::string& t) {
-                         return t == "inprocess" || t == "mpi" || t == "nccl" || t == "cuda_p2p"
-                                    ? Status::OK()
-                                    : InvalidArgument(
-                                          "transport '", t,
-                                          "' is not one of inprocess, mpi, nccl, cuda_p2p");
-                       })
+                       [](const std::string& t) { return collective::FindTransport(t).status(); })
     .Attr<std::string>("topology", "", "topology preset of the devices; empty: all alike")
     .Attr<int>("timeout_ms", 30000, "a collective not done after this long fails",
                Positive("timeout_ms"))

@@ -121,8 +121,9 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
 
 namespace {
 
-[[maybe_unused]] collective::CommunicatorOptions DeviceCommOptions(const GroupOptions& options) {
-  collective::CommunicatorOptions co;
+[[maybe_unused]] collective::CommunicatorOptions DeviceCommOptions(
+    collective::TransportId id, const GroupOptions& options) {
+  collective::CommunicatorOptions co = collective::TransportDefaults(collective::GetTransport(id));
   co.timeout = std::chrono::milliseconds(options.timeout_ms);
   if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
   return co;
@@ -144,7 +145,8 @@ namespace {
 StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank, int device,
                                    const GroupOptions& options) {
 #if LOOM_NCCL_ENABLED
-  const collective::CommunicatorOptions co = DeviceCommOptions(options);
+  const collective::CommunicatorOptions co =
+      DeviceCommOptions(collective::TransportId::kNccl, options);
   auto factory = [co](const std::vector<int>& devices) -> StatusOr<DeviceGroupComms> {
     LOOM_ASSIGN_OR_RETURN(auto comms, collective::CreateNcclCommunicators(devices, co));
     return Shared(std::move(comms));
@@ -159,7 +161,8 @@ StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank,
 StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int rank, int device,
                                       const GroupOptions& options) {
 #if LOOM_CUDA_ENABLED
-  const collective::CommunicatorOptions co = DeviceCommOptions(options);
+  const collective::CommunicatorOptions co =
+      DeviceCommOptions(collective::TransportId::kCudaP2P, options);
   std::optional<collective::Topology> topology;
   if (!options.topology.empty()) {
     LOOM_ASSIGN_OR_RETURN(collective::Topology t, collective::Topology::Preset(options.topology));
@@ -173,8 +176,9 @@ StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int ra
                           collective::CreateCudaP2PCommunicators(devices, co, topology));
     return Shared(std::move(comms));
   };
-  GroupOptions shared = options;
-  shared.shared_devices = true;  // a GPU named by several ranks holds virtual devices
+  GroupOptions shared = options;  // a GPU named by several ranks holds virtual devices
+  shared.shared_devices =
+      collective::GetTransport(collective::TransportId::kCudaP2P).shared_devices;
   return JoinDeviceGroup(key, nranks, rank, device, shared, factory);
 #else
   return Unimplemented("transport 'cuda_p2p' is not available: Loom was built without CUDA (rank ",
@@ -294,6 +298,19 @@ StatusOr<collective::ReduceOp> ParseReduceOp(const std::string& name, const std:
   if (name == "avg") return collective::ReduceOp::kAvg;
   return InvalidArgument(where, ": reduce_type '", name,
                          "' is not one of sum, prod, max, min, avg");
+}
+
+StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const std::string& key,
+                               int nranks, int rank, int device, const GroupOptions& options) {
+  switch (transport.id) {
+    case collective::TransportId::kInProcess:
+      return JoinInProcessGroup(key, nranks, rank, options);
+    case collective::TransportId::kMpi: return JoinMpiWorld(nranks, rank, options);
+    case collective::TransportId::kNccl: return JoinNcclGroup(key, nranks, rank, device, options);
+    case collective::TransportId::kCudaP2P:
+      return JoinCudaP2PGroup(key, nranks, rank, device, options);
+  }
+  return Internal("transport '", transport.name, "' has no group to join");
 }
 
 std::function<Status(const std::string&)> ValidReduceType() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/transport_registry.h"
 #include "collective/types.h"
 #include "framework/op_registry.h"
 #include "loom/config.h"
@@ -77,6 +78,12 @@ StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank,
 // when it is empty. Unimplemented when Loom was built without CUDA.
 StatusOr<CommHandle> JoinCudaP2PGroup(const std::string& key, int nranks, int rank, int device,
                                       const GroupOptions& options);
+
+// comm_init's one dispatch from a registered transport to the group its rank joins:
+// JoinInProcessGroup, JoinMpiWorld, JoinNcclGroup or JoinCudaP2PGroup (device: the rank's CUDA
+// device, for the GPU transports).
+StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const std::string& key,
+                               int nranks, int rank, int device, const GroupOptions& options);
 
 #if LOOM_CUDA_ENABLED
 // x[0, n) *= w on the kernel's CUDA stream (fp32, fp64 or fp16 data).

@@ -3,6 +3,7 @@
 #include <google/protobuf/text_format.h>
 #include <pybind11/stl.h>
 
+#include "collective/transport_registry.h"
 #include "framework/device_context.h"
 #include "loom/config.h"
 #include "operators/collective/stats.h"
@@ -50,10 +51,32 @@ void RegisterParallel(py::module_& m) {
       py::arg("grad_scale") = "sample", py::arg("owner_policy") = "bytes",
       py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
       py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
-      py::arg("transport") = "inprocess", py::arg("places") = std::vector<std::string>{},
+      py::arg("transport") = collective::GetTransport(collective::TransportId::kInProcess).name, py::arg("places") = std::vector<std::string>{},
       "Transpiles a single-device (startup, main) for nranks places (names like 'cpu:0' or "
       "'cuda:1'; default cpu:0..): returns (per-rank startup programs, per-rank main programs, "
       "the manifest as text).");
+
+  m.def(
+      "transports",
+      [] {
+        py::list out;
+        for (const auto& t : collective::Transports()) {
+          py::dict d;
+          d["name"] = t.name;
+          d["device"] = t.device == collective::DeviceKind::kCuda ? "cuda" : "cpu";
+          d["processes"] = t.processes;
+          d["schedules"] = t.schedules;
+          d["native"] = t.native;
+          d["shared_devices"] = t.shared_devices;
+          d["built"] = t.built;
+          d["summary"] = t.summary;
+          out.append(d);
+        }
+        return out;
+      },
+      "The registered transports (collective/transport_registry.h), one dict each: name, device "
+      "('cpu' or 'cuda'), processes (one process per rank), schedules (Loom's ring/tree/...), "
+      "native (collectives of its own), shared_devices, built, summary.");
 
   m.def(
       "run_ranks",

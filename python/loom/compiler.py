@@ -93,18 +93,30 @@ class ExecutionStrategy:
         self.num_iteration_per_drop_scope = 1
 
 
+# CUDA places meet over NCCL unless BuildStrategy.transport names a CUDA transport.
+_CUDA_DEFAULT = "nccl"
+
+
+def _transport(name):
+    """The registered transport `name` (core.transports(): collective/transport_registry.h)."""
+    registered = core.transports()
+    for t in registered:
+        if t["name"] == name:
+            return t
+    raise ValueError("BuildStrategy.transport: unknown transport %r (registered: %s)"
+                     % (name, ", ".join(t["name"] for t in registered)))
+
+
 class _RankState:
     """Per-scope state of a compiled program: rank programs, scopes and prepared blocks."""
 
     def __init__(self, compiled, scope):
         bs = compiled._build_strategy
-        if bs.transport not in ("inprocess", "mpi", "cuda_p2p"):
-            raise ValueError("BuildStrategy.transport must be 'inprocess', 'mpi' or 'cuda_p2p', "
-                             "got %r" % (bs.transport,))
-        if bs.transport == "cuda_p2p" and compiled._places[0].is_cpu_place():
-            raise ValueError("BuildStrategy.transport 'cuda_p2p' needs CUDA places, got %r"
-                             % (compiled._places,))
-        if bs.transport == "mpi":
+        transport = _transport(bs.transport)
+        if transport["device"] == "cuda" and compiled._places[0].is_cpu_place():
+            raise ValueError("BuildStrategy.transport %r needs CUDA places, got %r"
+                             % (bs.transport, compiled._places))
+        if transport["processes"]:
             self._init_mpi(compiled, scope)
             return
         self.mpi = False
@@ -120,8 +132,8 @@ class _RankState:
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
             keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport=("cuda_p2p" if bs.transport == "cuda_p2p" else "nccl") if cuda
-            else "inprocess",
+            transport=(bs.transport if transport["device"] == "cuda" else _CUDA_DEFAULT)
+            if cuda else bs.transport,
             places=[repr(p) for p in places] if cuda else [])
         self.manifest = manifest
         self.mains = mains
@@ -151,7 +163,7 @@ class _RankState:
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group="mpi",
             keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport="mpi")
+            transport=bs.transport)
         self.mpi = True
         self.rank, self.nranks = rank, n
         self.manifest = manifest
@@ -237,7 +249,8 @@ class CompiledProgram:
                 raise NotImplementedError(
                     "with_data_parallel: CUDA places %r need a build with CUDA and NCCL"
                     % (places,))
-            virtual_ok = getattr(self._build_strategy, "transport", None) == "cuda_p2p"
+            virtual_ok = _transport(getattr(self._build_strategy, "transport", "inprocess"))[
+                "shared_devices"]
             if len(set(places)) != len(places) and not virtual_ok:
                 raise ValueError("with_data_parallel: places %r repeat a GPU; each place needs "
                                  "a GPU of its own over NCCL (BuildStrategy.transport "

@@ -267,7 +267,7 @@ if [ "$GPUS" -gt 0 ]; then
     cat "$LOGS/topo_detect.log"
     echo '```'
   } >>"$MD"
-  for spec in "cuda:0,0,0,0 p2p" "cuda:$(seq -s, 0 $((GPUS - 1))) nccl"; do
+  for spec in "cuda:0,0,0,0 cuda_p2p" "cuda:$(seq -s, 0 $((GPUS - 1))) nccl"; do
     set -- $spec
     log=$LOGS/bench_collective_$2.log
     if run_loom "$log" bench collective --places "$1" --transport "$2" --algo all \

@@ -499,3 +499,22 @@ def test_cuda_p2p_transport_runs_looms_schedules_on_gpus():
         for name in want:
             err = np.linalg.norm(got[name] - want[name]) / np.linalg.norm(want[name])
             assert err < 1e-4, "%s: %.3g on %d CUDA places" % (name, err, len(places))
+
+
+def test_transports_come_from_the_registry():
+    names = [t["name"] for t in core.transports()]
+    assert names == ["inprocess", "mpi", "nccl", "cuda_p2p"]
+    by_name = {t["name"]: t for t in core.transports()}
+    assert by_name["cuda_p2p"]["device"] == "cuda" and by_name["cuda_p2p"]["shared_devices"]
+    assert by_name["mpi"]["processes"] and not by_name["nccl"]["schedules"]
+    main, startup, loss = build("mlp", "sgd")
+    bs = fluid.BuildStrategy()
+    bs.transport = "carrier-pigeon"
+    exe, scope = fresh_scope(main, startup, {})
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(2))
+    x = np.zeros((4, 12), "float32")
+    y = np.zeros((4, 1), "int64")
+    with pytest.raises(ValueError, match=r"unknown transport 'carrier-pigeon' \(registered: "
+                                         r"inprocess, mpi, nccl, cuda_p2p\)"):
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)

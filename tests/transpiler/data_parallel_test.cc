@@ -236,7 +236,7 @@ TEST(DataParallelTranspiler, ClearErrors) {
   c.algorithm = "auto";
   c.transport = "carrier-pigeon";
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "transport 'carrier-pigeon' is not one of inprocess, mpi"),
+                "unknown transport 'carrier-pigeon' (registered: inprocess, mpi, nccl, cuda_p2p)"),
             std::string::npos);
   c.transport = "mpi";
   c.algorithm = "native";  // MPI has its own allreduce
