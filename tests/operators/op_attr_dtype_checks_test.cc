@@ -1,4 +1,4 @@
-// Starter-op behaviour not covered elsewhere: the gradient of sum, attribute checks of the random
+// Attribute, dtype and compile-time shape checks of single ops: the gradient of sum, attribute checks of the random
 // ops, sgd's learning-rate dtype, relu_grad reading Out, unknown dims at compile time and
 // higher-rank softmax_with_cross_entropy.
 #include <gtest/gtest.h>

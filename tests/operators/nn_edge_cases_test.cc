@@ -1,4 +1,4 @@
-// Cases found missing when the op list was audited against the tests: softmax over a non-last
+// Edge cases of the NN and reduction operators: softmax over a non-last
 // axis, conv2d over several sample chunks (wide batched GEMMs), top_k's gradient, reductions
 // over a middle axis / batch 1 / zero-size dims, soft-label cross_entropy, batch 1 batch_norm,
 // concat with an empty input, and attribute errors that must name the op and the attribute.

@@ -1,4 +1,4 @@
-// Edge cases of the starter operators: every dtype of the creation ops, fp32 gradient checks,
+// Edge cases of the basic math operators: every dtype of the creation ops, fp32 gradient checks,
 // batch size 1 and zero-size batches, in-place sum and sgd, int32 labels, attribute errors, and
 // the CUDA kernels against the CPU ones (skipped without a device).
 #include <gtest/gtest.h>

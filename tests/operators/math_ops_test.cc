@@ -1,4 +1,5 @@
-// Forward vs reference and numeric gradient checks of the starter operators.
+// The basic math, loss and metric operators (elementwise add, mul, matmul, mean, fill, losses,
+// metrics): forward vs reference and numeric gradient checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -436,7 +437,7 @@ TEST(SoftmaxOpTest, SoftmaxAndLogSoftmax) {
       EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << type << dims.ToString();
     }
   }
-  // Any axis in [-rank, rank) is accepted (audit_cases_test.cc checks them); beyond is an error.
+  // Any axis in [-rank, rank) is accepted (nn_edge_cases_test.cc checks them); beyond is an error.
   OpTest bad("softmax");
   bad.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Out").Attr("axis", -3);
   ASSERT_FALSE(bad.Forward().ok());
