@@ -1,6 +1,6 @@
 // Status and StatusOr: how anything that depends on input (parsing, verification, I/O, shapes)
-// reports failure. No exceptions cross Loom's C++ API; CHECK-style aborts are for programmer errors.
-// Thread-safety: value types, safe to copy between threads.
+// reports failure. No exceptions cross Loom's C++ API; CHECK-style aborts are for programmer
+// errors. Thread-safety: value types, safe to copy between threads.
 #pragma once
 
 #include <memory>
@@ -55,9 +55,9 @@ std::string StrCat(Args&&... args) {
   return os.str();
 }
 
-#define LOOM_DEFINE_STATUS_FACTORY(Name, Code)      \
-  template <typename... Args>                       \
-  Status Name(Args&&... args) {                     \
+#define LOOM_DEFINE_STATUS_FACTORY(Name, Code)                            \
+  template <typename... Args>                                             \
+  Status Name(Args&&... args) {                                           \
     return Status(StatusCode::Code, StrCat(std::forward<Args>(args)...)); \
   }
 LOOM_DEFINE_STATUS_FACTORY(InvalidArgument, kInvalidArgument)
@@ -107,10 +107,10 @@ class [[nodiscard]] StatusOr {
 #define LOOM_CONCAT_INNER(a, b) a##b
 #define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
 
-#define LOOM_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::loom::Status _loom_st = (expr);       \
-    if (!_loom_st.ok()) return _loom_st;    \
+#define LOOM_RETURN_IF_ERROR(expr)       \
+  do {                                   \
+    ::loom::Status _loom_st = (expr);    \
+    if (!_loom_st.ok()) return _loom_st; \
   } while (0)
 
 #define LOOM_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -122,9 +122,9 @@ class [[nodiscard]] StatusOr {
   LOOM_ASSIGN_OR_RETURN_IMPL(LOOM_CONCAT(_loom_so_, __LINE__), lhs, expr)
 
 // Returns InvalidArgument(msg...) from the enclosing function when cond is false.
-#define LOOM_ENFORCE(cond, ...)                                   \
-  do {                                                            \
-    if (!(cond)) return ::loom::InvalidArgument(__VA_ARGS__);     \
+#define LOOM_ENFORCE(cond, ...)                               \
+  do {                                                        \
+    if (!(cond)) return ::loom::InvalidArgument(__VA_ARGS__); \
   } while (0)
 
 // Programmer errors: abort with a message. LOOM_CHECK(cond) or LOOM_CHECK(cond, "msg ", x, ...);

@@ -104,9 +104,10 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq) {
   s.dtype = a.kind == Collective::kBarrier ? -1 : static_cast<int32_t>(a.dtype);
   s.op = HasReduction(a.kind) ? static_cast<int32_t>(a.op) : -1;
   s.root = HasRoot(a.kind) ? a.root : -1;
-  s.algorithm = a.kind == Collective::kBarrier || a.kind == Collective::kSend || a.kind == Collective::kRecv
-                    ? -1
-                    : static_cast<int32_t>(a.algorithm);
+  s.algorithm =
+      a.kind == Collective::kBarrier || a.kind == Collective::kSend || a.kind == Collective::kRecv
+          ? -1
+          : static_cast<int32_t>(a.algorithm);
   s.tag = a.tag;
   s.count = a.count;
   s.seq = seq;
@@ -248,23 +249,22 @@ Work Communicator::Issue(Call call) {
                                   AlgorithmName(a.algorithm), "'"));
       }
     }
-    if (a.algorithm == Algorithm::kNative &&
-        !transport_->SupportsNative(a.kind, a.dtype)) {
+    if (a.algorithm == Algorithm::kNative && !transport_->SupportsNative(a.kind, a.dtype)) {
       return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
                                 " transport for ", kind, " of ", DataTypeName(a.dtype)));
     }
     if (a.algorithm == Algorithm::kAuto) {
       size_t bytes = a.count * DataTypeSize(a.dtype);
       // The selector sizes allgather/reducescatter by the whole buffer, as nccl-tests does.
-      if (a.kind == Collective::kAllGather || a.kind == Collective::kReduceScatter) bytes *= nranks_;
+      if (a.kind == Collective::kAllGather || a.kind == Collective::kReduceScatter)
+        bytes *= nranks_;
       size_t inflight;
       {
         std::lock_guard<std::mutex> lock(mu_);
         inflight = queue_.size() + 1;
       }
-      a.algorithm =
-          selector_->Choose(a.kind, bytes, static_cast<int>(inflight),
-                            transport_->SupportsNative(a.kind, a.dtype));
+      a.algorithm = selector_->Choose(a.kind, bytes, static_cast<int>(inflight),
+                                      transport_->SupportsNative(a.kind, a.dtype));
     }
     if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(a.algorithm, a.kind)) {
       return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));
@@ -283,7 +283,8 @@ Work Communicator::Issue(Call call) {
   if (a.count > 0 && a.kind != Collective::kBarrier) {
     const bool needs_send =
         a.kind != Collective::kRecv && !(a.kind == Collective::kBroadcast && rank_ != a.root);
-    const bool needs_recv = a.kind != Collective::kSend && !(a.kind == Collective::kReduce && rank_ != a.root);
+    const bool needs_recv =
+        a.kind != Collective::kSend && !(a.kind == Collective::kReduce && rank_ != a.root);
     if (needs_send && a.send == nullptr) return fail(InvalidArgument("send buffer is null"));
     if (needs_recv && a.recv == nullptr) return fail(InvalidArgument("recv buffer is null"));
   }
@@ -330,7 +331,8 @@ void Communicator::WorkerLoop() {
       const CallArgs& a = call->args;
       std::string what = StrCat(CollectiveCallName(a.kind));
       if (call->seq > 0) what += StrCat(" #", call->seq);
-      if (a.kind != Collective::kBarrier && a.kind != Collective::kSend && a.kind != Collective::kRecv) {
+      if (a.kind != Collective::kBarrier && a.kind != Collective::kSend &&
+          a.kind != Collective::kRecv) {
         what += StrCat(" (", AlgorithmName(a.algorithm), ")");
       }
       status = status.WithContext(StrCat(what, " on rank ", rank_));
@@ -360,12 +362,18 @@ Status Communicator::Run(const Call& call) {
     LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq)));
     if (a.kind == Collective::kBarrier) return Status::OK();
     switch (a.algorithm) {
-      case Algorithm::kRing: return internal::RunRing(s, a);
-      case Algorithm::kTree: return internal::RunTree(s, a);
-      case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
-      case Algorithm::kStar: return internal::RunStar(s, a);
-      case Algorithm::kNative: return RunNative(*transport_, a, deadline);
-      default: return internal::UnsupportedAlgorithm(a);
+      case Algorithm::kRing:
+        return internal::RunRing(s, a);
+      case Algorithm::kTree:
+        return internal::RunTree(s, a);
+      case Algorithm::kMultiTree:
+        return internal::RunMultiTree(s, a);
+      case Algorithm::kStar:
+        return internal::RunStar(s, a);
+      case Algorithm::kNative:
+        return RunNative(*transport_, a, deadline);
+      default:
+        return internal::UnsupportedAlgorithm(a);
     }
   }();
   if (status.code() == StatusCode::kTimeout) {
@@ -391,14 +399,16 @@ Status Communicator::WaitAll(std::chrono::milliseconds timeout) {
 Work Communicator::AllReduce(const void* send, void* recv, size_t count, DataType dtype,
                              ReduceOp op, const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Collective::kAllReduce, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+  c.args =
+      CallArgs{Collective::kAllReduce, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::Reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root, const CallOptions& options) {
   Call c;
-  c.args = CallArgs{Collective::kReduce, send, recv, count, dtype, op, root, -1, -1, options.algorithm};
+  c.args =
+      CallArgs{Collective::kReduce, send, recv, count, dtype, op, root, -1, -1, options.algorithm};
   return Issue(c);
 }
 
@@ -406,7 +416,7 @@ Work Communicator::Broadcast(const void* send, void* recv, size_t count, DataTyp
                              const CallOptions& options) {
   Call c;
   c.args = CallArgs{Collective::kBroadcast, send, recv, count, dtype,
-                    ReduceOp::kSum,   root, -1,   -1,    options.algorithm};
+                    ReduceOp::kSum,         root, -1,   -1,    options.algorithm};
   return Issue(c);
 }
 
@@ -414,36 +424,36 @@ Work Communicator::AllGather(const void* send, void* recv, size_t count, DataTyp
                              const CallOptions& options) {
   Call c;
   c.args = CallArgs{Collective::kAllGather, send, recv, count, dtype,
-                    ReduceOp::kSum,   -1,   -1,   -1,    options.algorithm};
+                    ReduceOp::kSum,         -1,   -1,   -1,    options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType dtype,
                                  ReduceOp op, const CallOptions& options) {
   Call c;
-  c.args =
-      CallArgs{Collective::kReduceScatter, send, recv, count, dtype, op, -1, -1, -1, options.algorithm};
+  c.args = CallArgs{Collective::kReduceScatter, send, recv, count, dtype, op, -1, -1, -1,
+                    options.algorithm};
   return Issue(c);
 }
 
 Work Communicator::Send(const void* data, size_t count, DataType dtype, int peer, int tag) {
   Call c;
-  c.args = CallArgs{Collective::kSend,    data, nullptr, count, dtype,
-                    ReduceOp::kSum, -1,   peer,    tag,   Algorithm::kAuto};
+  c.args = CallArgs{Collective::kSend, data, nullptr, count, dtype,
+                    ReduceOp::kSum,    -1,   peer,    tag,   Algorithm::kAuto};
   return Issue(c);
 }
 
 Work Communicator::Recv(void* data, size_t count, DataType dtype, int peer, int tag) {
   Call c;
-  c.args = CallArgs{Collective::kRecv,    nullptr, data, count, dtype,
-                    ReduceOp::kSum, -1,      peer, tag,   Algorithm::kAuto};
+  c.args = CallArgs{Collective::kRecv, nullptr, data, count, dtype,
+                    ReduceOp::kSum,    -1,      peer, tag,   Algorithm::kAuto};
   return Issue(c);
 }
 
 Work Communicator::Barrier() {
   Call c;
   c.args = CallArgs{Collective::kBarrier, nullptr, nullptr, 0,  DataType::kFloat32,
-                    ReduceOp::kSum, -1,      -1,      -1, Algorithm::kAuto};
+                    ReduceOp::kSum,       -1,      -1,      -1, Algorithm::kAuto};
   return Issue(c);
 }
 

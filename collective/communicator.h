@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "collective/topology.h"
 #include "collective/transport.h"
 #include "collective/tree_builder.h"
 #include "collective/types.h"
-#include "base/status.h"
 
 namespace loom::collective {
 
@@ -66,11 +66,11 @@ struct CallOptions {
 
 // Measured allreduce crossovers of Algorithm::kAuto (docs/COLLECTIVES.md, "Selector"; rerun
 // with bench/collective/auto_check.py). Over real links the tree wins up to ~2 MiB and the
-// ring's bandwidth takes over above (kLinkAutoTreeMaxBytes); MPI: kMpiAutoTreeMaxBytes. Ranks of one process share one memory system: every
-// algorithm moves the same bytes through it, and the tree, with the fewest synchronized steps,
-// was at or ahead of the ring at every size from 4 KiB to 64 MiB (medians of 5 rounds: 4 MiB
-// tree 3190 µs vs ring 3518, 16 MiB 17021 vs 18556, 64 MiB 58830 vs 68454), so in-process
-// allreduce takes the tree at every size.
+// ring's bandwidth takes over above (kLinkAutoTreeMaxBytes); MPI: kMpiAutoTreeMaxBytes. Ranks of
+// one process share one memory system: every algorithm moves the same bytes through it, and the
+// tree, with the fewest synchronized steps, was at or ahead of the ring at every size from 4 KiB to
+// 64 MiB (medians of 5 rounds: 4 MiB tree 3190 µs vs ring 3518, 16 MiB 17021 vs 18556, 64 MiB 58830
+// vs 68454), so in-process allreduce takes the tree at every size.
 constexpr long long kLinkAutoTreeMaxBytes = 2 << 20;
 // Over MPI (processes of one host, medians of 3 and 5 rounds): the tree was at or near the best
 // up to 256 KiB and behind the ring and multi_tree from 1 MiB (1 MiB: tree 1476/1820 µs, ring

@@ -18,7 +18,6 @@
 
 namespace loom::collective::internal {
 
-
 // One call's arguments, as issued.
 struct CallArgs {
   Collective kind = Collective::kBarrier;

@@ -26,7 +26,6 @@
 
 namespace loom::collective {
 
-
 struct SelectorOptions {
   // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
   long long tree_max_bytes = 2 << 20;
@@ -68,8 +67,7 @@ class Selector {
                    bool native_available = true) const;
   // A table: one row per size from `min_bytes` to `max_bytes` (x4), estimated µs per algorithm
   // and the choice.
-  std::string Table(Collective kind, size_t min_bytes, size_t max_bytes,
-                    int inflight = 1) const;
+  std::string Table(Collective kind, size_t min_bytes, size_t max_bytes, int inflight = 1) const;
 
   const SelectorOptions& options() const { return options_; }
 

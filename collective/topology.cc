@@ -38,10 +38,14 @@ constexpr const char* kDgx1P100 = R"(# NVIDIA DGX-1 with 8 P100 (hybrid cube-mes
 
 Link Topology::LinkForWeight(int weight) {
   switch (weight) {
-    case 0: return Link{0, 0, 0};
-    case 1: return Link{1, 10.0, 5.0};
-    case 2: return Link{2, 25.0, 2.0};
-    default: return Link{weight, 25.0 * (weight - 1), 2.0};
+    case 0:
+      return Link{0, 0, 0};
+    case 1:
+      return Link{1, 10.0, 5.0};
+    case 2:
+      return Link{2, 25.0, 2.0};
+    default:
+      return Link{weight, 25.0 * (weight - 1), 2.0};
   }
 }
 
@@ -138,8 +142,8 @@ Status JsonMatrix(const nlohmann::json& doc, const char* key, int n,
   LOOM_ENFORCE(m.is_array(), "\"", key, "\" must be an array of rows");
   if (n < 0) n = static_cast<int>(m.size());
   LOOM_ENFORCE(n >= 1 && n <= 64, "\"", key, "\" has ", m.size(), " rows, expected 1..64");
-  LOOM_ENFORCE(static_cast<int>(m.size()) == n, "\"", key, "\" has ", m.size(),
-               " rows, expected ", n);
+  LOOM_ENFORCE(static_cast<int>(m.size()) == n, "\"", key, "\" has ", m.size(), " rows, expected ",
+               n);
   out->assign(n, std::vector<T>(n));
   for (int a = 0; a < n; ++a) {
     LOOM_ENFORCE(m[a].is_array() && static_cast<int>(m[a].size()) == n, "\"", key, "\" row ", a,

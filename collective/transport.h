@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "collective/reduce.h"
 #include "base/deadline.h"
 #include "base/status.h"
+#include "collective/reduce.h"
 
 namespace loom::collective {
 

@@ -23,9 +23,7 @@ const std::vector<TransportInfo>& Transports() {
   return kTransports;
 }
 
-const TransportInfo& GetTransport(TransportId id) {
-  return Transports()[static_cast<size_t>(id)];
-}
+const TransportInfo& GetTransport(TransportId id) { return Transports()[static_cast<size_t>(id)]; }
 
 std::string TransportNames() {
   std::string out;
@@ -52,7 +50,9 @@ CommunicatorOptions TransportDefaults(const TransportInfo& t) {
       o.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
       break;
     case TransportId::kNccl:
-    case TransportId::kCudaP2P: o.auto_tree_max_bytes = kLinkAutoTreeMaxBytes; break;
+    case TransportId::kCudaP2P:
+      o.auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
+      break;
   }
   return o;
 }

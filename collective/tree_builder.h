@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "collective/topology.h"
 #include "base/status.h"
+#include "collective/topology.h"
 
 namespace loom::collective {
 

@@ -108,8 +108,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: loom_make_examples OUT_DIR [--seed N]\n"
-                  "writes OUT_DIR/linear_regression and OUT_DIR/softmax_classifier bundles\n");
+      std::printf(
+          "usage: loom_make_examples OUT_DIR [--seed N]\n"
+          "writes OUT_DIR/linear_regression and OUT_DIR/softmax_classifier bundles\n");
       return 0;
     } else if (a == "--seed") {
       if (i + 1 >= argc) {
@@ -121,7 +122,8 @@ int main(int argc, char** argv) {
       errno = 0;
       long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || errno == ERANGE || n < 0 || n > 1000000000L) {
-        std::fprintf(stderr, "loom_make_examples: --seed expects an integer in [0, 1e9], got '%s'\n",
+        std::fprintf(stderr,
+                     "loom_make_examples: --seed expects an integer in [0, 1e9], got '%s'\n",
                      v.c_str());
         return 2;
       }
@@ -137,8 +139,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: loom_make_examples OUT_DIR [--seed N]\n");
     return 2;
   }
-  for (auto [name, fn] : {std::make_pair("linear_regression", &loom::examples::LinearRegression),
-                          std::make_pair("softmax_classifier", &loom::examples::SoftmaxClassifier)}) {
+  for (auto [name, fn] :
+       {std::make_pair("linear_regression", &loom::examples::LinearRegression),
+        std::make_pair("softmax_classifier", &loom::examples::SoftmaxClassifier)}) {
     std::string dir = loom::JoinPath(out, name);
     loom::Status st = fn(dir, seed);
     if (!st.ok()) {

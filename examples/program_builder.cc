@@ -41,7 +41,10 @@ StatusOr<std::string> ProgramBuilder::Param(const std::string& name, std::vector
   } else {
     float limit = std::sqrt(6.0f / static_cast<float>(dims[0] + dims[1]));
     s->AppendOp("uniform_random", {}, {{"Out", {name}}},
-                {{"shape", dims}, {"min", -limit}, {"max", limit}, {"seed", InitSeed()},
+                {{"shape", dims},
+                 {"min", -limit},
+                 {"max", limit},
+                 {"seed", InitSeed()},
                  {"dtype", static_cast<int>(proto::FP32)}});
   }
   LOOM_RETURN_IF_ERROR(InferShapeAtCompileTime(s, s->OpSize() - 1));
@@ -94,17 +97,21 @@ StatusOr<std::string> ProgramBuilder::SoftmaxCrossEntropyLoss(const std::string&
 StatusOr<std::string> ProgramBuilder::MeanAbsoluteError(const std::string& pred,
                                                         const std::string& label) {
   // |d| = relu(d) + relu(-d) with d = pred - label.
-  LOOM_ASSIGN_OR_RETURN(std::string neg_label, Op("scale", {{"X", {label}}}, "Out", {{"scale", -1.0f}}));
-  LOOM_ASSIGN_OR_RETURN(std::string diff, Op("elementwise_add", {{"X", {pred}}, {"Y", {neg_label}}}, "Out"));
-  LOOM_ASSIGN_OR_RETURN(std::string neg_diff, Op("scale", {{"X", {diff}}}, "Out", {{"scale", -1.0f}}));
+  LOOM_ASSIGN_OR_RETURN(std::string neg_label,
+                        Op("scale", {{"X", {label}}}, "Out", {{"scale", -1.0f}}));
+  LOOM_ASSIGN_OR_RETURN(std::string diff,
+                        Op("elementwise_add", {{"X", {pred}}, {"Y", {neg_label}}}, "Out"));
+  LOOM_ASSIGN_OR_RETURN(std::string neg_diff,
+                        Op("scale", {{"X", {diff}}}, "Out", {{"scale", -1.0f}}));
   LOOM_ASSIGN_OR_RETURN(std::string pos, Op("relu", {{"X", {diff}}}, "Out"));
   LOOM_ASSIGN_OR_RETURN(std::string neg, Op("relu", {{"X", {neg_diff}}}, "Out"));
-  LOOM_ASSIGN_OR_RETURN(std::string abs, Op("elementwise_add", {{"X", {pos}}, {"Y", {neg}}}, "Out"));
+  LOOM_ASSIGN_OR_RETURN(std::string abs,
+                        Op("elementwise_add", {{"X", {pos}}, {"Y", {neg}}}, "Out"));
   return Op("mean", {{"X", {abs}}}, "Out", {}, "loss");
 }
 
 StatusOr<std::vector<ParamGrad>> ProgramBuilder::MinimizeWithSGD(const std::string& loss,
-                                                                float learning_rate) {
+                                                                 float learning_rate) {
   LOOM_ASSIGN_OR_RETURN(std::vector<ParamGrad> pairs, AppendBackward(main_, loss));
   const std::string lr = "learning_rate_0";
   for (ProgramDesc* p : {main_, startup_}) {
@@ -112,10 +119,10 @@ StatusOr<std::vector<ParamGrad>> ProgramBuilder::MinimizeWithSGD(const std::stri
     v.SetDims({1});
     v.SetPersistable(true);
   }
-  startup_->GlobalBlock()->AppendOp(
-      "fill_constant", {}, {{"Out", {lr}}},
-      {{"shape", std::vector<int64_t>{1}}, {"value", learning_rate},
-       {"dtype", static_cast<int>(proto::FP32)}});
+  startup_->GlobalBlock()->AppendOp("fill_constant", {}, {{"Out", {lr}}},
+                                    {{"shape", std::vector<int64_t>{1}},
+                                     {"value", learning_rate},
+                                     {"dtype", static_cast<int>(proto::FP32)}});
   BlockDesc* b = main_->GlobalBlock();
   for (const auto& pg : pairs) {
     b->AppendOp("sgd", {{"Param", {pg.param}}, {"Grad", {pg.grad}}, {"LearningRate", {lr}}},

@@ -16,15 +16,18 @@ class ProgramBuilder {
       : main_(main), startup_(startup), seed_(seed) {}
 
   // A feed variable [-1, dims...] (stop_gradient).
-  std::string Data(const std::string& name, std::vector<int64_t> dims, DataType dtype = proto::FP32);
+  std::string Data(const std::string& name, std::vector<int64_t> dims,
+                   DataType dtype = proto::FP32);
   // act(input · W + b) with W ~ Xavier-uniform and b = 0 initialized in startup.
   StatusOr<std::string> FC(const std::string& input, int64_t size, const std::string& act,
                            const std::string& name);
-  StatusOr<std::string> Op(const std::string& type,
-                           const std::vector<std::pair<std::string, std::vector<std::string>>>& inputs,
-                           const std::string& out_slot, const AttributeMap& attrs = {},
-                           const std::string& out_name = "");
-  StatusOr<std::string> SoftmaxCrossEntropyLoss(const std::string& logits, const std::string& label);
+  StatusOr<std::string> Op(
+      const std::string& type,
+      const std::vector<std::pair<std::string, std::vector<std::string>>>& inputs,
+      const std::string& out_slot, const AttributeMap& attrs = {},
+      const std::string& out_name = "");
+  StatusOr<std::string> SoftmaxCrossEntropyLoss(const std::string& logits,
+                                                const std::string& label);
   // Mean absolute error built from elementwise_add, scale, relu and mean.
   StatusOr<std::string> MeanAbsoluteError(const std::string& pred, const std::string& label);
   // Appends backward and one sgd op per parameter (role optimize, op_role_var set).

@@ -1,11 +1,11 @@
 #include "executor/executor.h"
 
 #include <algorithm>
-#include <set>
 #include <queue>
+#include <set>
 #include <thread>
-#include <variant>
 #include <unordered_map>
+#include <variant>
 
 #include "framework/cpu_threads.h"
 #include "framework/device_context.h"
@@ -33,8 +33,8 @@ StatusOr<std::unique_ptr<PreparedBlock>> Executor::Prepare(const ProgramDesc& pr
                                                            int block_id) {
   LOOM_RETURN_IF_ERROR(CheckPlace());
   if (block_id < 0 || block_id >= program.NumBlocks())
-    return InvalidArgument("block ", block_id, " does not exist (program has ",
-                           program.NumBlocks(), " blocks)");
+    return InvalidArgument("block ", block_id, " does not exist (program has ", program.NumBlocks(),
+                           " blocks)");
   auto prepared = std::make_unique<PreparedBlock>();
   prepared->program_ = program;
   prepared->block_id_ = block_id;
@@ -102,8 +102,10 @@ Scope* Executor::LocalScope(PreparedBlock* prepared, Scope* scope) {
   if (it != prepared->local_scopes_.end()) return it->second;
   Scope* local = &scope->NewScope();
   for (const VarDesc& v : prepared->desc_->Block(prepared->block_id_)->AllVars()) {
-    if (v.Persistable()) scope->Var(v.Name());
-    else local->Var(v.Name());
+    if (v.Persistable())
+      scope->Var(v.Name());
+    else
+      local->Var(v.Name());
   }
   prepared->local_scopes_[scope->serial()] = local;
   return local;
@@ -116,8 +118,7 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
     if (!v)
       return NotFound("feed '", name, "' is not a variable of block ", prepared.block_id_,
                       " of the program");
-    if (!tensor.initialized())
-      return InvalidArgument("feed '", name, "' holds no data");
+    if (!tensor.initialized()) return InvalidArgument("feed '", name, "' holds no data");
     if (tensor.dtype() != v.Dtype())
       return InvalidArgument("feed '", name, "' has dtype ", DataTypeName(tensor.dtype()),
                              ", the program declares ", DataTypeName(v.Dtype()));
@@ -199,7 +200,10 @@ class Schedule {
  public:
   Schedule(const PreparedBlock& prepared, const std::vector<std::vector<int>>& succs,
            std::vector<int> npreds, Timeline* timeline, int rank)
-      : prepared_(prepared), succs_(succs), npreds_(std::move(npreds)), timeline_(timeline),
+      : prepared_(prepared),
+        succs_(succs),
+        npreds_(std::move(npreds)),
+        timeline_(timeline),
         rank_(rank) {
     for (int i = 0; i < static_cast<int>(npreds_.size()); ++i)
       if (npreds_[i] == 0) ready_.push(i);
@@ -332,8 +336,7 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
   if (fetched) fetched->clear();
   for (const auto& name : fetches) {
     const Variable* v = local->FindVar(name);
-    if (!v)
-      return NotFound("fetch '", name, "' is not a variable of the program or the scope");
+    if (!v) return NotFound("fetch '", name, "' is not a variable of the program or the scope");
     if (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized())
       return FailedPrecondition("fetch '", name, "' has no value after the run");
     if (fetched) {

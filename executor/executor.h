@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "executor/timeline.h"
 #include "framework/operator.h"
 #include "framework/program_desc.h"
-#include "executor/timeline.h"
 #include "framework/scope.h"
 
 namespace loom {
@@ -36,7 +36,7 @@ class PreparedBlock {
 
  private:
   friend class Executor;
-  ProgramDesc program_;                // the root's own copy (sub-blocks point into it)
+  ProgramDesc program_;  // the root's own copy (sub-blocks point into it)
   const ProgramDesc* desc_ = &program_;
   int block_id_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;

@@ -62,8 +62,10 @@ std::string Timeline::ToJson() const {
   }
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    std::snprintf(buf, sizeof(buf), "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
-                  "\"dur\": %.3f", e.rank, static_cast<int>(e.lane), e.begin_us, e.dur_us);
+    std::snprintf(buf, sizeof(buf),
+                  "\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
+                  "\"dur\": %.3f",
+                  e.rank, static_cast<int>(e.lane), e.begin_us, e.dur_us);
     out += "{\"name\": \"" + JsonEscape(e.name) + "\", \"cat\": \"" +
            (e.lane == kCompute ? "compute" : "communication") + "\", " + buf +
            ", \"args\": {\"vars\": \"" + JsonEscape(e.detail) + "\"}}";

@@ -72,8 +72,7 @@ class CpuAllocator : public Allocator {
   void Free(void* ptr, size_t bytes) override {
     Account(-static_cast<ptrdiff_t>(bytes));
     size_t rounded = Rounded(bytes);
-    if (rounded >= kCacheMinBytes &&
-        g_cached_bytes.fetch_add(rounded) + rounded <= CacheBudget()) {
+    if (rounded >= kCacheMinBytes && g_cached_bytes.fetch_add(rounded) + rounded <= CacheBudget()) {
       std::lock_guard<std::mutex> lock(mu_);
       cache_[rounded].push_back(ptr);
       return;

@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "framework/framework.pb.h"
 #include "base/status.h"
+#include "framework/framework.pb.h"
 
 namespace loom {
 
@@ -33,9 +33,9 @@ std::string AttrToString(const Attribute& attr);
 
 template <typename T>
 struct AttrTypeTrait;
-#define LOOM_ATTR_TRAIT(T, E) \
-  template <>                 \
-  struct AttrTypeTrait<T> {   \
+#define LOOM_ATTR_TRAIT(T, E)                          \
+  template <>                                          \
+  struct AttrTypeTrait<T> {                            \
     static constexpr proto::AttrType value = proto::E; \
   };
 LOOM_ATTR_TRAIT(int, INT)

@@ -35,7 +35,10 @@ class BackwardBuilder {
  public:
   BackwardBuilder(BlockDesc* fwd, BlockDesc* out, std::set<std::string> no_grad,
                   std::unordered_set<std::string> needs_grad = {}, bool loop = false)
-      : fwd_(fwd), block_(out), no_grad_(std::move(no_grad)), needs_grad_(std::move(needs_grad)),
+      : fwd_(fwd),
+        block_(out),
+        no_grad_(std::move(no_grad)),
+        needs_grad_(std::move(needs_grad)),
         loop_(loop) {
     // Where each variable is written among the forward ops (before any grad op is appended).
     for (int i = 0; i < fwd_->OpSize(); ++i)
@@ -63,7 +66,7 @@ class BackwardBuilder {
     // sum of its pieces, or its one piece renamed back (a piece written after the name was
     // ended has a fresh name).
     for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
-                                                                       contributions_.end())) {
+                                                                    contributions_.end())) {
       const std::string& grad = kv.first;
       const auto& pieces = kv.second;
       if (pieces.size() >= 2) {
@@ -133,7 +136,7 @@ class BackwardBuilder {
 
     for (int i = loss_op; i >= 0; --i) LOOM_RETURN_IF_ERROR(ProcessForwardOp(i));
     for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
-                                                                       contributions_.end()))
+                                                                    contributions_.end()))
       FlushSum(kv.first);
 
     // Parameters: persistable float vars with gradients.
@@ -311,8 +314,8 @@ class BackwardBuilder {
     for (const auto& slot : op.OutputSlots()) {
       std::vector<std::string> kept;
       for (const auto& name : op.Output(slot)) {
-        bool keep = name != kEmptyVarName &&
-                    (!EndsWithGrad(name) || needs_grad_.count(ForwardName(name)));
+        bool keep =
+            name != kEmptyVarName && (!EndsWithGrad(name) || needs_grad_.count(ForwardName(name)));
         kept.push_back(keep ? name : std::string());
         any_output |= keep;
       }
@@ -356,8 +359,10 @@ class BackwardBuilder {
           kept.push_back(name);
         }
       }
-      if (kept.empty()) op.RemoveInput(slot);
-      else op.SetInput(slot, kept);
+      if (kept.empty())
+        op.RemoveInput(slot);
+      else
+        op.SetInput(slot, kept);
     }
     return Status::OK();
   }
@@ -387,8 +392,7 @@ class BackwardBuilder {
             std::string renamed = FreshName(name);
             if (first_writer_[name] == op_index) {
               // This op wrote it first (x * x): rename among the outputs named so far.
-              for (auto& [s, names] : done)
-                std::replace(names.begin(), names.end(), name, renamed);
+              for (auto& [s, names] : done) std::replace(names.begin(), names.end(), name, renamed);
               std::replace(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(k), name,
                            renamed);
             } else {
@@ -475,11 +479,11 @@ class BackwardBuilder {
   std::vector<std::pair<std::string, int>> final_writer_order_;
   // Gradients that come from enclosing blocks (read-only here).
   std::unordered_set<std::string> external_;
-  bool loop_ = false;              // a sub-block run repeatedly (see backward.h)
-  std::vector<std::string> kill_;  // gradients the current forward op's writes end
-  std::unordered_set<std::string> retired_;               // gradients ended at least once
+  bool loop_ = false;                        // a sub-block run repeatedly (see backward.h)
+  std::vector<std::string> kill_;            // gradients the current forward op's writes end
+  std::unordered_set<std::string> retired_;  // gradients ended at least once
   std::unordered_map<std::string, std::vector<int>> writers_;  // forward ops writing each var
-  std::unordered_map<std::string, int> renames_;          // renamed contributions per gradient
+  std::unordered_map<std::string, int> renames_;               // renamed contributions per gradient
 };
 
 }  // namespace

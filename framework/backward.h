@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/program_desc.h"
 #include "base/status.h"
+#include "framework/program_desc.h"
 
 namespace loom {
 

@@ -11,10 +11,10 @@
 
 namespace loom {
 
-#define LOOM_CUDA_CHECK(expr)                                                          \
-  do {                                                                                 \
-    cudaError_t _e = (expr);                                                           \
-    LOOM_CHECK(_e == cudaSuccess, #expr, " failed: ", cudaGetErrorString(_e));         \
+#define LOOM_CUDA_CHECK(expr)                                                  \
+  do {                                                                         \
+    cudaError_t _e = (expr);                                                   \
+    LOOM_CHECK(_e == cudaSuccess, #expr, " failed: ", cudaGetErrorString(_e)); \
   } while (0)
 
 namespace {

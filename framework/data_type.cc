@@ -42,7 +42,10 @@ float16::operator float() const {
       x = sign;
     } else {
       int e = -1;
-      do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
       x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 31) {
@@ -57,24 +60,36 @@ float16::operator float() const {
 
 size_t SizeOf(DataType dtype) {
   switch (dtype) {
-    case proto::BOOL: return 1;
-    case proto::INT32: return 4;
-    case proto::INT64: return 8;
-    case proto::FP16: return 2;
-    case proto::FP32: return 4;
-    case proto::FP64: return 8;
+    case proto::BOOL:
+      return 1;
+    case proto::INT32:
+      return 4;
+    case proto::INT64:
+      return 8;
+    case proto::FP16:
+      return 2;
+    case proto::FP32:
+      return 4;
+    case proto::FP64:
+      return 8;
   }
   return 0;
 }
 
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {
-    case proto::BOOL: return "bool";
-    case proto::INT32: return "int32";
-    case proto::INT64: return "int64";
-    case proto::FP16: return "float16";
-    case proto::FP32: return "float32";
-    case proto::FP64: return "float64";
+    case proto::BOOL:
+      return "bool";
+    case proto::INT32:
+      return "int32";
+    case proto::INT64:
+      return "int64";
+    case proto::FP16:
+      return "float16";
+    case proto::FP32:
+      return "float32";
+    case proto::FP64:
+      return "float64";
   }
   return "unknown";
 }

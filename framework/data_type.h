@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "framework/framework.pb.h"
 #include "base/status.h"
+#include "framework/framework.pb.h"
 
 namespace loom {
 
@@ -25,13 +25,32 @@ const char* DataTypeName(DataType dtype);
 // Parses "float32"/"fp32", "float64", "float16", "int32", "int64", "bool".
 StatusOr<DataType> ParseDataType(const std::string& name);
 
-template <typename T> struct DataTypeTrait;
-template <> struct DataTypeTrait<float> { static constexpr DataType value = proto::FP32; };
-template <> struct DataTypeTrait<double> { static constexpr DataType value = proto::FP64; };
-template <> struct DataTypeTrait<float16> { static constexpr DataType value = proto::FP16; };
-template <> struct DataTypeTrait<int32_t> { static constexpr DataType value = proto::INT32; };
-template <> struct DataTypeTrait<int64_t> { static constexpr DataType value = proto::INT64; };
-template <> struct DataTypeTrait<bool> { static constexpr DataType value = proto::BOOL; };
+template <typename T>
+struct DataTypeTrait;
+template <>
+struct DataTypeTrait<float> {
+  static constexpr DataType value = proto::FP32;
+};
+template <>
+struct DataTypeTrait<double> {
+  static constexpr DataType value = proto::FP64;
+};
+template <>
+struct DataTypeTrait<float16> {
+  static constexpr DataType value = proto::FP16;
+};
+template <>
+struct DataTypeTrait<int32_t> {
+  static constexpr DataType value = proto::INT32;
+};
+template <>
+struct DataTypeTrait<int64_t> {
+  static constexpr DataType value = proto::INT64;
+};
+template <>
+struct DataTypeTrait<bool> {
+  static constexpr DataType value = proto::BOOL;
+};
 
 template <typename T>
 constexpr DataType ToDataType() {

@@ -33,8 +33,8 @@ class CUDADeviceContext : public DeviceContext {
   explicit CUDADeviceContext(Place place);
   ~CUDADeviceContext() override;
   void Wait() const override;
-  void* stream() const { return stream_; }          // cudaStream_t
-  void* cublas_handle() const { return cublas_; }   // cublasHandle_t
+  void* stream() const { return stream_; }         // cudaStream_t
+  void* cublas_handle() const { return cublas_; }  // cublasHandle_t
 
  private:
   void* stream_ = nullptr;

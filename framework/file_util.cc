@@ -63,7 +63,8 @@ bool IsDirectory(const std::string& path) {
 Status MakeDirs(const std::string& path) {
   if (path.empty() || IsDirectory(path)) return Status::OK();
   auto slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0) LOOM_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash)));
+  if (slash != std::string::npos && slash > 0)
+    LOOM_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash)));
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
     return IOError("cannot create directory '", path, "': ", std::strerror(errno));
   if (!IsDirectory(path)) return IOError("'", path, "' exists and is not a directory");

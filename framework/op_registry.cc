@@ -90,8 +90,8 @@ StatusOr<AttributeMap> OpInfo::ResolveAttrs(const OpDesc& desc, const std::strin
     if (spec->check) {
       Status st = spec->check(value.value());
       if (!st.ok())
-        return InvalidArgument(where, ": attribute '", a.name(), "' = ",
-                               AttrToString(value.value()), ": ", st.message());
+        return InvalidArgument(where, ": attribute '", a.name(),
+                               "' = ", AttrToString(value.value()), ": ", st.message());
     }
     out[a.name()] = std::move(value).value();
   }
@@ -137,10 +137,12 @@ std::vector<std::string> OpRegistry::Types() const {
 
 const std::vector<AttrSpec>& CommonAttrs() {
   static const auto* attrs = new std::vector<AttrSpec>{
-      {kOpRoleAttr, "bitmask: forward 0, backward 1, optimize 2, rpc 4, dist 8, lr_sched 16, "
-                    "communication 32, loss 256", proto::INT, Attribute(0), nullptr},
-      {kOpRoleVarAttr, "(param, grad) pairs this backward/optimizer op concerns",
-       proto::STRINGS, Attribute(std::vector<std::string>{}), nullptr},
+      {kOpRoleAttr,
+       "bitmask: forward 0, backward 1, optimize 2, rpc 4, dist 8, lr_sched 16, "
+       "communication 32, loss 256",
+       proto::INT, Attribute(0), nullptr},
+      {kOpRoleVarAttr, "(param, grad) pairs this backward/optimizer op concerns", proto::STRINGS,
+       Attribute(std::vector<std::string>{}), nullptr},
       {"op_namescope", "name scope the op was built in (informational)", proto::STRING,
        Attribute(std::string()), nullptr},
   };
@@ -157,14 +159,14 @@ OpRegistrar& OpRegistrar::Doc(const std::string& doc) {
   return *this;
 }
 
-OpRegistrar& OpRegistrar::Input(const std::string& name, const std::string& doc,
-                                bool duplicable, bool dispensable) {
+OpRegistrar& OpRegistrar::Input(const std::string& name, const std::string& doc, bool duplicable,
+                                bool dispensable) {
   info_->inputs.push_back(SlotSpec{name, doc, duplicable, dispensable});
   return *this;
 }
 
-OpRegistrar& OpRegistrar::Output(const std::string& name, const std::string& doc,
-                                 bool duplicable, bool dispensable) {
+OpRegistrar& OpRegistrar::Output(const std::string& name, const std::string& doc, bool duplicable,
+                                 bool dispensable) {
   info_->outputs.push_back(SlotSpec{name, doc, duplicable, dispensable});
   return *this;
 }
@@ -201,8 +203,7 @@ OpRegistrar& OpRegistrar::Kernel(Place::Kind place, DataType dtype, KernelFn fn)
   return *this;
 }
 
-KernelRegistrar::KernelRegistrar(const char* type, Place::Kind place, DataType dtype,
-                                 KernelFn fn) {
+KernelRegistrar::KernelRegistrar(const char* type, Place::Kind place, DataType dtype, KernelFn fn) {
   OpRegistry::Global().GetOrCreate(type)->kernels[KernelKey{place, dtype}] = fn;
 }
 

@@ -240,11 +240,13 @@ struct KernelRegistrar {
   KernelRegistrar(const char* type, Place::Kind place, DataType dtype, KernelFn fn);
 };
 
-#define LOOM_REGISTER_OP(type) \
-  static ::loom::OpRegistrar& LOOM_CONCAT(loom_op_registrar_, __COUNTER__) = \
-      (*new ::loom::OpRegistrar(#type))
+// LOOM_REGISTER_OP(type).Doc(...).Input(...)...; registers at static initialization. The
+// registrar is a handle to the registry's entry, copied into a static (nothing is leaked).
+#define LOOM_REGISTER_OP(type)                                                               \
+  [[maybe_unused]] static ::loom::OpRegistrar LOOM_CONCAT(loom_op_registrar_, __COUNTER__) = \
+      ::loom::OpRegistrar(#type)
 
-#define LOOM_REGISTER_KERNEL(type, place, dtype, fn)                              \
+#define LOOM_REGISTER_KERNEL(type, place, dtype, fn)                               \
   static ::loom::KernelRegistrar LOOM_CONCAT(loom_kernel_registrar_, __COUNTER__)( \
       #type, ::loom::Place::place, ::loom::proto::dtype, fn)
 

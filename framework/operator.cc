@@ -144,8 +144,7 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
       have += StrCat(have.empty() ? "" : ", ", PlaceKindName(kv.first.place), "/",
                      DataTypeName(kv.first.dtype));
     return Unimplemented(where_, ": no ", PlaceKindName(place), " kernel for dtype ",
-                         DataTypeName(dtype), " (registered: ", have.empty() ? "none" : have,
-                         ")");
+                         DataTypeName(dtype), " (registered: ", have.empty() ? "none" : have, ")");
   }
   cached_key_ = KernelKey{place, dtype};
   cached_kernel_ = k;

@@ -89,8 +89,8 @@ class Operator final : public InferShapeContext, public KernelContext {
   std::vector<std::string> all_outputs_;
   uint64_t bound_scope_ = 0;  // serial of the scope the slots are bound in
   const DeviceContext* dev_ = nullptr;
-  Scope* scope_ = nullptr;             // during Run
-  BlockRunner* runner_ = nullptr;      // during Run
+  Scope* scope_ = nullptr;         // during Run
+  BlockRunner* runner_ = nullptr;  // during Run
   std::vector<int> sub_blocks_;
   KernelKey cached_key_{Place::kCPU, proto::FP32};
   KernelFn cached_kernel_ = nullptr;

@@ -18,7 +18,8 @@ StatusOr<Place> ParsePlace(const std::string& text) {
   char* end = nullptr;
   long i = std::strtol(index.c_str(), &end, 10);
   if (index.empty() || *end != '\0' || i < 0 || i > 4096)
-    return InvalidArgument("bad place '", text, "': device index must be a small non-negative integer");
+    return InvalidArgument("bad place '", text,
+                           "': device index must be a small non-negative integer");
   if (kind == "cpu") return Place::CPU(static_cast<int>(i));
   if (kind == "cuda" || kind == "gpu") return Place::CUDA(static_cast<int>(i));
   return InvalidArgument("bad place '", text, "': expected cpu[:i] or cuda[:i]");

@@ -279,8 +279,7 @@ ProgramDesc& ProgramDesc::operator=(const ProgramDesc& other) {
 
 void ProgramDesc::Rebuild() {
   blocks_.clear();
-  for (auto& b : *proto_.mutable_blocks())
-    blocks_.push_back(std::make_unique<BlockDesc>(this, &b));
+  for (auto& b : *proto_.mutable_blocks()) blocks_.push_back(std::make_unique<BlockDesc>(this, &b));
 }
 
 BlockDesc* ProgramDesc::AppendBlock(const BlockDesc& parent) {

@@ -13,7 +13,8 @@ namespace loom {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 template <typename T>
@@ -57,8 +58,10 @@ constexpr uint32_t kTensorVersion = 1;
 StatusOr<ProgramDesc> ParseProgram(const std::string& bytes, const std::string& source) {
   proto::ProgramDesc p;
   if (!p.ParseFromString(bytes))
-    return Corruption(source, ": not a Loom program (protobuf parse failed: truncated or not a "
-                      "ProgramDesc; ", bytes.size(), " bytes)");
+    return Corruption(source,
+                      ": not a Loom program (protobuf parse failed: truncated or not a "
+                      "ProgramDesc; ",
+                      bytes.size(), " bytes)");
   return ProgramDesc(p);
 }
 
@@ -226,24 +229,35 @@ StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
   LOOM_ASSIGN_OR_RETURN(std::string fortran, NpyField(header, "fortran_order", source));
   LOOM_ASSIGN_OR_RETURN(std::string shape, NpyField(header, "shape", source));
   if (fortran.find("True") != std::string::npos)
-    return InvalidArgument(source, ": Fortran-order .npy arrays are not supported (save with "
+    return InvalidArgument(source,
+                           ": Fortran-order .npy arrays are not supported (save with "
                            "numpy.ascontiguousarray)");
   DataType dtype;
   bool from_u8 = false;
-  if (descr == "<f4") dtype = proto::FP32;
-  else if (descr == "<f8") dtype = proto::FP64;
-  else if (descr == "<f2") dtype = proto::FP16;
-  else if (descr == "<i4") dtype = proto::INT32;
-  else if (descr == "<i8") dtype = proto::INT64;
-  else if (descr == "|b1") dtype = proto::BOOL;
-  else if (descr == "|u1") { dtype = proto::INT32; from_u8 = true; }
-  else return InvalidArgument(source, ": unsupported .npy dtype '", descr,
-                              "' (supported: <f2 <f4 <f8 <i4 <i8 |b1 |u1)");
+  if (descr == "<f4")
+    dtype = proto::FP32;
+  else if (descr == "<f8")
+    dtype = proto::FP64;
+  else if (descr == "<f2")
+    dtype = proto::FP16;
+  else if (descr == "<i4")
+    dtype = proto::INT32;
+  else if (descr == "<i8")
+    dtype = proto::INT64;
+  else if (descr == "|b1")
+    dtype = proto::BOOL;
+  else if (descr == "|u1") {
+    dtype = proto::INT32;
+    from_u8 = true;
+  } else
+    return InvalidArgument(source, ": unsupported .npy dtype '", descr,
+                           "' (supported: <f2 <f4 <f8 <i4 <i8 |b1 |u1)");
   DDim dims;
   size_t pos = 0;
   while (pos < shape.size()) {
     size_t comma = shape.find(',', pos);
-    std::string item = shape.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        shape.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? shape.size() : comma + 1;
     size_t a = item.find_first_not_of(' ');
     if (a == std::string::npos) continue;
@@ -251,7 +265,8 @@ StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
     char* end = nullptr;
     long long d = std::strtoll(item.c_str(), &end, 10);
     if (*end != '\0' && *end != 'L') return Corruption(source, ": bad .npy shape '", shape, "'");
-    if (d < 0 || dims.size() == DDim::kMaxRank) return Corruption(source, ": bad .npy shape '", shape, "'");
+    if (d < 0 || dims.size() == DDim::kMaxRank)
+      return Corruption(source, ": bad .npy shape '", shape, "'");
     dims.push_back(d);
   }
   size_t data_at = header_at + header_len;
@@ -281,18 +296,30 @@ StatusOr<Tensor> LoadNpy(const std::string& path) {
 std::string SerializeNpy(const Tensor& t) {
   const char* descr = "<f4";
   switch (t.dtype()) {
-    case proto::FP32: descr = "<f4"; break;
-    case proto::FP64: descr = "<f8"; break;
-    case proto::FP16: descr = "<f2"; break;
-    case proto::INT32: descr = "<i4"; break;
-    case proto::INT64: descr = "<i8"; break;
-    case proto::BOOL: descr = "|b1"; break;
+    case proto::FP32:
+      descr = "<f4";
+      break;
+    case proto::FP64:
+      descr = "<f8";
+      break;
+    case proto::FP16:
+      descr = "<f2";
+      break;
+    case proto::INT32:
+      descr = "<i4";
+      break;
+    case proto::INT64:
+      descr = "<i8";
+      break;
+    case proto::BOOL:
+      descr = "|b1";
+      break;
   }
   std::string shape;
   for (int i = 0; i < t.dims().size(); ++i) shape += (i ? ", " : "") + std::to_string(t.dims()[i]);
   if (t.dims().size() == 1) shape += ",";
-  std::string header = StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
-                              shape, "), }");
+  std::string header =
+      StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", shape, "), }");
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
@@ -314,9 +341,12 @@ Status SaveNpy(const Tensor& t, const std::string& path) {
 std::string ParamFileName(const std::string& var_name) {
   std::string out;
   for (char c : var_name) {
-    if (c == '/') out += "%2F";
-    else if (c == '%') out += "%25";
-    else out += c;
+    if (c == '/')
+      out += "%2F";
+    else if (c == '%')
+      out += "%25";
+    else
+      out += c;
   }
   return out;
 }

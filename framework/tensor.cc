@@ -24,12 +24,13 @@ void Tensor::CheckTypeAndInit(DataType want) const {
 }
 
 Tensor Tensor::Slice(int64_t begin, int64_t end) const {
-  LOOM_CHECK(dims_.size() > 0 && begin >= 0 && begin <= end && end <= dims_[0], "slice [",
-             begin, ", ", end, ") of dims ", dims_.ToString());
+  LOOM_CHECK(dims_.size() > 0 && begin >= 0 && begin <= end && end <= dims_[0], "slice [", begin,
+             ", ", end, ") of dims ", dims_.ToString());
   Tensor t = *this;
   t.dims_[0] = end - begin;
-  if (holder_) t.offset_ = offset_ + static_cast<size_t>(begin * dims_.product(1, dims_.size())) *
-                                         SizeOf(dtype_);
+  if (holder_)
+    t.offset_ =
+        offset_ + static_cast<size_t>(begin * dims_.product(1, dims_.size())) * SizeOf(dtype_);
   return t;
 }
 
@@ -56,12 +57,24 @@ std::string TensorSummary(const Tensor& t, int max_elems) {
   for (int64_t i = 0; i < n; ++i) {
     if (i) os << ", ";
     switch (t.dtype()) {
-      case proto::FP32: os << host.data<float>()[i]; break;
-      case proto::FP64: os << host.data<double>()[i]; break;
-      case proto::FP16: os << static_cast<float>(host.data<float16>()[i]); break;
-      case proto::INT32: os << host.data<int32_t>()[i]; break;
-      case proto::INT64: os << host.data<int64_t>()[i]; break;
-      case proto::BOOL: os << (host.data<bool>()[i] ? "true" : "false"); break;
+      case proto::FP32:
+        os << host.data<float>()[i];
+        break;
+      case proto::FP64:
+        os << host.data<double>()[i];
+        break;
+      case proto::FP16:
+        os << static_cast<float>(host.data<float16>()[i]);
+        break;
+      case proto::INT32:
+        os << host.data<int32_t>()[i];
+        break;
+      case proto::INT64:
+        os << host.data<int64_t>()[i];
+        break;
+      case proto::BOOL:
+        os << (host.data<bool>()[i] ? "true" : "false");
+        break;
     }
   }
   if (t.numel() > n) os << ", ...";

@@ -46,9 +46,9 @@ class CompileTimeContext final : public InferShapeContext {
     if (!v) v = block_->Var(name);
     DDim declared = v.Dims();
     if (conflict_.ok() && declared.size() > 0 && !DimsCompatible(declared, dims)) {
-      conflict_ = InvalidArgument(where_, ": output '", slot, "' var '", name,
-                                  "' is declared with dims ", declared.ToString(),
-                                  " but the op produces ", dims.ToString());
+      conflict_ =
+          InvalidArgument(where_, ": output '", slot, "' var '", name, "' is declared with dims ",
+                          declared.ToString(), " but the op produces ", dims.ToString());
     }
     // Keep the more specific of the declared and inferred dims.
     if (declared.size() == dims.size()) {
@@ -89,15 +89,14 @@ Status CheckSlots(const OpInfo& info, const BlockDesc& block, const OpDesc& op,
       std::string known;
       for (const auto& k : specs) known += (known.empty() ? "" : ", ") + k.name;
       return InvalidArgument(where, ": unknown ", kind, " slot '", s.parameter(), "' (op '",
-                             info.type, "' has ", kind, "s: ", known.empty() ? "none" : known,
-                             ")");
+                             info.type, "' has ", kind, "s: ", known.empty() ? "none" : known, ")");
     }
     if (!spec->duplicable && s.arguments_size() > 1)
       return InvalidArgument(where, ": ", kind, " slot '", s.parameter(), "' takes one var, got ",
                              s.arguments_size());
     for (const auto& var : s.arguments()) {
-      if (var.empty()) return InvalidArgument(where, ": ", kind, " slot '", s.parameter(),
-                                              "' names an empty var");
+      if (var.empty())
+        return InvalidArgument(where, ": ", kind, " slot '", s.parameter(), "' names an empty var");
       if (var == kEmptyVarName) continue;
       if (!block.FindVarRecursive(var))
         return NotFound(where, ": ", kind, " '", s.parameter(), "' var '", var,
@@ -166,20 +165,20 @@ Status VerifyProgram(const ProgramDesc& program) {
     if (block.idx() != b)
       return InvalidArgument("block at position ", b, " says its index is ", block.idx());
     if (b == 0 ? block.parent_idx() != -1 : (block.parent_idx() < 0 || block.parent_idx() >= b))
-      return InvalidArgument("block ", b, " has invalid parent index ", block.parent_idx(),
-                             b == 0 ? " (the global block's parent must be -1)"
-                                    : " (must name an earlier block)");
+      return InvalidArgument(
+          "block ", b, " has invalid parent index ", block.parent_idx(),
+          b == 0 ? " (the global block's parent must be -1)" : " (must name an earlier block)");
     std::unordered_map<std::string, int> seen;
     for (const auto& v : block.vars()) {
       if (v.name().empty()) return InvalidArgument("block ", b, ": a var has an empty name");
-      if (seen[v.name()]++) return InvalidArgument("block ", b, ": var '", v.name(),
-                                                   "' is declared twice");
+      if (seen[v.name()]++)
+        return InvalidArgument("block ", b, ": var '", v.name(), "' is declared twice");
       if (v.type().type() == proto::VarType::DENSE_TENSOR && v.type().has_tensor()) {
         if (!proto::DataType_IsValid(v.type().tensor().data_type()))
           return InvalidArgument("block ", b, ": var '", v.name(), "' has an invalid dtype");
         for (int64_t d : v.type().tensor().dims())
-          if (d < -1) return InvalidArgument("block ", b, ": var '", v.name(),
-                                             "' has invalid dim ", d);
+          if (d < -1)
+            return InvalidArgument("block ", b, ": var '", v.name(), "' has invalid dim ", d);
         if (v.type().tensor().dims_size() > DDim::kMaxRank)
           return InvalidArgument("block ", b, ": var '", v.name(), "' has rank ",
                                  v.type().tensor().dims_size(), " (max ", DDim::kMaxRank, ")");

@@ -2,8 +2,8 @@
 // so passes and the CLI can check programs without running them.
 #pragma once
 
-#include "framework/program_desc.h"
 #include "base/status.h"
+#include "framework/program_desc.h"
 
 namespace loom {
 

@@ -10,8 +10,8 @@ Status SameShapeInferShape(InferShapeContext* ctx) {
 Status GradInferShape(InferShapeContext* ctx) {
   // Grad ops name their outputs "<Slot>@GRAD"; the matching forward input is slot "<Slot>".
   // Slot names are not enumerable through the context, so try the conventional ones.
-  static const char* kSlots[] = {"X", "Y", "Input", "Filter", "Bias", "Scale", "Logits", "W",
-                                 "Param", "Ids"};
+  static const char* kSlots[] = {"X",     "Y",      "Input", "Filter", "Bias",
+                                 "Scale", "Logits", "W",     "Param",  "Ids"};
   for (const char* slot : kSlots) {
     std::string grad = GradVarName(slot);
     for (int i = 0; i < ctx->OutputSize(grad); ++i) {

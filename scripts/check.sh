@@ -26,7 +26,12 @@ sanitized_build() {  # sanitized_build DIR SANITIZER
 for c in "${checks[@]}"; do
   case "$c" in
     format)
-      long=$(git ls-files '*.cc' '*.h' '*.cu' | xargs awk 'length > 100 {print FILENAME ":" FNR}')
+      long=$(git ls-files '*.cc' '*.h' '*.cu' | /usr/bin/python3 -c '
+import sys
+for f in sys.stdin.read().split():
+    for i, line in enumerate(open(f, encoding="utf-8"), 1):
+        if len(line.rstrip("\n")) > 100:
+            print("%s:%d" % (f, i))')
       base=${CHECK_BASE:-$(git merge-base HEAD origin/main 2>/dev/null || git rev-parse HEAD~1)}
       changed=$(git diff --name-only --diff-filter=AM "$base" -- '*.cc' '*.h' '*.cu')
       unformatted=""

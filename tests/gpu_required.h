@@ -18,11 +18,11 @@ inline bool GpuRequired() {
 }  // namespace loom::testing
 
 // Use as a statement in a test body or SetUp(); it returns from the enclosing function.
-#define LOOM_SKIP_WITHOUT_GPU(message)                                               \
-  do {                                                                               \
-    if (::loom::testing::GpuRequired()) {                                            \
+#define LOOM_SKIP_WITHOUT_GPU(message)                                                 \
+  do {                                                                                 \
+    if (::loom::testing::GpuRequired()) {                                              \
       GTEST_FAIL() << "LOOM_REQUIRE_GPU is set and this test would skip: " << message; \
-    } else {                                                                         \
-      GTEST_SKIP() << message;                                                       \
-    }                                                                                \
+    } else {                                                                           \
+      GTEST_SKIP() << message;                                                         \
+    }                                                                                  \
   } while (0)

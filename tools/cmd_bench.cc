@@ -10,14 +10,14 @@
 #include <mutex>
 #include <thread>
 
-#include "collective/transport_registry.h"
 #include "collective/reduce.h"
 #include "collective/selector.h"
+#include "collective/transport_registry.h"
 #include "collective/world.h"
-#include "tools/gpu.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/gpu.h"
 
 namespace loom::cli {
 
@@ -145,13 +145,21 @@ int64_t Value(ReduceOp op, int rank, size_t i) {
 
 void Store(DataType dtype, void* buf, size_t i, double v) {
   switch (dtype) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
     case DataType::kFloat16:
       static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
       break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 
@@ -191,10 +199,13 @@ int64_t CountWrong(DataType dtype, const void* got, size_t count, size_t first,
 
 double BusFactor(Collective kind, int n) {
   switch (kind) {
-    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case Collective::kAllGather:
-    case Collective::kReduceScatter: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
+    case Collective::kReduceScatter:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 
@@ -202,10 +213,14 @@ Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, v
            size_t count) {
   const CallOptions o{a};
   switch (c.kind) {
-    case Collective::kAllReduce: return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
-    case Collective::kReduce: return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
-    case Collective::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
-    case Collective::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
+    case Collective::kAllReduce:
+      return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
+    case Collective::kReduce:
+      return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
+    case Collective::kBroadcast:
+      return comm.Broadcast(send, recv, count, c.dtype, 0, o);
+    case Collective::kAllGather:
+      return comm.AllGather(send, recv, count, c.dtype, o);
     case Collective::kReduceScatter:
       return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
   }
@@ -262,9 +277,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const Selector selector(comm.plan(), collective::SelectorOptionsOf(c.options));
   if (print) {
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
-                CollectiveName(c.kind), n,
-                c.transport->display,
-                c.inflight, c.iters, c.warmup);
+                CollectiveName(c.kind), n, c.transport->display, c.inflight, c.iters, c.warmup);
     std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                 "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -272,8 +285,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   int rows = 0;
   for (double size = static_cast<double>(c.min_bytes); size <= c.max_bytes * 1.0000001;
        size = std::max(size * c.factor, size + 1)) {
-    const bool split =
-        c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter;
+    const bool split = c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter;
     const size_t count = static_cast<size_t>(size) / elem / (split ? n : 1);
     const size_t send_count = c.kind == Collective::kReduceScatter ? count * n : count;
     const size_t recv_count = c.kind == Collective::kAllGather ? count * n : count;
@@ -288,10 +300,10 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     void* recv_dev = recv_buf.get();
     LOOM_RETURN_IF_ERROR(memory.Upload(send, send_host.data(), send_host.size()));
     for (Algorithm a : c.algorithms) {
-      if (a != Algorithm::kAuto && a != Algorithm::kNative &&
-          !AlgorithmSupports(a, c.kind)) {
+      if (a != Algorithm::kAuto && a != Algorithm::kNative && !AlgorithmSupports(a, c.kind)) {
         if (c.all) continue;
-        return Unimplemented(CollectiveCallName(c.kind), " has no '", AlgorithmName(a), "' algorithm");
+        return Unimplemented(CollectiveCallName(c.kind), " has no '", AlgorithmName(a),
+                             "' algorithm");
       }
       if (c.all) {
         // Skip what the transport lacks: native on CUDA P2P, schedules on NCCL.
@@ -430,9 +442,11 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   if (places.compare(0, 5, "cuda:") == 0) {
     LOOM_ASSIGN_OR_RETURN(c.cuda_devices, ParseCudaDevices(places));
     c.places = static_cast<int>(c.cuda_devices.size());
-    LOOM_ASSIGN_OR_RETURN(c.transport, collective::FindTransport(
-        flags.Has("transport") ? flags.Get("transport")
-                               : collective::GetTransport(collective::TransportId::kCudaP2P).name));
+    LOOM_ASSIGN_OR_RETURN(
+        c.transport, collective::FindTransport(
+                         flags.Has("transport")
+                             ? flags.Get("transport")
+                             : collective::GetTransport(collective::TransportId::kCudaP2P).name));
     LOOM_ENFORCE(c.transport->device == collective::DeviceKind::kCuda,
                  "--transport for CUDA places expects cuda_p2p or nccl, got '", c.transport->name,
                  "'");
@@ -440,12 +454,12 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, 64));
     using collective::TransportId;
     LOOM_ASSIGN_OR_RETURN(
-        c.transport,
-        collective::FindTransport(
-            flags.Has("transport") ? flags.Get("transport")
-                                   : collective::GetTransport(UnderMpirun() ? TransportId::kMpi
-                                                                            : TransportId::kInProcess)
-                                         .name));
+        c.transport, collective::FindTransport(
+                         flags.Has("transport")
+                             ? flags.Get("transport")
+                             : collective::GetTransport(UnderMpirun() ? TransportId::kMpi
+                                                                      : TransportId::kInProcess)
+                                   .name));
     LOOM_ENFORCE(c.transport->device == collective::DeviceKind::kCpu,
                  "--transport for CPU places expects inprocess or mpi, got '", c.transport->name,
                  "'");

@@ -18,9 +18,8 @@ Flags DevicesFlags() {
 }
 
 Status Devices(const Flags& flags) {
-  std::printf("loom %s: cuda %s, nccl %s, mpi %s\n", LOOM_VERSION,
-              LOOM_CUDA_ENABLED ? "yes" : "no", LOOM_NCCL_ENABLED ? "yes" : "no",
-              LOOM_MPI_ENABLED ? "yes" : "no");
+  std::printf("loom %s: cuda %s, nccl %s, mpi %s\n", LOOM_VERSION, LOOM_CUDA_ENABLED ? "yes" : "no",
+              LOOM_NCCL_ENABLED ? "yes" : "no", LOOM_MPI_ENABLED ? "yes" : "no");
   GpuReport report = DescribeGpus();
   std::fputs(report.text.c_str(), stdout);
   std::fflush(stdout);

@@ -91,21 +91,24 @@ std::string ToDot(const ProgramDesc& p) {
     // Control-flow ops point at this node (an edge to the cluster).
     os << "    " << Quote(StrCat("b", b, "_anchor")) << " [shape=point, style=invis];\n";
     for (const VarDesc& v : block.AllVars()) {
-      os << "    " << Quote(StrCat("b", b, "_var_", v.Name())) << " [shape=ellipse, label="
-         << Quote(v.Name() + "\n" + v.Dims().ToString()) << (v.Persistable() ? ", style=filled, fillcolor=lightyellow" : "")
-         << "];\n";
+      os << "    " << Quote(StrCat("b", b, "_var_", v.Name()))
+         << " [shape=ellipse, label=" << Quote(v.Name() + "\n" + v.Dims().ToString())
+         << (v.Persistable() ? ", style=filled, fillcolor=lightyellow" : "") << "];\n";
     }
     for (int i = 0; i < block.OpSize(); ++i) {
       OpDesc op = block.Op(i);
       std::string id = StrCat("b", b, "_op", i);
-      const char* color = (op.Role() & kOpRoleOptimize) ? "lightblue"
-                          : (op.Role() & kOpRoleBackward) ? "mistyrose" : "palegreen";
+      const char* color = (op.Role() & kOpRoleOptimize)   ? "lightblue"
+                          : (op.Role() & kOpRoleBackward) ? "mistyrose"
+                                                          : "palegreen";
       os << "    " << Quote(id) << " [shape=box, style=filled, fillcolor=" << color
          << ", label=" << Quote(StrCat("#", i, " ", op.Type())) << "];\n";
       for (const auto& v : op.InputArgumentNames())
-        if (block.FindVarRecursive(v)) os << "    " << Quote(StrCat("b", b, "_var_", v)) << " -> " << Quote(id) << ";\n";
+        if (block.FindVarRecursive(v))
+          os << "    " << Quote(StrCat("b", b, "_var_", v)) << " -> " << Quote(id) << ";\n";
       for (const auto& v : op.OutputArgumentNames())
-        if (block.FindVarRecursive(v)) os << "    " << Quote(id) << " -> " << Quote(StrCat("b", b, "_var_", v)) << ";\n";
+        if (block.FindVarRecursive(v))
+          os << "    " << Quote(id) << " -> " << Quote(StrCat("b", b, "_var_", v)) << ";\n";
       for (const auto& name : op.AttrNames()) {
         auto a = op.GetAttr(name);
         const BlockIndex* sub = a.ok() ? std::get_if<BlockIndex>(&a.value()) : nullptr;
@@ -139,8 +142,8 @@ std::string PrintOps() {
     slots("out", info.outputs);
     for (const auto& a : info.attrs) {
       os << "  attr " << a.name << " : " << AttrTypeName(a.type) << " = "
-         << (a.default_value ? AttrToString(*a.default_value) : std::string("(required)"))
-         << "  " << a.doc << "\n";
+         << (a.default_value ? AttrToString(*a.default_value) : std::string("(required)")) << "  "
+         << a.doc << "\n";
     }
     os << "  kernels:";
     if (info.kernels.empty()) os << " none";

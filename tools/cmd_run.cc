@@ -6,18 +6,18 @@
 #include <memory>
 #include <set>
 
-#include "collective/transport_registry.h"
 #include "collective/transport/mpi.h"
+#include "collective/transport_registry.h"
 #include "executor/executor.h"
 #include "framework/cpu_threads.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "loom/config.h"
 #include "operators/collective/comm.h"
-#include "transpiler/data_parallel.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/proto_text.h"
+#include "transpiler/data_parallel.h"
 
 namespace loom::cli {
 
@@ -43,8 +43,10 @@ Flags RunFlags() {
           {"place", "PLACE", "where to run: cpu:i or cuda:i", "cpu:0"},
           {"load-params", "DIR", "load parameters from DIR instead of running startup.pb", ""},
           {"save-params", "DIR", "save the persistable variables to DIR at the end", ""},
-          {"timeline", "FILE", "write a chrome://tracing JSON of the last --timeline-iters steps "
-                               "(ops per rank on compute and communication threads)", ""},
+          {"timeline", "FILE",
+           "write a chrome://tracing JSON of the last --timeline-iters steps "
+           "(ops per rank on compute and communication threads)",
+           ""},
           {"timeline-iters", "K", "steps recorded by --timeline", "5"},
       },
       1, 1);
@@ -113,9 +115,8 @@ Status PrepareFeeds(const std::string& dir, const Flags& flags,
     for (int i = 1; shape_ok && i < want.size(); ++i)
       shape_ok = want[i] < 0 || want[i] == data.dims()[i];
     if (!shape_ok)
-      return InvalidArgument("feed '", name, "' from ", path, " has dims ",
-                             data.dims().ToString(), ", main.pb declares ", want.ToString(),
-                             " (dim 0 is the batch)");
+      return InvalidArgument("feed '", name, "' from ", path, " has dims ", data.dims().ToString(),
+                             ", main.pb declares ", want.ToString(), " (dim 0 is the batch)");
     feeds->push_back(Feed{name, path, std::move(data)});
   }
   for (size_t i = 1; i < feeds->size(); ++i)
@@ -128,11 +129,11 @@ Status PrepareFeeds(const std::string& dir, const Flags& flags,
 
 std::string Summarize(const Tensor& t) {
   if (t.numel() == 1) {
-    double v = t.dtype() == proto::FP64   ? t.data<double>()[0]
-               : t.dtype() == proto::FP32 ? t.data<float>()[0]
+    double v = t.dtype() == proto::FP64    ? t.data<double>()[0]
+               : t.dtype() == proto::FP32  ? t.data<float>()[0]
                : t.dtype() == proto::INT64 ? static_cast<double>(t.data<int64_t>()[0])
                : t.dtype() == proto::INT32 ? static_cast<double>(t.data<int32_t>()[0])
-                                          : NAN;
+                                           : NAN;
     char buf[32];
     std::snprintf(buf, sizeof(buf), "%.6g", v);
     return buf;
@@ -258,8 +259,8 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
     setup->batch = manifest.batch_size();
   }
   if (!setup->feeds.empty() && (setup->batch <= 0 || setup->batch > setup->rows))
-    return InvalidArgument("batch size ", setup->batch, " must be between 1 and the ",
-                           setup->rows, " rows of the feeds");
+    return InvalidArgument("batch size ", setup->batch, " must be between 1 and the ", setup->rows,
+                           " rows of the feeds");
   return Status::OK();
 }
 
@@ -270,8 +271,8 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, const ProgramDesc&
     DDim want = main.GlobalBlock()->FindVar(f.name).Dims();
     if (want[0] >= 0 && want[0] != batch)
       return InvalidArgument("batch size ", batch, " does not fit feed '", f.name,
-                             "': main.pb declares dims ", want.ToString(),
-                             " (pass --batch-size ", want[0], ")");
+                             "': main.pb declares dims ", want.ToString(), " (pass --batch-size ",
+                             want[0], ")");
   }
   Executor exe(setup.place);
   Scope scope;
@@ -321,13 +322,11 @@ std::vector<int64_t> Shares(int64_t batch, int n) {
 // first rows % N ranks get one row more; a rank may get none).
 // The manifest's transport; manifests written before the field existed are in-process.
 std::string ManifestTransport(const proto::DataParallelManifest& dp) {
-  return dp.transport().empty()
-             ? collective::GetTransport(collective::TransportId::kInProcess).name
-             : dp.transport();
+  return dp.transport().empty() ? collective::GetTransport(collective::TransportId::kInProcess).name
+                                : dp.transport();
 }
 
-Status RunRanks(const Flags& flags, const RunSetup& setup,
-                const proto::DataParallelManifest& dp) {
+Status RunRanks(const Flags& flags, const RunSetup& setup, const proto::DataParallelManifest& dp) {
   const int n = dp.nranks();
   std::vector<ProgramDesc> startups(n), mains(n);
   for (int r = 0; r < n; ++r) {
@@ -376,9 +375,8 @@ Status RunRanks(const Flags& flags, const RunSetup& setup,
 
   const int64_t batch = setup.batch;
   std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks (%s, %s)\n",
-              setup.dir.c_str(), static_cast<long long>(setup.iters),
-              static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
-              dp.mode().c_str(), where.c_str());
+              setup.dir.c_str(), static_cast<long long>(setup.iters), static_cast<long long>(batch),
+              static_cast<long long>(setup.rows), n, dp.mode().c_str(), where.c_str());
   Timeline timeline;
   if (setup.timeline)
     for (auto& r : ranks) r.timeline = &timeline;
@@ -455,11 +453,11 @@ Status RunThisMpiRank(const Flags& flags, const RunSetup& setup,
   int64_t begin = 0;
   for (int r = 0; r < rank; ++r) begin += share[r];
   if (print)
-    std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks "
-                "(%s, mpi, %d thread(s) per rank)\n",
-                setup.dir.c_str(), static_cast<long long>(setup.iters),
-                static_cast<long long>(batch), static_cast<long long>(setup.rows), n,
-                dp.mode().c_str(), threads);
+    std::printf(
+        "loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks "
+        "(%s, mpi, %d thread(s) per rank)\n",
+        setup.dir.c_str(), static_cast<long long>(setup.iters), static_cast<long long>(batch),
+        static_cast<long long>(setup.rows), n, dp.mode().c_str(), threads);
   Timeline timeline;
   if (setup.timeline && print) exe.set_timeline(&timeline, 0);
   Progress progress(setup);
@@ -503,15 +501,17 @@ Status RunMpiRank(const Flags& flags, const RunSetup& setup,
 #if LOOM_MPI_ENABLED
   const int n = dp.nranks();
   if (!collective::LaunchedByMpirun())
-    return FailedPrecondition(setup.dir, " was transpiled for transport mpi: start one process "
-                              "per rank, e.g. mpirun -np ", n, " loom run ", setup.dir);
+    return FailedPrecondition(setup.dir,
+                              " was transpiled for transport mpi: start one process "
+                              "per rank, e.g. mpirun -np ",
+                              n, " loom run ", setup.dir);
   LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
   const int rank = collective::MpiWorldRank();
-  Status st = collective::MpiWorldSize() == n
-                  ? RunThisMpiRank(flags, setup, dp, rank)
-                  : FailedPrecondition(setup.dir, " was transpiled for ", n,
-                                       " ranks, the MPI world has ",
-                                       collective::MpiWorldSize(), " processes");
+  Status st =
+      collective::MpiWorldSize() == n
+          ? RunThisMpiRank(flags, setup, dp, rank)
+          : FailedPrecondition(setup.dir, " was transpiled for ", n, " ranks, the MPI world has ",
+                               collective::MpiWorldSize(), " processes");
   if (!st.ok()) {
     std::fprintf(stderr, "loom run: error: rank %d: %s\n", rank, st.message().c_str());
     std::fflush(stderr);
@@ -520,7 +520,8 @@ Status RunMpiRank(const Flags& flags, const RunSetup& setup,
   }
   return collective::MpiFinalize();
 #else
-  return Unimplemented(setup.dir, " was transpiled for transport mpi, but Loom was built "
+  return Unimplemented(setup.dir,
+                       " was transpiled for transport mpi, but Loom was built "
                        "without MPI (install Open MPI, see scripts/install-deps.sh, and rebuild)");
 #endif
 }

@@ -7,8 +7,8 @@
 #include "collective/communicator.h"
 #include "collective/selector.h"
 #include "tools/commands.h"
-#include "tools/gpu.h"
 #include "tools/flags.h"
+#include "tools/gpu.h"
 
 namespace loom::cli {
 
@@ -21,25 +21,27 @@ using collective::Tree;
 Flags TopoFlags() {
   std::string presets;
   for (const auto& p : Topology::PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
-  return Flags("topo", "loom topo [--preset NAME | --file F | --detect] [--selector]",
-               "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
-               "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
-               "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
-               "penalty). Presets: " +
-                   presets + ".",
-               {
-                   {"preset", "NAME", "a built-in machine", ""},
-                   {"file", "F", "a topology file (format in docs/COLLECTIVES.md)", ""},
-                   {"detect", "", "this machine's GPUs (CUDA runtime + NVML NVLink counts; else nvidia-smi topo -m)", ""},
-                   {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
-                   {"penalty", "X", "link penalty between multi-trees", "0.7"},
-                   {"selector", "", "also print the cost model's estimates and auto's choice", ""},
-                   {"op", "COLL",
-                    "collective for --selector: allreduce, reduce, broadcast, "
-                    "allgather, reducescatter",
-                    "allreduce"},
-               },
-               0, 0);
+  return Flags(
+      "topo", "loom topo [--preset NAME | --file F | --detect] [--selector]",
+      "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
+      "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
+      "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
+      "penalty). Presets: " +
+          presets + ".",
+      {
+          {"preset", "NAME", "a built-in machine", ""},
+          {"file", "F", "a topology file (format in docs/COLLECTIVES.md)", ""},
+          {"detect", "",
+           "this machine's GPUs (CUDA runtime + NVML NVLink counts; else nvidia-smi topo -m)", ""},
+          {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
+          {"penalty", "X", "link penalty between multi-trees", "0.7"},
+          {"selector", "", "also print the cost model's estimates and auto's choice", ""},
+          {"op", "COLL",
+           "collective for --selector: allreduce, reduce, broadcast, "
+           "allgather, reducescatter",
+           "allreduce"},
+      },
+      0, 0);
 }
 
 // The GPUs' links: from the CUDA runtime and NVML when this build has CUDA and sees a GPU

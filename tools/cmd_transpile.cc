@@ -22,28 +22,40 @@ Flags TranspileFlags() {
   return Flags(
       "transpile", "loom transpile IN_DIR -o OUT_DIR [flags]",
       "Rewrites the single-device bundle IN_DIR (startup.pb, main.pb with forward, backward and\n"
-      "optimizer ops, bundle.pbtxt) for data-parallel training on --places: OUT_DIR/rank<R>/ holds\n"
+      "optimizer ops, bundle.pbtxt) for data-parallel training on --places: OUT_DIR/rank<R>/ "
+      "holds\n"
       "each rank's startup.pb and main.pb, OUT_DIR/manifest.pbtxt the owners, buckets and the\n"
-      "algorithm of each bucket, OUT_DIR/bundle.pbtxt the feeds (global batch). `loom run OUT_DIR`\n"
-      "trains with them. Passes, in order:" + passes,
+      "algorithm of each bucket, OUT_DIR/bundle.pbtxt the feeds (global batch). `loom run "
+      "OUT_DIR`\n"
+      "trains with them. Passes, in order:" +
+          passes,
       {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
-          {"places", "PLACES", "the devices: cpu:N, N CPU places (threads of one process, or "
-                               "with --transport mpi one process each), or cuda:D0,D1,... one "
-                               "rank per listed GPU (threads of one process)", "cpu:2"},
-          {"transport", "T", "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
-                             "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
-                             "CUDA places use nccl (NCCL's collectives) unless cuda_p2p is given "
-                             "(Loom's ring/tree/multi_tree/star on the GPUs)",
+          {"places", "PLACES",
+           "the devices: cpu:N, N CPU places (threads of one process, or "
+           "with --transport mpi one process each), or cuda:D0,D1,... one "
+           "rank per listed GPU (threads of one process)",
+           "cpu:2"},
+          {"transport", "T",
+           "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
+           "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
+           "CUDA places use nccl (NCCL's collectives) unless cuda_p2p is given "
+           "(Loom's ring/tree/multi_tree/star on the GPUs)",
            collective::GetTransport(collective::TransportId::kInProcess).name},
-          {"mode", "MODE", "allreduce (every rank updates every parameter) or owner (each "
-                           "parameter updated by one owner rank, then broadcast)", "allreduce"},
-          {"algo", "ALGO", "ring, tree, multi_tree, star, native (the transport's own: in-process "
-                           "one pass over shared memory, MPI's, NCCL's) or auto (chosen per "
-                           "bucket); CUDA places over nccl: native or auto", "auto"},
+          {"mode", "MODE",
+           "allreduce (every rank updates every parameter) or owner (each "
+           "parameter updated by one owner rank, then broadcast)",
+           "allreduce"},
+          {"algo", "ALGO",
+           "ring, tree, multi_tree, star, native (the transport's own: in-process "
+           "one pass over shared memory, MPI's, NCCL's) or auto (chosen per "
+           "bucket); CUDA places over nccl: native or auto",
+           "auto"},
           {"fuse-mb", "MB", "fuse gradients into buckets of about MB MiB (0: no fusion)", "32"},
-          {"grad-scale", "S", "sample (weight ranks by their batch rows: the full-batch "
-                              "gradient), avg (1/N) or one", "sample"},
+          {"grad-scale", "S",
+           "sample (weight ranks by their batch rows: the full-batch "
+           "gradient), avg (1/N) or one",
+           "sample"},
           {"owner-policy", "P", "owner mode: bytes (balanced) or hash (of the name)", "bytes"},
           {"timeout-ms", "MS", "a collective that does not finish within MS fails", "30000"},
           {"topology", "PRESET", "topology preset of the places (see docs/COLLECTIVES.md)", ""},
@@ -59,8 +71,8 @@ StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* pla
     size_t start = 0;
     while (start <= list.size()) {
       size_t comma = list.find(',', start);
-      std::string item = list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                       : comma - start);
+      std::string item =
+          list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       auto place = ParsePlace("cuda:" + item);
       if (!place.ok())
         return InvalidArgument("--places '", spec, "': '", item,
@@ -100,7 +112,8 @@ Status Transpile(const Flags& flags) {
     config.transport = GetTransport(TransportId::kNccl).name;
   char* end = nullptr;
   config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
-  if (*end != '\0') return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");
+  if (*end != '\0')
+    return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");
   config.timeout_ms = static_cast<int>(timeout);
@@ -112,8 +125,8 @@ Status Transpile(const Flags& flags) {
   proto::BundleManifest bundle;
   if (FileExists(JoinPath(in, "bundle.pbtxt"))) {
     LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(in, "bundle.pbtxt")));
-    LOOM_RETURN_IF_ERROR(ParseTextProto(text, JoinPath(in, "bundle.pbtxt"), "a bundle manifest",
-                                        &bundle));
+    LOOM_RETURN_IF_ERROR(
+        ParseTextProto(text, JoinPath(in, "bundle.pbtxt"), "a bundle manifest", &bundle));
   }
   LOOM_ASSIGN_OR_RETURN(auto result, transpiler::TranspileDataParallel(startup, main, config));
 

@@ -40,14 +40,16 @@ Status Flags::Parse(int argc, char** argv) {
         inline_value = true;
       }
       const FlagSpec* spec = Find(name);
-      if (!spec) return InvalidArgument("unknown flag --", name, " (see loom ", command_, " --help)");
+      if (!spec)
+        return InvalidArgument("unknown flag --", name, " (see loom ", command_, " --help)");
       if (spec->value.empty()) {
         if (inline_value) return InvalidArgument("flag --", name, " takes no value");
         values_[name].push_back("1");
         continue;
       }
       if (!inline_value) {
-        if (i + 1 >= argc) return InvalidArgument("flag --", name, " needs a value (", spec->value, ")");
+        if (i + 1 >= argc)
+          return InvalidArgument("flag --", name, " needs a value (", spec->value, ")");
         value = argv[++i];
       }
       if (!spec->repeated && values_.count(name))
@@ -59,10 +61,10 @@ Status Flags::Parse(int argc, char** argv) {
   }
   int n = static_cast<int>(positional_.size());
   if (n < min_positional_ || n > max_positional_)
-    return InvalidArgument("expected ", min_positional_ == max_positional_ ? "" : "between ",
-                           min_positional_,
-                           min_positional_ == max_positional_ ? "" : StrCat(" and ", max_positional_),
-                           " argument(s), got ", n, ": usage: ", synopsis_);
+    return InvalidArgument(
+        "expected ", min_positional_ == max_positional_ ? "" : "between ", min_positional_,
+        min_positional_ == max_positional_ ? "" : StrCat(" and ", max_positional_),
+        " argument(s), got ", n, ": usage: ", synopsis_);
   return Status::OK();
 }
 
@@ -73,8 +75,10 @@ std::string Flags::Help() const {
   for (const auto& s : specs_) {
     std::string left = "  --" + s.name + (s.value.empty() ? "" : " " + s.value);
     os << left;
-    if (left.size() < 28) os << std::string(28 - left.size(), ' ');
-    else os << "\n" << std::string(28, ' ');
+    if (left.size() < 28)
+      os << std::string(28 - left.size(), ' ');
+    else
+      os << "\n" << std::string(28, ' ');
     os << s.help;
     if (!s.default_value.empty()) os << " (default: " << s.default_value << ")";
     if (s.repeated) os << " [repeatable]";
@@ -103,7 +107,8 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
+  if (v.empty() || *end != '\0')
+    return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
   if (errno == ERANGE) return InvalidArgument("flag --", name, " value '", v, "' is out of range");
   return static_cast<int64_t>(x);
 }

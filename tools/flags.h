@@ -12,8 +12,8 @@
 namespace loom::cli {
 
 struct FlagSpec {
-  std::string name;       // without the leading "--"
-  std::string value;      // value placeholder for help ("N"); empty for a boolean switch
+  std::string name;   // without the leading "--"
+  std::string value;  // value placeholder for help ("N"); empty for a boolean switch
   std::string help;
   std::string default_value;
   bool repeated = false;

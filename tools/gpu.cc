@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "loom/config.h"
 #include "collective/transport/cuda_p2p.h"
+#include "loom/config.h"
 #include "tools/gpu.h"
 #if LOOM_NCCL_ENABLED
 #include <nccl.h>
@@ -103,9 +103,9 @@ GpuReport DescribeGpus() {
     }
     char gib[32];
     std::snprintf(gib, sizeof gib, "%.1f GiB", p.totalGlobalMem / 1073741824.0);
-    r.text += StrCat("  cuda:", d, "  ", p.name, "  sm_", p.major, p.minor, "  ",
-                     p.multiProcessorCount, " SMs  ", gib, "  L2 ", p.l2CacheSize >> 20,
-                     " MiB  pci ", p.pciBusID, "\n");
+    r.text +=
+        StrCat("  cuda:", d, "  ", p.name, "  sm_", p.major, p.minor, "  ", p.multiProcessorCount,
+               " SMs  ", gib, "  L2 ", p.l2CacheSize >> 20, " MiB  pci ", p.pciBusID, "\n");
   }
   return r;
 }

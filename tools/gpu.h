@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "collective/communicator.h"
 #include "collective/topology.h"
 #include "collective/transport_registry.h"
-#include "base/status.h"
 
 namespace loom::cli {
 

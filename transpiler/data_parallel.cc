@@ -17,8 +17,8 @@ namespace loom::transpiler {
 namespace {
 
 bool IsCollectiveOp(const std::string& type) {
-  static const std::set<std::string> kOps = {"comm_init", "allreduce",     "reduce",
-                                             "broadcast", "allgather",     "barrier",
+  static const std::set<std::string> kOps = {"comm_init",     "allreduce",     "reduce",
+                                             "broadcast",     "allgather",     "barrier",
                                              "sample_weight", "coalesce_grads"};
   return kOps.count(type) > 0;
 }
@@ -39,8 +39,8 @@ struct ParamSync {
   std::string grad;
   DataType dtype = proto::FP32;
   int64_t bytes = 0;
-  int producer = -1;      // last backward op writing grad (index in the input main program)
-  int update_op = -1;     // its optimizer update op
+  int producer = -1;   // last backward op writing grad (index in the input main program)
+  int update_op = -1;  // its optimizer update op
   int owner = -1;
   int bucket = -1;
 };
@@ -69,7 +69,7 @@ struct State {
   // parameters and an allreduce right after the op adds up the ranks' partial sums.
   std::map<int, std::vector<std::pair<std::string, int>>> partial_sums;
   const collective::TransportInfo* transport = nullptr;  // config.transport, from the registry
-  std::unique_ptr<collective::Selector> selector;  // resolves "auto" per bucket
+  std::unique_ptr<collective::Selector> selector;        // resolves "auto" per bucket
   std::shared_ptr<const collective::CommPlan> plan;
   std::vector<ProgramDesc> rank_startup;
   std::vector<ProgramDesc> rank_main;
@@ -117,12 +117,14 @@ Status CheckProgram(State* s) {
   if (c.algorithm != "auto") {
     LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(c.algorithm));
     if (a == collective::Algorithm::kNative && !t.native)
-      return InvalidArgument("algorithm 'native' needs a transport with collectives of its own; "
-                             "the ", t.name,
-                             " transport offers ring, tree, multi_tree, star and auto");
+      return InvalidArgument(
+          "algorithm 'native' needs a transport with collectives of its own; "
+          "the ",
+          t.name, " transport offers ring, tree, multi_tree, star and auto");
     if (a != collective::Algorithm::kNative && !t.schedules)
       return InvalidArgument("algorithm '", c.algorithm, "' is one of Loom's schedules; transport ",
-                             t.name, " runs its own collectives: use native or auto, or transport "
+                             t.name,
+                             " runs its own collectives: use native or auto, or transport "
                              "cuda_p2p for Loom's schedules on the GPUs");
   }
   // Places, when given, must fit the transport: CUDA places (one GPU per rank) meet over NCCL
@@ -177,10 +179,10 @@ Status CheckProgram(State* s) {
       for (int i = 0; i < block->OpSize(); ++i) {
         const std::string& type = block->Op(i).Type();
         if (IsCollectiveOp(type))
-          return FailedPrecondition(
-              "the ", prog == &s->main ? "main" : "startup",
-              " program is already transpiled for data parallelism (it has ",
-              OpLocation(type, b, i), "); transpile the single-device program");
+          return FailedPrecondition("the ", prog == &s->main ? "main" : "startup",
+                                    " program is already transpiled for data parallelism (it has ",
+                                    OpLocation(type, b, i),
+                                    "); transpile the single-device program");
       }
     }
   }
@@ -188,8 +190,9 @@ Status CheckProgram(State* s) {
   bool any_update = false;
   for (int i = 0; i < block->OpSize(); ++i) any_update |= IsUpdateOp(block->Op(i));
   if (!any_update)
-    return InvalidArgument("the main program has no optimizer ops (op_role optimize with Param "
-                           "and Grad inputs): call optimizer.minimize(loss) before transpiling");
+    return InvalidArgument(
+        "the main program has no optimizer ops (op_role optimize with Param "
+        "and Grad inputs): call optimizer.minimize(loss) before transpiling");
   return Status::OK();
 }
 
@@ -374,9 +377,8 @@ Status PlanBuckets(State* s) {
   for (int k : order) {
     const ParamSync& p = s->params[k];
     bool alone = !fuse || p.bytes >= limit;
-    if (alone || (!current.params.empty() &&
-                  (current.bytes + p.bytes > limit ||
-                   s->params[current.params[0]].dtype != p.dtype)))
+    if (alone || (!current.params.empty() && (current.bytes + p.bytes > limit ||
+                                              s->params[current.params[0]].dtype != p.dtype)))
       close();
     current.params.push_back(k);
     current.bytes += p.bytes;
@@ -387,8 +389,9 @@ Status PlanBuckets(State* s) {
   for (size_t b = 0; b < s->buckets.size(); ++b) {
     Bucket& bucket = s->buckets[b];
     bucket.fused = bucket.params.size() > 1;
-    bucket.algorithm = ResolveAlgorithm(*s, owner ? collective::Collective::kReduce : collective::Collective::kAllReduce,
-                                        bucket.bytes);
+    bucket.algorithm = ResolveAlgorithm(
+        *s, owner ? collective::Collective::kReduce : collective::Collective::kAllReduce,
+        bucket.bytes);
     for (int k : bucket.params) s->params[k].bucket = static_cast<int>(b);
   }
   return Status::OK();
@@ -422,9 +425,10 @@ Status BroadcastParams(State* s) {
     if (!v.IsParameter()) continue;
     if (!sb->HasVar(v.Name())) DeclareLike(sb, v);
     int64_t bytes = std::max<int64_t>(v.Dims().numel(), 0) * SizeOf(v.Dtype());
-    OpDesc op = sb->AppendOp("broadcast", {{"X", {v.Name()}}, {"Comm", {kCommVar}}},
-                             {{"Out", {v.Name()}}},
-                             {{"root", 0}, {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}});
+    OpDesc op = sb->AppendOp(
+        "broadcast", {{"X", {v.Name()}}, {"Comm", {kCommVar}}}, {{"Out", {v.Name()}}},
+        {{"root", 0},
+         {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}});
     op.SetRole(kOpRoleCommunication);
   }
   return Status::OK();
@@ -436,9 +440,10 @@ Status InsertGradSync(State* s) {
   BlockDesc* block = s->main.GlobalBlock();
   if (c.grad_scale == GradScale::kSample) {
     if (s->batch_var.empty())
-      return InvalidArgument("grad scale 'sample' weighs each rank by its batch rows, but the "
-                             "program reads no batch-shaped input (dims [-1, ...]); use grad "
-                             "scale avg or one");
+      return InvalidArgument(
+          "grad scale 'sample' weighs each rank by its batch rows, but the "
+          "program reads no batch-shaped input (dims [-1, ...]); use grad "
+          "scale avg or one");
     VarDesc w = block->Var(kSampleWeightVar);
     w.SetType(proto::VarType::DENSE_TENSOR);
     w.SetDtype(proto::FP32);
@@ -489,16 +494,15 @@ Status InsertGradSync(State* s) {
     ins.insert(ins.begin(), {"X", grads});
     const int role = kOpRoleBackward | kOpRoleCommunication;
     if (owner) {
-      after[bucket.position].push_back(
-          make("reduce", ins, {{"Out", grads}},
-               {{"root", s->params[bucket.params[0]].owner},
-                {"reduce_type", reduce_type},
-                {"algorithm", bucket.algorithm}},
-               role));
+      after[bucket.position].push_back(make("reduce", ins, {{"Out", grads}},
+                                            {{"root", s->params[bucket.params[0]].owner},
+                                             {"reduce_type", reduce_type},
+                                             {"algorithm", bucket.algorithm}},
+                                            role));
     } else {
-      after[bucket.position].push_back(make(
-          "allreduce", ins, {{"Out", grads}},
-          {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}}, role));
+      after[bucket.position].push_back(
+          make("allreduce", ins, {{"Out", grads}},
+               {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}}, role));
     }
   }
   for (const auto& [i, terms] : s->partial_sums) {
@@ -506,18 +510,20 @@ Status InsertGradSync(State* s) {
     const std::string out = op.Output("Out")[0];
     VarDesc v = block->FindVarRecursive(out);
     int64_t bytes = v ? std::max<int64_t>(v.Dims().numel(), 1) * SizeOf(v.Dtype()) : 8;
-    after[i].push_back(make("allreduce", {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
-                            {{"reduce_type", std::string("sum")},
-                             {"algorithm", ResolveAlgorithm(*s, collective::Collective::kAllReduce, bytes)}},
-                            kOpRoleOptimize | kOpRoleCommunication));
+    after[i].push_back(
+        make("allreduce", {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
+             {{"reduce_type", std::string("sum")},
+              {"algorithm", ResolveAlgorithm(*s, collective::Collective::kAllReduce, bytes)}},
+             kOpRoleOptimize | kOpRoleCommunication));
   }
   if (owner) {
     for (const ParamSync& p : s->params) {
       int64_t bytes = p.bytes;
-      after[p.update_op].push_back(make(
-          "broadcast", {{"X", {p.param}}, {"Comm", {kCommVar}}}, {{"Out", {p.param}}},
-          {{"root", p.owner}, {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}},
-          kOpRoleOptimize | kOpRoleCommunication));
+      after[p.update_op].push_back(
+          make("broadcast", {{"X", {p.param}}, {"Comm", {kCommVar}}}, {{"Out", {p.param}}},
+               {{"root", p.owner},
+                {"algorithm", ResolveAlgorithm(*s, collective::Collective::kBroadcast, bytes)}},
+               kOpRoleOptimize | kOpRoleCommunication));
     }
   }
   // Rebuild the op list; remember where each original op went (split-per-rank needs it).
@@ -615,11 +621,9 @@ const std::vector<Pass>& Pipeline() {
       {{"find-gradients", "pairs each optimized parameter with the gradient backward writes",
         false},
        FindGradients},
-      {{"assign-owners", "owner mode: one owner rank per parameter (by bytes or name hash)",
-        false},
+      {{"assign-owners", "owner mode: one owner rank per parameter (by bytes or name hash)", false},
        AssignOwners},
-      {{"plan-buckets", "groups small gradients into fused buckets; resolves algorithm auto",
-        true},
+      {{"plan-buckets", "groups small gradients into fused buckets; resolves algorithm auto", true},
        PlanBuckets},
       {{"insert-comm-init", "comm_init in startup; the communicator var in both programs", false},
        InsertCommInit},
@@ -734,15 +738,16 @@ StatusOr<GradScale> ParseGradScale(const std::string& name) {
   return InvalidArgument("grad scale '", name, "' is not one of sample, avg, one");
 }
 
-const char* SyncModeName(SyncMode mode) {
-  return mode == SyncMode::kOwner ? "owner" : "allreduce";
-}
+const char* SyncModeName(SyncMode mode) { return mode == SyncMode::kOwner ? "owner" : "allreduce"; }
 
 const char* GradScaleName(GradScale scale) {
   switch (scale) {
-    case GradScale::kSample: return "sample";
-    case GradScale::kAvg: return "avg";
-    default: return "one";
+    case GradScale::kSample:
+      return "sample";
+    case GradScale::kAvg:
+      return "avg";
+    default:
+      return "one";
   }
 }
 

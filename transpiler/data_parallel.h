@@ -26,10 +26,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "collective/transport_registry.h"
 #include "framework/framework.pb.h"
 #include "framework/program_desc.h"
-#include "base/status.h"
 
 namespace loom::transpiler {
 
@@ -56,7 +56,7 @@ struct DataParallelConfig {
   // places, a thread per rank, one GPU each; every collective is NCCL's own: "native") or
   // "cuda_p2p" (CUDA places like nccl, running Loom's ring/tree/multi_tree/star on the GPUs).
   std::string transport = collective::GetTransport(collective::TransportId::kInProcess).name;
-  std::string topology;                // preset name for comm_init; empty: uniform
+  std::string topology;  // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
   // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):
   // allreduce buckets up to this size take the tree, larger ones the cheapest by the model;

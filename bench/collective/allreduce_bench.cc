@@ -38,9 +38,8 @@ void BM_AllReduce(benchmark::State& state, Algorithm algorithm) {
   // by the threads' summed time, so the per-rank rate comes out right.
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
   const double factor = 2.0 * (kRanks - 1) / kRanks;
-  state.counters["busbw_GBps"] =
-      benchmark::Counter(static_cast<double>(bytes) * factor * state.iterations() / 1e9,
-                         benchmark::Counter::kIsRate);
+  state.counters["busbw_GBps"] = benchmark::Counter(
+      static_cast<double>(bytes) * factor * state.iterations() / 1e9, benchmark::Counter::kIsRate);
   if (rank == 0) g_world.reset();
 }
 

@@ -131,8 +131,7 @@ class OpRunner {
   std::unique_ptr<loom::PreparedBlock> fwd_, bwd_;
 };
 
-void RunCase(benchmark::State& state, const OpCase& c, bool backward,
-             const std::string& out_slot) {
+void RunCase(benchmark::State& state, const OpCase& c, bool backward, const std::string& out_slot) {
   OpRunner r;
   loom::Status st = r.Setup(c, backward, out_slot);
   if (!st.ok()) {
@@ -207,9 +206,9 @@ OpCase AdamCase() {
 }
 
 // Row names are shared with torch_ops.py: "<row>/fwd" and "<row>/bwd".
-#define LOOM_OP_BENCH(ROW, MAKE, OUT)                                                    \
-  void BM_##ROW##_fwd(benchmark::State& s) { RunCase(s, MAKE, false, OUT); }           \
-  void BM_##ROW##_bwd(benchmark::State& s) { RunCase(s, MAKE, true, OUT); }            \
+#define LOOM_OP_BENCH(ROW, MAKE, OUT)                                                         \
+  void BM_##ROW##_fwd(benchmark::State& s) { RunCase(s, MAKE, false, OUT); }                  \
+  void BM_##ROW##_bwd(benchmark::State& s) { RunCase(s, MAKE, true, OUT); }                   \
   BENCHMARK(BM_##ROW##_fwd)->Name(#ROW "/fwd")->Unit(benchmark::kMicrosecond)->UseRealTime(); \
   BENCHMARK(BM_##ROW##_bwd)->Name(#ROW "/bwd")->Unit(benchmark::kMicrosecond)->UseRealTime()
 

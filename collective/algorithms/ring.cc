@@ -104,8 +104,8 @@ Status RingAllReduce(Schedule& s, const CallArgs& args) {
   const std::vector<Range> chunks = SplitEvenly(args.count, s.nranks());
   LOOM_RETURN_IF_ERROR(ReduceScatterPhase(s, chunks, args.send, args.recv, reduction));
   const Range& mine = chunks[RingOf(s).p];
-  LOOM_RETURN_IF_ERROR(s.Finalize(reduction, At(args.recv, mine.offset, elem), mine.count,
-                                  s.nranks()));
+  LOOM_RETURN_IF_ERROR(
+      s.Finalize(reduction, At(args.recv, mine.offset, elem), mine.count, s.nranks()));
   return AllGatherPhase(s, ToBytes(chunks, elem), args.recv);
 }
 
@@ -135,13 +135,18 @@ Status RingReduceScatter(Schedule& s, const CallArgs& args) {
 
 Status RunRing(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
-    case Collective::kAllReduce: return RingAllReduce(s, args);
-    case Collective::kAllGather: return RingAllGather(s, args);
-    case Collective::kReduceScatter: return RingReduceScatter(s, args);
-    case Collective::kReduce: return TreeRootedReduce(s, args, ChainTree(s.plan().ring_order, args.root));
+    case Collective::kAllReduce:
+      return RingAllReduce(s, args);
+    case Collective::kAllGather:
+      return RingAllGather(s, args);
+    case Collective::kReduceScatter:
+      return RingReduceScatter(s, args);
+    case Collective::kReduce:
+      return TreeRootedReduce(s, args, ChainTree(s.plan().ring_order, args.root));
     case Collective::kBroadcast:
       return TreeRootedBroadcast(s, args, ChainTree(s.plan().ring_order, args.root));
-    default: return UnsupportedAlgorithm(args);
+    default:
+      return UnsupportedAlgorithm(args);
   }
 }
 

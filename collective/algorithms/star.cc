@@ -10,10 +10,14 @@ Status RunStar(Schedule& s, const CallArgs& args) {
   const int root = args.kind == Collective::kAllReduce ? 0 : args.root;
   const Tree star = StarTree(s.nranks(), root);
   switch (args.kind) {
-    case Collective::kAllReduce: return TreesAllReduce(s, args, {TreeJob{&star, Range{0, args.count}}});
-    case Collective::kReduce: return TreeRootedReduce(s, args, star);
-    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, star);
-    default: return UnsupportedAlgorithm(args);
+    case Collective::kAllReduce:
+      return TreesAllReduce(s, args, {TreeJob{&star, Range{0, args.count}}});
+    case Collective::kReduce:
+      return TreeRootedReduce(s, args, star);
+    case Collective::kBroadcast:
+      return TreeRootedBroadcast(s, args, star);
+    default:
+      return UnsupportedAlgorithm(args);
   }
 }
 

@@ -95,8 +95,8 @@ Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in
   // A root without children (a single rank) still owes its result in work.
   for (const TreeJob& job : jobs) {
     if (job.tree->root == s.rank() && job.tree->depth() == 0) {
-      LOOM_RETURN_IF_ERROR(s.Copy(At(work, job.range.offset, elem),
-                                  At(in, job.range.offset, elem), job.range.count * elem));
+      LOOM_RETURN_IF_ERROR(s.Copy(At(work, job.range.offset, elem), At(in, job.range.offset, elem),
+                                  job.range.count * elem));
     }
   }
   return s.WaitAll();
@@ -180,9 +180,12 @@ Status RunTree(Schedule& s, const CallArgs& args) {
       const Tree& tree = s.plan().trees[0];
       return TreesAllReduce(s, args, {TreeJob{&tree, Range{0, args.count}}});
     }
-    case Collective::kReduce: return TreeRootedReduce(s, args, s.plan().trees[args.root]);
-    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
-    default: return UnsupportedAlgorithm(args);
+    case Collective::kReduce:
+      return TreeRootedReduce(s, args, s.plan().trees[args.root]);
+    case Collective::kBroadcast:
+      return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
+    default:
+      return UnsupportedAlgorithm(args);
   }
 }
 

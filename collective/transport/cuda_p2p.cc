@@ -48,8 +48,8 @@ class CudaPeerMemory final : public RankMemory,
       for (size_t b = 0; b < g; ++b) {
         if (a == b) continue;
         int can = 0;
-        LOOM_RETURN_IF_ERROR(CudaStatus(
-            cudaDeviceCanAccessPeer(&can, m->gpus_[a], m->gpus_[b]), "cudaDeviceCanAccessPeer", 0));
+        LOOM_RETURN_IF_ERROR(CudaStatus(cudaDeviceCanAccessPeer(&can, m->gpus_[a], m->gpus_[b]),
+                                        "cudaDeviceCanAccessPeer", 0));
         if (!can) continue;
         LOOM_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(m->gpus_[a]), "cudaSetDevice", 0));
         const cudaError_t e = cudaDeviceEnablePeerAccess(m->gpus_[b], 0);
@@ -95,8 +95,8 @@ class CudaPeerMemory final : public RankMemory,
     const int g = GpuIndex(dst_rank);
     cudaStream_t stream = streams_[performer][g];
     LOOM_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(gpus_[g]), "cudaSetDevice", performer));
-    LOOM_RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", performer));
+    LOOM_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream),
+                                    "cudaMemcpyAsync", performer));
     return CudaStatus(cudaStreamSynchronize(stream), "copy", performer);
   }
 
@@ -133,9 +133,8 @@ class CudaPeerMemory final : public RankMemory,
     const int g = GpuIndex(rank);
     cudaStream_t stream = streams_[rank][g];
     LOOM_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(gpus_[g]), "cudaSetDevice", rank));
-    LOOM_RETURN_IF_ERROR(
-        CudaStatus(internal::LaunchFinalize(reduction, buf, count, nranks, stream),
-                   "average kernel", rank));
+    LOOM_RETURN_IF_ERROR(CudaStatus(internal::LaunchFinalize(reduction, buf, count, nranks, stream),
+                                    "average kernel", rank));
     return CudaStatus(cudaStreamSynchronize(stream), "average", rank);
   }
 

@@ -20,9 +20,9 @@
 #include <optional>
 #include <vector>
 
+#include "base/status.h"
 #include "collective/communicator.h"
 #include "collective/topology.h"
-#include "base/status.h"
 
 namespace loom::collective {
 

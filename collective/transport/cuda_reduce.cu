@@ -25,19 +25,27 @@ struct Arith<__half> {
 
 struct SumOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return WrappingAdd(x, y); }
+  __device__ C operator()(C x, C y) const {
+    return WrappingAdd(x, y);
+  }
 };
 struct ProdOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return WrappingMultiply(x, y); }
+  __device__ C operator()(C x, C y) const {
+    return WrappingMultiply(x, y);
+  }
 };
 struct MaxOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return MaxOf(x, y); }
+  __device__ C operator()(C x, C y) const {
+    return MaxOf(x, y);
+  }
 };
 struct MinOp {
   template <typename C>
-  __device__ C operator()(C x, C y) const { return MinOf(x, y); }
+  __device__ C operator()(C x, C y) const {
+    return MinOf(x, y);
+  }
 };
 
 template <typename T, typename Op>
@@ -103,11 +111,16 @@ cudaError_t LaunchReduce(const Reduction& r, void* dst, const void* a, const voi
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (r.dtype) {
-    case DataType::kFloat32: return ReduceTyped<float>(r.op, dst, a, b, count, stream);
-    case DataType::kFloat64: return ReduceTyped<double>(r.op, dst, a, b, count, stream);
-    case DataType::kFloat16: return ReduceTyped<__half>(r.op, dst, a, b, count, stream);
-    case DataType::kInt32: return ReduceTyped<int32_t>(r.op, dst, a, b, count, stream);
-    case DataType::kInt64: return ReduceTyped<int64_t>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat32:
+      return ReduceTyped<float>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat64:
+      return ReduceTyped<double>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat16:
+      return ReduceTyped<__half>(r.op, dst, a, b, count, stream);
+    case DataType::kInt32:
+      return ReduceTyped<int32_t>(r.op, dst, a, b, count, stream);
+    case DataType::kInt64:
+      return ReduceTyped<int64_t>(r.op, dst, a, b, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -116,11 +129,16 @@ cudaError_t LaunchFinalize(const Reduction& r, void* buf, size_t count, int nran
                            cudaStream_t stream) {
   if (r.op != ReduceOp::kAvg || count == 0) return cudaSuccess;
   switch (r.dtype) {
-    case DataType::kFloat32: return DivideTyped<float>(buf, count, nranks, stream);
-    case DataType::kFloat64: return DivideTyped<double>(buf, count, nranks, stream);
-    case DataType::kFloat16: return DivideTyped<__half>(buf, count, nranks, stream);
-    case DataType::kInt32: return DivideTyped<int32_t>(buf, count, nranks, stream);
-    case DataType::kInt64: return DivideTyped<int64_t>(buf, count, nranks, stream);
+    case DataType::kFloat32:
+      return DivideTyped<float>(buf, count, nranks, stream);
+    case DataType::kFloat64:
+      return DivideTyped<double>(buf, count, nranks, stream);
+    case DataType::kFloat16:
+      return DivideTyped<__half>(buf, count, nranks, stream);
+    case DataType::kInt32:
+      return DivideTyped<int32_t>(buf, count, nranks, stream);
+    case DataType::kInt64:
+      return DivideTyped<int64_t>(buf, count, nranks, stream);
   }
   return cudaErrorInvalidValue;
 }

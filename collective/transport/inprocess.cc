@@ -122,9 +122,9 @@ void Transfer(RankMemory& memory, int performer, Posting* send, Posting* recv) {
   } else if (send->bytes > 0 && recv->kind == Posting::Kind::kRecv) {
     status = memory.Copy(performer, recv->rank, recv->dst, send->rank, send->src, send->bytes);
   } else if (send->bytes > 0) {
-    status = memory.Reduce(performer, recv->reduction, recv->rank, recv->dst, recv->local,
-                           send->rank, send->src,
-                           send->bytes / DataTypeSize(recv->reduction.dtype));
+    status =
+        memory.Reduce(performer, recv->reduction, recv->rank, recv->dst, recv->local, send->rank,
+                      send->src, send->bytes / DataTypeSize(recv->reduction.dtype));
   }
   MarkDone(recv, status);
   MarkDone(send, status);
@@ -400,23 +400,22 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     slot->recv[rank_] = call.recv;
     ++slot->published;
     board.cv.notify_all();
-    const bool met = board.cv.wait_until(
-        lock, deadline, [&] { return slot->published == n || slot->abandoned; });
+    const bool met = board.cv.wait_until(lock, deadline,
+                                         [&] { return slot->published == n || slot->abandoned; });
     if (!met || slot->abandoned) {
       const bool timed_out = !met;
       slot->abandoned = true;
       board.cv.notify_all();
       leave(lock);
       if (timed_out)
-        return Timeout("native collective: only ", slot->published, " of ", n,
-                       " ranks arrived");
+        return Timeout("native collective: only ", slot->published, " of ", n, " ranks arrived");
       return FailedPrecondition("native collective: a peer gave up waiting for the others");
     }
   }
   const size_t elem = DataTypeSize(call.dtype);
   const Reduction reduction{call.dtype, call.op};
   // All ranks' outputs together, as the caches see them.
-  const size_t total_out = call.kind == Collective::kReduce ? call.count * elem
+  const size_t total_out = call.kind == Collective::kReduce      ? call.count * elem
                            : call.kind == Collective::kAllGather ? call.count * elem * n * n
                                                                  : call.count * elem * n;
   const bool streaming = total_out >= kStreamingMinBytes;
@@ -481,8 +480,7 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     }
   }
   std::unique_lock<std::mutex> lock(board.mu);
-  board.cv.wait(lock,
-                [&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
+  board.cv.wait(lock, [&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
   leave(lock);
   return Status::OK();
 }

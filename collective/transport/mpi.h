@@ -26,8 +26,8 @@
 #include <memory>
 #include <optional>
 
-#include "collective/communicator.h"
 #include "base/status.h"
+#include "collective/communicator.h"
 
 namespace loom::collective {
 

@@ -24,9 +24,9 @@
 #include <memory>
 #include <vector>
 
+#include "base/status.h"
 #include "collective/communicator.h"
 #include "collective/transport/cuda_p2p.h"  // CudaDeviceCount
-#include "base/status.h"
 
 namespace loom::collective {
 

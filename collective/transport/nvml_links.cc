@@ -53,8 +53,8 @@ const Nvml& LoadNvml() {
         reinterpret_cast<decltype(nvml.remote_pci)>(sym("nvmlDeviceGetNvLinkRemotePciInfo_v2"));
     nvml.remote_type =
         reinterpret_cast<decltype(nvml.remote_type)>(sym("nvmlDeviceGetNvLinkRemoteDeviceType"));
-    nvml.ok = nvml.init && nvml.shutdown && nvml.handle_by_bus_id && nvml.link_state &&
-              nvml.remote_pci;
+    nvml.ok =
+        nvml.init && nvml.shutdown && nvml.handle_by_bus_id && nvml.link_state && nvml.remote_pci;
   });
   return nvml;
 }

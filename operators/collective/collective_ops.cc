@@ -8,10 +8,10 @@
 // same order (the transpiler guarantees it); calls that differ end in an error naming both ranks.
 #include <atomic>
 
+#include "loom/config.h"
 #include "operators/collective/comm.h"
 #include "operators/collective/stats.h"
 #include "operators/common.h"
-#include "loom/config.h"
 
 namespace loom::ops {
 namespace {
@@ -23,7 +23,8 @@ using collective::Work;
 
 StatusOr<CallOptions> CallOptionsOf(const KernelContext& ctx) {
   CallOptions o;
-  LOOM_ASSIGN_OR_RETURN(o.algorithm, collective::ParseAlgorithm(ctx.Attr<std::string>("algorithm")));
+  LOOM_ASSIGN_OR_RETURN(o.algorithm,
+                        collective::ParseAlgorithm(ctx.Attr<std::string>("algorithm")));
   return o;
 }
 
@@ -33,19 +34,21 @@ void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
       if (!w.IsCompleted()) return false;
     return true;
   };
-  ctx.SetAsync([works = std::move(works)](AsyncSpan* span) -> Status {
-    Status first;
-    for (size_t i = 0; i < works.size(); ++i) {
-      Status st = works[i].Wait();
-      if (first.ok() && !st.ok()) first = st;
-      if (span) {
-        auto [begin, end] = works[i].RunSpan();
-        if (i == 0 || begin < span->begin) span->begin = begin;
-        if (i == 0 || end > span->end) span->end = end;
-      }
-    }
-    return first;
-  }, std::move(done));
+  ctx.SetAsync(
+      [works = std::move(works)](AsyncSpan* span) -> Status {
+        Status first;
+        for (size_t i = 0; i < works.size(); ++i) {
+          Status st = works[i].Wait();
+          if (first.ok() && !st.ok()) first = st;
+          if (span) {
+            auto [begin, end] = works[i].RunSpan();
+            if (i == 0 || begin < span->begin) span->begin = begin;
+            if (i == 0 || end > span->end) span->end = end;
+          }
+        }
+        return first;
+      },
+      std::move(done));
 }
 
 // ---- comm_init ----
@@ -134,8 +137,8 @@ Status AllReduceKernel(const KernelContext& ctx) {
   bool contiguous = true;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
-    if (i > 0 && static_cast<const char*>(xs[i - 1]->raw_data()) + xs[i - 1]->nbytes() !=
-                     xs[i]->raw_data())
+    if (i > 0 &&
+        static_cast<const char*>(xs[i - 1]->raw_data()) + xs[i - 1]->nbytes() != xs[i]->raw_data())
       contiguous = false;
     total += xs[i]->numel();
   }
@@ -167,8 +170,8 @@ Status AllReduceKernel(const KernelContext& ctx) {
 Status InPlaceInferShape(InferShapeContext* ctx) {
   for (int i = 0; i < ctx->InputSize("X"); ++i) {
     if (ctx->InputVarName("X", i) != ctx->OutputVarName("Out", i))
-      return ctx->Error("Out[", i, "] ('", ctx->OutputVarName("Out", i),
-                        "') must be X[", i, "] ('", ctx->InputVarName("X", i), "'): the op works in place");
+      return ctx->Error("Out[", i, "] ('", ctx->OutputVarName("Out", i), "') must be X[", i, "] ('",
+                        ctx->InputVarName("X", i), "'): the op works in place");
     ctx->ShareDimAndDtype("X", "Out", i);
   }
   return Status::OK();
@@ -189,8 +192,8 @@ Status ReduceKernel(const KernelContext& ctx) {
   if (const Tensor* weight = ctx.InputOrNull("Weight"))
     LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, x->numel(), x->dtype(), weight->data<float>()[0]));
   ComputeDone(ctx);
-  WaitOn(ctx, {comm->Reduce(p, comm->rank() == root ? p : nullptr,
-                            static_cast<size_t>(x->numel()), dt, op, root, call)});
+  WaitOn(ctx, {comm->Reduce(p, comm->rank() == root ? p : nullptr, static_cast<size_t>(x->numel()),
+                            dt, op, root, call)});
   return Status::OK();
 }
 
@@ -256,9 +259,9 @@ Status SampleWeightKernel(const KernelContext& ctx) {
   int64_t rows = x.dims().size() > 0 ? x.dims()[0] : 1;
   int64_t total = rows;
   if (ctx.place().is_cpu()) {
-    LOOM_RETURN_IF_ERROR(comm->AllReduce(&total, &total, 1, collective::DataType::kInt64,
-                                         collective::ReduceOp::kSum)
-                             .Wait());
+    LOOM_RETURN_IF_ERROR(
+        comm->AllReduce(&total, &total, 1, collective::DataType::kInt64, collective::ReduceOp::kSum)
+            .Wait());
   } else {
     // A device communicator (NCCL) reduces device memory: stage the count there.
     Tensor staged(proto::INT64, DDim({1}));
@@ -316,16 +319,17 @@ Status CoalesceKernel(const KernelContext& ctx) {
 
 // Registered kernels: every dtype the collectives library moves, on CPU places (in-process or
 // MPI communicators).
-#define LOOM_COLLECTIVE_KERNELS(fn)                 \
-  Kernel(Place::kCPU, proto::FP32, fn)              \
-      .Kernel(Place::kCPU, proto::FP64, fn)         \
-      .Kernel(Place::kCPU, proto::FP16, fn)         \
-      .Kernel(Place::kCPU, proto::INT32, fn)        \
+#define LOOM_COLLECTIVE_KERNELS(fn)          \
+  Kernel(Place::kCPU, proto::FP32, fn)       \
+      .Kernel(Place::kCPU, proto::FP64, fn)  \
+      .Kernel(Place::kCPU, proto::FP16, fn)  \
+      .Kernel(Place::kCPU, proto::INT32, fn) \
       .Kernel(Place::kCPU, proto::INT64, fn)
 
 LOOM_REGISTER_OP(comm_init)
-    .Doc("Creates this rank's communicator (NCCLInit's role): rank `rank` of the group named "
-         "`group` of `nranks` ranks. Ranks of an in-process group are threads of one process.")
+    .Doc(
+        "Creates this rank's communicator (NCCLInit's role): rank `rank` of the group named "
+        "`group` of `nranks` ranks. Ranks of an in-process group are threads of one process.")
     .Output("Comm", "the communicator variable (type COMMUNICATOR)")
     .RequiredAttr<int>("nranks", "number of ranks", Positive("nranks"))
     .RequiredAttr<int>("rank", "this rank", NonNegative("rank"))
@@ -346,29 +350,30 @@ LOOM_REGISTER_OP(comm_init)
                "algorithm auto uses the tree for allreduce up to this many bytes; -1: the "
                "transport's measured crossover (in-process: every size; mpi: 256 KiB)",
                [](const int& v) {
-                 return v >= -1 ? Status::OK()
-                                : InvalidArgument("must be >= -1, got ", v);
+                 return v >= -1 ? Status::OK() : InvalidArgument("must be >= -1, got ", v);
                })
     .Kernel(Place::kCPU, proto::FP32, CommInitKernel);
 
 LOOM_REGISTER_OP(allreduce)
-    .Doc("X[i] = reduction of X[i] over all ranks, in place (Out must be X). Several inputs that "
-         "lie back to back in one buffer (coalesce_grads) go in one call. With Weight, each "
-         "rank's X is first scaled by it (its share of the global batch).")
+    .Doc(
+        "X[i] = reduction of X[i] over all ranks, in place (Out must be X). Several inputs that "
+        "lie back to back in one buffer (coalesce_grads) go in one call. With Weight, each "
+        "rank's X is first scaled by it (its share of the global batch).")
     .Input("X", "tensors to reduce", /*duplicable=*/true)
     .Input("Comm", "the communicator (from comm_init)")
     .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
     .Output("Out", "the same variables as X", /*duplicable=*/true)
     .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())
-    .Attr<std::string>("algorithm", "auto",
-                       "ring, tree, multi_tree, star, native or auto", ValidAlgorithm())
+    .Attr<std::string>("algorithm", "auto", "ring, tree, multi_tree, star, native or auto",
+                       ValidAlgorithm())
     .KernelDtypeFrom("X")
     .InferShape(InPlaceInferShape)
     .LOOM_COLLECTIVE_KERNELS(AllReduceKernel);
 
 LOOM_REGISTER_OP(reduce)
-    .Doc("X on rank `root` = reduction of X over all ranks (in place; other ranks' X is only "
-         "read). With Weight, X is first scaled by it.")
+    .Doc(
+        "X on rank `root` = reduction of X over all ranks (in place; other ranks' X is only "
+        "read). With Weight, X is first scaled by it.")
     .Input("X", "tensor to reduce")
     .Input("Comm", "the communicator (from comm_init)")
     .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
@@ -408,8 +413,9 @@ LOOM_REGISTER_OP(barrier)
     .Kernel(Place::kCPU, proto::FP32, BarrierKernel);
 
 LOOM_REGISTER_OP(sample_weight)
-    .Doc("Out = rows(X) / (sum of rows(X) over all ranks): this rank's share of the global "
-         "batch, the weight of its gradient in the full-batch gradient.")
+    .Doc(
+        "Out = rows(X) / (sum of rows(X) over all ranks): this rank's share of the global "
+        "batch, the weight of its gradient in the full-batch gradient.")
     .Input("X", "a batch input of this rank (its dim 0 counts samples)")
     .Input("Comm", "the communicator (from comm_init)")
     .Output("Out", "1-element fp32 weight")
@@ -418,8 +424,9 @@ LOOM_REGISTER_OP(sample_weight)
     .Kernel(Place::kCPU, proto::FP32, SampleWeightKernel);
 
 LOOM_REGISTER_OP(coalesce_grads)
-    .Doc("Places Grads[i] (shaped like Params[i]) back to back in the one buffer Fused, so a "
-         "fused allreduce of them needs no copy in or out.")
+    .Doc(
+        "Places Grads[i] (shaped like Params[i]) back to back in the one buffer Fused, so a "
+        "fused allreduce of them needs no copy in or out.")
     .Input("Params", "parameters whose gradients are grouped", /*duplicable=*/true)
     .Output("Grads", "their gradients, views into Fused", /*duplicable=*/true)
     .Output("Fused", "the bucket's buffer")
@@ -431,7 +438,7 @@ LOOM_REGISTER_OP(coalesce_grads)
 #if LOOM_CUDA_ENABLED
 // The same kernels on CUDA places, over a communicator of transport nccl (device buffers; the
 // algorithm is NCCL's own, `native` or `auto`) or cuda_p2p (Loom's schedules on the GPUs).
-#define LOOM_COLLECTIVE_CUDA_KERNELS(op, fn)   \
+#define LOOM_COLLECTIVE_CUDA_KERNELS(op, fn)  \
   LOOM_REGISTER_KERNEL(op, kCUDA, FP32, fn);  \
   LOOM_REGISTER_KERNEL(op, kCUDA, FP64, fn);  \
   LOOM_REGISTER_KERNEL(op, kCUDA, FP16, fn);  \

@@ -75,9 +75,8 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
   for (int r = 0; r < nranks && !options.shared_devices; ++r) {
     if (g->devices[r] != device) continue;
     // The group cannot form: every rank learns why now, not after the timeout.
-    g->status = InvalidArgument("group '", key, "': ranks ", r, " and ", rank,
-                                " both use device ", device,
-                                "; each rank needs a device of its own");
+    g->status = InvalidArgument("group '", key, "': ranks ", r, " and ", rank, " both use device ",
+                                device, "; each rank needs a device of its own");
     g->done = true;
     groups.erase(it);
     g->cv.notify_all();
@@ -121,8 +120,8 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
 
 namespace {
 
-[[maybe_unused]] collective::CommunicatorOptions DeviceCommOptions(
-    collective::TransportId id, const GroupOptions& options) {
+[[maybe_unused]] collective::CommunicatorOptions DeviceCommOptions(collective::TransportId id,
+                                                                   const GroupOptions& options) {
   collective::CommunicatorOptions co = collective::TransportDefaults(collective::GetTransport(id));
   co.timeout = std::chrono::milliseconds(options.timeout_ms);
   if (options.tree_max_bytes >= 0) co.auto_tree_max_bytes = options.tree_max_bytes;
@@ -153,8 +152,10 @@ StatusOr<CommHandle> JoinNcclGroup(const std::string& key, int nranks, int rank,
   };
   return JoinDeviceGroup(key, nranks, rank, device, options, factory);
 #else
-  return Unimplemented("transport 'nccl' is not available: Loom was built without CUDA and NCCL "
-                       "(rank ", rank, " of group '", key, "' on device ", device, ")");
+  return Unimplemented(
+      "transport 'nccl' is not available: Loom was built without CUDA and NCCL "
+      "(rank ",
+      rank, " of group '", key, "' on device ", device, ")");
 #endif
 }
 
@@ -220,8 +221,8 @@ StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int 
   }
   PendingGroup& g = it->second;
   if (static_cast<int>(g.joined.size()) != nranks)
-    return InvalidArgument("group '", key, "' has ", g.joined.size(),
-                           " ranks, comm_init of rank ", rank, " asks for ", nranks);
+    return InvalidArgument("group '", key, "' has ", g.joined.size(), " ranks, comm_init of rank ",
+                           rank, " asks for ", nranks);
   if (g.joined[rank])
     return FailedPrecondition("group '", key, "': rank ", rank,
                               " joined twice before every rank joined once");
@@ -236,16 +237,18 @@ StatusOr<CommHandle> JoinInProcessGroup(const std::string& key, int nranks, int 
 StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& options) {
 #if LOOM_MPI_ENABLED
   if (!collective::LaunchedByMpirun())
-    return FailedPrecondition("transport 'mpi' needs one process per rank started by mpirun "
-                              "(e.g. mpirun -np ", nranks, " loom run DIR)");
+    return FailedPrecondition(
+        "transport 'mpi' needs one process per rank started by mpirun "
+        "(e.g. mpirun -np ",
+        nranks, " loom run DIR)");
   LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
   if (collective::MpiWorldSize() != nranks)
     return FailedPrecondition("the program was transpiled for ", nranks,
                               " ranks, the MPI world has ", collective::MpiWorldSize(),
                               " processes (start it with mpirun -np ", nranks, ")");
   if (collective::MpiWorldRank() != rank)
-    return FailedPrecondition("this is the program of rank ", rank, ", but this process is MPI rank ",
-                              collective::MpiWorldRank());
+    return FailedPrecondition("this is the program of rank ", rank,
+                              ", but this process is MPI rank ", collective::MpiWorldRank());
   collective::MpiCommunicatorOptions o;
   o.communicator.timeout = std::chrono::milliseconds(options.timeout_ms);
   if (options.tree_max_bytes >= 0) o.communicator.auto_tree_max_bytes = options.tree_max_bytes;
@@ -264,8 +267,9 @@ StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& opti
   handle.owner = std::move(owner);
   return handle;
 #else
-  return Unimplemented("transport 'mpi' is not available: Loom was built without MPI "
-                       "(install Open MPI, see scripts/install-deps.sh, and rebuild)");
+  return Unimplemented(
+      "transport 'mpi' is not available: Loom was built without MPI "
+      "(install Open MPI, see scripts/install-deps.sh, and rebuild)");
 #endif
 }
 
@@ -280,11 +284,16 @@ StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx) {
 
 StatusOr<collective::DataType> CollectiveDtype(DataType dtype, const std::string& where) {
   switch (dtype) {
-    case proto::FP32: return collective::DataType::kFloat32;
-    case proto::FP64: return collective::DataType::kFloat64;
-    case proto::FP16: return collective::DataType::kFloat16;
-    case proto::INT32: return collective::DataType::kInt32;
-    case proto::INT64: return collective::DataType::kInt64;
+    case proto::FP32:
+      return collective::DataType::kFloat32;
+    case proto::FP64:
+      return collective::DataType::kFloat64;
+    case proto::FP16:
+      return collective::DataType::kFloat16;
+    case proto::INT32:
+      return collective::DataType::kInt32;
+    case proto::INT64:
+      return collective::DataType::kInt64;
     default:
       return Unimplemented(where, ": collectives do not support dtype ", DataTypeName(dtype));
   }
@@ -305,8 +314,10 @@ StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const
   switch (transport.id) {
     case collective::TransportId::kInProcess:
       return JoinInProcessGroup(key, nranks, rank, options);
-    case collective::TransportId::kMpi: return JoinMpiWorld(nranks, rank, options);
-    case collective::TransportId::kNccl: return JoinNcclGroup(key, nranks, rank, device, options);
+    case collective::TransportId::kMpi:
+      return JoinMpiWorld(nranks, rank, options);
+    case collective::TransportId::kNccl:
+      return JoinNcclGroup(key, nranks, rank, device, options);
     case collective::TransportId::kCudaP2P:
       return JoinCudaP2PGroup(key, nranks, rank, device, options);
   }

@@ -50,7 +50,7 @@ StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& opti
 
 // The communicators of a group whose ranks are created together, one per device.
 struct DeviceGroupComms {
-  std::shared_ptr<void> owner;                // keeps them alive
+  std::shared_ptr<void> owner;                   // keeps them alive
   std::vector<collective::Communicator*> comms;  // comms[r] is rank r's
 };
 using DeviceGroupFactory =

@@ -7,9 +7,9 @@
 // STEP_SCOPES variable): the gradient op runs the gradient block that AppendBackward built in
 // that same scope, where it reads the forward temporaries and where the sub-block's declared
 // gradients live (a nested conditional_block's gradient, run in a scope below, reads them), and
-// copies each Input's gradient out. When the condition is false the forward op leaves Out untouched and the gradient op
-// writes zeros, so a parameter used only in a branch some ranks skip still gets a gradient of
-// the right shape on every rank (the transpiler's allreduce needs one).
+// copies each Input's gradient out. When the condition is false the forward op leaves Out untouched
+// and the gradient op writes zeros, so a parameter used only in a branch some ranks skip still gets
+// a gradient of the right shape on every rank (the transpiler's allreduce needs one).
 #include "framework/scope.h"
 #include "loom/config.h"
 #include "operators/common.h"
@@ -28,8 +28,8 @@ struct StepScopes {
 StatusOr<bool> ReadCondition(const KernelContext& ctx) {
   const Tensor& c = ctx.Input("Cond");
   if (c.numel() != 1)
-    return ctx.Error("Cond (var '", ctx.InputVarName("Cond"), "') must hold one element, it has dims ",
-                     c.dims().ToString());
+    return ctx.Error("Cond (var '", ctx.InputVarName("Cond"),
+                     "') must hold one element, it has dims ", c.dims().ToString());
   Tensor host;
   const Tensor* h = &c;
   if (!c.place().is_cpu()) {
@@ -38,11 +38,16 @@ StatusOr<bool> ReadCondition(const KernelContext& ctx) {
     h = &host;
   }
   switch (h->dtype()) {
-    case proto::BOOL: return h->data<bool>()[0];
-    case proto::INT32: return h->data<int32_t>()[0] != 0;
-    case proto::INT64: return h->data<int64_t>()[0] != 0;
-    case proto::FP32: return h->data<float>()[0] != 0.0f;
-    case proto::FP64: return h->data<double>()[0] != 0.0;
+    case proto::BOOL:
+      return h->data<bool>()[0];
+    case proto::INT32:
+      return h->data<int32_t>()[0] != 0;
+    case proto::INT64:
+      return h->data<int64_t>()[0] != 0;
+    case proto::FP32:
+      return h->data<float>()[0] != 0.0f;
+    case proto::FP64:
+      return h->data<double>()[0] != 0.0;
     default:
       return ctx.Error("Cond (var '", ctx.InputVarName("Cond"), "') has dtype ",
                        DataTypeName(h->dtype()), "; expected bool, int32, int64, fp32 or fp64");
@@ -75,9 +80,10 @@ Status ConditionalBlockGrad(const KernelContext& ctx) {
   StepScopes* ss = StepScopesOf(ctx.InputVariable("Scope"));
   if (!ss) return ctx.Error("input 'Scope' must be the forward op's STEP_SCOPES variable");
   if (cond && (!ss->ran || !ss->step))
-    return ctx.Error("the condition holds but the forward conditional_block did not run its "
-                     "sub-block in this scope (the condition changed between the forward op and "
-                     "its gradient, or the forward op did not run)");
+    return ctx.Error(
+        "the condition holds but the forward conditional_block did not run its "
+        "sub-block in this scope (the condition changed between the forward op and "
+        "its gradient, or the forward op did not run)");
   if (cond) LOOM_RETURN_IF_ERROR(ctx.RunBlock(ctx.Attr<BlockIndex>("sub_block").idx, ss->step));
   for (int i = 0; i < ctx.OutputSize("Input@GRAD"); ++i) {
     Tensor* out = ctx.OutputOrNull("Input@GRAD", i);
@@ -85,14 +91,14 @@ Status ConditionalBlockGrad(const KernelContext& ctx) {
     const Tensor& x = ctx.Input("Input", i);
     // The sub-block declares the gradient of each input it reaches as its own variable, under
     // the input's gradient name (the op's output may be a renamed contribution).
-    const Variable* g = cond ? ss->step->FindLocalVar(GradVarName(ctx.InputVarName("Input", i)))
-                             : nullptr;
+    const Variable* g =
+        cond ? ss->step->FindLocalVar(GradVarName(ctx.InputVarName("Input", i))) : nullptr;
     if (g && g->IsType<Tensor>() && g->Get<Tensor>().initialized()) {
       const Tensor& gt = g->Get<Tensor>();
       if (gt.dims() != x.dims())
         return ctx.Error("the gradient block computed dims ", gt.dims().ToString(),
-                         " for the gradient of '", ctx.InputVarName("Input", i), "', which has dims ",
-                         x.dims().ToString());
+                         " for the gradient of '", ctx.InputVarName("Input", i),
+                         "', which has dims ", x.dims().ToString());
       CopyOnPlace(ctx, gt, out);
     } else {
       ZerosOnPlace(ctx, x, out);
@@ -119,17 +125,18 @@ std::vector<proto::OpDesc> ConditionalBlockGradMaker(const OpDesc& fwd) {
   return {g};
 }
 
-#define LOOM_CONDITION_KERNELS(FN)                 \
-  .Kernel(Place::kCPU, proto::BOOL, FN)            \
-      .Kernel(Place::kCPU, proto::INT32, FN)       \
-      .Kernel(Place::kCPU, proto::INT64, FN)       \
-      .Kernel(Place::kCPU, proto::FP32, FN)        \
+#define LOOM_CONDITION_KERNELS(FN)           \
+  .Kernel(Place::kCPU, proto::BOOL, FN)      \
+      .Kernel(Place::kCPU, proto::INT32, FN) \
+      .Kernel(Place::kCPU, proto::INT64, FN) \
+      .Kernel(Place::kCPU, proto::FP32, FN)  \
       .Kernel(Place::kCPU, proto::FP64, FN)
 
 LOOM_REGISTER_OP(conditional_block)
-    .Doc("Runs sub_block when Cond (one element: bool, or a number, true when non-zero) holds, "
-         "in a scope below the op's; otherwise leaves Out unchanged. Input lists the variables "
-         "of enclosing blocks the sub-block reads, Out those it writes.")
+    .Doc(
+        "Runs sub_block when Cond (one element: bool, or a number, true when non-zero) holds, "
+        "in a scope below the op's; otherwise leaves Out unchanged. Input lists the variables "
+        "of enclosing blocks the sub-block reads, Out those it writes.")
     .Input("Cond", "the condition, one element")
     .Input("Input", "variables of enclosing blocks the sub-block reads", /*duplicable=*/true,
            /*dispensable=*/true)
@@ -141,9 +148,10 @@ LOOM_REGISTER_OP(conditional_block)
     .KernelDtypeFrom("Cond") LOOM_CONDITION_KERNELS(ConditionalBlock);
 
 LOOM_REGISTER_OP(conditional_block_grad)
-    .Doc("Gradient of conditional_block: when Cond holds, runs the gradient block in the scope "
-         "the forward sub-block ran in and copies out the gradients of Input; otherwise writes "
-         "zeros.")
+    .Doc(
+        "Gradient of conditional_block: when Cond holds, runs the gradient block in the scope "
+        "the forward sub-block ran in and copies out the gradients of Input; otherwise writes "
+        "zeros.")
     .Input("Cond", "the forward condition")
     .Input("Input", "the forward Input", /*duplicable=*/true, /*dispensable=*/true)
     .Input("Out@GRAD", "gradients of the forward Out that exist", /*duplicable=*/true,
@@ -155,11 +163,11 @@ LOOM_REGISTER_OP(conditional_block_grad)
     .KernelDtypeFrom("Cond") LOOM_CONDITION_KERNELS(ConditionalBlockGrad);
 
 #if LOOM_CUDA_ENABLED
-#define LOOM_CONDITION_CUDA_KERNELS(OP, FN)                 \
-  LOOM_REGISTER_KERNEL(OP, kCUDA, BOOL, FN);                \
-  LOOM_REGISTER_KERNEL(OP, kCUDA, INT32, FN);               \
-  LOOM_REGISTER_KERNEL(OP, kCUDA, INT64, FN);               \
-  LOOM_REGISTER_KERNEL(OP, kCUDA, FP32, FN);                \
+#define LOOM_CONDITION_CUDA_KERNELS(OP, FN)   \
+  LOOM_REGISTER_KERNEL(OP, kCUDA, BOOL, FN);  \
+  LOOM_REGISTER_KERNEL(OP, kCUDA, INT32, FN); \
+  LOOM_REGISTER_KERNEL(OP, kCUDA, INT64, FN); \
+  LOOM_REGISTER_KERNEL(OP, kCUDA, FP32, FN);  \
   LOOM_REGISTER_KERNEL(OP, kCUDA, FP64, FN)
 LOOM_CONDITION_CUDA_KERNELS(conditional_block, ConditionalBlock);
 LOOM_CONDITION_CUDA_KERNELS(conditional_block_grad, ConditionalBlockGrad);

@@ -28,9 +28,8 @@ void ZerosOnPlace(const KernelContext& ctx, const Tensor& like, Tensor* dst) {
 
 Status AddOnPlace(const KernelContext& ctx, const Tensor& src, Tensor* dst) {
   if (src.dims() != dst->dims() || src.dtype() != dst->dtype())
-    return ctx.Error("gradient pieces disagree: ", DataTypeName(src.dtype()),
-                     src.dims().ToString(), " vs ", DataTypeName(dst->dtype()),
-                     dst->dims().ToString());
+    return ctx.Error("gradient pieces disagree: ", DataTypeName(src.dtype()), src.dims().ToString(),
+                     " vs ", DataTypeName(dst->dtype()), dst->dims().ToString());
   if (!ctx.place().is_cpu()) {
 #if LOOM_CUDA_ENABLED
     return AddOnCuda(ctx, src, dst);

@@ -33,8 +33,9 @@ struct WhileSteps {
 StatusOr<bool> ReadBool(const KernelContext& ctx, const std::string& slot) {
   const Tensor& c = ctx.Input(slot);
   if (c.numel() != 1 || c.dtype() != proto::BOOL)
-    return ctx.Error(slot, " (var '", ctx.InputVarName(slot), "') must be a one-element bool, it is ",
-                     DataTypeName(c.dtype()), c.dims().ToString());
+    return ctx.Error(slot, " (var '", ctx.InputVarName(slot),
+                     "') must be a one-element bool, it is ", DataTypeName(c.dtype()),
+                     c.dims().ToString());
   if (c.place().is_cpu()) return c.data<bool>()[0];
   ctx.device().Wait();
   Tensor host;
@@ -124,8 +125,9 @@ const Tensor* LocalTensor(Scope* s, const std::string& name) {
 Status WhileGrad(const KernelContext& ctx) {
   WhileSteps* ws = StepsOf(ctx.InputVariable("StepScopes"));
   if (!ws || ws->parent != ctx.scope())
-    return ctx.Error("input 'StepScopes' holds no iterations of the forward while in this scope "
-                     "(run the forward op first; with is_test it keeps none)");
+    return ctx.Error(
+        "input 'StepScopes' holds no iterations of the forward while in this scope "
+        "(run the forward op first; with is_test it keeps none)");
   const int block = ctx.Attr<BlockIndex>("sub_block").idx;
   const auto& carried_list = ctx.Attr<std::vector<std::string>>("carried");
   const std::set<std::string> carried(carried_list.begin(), carried_list.end());
@@ -141,7 +143,7 @@ Status WhileGrad(const KernelContext& ctx) {
     if (at == std::string::npos) return ctx.Error("Out@GRAD entry '", g, "' is not a gradient");
     seeds[g.substr(0, at)] = ctx.Input("Out@GRAD", i);
   }
-  std::map<std::string, Tensor> sums;      // non-carried inputs: summed over the iterations
+  std::map<std::string, Tensor> sums;       // non-carried inputs: summed over the iterations
   std::map<std::string, Tensor> carried_g;  // carried inputs: the gradient of iteration t's start
   for (int t = steps - 1; t >= 0; --t) {
     Scope* s = ws->steps[t];
@@ -175,8 +177,10 @@ Status WhileGrad(const KernelContext& ctx) {
     const std::string& x = xs.at(i);
     const Tensor* value = nullptr;
     if (carried.count(x)) {
-      if (carried_g.count(x)) value = &carried_g[x];
-      else if (steps == 0 && seeds.count(x)) value = &seeds[x];  // no iteration: identity
+      if (carried_g.count(x))
+        value = &carried_g[x];
+      else if (steps == 0 && seeds.count(x))
+        value = &seeds[x];  // no iteration: identity
     } else if (sums.count(x)) {
       value = &sums[x];
     }
@@ -212,9 +216,10 @@ std::vector<proto::OpDesc> WhileGradMaker(const OpDesc& fwd) {
 }
 
 LOOM_REGISTER_OP(while)
-    .Doc("Runs sub_block while Condition (a one-element bool the block updates) holds. X lists "
-         "the variables of enclosing blocks the block reads, Out those it writes; those in both "
-         "are the loop state (each iteration starts from the previous one's values).")
+    .Doc(
+        "Runs sub_block while Condition (a one-element bool the block updates) holds. X lists "
+        "the variables of enclosing blocks the block reads, Out those it writes; those in both "
+        "are the loop state (each iteration starts from the previous one's values).")
     .Input("X", "variables of enclosing blocks the sub-block reads", /*duplicable=*/true,
            /*dispensable=*/true)
     .Input("Condition", "one-element bool; the loop runs while it holds")
@@ -231,8 +236,9 @@ LOOM_REGISTER_OP(while)
     .Kernel(Place::kCPU, proto::BOOL, While);
 
 LOOM_REGISTER_OP(while_grad)
-    .Doc("Gradient of while: runs the one-iteration gradient block in each iteration's scope, "
-         "last first, passing the carried gradients back and summing the others.")
+    .Doc(
+        "Gradient of while: runs the one-iteration gradient block in each iteration's scope, "
+        "last first, passing the carried gradients back and summing the others.")
     .Input("X", "the forward X", /*duplicable=*/true, /*dispensable=*/true)
     .Input("Out@GRAD", "gradients of the forward Out that exist", /*duplicable=*/true,
            /*dispensable=*/true)

@@ -32,8 +32,8 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 
 // C = op(A) · op(B), or C += op(A) · op(B) when accumulate.
 template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-          T* c, bool accumulate = false) {
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
+          bool accumulate = false) {
   Gemm<T>(trans_a, trans_b, m, n, k, T(1), a, b, accumulate ? T(1) : T(0), c);
 }
 

@@ -12,9 +12,8 @@ namespace {
 
 Status CompareInferShape(InferShapeContext* ctx) {
   if (ctx->InputDtype("X") != ctx->InputDtype("Y"))
-    return ctx->Error(ctx->DescribeInput("X"), " is ", DataTypeName(ctx->InputDtype("X")),
-                      " but ", ctx->DescribeInput("Y"), " is ",
-                      DataTypeName(ctx->InputDtype("Y")));
+    return ctx->Error(ctx->DescribeInput("X"), " is ", DataTypeName(ctx->InputDtype("X")), " but ",
+                      ctx->DescribeInput("Y"), " is ", DataTypeName(ctx->InputDtype("Y")));
   auto plan = PlanBroadcast(ctx->InputDim("X"), ctx->InputDim("Y"), ctx->Attr<int>("axis"));
   if (!plan.ok())
     return ctx->Error(ctx->DescribeInput("Y"), " vs ", ctx->DescribeInput("X"), ": ",
@@ -93,14 +92,14 @@ LOOM_COMPARE_OP(greater_equal, GreaterEqual, "X >= Y");
 LOOM_COMPARE_OP(equal, Equal, "X == Y");
 LOOM_COMPARE_OP(not_equal, NotEqual, "X != Y");
 
-#define LOOM_LOGICAL_OP(NAME, FN, DOC)                                                   \
-  LOOM_REGISTER_OP(NAME)                                                                 \
-      .Doc("Out = " DOC ", element-wise on bool tensors; Y is broadcast onto X.")        \
-      .Input("X", "bool; Out has its dims")                                              \
-      .Input("Y", "bool, broadcast onto X")                                              \
-      .Output("Out", "bool result")                                                      \
-      .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)")  \
-      .InferShape(LogicalInferShape)                                                     \
+#define LOOM_LOGICAL_OP(NAME, FN, DOC)                                                  \
+  LOOM_REGISTER_OP(NAME)                                                                \
+      .Doc("Out = " DOC ", element-wise on bool tensors; Y is broadcast onto X.")       \
+      .Input("X", "bool; Out has its dims")                                             \
+      .Input("Y", "bool, broadcast onto X")                                             \
+      .Output("Out", "bool result")                                                     \
+      .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)") \
+      .InferShape(LogicalInferShape)                                                    \
       .Kernel(Place::kCPU, proto::BOOL, PredicateKernel<cmp::FN, bool>)
 
 LOOM_LOGICAL_OP(logical_and, And, "X and Y");

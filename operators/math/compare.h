@@ -6,10 +6,12 @@
 
 namespace loom::ops::cmp {
 
-#define LOOM_BINARY_PREDICATE(NAME, EXPR)                            \
-  struct NAME {                                                      \
-    template <typename T>                                            \
-    LOOM_HOST_DEVICE static bool F(T a, T b) { return EXPR; }        \
+#define LOOM_BINARY_PREDICATE(NAME, EXPR)      \
+  struct NAME {                                \
+    template <typename T>                      \
+    LOOM_HOST_DEVICE static bool F(T a, T b) { \
+      return EXPR;                             \
+    }                                          \
   };
 LOOM_BINARY_PREDICATE(LessThan, a < b)
 LOOM_BINARY_PREDICATE(LessEqual, a <= b)

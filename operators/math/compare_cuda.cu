@@ -28,14 +28,11 @@ Status Predicate(const KernelContext& ctx) {
   bool* o = ctx.Output("Out")->mutable_data<bool>(ctx.place());
   if (total == 0) return Status::OK();
   PredicateK<Fn, T><<<Blocks(total), kThreads, 0, Stream(ctx)>>>(
-      DataOf<T>(x), DataOf<T>(y), o, total, p.same_shape ? total : p.n,
-      p.same_shape ? 1 : p.post);
+      DataOf<T>(x), DataOf<T>(y), o, total, p.same_shape ? total : p.n, p.same_shape ? 1 : p.post);
   return LaunchStatus(ctx);
 }
 
-__global__ void NotK(const bool* x, bool* o, int64_t n) {
-  LOOM_GRID_STRIDE(i, n) o[i] = !x[i];
-}
+__global__ void NotK(const bool* x, bool* o, int64_t n) { LOOM_GRID_STRIDE(i, n) o[i] = !x[i]; }
 
 Status LogicalNot(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
@@ -45,11 +42,11 @@ Status LogicalNot(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
-#define LOOM_COMPARE_CUDA(NAME, FN)                                                  \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Predicate<cmp::FN, float>));              \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Predicate<cmp::FN, double>));             \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP16, (Predicate<cmp::FN, __half>));             \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT32, (Predicate<cmp::FN, int32_t>));           \
+#define LOOM_COMPARE_CUDA(NAME, FN)                                        \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Predicate<cmp::FN, float>));    \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Predicate<cmp::FN, double>));   \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP16, (Predicate<cmp::FN, __half>));   \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT32, (Predicate<cmp::FN, int32_t>)); \
   LOOM_REGISTER_KERNEL(NAME, kCUDA, INT64, (Predicate<cmp::FN, int64_t>))
 
 LOOM_COMPARE_CUDA(less_than, LessThan);

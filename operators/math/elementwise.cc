@@ -38,8 +38,8 @@ Status ElementwiseInferShape(InferShapeContext* ctx) {
   DDim x = ctx->InputDim("X"), y = ctx->InputDim("Y");
   if (ctx->InputDtype("X") != ctx->InputDtype("Y"))
     return ctx->Error("X (var '", ctx->InputVarName("X"), "') is ",
-                      DataTypeName(ctx->InputDtype("X")), " but Y (var '",
-                      ctx->InputVarName("Y"), "') is ", DataTypeName(ctx->InputDtype("Y")));
+                      DataTypeName(ctx->InputDtype("X")), " but Y (var '", ctx->InputVarName("Y"),
+                      "') is ", DataTypeName(ctx->InputDtype("Y")));
   auto plan = PlanBroadcast(x, y, ctx->Attr<int>("axis"));
   if (!plan.ok())
     return ctx->Error(ctx->DescribeInput("Y"), " vs ", ctx->DescribeInput("X"), ": ",
@@ -52,40 +52,103 @@ namespace {
 
 // Each functor gives f(x, y) and the partial derivatives given x, y and out = f(x, y).
 struct AddF {
-  template <typename T> static T F(T x, T y) { return x + y; }
-  template <typename T> static T Dx(T, T, T) { return T(1); }
-  template <typename T> static T Dy(T, T, T) { return T(1); }
+  template <typename T>
+  static T F(T x, T y) {
+    return x + y;
+  }
+  template <typename T>
+  static T Dx(T, T, T) {
+    return T(1);
+  }
+  template <typename T>
+  static T Dy(T, T, T) {
+    return T(1);
+  }
 };
 struct SubF {
-  template <typename T> static T F(T x, T y) { return x - y; }
-  template <typename T> static T Dx(T, T, T) { return T(1); }
-  template <typename T> static T Dy(T, T, T) { return T(-1); }
+  template <typename T>
+  static T F(T x, T y) {
+    return x - y;
+  }
+  template <typename T>
+  static T Dx(T, T, T) {
+    return T(1);
+  }
+  template <typename T>
+  static T Dy(T, T, T) {
+    return T(-1);
+  }
 };
 struct MulF {
-  template <typename T> static T F(T x, T y) { return x * y; }
-  template <typename T> static T Dx(T, T y, T) { return y; }
-  template <typename T> static T Dy(T x, T, T) { return x; }
+  template <typename T>
+  static T F(T x, T y) {
+    return x * y;
+  }
+  template <typename T>
+  static T Dx(T, T y, T) {
+    return y;
+  }
+  template <typename T>
+  static T Dy(T x, T, T) {
+    return x;
+  }
 };
 struct DivF {
-  template <typename T> static T F(T x, T y) { return x / y; }
-  template <typename T> static T Dx(T, T y, T) { return T(1) / y; }
-  template <typename T> static T Dy(T, T y, T out) { return -out / y; }
+  template <typename T>
+  static T F(T x, T y) {
+    return x / y;
+  }
+  template <typename T>
+  static T Dx(T, T y, T) {
+    return T(1) / y;
+  }
+  template <typename T>
+  static T Dy(T, T y, T out) {
+    return -out / y;
+  }
 };
 // Ties send the gradient to Y for max and to X for min (as Fluid does).
 struct MaxF {
-  template <typename T> static T F(T x, T y) { return x > y ? x : y; }
-  template <typename T> static T Dx(T x, T y, T) { return x > y ? T(1) : T(0); }
-  template <typename T> static T Dy(T x, T y, T) { return x > y ? T(0) : T(1); }
+  template <typename T>
+  static T F(T x, T y) {
+    return x > y ? x : y;
+  }
+  template <typename T>
+  static T Dx(T x, T y, T) {
+    return x > y ? T(1) : T(0);
+  }
+  template <typename T>
+  static T Dy(T x, T y, T) {
+    return x > y ? T(0) : T(1);
+  }
 };
 struct MinF {
-  template <typename T> static T F(T x, T y) { return x < y ? x : y; }
-  template <typename T> static T Dx(T x, T y, T) { return x <= y ? T(1) : T(0); }
-  template <typename T> static T Dy(T x, T y, T) { return x <= y ? T(0) : T(1); }
+  template <typename T>
+  static T F(T x, T y) {
+    return x < y ? x : y;
+  }
+  template <typename T>
+  static T Dx(T x, T y, T) {
+    return x <= y ? T(1) : T(0);
+  }
+  template <typename T>
+  static T Dy(T x, T y, T) {
+    return x <= y ? T(0) : T(1);
+  }
 };
 struct PowF {
-  template <typename T> static T F(T x, T y) { return static_cast<T>(std::pow(x, y)); }
-  template <typename T> static T Dx(T x, T y, T) { return static_cast<T>(y * std::pow(x, y - T(1))); }
-  template <typename T> static T Dy(T x, T, T out) { return static_cast<T>(out * std::log(x)); }
+  template <typename T>
+  static T F(T x, T y) {
+    return static_cast<T>(std::pow(x, y));
+  }
+  template <typename T>
+  static T Dx(T x, T y, T) {
+    return static_cast<T>(y * std::pow(x, y - T(1)));
+  }
+  template <typename T>
+  static T Dy(T x, T, T out) {
+    return static_cast<T>(out * std::log(x));
+  }
 };
 
 template <typename Fn, typename T>
@@ -146,30 +209,30 @@ Status BinaryGradKernel(const KernelContext& ctx) {
 }  // namespace
 
 // Declares elementwise_NAME and elementwise_NAME_grad.
-#define LOOM_ELEMENTWISE_OP(NAME, FN, DOC)                                                  \
-  LOOM_REGISTER_OP(elementwise_##NAME)                                                      \
-      .Doc(DOC " Y is broadcast onto X by Fluid's axis rule.")                              \
-      .Input("X", "first operand; Out has its dims")                                        \
-      .Input("Y", "second operand, broadcast onto X")                                       \
-      .Output("Out", "the result")                                                          \
-      .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)")     \
-      .InferShape(ElementwiseInferShape)                                                    \
-      .GradMaker(DefaultGradMaker())                                                        \
-      .Kernel(Place::kCPU, proto::FP32, BinaryKernel<FN, float>)                            \
-      .Kernel(Place::kCPU, proto::FP64, BinaryKernel<FN, double>)                           \
-      .Kernel(Place::kCPU, proto::INT32, BinaryKernel<FN, int32_t>)                         \
-      .Kernel(Place::kCPU, proto::INT64, BinaryKernel<FN, int64_t>);                        \
-  LOOM_REGISTER_OP(elementwise_##NAME##_grad)                                               \
-      .Doc("gradient of elementwise_" #NAME "; Y@GRAD is summed over the broadcast dims.")  \
-      .Input("X", "forward X")                                                              \
-      .Input("Y", "forward Y")                                                              \
-      .Input("Out", "forward Out")                                                          \
-      .Input("Out@GRAD", "gradient of Out")                                                 \
-      .Output("X@GRAD", "gradient of X", false, true)                                       \
-      .Output("Y@GRAD", "gradient of Y", false, true)                                       \
-      .Attr<int>("axis", -1, "as in the forward op")                                        \
-      .InferShape(GradInferShape)                                                           \
-      .Kernel(Place::kCPU, proto::FP32, BinaryGradKernel<FN, float>)                        \
+#define LOOM_ELEMENTWISE_OP(NAME, FN, DOC)                                                 \
+  LOOM_REGISTER_OP(elementwise_##NAME)                                                     \
+      .Doc(DOC " Y is broadcast onto X by Fluid's axis rule.")                             \
+      .Input("X", "first operand; Out has its dims")                                       \
+      .Input("Y", "second operand, broadcast onto X")                                      \
+      .Output("Out", "the result")                                                         \
+      .Attr<int>("axis", -1, "dim of X where Y's dims start (-1: align trailing dims)")    \
+      .InferShape(ElementwiseInferShape)                                                   \
+      .GradMaker(DefaultGradMaker())                                                       \
+      .Kernel(Place::kCPU, proto::FP32, BinaryKernel<FN, float>)                           \
+      .Kernel(Place::kCPU, proto::FP64, BinaryKernel<FN, double>)                          \
+      .Kernel(Place::kCPU, proto::INT32, BinaryKernel<FN, int32_t>)                        \
+      .Kernel(Place::kCPU, proto::INT64, BinaryKernel<FN, int64_t>);                       \
+  LOOM_REGISTER_OP(elementwise_##NAME##_grad)                                              \
+      .Doc("gradient of elementwise_" #NAME "; Y@GRAD is summed over the broadcast dims.") \
+      .Input("X", "forward X")                                                             \
+      .Input("Y", "forward Y")                                                             \
+      .Input("Out", "forward Out")                                                         \
+      .Input("Out@GRAD", "gradient of Out")                                                \
+      .Output("X@GRAD", "gradient of X", false, true)                                      \
+      .Output("Y@GRAD", "gradient of Y", false, true)                                      \
+      .Attr<int>("axis", -1, "as in the forward op")                                       \
+      .InferShape(GradInferShape)                                                          \
+      .Kernel(Place::kCPU, proto::FP32, BinaryGradKernel<FN, float>)                       \
       .Kernel(Place::kCPU, proto::FP64, BinaryGradKernel<FN, double>)
 
 LOOM_ELEMENTWISE_OP(add, AddF, "Out = X + Y.");

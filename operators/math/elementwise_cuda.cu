@@ -85,7 +85,8 @@ Status Sum(const KernelContext& ctx) {
   int a = alias >= 0 ? alias : 0, b = a == 0 ? 1 : 0;
   Add2K<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(o, ins[a], ins[b], n);
   for (int i = 0; i < k; ++i)
-    if (i != a && i != b) AccumulateK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(o, ins[i], n, false);
+    if (i != a && i != b)
+      AccumulateK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(o, ins[i], n, false);
   return LaunchStatus(ctx);
 }
 
@@ -133,39 +134,102 @@ Status MeanGrad(const KernelContext& ctx) {
 // out = F(x, y), as in operators/math/elementwise.cc (max ties send the gradient to Y, min
 // ties to X).
 struct AddF {
-  template <typename A> __device__ static A F(A x, A y) { return x + y; }
-  template <typename A> __device__ static A Dx(A, A, A) { return A(1); }
-  template <typename A> __device__ static A Dy(A, A, A) { return A(1); }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x + y;
+  }
+  template <typename A>
+  __device__ static A Dx(A, A, A) {
+    return A(1);
+  }
+  template <typename A>
+  __device__ static A Dy(A, A, A) {
+    return A(1);
+  }
 };
 struct SubF {
-  template <typename A> __device__ static A F(A x, A y) { return x - y; }
-  template <typename A> __device__ static A Dx(A, A, A) { return A(1); }
-  template <typename A> __device__ static A Dy(A, A, A) { return A(-1); }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x - y;
+  }
+  template <typename A>
+  __device__ static A Dx(A, A, A) {
+    return A(1);
+  }
+  template <typename A>
+  __device__ static A Dy(A, A, A) {
+    return A(-1);
+  }
 };
 struct MulF {
-  template <typename A> __device__ static A F(A x, A y) { return x * y; }
-  template <typename A> __device__ static A Dx(A, A y, A) { return y; }
-  template <typename A> __device__ static A Dy(A x, A, A) { return x; }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x * y;
+  }
+  template <typename A>
+  __device__ static A Dx(A, A y, A) {
+    return y;
+  }
+  template <typename A>
+  __device__ static A Dy(A x, A, A) {
+    return x;
+  }
 };
 struct DivF {
-  template <typename A> __device__ static A F(A x, A y) { return x / y; }
-  template <typename A> __device__ static A Dx(A, A y, A) { return A(1) / y; }
-  template <typename A> __device__ static A Dy(A, A y, A out) { return -out / y; }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x / y;
+  }
+  template <typename A>
+  __device__ static A Dx(A, A y, A) {
+    return A(1) / y;
+  }
+  template <typename A>
+  __device__ static A Dy(A, A y, A out) {
+    return -out / y;
+  }
 };
 struct MaxF {
-  template <typename A> __device__ static A F(A x, A y) { return x > y ? x : y; }
-  template <typename A> __device__ static A Dx(A x, A y, A) { return x > y ? A(1) : A(0); }
-  template <typename A> __device__ static A Dy(A x, A y, A) { return x > y ? A(0) : A(1); }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x > y ? x : y;
+  }
+  template <typename A>
+  __device__ static A Dx(A x, A y, A) {
+    return x > y ? A(1) : A(0);
+  }
+  template <typename A>
+  __device__ static A Dy(A x, A y, A) {
+    return x > y ? A(0) : A(1);
+  }
 };
 struct MinF {
-  template <typename A> __device__ static A F(A x, A y) { return x < y ? x : y; }
-  template <typename A> __device__ static A Dx(A x, A y, A) { return x <= y ? A(1) : A(0); }
-  template <typename A> __device__ static A Dy(A x, A y, A) { return x <= y ? A(0) : A(1); }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return x < y ? x : y;
+  }
+  template <typename A>
+  __device__ static A Dx(A x, A y, A) {
+    return x <= y ? A(1) : A(0);
+  }
+  template <typename A>
+  __device__ static A Dy(A x, A y, A) {
+    return x <= y ? A(0) : A(1);
+  }
 };
 struct PowF {
-  template <typename A> __device__ static A F(A x, A y) { return pow(x, y); }
-  template <typename A> __device__ static A Dx(A x, A y, A) { return y * pow(x, y - A(1)); }
-  template <typename A> __device__ static A Dy(A x, A, A out) { return out * log(x); }
+  template <typename A>
+  __device__ static A F(A x, A y) {
+    return pow(x, y);
+  }
+  template <typename A>
+  __device__ static A Dx(A x, A y, A) {
+    return y * pow(x, y - A(1));
+  }
+  template <typename A>
+  __device__ static A Dy(A x, A, A out) {
+    return out * log(x);
+  }
 };
 
 // Out[i] = F(X[i], Y[(i / post) % n]) (same shapes: n = total, post = 1).
@@ -173,8 +237,8 @@ template <typename Fn, typename T>
 __global__ void BinaryK(const T* x, const T* y, T* o, int64_t total, int64_t n, int64_t post) {
   using A = Acc<T>;
   LOOM_GRID_STRIDE(i, total) {
-    o[i] = static_cast<T>(Fn::template F<A>(static_cast<A>(x[i]),
-                                            static_cast<A>(y[(i / post) % n])));
+    o[i] =
+        static_cast<T>(Fn::template F<A>(static_cast<A>(x[i]), static_cast<A>(y[(i / post) % n])));
   }
 }
 
@@ -189,8 +253,7 @@ Status Binary(const KernelContext& ctx) {
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   if (total == 0) return Status::OK();
   BinaryK<Fn, T><<<Blocks(total), kThreads, 0, Stream(ctx)>>>(
-      DataOf<T>(x), DataOf<T>(y), o, total, p.same_shape ? total : p.n,
-      p.same_shape ? 1 : p.post);
+      DataOf<T>(x), DataOf<T>(y), o, total, p.same_shape ? total : p.n, p.same_shape ? 1 : p.post);
   return LaunchStatus(ctx);
 }
 
@@ -254,8 +317,7 @@ Status BinaryGrad(const KernelContext& ctx) {
     if (total == 0) {
       cudaMemsetAsync(dy, 0, dyt->nbytes(), s);
     } else {
-      ReduceDyK<Fn, T><<<RowBlocks(p.n), kThreads, 0, s>>>(xv, yv, ov, gv, dy, p.pre, p.n,
-                                                           p.post);
+      ReduceDyK<Fn, T><<<RowBlocks(p.n), kThreads, 0, s>>>(xv, yv, ov, gv, dy, p.pre, p.n, p.post);
     }
   }
   return LaunchStatus(ctx);
@@ -293,8 +355,8 @@ LOOM_REGISTER_KERNEL(mean_grad, kCUDA, FP16, MeanGrad<__half>);
   LOOM_REGISTER_KERNEL(elementwise_##NAME##_grad, kCUDA, FP32, (BinaryGrad<FN, float>));  \
   LOOM_REGISTER_KERNEL(elementwise_##NAME##_grad, kCUDA, FP64, (BinaryGrad<FN, double>)); \
   LOOM_REGISTER_KERNEL(elementwise_##NAME##_grad, kCUDA, FP16, (BinaryGrad<FN, __half>))
-#define LOOM_BINARY_INT_CUDA(NAME, FN)                                                    \
-  LOOM_REGISTER_KERNEL(elementwise_##NAME, kCUDA, INT32, (Binary<FN, int32_t>));          \
+#define LOOM_BINARY_INT_CUDA(NAME, FN)                                           \
+  LOOM_REGISTER_KERNEL(elementwise_##NAME, kCUDA, INT32, (Binary<FN, int32_t>)); \
   LOOM_REGISTER_KERNEL(elementwise_##NAME, kCUDA, INT64, (Binary<FN, int64_t>))
 
 LOOM_BINARY_CUDA(add, AddF);

@@ -97,8 +97,10 @@ Status MatmulGradKernel(const KernelContext& ctx) {
       T* ob = o + (p.x_batched ? b * p.m * p.k : 0);
       T beta = p.x_batched ? T(0) : T(1);
       // X not transposed: dX[m,k] = dC · op(Y)ᵀ; transposed: dX[k,m] = op(Y) · dCᵀ.
-      if (!tx) Gemm<T>(false, !ty, p.m, p.k, p.n, alpha, dcb, yb, beta, ob);
-      else Gemm<T>(ty, true, p.k, p.m, p.n, alpha, yb, dcb, beta, ob);
+      if (!tx)
+        Gemm<T>(false, !ty, p.m, p.k, p.n, alpha, dcb, yb, beta, ob);
+      else
+        Gemm<T>(ty, true, p.k, p.m, p.n, alpha, yb, dcb, beta, ob);
     }
   }
   if (Tensor* dy = ctx.OutputOrNull("Y@GRAD")) {
@@ -110,8 +112,10 @@ Status MatmulGradKernel(const KernelContext& ctx) {
       T* ob = o + (p.y_batched ? b * p.k * p.n : 0);
       T beta = p.y_batched ? T(0) : T(1);
       // Y not transposed: dY[k,n] = op(X)ᵀ · dC; transposed: dY[n,k] = dCᵀ · op(X).
-      if (!ty) Gemm<T>(!tx, false, p.k, p.n, p.m, alpha, xb, dcb, beta, ob);
-      else Gemm<T>(true, tx, p.n, p.k, p.m, alpha, dcb, xb, beta, ob);
+      if (!ty)
+        Gemm<T>(!tx, false, p.k, p.n, p.m, alpha, xb, dcb, beta, ob);
+      else
+        Gemm<T>(true, tx, p.n, p.k, p.m, alpha, dcb, xb, beta, ob);
     }
   }
   return Status::OK();
@@ -126,7 +130,9 @@ std::vector<proto::OpDesc> MatmulGradMaker(const OpDesc& fwd) {
 }  // namespace
 
 LOOM_REGISTER_OP(matmul)
-    .Doc("Out = alpha * op(X) · op(Y), op transposing the last two dims when asked; batched over leading dims.")
+    .Doc(
+        "Out = alpha * op(X) · op(Y), op transposing the last two dims when asked; batched over "
+        "leading dims.")
     .Input("X", "left operand [..., M, K] (1-D: a row vector)")
     .Input("Y", "right operand [..., K, N] (1-D: a column vector)")
     .Output("Out", "product [..., M, N]")

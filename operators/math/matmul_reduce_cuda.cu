@@ -62,22 +62,21 @@ Status Gemms(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, i
       }
       for (int64_t i = 0; i < batch; ++i)
         LOOM_RETURN_IF_ERROR(CublasStatus(
-            ctx, GemmStridedBatchedHalfToFloat(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa,
-                                               0, b + i * sb, 0, 1.0f, cf, 0, 1)));
+            ctx, GemmStridedBatchedHalfToFloat(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
+                                               b + i * sb, 0, 1.0f, cf, 0, 1)));
       ConvertK<float, __half><<<Blocks(m * n), kThreads, 0, Stream(ctx)>>>(cf, c, m * n);
       return LaunchStatus(ctx);
     } else {
       for (int64_t i = 0; i < batch; ++i)
         LOOM_RETURN_IF_ERROR(CublasStatus(
-            ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0,
-                                       b + i * sb, 0,
-                                       accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0, 1)));
+            ctx,
+            GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a + i * sa, 0, b + i * sb, 0,
+                                  accumulate || i > 0 ? Acc<T>(1) : Acc<T>(0), c, 0, 1)));
       return Status::OK();
     }
   }
-  return CublasStatus(
-      ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b, sb,
-                                 accumulate ? Acc<T>(1) : Acc<T>(0), c, sc, batch));
+  return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, alpha, a, sa, b, sb,
+                                                 accumulate ? Acc<T>(1) : Acc<T>(0), c, sc, batch));
 }
 
 template <typename T>
@@ -112,8 +111,7 @@ Status MatmulGrad(const KernelContext& ctx) {
   const int64_t sdc = p.m * p.n;
   if (Tensor* dx = ctx.OutputOrNull("X@GRAD")) {
     T* o = MutableDataOf<T>(dx, ctx.place());
-    if (!p.x_batched || p.batch == 0 || p.n == 0)
-      cudaMemsetAsync(o, 0, dx->nbytes(), Stream(ctx));
+    if (!p.x_batched || p.batch == 0 || p.n == 0) cudaMemsetAsync(o, 0, dx->nbytes(), Stream(ctx));
     if (p.n > 0) {
       // X not transposed: dX[m,k] = dC · op(Y)ᵀ; transposed: dX[k,m] = op(Y) · dCᵀ.
       if (!tx)
@@ -126,8 +124,7 @@ Status MatmulGrad(const KernelContext& ctx) {
   }
   if (Tensor* dy = ctx.OutputOrNull("Y@GRAD")) {
     T* o = MutableDataOf<T>(dy, ctx.place());
-    if (!p.y_batched || p.batch == 0 || p.m == 0)
-      cudaMemsetAsync(o, 0, dy->nbytes(), Stream(ctx));
+    if (!p.y_batched || p.batch == 0 || p.m == 0) cudaMemsetAsync(o, 0, dy->nbytes(), Stream(ctx));
     if (p.m > 0) {
       // Y not transposed: dY[k,n] = op(X)ᵀ · dC; transposed: dY[n,k] = dCᵀ · op(X).
       if (!ty)
@@ -208,14 +205,18 @@ __device__ inline int64_t ReduceOffset(const ReducePlan& p, int64_t j, int64_t r
 
 template <typename T, Kind K>
 __device__ inline T Combine(T a, T b) {
-  if constexpr (K == Kind::kMax) return a > b ? a : b;
-  else return a + b;
+  if constexpr (K == Kind::kMax)
+    return a > b ? a : b;
+  else
+    return a + b;
 }
 
 template <typename T, Kind K>
 __device__ inline T Finish(T acc, int64_t groups) {
-  if constexpr (K == Kind::kMean) return groups > 0 ? acc / static_cast<T>(groups) : acc;
-  else return acc;
+  if constexpr (K == Kind::kMean)
+    return groups > 0 ? acc / static_cast<T>(groups) : acc;
+  else
+    return acc;
 }
 
 // One thread per output (groups small or many outputs).
@@ -250,8 +251,8 @@ __global__ void ReduceBlockK(ReducePlan p, const T* x, T* o, T init) {
 template <typename T, Kind K>
 Status Reduce(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  auto plan = MakeReducePlan(x.dims(), ctx.Attr<std::vector<int>>("dim"),
-                             ctx.Attr<bool>("reduce_all"));
+  auto plan =
+      MakeReducePlan(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
   if (!plan.ok()) return ctx.Error(plan.status().message());
   const ReducePlan& p = plan.value();
   Tensor* out = ctx.Output("Out");
@@ -259,11 +260,9 @@ Status Reduce(const KernelContext& ctx) {
   if (out->numel() == 0) return Status::OK();
   const T init = K == Kind::kMax ? std::numeric_limits<T>::lowest() : T(0);
   if (p.groups >= 512 && p.outputs <= 65535 * 4) {
-    ReduceBlockK<T, K><<<RowBlocks(p.outputs), kThreads, 0, Stream(ctx)>>>(p, x.data<T>(), o,
-                                                                            init);
+    ReduceBlockK<T, K><<<RowBlocks(p.outputs), kThreads, 0, Stream(ctx)>>>(p, x.data<T>(), o, init);
   } else {
-    ReduceThreadK<T, K><<<Blocks(p.outputs), kThreads, 0, Stream(ctx)>>>(p, x.data<T>(), o,
-                                                                         init);
+    ReduceThreadK<T, K><<<Blocks(p.outputs), kThreads, 0, Stream(ctx)>>>(p, x.data<T>(), o, init);
   }
   return LaunchStatus(ctx);
 }
@@ -280,13 +279,15 @@ __device__ inline int64_t OutputIndex(const ReducePlan& p, int64_t i) {
 
 // sum: dx = g[j]; mean: g[j] / groups; max: g[j] where x == out[j] (every tie).
 template <typename T, Kind K>
-__global__ void ReduceGradK(ReducePlan p, const T* x, const T* out, const T* g, T* dx,
-                            int64_t n) {
+__global__ void ReduceGradK(ReducePlan p, const T* x, const T* out, const T* g, T* dx, int64_t n) {
   LOOM_GRID_STRIDE(i, n) {
     int64_t j = OutputIndex(p, i);
-    if constexpr (K == Kind::kMax) dx[i] = x[i] == out[j] ? g[j] : T(0);
-    else if constexpr (K == Kind::kMean) dx[i] = g[j] / static_cast<T>(p.groups ? p.groups : 1);
-    else dx[i] = g[j];
+    if constexpr (K == Kind::kMax)
+      dx[i] = x[i] == out[j] ? g[j] : T(0);
+    else if constexpr (K == Kind::kMean)
+      dx[i] = g[j] / static_cast<T>(p.groups ? p.groups : 1);
+    else
+      dx[i] = g[j];
   }
 }
 
@@ -295,8 +296,8 @@ Status ReduceGrad(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
   const Tensor& x = ctx.Input("X");
-  auto plan = MakeReducePlan(x.dims(), ctx.Attr<std::vector<int>>("dim"),
-                             ctx.Attr<bool>("reduce_all"));
+  auto plan =
+      MakeReducePlan(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
   if (!plan.ok()) return ctx.Error(plan.status().message());
   T* o = dx->mutable_data<T>(ctx.place());
   const int64_t n = x.numel();
@@ -316,12 +317,12 @@ LOOM_REGISTER_KERNEL(matmul_grad, kCUDA, FP64, MatmulGrad<double>);
 LOOM_REGISTER_KERNEL(matmul, kCUDA, FP16, Matmul<__half>);
 LOOM_REGISTER_KERNEL(matmul_grad, kCUDA, FP16, MatmulGrad<__half>);
 
-#define LOOM_REDUCE_CUDA(NAME, KIND)                                                   \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Reduce<float, KIND>));                      \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Reduce<double, KIND>));                     \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT32, (Reduce<int32_t, KIND>));                   \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT64, (Reduce<int64_t, KIND>));                   \
-  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP32, (ReduceGrad<float, KIND>));           \
+#define LOOM_REDUCE_CUDA(NAME, KIND)                                         \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Reduce<float, KIND>));            \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Reduce<double, KIND>));           \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT32, (Reduce<int32_t, KIND>));         \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, INT64, (Reduce<int64_t, KIND>));         \
+  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP32, (ReduceGrad<float, KIND>)); \
   LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP64, (ReduceGrad<double, KIND>))
 
 LOOM_REDUCE_CUDA(reduce_sum, Kind::kSum);

@@ -74,8 +74,10 @@ LOOM_REGISTER_OP(mul)
     .Input("X", "left operand")
     .Input("Y", "right operand (e.g. the weight)")
     .Output("Out", "the product, dims X.dims[:x_num_col_dims] + Y.dims[y_num_col_dims:]")
-    .Attr<int>("x_num_col_dims", 1, "X's dims before this index form the rows", Positive("x_num_col_dims"))
-    .Attr<int>("y_num_col_dims", 1, "Y's dims before this index form the rows", Positive("y_num_col_dims"))
+    .Attr<int>("x_num_col_dims", 1, "X's dims before this index form the rows",
+               Positive("x_num_col_dims"))
+    .Attr<int>("y_num_col_dims", 1, "Y's dims before this index form the rows",
+               Positive("y_num_col_dims"))
     .InferShape(MulInferShape)
     .GradMaker(MulGradMaker)
     .Kernel(Place::kCPU, proto::FP32, MulKernel<float>)

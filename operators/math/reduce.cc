@@ -28,8 +28,10 @@ Status ReduceInferShape(InferShapeContext* ctx) {
   bool keep = ctx->Attr<bool>("keep_dim");
   DDim out;
   for (int i = 0; i < x.size(); ++i) {
-    if (!mask.value()[i]) out.push_back(x[i]);
-    else if (keep) out.push_back(1);
+    if (!mask.value()[i])
+      out.push_back(x[i]);
+    else if (keep)
+      out.push_back(1);
   }
   if (out.size() == 0) out.push_back(1);
   ctx->SetOutputDim("Out", out);
@@ -133,7 +135,8 @@ void ReduceContiguous(const ContiguousReduce& r, const T* in, T* o) {
 template <typename T, Kind K>
 Status ReduceKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  auto mask = ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
+  auto mask =
+      ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
   if (!mask.ok()) return ctx.Error(mask.status().message());
   ReduceIndexer ix(x.dims(), mask.value());
   Tensor* out = ctx.Output("Out");
@@ -156,7 +159,8 @@ Status ReduceGradKernel(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
   const Tensor& x = ctx.Input("X");
-  auto mask = ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
+  auto mask =
+      ReducedMask(x.dims(), ctx.Attr<std::vector<int>>("dim"), ctx.Attr<bool>("reduce_all"));
   if (!mask.ok()) return ctx.Error(mask.status().message());
   ReduceIndexer ix(x.dims(), mask.value());
   const T* g = ctx.Input("Out@GRAD").data<T>();
@@ -165,8 +169,10 @@ Status ReduceGradKernel(const KernelContext& ctx) {
   T* o = dx->mutable_data<T>(ctx.place());
   T scale = K == Kind::kMean ? T(1) / static_cast<T>(ix.groups ? ix.groups : 1) : T(1);
   auto one = [&](int64_t i, int64_t j) {
-    if (K == Kind::kMax) o[i] = in[i] == out[j] ? g[j] : T(0);
-    else o[i] = g[j] * scale;
+    if (K == Kind::kMax)
+      o[i] = in[i] == out[j] ? g[j] : T(0);
+    else
+      o[i] = g[j] * scale;
   };
   if (auto plan = ContiguousReduce::Plan(x.dims(), mask.value())) {
     for (int64_t p = 0; p < plan->pre; ++p)
@@ -187,35 +193,36 @@ Status ReduceGradInferShape(InferShapeContext* ctx) {
 
 }  // namespace
 
-#define LOOM_REDUCE_OP(NAME, KIND, DOC)                                                       \
-  LOOM_REGISTER_OP(NAME)                                                                      \
-      .Doc(DOC)                                                                               \
-      .Input("X", "input")                                                                    \
-      .Output("Out", "reduced tensor")                                                        \
-      .Attr<std::vector<int>>("dim", {0}, "dims to reduce (negative counts from the end)")    \
-      .Attr<bool>("keep_dim", false, "keep reduced dims with size 1")                         \
-      .Attr<bool>("reduce_all", false, "reduce every dim (ignores dim)")                      \
-      .InferShape(ReduceInferShape)                                                           \
-      .GradMaker(DefaultGradMaker())                                                          \
-      .Kernel(Place::kCPU, proto::FP32, ReduceKernel<float, KIND>)                            \
-      .Kernel(Place::kCPU, proto::FP64, ReduceKernel<double, KIND>)                           \
-      .Kernel(Place::kCPU, proto::INT32, ReduceKernel<int32_t, KIND>)                         \
-      .Kernel(Place::kCPU, proto::INT64, ReduceKernel<int64_t, KIND>);                        \
-  LOOM_REGISTER_OP(NAME##_grad)                                                               \
-      .Doc("gradient of " #NAME)                                                              \
-      .Input("X", "forward input")                                                            \
-      .Input("Out", "forward output")                                                         \
-      .Input("Out@GRAD", "gradient of Out")                                                   \
-      .Output("X@GRAD", "gradient of X", false, true)                                         \
-      .Attr<std::vector<int>>("dim", {0}, "as in the forward op")                             \
-      .Attr<bool>("keep_dim", false, "as in the forward op")                                  \
-      .Attr<bool>("reduce_all", false, "as in the forward op")                                \
-      .InferShape(ReduceGradInferShape)                                                       \
-      .Kernel(Place::kCPU, proto::FP32, ReduceGradKernel<float, KIND>)                        \
+#define LOOM_REDUCE_OP(NAME, KIND, DOC)                                                    \
+  LOOM_REGISTER_OP(NAME)                                                                   \
+      .Doc(DOC)                                                                            \
+      .Input("X", "input")                                                                 \
+      .Output("Out", "reduced tensor")                                                     \
+      .Attr<std::vector<int>>("dim", {0}, "dims to reduce (negative counts from the end)") \
+      .Attr<bool>("keep_dim", false, "keep reduced dims with size 1")                      \
+      .Attr<bool>("reduce_all", false, "reduce every dim (ignores dim)")                   \
+      .InferShape(ReduceInferShape)                                                        \
+      .GradMaker(DefaultGradMaker())                                                       \
+      .Kernel(Place::kCPU, proto::FP32, ReduceKernel<float, KIND>)                         \
+      .Kernel(Place::kCPU, proto::FP64, ReduceKernel<double, KIND>)                        \
+      .Kernel(Place::kCPU, proto::INT32, ReduceKernel<int32_t, KIND>)                      \
+      .Kernel(Place::kCPU, proto::INT64, ReduceKernel<int64_t, KIND>);                     \
+  LOOM_REGISTER_OP(NAME##_grad)                                                            \
+      .Doc("gradient of " #NAME)                                                           \
+      .Input("X", "forward input")                                                         \
+      .Input("Out", "forward output")                                                      \
+      .Input("Out@GRAD", "gradient of Out")                                                \
+      .Output("X@GRAD", "gradient of X", false, true)                                      \
+      .Attr<std::vector<int>>("dim", {0}, "as in the forward op")                          \
+      .Attr<bool>("keep_dim", false, "as in the forward op")                               \
+      .Attr<bool>("reduce_all", false, "as in the forward op")                             \
+      .InferShape(ReduceGradInferShape)                                                    \
+      .Kernel(Place::kCPU, proto::FP32, ReduceGradKernel<float, KIND>)                     \
       .Kernel(Place::kCPU, proto::FP64, ReduceGradKernel<double, KIND>)
 
 LOOM_REDUCE_OP(reduce_sum, Kind::kSum, "Out = sum of X over dims.");
 LOOM_REDUCE_OP(reduce_mean, Kind::kMean, "Out = mean of X over dims.");
-LOOM_REDUCE_OP(reduce_max, Kind::kMax, "Out = max of X over dims (every tied maximum receives the gradient).");
+LOOM_REDUCE_OP(reduce_max, Kind::kMax,
+               "Out = max of X over dims (every tied maximum receives the gradient).");
 
 }  // namespace loom::ops

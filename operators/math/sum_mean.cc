@@ -17,8 +17,7 @@ Status SumInferShape(InferShapeContext* ctx) {
     if (ctx->InputDtype("X", i) != ctx->InputDtype("X", 0))
       return ctx->Error("input 'X' #", i, " (var '", ctx->InputVarName("X", i), "') is ",
                         DataTypeName(ctx->InputDtype("X", i)), ", input #0 (var '",
-                        ctx->InputVarName("X", 0), "') is ",
-                        DataTypeName(ctx->InputDtype("X", 0)));
+                        ctx->InputVarName("X", 0), "') is ", DataTypeName(ctx->InputDtype("X", 0)));
   }
   ctx->ShareDimAndDtype("X", "Out");
   return Status::OK();

@@ -62,13 +62,25 @@ template <typename T> T SqrtD(T, T y, const UnaryAttrs&) { return T(0.5) / y; }
 template <typename T> T Square(T x, const UnaryAttrs&) { return x * x; }
 template <typename T> T SquareD(T x, T, const UnaryAttrs&) { return T(2) * x; }
 template <typename T> T Abs(T x, const UnaryAttrs&) { return std::abs(x); }
-template <typename T> T AbsD(T x, T, const UnaryAttrs&) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
-template <typename T> T LeakyRelu(T x, const UnaryAttrs& a) { return x > T(0) ? x : T(a.alpha) * x; }
-template <typename T> T LeakyReluD(T x, T, const UnaryAttrs& a) { return x > T(0) ? T(1) : T(a.alpha); }
-template <typename T> T Clip(T x, const UnaryAttrs& a) { return std::min(std::max(x, T(a.min)), T(a.max)); }
-template <typename T> T ClipD(T x, T, const UnaryAttrs& a) { return x >= T(a.min) && x <= T(a.max) ? T(1) : T(0); }
+template <typename T> T AbsD(T x, T, const UnaryAttrs&) {
+  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+}
+template <typename T> T LeakyRelu(T x, const UnaryAttrs& a) {
+  return x > T(0) ? x : T(a.alpha) * x;
+}
+template <typename T> T LeakyReluD(T x, T, const UnaryAttrs& a) {
+  return x > T(0) ? T(1) : T(a.alpha);
+}
+template <typename T> T Clip(T x, const UnaryAttrs& a) {
+  return std::min(std::max(x, T(a.min)), T(a.max));
+}
+template <typename T> T ClipD(T x, T, const UnaryAttrs& a) {
+  return x >= T(a.min) && x <= T(a.max) ? T(1) : T(0);
+}
 // GELU, exact form: x * Phi(x).
-template <typename T> T Gelu(T x, const UnaryAttrs&) { return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2)))); }
+template <typename T> T Gelu(T x, const UnaryAttrs&) {
+  return T(0.5) * x * (T(1) + std::erf(x / std::sqrt(T(2))));
+}
 template <typename T> T GeluD(T x, T, const UnaryAttrs&) {
   T cdf = T(0.5) * (T(1) + std::erf(x / std::sqrt(T(2))));
   T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * T(M_PI));
@@ -94,23 +106,23 @@ Status ClipCheck(InferShapeContext* ctx) {
 }
 
 // Declares op NAME and NAME_grad with fp32/fp64 CPU kernels from F and D.
-#define LOOM_UNARY_OP(NAME, F, D, DOC)                                                    \
-  LOOM_REGISTER_OP(NAME)                                                                  \
-      .Doc(DOC)                                                                           \
-      .Input("X", "input")                                                                \
-      .Output("Out", "output, same dims as X")                                            \
-      .InferShape(SameShapeInferShape)                                                    \
-      .GradMaker(UnaryGradMaker)                                                          \
-      .Kernel(Place::kCPU, proto::FP32, Forward<float, F<float>>)                         \
-      .Kernel(Place::kCPU, proto::FP64, Forward<double, F<double>>);                      \
-  LOOM_REGISTER_OP(NAME##_grad)                                                           \
-      .Doc("gradient of " #NAME)                                                          \
-      .Input("X", "forward input")                                                        \
-      .Input("Out", "forward output")                                                     \
-      .Input("Out@GRAD", "gradient of Out")                                               \
-      .Output("X@GRAD", "gradient of X", false, true)                                     \
-      .InferShape(UnaryGradInferShape)                                                    \
-      .Kernel(Place::kCPU, proto::FP32, Backward<float, D<float>>)                        \
+#define LOOM_UNARY_OP(NAME, F, D, DOC)                               \
+  LOOM_REGISTER_OP(NAME)                                             \
+      .Doc(DOC)                                                      \
+      .Input("X", "input")                                           \
+      .Output("Out", "output, same dims as X")                       \
+      .InferShape(SameShapeInferShape)                               \
+      .GradMaker(UnaryGradMaker)                                     \
+      .Kernel(Place::kCPU, proto::FP32, Forward<float, F<float>>)    \
+      .Kernel(Place::kCPU, proto::FP64, Forward<double, F<double>>); \
+  LOOM_REGISTER_OP(NAME##_grad)                                      \
+      .Doc("gradient of " #NAME)                                     \
+      .Input("X", "forward input")                                   \
+      .Input("Out", "forward output")                                \
+      .Input("Out@GRAD", "gradient of Out")                          \
+      .Output("X@GRAD", "gradient of X", false, true)                \
+      .InferShape(UnaryGradInferShape)                               \
+      .Kernel(Place::kCPU, proto::FP32, Backward<float, D<float>>)   \
       .Kernel(Place::kCPU, proto::FP64, Backward<double, D<double>>)
 
 LOOM_UNARY_OP(sigmoid, Sigmoid, SigmoidD, "Out = 1 / (1 + exp(-X)).");

@@ -23,54 +23,104 @@ UnaryAttrs ReadAttrs(const AttributeMap& attrs) {
 
 // Each functor: F(x) and D(x, y) = dy/dx at x with y = F(x).
 struct SigmoidF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return T(1) / (T(1) + exp(-x)); }
-  template <typename T> __device__ static T D(T, T y, UnaryAttrs) { return y * (T(1) - y); }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return T(1) / (T(1) + exp(-x));
+  }
+  template <typename T>
+  __device__ static T D(T, T y, UnaryAttrs) {
+    return y * (T(1) - y);
+  }
 };
 struct TanhF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return tanh(x); }
-  template <typename T> __device__ static T D(T, T y, UnaryAttrs) { return T(1) - y * y; }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return tanh(x);
+  }
+  template <typename T>
+  __device__ static T D(T, T y, UnaryAttrs) {
+    return T(1) - y * y;
+  }
 };
 struct ExpFn {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return exp(x); }
-  template <typename T> __device__ static T D(T, T y, UnaryAttrs) { return y; }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return exp(x);
+  }
+  template <typename T>
+  __device__ static T D(T, T y, UnaryAttrs) {
+    return y;
+  }
 };
 struct LogF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return log(x); }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs) { return T(1) / x; }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return log(x);
+  }
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs) {
+    return T(1) / x;
+  }
 };
 struct SqrtF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return sqrt(x); }
-  template <typename T> __device__ static T D(T, T y, UnaryAttrs) { return T(0.5) / y; }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return sqrt(x);
+  }
+  template <typename T>
+  __device__ static T D(T, T y, UnaryAttrs) {
+    return T(0.5) / y;
+  }
 };
 struct SquareF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return x * x; }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs) { return T(2) * x; }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return x * x;
+  }
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs) {
+    return T(2) * x;
+  }
 };
 struct AbsF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) { return x < T(0) ? -x : x; }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs) {
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
+    return x < T(0) ? -x : x;
+  }
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs) {
     return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
   }
 };
 struct GeluF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs) {
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs) {
     return T(0.5) * x * (T(1) + erf(x / sqrt(T(2))));
   }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs) {
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs) {
     T cdf = T(0.5) * (T(1) + erf(x / sqrt(T(2))));
     T pdf = exp(T(-0.5) * x * x) / sqrt(T(2) * T(3.14159265358979323846));
     return cdf + x * pdf;
   }
 };
 struct LeakyReluF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs a) { return x > T(0) ? x : T(a.alpha) * x; }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs a) { return x > T(0) ? T(1) : T(a.alpha); }
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs a) {
+    return x > T(0) ? x : T(a.alpha) * x;
+  }
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs a) {
+    return x > T(0) ? T(1) : T(a.alpha);
+  }
 };
 struct ClipF {
-  template <typename T> __device__ static T F(T x, UnaryAttrs a) {
+  template <typename T>
+  __device__ static T F(T x, UnaryAttrs a) {
     return x < T(a.min) ? T(a.min) : (x > T(a.max) ? T(a.max) : x);
   }
-  template <typename T> __device__ static T D(T x, T, UnaryAttrs a) {
+  template <typename T>
+  __device__ static T D(T x, T, UnaryAttrs a) {
     return x >= T(a.min) && x <= T(a.max) ? T(1) : T(0);
   }
 };
@@ -97,8 +147,8 @@ Status Forward(const KernelContext& ctx) {
   int64_t n = x.numel();
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   if (n == 0) return Status::OK();
-  ForwardK<Fn, T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n,
-                                                           ReadAttrs(ctx.Attrs()));
+  ForwardK<Fn, T>
+      <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, ReadAttrs(ctx.Attrs()));
   return LaunchStatus(ctx);
 }
 
@@ -118,12 +168,12 @@ Status Backward(const KernelContext& ctx) {
 
 }  // namespace
 
-#define LOOM_UNARY_CUDA(NAME, FN)                                                    \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Forward<FN, float>));                     \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Forward<FN, double>));                    \
-  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP16, (Forward<FN, __half>));                    \
-  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP32, (Backward<FN, float>));             \
-  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP64, (Backward<FN, double>));            \
+#define LOOM_UNARY_CUDA(NAME, FN)                                         \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP32, (Forward<FN, float>));          \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP64, (Forward<FN, double>));         \
+  LOOM_REGISTER_KERNEL(NAME, kCUDA, FP16, (Forward<FN, __half>));         \
+  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP32, (Backward<FN, float>));  \
+  LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP64, (Backward<FN, double>)); \
   LOOM_REGISTER_KERNEL(NAME##_grad, kCUDA, FP16, (Backward<FN, __half>))
 
 LOOM_UNARY_CUDA(sigmoid, SigmoidF);

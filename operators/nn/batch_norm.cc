@@ -22,15 +22,13 @@ Status BatchNormInferShape(InferShapeContext* ctx) {
   int64_t c = x[1];
   for (const char* slot : {"Scale", "Bias", "Mean", "Variance"}) {
     DDim d = ctx->InputDim(slot);
-    if (d.size() != 1)
-      return ctx->Error(ctx->DescribeInput(slot), " must be 1-D [C]");
+    if (d.size() != 1) return ctx->Error(ctx->DescribeInput(slot), " must be 1-D [C]");
     if (c >= 0 && d[0] >= 0 && d[0] != c)
       return ctx->Error(ctx->DescribeInput(slot), " must have one entry per channel of ",
                         ctx->DescribeInput("X"), " (", c, ")");
     if (ctx->InputDtype(slot) != dt)
       return ctx->Error(ctx->DescribeInput(slot), " is ", DataTypeName(ctx->InputDtype(slot)),
-                        " but ", ctx->DescribeInput("X"), " is ",
-                        DataTypeName(dt));
+                        " but ", ctx->DescribeInput("X"), " is ", DataTypeName(dt));
   }
   ctx->ShareDimAndDtype("X", "Y");
   for (const char* slot : {"MeanOut", "VarianceOut", "SavedMean", "SavedVariance"}) {
@@ -115,13 +113,13 @@ Status BatchNormKernel(const KernelContext& ctx) {
   T* y = ctx.Output("Y")->mutable_data<T>(ctx.place());
   ParallelFor(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.inner, 1)),
               [&](int64_t begin, int64_t end) {
-    for (int64_t sc = begin; sc < end; ++sc) {
-      const int64_t ch = sc % g.c, off = sc * g.inner;
-      const T a = scale[ch] * inv_std[ch];
-      const T b = bias[ch] - mean[ch] * a;
-      for (int64_t i = 0; i < g.inner; ++i) y[off + i] = x[off + i] * a + b;
-    }
-  });
+                for (int64_t sc = begin; sc < end; ++sc) {
+                  const int64_t ch = sc % g.c, off = sc * g.inner;
+                  const T a = scale[ch] * inv_std[ch];
+                  const T b = bias[ch] - mean[ch] * a;
+                  for (int64_t i = 0; i < g.inner; ++i) y[off + i] = x[off + i] * a + b;
+                }
+              });
   return Status::OK();
 }
 
@@ -165,19 +163,21 @@ Status BatchNormGradKernel(const KernelContext& ctx) {
     const T inv_m = T(1) / static_cast<T>(std::max<int64_t>(count, 1));
     ParallelFor(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.inner, 1)),
                 [&](int64_t begin, int64_t end) {
-      for (int64_t sc = begin; sc < end; ++sc) {
-        const int64_t ch = sc % g.c, off = sc * g.inner;
-        const T a = scale[ch] * inv_std[ch];
-        if (is_test) {
-          for (int64_t i = 0; i < g.inner; ++i) dx[off + i] = a * dy[off + i];
-          continue;
-        }
-        // dx = a * dy - a * inv_m * (dbias + (x - mean) * inv_std * dscale) = a*dy + k*x + c
-        const T kx = -a * inv_m * inv_std[ch] * dscale[ch];
-        const T c0 = -a * inv_m * dbias[ch] - kx * mean[ch];
-        for (int64_t i = 0; i < g.inner; ++i) dx[off + i] = a * dy[off + i] + kx * x[off + i] + c0;
-      }
-    });
+                  for (int64_t sc = begin; sc < end; ++sc) {
+                    const int64_t ch = sc % g.c, off = sc * g.inner;
+                    const T a = scale[ch] * inv_std[ch];
+                    if (is_test) {
+                      for (int64_t i = 0; i < g.inner; ++i) dx[off + i] = a * dy[off + i];
+                      continue;
+                    }
+                    // dx = a * dy - a * inv_m * (dbias + (x - mean) * inv_std * dscale) = a*dy +
+                    // k*x + c
+                    const T kx = -a * inv_m * inv_std[ch] * dscale[ch];
+                    const T c0 = -a * inv_m * dbias[ch] - kx * mean[ch];
+                    for (int64_t i = 0; i < g.inner; ++i)
+                      dx[off + i] = a * dy[off + i] + kx * x[off + i] + c0;
+                  }
+                });
   }
   return Status::OK();
 }
@@ -207,9 +207,10 @@ std::function<Status(const std::string&)> NchwOnly() {
 }  // namespace
 
 LOOM_REGISTER_OP(batch_norm)
-    .Doc("Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias per channel (axis 1). Training "
-         "uses the batch statistics and updates the moving Mean / Variance with momentum; "
-         "is_test uses the moving statistics.")
+    .Doc(
+        "Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias per channel (axis 1). Training "
+        "uses the batch statistics and updates the moving Mean / Variance with momentum; "
+        "is_test uses the moving statistics.")
     .Input("X", "input [N, C] or [N, C, H, W]")
     .Input("Scale", "per-channel scale [C]")
     .Input("Bias", "per-channel bias [C]")

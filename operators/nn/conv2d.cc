@@ -17,8 +17,7 @@ using nn::Gemm;
 
 Status Conv2DInferShape(InferShapeContext* ctx) {
   DDim in = ctx->InputDim("Input"), f = ctx->InputDim("Filter");
-  if (in.size() != 4)
-    return ctx->Error(ctx->DescribeInput("Input"), " must be 4-D [N, C, H, W]");
+  if (in.size() != 4) return ctx->Error(ctx->DescribeInput("Input"), " must be 4-D [N, C, H, W]");
   if (f.size() != 4)
     return ctx->Error(ctx->DescribeInput("Filter"), " must be 4-D [M, C / groups, kh, kw]");
   if (ctx->InputDtype("Input") != ctx->InputDtype("Filter"))
@@ -43,9 +42,10 @@ Status Conv2DInferShape(InferShapeContext* ctx) {
   for (int a = 0; a < 2; ++a) {
     int64_t o = ConvOutSize(in[2 + a], f[2 + a], pads[a], strides[a], dils[a]);
     if (o == 0)
-      return ctx->Error("output ", a == 0 ? "height" : "width", " would be empty: ",
-                        ctx->DescribeInput("Input"), " padded by ", pads[a], " on each side is ",
-                        in[2 + a] + 2 * pads[a], " wide, smaller than the kernel extent ",
+      return ctx->Error("output ", a == 0 ? "height" : "width",
+                        " would be empty: ", ctx->DescribeInput("Input"), " padded by ", pads[a],
+                        " on each side is ", in[2 + a] + 2 * pads[a],
+                        " wide, smaller than the kernel extent ",
                         static_cast<int64_t>(dils[a]) * (f[2 + a] - 1) + 1, " of ",
                         ctx->DescribeInput("Filter"), " (dilation ", dils[a], ")");
     out[2 + a] = o;
@@ -235,17 +235,17 @@ std::vector<proto::OpDesc> Conv2DGradMaker(const OpDesc& fwd) {
 }  // namespace
 
 LOOM_REGISTER_OP(conv2d)
-    .Doc("Output = 2-D convolution (cross-correlation) of Input [N, C, H, W] with Filter "
-         "[M, C / groups, kh, kw]; Output is [N, M, Ho, Wo] with "
-         "Ho = (H + 2 * paddings[0] - (dilations[0] * (kh - 1) + 1)) / strides[0] + 1.")
+    .Doc(
+        "Output = 2-D convolution (cross-correlation) of Input [N, C, H, W] with Filter "
+        "[M, C / groups, kh, kw]; Output is [N, M, Ho, Wo] with "
+        "Ho = (H + 2 * paddings[0] - (dilations[0] * (kh - 1) + 1)) / strides[0] + 1.")
     .Input("Input", "input images [N, C, H, W]")
     .Input("Filter", "filters [M, C / groups, kh, kw]")
     .Output("Output", "output feature maps [N, M, Ho, Wo]")
     .Attr<std::vector<int>>("strides", {1, 1}, "stride along H and W", nn::IntsOf(2, 1))
     .Attr<std::vector<int>>("paddings", {0, 0}, "zero padding on each side of H and W",
                             nn::IntsOf(2, 0))
-    .Attr<std::vector<int>>("dilations", {1, 1}, "kernel dilation along H and W",
-                            nn::IntsOf(2, 1))
+    .Attr<std::vector<int>>("dilations", {1, 1}, "kernel dilation along H and W", nn::IntsOf(2, 1))
     .Attr<int>("groups", 1, "channel groups; input and output channels split evenly",
                Positive("groups"))
     .InferShape(Conv2DInferShape)

@@ -84,38 +84,38 @@ std::vector<float> PackFilter(const Conv& cv, F filt) {
 }
 
 // Two accumulators (16 channels) of one pixel or tap: a += b * w.
-#define LOOM_CONV_FMA2(b_ptr, a0, a1, v0, v1)      \
-  do {                                              \
-    const __m256 b_ = _mm256_broadcast_ss(b_ptr);   \
-    a0 = _mm256_fmadd_ps(b_, v0, a0);               \
-    a1 = _mm256_fmadd_ps(b_, v1, a1);               \
+#define LOOM_CONV_FMA2(b_ptr, a0, a1, v0, v1)     \
+  do {                                            \
+    const __m256 b_ = _mm256_broadcast_ss(b_ptr); \
+    a0 = _mm256_fmadd_ps(b_, v0, a0);             \
+    a1 = _mm256_fmadd_ps(b_, v1, a1);             \
   } while (0)
 
 // The whole 6 x 16 tile: the six inputs at p0..p5 + o times the 16 weights in v0, v1.
-#define LOOM_CONV_FMA_TILE(o)                     \
-  do {                                            \
-    LOOM_CONV_FMA2(p0 + (o), a00, a01, v0, v1);   \
-    LOOM_CONV_FMA2(p1 + (o), a10, a11, v0, v1);   \
-    LOOM_CONV_FMA2(p2 + (o), a20, a21, v0, v1);   \
-    LOOM_CONV_FMA2(p3 + (o), a30, a31, v0, v1);   \
-    LOOM_CONV_FMA2(p4 + (o), a40, a41, v0, v1);   \
-    LOOM_CONV_FMA2(p5 + (o), a50, a51, v0, v1);   \
+#define LOOM_CONV_FMA_TILE(o)                   \
+  do {                                          \
+    LOOM_CONV_FMA2(p0 + (o), a00, a01, v0, v1); \
+    LOOM_CONV_FMA2(p1 + (o), a10, a11, v0, v1); \
+    LOOM_CONV_FMA2(p2 + (o), a20, a21, v0, v1); \
+    LOOM_CONV_FMA2(p3 + (o), a30, a31, v0, v1); \
+    LOOM_CONV_FMA2(p4 + (o), a40, a41, v0, v1); \
+    LOOM_CONV_FMA2(p5 + (o), a50, a51, v0, v1); \
   } while (0)
 
-#define LOOM_CONV_LOAD_TILE(t)                                              \
-  __m256 a00 = _mm256_loadu_ps(t), a01 = _mm256_loadu_ps(t + 8);            \
-  __m256 a10 = _mm256_loadu_ps(t + 16), a11 = _mm256_loadu_ps(t + 24);      \
-  __m256 a20 = _mm256_loadu_ps(t + 32), a21 = _mm256_loadu_ps(t + 40);      \
-  __m256 a30 = _mm256_loadu_ps(t + 48), a31 = _mm256_loadu_ps(t + 56);      \
-  __m256 a40 = _mm256_loadu_ps(t + 64), a41 = _mm256_loadu_ps(t + 72);      \
+#define LOOM_CONV_LOAD_TILE(t)                                         \
+  __m256 a00 = _mm256_loadu_ps(t), a01 = _mm256_loadu_ps(t + 8);       \
+  __m256 a10 = _mm256_loadu_ps(t + 16), a11 = _mm256_loadu_ps(t + 24); \
+  __m256 a20 = _mm256_loadu_ps(t + 32), a21 = _mm256_loadu_ps(t + 40); \
+  __m256 a30 = _mm256_loadu_ps(t + 48), a31 = _mm256_loadu_ps(t + 56); \
+  __m256 a40 = _mm256_loadu_ps(t + 64), a41 = _mm256_loadu_ps(t + 72); \
   __m256 a50 = _mm256_loadu_ps(t + 80), a51 = _mm256_loadu_ps(t + 88)
 
-#define LOOM_CONV_STORE_TILE(t)                                             \
-  _mm256_storeu_ps(t, a00), _mm256_storeu_ps(t + 8, a01);                   \
-  _mm256_storeu_ps(t + 16, a10), _mm256_storeu_ps(t + 24, a11);             \
-  _mm256_storeu_ps(t + 32, a20), _mm256_storeu_ps(t + 40, a21);             \
-  _mm256_storeu_ps(t + 48, a30), _mm256_storeu_ps(t + 56, a31);             \
-  _mm256_storeu_ps(t + 64, a40), _mm256_storeu_ps(t + 72, a41);             \
+#define LOOM_CONV_STORE_TILE(t)                                 \
+  _mm256_storeu_ps(t, a00), _mm256_storeu_ps(t + 8, a01);       \
+  _mm256_storeu_ps(t + 16, a10), _mm256_storeu_ps(t + 24, a11); \
+  _mm256_storeu_ps(t + 32, a20), _mm256_storeu_ps(t + 40, a21); \
+  _mm256_storeu_ps(t + 48, a30), _mm256_storeu_ps(t + 56, a31); \
+  _mm256_storeu_ps(t + 64, a40), _mm256_storeu_ps(t + 72, a41); \
   _mm256_storeu_ps(t + 80, a50), _mm256_storeu_ps(t + 88, a51)
 
 // tile[r][0..16) = sum over taps of x at px[r] + tap offset times the tap's 16 weights, for the
@@ -146,28 +146,36 @@ __attribute__((target("avx2,fma"))) void ConvTile(const float* const* px, const 
   LOOM_CONV_STORE_TILE(tile);
 }
 
-using ConvTileFn = void (*)(const float* const*, const float*, int64_t, int64_t, int64_t,
-                            int64_t, int64_t, int64_t, float*);
+using ConvTileFn = void (*)(const float* const*, const float*, int64_t, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, float*);
 
 ConvTileFn PickConvTile(int64_t kw, int64_t cstep) {
   if (cstep != 1) return ConvTile<0>;
   switch (kw) {
-    case 1: return ConvTile<1>;
-    case 2: return ConvTile<2>;
-    case 3: return ConvTile<3>;
-    case 4: return ConvTile<4>;
-    case 5: return ConvTile<5>;
-    case 6: return ConvTile<6>;
-    case 7: return ConvTile<7>;
-    default: return ConvTile<0>;
+    case 1:
+      return ConvTile<1>;
+    case 2:
+      return ConvTile<2>;
+    case 3:
+      return ConvTile<3>;
+    case 4:
+      return ConvTile<4>;
+    case 5:
+      return ConvTile<5>;
+    case 6:
+      return ConvTile<6>;
+    case 7:
+      return ConvTile<7>;
+    default:
+      return ConvTile<0>;
   }
 }
 
 // tile[r][0..16) += sum over pixels p of x at px[r] + pix[p] times dt[p * ldt + 0..16), for
 // the 6 taps r.
 __attribute__((target("avx2,fma"))) void FilterTile(const float* const* px, const float* dt,
-                                                    int64_t ldt, const int64_t* pix,
-                                                    int64_t npix, float* tile) {
+                                                    int64_t ldt, const int64_t* pix, int64_t npix,
+                                                    float* tile) {
   const float *p0 = px[0], *p1 = px[1], *p2 = px[2], *p3 = px[3], *p4 = px[4], *p5 = px[5];
   LOOM_CONV_LOAD_TILE(tile);
   for (int64_t p = 0; p < npix; ++p) {
@@ -270,9 +278,8 @@ bool SupportedFilterGrad(const ConvGeom& g) { return Enabled() && ChannelsFillTi
 void Forward(const ConvGeom& g, const float* x, const float* w, float* out) {
   const Conv cv = ForwardConv(g);
   const int64_t taps = cv.Taps();
-  auto packed = PackFilter(cv, [&](int64_t gi, int64_t oc, int64_t t) {
-    return w[(gi * g.mg + oc) * taps + t];
-  });
+  auto packed = PackFilter(
+      cv, [&](int64_t gi, int64_t oc, int64_t t) { return w[(gi * g.mg + oc) * taps + t]; });
   RunConv(cv, x, packed, out);
 }
 
@@ -280,8 +287,21 @@ void Forward(const ConvGeom& g, const float* x, const float* w, float* out) {
 // w[o][c][i][j]: a convolution of dout, padded by (kh - 1) dh - ph rows and (kw - 1) dw - pw
 // columns, with the filter flipped in both axes and its channel axes swapped.
 void InputGrad(const ConvGeom& g, const float* dout, const float* w, float* dx) {
-  const Conv cv{g.n,  g.groups, g.mg, g.cg, g.ho, g.wo, g.h, g.w, g.kh, g.kw,
-                1,    1,        g.dh, g.dw, (g.kh - 1) * g.dh - g.ph,
+  const Conv cv{g.n,
+                g.groups,
+                g.mg,
+                g.cg,
+                g.ho,
+                g.wo,
+                g.h,
+                g.w,
+                g.kh,
+                g.kw,
+                1,
+                1,
+                g.dh,
+                g.dw,
+                (g.kh - 1) * g.dh - g.ph,
                 (g.kw - 1) * g.dw - g.pw};
   const int64_t k2 = g.kh * g.kw;
   auto packed = PackFilter(cv, [&](int64_t gi, int64_t c, int64_t t) {

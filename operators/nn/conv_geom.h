@@ -11,8 +11,8 @@
 namespace loom::ops {
 
 struct ConvGeom {
-  int64_t n, c, h, w;      // Input
-  int64_t m, kh, kw;       // Filter [m, c / groups, kh, kw]
+  int64_t n, c, h, w;  // Input
+  int64_t m, kh, kw;   // Filter [m, c / groups, kh, kw]
   int64_t sh, sw, ph, pw, dh, dw;
   int64_t groups, cg, mg;  // channels per group (in, out)
   int64_t ho, wo;

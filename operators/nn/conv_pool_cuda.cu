@@ -26,9 +26,8 @@ __global__ void Im2ColK(ConvGeom g, const T* x, T* col, int64_t cs) {
     int64_t j = r % g.kw, i = (r / g.kw) % g.kh, c = r / (g.kh * g.kw);
     int64_t ih = (pix / g.wo) * g.sh - g.ph + i * g.dh;
     int64_t iw = (pix % g.wo) * g.sw - g.pw + j * g.dw;
-    col[idx] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w
-                   ? x[((s * g.c + c) * g.h + ih) * g.w + iw]
-                   : static_cast<T>(0.0f);
+    col[idx] = ih >= 0 && ih < g.h && iw >= 0 && iw < g.w ? x[((s * g.c + c) * g.h + ih) * g.w + iw]
+                                                          : static_cast<T>(0.0f);
   }
 }
 
@@ -110,8 +109,8 @@ Status Conv2D(const KernelContext& ctx) {
   const T* x = DataOf<T>(input);
   for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
     const int64_t cs = std::min(chunk, g.n - s0);
-    Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, Stream(ctx)>>>(
-        g, x + s0 * g.c * g.h * g.w, cb, cs);
+    Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, Stream(ctx)>>>(g, x + s0 * g.c * g.h * g.w,
+                                                                        cb, cs);
     LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
     LOOM_RETURN_IF_ERROR(GemmOverSamplesAndGroups<T>(
         ctx, cs, g.groups, false, false, g.mg, p, k, DataOf<T>(filter), Operand{0, g.mg * k}, cb,
@@ -153,16 +152,15 @@ Status Conv2DGrad(const KernelContext& ctx) {
     const int64_t cs = std::min(chunk, g.n - s0);
     const T* dout0 = dout + s0 * g.m * p;
     if (dw) {
-      Im2ColK<T><<<Blocks(cs * g.Rows() * p), kThreads, 0, stream>>>(
-          g, x + s0 * g.c * g.h * g.w, cb, cs);
+      Im2ColK<T>
+          <<<Blocks(cs * g.Rows() * p), kThreads, 0, stream>>>(g, x + s0 * g.c * g.h * g.w, cb, cs);
       LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
       for (int64_t s = 0; s < cs; ++s) {
         if constexpr (kHalf) {
           LOOM_RETURN_IF_ERROR(CublasStatus(
-              ctx, GemmStridedBatchedHalfToFloat(Cublas(ctx), false, true, g.mg, k, p, 1.0f,
-                                                 dout0 + s * g.m * p, g.mg * p,
-                                                 cb + s * g.Rows() * p, k * p, 1.0f, dwf,
-                                                 g.mg * k, g.groups)));
+              ctx, GemmStridedBatchedHalfToFloat(
+                       Cublas(ctx), false, true, g.mg, k, p, 1.0f, dout0 + s * g.m * p, g.mg * p,
+                       cb + s * g.Rows() * p, k * p, 1.0f, dwf, g.mg * k, g.groups)));
         } else {
           LOOM_RETURN_IF_ERROR(CublasStatus(
               ctx, GemmStridedBatched<T>(Cublas(ctx), false, true, g.mg, k, p, Acc<T>(1),

@@ -66,8 +66,7 @@ Status DropoutGradKernel(const KernelContext& ctx) {
     return Status::OK();
   }
   const Tensor* mt = ctx.InputOrNull("Mask");
-  if (!mt)
-    return ctx.Error("training-mode dropout_grad needs the forward Mask");
+  if (!mt) return ctx.Error("training-mode dropout_grad needs the forward Mask");
   if (mt->numel() != n)
     return ctx.Error("Mask has dims ", mt->dims().ToString(), " but Out@GRAD has ",
                      dout.dims().ToString());
@@ -88,18 +87,19 @@ std::vector<proto::OpDesc> DropoutGradMaker(const OpDesc& fwd) {
 
 }  // namespace
 
-#define LOOM_DROPOUT_ATTRS(DOC_PREFIX)                                                        \
-  Attr<float>("dropout_prob", 0.5f, DOC_PREFIX "probability of dropping an element",         \
-              nn::FloatIn(0, 1))                                                              \
-      .Attr<bool>("is_test", false, DOC_PREFIX "inference: no dropping, only the scaling")   \
-      .Attr<int>("seed", 0, DOC_PREFIX "random seed; 0 draws a fresh one on every run")      \
-      .Attr<std::string>("dropout_implementation", "downgrade_in_infer",                     \
-                         DOC_PREFIX "'downgrade_in_infer' or 'upscale_in_train'",            \
+#define LOOM_DROPOUT_ATTRS(DOC_PREFIX)                                                     \
+  Attr<float>("dropout_prob", 0.5f, DOC_PREFIX "probability of dropping an element",       \
+              nn::FloatIn(0, 1))                                                           \
+      .Attr<bool>("is_test", false, DOC_PREFIX "inference: no dropping, only the scaling") \
+      .Attr<int>("seed", 0, DOC_PREFIX "random seed; 0 draws a fresh one on every run")    \
+      .Attr<std::string>("dropout_implementation", "downgrade_in_infer",                   \
+                         DOC_PREFIX "'downgrade_in_infer' or 'upscale_in_train'",          \
                          nn::OneOf({"downgrade_in_infer", "upscale_in_train"}))
 
 LOOM_REGISTER_OP(dropout)
-    .Doc("Randomly zeroes elements of X with probability dropout_prob (training); see "
-         "dropout_implementation for the scaling.")
+    .Doc(
+        "Randomly zeroes elements of X with probability dropout_prob (training); see "
+        "dropout_implementation for the scaling.")
     .Input("X", "input")
     .Output("Out", "output, same dims as X")
     .Output("Mask", "1 for kept, 0 for dropped elements; X's dims and dtype", false, true)

@@ -105,7 +105,7 @@ Status DropoutGrad(const KernelContext& ctx) {
   const Acc<T> keep_scale = upscale && p < 1.0 ? static_cast<Acc<T>>(1.0 / (1.0 - p)) : Acc<T>(1);
   if (n > 0)
     MaskGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(dout), DataOf<T>(*mt), dx, n,
-                                                         keep_scale);
+                                                          keep_scale);
   return LaunchStatus(ctx);
 }
 

@@ -19,8 +19,7 @@ Status LayerNormInferShape(InferShapeContext* ctx) {
   for (const char* slot : {"Scale", "Bias"}) {
     if (!ctx->HasInput(slot)) continue;
     DDim d = ctx->InputDim(slot);
-    if (d.size() != 1)
-      return ctx->Error(ctx->DescribeInput(slot), " must be 1-D");
+    if (d.size() != 1) return ctx->Error(ctx->DescribeInput(slot), " must be 1-D");
     if (right >= 0 && d[0] >= 0 && d[0] != right)
       return ctx->Error(ctx->DescribeInput(slot), " must have ", right,
                         " entries: the product of the dims of ", ctx->DescribeInput("X"),
@@ -142,15 +141,16 @@ Status LayerNormGradInferShape(InferShapeContext* ctx) {
 }
 
 std::vector<proto::OpDesc> LayerNormGradMaker(const OpDesc& fwd) {
-  return {nn::MakeGradOp(fwd, {"X", "Scale", "Mean", "Variance", "Y@GRAD"},
-                         {"X", "Scale", "Bias"})};
+  return {
+      nn::MakeGradOp(fwd, {"X", "Scale", "Mean", "Variance", "Y@GRAD"}, {"X", "Scale", "Bias"})};
 }
 
 }  // namespace
 
 LOOM_REGISTER_OP(layer_norm)
-    .Doc("Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias, with mean and var taken over "
-         "the dims of X from begin_norm_axis on (one pair per leading index).")
+    .Doc(
+        "Y = (X - mean) / sqrt(var + epsilon) * Scale + Bias, with mean and var taken over "
+        "the dims of X from begin_norm_axis on (one pair per leading index).")
     .Input("X", "input")
     .Input("Scale", "scale [product of X.dims[begin_norm_axis:]]", false, true)
     .Input("Bias", "bias [product of X.dims[begin_norm_axis:]]", false, true)

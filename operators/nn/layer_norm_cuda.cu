@@ -10,8 +10,8 @@ namespace loom::ops::cuda {
 namespace {
 
 template <typename T>
-__global__ void LayerNormK(const T* x, const T* scale, const T* bias, T* y, T* mean_out,
-                           T* var_out, int64_t left, int64_t right, T eps) {
+__global__ void LayerNormK(const T* x, const T* scale, const T* bias, T* y, T* mean_out, T* var_out,
+                           int64_t left, int64_t right, T eps) {
   __shared__ T buf[kThreads];
   for (int64_t r = blockIdx.x; r < left; r += gridDim.x) {
     const T* xr = x + r * right;
@@ -57,8 +57,8 @@ Status LayerNorm(const KernelContext& ctx) {
 
 // Scale@GRAD[j] = Σ_r dy[r, j] * x̂[r, j], Bias@GRAD[j] = Σ_r dy[r, j].
 template <typename T>
-__global__ void LayerNormParamGradK(const T* x, const T* dy, const T* mean, const T* var,
-                                    T* dscale, T* dbias, int64_t left, int64_t right, T eps) {
+__global__ void LayerNormParamGradK(const T* x, const T* dy, const T* mean, const T* var, T* dscale,
+                                    T* dbias, int64_t left, int64_t right, T eps) {
   LOOM_GRID_STRIDE(j, right) {
     T ds = 0, db = 0;
     for (int64_t r = 0; r < left; ++r) {
@@ -115,8 +115,8 @@ Status LayerNormGrad(const KernelContext& ctx) {
   T* dbias = dbt ? dbt->mutable_data<T>(ctx.place()) : nullptr;
   cudaStream_t stream = Stream(ctx);
   if ((dscale || dbias) && right > 0)
-    LayerNormParamGradK<T><<<Blocks(right), kThreads, 0, stream>>>(x, dy, mean, var, dscale,
-                                                                   dbias, left, right, eps);
+    LayerNormParamGradK<T>
+        <<<Blocks(right), kThreads, 0, stream>>>(x, dy, mean, var, dscale, dbias, left, right, eps);
   if (dx && left > 0 && right > 0)
     LayerNormInputGradK<T><<<RowBlocks(left), kThreads, 0, stream>>>(
         x, st ? st->data<T>() : nullptr, dy, mean, var, dx, left, right, eps);

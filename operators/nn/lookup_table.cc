@@ -58,8 +58,10 @@ Status LookupTableKernel(const KernelContext& ctx) {
   T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
   for (size_t i = 0; i < ids.size(); ++i) {
     T* dst = out + static_cast<int64_t>(i) * d;
-    if (ids[i] == pad) std::fill(dst, dst + d, T(0));
-    else std::copy(table + ids[i] * d, table + (ids[i] + 1) * d, dst);
+    if (ids[i] == pad)
+      std::fill(dst, dst + d, T(0));
+    else
+      std::copy(table + ids[i] * d, table + (ids[i] + 1) * d, dst);
   }
   return Status::OK();
 }

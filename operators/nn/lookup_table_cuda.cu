@@ -26,12 +26,14 @@ __global__ void LookupK(const T* w, const int64_t* i64, const int32_t* i32, T* o
 }
 
 template <typename T>
-__global__ void LookupGradK(const T* g, const int64_t* i64, const int32_t* i32, T* dw,
-                            int64_t n, int64_t rows, int64_t d, int64_t pad, int64_t* bad) {
+__global__ void LookupGradK(const T* g, const int64_t* i64, const int32_t* i32, T* dw, int64_t n,
+                            int64_t rows, int64_t d, int64_t pad, int64_t* bad) {
   LOOM_GRID_STRIDE(e, n * d) {
     const int64_t i = e / d, id = IdAt(i64, i32, i);
-    if (id < 0 || id >= rows) *bad = id;
-    else if (id != pad) atomicAdd(dw + id * d + e % d, g[e]);
+    if (id < 0 || id >= rows)
+      *bad = id;
+    else if (id != pad)
+      atomicAdd(dw + id * d + e % d, g[e]);
   }
 }
 
@@ -52,17 +54,16 @@ Status Lookup(const KernelContext& ctx) {
   if (n * d == 0) return LaunchStatus(ctx);
   DeviceFlag bad(ctx);
   if (kGrad) {
-    LookupGradK<T><<<Blocks(n * d), kThreads, 0, stream>>>(
-        ctx.Input("Out@GRAD").data<T>(), i64, i32, o, n, rows, d, pad, bad.ptr());
+    LookupGradK<T><<<Blocks(n * d), kThreads, 0, stream>>>(ctx.Input("Out@GRAD").data<T>(), i64,
+                                                           i32, o, n, rows, d, pad, bad.ptr());
   } else {
-    LookupK<T><<<Blocks(n * d), kThreads, 0, stream>>>(w.data<T>(), i64, i32, o, n, rows, d,
-                                                       pad, bad.ptr());
+    LookupK<T><<<Blocks(n * d), kThreads, 0, stream>>>(w.data<T>(), i64, i32, o, n, rows, d, pad,
+                                                       bad.ptr());
   }
   LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
   const int64_t id = bad.Read();
   if (id != DeviceFlag::kUnset)
-    return ctx.Error("id ", id, " of Ids is out of range [0, ", rows, ") of W (", rows,
-                     " rows)");
+    return ctx.Error("id ", id, " of Ids is out of range [0, ", rows, ") of W (", rows, " rows)");
   return Status::OK();
 }
 

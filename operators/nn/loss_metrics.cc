@@ -18,13 +18,14 @@ int64_t LabelAt(const Tensor& label, int64_t i) {
 Status CrossEntropyInferShape(InferShapeContext* ctx) {
   DDim x = ctx->InputDim("X"), label = ctx->InputDim("Label");
   if (x.size() < 1 || label.size() != x.size())
-    return ctx->Error(ctx->DescribeInput("Label"), " must have the rank of ", ctx->DescribeInput("X"));
+    return ctx->Error(ctx->DescribeInput("Label"), " must have the rank of ",
+                      ctx->DescribeInput("X"));
   bool soft = ctx->Attr<bool>("soft_label");
   DataType ldt = ctx->InputDtype("Label");
   if (soft ? ldt != ctx->InputDtype("X") : (ldt != proto::INT64 && ldt != proto::INT32))
-    return ctx->Error(soft ? "soft labels must have the dtype of X, "
-                           : "hard labels must be int64 or int32, ",
-                      ctx->DescribeInput("Label"), " is ", DataTypeName(ldt));
+    return ctx->Error(
+        soft ? "soft labels must have the dtype of X, " : "hard labels must be int64 or int32, ",
+        ctx->DescribeInput("Label"), " is ", DataTypeName(ldt));
   int64_t last = label[label.size() - 1];
   if (!soft && last >= 0 && last != 1)
     return ctx->Error("hard ", ctx->DescribeInput("Label"), " must have last dim 1");
@@ -52,8 +53,12 @@ Status CrossEntropyKernel(const KernelContext& ctx) {
       continue;
     }
     int64_t l = LabelAt(label, r);
-    if (l == ignore) { y[r] = 0; continue; }
-    if (l < 0 || l >= d) return ctx.Error("label ", l, " of row ", r, " is out of range [0, ", d, ")");
+    if (l == ignore) {
+      y[r] = 0;
+      continue;
+    }
+    if (l < 0 || l >= d)
+      return ctx.Error("label ", l, " of row ", r, " is out of range [0, ", d, ")");
     y[r] = -std::log(p[r * d + l]);
   }
   return Status::OK();
@@ -74,12 +79,14 @@ Status CrossEntropyGradKernel(const KernelContext& ctx) {
   std::fill(o, o + x.numel(), T(0));
   for (int64_t r = 0; r < rows; ++r) {
     if (soft) {
-      for (int64_t j = 0; j < d; ++j) o[r * d + j] = -g[r] * label.data<T>()[r * d + j] / p[r * d + j];
+      for (int64_t j = 0; j < d; ++j)
+        o[r * d + j] = -g[r] * label.data<T>()[r * d + j] / p[r * d + j];
       continue;
     }
     int64_t l = LabelAt(label, r);
     if (l == ignore) continue;
-    if (l < 0 || l >= d) return ctx.Error("label ", l, " of row ", r, " is out of range [0, ", d, ")");
+    if (l < 0 || l >= d)
+      return ctx.Error("label ", l, " of row ", r, " is out of range [0, ", d, ")");
     o[r * d + l] = -g[r] / p[r * d + l];
   }
   return Status::OK();
@@ -144,7 +151,8 @@ Status TopKInferShape(InferShapeContext* ctx) {
   int k = ctx->Attr<int>("k");
   if (x.size() < 1) return ctx->Error(ctx->DescribeInput("X"), " must have rank >= 1");
   int64_t d = x[x.size() - 1];
-  if (d >= 0 && k > d) return ctx->Error("k = ", k, " exceeds the last dim of ", ctx->DescribeInput("X"));
+  if (d >= 0 && k > d)
+    return ctx->Error("k = ", k, " exceeds the last dim of ", ctx->DescribeInput("X"));
   DDim out = x;
   out[out.size() - 1] = k;
   ctx->SetOutputDim("Out", out);
@@ -224,7 +232,8 @@ Status ArgMaxKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   int axis = ctx.Attr<int>("axis");
   int a = axis < 0 ? axis + x.dims().size() : axis;
-  int64_t pre = x.dims().product(0, a), n = x.dims()[a], post = x.dims().product(a + 1, x.dims().size());
+  int64_t pre = x.dims().product(0, a), n = x.dims()[a],
+          post = x.dims().product(a + 1, x.dims().size());
   const T* in = x.data<T>();
   int64_t* o = ctx.Output("Out")->mutable_data<int64_t>(ctx.place());
   for (int64_t i = 0; i < pre; ++i)
@@ -275,7 +284,9 @@ Status AccuracyKernel(const KernelContext& ctx) {
 }  // namespace
 
 LOOM_REGISTER_OP(cross_entropy)
-    .Doc("Y = -log(X[label]) per row (hard labels) or -sum(Label * log(X)) (soft labels); X holds probabilities.")
+    .Doc(
+        "Y = -log(X[label]) per row (hard labels) or -sum(Label * log(X)) (soft labels); X holds "
+        "probabilities.")
     .Input("X", "probabilities [..., D]")
     .Input("Label", "int64/int32 [..., 1] or soft labels [..., D]")
     .Output("Y", "loss [..., 1]")

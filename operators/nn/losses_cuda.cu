@@ -54,15 +54,15 @@ Status CrossEntropy(const KernelContext& ctx) {
   T* y = ctx.Output("Y")->mutable_data<T>(ctx.place());
   if (rows == 0) return Status::OK();
   if (ctx.Attr<bool>("soft_label")) {
-    CrossEntropySoftK<T><<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(
-        x.data<T>(), label.data<T>(), y, rows, d);
+    CrossEntropySoftK<T>
+        <<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(x.data<T>(), label.data<T>(), y, rows, d);
     return LaunchStatus(ctx);
   }
   const bool i64 = label.dtype() == proto::INT64;
   DeviceFlag bad(ctx);
   CrossEntropyHardK<T><<<Blocks(rows), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), i64 ? label.data<int64_t>() : nullptr, i64 ? nullptr : label.data<int32_t>(),
-      y, rows, d, ctx.Attr<int>("ignore_index"), bad.ptr());
+      x.data<T>(), i64 ? label.data<int64_t>() : nullptr, i64 ? nullptr : label.data<int32_t>(), y,
+      rows, d, ctx.Attr<int>("ignore_index"), bad.ptr());
   LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
   int64_t l = bad.Read();
   if (l != kNoBadLabel) return ctx.Error("label ", l, " is out of range [0, ", d, ")");
@@ -71,9 +71,9 @@ Status CrossEntropy(const KernelContext& ctx) {
 
 // X@GRAD: soft -g[r] * label / p; hard -g[r] / p at the label (0 elsewhere and on ignored rows).
 template <typename T>
-__global__ void CrossEntropyGradK(const T* p, const T* soft, const int64_t* l64,
-                                  const int32_t* l32, const T* g, T* o, int64_t rows, int64_t d,
-                                  int64_t ignore, int64_t* bad) {
+__global__ void CrossEntropyGradK(const T* p, const T* soft, const int64_t* l64, const int32_t* l32,
+                                  const T* g, T* o, int64_t rows, int64_t d, int64_t ignore,
+                                  int64_t* bad) {
   LOOM_GRID_STRIDE(i, rows * d) {
     const int64_t r = i / d, j = i % d;
     if (soft) {
@@ -146,8 +146,7 @@ Status SquareErrorGrad(const KernelContext& ctx) {
   T* oy = dy ? dy->mutable_data<T>(ctx.place()) : nullptr;
   if (x.numel() == 0 || (!ox && !oy)) return Status::OK();
   SquareErrorGradK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), ctx.Input("Y").data<T>(), ctx.Input("Out@GRAD").data<T>(), ox, oy,
-      x.numel());
+      x.data<T>(), ctx.Input("Y").data<T>(), ctx.Input("Out@GRAD").data<T>(), ox, oy, x.numel());
   return LaunchStatus(ctx);
 }
 

@@ -3,8 +3,8 @@
 // top_k and arg_max give each row (each (pre, post) pair for arg_max) one thread that scans the
 // searched axis: top_k picks the k largest by repeated selection in the CPU kernel's order
 // (larger value first, lower index first on ties); arg_max returns the first largest index.
-// top_k_grad zeroes X@GRAD and adds Out@GRAD at the chosen indices (atomicAdd). accuracy counts the rows
-// whose label is among their k indices in one block.
+// top_k_grad zeroes X@GRAD and adds Out@GRAD at the chosen indices (atomicAdd). accuracy counts the
+// rows whose label is among their k indices in one block.
 #include "operators/cuda_util.cuh"
 
 namespace loom::ops::cuda {

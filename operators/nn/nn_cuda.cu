@@ -16,8 +16,8 @@ Status GemmChecked(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_
     cudaMemsetAsync(c, 0, sizeof(T) * m * n, Stream(ctx));
     return Status::OK();
   }
-  return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, Acc<T>(1), a, 0,
-                                                 b, 0, Acc<T>(0), c, 0, 1));
+  return CublasStatus(ctx, GemmStridedBatched<T>(Cublas(ctx), ta, tb, m, n, k, Acc<T>(1), a, 0, b,
+                                                 0, Acc<T>(0), c, 0, 1));
 }
 
 template <typename T>
@@ -162,8 +162,8 @@ Status Swce(const KernelContext& ctx) {
 
 // Hard labels: Logits@GRAD = (Softmax - onehot(label)) * Loss@GRAD, zero for ignored rows.
 template <typename T>
-__global__ void SwceHardGradK(const T* sm, const int64_t* l64, const int32_t* l32,
-                              const T* dloss, T* o, int64_t rows, int64_t d, int64_t ignore) {
+__global__ void SwceHardGradK(const T* sm, const int64_t* l64, const int32_t* l32, const T* dloss,
+                              T* o, int64_t rows, int64_t d, int64_t ignore) {
   LOOM_GRID_STRIDE(i, rows * d) {
     int64_t r = i / d, j = i % d;
     int64_t l = l64 ? l64[r] : l32[r];
@@ -205,13 +205,13 @@ Status SwceGrad(const KernelContext& ctx) {
   const T* dloss = ctx.Input("Loss@GRAD").data<T>();
   T* o = dx->mutable_data<T>(ctx.place());
   if (ctx.Attr<bool>("soft_label")) {
-    SwceSoftGradK<T><<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(
-        sm.data<T>(), label.data<T>(), dloss, o, rows, d);
+    SwceSoftGradK<T><<<RowBlocks(rows), kThreads, 0, Stream(ctx)>>>(sm.data<T>(), label.data<T>(),
+                                                                    dloss, o, rows, d);
   } else {
     bool i64 = label.dtype() == proto::INT64;
     SwceHardGradK<T><<<Blocks(rows * d), kThreads, 0, Stream(ctx)>>>(
-        sm.data<T>(), i64 ? label.data<int64_t>() : nullptr,
-        i64 ? nullptr : label.data<int32_t>(), dloss, o, rows, d, ctx.Attr<int>("ignore_index"));
+        sm.data<T>(), i64 ? label.data<int64_t>() : nullptr, i64 ? nullptr : label.data<int32_t>(),
+        dloss, o, rows, d, ctx.Attr<int>("ignore_index"));
   }
   return LaunchStatus(ctx);
 }

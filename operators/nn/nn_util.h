@@ -2,7 +2,6 @@
 // lists, grad op construction from a slot list, and a row-major GEMM over CBLAS.
 #pragma once
 
-
 #include <algorithm>
 #include <initializer_list>
 #include <string>
@@ -43,9 +42,8 @@ inline std::function<Status(const float&)> FloatIn(float lo, float hi) {
 
 // Check for a FLOAT attribute > 0.
 inline std::function<Status(const float&)> PositiveFloat() {
-  return [](const float& v) {
-    return v > 0 ? Status::OK() : InvalidArgument("must be > 0, got ", v);
-  };
+  return
+      [](const float& v) { return v > 0 ? Status::OK() : InvalidArgument("must be > 0, got ", v); };
 }
 
 // Check for a STRING attribute that must be one of a fixed set.

@@ -21,9 +21,8 @@ BnGeom GeomOf(const DDim& x) { return {x[0], x[1], x.product(2, x.size())}; }
 // Training statistics of channel ch (two passes: mean, then mean squared deviation); moving
 // statistics updated element-wise (the outputs may alias the inputs).
 template <typename T>
-__global__ void BnTrainStatsK(const T* x, BnGeom g, const T* mean_in, const T* var_in,
-                              T* mean_out, T* var_out, T* saved_mean, T* saved_inv_std, T eps,
-                              T momentum) {
+__global__ void BnTrainStatsK(const T* x, BnGeom g, const T* mean_in, const T* var_in, T* mean_out,
+                              T* var_out, T* saved_mean, T* saved_inv_std, T eps, T momentum) {
   __shared__ T buf[kThreads];
   const int64_t count = g.n * g.inner;
   for (int64_t ch = blockIdx.x; ch < g.c; ch += gridDim.x) {
@@ -48,8 +47,8 @@ __global__ void BnTrainStatsK(const T* x, BnGeom g, const T* mean_in, const T* v
 
 // is_test: the moving statistics normalize; they pass through to MeanOut / VarianceOut.
 template <typename T>
-__global__ void BnTestStatsK(int64_t c, const T* mean_in, const T* var_in, T* mean_out,
-                             T* var_out, T* saved_mean, T* saved_inv_std, T eps) {
+__global__ void BnTestStatsK(int64_t c, const T* mean_in, const T* var_in, T* mean_out, T* var_out,
+                             T* saved_mean, T* saved_inv_std, T eps) {
   LOOM_GRID_STRIDE(ch, c) {
     T m = mean_in[ch], v = var_in[ch];
     saved_mean[ch] = m;
@@ -101,18 +100,17 @@ Status BatchNorm(const KernelContext& ctx) {
   if (g.c == 0) return Status::OK();
   cudaStream_t stream = Stream(ctx);
   if (is_test) {
-    BnTestStatsK<T><<<Blocks(g.c), kThreads, 0, stream>>>(g.c, mean_in, var_in, mean_out,
-                                                          var_out, mean, inv_std, eps);
+    BnTestStatsK<T><<<Blocks(g.c), kThreads, 0, stream>>>(g.c, mean_in, var_in, mean_out, var_out,
+                                                          mean, inv_std, eps);
   } else {
     BnTrainStatsK<T><<<RowBlocks(g.c), kThreads, 0, stream>>>(
         xt.data<T>(), g, mean_in, var_in, mean_out, var_out, mean, inv_std, eps, momentum);
   }
   const int64_t total = xt.numel();
   if (total > 0)
-    BnApplyK<T><<<Blocks(total), kThreads, 0, stream>>>(xt.data<T>(), g,
-                                                        ctx.Input("Scale").data<T>(),
-                                                        ctx.Input("Bias").data<T>(), mean,
-                                                        inv_std, y);
+    BnApplyK<T>
+        <<<Blocks(total), kThreads, 0, stream>>>(xt.data<T>(), g, ctx.Input("Scale").data<T>(),
+                                                 ctx.Input("Bias").data<T>(), mean, inv_std, y);
   return LaunchStatus(ctx);
 }
 
@@ -171,8 +169,7 @@ Status BatchNormGrad(const KernelContext& ctx) {
   T* dscale = OutputOrScratch<T>(ctx, "Scale@GRAD", xt.dtype(), g.c, &s2);
   if (g.c == 0) return Status::OK();
   cudaStream_t stream = Stream(ctx);
-  BnGradStatsK<T><<<RowBlocks(g.c), kThreads, 0, stream>>>(x, dy, g, mean, inv_std, dbias,
-                                                          dscale);
+  BnGradStatsK<T><<<RowBlocks(g.c), kThreads, 0, stream>>>(x, dy, g, mean, inv_std, dbias, dscale);
   if (Tensor* t = ctx.OutputOrNull("X@GRAD")) {
     T* dx = t->mutable_data<T>(ctx.place());
     if (xt.numel() > 0)
@@ -241,11 +238,10 @@ Status Softmax(const KernelContext& ctx) {
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
   if (v.d == 0 || x.numel() == 0) return Status::OK();
   if (v.post == 1) {
-    SoftmaxRowK<T, kLog><<<RowBlocks(v.pre), kThreads, 0, Stream(ctx)>>>(x.data<T>(), o, v.pre,
-                                                                          v.d);
+    SoftmaxRowK<T, kLog>
+        <<<RowBlocks(v.pre), kThreads, 0, Stream(ctx)>>>(x.data<T>(), o, v.pre, v.d);
   } else {
-    SoftmaxColK<T, kLog><<<Blocks(v.pre * v.post), kThreads, 0, Stream(ctx)>>>(x.data<T>(), o,
-                                                                               v);
+    SoftmaxColK<T, kLog><<<Blocks(v.pre * v.post), kThreads, 0, Stream(ctx)>>>(x.data<T>(), o, v);
   }
   return LaunchStatus(ctx);
 }
@@ -294,8 +290,7 @@ Status SoftmaxGrad(const KernelContext& ctx) {
   T* o = dx->mutable_data<T>(ctx.place());
   if (out.numel() == 0) return Status::OK();
   if (v.post == 1) {
-    SoftmaxGradRowK<T, kLog><<<RowBlocks(v.pre), kThreads, 0, Stream(ctx)>>>(y, g, o, v.pre,
-                                                                              v.d);
+    SoftmaxGradRowK<T, kLog><<<RowBlocks(v.pre), kThreads, 0, Stream(ctx)>>>(y, g, o, v.pre, v.d);
   } else {
     SoftmaxGradColK<T, kLog><<<Blocks(v.pre * v.post), kThreads, 0, Stream(ctx)>>>(y, g, o, v);
   }

@@ -190,8 +190,10 @@ Status Pool2DKernel(const KernelContext& ctx) {
             }
           }
           // A window lying entirely in the padding (possible with ceil_mode) yields 0.
-          if (!any) acc = T(0);
-          else if (!g.max) acc /= static_cast<T>(win.divisor);
+          if (!any)
+            acc = T(0);
+          else if (!g.max)
+            acc /= static_cast<T>(win.divisor);
           op[oh * g.wo + ow] = acc;
         }
       }
@@ -262,25 +264,32 @@ std::vector<proto::OpDesc> Pool2DGradMaker(const OpDesc& fwd) {
 
 }  // namespace
 
-#define LOOM_POOL2D_ATTRS(DOC_PREFIX)                                                        \
-  Attr<std::string>("pooling_type", "max", DOC_PREFIX "'max' or 'avg'",                      \
-                    nn::OneOf({"max", "avg"}))                                               \
-      .Attr<std::vector<int>>("ksize", {1, 1}, DOC_PREFIX "window size along H and W (any " \
-                              "value with global_pooling)", nn::IntsOfSize(2))               \
-      .Attr<std::vector<int>>("strides", {1, 1}, DOC_PREFIX "stride along H and W",         \
-                              nn::IntsOf(2, 1))                                              \
-      .Attr<std::vector<int>>("paddings", {0, 0}, DOC_PREFIX "padding on each side of H, W", \
-                              nn::IntsOf(2, 0))                                              \
-      .Attr<bool>("global_pooling", false, DOC_PREFIX "pool each whole plane (ignores ksize, " \
-                  "strides and paddings)")                                                   \
-      .Attr<bool>("ceil_mode", false, DOC_PREFIX "round the output size up instead of down") \
-      .Attr<bool>("exclusive", true, DOC_PREFIX "avg divides by the window area inside the " \
+#define LOOM_POOL2D_ATTRS(DOC_PREFIX)                                                              \
+  Attr<std::string>("pooling_type", "max", DOC_PREFIX "'max' or 'avg'", nn::OneOf({"max", "avg"})) \
+      .Attr<std::vector<int>>("ksize", {1, 1},                                                     \
+                              DOC_PREFIX                                                           \
+                              "window size along H and W (any "                                    \
+                              "value with global_pooling)",                                        \
+                              nn::IntsOfSize(2))                                                   \
+      .Attr<std::vector<int>>("strides", {1, 1}, DOC_PREFIX "stride along H and W",                \
+                              nn::IntsOf(2, 1))                                                    \
+      .Attr<std::vector<int>>("paddings", {0, 0}, DOC_PREFIX "padding on each side of H, W",       \
+                              nn::IntsOf(2, 0))                                                    \
+      .Attr<bool>("global_pooling", false,                                                         \
+                  DOC_PREFIX                                                                       \
+                  "pool each whole plane (ignores ksize, "                                         \
+                  "strides and paddings)")                                                         \
+      .Attr<bool>("ceil_mode", false, DOC_PREFIX "round the output size up instead of down")       \
+      .Attr<bool>("exclusive", true,                                                               \
+                  DOC_PREFIX                                                                       \
+                  "avg divides by the window area inside the "                                     \
                   "image instead of kh * kw")
 
 LOOM_REGISTER_OP(pool2d)
-    .Doc("Out = max or average over sliding windows of the H and W axes of X [N, C, H, W]; "
-         "Out is [N, C, Ho, Wo], Ho = (H + 2 * paddings[0] - ksize[0]) / strides[0] + 1 "
-         "(rounded up with ceil_mode).")
+    .Doc(
+        "Out = max or average over sliding windows of the H and W axes of X [N, C, H, W]; "
+        "Out is [N, C, Ho, Wo], Ho = (H + 2 * paddings[0] - ksize[0]) / strides[0] + 1 "
+        "(rounded up with ceil_mode).")
     .Input("X", "input [N, C, H, W]")
     .Output("Out", "pooled [N, C, Ho, Wo]")
     .LOOM_POOL2D_ATTRS("")
@@ -290,8 +299,9 @@ LOOM_REGISTER_OP(pool2d)
     .Kernel(Place::kCPU, proto::FP64, Pool2DKernel<double>);
 
 LOOM_REGISTER_OP(pool2d_grad)
-    .Doc("X@GRAD of pool2d: max routes Out@GRAD to the selected element, avg spreads it over "
-         "the window.")
+    .Doc(
+        "X@GRAD of pool2d: max routes Out@GRAD to the selected element, avg spreads it over "
+        "the window.")
     .Input("X", "forward input")
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")

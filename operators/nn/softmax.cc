@@ -76,11 +76,11 @@ Status SoftmaxKernel(const KernelContext& ctx) {
   if (v.d == 0) return Status::OK();
   ParallelFor(v.pre, std::max<int64_t>(1, 32768 / std::max<int64_t>(v.d * v.post, 1)),
               [&](int64_t begin, int64_t end) {
-    std::vector<T> mx(v.post), sum(v.post);
-    for (int64_t i = begin; i < end; ++i)
-      SoftmaxBlock<T, kLog>(in + i * v.d * v.post, o + i * v.d * v.post, v.d, v.post,
-                            mx.data(), sum.data());
-  });
+                std::vector<T> mx(v.post), sum(v.post);
+                for (int64_t i = begin; i < end; ++i)
+                  SoftmaxBlock<T, kLog>(in + i * v.d * v.post, o + i * v.d * v.post, v.d, v.post,
+                                        mx.data(), sum.data());
+              });
   return Status::OK();
 }
 
@@ -96,25 +96,25 @@ Status SoftmaxGradKernel(const KernelContext& ctx) {
   T* o = dx->mutable_data<T>(ctx.place());
   ParallelFor(v.pre, std::max<int64_t>(1, 32768 / std::max<int64_t>(v.d * v.post, 1)),
               [&](int64_t begin, int64_t end) {
-    std::vector<T> acc(v.post);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t off = i * v.d * v.post;
-      const T* yb = y + off;
-      const T* gb = g + off;
-      T* ob = o + off;
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (int64_t j = 0; j < v.d; ++j)
-        for (int64_t k = 0; k < v.post; ++k) {
-          const int64_t e = j * v.post + k;
-          acc[k] += kLog ? gb[e] : gb[e] * yb[e];
-        }
-      for (int64_t j = 0; j < v.d; ++j)
-        for (int64_t k = 0; k < v.post; ++k) {
-          const int64_t e = j * v.post + k;
-          ob[e] = kLog ? gb[e] - std::exp(yb[e]) * acc[k] : yb[e] * (gb[e] - acc[k]);
-        }
-    }
-  });
+                std::vector<T> acc(v.post);
+                for (int64_t i = begin; i < end; ++i) {
+                  const int64_t off = i * v.d * v.post;
+                  const T* yb = y + off;
+                  const T* gb = g + off;
+                  T* ob = o + off;
+                  std::fill(acc.begin(), acc.end(), T(0));
+                  for (int64_t j = 0; j < v.d; ++j)
+                    for (int64_t k = 0; k < v.post; ++k) {
+                      const int64_t e = j * v.post + k;
+                      acc[k] += kLog ? gb[e] : gb[e] * yb[e];
+                    }
+                  for (int64_t j = 0; j < v.d; ++j)
+                    for (int64_t k = 0; k < v.post; ++k) {
+                      const int64_t e = j * v.post + k;
+                      ob[e] = kLog ? gb[e] - std::exp(yb[e]) * acc[k] : yb[e] * (gb[e] - acc[k]);
+                    }
+                }
+              });
   return Status::OK();
 }
 

@@ -36,8 +36,8 @@ Status SwceInferShape(InferShapeContext* ctx) {
                         ctx->DescribeInput("Logits"));
   } else {
     if (ldt != proto::INT64 && ldt != proto::INT32)
-      return ctx->Error("hard labels must be int64 or int32, ", ctx->DescribeInput("Label"),
-                        " is ", DataTypeName(ldt));
+      return ctx->Error("hard labels must be int64 or int32, ", ctx->DescribeInput("Label"), " is ",
+                        DataTypeName(ldt));
     if (last >= 0 && last != 1)
       return ctx->Error("hard ", ctx->DescribeInput("Label"), " must have last dim 1");
   }
@@ -75,22 +75,22 @@ Status SwceKernel(const KernelContext& ctx) {
     }
   ParallelFor(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(d, 1)),
               [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * d;
-      T* sr = sm + r * d;
-      T mx, log_sum;
-      SoftmaxRow(xr, sr, d, &mx, &log_sum);
-      if (soft) {
-        const T* lr = label.data<T>() + r * d;
-        T acc = 0;
-        for (int64_t j = 0; j < d; ++j) acc -= lr[j] * (xr[j] - mx - log_sum);
-        loss[r] = acc;
-      } else {
-        int64_t l = HardLabel<T>(label, r);
-        loss[r] = l == ignore ? T(0) : -(xr[l] - mx - log_sum);
-      }
-    }
-  });
+                for (int64_t r = begin; r < end; ++r) {
+                  const T* xr = x + r * d;
+                  T* sr = sm + r * d;
+                  T mx, log_sum;
+                  SoftmaxRow(xr, sr, d, &mx, &log_sum);
+                  if (soft) {
+                    const T* lr = label.data<T>() + r * d;
+                    T acc = 0;
+                    for (int64_t j = 0; j < d; ++j) acc -= lr[j] * (xr[j] - mx - log_sum);
+                    loss[r] = acc;
+                  } else {
+                    int64_t l = HardLabel<T>(label, r);
+                    loss[r] = l == ignore ? T(0) : -(xr[l] - mx - log_sum);
+                  }
+                }
+              });
   return Status::OK();
 }
 

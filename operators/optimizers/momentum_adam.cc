@@ -11,7 +11,8 @@ namespace {
 
 Status CheckLike(InferShapeContext* ctx, const char* slot, const char* like) {
   if (!DimsCompatible(ctx->InputDim(slot), ctx->InputDim(like)))
-    return ctx->Error(ctx->DescribeInput(slot), " must have the dims of ", ctx->DescribeInput(like));
+    return ctx->Error(ctx->DescribeInput(slot), " must have the dims of ",
+                      ctx->DescribeInput(like));
   if (ctx->InputDtype(slot) != ctx->InputDtype(like))
     return ctx->Error("input '", slot, "' is ", DataTypeName(ctx->InputDtype(slot)), ", '", like,
                       "' is ", DataTypeName(ctx->InputDtype(like)));
@@ -59,7 +60,8 @@ Status AdamInferShape(InferShapeContext* ctx) {
   LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Grad", "Param"));
   LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment1", "Param"));
   LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment2", "Param"));
-  for (const char* s : {"LearningRate", "Beta1Pow", "Beta2Pow"}) LOOM_RETURN_IF_ERROR(CheckScalar(ctx, s));
+  for (const char* s : {"LearningRate", "Beta1Pow", "Beta2Pow"})
+    LOOM_RETURN_IF_ERROR(CheckScalar(ctx, s));
   ctx->ShareDimAndDtype("Param", "ParamOut");
   ctx->ShareDimAndDtype("Moment1", "Moment1Out");
   ctx->ShareDimAndDtype("Moment2", "Moment2Out");
@@ -140,7 +142,9 @@ Status SquaredL2NormGradKernel(const KernelContext& ctx) {
 }  // namespace
 
 LOOM_REGISTER_OP(momentum)
-    .Doc("Momentum SGD: Velocity = mu * Velocity + Grad; Param -= lr * (Nesterov ? Grad + mu * Velocity : Velocity).")
+    .Doc(
+        "Momentum SGD: Velocity = mu * Velocity + Grad; Param -= lr * (Nesterov ? Grad + mu * "
+        "Velocity : Velocity).")
     .Input("Param", "parameter")
     .Input("Grad", "its gradient")
     .Input("Velocity", "velocity accumulator")
@@ -153,34 +157,32 @@ LOOM_REGISTER_OP(momentum)
     .Kernel(Place::kCPU, proto::FP32, MomentumKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, MomentumKernel<double>);
 
-#define LOOM_ADAM_SLOTS                                                  \
-  .Input("Param", "parameter")                                           \
-      .Input("Grad", "its gradient")                                     \
-      .Input("LearningRate", "learning rate, one element")               \
-      .Input("Moment1", "first moment")                                  \
-      .Input("Moment2", "second moment")                                 \
-      .Input("Beta1Pow", "beta1^t, one element")                         \
-      .Input("Beta2Pow", "beta2^t, one element")                         \
-      .Output("ParamOut", "updated parameter")                           \
-      .Output("Moment1Out", "updated first moment")                      \
-      .Output("Moment2Out", "updated second moment")                     \
-      .Output("Beta1PowOut", "beta1^(t+1)")                              \
-      .Output("Beta2PowOut", "beta2^(t+1)")                              \
-      .Attr<float>("beta1", 0.9f, "decay of the first moment")           \
-      .Attr<float>("beta2", 0.999f, "decay of the second moment")        \
-      .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")             \
+#define LOOM_ADAM_SLOTS                                           \
+  .Input("Param", "parameter")                                    \
+      .Input("Grad", "its gradient")                              \
+      .Input("LearningRate", "learning rate, one element")        \
+      .Input("Moment1", "first moment")                           \
+      .Input("Moment2", "second moment")                          \
+      .Input("Beta1Pow", "beta1^t, one element")                  \
+      .Input("Beta2Pow", "beta2^t, one element")                  \
+      .Output("ParamOut", "updated parameter")                    \
+      .Output("Moment1Out", "updated first moment")               \
+      .Output("Moment2Out", "updated second moment")              \
+      .Output("Beta1PowOut", "beta1^(t+1)")                       \
+      .Output("Beta2PowOut", "beta2^(t+1)")                       \
+      .Attr<float>("beta1", 0.9f, "decay of the first moment")    \
+      .Attr<float>("beta2", 0.999f, "decay of the second moment") \
+      .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")      \
       .InferShape(AdamInferShape)
 
 LOOM_REGISTER_OP(adam)
-    .Doc("Adam with bias correction; the beta powers advance each step.")
-    LOOM_ADAM_SLOTS
+    .Doc("Adam with bias correction; the beta powers advance each step.") LOOM_ADAM_SLOTS
     .Kernel(Place::kCPU, proto::FP32, AdamKernel<float, false>)
     .Kernel(Place::kCPU, proto::FP64, AdamKernel<double, false>);
 
 LOOM_REGISTER_OP(adamw)
     .Doc("Adam with decoupled weight decay: Param *= (1 - lr * coeff) before the Adam step.")
-    LOOM_ADAM_SLOTS
-    .Attr<float>("coeff", 0.01f, "weight decay coefficient")
+        LOOM_ADAM_SLOTS.Attr<float>("coeff", 0.01f, "weight decay coefficient")
     .Kernel(Place::kCPU, proto::FP32, AdamKernel<float, true>)
     .Kernel(Place::kCPU, proto::FP64, AdamKernel<double, true>);
 

@@ -11,8 +11,8 @@ namespace loom::ops::cuda {
 namespace {
 
 template <typename T>
-__global__ void MomentumK(const T* p, const T* g, const T* v, const T* lr, T* po, T* vo,
-                          int64_t n, T mu, bool nesterov) {
+__global__ void MomentumK(const T* p, const T* g, const T* v, const T* lr, T* po, T* vo, int64_t n,
+                          T mu, bool nesterov) {
   const T rate = lr[0];
   LOOM_GRID_STRIDE(i, n) {
     T nv = mu * v[i] + g[i];
@@ -36,9 +36,8 @@ Status Momentum(const KernelContext& ctx) {
 }
 
 template <typename T>
-__global__ void AdamK(const T* p, const T* g, const T* m1, const T* m2, const T* lr,
-                      const T* b1p, const T* b2p, T* po, T* m1o, T* m2o, int64_t n, T b1, T b2,
-                      T eps, T coeff) {
+__global__ void AdamK(const T* p, const T* g, const T* m1, const T* m2, const T* lr, const T* b1p,
+                      const T* b2p, T* po, T* m1o, T* m2o, int64_t n, T b1, T b2, T eps, T coeff) {
   const T lr_t = lr[0] * sqrt(T(1) - b2p[0]) / (T(1) - b1p[0]);
   const T eps_t = eps * sqrt(T(1) - b2p[0]);
   const T decay = T(1) - lr[0] * coeff;
@@ -73,11 +72,11 @@ Status Adam(const KernelContext& ctx) {
   if (n > 0)
     AdamK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
         param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
-        ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o,
-        m2o, n, b1, b2, eps, coeff);
-  AdvancePowsK<T><<<1, 1, 0, Stream(ctx)>>>(
-      b1p, b2p, ctx.Output("Beta1PowOut")->mutable_data<T>(ctx.place()),
-      ctx.Output("Beta2PowOut")->mutable_data<T>(ctx.place()), b1, b2);
+        ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o, m2o,
+        n, b1, b2, eps, coeff);
+  AdvancePowsK<T>
+      <<<1, 1, 0, Stream(ctx)>>>(b1p, b2p, ctx.Output("Beta1PowOut")->mutable_data<T>(ctx.place()),
+                                 ctx.Output("Beta2PowOut")->mutable_data<T>(ctx.place()), b1, b2);
   return LaunchStatus(ctx);
 }
 
@@ -146,10 +145,14 @@ __global__ void AdamHalfK(const __half* p, const __half* g, const __half* m1, co
 __global__ void AdvancePowsHalfK(ScalarRef b1p, ScalarRef b2p, void* b1o, void* b2o, float b1,
                                  float b2) {
   float a = b1p.Get() * b1, b = b2p.Get() * b2;
-  if (b1p.half) *static_cast<__half*>(b1o) = __float2half(a);
-  else *static_cast<float*>(b1o) = a;
-  if (b2p.half) *static_cast<__half*>(b2o) = __float2half(b);
-  else *static_cast<float*>(b2o) = b;
+  if (b1p.half)
+    *static_cast<__half*>(b1o) = __float2half(a);
+  else
+    *static_cast<float*>(b1o) = a;
+  if (b2p.half)
+    *static_cast<__half*>(b2o) = __float2half(b);
+  else
+    *static_cast<float*>(b2o) = b;
 }
 
 template <bool kDecoupledDecay>
@@ -174,8 +177,8 @@ Status AdamHalf(const KernelContext& ctx) {
   if (n > 0)
     AdamHalfK<<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
         DataOf<__half>(param), DataOf<__half>(ctx.Input("Grad")),
-        DataOf<__half>(ctx.Input("Moment1")), DataOf<__half>(ctx.Input("Moment2")),
-        lr.value(), b1p.value(), b2p.value(), po, m1o, m2o, n, b1, b2, eps, coeff);
+        DataOf<__half>(ctx.Input("Moment1")), DataOf<__half>(ctx.Input("Moment2")), lr.value(),
+        b1p.value(), b2p.value(), po, m1o, m2o, n, b1, b2, eps, coeff);
   AdvancePowsHalfK<<<1, 1, 0, Stream(ctx)>>>(b1p.value(), b2p.value(), b1o_p, b2o_p, b1, b2);
   return LaunchStatus(ctx);
 }

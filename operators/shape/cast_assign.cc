@@ -37,12 +37,23 @@ Status CastKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   Tensor* out = ctx.Output("Out");
   switch (ctx.Attr<int>("out_dtype")) {
-    case proto::FP32: CastCompute<In, float>(x, out, ctx.place()); break;
-    case proto::FP64: CastCompute<In, double>(x, out, ctx.place()); break;
-    case proto::INT32: CastCompute<In, int32_t>(x, out, ctx.place()); break;
-    case proto::INT64: CastCompute<In, int64_t>(x, out, ctx.place()); break;
-    case proto::BOOL: CastCompute<In, bool>(x, out, ctx.place()); break;
-    default: return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
+    case proto::FP32:
+      CastCompute<In, float>(x, out, ctx.place());
+      break;
+    case proto::FP64:
+      CastCompute<In, double>(x, out, ctx.place());
+      break;
+    case proto::INT32:
+      CastCompute<In, int32_t>(x, out, ctx.place());
+      break;
+    case proto::INT64:
+      CastCompute<In, int64_t>(x, out, ctx.place());
+      break;
+    case proto::BOOL:
+      CastCompute<In, bool>(x, out, ctx.place());
+      break;
+    default:
+      return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
   }
   return Status::OK();
 }
@@ -82,8 +93,9 @@ std::vector<proto::OpDesc> AssignGradMaker(const OpDesc& fwd) {
 }  // namespace
 
 LOOM_REGISTER_OP(cast)
-    .Doc("Out = X converted element-wise from in_dtype to out_dtype (C++ conversion rules: "
-         "floats truncate toward zero when cast to integers).")
+    .Doc(
+        "Out = X converted element-wise from in_dtype to out_dtype (C++ conversion rules: "
+        "floats truncate toward zero when cast to integers).")
     .Input("X", "input of dtype in_dtype")
     .Output("Out", "X as out_dtype, same dims")
     .RequiredAttr<int>("in_dtype", "DataType code of X", ValidDtype())

@@ -25,9 +25,8 @@ Status ConcatDims(InferShapeContext* ctx, const std::string& slot, DDim* out, Da
       return ctx->Error(ctx->DescribeInput(slot, i), " has rank ", d.size(), " but ",
                         ctx->DescribeInput(slot, 0), " has rank ", rank);
     if (ctx->InputDtype(slot, i) != *dtype)
-      return ctx->Error(ctx->DescribeInput(slot, i), " is ",
-                        DataTypeName(ctx->InputDtype(slot, i)), " but ",
-                        ctx->DescribeInput(slot, 0), " is ", DataTypeName(*dtype));
+      return ctx->Error(ctx->DescribeInput(slot, i), " is ", DataTypeName(ctx->InputDtype(slot, i)),
+                        " but ", ctx->DescribeInput(slot, 0), " is ", DataTypeName(*dtype));
     for (int k = 0; k < rank; ++k) {
       if (k == axis) {
         (*out)[k] = (*out)[k] < 0 || d[k] < 0 ? -1 : (*out)[k] + d[k];
@@ -35,8 +34,8 @@ Status ConcatDims(InferShapeContext* ctx, const std::string& slot, DDim* out, Da
         (*out)[k] = d[k];
       } else if (d[k] >= 0 && d[k] != (*out)[k]) {
         return ctx->Error(ctx->DescribeInput(slot, i), " and ", ctx->DescribeInput(slot, 0),
-                          " differ in dim ", k, " (", d[k], " vs ", (*out)[k], "); only dim ",
-                          axis, " (the concat axis) may differ");
+                          " differ in dim ", k, " (", d[k], " vs ", (*out)[k], "); only dim ", axis,
+                          " (the concat axis) may differ");
       }
     }
   }
@@ -133,8 +132,8 @@ Status StackInferShape(InferShapeContext* ctx) {
   int attr_axis = ctx->Attr<int>("axis");
   int axis = StackAxis(attr_axis, rank);
   if (axis < 0)
-    return ctx->Error("attribute 'axis' (", attr_axis, ") is out of range [", -rank - 1, ", ",
-                      rank, "] for ", ctx->DescribeInput("X", 0));
+    return ctx->Error("attribute 'axis' (", attr_axis, ") is out of range [", -rank - 1, ", ", rank,
+                      "] for ", ctx->DescribeInput("X", 0));
   if (rank + 1 > DDim::kMaxRank)
     return ctx->Error("stacking ", ctx->DescribeInput("X", 0), " exceeds the max rank ",
                       DDim::kMaxRank);
@@ -142,12 +141,11 @@ Status StackInferShape(InferShapeContext* ctx) {
   for (int i = 1; i < n; ++i) {
     DDim d = ctx->InputDim("X", i);
     if (!DimsCompatible(d, common))
-      return ctx->Error(ctx->DescribeInput("X", i), " differs from ",
-                        ctx->DescribeInput("X", 0), "; stacked inputs must have equal dims");
+      return ctx->Error(ctx->DescribeInput("X", i), " differs from ", ctx->DescribeInput("X", 0),
+                        "; stacked inputs must have equal dims");
     if (ctx->InputDtype("X", i) != dtype)
-      return ctx->Error(ctx->DescribeInput("X", i), " is ",
-                        DataTypeName(ctx->InputDtype("X", i)), " but ",
-                        ctx->DescribeInput("X", 0), " is ", DataTypeName(dtype));
+      return ctx->Error(ctx->DescribeInput("X", i), " is ", DataTypeName(ctx->InputDtype("X", i)),
+                        " but ", ctx->DescribeInput("X", 0), " is ", DataTypeName(dtype));
     for (int k = 0; k < rank; ++k)
       if (common[k] < 0) common[k] = d[k];
   }
@@ -252,8 +250,10 @@ Status SplitKernel(const KernelContext& ctx) {
   int64_t rest = dim;
   for (int i = 0; i < ctx.OutputSize("Out"); ++i) {
     int64_t size = num > 0 ? dim / num : sections[i];
-    if (size < 0) infer = i;
-    else rest -= size;
+    if (size < 0)
+      infer = i;
+    else
+      rest -= size;
     inner.push_back(size * inner_each);
   }
   if (infer >= 0) inner[infer] = rest * inner_each;
@@ -342,8 +342,9 @@ LOOM_REGISTER_OP(concat_grad)
     .LOOM_SHAPE_KERNELS_FLOAT(ConcatGradKernel);
 
 LOOM_REGISTER_OP(split)
-    .Doc("Out = X cut along axis into num equal parts, or into parts of the sizes in sections "
-         "(one of which may be -1: the rest). Out must have one var per part.")
+    .Doc(
+        "Out = X cut along axis into num equal parts, or into parts of the sizes in sections "
+        "(one of which may be -1: the rest). Out must have one var per part.")
     .Input("X", "input")
     .Output("Out", "the parts", /*duplicable=*/true)
     .Attr<int>("num", 0, "number of equal parts (0: use sections)", NonNegative("num"))

@@ -10,8 +10,8 @@ namespace {
 
 // out[o, offset + k] = piece[o, k] for o < outer, k < inner; out rows are `total` wide.
 template <typename T>
-__global__ void PieceToWholeK(const T* piece, T* out, int64_t outer, int64_t inner,
-                              int64_t total, int64_t offset) {
+__global__ void PieceToWholeK(const T* piece, T* out, int64_t outer, int64_t inner, int64_t total,
+                              int64_t offset) {
   LOOM_GRID_STRIDE(i, outer * inner) {
     const int64_t o = i / inner, k = i % inner;
     out[o * total + offset + k] = piece[i];
@@ -20,8 +20,8 @@ __global__ void PieceToWholeK(const T* piece, T* out, int64_t outer, int64_t inn
 
 // piece[o, k] = in[o, offset + k].
 template <typename T>
-__global__ void WholeToPieceK(const T* in, T* piece, int64_t outer, int64_t inner,
-                              int64_t total, int64_t offset) {
+__global__ void WholeToPieceK(const T* in, T* piece, int64_t outer, int64_t inner, int64_t total,
+                              int64_t offset) {
   LOOM_GRID_STRIDE(i, outer * inner) {
     const int64_t o = i / inner, k = i % inner;
     piece[i] = in[o * total + offset + k];
@@ -43,8 +43,8 @@ Status ConcatPieces(const KernelContext& ctx, const std::vector<const T*>& piece
   for (size_t i = 0; i < pieces.size(); ++i) {
     const int64_t n = outer * inner[i];
     if (n > 0)
-      PieceToWholeK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(pieces[i], out, outer, inner[i],
-                                                                total, offset);
+      PieceToWholeK<T>
+          <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(pieces[i], out, outer, inner[i], total, offset);
     offset += inner[i];
   }
   return LaunchStatus(ctx);
@@ -59,8 +59,8 @@ Status SplitPieces(const KernelContext& ctx, const T* in, int64_t outer,
   for (size_t i = 0; i < pieces.size(); ++i) {
     const int64_t n = outer * inner[i];
     if (pieces[i] && n > 0)
-      WholeToPieceK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(in, pieces[i], outer, inner[i],
-                                                                total, offset);
+      WholeToPieceK<T>
+          <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(in, pieces[i], outer, inner[i], total, offset);
     offset += inner[i];
   }
   return LaunchStatus(ctx);
@@ -131,8 +131,10 @@ Status Split(const KernelContext& ctx) {
   int64_t rest = dim;
   for (int i = 0; i < ctx.OutputSize("Out"); ++i) {
     const int64_t size = num > 0 ? dim / num : sections[i];
-    if (size < 0) infer = i;
-    else rest -= size;
+    if (size < 0)
+      infer = i;
+    else
+      rest -= size;
     inner.push_back(size * inner_each);
   }
   if (infer >= 0) inner[infer] = rest * inner_each;

@@ -76,9 +76,8 @@ Status GatherKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& index = ctx.Input("Index");
   Tensor* out = ctx.Output("Out");
-  Status st = index.dtype() == proto::INT32
-                  ? GatherCompute<T, int32_t>(x, index, out, ctx.place())
-                  : GatherCompute<T, int64_t>(x, index, out, ctx.place());
+  Status st = index.dtype() == proto::INT32 ? GatherCompute<T, int32_t>(x, index, out, ctx.place())
+                                            : GatherCompute<T, int64_t>(x, index, out, ctx.place());
   return st.ok() ? st : ctx.Error(st.message());
 }
 

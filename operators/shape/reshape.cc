@@ -66,9 +66,9 @@ Status ReshapeInferShape(InferShapeContext* ctx) {
   for (int d = 0; d < in.size() && rest >= 0; ++d)
     if (!copied[d]) rest = in[d] < 0 ? -1 : rest * in[d];
   if (rest >= 0) {
-    std::string what = in.known() ? StrCat(" with ", in.numel(), " elements")
-                                  : StrCat(" (its dims not copied by a 0 hold ", rest,
-                                           " elements)");
+    std::string what = in.known()
+                           ? StrCat(" with ", in.numel(), " elements")
+                           : StrCat(" (its dims not copied by a 0 hold ", rest, " elements)");
     if (infer >= 0) {
       if (known == 0 || rest % known != 0)
         return ctx->Error("cannot reshape ", ctx->DescribeInput("X"), what, " to ", attr,
@@ -159,20 +159,21 @@ std::vector<proto::OpDesc> ReshapeLikeGradMaker(const OpDesc& fwd) {
 }
 
 // Declares NAME_grad: X, Out@GRAD -> X@GRAD.
-#define LOOM_RESHAPE_LIKE_GRAD(NAME)                                   \
-  LOOM_REGISTER_OP(NAME##_grad)                                        \
+#define LOOM_RESHAPE_LIKE_GRAD(NAME)                                      \
+  LOOM_REGISTER_OP(NAME##_grad)                                           \
       .Doc("gradient of " #NAME ": X@GRAD = Out@GRAD with the dims of X") \
-      .Input("X", "forward input (for its dims)")                      \
-      .Input("Out@GRAD", "gradient of Out")                            \
-      .Output("X@GRAD", "gradient of X", false, true)                  \
-      .InferShape(ReshapeLikeGradInferShape)                           \
+      .Input("X", "forward input (for its dims)")                         \
+      .Input("Out@GRAD", "gradient of Out")                               \
+      .Output("X@GRAD", "gradient of X", false, true)                     \
+      .InferShape(ReshapeLikeGradInferShape)                              \
       .LOOM_SHAPE_KERNELS_FLOAT(ReshapeLikeGradKernel)
 
 }  // namespace
 
 LOOM_REGISTER_OP(reshape)
-    .Doc("Out = X with dims given by attribute shape. A 0 in shape copies the dim of X at that "
-         "position; one -1 is inferred from the number of elements.")
+    .Doc(
+        "Out = X with dims given by attribute shape. A 0 in shape copies the dim of X at that "
+        "position; one -1 is inferred from the number of elements.")
     .Input("X", "input")
     .Output("Out", "X with the new dims (same elements, same order)")
     .RequiredAttr<std::vector<int>>("shape", "new dims: > 0, 0 (copy X's dim) or one -1")
@@ -185,17 +186,19 @@ LOOM_REGISTER_OP(squeeze)
     .Doc("Out = X without the size-1 dims listed in axes (all size-1 dims when axes is empty).")
     .Input("X", "input")
     .Output("Out", "X with the size-1 dims removed")
-    .Attr<std::vector<int>>("axes", {}, "dims to remove (negative counts from the end); each "
-                                        "must have size 1")
+    .Attr<std::vector<int>>("axes", {},
+                            "dims to remove (negative counts from the end); each "
+                            "must have size 1")
     .InferShape(SqueezeInferShape)
     .GradMaker(ReshapeLikeGradMaker)
     .LOOM_SHAPE_KERNELS_ALL(ReshapeLikeKernel);
 LOOM_RESHAPE_LIKE_GRAD(squeeze);
 
 LOOM_REGISTER_OP(unsqueeze)
-    .Doc("Out = X with size-1 dims inserted: for each entry a of axes in order, a dim of size 1 "
-         "is inserted at position a of the dims built so far (negative a counts from the end, "
-         "-1 appends).")
+    .Doc(
+        "Out = X with size-1 dims inserted: for each entry a of axes in order, a dim of size 1 "
+        "is inserted at position a of the dims built so far (negative a counts from the end, "
+        "-1 appends).")
     .Input("X", "input")
     .Output("Out", "X with the new size-1 dims")
     .Attr<std::vector<int>>("axes", {}, "positions of the inserted dims (non-empty)")
@@ -208,8 +211,7 @@ LOOM_REGISTER_OP(flatten)
     .Doc("Out = X as a matrix [prod(dims[:axis]), prod(dims[axis:])].")
     .Input("X", "input")
     .Output("Out", "2-D view of X")
-    .Attr<int>("axis", 1, "dims before axis form the rows, 0 <= axis <= rank",
-               NonNegative("axis"))
+    .Attr<int>("axis", 1, "dims before axis form the rows, 0 <= axis <= rank", NonNegative("axis"))
     .InferShape(FlattenInferShape)
     .GradMaker(ReshapeLikeGradMaker)
     .LOOM_SHAPE_KERNELS_ALL(ReshapeLikeKernel);

@@ -98,10 +98,10 @@ void SplitCompute(const T* in, int64_t outer, const std::vector<int64_t>& inner,
 Status GradLikeInput(InferShapeContext* ctx, const std::string& slot);
 
 // CPU kernels of a data-movement kernel template K<T> for float, double, int32 and int64.
-#define LOOM_SHAPE_KERNELS_ALL(K)                     \
-  Kernel(Place::kCPU, proto::FP32, K<float>)          \
-      .Kernel(Place::kCPU, proto::FP64, K<double>)    \
-      .Kernel(Place::kCPU, proto::INT32, K<int32_t>)  \
+#define LOOM_SHAPE_KERNELS_ALL(K)                    \
+  Kernel(Place::kCPU, proto::FP32, K<float>)         \
+      .Kernel(Place::kCPU, proto::FP64, K<double>)   \
+      .Kernel(Place::kCPU, proto::INT32, K<int32_t>) \
       .Kernel(Place::kCPU, proto::INT64, K<int64_t>)
 // CPU kernels for float and double (gradients).
 #define LOOM_SHAPE_KERNELS_FLOAT(K) \

@@ -126,8 +126,9 @@ std::vector<proto::OpDesc> SliceGradMaker(const OpDesc& fwd) {
 }  // namespace
 
 LOOM_REGISTER_OP(slice)
-    .Doc("Out = Input[starts[i]:ends[i]] on each dim axes[i] (other dims whole). Negative "
-         "bounds count from the end; bounds are clamped to [0, dim] as in Python.")
+    .Doc(
+        "Out = Input[starts[i]:ends[i]] on each dim axes[i] (other dims whole). Negative "
+        "bounds count from the end; bounds are clamped to [0, dim] as in Python.")
     .Input("Input", "input")
     .Output("Out", "the selected box")
     .RequiredAttr<std::vector<int>>("axes", "dims to slice (negative counts from the end)")

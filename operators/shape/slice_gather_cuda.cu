@@ -73,9 +73,9 @@ template <typename T>
 Status Slice(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("Input");
   DDim box;
-  SlicePlan p = MakePlan(x.dims(), ctx.Attr<std::vector<int>>("axes"),
-                         ctx.Attr<std::vector<int>>("starts"), ctx.Attr<std::vector<int>>("ends"),
-                         &box);
+  SlicePlan p =
+      MakePlan(x.dims(), ctx.Attr<std::vector<int>>("axes"), ctx.Attr<std::vector<int>>("starts"),
+               ctx.Attr<std::vector<int>>("ends"), &box);
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   const int64_t n = box.numel();
   if (n <= 0) return Status::OK();
@@ -88,15 +88,15 @@ Status SliceGrad(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("Input@GRAD");
   if (!dx) return Status::OK();
   DDim box;
-  SlicePlan p = MakePlan(ctx.Input("Input").dims(), ctx.Attr<std::vector<int>>("axes"),
-                         ctx.Attr<std::vector<int>>("starts"), ctx.Attr<std::vector<int>>("ends"),
-                         &box);
+  SlicePlan p =
+      MakePlan(ctx.Input("Input").dims(), ctx.Attr<std::vector<int>>("axes"),
+               ctx.Attr<std::vector<int>>("starts"), ctx.Attr<std::vector<int>>("ends"), &box);
   T* d = MutableDataOf<T>(dx, ctx.place());
   cudaMemsetAsync(d, 0, dx->nbytes(), Stream(ctx));
   const int64_t n = box.numel();
   if (n > 0)
-    SliceGradK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, DataOf<T>(ctx.Input("Out@GRAD")),
-                                                          d, n);
+    SliceGradK<T>
+        <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(p, DataOf<T>(ctx.Input("Out@GRAD")), d, n);
   return LaunchStatus(ctx);
 }
 
@@ -128,8 +128,10 @@ __global__ void GatherGradK(const T* g, const int64_t* i64, const int32_t* i32, 
   const int64_t w = width > 0 ? width : 1;
   LOOM_GRID_STRIDE(e, n * w) {
     const int64_t i = e / w, id = IndexAt(i64, i32, i);
-    if (id < 0 || id >= rows) *bad = id;
-    else if (width > 0) atomicAdd(dx + id * width + e % width, g[e]);
+    if (id < 0 || id >= rows)
+      *bad = id;
+    else if (width > 0)
+      atomicAdd(dx + id * width + e % width, g[e]);
   }
 }
 
@@ -151,11 +153,11 @@ Status Gather(const KernelContext& ctx) {
   DeviceFlag bad(ctx);
   const int64_t threads = n * std::max<int64_t>(width, 1);
   if constexpr (kGrad) {
-    GatherGradK<T><<<Blocks(threads), kThreads, 0, stream>>>(
-        DataOf<T>(ctx.Input("Out@GRAD")), i64, i32, o, n, rows, width, bad.ptr());
+    GatherGradK<T><<<Blocks(threads), kThreads, 0, stream>>>(DataOf<T>(ctx.Input("Out@GRAD")), i64,
+                                                             i32, o, n, rows, width, bad.ptr());
   } else {
-    GatherK<T><<<Blocks(threads), kThreads, 0, stream>>>(DataOf<T>(x), i64, i32, o, n, rows,
-                                                         width, bad.ptr());
+    GatherK<T><<<Blocks(threads), kThreads, 0, stream>>>(DataOf<T>(x), i64, i32, o, n, rows, width,
+                                                         bad.ptr());
   }
   LOOM_RETURN_IF_ERROR(LaunchStatus(ctx));
   const int64_t id = bad.Read();

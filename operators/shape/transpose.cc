@@ -29,8 +29,7 @@ Status ReadPermutation(InferShapeContext* ctx, const DDim& in, const std::string
     return ctx->Error("attribute 'axis' ", IntsToString(axis), " is not a permutation of the ",
                       rank, " dims of ", ctx->DescribeInput(slot), ": ", why);
   };
-  if (static_cast<int>(axis.size()) != rank)
-    return bad(StrCat("it has ", axis.size(), " entries"));
+  if (static_cast<int>(axis.size()) != rank) return bad(StrCat("it has ", axis.size(), " entries"));
   std::vector<bool> seen(rank, false);
   perm->clear();
   for (int a : axis) {
@@ -103,8 +102,9 @@ LOOM_REGISTER_OP(transpose)
     .Doc("Out = X with its dims permuted: dim i of Out is dim axis[i] of X.")
     .Input("X", "input")
     .Output("Out", "the transposed tensor")
-    .RequiredAttr<std::vector<int>>("axis", "a permutation of [0, rank) (negative entries count "
-                                            "from the end)")
+    .RequiredAttr<std::vector<int>>("axis",
+                                    "a permutation of [0, rank) (negative entries count "
+                                    "from the end)")
     .InferShape(TransposeInferShape)
     .GradMaker(TransposeGradMaker)
     .LOOM_SHAPE_KERNELS_ALL(TransposeKernel);

@@ -62,9 +62,8 @@ template <typename T>
 Status TransposeGrad(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
-  return TransposeBy<T>(
-      ctx, ctx.Input("Out@GRAD"),
-      InversePermutation(NormalizedPerm(ctx.Attr<std::vector<int>>("axis"))), dx);
+  return TransposeBy<T>(ctx, ctx.Input("Out@GRAD"),
+                        InversePermutation(NormalizedPerm(ctx.Attr<std::vector<int>>("axis"))), dx);
 }
 
 }  // namespace

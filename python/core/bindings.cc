@@ -68,17 +68,28 @@ Attribute AttrFromPy(const std::string& name, py::handle v, std::optional<proto:
   try {
     if (want) {
       switch (*want) {
-        case proto::INT: return v.cast<int>();
-        case proto::FLOAT: return v.cast<float>();
-        case proto::STRING: return v.cast<std::string>();
-        case proto::INTS: return ListOf<int>(v);
-        case proto::FLOATS: return ListOf<float>(v);
-        case proto::STRINGS: return ListOf<std::string>(v);
-        case proto::BOOLEAN: return v.cast<bool>();
-        case proto::BOOLEANS: return ListOf<bool>(v);
-        case proto::BLOCK: return BlockIndex{v.cast<int>()};
-        case proto::LONG: return v.cast<int64_t>();
-        case proto::LONGS: return ListOf<int64_t>(v);
+        case proto::INT:
+          return v.cast<int>();
+        case proto::FLOAT:
+          return v.cast<float>();
+        case proto::STRING:
+          return v.cast<std::string>();
+        case proto::INTS:
+          return ListOf<int>(v);
+        case proto::FLOATS:
+          return ListOf<float>(v);
+        case proto::STRINGS:
+          return ListOf<std::string>(v);
+        case proto::BOOLEAN:
+          return v.cast<bool>();
+        case proto::BOOLEANS:
+          return ListOf<bool>(v);
+        case proto::BLOCK:
+          return BlockIndex{v.cast<int>()};
+        case proto::LONG:
+          return v.cast<int64_t>();
+        case proto::LONGS:
+          return ListOf<int64_t>(v);
       }
     }
     if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
@@ -111,8 +122,10 @@ py::object AttrToPy(const Attribute& a) {
   return std::visit(
       [](const auto& v) -> py::object {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, BlockIndex>) return py::int_(v.idx);
-        else return py::cast(v);
+        if constexpr (std::is_same_v<T, BlockIndex>)
+          return py::int_(v.idx);
+        else
+          return py::cast(v);
       },
       a);
 }
@@ -207,7 +220,6 @@ FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
   return feeds;
 }
 
-
 PYBIND11_MODULE(core, m) {
   m.doc() = "Loom's C++ core: program descs, scopes, tensors, the executor.";
   RegisterErrors(m);
@@ -264,26 +276,21 @@ PYBIND11_MODULE(core, m) {
       .def("set_type", [](PyOp& o, const std::string& t) { o.desc.SetType(t); })
       .def("input", [](const PyOp& o, const std::string& s) { return o.desc.Input(s); })
       .def("output", [](const PyOp& o, const std::string& s) { return o.desc.Output(s); })
-      .def("set_input", [](PyOp& o, const std::string& s, const std::vector<std::string>& v) {
-        o.desc.SetInput(s, v);
-      })
-      .def("set_output", [](PyOp& o, const std::string& s, const std::vector<std::string>& v) {
-        o.desc.SetOutput(s, v);
-      })
+      .def("set_input", [](PyOp& o, const std::string& s,
+                           const std::vector<std::string>& v) { o.desc.SetInput(s, v); })
+      .def("set_output", [](PyOp& o, const std::string& s,
+                            const std::vector<std::string>& v) { o.desc.SetOutput(s, v); })
       .def("input_names", [](const PyOp& o) { return o.desc.InputSlots(); })
       .def("output_names", [](const PyOp& o) { return o.desc.OutputSlots(); })
       .def("input_arg_names", [](const PyOp& o) { return o.desc.InputArgumentNames(); })
       .def("output_arg_names", [](const PyOp& o) { return o.desc.OutputArgumentNames(); })
-      .def("rename_input", [](PyOp& o, const std::string& a, const std::string& b) {
-        o.desc.RenameInput(a, b);
-      })
-      .def("rename_output", [](PyOp& o, const std::string& a, const std::string& b) {
-        o.desc.RenameOutput(a, b);
-      })
+      .def("rename_input",
+           [](PyOp& o, const std::string& a, const std::string& b) { o.desc.RenameInput(a, b); })
+      .def("rename_output",
+           [](PyOp& o, const std::string& a, const std::string& b) { o.desc.RenameOutput(a, b); })
       .def("has_attr", [](const PyOp& o, const std::string& n) { return o.desc.HasAttr(n); })
-      .def("attr", [](const PyOp& o, const std::string& n) {
-        return AttrToPy(ValueOrThrow(o.desc.GetAttr(n)));
-      })
+      .def("attr", [](const PyOp& o,
+                      const std::string& n) { return AttrToPy(ValueOrThrow(o.desc.GetAttr(n))); })
       .def("set_attr", &SetOpAttr,
            "Sets an attribute; for registered ops the value is converted to the declared type.")
       .def("remove_attr", [](PyOp& o, const std::string& n) { o.desc.RemoveAttr(n); })
@@ -292,9 +299,14 @@ PYBIND11_MODULE(core, m) {
   py::class_<PyBlock>(m, "BlockDesc")
       .def_property_readonly("idx", [](const PyBlock& b) { return b.idx; })
       .def_property_readonly("parent_idx", [](const PyBlock& b) { return b.get()->ParentIdx(); })
-      .def("var", [](PyBlock& b, const std::string& n) { return PyVar{b.program, b.get()->Var(n)}; },
-           "Finds or creates a var in this block.")
-      .def("find_var", [](const PyBlock& b, const std::string& n) { return CheckedVar(b, n, false); })
+      .def(
+          "var",
+          [](PyBlock& b, const std::string& n) {
+            return PyVar{b.program, b.get()->Var(n)};
+          },
+          "Finds or creates a var in this block.")
+      .def("find_var",
+           [](const PyBlock& b, const std::string& n) { return CheckedVar(b, n, false); })
       .def("find_var_recursive",
            [](const PyBlock& b, const std::string& n) { return CheckedVar(b, n, true); })
       .def("has_var", [](const PyBlock& b, const std::string& n) { return b.get()->HasVar(n); })
@@ -310,61 +322,80 @@ PYBIND11_MODULE(core, m) {
              return out;
            })
       .def("op_size", [](const PyBlock& b) { return b.get()->OpSize(); })
-      .def("op", [](const PyBlock& b, int i) {
-        if (i < 0 || i >= b.get()->OpSize())
-          Throw(InvalidArgument("op index ", i, " out of range (block ", b.idx, " has ",
-                                b.get()->OpSize(), " ops)"));
-        return PyOp{b.program, b.get()->Op(i)};
-      })
-      .def("append_op", [](PyBlock& b) { return PyOp{b.program, b.get()->AppendOp()}; })
-      .def("insert_op", [](PyBlock& b, int i) {
-        if (i < 0 || i > b.get()->OpSize()) Throw(InvalidArgument("insert position ", i, " out of range"));
-        return PyOp{b.program, b.get()->InsertOp(i)};
-      })
-      .def("remove_op", [](PyBlock& b, int i) {
-        if (i < 0 || i >= b.get()->OpSize()) Throw(InvalidArgument("op index ", i, " out of range"));
-        b.get()->RemoveOp(i);
-      })
-      .def("infer_shape", [](PyBlock& b, int i) { ThrowIfError(InferShapeAtCompileTime(b.get(), i)); },
-           "Runs compile-time shape inference of op i, updating its output vars.");
+      .def("op",
+           [](const PyBlock& b, int i) {
+             if (i < 0 || i >= b.get()->OpSize())
+               Throw(InvalidArgument("op index ", i, " out of range (block ", b.idx, " has ",
+                                     b.get()->OpSize(), " ops)"));
+             return PyOp{b.program, b.get()->Op(i)};
+           })
+      .def("append_op",
+           [](PyBlock& b) {
+             return PyOp{b.program, b.get()->AppendOp()};
+           })
+      .def("insert_op",
+           [](PyBlock& b, int i) {
+             if (i < 0 || i > b.get()->OpSize())
+               Throw(InvalidArgument("insert position ", i, " out of range"));
+             return PyOp{b.program, b.get()->InsertOp(i)};
+           })
+      .def("remove_op",
+           [](PyBlock& b, int i) {
+             if (i < 0 || i >= b.get()->OpSize())
+               Throw(InvalidArgument("op index ", i, " out of range"));
+             b.get()->RemoveOp(i);
+           })
+      .def(
+          "infer_shape",
+          [](PyBlock& b, int i) { ThrowIfError(InferShapeAtCompileTime(b.get(), i)); },
+          "Runs compile-time shape inference of op i, updating its output vars.");
 
   py::class_<ProgramDesc, ProgramPtr>(m, "ProgramDesc")
       .def(py::init<>())
       .def("clone", [](const ProgramDesc& p) { return std::make_shared<ProgramDesc>(p); })
       .def("num_blocks", &ProgramDesc::NumBlocks)
-      .def("block", [](ProgramPtr p, int i) {
-        if (i < 0 || i >= p->NumBlocks()) Throw(InvalidArgument("block ", i, " does not exist"));
-        return PyBlock{p, i};
-      })
-      .def("append_block", [](ProgramPtr p, int parent) {
-        if (parent < 0 || parent >= p->NumBlocks()) Throw(InvalidArgument("block ", parent, " does not exist"));
-        BlockDesc* b = p->AppendBlock(*p->Block(parent));
-        return PyBlock{p, b->Idx()};
-      })
-      .def("serialize_to_string", [](const ProgramDesc& p) {
-        std::string s;
-        p.proto().SerializeToString(&s);
-        return py::bytes(s);
-      })
-      .def_static("parse_from_string", [](const py::bytes& b) {
-        return std::make_shared<ProgramDesc>(ValueOrThrow(ParseProgram(std::string(b), "bytes")));
-      })
+      .def("block",
+           [](ProgramPtr p, int i) {
+             if (i < 0 || i >= p->NumBlocks())
+               Throw(InvalidArgument("block ", i, " does not exist"));
+             return PyBlock{p, i};
+           })
+      .def("append_block",
+           [](ProgramPtr p, int parent) {
+             if (parent < 0 || parent >= p->NumBlocks())
+               Throw(InvalidArgument("block ", parent, " does not exist"));
+             BlockDesc* b = p->AppendBlock(*p->Block(parent));
+             return PyBlock{p, b->Idx()};
+           })
+      .def("serialize_to_string",
+           [](const ProgramDesc& p) {
+             std::string s;
+             p.proto().SerializeToString(&s);
+             return py::bytes(s);
+           })
+      .def_static("parse_from_string",
+                  [](const py::bytes& b) {
+                    return std::make_shared<ProgramDesc>(
+                        ValueOrThrow(ParseProgram(std::string(b), "bytes")));
+                  })
       .def("to_text", [](const ProgramDesc& p) { return ProgramToText(p); })
       .def("verify", [](const ProgramDesc& p) { ThrowIfError(VerifyProgram(p)); })
-      .def("save", [](const ProgramDesc& p, const std::string& path) { ThrowIfError(SaveProgram(p, path)); })
+      .def("save", [](const ProgramDesc& p,
+                      const std::string& path) { ThrowIfError(SaveProgram(p, path)); })
       .def_static("load", [](const std::string& path) {
         return std::make_shared<ProgramDesc>(ValueOrThrow(LoadProgram(path)));
       });
 
-  m.def("append_backward",
-        [](ProgramDesc& p, const std::string& loss, const std::set<std::string>& no_grad) {
-          std::vector<std::pair<std::string, std::string>> out;
-          for (const auto& pg : ValueOrThrow(AppendBackward(&p, loss, no_grad)))
-            out.emplace_back(pg.param, pg.grad);
-          return out;
-        },
-        py::arg("program"), py::arg("loss"), py::arg("no_grad_set") = std::set<std::string>{},
-        "Appends grad ops for loss to block 0; returns [(param, grad)].");
+  m.def(
+      "append_backward",
+      [](ProgramDesc& p, const std::string& loss, const std::set<std::string>& no_grad) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const auto& pg : ValueOrThrow(AppendBackward(&p, loss, no_grad)))
+          out.emplace_back(pg.param, pg.grad);
+        return out;
+      },
+      py::arg("program"), py::arg("loss"), py::arg("no_grad_set") = std::set<std::string>{},
+      "Appends grad ops for loss to block 0; returns [(param, grad)].");
 
   m.def("registered_ops", [] { return OpRegistry::Global().Types(); });
   m.def("op_info", [](const std::string& type) {
@@ -375,49 +406,60 @@ PYBIND11_MODULE(core, m) {
 
   py::class_<Scope, std::shared_ptr<Scope>>(m, "Scope")
       .def(py::init<>())
-      .def("var", [](Scope& s, const std::string& n) { return s.Var(n); },
-           py::return_value_policy::reference_internal)
-      .def("find_var", [](Scope& s, const std::string& n) { return s.FindVar(n); },
-           py::return_value_policy::reference_internal)
+      .def(
+          "var", [](Scope& s, const std::string& n) { return s.Var(n); },
+          py::return_value_policy::reference_internal)
+      .def(
+          "find_var", [](Scope& s, const std::string& n) { return s.FindVar(n); },
+          py::return_value_policy::reference_internal)
       .def("erase_local_var", &Scope::EraseLocalVar,
            "Drops a variable of this scope (not of its parents); returns whether it existed.")
       .def("local_var_names", &Scope::LocalVarNames);
 
   py::class_<Variable>(m, "Variable")
-      .def("get_tensor", [](Variable& v) { return v.GetMutable<Tensor>(); },
-           py::return_value_policy::reference_internal)
+      .def(
+          "get_tensor", [](Variable& v) { return v.GetMutable<Tensor>(); },
+          py::return_value_policy::reference_internal)
       .def("is_initialized", &Variable::IsInitialized);
 
   py::class_<PreparedBlock>(m, "PreparedBlock");
 
   py::class_<Executor>(m, "Executor")
       .def(py::init<Place>())
-      .def("prepare", [](Executor& e, const ProgramDesc& p, int block) {
-        return ValueOrThrow(e.Prepare(p, block));
-      }, py::arg("program"), py::arg("block") = 0)
-      .def("run",
-           [](Executor& e, PreparedBlock& prepared, Scope& scope, const py::dict& feed,
-              const std::vector<std::string>& fetch) {
-             FeedMap feeds = FeedsFromPy(feed, e.place());
-             std::vector<Tensor> out;
-             Status st;
-             {
-               py::gil_scoped_release release;
-               st = e.Run(&prepared, &scope, feeds, fetch, &out);
-             }
-             ThrowIfError(st);
-             return out;
-           },
-           py::arg("prepared"), py::arg("scope"), py::arg("feed") = py::dict(),
-           py::arg("fetch_list") = std::vector<std::string>{});
+      .def(
+          "prepare",
+          [](Executor& e, const ProgramDesc& p, int block) {
+            return ValueOrThrow(e.Prepare(p, block));
+          },
+          py::arg("program"), py::arg("block") = 0)
+      .def(
+          "run",
+          [](Executor& e, PreparedBlock& prepared, Scope& scope, const py::dict& feed,
+             const std::vector<std::string>& fetch) {
+            FeedMap feeds = FeedsFromPy(feed, e.place());
+            std::vector<Tensor> out;
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = e.Run(&prepared, &scope, feeds, fetch, &out);
+            }
+            ThrowIfError(st);
+            return out;
+          },
+          py::arg("prepared"), py::arg("scope"), py::arg("feed") = py::dict(),
+          py::arg("fetch_list") = std::vector<std::string>{});
 
   m.def("save_params", [](const ProgramDesc& p, const Scope& s, const std::string& dir) {
     ThrowIfError(SaveParams(p, s, dir));
   });
-  m.def("load_params", [](const ProgramDesc& p, Scope& s, const std::string& dir, const Place& place) {
-    ThrowIfError(LoadParams(p, &s, dir, place));
-  }, py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
-  m.def("save_tensor", [](const Tensor& t, const std::string& path) { ThrowIfError(SaveTensor(t, path)); });
+  m.def(
+      "load_params",
+      [](const ProgramDesc& p, Scope& s, const std::string& dir, const Place& place) {
+        ThrowIfError(LoadParams(p, &s, dir, place));
+      },
+      py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
+  m.def("save_tensor",
+        [](const Tensor& t, const std::string& path) { ThrowIfError(SaveTensor(t, path)); });
   m.def("load_tensor", [](const std::string& path) { return ValueOrThrow(LoadTensor(path)); });
 }
 

@@ -51,7 +51,8 @@ void RegisterParallel(py::module_& m) {
       py::arg("grad_scale") = "sample", py::arg("owner_policy") = "bytes",
       py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
       py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
-      py::arg("transport") = collective::GetTransport(collective::TransportId::kInProcess).name, py::arg("places") = std::vector<std::string>{},
+      py::arg("transport") = collective::GetTransport(collective::TransportId::kInProcess).name,
+      py::arg("places") = std::vector<std::string>{},
       "Transpiles a single-device (startup, main) for nranks places (names like 'cpu:0' or "
       "'cuda:1'; default cpu:0..): returns (per-rank startup programs, per-rank main programs, "
       "the manifest as text).");
@@ -150,13 +151,15 @@ void RegisterParallel(py::module_& m) {
       []() -> py::tuple {
 #if LOOM_MPI_ENABLED
         if (!collective::LaunchedByMpirun())
-          Throw(FailedPrecondition("transport 'mpi' needs one process per rank started by "
-                                   "mpirun (e.g. mpirun -np 4 python3 train.py)"));
+          Throw(
+              FailedPrecondition("transport 'mpi' needs one process per rank started by "
+                                 "mpirun (e.g. mpirun -np 4 python3 train.py)"));
         ThrowIfError(collective::MpiInit(nullptr, nullptr));
         return py::make_tuple(collective::MpiWorldRank(), collective::MpiWorldSize());
 #else
-        Throw(Unimplemented("transport 'mpi': Loom was built without MPI (install Open MPI, see "
-                            "scripts/install-deps.sh, and rebuild)"));
+        Throw(
+            Unimplemented("transport 'mpi': Loom was built without MPI (install Open MPI, see "
+                          "scripts/install-deps.sh, and rebuild)"));
         return py::tuple();
 #endif
       },

@@ -23,12 +23,18 @@ DataType DtypeOfArray(const py::array& a, const std::string& what) {
 
 py::dtype NumpyDtype(DataType dt) {
   switch (dt) {
-    case proto::FP32: return py::dtype("float32");
-    case proto::FP64: return py::dtype("float64");
-    case proto::FP16: return py::dtype("float16");
-    case proto::INT32: return py::dtype("int32");
-    case proto::INT64: return py::dtype("int64");
-    case proto::BOOL: return py::dtype("bool");
+    case proto::FP32:
+      return py::dtype("float32");
+    case proto::FP64:
+      return py::dtype("float64");
+    case proto::FP16:
+      return py::dtype("float16");
+    case proto::INT32:
+      return py::dtype("int32");
+    case proto::INT64:
+      return py::dtype("int64");
+    case proto::BOOL:
+      return py::dtype("bool");
   }
   return py::dtype("float32");
 }
@@ -62,18 +68,18 @@ Tensor TensorViewOfArray(const py::array& array, const std::string& what) {
   DataType dt = DtypeOfArray(array, what);
   bool contiguous = (array.flags() & py::array::c_style) && array.ndim() <= DDim::kMaxRank;
   bool aligned = reinterpret_cast<uintptr_t>(array.data()) % SizeOf(dt) == 0;
-  if (!contiguous || !aligned || array.nbytes() == 0) return TensorFromArray(array, Place::CPU(), what);
+  if (!contiguous || !aligned || array.nbytes() == 0)
+    return TensorFromArray(array, Place::CPU(), what);
   DDim dims;
   for (py::ssize_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
   // The release callback may run on an executor thread without the GIL: take it to drop the
   // reference.
   auto* keep = new py::object(array);
-  auto holder = std::make_shared<Allocation>(
-      Place::CPU(), const_cast<void*>(array.data()), static_cast<size_t>(array.nbytes()),
-      [keep](void*) {
-        py::gil_scoped_acquire gil;
-        delete keep;
-      });
+  auto holder = std::make_shared<Allocation>(Place::CPU(), const_cast<void*>(array.data()),
+                                             static_cast<size_t>(array.nbytes()), [keep](void*) {
+                                               py::gil_scoped_acquire gil;
+                                               delete keep;
+                                             });
   Tensor t(dt, dims);
   t.ShareBuffer(std::move(holder), 0, Place::CPU());
   return t;
@@ -110,19 +116,21 @@ void RegisterTensor(py::module_& m) {
 
   py::class_<Tensor>(m, "Tensor", "A dense tensor on a place. numpy.array(t) copies it out.")
       .def(py::init<>())
-      .def("set",
-           [](Tensor& t, const py::array& a, const Place& place) {
-             t = TensorFromArray(a, place, "Tensor.set");
-           },
-           py::arg("array"), py::arg("place") = Place::CPU(),
-           "Replaces the tensor's contents with a copy of a numpy array on place.")
+      .def(
+          "set",
+          [](Tensor& t, const py::array& a, const Place& place) {
+            t = TensorFromArray(a, place, "Tensor.set");
+          },
+          py::arg("array"), py::arg("place") = Place::CPU(),
+          "Replaces the tensor's contents with a copy of a numpy array on place.")
       .def("shape", [](const Tensor& t) { return t.dims().vec(); })
       .def("dtype", [](const Tensor& t) { return std::string(DataTypeName(t.dtype())); })
       .def("place", &Tensor::place)
       .def("_is_initialized", &Tensor::initialized)
       .def("numpy", &ArrayFromTensor)
-      .def("__array__", [](const Tensor& t, py::object) { return ArrayFromTensor(t); },
-           py::arg("dtype") = py::none())
+      .def(
+          "__array__", [](const Tensor& t, py::object) { return ArrayFromTensor(t); },
+          py::arg("dtype") = py::none())
       .def("__repr__", [](const Tensor& t) { return "Tensor(" + TensorSummary(t) + ")"; });
 
   m.def("cuda_device_count", &CudaDeviceCount);

@@ -218,16 +218,14 @@ TEST_P(RootedMatrix, ReduceAndBroadcastFromEveryRoot) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, RootedMatrix,
-                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
-                                                              Algorithm::kMultiTree,
-                                                              Algorithm::kStar, Algorithm::kNative,
-                                                              Algorithm::kAuto),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
-                         [](const auto& info) {
-                           return Name(std::get<0>(info.param)) + "_n" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, RootedMatrix,
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
+                                         Algorithm::kStar, Algorithm::kNative, Algorithm::kAuto),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)),
+    [](const auto& info) {
+      return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
+    });
 
 class GatherScatterMatrix : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {};
 
@@ -305,14 +303,15 @@ TEST_P(GatherScatterMatrix, AllGatherAndReduceScatter) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, GatherScatterMatrix,
-    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree,
-                                         Algorithm::kNative, Algorithm::kAuto),
-                       ::testing::Values(1, 2, 3, 4, 5, 8)),
-    [](const auto& info) {
-      return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, GatherScatterMatrix,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing,
+                                                              Algorithm::kMultiTree,
+                                                              Algorithm::kNative, Algorithm::kAuto),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         [](const auto& info) {
+                           return Name(std::get<0>(info.param)) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(InFlight, FiftyMixedCallsBeforeOneWaitAll) {
   const int n = 4;

@@ -125,8 +125,8 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4099}}) {
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                              DataType::kInt32, DataType::kInt64}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
-                            ReduceOp::kAvg}) {
+        for (ReduceOp op :
+             {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
           ++salt;
           std::vector<unsigned char> in = Input(dtype, op, rank, count, salt);
           std::vector<unsigned char> out(in.size());
@@ -153,17 +153,16 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
                       .Wait()
                       .ok());
       if (rank == root) {
-        EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kAvg, n, count, salt), out.data(),
-                          count),
-                  "")
+        EXPECT_EQ(
+            Compare(dtype, Expected(dtype, ReduceOp::kAvg, n, count, salt), out.data(), count), "")
             << "reduce to " << root;
       } else {
         EXPECT_EQ(out, std::vector<unsigned char>(bytes, 0xab)) << "a non-root's recv changed";
       }
-      ASSERT_TRUE(comm.Broadcast(Tag(in.data(), rank), Tag(out.data(), rank), count, dtype, root,
-                                 opts)
-                      .Wait()
-                      .ok());
+      ASSERT_TRUE(
+          comm.Broadcast(Tag(in.data(), rank), Tag(out.data(), rank), count, dtype, root, opts)
+              .Wait()
+              .ok());
       EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kAvg, root, count, salt), out.data(), count),
                 "")
           << "broadcast from " << root;
@@ -171,13 +170,12 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
     if (AlgorithmSupports(algorithm, Collective::kAllGather)) {
       std::vector<unsigned char> in = Input(dtype, ReduceOp::kSum, rank, count, 77);
       std::vector<unsigned char> all(n * bytes);
-      ASSERT_TRUE(
-          comm.AllGather(Tag(in.data(), rank), Tag(all.data(), rank), count, dtype, opts)
-              .Wait()
-              .ok());
+      ASSERT_TRUE(comm.AllGather(Tag(in.data(), rank), Tag(all.data(), rank), count, dtype, opts)
+                      .Wait()
+                      .ok());
       for (int r = 0; r < n; ++r) {
-        EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kSum, r, count, 77),
-                          all.data() + r * bytes, count),
+        EXPECT_EQ(Compare(dtype, Input(dtype, ReduceOp::kSum, r, count, 77), all.data() + r * bytes,
+                          count),
                   "")
             << "allgather block " << r;
       }
@@ -200,15 +198,15 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, TaggedBuffers,
-    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
-                                         Algorithm::kMultiTree, Algorithm::kStar),
-                       ::testing::Values(1, 2, 3, 5)),
-    [](const ::testing::TestParamInfo<TaggedBuffers::ParamType>& info) {
-      return std::string(AlgorithmName(std::get<0>(info.param))) + "_n" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, TaggedBuffers,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
+                                                              Algorithm::kMultiTree,
+                                                              Algorithm::kStar),
+                                            ::testing::Values(1, 2, 3, 5)),
+                         [](const ::testing::TestParamInfo<TaggedBuffers::ParamType>& info) {
+                           return std::string(AlgorithmName(std::get<0>(info.param))) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(TaggedBuffers, PointToPointAndManyCallsInFlight) {
   TaggedGroup group(4, 1024);

@@ -226,8 +226,8 @@ TEST(NativeInProcess, NotOfferedOverMemoryThatIsNotTheHosts) {
   };
   auto transports = CreateInProcessTransports(2, {}, std::make_shared<Opaque>());
   EXPECT_FALSE(transports[0]->SupportsNative(Collective::kAllReduce, DataType::kFloat32));
-  EXPECT_TRUE(CreateInProcessTransports(2)[0]->SupportsNative(Collective::kAllReduce,
-                                                              DataType::kFloat32));
+  EXPECT_TRUE(
+      CreateInProcessTransports(2)[0]->SupportsNative(Collective::kAllReduce, DataType::kFloat32));
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ TEST(Selector, EstimatesGrowWithSizeForEveryAlgorithm) {
         ASSERT_EQ(now.size(), previous.size());
         for (size_t i = 0; i < now.size(); ++i) {
           EXPECT_GE(now[i].time_us, previous[i].time_us)
-              << CollectiveName(kind) << " " << AlgorithmName(now[i].algorithm) << " at "
-              << bytes << " bytes on " << t.name();
+              << CollectiveName(kind) << " " << AlgorithmName(now[i].algorithm) << " at " << bytes
+              << " bytes on " << t.name();
         }
         previous = now;
       }
@@ -57,8 +57,7 @@ TEST(Selector, AllReduceCrossoverIsMonotoneWithAndWithoutTheBound) {
     // Small messages take the latency-optimal tree; the cost model agrees at 4 bytes once the
     // tree has fewer steps than the ring (depth ceil(log2 n) < n - 1, i.e. n >= 4).
     if (n >= 4) {
-      EXPECT_EQ(Selector(*plan, model_only).Choose(Collective::kAllReduce, 4),
-                Algorithm::kTree);
+      EXPECT_EQ(Selector(*plan, model_only).Choose(Collective::kAllReduce, 4), Algorithm::kTree);
     }
   }
 }
@@ -97,8 +96,7 @@ TEST(Selector, ChoiceIsAlwaysSupportedAndTableListsIt) {
   for (Collective kind : kKinds) {
     for (size_t bytes = 1; bytes <= (size_t{1} << 28); bytes *= 8) {
       const Algorithm a = selector.Choose(kind, bytes, /*inflight=*/3);
-      EXPECT_TRUE(AlgorithmSupports(a, kind))
-          << CollectiveName(kind) << " " << AlgorithmName(a);
+      EXPECT_TRUE(AlgorithmSupports(a, kind)) << CollectiveName(kind) << " " << AlgorithmName(a);
     }
     const std::string table = selector.Table(kind, 4 << 10, 64 << 20);
     EXPECT_NE(table.find("ring"), std::string::npos) << table;
@@ -125,8 +123,7 @@ TEST(Selector, MeasuredCrossoverDependsOnTheTransport) {
   in_process.tree_max_bytes = kInProcessAutoTreeMaxBytes;
   link.tree_max_bytes = kLinkAutoTreeMaxBytes;
   for (size_t bytes : {size_t{4}, size_t{1} << 20, size_t{64} << 20, size_t{1} << 30}) {
-    EXPECT_EQ(Selector(*plan, in_process).Choose(Collective::kAllReduce, bytes),
-              Algorithm::kTree)
+    EXPECT_EQ(Selector(*plan, in_process).Choose(Collective::kAllReduce, bytes), Algorithm::kTree)
         << bytes;
   }
   EXPECT_EQ(Selector(*plan, link).Choose(Collective::kAllReduce, 1 << 20), Algorithm::kTree);
@@ -172,8 +169,7 @@ TEST(Selector, NativeFromItsCrossoverWhereTheTransportHasIt) {
   EXPECT_EQ(in_process.Choose(Collective::kAllReduce, 4096), Algorithm::kTree);
   // A forced algorithm still wins.
   o.force = Algorithm::kRing;
-  EXPECT_EQ(Selector(*plan, o).Choose(Collective::kAllReduce, size_t{64} << 20),
-            Algorithm::kRing);
+  EXPECT_EQ(Selector(*plan, o).Choose(Collective::kAllReduce, size_t{64} << 20), Algorithm::kRing);
 }
 
 TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
@@ -182,8 +178,8 @@ TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
   options.communicator.auto_native_min_bytes = 64 << 10;  // native from 16384 floats
   auto world = InProcessWorld::Create(4, options).value();
   testing::RunRanks(*world, [&](int rank, Communicator& comm) {
-    for (size_t count : {size_t{3}, size_t{256}, size_t{257}, size_t{16383}, size_t{16384},
-                         size_t{100000}}) {
+    for (size_t count :
+         {size_t{3}, size_t{256}, size_t{257}, size_t{16383}, size_t{16384}, size_t{100000}}) {
       auto buf = testing::Input(DataType::kFloat32, ReduceOp::kSum, rank, count, 1);
       Status s =
           comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();

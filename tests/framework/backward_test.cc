@@ -37,11 +37,10 @@ TEST(BackwardTest, MlpGradientsMatchFiniteDifferences) {
   EXPECT_EQ(pairs->back().param, "w1");
 
   Scope scope;
-  std::map<std::string, Tensor> params = {
-      {"w1", RandomTensor(proto::FP64, DDim{4, 5}, 1)},
-      {"b1", RandomTensor(proto::FP64, DDim{5}, 2)},
-      {"w2", RandomTensor(proto::FP64, DDim{5, 3}, 3)},
-      {"b2", RandomTensor(proto::FP64, DDim{3}, 4)}};
+  std::map<std::string, Tensor> params = {{"w1", RandomTensor(proto::FP64, DDim{4, 5}, 1)},
+                                          {"b1", RandomTensor(proto::FP64, DDim{5}, 2)},
+                                          {"w2", RandomTensor(proto::FP64, DDim{5, 3}, 3)},
+                                          {"b2", RandomTensor(proto::FP64, DDim{3}, 4)}};
   for (auto& [name, t] : params) *scope.Var(name)->GetMutable<Tensor>() = t;
   FeedMap feeds = {{"x", RandomTensor(proto::FP64, DDim{6, 4}, 5)}, {"label", Labels(6, 3, 6)}};
 

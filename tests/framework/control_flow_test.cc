@@ -260,8 +260,7 @@ TEST(ControlFlowTest, AVariableBothWrittenForTheCallerAndReadInsideIsAClearBackw
   b->AppendOp("mean", {{"X", {"sum"}}}, {{"Out", {"loss"}}});
   auto pairs = AppendBackward(&p, "loss");
   ASSERT_FALSE(pairs.ok());
-  EXPECT_NE(pairs.status().message().find("h@GRAD"), std::string::npos)
-      << pairs.status().message();
+  EXPECT_NE(pairs.status().message().find("h@GRAD"), std::string::npos) << pairs.status().message();
   EXPECT_NE(pairs.status().message().find("sub-block 1"), std::string::npos)
       << pairs.status().message();
 }

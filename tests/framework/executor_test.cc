@@ -79,7 +79,8 @@ TEST(ExecutorTest, UnfedInputIsNotSilentlyReusedFromAnEarlierRun) {
   Scope scope;
   auto prepared = exe.Prepare(p);
   ASSERT_TRUE(prepared.ok());
-  ASSERT_TRUE(exe.Run(prepared->get(), &scope, {{"v0", RandomTensor(proto::FP32, DDim{1, 3}, 1)}}).ok());
+  ASSERT_TRUE(
+      exe.Run(prepared->get(), &scope, {{"v0", RandomTensor(proto::FP32, DDim{1, 3}, 1)}}).ok());
   Status st = exe.Run(prepared->get(), &scope, {}, {"v1"}, nullptr);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("'v0'"), std::string::npos) << st.message();
@@ -107,8 +108,8 @@ TEST(ExecutorTest, FetchingAnUnknownVarFails) {
   Executor exe;
   Scope scope;
   std::vector<Tensor> out;
-  Status st = exe.Run(p, &scope, {{"v0", RandomTensor(proto::FP32, DDim{1, 3}, 1)}},
-                      {"ghost"}, &out);
+  Status st =
+      exe.Run(p, &scope, {{"v0", RandomTensor(proto::FP32, DDim{1, 3}, 1)}}, {"ghost"}, &out);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("'ghost'"), std::string::npos);
 }
@@ -177,10 +178,12 @@ Status GatedCopy(const KernelContext& ctx) {
     std::copy(src, src + n, dst);
     done->store(true);
   });
-  ctx.SetAsync([worker](AsyncSpan*) {
-    worker->join();
-    return Status::OK();
-  }, [done] { return done->load(); });
+  ctx.SetAsync(
+      [worker](AsyncSpan*) {
+        worker->join();
+        return Status::OK();
+      },
+      [done] { return done->load(); });
   return Status::OK();
 }
 

@@ -77,7 +77,12 @@ TEST(TensorFormatTest, DetectsTruncationAndGarbage) {
   }
   EXPECT_FALSE(DeserializeTensor(good + "x", "t").ok());
   auto checksum = DeserializeTensor(
-      [&] { std::string s = good; s[s.size() - 20] ^= 1; return s; }(), "t");
+      [&] {
+        std::string s = good;
+        s[s.size() - 20] ^= 1;
+        return s;
+      }(),
+      "t");
   ASSERT_FALSE(checksum.ok());
   EXPECT_NE(checksum.status().message().find("checksum"), std::string::npos);
 }

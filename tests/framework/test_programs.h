@@ -55,12 +55,10 @@ inline ProgramDesc MlpProgram(DataType dt) {
   for (const char* n : {"h0", "h1", "h2", "o0", "o1", "prob", "xent", "loss"})
     DeclareVar(b, n, DDim{}, dt);
   b->AppendOp("mul", {{"X", {"x"}}, {"Y", {"w1"}}}, {{"Out", {"h0"}}});
-  b->AppendOp("elementwise_add", {{"X", {"h0"}}, {"Y", {"b1"}}}, {{"Out", {"h1"}}},
-              {{"axis", 1}});
+  b->AppendOp("elementwise_add", {{"X", {"h0"}}, {"Y", {"b1"}}}, {{"Out", {"h1"}}}, {{"axis", 1}});
   b->AppendOp("relu", {{"X", {"h1"}}}, {{"Out", {"h2"}}});
   b->AppendOp("mul", {{"X", {"h2"}}, {"Y", {"w2"}}}, {{"Out", {"o0"}}});
-  b->AppendOp("elementwise_add", {{"X", {"o0"}}, {"Y", {"b2"}}}, {{"Out", {"o1"}}},
-              {{"axis", 1}});
+  b->AppendOp("elementwise_add", {{"X", {"o0"}}, {"Y", {"b2"}}}, {{"Out", {"o1"}}}, {{"axis", 1}});
   b->AppendOp("softmax_with_cross_entropy", {{"Logits", {"o1"}}, {"Label", {"label"}}},
               {{"Softmax", {"prob"}}, {"Loss", {"xent"}}});
   b->AppendOp("mean", {{"X", {"xent"}}}, {{"Out", {"loss"}}});

@@ -90,8 +90,7 @@ std::string Describe(const Case& k) {
          std::to_string(k.c / k.groups) + ", " + std::to_string(k.kh) + ", " +
          std::to_string(k.kw) + "], stride " + std::to_string(k.sh) + "x" + std::to_string(k.sw) +
          ", pad " + std::to_string(k.ph) + "x" + std::to_string(k.pw) + ", dilation " +
-         std::to_string(k.dh) + "x" + std::to_string(k.dw) + ", groups " +
-         std::to_string(k.groups);
+         std::to_string(k.dh) + "x" + std::to_string(k.dw) + ", groups " + std::to_string(k.groups);
 }
 
 const std::vector<Case>& Cases() {
@@ -147,7 +146,7 @@ TEST(ConvDirectTest, KernelsMatchFloat64Reference) {
 
 TEST(ConvDirectTest, FewChannelsStayOnIm2col) {
   Case k{2, 3, 8, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1};
-  EXPECT_FALSE(ops::conv_direct::SupportedForward(Geom(k)));      // 3 of 16 lanes used
+  EXPECT_FALSE(ops::conv_direct::SupportedForward(Geom(k)));  // 3 of 16 lanes used
   EXPECT_FALSE(ops::conv_direct::SupportedInputGrad(Geom(k)));
   k.m = 8;  // half a tile
   EXPECT_FALSE(ops::conv_direct::SupportedFilterGrad(Geom(k)));

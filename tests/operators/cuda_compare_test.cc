@@ -4,12 +4,12 @@
 // cast, lookup_table, concat / split / stack, slice, gather, top_k (all with their gradients),
 // arg_max, accuracy, dropout (mask statistics and scaling; the CUDA mask is not the CPU's random
 // stream) and the losses (cross_entropy, square_error_cost, squared_l2_norm); the comparison and
-// logical ops and conditional_block with its gradient (a program run on both places); the sgd / momentum
-// / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale,
-// sum, mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same
-// (fp16-representable) inputs with a loose tolerance, the CPU having no fp16 kernels. Skips
-// (with the reason) where no CUDA device is present; the CUDA kernels are still compiled and
-// registered by every build that has the toolkit.
+// logical ops and conditional_block with its gradient (a program run on both places); the sgd /
+// momentum / adam / adamw updates; and the fp16 kernels (unary, relu, elementwise, scale, sum,
+// mean, fills, transpose, optimizers) against the fp32 CPU kernels on the same (fp16-representable)
+// inputs with a loose tolerance, the CPU having no fp16 kernels. Skips (with the reason) where no
+// CUDA device is present; the CUDA kernels are still compiled and registered by every build that
+// has the toolkit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,13 +49,18 @@ struct UnaryCase {
 };
 
 TEST(CudaCompareTest, UnaryForwardAndGradsMatchCpu) {
-  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
-  std::vector<UnaryCase> cases = {
-      {"sigmoid", -3, 3, {}},   {"tanh", -2, 2, {}},    {"exp", -2, 2, {}},
-      {"log", 0.1, 2, {}},      {"sqrt", 0.1, 2, {}},   {"square", -2, 2, {}},
-      {"abs", -2, 2, {}},       {"gelu", -3, 3, {}},
-      {"leaky_relu", -2, 2, {{"alpha", 0.1f}}},
-      {"clip", -2, 2, {{"min", -0.5f}, {"max", 0.7f}}}};
+  if (CudaDeviceCount() == 0)
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
+  std::vector<UnaryCase> cases = {{"sigmoid", -3, 3, {}},
+                                  {"tanh", -2, 2, {}},
+                                  {"exp", -2, 2, {}},
+                                  {"log", 0.1, 2, {}},
+                                  {"sqrt", 0.1, 2, {}},
+                                  {"square", -2, 2, {}},
+                                  {"abs", -2, 2, {}},
+                                  {"gelu", -3, 3, {}},
+                                  {"leaky_relu", -2, 2, {{"alpha", 0.1f}}},
+                                  {"clip", -2, 2, {{"min", -0.5f}, {"max", 0.7f}}}};
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const double tol = dt == proto::FP32 ? 1e-5 : 1e-12;
     for (const auto& c : cases) {
@@ -78,21 +83,28 @@ TEST(CudaCompareTest, UnaryForwardAndGradsMatchCpu) {
 
 Tensor Scalar(DataType dt, double v) {
   Tensor t(dt, DDim{1});
-  if (dt == proto::FP64) t.mutable_data<double>(Place::CPU())[0] = v;
-  else t.mutable_data<float>(Place::CPU())[0] = static_cast<float>(v);
+  if (dt == proto::FP64)
+    t.mutable_data<double>(Place::CPU())[0] = v;
+  else
+    t.mutable_data<float>(Place::CPU())[0] = static_cast<float>(v);
   return t;
 }
 
 TEST(CudaCompareTest, OptimizerUpdatesMatchCpu) {
-  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
+  if (CudaDeviceCount() == 0)
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   for (DataType dt : {proto::FP32, proto::FP64}) {
     const double tol = dt == proto::FP32 ? 1e-5 : 1e-12;
     const DDim dims{1000};
     for (bool nesterov : {false, true}) {
       OpTest t("momentum");
-      t.Input("Param", Random(dt, dims, 1)).Input("Grad", Random(dt, dims, 2))
-          .Input("Velocity", Random(dt, dims, 3)).Input("LearningRate", Scalar(dt, 0.1))
-          .Output("ParamOut").Output("VelocityOut").Attr("mu", 0.9f)
+      t.Input("Param", Random(dt, dims, 1))
+          .Input("Grad", Random(dt, dims, 2))
+          .Input("Velocity", Random(dt, dims, 3))
+          .Input("LearningRate", Scalar(dt, 0.1))
+          .Output("ParamOut")
+          .Output("VelocityOut")
+          .Attr("mu", 0.9f)
           .Attr("use_nesterov", nesterov);
       auto cpu = t.Forward();
       auto gpu = t.OnPlace(Place::CUDA(0)).Forward();
@@ -102,11 +114,17 @@ TEST(CudaCompareTest, OptimizerUpdatesMatchCpu) {
     }
     for (const char* type : {"adam", "adamw"}) {
       OpTest t(type);
-      t.Input("Param", Random(dt, dims, 1)).Input("Grad", Random(dt, dims, 2))
-          .Input("LearningRate", Scalar(dt, 0.01)).Input("Moment1", Random(dt, dims, 3))
-          .Input("Moment2", Random(dt, dims, 4, 0, 1)).Input("Beta1Pow", Scalar(dt, 0.81))
+      t.Input("Param", Random(dt, dims, 1))
+          .Input("Grad", Random(dt, dims, 2))
+          .Input("LearningRate", Scalar(dt, 0.01))
+          .Input("Moment1", Random(dt, dims, 3))
+          .Input("Moment2", Random(dt, dims, 4, 0, 1))
+          .Input("Beta1Pow", Scalar(dt, 0.81))
           .Input("Beta2Pow", Scalar(dt, 0.998))
-          .Output("ParamOut").Output("Moment1Out").Output("Moment2Out").Output("Beta1PowOut")
+          .Output("ParamOut")
+          .Output("Moment1Out")
+          .Output("Moment2Out")
+          .Output("Beta1PowOut")
           .Output("Beta2PowOut");
       auto cpu = t.Forward();
       auto gpu = t.OnPlace(Place::CUDA(0)).Forward();
@@ -155,7 +173,7 @@ TEST(CudaCompareTest, Conv2DForwardAndGradsMatchCpu) {
   };
   std::vector<Case> cases = {
       {{2, 3, 9, 8}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
-      {{1, 3, 9, 8}, {4, 3, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},   // batch 1, stride, padding
+      {{1, 3, 9, 8}, {4, 3, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},    // batch 1, stride, padding
       {{3, 4, 10, 11}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {2, 1}, 2},  // dilation, groups
       {{2, 6, 7, 7}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 6},    // depthwise
       {{1, 5, 6, 5}, {7, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},    // 1x1
@@ -164,9 +182,13 @@ TEST(CudaCompareTest, Conv2DForwardAndGradsMatchCpu) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       OpTest t("conv2d");
-      t.Input("Input", Random(dt, c.input, 11 + i)).Input("Filter", Random(dt, c.filter, 21 + i))
-          .Output("Output").Attr("strides", c.strides).Attr("paddings", c.paddings)
-          .Attr("dilations", c.dilations).Attr("groups", c.groups);
+      t.Input("Input", Random(dt, c.input, 11 + i))
+          .Input("Filter", Random(dt, c.filter, 21 + i))
+          .Output("Output")
+          .Attr("strides", c.strides)
+          .Attr("paddings", c.paddings)
+          .Attr("dilations", c.dilations)
+          .Attr("groups", c.groups);
       ExpectCudaMatchesCpu(t, {"Output"}, "Output", Tol(dt),
                            "conv2d case " + std::to_string(i) + " " + DataTypeName(dt));
     }
@@ -188,16 +210,21 @@ TEST(CudaCompareTest, Pool2DForwardAndGradsMatchCpu) {
       {{2, 3, 8, 9}, "avg", {3, 3}, {2, 2}, {1, 1}, false, false, true},   // exclusive
       {{2, 3, 8, 9}, "avg", {3, 3}, {2, 2}, {1, 1}, false, false, false},  // kh * kw divisor
       {{1, 2, 7, 6}, "avg", {2, 3}, {2, 2}, {1, 1}, false, true, true},
-      {{2, 4, 5, 6}, "max", {1, 1}, {1, 1}, {0, 0}, true, false, true},    // global
+      {{2, 4, 5, 6}, "max", {1, 1}, {1, 1}, {0, 0}, true, false, true},  // global
       {{2, 4, 5, 6}, "avg", {1, 1}, {1, 1}, {0, 0}, true, false, true},
   };
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       OpTest t("pool2d");
-      t.Input("X", Random(dt, c.x, 31 + i)).Output("Out").Attr("pooling_type", c.type)
-          .Attr("ksize", c.ksize).Attr("strides", c.strides).Attr("paddings", c.paddings)
-          .Attr("global_pooling", c.global).Attr("ceil_mode", c.ceil_mode)
+      t.Input("X", Random(dt, c.x, 31 + i))
+          .Output("Out")
+          .Attr("pooling_type", c.type)
+          .Attr("ksize", c.ksize)
+          .Attr("strides", c.strides)
+          .Attr("paddings", c.paddings)
+          .Attr("global_pooling", c.global)
+          .Attr("ceil_mode", c.ceil_mode)
           .Attr("exclusive", c.exclusive);
       ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
                            "pool2d case " + std::to_string(i) + " " + DataTypeName(dt));
@@ -212,17 +239,22 @@ TEST(CudaCompareTest, BatchNormTrainAndTestMatchCpu) {
       const int64_t c = dims[1];
       for (bool is_test : {false, true}) {
         OpTest t("batch_norm");
-        t.Input("X", Random(dt, dims, 41, -2, 3)).Input("Scale", Random(dt, DDim{c}, 42))
+        t.Input("X", Random(dt, dims, 41, -2, 3))
+            .Input("Scale", Random(dt, DDim{c}, 42))
             .Input("Bias", Random(dt, DDim{c}, 43))
             .Input("Mean", Random(dt, DDim{c}, 44), /*no_grad=*/true)
             .Input("Variance", Random(dt, DDim{c}, 45, 0.5, 2), /*no_grad=*/true)
-            .Output("Y").Output("MeanOut").Output("VarianceOut").Output("SavedMean")
-            .Output("SavedVariance").Attr("is_test", is_test).Attr("momentum", 0.8f)
+            .Output("Y")
+            .Output("MeanOut")
+            .Output("VarianceOut")
+            .Output("SavedMean")
+            .Output("SavedVariance")
+            .Attr("is_test", is_test)
+            .Attr("momentum", 0.8f)
             .Attr("epsilon", 1e-3f);
-        ExpectCudaMatchesCpu(t, {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
-                             "Y", Tol(dt),
-                             "batch_norm " + dims.ToString() + (is_test ? " test " : " train ") +
-                                 DataTypeName(dt));
+        ExpectCudaMatchesCpu(
+            t, {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"}, "Y", Tol(dt),
+            "batch_norm " + dims.ToString() + (is_test ? " test " : " train ") + DataTypeName(dt));
       }
     }
   }
@@ -250,27 +282,32 @@ struct BroadcastCase {
 };
 
 std::vector<BroadcastCase> BroadcastCases() {
-  return {{{3, 4, 5}, {3, 4, 5}, -1}, {{2, 3, 4, 5}, {3}, 1},   {{2, 3, 4, 5}, {4, 5}, -1},
-          {{2, 3, 4, 5}, {1}, -1},    {{1, 3, 4}, {3, 1}, 1},   {{1, 6}, {6}, -1},
+  return {{{3, 4, 5}, {3, 4, 5}, -1},
+          {{2, 3, 4, 5}, {3}, 1},
+          {{2, 3, 4, 5}, {4, 5}, -1},
+          {{2, 3, 4, 5}, {1}, -1},
+          {{1, 3, 4}, {3, 1}, 1},
+          {{1, 6}, {6}, -1},
           {{4, 3}, {4}, 0}};
 }
 
 TEST(CudaCompareTest, ElementwiseBinariesMatchCpu) {
   if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
   for (DataType dt : {proto::FP32, proto::FP64}) {
-    for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
-                             "elementwise_div", "elementwise_max", "elementwise_min",
-                             "elementwise_pow"}) {
+    for (const char* type :
+         {"elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+          "elementwise_max", "elementwise_min", "elementwise_pow"}) {
       const std::string op = type;
       const bool positive = op == "elementwise_pow" || op == "elementwise_div";
       for (const auto& c : BroadcastCases()) {
         OpTest t(type);
         t.Input("X", Random(dt, c.x, 61, positive ? 0.5 : -2, 2))
-            .Input("Y", Random(dt, c.y, 62, positive ? 0.5 : -2, 2)).Output("Out")
+            .Input("Y", Random(dt, c.y, 62, positive ? 0.5 : -2, 2))
+            .Output("Out")
             .Attr("axis", c.axis);
-        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
-                             op + " " + c.x.ToString() + " by " + c.y.ToString() + " " +
-                                 DataTypeName(dt));
+        ExpectCudaMatchesCpu(
+            t, {"Out"}, "Out", Tol(dt),
+            op + " " + c.x.ToString() + " by " + c.y.ToString() + " " + DataTypeName(dt));
       }
     }
   }
@@ -278,7 +315,8 @@ TEST(CudaCompareTest, ElementwiseBinariesMatchCpu) {
   for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
                            "elementwise_div", "elementwise_max", "elementwise_min"}) {
     OpTest t(type);
-    t.Input("X", Ints(DDim{2, 3}, {7, -8, 9, 10, -11, 12})).Input("Y", Ints(DDim{3}, {2, -3, 4}))
+    t.Input("X", Ints(DDim{2, 3}, {7, -8, 9, 10, -11, 12}))
+        .Input("Y", Ints(DDim{3}, {2, -3, 4}))
         .Output("Out");
     ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string(type) + " int64");
   }
@@ -292,23 +330,30 @@ TEST(CudaCompareTest, MatmulMatchesCpu) {
     float alpha;
   };
   std::vector<Case> cases = {
-      {{4, 5}, {5, 3}, false, false, 1.f},       {{5, 4}, {5, 3}, true, false, 0.5f},
-      {{4, 5}, {3, 5}, false, true, 2.f},        {{5, 4}, {3, 5}, true, true, 1.f},
+      {{4, 5}, {5, 3}, false, false, 1.f},
+      {{5, 4}, {5, 3}, true, false, 0.5f},
+      {{4, 5}, {3, 5}, false, true, 2.f},
+      {{5, 4}, {3, 5}, true, true, 1.f},
       {{2, 3, 4, 5}, {2, 3, 5, 6}, false, false, 1.f},  // batched both
       {{3, 5, 4}, {3, 6, 5}, true, true, 1.5f},
-      {{3, 4, 5}, {5, 6}, false, false, 1.f},     // batched X only
-      {{4, 5}, {3, 5, 6}, false, false, 1.f},     // batched Y only
+      {{3, 4, 5}, {5, 6}, false, false, 1.f},  // batched X only
+      {{4, 5}, {3, 5, 6}, false, false, 1.f},  // batched Y only
       {{3, 5, 4}, {6, 5}, true, true, 0.7f},
-      {{5}, {5}, false, false, 1.f},              // vectors
-      {{5}, {2, 5, 3}, false, false, 1.f},        {{2, 4, 5}, {5}, false, false, 1.f},
+      {{5}, {5}, false, false, 1.f},  // vectors
+      {{5}, {2, 5, 3}, false, false, 1.f},
+      {{2, 4, 5}, {5}, false, false, 1.f},
       {{1, 5}, {5, 1}, false, false, 1.f},
   };
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       OpTest t("matmul");
-      t.Input("X", Random(dt, c.x, 71 + i)).Input("Y", Random(dt, c.y, 81 + i)).Output("Out")
-          .Attr("transpose_X", c.tx).Attr("transpose_Y", c.ty).Attr("alpha", c.alpha);
+      t.Input("X", Random(dt, c.x, 71 + i))
+          .Input("Y", Random(dt, c.y, 81 + i))
+          .Output("Out")
+          .Attr("transpose_X", c.tx)
+          .Attr("transpose_Y", c.ty)
+          .Attr("alpha", c.alpha);
       ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
                            "matmul case " + std::to_string(i) + " " + DataTypeName(dt));
     }
@@ -323,7 +368,7 @@ TEST(CudaCompareTest, ReductionsMatchCpu) {
     bool keep, all;
   };
   std::vector<Case> cases = {
-      {{3, 4, 5}, {0}, false, false},   {{3, 4, 5}, {-1}, true, false},
+      {{3, 4, 5}, {0}, false, false},    {{3, 4, 5}, {-1}, true, false},
       {{3, 4, 5}, {0, 2}, false, false}, {{3, 4, 5}, {1}, false, false},
       {{3, 4, 5}, {0}, false, true},     {{1, 2000}, {1}, false, false},  // one block per output
       {{2000, 3}, {0}, true, false},     {{2, 1, 3, 1}, {1, 3}, false, false},
@@ -333,11 +378,14 @@ TEST(CudaCompareTest, ReductionsMatchCpu) {
       for (size_t i = 0; i < cases.size(); ++i) {
         const Case& c = cases[i];
         OpTest t(type);
-        t.Input("X", Random(dt, c.x, 91 + i)).Output("Out").Attr("dim", c.dim)
-            .Attr("keep_dim", c.keep).Attr("reduce_all", c.all);
-        ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
-                             std::string(type) + " case " + std::to_string(i) + " " +
-                                 DataTypeName(dt));
+        t.Input("X", Random(dt, c.x, 91 + i))
+            .Output("Out")
+            .Attr("dim", c.dim)
+            .Attr("keep_dim", c.keep)
+            .Attr("reduce_all", c.all);
+        ExpectCudaMatchesCpu(
+            t, {"Out"}, "Out", Tol(dt),
+            std::string(type) + " case " + std::to_string(i) + " " + DataTypeName(dt));
       }
     }
   }
@@ -359,7 +407,10 @@ TEST(CudaCompareTest, LayerNormMatchesCpu) {
         t.Input("X", Random(dt, dims, 101, -2, 3));
         if (mode != 1) t.Input("Scale", Random(dt, DDim{right}, 102));
         if (mode == 0) t.Input("Bias", Random(dt, DDim{right}, 103));
-        t.Output("Y").Output("Mean").Output("Variance").Attr("begin_norm_axis", axis)
+        t.Output("Y")
+            .Output("Mean")
+            .Output("Variance")
+            .Attr("begin_norm_axis", axis)
             .Attr("epsilon", 1e-3f);
         ExpectCudaMatchesCpu(t, {"Y", "Mean", "Variance"}, "Y", Tol(dt),
                              "layer_norm " + dims.ToString() + " axis " + std::to_string(axis) +
@@ -381,7 +432,8 @@ TEST(CudaCompareTest, TransposeMatchesCpu) {
     }
   }
   OpTest t("transpose");
-  t.Input("X", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
+  t.Input("X", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6}))
+      .Output("Out")
       .Attr("axis", std::vector<int>{1, 0});
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "transpose int64");
 }
@@ -413,12 +465,15 @@ TEST(CudaCompareTest, ReshapeFamilyAssignAndCastMatchCpu) {
   Tensor x = Random(proto::FP32, DDim{3, 4}, 122, -3, 3);
   for (DataType to : {proto::FP32, proto::FP64, proto::INT32, proto::INT64, proto::BOOL}) {
     OpTest t("cast");
-    t.Input("X", x).Output("Out").Attr("in_dtype", static_cast<int>(proto::FP32))
+    t.Input("X", x)
+        .Output("Out")
+        .Attr("in_dtype", static_cast<int>(proto::FP32))
         .Attr("out_dtype", static_cast<int>(to));
     ExpectCudaMatchesCpu(t, {"Out"}, "", 0, std::string("cast float32 to ") + DataTypeName(to));
   }
   OpTest t("cast");
-  t.Input("X", Ints(DDim{2, 3}, {-2, -1, 0, 1, 2, 300})).Output("Out")
+  t.Input("X", Ints(DDim{2, 3}, {-2, -1, 0, 1, 2, 300}))
+      .Output("Out")
       .Attr("in_dtype", static_cast<int>(proto::INT64))
       .Attr("out_dtype", static_cast<int>(proto::FP64));
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "cast int64 to float64");
@@ -436,30 +491,33 @@ TEST(CudaCompareTest, LossesMatchCpu) {
     const std::string dn = DataTypeName(dt);
     const DDim xd{5, 4};
     // Hard labels (int64 and int32, one row ignored), then soft labels.
-    for (Tensor label : {Ints(DDim{5, 1}, {0, 3, -100, 2, 1}),
-                         Int32s(DDim{5, 1}, {0, 3, -100, 2, 1})}) {
+    for (Tensor label :
+         {Ints(DDim{5, 1}, {0, 3, -100, 2, 1}), Int32s(DDim{5, 1}, {0, 3, -100, 2, 1})}) {
       OpTest t("cross_entropy");
       t.Input("X", Random(dt, xd, 131, 0.05, 1)).Input("Label", label).Output("Y");
-      ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt),
-                           "cross_entropy hard " + std::string(DataTypeName(label.dtype())) +
-                               " " + dn);
+      ExpectCudaMatchesCpu(
+          t, {"Y"}, "Y", Tol(dt),
+          "cross_entropy hard " + std::string(DataTypeName(label.dtype())) + " " + dn);
     }
     {
       OpTest t("cross_entropy");
       t.Input("X", Random(dt, xd, 132, 0.05, 1))
-          .Input("Label", Random(dt, xd, 133, 0, 1), /*no_grad=*/true).Output("Y")
+          .Input("Label", Random(dt, xd, 133, 0, 1), /*no_grad=*/true)
+          .Output("Y")
           .Attr("soft_label", true);
       ExpectCudaMatchesCpu(t, {"Y"}, "Y", Tol(dt), "cross_entropy soft " + dn);
     }
     {
       OpTest t("cross_entropy");
-      t.Input("X", Random(dt, xd, 134, 0.05, 1)).Input("Label", Ints(DDim{5, 1}, {0, 1, 4, 2, 1}))
+      t.Input("X", Random(dt, xd, 134, 0.05, 1))
+          .Input("Label", Ints(DDim{5, 1}, {0, 1, 4, 2, 1}))
           .Output("Y");
       EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "label 4 of 4 classes";
     }
     {
       OpTest t("square_error_cost");
-      t.Input("X", Random(dt, DDim{3, 5}, 135)).Input("Y", Random(dt, DDim{3, 5}, 136))
+      t.Input("X", Random(dt, DDim{3, 5}, 135))
+          .Input("Y", Random(dt, DDim{3, 5}, 136))
           .Output("Out");
       ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt), "square_error_cost " + dn);
     }
@@ -481,7 +539,9 @@ TEST(CudaCompareTest, LookupTableMatchesCpu) {
                        Ints(DDim{1}, {4})}) {
       for (int pad : {-1, 3}) {
         OpTest t("lookup_table");
-        t.Input("W", Random(dt, DDim{6, 5}, 141)).Input("Ids", ids).Output("Out")
+        t.Input("W", Random(dt, DDim{6, 5}, 141))
+            .Input("Ids", ids)
+            .Output("Out")
             .Attr("padding_idx", pad);
         ExpectCudaMatchesCpu(t, {"Out"}, "Out", Tol(dt),
                              "lookup_table ids " + ids.dims().ToString() + " " +
@@ -511,23 +571,24 @@ TEST(CudaCompareTest, ConcatAndStackMatchCpu) {
         }
         OpTest t("concat");
         t.Inputs("X", xs).Output("Out").Attr("axis", axis);
-        ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
-                             "concat batch " + std::to_string(b) + " axis " +
-                                 std::to_string(axis) + " " + dn);
+        ExpectCudaMatchesCpu(
+            t, {"Out"}, "Out", 0,
+            "concat batch " + std::to_string(b) + " axis " + std::to_string(axis) + " " + dn);
       }
       for (int axis : {0, 1, 2, -1, -3}) {
         std::vector<Tensor> xs;
         for (int i = 0; i < 3; ++i) xs.push_back(Random(dt, DDim{b, 4}, 160 + i));
         OpTest t("stack");
         t.Inputs("X", xs).Output("Y").Attr("axis", axis);
-        ExpectCudaMatchesCpu(t, {"Y"}, "Y", 0,
-                             "stack batch " + std::to_string(b) + " axis " +
-                                 std::to_string(axis) + " " + dn);
+        ExpectCudaMatchesCpu(
+            t, {"Y"}, "Y", 0,
+            "stack batch " + std::to_string(b) + " axis " + std::to_string(axis) + " " + dn);
       }
     }
   }
   OpTest c("concat");
-  c.Inputs("X", {Ints(DDim{2, 1}, {1, 2}), Ints(DDim{2, 2}, {3, 4, 5, 6})}).Output("Out")
+  c.Inputs("X", {Ints(DDim{2, 1}, {1, 2}), Ints(DDim{2, 2}, {3, 4, 5, 6})})
+      .Output("Out")
       .Attr("axis", 1);
   ExpectCudaMatchesCpu(c, {"Out"}, "", 0, "concat int64");
   OpTest s("stack");
@@ -572,8 +633,8 @@ TEST(CudaCompareTest, SplitAndSplitGradMatchCpu) {
   };
   for (DataType dt : {proto::FP32, proto::FP64, proto::INT64}) {
     for (const auto& c : cases) {
-      const std::string what = "split " + c.x.ToString() + " axis " + std::to_string(c.axis) +
-                               " " + DataTypeName(dt);
+      const std::string what =
+          "split " + c.x.ToString() + " axis " + std::to_string(c.axis) + " " + DataTypeName(dt);
       AttributeMap attrs = c.attrs;
       attrs["axis"] = c.axis;
       Tensor x = dt == proto::INT64 ? Ints(c.x, std::vector<int64_t>(c.x.numel(), 7))
@@ -585,14 +646,14 @@ TEST(CudaCompareTest, SplitAndSplitGradMatchCpu) {
       ASSERT_TRUE(cpu.ok()) << what << ": " << cpu.status().ToString();
       ASSERT_TRUE(gpu.ok()) << what << ": " << gpu.status().ToString();
       for (int k = 0; k < c.n; ++k) {
-        EXPECT_EQ(gpu.value()[k].dims().ToString(), cpu.value()[k].dims().ToString()) << what << " part " << k;
+        EXPECT_EQ(gpu.value()[k].dims().ToString(), cpu.value()[k].dims().ToString())
+            << what << " part " << k;
         ExpectClose(gpu.value()[k], cpu.value()[k], 0, what + " part " + std::to_string(k));
       }
       if (dt == proto::INT64) continue;
       // split_grad joins the part gradients again.
       std::vector<Tensor> gs;
-      for (int k = 0; k < c.n; ++k)
-        gs.push_back(Random(dt, cpu.value()[k].dims(), 180 + k));
+      for (int k = 0; k < c.n; ++k) gs.push_back(Random(dt, cpu.value()[k].dims(), 180 + k));
       OpTest g("split_grad");
       g.Inputs("Out@GRAD", gs).Output("X@GRAD").Attr("axis", c.axis);
       ExpectCudaMatchesCpu(g, {"X@GRAD"}, "", 0, what + " grad");
@@ -607,25 +668,30 @@ TEST(CudaCompareTest, SliceMatchesCpu) {
     std::vector<int> axes, starts, ends;
   };
   std::vector<Case> cases = {
-      {{1, 6}, {1}, {1}, {4}},                     // batch size 1
-      {{4, 5, 6}, {0, 2}, {1, -4}, {3, 100}},      // negative and out-of-range bounds
+      {{1, 6}, {1}, {1}, {4}},                 // batch size 1
+      {{4, 5, 6}, {0, 2}, {1, -4}, {3, 100}},  // negative and out-of-range bounds
       {{3, 4, 5}, {-1, 1}, {-3, 0}, {-1, -1}},
-      {{2, 3}, {0}, {-1}, {5}},                    // one row left
+      {{2, 3}, {0}, {-1}, {5}},  // one row left
       {{2, 3, 2, 4}, {1, 3}, {1, 1}, {3, 3}},
   };
   for (DataType dt : {proto::FP32, proto::FP64}) {
     for (const auto& c : cases) {
       OpTest t("slice");
-      t.Input("Input", Random(dt, c.x, 190)).Output("Out").Attr("axes", c.axes)
-          .Attr("starts", c.starts).Attr("ends", c.ends);
+      t.Input("Input", Random(dt, c.x, 190))
+          .Output("Out")
+          .Attr("axes", c.axes)
+          .Attr("starts", c.starts)
+          .Attr("ends", c.ends);
       ExpectCudaMatchesCpu(t, {"Out"}, "Out", 0,
-                           "slice " + c.x.ToString() + " axis " + std::to_string(c.axes[0]) +
-                               " " + DataTypeName(dt));
+                           "slice " + c.x.ToString() + " axis " + std::to_string(c.axes[0]) + " " +
+                               DataTypeName(dt));
     }
   }
   OpTest t("slice");
-  t.Input("Input", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6})).Output("Out")
-      .Attr("axes", std::vector<int>{1}).Attr("starts", std::vector<int>{1})
+  t.Input("Input", Ints(DDim{2, 3}, {1, 2, 3, 4, 5, 6}))
+      .Output("Out")
+      .Attr("axes", std::vector<int>{1})
+      .Attr("starts", std::vector<int>{1})
       .Attr("ends", std::vector<int>{3});
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "slice int64");
 }
@@ -650,7 +716,8 @@ TEST(CudaCompareTest, GatherMatchesCpu) {
     EXPECT_FALSE(t.OnPlace(Place::CUDA(0)).Forward().ok()) << "index 4 of 4 rows";
   }
   OpTest t("gather");
-  t.Input("X", Ints(DDim{3, 2}, {1, 2, 3, 4, 5, 6})).Input("Index", Ints(DDim{2}, {2, 0}))
+  t.Input("X", Ints(DDim{3, 2}, {1, 2, 3, 4, 5, 6}))
+      .Input("Index", Ints(DDim{2}, {2, 0}))
       .Output("Out");
   ExpectCudaMatchesCpu(t, {"Out"}, "", 0, "gather int64");
 }
@@ -667,8 +734,12 @@ TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
       const double p = 0.3;
       Tensor x = Random(dt, DDim{100, 200}, 210, 0.5, 1.5);
       OpTest t("dropout");
-      t.Input("X", x).Output("Out").Output("Mask").Attr("dropout_prob", 0.3f)
-          .Attr("seed", 5).Attr("dropout_implementation", std::string(impl));
+      t.Input("X", x)
+          .Output("Out")
+          .Output("Mask")
+          .Attr("dropout_prob", 0.3f)
+          .Attr("seed", 5)
+          .Attr("dropout_implementation", std::string(impl));
       t.OnPlace(Place::CUDA(0));
       auto a = t.Forward();
       auto b = t.Forward();
@@ -691,17 +762,25 @@ TEST(CudaCompareTest, DropoutMatchesCpuSemantics) {
       EXPECT_NEAR(both / (mask.size() - 1), (1 - p) * (1 - p), 0.02) << what << ": pairs";
       // Gradient from the same Mask, and is_test, against the CPU.
       OpTest g("dropout_grad");
-      g.Input("Mask", a.value()["Mask"], true).Input("Out@GRAD", Random(dt, x.dims(), 211))
-          .Output("X@GRAD").Attr("dropout_prob", 0.3f)
+      g.Input("Mask", a.value()["Mask"], true)
+          .Input("Out@GRAD", Random(dt, x.dims(), 211))
+          .Output("X@GRAD")
+          .Attr("dropout_prob", 0.3f)
           .Attr("dropout_implementation", std::string(impl));
       ExpectCudaMatchesCpu(g, {"X@GRAD"}, "", Tol(dt), what + " grad");
       OpTest e("dropout");
-      e.Input("X", x).Output("Out").Output("Mask").Attr("dropout_prob", 0.3f)
-          .Attr("is_test", true).Attr("dropout_implementation", std::string(impl));
+      e.Input("X", x)
+          .Output("Out")
+          .Output("Mask")
+          .Attr("dropout_prob", 0.3f)
+          .Attr("is_test", true)
+          .Attr("dropout_implementation", std::string(impl));
       ExpectCudaMatchesCpu(e, {"Out", "Mask"}, "", Tol(dt), what + " is_test");
       OpTest eg("dropout_grad");
-      eg.Input("Out@GRAD", Random(dt, DDim{1, 7}, 212)).Output("X@GRAD")
-          .Attr("dropout_prob", 0.3f).Attr("is_test", true)
+      eg.Input("Out@GRAD", Random(dt, DDim{1, 7}, 212))
+          .Output("X@GRAD")
+          .Attr("dropout_prob", 0.3f)
+          .Attr("is_test", true)
           .Attr("dropout_implementation", std::string(impl));
       ExpectCudaMatchesCpu(eg, {"X@GRAD"}, "", Tol(dt), what + " is_test grad batch 1");
     }
@@ -722,9 +801,9 @@ TEST(CudaCompareTest, TopKArgMaxAndAccuracyMatchCpu) {
       for (int axis : {0, -1}) {
         OpTest t("arg_max");
         t.Input("X", Random(dt, xd, 221)).Output("Out").Attr("axis", axis);
-        ExpectCudaMatchesCpu(t, {"Out"}, "", 0,
-                             "arg_max " + xd.ToString() + " axis " + std::to_string(axis) + " " +
-                                 dn);
+        ExpectCudaMatchesCpu(
+            t, {"Out"}, "", 0,
+            "arg_max " + xd.ToString() + " axis " + std::to_string(axis) + " " + dn);
       }
     }
   }
@@ -737,15 +816,19 @@ TEST(CudaCompareTest, TopKArgMaxAndAccuracyMatchCpu) {
   a.Input("X", ties).Output("Out").Attr("axis", 1);
   ExpectCudaMatchesCpu(a, {"Out"}, "", 0, "arg_max int64 ties");
   Tensor indices = Ints(DDim{4, 2}, {0, 1, 2, 3, 1, 4, 0, 2});
-  for (Tensor label : {Ints(DDim{4, 1}, {1, 0, 4, 3}), Int32s(DDim{4, 1}, {1, 0, 4, 3}),
-                       Ints(DDim{1, 1}, {7})}) {
+  for (Tensor label :
+       {Ints(DDim{4, 1}, {1, 0, 4, 3}), Int32s(DDim{4, 1}, {1, 0, 4, 3}), Ints(DDim{1, 1}, {7})}) {
     OpTest c("accuracy");
     Tensor idx = label.dims()[0] == 1 ? Ints(DDim{1, 2}, {7, 1}) : indices;
-    c.Input("Out", Random(proto::FP32, idx.dims(), 222), true).Input("Indices", idx)
-        .Input("Label", label).Output("Accuracy").Output("Correct").Output("Total");
-    ExpectCudaMatchesCpu(c, {"Accuracy", "Correct", "Total"}, "", 0,
-                         "accuracy N " + std::to_string(label.dims()[0]) + " " +
-                             DataTypeName(label.dtype()));
+    c.Input("Out", Random(proto::FP32, idx.dims(), 222), true)
+        .Input("Indices", idx)
+        .Input("Label", label)
+        .Output("Accuracy")
+        .Output("Correct")
+        .Output("Total");
+    ExpectCudaMatchesCpu(
+        c, {"Accuracy", "Correct", "Total"}, "", 0,
+        "accuracy N " + std::to_string(label.dims()[0]) + " " + DataTypeName(label.dtype()));
   }
 }
 
@@ -776,8 +859,7 @@ Tensor RandomHalfExact(DDim dims, uint32_t seed, double lo = -1, double hi = 1) 
 void ExpectHalfMatchesCpu(const std::string& type,
                           const std::vector<std::pair<std::string, Tensor>>& inputs,
                           const std::vector<std::string>& outs, const AttributeMap& attrs,
-                          const std::string& what,
-                          const std::vector<std::string>& keep_fp32 = {}) {
+                          const std::string& what, const std::vector<std::string>& keep_fp32 = {}) {
   OpTest cpu(type), gpu(type);
   for (const auto& [slot, t] : inputs) {
     cpu.Input(slot, t, true);
@@ -806,12 +888,17 @@ void ExpectHalfMatchesCpu(const std::string& type,
 
 TEST(CudaCompareTest, HalfUnaryAndReluMatchFloatCpu) {
   if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
-  std::vector<UnaryCase> cases = {
-      {"sigmoid", -3, 3, {}},   {"tanh", -2, 2, {}},    {"exp", -2, 2, {}},
-      {"log", 0.1, 2, {}},      {"sqrt", 0.1, 2, {}},   {"square", -2, 2, {}},
-      {"abs", -2, 2, {}},       {"gelu", -3, 3, {}},    {"relu", -2, 2, {}},
-      {"leaky_relu", -2, 2, {{"alpha", 0.1f}}},
-      {"clip", -2, 2, {{"min", -0.5f}, {"max", 0.7f}}}};
+  std::vector<UnaryCase> cases = {{"sigmoid", -3, 3, {}},
+                                  {"tanh", -2, 2, {}},
+                                  {"exp", -2, 2, {}},
+                                  {"log", 0.1, 2, {}},
+                                  {"sqrt", 0.1, 2, {}},
+                                  {"square", -2, 2, {}},
+                                  {"abs", -2, 2, {}},
+                                  {"gelu", -3, 3, {}},
+                                  {"relu", -2, 2, {}},
+                                  {"leaky_relu", -2, 2, {{"alpha", 0.1f}}},
+                                  {"clip", -2, 2, {{"min", -0.5f}, {"max", 0.7f}}}};
   for (const auto& c : cases) {
     const std::string type = c.type;
     Tensor x = RandomHalfExact(DDim{7, 33}, 5, c.lo, c.hi);
@@ -832,9 +919,9 @@ TEST(CudaCompareTest, HalfUnaryAndReluMatchFloatCpu) {
 
 TEST(CudaCompareTest, HalfElementwiseBinariesMatchFloatCpu) {
   if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU(kNoDevice);
-  for (const char* type : {"elementwise_add", "elementwise_sub", "elementwise_mul",
-                           "elementwise_div", "elementwise_max", "elementwise_min",
-                           "elementwise_pow"}) {
+  for (const char* type :
+       {"elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+        "elementwise_max", "elementwise_min", "elementwise_pow"}) {
     const std::string op = type;
     const bool positive = op == "elementwise_pow" || op == "elementwise_div";
     for (const auto& c : BroadcastCases()) {
@@ -883,7 +970,8 @@ TEST(CudaCompareTest, HalfScaleSumMeanFillMatchFloatCpu) {
   for (const char* type : {"fill_constant", "fill_zeros_like"}) {
     OpTest t(type);
     if (std::string(type) == "fill_constant") {
-      t.Attr("shape", std::vector<int64_t>{3, 4}).Attr("value", 0.375f)
+      t.Attr("shape", std::vector<int64_t>{3, 4})
+          .Attr("value", 0.375f)
           .Attr("dtype", static_cast<int>(proto::FP16));
     } else {
       t.Input("X", ToDtype(x, proto::FP16));
@@ -944,28 +1032,31 @@ TEST(CudaCompareTest, HalfMulMatmulConvPoolMatchFloatCpu) {
                            {"X@GRAD", "Y@GRAD"}, attrs, what + " grad");
     }
   {
-    AttributeMap attrs{{"strides", std::vector<int>{2, 1}}, {"paddings", std::vector<int>{1, 1}},
-                       {"dilations", std::vector<int>{1, 2}}, {"groups", 2}};
+    AttributeMap attrs{{"strides", std::vector<int>{2, 1}},
+                       {"paddings", std::vector<int>{1, 1}},
+                       {"dilations", std::vector<int>{1, 2}},
+                       {"groups", 2}};
     // Filter@GRAD sums 8 samples (in fp32, rounded once).
     Tensor x = RandomHalfExact(DDim{8, 4, 9, 8}, 51), w = RandomHalfExact(DDim{6, 2, 3, 3}, 52);
     auto out = CpuForward("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs);
     ASSERT_TRUE(out.ok()) << out.status().ToString();
-    ExpectHalfMatchesCpu("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs,
-                         "conv2d fp16");
+    ExpectHalfMatchesCpu("conv2d", {{"Input", x}, {"Filter", w}}, {"Output"}, attrs, "conv2d fp16");
     Tensor g = RandomHalfExact(out.value()["Output"].dims(), 53);
     ExpectHalfMatchesCpu("conv2d_grad", {{"Input", x}, {"Filter", w}, {"Output@GRAD", g}},
                          {"Input@GRAD", "Filter@GRAD"}, attrs, "conv2d_grad fp16");
   }
   for (const char* type : {"max", "avg"}) {
-    AttributeMap attrs{{"pooling_type", std::string(type)}, {"ksize", std::vector<int>{3, 3}},
-                       {"strides", std::vector<int>{2, 2}}, {"paddings", std::vector<int>{1, 1}}};
+    AttributeMap attrs{{"pooling_type", std::string(type)},
+                       {"ksize", std::vector<int>{3, 3}},
+                       {"strides", std::vector<int>{2, 2}},
+                       {"paddings", std::vector<int>{1, 1}}};
     Tensor x = RandomHalfExact(DDim{2, 3, 7, 6}, 61, -2, 2);
     auto out = CpuForward("pool2d", {{"X", x}}, {"Out"}, attrs);
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     ExpectHalfMatchesCpu("pool2d", {{"X", x}}, {"Out"}, attrs, std::string("pool2d fp16 ") + type);
     Tensor o = out.value()["Out"], g = RandomHalfExact(o.dims(), 62);
-    ExpectHalfMatchesCpu("pool2d_grad", {{"X", x}, {"Out", o}, {"Out@GRAD", g}}, {"X@GRAD"},
-                         attrs, std::string("pool2d_grad fp16 ") + type);
+    ExpectHalfMatchesCpu("pool2d_grad", {{"X", x}, {"Out", o}, {"Out@GRAD", g}}, {"X@GRAD"}, attrs,
+                         std::string("pool2d_grad fp16 ") + type);
   }
 }
 
@@ -990,7 +1081,8 @@ TEST(CudaCompareTest, HalfShapeOpsAndDropoutMatchFloatCpu) {
     ExpectClose(g.value()[out], c.value()[out], 0, std::string(type) + " fp16");
   }
   Tensor x = RandomHalfExact(DDim{4, 5, 6}, 75);
-  AttributeMap slice{{"axes", std::vector<int>{0, 2}}, {"starts", std::vector<int>{1, -4}},
+  AttributeMap slice{{"axes", std::vector<int>{0, 2}},
+                     {"starts", std::vector<int>{1, -4}},
                      {"ends", std::vector<int>{3, 100}}};
   ExpectHalfMatchesCpu("slice", {{"Input", x}}, {"Out"}, slice, "slice fp16");
   Tensor slice_g = RandomHalfExact(DDim{2, 5, 4}, 76);
@@ -1003,12 +1095,12 @@ TEST(CudaCompareTest, HalfShapeOpsAndDropoutMatchFloatCpu) {
   ExpectHalfMatchesCpu("gather_grad", {{"X", x}, {"Index", index}, {"Out@GRAD", gather_g}},
                        {"X@GRAD"}, {}, "gather_grad fp16", {"Index"});
   for (const char* impl : {"downgrade_in_infer", "upscale_in_train"}) {
-    AttributeMap attrs{{"dropout_prob", 0.25f}, {"is_test", true},
-                       {"dropout_implementation", std::string(impl)}};
+    AttributeMap attrs{
+        {"dropout_prob", 0.25f}, {"is_test", true}, {"dropout_implementation", std::string(impl)}};
     ExpectHalfMatchesCpu("dropout", {{"X", x}}, {"Out"}, attrs,
                          std::string("dropout is_test fp16 ") + impl);
-    Tensor mask = ToDtype(ToDtype(Random(proto::FP32, x.dims(), 78, 0, 2), proto::FP16),
-                          proto::FP32);
+    Tensor mask =
+        ToDtype(ToDtype(Random(proto::FP32, x.dims(), 78, 0, 2), proto::FP16), proto::FP32);
     for (int64_t i = 0; i < mask.numel(); ++i) {
       float* m = mask.mutable_data<float>(Place::CPU());
       m[i] = m[i] < 1 ? 0.0f : 1.0f;
@@ -1025,15 +1117,14 @@ TEST(CudaCompareTest, HalfOptimizersMatchFloatCpu) {
   const DDim dims{1000};
   Tensor p = RandomHalfExact(dims, 1), g = RandomHalfExact(dims, 2);
   Tensor lr = ToDtype(ToDtype(Scalar32(0.125), proto::FP16), proto::FP32);
-  ExpectHalfMatchesCpu("sgd", {{"Param", p}, {"Grad", g}, {"LearningRate", lr}}, {"ParamOut"},
-                       {}, "sgd fp16");
+  ExpectHalfMatchesCpu("sgd", {{"Param", p}, {"Grad", g}, {"LearningRate", lr}}, {"ParamOut"}, {},
+                       "sgd fp16");
   for (bool nesterov : {false, true})
-    ExpectHalfMatchesCpu("momentum",
-                         {{"Param", p}, {"Grad", g}, {"Velocity", RandomHalfExact(dims, 3)},
-                          {"LearningRate", lr}},
-                         {"ParamOut", "VelocityOut"},
-                         {{"mu", 0.9f}, {"use_nesterov", nesterov}}, "momentum fp16",
-                         {"LearningRate"});
+    ExpectHalfMatchesCpu(
+        "momentum",
+        {{"Param", p}, {"Grad", g}, {"Velocity", RandomHalfExact(dims, 3)}, {"LearningRate", lr}},
+        {"ParamOut", "VelocityOut"}, {{"mu", 0.9f}, {"use_nesterov", nesterov}}, "momentum fp16",
+        {"LearningRate"});
   for (const char* type : {"adam", "adamw"}) {
     std::vector<std::pair<std::string, Tensor>> ins = {
         {"Param", p},

@@ -44,8 +44,9 @@ TEST(DeviceGroup, RanksMeetAndTheLastCreatesTheCommunicators) {
       if (!h.ok()) return;
       EXPECT_EQ(h->comm->rank(), r);
       int64_t v = r + 1;
-      status[r] = h->comm->AllReduce(&v, &v, 1, collective::DataType::kInt64,
-                                     collective::ReduceOp::kSum).Wait();
+      status[r] =
+          h->comm->AllReduce(&v, &v, 1, collective::DataType::kInt64, collective::ReduceOp::kSum)
+              .Wait();
       sums[r] = v;
     });
   for (auto& t : ranks) t.join();
@@ -99,7 +100,8 @@ TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
   // Two ranks on one device: both learn it at once (the waiting rank long before its timeout).
   Status first;
   auto t0 = std::chrono::steady_clock::now();
-  std::thread waiting([&] { first = JoinDeviceGroup("device-group-bad", 2, 0, 1, o, factory).status(); });
+  std::thread waiting(
+      [&] { first = JoinDeviceGroup("device-group-bad", 2, 0, 1, o, factory).status(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Status same_device = JoinDeviceGroup("device-group-bad", 2, 1, 1, o, factory).status();
   EXPECT_NE(same_device.message().find("ranks 0 and 1 both use device 1"), std::string::npos)
@@ -118,7 +120,8 @@ TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
     std::vector<std::thread> ranks;
     for (int r = 0; r < 2; ++r)
       ranks.emplace_back([&, r] {
-        shared_status[r] = JoinDeviceGroup("device-group-shared", 2, r, 4, shared, factory).status();
+        shared_status[r] =
+            JoinDeviceGroup("device-group-shared", 2, r, 4, shared, factory).status();
       });
     for (auto& t : ranks) t.join();
   }
@@ -128,9 +131,8 @@ TEST(DeviceGroup, SharedDevicesMismatchedSizesAndFactoryErrorsAreReported) {
   // A rank asking for another group size.
   o.timeout_ms = 300;
   Status waiting_status;
-  std::thread waiting2([&] {
-    waiting_status = JoinDeviceGroup("device-group-size", 2, 0, 1, o, factory).status();
-  });
+  std::thread waiting2(
+      [&] { waiting_status = JoinDeviceGroup("device-group-size", 2, 0, 1, o, factory).status(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Status other_size = JoinDeviceGroup("device-group-size", 3, 2, 2, o, factory).status();
   EXPECT_NE(other_size.message().find("has 2 ranks, comm_init of rank 2 asks for 3"),
@@ -157,9 +159,9 @@ TEST(DeviceGroup, CommInitRefusesTransportsThatDoNotFitThePlace) {
     ProgramDesc p;
     BlockDesc* b = p.GlobalBlock();
     b->Var("comm").SetType(proto::VarType::COMMUNICATOR);
-    b->AppendOp("comm_init", {}, {{"Comm", {"comm"}}},
-                {{"nranks", 1}, {"rank", 0}, {"group", std::string("g")},
-                 {"transport", transport}});
+    b->AppendOp(
+        "comm_init", {}, {{"Comm", {"comm"}}},
+        {{"nranks", 1}, {"rank", 0}, {"group", std::string("g")}, {"transport", transport}});
     Executor exe(Place::CPU());
     Scope scope;
     Status st = exe.Run(p, &scope);

@@ -451,7 +451,8 @@ void CompareWithCpu(OpTest t, const std::vector<std::string>& outs, const std::s
 }
 
 TEST(CudaCasesTest, StarterKernelsMatchCpu) {
-  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
+  if (CudaDeviceCount() == 0)
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   const DataType f = proto::FP64;
   {
     OpTest t("mul");

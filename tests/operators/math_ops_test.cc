@@ -46,8 +46,9 @@ TEST_P(MulTest, ForwardAndGrad) {
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     EXPECT_EQ(out.value()["Out"].dims(), (DDim{batch, 3}));
     ExpectNear(out.value()["Out"], MatMul(Values(x), Values(y), batch, 4, 3), f64 ? 1e-12 : 1e-5);
-    EXPECT_EQ(t.CheckGrad("Out", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
-                          f64 ? kAtol64 : kAtol32), "");
+    EXPECT_EQ(
+        t.CheckGrad("Out", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32, f64 ? kAtol64 : kAtol32),
+        "");
   }
 }
 
@@ -66,7 +67,8 @@ TEST(MulOpTest, FlattensAtNumColDims) {
 
 TEST(MulOpTest, ZeroRows) {
   OpTest t("mul");
-  t.Input("X", Random(proto::FP32, DDim{0, 4}, 1)).Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
+  t.Input("X", Random(proto::FP32, DDim{0, 4}, 1))
+      .Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
       .Output("Out");
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -75,7 +77,8 @@ TEST(MulOpTest, ZeroRows) {
 
 TEST(MulOpTest, IncompatibleShapesFailAtCompileAndRunTime) {
   OpTest t("mul");
-  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP32, DDim{5, 3}, 2))
+  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1))
+      .Input("Y", Random(proto::FP32, DDim{5, 3}, 2))
       .Output("Out");
   Status compile = VerifyProgram(t.BuildProgram());
   ASSERT_FALSE(compile.ok());
@@ -95,8 +98,10 @@ TEST(MulOpTest, IncompatibleShapesFailAtCompileAndRunTime) {
 
 TEST(MulOpTest, BadAttribute) {
   OpTest t("mul");
-  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
-      .Output("Out").Attr("x_num_col_dims", 0);
+  t.Input("X", Random(proto::FP32, DDim{2, 4}, 1))
+      .Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
+      .Output("Out")
+      .Attr("x_num_col_dims", 0);
   Status st = VerifyProgram(t.BuildProgram());
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("x_num_col_dims must be > 0"), std::string::npos) << st.message();
@@ -138,15 +143,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(AddOpTest, TrailingOnesOfYAreTrimmed) {
   OpTest t("elementwise_add");
-  t.Input("X", Random(proto::FP64, DDim{2, 3, 4}, 1)).Input("Y", Random(proto::FP64, DDim{3, 1}, 2))
-      .Output("Out").Attr("axis", 1);
+  t.Input("X", Random(proto::FP64, DDim{2, 3, 4}, 1))
+      .Input("Y", Random(proto::FP64, DDim{3, 1}, 2))
+      .Output("Out")
+      .Attr("axis", 1);
   ASSERT_TRUE(t.Forward().ok());
   EXPECT_EQ(t.CheckGrad("Out", kEps64, kRtol64, kAtol64), "");
 }
 
 TEST(AddOpTest, BadBroadcastIsAnError) {
   OpTest t("elementwise_add");
-  t.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Input("Y", Random(proto::FP32, DDim{4}, 2))
+  t.Input("X", Random(proto::FP32, DDim{2, 3}, 1))
+      .Input("Y", Random(proto::FP32, DDim{4}, 2))
       .Output("Out");
   Status st = VerifyProgram(t.BuildProgram());
   ASSERT_FALSE(st.ok());
@@ -175,7 +183,11 @@ TEST(ScaleOpTest, ForwardAndGradBothBiasModes) {
   for (bool after : {true, false}) {
     Tensor x = Random(proto::FP64, DDim{3, 2}, 8);
     OpTest t("scale");
-    t.Input("X", x).Output("Out").Attr("scale", 2.5f).Attr("bias", 0.5f).Attr("bias_after_scale", after);
+    t.Input("X", x)
+        .Output("Out")
+        .Attr("scale", 2.5f)
+        .Attr("bias", 0.5f)
+        .Attr("bias_after_scale", after);
     auto out = t.Forward();
     ASSERT_TRUE(out.ok());
     std::vector<double> want;
@@ -210,7 +222,8 @@ TEST(SumOpTest, ThreeInputs) {
     for (int i = 0; i < 6; ++i) want[i] += Values(x)[i];
   ExpectNear(out.value()["Out"], want, 1e-12);
   OpTest bad("sum");
-  bad.Inputs("X", {Random(proto::FP64, DDim{2, 3}, 1), Random(proto::FP64, DDim{3, 2}, 2)}).Output("Out");
+  bad.Inputs("X", {Random(proto::FP64, DDim{2, 3}, 1), Random(proto::FP64, DDim{3, 2}, 2)})
+      .Output("Out");
   Status st = VerifyProgram(bad.BuildProgram());
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("X_in1"), std::string::npos) << st.message();
@@ -238,7 +251,8 @@ TEST(SoftmaxWithCrossEntropyTest, HardLabels) {
     ExpectNear(out.value()["Softmax"], want_sm, f64 ? 1e-12 : 1e-5);
     ExpectNear(out.value()["Loss"], want_loss, f64 ? 1e-12 : 1e-5);
     EXPECT_EQ(t.CheckGrad("Loss", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
-                          f64 ? kAtol64 : kAtol32), "");
+                          f64 ? kAtol64 : kAtol32),
+              "");
   }
 }
 
@@ -252,13 +266,18 @@ TEST(SoftmaxWithCrossEntropyTest, SoftLabelsAndIgnoreIndex) {
     for (int j = 0; j < 4; ++j) s[r * 4 + j] /= sum;
   }
   OpTest t("softmax_with_cross_entropy");
-  t.Input("Logits", logits).Input("Label", soft, /*no_grad=*/true).Output("Softmax").Output("Loss")
+  t.Input("Logits", logits)
+      .Input("Label", soft, /*no_grad=*/true)
+      .Output("Softmax")
+      .Output("Loss")
       .Attr("soft_label", true);
   ASSERT_TRUE(t.Forward().ok());
   EXPECT_EQ(t.CheckGrad("Loss", kEps64, kRtol64, kAtol64), "");
 
   OpTest ig("softmax_with_cross_entropy");
-  ig.Input("Logits", logits).Input("Label", Ints(DDim{3, 1}, {1, -100, 3})).Output("Softmax")
+  ig.Input("Logits", logits)
+      .Input("Label", Ints(DDim{3, 1}, {1, -100, 3}))
+      .Output("Softmax")
       .Output("Loss");
   auto out = ig.Forward();
   ASSERT_TRUE(out.ok());
@@ -268,8 +287,10 @@ TEST(SoftmaxWithCrossEntropyTest, SoftLabelsAndIgnoreIndex) {
 
 TEST(SoftmaxWithCrossEntropyTest, OutOfRangeLabelIsAnError) {
   OpTest t("softmax_with_cross_entropy");
-  t.Input("Logits", Random(proto::FP32, DDim{2, 3}, 1)).Input("Label", Ints(DDim{2, 1}, {1, 7}))
-      .Output("Softmax").Output("Loss");
+  t.Input("Logits", Random(proto::FP32, DDim{2, 3}, 1))
+      .Input("Label", Ints(DDim{2, 1}, {1, 7}))
+      .Output("Softmax")
+      .Output("Loss");
   auto out = t.Forward();
   ASSERT_FALSE(out.ok());
   for (const char* f : {"softmax_with_cross_entropy", "label 7", "[0, 3)"})
@@ -280,7 +301,9 @@ TEST(SoftmaxWithCrossEntropyTest, OutOfRangeLabelIsAnError) {
 
 TEST(FillOpsTest, ConstantAndSeededRandom) {
   OpTest c("fill_constant");
-  c.Output("Out").Attr("shape", std::vector<int64_t>{2, 3}).Attr("value", 1.5f)
+  c.Output("Out")
+      .Attr("shape", std::vector<int64_t>{2, 3})
+      .Attr("value", 1.5f)
       .Attr("dtype", static_cast<int>(proto::FP64));
   auto out = c.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -322,15 +345,18 @@ TEST(SgdOpTest, UpdatesInPlace) {
   for (int i = 0; i < 6; ++i) want.push_back(Values(param)[i] - 0.1 * Values(grad)[i]);
   ExpectNear(out.value()["ParamOut"], want, 1e-6);
   OpTest bad("sgd");
-  bad.Input("Param", param).Input("Grad", Random(proto::FP32, DDim{2, 3}, 2))
-      .Input("LearningRate", lr).Output("ParamOut");
+  bad.Input("Param", param)
+      .Input("Grad", Random(proto::FP32, DDim{2, 3}, 2))
+      .Input("LearningRate", lr)
+      .Output("ParamOut");
   Status st = VerifyProgram(bad.BuildProgram());
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("Grad_in"), std::string::npos) << st.message();
 }
 
 TEST(CudaKernelsTest, MatchCpu) {
-  if (CudaDeviceCount() == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
+  if (CudaDeviceCount() == 0)
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
   Tensor x = Random(proto::FP32, DDim{8, 16}, 1), y = Random(proto::FP32, DDim{16, 4}, 2);
   OpTest t("mul");
   t.Input("X", x).Input("Y", y).Output("Out");
@@ -376,16 +402,16 @@ TEST_P(UnaryTest, ForwardAndGrad) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ops, UnaryTest,
-    ::testing::Values(
-        UnaryCase{"sigmoid", -3, 3, [](double x) { return 1 / (1 + std::exp(-x)); }},
-        UnaryCase{"tanh", -2, 2, [](double x) { return std::tanh(x); }},
-        UnaryCase{"exp", -2, 2, [](double x) { return std::exp(x); }},
-        UnaryCase{"log", 0.2, 3, [](double x) { return std::log(x); }},
-        UnaryCase{"sqrt", 0.2, 3, [](double x) { return std::sqrt(x); }},
-        UnaryCase{"square", -2, 2, [](double x) { return x * x; }},
-        UnaryCase{"abs", 0.1, 2, [](double x) { return std::abs(x); }},
-        UnaryCase{"gelu", -3, 3,
-                  [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }}),
+    ::testing::Values(UnaryCase{"sigmoid", -3, 3, [](double x) { return 1 / (1 + std::exp(-x)); }},
+                      UnaryCase{"tanh", -2, 2, [](double x) { return std::tanh(x); }},
+                      UnaryCase{"exp", -2, 2, [](double x) { return std::exp(x); }},
+                      UnaryCase{"log", 0.2, 3, [](double x) { return std::log(x); }},
+                      UnaryCase{"sqrt", 0.2, 3, [](double x) { return std::sqrt(x); }},
+                      UnaryCase{"square", -2, 2, [](double x) { return x * x; }},
+                      UnaryCase{"abs", 0.1, 2, [](double x) { return std::abs(x); }},
+                      UnaryCase{
+                          "gelu", -3, 3,
+                          [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }}),
     [](const ::testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.type); });
 
 TEST(UnaryOpTest, LeakyReluAndClipAttributes) {
@@ -458,9 +484,9 @@ class BinaryTest : public ::testing::TestWithParam<BinaryCase> {};
 
 TEST_P(BinaryTest, ForwardAndGradWithBroadcast) {
   BinaryCase c = GetParam();
-  for (auto [xd, yd, axis] : {std::make_tuple(DDim{3, 4}, DDim{3, 4}, -1),
-                              std::make_tuple(DDim{2, 3, 4}, DDim{3}, 1),
-                              std::make_tuple(DDim{2, 3}, DDim{3}, -1)}) {
+  for (auto [xd, yd, axis] :
+       {std::make_tuple(DDim{3, 4}, DDim{3, 4}, -1), std::make_tuple(DDim{2, 3, 4}, DDim{3}, 1),
+        std::make_tuple(DDim{2, 3}, DDim{3}, -1)}) {
     // Positive inputs bounded away from each other keep div, pow and max/min differentiable.
     Tensor x = Random(proto::FP64, xd, 31, 0.5, 1.5);
     Tensor y = Random(proto::FP64, yd, 32, 1.6, 2.5);
@@ -479,12 +505,13 @@ TEST_P(BinaryTest, ForwardAndGradWithBroadcast) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ops, BinaryTest,
-    ::testing::Values(BinaryCase{"elementwise_sub", [](double a, double b) { return a - b; }},
-                      BinaryCase{"elementwise_mul", [](double a, double b) { return a * b; }},
-                      BinaryCase{"elementwise_div", [](double a, double b) { return a / b; }},
-                      BinaryCase{"elementwise_max", [](double a, double b) { return std::max(a, b); }},
-                      BinaryCase{"elementwise_min", [](double a, double b) { return std::min(a, b); }},
-                      BinaryCase{"elementwise_pow", [](double a, double b) { return std::pow(a, b); }}),
+    ::testing::Values(
+        BinaryCase{"elementwise_sub", [](double a, double b) { return a - b; }},
+        BinaryCase{"elementwise_mul", [](double a, double b) { return a * b; }},
+        BinaryCase{"elementwise_div", [](double a, double b) { return a / b; }},
+        BinaryCase{"elementwise_max", [](double a, double b) { return std::max(a, b); }},
+        BinaryCase{"elementwise_min", [](double a, double b) { return std::min(a, b); }},
+        BinaryCase{"elementwise_pow", [](double a, double b) { return std::pow(a, b); }}),
     [](const ::testing::TestParamInfo<BinaryCase>& info) { return std::string(info.param.type); });
 
 }  // namespace
@@ -507,7 +534,11 @@ TEST(ReduceOpTest, SumMeanMaxOverDims) {
                         Case{{0, 2}, false, false, DDim{3}}, Case{{0}, false, true, DDim{1}}}) {
     for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
       OpTest t(type);
-      t.Input("X", x).Output("Out").Attr("dim", c.dim).Attr("keep_dim", c.keep).Attr("reduce_all", c.all);
+      t.Input("X", x)
+          .Output("Out")
+          .Attr("dim", c.dim)
+          .Attr("keep_dim", c.keep)
+          .Attr("reduce_all", c.all);
       auto out = t.Forward();
       ASSERT_TRUE(out.ok()) << out.status().ToString();
       EXPECT_EQ(out.value()["Out"].dims(), c.out) << type;
@@ -518,12 +549,14 @@ TEST(ReduceOpTest, SumMeanMaxOverDims) {
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 3; ++j)
           for (int k = 0; k < 4; ++k)
-            groups[{red[0] ? 0 : i, red[1] ? 0 : j, red[2] ? 0 : k}].push_back(xv[(i * 3 + j) * 4 + k]);
+            groups[{red[0] ? 0 : i, red[1] ? 0 : j, red[2] ? 0 : k}].push_back(
+                xv[(i * 3 + j) * 4 + k]);
       std::vector<double> got = Values(out.value()["Out"]);
       size_t g = 0;
       for (const auto& [key, vals] : groups) {
-        double want = std::string(type) == "reduce_max" ? *std::max_element(vals.begin(), vals.end())
-                                                        : std::accumulate(vals.begin(), vals.end(), 0.0);
+        double want = std::string(type) == "reduce_max"
+                          ? *std::max_element(vals.begin(), vals.end())
+                          : std::accumulate(vals.begin(), vals.end(), 0.0);
         if (std::string(type) == "reduce_mean") want /= vals.size();
         EXPECT_NEAR(got[g++], want, 1e-12) << type;
       }
@@ -574,8 +607,12 @@ TEST(MetricOpTest, TopKArgMaxAccuracy) {
   am.Input("X", x).Output("Out").Attr("axis", 1);
   EXPECT_EQ(Values(am.Forward().value()["Out"]), (std::vector<double>{1, 0, 3}));
   OpTest acc("accuracy");
-  acc.Input("Out", t.value()["Out"]).Input("Indices", t.value()["Indices"])
-      .Input("Label", Ints(DDim{3, 1}, {2, 1, 3})).Output("Accuracy").Output("Correct").Output("Total");
+  acc.Input("Out", t.value()["Out"])
+      .Input("Indices", t.value()["Indices"])
+      .Input("Label", Ints(DDim{3, 1}, {2, 1, 3}))
+      .Output("Accuracy")
+      .Output("Correct")
+      .Output("Total");
   auto a = acc.Forward();
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_NEAR(Values(a.value()["Accuracy"])[0], 2.0 / 3, 1e-6);
@@ -595,8 +632,14 @@ TEST(OptimizerOpTest, MomentumMatchesReference) {
     Tensor lr(proto::FP64, DDim{1});
     lr.mutable_data<double>(Place::CPU())[0] = 0.1;
     OpTest t("momentum");
-    t.Input("Param", p).Input("Grad", g).Input("Velocity", v).Input("LearningRate", lr)
-        .Output("ParamOut").Output("VelocityOut").Attr("mu", 0.9f).Attr("use_nesterov", nesterov);
+    t.Input("Param", p)
+        .Input("Grad", g)
+        .Input("Velocity", v)
+        .Input("LearningRate", lr)
+        .Output("ParamOut")
+        .Output("VelocityOut")
+        .Attr("mu", 0.9f)
+        .Attr("use_nesterov", nesterov);
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     std::vector<double> pw, vw;
@@ -624,9 +667,17 @@ TEST(OptimizerOpTest, AdamAndAdamWMatchReference) {
     double eps = static_cast<double>(1e-8f), coeff = static_cast<double>(0.01f);
     double b1p = b1 * b1, b2p = b2 * b2, lr = 0.01;
     OpTest t(type);
-    t.Input("Param", p).Input("Grad", g).Input("LearningRate", scalar(lr)).Input("Moment1", m1)
-        .Input("Moment2", m2).Input("Beta1Pow", scalar(b1p)).Input("Beta2Pow", scalar(b2p))
-        .Output("ParamOut").Output("Moment1Out").Output("Moment2Out").Output("Beta1PowOut")
+    t.Input("Param", p)
+        .Input("Grad", g)
+        .Input("LearningRate", scalar(lr))
+        .Input("Moment1", m1)
+        .Input("Moment2", m2)
+        .Input("Beta1Pow", scalar(b1p))
+        .Input("Beta2Pow", scalar(b2p))
+        .Output("ParamOut")
+        .Output("Moment1Out")
+        .Output("Moment2Out")
+        .Output("Beta1PowOut")
         .Output("Beta2PowOut");
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -686,14 +737,19 @@ TEST(MatmulOpTest, TransposesBatchesAndAlpha) {
     bool xb, yb;
     DDim out;
   };
-  for (const Case& c : {Case{DDim{3, 4}, DDim{4, 5}, false, false, 1, 3, 4, 5, false, false, DDim{3, 5}},
-                        Case{DDim{4, 3}, DDim{5, 4}, true, true, 1, 3, 4, 5, false, false, DDim{3, 5}},
-                        Case{DDim{2, 3, 4}, DDim{2, 4, 5}, false, false, 2, 3, 4, 5, true, true, DDim{2, 3, 5}},
-                        Case{DDim{2, 4, 3}, DDim{4, 5}, true, false, 2, 3, 4, 5, true, false, DDim{2, 3, 5}},
-                        Case{DDim{3, 4}, DDim{2, 5, 4}, false, true, 2, 3, 4, 5, false, true, DDim{2, 3, 5}}}) {
+  for (const Case& c :
+       {Case{DDim{3, 4}, DDim{4, 5}, false, false, 1, 3, 4, 5, false, false, DDim{3, 5}},
+        Case{DDim{4, 3}, DDim{5, 4}, true, true, 1, 3, 4, 5, false, false, DDim{3, 5}},
+        Case{DDim{2, 3, 4}, DDim{2, 4, 5}, false, false, 2, 3, 4, 5, true, true, DDim{2, 3, 5}},
+        Case{DDim{2, 4, 3}, DDim{4, 5}, true, false, 2, 3, 4, 5, true, false, DDim{2, 3, 5}},
+        Case{DDim{3, 4}, DDim{2, 5, 4}, false, true, 2, 3, 4, 5, false, true, DDim{2, 3, 5}}}) {
     Tensor x = Random(proto::FP64, c.x, 81), y = Random(proto::FP64, c.y, 82);
     OpTest t("matmul");
-    t.Input("X", x).Input("Y", y).Output("Out").Attr("transpose_X", c.tx).Attr("transpose_Y", c.ty)
+    t.Input("X", x)
+        .Input("Y", y)
+        .Output("Out")
+        .Attr("transpose_X", c.tx)
+        .Attr("transpose_Y", c.ty)
         .Attr("alpha", 0.5f);
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -703,7 +759,8 @@ TEST(MatmulOpTest, TransposesBatchesAndAlpha) {
     EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-8), "") << c.x.ToString() << c.y.ToString();
   }
   OpTest bad("matmul");
-  bad.Input("X", Random(proto::FP32, DDim{3, 4}, 1)).Input("Y", Random(proto::FP32, DDim{5, 2}, 2))
+  bad.Input("X", Random(proto::FP32, DDim{3, 4}, 1))
+      .Input("Y", Random(proto::FP32, DDim{5, 2}, 2))
       .Output("Out");
   auto st = bad.Forward();
   ASSERT_FALSE(st.ok());

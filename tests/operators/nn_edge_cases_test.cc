@@ -30,8 +30,10 @@ Tensor Distinct(DataType dt, DDim dims, uint32_t seed) {
   std::shuffle(order.begin(), order.end(), std::mt19937(seed));
   for (int64_t i = 0; i < t.numel(); ++i) {
     double v = 0.01 * static_cast<double>(order[i]) - 0.005 * t.numel();
-    if (dt == proto::FP64) t.data<double>()[i] = v;
-    else t.data<float>()[i] = static_cast<float>(v);
+    if (dt == proto::FP64)
+      t.data<double>()[i] = v;
+    else
+      t.data<float>()[i] = static_cast<float>(v);
   }
   return t;
 }
@@ -55,8 +57,8 @@ TEST(SoftmaxAxisTest, EveryAxisForwardAndGrad) {
           for (int64_t j = 0; j < d; ++j) s += std::exp(xv[(i * d + j) * post + k]);
           for (int64_t j = 0; j < d; ++j) {
             int64_t e = (i * d + j) * post + k;
-            double want = std::string(type) == "softmax" ? std::exp(xv[e]) / s
-                                                         : xv[e] - std::log(s);
+            double want =
+                std::string(type) == "softmax" ? std::exp(xv[e]) / s : xv[e] - std::log(s);
             EXPECT_NEAR(got[e], want, 1e-12) << type << " axis " << axis << " at " << e;
           }
         }
@@ -120,9 +122,12 @@ TEST(ConvChunkTest, SeveralChunksMatchNaiveConvAndBilinearIdentity) {
     Tensor x = Random(proto::FP64, DDim{3, cs.c, cs.hw, cs.hw}, 11);
     Tensor f = Random(proto::FP64, DDim{cs.m, cs.c / cs.groups, 5, 5}, 12);
     OpTest t("conv2d");
-    t.Input("Input", x).Input("Filter", f).Output("Output")
+    t.Input("Input", x)
+        .Input("Filter", f)
+        .Output("Output")
         .Attr("paddings", std::vector<int>{cs.pad, cs.pad})
-        .Attr("dilations", std::vector<int>{cs.dil, cs.dil}).Attr("groups", cs.groups);
+        .Attr("dilations", std::vector<int>{cs.dil, cs.dil})
+        .Attr("groups", cs.groups);
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     std::vector<double> got = Values(out.value()["Output"]);
@@ -143,13 +148,16 @@ TEST(ConvChunkTest, SeveralChunksMatchNaiveConvAndBilinearIdentity) {
 TEST(ConvChunkTest, BatchOneAndZeroBatch) {
   OpTest one("conv2d");
   one.Input("Input", Random(proto::FP64, DDim{1, 4, 5, 5}, 3))
-      .Input("Filter", Random(proto::FP64, DDim{4, 2, 3, 3}, 4)).Output("Output")
-      .Attr("groups", 2).Attr("strides", std::vector<int>{2, 1})
+      .Input("Filter", Random(proto::FP64, DDim{4, 2, 3, 3}, 4))
+      .Output("Output")
+      .Attr("groups", 2)
+      .Attr("strides", std::vector<int>{2, 1})
       .Attr("paddings", std::vector<int>{1, 0});
   EXPECT_EQ(one.CheckGrad("Output", 1e-6, 1e-6, 1e-8), "");
   OpTest zero("conv2d");
   zero.Input("Input", Random(proto::FP32, DDim{0, 2, 5, 5}, 3))
-      .Input("Filter", Random(proto::FP32, DDim{3, 2, 3, 3}, 4)).Output("Output");
+      .Input("Filter", Random(proto::FP32, DDim{3, 2, 3, 3}, 4))
+      .Output("Output");
   auto out = zero.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out.value()["Output"].dims(), (DDim{0, 3, 3, 3}));
@@ -161,7 +169,9 @@ TEST(TopKTest, GradientFlowsToTheSelectedEntries) {
   t.Input("X", Distinct(proto::FP64, DDim{3, 5}, 21)).Output("Out").Output("Indices").Attr("k", 2);
   EXPECT_EQ(t.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "");
   OpTest f32("top_k");
-  f32.Input("X", Distinct(proto::FP32, DDim{1, 6}, 22)).Output("Out").Output("Indices")
+  f32.Input("X", Distinct(proto::FP32, DDim{1, 6}, 22))
+      .Output("Out")
+      .Output("Indices")
       .Attr("k", 6);
   EXPECT_EQ(f32.CheckGrad("Out", 1e-3, 5e-3, 5e-4), "");
 }
@@ -177,33 +187,33 @@ TEST(TopKTest, KLargerThanTheLastDimIsAnError) {
 TEST(ReduceCasesTest, MiddleAxisKeepDimBatchOneAndFp32Grads) {
   for (const char* type : {"reduce_sum", "reduce_mean", "reduce_max"}) {
     OpTest mid(type);
-    mid.Input("X", Distinct(proto::FP64, DDim{2, 3, 4}, 5)).Output("Out")
-        .Attr("dim", std::vector<int>{1}).Attr("keep_dim", true);
+    mid.Input("X", Distinct(proto::FP64, DDim{2, 3, 4}, 5))
+        .Output("Out")
+        .Attr("dim", std::vector<int>{1})
+        .Attr("keep_dim", true);
     auto out = mid.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
     EXPECT_EQ(out.value()["Out"].dims(), (DDim{2, 1, 4})) << type;
     EXPECT_EQ(mid.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "") << type;
     OpTest one(type);
-    one.Input("X", Distinct(proto::FP32, DDim{1, 4}, 6)).Output("Out")
+    one.Input("X", Distinct(proto::FP32, DDim{1, 4}, 6))
+        .Output("Out")
         .Attr("dim", std::vector<int>{-1});
     EXPECT_EQ(one.CheckGrad("Out", 1e-3, 5e-3, 5e-4), "") << type;
     OpTest all(type);
-    all.Input("X", Distinct(proto::FP64, DDim{2, 2, 3}, 7)).Output("Out")
-        .Attr("reduce_all", true);
+    all.Input("X", Distinct(proto::FP64, DDim{2, 2, 3}, 7)).Output("Out").Attr("reduce_all", true);
     EXPECT_EQ(all.CheckGrad("Out", 1e-4, 1e-6, 1e-8), "") << type;
   }
 }
 
 TEST(ReduceCasesTest, ZeroSizeKeptDimAndBadDim) {
   OpTest z("reduce_sum");
-  z.Input("X", Random(proto::FP64, DDim{0, 3}, 1)).Output("Out")
-      .Attr("dim", std::vector<int>{1});
+  z.Input("X", Random(proto::FP64, DDim{0, 3}, 1)).Output("Out").Attr("dim", std::vector<int>{1});
   auto out = z.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out.value()["Out"].dims(), (DDim{0}));
   OpTest bad("reduce_mean");
-  bad.Input("X", Random(proto::FP64, DDim{2, 3}, 1)).Output("Out")
-      .Attr("dim", std::vector<int>{2});
+  bad.Input("X", Random(proto::FP64, DDim{2, 3}, 1)).Output("Out").Attr("dim", std::vector<int>{2});
   ExpectError(VerifyProgram(bad.BuildProgram()), {"reduce_mean", "dim"});
 }
 
@@ -223,7 +233,8 @@ TEST(CrossEntropyCasesTest, SoftLabelGradientAndBatchOne) {
   EXPECT_EQ(soft.CheckGrad("Y", 1e-6, 1e-6, 1e-8), "");
   OpTest hard("cross_entropy");
   hard.Input("X", Random(proto::FP32, DDim{1, 5}, 33, 0.1, 0.9))
-      .Input("Label", Ints(DDim{1, 1}, {3})).Output("Y");
+      .Input("Label", Ints(DDim{1, 1}, {3}))
+      .Output("Y");
   EXPECT_EQ(hard.CheckGrad("Y", 1e-3, 5e-3, 5e-4), "");
 }
 
@@ -234,7 +245,10 @@ TEST(BatchNormCasesTest, BatchOneTrainingGrad) {
       .Input("Bias", Random(proto::FP64, DDim{2}, 43))
       .Input("Mean", Random(proto::FP64, DDim{2}, 44), true)
       .Input("Variance", Random(proto::FP64, DDim{2}, 45, 0.5, 1.5), true)
-      .Output("Y").Output("MeanOut").Output("VarianceOut").Output("SavedMean")
+      .Output("Y")
+      .Output("MeanOut")
+      .Output("VarianceOut")
+      .Output("SavedMean")
       .Output("SavedVariance");
   EXPECT_EQ(t.CheckGrad("Y", 1e-6, 1e-5, 1e-8), "");
 }
@@ -243,7 +257,8 @@ TEST(ConcatCasesTest, MiddleAxisWithAnEmptyInput) {
   OpTest t("concat");
   t.Inputs("X", {Random(proto::FP64, DDim{2, 3, 2}, 51), Random(proto::FP64, DDim{2, 0, 2}, 52),
                  Random(proto::FP64, DDim{2, 1, 2}, 53)})
-      .Output("Out").Attr("axis", 1);
+      .Output("Out")
+      .Attr("axis", 1);
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out.value()["Out"].dims(), (DDim{2, 4, 2}));
@@ -255,16 +270,20 @@ TEST(AttrErrorTest, BadAttributesNameOpAndAttribute) {
   am.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Out").Attr("axis", 5);
   ExpectError(VerifyProgram(am.BuildProgram()), {"arg_max", "axis"});
   OpTest pool("pool2d");
-  pool.Input("X", Random(proto::FP32, DDim{1, 1, 4, 4}, 1)).Output("Out")
+  pool.Input("X", Random(proto::FP32, DDim{1, 1, 4, 4}, 1))
+      .Output("Out")
       .Attr("ksize", std::vector<int>{2});
   ExpectError(VerifyProgram(pool.BuildProgram()), {"pool2d", "ksize"});
   OpTest conv("conv2d");
   conv.Input("Input", Random(proto::FP32, DDim{1, 2, 4, 4}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{2, 2, 3, 3}, 2)).Output("Output")
+      .Input("Filter", Random(proto::FP32, DDim{2, 2, 3, 3}, 2))
+      .Output("Output")
       .Attr("dilations", std::vector<int>{0, 1});
   ExpectError(VerifyProgram(conv.BuildProgram()), {"conv2d", "dilations"});
   OpTest drop("dropout");
-  drop.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Out").Output("Mask")
+  drop.Input("X", Random(proto::FP32, DDim{2, 3}, 1))
+      .Output("Out")
+      .Output("Mask")
       .Attr("dropout_prob", 1.5f);
   ExpectError(VerifyProgram(drop.BuildProgram()), {"dropout", "dropout_prob"});
 }

@@ -66,8 +66,8 @@ std::vector<double> ConvRef(const ConvCase& c, const std::vector<double>& x,
                 int64_t xx = ow * c.strides[1] - c.paddings[1] + j * c.dilations[1];
                 if (y < 0 || y >= h || xx < 0 || xx >= wd) continue;
                 int64_t in_c = (oc / mg) * cg + ic;
-                acc += w[((oc * cg + ic) * kh + i) * kw + j] *
-                       x[((s * ch + in_c) * h + y) * wd + xx];
+                acc +=
+                    w[((oc * cg + ic) * kh + i) * kw + j] * x[((s * ch + in_c) * h + y) * wd + xx];
               }
           out[((s * m + oc) * ho + oh) * wo + ow] = acc;
         }
@@ -78,20 +78,27 @@ void RunConvCase(const ConvCase& c, DataType dt, bool check_grad) {
   bool f64 = dt == proto::FP64;
   Tensor x = Random(dt, c.input, 11), w = Random(dt, c.filter, 12);
   OpTest t("conv2d");
-  t.Input("Input", x).Input("Filter", w).Output("Output")
-      .Attr("strides", c.strides).Attr("paddings", c.paddings).Attr("dilations", c.dilations)
+  t.Input("Input", x)
+      .Input("Filter", w)
+      .Output("Output")
+      .Attr("strides", c.strides)
+      .Attr("paddings", c.paddings)
+      .Attr("dilations", c.dilations)
       .Attr("groups", c.groups);
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
-  int64_t ho = (c.input[2] + 2 * c.paddings[0] - (c.dilations[0] * (c.filter[2] - 1) + 1)) /
-                   c.strides[0] + 1;
-  int64_t wo = (c.input[3] + 2 * c.paddings[1] - (c.dilations[1] * (c.filter[3] - 1) + 1)) /
-                   c.strides[1] + 1;
+  int64_t ho =
+      (c.input[2] + 2 * c.paddings[0] - (c.dilations[0] * (c.filter[2] - 1) + 1)) / c.strides[0] +
+      1;
+  int64_t wo =
+      (c.input[3] + 2 * c.paddings[1] - (c.dilations[1] * (c.filter[3] - 1) + 1)) / c.strides[1] +
+      1;
   EXPECT_EQ(out.value()["Output"].dims(), (DDim{c.input[0], c.filter[0], ho, wo}));
   ExpectNear(out.value()["Output"], ConvRef(c, Values(x), Values(w), ho, wo), f64 ? 1e-12 : 1e-4);
   if (check_grad) {
     EXPECT_EQ(t.CheckGrad("Output", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
-                          f64 ? kAtol64 : kAtol32), "");
+                          f64 ? kAtol64 : kAtol32),
+              "");
   }
 }
 
@@ -115,8 +122,10 @@ TEST(ConvTest, Fp32ForwardAndGrad) {
 TEST(ConvTest, InfersShapeWithUnknownBatch) {
   OpTest t("conv2d");
   t.Input("Input", Random(proto::FP32, DDim{1, 4, 7, 7}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{6, 2, 3, 3}, 2)).Output("Output")
-      .Attr("strides", std::vector<int>{2, 2}).Attr("paddings", std::vector<int>{1, 1})
+      .Input("Filter", Random(proto::FP32, DDim{6, 2, 3, 3}, 2))
+      .Output("Output")
+      .Attr("strides", std::vector<int>{2, 2})
+      .Attr("paddings", std::vector<int>{1, 1})
       .Attr("groups", 2);
   ProgramDesc p = t.BuildProgram();
   p.GlobalBlock()->FindVar("Input_in").SetDims({-1, 4, 7, 7});
@@ -127,13 +136,15 @@ TEST(ConvTest, InfersShapeWithUnknownBatch) {
 TEST(ConvTest, ChannelMismatchIsAClearError) {
   OpTest t("conv2d");
   t.Input("Input", Random(proto::FP32, DDim{1, 3, 5, 5}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{2, 2, 3, 3}, 2)).Output("Output");
+      .Input("Filter", Random(proto::FP32, DDim{2, 2, 3, 3}, 2))
+      .Output("Output");
   ExpectContains(VerifyProgram(t.BuildProgram()),
                  {"conv2d", "channel", "Input_in", "Filter_in", "[1, 3, 5, 5]", "[2, 2, 3, 3]"});
   // Channels not divisible by groups.
   OpTest g("conv2d");
   g.Input("Input", Random(proto::FP32, DDim{1, 3, 5, 5}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{2, 1, 3, 3}, 2)).Output("Output")
+      .Input("Filter", Random(proto::FP32, DDim{2, 1, 3, 3}, 2))
+      .Output("Output")
       .Attr("groups", 2);
   ExpectContains(VerifyProgram(g.BuildProgram()), {"conv2d", "groups", "Input_in"});
 }
@@ -141,12 +152,14 @@ TEST(ConvTest, ChannelMismatchIsAClearError) {
 TEST(ConvTest, EmptyOutputAndBadAttrsAreErrors) {
   OpTest t("conv2d");
   t.Input("Input", Random(proto::FP32, DDim{1, 1, 3, 3}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{1, 1, 3, 3}, 2)).Output("Output")
+      .Input("Filter", Random(proto::FP32, DDim{1, 1, 3, 3}, 2))
+      .Output("Output")
       .Attr("dilations", std::vector<int>{2, 2});
   ExpectContains(VerifyProgram(t.BuildProgram()), {"conv2d", "empty", "Input_in", "dilation"});
   OpTest s("conv2d");
   s.Input("Input", Random(proto::FP32, DDim{1, 1, 3, 3}, 1))
-      .Input("Filter", Random(proto::FP32, DDim{1, 1, 3, 3}, 2)).Output("Output")
+      .Input("Filter", Random(proto::FP32, DDim{1, 1, 3, 3}, 2))
+      .Output("Output")
       .Attr("strides", std::vector<int>{1});
   ExpectContains(VerifyProgram(s.BuildProgram()), {"conv2d", "strides", "2 values"});
 }
@@ -181,8 +194,10 @@ std::vector<double> PoolRef(const PoolCase& c, const std::vector<double>& x, int
             sum += v;
             ++inside;
           }
-        if (c.type == "max") out.push_back(mx);
-        else out.push_back(sum / static_cast<double>(c.exclusive ? inside : kh * kw));
+        if (c.type == "max")
+          out.push_back(mx);
+        else
+          out.push_back(sum / static_cast<double>(c.exclusive ? inside : kh * kw));
       }
   return out;
 }
@@ -193,9 +208,15 @@ TEST_P(PoolTest, ForwardAndGrad) {
   const PoolCase& c = GetParam();
   Tensor x = Distinct(c.x, 21);
   OpTest t("pool2d");
-  t.Input("X", x).Output("Out").Attr("pooling_type", c.type).Attr("ksize", c.ksize)
-      .Attr("strides", c.strides).Attr("paddings", c.paddings).Attr("global_pooling", c.global)
-      .Attr("ceil_mode", c.ceil_mode).Attr("exclusive", c.exclusive);
+  t.Input("X", x)
+      .Output("Out")
+      .Attr("pooling_type", c.type)
+      .Attr("ksize", c.ksize)
+      .Attr("strides", c.strides)
+      .Attr("paddings", c.paddings)
+      .Attr("global_pooling", c.global)
+      .Attr("ceil_mode", c.ceil_mode)
+      .Attr("exclusive", c.exclusive);
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   int64_t ho = 1, wo = 1;
@@ -239,7 +260,9 @@ TEST(PoolOpTest, TwoByTwoMaxSkipsNaNLikeTheGeneralPath) {
     for (int c = 0; c < 6; ++c) p[r * 6 + c] = rows[r][c];
   for (int k : {2, 3}) {  // ksize 3 with stride 2 over rows 0-1 takes the general path
     OpTest t("pool2d");
-    t.Input("X", x).Output("Out").Attr("ksize", std::vector<int>{2, k})
+    t.Input("X", x)
+        .Output("Out")
+        .Attr("ksize", std::vector<int>{2, k})
         .Attr("strides", std::vector<int>{2, 2});
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -263,7 +286,10 @@ TEST(PoolOpTest, LargeInputsForwardAndGrad) {
     SCOPED_TRACE(c.type + " k" + std::to_string(c.ksize[0]));
     Tensor x = Distinct(c.x, 8);
     OpTest t("pool2d");
-    t.Input("X", x).Output("Out").Attr("pooling_type", c.type).Attr("ksize", c.ksize)
+    t.Input("X", x)
+        .Output("Out")
+        .Attr("pooling_type", c.type)
+        .Attr("ksize", c.ksize)
         .Attr("strides", c.strides);
     auto out = t.Forward();
     ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -281,8 +307,10 @@ TEST(PoolOpTest, LargeInputsForwardAndGrad) {
           for (int64_t i = 0; i < k; ++i)
             for (int64_t j = 0; j < k; ++j) {
               int64_t at = (pl * 30 + oh * k + i) * 30 + ow * k + j;
-              if (c.type == "avg") want[at] += gv / double(k * k);
-              else if (best < 0 || xv[at] > xv[best]) best = at;
+              if (c.type == "avg")
+                want[at] += gv / double(k * k);
+              else if (best < 0 || xv[at] > xv[best])
+                best = at;
             }
           if (best >= 0) want[best] += gv;
         }
@@ -316,8 +344,10 @@ DDim InferredDims(OpTest& t, const std::string& in_var, DDim declared, const std
 
 TEST(PoolOpTest, InfersShapeWithUnknownDims) {
   OpTest t("pool2d");
-  t.Input("X", Random(proto::FP32, DDim{2, 2, 7, 7}, 1)).Output("Out")
-      .Attr("ksize", std::vector<int>{3, 3}).Attr("strides", std::vector<int>{2, 2})
+  t.Input("X", Random(proto::FP32, DDim{2, 2, 7, 7}, 1))
+      .Output("Out")
+      .Attr("ksize", std::vector<int>{3, 3})
+      .Attr("strides", std::vector<int>{2, 2})
       .Attr("paddings", std::vector<int>{1, 1});
   EXPECT_EQ(InferredDims(t, "X_in", DDim{-1, 2, -1, 7}, "Out_out"), (DDim{-1, 2, -1, 4}));
   t.Attr("global_pooling", true);
@@ -326,15 +356,18 @@ TEST(PoolOpTest, InfersShapeWithUnknownDims) {
 
 TEST(PoolOpTest, BadPoolingTypeIsAClearError) {
   OpTest t("pool2d");
-  t.Input("X", Random(proto::FP32, DDim{1, 1, 4, 4}, 1)).Output("Out")
-      .Attr("pooling_type", std::string("min")).Attr("ksize", std::vector<int>{2, 2});
-  ExpectContains(VerifyProgram(t.BuildProgram()), {"pool2d", "pooling_type", "'min'", "'max'",
-                                                    "'avg'"});
+  t.Input("X", Random(proto::FP32, DDim{1, 1, 4, 4}, 1))
+      .Output("Out")
+      .Attr("pooling_type", std::string("min"))
+      .Attr("ksize", std::vector<int>{2, 2});
+  ExpectContains(VerifyProgram(t.BuildProgram()),
+                 {"pool2d", "pooling_type", "'min'", "'max'", "'avg'"});
 }
 
 TEST(PoolOpTest, WindowLargerThanInputIsAnError) {
   OpTest t("pool2d");
-  t.Input("X", Random(proto::FP32, DDim{1, 1, 2, 2}, 1)).Output("Out")
+  t.Input("X", Random(proto::FP32, DDim{1, 1, 2, 2}, 1))
+      .Output("Out")
       .Attr("ksize", std::vector<int>{3, 3});
   ExpectContains(VerifyProgram(t.BuildProgram()), {"pool2d", "empty", "X_in", "[1, 1, 2, 2]"});
 }
@@ -371,9 +404,15 @@ BnRef BatchNormRef(const DDim& dims, const std::vector<double>& x, const std::ve
 OpTest BatchNormOp(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& mean,
                    const Tensor& var) {
   OpTest t("batch_norm");
-  t.Input("X", x).Input("Scale", scale).Input("Bias", bias)
-      .Input("Mean", mean, /*no_grad=*/true).Input("Variance", var, /*no_grad=*/true)
-      .Output("Y").Output("MeanOut").Output("VarianceOut").Output("SavedMean")
+  t.Input("X", x)
+      .Input("Scale", scale)
+      .Input("Bias", bias)
+      .Input("Mean", mean, /*no_grad=*/true)
+      .Input("Variance", var, /*no_grad=*/true)
+      .Output("Y")
+      .Output("MeanOut")
+      .Output("VarianceOut")
+      .Output("SavedMean")
       .Output("SavedVariance");
   return t;
 }
@@ -408,9 +447,9 @@ TEST(BatchNormTest, TrainForwardMovingStatsAndGrad) {
 
 TEST(BatchNormTest, Fp32TrainForwardAndGrad) {
   Tensor x = Random(proto::FP32, DDim{4, 2, 3, 3}, 41, -2, 2);
-  OpTest t = BatchNormOp(x, Random(proto::FP32, DDim{2}, 42), Random(proto::FP32, DDim{2}, 43),
-                         Random(proto::FP32, DDim{2}, 44),
-                         Random(proto::FP32, DDim{2}, 45, 0.5, 2));
+  OpTest t =
+      BatchNormOp(x, Random(proto::FP32, DDim{2}, 42), Random(proto::FP32, DDim{2}, 43),
+                  Random(proto::FP32, DDim{2}, 44), Random(proto::FP32, DDim{2}, 45, 0.5, 2));
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(t.CheckGrad("Y", kEps32, 2e-2, 2e-2), "");
@@ -441,8 +480,8 @@ TEST(BatchNormTest, TestModeUsesMovingStats) {
 TEST(BatchNormTest, MovingStatsUpdateInPlace) {
   Tensor x = Random(proto::FP64, DDim{4, 2}, 61);
   Tensor mean = Random(proto::FP64, DDim{2}, 62), var = Random(proto::FP64, DDim{2}, 63, 0.5, 2);
-  OpTest t = BatchNormOp(x, Random(proto::FP64, DDim{2}, 64), Random(proto::FP64, DDim{2}, 65),
-                         mean, var);
+  OpTest t =
+      BatchNormOp(x, Random(proto::FP64, DDim{2}, 64), Random(proto::FP64, DDim{2}, 65), mean, var);
   ProgramDesc p = t.BuildProgram();
   BlockDesc* b = p.GlobalBlock();
   b->Op(0).SetOutput("MeanOut", {"Mean_in"});
@@ -504,7 +543,10 @@ TEST(LayerNormTest, ForwardAndGrad) {
       OpTest t("layer_norm");
       t.Input("X", x);
       if (affine) t.Input("Scale", scale).Input("Bias", bias);
-      t.Output("Y").Output("Mean").Output("Variance").Attr("begin_norm_axis", axis)
+      t.Output("Y")
+          .Output("Mean")
+          .Output("Variance")
+          .Attr("begin_norm_axis", axis)
           .Attr("epsilon", 1e-4f);
       auto out = t.Forward();
       ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -537,14 +579,19 @@ TEST(LayerNormTest, Fp32Grad) {
   t.Input("X", Random(proto::FP32, DDim{3, 5}, 81, -2, 2))
       .Input("Scale", Random(proto::FP32, DDim{5}, 82))
       .Input("Bias", Random(proto::FP32, DDim{5}, 83))
-      .Output("Y").Output("Mean").Output("Variance");
+      .Output("Y")
+      .Output("Mean")
+      .Output("Variance");
   EXPECT_EQ(t.CheckGrad("Y", kEps32, 2e-2, 2e-2), "");
 }
 
 TEST(LayerNormTest, InfersShapeWithUnknownDims) {
   OpTest t("layer_norm");
-  t.Input("X", Random(proto::FP32, DDim{2, 3, 4}, 1)).Output("Y").Output("Mean")
-      .Output("Variance").Attr("begin_norm_axis", 2);
+  t.Input("X", Random(proto::FP32, DDim{2, 3, 4}, 1))
+      .Output("Y")
+      .Output("Mean")
+      .Output("Variance")
+      .Attr("begin_norm_axis", 2);
   EXPECT_EQ(InferredDims(t, "X_in", DDim{-1, 3, 4}, "Y_out"), (DDim{-1, 3, 4}));
   EXPECT_EQ(InferredDims(t, "X_in", DDim{-1, 3, 4}, "Mean_out"), DDim{-1});
 }
@@ -553,10 +600,15 @@ TEST(LayerNormTest, BadScaleSizeAndAxisAreErrors) {
   OpTest t("layer_norm");
   t.Input("X", Random(proto::FP32, DDim{2, 3, 4}, 1))
       .Input("Scale", Random(proto::FP32, DDim{4}, 2))
-      .Output("Y").Output("Mean").Output("Variance");
+      .Output("Y")
+      .Output("Mean")
+      .Output("Variance");
   ExpectContains(VerifyProgram(t.BuildProgram()), {"layer_norm", "Scale_in", "12", "X_in"});
   OpTest a("layer_norm");
-  a.Input("X", Random(proto::FP32, DDim{2, 3}, 1)).Output("Y").Output("Mean").Output("Variance")
+  a.Input("X", Random(proto::FP32, DDim{2, 3}, 1))
+      .Output("Y")
+      .Output("Mean")
+      .Output("Variance")
       .Attr("begin_norm_axis", 2);
   ExpectContains(VerifyProgram(a.BuildProgram()), {"layer_norm", "begin_norm_axis", "X_in"});
 }
@@ -565,8 +617,13 @@ TEST(LayerNormTest, BadScaleSizeAndAxisAreErrors) {
 
 OpTest DropoutOp(const Tensor& x, float p, int seed, const std::string& impl, bool is_test) {
   OpTest t("dropout");
-  t.Input("X", x).Output("Out").Output("Mask").Attr("dropout_prob", p).Attr("seed", seed)
-      .Attr("dropout_implementation", impl).Attr("is_test", is_test);
+  t.Input("X", x)
+      .Output("Out")
+      .Output("Mask")
+      .Attr("dropout_prob", p)
+      .Attr("seed", seed)
+      .Attr("dropout_implementation", impl)
+      .Attr("is_test", is_test);
   return t;
 }
 
@@ -662,7 +719,10 @@ TEST(LookupTableTest, GradScatterAddsRepeatedIds) {
   std::vector<int64_t> ids = {1, 3, 1, 4, 2, 1};
   Tensor g = Random(proto::FP64, DDim{6, 2}, 103);
   OpTest t("lookup_table_grad");
-  t.Input("W", w).Input("Ids", Ints(DDim{6, 1}, ids)).Input("Out@GRAD", g).Output("W@GRAD")
+  t.Input("W", w)
+      .Input("Ids", Ints(DDim{6, 1}, ids))
+      .Input("Out@GRAD", g)
+      .Output("W@GRAD")
       .Attr("padding_idx", 2);
   auto out = t.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -690,7 +750,8 @@ TEST(LookupTableTest, OneDimIdsFp32) {
 
 TEST(LookupTableTest, InfersShapeWithUnknownBatch) {
   OpTest t("lookup_table");
-  t.Input("W", Random(proto::FP32, DDim{5, 4}, 1)).Input("Ids", Ints(DDim{3, 1}, {0, 1, 2}))
+  t.Input("W", Random(proto::FP32, DDim{5, 4}, 1))
+      .Input("Ids", Ints(DDim{3, 1}, {0, 1, 2}))
       .Output("Out");
   EXPECT_EQ(InferredDims(t, "Ids_in", DDim{-1, 1}, "Out_out"), (DDim{-1, 4}));
   EXPECT_EQ(InferredDims(t, "Ids_in", DDim{-1}, "Out_out"), (DDim{-1, 4}));
@@ -698,25 +759,30 @@ TEST(LookupTableTest, InfersShapeWithUnknownBatch) {
 
 TEST(LookupTableTest, IdOutOfRangeIsAClearError) {
   OpTest t("lookup_table");
-  t.Input("W", Random(proto::FP32, DDim{5, 2}, 1)).Input("Ids", Ints(DDim{3, 1}, {0, 7, 1}))
+  t.Input("W", Random(proto::FP32, DDim{5, 2}, 1))
+      .Input("Ids", Ints(DDim{3, 1}, {0, 7, 1}))
       .Output("Out");
   auto out = t.Forward();
   ASSERT_FALSE(out.ok());
   ExpectContains(out.status(), {"lookup_table", "id 7", "position 1", "[0, 5)"});
   OpTest neg("lookup_table");
-  neg.Input("W", Random(proto::FP32, DDim{5, 2}, 1)).Input("Ids", Ints(DDim{2}, {-1, 1}))
+  neg.Input("W", Random(proto::FP32, DDim{5, 2}, 1))
+      .Input("Ids", Ints(DDim{2}, {-1, 1}))
       .Output("Out");
   ExpectContains(neg.Forward().status(), {"lookup_table", "id -1"});
 }
 
 TEST(LookupTableTest, BadIdsDtypeAndPaddingIdx) {
   OpTest t("lookup_table");
-  t.Input("W", Random(proto::FP32, DDim{5, 2}, 1)).Input("Ids", Random(proto::FP32, DDim{3, 1}, 2))
+  t.Input("W", Random(proto::FP32, DDim{5, 2}, 1))
+      .Input("Ids", Random(proto::FP32, DDim{3, 1}, 2))
       .Output("Out");
   ExpectContains(VerifyProgram(t.BuildProgram()), {"lookup_table", "Ids_in", "int64"});
   OpTest p("lookup_table");
-  p.Input("W", Random(proto::FP32, DDim{5, 2}, 1)).Input("Ids", Ints(DDim{3, 1}, {0, 1, 2}))
-      .Output("Out").Attr("padding_idx", 5);
+  p.Input("W", Random(proto::FP32, DDim{5, 2}, 1))
+      .Input("Ids", Ints(DDim{3, 1}, {0, 1, 2}))
+      .Output("Out")
+      .Attr("padding_idx", 5);
   ExpectContains(VerifyProgram(p.BuildProgram()), {"lookup_table", "padding_idx", "W_in"});
 }
 

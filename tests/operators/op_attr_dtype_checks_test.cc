@@ -1,6 +1,6 @@
-// Attribute, dtype and compile-time shape checks of single ops: the gradient of sum, attribute checks of the random
-// ops, sgd's learning-rate dtype, relu_grad reading Out, unknown dims at compile time and
-// higher-rank softmax_with_cross_entropy.
+// Attribute, dtype and compile-time shape checks of single ops: the gradient of sum, attribute
+// checks of the random ops, sgd's learning-rate dtype, relu_grad reading Out, unknown dims at
+// compile time and higher-rank softmax_with_cross_entropy.
 #include <gtest/gtest.h>
 
 #include "framework/backward.h"
@@ -46,10 +46,10 @@ TEST(SumGradTest, SameVarTwiceAccumulates) {
   Executor exe;
   Scope scope;
   std::vector<Tensor> out;
-  Status st = exe.Run(p, &scope,
-                      {{"x", Random(proto::FP64, DDim{2, 2}, 1)},
-                       {"y", Random(proto::FP64, DDim{2, 2}, 2)}},
-                      {"x@GRAD", "y@GRAD"}, &out);
+  Status st = exe.Run(
+      p, &scope,
+      {{"x", Random(proto::FP64, DDim{2, 2}, 1)}, {"y", Random(proto::FP64, DDim{2, 2}, 2)}},
+      {"x@GRAD", "y@GRAD"}, &out);
   ASSERT_TRUE(st.ok()) << st.ToString();
   for (double v : Values(out[0])) EXPECT_NEAR(v, 2.0 / 4, 1e-12);
   for (double v : Values(out[1])) EXPECT_NEAR(v, 1.0 / 4, 1e-12);
@@ -57,14 +57,13 @@ TEST(SumGradTest, SameVarTwiceAccumulates) {
 
 TEST(DtypeErrorTest, MessagesNameTheVars) {
   OpTest mul("mul");
-  mul.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP64, DDim{4, 3}, 2))
+  mul.Input("X", Random(proto::FP32, DDim{2, 4}, 1))
+      .Input("Y", Random(proto::FP64, DDim{4, 3}, 2))
       .Output("Out");
-  ExpectContains(VerifyProgram(mul.BuildProgram()),
-                 {"mul", "X_in", "Y_in", "float32", "float64"});
+  ExpectContains(VerifyProgram(mul.BuildProgram()), {"mul", "X_in", "Y_in", "float32", "float64"});
 
   OpTest sum("sum");
-  sum.Inputs("X", {Random(proto::FP32, DDim{3}, 1), Random(proto::FP64, DDim{3}, 2)})
-      .Output("Out");
+  sum.Inputs("X", {Random(proto::FP32, DDim{3}, 1), Random(proto::FP64, DDim{3}, 2)}).Output("Out");
   ExpectContains(VerifyProgram(sum.BuildProgram()),
                  {"sum", "X_in0", "X_in1", "float32", "float64"});
 }
@@ -79,7 +78,10 @@ TEST(RandomAttrTest, RangeAndStdAreChecked) {
   ExpectContains(VerifyProgram(g.BuildProgram()), {"gaussian_random", "std"});
 
   OpTest zero("gaussian_random");
-  zero.Output("Out").Attr("shape", std::vector<int64_t>{5}).Attr("std", 0.0f).Attr("mean", 2.0f)
+  zero.Output("Out")
+      .Attr("shape", std::vector<int64_t>{5})
+      .Attr("std", 0.0f)
+      .Attr("mean", 2.0f)
       .Attr("seed", 1);
   auto out = zero.Forward();
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -122,7 +124,8 @@ TEST(ReluGradTest, ReadsOutNotX) {
 
 TEST(CompileTimeDimsTest, UnknownBatchPassesAndPropagates) {
   OpTest mul("mul");
-  mul.Input("X", Random(proto::FP32, DDim{2, 4}, 1)).Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
+  mul.Input("X", Random(proto::FP32, DDim{2, 4}, 1))
+      .Input("Y", Random(proto::FP32, DDim{4, 3}, 2))
       .Output("Out");
   ProgramDesc p = mul.BuildProgram();
   p.GlobalBlock()->FindVar("X_in").SetDims({-1, 4});
@@ -131,8 +134,10 @@ TEST(CompileTimeDimsTest, UnknownBatchPassesAndPropagates) {
   EXPECT_EQ(p.GlobalBlock()->FindVar("Out_out").Dims(), (DDim{-1, 3}));
 
   OpTest swce("softmax_with_cross_entropy");
-  swce.Input("Logits", Random(proto::FP32, DDim{2, 5}, 1)).Input("Label", Ints(DDim{2, 1}, {0, 1}))
-      .Output("Softmax").Output("Loss");
+  swce.Input("Logits", Random(proto::FP32, DDim{2, 5}, 1))
+      .Input("Label", Ints(DDim{2, 1}, {0, 1}))
+      .Output("Softmax")
+      .Output("Loss");
   p = swce.BuildProgram();
   p.GlobalBlock()->FindVar("Logits_in").SetDims({-1, 5});
   p.GlobalBlock()->FindVar("Label_in").SetDims({-1, 1});

@@ -33,12 +33,23 @@ std::vector<double> Values(const Tensor& t) {
   std::vector<double> out(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case proto::FP32: out[i] = t.data<float>()[i]; break;
-      case proto::FP64: out[i] = t.data<double>()[i]; break;
-      case proto::INT32: out[i] = t.data<int32_t>()[i]; break;
-      case proto::INT64: out[i] = static_cast<double>(t.data<int64_t>()[i]); break;
-      case proto::BOOL: out[i] = t.data<bool>()[i]; break;
-      default: out[i] = NAN;
+      case proto::FP32:
+        out[i] = t.data<float>()[i];
+        break;
+      case proto::FP64:
+        out[i] = t.data<double>()[i];
+        break;
+      case proto::INT32:
+        out[i] = t.data<int32_t>()[i];
+        break;
+      case proto::INT64:
+        out[i] = static_cast<double>(t.data<int64_t>()[i]);
+        break;
+      case proto::BOOL:
+        out[i] = t.data<bool>()[i];
+        break;
+      default:
+        out[i] = NAN;
     }
   }
   return out;
@@ -113,8 +124,7 @@ StatusOr<std::map<std::string, Tensor>> OpTest::Forward() {
   return result;
 }
 
-StatusOr<std::vector<Tensor>> OpTest::AnalyticGrads(const std::string& out_slot,
-                                                    const Tensor& w) {
+StatusOr<std::vector<Tensor>> OpTest::AnalyticGrads(const std::string& out_slot, const Tensor& w) {
   const std::string out = out_slot + "_out";
   ProgramDesc train = BuildProgram();
   BlockDesc* b = train.GlobalBlock();
@@ -173,8 +183,10 @@ std::string OpTest::CheckGrad(const std::string& out_slot, double eps, double rt
         auto loss_at = [&](double delta) {
           Tensor xp;
           TensorCopy(x, Place::CPU(), &xp);
-          if (xp.dtype() == proto::FP64) xp.data<double>()[i] += delta;
-          else xp.data<float>()[i] += static_cast<float>(delta);
+          if (xp.dtype() == proto::FP64)
+            xp.data<double>()[i] += delta;
+          else
+            xp.data<float>()[i] += static_cast<float>(delta);
           OpTest probe = *this;
           for (auto& pin : probe.inputs_)
             if (pin.slot == in->slot) pin.values[vi] = xp;

@@ -4,8 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -58,7 +58,9 @@ class CliTest : public ::testing::Test {
     return d;
   }
 
-  static ProgramDesc Main() { return LoadProgram(JoinPath(Bundle("softmax_classifier"), "main.pb")).value(); }
+  static ProgramDesc Main() {
+    return LoadProgram(JoinPath(Bundle("softmax_classifier"), "main.pb")).value();
+  }
 
   static void ExpectError(const Result& r, std::initializer_list<std::string> fragments,
                           int code = 1) {
@@ -97,8 +99,7 @@ TEST_F(CliTest, LinearRegressionTrains) {
 
 TEST_F(CliTest, SaveAndLoadParamsRoundTrip) {
   std::string params = JoinPath(dir_, "params");
-  Result a = Loom("run " + Bundle("softmax_classifier") +
-                  " --iters 100 --save-params " + params);
+  Result a = Loom("run " + Bundle("softmax_classifier") + " --iters 100 --save-params " + params);
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_TRUE(FileExists(JoinPath(params, "fc_0.w_0")));
   // Resuming from the saved params starts where training stopped, not from scratch.
@@ -138,7 +139,8 @@ TEST_F(CliTest, InspectListsOps) {
 }
 
 TEST_F(CliTest, HelpForEveryCommand) {
-  for (const char* args : {"--help", "help", "run --help", "inspect --help", "help run", "--version"}) {
+  for (const char* args :
+       {"--help", "help", "run --help", "inspect --help", "help run", "--version"}) {
     Result r = Loom(args);
     EXPECT_EQ(r.code, 0) << args << ": " << r.err;
     EXPECT_FALSE(r.out.empty()) << args;
@@ -150,7 +152,8 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(Loom("").code, 2);
   EXPECT_EQ(Loom("frobnicate").code, 2);
   ExpectError(Loom("run " + Bundle("softmax_classifier") + " --bogus 3"), {"--bogus"}, 2);
-  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters"), {"--iters", "needs a value"}, 2);
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters"),
+              {"--iters", "needs a value"}, 2);
   ExpectError(Loom("run"), {"usage"}, 2);
 }
 
@@ -213,7 +216,8 @@ TEST_F(CliTest, MissingFeed) {
   ASSERT_EQ(std::system(("rm " + JoinPath(d, "data/label.npy")).c_str()), 0);
   ExpectError(Loom("run " + d), {"label.npy"});
   ASSERT_TRUE(WriteFileAtomic(JoinPath(d, "bundle.pbtxt"),
-                              "feeds { name: \"x\" file: \"data/x.npy\" }\nfetches: \"loss\"\n").ok());
+                              "feeds { name: \"x\" file: \"data/x.npy\" }\nfetches: \"loss\"\n")
+                  .ok());
   ExpectError(Loom("run " + d), {"missing feed", "'label'", "softmax_with_cross_entropy"});
 }
 
@@ -240,7 +244,8 @@ TEST_F(CliTest, UnreadableNpy) {
 
 TEST_F(CliTest, CorruptParamFile) {
   std::string params = JoinPath(dir_, "params_corrupt");
-  ASSERT_EQ(Loom("run " + Bundle("softmax_classifier") + " --iters 1 --save-params " + params).code, 0);
+  ASSERT_EQ(Loom("run " + Bundle("softmax_classifier") + " --iters 1 --save-params " + params).code,
+            0);
   std::string path = JoinPath(params, "fc_1.w_0");
   std::string bytes = ReadFile(path).value();
   bytes[bytes.size() / 2] ^= 0x40;
@@ -262,8 +267,10 @@ TEST_F(CliTest, FailedRunLeavesNoPartialOutput) {
   EXPECT_FALSE(FileExists(dot));
   // An unwritable --dot target fails without leaving anything behind.
   std::string bad_dot = JoinPath(dir_, "no/such/dir.dot");
-  EXPECT_EQ(Loom("inspect " + JoinPath(Bundle("softmax_classifier"), "main.pb") + " --dot " +
-                 bad_dot).code, 1);
+  EXPECT_EQ(
+      Loom("inspect " + JoinPath(Bundle("softmax_classifier"), "main.pb") + " --dot " + bad_dot)
+          .code,
+      1);
   EXPECT_FALSE(FileExists(bad_dot));
   // No stray temp files were left next to the targets.
   EXPECT_NE(std::system(("ls " + dir_ + " | grep -q '\\.tmp\\.'").c_str()), 0);
@@ -285,12 +292,14 @@ TEST_F(CliTest, MakeExamplesWritesBothBundles) {
   ASSERT_EQ(std::system(StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", again, " > /dev/null").c_str()), 0);
   for (const char* f : {"startup.pb", "main.pb", "data/x.npy", "data/label.npy"})
     EXPECT_EQ(ReadFile(JoinPath(JoinPath(again, "softmax_classifier"), f)).value(),
-              ReadFile(JoinPath(Bundle("softmax_classifier"), f)).value()) << f;
+              ReadFile(JoinPath(Bundle("softmax_classifier"), f)).value())
+        << f;
 }
 
 TEST_F(CliTest, MakeExamplesUsageErrors) {
   auto code = [](const std::string& args) {
-    int status = std::system(StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", args, " > /dev/null 2>&1").c_str());
+    int status =
+        std::system(StrCat(LOOM_MAKE_EXAMPLES_PATH, " ", args, " > /dev/null 2>&1").c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   };
   EXPECT_EQ(code(""), 2);
@@ -302,7 +311,8 @@ TEST_F(CliTest, MakeExamplesUsageErrors) {
 
 TEST_F(CliTest, BatchesWrapAround) {
   // 2048 rows in batches of 100 (and of 2047): later batches wrap past the last row.
-  Result r = Loom("run " + Bundle("softmax_classifier") + " --batch-size 100 --iters 45 --print-every 5");
+  Result r =
+      Loom("run " + Bundle("softmax_classifier") + " --batch-size 100 --iters 45 --print-every 5");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_GT(LossAt(r.out, "1") / LossAt(r.out, "45"), 5.0) << r.out;
   r = Loom("run " + Bundle("softmax_classifier") + " --batch-size 2047 --iters 3 --print-every 1");
@@ -317,13 +327,19 @@ TEST_F(CliTest, InspectRejectsBadProgramsWithoutDrawing) {
     std::vector<std::string> fragments;
   };
   std::vector<Case> cases = {
-      {"unknown_op", [](ProgramDesc* p) { p->GlobalBlock()->Op(2).SetType("relu_v9"); },
+      {"unknown_op",
+       [](ProgramDesc* p) { p->GlobalBlock()->Op(2).SetType("relu_v9"); },
        {"relu_v9", "block 0, #2"}},
-      {"missing_var", [](ProgramDesc* p) { p->GlobalBlock()->Op(0).SetInput("Y", {"no_such_weight"}); },
+      {"missing_var",
+       [](ProgramDesc* p) { p->GlobalBlock()->Op(0).SetInput("Y", {"no_such_weight"}); },
        {"no_such_weight", "mul"}},
-      {"bad_attr", [](ProgramDesc* p) { p->GlobalBlock()->Op(1).SetAttr("axis", std::string("one")); },
+      {"bad_attr",
+       [](ProgramDesc* p) { p->GlobalBlock()->Op(1).SetAttr("axis", std::string("one")); },
        {"elementwise_add", "axis"}},
-      {"bad_shape", [](ProgramDesc* p) { p->GlobalBlock()->FindVar("fc_0.w_0").SetDims({21, 64}); },
+      {"bad_shape",
+       [](ProgramDesc* p) {
+         p->GlobalBlock()->FindVar("fc_0.w_0").SetDims({21, 64});
+       },
        {"mul", "fc_0.w_0", "[21, 64]"}},
   };
   for (const auto& c : cases) {
@@ -338,7 +354,8 @@ TEST_F(CliTest, InspectRejectsBadProgramsWithoutDrawing) {
     EXPECT_EQ(r.code, 1) << c.name << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.name << ": " << r.err;
     for (const auto& f : want)
-      EXPECT_NE(r.err.find(f), std::string::npos) << c.name << ": stderr lacks '" << f << "': " << r.err;
+      EXPECT_NE(r.err.find(f), std::string::npos)
+          << c.name << ": stderr lacks '" << f << "': " << r.err;
     EXPECT_FALSE(FileExists(dot)) << c.name;
   }
 }
@@ -360,8 +377,8 @@ TEST_F(CliTest, OutOfRangeIntegerFlag) {
 // A .npy file with a hand-written header: dims whose byte count overflows, and no data.
 void WriteOverflowingNpy(const std::string& path, const std::string& descr,
                          const std::string& shape) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape +
-                       "), }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + shape + "), }";
   header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
   std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
   bytes += static_cast<char>(header.size() & 0xff);
@@ -374,9 +391,9 @@ TEST_F(CliTest, NpyDimsThatOverflowAreRejected) {
   std::string x = JoinPath(dir_, "overflow_x.npy"), label = JoinPath(dir_, "overflow_label.npy");
   WriteOverflowingNpy(x, "<f4", "4611686018427387904, 20");
   WriteOverflowingNpy(label, "<i8", "4611686018427387904, 1");
-  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --feed x=" + x + " --feed label=" +
-                   label),
-              {"overflow_", "4611686018427387904", "overflow"});
+  ExpectError(
+      Loom("run " + Bundle("softmax_classifier") + " --feed x=" + x + " --feed label=" + label),
+      {"overflow_", "4611686018427387904", "overflow"});
 }
 
 TEST_F(CliTest, BadManifestIsOneLineWithPosition) {
@@ -416,7 +433,8 @@ TEST_F(CliTest, TranspiledBundleTrainsLikeOneDevice) {
     // The loss over the global batch follows single-device training.
     for (const char* it : {"1", "10", "30"})
       EXPECT_NEAR(LossAt(r.out, it), LossAt(one.out, it), 1e-4 * LossAt(one.out, it))
-          << mode << " iter " << it << "\n" << r.out << one.out;
+          << mode << " iter " << it << "\n"
+          << r.out << one.out;
   }
 }
 
@@ -441,21 +459,20 @@ TEST_F(CliTest, TranspileWritesManifestAndInspectShowsCollectives) {
                      JoinPath(dir_, "dp_tiny") + " --places cpu:4");
   ASSERT_EQ(tiny.code, 0) << tiny.err;
   std::string trace = JoinPath(dir_, "dp_tiny.json");
-  Result r = Loom("run " + JoinPath(dir_, "dp_tiny") + " --iters 5 --batch-size 3 --timeline " +
-                  trace);
+  Result r =
+      Loom("run " + JoinPath(dir_, "dp_tiny") + " --iters 5 --batch-size 3 --timeline " + trace);
   ASSERT_EQ(r.code, 0) << r.err;
   // The timeline shows every rank's compute and its allreduce on the communication thread.
   std::string json = ReadFile(trace).value();
   EXPECT_NE(json.find("\"rank 3\""), std::string::npos);
-  EXPECT_NE(json.find("\"name\": \"allreduce\", \"cat\": \"communication\""),
-            std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"allreduce\", \"cat\": \"communication\""), std::string::npos);
   EXPECT_NE(json.find("\"name\": \"mul_grad\", \"cat\": \"compute\""), std::string::npos);
 }
 
 TEST_F(CliTest, CudaPlacesTranspileToNcclRanks) {
   std::string out = JoinPath(dir_, "dp_cuda");
-  Result r = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
-                  " --places cuda:0,1");
+  Result r =
+      Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places cuda:0,1");
   ASSERT_EQ(r.code, 0) << r.err;
   std::string manifest = ReadFile(JoinPath(out, "manifest.pbtxt")).value();
   EXPECT_NE(manifest.find("places: \"cuda:1\""), std::string::npos) << manifest;
@@ -494,9 +511,9 @@ TEST_F(CliTest, TranspileErrors) {
   EXPECT_FALSE(IsDirectory(again)) << "a failed transpile must not create its output";
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again + " --mode bogus"),
               {"mode 'bogus'"});
-  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
-                   " --places cuda:0,x"),
-              {"--places 'cuda:0,x'", "'x' is not a GPU number"});
+  ExpectError(
+      Loom("transpile " + Bundle("softmax_classifier") + " -o " + again + " --places cuda:0,x"),
+      {"--places 'cuda:0,x'", "'x' is not a GPU number"});
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + again +
                    " --places cuda:0,1 --transport mpi"),
               {"place 'cuda:0' does not fit transport 'mpi'"});

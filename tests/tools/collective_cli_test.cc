@@ -167,8 +167,9 @@ TEST(LoomBench, UsageErrors) {
   EXPECT_EQ(Loom("bench collective --places cuda:x").code, 2);
   Result unknown = Loom("bench collective --places cpu:2 --transport p2p");
   EXPECT_EQ(unknown.code, 2);
-  EXPECT_NE(unknown.err.find("unknown transport 'p2p' (registered: inprocess, mpi, nccl, cuda_p2p)"),
-            std::string::npos)
+  EXPECT_NE(
+      unknown.err.find("unknown transport 'p2p' (registered: inprocess, mpi, nccl, cuda_p2p)"),
+      std::string::npos)
       << unknown.err;
   EXPECT_EQ(Loom("bench collective --places cpu:2 --transport cuda_p2p").code, 2);
   EXPECT_EQ(Loom("bench collective --places cuda:0 --transport mpi").code, 2);

@@ -200,8 +200,9 @@ TEST(DataParallelTranspiler, OptionalPassesCanBeDisabled) {
   EXPECT_EQ(Count(r.value().main[0], "coalesce_grads"), 0);
   EXPECT_EQ(Count(r.value().main[0], "allreduce"), 6);
   c.disabled_passes = {"insert-grad-sync"};
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("cannot be disabled"),
-            std::string::npos);
+  EXPECT_NE(
+      TranspileDataParallel(n.startup, n.main, c).status().message().find("cannot be disabled"),
+      std::string::npos);
   c.disabled_passes = {"no-such-pass"};
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("no pass named"),
             std::string::npos);
@@ -221,9 +222,9 @@ TEST(DataParallelTranspiler, ClearErrors) {
   examples::ProgramBuilder b(&fwd.main, &fwd.startup, 1);
   b.Data("x", {4});
   ASSERT_TRUE(b.FC("x", 2, "", "fc").ok());
-  EXPECT_NE(TranspileDataParallel(fwd.startup, fwd.main, c).status().message().find(
-                "no optimizer ops"),
-            std::string::npos);
+  EXPECT_NE(
+      TranspileDataParallel(fwd.startup, fwd.main, c).status().message().find("no optimizer ops"),
+      std::string::npos);
   // In-process ranks have native collectives (one pass over shared memory): kept as asked.
   c.algorithm = "native";
   {
@@ -235,9 +236,12 @@ TEST(DataParallelTranspiler, ClearErrors) {
   EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
   c.algorithm = "auto";
   c.transport = "carrier-pigeon";
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "unknown transport 'carrier-pigeon' (registered: inprocess, mpi, nccl, cuda_p2p)"),
-            std::string::npos);
+  EXPECT_NE(
+      TranspileDataParallel(n.startup, n.main, c)
+          .status()
+          .message()
+          .find("unknown transport 'carrier-pigeon' (registered: inprocess, mpi, nccl, cuda_p2p)"),
+      std::string::npos);
   c.transport = "mpi";
   c.algorithm = "native";  // MPI has its own allreduce
   EXPECT_TRUE(TranspileDataParallel(n.startup, n.main, c).ok());
@@ -289,22 +293,30 @@ TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
     for (const auto& b : r.value().manifest.buckets()) EXPECT_EQ(b.algorithm(), "native");
   }
   c.algorithm = "ring";
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "algorithm 'ring' is one of Loom's schedules; transport nccl"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("algorithm 'ring' is one of Loom's schedules; transport nccl"),
             std::string::npos);
   c.algorithm = "auto";
   c.places = {"cuda:0", "cuda:0"};
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "'cuda:0' is given twice"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("'cuda:0' is given twice"),
             std::string::npos);
   c.places = {"cpu:0", "cpu:1"};
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "transport nccl needs CUDA places"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("transport nccl needs CUDA places"),
             std::string::npos);
   c.transport = "inprocess";
   c.places = {"cuda:0", "cuda:1"};
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "CUDA places meet over transport nccl"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("CUDA places meet over transport nccl"),
             std::string::npos);
 }
 
@@ -330,13 +342,17 @@ TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
     }
   }
   c.algorithm = "native";
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "the cuda_p2p transport offers ring, tree, multi_tree, star and auto"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("the cuda_p2p transport offers ring, tree, multi_tree, star and auto"),
             std::string::npos);
   c.algorithm = "auto";
   c.places = {"cpu:0", "cpu:1", "cpu:2"};
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find(
-                "transport cuda_p2p needs CUDA places"),
+  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
+                .status()
+                .message()
+                .find("transport cuda_p2p needs CUDA places"),
             std::string::npos);
   // A GPU listed several times holds several virtual devices (one GPU checks a 3-rank group).
   c.places = {"cuda:0", "cuda:1", "cuda:1"};

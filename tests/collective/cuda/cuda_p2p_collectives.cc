@@ -44,8 +44,7 @@ struct DeviceBuffer {
 
 std::vector<int> OnOneGpu(int n) { return std::vector<int>(n, 0); }
 
-void RunRanks(const std::vector<int>& devices,
-              std::vector<std::unique_ptr<Communicator>>& comms,
+void RunRanks(const std::vector<int>& devices, std::vector<std::unique_ptr<Communicator>>& comms,
               const std::function<void(int, int, Communicator&)>& fn) {
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
@@ -85,15 +84,15 @@ TEST_P(CudaP2P, AllReduceEveryCountDtypeAndOp) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, (size_t{1} << 20) + 3}) {
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                              DataType::kInt32, DataType::kInt64}) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
-                            ReduceOp::kAvg}) {
+        for (ReduceOp op :
+             {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
           ++salt;
           DeviceBuffer in(device, Input(dtype, op, rank, count, salt));
           DeviceBuffer out(device, in.bytes);
           const bool in_place = salt % 2 == 0;
           DeviceBuffer& dst = in_place ? in : out;
-          Status s = comm.AllReduce(in.ptr, dst.ptr, count, dtype, op, CallOptions{algorithm})
-                         .Wait();
+          Status s =
+              comm.AllReduce(in.ptr, dst.ptr, count, dtype, op, CallOptions{algorithm}).Wait();
           ASSERT_TRUE(s.ok()) << s.ToString();
           EXPECT_EQ(Compare(dtype, Expected(dtype, op, n, count, salt), dst.Host().data(), count),
                     "")
@@ -118,12 +117,11 @@ TEST_P(CudaP2P, RootedGatherScatterAndManyInFlight) {
     for (int root = 0; root < n; ++root) {
       DeviceBuffer in(device, Input(dtype, ReduceOp::kAvg, rank, count, root));
       DeviceBuffer out(device, bytes);
-      ASSERT_TRUE(comm.Reduce(in.ptr, out.ptr, count, dtype, ReduceOp::kAvg, root, opts)
-                      .Wait()
-                      .ok());
+      ASSERT_TRUE(
+          comm.Reduce(in.ptr, out.ptr, count, dtype, ReduceOp::kAvg, root, opts).Wait().ok());
       if (rank == root) {
-        EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kAvg, n, count, root),
-                          out.Host().data(), count),
+        EXPECT_EQ(Compare(dtype, Expected(dtype, ReduceOp::kAvg, n, count, root), out.Host().data(),
+                          count),
                   "");
       }
       ASSERT_TRUE(comm.Broadcast(in.ptr, out.ptr, count, dtype, root, opts).Wait().ok());
@@ -170,15 +168,15 @@ TEST_P(CudaP2P, RootedGatherScatterAndManyInFlight) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, CudaP2P,
-    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
-                                         Algorithm::kMultiTree, Algorithm::kStar),
-                       ::testing::Values(1, 2, 3, 4, 5, 8)),
-    [](const ::testing::TestParamInfo<CudaP2P::ParamType>& info) {
-      return std::string(AlgorithmName(std::get<0>(info.param))) + "_n" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, CudaP2P,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
+                                                              Algorithm::kMultiTree,
+                                                              Algorithm::kStar),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         [](const ::testing::TestParamInfo<CudaP2P::ParamType>& info) {
+                           return std::string(AlgorithmName(std::get<0>(info.param))) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
   const int gpus = CudaDeviceCount();
@@ -199,8 +197,7 @@ TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
     DeviceBuffer buf(device, Input(dtype, ReduceOp::kSum, rank, count, 4));
     ASSERT_TRUE(comm.AllReduce(buf.ptr, buf.ptr, count, dtype, ReduceOp::kSum).Wait().ok());
     EXPECT_EQ(
-        Compare(dtype, Expected(dtype, ReduceOp::kSum, n, count, 4), buf.Host().data(), count),
-        "");
+        Compare(dtype, Expected(dtype, ReduceOp::kSum, n, count, 4), buf.Host().data(), count), "");
     const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     DeviceBuffer mine(device, Input(dtype, ReduceOp::kSum, rank, count, 5)), got(device, count * 8);
     // Point-to-point calls run in issue order: alternate who sends first (an odd ring's last
@@ -214,8 +211,7 @@ TEST(CudaP2PSetup, EveryGpuOfTheMachineAndPointToPoint) {
     }
     ASSERT_TRUE(comm.WaitAll().ok());
     EXPECT_EQ(
-        Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(), count),
-        "");
+        Compare(dtype, Input(dtype, ReduceOp::kSum, prev, count, 5), got.Host().data(), count), "");
     // A mismatch is caught before any data moves.
     Status s = comm.AllReduce(buf.ptr, buf.ptr, rank == 1 ? 12 : 10, dtype, ReduceOp::kSum).Wait();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();

@@ -21,7 +21,8 @@ class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const int gpus = CudaDeviceCount();
-    if (gpus == 0) LOOM_SKIP_WITHOUT_GPU("no CUDA device visible: the NCCL transport tests need a GPU");
+    if (gpus == 0)
+      LOOM_SKIP_WITHOUT_GPU("no CUDA device visible: the NCCL transport tests need a GPU");
     for (int d = 0; d < std::min(gpus, 4); ++d) devices_.push_back(d);
     auto comms = CreateNcclCommunicators(devices_);
     ASSERT_TRUE(comms.ok()) << comms.status().ToString();
