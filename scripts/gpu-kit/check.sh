@@ -289,12 +289,11 @@ if [ "$GPUS" -gt 0 ]; then
       >"$LOGS/ops_torch.json" 2>"$LOGS/ops_torch.err" ||
       record bench "torch_ops.py --device cuda" FAIL "see ops_torch.err"
   fi
-  # Training steps: loom run's time for 320 steps minus 20 (startup and first steps cancel out).
+  # Training steps: loom run's rate over steps 101-400 (its progress lines time each window of
+  # 100 steps; the first window, with start-up, is left out).
   for m in mlp cnn; do
     b=$BUNDLES/fashion_mnist_$m
-    for n in 20 320; do
-      run_loom "$LOGS/train_${m}_$n.log" run "$b" --place cuda:0 --iters $n --print-every 1000
-    done
+    run_loom "$LOGS/train_$m.log" run "$b" --place cuda:0 --iters 400 --print-every 100
     if [ "$HAVE_TORCH" = 1 ]; then
       timeout 240 python3 "$KIT/bench/torch_train.py" --bundle "$b" --model $m --steps 300 \
         >"$LOGS/train_${m}_torch.json" 2>"$LOGS/train_${m}_torch.err" ||
@@ -327,16 +326,17 @@ for name, t in rows.items():
 print("\n## Training step on cuda:0 (Fashion-MNIST, batch 64, Adam; steps/s)\n")
 print("| model | Loom (`loom run`) | PyTorch eager | Loom / PyTorch |")
 print("| --- | ---: | ---: | ---: |")
-def seconds(path):
+def steady_rate(path):
+    """Steps/s over the windows after the first: 100 / (sum of their times)."""
     try:
         with open(path) as f:
-            m = re.search(r"done: (\d+) iterations in ([0-9.]+) s", f.read())
-        return (int(m.group(1)), float(m.group(2))) if m else None
+            rates = [float(r) for it, r in re.findall(r"^iter (\d+)/\d+ .* ([0-9.]+) it/s$",
+                                                      f.read(), re.M) if int(it) >= 200]
     except OSError:
         return None
+    return len(rates) / sum(1.0 / r for r in rates) if rates else None
 for m in ("mlp", "cnn"):
-    a, b = seconds(os.path.join(logs, "train_%s_20.log" % m)), seconds(os.path.join(logs, "train_%s_320.log" % m))
-    loom_rate = (b[0] - a[0]) / (b[1] - a[1]) if a and b and b[1] > a[1] else None
+    loom_rate = steady_rate(os.path.join(logs, "train_%s.log" % m))
     t = load("train_%s_torch.json" % m)
     torch_rate = t["steps_per_s"] if t else None
     print("| %s | %s | %s | %s |" % (m, "%.0f" % loom_rate if loom_rate else "-",

@@ -255,7 +255,8 @@ TEST_P(GatherScatterMatrix, AllGatherAndReduceScatter) {
               // The full-size buffer with this rank's block filled (used in place on odd salts).
               c.out = std::vector<unsigned char>(n * count * elem, 0xCD);
               c.in = Input(dtype, op, rank, count, salt, rank * count);
-              std::memcpy(c.out.data() + rank * count * elem, c.in.data(), c.in.size());
+              if (!c.in.empty())  // count 0: no block (and data() may be null)
+                std::memcpy(c.out.data() + rank * count * elem, c.in.data(), c.in.size());
             } else {
               c.in = Input(dtype, op, rank, n * count, salt);
               c.out = std::vector<unsigned char>(count * elem, 0xCD);
