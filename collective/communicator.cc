@@ -362,18 +362,12 @@ Status Communicator::Run(const Call& call) {
     LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq)));
     if (a.kind == Collective::kBarrier) return Status::OK();
     switch (a.algorithm) {
-      case Algorithm::kRing:
-        return internal::RunRing(s, a);
-      case Algorithm::kTree:
-        return internal::RunTree(s, a);
-      case Algorithm::kMultiTree:
-        return internal::RunMultiTree(s, a);
-      case Algorithm::kStar:
-        return internal::RunStar(s, a);
-      case Algorithm::kNative:
-        return RunNative(*transport_, a, deadline);
-      default:
-        return internal::UnsupportedAlgorithm(a);
+      case Algorithm::kRing: return internal::RunRing(s, a);
+      case Algorithm::kTree: return internal::RunTree(s, a);
+      case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
+      case Algorithm::kStar: return internal::RunStar(s, a);
+      case Algorithm::kNative: return RunNative(*transport_, a, deadline);
+      default: return internal::UnsupportedAlgorithm(a);
     }
   }();
   if (status.code() == StatusCode::kTimeout) {

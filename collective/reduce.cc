@@ -77,10 +77,8 @@ void ReduceTyped(ReduceOp op, void* dst, const void* a, const void* b, size_t co
       return Apply<T>(dst, a, b, count, [](T x, T y) { return WrappingAdd(x, y); });
     case ReduceOp::kProd:
       return Apply<T>(dst, a, b, count, [](T x, T y) { return WrappingMultiply(x, y); });
-    case ReduceOp::kMax:
-      return Apply<T>(dst, a, b, count, [](T x, T y) { return MaxOf(x, y); });
-    case ReduceOp::kMin:
-      return Apply<T>(dst, a, b, count, [](T x, T y) { return MinOf(x, y); });
+    case ReduceOp::kMax: return Apply<T>(dst, a, b, count, [](T x, T y) { return MaxOf(x, y); });
+    case ReduceOp::kMin: return Apply<T>(dst, a, b, count, [](T x, T y) { return MinOf(x, y); });
   }
 }
 
@@ -104,8 +102,7 @@ void ApplyHalf(void* dst, const void* a, const void* b, size_t count, Fn fn) {
 void ReduceHalf(ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      return ApplyHalf(dst, a, b, count, [](float x, float y) { return x + y; });
+    case ReduceOp::kAvg: return ApplyHalf(dst, a, b, count, [](float x, float y) { return x + y; });
     case ReduceOp::kProd:
       return ApplyHalf(dst, a, b, count, [](float x, float y) { return x * y; });
     case ReduceOp::kMax:
@@ -127,30 +124,21 @@ void DivideTyped(void* buf, size_t count, int nranks) {
 void Reduce(const Reduction& r, void* dst, const void* a, const void* b, size_t count) {
   if (count == 0) return;
   switch (r.dtype) {
-    case DataType::kFloat32:
-      return ReduceTyped<float>(r.op, dst, a, b, count);
-    case DataType::kFloat64:
-      return ReduceTyped<double>(r.op, dst, a, b, count);
-    case DataType::kFloat16:
-      return ReduceHalf(r.op, dst, a, b, count);
-    case DataType::kInt32:
-      return ReduceTyped<int32_t>(r.op, dst, a, b, count);
-    case DataType::kInt64:
-      return ReduceTyped<int64_t>(r.op, dst, a, b, count);
+    case DataType::kFloat32: return ReduceTyped<float>(r.op, dst, a, b, count);
+    case DataType::kFloat64: return ReduceTyped<double>(r.op, dst, a, b, count);
+    case DataType::kFloat16: return ReduceHalf(r.op, dst, a, b, count);
+    case DataType::kInt32: return ReduceTyped<int32_t>(r.op, dst, a, b, count);
+    case DataType::kInt64: return ReduceTyped<int64_t>(r.op, dst, a, b, count);
   }
 }
 
 void Finalize(const Reduction& r, void* buf, size_t count, int nranks) {
   if (r.op != ReduceOp::kAvg || count == 0) return;
   switch (r.dtype) {
-    case DataType::kFloat32:
-      return DivideTyped<float>(buf, count, nranks);
-    case DataType::kFloat64:
-      return DivideTyped<double>(buf, count, nranks);
-    case DataType::kInt32:
-      return DivideTyped<int32_t>(buf, count, nranks);
-    case DataType::kInt64:
-      return DivideTyped<int64_t>(buf, count, nranks);
+    case DataType::kFloat32: return DivideTyped<float>(buf, count, nranks);
+    case DataType::kFloat64: return DivideTyped<double>(buf, count, nranks);
+    case DataType::kInt32: return DivideTyped<int32_t>(buf, count, nranks);
+    case DataType::kInt64: return DivideTyped<int64_t>(buf, count, nranks);
     case DataType::kFloat16: {
       auto* p = static_cast<uint16_t*>(buf);
       const float divisor = static_cast<float>(nranks);

@@ -91,8 +91,7 @@ double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int in
               4 * (n - 1) * pieces(s) * msg + Us(2 * (n - 1) * s * tb, star_gbps_) +
               Us((n - 1) * s, gamma);
           break;
-        default:
-          return -1;
+        default: return -1;
       }
       break;
     case Collective::kReduce:
@@ -114,8 +113,7 @@ double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int in
           t = (n - 1) * star_us_ + 2 * (n - 1) * pieces(s) * msg + Us((n - 1) * s, star_gbps_) +
               g * Us((n - 1) * s, gamma);
           break;
-        default:
-          return -1;
+        default: return -1;
       }
       break;
     }

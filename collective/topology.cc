@@ -38,14 +38,10 @@ constexpr const char* kDgx1P100 = R"(# NVIDIA DGX-1 with 8 P100 (hybrid cube-mes
 
 Link Topology::LinkForWeight(int weight) {
   switch (weight) {
-    case 0:
-      return Link{0, 0, 0};
-    case 1:
-      return Link{1, 10.0, 5.0};
-    case 2:
-      return Link{2, 25.0, 2.0};
-    default:
-      return Link{weight, 25.0 * (weight - 1), 2.0};
+    case 0: return Link{0, 0, 0};
+    case 1: return Link{1, 10.0, 5.0};
+    case 2: return Link{2, 25.0, 2.0};
+    default: return Link{weight, 25.0 * (weight - 1), 2.0};
   }
 }
 

@@ -50,9 +50,7 @@ CommunicatorOptions TransportDefaults(const TransportInfo& t) {
       o.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
       break;
     case TransportId::kNccl:
-    case TransportId::kCudaP2P:
-      o.auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
-      break;
+    case TransportId::kCudaP2P: o.auto_tree_max_bytes = kLinkAutoTreeMaxBytes; break;
   }
   return o;
 }

@@ -13,28 +13,17 @@ proto::AttrType AttrTypeOf(const Attribute& attr) {
 
 const char* AttrTypeName(proto::AttrType type) {
   switch (type) {
-    case proto::INT:
-      return "int";
-    case proto::FLOAT:
-      return "float";
-    case proto::STRING:
-      return "string";
-    case proto::INTS:
-      return "int list";
-    case proto::FLOATS:
-      return "float list";
-    case proto::STRINGS:
-      return "string list";
-    case proto::BOOLEAN:
-      return "bool";
-    case proto::BOOLEANS:
-      return "bool list";
-    case proto::BLOCK:
-      return "block";
-    case proto::LONG:
-      return "long";
-    case proto::LONGS:
-      return "long list";
+    case proto::INT: return "int";
+    case proto::FLOAT: return "float";
+    case proto::STRING: return "string";
+    case proto::INTS: return "int list";
+    case proto::FLOATS: return "float list";
+    case proto::STRINGS: return "string list";
+    case proto::BOOLEAN: return "bool";
+    case proto::BOOLEANS: return "bool list";
+    case proto::BLOCK: return "block";
+    case proto::LONG: return "long";
+    case proto::LONGS: return "long list";
   }
   return "unknown";
 }
@@ -74,28 +63,18 @@ void AttrToProto(const std::string& name, const Attribute& attr, proto::OpDesc::
 
 StatusOr<Attribute> AttrFromProto(const proto::OpDesc::Attr& a) {
   switch (a.type()) {
-    case proto::INT:
-      return Attribute(a.i());
-    case proto::FLOAT:
-      return Attribute(a.f());
-    case proto::STRING:
-      return Attribute(a.s());
-    case proto::INTS:
-      return Attribute(std::vector<int>(a.ints().begin(), a.ints().end()));
-    case proto::FLOATS:
-      return Attribute(std::vector<float>(a.floats().begin(), a.floats().end()));
+    case proto::INT: return Attribute(a.i());
+    case proto::FLOAT: return Attribute(a.f());
+    case proto::STRING: return Attribute(a.s());
+    case proto::INTS: return Attribute(std::vector<int>(a.ints().begin(), a.ints().end()));
+    case proto::FLOATS: return Attribute(std::vector<float>(a.floats().begin(), a.floats().end()));
     case proto::STRINGS:
       return Attribute(std::vector<std::string>(a.strings().begin(), a.strings().end()));
-    case proto::BOOLEAN:
-      return Attribute(a.b());
-    case proto::BOOLEANS:
-      return Attribute(std::vector<bool>(a.bools().begin(), a.bools().end()));
-    case proto::BLOCK:
-      return Attribute(BlockIndex{a.block_idx()});
-    case proto::LONG:
-      return Attribute(static_cast<int64_t>(a.l()));
-    case proto::LONGS:
-      return Attribute(std::vector<int64_t>(a.longs().begin(), a.longs().end()));
+    case proto::BOOLEAN: return Attribute(a.b());
+    case proto::BOOLEANS: return Attribute(std::vector<bool>(a.bools().begin(), a.bools().end()));
+    case proto::BLOCK: return Attribute(BlockIndex{a.block_idx()});
+    case proto::LONG: return Attribute(static_cast<int64_t>(a.l()));
+    case proto::LONGS: return Attribute(std::vector<int64_t>(a.longs().begin(), a.longs().end()));
   }
   return InvalidArgument("attribute '", a.name(), "' has unknown type ",
                          static_cast<int>(a.type()));

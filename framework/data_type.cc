@@ -60,36 +60,24 @@ float16::operator float() const {
 
 size_t SizeOf(DataType dtype) {
   switch (dtype) {
-    case proto::BOOL:
-      return 1;
-    case proto::INT32:
-      return 4;
-    case proto::INT64:
-      return 8;
-    case proto::FP16:
-      return 2;
-    case proto::FP32:
-      return 4;
-    case proto::FP64:
-      return 8;
+    case proto::BOOL: return 1;
+    case proto::INT32: return 4;
+    case proto::INT64: return 8;
+    case proto::FP16: return 2;
+    case proto::FP32: return 4;
+    case proto::FP64: return 8;
   }
   return 0;
 }
 
 const char* DataTypeName(DataType dtype) {
   switch (dtype) {
-    case proto::BOOL:
-      return "bool";
-    case proto::INT32:
-      return "int32";
-    case proto::INT64:
-      return "int64";
-    case proto::FP16:
-      return "float16";
-    case proto::FP32:
-      return "float32";
-    case proto::FP64:
-      return "float64";
+    case proto::BOOL: return "bool";
+    case proto::INT32: return "int32";
+    case proto::INT64: return "int64";
+    case proto::FP16: return "float16";
+    case proto::FP32: return "float32";
+    case proto::FP64: return "float64";
   }
   return "unknown";
 }

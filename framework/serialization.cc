@@ -296,24 +296,12 @@ StatusOr<Tensor> LoadNpy(const std::string& path) {
 std::string SerializeNpy(const Tensor& t) {
   const char* descr = "<f4";
   switch (t.dtype()) {
-    case proto::FP32:
-      descr = "<f4";
-      break;
-    case proto::FP64:
-      descr = "<f8";
-      break;
-    case proto::FP16:
-      descr = "<f2";
-      break;
-    case proto::INT32:
-      descr = "<i4";
-      break;
-    case proto::INT64:
-      descr = "<i8";
-      break;
-    case proto::BOOL:
-      descr = "|b1";
-      break;
+    case proto::FP32: descr = "<f4"; break;
+    case proto::FP64: descr = "<f8"; break;
+    case proto::FP16: descr = "<f2"; break;
+    case proto::INT32: descr = "<i4"; break;
+    case proto::INT64: descr = "<i8"; break;
+    case proto::BOOL: descr = "|b1"; break;
   }
   std::string shape;
   for (int i = 0; i < t.dims().size(); ++i) shape += (i ? ", " : "") + std::to_string(t.dims()[i]);

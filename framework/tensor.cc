@@ -57,24 +57,12 @@ std::string TensorSummary(const Tensor& t, int max_elems) {
   for (int64_t i = 0; i < n; ++i) {
     if (i) os << ", ";
     switch (t.dtype()) {
-      case proto::FP32:
-        os << host.data<float>()[i];
-        break;
-      case proto::FP64:
-        os << host.data<double>()[i];
-        break;
-      case proto::FP16:
-        os << static_cast<float>(host.data<float16>()[i]);
-        break;
-      case proto::INT32:
-        os << host.data<int32_t>()[i];
-        break;
-      case proto::INT64:
-        os << host.data<int64_t>()[i];
-        break;
-      case proto::BOOL:
-        os << (host.data<bool>()[i] ? "true" : "false");
-        break;
+      case proto::FP32: os << host.data<float>()[i]; break;
+      case proto::FP64: os << host.data<double>()[i]; break;
+      case proto::FP16: os << static_cast<float>(host.data<float16>()[i]); break;
+      case proto::INT32: os << host.data<int32_t>()[i]; break;
+      case proto::INT64: os << host.data<int64_t>()[i]; break;
+      case proto::BOOL: os << (host.data<bool>()[i] ? "true" : "false"); break;
     }
   }
   if (t.numel() > n) os << ", ...";

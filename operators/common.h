@@ -17,20 +17,11 @@ Status GradInferShape(InferShapeContext* ctx);
 template <typename F>
 Status DispatchNumeric(DataType dtype, const std::string& where, F&& f) {
   switch (dtype) {
-    case proto::FP32:
-      f.template operator()<float>();
-      return Status::OK();
-    case proto::FP64:
-      f.template operator()<double>();
-      return Status::OK();
-    case proto::INT32:
-      f.template operator()<int32_t>();
-      return Status::OK();
-    case proto::INT64:
-      f.template operator()<int64_t>();
-      return Status::OK();
-    default:
-      return Unimplemented(where, ": dtype ", DataTypeName(dtype), " not supported");
+    case proto::FP32: f.template operator()<float>(); return Status::OK();
+    case proto::FP64: f.template operator()<double>(); return Status::OK();
+    case proto::INT32: f.template operator()<int32_t>(); return Status::OK();
+    case proto::INT64: f.template operator()<int64_t>(); return Status::OK();
+    default: return Unimplemented(where, ": dtype ", DataTypeName(dtype), " not supported");
   }
 }
 

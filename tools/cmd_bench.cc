@@ -145,21 +145,13 @@ int64_t Value(ReduceOp op, int rank, size_t i) {
 
 void Store(DataType dtype, void* buf, size_t i, double v) {
   switch (dtype) {
-    case DataType::kFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(buf)[i] = v;
-      break;
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
     case DataType::kFloat16:
       static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
       break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
-      break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
   }
 }
 
@@ -199,13 +191,10 @@ int64_t CountWrong(DataType dtype, const void* got, size_t count, size_t first,
 
 double BusFactor(Collective kind, int n) {
   switch (kind) {
-    case Collective::kAllReduce:
-      return 2.0 * (n - 1) / n;
+    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
     case Collective::kAllGather:
-    case Collective::kReduceScatter:
-      return static_cast<double>(n - 1) / n;
-    default:
-      return 1.0;
+    case Collective::kReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
   }
 }
 
@@ -213,16 +202,11 @@ Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, v
            size_t count) {
   const CallOptions o{a};
   switch (c.kind) {
-    case Collective::kAllReduce:
-      return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
-    case Collective::kReduce:
-      return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
-    case Collective::kBroadcast:
-      return comm.Broadcast(send, recv, count, c.dtype, 0, o);
-    case Collective::kAllGather:
-      return comm.AllGather(send, recv, count, c.dtype, o);
-    case Collective::kReduceScatter:
-      return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
+    case Collective::kAllReduce: return comm.AllReduce(send, recv, count, c.dtype, c.op, o);
+    case Collective::kReduce: return comm.Reduce(send, recv, count, c.dtype, c.op, 0, o);
+    case Collective::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
+    case Collective::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
+    case Collective::kReduceScatter: return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
   }
   return Work();
 }

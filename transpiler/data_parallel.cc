@@ -742,12 +742,9 @@ const char* SyncModeName(SyncMode mode) { return mode == SyncMode::kOwner ? "own
 
 const char* GradScaleName(GradScale scale) {
   switch (scale) {
-    case GradScale::kSample:
-      return "sample";
-    case GradScale::kAvg:
-      return "avg";
-    default:
-      return "one";
+    case GradScale::kSample: return "sample";
+    case GradScale::kAvg: return "avg";
+    default: return "one";
   }
 }
 

@@ -75,14 +75,10 @@ Status RunMultiTree(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
     case Collective::kAllReduce:
       return TreesAllReduce(s, args, SliceJobs(s, SplitEvenly(args.count, s.nranks())));
-    case Collective::kReduce:
-      return MultiTreeReduce(s, args);
-    case Collective::kBroadcast:
-      return MultiTreeBroadcast(s, args);
-    case Collective::kReduceScatter:
-      return MultiTreeReduceScatter(s, args);
-    default:
-      return UnsupportedAlgorithm(args);
+    case Collective::kReduce: return MultiTreeReduce(s, args);
+    case Collective::kBroadcast: return MultiTreeBroadcast(s, args);
+    case Collective::kReduceScatter: return MultiTreeReduceScatter(s, args);
+    default: return UnsupportedAlgorithm(args);
   }
 }
 

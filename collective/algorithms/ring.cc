@@ -135,18 +135,14 @@ Status RingReduceScatter(Schedule& s, const CallArgs& args) {
 
 Status RunRing(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
-    case Collective::kAllReduce:
-      return RingAllReduce(s, args);
-    case Collective::kAllGather:
-      return RingAllGather(s, args);
-    case Collective::kReduceScatter:
-      return RingReduceScatter(s, args);
+    case Collective::kAllReduce: return RingAllReduce(s, args);
+    case Collective::kAllGather: return RingAllGather(s, args);
+    case Collective::kReduceScatter: return RingReduceScatter(s, args);
     case Collective::kReduce:
       return TreeRootedReduce(s, args, ChainTree(s.plan().ring_order, args.root));
     case Collective::kBroadcast:
       return TreeRootedBroadcast(s, args, ChainTree(s.plan().ring_order, args.root));
-    default:
-      return UnsupportedAlgorithm(args);
+    default: return UnsupportedAlgorithm(args);
   }
 }
 

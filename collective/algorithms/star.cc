@@ -12,12 +12,9 @@ Status RunStar(Schedule& s, const CallArgs& args) {
   switch (args.kind) {
     case Collective::kAllReduce:
       return TreesAllReduce(s, args, {TreeJob{&star, Range{0, args.count}}});
-    case Collective::kReduce:
-      return TreeRootedReduce(s, args, star);
-    case Collective::kBroadcast:
-      return TreeRootedBroadcast(s, args, star);
-    default:
-      return UnsupportedAlgorithm(args);
+    case Collective::kReduce: return TreeRootedReduce(s, args, star);
+    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, star);
+    default: return UnsupportedAlgorithm(args);
   }
 }
 

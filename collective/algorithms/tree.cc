@@ -180,12 +180,9 @@ Status RunTree(Schedule& s, const CallArgs& args) {
       const Tree& tree = s.plan().trees[0];
       return TreesAllReduce(s, args, {TreeJob{&tree, Range{0, args.count}}});
     }
-    case Collective::kReduce:
-      return TreeRootedReduce(s, args, s.plan().trees[args.root]);
-    case Collective::kBroadcast:
-      return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
-    default:
-      return UnsupportedAlgorithm(args);
+    case Collective::kReduce: return TreeRootedReduce(s, args, s.plan().trees[args.root]);
+    case Collective::kBroadcast: return TreeRootedBroadcast(s, args, s.plan().trees[args.root]);
+    default: return UnsupportedAlgorithm(args);
   }
 }
 

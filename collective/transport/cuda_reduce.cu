@@ -111,16 +111,11 @@ cudaError_t LaunchReduce(const Reduction& r, void* dst, const void* a, const voi
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   switch (r.dtype) {
-    case DataType::kFloat32:
-      return ReduceTyped<float>(r.op, dst, a, b, count, stream);
-    case DataType::kFloat64:
-      return ReduceTyped<double>(r.op, dst, a, b, count, stream);
-    case DataType::kFloat16:
-      return ReduceTyped<__half>(r.op, dst, a, b, count, stream);
-    case DataType::kInt32:
-      return ReduceTyped<int32_t>(r.op, dst, a, b, count, stream);
-    case DataType::kInt64:
-      return ReduceTyped<int64_t>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat32: return ReduceTyped<float>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat64: return ReduceTyped<double>(r.op, dst, a, b, count, stream);
+    case DataType::kFloat16: return ReduceTyped<__half>(r.op, dst, a, b, count, stream);
+    case DataType::kInt32: return ReduceTyped<int32_t>(r.op, dst, a, b, count, stream);
+    case DataType::kInt64: return ReduceTyped<int64_t>(r.op, dst, a, b, count, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -129,16 +124,11 @@ cudaError_t LaunchFinalize(const Reduction& r, void* buf, size_t count, int nran
                            cudaStream_t stream) {
   if (r.op != ReduceOp::kAvg || count == 0) return cudaSuccess;
   switch (r.dtype) {
-    case DataType::kFloat32:
-      return DivideTyped<float>(buf, count, nranks, stream);
-    case DataType::kFloat64:
-      return DivideTyped<double>(buf, count, nranks, stream);
-    case DataType::kFloat16:
-      return DivideTyped<__half>(buf, count, nranks, stream);
-    case DataType::kInt32:
-      return DivideTyped<int32_t>(buf, count, nranks, stream);
-    case DataType::kInt64:
-      return DivideTyped<int64_t>(buf, count, nranks, stream);
+    case DataType::kFloat32: return DivideTyped<float>(buf, count, nranks, stream);
+    case DataType::kFloat64: return DivideTyped<double>(buf, count, nranks, stream);
+    case DataType::kFloat16: return DivideTyped<__half>(buf, count, nranks, stream);
+    case DataType::kInt32: return DivideTyped<int32_t>(buf, count, nranks, stream);
+    case DataType::kInt64: return DivideTyped<int64_t>(buf, count, nranks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -234,16 +234,11 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
 
 MPI_Datatype MpiType(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kFloat16:
-      return MPI_UINT16_T;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -435,14 +430,10 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
 
 const char* MpiThreadLevel() {
   switch (g_thread_level) {
-    case MPI_THREAD_SINGLE:
-      return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED:
-      return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED:
-      return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE:
-      return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
   }
   return "not initialized";
 }

@@ -22,32 +22,22 @@ Status NcclStatus(ncclResult_t r, const char* what) {
 
 ncclDataType_t NcclType(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32:
-      return ncclFloat32;
-    case DataType::kFloat64:
-      return ncclFloat64;
-    case DataType::kFloat16:
-      return ncclFloat16;
-    case DataType::kInt32:
-      return ncclInt32;
-    case DataType::kInt64:
-      return ncclInt64;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t NcclReduction(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kProd:
-      return ncclProd;
-    case ReduceOp::kMax:
-      return ncclMax;
-    case ReduceOp::kMin:
-      return ncclMin;
-    case ReduceOp::kAvg:
-      return ncclAvg;
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kAvg: return ncclAvg;
   }
   return ncclSum;
 }

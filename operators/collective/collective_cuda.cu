@@ -23,12 +23,9 @@ Status Launch(const KernelContext& ctx, void* x, int64_t n, float w) {
 
 Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, float w) {
   switch (dtype) {
-    case proto::FP32:
-      return Launch<float>(ctx, x, n, w);
-    case proto::FP64:
-      return Launch<double>(ctx, x, n, w);
-    case proto::FP16:
-      return Launch<__half>(ctx, x, n, w);
+    case proto::FP32: return Launch<float>(ctx, x, n, w);
+    case proto::FP64: return Launch<double>(ctx, x, n, w);
+    case proto::FP16: return Launch<__half>(ctx, x, n, w);
     default:
       return Unimplemented(ctx.Where(), ": input 'Weight' needs fp32, fp64 or fp16 data, got ",
                            DataTypeName(dtype));

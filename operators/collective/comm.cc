@@ -284,16 +284,11 @@ StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx) {
 
 StatusOr<collective::DataType> CollectiveDtype(DataType dtype, const std::string& where) {
   switch (dtype) {
-    case proto::FP32:
-      return collective::DataType::kFloat32;
-    case proto::FP64:
-      return collective::DataType::kFloat64;
-    case proto::FP16:
-      return collective::DataType::kFloat16;
-    case proto::INT32:
-      return collective::DataType::kInt32;
-    case proto::INT64:
-      return collective::DataType::kInt64;
+    case proto::FP32: return collective::DataType::kFloat32;
+    case proto::FP64: return collective::DataType::kFloat64;
+    case proto::FP16: return collective::DataType::kFloat16;
+    case proto::INT32: return collective::DataType::kInt32;
+    case proto::INT64: return collective::DataType::kInt64;
     default:
       return Unimplemented(where, ": collectives do not support dtype ", DataTypeName(dtype));
   }
@@ -312,12 +307,9 @@ StatusOr<collective::ReduceOp> ParseReduceOp(const std::string& name, const std:
 StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const std::string& key,
                                int nranks, int rank, int device, const GroupOptions& options) {
   switch (transport.id) {
-    case collective::TransportId::kInProcess:
-      return JoinInProcessGroup(key, nranks, rank, options);
-    case collective::TransportId::kMpi:
-      return JoinMpiWorld(nranks, rank, options);
-    case collective::TransportId::kNccl:
-      return JoinNcclGroup(key, nranks, rank, device, options);
+    case collective::TransportId::kInProcess: return JoinInProcessGroup(key, nranks, rank, options);
+    case collective::TransportId::kMpi: return JoinMpiWorld(nranks, rank, options);
+    case collective::TransportId::kNccl: return JoinNcclGroup(key, nranks, rank, device, options);
     case collective::TransportId::kCudaP2P:
       return JoinCudaP2PGroup(key, nranks, rank, device, options);
   }

@@ -38,16 +38,11 @@ StatusOr<bool> ReadCondition(const KernelContext& ctx) {
     h = &host;
   }
   switch (h->dtype()) {
-    case proto::BOOL:
-      return h->data<bool>()[0];
-    case proto::INT32:
-      return h->data<int32_t>()[0] != 0;
-    case proto::INT64:
-      return h->data<int64_t>()[0] != 0;
-    case proto::FP32:
-      return h->data<float>()[0] != 0.0f;
-    case proto::FP64:
-      return h->data<double>()[0] != 0.0;
+    case proto::BOOL: return h->data<bool>()[0];
+    case proto::INT32: return h->data<int32_t>()[0] != 0;
+    case proto::INT64: return h->data<int64_t>()[0] != 0;
+    case proto::FP32: return h->data<float>()[0] != 0.0f;
+    case proto::FP64: return h->data<double>()[0] != 0.0;
     default:
       return ctx.Error("Cond (var '", ctx.InputVarName("Cond"), "') has dtype ",
                        DataTypeName(h->dtype()), "; expected bool, int32, int64, fp32 or fp64");

@@ -24,14 +24,10 @@ Status Launch(const KernelContext& ctx, const Tensor& src, Tensor* dst) {
 
 Status AddOnCuda(const KernelContext& ctx, const Tensor& src, Tensor* dst) {
   switch (src.dtype()) {
-    case proto::FP32:
-      return Launch<float>(ctx, src, dst);
-    case proto::FP64:
-      return Launch<double>(ctx, src, dst);
-    case proto::FP16:
-      return Launch<__half>(ctx, src, dst);
-    default:
-      return ctx.Error("gradients of dtype ", DataTypeName(src.dtype()), " are not summed");
+    case proto::FP32: return Launch<float>(ctx, src, dst);
+    case proto::FP64: return Launch<double>(ctx, src, dst);
+    case proto::FP16: return Launch<__half>(ctx, src, dst);
+    default: return ctx.Error("gradients of dtype ", DataTypeName(src.dtype()), " are not summed");
   }
 }
 

@@ -152,22 +152,14 @@ using ConvTileFn = void (*)(const float* const*, const float*, int64_t, int64_t,
 ConvTileFn PickConvTile(int64_t kw, int64_t cstep) {
   if (cstep != 1) return ConvTile<0>;
   switch (kw) {
-    case 1:
-      return ConvTile<1>;
-    case 2:
-      return ConvTile<2>;
-    case 3:
-      return ConvTile<3>;
-    case 4:
-      return ConvTile<4>;
-    case 5:
-      return ConvTile<5>;
-    case 6:
-      return ConvTile<6>;
-    case 7:
-      return ConvTile<7>;
-    default:
-      return ConvTile<0>;
+    case 1: return ConvTile<1>;
+    case 2: return ConvTile<2>;
+    case 3: return ConvTile<3>;
+    case 4: return ConvTile<4>;
+    case 5: return ConvTile<5>;
+    case 6: return ConvTile<6>;
+    case 7: return ConvTile<7>;
+    default: return ConvTile<0>;
   }
 }
 

@@ -37,23 +37,12 @@ Status CastKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   Tensor* out = ctx.Output("Out");
   switch (ctx.Attr<int>("out_dtype")) {
-    case proto::FP32:
-      CastCompute<In, float>(x, out, ctx.place());
-      break;
-    case proto::FP64:
-      CastCompute<In, double>(x, out, ctx.place());
-      break;
-    case proto::INT32:
-      CastCompute<In, int32_t>(x, out, ctx.place());
-      break;
-    case proto::INT64:
-      CastCompute<In, int64_t>(x, out, ctx.place());
-      break;
-    case proto::BOOL:
-      CastCompute<In, bool>(x, out, ctx.place());
-      break;
-    default:
-      return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
+    case proto::FP32: CastCompute<In, float>(x, out, ctx.place()); break;
+    case proto::FP64: CastCompute<In, double>(x, out, ctx.place()); break;
+    case proto::INT32: CastCompute<In, int32_t>(x, out, ctx.place()); break;
+    case proto::INT64: CastCompute<In, int64_t>(x, out, ctx.place()); break;
+    case proto::BOOL: CastCompute<In, bool>(x, out, ctx.place()); break;
+    default: return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
   }
   return Status::OK();
 }

@@ -41,18 +41,12 @@ Status Cast(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   Tensor* out = ctx.Output("Out");
   switch (ctx.Attr<int>("out_dtype")) {
-    case proto::FP32:
-      return CastTo<In, float>(ctx, x, out);
-    case proto::FP64:
-      return CastTo<In, double>(ctx, x, out);
-    case proto::INT32:
-      return CastTo<In, int32_t>(ctx, x, out);
-    case proto::INT64:
-      return CastTo<In, int64_t>(ctx, x, out);
-    case proto::BOOL:
-      return CastTo<In, bool>(ctx, x, out);
-    default:
-      return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
+    case proto::FP32: return CastTo<In, float>(ctx, x, out);
+    case proto::FP64: return CastTo<In, double>(ctx, x, out);
+    case proto::INT32: return CastTo<In, int32_t>(ctx, x, out);
+    case proto::INT64: return CastTo<In, int64_t>(ctx, x, out);
+    case proto::BOOL: return CastTo<In, bool>(ctx, x, out);
+    default: return ctx.Error("unsupported out_dtype ", ctx.Attr<int>("out_dtype"));
   }
 }
 

@@ -68,28 +68,17 @@ Attribute AttrFromPy(const std::string& name, py::handle v, std::optional<proto:
   try {
     if (want) {
       switch (*want) {
-        case proto::INT:
-          return v.cast<int>();
-        case proto::FLOAT:
-          return v.cast<float>();
-        case proto::STRING:
-          return v.cast<std::string>();
-        case proto::INTS:
-          return ListOf<int>(v);
-        case proto::FLOATS:
-          return ListOf<float>(v);
-        case proto::STRINGS:
-          return ListOf<std::string>(v);
-        case proto::BOOLEAN:
-          return v.cast<bool>();
-        case proto::BOOLEANS:
-          return ListOf<bool>(v);
-        case proto::BLOCK:
-          return BlockIndex{v.cast<int>()};
-        case proto::LONG:
-          return v.cast<int64_t>();
-        case proto::LONGS:
-          return ListOf<int64_t>(v);
+        case proto::INT: return v.cast<int>();
+        case proto::FLOAT: return v.cast<float>();
+        case proto::STRING: return v.cast<std::string>();
+        case proto::INTS: return ListOf<int>(v);
+        case proto::FLOATS: return ListOf<float>(v);
+        case proto::STRINGS: return ListOf<std::string>(v);
+        case proto::BOOLEAN: return v.cast<bool>();
+        case proto::BOOLEANS: return ListOf<bool>(v);
+        case proto::BLOCK: return BlockIndex{v.cast<int>()};
+        case proto::LONG: return v.cast<int64_t>();
+        case proto::LONGS: return ListOf<int64_t>(v);
       }
     }
     if (py::isinstance<py::bool_>(v)) return v.cast<bool>();

@@ -23,18 +23,12 @@ DataType DtypeOfArray(const py::array& a, const std::string& what) {
 
 py::dtype NumpyDtype(DataType dt) {
   switch (dt) {
-    case proto::FP32:
-      return py::dtype("float32");
-    case proto::FP64:
-      return py::dtype("float64");
-    case proto::FP16:
-      return py::dtype("float16");
-    case proto::INT32:
-      return py::dtype("int32");
-    case proto::INT64:
-      return py::dtype("int64");
-    case proto::BOOL:
-      return py::dtype("bool");
+    case proto::FP32: return py::dtype("float32");
+    case proto::FP64: return py::dtype("float64");
+    case proto::FP16: return py::dtype("float16");
+    case proto::INT32: return py::dtype("int32");
+    case proto::INT64: return py::dtype("int64");
+    case proto::BOOL: return py::dtype("bool");
   }
   return py::dtype("float32");
 }

@@ -29,36 +29,23 @@ inline int64_t Value(ReduceOp op, int rank, size_t i, int salt) {
 
 inline void Store(DataType dtype, void* buf, size_t i, int64_t v) {
   switch (dtype) {
-    case DataType::kFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(buf)[i] = static_cast<double>(v);
-      break;
+    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(buf)[i] = static_cast<double>(v); break;
     case DataType::kFloat16:
       static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v));
       break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(buf)[i] = v;
-      break;
+    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = v; break;
   }
 }
 
 inline double Load(DataType dtype, const void* buf, size_t i) {
   switch (dtype) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(buf)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(buf)[i];
-    case DataType::kFloat16:
-      return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(buf)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DataType::kFloat64: return static_cast<const double*>(buf)[i];
+    case DataType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
   }
   return 0;
 }
@@ -83,18 +70,10 @@ inline std::vector<unsigned char> Expected(DataType dtype, ReduceOp op, int nran
       const int64_t v = Value(op, r, first_index + i, salt);
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          acc += v;
-          break;
-        case ReduceOp::kProd:
-          acc *= v;
-          break;
-        case ReduceOp::kMax:
-          acc = std::max(acc, v);
-          break;
-        case ReduceOp::kMin:
-          acc = std::min(acc, v);
-          break;
+        case ReduceOp::kAvg: acc += v; break;
+        case ReduceOp::kProd: acc *= v; break;
+        case ReduceOp::kMax: acc = std::max(acc, v); break;
+        case ReduceOp::kMin: acc = std::min(acc, v); break;
       }
     }
     if (op != ReduceOp::kAvg) {
@@ -114,9 +93,7 @@ inline std::vector<unsigned char> Expected(DataType dtype, ReduceOp op, int nran
         static_cast<uint16_t*>(static_cast<void*>(buf.data()))[i] =
             FloatToHalf(static_cast<float>(acc) / static_cast<float>(nranks));
         break;
-      default:
-        Store(dtype, buf.data(), i, acc / nranks);
-        break;
+      default: Store(dtype, buf.data(), i, acc / nranks); break;
     }
   }
   return buf;

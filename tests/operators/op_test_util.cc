@@ -33,23 +33,12 @@ std::vector<double> Values(const Tensor& t) {
   std::vector<double> out(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case proto::FP32:
-        out[i] = t.data<float>()[i];
-        break;
-      case proto::FP64:
-        out[i] = t.data<double>()[i];
-        break;
-      case proto::INT32:
-        out[i] = t.data<int32_t>()[i];
-        break;
-      case proto::INT64:
-        out[i] = static_cast<double>(t.data<int64_t>()[i]);
-        break;
-      case proto::BOOL:
-        out[i] = t.data<bool>()[i];
-        break;
-      default:
-        out[i] = NAN;
+      case proto::FP32: out[i] = t.data<float>()[i]; break;
+      case proto::FP64: out[i] = t.data<double>()[i]; break;
+      case proto::INT32: out[i] = t.data<int32_t>()[i]; break;
+      case proto::INT64: out[i] = static_cast<double>(t.data<int64_t>()[i]); break;
+      case proto::BOOL: out[i] = t.data<bool>()[i]; break;
+      default: out[i] = NAN;
     }
   }
   return out;
