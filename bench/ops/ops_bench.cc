@@ -121,12 +121,13 @@ class OpRunner {
   }
   loom::Status Run(bool backward) {
     LOOM_RETURN_IF_ERROR(exe_.Run(backward ? bwd_.get() : fwd_.get(), &scope_));
-    loom::GetDeviceContext(g_place)->Wait();
+    dev_->Wait();
     return loom::Status::OK();
   }
 
  private:
   loom::Executor exe_{g_place};
+  const loom::DeviceContext* dev_ = loom::GetDeviceContext(g_place);
   loom::Scope scope_;
   std::unique_ptr<loom::PreparedBlock> fwd_, bwd_;
 };

@@ -82,7 +82,6 @@ StatusOr<CommHandle> JoinDeviceGroup(const std::string& key, int nranks, int ran
     g->cv.notify_all();
     return g->status;
   }
-  if (g->done) return g->status;
   g->devices[rank] = device;
   if (++g->arrived == nranks) {
     groups.erase(key);  // a later group may reuse the name

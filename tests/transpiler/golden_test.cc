@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "examples/program_builder.h"
+#include "tests/transpiler/test_nets.h"
 #include "transpiler/data_parallel.h"
 
 namespace loom::transpiler {
@@ -23,22 +23,14 @@ std::string Text(const google::protobuf::Message& m) {
   return out;
 }
 
-// The transpiled MLP (6-16-8-3, softmax cross-entropy, SGD) as one text.
+// The transpiled MLP (test_nets.h) as one text.
 std::string Transpiled(SyncMode mode) {
-  ProgramDesc main, startup;
-  examples::ProgramBuilder b(&main, &startup, 5);
-  b.Data("x", {6});
-  b.Data("label", {1}, proto::INT64);
-  std::string h = b.FC("x", 16, "relu", "fc_0").value();
-  h = b.FC(h, 8, "relu", "fc_1").value();
-  std::string logits = b.FC(h, 3, "", "fc_2").value();
-  std::string loss = b.SoftmaxCrossEntropyLoss(logits, "label").value();
-  EXPECT_TRUE(b.MinimizeWithSGD(loss, 0.1f).ok());
+  Net n = Mlp();
   DataParallelConfig c;
   c.nranks = 3;
   c.mode = mode;
   c.group = "golden";
-  auto r = TranspileDataParallel(startup, main, c);
+  auto r = TranspileDataParallel(n.startup, n.main, c);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return "";
   std::string out = "# manifest\n" + Text(r.value().manifest);
