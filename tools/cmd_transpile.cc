@@ -16,9 +16,6 @@ namespace loom::cli {
 namespace {
 
 Flags TranspileFlags() {
-  std::string passes;
-  for (const auto& p : transpiler::DataParallelPasses())
-    passes += StrCat("\n  ", p.name, p.optional ? " (optional)" : "", ": ", p.summary);
   return Flags(
       "transpile", "loom transpile IN_DIR -o OUT_DIR [flags]",
       "Rewrites the single-device bundle IN_DIR (startup.pb, main.pb with forward, backward and\n"
@@ -28,7 +25,7 @@ Flags TranspileFlags() {
       "algorithm of each bucket, OUT_DIR/bundle.pbtxt the feeds (global batch). `loom run "
       "OUT_DIR`\n"
       "trains with them. Passes, in order:" +
-          passes,
+          transpiler::DescribePasses(transpiler::DataParallelPasses()),
       {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
           {"places", "PLACES",
@@ -56,10 +53,14 @@ Flags TranspileFlags() {
            "sample (weight ranks by their batch rows: the full-batch "
            "gradient), avg (1/N) or one",
            "sample"},
-          {"owner-policy", "P", "owner mode: bytes (balanced) or hash (of the name)", "bytes"},
+          {"owner-policy", "P", "owner mode: bytes (balanced), hash (of the name) or round_robin",
+           "bytes"},
           {"timeout-ms", "MS", "a collective that does not finish within MS fails", "30000"},
           {"topology", "PRESET", "topology preset of the places (see docs/COLLECTIVES.md)", ""},
           {"disable-pass", "NAME", "skip an optional pass", "", true},
+          {"dump-after", "NAME",
+           "write every program's text after pass NAME (or all) to --dump-dir", "", true},
+          {"dump-dir", "DIR", "where --dump-after writes (default OUT_DIR/passes)", ""},
       },
       1, 1);
 }
@@ -117,7 +118,10 @@ Status Transpile(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");
   config.timeout_ms = static_cast<int>(timeout);
-  config.disabled_passes = flags.GetAll("disable-pass");
+  config.pass_options.disabled = flags.GetAll("disable-pass");
+  config.pass_options.dump_after = flags.GetAll("dump-after");
+  config.pass_options.dump_dir =
+      flags.Has("dump-dir") ? flags.Get("dump-dir") : JoinPath(out, "passes");
   config.group = StrCat("transpiled:", out);
 
   LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(in, "startup.pb")));

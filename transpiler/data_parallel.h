@@ -2,24 +2,9 @@
 // backward and optimizer ops) in, one startup + main program per rank out, plus a manifest of
 // every decision (owners, buckets, algorithm per bucket). It never runs a kernel.
 //
-// It runs as a pipeline of small named passes; the verifier checks the programs after each:
-//   check-program       rejects transpiled programs, programs without optimizer ops, and
-//                       parameters whose gradient no backward op writes
-//   find-gradients      pairs every optimized parameter with the gradient backward produces and
-//                       the op that produces it last
-//   assign-owners       (owner mode) one owner rank per parameter: balanced by bytes (largest
-//                       first onto the least-loaded rank) or by a hash of the name
-//   plan-buckets        groups small gradients, in the order backward produces them, into
-//                       buckets of about fuse_grad_size_mb; resolves algorithm "auto" per bucket
-//                       with the collectives' cost model
-//   insert-comm-init    comm_init in startup; the communicator variable in both programs
-//   broadcast-params    every parameter is broadcast from rank 0 after initialization
-//   insert-grad-sync    sample_weight, coalesce_grads per fused bucket, and right after a
-//                       bucket's last gradient is produced its allreduce (or, in owner mode, a
-//                       reduce to the owner and a broadcast of the updated parameter)
-//   split-per-rank      per-rank copies; owner mode drops the optimizer ops (and their state)
-//                       of parameters the rank does not own
-// Passes marked optional (plan-buckets, broadcast-params) can be disabled by name.
+// It runs as a pipeline of small named passes (pass.h), declared once in data_parallel.cc with
+// their summaries (`loom transpile --help` and docs/CLI.md list them from there); the verifier
+// checks the programs after each, and optional passes can be disabled by name.
 #pragma once
 
 #include <string>
@@ -30,6 +15,7 @@
 #include "collective/transport_registry.h"
 #include "framework/framework.pb.h"
 #include "framework/program_desc.h"
+#include "transpiler/pass.h"
 
 namespace loom::transpiler {
 
@@ -65,7 +51,8 @@ struct DataParallelConfig {
   // false: the per-rank startup programs hold only comm_init and the broadcasts (the caller
   // brings initialized parameters, as Python's CompiledProgram does).
   bool keep_startup_init = true;
-  std::vector<std::string> disabled_passes;
+  // Passes to skip (optional ones only) and to dump the programs after.
+  PassOptions pass_options;
 };
 
 struct DataParallelResult {
@@ -78,13 +65,8 @@ StatusOr<DataParallelResult> TranspileDataParallel(const ProgramDesc& startup,
                                                    const ProgramDesc& main,
                                                    const DataParallelConfig& config);
 
-// (name, summary, optional) of every pass, in pipeline order.
-struct PassInfo {
-  const char* name;
-  const char* summary;
-  bool optional;
-};
-const std::vector<PassInfo>& DataParallelPasses();
+// The pipeline's passes, in order.
+std::vector<PassInfo> DataParallelPasses();
 
 StatusOr<SyncMode> ParseSyncMode(const std::string& name);
 StatusOr<GradScale> ParseGradScale(const std::string& name);

@@ -33,7 +33,7 @@ void RegisterParallel(py::module_& m) {
         c.group = group;
         c.keep_startup_init = keep_startup_init;
         c.timeout_ms = timeout_ms;
-        c.disabled_passes = disabled_passes;
+        c.pass_options.disabled = disabled_passes;
         c.transport = transport;
         c.places = places;
         if (c.places.empty())

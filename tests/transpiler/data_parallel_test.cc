@@ -175,17 +175,17 @@ TEST(DataParallelTranspiler, OptionalPassesCanBeDisabled) {
   Net n = Mlp();
   DataParallelConfig c;
   c.nranks = 2;
-  c.disabled_passes = {"broadcast-params", "plan-buckets"};
+  c.pass_options.disabled = {"broadcast-params", "plan-buckets"};
   auto r = TranspileDataParallel(n.startup, n.main, c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Count(r.value().startup[0], "broadcast"), 0);
   EXPECT_EQ(Count(r.value().main[0], "coalesce_grads"), 0);
   EXPECT_EQ(Count(r.value().main[0], "allreduce"), 6);
-  c.disabled_passes = {"insert-grad-sync"};
+  c.pass_options.disabled = {"insert-grad-sync"};
   EXPECT_NE(
       TranspileDataParallel(n.startup, n.main, c).status().message().find("cannot be disabled"),
       std::string::npos);
-  c.disabled_passes = {"no-such-pass"};
+  c.pass_options.disabled = {"no-such-pass"};
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c).status().message().find("no pass named"),
             std::string::npos);
 }
