@@ -211,8 +211,8 @@ def memory_table(name, n):
         starts, mains, _ = core.transpile_data_parallel(startup.desc, main.desc, n, mode=mode,
                                                         group="mem-%s-%s" % (name, mode))
         scopes = [core.Scope() for _ in range(n)]
-        prepared = [core.Executor(core.Place.cpu(0)).prepare(s, 0) for s in starts]
-        core.run_ranks(prepared, scopes, [], [], core.Place.cpu(0))
+        runner = core.Runner(starts, mains, [core.Place.cpu(0)] * n, scopes)
+        runner.startup()
         rows.append((mode, [scope_bytes(core, sc) for sc in scopes]))
     print("\nPersistable memory per place, %s with Adam on %d places (MiB):\n" % (name, n))
     print("| mode | " + " | ".join("place %d" % r for r in range(n)) + " | total |")

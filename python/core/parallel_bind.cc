@@ -8,6 +8,7 @@
 #include "loom/config.h"
 #include "operators/collective/stats.h"
 #include "python/core/common.h"
+#include "runtime/runner.h"
 #include "transpiler/data_parallel.h"
 #if LOOM_MPI_ENABLED
 #include "collective/transport/mpi.h"
@@ -79,47 +80,69 @@ void RegisterParallel(py::module_& m) {
       "('cpu' or 'cuda'), processes (one process per rank), schedules (Loom's ring/tree/...), "
       "native (collectives of its own), shared_devices, built, summary.");
 
-  m.def(
-      "run_ranks",
-      [](const std::vector<PreparedBlock*>& prepared, const std::vector<Scope*>& scopes,
-         const std::vector<py::dict>& feeds, const std::vector<std::string>& fetch,
-         const py::object& place_or_places) {
-        size_t n = prepared.size();
-        if (scopes.size() != n || (!feeds.empty() && feeds.size() != n))
-          Throw(InvalidArgument("run_ranks: ", n, " programs, ", scopes.size(), " scopes and ",
-                                feeds.size(), " feeds"));
-        std::vector<Place> places;
-        if (py::isinstance<Place>(place_or_places)) {
-          places.assign(n, place_or_places.cast<Place>());
-        } else {
-          places = place_or_places.cast<std::vector<Place>>();
-          if (places.size() != n)
-            Throw(InvalidArgument("run_ranks: ", n, " programs but ", places.size(), " places"));
-        }
-        std::vector<RankRun> ranks(n);
-        for (size_t r = 0; r < n; ++r) {
-          const Place& place = places[r];
-          ranks[r].place = place;
-          ranks[r].prepared = prepared[r];
-          ranks[r].scope = scopes[r];
-          if (!feeds.empty()) ranks[r].feeds = FeedsFromPy(feeds[r], place);
-        }
-        Status st;
-        {
-          py::gil_scoped_release release;
-          st = Executor::RunRanks(&ranks, fetch);
-        }
-        // Drop the feeds (which may hold NumPy arrays) while holding the GIL.
-        for (auto& r : ranks) r.feeds.clear();
-        ThrowIfError(st);
-        std::vector<std::vector<Tensor>> out;
-        for (auto& r : ranks) out.push_back(std::move(r.fetched));
-        return out;
-      },
-      py::arg("prepared"), py::arg("scopes"), py::arg("feeds"), py::arg("fetch_list"),
-      py::arg("place"),
-      "Runs one prepared program per rank concurrently (one thread each) on `place` (one Place "
-      "for every rank, or a list with one per rank); returns each rank's fetched tensors.");
+  py::class_<runtime::Runner>(m, "Runner",
+                              "The runner of per-rank programs (runtime/runner.h): the ranks "
+                              "this process runs of a job, their prepared programs and scopes.")
+      .def(py::init([](const std::vector<ProgramDesc>& startups,
+                       const std::vector<ProgramDesc>& mains, const std::vector<Place>& places,
+                       const std::vector<Scope*>& scopes, int first_rank, int nranks) {
+             // nranks < 0: the given ranks are the whole job.
+             const size_t n = mains.size();
+             if (startups.size() != n || places.size() != n || scopes.size() != n)
+               Throw(InvalidArgument("Runner: ", n, " main programs, ", startups.size(),
+                                     " startup programs, ", places.size(), " places and ",
+                                     scopes.size(), " scopes"));
+             if (nranks < 0) nranks = first_rank + static_cast<int>(n);
+             std::vector<runtime::RankProgram> ranks(n);
+             for (size_t r = 0; r < n; ++r) {
+               CheckPlaceAvailable(places[r], "Runner");
+               ranks[r] = {startups[r], mains[r], places[r], scopes[r]};
+             }
+             return ValueOrThrow(runtime::Runner::Create(std::move(ranks), first_rank, nranks));
+           }),
+           py::arg("startups"), py::arg("mains"), py::arg("places"), py::arg("scopes"),
+           py::arg("first_rank") = 0, py::arg("nranks") = -1, py::keep_alive<1, 5>(),
+           "Prepares the programs of ranks first_rank.. of a job of nranks ranks (-1: as many "
+           "as given), one place and scope each (scopes must outlive the runner).")
+      .def(
+          "startup",
+          [](runtime::Runner& r) {
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = r.Startup();
+            }
+            ThrowIfError(st);
+          },
+          "Runs every local rank's startup program (comm_init, broadcasts) concurrently.")
+      .def(
+          "step",
+          [](runtime::Runner& r, const py::dict& feed, const std::vector<std::string>& fetch,
+             bool split) {
+            // Feeds stay on the CPU (views of the arrays); each rank's executor copies its share
+            // to its place.
+            FeedMap feeds = FeedsFromPy(feed, Place::CPU());
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = r.Step(feeds, fetch,
+                          split ? runtime::FeedSplit::kGlobal : runtime::FeedSplit::kLocal);
+            }
+            feeds.clear();  // the arrays' references, dropped while holding the GIL
+            ThrowIfError(st);
+            std::vector<std::vector<Tensor>> out;
+            for (int i = 0; i < r.local_ranks(); ++i) out.push_back(r.fetched(i));
+            return out;
+          },
+          py::arg("feed"), py::arg("fetch_list"), py::arg("split") = true,
+          "One step of every local rank: with split, feed is the global minibatch, split along "
+          "dim 0 across all ranks of the job (the first rows % N ranks get one row more); "
+          "without, it is this process's one rank's own. Returns each local rank's fetched "
+          "tensors.")
+      .def_property_readonly("nranks", &runtime::Runner::nranks)
+      .def_property_readonly("local_ranks", &runtime::Runner::local_ranks);
+  m.def("batch_shares", &runtime::BatchShares, py::arg("batch"), py::arg("nranks"),
+        "Rows of a global minibatch per rank: the first batch % nranks ranks get one more.");
 
   m.def(
       "copy_persistables",

@@ -108,7 +108,8 @@ def _transport(name):
 
 
 class _RankState:
-    """Per-scope state of a compiled program: rank programs, scopes and prepared blocks."""
+    """Per-scope state of a compiled program: the transpiled rank programs and the runner
+    (runtime/runner.h) of the ranks this process runs, with their scopes."""
 
     def __init__(self, compiled, scope):
         bs = compiled._build_strategy
@@ -116,70 +117,53 @@ class _RankState:
         if transport["device"] == "cuda" and compiled._places[0].is_cpu_place():
             raise ValueError("BuildStrategy.transport %r needs CUDA places, got %r"
                              % (bs.transport, compiled._places))
-        if transport["processes"]:
-            self._init_mpi(compiled, scope)
-            return
-        self.mpi = False
-        n = len(compiled._places)
-        # CPU places are threads over the in-process transport (all on cpu:0's allocator
-        # settings); CUDA places are threads with one GPU each, meeting over NCCL.
-        cuda = not compiled._places[0].is_cpu_place()
-        places = list(compiled._places) if cuda else [core.Place.cpu(0)] * n
-        group = "py:%d" % next(_group_ids)
+        self.mpi = transport["processes"]
+        if self.mpi:
+            # This process is one rank of the MPI world: its programs only, in `scope`.
+            if getattr(compiled, "_places_given", False) and len(compiled._places) != 1:
+                raise ValueError(
+                    "transport 'mpi' runs one place per process, got places=%r: start one "
+                    "process per rank with mpirun -np N instead" % (compiled._places,))
+            rank, n = core.mpi_init()
+            _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
+            ranks, group, names = [rank], "mpi", []
+            places, transport_name = [core.Place.cpu(0)], bs.transport
+        else:
+            # CPU places are threads over the in-process transport (all on cpu:0's allocator
+            # settings); CUDA places are threads with one GPU each, meeting over NCCL unless
+            # another CUDA transport is asked for.
+            n = len(compiled._places)
+            cuda = not compiled._places[0].is_cpu_place()
+            ranks, group = list(range(n)), "py:%d" % next(_group_ids)
+            places = list(compiled._places) if cuda else [core.Place.cpu(0)] * n
+            names = [repr(p) for p in places] if cuda else []
+            transport_name = (bs.transport if transport["device"] == "cuda" else _CUDA_DEFAULT) \
+                if cuda else bs.transport
         fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
         startups, mains, manifest = core.transpile_data_parallel(
             core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
             keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport=(bs.transport if transport["device"] == "cuda" else _CUDA_DEFAULT)
-            if cuda else bs.transport,
-            places=[repr(p) for p in places] if cuda else [])
+            transport=transport_name, places=names)
         self.manifest = manifest
-        self.mains = mains
+        self.mains = [mains[r] for r in ranks]  # the programs this process runs
         self.version = compiled._program._version
-        self.scopes = [scope] + [core.Scope() for _ in range(n - 1)]
-        self.place = places
-        for r in range(1 if not cuda else 0, n):
-            core.copy_persistables(mains[r], scope, self.scopes[r], places[r])
-        self.exes = [core.Executor(places[r]) for r in range(n)]
-        starts = [self.exes[r].prepare(startups[r], 0) for r in range(n)]
+        self.scopes = [scope] + [core.Scope() for _ in ranks[1:]]
+        # Rank 0's scope holds the initialized parameters; the other local ranks start from
+        # copies (then rank 0 broadcasts its parameters in startup).
+        for i, r in enumerate(ranks):
+            if i > 0 or not places[i].is_cpu_place():
+                core.copy_persistables(mains[r], scope, self.scopes[i], places[i])
+        self.runner = core.Runner([startups[r] for r in ranks], self.mains, places, self.scopes,
+                                  ranks[0], n)
+        if self.mpi:
+            block = startups[ranks[0]].block(0)
+            _mpi_cleanup.track(scope, [block.op(i).output("Comm")[0]
+                                       for i in range(block.op_size())
+                                       if block.op(i).type() == "comm_init"])
         # comm_init and the broadcast of every parameter from rank 0.
-        core.run_ranks(starts, self.scopes, [], [], places)
-        self.prepared = [self.exes[r].prepare(mains[r], 0) for r in range(n)]
-
-    def _init_mpi(self, compiled, scope):
-        """This process is one rank of the MPI world: its programs only, in `scope`."""
-        bs = compiled._build_strategy
-        if getattr(compiled, "_places_given", False) and len(compiled._places) != 1:
-            raise ValueError(
-                "transport 'mpi' runs one place per process, got places=%r: start one process "
-                "per rank with mpirun -np N instead" % (compiled._places,))
-        rank, n = core.mpi_init()
-        _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
-        fuse_mb = float(bs.fuse_grad_size_in_MB) if bs.fuse_all_reduce_ops else 0.0
-        startups, mains, manifest = core.transpile_data_parallel(
-            core.ProgramDesc(), compiled._program.desc, n, mode=bs._mode(),
-            algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
-            grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group="mpi",
-            keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport=bs.transport)
-        self.mpi = True
-        self.rank, self.nranks = rank, n
-        self.manifest = manifest
-        self.mains = [mains[rank]]
-        self.version = compiled._program._version
-        self.scopes = [scope]
-        self.place = core.Place.cpu(0)
-        self.exes = [core.Executor(self.place)]
-        start = self.exes[0].prepare(startups[rank], 0)
-        block = startups[rank].block(0)
-        comm_vars = [block.op(i).output("Comm")[0] for i in range(block.op_size())
-                     if block.op(i).type() == "comm_init"]
-        _mpi_cleanup.track(scope, comm_vars)
-        # comm_init over MPI_COMM_WORLD and the broadcast of every parameter from rank 0.
-        core.run_ranks([start], self.scopes, [], [], self.place)
-        self.prepared = [self.exes[0].prepare(mains[rank], 0)]
+        self.runner.startup()
 
 
 class _MpiCleanup:
@@ -303,17 +287,9 @@ class CompiledProgram:
         if isinstance(feed, (list, tuple)):
             raise NotImplementedError("per-place feed lists are not supported: pass one dict, "
                                       "it is split across the places")
-        per_rank = [dict() for _ in range(n)]
-        for k, v in feed.items():
-            name = k.name if isinstance(k, Variable) else k
-            arr = np.asarray(v)
-            if arr.ndim == 0:
-                raise ValueError("feed '%s' is a scalar: data-parallel feeds are split along "
-                                 "dim 0" % name)
-            for r, part in enumerate(np.array_split(arr, n, axis=0)):
-                per_rank[r][name] = part
+        feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
-        out = core.run_ranks(st.prepared, st.scopes, per_rank, fetch, st.place)
+        out = st.runner.step(feed, fetch)
         if not return_numpy:
             return out
         per_place = [[np.asarray(t) for t in rank] for rank in out]
@@ -325,7 +301,6 @@ class CompiledProgram:
             merged.append(np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts]))
         return merged
 
-
     def _run_mpi_rank(self, st, feed, fetch_list, scope, return_numpy):
         """One step of this process's rank: its own feed, its own fetched values."""
         from .executor import _fetch_name
@@ -333,12 +308,9 @@ class CompiledProgram:
         feed = feed or {}
         if isinstance(feed, (list, tuple)):
             raise NotImplementedError("transport 'mpi': pass this process's feed as one dict")
-        mine = {}
-        for k, v in feed.items():
-            name = k.name if isinstance(k, Variable) else k
-            mine[name] = np.asarray(v)
+        feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
-        out = core.run_ranks(st.prepared, st.scopes, [mine], fetch, st.place)[0]
+        out = st.runner.step(feed, fetch, split=False)[0]
         if not return_numpy:
             return out
         return [np.asarray(t) for t in out]

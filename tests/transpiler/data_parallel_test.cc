@@ -11,6 +11,7 @@
 #include "examples/program_builder.h"
 #include "executor/executor.h"
 #include "framework/op_role.h"
+#include "runtime/runner.h"
 #include "tests/transpiler/test_nets.h"
 #include "transpiler/data_parallel.h"
 
@@ -363,37 +364,28 @@ void ExpectSameTraining(SyncMode mode, int nranks, int rows) {
   for (int i = 0; i < rows * 6; ++i) xp[i] = normal(rng);
   for (int i = 0; i < rows; ++i) lp[i] = i % 3;
 
-  Executor exe;
-  Scope single;
-  ASSERT_TRUE(exe.Run(n.startup, &single).ok());
-  auto prepared = exe.Prepare(n.main).value();
-  for (int step = 0; step < 10; ++step)
-    ASSERT_TRUE(exe.Run(prepared.get(), &single, {{"x", x}, {"label", label}}).ok());
-
-  std::vector<std::unique_ptr<Scope>> scopes;
-  std::vector<std::unique_ptr<PreparedBlock>> blocks;
-  std::vector<RankRun> ranks(nranks);
+  // One place on the whole batch, and the ranks as threads on their shares of it, through the
+  // one runner.
+  std::vector<runtime::RankProgram> one(1), many(nranks);
+  one[0].startup = n.startup;
+  one[0].main = n.main;
   for (int k = 0; k < nranks; ++k) {
-    scopes.push_back(std::make_unique<Scope>());
-    blocks.push_back(exe.Prepare(r.value().startup[k]).value());
-    ranks[k].scope = scopes[k].get();
-    ranks[k].prepared = blocks[k].get();
+    many[k].startup = r.value().startup[k];
+    many[k].main = r.value().main[k];
   }
-  ASSERT_TRUE(Executor::RunRanks(&ranks, {}).ok());
-  for (int k = 0; k < nranks; ++k) {
-    blocks[k] = exe.Prepare(r.value().main[k]).value();
-    ranks[k].prepared = blocks[k].get();
-    int64_t begin = rows * k / nranks, end = rows * (k + 1) / nranks;
-    ranks[k].feeds = {{"x", x.Slice(begin, end)}, {"label", label.Slice(begin, end)}};
-  }
+  auto single = runtime::Runner::Create(std::move(one), 0, 1).value();
+  auto ranks = runtime::Runner::Create(std::move(many), 0, nranks).value();
+  ASSERT_TRUE(single->Startup().ok());
+  ASSERT_TRUE(ranks->Startup().ok());
   for (int step = 0; step < 10; ++step) {
-    Status st = Executor::RunRanks(&ranks, {});
+    ASSERT_TRUE(single->Step({{"x", x}, {"label", label}}, {}).ok());
+    Status st = ranks->Step({{"x", x}, {"label", label}}, {});
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   for (const auto& p : r.value().manifest.params()) {
-    const Tensor& want = single.FindVar(p.name())->Get<Tensor>();
+    const Tensor& want = single->scope(0)->FindVar(p.name())->Get<Tensor>();
     for (int k = 0; k < nranks; ++k) {
-      const Tensor& got = scopes[k]->FindVar(p.name())->Get<Tensor>();
+      const Tensor& got = ranks->scope(k)->FindVar(p.name())->Get<Tensor>();
       ASSERT_EQ(got.numel(), want.numel());
       double diff = 0, norm = 0;
       for (int64_t i = 0; i < want.numel(); ++i) {

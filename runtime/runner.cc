@@ -1,0 +1,185 @@
+#include "runtime/runner.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "collective/communicator.h"
+#include "framework/cpu_threads.h"
+#include "framework/serialization.h"
+#include "operators/collective/comm.h"
+#include "transpiler/data_parallel.h"
+
+namespace loom::runtime {
+
+std::vector<int64_t> BatchShares(int64_t batch, int nranks) {
+  std::vector<int64_t> share(static_cast<size_t>(std::max(nranks, 0)));
+  for (int r = 0; r < nranks; ++r) share[r] = batch / nranks + (r < batch % nranks ? 1 : 0);
+  return share;
+}
+
+StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks) {
+  FeedMap out;
+  const std::string* first = nullptr;
+  int64_t rows = -1;
+  for (const auto& [name, t] : global) {
+    if (t.dims().size() == 0)
+      return InvalidArgument("feed '", name,
+                             "' is a scalar: data-parallel feeds are split along dim 0");
+    if (rows >= 0 && t.dims()[0] != rows)
+      return InvalidArgument("feeds have different numbers of rows: '", *first, "' has ", rows,
+                             ", '", name, "' has ", t.dims()[0]);
+    if (rows < 0) {
+      rows = t.dims()[0];
+      first = &name;
+    }
+  }
+  if (rows < 0) return out;
+  const std::vector<int64_t> share = BatchShares(rows, nranks);
+  int64_t begin = 0;
+  for (int r = 0; r < rank; ++r) begin += share[r];
+  for (const auto& [name, t] : global) out[name] = t.Slice(begin, begin + share[rank]);
+  return out;
+}
+
+StatusOr<std::unique_ptr<Runner>> Runner::Create(std::vector<RankProgram> ranks, int first_rank,
+                                                 int nranks) {
+  const int local = static_cast<int>(ranks.size());
+  if (local < 1 || first_rank < 0 || nranks < first_rank + local)
+    return InvalidArgument("a runner of ranks ", first_rank, "..", first_rank + local - 1,
+                           " does not fit a job of ", nranks, " rank(s)");
+  std::unique_ptr<Runner> r(new Runner());
+  r->first_rank_ = first_rank;
+  r->nranks_ = nranks;
+  // The ranks of one machine share its cores: threads of this process, or (under mpirun) the
+  // processes mpirun started on this machine.
+  int sharing = local;
+  if (local < nranks)
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) sharing = std::atoi(v);
+  r->threads_ = std::max(1, CpuCores() / std::max(1, sharing));
+  r->ranks_.resize(local);
+  for (int i = 0; i < local; ++i) {
+    RankProgram& p = ranks[i];
+    if (!p.scope) {
+      r->owned_scopes_.push_back(std::make_unique<Scope>());
+      p.scope = r->owned_scopes_.back().get();
+    }
+    Executor exe(p.place);
+    auto sp = exe.Prepare(p.startup);
+    if (!sp.ok()) return sp.status().WithContext(StrCat("rank ", first_rank + i, " startup"));
+    auto mp = exe.Prepare(p.main);
+    if (!mp.ok()) return mp.status().WithContext(StrCat("rank ", first_rank + i, " main"));
+    r->startup_.push_back(std::move(sp).value());
+    r->main_.push_back(std::move(mp).value());
+    r->mains_.push_back(std::move(p.main));
+    r->ranks_[i].place = p.place;
+    r->ranks_[i].scope = p.scope;
+  }
+  return r;
+}
+
+Runner::~Runner() {
+  for (auto& r : ranks_) r.feeds.clear();
+}
+
+Status Runner::RunLocal(bool startup, const std::vector<std::string>& fetches) {
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    ranks_[i].prepared = startup ? startup_[i].get() : main_[i].get();
+  if (ranks_.size() > 1) return Executor::RunRanks(&ranks_, fetches);
+  // One rank in this process: its kernels get this process's share of the machine.
+  RankRun& r = ranks_[0];
+  ScopedBlasThreads blas(multi_process() ? threads_ : BlasThreads());
+  ScopedThreadBudget budget(multi_process() && threads_ < CpuCores() ? threads_ : 0);
+  Executor exe(r.place);
+  exe.set_timeline(r.timeline, first_rank_);
+  return exe.Run(r.prepared, r.scope, r.feeds, fetches, &r.fetched);
+}
+
+Status Runner::Startup() {
+  for (auto& r : ranks_) r.feeds.clear();
+  return RunLocal(true, {});
+}
+
+Status Runner::LoadParams(const std::string& dir) {
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    LOOM_RETURN_IF_ERROR(loom::LoadParams(mains_[i], ranks_[i].scope, dir, ranks_[i].place));
+  return Status::OK();
+}
+
+StatusOr<bool> Runner::SaveParams(const std::string& dir) const {
+  if (first_rank_ != 0) return false;
+  LOOM_RETURN_IF_ERROR(loom::SaveParams(mains_[0], *ranks_[0].scope, dir));
+  return true;
+}
+
+Status Runner::Step(const FeedMap& feed, const std::vector<std::string>& fetches, FeedSplit split) {
+  rows_.assign(ranks_.size(), 0);
+  global_rows_ = 0;
+  if (split == FeedSplit::kLocal) {
+    if (ranks_.size() != 1)
+      return InvalidArgument("a feed of one rank's own for ", ranks_.size(), " local ranks");
+    ranks_[0].feeds = feed;
+  } else {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(ranks_[i].feeds,
+                            RankFeed(feed, first_rank_ + static_cast<int>(i), nranks_));
+    }
+  }
+  if (!feed.empty()) {
+    const int64_t rows = feed.begin()->second.dims().size() ? feed.begin()->second.dims()[0] : 0;
+    global_rows_ = split == FeedSplit::kGlobal ? rows : 0;
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      rows_[i] = split == FeedSplit::kGlobal
+                     ? BatchShares(rows, nranks_)[first_rank_ + static_cast<int>(i)]
+                     : rows;
+  }
+  Status st = RunLocal(false, fetches);
+  for (auto& r : ranks_) r.feeds.clear();
+  return st;
+}
+
+namespace {
+double FirstValue(const Tensor& t) {
+  if (t.numel() < 1) return NAN;
+  if (t.dtype() == proto::FP32) return t.data<float>()[0];
+  if (t.dtype() == proto::FP64) return t.data<double>()[0];
+  return NAN;
+}
+}  // namespace
+
+StatusOr<double> Runner::GlobalFirstValue() {
+  const auto& out0 = ranks_[0].fetched;
+  if (out0.empty()) return NAN;
+  if (out0[0].numel() != 1 || global_rows_ <= 0) return FirstValue(out0[0]);
+  double part = 0;
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    if (rows_[i] > 0)
+      part += FirstValue(ranks_[i].fetched[0]) * static_cast<double>(rows_[i]) / global_rows_;
+  if (!multi_process()) return part;
+  LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
+  double sum = 0;
+  LOOM_RETURN_IF_ERROR(
+      comm->AllReduce(&part, &sum, 1, collective::DataType::kFloat64, collective::ReduceOp::kSum)
+          .Wait()
+          .WithContext("summing the first fetch over the ranks"));
+  return sum;
+}
+
+StatusOr<collective::Communicator*> Runner::Communicator() const {
+  const Variable* cv = ranks_[0].scope->FindVar(transpiler::kCommVar);
+  if (!cv || !cv->IsType<ops::CommHandle>() || !cv->Get<ops::CommHandle>().comm)
+    return FailedPrecondition("rank ", first_rank_, ": the startup program made no communicator ('",
+                              transpiler::kCommVar, "')");
+  return cv->Get<ops::CommHandle>().comm;
+}
+
+void Runner::set_timeline(Timeline* timeline) {
+  for (auto& r : ranks_) r.timeline = timeline;
+}
+
+Status Runner::Finish() {
+  if (!multi_process()) return Status::OK();
+  LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
+  return comm->Barrier().Wait();
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,132 @@
+#include "runtime/train.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace loom::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Summarize(const Tensor& t) {
+  if (t.numel() == 1) {
+    double v = t.dtype() == proto::FP64    ? t.data<double>()[0]
+               : t.dtype() == proto::FP32  ? t.data<float>()[0]
+               : t.dtype() == proto::INT64 ? static_cast<double>(t.data<int64_t>()[0])
+               : t.dtype() == proto::INT32 ? static_cast<double>(t.data<int32_t>()[0])
+                                           : NAN;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.6g", v);
+    return buf;
+  }
+  return TensorSummary(t, 4);
+}
+
+// Progress lines every `every` steps (and the first and last), then a summary.
+class Progress {
+ public:
+  explicit Progress(const TrainOptions& o) : o_(o) {}
+  void Step(int64_t it, const std::vector<Tensor>& out, double value) {
+    if (!out.empty()) {
+      last_ = value;
+      if (it == 1) first_ = last_;
+    }
+    const int64_t every = o_.print_every;
+    if (it % every != 0 && it != o_.iters && it != 1) return;
+    auto now = Clock::now();
+    double secs = std::chrono::duration<double>(now - window_).count();
+    int64_t span = it == 1 ? 1 : (it % every == 0 ? every : it % every);
+    std::string line = StrCat("iter ", it, "/", o_.iters);
+    for (size_t k = 0; k < out.size(); ++k)
+      line += StrCat("  ", o_.fetches[k], " ",
+                     k == 0 && out[0].numel() == 1 ? StrCat(value) : Summarize(out[k]));
+    char rate[32];
+    std::snprintf(rate, sizeof(rate), "  %.1f it/s", secs > 0 ? span / secs : 0.0);
+    std::fprintf(o_.out, "%s%s\n", line.c_str(), rate);
+    std::fflush(o_.out);
+    window_ = now;
+  }
+  void Done() {
+    double total = std::chrono::duration<double>(Clock::now() - t0_).count();
+    std::fprintf(o_.out, "done: %lld iterations in %.3f s", static_cast<long long>(o_.iters),
+                 total);
+    if (!o_.fetches.empty() && std::isfinite(first_) && std::isfinite(last_)) {
+      std::fprintf(o_.out, "; %s %.6g -> %.6g", o_.fetches[0].c_str(), first_, last_);
+      if (last_ > 0) std::fprintf(o_.out, " (%.1fx lower)", first_ / last_);
+    }
+    std::fprintf(o_.out, "\n");
+  }
+
+ private:
+  const TrainOptions& o_;
+  double first_ = NAN, last_ = NAN;
+  Clock::time_point t0_ = Clock::now();
+  Clock::time_point window_ = t0_;
+};
+
+}  // namespace
+
+Tensor Minibatch(const Tensor& data, int64_t offset, int64_t batch) {
+  const int64_t rows = data.dims()[0];
+  if (offset + batch <= rows) return data.Slice(offset, offset + batch);
+  DDim dims = data.dims();
+  dims[0] = batch;
+  Tensor out(data.dtype(), dims);
+  char* dst = static_cast<char*>(out.mutable_data(Place::CPU(), data.dtype()));
+  const char* src = static_cast<const char*>(data.raw_data());
+  const size_t row_bytes = data.nbytes() / static_cast<size_t>(rows);
+  const size_t tail = static_cast<size_t>(rows - offset) * row_bytes;
+  std::memcpy(dst, src + static_cast<size_t>(offset) * row_bytes, tail);
+  std::memcpy(dst + tail, src, static_cast<size_t>(batch) * row_bytes - tail);
+  return out;
+}
+
+Status Train(Runner& runner, const std::vector<FeedData>& feeds, const TrainOptions& o) {
+  if (o.iters < 0) return InvalidArgument("iterations must be >= 0, got ", o.iters);
+  if (o.print_every <= 0) return InvalidArgument("print_every must be > 0, got ", o.print_every);
+  if (o.timeline_iters < 1)
+    return InvalidArgument("timeline_iters must be >= 1, got ", o.timeline_iters);
+  const int64_t rows = feeds.empty() ? 0 : feeds[0].data.dims()[0];
+  for (const auto& f : feeds)
+    if (f.data.dims().size() == 0 || f.data.dims()[0] != rows)
+      return InvalidArgument("feed '", f.name, "' has dims ", f.data.dims().ToString(), ", '",
+                             feeds[0].name, "' has ", rows, " rows");
+  if (!feeds.empty() && (o.batch <= 0 || o.batch > rows))
+    return InvalidArgument("batch size ", o.batch, " must be between 1 and the ", rows,
+                           " rows of the feeds");
+  const bool prints = runner.first_rank() == 0;
+  Timeline timeline;
+  if (!o.timeline.empty() && prints) runner.set_timeline(&timeline);
+  Progress progress(o);
+  int64_t offset = 0;
+  for (int64_t it = 1; it <= o.iters; ++it) {
+    timeline.set_enabled(it > o.iters - o.timeline_iters);
+    FeedMap feed;
+    for (const auto& f : feeds) feed[f.name] = Minibatch(f.data, offset, o.batch);
+    if (rows > 0) offset = (offset + o.batch) % rows;
+    Status st = runner.Step(feed, o.fetches);
+    if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
+    LOOM_ASSIGN_OR_RETURN(double value, runner.GlobalFirstValue());
+    if (prints) progress.Step(it, runner.fetched(0), value);
+  }
+  runner.set_timeline(nullptr);
+  if (prints) {
+    progress.Done();
+    if (!o.timeline.empty()) {
+      LOOM_RETURN_IF_ERROR(timeline.Write(o.timeline));
+      std::fprintf(o.out, "wrote timeline (%zu events) to %s\n", timeline.size(),
+                   o.timeline.c_str());
+    }
+  }
+  if (!o.save_params.empty()) {
+    LOOM_ASSIGN_OR_RETURN(bool wrote, runner.SaveParams(o.save_params));
+    if (wrote)
+      std::fprintf(o.out, "saved parameters%s to %s\n", runner.nranks() > 1 ? " (rank 0)" : "",
+                   o.save_params.c_str());
+  }
+  // Every rank of a multi-process job leaves together: rank 0 may still be saving.
+  return runner.Finish();
+}
+
+}  // namespace loom::runtime
