@@ -174,6 +174,23 @@ TEST(DataParallelPipeline, DocsTableListsThePasses) {
          "build/tests/transpiler/transpiler_test --gtest_filter='*DocsTable*' rewrites it";
 }
 
+// docs/DATA_PARALLEL.md explains each pass in a table of its own: the same passes, in order.
+TEST(DataParallelPipeline, DesignDocExplainsEveryPassInOrder) {
+  auto doc = ReadFile(std::string(LOOM_DOCS_DIR) + "/DATA_PARALLEL.md");
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  std::vector<std::string> listed;
+  std::istringstream lines(doc.value());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    std::string name = line.substr(3, line.find('`', 3) - 3);
+    for (const auto& p : DataParallelPasses())
+      if (name == p.name) listed.push_back(name);
+  }
+  std::vector<std::string> want;
+  for (const auto& p : DataParallelPasses()) want.push_back(p.name);
+  EXPECT_EQ(listed, want);
+}
+
 TEST(GradientAnalysis, PairsComeFromOpRoleVarNotNames) {
   Net n = Mlp();
   // Rename fc_0.w_0's gradient to a name no convention would guess.
