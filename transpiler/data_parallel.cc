@@ -70,7 +70,7 @@ void FillManifest(const DataParallelState& s, const std::vector<PassRecord>& rec
     for (const auto& g : bucket.grads) mb->add_grads(g);
     mb->set_bytes(bucket.bytes);
     mb->set_algorithm(bucket.algorithm);
-    mb->set_collective(s.owner_mode() ? "reduce" : "allreduce");
+    mb->set_collective(collective::CollectiveName(GradCollective(s)));
     mb->set_fused(bucket.fused);
   }
   for (const auto& p : s.grads.params) {

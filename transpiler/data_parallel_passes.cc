@@ -9,6 +9,11 @@
 namespace loom::transpiler {
 
 using collective::Collective;
+using collective::CollectiveName;
+
+Collective GradCollective(const DataParallelState& s) {
+  return s.owner_mode() ? Collective::kReduce : Collective::kAllReduce;
+}
 
 std::vector<NamedProgram> DataParallelState::Programs() const {
   if (rank_main.empty()) return {{"startup", &startup}, {"main", &main}};
@@ -102,7 +107,8 @@ StatusOr<bool> BroadcastParams(DataParallelState& s) {
     if (!sb->HasVar(v.Name())) DeclareLike(sb, v);
     int64_t bytes = std::max<int64_t>(v.Dims().numel(), 0) * SizeOf(v.Dtype());
     OpDesc op = sb->AppendOp(
-        "broadcast", {{"X", {v.Name()}}, {"Comm", {kCommVar}}}, {{"Out", {v.Name()}}},
+        CollectiveName(Collective::kBroadcast), {{"X", {v.Name()}}, {"Comm", {kCommVar}}},
+        {{"Out", {v.Name()}}},
         {{"root", 0}, {"algorithm", s.chooser->Resolve(Collective::kBroadcast, bytes)}});
     op.SetRole(kOpRoleCommunication);
     changed = true;
@@ -136,8 +142,8 @@ void SyncBucket(DataParallelState& s, size_t b, const SlotList& weight, Insertio
   GradBucket& bucket = s.buckets[b];
   BlockDesc* block = s.main.GlobalBlock();
   const bool owner = s.owner_mode();
-  bucket.algorithm =
-      s.chooser->Resolve(owner ? Collective::kReduce : Collective::kAllReduce, bucket.bytes);
+  const Collective kind = GradCollective(s);
+  bucket.algorithm = s.chooser->Resolve(kind, bucket.bytes);
   if (bucket.fused) {
     std::string fused = StrCat("@LOOM_FUSED_GRADS_", b, "@");
     VarDesc f = block->Var(fused);
@@ -156,8 +162,8 @@ void SyncBucket(DataParallelState& s, size_t b, const SlotList& weight, Insertio
   const std::string reduce_type = s.config.grad_scale == GradScale::kAvg ? "avg" : "sum";
   AttributeMap attrs = {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}};
   if (owner) attrs["root"] = s.owner.at(bucket.params[0]);
-  (*ops)[position].push_back(MakeOp(owner ? "reduce" : "allreduce", ins, {{"Out", bucket.grads}},
-                                    attrs, kOpRoleBackward | kOpRoleCommunication));
+  (*ops)[position].push_back(MakeOp(CollectiveName(kind), ins, {{"Out", bucket.grads}}, attrs,
+                                    kOpRoleBackward | kOpRoleCommunication));
 }
 
 }  // namespace
@@ -178,7 +184,8 @@ StatusOr<bool> InsertGradSync(DataParallelState& s) {
     const std::string out = op.Output("Out")[0];
     VarDesc v = block->FindVarRecursive(out);
     int64_t bytes = v ? std::max<int64_t>(v.Dims().numel(), 1) * SizeOf(v.Dtype()) : 8;
-    ops[i].push_back(MakeOp("allreduce", {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
+    ops[i].push_back(MakeOp(CollectiveName(Collective::kAllReduce),
+                            {{"X", {out}}, {"Comm", {kCommVar}}}, {{"Out", {out}}},
                             {{"reduce_type", std::string("sum")},
                              {"algorithm", s.chooser->Resolve(Collective::kAllReduce, bytes)}},
                             role));
@@ -186,7 +193,8 @@ StatusOr<bool> InsertGradSync(DataParallelState& s) {
   // Owner mode: the owner broadcasts the parameter it updated.
   for (const OptimizedParam& p : s.owner_mode() ? s.grads.params : std::vector<OptimizedParam>{})
     ops[FindUpdateOp(*block, p.param)].push_back(
-        MakeOp("broadcast", {{"X", {p.param}}, {"Comm", {kCommVar}}}, {{"Out", {p.param}}},
+        MakeOp(CollectiveName(Collective::kBroadcast), {{"X", {p.param}}, {"Comm", {kCommVar}}},
+               {{"Out", {p.param}}},
                {{"root", s.owner.at(p.param)},
                 {"algorithm", s.chooser->Resolve(Collective::kBroadcast, p.bytes)}},
                role));

@@ -36,6 +36,9 @@ struct DataParallelState {
   std::vector<NamedProgram> Programs() const;
 };
 
+// The collective that synchronizes gradient buckets: allreduce, or in owner mode reduce.
+collective::Collective GradCollective(const DataParallelState& s);
+
 StatusOr<bool> CheckProgram(DataParallelState& s);
 StatusOr<bool> FindGradients(DataParallelState& s);
 StatusOr<bool> AssignOwners(DataParallelState& s);
