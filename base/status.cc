@@ -17,6 +17,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kTimeout: return "Timeout";
+    case StatusCode::kResourceExhausted: return "ResourceExhausted";
   }
   return "Unknown";
 }
@@ -46,10 +47,23 @@ Status OkStatusWithoutValue() {
 }
 
 void CheckFailed(const char* file, int line, const char* cond, const std::string& msg) {
-  std::fprintf(stderr, "loom: internal check failed at %s:%d: %s %s\n", file, line, cond,
-               msg.c_str());
-  std::abort();
+  throw StatusError(Internal("internal check failed at ", file, ":", line, ": ", cond, " ", msg));
 }
 }  // namespace internal
+
+Status StatusOfException(std::exception_ptr e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const StatusError& s) {
+    return s.status();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory");
+  } catch (const std::exception& x) {
+    return Internal("unexpected exception: ", x.what());
+  } catch (...) {
+    return Internal("unexpected exception of an unknown type");
+  }
+  return Internal("no exception");
+}
 
 }  // namespace loom

@@ -1,8 +1,12 @@
 // Status and StatusOr: how anything that depends on input (parsing, verification, I/O, shapes)
-// reports failure. No exceptions cross Loom's C++ API; CHECK-style aborts are for programmer
-// errors. Thread-safety: value types, safe to copy between threads.
+// reports failure. No exceptions cross Loom's C++ API. Where a Status cannot be returned (a
+// failed LOOM_CHECK, a programmer error; an allocation that cannot be made) a StatusError is
+// thrown, and the boundaries catch it and go on with its Status: Operator::Run (naming the op),
+// the runner's threads, the CLI's main and the Python module. Nothing reachable from Python or
+// the CLI ends the process. Thread-safety: value types, safe to copy between threads.
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -22,6 +26,7 @@ enum class StatusCode {
   kFailedPrecondition,
   kInternal,
   kTimeout,
+  kResourceExhausted,  // out of memory, threads or another resource
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -68,6 +73,22 @@ LOOM_DEFINE_STATUS_FACTORY(IOError, kIOError)
 LOOM_DEFINE_STATUS_FACTORY(Unimplemented, kUnimplemented)
 LOOM_DEFINE_STATUS_FACTORY(FailedPrecondition, kFailedPrecondition)
 LOOM_DEFINE_STATUS_FACTORY(Internal, kInternal)
+LOOM_DEFINE_STATUS_FACTORY(ResourceExhausted, kResourceExhausted)
+
+// An error Status thrown where none can be returned (see the top of this file).
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+// The Status of an exception caught at a boundary: a StatusError's own, ResourceExhausted for
+// std::bad_alloc, Internal for anything else (naming what was thrown).
+Status StatusOfException(std::exception_ptr e);
 LOOM_DEFINE_STATUS_FACTORY(Timeout, kTimeout)
 #undef LOOM_DEFINE_STATUS_FACTORY
 
@@ -127,7 +148,8 @@ class [[nodiscard]] StatusOr {
     if (!(cond)) return ::loom::InvalidArgument(__VA_ARGS__); \
   } while (0)
 
-// Programmer errors: abort with a message. LOOM_CHECK(cond) or LOOM_CHECK(cond, "msg ", x, ...);
+// Programmer errors: throw StatusError(Internal) with the file, line and message (the boundaries
+// report it; see the top of this file). LOOM_CHECK(cond) or LOOM_CHECK(cond, "msg ", x, ...);
 // the message is built only when the check fails (C++17: no __VA_OPT__).
 #define LOOM_CHECK(...) LOOM_CHECK_IMPL(__VA_ARGS__, "")
 #define LOOM_CHECK_IMPL(cond, ...)                                                           \

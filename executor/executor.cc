@@ -1,6 +1,7 @@
 #include "executor/executor.h"
 
 #include <algorithm>
+#include <future>
 #include <queue>
 #include <set>
 #include <thread>
@@ -363,13 +364,36 @@ Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::st
   ScopedBlasThreads blas(n > 1 ? std::max(1, CpuCores() / n) : BlasThreads());
   const int budget = n > 1 ? std::max(1, CpuCores() / n) : 0;
   auto run_one = [&fetches, ranks, budget](RankRun* r) {
-    ScopedThreadBudget threads(budget);
-    Executor exe(r->place);
-    exe.set_timeline(r->timeline, static_cast<int>(r - &(*ranks)[0]));
-    r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);
+    try {
+      ScopedThreadBudget threads(budget);
+      Executor exe(r->place);
+      exe.set_timeline(r->timeline, static_cast<int>(r - &(*ranks)[0]));
+      r->status = exe.Run(r->prepared, r->scope, r->feeds, fetches, &r->fetched);
+    } catch (...) {  // nothing may escape a thread
+      r->status = StatusOfException(std::current_exception());
+    }
   };
+  // The workers start together once every thread exists: a rank without a thread would leave
+  // the others waiting in their collectives.
+  std::promise<bool> go;
+  std::shared_future<bool> started = go.get_future().share();
   std::vector<std::thread> workers;
-  for (size_t i = 1; i < ranks->size(); ++i) workers.emplace_back(run_one, &(*ranks)[i]);
+  Status spawn;
+  for (size_t i = 1; i < ranks->size() && spawn.ok(); ++i) {
+    try {
+      workers.emplace_back([&run_one, started, r = &(*ranks)[i]] {
+        if (started.get()) run_one(r);
+      });
+    } catch (const std::system_error& e) {
+      spawn = ResourceExhausted("cannot start a thread for rank ", i, " of ", ranks->size(), ": ",
+                                e.what());
+    }
+  }
+  go.set_value(spawn.ok());
+  if (!spawn.ok()) {
+    for (auto& w : workers) w.join();
+    return spawn;
+  }
   if (!ranks->empty()) run_one(&(*ranks)[0]);
   for (auto& w : workers) w.join();
   for (size_t i = 0; i < ranks->size(); ++i) {

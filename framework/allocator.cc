@@ -1,5 +1,7 @@
 #include "framework/allocator.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -41,6 +43,30 @@ size_t CacheBudget() {
 }
 
 std::atomic<size_t> g_cached_bytes{0};  // over all CPU allocators
+std::atomic<size_t> g_host_in_use{0};   // bytes handed out by all CPU allocators
+
+// Host memory tensors may take in all (LOOM_HOST_MEMORY_MB; default: the machine's physical
+// memory). Past it an allocation fails with ResourceExhausted instead of leaving the process to
+// the kernel's out-of-memory killer (Linux overcommits: a huge malloc succeeds and the pages
+// fail later).
+size_t HostMemoryLimit() {
+  static const size_t limit = [] {
+    if (const char* env = std::getenv("LOOM_HOST_MEMORY_MB")) {
+      long v = std::atol(env);
+      if (v > 0) return static_cast<size_t>(v) << 20;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page)
+                                 : SIZE_MAX;
+  }();
+  return limit;
+}
+
+[[noreturn]] void OutOfHostMemory(size_t bytes, const char* why) {
+  throw StatusError(ResourceExhausted("out of host memory allocating ", bytes, " bytes (", why,
+                                      "; ", g_host_in_use.load() >> 20, " MiB in use, limit ",
+                                      HostMemoryLimit() >> 20, " MiB: LOOM_HOST_MEMORY_MB)"));
+}
 
 class CpuAllocator : public Allocator {
  public:
@@ -50,6 +76,8 @@ class CpuAllocator : public Allocator {
   }
 
   void* Allocate(size_t bytes) override {
+    if (bytes > HostMemoryLimit() - std::min(HostMemoryLimit(), g_host_in_use.load()))
+      OutOfHostMemory(bytes, "over the limit");
     size_t rounded = Rounded(bytes);
     void* p = nullptr;
     if (rounded >= kCacheMinBytes) {
@@ -63,13 +91,15 @@ class CpuAllocator : public Allocator {
     }
     if (p == nullptr) {
       p = std::aligned_alloc(kCpuAlignment, rounded);
-      LOOM_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+      if (p == nullptr) OutOfHostMemory(bytes, "malloc failed");
     }
+    g_host_in_use.fetch_add(bytes);
     Account(static_cast<ptrdiff_t>(bytes));
     return p;
   }
 
   void Free(void* ptr, size_t bytes) override {
+    g_host_in_use.fetch_sub(bytes);
     Account(-static_cast<ptrdiff_t>(bytes));
     size_t rounded = Rounded(bytes);
     if (rounded >= kCacheMinBytes && g_cached_bytes.fetch_add(rounded) + rounded <= CacheBudget()) {
@@ -84,6 +114,7 @@ class CpuAllocator : public Allocator {
  private:
   static size_t Rounded(size_t bytes) {
     size_t unit = bytes >= kCacheMinBytes ? kCacheRound : kCpuAlignment;
+    if (bytes > SIZE_MAX - unit) OutOfHostMemory(bytes, "no such size");
     size_t r = (bytes + unit - 1) / unit * unit;
     return r == 0 ? kCpuAlignment : r;
   }
@@ -101,7 +132,8 @@ Allocator* GetAllocator(const Place& place) {
 #if LOOM_CUDA_ENABLED
     return internal::CudaAllocator(place.device);
 #else
-    LOOM_CHECK(false, "CUDA place ", place.ToString(), " in a build without CUDA");
+    throw StatusError(
+        FailedPrecondition("CUDA place ", place.ToString(), " in a build without CUDA"));
 #endif
   }
   std::lock_guard<std::mutex> lock(mu);

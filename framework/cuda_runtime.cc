@@ -24,7 +24,15 @@ class CudaDeviceAllocator : public Allocator {
   void* Allocate(size_t bytes) override {
     LOOM_CUDA_CHECK(cudaSetDevice(device_));
     void* p = nullptr;
-    LOOM_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+    cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear it: the device stays usable
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw StatusError(ResourceExhausted("out of memory on cuda:", device_, " allocating ", bytes,
+                                          " bytes (", cudaGetErrorString(err), "; ", free >> 20,
+                                          " of ", total >> 20, " MiB free)"));
+    }
     Account(static_cast<ptrdiff_t>(bytes));
     return p;
   }

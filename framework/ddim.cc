@@ -35,7 +35,10 @@ int64_t DDim::product(int begin, int end) const {
   int64_t n = 1;
   for (int i = begin; i < end; ++i) {
     if (d_[i] < 0) return -1;
-    n *= d_[i];
+  }
+  for (int i = begin; i < end; ++i) {
+    if (__builtin_mul_overflow(n, d_[i], &n))
+      throw StatusError(InvalidArgument("dims ", ToString(), " hold more than 2^63 elements"));
   }
   return n;
 }

@@ -29,7 +29,8 @@ class DDim {
   void push_back(int64_t v);
   void resize(int rank, int64_t fill = 0);
 
-  // Number of elements; -1 when any dim is unknown.
+  // Number of elements; -1 when any dim is unknown. numel and product throw
+  // StatusError(InvalidArgument) when the product overflows int64 (base/status.h).
   int64_t numel() const;
   bool known() const;  // no -1
   // Product of dims [begin, end).

@@ -180,10 +180,32 @@ Status Operator::Run(Scope* scope_ptr, const DeviceContext& dev, BlockRunner* ru
                                   "writes it)");
     }
   }
-  if (info_->infer_shape) LOOM_RETURN_IF_ERROR(info_->infer_shape(this));
-  KernelFn kernel = nullptr;
-  LOOM_RETURN_IF_ERROR(SelectKernel(dev.place().kind, &kernel));
-  return kernel(*this);
+  // A kernel that cannot allocate, or a failed internal check, throws StatusError: reported
+  // here as this op's error.
+  try {
+    if (info_->infer_shape) LOOM_RETURN_IF_ERROR(info_->infer_shape(this));
+    KernelFn kernel = nullptr;
+    LOOM_RETURN_IF_ERROR(SelectKernel(dev.place().kind, &kernel));
+    return kernel(*this);
+  } catch (...) {
+    Status st = StatusOfException(std::current_exception());
+    if (st.code() != StatusCode::kResourceExhausted) return st.WithContext(where_);
+    return Status(st.code(), StrCat(where_, ": ", st.message(), DescribeOutputs()));
+  }
+}
+
+std::string Operator::DescribeOutputs() const {
+  std::string out;
+  for (const auto& s : outputs_) {
+    for (size_t i = 0; i < s.bound.size(); ++i) {
+      const Variable* v = s.bound[i];
+      if (!v || !v->IsType<Tensor>()) continue;
+      const Tensor& t = v->Get<Tensor>();
+      out += StrCat(out.empty() ? " (outputs: " : ", ", "'", s.name, "' var '", s.vars[i],
+                    "' dims ", t.dims().ToString());
+    }
+  }
+  return out.empty() ? out : out + ")";
 }
 
 }  // namespace loom

@@ -78,6 +78,8 @@ class Operator final : public InferShapeContext, public KernelContext {
   Operator() = default;
   Status Bind(const Scope& scope);
   Status SelectKernel(Place::Kind place, KernelFn* fn);
+  // " (outputs: 'Out' var 'x' dims [..], ...)": what an op that ran out of memory was making.
+  std::string DescribeOutputs() const;
   const Slot* FindSlot(const std::vector<Slot>& slots, const std::string& name) const;
 
   const OpInfo* info_ = nullptr;

@@ -7,6 +7,9 @@ namespace loom {
 void* Tensor::mutable_data(const Place& place, DataType dtype) {
   int64_t n = dims_.numel();
   LOOM_CHECK(n >= 0, "mutable_data on a tensor with unknown dims ", dims_.ToString());
+  if (static_cast<uint64_t>(n) > SIZE_MAX / SizeOf(dtype))
+    throw StatusError(ResourceExhausted("a tensor of dims ", dims_.ToString(), " and dtype ",
+                                        DataTypeName(dtype), " holds more bytes than memory has"));
   size_t bytes = static_cast<size_t>(n) * SizeOf(dtype);
   if (!holder_ || holder_->place() != place || holder_->size() < offset_ + bytes) {
     holder_ = std::make_shared<Allocation>(place, bytes);

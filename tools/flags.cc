@@ -137,7 +137,12 @@ int RunSubcommand(Flags& flags, int argc, char** argv,
     std::fprintf(stderr, "loom %s: %s\n", flags.command().c_str(), parsed.message().c_str());
     return kExitUsage;
   }
-  Status st = body(flags);
+  Status st;
+  try {
+    st = body(flags);
+  } catch (...) {  // an exception is an error like any other (base/status.h)
+    st = StatusOfException(std::current_exception());
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "loom %s: error: %s\n", flags.command().c_str(), st.message().c_str());
     return kExitError;

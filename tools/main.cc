@@ -27,7 +27,9 @@ constexpr const char* kUsage =
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int Main(int argc, char** argv) {
   using namespace loom::cli;
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -67,4 +69,18 @@ int main(int argc, char** argv) {
   if (cmd == "devices") return DevicesCommand(argc - 2, argv + 2);
   std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return kExitUsage;
+}
+
+}  // namespace
+
+// The last boundary: whatever a command lets escape ends as an error message and exit code, never
+// as std::terminate (commands report their own errors through RunSubcommand first).
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (...) {
+    loom::Status st = loom::StatusOfException(std::current_exception());
+    std::fprintf(stderr, "loom: error: %s\n", st.message().c_str());
+    return loom::cli::kExitError;
+  }
 }

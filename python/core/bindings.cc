@@ -42,13 +42,14 @@ void RegisterErrors(py::module_& m) {
   set(StatusCode::kFailedPrecondition, "FailedPreconditionError", nullptr);
   set(StatusCode::kInternal, "InternalError", nullptr);
   set(StatusCode::kTimeout, "TimeoutError", PyExc_TimeoutError);
+  set(StatusCode::kResourceExhausted, "ResourceExhaustedError", PyExc_MemoryError);
   g_errors[0] = base;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const StatusException& e) {
-      PyObject* cls = g_errors[static_cast<int>(e.status.code())];
-      PyErr_SetString(cls ? cls : g_errors[0], e.status.message().c_str());
+    } catch (const StatusError& e) {
+      PyObject* cls = g_errors[static_cast<int>(e.status().code())];
+      PyErr_SetString(cls ? cls : g_errors[0], e.status().message().c_str());
     }
   });
 }

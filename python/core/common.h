@@ -14,11 +14,10 @@ namespace py = pybind11;
 
 // Raised from C++ with the Status; translated into loom.core.<Code>Error (a subclass of
 // loom.core.LoomError and of the matching builtin: ValueError, LookupError, OSError, ...).
-struct StatusException {
-  Status status;
-};
+// (base/status.h's StatusError: the one exception type that carries a Status.)
+using StatusException = StatusError;
 
-[[noreturn]] inline void Throw(const Status& st) { throw StatusException{st}; }
+[[noreturn]] inline void Throw(const Status& st) { throw StatusError(st); }
 inline void ThrowIfError(const Status& st) {
   if (!st.ok()) Throw(st);
 }
