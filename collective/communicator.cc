@@ -60,12 +60,20 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   auto plan = std::make_shared<CommPlan>();
   plan->topology = topology;
   plan->ring_order = BuildRingOrder(topology);
+  std::vector<StatusOr<Tree>> per_root = BuildTreeForEachRoot(topology);
   for (int root = 0; root < topology.size(); ++root) {
-    StatusOr<Tree> tree = BuildTree(topology, root);
-    // Without a topology tree (sparse link matrix) fall back to the chain along the ring.
+    StatusOr<Tree>& tree = per_root[root];
+    // Without a topology tree (sparse link matrix, or a search that gave up) fall back to the
+    // chain along the ring.
+    if (!tree.ok())
+      plan->notes.push_back(
+          StrCat(tree.status().message(), ": falling back to the chain along the ring"));
     plan->trees.push_back(tree.ok() ? std::move(tree).value() : ChainTree(plan->ring_order, root));
   }
   StatusOr<std::vector<Tree>> trees = BuildTrees(topology, TreeBuilderOptions{tree_link_penalty});
+  if (!trees.ok())
+    plan->notes.push_back(
+        StrCat("multi-trees: ", trees.status().message(), ": falling back to the trees above"));
   plan->multi_trees = trees.ok() ? std::move(trees).value() : plan->trees;
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }

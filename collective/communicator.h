@@ -110,8 +110,9 @@ struct CommunicatorOptions {
 struct CommPlan {
   Topology topology = Topology::Uniform(1);
   std::vector<int> ring_order;
-  std::vector<Tree> trees;        // trees[r]: the best tree rooted at r (algorithm kTree)
-  std::vector<Tree> multi_trees;  // multi_trees[r]: rooted at r, built with the link penalty
+  std::vector<Tree> trees;         // trees[r]: the best tree rooted at r (algorithm kTree)
+  std::vector<Tree> multi_trees;   // multi_trees[r]: rooted at r, built with the link penalty
+  std::vector<std::string> notes;  // what fell back to what (no tree over real links, ...)
 
   static StatusOr<std::shared_ptr<const CommPlan>> Create(const Topology& topology,
                                                           double tree_link_penalty = 0.7);

@@ -1,9 +1,12 @@
 #include "collective/topology.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "collective/types.h"
 
 namespace loom::collective {
 namespace {
@@ -104,15 +107,15 @@ StatusOr<Topology> Topology::Parse(const std::string& text) {
       } catch (...) {
         used = 0;
       }
-      LOOM_ENFORCE(used == token.size() && !token.empty(), "line ", line_no, ": '", token,
-                   "' is not an integer");
+      LOOM_ENFORCE(used == token.size() && !token.empty(), "line ", line_no, ": '",
+                   token.size() > 40 ? token.substr(0, 40) + "..." : token, "' is not an integer");
       values.push_back(v);
     }
     if (n < 0) {
       LOOM_ENFORCE(values.size() == 1, "line ", line_no,
                    ": expected the device count alone on the line");
-      LOOM_ENFORCE(values[0] >= 1 && values[0] <= 64, "line ", line_no, ": device count ",
-                   values[0], " is outside 1..64");
+      LOOM_ENFORCE(values[0] >= 1 && values[0] <= kMaxWorldSize, "line ", line_no,
+                   ": device count ", values[0], " is outside 1..", kMaxWorldSize);
       n = static_cast<int>(values[0]);
       continue;
     }
@@ -137,7 +140,8 @@ Status JsonMatrix(const nlohmann::json& doc, const char* key, int n,
   const nlohmann::json& m = doc.at(key);
   LOOM_ENFORCE(m.is_array(), "\"", key, "\" must be an array of rows");
   if (n < 0) n = static_cast<int>(m.size());
-  LOOM_ENFORCE(n >= 1 && n <= 64, "\"", key, "\" has ", m.size(), " rows, expected 1..64");
+  LOOM_ENFORCE(n >= 1 && n <= kMaxWorldSize, "\"", key, "\" has ", m.size(), " rows, expected 1..",
+               kMaxWorldSize);
   LOOM_ENFORCE(static_cast<int>(m.size()) == n, "\"", key, "\" has ", m.size(), " rows, expected ",
                n);
   out->assign(n, std::vector<T>(n));
@@ -157,7 +161,37 @@ Status JsonMatrix(const nlohmann::json& doc, const char* key, int n,
 
 }  // namespace
 
+// The deepest nesting of arrays and objects in a JSON text (outside strings): the parser
+// recurses once per level, so a hostile file could exhaust the stack.
+static int JsonDepth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 StatusOr<Topology> Topology::ParseJson(const std::string& text) {
+  // A topology is an object of matrices: three levels; a little room for comments' objects.
+  constexpr int kMaxDepth = 16;
+  const int depth = JsonDepth(text);
+  LOOM_ENFORCE(depth <= kMaxDepth, "the JSON nests ", depth, " levels deep; a topology needs 3 ",
+               "(an object of matrices), at most ", kMaxDepth, " are read");
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);

@@ -47,6 +47,10 @@ struct Subtree {
 // admit a tree at all does not, so proven-infeasible (set, root) pairs are kept across trees.
 class Searcher {
  public:
+  // Steps (feasibility sub-problems and candidate splits) one searcher may take over all its
+  // builds: milliseconds on the machines Loom knows, under a second for any 64-device matrix.
+  static constexpr int64_t kMaxSteps = 1000000;
+
   explicit Searcher(const Topology& t) : topology_(t), n_(t.size()), weight_(size_t(n_) * n_) {
     std::set<int, std::greater<int>> classes;
     for (int a = 0; a < n_; ++a) {
@@ -61,6 +65,7 @@ class Searcher {
   }
 
   double w(int a, int b) const { return weight_[size_t(a) * n_ + b]; }
+  bool exhausted() const { return exhausted_; }
   void Penalize(int a, int b, double factor) {
     weight_[size_t(a) * n_ + b] *= factor;
     weight_[size_t(b) * n_ + a] *= factor;
@@ -80,6 +85,11 @@ class Searcher {
         found = true;
         break;
       }
+    }
+    if (exhausted_) {
+      return ResourceExhausted("the search for a balanced binary tree for root ", root,
+                               " gave up after ", kMaxSteps, " steps on this ", n_,
+                               "-device topology");
     }
     if (!found && n_ > 1) {
       return NotFound("no balanced binary tree of depth ", CeilLog2(n_), " over real links exists",
@@ -131,8 +141,12 @@ class Searcher {
     const auto key = Key(set, root, levels);
     if (auto it = known.find(key); it != known.end()) return it->second;
     bool found = false;
-    if ((adj_[root] & set) != 0 && Connected(set, root)) {
+    // Every device of a tree of `levels` levels is at most `levels` links from its root: a
+    // polynomial test that rules out most sets (a chain, a sparse mesh) before the subset search,
+    // whose steps are bounded besides.
+    if ((adj_[root] & set) != 0 && WithinHops(set, root, levels) && Step()) {
       ForEachHalf(set, root, levels, [&](Mask half) {
+        if (!Step()) return true;
         const Mask left = set & ~half;
         if ((adj_[root] & half) == 0 || !Feasible(left, root, levels - 1)) return false;
         for (int c : Members(adj_[root] & half)) {
@@ -178,6 +192,24 @@ class Searcher {
         for (int j = i + 1; j < k; ++j) pick[j] = pick[j - 1] + 1;
       }
     }
+  }
+
+  // Counts one step of the search; false (and the search ends, infeasible) past kMaxSteps.
+  bool Step() {
+    if (++steps_ > kMaxSteps) exhausted_ = true;
+    return !exhausted_;
+  }
+
+  // Whether every device of `set` is within `hops` links of root over links inside `set`.
+  bool WithinHops(Mask set, int root, int hops) const {
+    Mask reached = Bit(root), frontier = Bit(root);
+    for (int h = 0; h < hops && frontier; ++h) {
+      Mask next = 0;
+      for (int v : Members(frontier)) next |= adj_[v] & set;
+      frontier = next & ~reached;
+      reached |= next;
+    }
+    return (reached & set) == set;
   }
 
   // Whether the links inside `set` connect it (necessary for any spanning tree).
@@ -232,6 +264,7 @@ class Searcher {
     constexpr int kSplitBudget = 24;
     int feasible_splits = 0;
     ForEachHalf(set, root, levels, [&](Mask half) {
+      if (!Step()) return true;
       if (TrySplit(set, root, levels, half, best)) ++feasible_splits;
       return feasible_splits >= kSplitBudget;
     });
@@ -335,6 +368,8 @@ class Searcher {
   std::map<std::pair<Mask, int>, Subtree> memo_;  // by Key(set, root, levels)
   // Per link class: whether (set, root, levels) admits a tree; weights never change this.
   std::map<int, std::unordered_map<std::pair<Mask, int>, bool, PairHash>> feasible_;
+  int64_t steps_ = 0;
+  bool exhausted_ = false;  // the search ran out of steps: its answers are no longer complete
 };
 
 Status CheckBuildable(const Topology& topology, int root) {
@@ -374,6 +409,15 @@ StatusOr<Tree> BuildTree(const Topology& topology, int root) {
   LOOM_RETURN_IF_ERROR(CheckBuildable(topology, root));
   Searcher searcher(topology);
   return searcher.Build(root);
+}
+
+std::vector<StatusOr<Tree>> BuildTreeForEachRoot(const Topology& topology) {
+  std::vector<StatusOr<Tree>> trees;
+  Status buildable = CheckBuildable(topology, 0);
+  Searcher searcher(topology);
+  for (int root = 0; root < topology.size(); ++root)
+    trees.push_back(buildable.ok() ? searcher.Build(root) : StatusOr<Tree>(buildable));
+  return trees;
 }
 
 StatusOr<std::vector<Tree>> BuildTrees(const Topology& topology,

@@ -49,8 +49,13 @@ struct TreeBuilderOptions {
 int CeilLog2(int n);
 
 // The tree of maximum link weight (as found by the search) rooted at `root`. NotFound when no
-// tree of depth ceil(log2 n) over real links exists for this root.
+// tree of depth ceil(log2 n) over real links exists for this root; ResourceExhausted when the
+// search gave up (it takes a bounded number of steps, about a second, on any 64-device matrix).
 StatusOr<Tree> BuildTree(const Topology& topology, int root);
+
+// BuildTree for every root, as one search (what is learnt about one root's sub-problems serves
+// the others, and the step bound covers them all).
+std::vector<StatusOr<Tree>> BuildTreeForEachRoot(const Topology& topology);
 
 // One tree per root (tree r is rooted at r), with the link-usage penalty between trees.
 StatusOr<std::vector<Tree>> BuildTrees(const Topology& topology,

@@ -10,6 +10,10 @@
 
 namespace loom::collective {
 
+// The most ranks a group may have (in-process worlds, topologies, the transpiler, the CLI and
+// Python's place lists check it where the user gives the number).
+inline constexpr int kMaxWorldSize = 64;
+
 // fp16 buffers hold IEEE binary16 bit patterns (uint16_t); reductions go through float.
 enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64 };
 

@@ -4,7 +4,8 @@ namespace loom::collective {
 
 StatusOr<std::unique_ptr<InProcessWorld>> InProcessWorld::Create(int nranks,
                                                                  const WorldOptions& options) {
-  LOOM_ENFORCE(nranks >= 1 && nranks <= 64, "world size ", nranks, " is outside 1..64");
+  LOOM_ENFORCE(nranks >= 1 && nranks <= kMaxWorldSize, "world size ", nranks, " is outside 1..",
+               kMaxWorldSize);
   const Topology topology = options.topology ? *options.topology : Topology::Uniform(nranks);
   LOOM_ENFORCE(topology.size() == nranks, "topology '", topology.name(), "' has ", topology.size(),
                " devices for ", nranks, " ranks");

@@ -299,7 +299,9 @@ Status Run(const Flags& flags) {
     proto::DataParallelManifest dp;
     LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(dp_path));
     LOOM_RETURN_IF_ERROR(ParseTextProto(text, dp_path, "a data-parallel manifest", &dp));
-    if (dp.nranks() < 1) return InvalidArgument(dp_path, ": nranks must be >= 1");
+    if (dp.nranks() < 1 || dp.nranks() > collective::kMaxWorldSize)
+      return InvalidArgument(dp_path, ": nranks ", dp.nranks(), " is outside 1..",
+                             collective::kMaxWorldSize);
     LOOM_ASSIGN_OR_RETURN(ProgramDesc main0,
                           LoadProgram(JoinPath(JoinPath(dir, "rank0"), "main.pb")));
     RunSetup setup;

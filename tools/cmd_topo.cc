@@ -159,6 +159,8 @@ Status Topo(const Flags& flags) {
   for (const Tree& tree : plan->multi_trees) {
     std::printf("  %s  [%s]\n", tree.ToString().c_str(), TreeLinks(t, tree).c_str());
   }
+  if (!plan->notes.empty()) std::printf("\nnotes:\n");
+  for (const auto& note : plan->notes) std::printf("  %s\n", note.c_str());
   if (flags.Switch("selector")) {
     LOOM_ASSIGN_OR_RETURN(collective::Collective kind,
                           collective::ParseCollective(flags.Get("op")));

@@ -82,11 +82,14 @@ StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* pla
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
+    if (static_cast<int>(places->size()) > collective::kMaxWorldSize)
+      return InvalidArgument("--places '", spec, "': ", places->size(), " GPUs, at most ",
+                             collective::kMaxWorldSize, " ranks");
     return static_cast<int>(places->size());
   }
   if (spec.compare(0, 4, "cpu:") != 0)
     return InvalidArgument("--places '", spec, "': expected cpu:N or cuda:D0,D1,...");
-  LOOM_ASSIGN_OR_RETURN(int n, ParseCpuPlaces(spec, 1024));
+  LOOM_ASSIGN_OR_RETURN(int n, ParseCpuPlaces(spec, collective::kMaxWorldSize));
   for (int i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
   return n;
 }

@@ -27,7 +27,8 @@ std::vector<NamedProgram> DataParallelState::Programs() const {
 
 StatusOr<bool> CheckProgram(DataParallelState& s) {
   const auto& c = s.config;
-  if (c.nranks < 1) return InvalidArgument("nranks must be >= 1, got ", c.nranks);
+  if (c.nranks < 1 || c.nranks > collective::kMaxWorldSize)
+    return InvalidArgument("world size ", c.nranks, " is outside 1..", collective::kMaxWorldSize);
   CollectiveSetup setup{c.nranks, c.transport, c.algorithm, c.topology, c.tree_max_bytes};
   auto chooser = AlgorithmChooser::Create(setup);
   if (!chooser.ok()) return chooser.status();

@@ -177,7 +177,8 @@ class CudaPeerMemory final : public RankMemory,
 
 Status CheckDevices(const std::vector<int>& devices) {
   LOOM_ENFORCE(!devices.empty(), "the CUDA P2P transport needs at least one device");
-  LOOM_ENFORCE(devices.size() <= 64, "the CUDA P2P transport takes at most 64 ranks, got ",
+  LOOM_ENFORCE(static_cast<int>(devices.size()) <= kMaxWorldSize,
+               "the CUDA P2P transport takes at most ", kMaxWorldSize, " ranks, got ",
                devices.size());
   const int available = CudaDeviceCount();
   if (available == 0) return FailedPrecondition("the CUDA P2P transport found no CUDA device");

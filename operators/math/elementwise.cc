@@ -1,5 +1,6 @@
 // elementwise_{add,sub,mul,div,max,min,pow} with Fluid's broadcast rule, and their gradients.
 #include <cmath>
+#include <type_traits>
 
 #include "operators/math/elementwise.h"
 
@@ -96,6 +97,10 @@ struct MulF {
 struct DivF {
   template <typename T>
   static T F(T x, T y) {
+    if constexpr (std::is_integral_v<T>) {
+      // x / -1 is -x, wrapping for the most negative value (INT_MIN / -1 traps in hardware).
+      if (y == -1) return static_cast<T>(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(x));
+    }
     return x / y;
   }
   template <typename T>
@@ -139,6 +144,15 @@ struct MinF {
 struct PowF {
   template <typename T>
   static T F(T x, T y) {
+    if constexpr (std::is_integral_v<T>) {
+      // Exact, wrapping on overflow (as numpy); y >= 0 (CheckIntegerOperands).
+      std::make_unsigned_t<T> base = x, r = 1;
+      for (T e = y; e > 0; e >>= 1) {
+        if (e & 1) r *= base;
+        base *= base;
+      }
+      return static_cast<T>(r);
+    }
     return static_cast<T>(std::pow(x, y));
   }
   template <typename T>
@@ -151,6 +165,22 @@ struct PowF {
   }
 };
 
+// Integer operands without a defined result are an error, never a trap: division by zero
+// (Paddle raises), a negative integer power (numpy raises).
+template <typename Fn, typename T>
+Status CheckIntegerOperands(const KernelContext& ctx, const T* y, int64_t n) {
+  if constexpr (std::is_integral_v<T> && std::is_same_v<Fn, DivF>) {
+    for (int64_t i = 0; i < n; ++i)
+      if (y[i] == 0) return ctx.Error("integer division by zero: Y's element ", i, " is 0");
+  }
+  if constexpr (std::is_integral_v<T> && std::is_same_v<Fn, PowF>) {
+    for (int64_t i = 0; i < n; ++i)
+      if (y[i] < 0)
+        return ctx.Error("integer power with a negative exponent: Y's element ", i, " is ", y[i]);
+  }
+  return Status::OK();
+}
+
 template <typename Fn, typename T>
 Status BinaryKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
@@ -160,6 +190,7 @@ Status BinaryKernel(const KernelContext& ctx) {
   const BroadcastPlan& p = plan.value();
   const T* xv = x.data<T>();
   const T* yv = y.data<T>();
+  LOOM_RETURN_IF_ERROR((CheckIntegerOperands<Fn, T>(ctx, yv, y.numel())));
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
   if (p.same_shape) {
     for (int64_t i = 0; i < p.n; ++i) o[i] = Fn::F(xv[i], yv[i]);

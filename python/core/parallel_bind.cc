@@ -58,6 +58,7 @@ void RegisterParallel(py::module_& m) {
       "'cuda:1'; default cpu:0..): returns (per-rank startup programs, per-rank main programs, "
       "the manifest as text).");
 
+  m.attr("max_world_size") = collective::kMaxWorldSize;
   m.def(
       "transports",
       [] {

@@ -223,8 +223,8 @@ class CompiledProgram:
         if places is None:
             places = cpu_places()
         places = list(places)
-        if not places:
-            raise ValueError("with_data_parallel: places is empty")
+        from .framework import _check_place_count
+        _check_place_count(len(places), "with_data_parallel")
         kinds = {p.is_cpu_place() for p in places}
         if len(kinds) > 1:
             raise ValueError("with_data_parallel: places %r mix CPU and CUDA places" % (places,))

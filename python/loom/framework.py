@@ -446,10 +446,24 @@ def CUDAPlace(device):
     return core.Place.cuda(device)
 
 
+def _check_place_count(n, what):
+    if not isinstance(n, int) or n < 1 or n > core.max_world_size:
+        raise ValueError("%s: %r places; a group has 1..%d places"
+                         % (what, n, core.max_world_size))
+    return n
+
+
 def cpu_places(device_count=None):
+    """device_count CPU places (default: the CPU_NUM environment variable, else 1)."""
     import os
-    n = device_count or int(os.environ.get("CPU_NUM", 1))
-    return [core.Place.cpu(i) for i in range(n)]
+    if device_count is None:
+        env = os.environ.get("CPU_NUM", "1")
+        try:
+            device_count = int(env)
+        except ValueError:
+            raise ValueError("CPU_NUM=%r is not a number of places" % env) from None
+    _check_place_count(device_count, "cpu_places")
+    return [core.Place.cpu(i) for i in range(device_count)]
 
 
 def cuda_places(device_ids=None):
