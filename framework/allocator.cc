@@ -49,6 +49,8 @@ std::atomic<size_t> g_host_in_use{0};   // bytes handed out by all CPU allocator
 // memory). Past it an allocation fails with ResourceExhausted instead of leaving the process to
 // the kernel's out-of-memory killer (Linux overcommits: a huge malloc succeeds and the pages
 // fail later).
+}  // namespace
+
 size_t HostMemoryLimit() {
   static const size_t limit = [] {
     if (const char* env = std::getenv("LOOM_HOST_MEMORY_MB")) {
@@ -61,6 +63,8 @@ size_t HostMemoryLimit() {
   }();
   return limit;
 }
+
+namespace {
 
 [[noreturn]] void OutOfHostMemory(size_t bytes, const char* why) {
   throw StatusError(ResourceExhausted("out of host memory allocating ", bytes, " bytes (", why,

@@ -33,6 +33,10 @@ class Allocator {
 // place when Loom was built without CUDA: callers check places before reaching here.
 Allocator* GetAllocator(const Place& place);
 
+// Host memory all CPU tensors together may take: LOOM_HOST_MEMORY_MB, else the machine's
+// physical memory. Past it a CPU allocation throws StatusError(ResourceExhausted).
+size_t HostMemoryLimit();
+
 // A block of memory on a place; freed when the last reference goes.
 class Allocation {
  public:

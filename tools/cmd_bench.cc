@@ -4,6 +4,7 @@
 // mpirun, one rank per process over the MPI transport.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "collective/selector.h"
 #include "collective/transport_registry.h"
 #include "collective/world.h"
+#include "framework/allocator.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -99,7 +101,7 @@ StatusOr<size_t> ParseSize(const std::string& flag, const std::string& v) {
     mult = size_t{1} << 30;
   else if (!suffix.empty())
     mult = 0;
-  if (v.empty() || mult == 0 || x < 0) {
+  if (v.empty() || mult == 0 || !std::isfinite(x) || x < 0 || x * mult > 1e18) {
     return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
   }
   return static_cast<size_t>(x * static_cast<double>(mult));
@@ -215,7 +217,7 @@ class HostMemory final : public BenchMemory {
  public:
   StatusOr<std::shared_ptr<void>> Allocate(size_t bytes) override {
     void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
-    if (p == nullptr) return Internal("could not allocate ", bytes, " bytes");
+    if (p == nullptr) return ResourceExhausted("could not allocate ", bytes, " bytes");
     return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   Status Upload(void* dst, const void* host, size_t bytes) override {
@@ -247,7 +249,8 @@ StatusOr<std::vector<int>> ParseCudaDevices(const std::string& spec) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  LOOM_ENFORCE(out.size() <= 64, "--places '", spec, "': at most 64 ranks");
+  LOOM_ENFORCE(static_cast<int>(out.size()) <= collective::kMaxWorldSize, "--places '", spec,
+               "': at most ", collective::kMaxWorldSize, " ranks");
   return out;
 }
 
@@ -413,8 +416,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(c.min_bytes, ParseSize("minbytes", flags.Get("minbytes")));
   LOOM_ASSIGN_OR_RETURN(c.max_bytes, ParseSize("maxbytes", flags.Get("maxbytes")));
   LOOM_ENFORCE(c.min_bytes <= c.max_bytes, "-b ", c.min_bytes, " is larger than -e ", c.max_bytes);
-  c.factor = std::atof(flags.Get("stepfactor").c_str());
-  LOOM_ENFORCE(c.factor > 1, "-f must be a factor > 1, got '", flags.Get("stepfactor"), "'");
+  LOOM_ASSIGN_OR_RETURN(c.factor, flags.GetDouble("stepfactor", 1.0001, 1024));
   LOOM_ASSIGN_OR_RETURN(int64_t iters, flags.GetInt("iters"));
   LOOM_ASSIGN_OR_RETURN(int64_t warmup, flags.GetInt("warmup_iters"));
   LOOM_ASSIGN_OR_RETURN(int64_t inflight, flags.GetInt("inflight"));
@@ -435,7 +437,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                  "--transport for CUDA places expects cuda_p2p or nccl, got '", c.transport->name,
                  "'");
   } else {
-    LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, 64));
+    LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, collective::kMaxWorldSize));
     using collective::TransportId;
     LOOM_ASSIGN_OR_RETURN(
         c.transport, collective::FindTransport(
@@ -467,6 +469,16 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");
   c.options.timeout = std::chrono::milliseconds(timeout);
   c.selector = flags.Switch("selector");
+  // Each rank of this process holds a send and a receive buffer of the largest size (x ranks for
+  // allgather / reducescatter) and host copies of both: refuse a sweep the machine cannot hold
+  // before any rank starts, rather than fail one rank while the others wait for it.
+  const int here = c.mpi ? 1 : c.places;
+  const bool gathers = c.kind == Collective::kAllGather || c.kind == Collective::kReduceScatter;
+  const double need = 4.0 * static_cast<double>(c.max_bytes) * here * (gathers ? c.places : 1);
+  LOOM_ENFORCE(need <= static_cast<double>(HostMemoryLimit()), "-e ", c.max_bytes, " bytes on ",
+               here, " rank(s) here needs about ", static_cast<int64_t>(need / (1 << 20)),
+               " MiB of host memory, more than the ", HostMemoryLimit() >> 20,
+               " MiB available (LOOM_HOST_MEMORY_MB)");
   return c;
 }
 
@@ -498,7 +510,12 @@ Status Bench(const Config& c, int* argc, char*** argv) {
   std::vector<std::thread> threads;
   for (size_t r = 0; r < comms.size(); ++r) {
     threads.emplace_back([&, r] {
-      Status s = RankSweep(*comms[r], *memory[r], c);
+      Status s;
+      try {
+        s = RankSweep(*comms[r], *memory[r], c);
+      } catch (...) {  // nothing may escape a thread
+        s = StatusOfException(std::current_exception());
+      }
       std::lock_guard<std::mutex> lock(mu);
       if (first.ok() && !s.ok()) first = s;
     });

@@ -121,9 +121,7 @@ std::string TreeLinks(const Topology& t, const Tree& tree) {
 
 Status Topo(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(Topology t, LoadTopology(flags));
-  double penalty = std::atof(flags.Get("penalty").c_str());
-  LOOM_ENFORCE(penalty > 0 && penalty <= 1, "--penalty must be in (0, 1], got ",
-               flags.Get("penalty"));
+  LOOM_ASSIGN_OR_RETURN(double penalty, flags.GetDouble("penalty", 1e-6, 1));
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan, CommPlan::Create(t, penalty));
   const int n = t.size();
   std::printf(

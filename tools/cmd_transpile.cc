@@ -114,10 +114,7 @@ Status Transpile(const Flags& flags) {
   if (!config.places.empty() && config.places[0].compare(0, 5, "cuda:") == 0 &&
       config.transport == GetTransport(TransportId::kInProcess).name)
     config.transport = GetTransport(TransportId::kNccl).name;
-  char* end = nullptr;
-  config.fuse_grad_size_mb = std::strtod(flags.Get("fuse-mb").c_str(), &end);
-  if (*end != '\0')
-    return InvalidArgument("--fuse-mb '", flags.Get("fuse-mb"), "' is not a number");
+  LOOM_ASSIGN_OR_RETURN(config.fuse_grad_size_mb, flags.GetDouble("fuse-mb", 0, 1 << 20));
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");
   config.timeout_ms = static_cast<int>(timeout);

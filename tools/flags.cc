@@ -1,5 +1,7 @@
 #include "tools/flags.h"
 
+#include <cmath>
+
 #include <cstdio>
 
 #include <cerrno>
@@ -111,6 +113,16 @@ StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
     return InvalidArgument("flag --", name, " expects an integer, got '", v, "'");
   if (errno == ERANGE) return InvalidArgument("flag --", name, " value '", v, "' is out of range");
   return static_cast<int64_t>(x);
+}
+
+StatusOr<double> Flags::GetDouble(const std::string& name, double min, double max) const {
+  const std::string& v = Get(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || x < min || x > max)
+    return InvalidArgument("flag --", name, " expects a number in [", min, ", ", max, "], got '", v,
+                           "'");
+  return x;
 }
 
 StatusOr<int> ParseCpuPlaces(const std::string& spec, int max_places) {

@@ -34,6 +34,8 @@ class Flags {
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   bool Switch(const std::string& name) const { return Has(name); }
   StatusOr<int64_t> GetInt(const std::string& name) const;
+  // A finite number in [min, max]; inf, nan and values outside are errors that say the range.
+  StatusOr<double> GetDouble(const std::string& name, double min, double max) const;
   const std::vector<std::string>& positional() const { return positional_; }
   const std::string& command() const { return command_; }
 

@@ -8,6 +8,8 @@
 #include <random>
 #include <tuple>
 
+#include "collective/communicator.h"
+
 namespace loom::collective {
 namespace {
 
@@ -251,6 +253,69 @@ TEST(TreeBuilder, ErrorsAndHelpers) {
   EXPECT_EQ(star.levels[0][0], std::make_pair(2, 0));
   Tree chain = ChainTree({0, 2, 1, 3}, 1);
   EXPECT_EQ(chain.Edges(), (std::vector<std::pair<int, int>>{{1, 3}, {3, 0}, {0, 2}}));
+}
+
+}  // namespace
+}  // namespace loom::collective
+
+namespace loom::collective {
+namespace {
+
+// A chain admits no balanced tree over real links; the search says so at once (every device
+// must be within `levels` links of the root), and the plan falls back to chains, noting why.
+TEST(TreeBuilderBounds, ChainsAndSparseMatricesEndWithAFallback) {
+  for (int n : {24, 64}) {
+    std::vector<std::vector<int>> w(n, std::vector<int>(n, 0));
+    for (int i = 0; i + 1 < n; ++i) w[i][i + 1] = w[i + 1][i] = 2;
+    Topology t = Topology::FromWeights(w).value();
+    auto trees = BuildTreeForEachRoot(t);
+    ASSERT_EQ(static_cast<int>(trees.size()), n);
+    for (const auto& tree : trees) EXPECT_EQ(tree.status().code(), StatusCode::kNotFound);
+    auto plan = CommPlan::Create(t).value();
+    EXPECT_EQ(static_cast<int>(plan->trees.size()), n);
+    ASSERT_FALSE(plan->notes.empty());
+    EXPECT_NE(plan->notes[0].find("falling back to the chain along the ring"), std::string::npos);
+  }
+  // Random sparse 64-device matrices: the search ends (a tree, no tree, or gave up after its
+  // step bound), and every tree the plan holds is a valid schedule of its kind.
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 3; ++trial) {
+    const int n = 64;
+    std::vector<std::vector<int>> w(n, std::vector<int>(n, 0));
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < 3; ++k) {
+        int j = static_cast<int>(rng() % n);
+        if (j != i) w[i][j] = w[j][i] = 1 + static_cast<int>(rng() % 3);
+      }
+    Topology t = Topology::FromWeights(w).value();
+    auto plan = CommPlan::Create(t).value();
+    for (const auto& note : plan->notes)
+      EXPECT_NE(note.find("falling back"), std::string::npos) << note;
+    for (const auto& tree : BuildTreeForEachRoot(t)) {
+      if (tree.ok()) {
+        ExpectValid(t, tree.value());
+      } else {
+        EXPECT_TRUE(tree.status().code() == StatusCode::kNotFound ||
+                    tree.status().code() == StatusCode::kResourceExhausted)
+            << tree.status().ToString();
+      }
+    }
+  }
+}
+
+TEST(TopologyBounds, DeeplyNestedJsonIsRefusedBeforeParsing) {
+  std::string deep = "{\"weights\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto t = Topology::ParseJson(deep);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("nests 100001 levels deep"), std::string::npos)
+      << t.status().message();
+  // Brackets inside strings do not count.
+  auto ok =
+      Topology::ParseJson("{\"name\": \"[[[[[[[[[[[[[[[[[[[[\", \"weights\": [[0, 1], [1, 0]]}");
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  // A long bad token is cut in the message.
+  auto bad = Topology::Parse(std::string(5000, 'x'));
+  EXPECT_LT(bad.status().message().size(), 200u);
 }
 
 }  // namespace

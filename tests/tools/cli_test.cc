@@ -523,5 +523,61 @@ TEST_F(CliTest, TranspileErrors) {
   ExpectError(Loom("transpile " + Bundle("softmax_classifier")), {"-o OUT_DIR is required"});
 }
 
+// ---- the CLI used carelessly: one clear line, a non-zero exit, never a crash or a long wait ----
+
+TEST_F(CliTest, MisusePlaceCountsAreCheckedWhereGiven) {
+  std::string out = JoinPath(dir_, "dp_many");
+  ExpectError(
+      Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places cpu:1000"),
+      {"--places 'cpu:1000'", "[1, 64]"});
+  std::string gpus = "cuda:0";
+  for (int i = 1; i < 65; ++i) gpus += ",0";
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " + out + " --places " +
+                   gpus + " --transport cuda_p2p"),
+              {"65 GPUs, at most 64 ranks"});
+  EXPECT_FALSE(IsDirectory(out));
+  // A manifest edited by hand to more ranks than a group holds.
+  std::string dp = JoinPath(dir_, "dp_edited");
+  ASSERT_EQ(
+      Loom("transpile " + Bundle("softmax_classifier") + " -o " + dp + " --places cpu:2").code, 0);
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(dp, "manifest.pbtxt"), "nranks: 1000\n").ok());
+  ExpectError(Loom("run " + dp + " --iters 1"), {"nranks 1000 is outside 1..64"});
+}
+
+TEST_F(CliTest, MisuseHostileTopologyFiles) {
+  std::string deep = JoinPath(dir_, "deep.json");
+  ASSERT_TRUE(WriteFileAtomic(deep, "{\"weights\": " + std::string(100000, '[') +
+                                        std::string(100000, ']') + "}")
+                  .ok());
+  ExpectError(Loom("topo --file " + deep), {"nests 100001 levels deep"});
+  std::string junk = JoinPath(dir_, "junk.txt");
+  ASSERT_TRUE(WriteFileAtomic(junk, std::string(100000, '[')).ok());
+  Result r = Loom("topo --file " + junk);
+  ExpectError(r, {"is not an integer"});
+  EXPECT_LT(r.err.size(), 300u) << "the message repeats the whole file";
+  // A 24-device chain has no balanced tree over real links: found out at once, with a note.
+  std::string chain = "24\n";
+  for (int a = 0; a < 24; ++a) {
+    for (int b = 0; b < 24; ++b) chain += (std::abs(a - b) == 1 ? "2 " : "0 ");
+    chain += "\n";
+  }
+  std::string chain_file = JoinPath(dir_, "chain24.txt");
+  ASSERT_TRUE(WriteFileAtomic(chain_file, chain).ok());
+  Result c = Loom("topo --file " + chain_file);
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("falling back to the chain along the ring"), std::string::npos) << c.out;
+}
+
+TEST_F(CliTest, MisuseSizesTheMachineCannotHold) {
+  ExpectError(Loom("bench collective -b 100G -e 100G"), {"host memory", "LOOM_HOST_MEMORY_MB"}, 2);
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " +
+                   JoinPath(dir_, "dp_dump") + " --dump-after nope"),
+              {"no pass named 'nope' to dump after"});
+  for (const char* v : {"inf", "nan", "-1"})
+    ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " +
+                     JoinPath(dir_, "dp_fuse") + " --fuse-mb " + v),
+                {"--fuse-mb expects a number in [0, "});
+}
+
 }  // namespace
 }  // namespace loom

@@ -1,0 +1,140 @@
+"""Loom used carelessly from Python: every mistake below ends in the exact error class with a
+message naming what is wrong, and the process survives (cases that used to kill it run in a
+child process, which must exit normally)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import core
+
+
+def run_program(build, feed=None, fetch=None, startup=True):
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        out = build()
+    exe = fluid.Executor(fluid.CPUPlace())
+    if startup:
+        exe.run(start)
+    return exe.run(main, feed=feed or {}, fetch_list=[out] if fetch is None else fetch)
+
+
+def survives(code, env=None):
+    """Runs code in a fresh interpreter; returns its stdout (asserting a normal exit)."""
+    full = dict(os.environ, **(env or {}))
+    full["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                       text=True, timeout=120, env=full)
+    assert r.returncode == 0, "the process died (%d): %s" % (r.returncode, r.stderr[-2000:])
+    return r.stdout
+
+
+# ---- integer ops never trap -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_division_by_zero_is_an_error(dtype):
+    def build():
+        a = fluid.layers.data("a", [2], dtype=dtype)
+        b = fluid.layers.data("b", [2], dtype=dtype)
+        return fluid.layers.elementwise_div(a, b)
+    feed = {"a": np.array([[7, 8]], dtype), "b": np.array([[1, 0]], dtype)}
+    with pytest.raises(core.InvalidArgumentError, match="integer division by zero"):
+        run_program(build, feed)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_ops_that_trap_in_hardware_have_defined_results(dtype):
+    lo = np.iinfo(dtype).min
+
+    def build():
+        a = fluid.layers.data("a", [3], dtype=dtype)
+        b = fluid.layers.data("b", [3], dtype=dtype)
+        return fluid.layers.elementwise_div(a, b)
+    got, = run_program(build, {"a": np.array([[lo, 7, -7]], dtype),
+                              "b": np.array([[-1, -1, 2]], dtype)})
+    # INT_MIN / -1 wraps (as numpy's); the others truncate toward zero (as C and Paddle).
+    assert got.tolist() == [[lo, -7, -3]]
+
+
+def test_integer_pow_is_exact_and_refuses_negative_exponents():
+    def build():
+        a = fluid.layers.data("a", [2], dtype="int64")
+        b = fluid.layers.data("b", [2], dtype="int64")
+        return fluid.layers.elementwise_pow(a, b)
+    got, = run_program(build, {"a": np.array([[3, 2]], "int64"), "b": np.array([[39, 62]], "int64")})
+    assert got.tolist() == [[3 ** 39, 2 ** 62]]
+    with pytest.raises(core.InvalidArgumentError, match="negative exponent"):
+        run_program(build, {"a": np.array([[3, 2]], "int64"), "b": np.array([[1, -1]], "int64")})
+
+
+# ---- sizes the machine cannot hold ----------------------------------------------------------
+
+def test_element_counts_that_overflow_are_an_error():
+    def build():
+        c = fluid.layers.fill_constant([2 ** 32, 2 ** 32], "float32", 1.0)
+        return fluid.layers.reduce_sum(c)
+    with pytest.raises(core.InvalidArgumentError, match="more than 2\\^63 elements"):
+        run_program(build, startup=False)
+
+
+def test_a_layer_too_large_for_memory_is_resource_exhausted():
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        fluid.layers.fc(x, 10 ** 11)  # a 1.6 TB weight
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(core.ResourceExhaustedError, match="out of host memory") as e:
+        exe.run(start)
+    assert isinstance(e.value, MemoryError)
+    assert "fc_0.w_0" in str(e.value), str(e.value)
+
+
+def test_the_host_memory_limit_applies_and_the_process_goes_on():
+    out = survives("""
+        import numpy as np, loom as fluid
+        from loom import core
+        huge, sane = fluid.Program(), fluid.Program()
+        with fluid.program_guard(huge):
+            big = fluid.layers.fill_constant([64, 1024, 1024], "float32", 1.0)  # 256 MiB
+        with fluid.program_guard(sane):
+            small = fluid.layers.fill_constant([2], "float32", 3.0)
+        exe = fluid.Executor(fluid.CPUPlace())
+        try:
+            exe.run(huge, fetch_list=[big])
+        except core.ResourceExhaustedError as e:
+            print("refused:", "fill_constant" in str(e), "LOOM_HOST_MEMORY_MB" in str(e))
+        print("then:", exe.run(sane, fetch_list=[small])[0].tolist())
+    """, env={"LOOM_HOST_MEMORY_MB": "128"})
+    assert "refused: True True" in out, out
+    assert "then: [3.0, 3.0]" in out, out
+
+
+# ---- place counts are checked where they are given ------------------------------------------
+
+@pytest.mark.parametrize("n", [0, 65, 1000])
+def test_place_counts_outside_the_group_limit(n):
+    with pytest.raises(ValueError, match="1..64"):
+        fluid.cpu_places(n)
+
+
+def test_cpu_num_that_is_not_a_number(monkeypatch):
+    monkeypatch.setenv("CPU_NUM", "four")
+    with pytest.raises(ValueError, match="CPU_NUM"):
+        fluid.cpu_places()
+
+
+def test_with_data_parallel_refuses_too_many_places():
+    main = fluid.Program()
+    with pytest.raises(ValueError, match="1..64"):
+        fluid.CompiledProgram(main).with_data_parallel(places=[fluid.CPUPlace()] * 65)
+    with pytest.raises(ValueError, match="1..64"):
+        fluid.CompiledProgram(main).with_data_parallel(places=[])
+
+
+def test_transpiling_for_more_ranks_than_a_group_holds():
+    with pytest.raises(core.InvalidArgumentError, match="world size 1000 is outside 1..64"):
+        core.transpile_data_parallel(core.ProgramDesc(), core.ProgramDesc(), 1000)
