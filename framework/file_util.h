@@ -1,5 +1,8 @@
 // Files: whole-file reads and atomic writes (temp file in the same directory + fsync + rename),
-// so that a failed write never leaves a partial file or clobbers what the user saved.
+// so that a failed write never leaves a partial file or clobbers what the user saved. Only a
+// regular file (or a new path) is replaced; a device or pipe such as /dev/null is written into,
+// a directory is refused. An empty path is an error everywhere (it would mean the current
+// directory).
 #pragma once
 
 #include <string>

@@ -1,9 +1,14 @@
 #include "framework/serialization.h"
 
 #include <google/protobuf/text_format.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <sstream>
 
 #include "framework/file_util.h"
 #include "framework/verifier.h"
@@ -339,34 +344,113 @@ std::string ParamFileName(const std::string& var_name) {
   return out;
 }
 
+namespace {
+
+// DIR/CHECKPOINT: written last by SaveParams and removed first, so that a directory whose save
+// was interrupted has none; one line per file with its size and CRC-32, so that a mix of files
+// from two saves is found before anything is loaded.
+constexpr const char* kCheckpointFile = "CHECKPOINT";
+constexpr const char* kCheckpointHeader = "loom-checkpoint 1";
+
+struct CheckpointEntry {
+  std::string file;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+// The CRC-32 of a tensor file's contents before its own trailing checksum (a CRC taken over
+// the whole file, checksum included, is the same constant for every sound file).
+uint32_t Crc32Of(const std::string& bytes) {
+  const size_t n = bytes.size() >= 4 ? bytes.size() - 4 : bytes.size();
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(n)));
+}
+
+StatusOr<std::map<std::string, CheckpointEntry>> ReadCheckpoint(const std::string& dir) {
+  const std::string path = JoinPath(dir, kCheckpointFile);
+  if (!FileExists(path))
+    return FailedPrecondition("'", dir, "' holds no ", kCheckpointFile,
+                              " file: it was not written by save_params, or its save was "
+                              "interrupted; nothing was loaded");
+  LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::istringstream lines(text);
+  std::string line;
+  if (!std::getline(lines, line) || line != kCheckpointHeader)
+    return Corruption(path, ": not a checkpoint manifest (expected '", kCheckpointHeader, "')");
+  std::map<std::string, CheckpointEntry> entries;
+  for (int no = 2; std::getline(lines, line); ++no) {
+    std::istringstream fields(line);
+    std::string name;
+    CheckpointEntry e;
+    if (!std::getline(fields, name, '\t') || !std::getline(fields, e.file, '\t') ||
+        !(fields >> e.bytes >> std::hex >> e.crc))
+      return Corruption(path, ":", no, ": expected NAME<TAB>FILE<TAB>BYTES CRC32");
+    entries[name] = e;
+  }
+  return entries;
+}
+
+}  // namespace
+
 Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir) {
-  LOOM_RETURN_IF_ERROR(MakeDirs(dir));
+  if (dir.empty()) return InvalidArgument("save_params: an empty directory name");
+  // Everything to save must exist before the directory is touched.
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
   for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
     if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
     const Variable* var = scope.FindVar(v.Name());
     if (!var || !var->IsType<Tensor>() || !var->Get<Tensor>().initialized())
       return FailedPrecondition("cannot save parameter '", v.Name(),
                                 "': it has no value in the scope (run the startup program first)");
-    LOOM_RETURN_IF_ERROR(SaveTensor(var->Get<Tensor>(), JoinPath(dir, ParamFileName(v.Name()))));
+    tensors.push_back({v.Name(), &var->Get<Tensor>()});
   }
-  return Status::OK();
+  LOOM_RETURN_IF_ERROR(MakeDirs(dir));
+  const std::string manifest = JoinPath(dir, kCheckpointFile);
+  if (FileExists(manifest) && ::unlink(manifest.c_str()) != 0)
+    return IOError("cannot replace '", manifest, "': ", std::strerror(errno));
+  std::string text = std::string(kCheckpointHeader) + "\n";
+  for (const auto& [name, tensor] : tensors) {
+    const std::string file = ParamFileName(name);
+    const std::string bytes = SerializeTensor(*tensor);
+    LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, file), bytes));
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08x", Crc32Of(bytes));
+    text += StrCat(name, "\t", file, "\t", bytes.size(), " ", crc, "\n");
+  }
+  return WriteFileAtomic(manifest, text);
 }
 
 Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& dir,
                   const Place& place) {
+  if (dir.empty()) return InvalidArgument("load_params: an empty directory name");
   if (!IsDirectory(dir)) return NotFound("parameter directory '", dir, "' does not exist");
+  LOOM_ASSIGN_OR_RETURN(auto entries, ReadCheckpoint(dir));
+  // Every file is read and checked before the scope changes: a failed load leaves it as it was.
+  std::vector<std::pair<std::string, Tensor>> loaded;
   for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
     if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
-    std::string path = JoinPath(dir, ParamFileName(v.Name()));
-    LOOM_ASSIGN_OR_RETURN(Tensor t, LoadTensor(path, place));
+    auto it = entries.find(v.Name());
+    if (it == entries.end())
+      return NotFound("'", dir, "' holds no parameter '", v.Name(), "' (", entries.size(),
+                      " saved); nothing was loaded");
+    const std::string path = JoinPath(dir, it->second.file);
+    LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    // The file's own checksum first (a damaged file), then the checkpoint's record of it (a
+    // sound file from another save).
+    LOOM_ASSIGN_OR_RETURN(Tensor t, DeserializeTensor(bytes, path, place));
+    if (bytes.size() != it->second.bytes || Crc32Of(bytes) != it->second.crc)
+      return Corruption(path, ": is not the file ", kCheckpointFile, " records (", bytes.size(),
+                        " bytes, recorded ", it->second.bytes,
+                        "): the directory mixes files of two saves; nothing was loaded");
     if (t.dtype() != v.Dtype())
       return InvalidArgument(path, ": parameter '", v.Name(), "' is ", DataTypeName(t.dtype()),
                              ", the program declares ", DataTypeName(v.Dtype()));
     if (!DimsCompatible(t.dims(), v.Dims()))
       return InvalidArgument(path, ": parameter '", v.Name(), "' has dims ", t.dims().ToString(),
                              ", the program declares ", v.Dims().ToString());
-    *scope->Var(v.Name())->GetMutable<Tensor>() = std::move(t);
+    loaded.push_back({v.Name(), std::move(t)});
   }
+  for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(t);
   return Status::OK();
 }
 

@@ -1,6 +1,7 @@
 // loom transpile IN_DIR -o OUT_DIR: turns a single-device bundle into per-rank bundles for
 // data-parallel training on several places, plus a readable manifest of the decisions.
 #include <cstdio>
+#include <cstdlib>
 
 #include <google/protobuf/text_format.h>
 
@@ -99,6 +100,19 @@ Status Transpile(const Flags& flags) {
   if (!flags.Has("output")) return InvalidArgument("-o OUT_DIR is required");
   const std::string out = flags.Get("output");
   if (!IsDirectory(in)) return NotFound("bundle directory '", in, "' does not exist");
+  // Writing into the input (or a directory that holds it) would overwrite the bundle it reads.
+  if (char* real_in = ::realpath(in.c_str(), nullptr)) {
+    std::string a = real_in;
+    std::free(real_in);
+    std::string b = out;
+    if (char* real_out = ::realpath(out.c_str(), nullptr)) {
+      b = real_out;
+      std::free(real_out);
+    }
+    if (a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/'))
+      return InvalidArgument("-o '", out, "' is (or holds) the input bundle '", in,
+                             "': write the transpiled bundle elsewhere");
+  }
   transpiler::DataParallelConfig config;
   LOOM_ASSIGN_OR_RETURN(config.nranks, ParsePlaces(flags.Get("places"), &config.places));
   LOOM_ASSIGN_OR_RETURN(config.mode, transpiler::ParseSyncMode(flags.Get("mode")));

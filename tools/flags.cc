@@ -54,6 +54,10 @@ Status Flags::Parse(int argc, char** argv) {
           return InvalidArgument("flag --", name, " needs a value (", spec->value, ")");
         value = argv[++i];
       }
+      // An empty value would mean "the current directory" for a path and nothing for anything
+      // else: a mistake, not a choice.
+      if (value.empty())
+        return InvalidArgument("flag --", name, " was given an empty value (", spec->value, ")");
       if (!spec->repeated && values_.count(name))
         return InvalidArgument("flag --", name, " given twice");
       values_[name].push_back(value);

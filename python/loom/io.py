@@ -67,7 +67,19 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     """Saves the forward part of the program that computes target_vars (test mode, pruned of
     loss and optimizer ops) as DIR/main.pb, its parameters under DIR/params and a manifest
     naming feeds and fetches."""
-    program = _prune_to_targets(_program(main_program).clone(for_test=True), _names(target_vars))
+    source = _program(main_program)
+    block = source.global_block()
+    for name in _names(feeded_var_names):
+        if not block.has_var(name):
+            raise ValueError("save_inference_model: feed '%s' is not a variable of the program"
+                             % name)
+    for name in _names(target_vars):
+        if not block.has_var(name):
+            raise ValueError("save_inference_model: target '%s' is not a variable of the "
+                             "program" % name)
+    if not dirname:
+        raise ValueError("save_inference_model: an empty directory name")
+    program = _prune_to_targets(source.clone(for_test=True), _names(target_vars))
     os.makedirs(dirname, exist_ok=True)
     program.desc.save(os.path.join(dirname, model_filename or "main.pb"))
     core.save_params(program.desc, global_scope(), os.path.join(dirname, "params"))

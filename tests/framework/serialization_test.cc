@@ -1,5 +1,6 @@
 // Tensor files, .npy, params, program files: round trips and every kind of corruption.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -143,6 +144,77 @@ TEST(ParamsTest, SaveAndLoadPersistables) {
   Status bad = LoadParams(p, &fresh, dir);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("fc/w"), std::string::npos);
+}
+
+TEST(FileTest, OnlyRegularFilesAreReplaced) {
+  // A device is written into, never replaced by a regular file (as root, renaming over
+  // /dev/null would replace it).
+  ASSERT_TRUE(WriteFileAtomic("/dev/null", "into the void").ok());
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  std::string dir = TempDir();
+  Status into_dir = WriteFileAtomic(dir, "x");
+  EXPECT_EQ(into_dir.code(), StatusCode::kIOError);
+  EXPECT_NE(into_dir.message().find("is a directory"), std::string::npos);
+  EXPECT_TRUE(IsDirectory(dir));
+  for (const Status& st : {WriteFileAtomic("", "x"), MakeDirs(""), ReadFile("").status()})
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+}
+
+// Two variables saved, then the ways a checkpoint directory goes wrong: each load fails as a
+// whole and leaves the scope as it was.
+TEST(ParamsTest, CheckpointsAreOneUnit) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* name : {"a", "b"}) {
+    VarDesc v = b->Var(name);
+    v.SetDims({4});
+    v.SetPersistable(true);
+  }
+  Scope first, second;
+  *first.Var("a")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{4});
+  *first.Var("b")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{4});
+  *second.Var("a")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{4});
+  *second.Var("b")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{4});
+  second.Var("a")->GetMutable<Tensor>()->mutable_data<float>(Place::CPU())[0] = 100;
+  std::string one = JoinPath(TempDir(), "ckpt_one"), two = JoinPath(TempDir(), "ckpt_two");
+  ASSERT_TRUE(SaveParams(p, first, one).ok());
+  ASSERT_TRUE(SaveParams(p, second, two).ok());
+  EXPECT_TRUE(FileExists(JoinPath(one, "CHECKPOINT")));
+
+  Scope target;
+  *target.Var("a")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{4});
+  target.Var("a")->GetMutable<Tensor>()->mutable_data<float>(Place::CPU())[0] = -7;
+  auto unchanged = [&] {
+    EXPECT_EQ(target.FindVar("a")->Get<Tensor>().data<float>()[0], -7);
+    EXPECT_EQ(target.FindVar("b"), nullptr);
+  };
+  // A file of the other save mixed in (an interrupted save over an older one).
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(one, "a"), ReadFile(JoinPath(two, "a")).value()).ok());
+  Status mixed = LoadParams(p, &target, one);
+  EXPECT_EQ(mixed.code(), StatusCode::kCorruption) << mixed.ToString();
+  EXPECT_NE(mixed.message().find("mixes files of two saves"), std::string::npos);
+  unchanged();
+  // No CHECKPOINT: not written by SaveParams, or interrupted.
+  ASSERT_EQ(::unlink(JoinPath(two, "CHECKPOINT").c_str()), 0);
+  Status interrupted = LoadParams(p, &target, two);
+  EXPECT_EQ(interrupted.code(), StatusCode::kFailedPrecondition) << interrupted.ToString();
+  unchanged();
+  // A variable the checkpoint lacks: nothing is loaded, not even the ones it has.
+  ASSERT_TRUE(SaveParams(p, first, one).ok());
+  VarDesc c = b->Var("c");
+  c.SetDims({4});
+  c.SetPersistable(true);
+  Status missing = LoadParams(p, &target, one);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  unchanged();
+  // Saving what has no value fails before the directory is touched.
+  std::string never = JoinPath(TempDir(), "ckpt_never");
+  EXPECT_FALSE(SaveParams(p, first, never).ok());
+  EXPECT_FALSE(FileExists(never));
+  EXPECT_EQ(SaveParams(p, first, "").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadParams(p, &target, "").code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ProgramFileTest, GarbageIsRejectedWithTheFileName) {

@@ -138,3 +138,51 @@ def test_with_data_parallel_refuses_too_many_places():
 def test_transpiling_for_more_ranks_than_a_group_holds():
     with pytest.raises(core.InvalidArgumentError, match="world size 1000 is outside 1..64"):
         core.transpile_data_parallel(core.ProgramDesc(), core.ProgramDesc(), 1000)
+
+
+# ---- paths and files ------------------------------------------------------------------------
+
+def _trained_scope():
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [3])
+        y = fluid.layers.fc(x, 2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(start)
+    return main, exe, y
+
+
+def test_an_empty_path_is_an_error_everywhere():
+    main, exe, y = _trained_scope()
+    with pytest.raises(core.InvalidArgumentError, match="empty"):
+        fluid.io.save_params(exe, "", main)
+    with pytest.raises(core.InvalidArgumentError, match="empty"):
+        fluid.io.load_params(exe, "", main)
+    with pytest.raises(ValueError, match="empty"):
+        fluid.io.save_inference_model("", ["x"], [y], exe, main)
+
+
+def test_save_inference_model_names_feeds_of_the_program(tmp_path):
+    main, exe, y = _trained_scope()
+    with pytest.raises(ValueError, match="feed 'not_x' is not a variable"):
+        fluid.io.save_inference_model(str(tmp_path / "m"), ["not_x"], [y], exe, main)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_checkpoint_is_loaded_whole_or_not_at_all(tmp_path):
+    main, exe, y = _trained_scope()
+    w = main.global_block().all_parameters()[0].name
+    scope = fluid.global_scope()
+    fluid.io.save_params(exe, str(tmp_path / "a"), main)
+    before = np.array(scope.find_var(w).get_tensor()).copy()
+    scope.find_var(w).get_tensor().set(before + 1, fluid.CPUPlace())
+    fluid.io.save_params(exe, str(tmp_path / "b"), main)
+    # One file of the newer save copied over the older one: refused, the scope untouched.
+    (tmp_path / "a" / w).write_bytes((tmp_path / "b" / w).read_bytes())
+    with pytest.raises(core.CorruptionError, match="mixes files of two saves"):
+        fluid.io.load_params(exe, str(tmp_path / "a"), main)
+    np.testing.assert_array_equal(np.array(scope.find_var(w).get_tensor()), before + 1)
+    # A save interrupted before its CHECKPOINT was written.
+    (tmp_path / "b" / "CHECKPOINT").unlink()
+    with pytest.raises(core.FailedPreconditionError, match="interrupted"):
+        fluid.io.load_params(exe, str(tmp_path / "b"), main)

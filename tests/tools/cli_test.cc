@@ -1,6 +1,7 @@
 // The loom CLI end to end: example bundles train, params round-trip, and every kind of bad
 // input ends in a non-zero exit with one clear message and no partial output.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -577,6 +578,27 @@ TEST_F(CliTest, MisuseSizesTheMachineCannotHold) {
     ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " +
                      JoinPath(dir_, "dp_fuse") + " --fuse-mb " + v),
                 {"--fuse-mb expects a number in [0, "});
+}
+
+TEST_F(CliTest, MisuseOutputPaths) {
+  // Special files are written into, never replaced; directories are refused.
+  Result t = Loom("run " + Bundle("softmax_classifier") + " --iters 2 --timeline /dev/null");
+  EXPECT_EQ(t.code, 0) << t.err;
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
+  ExpectError(
+      Loom("inspect " + JoinPath(Bundle("softmax_classifier"), "main.pb") + " --dot " + dir_),
+      {"is a directory"});
+  ExpectError(Loom("run " + Bundle("softmax_classifier") + " --iters 1 --save-params ''"),
+              {"--save-params was given an empty value"}, 2);
+  // The output of transpile may not be its input, nor hold it.
+  std::string copy = JoinPath(dir_, "self_transpile");
+  ASSERT_EQ(std::system(("cp -r " + Bundle("softmax_classifier") + " " + copy).c_str()), 0);
+  std::string before = ReadFile(JoinPath(copy, "main.pb")).value();
+  ExpectError(Loom("transpile " + copy + " -o " + copy), {"is (or holds) the input bundle"});
+  ExpectError(Loom("transpile " + copy + " -o " + dir_), {"is (or holds) the input bundle"});
+  EXPECT_EQ(ReadFile(JoinPath(copy, "main.pb")).value(), before);
 }
 
 }  // namespace
