@@ -5,6 +5,7 @@
 // int32 / int64 except pow.
 #include "operators/cuda_util.cuh"
 #include "operators/math/elementwise.h"
+#include "operators/math/fill_value.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -37,10 +38,18 @@ template <typename T>
 Status FillConstant(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
   int64_t n = out->numel();
+  auto value = ResolveFillValue(ctx.Attr<std::string>("str_value"), ctx.Attr<float>("value"),
+                                static_cast<DataType>(ctx.Attr<int>("dtype")));
+  if (!value.ok()) return ctx.Error(value.status().message());
   T* o = MutableDataOf<T>(out, ctx.place());
   if (n == 0) return Status::OK();
-  FillK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
-      o, n, static_cast<T>(static_cast<Acc<T>>(ctx.Attr<float>("value"))));
+  T v;
+  if constexpr (std::is_integral_v<T>) {
+    v = static_cast<T>(value.value().integer);
+  } else {
+    v = static_cast<T>(static_cast<Acc<T>>(value.value().real));
+  }
+  FillK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(o, n, v);
   return LaunchStatus(ctx);
 }
 

@@ -1,7 +1,9 @@
 // fill_constant, fill_zeros_like, uniform_random, gaussian_random: ops that create values.
 #include <random>
+#include <type_traits>
 
 #include "operators/common.h"
+#include "operators/math/fill_value.h"
 
 namespace loom::ops {
 namespace {
@@ -15,6 +17,13 @@ Status ShapeFromAttr(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", DDim(shape));
   ctx->SetOutputDtype("Out", static_cast<DataType>(ctx->Attr<int>("dtype")));
   return Status::OK();
+}
+
+Status FillConstantInferShape(InferShapeContext* ctx) {
+  auto v = ResolveFillValue(ctx->Attr<std::string>("str_value"), ctx->Attr<float>("value"),
+                            static_cast<DataType>(ctx->Attr<int>("dtype")));
+  if (!v.ok()) return ctx->Error(v.status().message());
+  return ShapeFromAttr(ctx);
 }
 
 Status UniformInferShape(InferShapeContext* ctx) {
@@ -32,8 +41,12 @@ Status GaussianInferShape(InferShapeContext* ctx) {
 template <typename T>
 Status FillConstantKernel(const KernelContext& ctx) {
   Tensor* out = ctx.Output("Out");
+  auto value = ResolveFillValue(ctx.Attr<std::string>("str_value"), ctx.Attr<float>("value"),
+                                static_cast<DataType>(ctx.Attr<int>("dtype")));
+  if (!value.ok()) return ctx.Error(value.status().message());
   T* o = out->mutable_data<T>(ctx.place());
-  T v = static_cast<T>(ctx.Attr<float>("value"));
+  T v = std::is_integral_v<T> ? static_cast<T>(value.value().integer)
+                              : static_cast<T>(value.value().real);
   std::fill(o, o + out->numel(), v);
   return Status::OK();
 }
@@ -77,9 +90,12 @@ LOOM_REGISTER_OP(fill_constant)
     .Doc("Out = a tensor of the given shape and dtype filled with value.")
     .Output("Out", "the filled tensor")
     .Attr<std::vector<int64_t>>("shape", {1}, "dims of Out")
-    .Attr<float>("value", 0.0f, "the fill value")
+    .Attr<float>("value", 0.0f, "the fill value (exact for integers up to 2^24)")
+    .Attr<std::string>("str_value", "",
+                       "the fill value as text, used instead of value when set: exact for any "
+                       "int64 and any double")
     .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
-    .InferShape(ShapeFromAttr)
+    .InferShape(FillConstantInferShape)
     .Kernel(Place::kCPU, proto::FP32, FillConstantKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, FillConstantKernel<double>)
     .Kernel(Place::kCPU, proto::INT32, FillConstantKernel<int32_t>)

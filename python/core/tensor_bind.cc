@@ -33,6 +33,15 @@ py::dtype NumpyDtype(DataType dt) {
   return py::dtype("float32");
 }
 
+// The array in this machine's byte order: numpy arrays may hold big-endian data ('>f4', read
+// from files or other machines); their bytes are swapped into a native copy, never misread.
+py::array NativeByteOrder(const py::array& a) {
+  const std::string order = py::str(a.dtype().attr("byteorder"));
+  const bool big_host = py::module_::import("sys").attr("byteorder").cast<std::string>() == "big";
+  if (order == ">" ? big_host : order != "<" || !big_host) return a;
+  return a.attr("astype")(a.dtype().attr("newbyteorder")("="));
+}
+
 }  // namespace
 
 void CheckPlaceAvailable(const Place& place, const std::string& what) {
@@ -43,8 +52,9 @@ void CheckPlaceAvailable(const Place& place, const std::string& what) {
                              " CUDA device(s) visible"));
 }
 
-Tensor TensorFromArray(const py::array& array, const Place& place, const std::string& what) {
+Tensor TensorFromArray(const py::array& given, const Place& place, const std::string& what) {
   CheckPlaceAvailable(place, what);
+  const py::array array = NativeByteOrder(given);
   DataType dt = DtypeOfArray(array, what);
   py::array c = py::array::ensure(array, py::array::c_style);
   if (!c) Throw(InvalidArgument(what, ": cannot make a C-contiguous array"));
@@ -58,7 +68,8 @@ Tensor TensorFromArray(const py::array& array, const Place& place, const std::st
   return t;
 }
 
-Tensor TensorViewOfArray(const py::array& array, const std::string& what) {
+Tensor TensorViewOfArray(const py::array& given, const std::string& what) {
+  const py::array array = NativeByteOrder(given);
   DataType dt = DtypeOfArray(array, what);
   bool contiguous = (array.flags() & py::array::c_style) && array.ndim() <= DDim::kMaxRank;
   bool aligned = reinterpret_cast<uintptr_t>(array.data()) % SizeOf(dt) == 0;

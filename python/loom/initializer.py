@@ -19,9 +19,10 @@ class ConstantInitializer(Initializer):
         self.value = float(value)
 
     def __call__(self, var, block):
-        return block.append_op("fill_constant", outputs={"Out": var},
-                               attrs={"shape": _shape(var), "value": self.value,
-                                      "dtype": int(var.dtype)})
+        from .layers import _fill_value_attrs
+        attrs = {"shape": _shape(var)}
+        attrs.update(_fill_value_attrs(self.value, var.dtype))
+        return block.append_op("fill_constant", outputs={"Out": var}, attrs=attrs)
 
 
 class UniformInitializer(Initializer):

@@ -3,6 +3,7 @@ shapes are inferred by the C++ shape inference as ops are added, so a bad argume
 the line that builds the layer, with the op and the vars named."""
 import numpy as np
 
+from . import core
 from .framework import Variable, convert_dtype, dtype_name, default_main_program
 from .layer_helper import LayerHelper
 
@@ -39,12 +40,34 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient)
 
 
+def _fill_value_attrs(value, dtype):
+    """fill_constant's value attributes: integers go through str_value (exact for any int64,
+    as Fluid's str_value; the float `value` is exact only up to 2**24), float64 values too; a
+    value the dtype cannot hold is refused here, where the user gave it."""
+    import math
+    dt = convert_dtype(dtype)
+    if dt in (core.DataType.INT32, core.DataType.INT64, core.DataType.BOOL):
+        if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+            raise ValueError("fill value %r is not an integer %s can hold" % (value, dtype_name(dt)))
+        iv = int(value)
+        lo, hi = {core.DataType.INT32: (-2 ** 31, 2 ** 31 - 1),
+                  core.DataType.INT64: (-2 ** 63, 2 ** 63 - 1),
+                  core.DataType.BOOL: (0, 1)}[dt]
+        if not lo <= iv <= hi:
+            raise ValueError("fill value %d does not fit %s" % (iv, dtype_name(dt)))
+        return {"value": float(iv), "str_value": str(iv), "dtype": int(dt)}
+    attrs = {"value": float(value), "dtype": int(dt)}
+    if dt == core.DataType.FP64:
+        attrs["str_value"] = repr(float(value))
+    return attrs
+
+
 def fill_constant(shape, dtype, value, force_cpu=False, out=None):
     helper = LayerHelper("fill_constant")
     out = out or helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    helper.append_op("fill_constant", outputs={"Out": out},
-                     attrs={"shape": [int(s) for s in shape], "value": float(value),
-                            "dtype": int(convert_dtype(dtype))})
+    attrs = {"shape": [int(s) for s in shape]}
+    attrs.update(_fill_value_attrs(value, dtype))
+    helper.append_op("fill_constant", outputs={"Out": out}, attrs=attrs)
     return out
 
 
@@ -60,9 +83,9 @@ def create_global_var(shape, value, dtype, persistable=False, force_cpu=False, n
     sblock = default_startup_program().global_block()
     svar = sblock.create_var(name=name, shape=shape, dtype=dtype, persistable=persistable,
                              stop_gradient=True)
-    sblock.append_op("fill_constant", outputs={"Out": svar},
-                     attrs={"shape": shape, "value": float(value),
-                            "dtype": int(convert_dtype(dtype))})
+    attrs = {"shape": shape}
+    attrs.update(_fill_value_attrs(value, dtype))
+    sblock.append_op("fill_constant", outputs={"Out": svar}, attrs=attrs)
     return main_var
 
 

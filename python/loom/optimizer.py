@@ -26,9 +26,10 @@ class Optimizer:
                                stop_gradient=True)
         sblock = startup.global_block()
         sv = sblock.create_var(name=name, shape=list(shape), dtype=dtype, persistable=True)
-        sblock.append_op("fill_constant", outputs={"Out": sv},
-                         attrs={"shape": [int(s) for s in shape], "value": float(value),
-                                "dtype": int(sv.dtype)})
+        from .layers import _fill_value_attrs
+        attrs = {"shape": [int(s) for s in shape]}
+        attrs.update(_fill_value_attrs(value, sv.dtype))
+        sblock.append_op("fill_constant", outputs={"Out": sv}, attrs=attrs)
         return var
 
     def _lr(self, program, startup):

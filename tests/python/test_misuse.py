@@ -186,3 +186,39 @@ def test_a_checkpoint_is_loaded_whole_or_not_at_all(tmp_path):
     (tmp_path / "b" / "CHECKPOINT").unlink()
     with pytest.raises(core.FailedPreconditionError, match="interrupted"):
         fluid.io.load_params(exe, str(tmp_path / "b"), main)
+
+
+# ---- values kept exactly, or refused ----------------------------------------------------------
+
+def test_fill_constant_keeps_integer_values_exactly():
+    def fill(dtype, value):
+        return run_program(lambda: fluid.layers.fill_constant([2], dtype, value), startup=False)[0]
+    assert fill("int64", 2 ** 62 + 1).tolist() == [2 ** 62 + 1] * 2
+    assert fill("int64", -2 ** 63).tolist() == [-2 ** 63] * 2
+    assert fill("float64", 0.1).tolist() == [0.1, 0.1]
+    for dtype, value in [("int32", 2 ** 40), ("int64", float("nan")), ("int64", 1.5),
+                         ("int64", 2 ** 63), ("bool", 2)]:
+        with pytest.raises(ValueError, match="fill value"):
+            fill(dtype, value)
+    # A program built without the Python layer: the op itself refuses it.
+    main = fluid.Program()
+    v = main.global_block().create_var(name="v", shape=[1], dtype="int32")
+    with pytest.raises(core.InvalidArgumentError, match="does not fit int32"):
+        main.global_block().append_op("fill_constant", outputs={"Out": v},
+                                      attrs={"shape": [1], "value": 1e10,
+                                             "dtype": int(core.DataType.INT32)})
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">f8", ">i4", ">i8"])
+def test_big_endian_arrays_are_read_by_value(dtype):
+    data = np.arange(6).reshape(2, 3).astype(dtype)
+    main = fluid.Program()
+    with fluid.program_guard(main):
+        x = fluid.layers.data("x", [3], dtype=np.dtype(dtype).newbyteorder("=").name)
+        y = fluid.layers.scale(x, 2.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    got, = exe.run(main, feed={"x": data}, fetch_list=[y])
+    np.testing.assert_array_equal(got, data.astype(data.dtype.newbyteorder("=")) * 2)
+    t = core.Tensor()
+    t.set(data, fluid.CPUPlace())
+    np.testing.assert_array_equal(np.array(t), data)
