@@ -54,6 +54,9 @@ Status Executor::PrepareOps(PreparedBlock* prepared) {
       if (!written.count(v) && d && !d.Persistable()) {
         prepared->feed_targets_.push_back(v);
         written.insert(v);
+      } else if (!written.count(v) && d && d.Type() == proto::VarType::DENSE_TENSOR) {
+        prepared->bound_persistables_.push_back(d);
+        written.insert(v);
       }
     }
     for (const auto& v : op->OutputVars()) written.insert(v);
@@ -110,6 +113,23 @@ Scope* Executor::LocalScope(PreparedBlock* prepared, Scope* scope) {
   }
   prepared->local_scopes_[scope->serial()] = local;
   return local;
+}
+
+Status Executor::CheckBoundPersistables(const PreparedBlock& prepared, const Scope& local) {
+  for (const VarDesc& d : prepared.bound_persistables_) {
+    const Variable* var = local.FindVar(d.Name());
+    if (!var || !var->IsType<Tensor>() || !var->Get<Tensor>().initialized()) continue;
+    const Tensor& t = var->Get<Tensor>();
+    const bool dims_ok = d.Dims().size() == 0 || DimsCompatible(t.dims(), d.Dims());
+    if (t.dtype() != d.Dtype() || !dims_ok)
+      return InvalidArgument("var '", d.Name(), "' holds ", DataTypeName(t.dtype()), " ",
+                             t.dims().ToString(), " in the scope, block ", prepared.block_id_,
+                             " of the program declares ", DataTypeName(d.Dtype()), " ",
+                             d.Dims().ToString(),
+                             " (is the scope another program's? run this program's startup "
+                             "program or load its parameters)");
+  }
+  return Status::OK();
 }
 
 Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds) {
@@ -327,6 +347,7 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
     if (Variable* v = local->FindLocalVar(name)) v->Clear();
   }
   LOOM_RETURN_IF_ERROR(Feed(*prepared, local, feeds));
+  LOOM_RETURN_IF_ERROR(CheckBoundPersistables(*prepared, *local));
   const DeviceContext& dev = *GetDeviceContext(place_);
   PreparedBlock* outer = running_;
   running_ = prepared;

@@ -46,6 +46,9 @@ class PreparedBlock {
   std::vector<int> npreds_;
   // Non-persistable vars read before any op writes them: they must be fed on every run.
   std::vector<std::string> feed_targets_;
+  // Persistable tensors read before any op writes them: their values come from the scope
+  // (startup, loaded parameters) and must match the program's declaration on every run.
+  std::vector<VarDesc> bound_persistables_;
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
   std::map<uint64_t, Scope*> local_scopes_;
   // Root only: the sub-blocks its control-flow ops (and theirs) run, by block index.
@@ -103,6 +106,7 @@ class Executor final : public BlockRunner {
   Status CheckPlace() const;
   Scope* LocalScope(PreparedBlock* prepared, Scope* scope);
   Status Feed(const PreparedBlock& prepared, Scope* local, const FeedMap& feeds);
+  static Status CheckBoundPersistables(const PreparedBlock& prepared, const Scope& local);
   Status RunOps(PreparedBlock* prepared, Scope* local, const DeviceContext& dev);
   static void BuildDependencies(PreparedBlock* prepared);
 

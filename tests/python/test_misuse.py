@@ -222,3 +222,19 @@ def test_big_endian_arrays_are_read_by_value(dtype):
     t = core.Tensor()
     t.set(data, fluid.CPUPlace())
     np.testing.assert_array_equal(np.array(t), data)
+
+
+def test_a_scope_holding_another_programs_parameters_is_refused():
+    def net(width):
+        main, start = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, start), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [3])
+            y = fluid.layers.fc(x, width)
+        return main, start, y
+    main5, start5, _ = net(5)
+    main3, _, y3 = net(3)
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(start5, scope=scope)
+    with pytest.raises(core.InvalidArgumentError, match="fc_0.w_0.*declares float32 \\[3, 3\\]"):
+        exe.run(main3, feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y3], scope=scope)
