@@ -4,32 +4,16 @@
 #include <cmath>
 
 #include "operators/common.h"
+#include "operators/optimizers/optimizer_checks.h"
 #include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
 
-Status CheckLike(InferShapeContext* ctx, const char* slot, const char* like) {
-  if (!DimsCompatible(ctx->InputDim(slot), ctx->InputDim(like)))
-    return ctx->Error(ctx->DescribeInput(slot), " must have the dims of ",
-                      ctx->DescribeInput(like));
-  if (ctx->InputDtype(slot) != ctx->InputDtype(like))
-    return ctx->Error("input '", slot, "' is ", DataTypeName(ctx->InputDtype(slot)), ", '", like,
-                      "' is ", DataTypeName(ctx->InputDtype(like)));
-  return Status::OK();
-}
-
-Status CheckScalar(InferShapeContext* ctx, const char* slot) {
-  DDim d = ctx->InputDim(slot);
-  if (d.known() && d.numel() != 1)
-    return ctx->Error(ctx->DescribeInput(slot), " must hold one element");
-  return Status::OK();
-}
-
 Status MomentumInferShape(InferShapeContext* ctx) {
-  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Grad", "Param"));
-  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Velocity", "Param"));
-  LOOM_RETURN_IF_ERROR(CheckScalar(ctx, "LearningRate"));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Grad", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Velocity", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckScalarOfParam(ctx, "LearningRate"));
   ctx->ShareDimAndDtype("Param", "ParamOut");
   ctx->ShareDimAndDtype("Velocity", "VelocityOut");
   return Status::OK();
@@ -57,11 +41,11 @@ Status MomentumKernel(const KernelContext& ctx) {
 }
 
 Status AdamInferShape(InferShapeContext* ctx) {
-  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Grad", "Param"));
-  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment1", "Param"));
-  LOOM_RETURN_IF_ERROR(CheckLike(ctx, "Moment2", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Grad", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Moment1", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Moment2", "Param"));
   for (const char* s : {"LearningRate", "Beta1Pow", "Beta2Pow"})
-    LOOM_RETURN_IF_ERROR(CheckScalar(ctx, s));
+    LOOM_RETURN_IF_ERROR(CheckScalarOfParam(ctx, s));
   ctx->ShareDimAndDtype("Param", "ParamOut");
   ctx->ShareDimAndDtype("Moment1", "Moment1Out");
   ctx->ShareDimAndDtype("Moment2", "Moment2Out");

@@ -1,23 +1,13 @@
 // sgd: ParamOut = Param - LearningRate * Grad (in place when ParamOut is Param).
 #include "operators/common.h"
+#include "operators/optimizers/optimizer_checks.h"
 
 namespace loom::ops {
 namespace {
 
 Status SgdInferShape(InferShapeContext* ctx) {
-  DDim p = ctx->InputDim("Param"), g = ctx->InputDim("Grad"), lr = ctx->InputDim("LearningRate");
-  if (!DimsCompatible(p, g))
-    return ctx->Error(ctx->DescribeInput("Grad"), " must have the dims of ",
-                      ctx->DescribeInput("Param"));
-  if (lr.numel() != 1 && lr.known())
-    return ctx->Error(ctx->DescribeInput("LearningRate"), " must hold one element");
-  if (ctx->InputDtype("Param") != ctx->InputDtype("Grad"))
-    return ctx->Error("Param is ", DataTypeName(ctx->InputDtype("Param")), " but Grad is ",
-                      DataTypeName(ctx->InputDtype("Grad")));
-  if (ctx->InputDtype("LearningRate") != ctx->InputDtype("Param"))
-    return ctx->Error(ctx->DescribeInput("LearningRate"), " is ",
-                      DataTypeName(ctx->InputDtype("LearningRate")), " but Param is ",
-                      DataTypeName(ctx->InputDtype("Param")));
+  LOOM_RETURN_IF_ERROR(CheckLikeParam(ctx, "Grad", "Param"));
+  LOOM_RETURN_IF_ERROR(CheckScalarOfParam(ctx, "LearningRate"));
   ctx->ShareDimAndDtype("Param", "ParamOut");
   return Status::OK();
 }

@@ -32,12 +32,15 @@ class Optimizer:
         sblock.append_op("fill_constant", outputs={"Out": sv}, attrs=attrs)
         return var
 
-    def _lr(self, program, startup):
+    def _lr(self, program, startup, dtype="float32"):
+        """The learning-rate variable, of the parameters' dtype (as Fluid takes the loss's):
+        float64 programs train with a float64 learning rate."""
         if isinstance(self._learning_rate, Variable):
             return self._learning_rate
         if self._lr_var is None:
             self._lr_var = self._create_global_var(
-                program, startup, unique_name.generate("learning_rate"), self._learning_rate)
+                program, startup, unique_name.generate("learning_rate"), self._learning_rate,
+                dtype=dtype)
         return self._lr_var
 
     def _add_accumulator(self, program, startup, kind, param, value=0.0, shape=None):
@@ -58,7 +61,10 @@ class Optimizer:
         block = program.global_block()
         ops = []
         with _op_role_guard(program, core.kOpRoleOptimize):
-            lr = self._lr(program, startup)
+            dtype = params_grads[0][0].dtype if params_grads else "float32"
+            if int(dtype) == int(core.DataType.FP16):
+                dtype = "float32"  # mixed precision: the optimizer's scalars stay float32
+            lr = self._lr(program, startup, dtype)
             from . import clip
             grad_clip = self._grad_clip or clip._current_clip()
             if grad_clip is not None:

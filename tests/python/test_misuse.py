@@ -238,3 +238,47 @@ def test_a_scope_holding_another_programs_parameters_is_refused():
     exe.run(start5, scope=scope)
     with pytest.raises(core.InvalidArgumentError, match="fc_0.w_0.*declares float32 \\[3, 3\\]"):
         exe.run(main3, feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y3], scope=scope)
+
+
+# ---- float64 programs train with every optimizer --------------------------------------------
+
+def _f64_net(opt):
+    main, start = fluid.Program(), fluid.Program()
+    start.random_seed = 11  # the same initial parameters in every build
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [3], dtype="float64")
+        loss = fluid.layers.mean(fluid.layers.fc(x, 2, act="tanh"))
+        {"sgd": fluid.optimizer.SGD(0.1), "momentum": fluid.optimizer.Momentum(0.1, 0.9),
+         "adam": fluid.optimizer.Adam(0.01)}[opt].minimize(loss)
+    return main, start, loss
+
+
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+def test_float64_programs_train_with_every_optimizer(opt):
+    data = np.random.RandomState(0).rand(6, 3)
+    results = []
+    for places in (None, 2):
+        main, start, loss = _f64_net(opt)
+        scope = core.Scope()
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(start, scope=scope)
+        prog = main if places is None else fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(places))
+        for _ in range(3):
+            exe.run(prog, feed={"x": data}, fetch_list=[loss], scope=scope)
+        w = [p.name for p in main.global_block().all_parameters()]
+        results.append([np.array(scope.find_var(n).get_tensor()) for n in w])
+        assert all(r.dtype == np.float64 for r in results[-1])
+    for one, two in zip(*results):
+        np.testing.assert_allclose(one, two, rtol=1e-6, atol=1e-9)
+
+
+def test_an_optimizer_input_of_another_dtype_is_a_build_error():
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [3], dtype="float64")
+        loss = fluid.layers.mean(fluid.layers.fc(x, 2))
+        lr = fluid.layers.create_global_var([1], 0.1, "float32", persistable=True)
+        with pytest.raises(core.InvalidArgumentError, match="LearningRate.*float32 but Param is "
+                                                            "float64"):
+            fluid.optimizer.Momentum(lr, 0.9).minimize(loss)
