@@ -27,6 +27,7 @@ enum class StatusCode {
   kInternal,
   kTimeout,
   kResourceExhausted,  // out of memory, threads or another resource
+  kAborted,            // a group was aborted because one of its ranks failed (not the cause)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -74,6 +75,7 @@ LOOM_DEFINE_STATUS_FACTORY(Unimplemented, kUnimplemented)
 LOOM_DEFINE_STATUS_FACTORY(FailedPrecondition, kFailedPrecondition)
 LOOM_DEFINE_STATUS_FACTORY(Internal, kInternal)
 LOOM_DEFINE_STATUS_FACTORY(ResourceExhausted, kResourceExhausted)
+LOOM_DEFINE_STATUS_FACTORY(Aborted, kAborted)
 
 // An error Status thrown where none can be returned (see the top of this file).
 class StatusError : public std::exception {

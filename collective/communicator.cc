@@ -55,6 +55,10 @@ bool Work::IsCompleted() const {
   return state_->done;
 }
 
+bool Communicator::Abort(const Status& cause) {
+  return transport_->Abort(Aborted("rank ", rank_, " of the group failed: ", cause.message()));
+}
+
 StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topology,
                                                            double tree_link_penalty) {
   auto plan = std::make_shared<CommPlan>();
@@ -327,8 +331,11 @@ void Communicator::WorkerLoop() {
     }
     Status status;
     if (!broken_.ok()) {
-      status = FailedPrecondition("communicator is unusable after an earlier error: ",
-                                  broken_.ToString());
+      // An aborted group stays Aborted: the cause is another rank's error, not this call.
+      status =
+          Status(broken_.code() == StatusCode::kAborted ? StatusCode::kAborted
+                                                        : StatusCode::kFailedPrecondition,
+                 StrCat("communicator is unusable after an earlier error: ", broken_.ToString()));
     } else {
       status = Run(*call);
       // A mismatch is caught before any data moved and seen by every rank alike, so the group

@@ -158,6 +158,12 @@ class Communicator {
   // Waits for every call issued so far; returns the first error among them.
   Status WaitAll(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365));
 
+  // This rank failed (`cause`): ends the group's communication at once, so that every rank's
+  // pending and later calls fail with Aborted("rank R failed: cause") instead of waiting for
+  // the timeout. Returns false when the transport cannot abort (the timeout still bounds the
+  // wait). Any thread.
+  bool Abort(const Status& cause);
+
  private:
   struct Call;
   Work Issue(Call call);

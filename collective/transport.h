@@ -87,6 +87,13 @@ class Transport {
   virtual Status Finalize(const Reduction& reduction, void* buf, size_t count, int nranks);
   virtual std::shared_ptr<void> AllocateBuffer(size_t bytes);
 
+  // Ends the group's communication at once because a rank failed: every pending and later
+  // send, receive and native collective of every rank of the group fails with `cause` (an
+  // Aborted status naming the failed rank) instead of waiting for its timeout. Thread-safe;
+  // the first cause wins. Returns false when the transport cannot (the caller then relies on
+  // the timeout, or ends the process group another way, e.g. MPI_Abort).
+  virtual bool Abort(const Status& cause) { return false; }
+
   // Whether the algorithm schedules (ring, tree, multi_tree, star) can run over this transport.
   // The NCCL transport answers false: NCCL's point-to-point calls cannot reduce on receipt, so its
   // communicator runs native collectives and point-to-point calls only.

@@ -393,6 +393,7 @@ Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::st
     } catch (...) {  // nothing may escape a thread
       r->status = StatusOfException(std::current_exception());
     }
+    if (!r->status.ok() && r->on_failure) r->on_failure(r->status);
   };
   // The workers start together once every thread exists: a rank without a thread would leave
   // the others waiting in their collectives.
@@ -417,9 +418,13 @@ Status Executor::RunRanks(std::vector<RankRun>* ranks, const std::vector<std::st
   }
   if (!ranks->empty()) run_one(&(*ranks)[0]);
   for (auto& w : workers) w.join();
-  for (size_t i = 0; i < ranks->size(); ++i) {
-    const Status& st = (*ranks)[i].status;
-    if (!st.ok()) return Status(st.code(), "rank " + std::to_string(i) + ": " + st.message());
+  // The first cause: a rank's own error, else (every rank aborted) the first abort.
+  for (bool aborted : {false, true}) {
+    for (size_t i = 0; i < ranks->size(); ++i) {
+      const Status& st = (*ranks)[i].status;
+      if (!st.ok() && (st.code() == StatusCode::kAborted) == aborted)
+        return Status(st.code(), "rank " + std::to_string(i) + ": " + st.message());
+    }
   }
   return Status::OK();
 }

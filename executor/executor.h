@@ -16,6 +16,7 @@
 // Thread-safety: one Executor per thread; a PreparedBlock runs on one thread at a time.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,6 +70,9 @@ struct RankRun {
   std::vector<Tensor> fetched;
   Status status;
   Timeline* timeline = nullptr;  // when set, the rank's ops are recorded (pid = rank index)
+  // Called on the rank's thread as soon as its run fails, before the other ranks finish: the
+  // runner aborts the rank's communicator here, so that peers waiting for it stop at once.
+  std::function<void(const Status&)> on_failure;
 };
 
 class Executor final : public BlockRunner {
@@ -95,6 +99,8 @@ class Executor final : public BlockRunner {
   // thread per rank (rank 0 on the calling thread); the ranks meet in their collective ops.
   // Returns the first failing rank's error prefixed with "rank R: " (each rank's own status is
   // in its RankRun).
+  // The first cause is returned: a rank's own error before the Aborted errors it caused in
+  // the others.
   static Status RunRanks(std::vector<RankRun>* ranks, const std::vector<std::string>& fetches);
 
   // BlockRunner: runs a sub-block of the program being run (control-flow ops call it).

@@ -1,5 +1,6 @@
 #include "runtime/runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -17,11 +18,13 @@ std::vector<int64_t> BatchShares(int64_t batch, int nranks) {
   return share;
 }
 
-StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks) {
+StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks,
+                           const std::set<std::string>& whole) {
   FeedMap out;
   const std::string* first = nullptr;
   int64_t rows = -1;
   for (const auto& [name, t] : global) {
+    if (whole.count(name)) continue;
     if (t.dims().size() == 0)
       return InvalidArgument("feed '", name,
                              "' is a scalar: data-parallel feeds are split along dim 0");
@@ -33,11 +36,11 @@ StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks) {
       first = &name;
     }
   }
-  if (rows < 0) return out;
-  const std::vector<int64_t> share = BatchShares(rows, nranks);
+  const std::vector<int64_t> share = BatchShares(std::max<int64_t>(rows, 0), nranks);
   int64_t begin = 0;
   for (int r = 0; r < rank; ++r) begin += share[r];
-  for (const auto& [name, t] : global) out[name] = t.Slice(begin, begin + share[rank]);
+  for (const auto& [name, t] : global)
+    out[name] = whole.count(name) ? t : t.Slice(begin, begin + share[rank]);
   return out;
 }
 
@@ -81,10 +84,32 @@ Runner::~Runner() {
   for (auto& r : ranks_) r.feeds.clear();
 }
 
+std::set<std::string> Runner::WholeFeeds(const FeedMap& feed) const {
+  std::set<std::string> whole;
+  const BlockDesc& block = *mains_[0].GlobalBlock();
+  for (const auto& [name, t] : feed) {
+    VarDesc v = block.FindVar(name);
+    if (v && v.Dims().size() > 0 && v.Dims()[0] >= 0 && nranks_ > 1) whole.insert(name);
+  }
+  return whole;
+}
+
 Status Runner::RunLocal(bool startup, const std::vector<std::string>& fetches) {
   for (size_t i = 0; i < ranks_.size(); ++i)
     ranks_[i].prepared = startup ? startup_[i].get() : main_[i].get();
-  if (ranks_.size() > 1) return Executor::RunRanks(&ranks_, fetches);
+  if (ranks_.size() > 1) {
+    // A rank that fails aborts the group's communicators (once startup made them), so that its
+    // peers stop at once and the error returned is its own.
+    for (RankRun& r : ranks_) {
+      Scope* scope = r.scope;
+      r.on_failure = [scope](const Status& cause) {
+        const Variable* cv = scope->FindVar(transpiler::kCommVar);
+        if (cv && cv->IsType<ops::CommHandle>() && cv->Get<ops::CommHandle>().comm)
+          cv->Get<ops::CommHandle>().comm->Abort(cause);
+      };
+    }
+    return Executor::RunRanks(&ranks_, fetches);
+  }
   // One rank in this process: its kernels get this process's share of the machine.
   RankRun& r = ranks_[0];
   ScopedBlasThreads blas(multi_process() ? threads_ : BlasThreads());
@@ -112,20 +137,29 @@ StatusOr<bool> Runner::SaveParams(const std::string& dir) const {
 }
 
 Status Runner::Step(const FeedMap& feed, const std::vector<std::string>& fetches, FeedSplit split) {
+  if (!failed_.ok())
+    return FailedPrecondition(
+        "an earlier step failed and aborted the ranks' group (", failed_.message(),
+        "): create a new runner (Python's CompiledProgram does so on its next run)");
   rows_.assign(ranks_.size(), 0);
   global_rows_ = 0;
   if (split == FeedSplit::kLocal) {
     if (ranks_.size() != 1)
       return InvalidArgument("a feed of one rank's own for ", ranks_.size(), " local ranks");
     ranks_[0].feeds = feed;
-  } else {
+  }
+  const std::set<std::string> whole = WholeFeeds(feed);
+  if (split == FeedSplit::kGlobal) {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       LOOM_ASSIGN_OR_RETURN(ranks_[i].feeds,
-                            RankFeed(feed, first_rank_ + static_cast<int>(i), nranks_));
+                            RankFeed(feed, first_rank_ + static_cast<int>(i), nranks_, whole));
     }
   }
-  if (!feed.empty()) {
-    const int64_t rows = feed.begin()->second.dims().size() ? feed.begin()->second.dims()[0] : 0;
+  auto batch = std::find_if(feed.begin(), feed.end(), [&](const auto& f) {
+    return !whole.count(f.first) && f.second.dims().size() > 0;
+  });
+  if (batch != feed.end()) {
+    const int64_t rows = batch->second.dims()[0];
     global_rows_ = split == FeedSplit::kGlobal ? rows : 0;
     for (size_t i = 0; i < ranks_.size(); ++i)
       rows_[i] = split == FeedSplit::kGlobal
@@ -134,6 +168,7 @@ Status Runner::Step(const FeedMap& feed, const std::vector<std::string>& fetches
   }
   Status st = RunLocal(false, fetches);
   for (auto& r : ranks_) r.feeds.clear();
+  if (!st.ok() && ranks_.size() > 1) failed_ = st;  // RunLocal aborted the group
   return st;
 }
 

@@ -4,12 +4,15 @@
 // process's rank of a job under MPI. It prepares their programs once, runs their startup
 // programs (comm_init, initialization, broadcasts), and runs steps: the global minibatch is split
 // along dim 0 by BatchShares (the one split rule), each local rank runs its main program on its
-// share, and the first fetch's scalar is averaged over the global batch.
+// share, and the first fetch's scalar is averaged over the global batch. When one rank of a job
+// in this process fails, it aborts the group's communicators at once: the others stop instead of
+// waiting for their timeout, and the error returned is the failed rank's own.
 //
 // Thread safety: one thread drives a runner; Step runs the local ranks on threads of its own.
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,9 +32,11 @@ namespace loom::runtime {
 // more; a rank may get none.
 std::vector<int64_t> BatchShares(int64_t batch, int nranks);
 
-// Rank `rank`'s part of every feed of a global minibatch (views of rows along dim 0). Every feed
-// must have the same number of rows, and dims of at least one.
-StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks);
+// Rank `rank`'s part of every feed of a global minibatch (views of rows along dim 0); the feeds
+// named in `whole` (variables without a batch dim, e.g. a shape-[1] flag) go to every rank whole,
+// as Fluid does. Every split feed must have the same number of rows, and dims of at least one.
+StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks,
+                           const std::set<std::string>& whole = {});
 
 struct RankProgram {
   ProgramDesc startup;  // no ops: the caller brings initialized parameters
@@ -61,6 +66,7 @@ class Runner {
   StatusOr<bool> SaveParams(const std::string& dir) const;
 
   // One training step of every local rank; fetched(i) holds local rank i's values after it.
+  // A failed step of several local ranks aborts their group: later steps fail, naming it.
   Status Step(const FeedMap& feed, const std::vector<std::string>& fetches,
               FeedSplit split = FeedSplit::kGlobal);
   const std::vector<Tensor>& fetched(int local) const { return ranks_[local].fetched; }
@@ -87,6 +93,8 @@ class Runner {
  private:
   Runner() = default;
   Status RunLocal(bool startup, const std::vector<std::string>& fetches);
+  // Feeds of variables without a batch dim (declared dim 0 >= 0): every rank takes them whole.
+  std::set<std::string> WholeFeeds(const FeedMap& feed) const;
   StatusOr<collective::Communicator*> Communicator() const;
 
   int first_rank_ = 0, nranks_ = 1, threads_ = 1;
@@ -95,6 +103,7 @@ class Runner {
   std::vector<std::unique_ptr<PreparedBlock>> startup_, main_;
   std::vector<RankRun> ranks_;
   std::vector<int64_t> rows_;  // rows each local rank got in the last step
+  Status failed_;              // the step that aborted the group of several local ranks
   int64_t global_rows_ = 0;
 };
 

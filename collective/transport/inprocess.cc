@@ -81,6 +81,9 @@ struct Hub {
   std::vector<Mailbox> mailboxes;
   std::shared_ptr<RankMemory> memory;
   NativeBoard native;
+  // Set once by Transport::Abort (guarded by native.mu; `aborted` is read without it).
+  std::atomic<bool> aborted{false};
+  Status abort_cause;
 };
 
 class HostMemory final : public RankMemory {
@@ -229,6 +232,11 @@ class InProcessTransport final : public Transport {
     std::shared_ptr<Posting> match;
     {
       std::lock_guard<std::mutex> lock(mb.mu);
+      if (hub_->aborted.load()) {
+        p->queued = false;
+        MarkDone(p.get(), AbortCause());
+        return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p));
+      }
       match = PopFront(mb.recvs, key);
       if (!match) mb.sends[key].push_back(p);
     }
@@ -237,6 +245,33 @@ class InProcessTransport final : public Transport {
       Transfer(*hub_->memory, rank_, p.get(), match.get());
     }
     return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p));
+  }
+
+  bool Abort(const Status& cause) override {
+    {
+      std::lock_guard<std::mutex> lock(hub_->native.mu);
+      if (hub_->aborted.load()) return true;
+      hub_->abort_cause = cause;
+      hub_->aborted.store(true);
+    }
+    // Every queued posting of the group ends now; matched ones are finishing their copy.
+    for (Mailbox& mb : hub_->mailboxes) {
+      std::vector<std::shared_ptr<Posting>> pending;
+      {
+        std::lock_guard<std::mutex> lock(mb.mu);
+        for (Queue* q : {&mb.sends, &mb.recvs}) {
+          for (auto& [key, postings] : *q)
+            for (auto& p : postings) {
+              p->queued = false;
+              pending.push_back(p);
+            }
+          q->clear();
+        }
+      }
+      for (auto& p : pending) MarkDone(p.get(), cause);
+    }
+    hub_->native.cv.notify_all();
+    return true;
   }
 
   std::unique_ptr<Request> Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
@@ -260,6 +295,11 @@ class InProcessTransport final : public Transport {
   }
 
  private:
+  Status AbortCause() const {
+    std::lock_guard<std::mutex> lock(hub_->native.mu);
+    return hub_->abort_cause;
+  }
+
   void CheckPeer(int peer) const {
     LOOM_CHECK(peer >= 0 && peer < nranks_ && peer != rank_, "bad peer ", peer, " for rank ", rank_,
                " of ", nranks_);
@@ -276,6 +316,12 @@ class InProcessTransport final : public Transport {
     std::shared_ptr<Posting> match;
     {
       std::lock_guard<std::mutex> lock(mb.mu);
+      if (hub_->aborted.load()) {
+        p->queued = false;
+        MarkDone(p.get(), AbortCause());
+        return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false,
+                                                  std::move(p));
+      }
       match = PopFront(mb.sends, key);
       if (!match) mb.recvs[key].push_back(p);
     }
@@ -400,8 +446,15 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     slot->recv[rank_] = call.recv;
     ++slot->published;
     board.cv.notify_all();
-    const bool met = board.cv.wait_until(lock, deadline,
-                                         [&] { return slot->published == n || slot->abandoned; });
+    const bool met = board.cv.wait_until(lock, deadline, [&] {
+      return slot->published == n || slot->abandoned || hub_->aborted.load();
+    });
+    if (met && hub_->aborted.load() && slot->published != n) {
+      slot->abandoned = true;
+      board.cv.notify_all();
+      leave(lock);
+      return hub_->abort_cause;
+    }
     if (!met || slot->abandoned) {
       const bool timed_out = !met;
       slot->abandoned = true;

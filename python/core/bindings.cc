@@ -43,6 +43,7 @@ void RegisterErrors(py::module_& m) {
   set(StatusCode::kInternal, "InternalError", nullptr);
   set(StatusCode::kTimeout, "TimeoutError", PyExc_TimeoutError);
   set(StatusCode::kResourceExhausted, "ResourceExhaustedError", PyExc_MemoryError);
+  set(StatusCode::kAborted, "AbortedError", nullptr);
   g_errors[0] = base;
   py::register_exception_translator([](std::exception_ptr p) {
     try {

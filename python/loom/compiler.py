@@ -289,7 +289,14 @@ class CompiledProgram:
                                       "it is split across the places")
         feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
-        out = st.runner.step(feed, fetch)
+        try:
+            out = st.runner.step(feed, fetch)
+        except core.LoomError:
+            # A failed step may have aborted the places' group: the next run forms a new one,
+            # starting again from place 0's parameters (in `scope`), as a single-place Executor
+            # recovers. (Optimizer state that lived on the other places only is lost.)
+            self._states.pop(id(scope), None)
+            raise
         if not return_numpy:
             return out
         per_place = [[np.asarray(t) for t in rank] for rank in out]

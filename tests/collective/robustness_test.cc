@@ -100,6 +100,32 @@ TEST(Timeout, RankThatNeverCallsEndsInTimeoutNotAHang) {
   });
 }
 
+// A rank that fails aborts the group: its peers' pending and later calls end with Aborted,
+// naming it, long before the (one minute) timeout, whichever algorithm they were running.
+TEST(Abort, AFailedRankEndsEveryPeersCallsAtOnce) {
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNative}) {
+    auto world = MakeWorld(3, 60000);
+    RunRanks(*world, [&](int rank, Communicator& comm) {
+      std::vector<float> buf(100000, 1.0f);
+      if (rank == 1) {
+        EXPECT_TRUE(comm.Abort(InvalidArgument("label 7 is out of range")));
+        return;
+      }
+      CallOptions o;
+      o.algorithm = algo;
+      Status s =
+          comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o)
+              .Wait();
+      EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+      EXPECT_NE(s.message().find("rank 1 of the group failed: label 7 is out of range"),
+                std::string::npos)
+          << s.message();
+      Status later = comm.Barrier().Wait();
+      EXPECT_EQ(later.code(), StatusCode::kAborted) << later.ToString();
+    });
+  }
+}
+
 TEST(Timeout, PeerBusyWithSomethingElseCancelsCleanly) {
   // Rank 1 sends point-to-point while the others run an allreduce: ranks 0 and 2 time out waiting
   // for rank 1, rank 1 times out waiting for rank 0; every posted transfer is withdrawn.

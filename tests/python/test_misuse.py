@@ -282,3 +282,55 @@ def test_an_optimizer_input_of_another_dtype_is_a_build_error():
         with pytest.raises(core.InvalidArgumentError, match="LearningRate.*float32 but Param is "
                                                             "float64"):
             fluid.optimizer.Momentum(lr, 0.9).minimize(loss)
+
+
+# ---- data parallelism: the first cause, at once; then recovery --------------------------------
+
+def _dp_net():
+    main, start = fluid.Program(), fluid.Program()
+    start.random_seed = 5
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        y = fluid.layers.data("y", [1], dtype="int64")
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(fluid.layers.fc(x, 3), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, start, loss
+
+
+def test_a_failing_place_reports_its_own_error_and_the_next_run_recovers():
+    main, start, loss = _dp_net()
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(start, scope=scope)
+    bs = fluid.BuildStrategy()
+    bs.collective_timeout_ms = 60000  # a peer waiting for its timeout would take a minute
+    comp = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(3), build_strategy=bs)
+    x = np.random.RandomState(1).rand(6, 4).astype("float32")
+    y = np.zeros([6, 1], "int64")
+    exe.run(comp, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    y[5] = 7  # the last place's share
+    with pytest.raises(core.InvalidArgumentError, match="rank 2: .*label 7.*out of range"):
+        exe.run(comp, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    y[5] = 0
+    out, = exe.run(comp, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    assert np.all(np.isfinite(out))
+
+
+def test_feeds_are_checked_before_any_place_runs_and_non_batch_feeds_go_whole():
+    main, start, loss = _dp_net()
+    with fluid.program_guard(main, start):
+        flag = fluid.layers.data("flag", [1], append_batch_size=False)
+        fluid.layers.scale(flag, 2.0)
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(start, scope=scope)
+    comp = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    x = np.random.rand(4, 4).astype("float32")
+    with pytest.raises(core.InvalidArgumentError, match="different numbers of rows"):
+        exe.run(comp, feed={"x": x, "y": np.zeros([3, 1], "int64"),
+                            "flag": np.ones([1], "float32")}, fetch_list=[loss], scope=scope)
+    # The shape-[1] flag is given to both places whole (it has no batch dim to split).
+    exe.run(comp, feed={"x": x, "y": np.zeros([4, 1], "int64"), "flag": np.ones([1], "float32")},
+            fetch_list=[loss], scope=scope)

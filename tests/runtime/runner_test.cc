@@ -115,13 +115,48 @@ TEST(Runner, ClearErrors) {
   ASSERT_TRUE(two->Startup().ok());
   EXPECT_NE(two->Step(Batch(4), {}, FeedSplit::kLocal).message().find("local ranks"),
             std::string::npos);
-  // A bad feed fails the step with the rank named, and the runner keeps working.
+  // A bad feed fails the step with the rank named; the group is aborted, and the runner says so.
   FeedMap bad = Batch(4);
   bad["x"] = Rows(4, 5);
   Status st = two->Step(bad, {});
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("rank 0"), std::string::npos) << st.message();
-  EXPECT_TRUE(two->Step(Batch(4), {}).ok());
+  Status after = two->Step(Batch(4), {});
+  EXPECT_EQ(after.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(after.message().find("create a new runner"), std::string::npos) << after.message();
+}
+
+// A rank that fails aborts the group: the step returns that rank's own error (not its peers'
+// Aborted errors, nor a Timeout after the minute-long collective timeout).
+TEST(Runner, AFailingRankStopsItsPeersAndReportsTheFirstCause) {
+  Net n = Mlp();
+  transpiler::DataParallelConfig c;
+  c.nranks = 3;
+  c.group = "runner-test-abort";
+  c.timeout_ms = 60000;
+  auto r = transpiler::TranspileDataParallel(n.startup, n.main, c).value();
+  std::vector<RankProgram> ranks(3);
+  for (int k = 0; k < 3; ++k) {
+    ranks[k].startup = r.startup[k];
+    ranks[k].main = r.main[k];
+  }
+  auto runner = Runner::Create(std::move(ranks), 0, 3).value();
+  ASSERT_TRUE(runner->Startup().ok());
+  FeedMap bad = Batch(6);
+  bad["label"].mutable_data<int64_t>(Place::CPU())[5] = 7;  // in rank 2's share
+  Status st = runner->Step(bad, {});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("rank 2: "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
+}
+
+TEST(RankFeed, VariablesWithoutABatchDimGoWholeToEveryRank) {
+  FeedMap global = {{"x", Rows(5, 2)}, {"flag", Rows(1, 1, 42)}};
+  auto r1 = RankFeed(global, 1, 2, {"flag"});
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_EQ(r1.value().at("x").dims()[0], 2);
+  EXPECT_EQ(r1.value().at("flag").dims()[0], 1);
+  EXPECT_FLOAT_EQ(r1.value().at("flag").data<float>()[0], 42.0f);
 }
 
 TEST(Train, RunsTheLoopAndSavesParameters) {
