@@ -61,12 +61,36 @@ const SlotSpec* OpInfo::FindOutput(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+// The op whose attributes `info` inherits (AttrsFrom), or null.
+const OpInfo* AttrsSource(const OpInfo& info) {
+  if (info.attrs_from.empty()) return nullptr;
+  const OpInfo* src = OpRegistry::Global().Find(info.attrs_from);
+  LOOM_CHECK(src != nullptr, "op '", info.type, "' takes its attributes from op '", info.attrs_from,
+             "', which is not registered");
+  return src;
+}
+}  // namespace
+
 const AttrSpec* OpInfo::FindAttr(const std::string& name) const {
-  for (const auto& a : attrs)
-    if (a.name == name) return &a;
+  for (const AttrSpec* a : AllAttrs())
+    if (a->name == name) return a;
   for (const auto& a : CommonAttrs())
     if (a.name == name) return &a;
   return nullptr;
+}
+
+std::vector<const AttrSpec*> OpInfo::AllAttrs() const {
+  std::vector<const AttrSpec*> out;
+  for (const auto& a : attrs) out.push_back(&a);
+  if (const OpInfo* src = AttrsSource(*this)) {
+    for (const AttrSpec* a : src->AllAttrs()) {
+      bool declared = std::any_of(attrs.begin(), attrs.end(),
+                                  [a](const AttrSpec& own) { return own.name == a->name; });
+      if (!declared) out.push_back(a);
+    }
+  }
+  return out;
 }
 
 KernelFn OpInfo::FindKernel(Place::Kind place, DataType dtype) const {
@@ -103,7 +127,7 @@ StatusOr<AttributeMap> OpInfo::ResolveAttrs(const OpDesc& desc, const std::strin
     out[spec.name] = *spec.default_value;
     return Status::OK();
   };
-  for (const auto& spec : attrs) LOOM_RETURN_IF_ERROR(fill(spec));
+  for (const AttrSpec* spec : AllAttrs()) LOOM_RETURN_IF_ERROR(fill(*spec));
   for (const auto& spec : CommonAttrs()) LOOM_RETURN_IF_ERROR(fill(spec));
   return out;
 }
@@ -175,6 +199,12 @@ OpRegistrar& OpRegistrar::AddAttr(const std::string& name, proto::AttrType type,
                                   std::optional<Attribute> default_value, const std::string& doc,
                                   std::function<Status(const Attribute&)> check) {
   info_->attrs.push_back(AttrSpec{name, doc, type, std::move(default_value), std::move(check)});
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::AttrsFrom(const std::string& forward_type) {
+  LOOM_CHECK(forward_type != info_->type, "op '", forward_type, "' takes attributes from itself");
+  info_->attrs_from = forward_type;
   return *this;
 }
 

@@ -159,7 +159,11 @@ struct OpInfo {
   bool has_maker = false;  // false while only kernels were registered
   std::vector<SlotSpec> inputs;
   std::vector<SlotSpec> outputs;
+  // The attributes this entry declares itself. A grad op registered with AttrsFrom(fwd) also
+  // accepts every attribute of op `attrs_from` (specs, defaults and checks as registered there;
+  // its own declarations come first and win); AllAttrs() lists both.
   std::vector<AttrSpec> attrs;
+  std::string attrs_from;
   InferShapeFn infer_shape = nullptr;
   GradMakerFn grad_maker = nullptr;
   // A control-flow op that runs its sub-block repeatedly (while): backward builds its gradient
@@ -172,7 +176,11 @@ struct OpInfo {
 
   const SlotSpec* FindInput(const std::string& name) const;
   const SlotSpec* FindOutput(const std::string& name) const;
+  // Own, inherited (AttrsFrom) or common attribute `name`; null when the op has none.
   const AttrSpec* FindAttr(const std::string& name) const;
+  // The op's attributes: its own, then those inherited through AttrsFrom (resolved in the
+  // registry at the call, so registration order does not matter); not the common ones.
+  std::vector<const AttrSpec*> AllAttrs() const;
   KernelFn FindKernel(Place::Kind place, DataType dtype) const;
   // Attributes of desc with defaults filled in; errors for unknown, mistyped, missing or
   // failing-check attributes.
@@ -216,6 +224,11 @@ class OpRegistrar {
     return AddAttr(name, AttrTypeTrait<T>::value, std::nullopt, doc,
                    Wrap<T>(name, std::move(check)));
   }
+  // The op accepts exactly the attributes of op `forward_type` (a grad op and its forward op:
+  // the grad maker copies every forward attribute onto the grad op), besides any it declares
+  // itself. Read from the registry at lookup time, so the forward op may be registered in any
+  // translation unit.
+  OpRegistrar& AttrsFrom(const std::string& forward_type);
   OpRegistrar& InferShape(InferShapeFn fn);
   OpRegistrar& GradMaker(GradMakerFn fn);
   OpRegistrar& RepeatsSubBlock();

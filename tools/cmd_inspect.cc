@@ -140,10 +140,15 @@ std::string PrintOps() {
     };
     slots("in ", info.inputs);
     slots("out", info.outputs);
-    for (const auto& a : info.attrs) {
+    // Own attributes, then those taken from the forward op (AttrsFrom), marked as such.
+    const std::vector<const AttrSpec*> attrs = info.AllAttrs();
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      const AttrSpec& a = *attrs[i];
       os << "  attr " << a.name << " : " << AttrTypeName(a.type) << " = "
          << (a.default_value ? AttrToString(*a.default_value) : std::string("(required)")) << "  "
-         << a.doc << "\n";
+         << a.doc;
+      if (i >= info.attrs.size()) os << " (as in " << info.attrs_from << ")";
+      os << "\n";
     }
     os << "  kernels:";
     if (info.kernels.empty()) os << " none";

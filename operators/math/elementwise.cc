@@ -261,7 +261,7 @@ Status BinaryGradKernel(const KernelContext& ctx) {
       .Input("Out@GRAD", "gradient of Out")                                                \
       .Output("X@GRAD", "gradient of X", false, true)                                      \
       .Output("Y@GRAD", "gradient of Y", false, true)                                      \
-      .Attr<int>("axis", -1, "as in the forward op")                                       \
+      .AttrsFrom("elementwise_" #NAME)                                                     \
       .InferShape(GradInferShape)                                                          \
       .Kernel(Place::kCPU, proto::FP32, BinaryGradKernel<FN, float>)                       \
       .Kernel(Place::kCPU, proto::FP64, BinaryGradKernel<FN, double>)

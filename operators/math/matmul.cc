@@ -3,50 +3,14 @@
 // (X) or column (Y) vector, as in Fluid.
 #include "operators/common.h"
 #include "operators/math/blas.h"
+#include "operators/math/matmul_geom.h"
 
 namespace loom::ops {
 namespace {
 
-struct MatmulGeom {
-  int64_t batch = 1, m = 0, k = 0, n = 0;
-  bool x_batched = false, y_batched = false;
-  DDim out;
-};
-
-// dims of X as [batch..., rows, cols] after promoting a 1-D operand.
-DDim Promote(const DDim& d, bool is_x) {
-  if (d.size() != 1) return d;
-  return is_x ? DDim{1, d[0]} : DDim{d[0], 1};
-}
-
-StatusOr<MatmulGeom> Plan(const DDim& xd, const DDim& yd, bool tx, bool ty) {
-  if (xd.size() == 0 || yd.size() == 0) return InvalidArgument("operands must have rank >= 1");
-  DDim x = Promote(xd, true), y = Promote(yd, false);
-  MatmulGeom g;
-  int64_t xr = x[x.size() - 2], xc = x[x.size() - 1], yr = y[y.size() - 2], yc = y[y.size() - 1];
-  g.m = tx ? xc : xr;
-  g.k = tx ? xr : xc;
-  int64_t ky = ty ? yc : yr;
-  g.n = ty ? yr : yc;
-  if (g.k >= 0 && ky >= 0 && g.k != ky)
-    return InvalidArgument("inner dims differ: X gives ", g.k, ", Y gives ", ky);
-  DDim xb(x.begin(), x.end() - 2), yb(y.begin(), y.end() - 2);
-  g.x_batched = xb.size() > 0;
-  g.y_batched = yb.size() > 0;
-  if (g.x_batched && g.y_batched && !DimsCompatible(xb, yb))
-    return InvalidArgument("batch dims differ: ", xb.ToString(), " vs ", yb.ToString());
-  DDim batch = g.x_batched ? xb : yb;
-  g.batch = batch.numel();
-  g.out = batch;
-  if (xd.size() != 1) g.out.push_back(g.m);
-  if (yd.size() != 1) g.out.push_back(g.n);
-  if (g.out.size() == 0) g.out.push_back(1);
-  return g;
-}
-
 Status MatmulInferShape(InferShapeContext* ctx) {
-  auto g = Plan(ctx->InputDim("X"), ctx->InputDim("Y"), ctx->Attr<bool>("transpose_X"),
-                ctx->Attr<bool>("transpose_Y"));
+  auto g = PlanMatmul(ctx->InputDim("X"), ctx->InputDim("Y"), ctx->Attr<bool>("transpose_X"),
+                      ctx->Attr<bool>("transpose_Y"));
   if (!g.ok())
     return ctx->Error(ctx->DescribeInput("X"), " and ", ctx->DescribeInput("Y"), ": ",
                       g.status().message());
@@ -63,7 +27,7 @@ Status MatmulKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   bool tx = ctx.Attr<bool>("transpose_X"), ty = ctx.Attr<bool>("transpose_Y");
-  auto g = Plan(x.dims(), y.dims(), tx, ty);
+  auto g = PlanMatmul(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
   T alpha = static_cast<T>(ctx.Attr<float>("alpha"));
@@ -82,7 +46,7 @@ Status MatmulGradKernel(const KernelContext& ctx) {
   const Tensor& y = ctx.Input("Y");
   const T* dc = ctx.Input("Out@GRAD").data<T>();
   bool tx = ctx.Attr<bool>("transpose_X"), ty = ctx.Attr<bool>("transpose_Y");
-  auto g = Plan(x.dims(), y.dims(), tx, ty);
+  auto g = PlanMatmul(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
   T alpha = static_cast<T>(ctx.Attr<float>("alpha"));
@@ -151,9 +115,7 @@ LOOM_REGISTER_OP(matmul_grad)
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
     .Output("Y@GRAD", "gradient of Y", false, true)
-    .Attr<bool>("transpose_X", false, "as in the forward op")
-    .Attr<bool>("transpose_Y", false, "as in the forward op")
-    .Attr<float>("alpha", 1.0f, "as in the forward op")
+    .AttrsFrom("matmul")
     .InferShape(GradInferShape)
     .Kernel(Place::kCPU, proto::FP32, MatmulGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, MatmulGradKernel<double>);

@@ -5,40 +5,13 @@
 #include <limits>
 
 #include "operators/cuda_util.cuh"
+#include "operators/math/matmul_geom.h"
+#include "operators/math/reduce_geom.h"
 
 namespace loom::ops::cuda {
 namespace {
 
 // ---- matmul ----
-
-struct MatmulGeom {
-  int64_t batch = 1, m = 0, k = 0, n = 0;
-  bool x_batched = false, y_batched = false;
-};
-
-DDim Promote(const DDim& d, bool is_x) {
-  if (d.size() != 1) return d;
-  return is_x ? DDim{1, d[0]} : DDim{d[0], 1};
-}
-
-StatusOr<MatmulGeom> Plan(const DDim& xd, const DDim& yd, bool tx, bool ty) {
-  if (xd.size() == 0 || yd.size() == 0) return InvalidArgument("operands must have rank >= 1");
-  DDim x = Promote(xd, true), y = Promote(yd, false);
-  MatmulGeom g;
-  int64_t xr = x[x.size() - 2], xc = x[x.size() - 1], yr = y[y.size() - 2], yc = y[y.size() - 1];
-  g.m = tx ? xc : xr;
-  g.k = tx ? xr : xc;
-  int64_t ky = ty ? yc : yr;
-  g.n = ty ? yr : yc;
-  if (g.k != ky) return InvalidArgument("inner dims differ: X gives ", g.k, ", Y gives ", ky);
-  DDim xb(x.begin(), x.end() - 2), yb(y.begin(), y.end() - 2);
-  g.x_batched = xb.size() > 0;
-  g.y_batched = yb.size() > 0;
-  if (g.x_batched && g.y_batched && !DimsCompatible(xb, yb))
-    return InvalidArgument("batch dims differ: ", xb.ToString(), " vs ", yb.ToString());
-  g.batch = (g.x_batched ? xb : yb).numel();
-  return g;
-}
 
 // C_b = alpha * op(A_b) · op(B_b) (+ C_b when accumulate) for b < batch; handles empty extents.
 template <typename T>
@@ -84,7 +57,7 @@ Status Matmul(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   bool tx = ctx.Attr<bool>("transpose_X"), ty = ctx.Attr<bool>("transpose_Y");
-  auto g = Plan(x.dims(), y.dims(), tx, ty);
+  auto g = PlanMatmul(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
@@ -103,7 +76,7 @@ Status MatmulGrad(const KernelContext& ctx) {
   const T* xd = DataOf<T>(x);
   const T* yd = DataOf<T>(y);
   bool tx = ctx.Attr<bool>("transpose_X"), ty = ctx.Attr<bool>("transpose_Y");
-  auto g = Plan(x.dims(), y.dims(), tx, ty);
+  auto g = PlanMatmul(x.dims(), y.dims(), tx, ty);
   if (!g.ok()) return ctx.Error(g.status().message());
   const MatmulGeom& p = g.value();
   const Acc<T> alpha = static_cast<Acc<T>>(ctx.Attr<float>("alpha"));
@@ -154,14 +127,7 @@ struct ReducePlan {
 };
 
 StatusOr<ReducePlan> MakeReducePlan(const DDim& x, const std::vector<int>& dims, bool all) {
-  std::vector<bool> mask(x.size(), all);
-  if (!all)
-    for (int d : dims) {
-      int k = d < 0 ? d + x.size() : d;
-      if (k < 0 || k >= x.size())
-        return InvalidArgument("dim ", d, " is out of range for rank ", x.size());
-      mask[k] = true;
-    }
+  LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, ReducedMask(x, dims, all));
   ReducePlan p;
   for (int i = 0; i < x.size(); ++i) {
     if (x[i] == 1) continue;

@@ -2,6 +2,7 @@
 // y_num_col_dims; Out = X2 · Y2 reshaped to X.dims[:x_num_col_dims] + Y.dims[y_num_col_dims:].
 #include "operators/common.h"
 #include "operators/math/blas.h"
+#include "operators/math/mul_geom.h"
 
 namespace loom::ops {
 
@@ -37,8 +38,7 @@ template <typename T>
 Status MulKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
-  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
-  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  const auto [x2, y2] = MakeMulGeom(ctx, x.dims(), y.dims());
   Gemm<T>(false, false, x2[0], y2[1], x2[1], x.data<T>(), y.data<T>(),
           ctx.Output("Out")->mutable_data<T>(ctx.place()));
   return Status::OK();
@@ -50,8 +50,7 @@ Status MulGradKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   const Tensor& dout = ctx.Input("Out@GRAD");
-  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
-  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  const auto [x2, y2] = MakeMulGeom(ctx, x.dims(), y.dims());
   if (Tensor* dx = ctx.OutputOrNull("X@GRAD"))
     Gemm<T>(false, true, x2[0], x2[1], y2[1], dout.data<T>(), y.data<T>(),
             dx->mutable_data<T>(ctx.place()));
@@ -90,8 +89,7 @@ LOOM_REGISTER_OP(mul_grad)
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
     .Output("Y@GRAD", "gradient of Y", false, true)
-    .Attr<int>("x_num_col_dims", 1, "as in the forward op")
-    .Attr<int>("y_num_col_dims", 1, "as in the forward op")
+    .AttrsFrom("mul")
     .InferShape(GradInferShape)
     .Kernel(Place::kCPU, proto::FP32, MulGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, MulGradKernel<double>);

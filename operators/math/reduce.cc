@@ -4,22 +4,10 @@
 #include <optional>
 
 #include "operators/common.h"
+#include "operators/math/reduce_geom.h"
 
 namespace loom::ops {
 namespace {
-
-// The reduced dims normalized to [0, rank), sorted, unique; reduce_all -> every dim.
-StatusOr<std::vector<bool>> ReducedMask(const DDim& x, const std::vector<int>& dims, bool all) {
-  std::vector<bool> mask(x.size(), all);
-  if (all) return mask;
-  for (int d : dims) {
-    int k = d < 0 ? d + x.size() : d;
-    if (k < 0 || k >= x.size())
-      return InvalidArgument("dim ", d, " is out of range for rank ", x.size());
-    mask[k] = true;
-  }
-  return mask;
-}
 
 Status ReduceInferShape(InferShapeContext* ctx) {
   DDim x = ctx->InputDim("X");
@@ -213,9 +201,7 @@ Status ReduceGradInferShape(InferShapeContext* ctx) {
       .Input("Out", "forward output")                                                      \
       .Input("Out@GRAD", "gradient of Out")                                                \
       .Output("X@GRAD", "gradient of X", false, true)                                      \
-      .Attr<std::vector<int>>("dim", {0}, "as in the forward op")                          \
-      .Attr<bool>("keep_dim", false, "as in the forward op")                               \
-      .Attr<bool>("reduce_all", false, "as in the forward op")                             \
+      .AttrsFrom(#NAME)                                                                    \
       .InferShape(ReduceGradInferShape)                                                    \
       .Kernel(Place::kCPU, proto::FP32, ReduceGradKernel<float, KIND>)                     \
       .Kernel(Place::kCPU, proto::FP64, ReduceGradKernel<double, KIND>)

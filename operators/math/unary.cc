@@ -3,31 +3,20 @@
 #include <cmath>
 
 #include "operators/common.h"
+#include "operators/math/unary_attrs.h"
 
 namespace loom::ops {
 namespace {
-
-struct UnaryAttrs {
-  float alpha = 0, min = 0, max = 0;
-};
 
 template <typename T>
 using UnaryFn = T (*)(T x, const UnaryAttrs& a);
 template <typename T>
 using UnaryGradFn = T (*)(T x, T y, const UnaryAttrs& a);  // dy/dx at x (y = f(x))
 
-UnaryAttrs ReadAttrs(const AttributeMap& attrs) {
-  UnaryAttrs a;
-  if (auto it = attrs.find("alpha"); it != attrs.end()) a.alpha = std::get<float>(it->second);
-  if (auto it = attrs.find("min"); it != attrs.end()) a.min = std::get<float>(it->second);
-  if (auto it = attrs.find("max"); it != attrs.end()) a.max = std::get<float>(it->second);
-  return a;
-}
-
 template <typename T, UnaryFn<T> F>
 Status Forward(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  UnaryAttrs a = ReadAttrs(ctx.Attrs());
+  UnaryAttrs a = ReadUnaryAttrs(ctx.Attrs());
   const T* in = x.data<T>();
   T* o = ctx.Output("Out")->mutable_data<T>(ctx.place());
   for (int64_t i = 0, i_end = x.numel(); i < i_end; ++i) o[i] = F(in[i], a);
@@ -39,7 +28,7 @@ Status Backward(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("X@GRAD");
   if (!dx) return Status::OK();
   const Tensor& x = ctx.Input("X");
-  UnaryAttrs a = ReadAttrs(ctx.Attrs());
+  UnaryAttrs a = ReadUnaryAttrs(ctx.Attrs());
   const T* in = x.data<T>();
   const T* y = ctx.Input("Out").data<T>();
   const T* g = ctx.Input("Out@GRAD").data<T>();
@@ -149,7 +138,7 @@ LOOM_REGISTER_OP(leaky_relu_grad)
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .Attr<float>("alpha", 0.02f, "as in the forward op")
+    .AttrsFrom("leaky_relu")
     .InferShape(UnaryGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, Backward<float, LeakyReluD<float>>)
     .Kernel(Place::kCPU, proto::FP64, Backward<double, LeakyReluD<double>>);
@@ -170,8 +159,7 @@ LOOM_REGISTER_OP(clip_grad)
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .RequiredAttr<float>("min", "as in the forward op")
-    .RequiredAttr<float>("max", "as in the forward op")
+    .AttrsFrom("clip")
     .InferShape(UnaryGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, Backward<float, ClipD<float>>)
     .Kernel(Place::kCPU, proto::FP64, Backward<double, ClipD<double>>);

@@ -5,21 +5,10 @@
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
+#include "operators/math/unary_attrs.h"
 
 namespace loom::ops::cuda {
 namespace {
-
-struct UnaryAttrs {
-  float alpha = 0, min = 0, max = 0;
-};
-
-UnaryAttrs ReadAttrs(const AttributeMap& attrs) {
-  UnaryAttrs a;
-  if (auto it = attrs.find("alpha"); it != attrs.end()) a.alpha = std::get<float>(it->second);
-  if (auto it = attrs.find("min"); it != attrs.end()) a.min = std::get<float>(it->second);
-  if (auto it = attrs.find("max"); it != attrs.end()) a.max = std::get<float>(it->second);
-  return a;
-}
 
 // Each functor: F(x) and D(x, y) = dy/dx at x with y = F(x).
 struct SigmoidF {
@@ -148,7 +137,7 @@ Status Forward(const KernelContext& ctx) {
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   if (n == 0) return Status::OK();
   ForwardK<Fn, T>
-      <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, ReadAttrs(ctx.Attrs()));
+      <<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, ReadUnaryAttrs(ctx.Attrs()));
   return LaunchStatus(ctx);
 }
 
@@ -162,7 +151,7 @@ Status Backward(const KernelContext& ctx) {
   if (n == 0) return Status::OK();
   BackwardK<Fn, T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
       DataOf<T>(x), DataOf<T>(ctx.Input("Out")), DataOf<T>(ctx.Input("Out@GRAD")), o, n,
-      ReadAttrs(ctx.Attrs()));
+      ReadUnaryAttrs(ctx.Attrs()));
   return LaunchStatus(ctx);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "operators/math/vec_math.h"
+#include "operators/nn/batch_norm_geom.h"
 #include "operators/nn/nn_util.h"
 #include "operators/parallel.h"
 
@@ -38,12 +39,6 @@ Status BatchNormInferShape(InferShapeContext* ctx) {
   }
   return Status::OK();
 }
-
-struct BnGeom {
-  int64_t n, c, inner;  // X viewed as [n, c, inner]
-};
-
-BnGeom GeomOf(const DDim& x) { return {x[0], x[1], x.product(2, x.size())}; }
 
 template <typename T>
 Status BatchNormKernel(const KernelContext& ctx) {
@@ -240,10 +235,7 @@ LOOM_REGISTER_OP(batch_norm_grad)
     .Output("X@GRAD", "gradient of X", false, true)
     .Output("Scale@GRAD", "gradient of Scale", false, true)
     .Output("Bias@GRAD", "gradient of Bias", false, true)
-    .Attr<float>("momentum", 0.9f, "as in the forward op", nn::FloatIn(0, 1))
-    .Attr<float>("epsilon", 1e-5f, "as in the forward op", nn::PositiveFloat())
-    .Attr<bool>("is_test", false, "as in the forward op")
-    .Attr<std::string>("data_layout", "NCHW", "as in the forward op", NchwOnly())
+    .AttrsFrom("batch_norm")
     .InferShape(BatchNormGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, BatchNormGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, BatchNormGradKernel<double>);

@@ -10,6 +10,7 @@
 
 #include "operators/cuda_util.cuh"
 #include "operators/nn/conv_geom.h"
+#include "operators/nn/pool_geom.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -186,37 +187,6 @@ Status Conv2DGrad(const KernelContext& ctx) {
 }
 
 // ---- pool2d ----
-
-struct PoolGeom {
-  int64_t planes, h, w;  // planes = N * C
-  int64_t kh, kw, sh, sw, ph, pw;
-  int64_t ho, wo;
-  bool max, exclusive;
-};
-
-int64_t PoolOutSize(int64_t in, int64_t k, int64_t pad, int64_t stride, bool ceil_mode) {
-  int64_t span = in + 2 * pad - k;
-  if (span < 0) return 0;
-  return (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-}
-
-PoolGeom MakePoolGeom(const KernelContext& ctx, const DDim& x) {
-  const auto& ksize = ctx.Attr<std::vector<int>>("ksize");
-  const auto& strides = ctx.Attr<std::vector<int>>("strides");
-  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
-  const bool global = ctx.Attr<bool>("global_pooling");
-  const bool ceil_mode = ctx.Attr<bool>("ceil_mode");
-  PoolGeom g;
-  g.planes = x[0] * x[1], g.h = x[2], g.w = x[3];
-  g.kh = global ? g.h : ksize[0], g.kw = global ? g.w : ksize[1];
-  g.sh = global ? 1 : strides[0], g.sw = global ? 1 : strides[1];
-  g.ph = global ? 0 : pads[0], g.pw = global ? 0 : pads[1];
-  g.ho = global ? 1 : PoolOutSize(g.h, g.kh, g.ph, g.sh, ceil_mode);
-  g.wo = global ? 1 : PoolOutSize(g.w, g.kw, g.pw, g.sw, ceil_mode);
-  g.max = ctx.Attr<std::string>("pooling_type") == "max";
-  g.exclusive = ctx.Attr<bool>("exclusive");
-  return g;
-}
 
 // The window of output (oh, ow) clipped to the image, and the average's divisor.
 struct Window {

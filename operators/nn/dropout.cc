@@ -5,6 +5,7 @@
 // the mask a pure function of the seed; seed 0 draws a fresh one on every run.
 #include <random>
 
+#include "operators/nn/dropout_attrs.h"
 #include "operators/nn/nn_util.h"
 
 namespace loom::ops {
@@ -16,17 +17,13 @@ Status DropoutInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-bool Upscale(const KernelContext& ctx) {
-  return ctx.Attr<std::string>("dropout_implementation") == "upscale_in_train";
-}
-
 template <typename T>
 Status DropoutKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
   const T* x = xt.data<T>();
   const int64_t n = xt.numel();
   const double p = ctx.Attr<float>("dropout_prob");
-  const bool upscale = Upscale(ctx);
+  const bool upscale = DropoutUpscalesInTrain(ctx);
   T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
   Tensor* mt = ctx.OutputOrNull("Mask");
   T* mask = mt ? mt->mutable_data<T>(ctx.place()) : nullptr;
@@ -58,7 +55,7 @@ Status DropoutGradKernel(const KernelContext& ctx) {
   const T* g = dout.data<T>();
   const int64_t n = dout.numel();
   const double p = ctx.Attr<float>("dropout_prob");
-  const bool upscale = Upscale(ctx);
+  const bool upscale = DropoutUpscalesInTrain(ctx);
   T* dx = dxt->mutable_data<T>(ctx.place());
   if (ctx.Attr<bool>("is_test")) {
     const T factor = upscale ? T(1) : static_cast<T>(1.0 - p);
@@ -87,15 +84,6 @@ std::vector<proto::OpDesc> DropoutGradMaker(const OpDesc& fwd) {
 
 }  // namespace
 
-#define LOOM_DROPOUT_ATTRS(DOC_PREFIX)                                                     \
-  Attr<float>("dropout_prob", 0.5f, DOC_PREFIX "probability of dropping an element",       \
-              nn::FloatIn(0, 1))                                                           \
-      .Attr<bool>("is_test", false, DOC_PREFIX "inference: no dropping, only the scaling") \
-      .Attr<int>("seed", 0, DOC_PREFIX "random seed; 0 draws a fresh one on every run")    \
-      .Attr<std::string>("dropout_implementation", "downgrade_in_infer",                   \
-                         DOC_PREFIX "'downgrade_in_infer' or 'upscale_in_train'",          \
-                         nn::OneOf({"downgrade_in_infer", "upscale_in_train"}))
-
 LOOM_REGISTER_OP(dropout)
     .Doc(
         "Randomly zeroes elements of X with probability dropout_prob (training); see "
@@ -103,7 +91,12 @@ LOOM_REGISTER_OP(dropout)
     .Input("X", "input")
     .Output("Out", "output, same dims as X")
     .Output("Mask", "1 for kept, 0 for dropped elements; X's dims and dtype", false, true)
-    .LOOM_DROPOUT_ATTRS("")
+    .Attr<float>("dropout_prob", 0.5f, "probability of dropping an element", nn::FloatIn(0, 1))
+    .Attr<bool>("is_test", false, "inference: no dropping, only the scaling")
+    .Attr<int>("seed", 0, "random seed; 0 draws a fresh one on every run")
+    .Attr<std::string>("dropout_implementation", "downgrade_in_infer",
+                       "'downgrade_in_infer' or 'upscale_in_train'",
+                       nn::OneOf({"downgrade_in_infer", "upscale_in_train"}))
     .InferShape(DropoutInferShape)
     .GradMaker(DropoutGradMaker)
     .Kernel(Place::kCPU, proto::FP32, DropoutKernel<float>)
@@ -114,12 +107,10 @@ LOOM_REGISTER_OP(dropout_grad)
     .Input("Mask", "forward Mask (not read with is_test)", false, true)
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .LOOM_DROPOUT_ATTRS("as in the forward op: ")
+    .AttrsFrom("dropout")
     .KernelDtypeFrom("Out@GRAD")
     .InferShape(DropoutGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, DropoutGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, DropoutGradKernel<double>);
-
-#undef LOOM_DROPOUT_ATTRS
 
 }  // namespace loom::ops

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/dropout_attrs.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -50,16 +51,12 @@ __global__ void MaskGradK(const T* g, const T* mask, T* dx, int64_t n, Acc<T> ke
   }
 }
 
-bool Upscale(const KernelContext& ctx) {
-  return ctx.Attr<std::string>("dropout_implementation") == "upscale_in_train";
-}
-
 template <typename T>
 Status Dropout(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
   const int64_t n = xt.numel();
   const double p = ctx.Attr<float>("dropout_prob");
-  const bool upscale = Upscale(ctx);
+  const bool upscale = DropoutUpscalesInTrain(ctx);
   T* out = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
   Tensor* mt = ctx.OutputOrNull("Mask");
   T* mask = mt ? MutableDataOf<T>(mt, ctx.place()) : nullptr;
@@ -89,7 +86,7 @@ Status DropoutGrad(const KernelContext& ctx) {
   const Tensor& dout = ctx.Input("Out@GRAD");
   const int64_t n = dout.numel();
   const double p = ctx.Attr<float>("dropout_prob");
-  const bool upscale = Upscale(ctx);
+  const bool upscale = DropoutUpscalesInTrain(ctx);
   T* dx = MutableDataOf<T>(dxt, ctx.place());
   if (ctx.Attr<bool>("is_test")) {
     const Acc<T> factor = upscale ? Acc<T>(1) : static_cast<Acc<T>>(1.0 - p);

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "operators/cuda_util.cuh"
+#include "operators/math/mul_geom.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -24,8 +25,7 @@ template <typename T>
 Status Mul(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
-  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
-  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  const auto [x2, y2] = MakeMulGeom(ctx, x.dims(), y.dims());
   return GemmChecked<T>(ctx, false, false, x2[0], y2[1], x2[1], DataOf<T>(x), DataOf<T>(y),
                         MutableDataOf<T>(ctx.Output("Out"), ctx.place()));
 }
@@ -35,8 +35,7 @@ Status MulGrad(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   const Tensor& dout = ctx.Input("Out@GRAD");
-  DDim x2 = FlattenTo2D(x.dims(), ctx.Attr<int>("x_num_col_dims"));
-  DDim y2 = FlattenTo2D(y.dims(), ctx.Attr<int>("y_num_col_dims"));
+  const auto [x2, y2] = MakeMulGeom(ctx, x.dims(), y.dims());
   if (Tensor* dx = ctx.OutputOrNull("X@GRAD"))
     LOOM_RETURN_IF_ERROR(GemmChecked<T>(ctx, false, true, x2[0], x2[1], y2[1], DataOf<T>(dout),
                                         DataOf<T>(y), MutableDataOf<T>(dx, ctx.place())));

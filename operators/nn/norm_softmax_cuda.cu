@@ -6,17 +6,13 @@
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/batch_norm_geom.h"
+#include "operators/nn/softmax_geom.h"
 
 namespace loom::ops::cuda {
 namespace {
 
 // ---- batch_norm ----
-
-struct BnGeom {
-  int64_t n, c, inner;  // X viewed as [n, c, inner]
-};
-
-BnGeom GeomOf(const DDim& x) { return {x[0], x[1], x.product(2, x.size())}; }
 
 // Training statistics of channel ch (two passes: mean, then mean squared deviation); moving
 // statistics updated element-wise (the outputs may alias the inputs).
@@ -180,19 +176,6 @@ Status BatchNormGrad(const KernelContext& ctx) {
 }
 
 // ---- softmax / log_softmax ----
-
-struct AxisView {
-  int64_t pre = 1, d = 1, post = 1;
-};
-
-AxisView ViewAt(const DDim& dims, int axis) {
-  if (axis < 0) axis += dims.size();
-  AxisView v;
-  v.pre = dims.product(0, axis);
-  v.d = dims[axis];
-  v.post = dims.product(axis + 1, dims.size());
-  return v;
-}
 
 // post == 1: one block per row of d.
 template <typename T, bool kLog>

@@ -6,39 +6,11 @@
 #include <limits>
 
 #include "operators/nn/nn_util.h"
+#include "operators/nn/pool_geom.h"
 #include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
-
-struct PoolGeom {
-  int64_t planes, h, w;  // planes = N * C
-  int64_t kh, kw, sh, sw, ph, pw;
-  int64_t ho, wo;
-  bool max, exclusive;
-};
-
-// Output extent along one axis (-1 when the input extent is unknown).
-int64_t PoolOutSize(int64_t in, int64_t k, int64_t pad, int64_t stride, bool ceil_mode) {
-  if (in < 0) return -1;
-  int64_t span = in + 2 * pad - k;
-  if (span < 0) return 0;
-  return (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-}
-
-// Kernel size, strides and paddings in effect (global pooling overrides the attributes).
-void EffectiveWindow(const AttributeMap& attrs, const DDim& x, int64_t k[2], int64_t s[2],
-                     int64_t p[2]) {
-  const auto& ksize = GetAttr<std::vector<int>>(attrs, "ksize");
-  const auto& strides = GetAttr<std::vector<int>>(attrs, "strides");
-  const auto& pads = GetAttr<std::vector<int>>(attrs, "paddings");
-  bool global = GetAttr<bool>(attrs, "global_pooling");
-  for (int a = 0; a < 2; ++a) {
-    k[a] = global ? x[2 + a] : ksize[a];
-    s[a] = global ? 1 : strides[a];
-    p[a] = global ? 0 : pads[a];
-  }
-}
 
 Status Pool2DInferShape(InferShapeContext* ctx) {
   DDim x = ctx->InputDim("X");
@@ -69,21 +41,6 @@ Status Pool2DInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", out);
   ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
   return Status::OK();
-}
-
-PoolGeom MakeGeom(const KernelContext& ctx, const DDim& x) {
-  int64_t k[2], s[2], p[2];
-  EffectiveWindow(ctx.Attrs(), x, k, s, p);
-  bool global = ctx.Attr<bool>("global_pooling");
-  bool ceil_mode = ctx.Attr<bool>("ceil_mode");
-  PoolGeom g;
-  g.planes = x[0] * x[1], g.h = x[2], g.w = x[3];
-  g.kh = k[0], g.kw = k[1], g.sh = s[0], g.sw = s[1], g.ph = p[0], g.pw = p[1];
-  g.ho = global ? 1 : PoolOutSize(g.h, g.kh, g.ph, g.sh, ceil_mode);
-  g.wo = global ? 1 : PoolOutSize(g.w, g.kw, g.pw, g.sw, ceil_mode);
-  g.max = ctx.Attr<std::string>("pooling_type") == "max";
-  g.exclusive = ctx.Attr<bool>("exclusive");
-  return g;
 }
 
 // The clipped window [h0, h1) x [w0, w1) of output (oh, ow) and the average's divisor.
@@ -166,7 +123,7 @@ void TwoByTwoGrad(const PoolGeom& g, const T* xp, const T* op, const T* dop, T* 
 template <typename T>
 Status Pool2DKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
-  PoolGeom g = MakeGeom(ctx, xt.dims());
+  PoolGeom g = MakePoolGeom(ctx, xt.dims());
   const T* x = xt.data<T>();
   T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
   ParallelFor(g.planes, PlanesPerRange(g), [&](int64_t p0, int64_t p1) {
@@ -209,7 +166,7 @@ Status Pool2DGradKernel(const KernelContext& ctx) {
   Tensor* dxt = ctx.OutputOrNull("X@GRAD");
   if (!dxt) return Status::OK();
   const Tensor& xt = ctx.Input("X");
-  PoolGeom g = MakeGeom(ctx, xt.dims());
+  PoolGeom g = MakePoolGeom(ctx, xt.dims());
   const T* x = xt.data<T>();
   const T* out = ctx.Input("Out").data<T>();
   const T* dout = ctx.Input("Out@GRAD").data<T>();
@@ -264,27 +221,6 @@ std::vector<proto::OpDesc> Pool2DGradMaker(const OpDesc& fwd) {
 
 }  // namespace
 
-#define LOOM_POOL2D_ATTRS(DOC_PREFIX)                                                              \
-  Attr<std::string>("pooling_type", "max", DOC_PREFIX "'max' or 'avg'", nn::OneOf({"max", "avg"})) \
-      .Attr<std::vector<int>>("ksize", {1, 1},                                                     \
-                              DOC_PREFIX                                                           \
-                              "window size along H and W (any "                                    \
-                              "value with global_pooling)",                                        \
-                              nn::IntsOfSize(2))                                                   \
-      .Attr<std::vector<int>>("strides", {1, 1}, DOC_PREFIX "stride along H and W",                \
-                              nn::IntsOf(2, 1))                                                    \
-      .Attr<std::vector<int>>("paddings", {0, 0}, DOC_PREFIX "padding on each side of H, W",       \
-                              nn::IntsOf(2, 0))                                                    \
-      .Attr<bool>("global_pooling", false,                                                         \
-                  DOC_PREFIX                                                                       \
-                  "pool each whole plane (ignores ksize, "                                         \
-                  "strides and paddings)")                                                         \
-      .Attr<bool>("ceil_mode", false, DOC_PREFIX "round the output size up instead of down")       \
-      .Attr<bool>("exclusive", true,                                                               \
-                  DOC_PREFIX                                                                       \
-                  "avg divides by the window area inside the "                                     \
-                  "image instead of kh * kw")
-
 LOOM_REGISTER_OP(pool2d)
     .Doc(
         "Out = max or average over sliding windows of the H and W axes of X [N, C, H, W]; "
@@ -292,7 +228,17 @@ LOOM_REGISTER_OP(pool2d)
         "(rounded up with ceil_mode).")
     .Input("X", "input [N, C, H, W]")
     .Output("Out", "pooled [N, C, Ho, Wo]")
-    .LOOM_POOL2D_ATTRS("")
+    .Attr<std::string>("pooling_type", "max", "'max' or 'avg'", nn::OneOf({"max", "avg"}))
+    .Attr<std::vector<int>>("ksize", {1, 1},
+                            "window size along H and W (any value with global_pooling)",
+                            nn::IntsOfSize(2))
+    .Attr<std::vector<int>>("strides", {1, 1}, "stride along H and W", nn::IntsOf(2, 1))
+    .Attr<std::vector<int>>("paddings", {0, 0}, "padding on each side of H, W", nn::IntsOf(2, 0))
+    .Attr<bool>("global_pooling", false,
+                "pool each whole plane (ignores ksize, strides and paddings)")
+    .Attr<bool>("ceil_mode", false, "round the output size up instead of down")
+    .Attr<bool>("exclusive", true,
+                "avg divides by the window area inside the image instead of kh * kw")
     .InferShape(Pool2DInferShape)
     .GradMaker(Pool2DGradMaker)
     .Kernel(Place::kCPU, proto::FP32, Pool2DKernel<float>)
@@ -306,11 +252,9 @@ LOOM_REGISTER_OP(pool2d_grad)
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .LOOM_POOL2D_ATTRS("as in the forward op: ")
+    .AttrsFrom("pool2d")
     .InferShape(Pool2DGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, Pool2DGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, Pool2DGradKernel<double>);
-
-#undef LOOM_POOL2D_ATTRS
 
 }  // namespace loom::ops

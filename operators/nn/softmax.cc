@@ -4,6 +4,7 @@
 
 #include "operators/common.h"
 #include "operators/math/vec_math.h"
+#include "operators/nn/softmax_geom.h"
 #include "operators/parallel.h"
 
 namespace loom::ops {
@@ -17,19 +18,6 @@ Status SoftmaxInferShape(InferShapeContext* ctx) {
     return ctx->Error("axis ", axis, " is out of range [", -rank, ", ", rank, ") for ",
                       ctx->DescribeInput("X"));
   return SameShapeInferShape(ctx);
-}
-
-// The tensor as [pre, d, post] around the softmax axis.
-struct AxisView {
-  int64_t pre = 1, d = 1, post = 1;
-};
-AxisView ViewAt(const DDim& dims, int axis) {
-  if (axis < 0) axis += dims.size();
-  AxisView v;
-  v.pre = dims.product(0, axis);
-  v.d = dims[axis];
-  v.post = dims.product(axis + 1, dims.size());
-  return v;
 }
 
 // One [d, post] block: out[j][k] = softmax (or log_softmax) over j of x[j][k]; the loops run
@@ -155,7 +143,7 @@ LOOM_REGISTER_OP(softmax_grad)
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .Attr<int>("axis", -1, "as in the forward op")
+    .AttrsFrom("softmax")
     .InferShape(SoftmaxGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, SoftmaxGradKernel<float, false>)
     .Kernel(Place::kCPU, proto::FP64, SoftmaxGradKernel<double, false>);
@@ -175,7 +163,7 @@ LOOM_REGISTER_OP(log_softmax_grad)
     .Input("Out", "forward output")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .Attr<int>("axis", -1, "as in the forward op")
+    .AttrsFrom("log_softmax")
     .InferShape(SoftmaxGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, SoftmaxGradKernel<float, true>)
     .Kernel(Place::kCPU, proto::FP64, SoftmaxGradKernel<double, true>);

@@ -118,12 +118,6 @@ Status SplitInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-// Stack inserts a new dim at axis in [-(rank + 1), rank].
-int StackAxis(int axis, int rank) {
-  if (axis < -(rank + 1) || axis > rank) return -1;
-  return axis < 0 ? axis + rank + 1 : axis;
-}
-
 Status StackInferShape(InferShapeContext* ctx) {
   int n = ctx->InputSize("X");
   if (n == 0) return ctx->Error("input 'X' has no vars");
@@ -227,10 +221,7 @@ Status ConcatGradKernel(const KernelContext& ctx) {
   const Tensor& g = ctx.Input("Out@GRAD");
   int rank = g.dims().size();
   int axis = NormalizeAxis(ctx.Attr<int>("axis"), rank);
-  std::vector<int64_t> inner;
-  for (int i = 0; i < ctx.InputSize("X"); ++i)
-    inner.push_back(ctx.Input("X", i).dims().product(axis, rank));
-  SplitIntoSlot<T>(ctx, g, g.dims().product(0, axis), inner, "X@GRAD");
+  SplitIntoSlot<T>(ctx, g, g.dims().product(0, axis), ConcatPieceSizes(ctx, axis, rank), "X@GRAD");
   return Status::OK();
 }
 
@@ -239,24 +230,9 @@ Status SplitKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   int rank = x.dims().size();
   int axis = NormalizeAxis(ctx.Attr<int>("axis"), rank);
-  int64_t inner_each = x.dims().product(axis + 1, rank);
-  // Sizes from the attributes (validated by shape inference), so pruned outputs keep their
-  // share of the axis.
-  int64_t dim = x.dims()[axis];
-  int num = ctx.Attr<int>("num");
-  const auto& sections = ctx.Attr<std::vector<int>>("sections");
-  std::vector<int64_t> inner;
-  int infer = -1;
-  int64_t rest = dim;
-  for (int i = 0; i < ctx.OutputSize("Out"); ++i) {
-    int64_t size = num > 0 ? dim / num : sections[i];
-    if (size < 0)
-      infer = i;
-    else
-      rest -= size;
-    inner.push_back(size * inner_each);
-  }
-  if (infer >= 0) inner[infer] = rest * inner_each;
+  std::vector<int64_t> inner =
+      SplitPieceSizes(x.dims(), axis, ctx.Attr<int>("num"), ctx.Attr<std::vector<int>>("sections"),
+                      ctx.OutputSize("Out"));
   SplitIntoSlot<T>(ctx, x, x.dims().product(0, axis), inner, "Out");
   return Status::OK();
 }
@@ -337,7 +313,7 @@ LOOM_REGISTER_OP(concat_grad)
     .Input("X", "forward inputs (for their dims)", /*duplicable=*/true)
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradients of X", /*duplicable=*/true, /*dispensable=*/true)
-    .Attr<int>("axis", 0, "as in the forward op")
+    .AttrsFrom("concat")
     .InferShape(ConcatGradInferShape)
     .LOOM_SHAPE_KERNELS_FLOAT(ConcatGradKernel);
 
@@ -376,7 +352,7 @@ LOOM_REGISTER_OP(stack_grad)
     .Doc("gradient of stack: X@GRAD[i] = entry i of Y@GRAD along axis")
     .Input("Y@GRAD", "gradient of Y")
     .Output("X@GRAD", "gradients of X", /*duplicable=*/true, /*dispensable=*/true)
-    .Attr<int>("axis", 0, "as in the forward op")
+    .AttrsFrom("stack")
     .InferShape(StackGradInferShape)
     .LOOM_SHAPE_KERNELS_FLOAT(StackGradKernel);
 

@@ -110,10 +110,8 @@ Status ConcatGrad(const KernelContext& ctx) {
   const Tensor& g = ctx.Input("Out@GRAD");
   const int rank = g.dims().size();
   const int axis = NormalizeAxis(ctx.Attr<int>("axis"), rank);
-  std::vector<int64_t> inner;
-  for (int i = 0; i < ctx.InputSize("X"); ++i)
-    inner.push_back(ctx.Input("X", i).dims().product(axis, rank));
-  return SplitIntoSlot<T>(ctx, g, g.dims().product(0, axis), inner, "X@GRAD");
+  return SplitIntoSlot<T>(ctx, g, g.dims().product(0, axis), ConcatPieceSizes(ctx, axis, rank),
+                          "X@GRAD");
 }
 
 template <typename T>
@@ -121,28 +119,11 @@ Status Split(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const int rank = x.dims().size();
   const int axis = NormalizeAxis(ctx.Attr<int>("axis"), rank);
-  const int64_t inner_each = x.dims().product(axis + 1, rank);
-  // Sizes from the attributes, as the CPU kernel, so pruned outputs keep their share.
-  const int64_t dim = x.dims()[axis];
-  const int num = ctx.Attr<int>("num");
-  const auto& sections = ctx.Attr<std::vector<int>>("sections");
-  std::vector<int64_t> inner;
-  int infer = -1;
-  int64_t rest = dim;
-  for (int i = 0; i < ctx.OutputSize("Out"); ++i) {
-    const int64_t size = num > 0 ? dim / num : sections[i];
-    if (size < 0)
-      infer = i;
-    else
-      rest -= size;
-    inner.push_back(size * inner_each);
-  }
-  if (infer >= 0) inner[infer] = rest * inner_each;
+  const std::vector<int64_t> inner =
+      SplitPieceSizes(x.dims(), axis, ctx.Attr<int>("num"), ctx.Attr<std::vector<int>>("sections"),
+                      ctx.OutputSize("Out"));
   return SplitIntoSlot<T>(ctx, x, x.dims().product(0, axis), inner, "Out");
 }
-
-// Stack inserts a new dim at axis in [-(rank + 1), rank] (validated by shape inference).
-int StackAxis(int axis, int rank) { return axis < 0 ? axis + rank + 1 : axis; }
 
 template <typename T>
 Status Stack(const KernelContext& ctx) {

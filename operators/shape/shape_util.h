@@ -23,6 +23,34 @@ std::vector<int64_t> Strides(const DDim& dims);
 // Inverse of a permutation.
 std::vector<int> InversePermutation(const std::vector<int>& perm);
 
+// ---- geometry shared by the CPU kernels (*.cc) and their CUDA twins (*_cuda.cu)
+
+// Stack inserts a new dim at axis in [-(rank + 1), rank]; maps it to [0, rank], -1 when out of
+// range.
+int StackAxis(int axis, int rank);
+
+// transpose's attribute 'axis' with negative entries counted from the end.
+std::vector<int> NormalizedPerm(const std::vector<int>& axis);
+
+// Offsets and dims of the box slice selects: per axis, [start, end) with Python's rules for
+// negative and out-of-range bounds. Dims of `in` may be -1 (compile time): a sliced unknown dim
+// stays unknown.
+struct SliceBox {
+  std::vector<int64_t> offset;
+  DDim dims;
+};
+SliceBox ComputeBox(const DDim& in, const std::vector<int>& axes, const std::vector<int>& starts,
+                    const std::vector<int>& ends);
+
+// Elements per outer row of each of split's `outputs` pieces of x along `axis` (normalized):
+// from the attributes 'num' (equal pieces) or 'sections' (one -1 takes the rest), so pruned
+// outputs keep their share of the axis (validated by shape inference).
+std::vector<int64_t> SplitPieceSizes(const DDim& x, int axis, int num,
+                                     const std::vector<int>& sections, int outputs);
+
+// Elements per outer row of each input of slot X of concat along `axis` (normalized).
+std::vector<int64_t> ConcatPieceSizes(const KernelContext& ctx, int axis, int rank);
+
 // For every index i of the box `dims`: dst[sum(i * dst_strides)] = src[sum(i * src_strides)].
 // Copies nothing for an empty box; a rank-0 box is one element.
 template <typename T>

@@ -7,30 +7,6 @@
 namespace loom::ops {
 namespace {
 
-// Offsets and dims of the selected box. Dims of `in` may be -1 (compile time): a sliced
-// unknown dim stays unknown.
-struct SliceBox {
-  std::vector<int64_t> offset;
-  DDim dims;
-};
-
-SliceBox ComputeBox(const DDim& in, const std::vector<int>& axes, const std::vector<int>& starts,
-                    const std::vector<int>& ends) {
-  SliceBox box{std::vector<int64_t>(in.size(), 0), in};
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int axis = NormalizeAxis(axes[i], in.size());
-    int64_t dim = in[axis];
-    if (dim < 0) continue;
-    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
-    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    box.offset[axis] = start;
-    box.dims[axis] = std::max<int64_t>(end - start, 0);
-  }
-  return box;
-}
-
 struct SliceAttrs {
   const std::vector<int>& axes;
   const std::vector<int>& starts;
@@ -143,9 +119,7 @@ LOOM_REGISTER_OP(slice_grad)
     .Input("Input", "forward input (for its dims)")
     .Input("Out@GRAD", "gradient of Out")
     .Output("Input@GRAD", "gradient of Input", false, true)
-    .RequiredAttr<std::vector<int>>("axes", "as in the forward op")
-    .RequiredAttr<std::vector<int>>("starts", "as in the forward op")
-    .RequiredAttr<std::vector<int>>("ends", "as in the forward op")
+    .AttrsFrom("slice")
     .InferShape(SliceGradInferShape)
     .LOOM_SHAPE_KERNELS_FLOAT(SliceGradKernel);
 

@@ -24,28 +24,18 @@ struct SlicePlan {
   int64_t base = 0;
 };
 
-// As ComputeBox in slice.cc (the dims are known at run time).
+// The box of ComputeBox (shape_util.h) as device kernels walk it.
 SlicePlan MakePlan(const DDim& in, const std::vector<int>& axes, const std::vector<int>& starts,
                    const std::vector<int>& ends, DDim* box_dims) {
-  std::vector<int64_t> offset(in.size(), 0);
-  *box_dims = in;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int axis = NormalizeAxis(axes[i], in.size());
-    const int64_t dim = in[axis];
-    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
-    int64_t end = ends[i] < 0 ? ends[i] + dim : ends[i];
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    offset[axis] = start;
-    (*box_dims)[axis] = std::max<int64_t>(end - start, 0);
-  }
+  const SliceBox box = ComputeBox(in, axes, starts, ends);
+  *box_dims = box.dims;
   SlicePlan p;
   p.rank = in.size();
   std::vector<int64_t> strides = Strides(in);
   for (int d = 0; d < p.rank; ++d) {
-    p.box_dims[d] = (*box_dims)[d];
+    p.box_dims[d] = box.dims[d];
     p.full_stride[d] = strides[d];
-    p.base += offset[d] * strides[d];
+    p.base += box.offset[d] * strides[d];
   }
   return p;
 }

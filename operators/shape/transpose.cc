@@ -64,12 +64,6 @@ Status TransposeGradInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-std::vector<int> NormalizedPerm(const std::vector<int>& axis) {
-  std::vector<int> perm;
-  for (int a : axis) perm.push_back(NormalizeAxis(a, static_cast<int>(axis.size())));
-  return perm;
-}
-
 template <typename T>
 Status TransposeKernel(const KernelContext& ctx) {
   TransposeCompute<T>(ctx.Input("X"), NormalizedPerm(ctx.Attr<std::vector<int>>("axis")),
@@ -113,7 +107,7 @@ LOOM_REGISTER_OP(transpose_grad)
     .Doc("gradient of transpose: X@GRAD = Out@GRAD transposed by the inverse of axis")
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
-    .RequiredAttr<std::vector<int>>("axis", "the forward permutation")
+    .AttrsFrom("transpose")
     .InferShape(TransposeGradInferShape)
     .LOOM_SHAPE_KERNELS_FLOAT(TransposeGradKernel);
 

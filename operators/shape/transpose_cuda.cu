@@ -46,12 +46,6 @@ Status TransposeBy(const KernelContext& ctx, const Tensor& x, const std::vector<
   return LaunchStatus(ctx);
 }
 
-std::vector<int> NormalizedPerm(const std::vector<int>& axis) {
-  std::vector<int> perm;
-  for (int a : axis) perm.push_back(NormalizeAxis(a, static_cast<int>(axis.size())));
-  return perm;
-}
-
 template <typename T>
 Status Transpose(const KernelContext& ctx) {
   return TransposeBy<T>(ctx, ctx.Input("X"), NormalizedPerm(ctx.Attr<std::vector<int>>("axis")),

@@ -174,13 +174,16 @@ py::dict OpInfoToDict(const OpInfo& info) {
   d["inputs"] = slots(info.inputs);
   d["outputs"] = slots(info.outputs);
   py::list attrs;
-  for (const auto& a : info.attrs) {
+  const std::vector<const AttrSpec*> all = info.AllAttrs();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const AttrSpec& a = *all[i];
     py::dict e;
     e["name"] = a.name;
     e["type"] = std::string(AttrTypeName(a.type));
     e["doc"] = a.doc;
     e["default"] = a.default_value ? AttrToPy(*a.default_value) : py::none();
     e["required"] = !a.default_value.has_value();
+    e["from"] = i < info.attrs.size() ? py::object(py::none()) : py::str(info.attrs_from);
     attrs.append(e);
   }
   d["attrs"] = attrs;
@@ -282,6 +285,12 @@ PYBIND11_MODULE(core, m) {
       .def("has_attr", [](const PyOp& o, const std::string& n) { return o.desc.HasAttr(n); })
       .def("attr", [](const PyOp& o,
                       const std::string& n) { return AttrToPy(ValueOrThrow(o.desc.GetAttr(n))); })
+      .def(
+          "attr_type",
+          [](const PyOp& o, const std::string& n) {
+            return std::string(AttrTypeName(AttrTypeOf(ValueOrThrow(o.desc.GetAttr(n)))));
+          },
+          "The type the attribute is stored with, spelled as op_info() spells types.")
       .def("set_attr", &SetOpAttr,
            "Sets an attribute; for registered ops the value is converted to the declared type.")
       .def("remove_attr", [](PyOp& o, const std::string& n) { o.desc.RemoveAttr(n); })
@@ -388,12 +397,38 @@ PYBIND11_MODULE(core, m) {
       py::arg("program"), py::arg("loss"), py::arg("no_grad_set") = std::set<std::string>{},
       "Appends grad ops for loss to block 0; returns [(param, grad)].");
 
-  m.def("registered_ops", [] { return OpRegistry::Global().Types(); });
-  m.def("op_info", [](const std::string& type) {
-    const OpInfo* info = OpRegistry::Global().Find(type);
-    if (!info) Throw(NotFound("unknown op type '", type, "'"));
-    return OpInfoToDict(*info);
-  });
+  m.def(
+      "registered_ops", [] { return OpRegistry::Global().Types(); },
+      "The types of every registered op, sorted.");
+  m.def(
+      "op_info",
+      [](const std::string& type) {
+        const OpInfo* info = OpRegistry::Global().Find(type);
+        if (!info) Throw(NotFound("unknown op type '", type, "'"));
+        return OpInfoToDict(*info);
+      },
+      py::arg("type"),
+      "The registry entry of an op type as a dict: type, doc, inputs and outputs (each "
+      "{name, doc, duplicable, dispensable}), attrs (each {name, type, doc, default, required, "
+      "from}: type as AttrTypeName spells it ('int', 'float', 'int list', ...), from the forward "
+      "op a grad op takes the attribute from, else None; the common attributes such as "
+      "op_role are not listed: see common_attrs()), kernels ([(place, dtype)]) and has_grad. "
+      "Raises NotFoundError for an unknown type.");
+  m.def(
+      "common_attrs",
+      [] {
+        py::list out;
+        for (const AttrSpec& a : CommonAttrs()) {
+          py::dict e;
+          e["name"] = a.name;
+          e["type"] = std::string(AttrTypeName(a.type));
+          e["doc"] = a.doc;
+          out.append(e);
+        }
+        return out;
+      },
+      "The attributes every op accepts (op_role, op_role_var, op_namescope) as "
+      "[{name, type, doc}].");
 
   py::class_<Scope, std::shared_ptr<Scope>>(m, "Scope")
       .def(py::init<>())

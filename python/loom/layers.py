@@ -111,7 +111,8 @@ def uniform_random(shape, dtype="float32", min=-1.0, max=1.0, seed=0):
     helper = LayerHelper("uniform_random")
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     helper.append_op("uniform_random", outputs={"Out": out},
-                     attrs={"shape": list(shape), "min": min, "max": max, "seed": seed,
+                     attrs={"shape": [int(s) for s in shape], "min": float(min),
+                            "max": float(max), "seed": int(seed),
                             "dtype": int(convert_dtype(dtype))})
     return out
 
@@ -120,7 +121,8 @@ def gaussian_random(shape, mean=0.0, std=1.0, seed=0, dtype="float32"):
     helper = LayerHelper("gaussian_random")
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     helper.append_op("gaussian_random", outputs={"Out": out},
-                     attrs={"shape": list(shape), "mean": mean, "std": std, "seed": seed,
+                     attrs={"shape": [int(s) for s in shape], "mean": float(mean),
+                            "std": float(std), "seed": int(seed),
                             "dtype": int(convert_dtype(dtype))})
     return out
 

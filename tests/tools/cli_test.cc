@@ -137,6 +137,13 @@ TEST_F(CliTest, InspectListsOps) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("attr x_num_col_dims : int = 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("cpu/float32"), std::string::npos);
+  // Grad ops list the attributes they take from their forward op (AttrsFrom).
+  size_t grad = r.out.find("\nconv2d_grad");
+  ASSERT_NE(grad, std::string::npos) << r.out;
+  std::string entry = r.out.substr(grad, r.out.find("\n\n", grad + 1) - grad);
+  for (const char* attr : {"strides", "paddings", "dilations", "groups"})
+    EXPECT_NE(entry.find(std::string("attr ") + attr), std::string::npos) << entry;
+  EXPECT_NE(entry.find("(as in conv2d)"), std::string::npos) << entry;
 }
 
 TEST_F(CliTest, HelpForEveryCommand) {

@@ -1,0 +1,362 @@
+"""Every attribute the Python front end sets on an op is declared by that op's registry entry,
+with the same type (Fluid's attributes drifted between Python and C++).
+
+Every public layer of loom.layers (control flow included) has a case below that builds it;
+every optimizer, initializer, regularizer and gradient clip is exercised too. Two checks run
+over what they build:
+  * the values the Python code hands to append_op, before the C++ side converts them to the
+    declared type (a float for an int attribute, an int for a bool, ... is drift);
+  * every attribute of every op of the resulting programs (main and startup, every block,
+    grad ops made by append_backward included), as stored.
+A new layer without a case fails test_every_public_layer_has_a_case, naming the layer.
+"""
+import inspect
+
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import clip, core, initializer, layers, optimizer, regularizer
+from loom.framework import Block, Operator
+
+LAYER_MODULES = ("loom.layers", "loom.control_flow")
+
+# Public names of the layer modules that build no op, with the reason.
+SKIP = {
+    "data": "declares a feed variable; builds no op",
+}
+
+
+def _int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _float(v):
+    return isinstance(v, (float, np.floating))
+
+
+def _bool(v):
+    return isinstance(v, (bool, np.bool_))
+
+
+def _list_of(pred):
+    return lambda v: isinstance(v, (list, tuple)) and all(pred(x) for x in v)
+
+
+# Python values that stand for an attribute of each type (as op_info() spells types). A block
+# attribute is given as the block's index.
+PY_TYPES = {
+    "int": _int,
+    "long": _int,
+    "float": _float,
+    "string": lambda v: isinstance(v, str),
+    "bool": _bool,
+    "int list": _list_of(_int),
+    "long list": _list_of(_int),
+    "float list": _list_of(_float),
+    "string list": _list_of(lambda x: isinstance(x, str)),
+    "bool list": _list_of(_bool),
+    "block": _int,
+}
+
+
+def declared_attrs(op_type, cache={}):
+    if op_type not in cache:
+        specs = {a["name"]: a["type"] for a in core.common_attrs()}
+        specs.update({a["name"]: a["type"] for a in core.op_info(op_type)["attrs"]})
+        cache[op_type] = specs
+    return cache[op_type]
+
+
+def public_layers():
+    out = {}
+    for name in dir(layers):
+        obj = getattr(layers, name)
+        if name.startswith("_") or not callable(obj):
+            continue
+        if getattr(obj, "__module__", None) in LAYER_MODULES:
+            out[name] = obj
+    return out
+
+
+@pytest.fixture
+def set_attrs(monkeypatch):
+    """Records (op type, attrs) for every op the Python code builds and every attribute it
+    sets afterwards, with the values as Python passed them."""
+    calls = []
+    add_op = Block._add_op
+    set_attr = Operator._set_attr
+
+    def recording_add_op(self, desc, index, type, inputs, outputs, attrs, infer_shape):
+        calls.append((type, dict(attrs or {})))
+        return add_op(self, desc, index, type, inputs, outputs, attrs, infer_shape)
+
+    def recording_set_attr(self, name, value):
+        calls.append((self.type, {name: value}))
+        return set_attr(self, name, value)
+
+    monkeypatch.setattr(Block, "_add_op", recording_add_op)
+    monkeypatch.setattr(Operator, "_set_attr", recording_set_attr)
+    return calls
+
+
+def python_drift(calls, where):
+    problems = []
+    for op_type, attrs in calls:
+        specs = declared_attrs(op_type)
+        for name, value in attrs.items():
+            if value is None:  # append_op skips None
+                continue
+            if name not in specs:
+                problems.append("%s: Python sets attribute '%s' (= %r) that op '%s' does not "
+                                "declare" % (where, name, value, op_type))
+            elif not PY_TYPES[specs[name]](value):
+                problems.append("%s: Python sets '%s.%s' to %r (%s), declared %s" % (
+                    where, op_type, name, value, type(value).__name__, specs[name]))
+    return problems
+
+
+def program_drift(program, where):
+    problems = []
+    for block in program.blocks:
+        for i in range(block.desc.op_size()):
+            op = block.desc.op(i)
+            specs = declared_attrs(op.type())
+            for name in op.attr_names():
+                at = "%s: block %d op #%d '%s'" % (where, block.idx, i, op.type())
+                if name not in specs:
+                    problems.append("%s has attribute '%s' it does not declare" % (at, name))
+                elif op.attr_type(name) != specs[name]:
+                    problems.append("%s: attribute '%s' is stored as %s, declared %s" % (
+                        at, name, op.attr_type(name), specs[name]))
+    return problems
+
+
+# ------------------------------------------------------------------ layer cases
+# Each case builds its layer from the inputs in `v` (see build_inputs).
+
+
+def _branch(v):
+    return lambda: layers.relu(v.x)
+
+
+def _while(v):
+    i = layers.fill_constant([1], "float32", 0.0)
+    n = layers.fill_constant([1], "float32", 3.0)
+    c = layers.less_than(i, n)
+    loop = layers.While(c)
+    with loop.block():
+        layers.increment(i)
+        layers.less_than(i, n, cond=c)
+
+
+CASES = {
+    "fill_constant": lambda v: layers.fill_constant([2, 3], "float32", 1.5),
+    "create_global_var": lambda v: layers.create_global_var([1], 0, "int64", persistable=True),
+    "increment": lambda v: layers.increment(layers.fill_constant([1], "float32", 0.0), 2.0),
+    "zeros": lambda v: layers.zeros([2], "float32"),
+    "ones": lambda v: layers.ones([2], "int64"),
+    "uniform_random": lambda v: layers.uniform_random([2, 3], min=-2, max=2, seed=1),
+    "gaussian_random": lambda v: layers.gaussian_random([2, 3], mean=1, std=2, seed=1),
+    "assign": lambda v: layers.assign(v.x),
+    "cast": lambda v: layers.cast(v.x, "float64"),
+    "fc": lambda v: layers.fc([v.x, v.x], 4, act="relu"),
+    "embedding": lambda v: layers.embedding(v.ids, size=[10, 4], padding_idx=0),
+    "conv2d": lambda v: layers.conv2d(v.img, 4, 3, padding=1, groups=1, act="relu"),
+    "pool2d": lambda v: layers.pool2d(v.img, 2, "avg", 2, ceil_mode=True),
+    "batch_norm": lambda v: layers.batch_norm(v.img, is_test=False),
+    "dropout": lambda v: layers.dropout(v.x, 0.3, seed=2,
+                                        dropout_implementation="upscale_in_train"),
+    "relu": lambda v: layers.relu(v.x),
+    "sigmoid": lambda v: layers.sigmoid(v.x),
+    "tanh": lambda v: layers.tanh(v.x),
+    "gelu": lambda v: layers.gelu(v.x),
+    "leaky_relu": lambda v: layers.leaky_relu(v.x, alpha=0.1),
+    "exp": lambda v: layers.exp(v.x),
+    "log": lambda v: layers.log(v.x),
+    "sqrt": lambda v: layers.sqrt(v.x),
+    "square": lambda v: layers.square(v.x),
+    "abs": lambda v: layers.abs(v.x),
+    "softmax": lambda v: layers.softmax(v.x, axis=1),
+    "scale": lambda v: layers.scale(v.x, 2, 1, bias_after_scale=False, act="tanh"),
+    "clip": lambda v: layers.clip(v.x, -1, 1),
+    "elementwise_add": lambda v: layers.elementwise_add(v.img, v.bias, axis=1),
+    "elementwise_sub": lambda v: layers.elementwise_sub(v.x, v.x),
+    "elementwise_mul": lambda v: layers.elementwise_mul(v.x, v.x),
+    "elementwise_div": lambda v: layers.elementwise_div(v.x, v.x),
+    "elementwise_max": lambda v: layers.elementwise_max(v.x, v.x),
+    "elementwise_min": lambda v: layers.elementwise_min(v.x, v.x),
+    "elementwise_pow": lambda v: layers.elementwise_pow(v.x, v.x),
+    "mul": lambda v: layers.mul(v.x, v.w),
+    "matmul": lambda v: layers.matmul(v.x, v.w, alpha=0.5),
+    "sums": lambda v: layers.sums([v.x, v.x]),
+    "sum": lambda v: layers.sum(v.x),
+    "mean": lambda v: layers.mean(v.x),
+    "reduce_sum": lambda v: layers.reduce_sum(v.x, dim=1, keep_dim=True),
+    "reduce_mean": lambda v: layers.reduce_mean(v.x),
+    "reduce_max": lambda v: layers.reduce_max(v.x, dim=[0, 1]),
+    "softmax_with_cross_entropy": lambda v: layers.softmax_with_cross_entropy(
+        v.x, v.label, return_softmax=True),
+    "cross_entropy": lambda v: layers.cross_entropy(layers.softmax(v.x), v.label),
+    "square_error_cost": lambda v: layers.square_error_cost(v.x, v.x),
+    "accuracy": lambda v: layers.accuracy(layers.softmax(v.x), v.label, k=2),
+    "argmax": lambda v: layers.argmax(v.x, axis=1),
+    "topk": lambda v: layers.topk(v.x, 2),
+    "reshape": lambda v: layers.reshape(v.x, [-1, 2, 4]),
+    "transpose": lambda v: layers.transpose(v.img, [0, 2, 3, 1]),
+    "flatten": lambda v: layers.flatten(v.img, axis=2),
+    "squeeze": lambda v: layers.squeeze(layers.unsqueeze(v.x, [1]), [1]),
+    "unsqueeze": lambda v: layers.unsqueeze(v.x, [0]),
+    "concat": lambda v: layers.concat([v.x, v.x], axis=1),
+    "stack": lambda v: layers.stack([v.x, v.x], axis=1),
+    "gather": lambda v: layers.gather(v.x, v.index),
+    "layer_norm": lambda v: layers.layer_norm(v.img, begin_norm_axis=2, epsilon=1e-6),
+    "split": lambda v: [layers.split(v.x, 2, dim=1), layers.split(v.x, [3, -1], dim=1)],
+    "slice": lambda v: layers.slice(v.x, axes=[1], starts=[0], ends=[4]),
+    "log_softmax": lambda v: layers.log_softmax(v.x),
+    "zeros_like": lambda v: layers.zeros_like(v.x),
+    "less_than": lambda v: layers.less_than(v.x, v.x),
+    "less_equal": lambda v: layers.less_equal(v.x, v.x),
+    "greater_than": lambda v: layers.greater_than(v.x, v.x),
+    "greater_equal": lambda v: layers.greater_equal(v.x, v.x),
+    "equal": lambda v: layers.equal(v.x, v.x),
+    "not_equal": lambda v: layers.not_equal(v.x, v.x),
+    "logical_and": lambda v: layers.logical_and(v.flag, v.flag),
+    "logical_or": lambda v: layers.logical_or(v.flag, v.flag),
+    "logical_xor": lambda v: layers.logical_xor(v.flag, v.flag),
+    "logical_not": lambda v: layers.logical_not(v.flag),
+    "cond": lambda v: layers.cond(v.pred, _branch(v), lambda: layers.tanh(v.x)),
+    "case": lambda v: layers.case([(v.pred, _branch(v))], default=lambda: layers.exp(v.x)),
+    "switch_case": lambda v: layers.switch_case(
+        layers.fill_constant([1], "int32", 1), [_branch(v), lambda: layers.exp(v.x)]),
+    "while_loop": lambda v: layers.while_loop(
+        lambda i: layers.less_than(i, layers.fill_constant([1], "float32", 3.0)),
+        lambda i: [layers.increment(i, in_place=False)],
+        [layers.fill_constant([1], "float32", 0.0)]),
+    "While": _while,
+}
+
+
+class Inputs:
+    def __init__(self):
+        self.x = layers.data("x", [8])
+        self.img = layers.data("img", [3, 6, 6])
+        self.w = layers.data("w", [8, 4], append_batch_size=False)
+        self.bias = layers.data("bias", [3], append_batch_size=False)
+        self.ids = layers.data("ids", [1], dtype="int64")
+        self.label = layers.data("label", [1], dtype="int64")
+        self.index = layers.data("index", [3], dtype="int32", append_batch_size=False)
+        self.flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
+        self.pred = layers.less_than(layers.reduce_mean(self.x),
+                                     layers.fill_constant([1], "float32", 0.0))
+
+
+def build(fn, calls):
+    """Builds fn's ops into new programs; fails when fn itself builds none."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        inputs = Inputs()
+        before = len(calls)
+        fn(inputs)
+        assert len(calls) > before, "builds no op: list it in SKIP instead"
+    return main, startup
+
+
+def check(calls, programs, where):
+    problems = python_drift(calls, where)
+    for name, p in programs:
+        problems += program_drift(p, "%s (%s)" % (where, name))
+    assert not problems, "attribute drift:\n" + "\n".join(problems)
+
+
+def test_every_public_layer_has_a_case():
+    names = set(public_layers())
+    missing = sorted(names - set(CASES) - set(SKIP))
+    assert not missing, (
+        "public layer(s) %s have no case in tests/python/test_layer_attrs.py: add one to CASES "
+        "(or to SKIP, with the reason it builds no op)" % ", ".join(missing))
+    stale = sorted((set(CASES) | set(SKIP)) - names)
+    assert not stale, "CASES/SKIP name(s) that are not public layers: %s" % ", ".join(stale)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_attrs_match_the_registry(name, set_attrs):
+    main, startup = build(CASES[name], set_attrs)
+    check(set_attrs, [("main", main), ("startup", startup)], "layers.%s" % name)
+
+
+def _classes(module, base):
+    seen = {}
+    for name in dir(module):
+        obj = getattr(module, name)
+        if inspect.isclass(obj) and issubclass(obj, base) and obj is not base:
+            seen.setdefault(obj, name)
+    return sorted(seen, key=lambda c: c.__name__)
+
+
+OPTIMIZER_ARGS = {
+    optimizer.SGDOptimizer: dict(learning_rate=0.1),
+    optimizer.MomentumOptimizer: dict(learning_rate=0.1, momentum=0.9, use_nesterov=True),
+    optimizer.AdamOptimizer: dict(learning_rate=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6),
+}
+
+
+def _training_net(v):
+    """A loss over the differentiable layers, cond included, so backward builds their grad
+    ops (whose attributes come from the C++ grad makers)."""
+    c = layers.conv2d(v.img, 4, 3, padding=1, act="relu")
+    c = layers.batch_norm(c)
+    c = layers.pool2d(c, 2, "max", 2)
+    c = layers.layer_norm(c, begin_norm_axis=1)
+    h = layers.fc([c, layers.reshape(layers.embedding(v.ids, size=[10, 4]), [-1, 4])], 8)
+    h = layers.dropout(layers.leaky_relu(h), 0.2, seed=1)
+    h = layers.cond(v.pred, lambda: layers.scale(h, 2.0), lambda: layers.clip(h, -1.0, 1.0))
+    a, b = layers.split(h, 2, dim=1)
+    h = layers.concat([layers.softmax(a), layers.transpose(layers.transpose(b, [1, 0]), [1, 0])],
+                      axis=1)
+    h = layers.slice(layers.matmul(h, v.w, alpha=0.5), [1], [0], [4])
+    h = layers.elementwise_mul(h, layers.reduce_sum(h, dim=0))
+    logits = layers.fc(layers.stack([h, h], axis=1), 3, num_flatten_dims=1)
+    return layers.mean(layers.softmax_with_cross_entropy(logits, v.label))
+
+
+@pytest.mark.parametrize("opt_class", _classes(optimizer, optimizer.Optimizer),
+                         ids=lambda c: c.__name__)
+def test_optimizer_attrs_match_the_registry(opt_class, set_attrs):
+    assert opt_class in OPTIMIZER_ARGS, (
+        "optimizer %s has no case in tests/python/test_layer_attrs.py: add it to "
+        "OPTIMIZER_ARGS" % opt_class.__name__)
+
+    def net(v):
+        loss = _training_net(v)
+        opt = opt_class(regularization=regularizer.L2Decay(1e-4),
+                        grad_clip=clip.GradientClipByGlobalNorm(5.0), **OPTIMIZER_ARGS[opt_class])
+        opt.minimize(loss)
+
+    main, startup = build(net, set_attrs)
+    test = main.clone(for_test=True)
+    grad_ops = [op.type for op in main.global_block().ops if op.type.endswith("_grad")]
+    assert "conv2d_grad" in grad_ops and "conditional_block_grad" in grad_ops, grad_ops
+    check(set_attrs, [("main", main), ("startup", startup), ("test clone", test)],
+          opt_class.__name__)
+
+
+@pytest.mark.parametrize("init_class", _classes(initializer, initializer.Initializer),
+                         ids=lambda c: c.__name__)
+def test_initializer_attrs_match_the_registry(init_class, set_attrs):
+    def net(v):
+        layers.fc(v.x, 4, param_attr=fluid.ParamAttr(initializer=init_class()))
+
+    main, startup = build(net, set_attrs)
+    check(set_attrs, [("main", main), ("startup", startup)], init_class.__name__)
+
+
+def test_op_info_lists_the_forward_attributes_of_grad_ops():
+    info = core.op_info("conv2d_grad")
+    attrs = {a["name"]: a for a in info["attrs"]}
+    assert {"strides", "paddings", "dilations", "groups"} <= set(attrs)
+    assert attrs["strides"]["type"] == "int list" and attrs["strides"]["from"] == "conv2d"
+    assert attrs["groups"]["default"] == 1 and not attrs["groups"]["required"]
+    assert {a["name"] for a in core.common_attrs()} >= {"op_role", "op_role_var"}
+    with pytest.raises(LookupError):
+        core.op_info("no_such_op")
