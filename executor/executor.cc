@@ -59,7 +59,11 @@ Status Executor::PrepareOps(PreparedBlock* prepared) {
         written.insert(v);
       }
     }
-    for (const auto& v : op->OutputVars()) written.insert(v);
+    for (const auto& v : op->OutputVars()) {
+      written.insert(v);
+      VarDesc d = block->FindVarRecursive(v);
+      if (d && d.Persistable()) prepared->writes_persistables_ = true;
+    }
     prepared->ops_.push_back(std::move(op));
   }
   BuildDependencies(prepared);
@@ -353,6 +357,7 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
   running_ = prepared;
   Status ran = RunOps(prepared, local, dev);
   running_ = outer;
+  if (prepared->writes_persistables_) scope->AdvancePersistablesGeneration();
   LOOM_RETURN_IF_ERROR(ran);
   dev.Wait();
   if (fetched) fetched->clear();

@@ -50,6 +50,7 @@ class PreparedBlock {
   // Persistable tensors read before any op writes them: their values come from the scope
   // (startup, loaded parameters) and must match the program's declaration on every run.
   std::vector<VarDesc> bound_persistables_;
+  bool writes_persistables_ = false;  // some op writes a persistable variable
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
   std::map<uint64_t, Scope*> local_scopes_;
   // Root only: the sub-blocks its control-flow ops (and theirs) run, by block index.

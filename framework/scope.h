@@ -3,6 +3,7 @@
 // Thread-safety: creating and finding variables is safe from several threads.
 #pragma once
 
+#include <atomic>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,11 @@ class Scope {
   void DropKids();
   // Unique per scope ever created in the process: caches key on it, not on the address.
   uint64_t serial() const { return serial_; }
+  // Counts the runs and loads that wrote this scope's persistable variables (the executor and
+  // LoadParams advance it): a holder of copies of them (the places of a data-parallel program)
+  // sees that they changed behind its back.
+  uint64_t persistables_generation() const { return generation_.load(); }
+  void AdvancePersistablesGeneration() { generation_.fetch_add(1); }
   const Scope* parent() const { return parent_; }
 
  private:
@@ -44,6 +50,7 @@ class Scope {
   static uint64_t NextSerial();
   const Scope* parent_ = nullptr;
   uint64_t serial_ = NextSerial();
+  std::atomic<uint64_t> generation_{0};
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<Variable>> vars_;
   std::list<std::unique_ptr<Scope>> kids_;

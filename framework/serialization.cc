@@ -451,6 +451,7 @@ Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& d
     loaded.push_back({v.Name(), std::move(t)});
   }
   for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(t);
+  scope->AdvancePersistablesGeneration();
   return Status::OK();
 }
 

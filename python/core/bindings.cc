@@ -440,7 +440,9 @@ PYBIND11_MODULE(core, m) {
           py::return_value_policy::reference_internal)
       .def("erase_local_var", &Scope::EraseLocalVar,
            "Drops a variable of this scope (not of its parents); returns whether it existed.")
-      .def("local_var_names", &Scope::LocalVarNames);
+      .def("local_var_names", &Scope::LocalVarNames)
+      .def("persistables_generation", &Scope::persistables_generation,
+           "Advances each time a run or a load writes this scope's persistable variables.");
 
   py::class_<Variable>(m, "Variable")
       .def(

@@ -164,6 +164,7 @@ class _RankState:
                                        if block.op(i).type() == "comm_init"])
         # comm_init and the broadcast of every parameter from rank 0.
         self.runner.startup()
+        self.generation = scope.persistables_generation()
 
 
 class _MpiCleanup:
@@ -268,7 +269,12 @@ class CompiledProgram:
 
     def _state(self, scope):
         st = self._states.get(id(scope))
-        if st is None or st.version != self._program._version:
+        # Place 0's parameters changed outside this program's runs (its startup program ran
+        # again, load_params): the other places take them over again (copies + broadcast), so
+        # that the places never silently diverge.
+        stale = st is not None and not st.mpi and \
+            st.generation != scope.persistables_generation()
+        if st is None or st.version != self._program._version or stale:
             st = _RankState(self, scope)
             self._states[id(scope)] = st
         return st
@@ -291,6 +297,7 @@ class CompiledProgram:
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
         try:
             out = st.runner.step(feed, fetch)
+            st.generation = scope.persistables_generation()
         except core.LoomError:
             # A failed step may have aborted the places' group: the next run forms a new one,
             # starting again from place 0's parameters (in `scope`), as a single-place Executor

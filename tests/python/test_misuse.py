@@ -334,3 +334,34 @@ def test_feeds_are_checked_before_any_place_runs_and_non_batch_feeds_go_whole():
     # The shape-[1] flag is given to both places whole (it has no batch dim to split).
     exe.run(comp, feed={"x": x, "y": np.zeros([4, 1], "int64"), "flag": np.ones([1], "float32")},
             fetch_list=[loss], scope=scope)
+
+
+@pytest.mark.parametrize("how", ["startup", "load_params"])
+def test_places_take_over_parameters_changed_outside_their_runs(tmp_path, how):
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 3))
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(start, scope=scope)
+    saved = str(tmp_path / "p")
+    with fluid.scope_guard(scope):
+        fluid.io.save_params(exe, saved, main)
+    comp = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    data = np.random.RandomState(2).rand(4, 4).astype("float32")
+    for _ in range(3):
+        exe.run(comp, feed={"x": data}, fetch_list=[loss], scope=scope)
+    # Place 0's parameters replaced behind the compiled program's back.
+    if how == "startup":
+        exe.run(start, scope=scope)
+    else:
+        with fluid.scope_guard(scope):
+            fluid.io.load_params(exe, saved, main)
+    exe.run(comp, feed={"x": data}, fetch_list=[loss], scope=scope)
+    places = comp.local_scopes(scope)
+    for p in main.global_block().all_parameters():
+        np.testing.assert_array_equal(np.array(places[0].find_var(p.name).get_tensor()),
+                                      np.array(places[1].find_var(p.name).get_tensor()))
