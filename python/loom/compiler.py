@@ -11,6 +11,8 @@ ranks are processes started by mpirun instead (one place each, Horovod-style).
 import atexit
 import gc
 import itertools
+import os
+import sys
 
 import numpy as np
 
@@ -179,7 +181,25 @@ class _MpiCleanup:
         self._comms.append((scope, list(names)))
         if not self._registered:
             atexit.register(self.finalize)
+            self._install_excepthook()
             self._registered = True
+
+    @staticmethod
+    def _install_excepthook():
+        """An exception nobody catches on one rank ends the whole MPI job at once with that
+        rank's error (as `loom run` does), instead of leaving the other ranks waiting in their
+        collectives until the timeout."""
+        previous = sys.excepthook
+
+        def abort_job(kind, value, tb):
+            previous(kind, value, tb)
+            rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
+            sys.stderr.write("loom: rank %s: uncaught %s: ending the MPI job\n"
+                             % (rank, kind.__name__))
+            sys.stderr.flush()
+            core.mpi_abort(1)
+
+        sys.excepthook = abort_job
 
     def finalize(self):
         for scope, names in self._comms:

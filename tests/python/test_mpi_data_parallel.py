@@ -87,3 +87,16 @@ def test_mpi_transport_outside_mpirun_is_a_clear_error():
                                                               build_strategy=bs)
     with pytest.raises(ValueError, match="transport"):
         exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+
+
+@needs_mpi
+def test_an_uncaught_exception_on_one_rank_ends_the_job_at_once():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+           os.path.join(HERE, "mpi_failing_worker.py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=110)
+    # The job ends (a two-minute collective timeout would have hit the subprocess timeout),
+    # non-zero, with rank 1's own error on stderr.
+    assert proc.returncode != 0
+    assert "rank 1 cannot read its data" in proc.stderr, proc.stderr[-3000:]
+    assert "rank 1: uncaught RuntimeError: ending the MPI job" in proc.stderr, proc.stderr[-3000:]
