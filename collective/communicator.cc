@@ -85,7 +85,8 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
 // One issued call: its arguments and, for collectives, its sequence number.
 struct Communicator::Call {
   CallArgs args;
-  uint64_t seq = 0;  // collectives: 1, 2, ... in issue order; point-to-point: 0
+  uint64_t seq = 0;   // collectives: 1, 2, ... in issue order; point-to-point: 0
+  uint64_t step = 0;  // the caller's training step when issued (set_step)
 };
 
 namespace {
@@ -101,17 +102,19 @@ struct Signature {
   int32_t tag;
   uint64_t count;
   uint64_t seq;
+  uint64_t step;
   bool operator==(const Signature& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
 };
-static_assert(sizeof(Signature) == 40, "Signature must have no padding");
+static_assert(sizeof(Signature) == 48, "Signature must have no padding");
 
 bool HasReduction(Collective k) {
   return k == Collective::kAllReduce || k == Collective::kReduce || k == Collective::kReduceScatter;
 }
 bool HasRoot(Collective k) { return k == Collective::kReduce || k == Collective::kBroadcast; }
 
-Signature SignatureOf(const CallArgs& a, uint64_t seq) {
+Signature SignatureOf(const CallArgs& a, uint64_t seq, uint64_t step) {
   Signature s{};
+  s.step = step;
   s.kind = static_cast<int32_t>(a.kind);
   s.dtype = a.kind == Collective::kBarrier ? -1 : static_cast<int32_t>(a.dtype);
   s.op = HasReduction(a.kind) ? static_cast<int32_t>(a.op) : -1;
@@ -154,6 +157,10 @@ Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
   for (int r = 1; r < n; ++r) {
+    if (all[r].step != all[0].step)
+      return InvalidArgument("collective #", mine.seq, " pairs different training steps: rank 0 ",
+                             "is in step ", all[0].step, ", rank ", r, " in step ", all[r].step,
+                             " (did a rank go on after an error?)");
     if (!(all[r] == all[0])) {
       return InvalidArgument("mismatched collective #", mine.seq, ": rank 0 called ",
                              Describe(all[0]), " but rank ", r, " called ", Describe(all[r]));
@@ -167,7 +174,7 @@ Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
   auto* pair = static_cast<Signature*>(s.HostScratch(2 * sizeof(Signature)));
   Signature& mine = pair[0];
   Signature& theirs = pair[1];
-  mine = SignatureOf(a, 0);
+  mine = SignatureOf(a, 0, 0);
   mine.kind = 0;  // both sides describe the message, not their role
   s.PostRecv(a.peer, internal::kSignature, &theirs, sizeof theirs);
   s.PostSend(a.peer, internal::kSignature, &mine, sizeof mine);
@@ -301,6 +308,7 @@ Work Communicator::Issue(Call call) {
     if (needs_recv && a.recv == nullptr) return fail(InvalidArgument("recv buffer is null"));
   }
   if (!p2p) call.seq = next_seq_++;
+  call.step = step_.load();
 
   auto state = std::make_shared<internal::WorkState>();
   {
@@ -374,7 +382,7 @@ Status Communicator::Run(const Call& call) {
       }
       return s.WaitAll();
     }
-    LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq)));
+    LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));
     if (a.kind == Collective::kBarrier) return Status::OK();
     switch (a.algorithm) {
       case Algorithm::kRing: return internal::RunRing(s, a);

@@ -16,6 +16,7 @@
 // waited on from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -158,6 +159,12 @@ class Communicator {
   // Waits for every call issued so far; returns the first error among them.
   Status WaitAll(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365));
 
+  // The caller's training step, carried in the signature of every collective issued from now
+  // on: ranks whose calls belong to different steps (one went on after an error) get an
+  // immediate InvalidArgument naming both steps instead of pairing unrelated calls. The runner
+  // sets it; 0 (never set) on every rank leaves the check out.
+  void set_step(uint64_t step) { step_.store(step); }
+
   // This rank failed (`cause`): ends the group's communication at once, so that every rank's
   // pending and later calls fail with Aborted("rank R failed: cause") instead of waiting for
   // the timeout. Returns false when the transport cannot abort (the timeout still bounds the
@@ -179,6 +186,7 @@ class Communicator {
   int rank_;
   int nranks_;
   uint64_t next_seq_ = 1;
+  std::atomic<uint64_t> step_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

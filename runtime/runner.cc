@@ -166,6 +166,15 @@ Status Runner::Step(const FeedMap& feed, const std::vector<std::string>& fetches
                      ? BatchShares(rows, nranks_)[first_rank_ + static_cast<int>(i)]
                      : rows;
   }
+  // Every rank's collectives carry the step number: a rank that went on after an error (under
+  // MPI, where each process drives its own runner) meets the others' calls of another step and
+  // both learn it at once.
+  ++steps_;
+  for (auto& r : ranks_) {
+    const Variable* cv = r.scope->FindVar(transpiler::kCommVar);
+    if (cv && cv->IsType<ops::CommHandle>() && cv->Get<ops::CommHandle>().comm)
+      cv->Get<ops::CommHandle>().comm->set_step(steps_);
+  }
   Status st = RunLocal(false, fetches);
   for (auto& r : ranks_) r.feeds.clear();
   if (!st.ok() && ranks_.size() > 1) failed_ = st;  // RunLocal aborted the group
@@ -209,6 +218,22 @@ StatusOr<collective::Communicator*> Runner::Communicator() const {
 
 void Runner::set_timeline(Timeline* timeline) {
   for (auto& r : ranks_) r.timeline = timeline;
+}
+
+Status Runner::CheckSameOnEveryRank(const std::vector<std::pair<std::string, int64_t>>& values) {
+  if (!multi_process() || values.empty()) return Status::OK();
+  LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
+  const size_t k = values.size();
+  std::vector<int64_t> mine(k), all(k * static_cast<size_t>(nranks_));
+  for (size_t i = 0; i < k; ++i) mine[i] = values[i].second;
+  LOOM_RETURN_IF_ERROR(
+      comm->AllGather(mine.data(), all.data(), k, collective::DataType::kInt64).Wait());
+  for (int r = 1; r < nranks_; ++r)
+    for (size_t i = 0; i < k; ++i)
+      if (all[r * k + i] != all[i])
+        return InvalidArgument("the ranks were started with different ", values[i].first, ": rank ",
+                               r, " has ", all[r * k + i], ", rank 0 has ", all[i]);
+  return Status::OK();
 }
 
 Status Runner::Finish() {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -78,6 +79,9 @@ class Runner {
 
   // Records every op of later steps (each rank as its own pid); nullptr stops recording.
   void set_timeline(Timeline* timeline);
+  // A multi-process job: every rank was given the same values (e.g. the batch size), else
+  // InvalidArgument naming the value, a rank and both numbers. Collective: every rank calls it.
+  Status CheckSameOnEveryRank(const std::vector<std::pair<std::string, int64_t>>& values);
   // Ends a multi-process job together (a barrier on the program's communicator).
   Status Finish();
 
@@ -104,6 +108,7 @@ class Runner {
   std::vector<RankRun> ranks_;
   std::vector<int64_t> rows_;  // rows each local rank got in the last step
   Status failed_;              // the step that aborted the group of several local ranks
+  uint64_t steps_ = 0;         // steps begun (carried in the collectives' signatures)
   int64_t global_rows_ = 0;
 };
 

@@ -95,6 +95,13 @@ Status Train(Runner& runner, const std::vector<FeedData>& feeds, const TrainOpti
   if (!feeds.empty() && (o.batch <= 0 || o.batch > rows))
     return InvalidArgument("batch size ", o.batch, " must be between 1 and the ", rows,
                            " rows of the feeds");
+  // Under MPI every process reads its own flags: they must agree, or the ranks would slice
+  // different global batches and stop at different steps.
+  LOOM_RETURN_IF_ERROR(
+      runner.CheckSameOnEveryRank({{"batch size", o.batch},
+                                   {"iterations", o.iters},
+                                   {"feed rows", rows},
+                                   {"fetches", static_cast<int64_t>(o.fetches.size())}}));
   const bool prints = runner.first_rank() == 0;
   Timeline timeline;
   if (!o.timeline.empty() && prints) runner.set_timeline(&timeline);

@@ -1,7 +1,11 @@
 #include "transpiler/data_parallel_passes.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "framework/op_role.h"
 #include "transpiler/program_edit.h"
@@ -25,6 +29,32 @@ std::vector<NamedProgram> DataParallelState::Programs() const {
   return out;
 }
 
+namespace {
+
+// FNV-1a over the single-device main program (startup programs may differ per rank: each may
+// draw its own initial values, which the broadcast replaces) and every option that shapes the
+// ranks' programs.
+std::string Fingerprint(const DataParallelState& s) {
+  const auto& c = s.config;
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    s.main.proto().SerializeToCodedStream(&out);
+  }
+  bytes += StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", c.algorithm, "|",
+                  c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|", c.owner_policy, "|",
+                  c.transport, "|", c.topology, "|", c.tree_max_bytes);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+}  // namespace
+
 StatusOr<bool> CheckProgram(DataParallelState& s) {
   const auto& c = s.config;
   if (c.nranks < 1 || c.nranks > collective::kMaxWorldSize)
@@ -37,6 +67,7 @@ StatusOr<bool> CheckProgram(DataParallelState& s) {
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);
   LOOM_RETURN_IF_ERROR(ParsePlacementPolicy(c.owner_policy).status());
+  s.fingerprint = Fingerprint(s);
   for (const ProgramDesc* prog : {&s.startup, &s.main}) {
     std::string where = FindTranspiledOp(*prog);
     if (!where.empty())
@@ -96,6 +127,7 @@ StatusOr<bool> InsertCommInit(DataParallelState& s) {
   op.SetAttr("topology", c.topology);
   op.SetAttr("timeout_ms", c.timeout_ms);
   op.SetAttr("tree_max_bytes", c.tree_max_bytes);
+  op.SetAttr("fingerprint", s.fingerprint);
   op.SetRole(kOpRoleCommunication);
   return true;
 }

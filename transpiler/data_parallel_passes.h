@@ -24,6 +24,7 @@ struct DataParallelState {
   const DataParallelConfig& config;
   ProgramDesc startup, main;  // until split-per-rank
   std::unique_ptr<AlgorithmChooser> chooser;
+  std::string fingerprint;  // of the input main program and the options (comm_init checks it)
   GradientAnalysis grads;
   std::map<std::string, int> owner;  // owner mode: parameter -> rank
   std::vector<int64_t> owner_bytes;  // owner mode: bytes each rank owns

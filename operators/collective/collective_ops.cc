@@ -53,6 +53,28 @@ void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
 
 // ---- comm_init ----
 
+// Every rank of the group runs a program transpiled from the same program and options (a rank
+// started with another learning rate or bundle would train on without a word). Checked over the
+// new communicator on host memory (the CPU transports; GPU groups are formed from one process's
+// own places, which one transpile made).
+Status CheckFingerprints(const KernelContext& ctx, const CommHandle& h, int nranks,
+                         const collective::TransportInfo& t) {
+  const std::string& fp = ctx.Attr<std::string>("fingerprint");
+  if (fp.empty() || nranks < 2 || t.device != collective::DeviceKind::kCpu) return Status::OK();
+  const uint64_t mine = std::strtoull(fp.c_str(), nullptr, 16);
+  std::vector<uint64_t> all(static_cast<size_t>(nranks));
+  LOOM_RETURN_IF_ERROR(h.comm->AllGather(&mine, all.data(), 1, collective::DataType::kInt64)
+                           .Wait()
+                           .WithContext(ctx.Where()));
+  for (int r = 0; r < nranks; ++r)
+    if (all[r] != all[0])
+      return ctx.Error("rank ", r, " runs another program or options than rank 0 (fingerprint ",
+                       std::hex, all[r], " vs ", all[0], std::dec,
+                       "): every rank must run the same program, transpiled with the same "
+                       "options");
+  return Status::OK();
+}
+
 Status CommInitKernel(const KernelContext& ctx) {
   Variable* out = ctx.OutputVariable("Comm");
   if (!out) return ctx.Error("output 'Comm' is missing");
@@ -74,6 +96,7 @@ Status CommInitKernel(const KernelContext& ctx) {
   StatusOr<CommHandle> joined = JoinGroup(*t, group, nranks, rank, ctx.place().device, o);
   if (!joined.ok()) return joined.status().WithContext(ctx.Where());
   CommHandle h = std::move(joined).value();
+  LOOM_RETURN_IF_ERROR(CheckFingerprints(ctx, h, nranks, *t));
   *out->GetMutable<CommHandle>() = std::move(h);
   return Status::OK();
 }
@@ -352,6 +375,10 @@ LOOM_REGISTER_OP(comm_init)
                [](const int& v) {
                  return v >= -1 ? Status::OK() : InvalidArgument("must be >= -1, got ", v);
                })
+    .Attr<std::string>("fingerprint", "",
+                       "a digest of the program and options the ranks were transpiled from "
+                       "(the transpiler writes it): ranks whose fingerprints differ fail here, "
+                       "naming both; empty: not checked")
     .Kernel(Place::kCPU, proto::FP32, CommInitKernel);
 
 LOOM_REGISTER_OP(allreduce)

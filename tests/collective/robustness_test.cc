@@ -126,6 +126,22 @@ TEST(Abort, AFailedRankEndsEveryPeersCallsAtOnce) {
   }
 }
 
+// A rank that went on to its next step after an error meets the others' calls of the step
+// before: the signatures say so at once, naming both steps.
+TEST(Mismatch, CallsOfDifferentTrainingStepsAreAnError) {
+  auto world = MakeWorld(2, 60000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    std::vector<float> buf(8, 1.0f);
+    comm.set_step(rank == 0 ? 5 : 6);
+    Status s =
+        comm.AllReduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum)
+            .Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 0 is in step 5, rank 1 in step 6"), std::string::npos)
+        << s.message();
+  });
+}
+
 TEST(Timeout, PeerBusyWithSomethingElseCancelsCleanly) {
   // Rank 1 sends point-to-point while the others run an allreduce: ranks 0 and 2 time out waiting
   // for rank 1, rank 1 times out waiting for rank 0; every posted transfer is withdrawn.

@@ -55,4 +55,24 @@ set -e
 [ $rc != 0 ] && [ $rc != 124 ] || fail "wrong world size: exit $rc"
 echo "$msg" | grep -q "transpiled for 2 ranks, the MPI world has 3 processes" ||
   fail "wrong world size: $msg"
+# Ranks started with different options, or from bundles transpiled from different programs,
+# fail at once naming both values (no rank trains on alone).
+set +e
+msg=$(timeout 120 "$MPIRUN" --oversubscribe --allow-run-as-root -np 1 "$LOOM" run "$WORK/nat" \
+      --iters 2 --batch-size 16 : -np 1 "$LOOM" run "$WORK/nat" --iters 2 --batch-size 32 2>&1)
+rc=$?
+set -e
+[ $rc != 0 ] && [ $rc != 124 ] || fail "different batch sizes: exit $rc"
+echo "$msg" | grep -q "different batch size: rank 1 has 32, rank 0 has 16" ||
+  fail "different batch sizes: $msg"
+"$LOOM" transpile "$IN" -o "$WORK/other" --places cpu:2 --algo native --transport mpi \
+    --fuse-mb 1 > /dev/null
+cp -r "$WORK/other/rank1/." "$WORK/nat/rank1/"
+set +e
+msg=$(timeout 120 "$MPIRUN" --oversubscribe --allow-run-as-root -np 2 "$LOOM" run "$WORK/nat" \
+      --iters 2 2>&1); rc=$?
+set -e
+[ $rc != 0 ] && [ $rc != 124 ] || fail "different programs: exit $rc"
+echo "$msg" | grep -q "runs another program or options than rank 0 (fingerprint" ||
+  fail "different programs: $msg"
 echo "PASS"

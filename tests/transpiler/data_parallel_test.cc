@@ -344,6 +344,34 @@ TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
   EXPECT_EQ(virtual_devices.value().manifest.places(2), "cuda:1");
 }
 
+// Every rank's comm_init carries the fingerprint of the program and options it was transpiled
+// from; ranks started from different transpiles fail in comm_init, naming both.
+TEST(DataParallelTranspiler, RanksOfDifferentProgramsFailInCommInit) {
+  Net n = Mlp();
+  DataParallelConfig c;
+  c.nranks = 2;
+  c.group = "fingerprint-test";
+  auto a = TranspileDataParallel(n.startup, n.main, c).value();
+  c.fuse_grad_size_mb = 1;
+  auto b = TranspileDataParallel(n.startup, n.main, c).value();
+  auto fp = [](const ProgramDesc& startup) {
+    return startup.GlobalBlock()->Op(0).Attr<std::string>("fingerprint", "");
+  };
+  EXPECT_EQ(fp(a.startup[0]), fp(a.startup[1]));
+  EXPECT_NE(fp(a.startup[0]), fp(b.startup[0]));
+  std::vector<runtime::RankProgram> ranks(2);
+  ranks[0].startup = a.startup[0];
+  ranks[0].main = a.main[0];
+  ranks[1].startup = b.startup[1];
+  ranks[1].main = b.main[1];
+  auto runner = runtime::Runner::Create(std::move(ranks), 0, 2).value();
+  Status st = runner->Startup();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 runs another program or options than rank 0"),
+            std::string::npos)
+      << st.message();
+}
+
 // Runs the transpiled programs on nranks threads and single-device on the whole batch; the
 // parameters must agree (and be identical across ranks).
 void ExpectSameTraining(SyncMode mode, int nranks, int rows) {
