@@ -187,6 +187,11 @@ struct MulF {
 struct DivF {
   template <typename A>
   __device__ static A F(A x, A y) {
+    if constexpr (std::is_integral_v<A>) {
+      // x / -1 is -x, wrapping for the most negative value (as the CPU kernel).
+      using U = std::make_unsigned_t<A>;
+      if (y == A(-1)) return static_cast<A>(U(0) - static_cast<U>(x));
+    }
     return x / y;
   }
   template <typename A>
@@ -251,12 +256,41 @@ __global__ void BinaryK(const T* x, const T* y, T* o, int64_t total, int64_t n, 
   }
 }
 
+// The first index of a zero in y (stays at its initial all-ones value when there is none).
+template <typename T>
+__global__ void FirstZeroK(const T* y, int64_t n, unsigned long long* first) {
+  LOOM_GRID_STRIDE(i, n) {
+    if (y[i] == T(0)) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+}
+
+// Integer division by zero is an error, as on the CPU (a GPU does not trap: it would write
+// garbage). The divisor is scanned on the device first; the stream waits for the answer.
+template <typename Fn, typename T>
+Status CheckIntegerDivisor(const KernelContext& ctx, const Tensor& y) {
+  if constexpr (std::is_integral_v<T> && std::is_same_v<Fn, DivF>) {
+    const int64_t n = y.numel();
+    if (n == 0) return Status::OK();
+    Tensor flag(proto::INT64, DDim{1});
+    auto* first = static_cast<unsigned long long*>(flag.mutable_data(ctx.place(), proto::INT64));
+    cudaStream_t s = Stream(ctx);
+    cudaMemsetAsync(first, 0xff, sizeof(unsigned long long), s);
+    FirstZeroK<T><<<Blocks(n), kThreads, 0, s>>>(DataOf<T>(y), n, first);
+    unsigned long long host = 0;
+    cudaMemcpyAsync(&host, first, sizeof(host), cudaMemcpyDeviceToHost, s);
+    if (cudaStreamSynchronize(s) != cudaSuccess) return LaunchStatus(ctx);
+    if (host != ~0ull) return ctx.Error("integer division by zero: Y's element ", host, " is 0");
+  }
+  return Status::OK();
+}
+
 template <typename Fn, typename T>
 Status Binary(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
   const Tensor& y = ctx.Input("Y");
   auto plan = PlanBroadcast(x.dims(), y.dims(), ctx.Attr<int>("axis"));
   if (!plan.ok()) return ctx.Error(plan.status().message());
+  LOOM_RETURN_IF_ERROR((CheckIntegerDivisor<Fn, T>(ctx, y)));
   const int64_t total = x.numel();
   const BroadcastPlan& p = plan.value();
   T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,34 @@ TEST(CudaCompareTest, UnaryForwardAndGradsMatchCpu) {
       ExpectClose(gpu_g.value()[0], cpu_g.value()[0], tol, std::string(c.type) + "_grad");
     }
   }
+}
+
+// Integer division on the GPU: a zero divisor is an error naming the element, INT_MIN / -1
+// wraps, the rest truncates toward zero, all as on the CPU.
+TEST(CudaCompareTest, IntegerDivisionMatchesCpuAndRefusesZero) {
+  if (CudaDeviceCount() == 0)
+    LOOM_SKIP_WITHOUT_GPU("no CUDA device: CUDA kernels compiled, not run");
+  auto ints = [](std::vector<int32_t> v) {
+    Tensor t(proto::INT32, DDim{static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.mutable_data<int32_t>(Place::CPU()));
+    return t;
+  };
+  const int32_t lo = std::numeric_limits<int32_t>::min();
+  OpTest ok("elementwise_div");
+  ok.Input("X", ints({lo, 7, -7, 9})).Input("Y", ints({-1, -1, 2, 4})).Output("Out");
+  auto cpu = ok.Forward();
+  auto gpu = ok.OnPlace(Place::CUDA(0)).Forward();
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().ToString();
+  const Tensor& g = gpu.value()["Out"];
+  EXPECT_EQ(std::vector<int32_t>(g.data<int32_t>(), g.data<int32_t>() + 4),
+            (std::vector<int32_t>{lo, -7, -3, 2}));
+  OpTest zero("elementwise_div");
+  zero.Input("X", ints({1, 2, 3})).Input("Y", ints({1, 0, 3})).Output("Out");
+  auto refused = zero.OnPlace(Place::CUDA(0)).Forward();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("integer division by zero: Y's element 1 is 0"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 Tensor Scalar(DataType dt, double v) {
