@@ -161,7 +161,7 @@ StatusOr<SlotList> SampleWeight(DataParallelState& s, Insertions* ops) {
         "scale avg or one");
   VarDesc w = s.main.GlobalBlock()->Var(kSampleWeightVar);
   w.SetType(proto::VarType::DENSE_TENSOR);
-  w.SetDtype(proto::FP32);
+  w.SetDtype(proto::FP64);  // exact for float64 gradients
   w.SetDims(DDim({1}));
   w.SetStopGradient(true);
   (*ops)[-1].push_back(MakeOp("sample_weight", {{"X", {s.grads.batch_var}}, {"Comm", {kCommVar}}},

@@ -7,21 +7,22 @@ namespace loom::ops {
 namespace {
 
 template <typename T>
-__global__ void ScaleK(T* x, int64_t n, float w) {
+__global__ void ScaleK(T* x, int64_t n, cuda::Acc<T> w) {
   using A = cuda::Acc<T>;
-  LOOM_GRID_STRIDE(i, n) x[i] = static_cast<T>(static_cast<A>(x[i]) * static_cast<A>(w));
+  LOOM_GRID_STRIDE(i, n) x[i] = static_cast<T>(static_cast<A>(x[i]) * w);
 }
 
 template <typename T>
-Status Launch(const KernelContext& ctx, void* x, int64_t n, float w) {
+Status Launch(const KernelContext& ctx, void* x, int64_t n, double w) {
   if (n == 0) return Status::OK();
-  ScaleK<T><<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(static_cast<T*>(x), n, w);
+  ScaleK<T><<<cuda::Blocks(n), cuda::kThreads, 0, cuda::Stream(ctx)>>>(
+      static_cast<T*>(x), n, static_cast<cuda::Acc<T>>(w));
   return cuda::LaunchStatus(ctx);
 }
 
 }  // namespace
 
-Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, float w) {
+Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, double w) {
   switch (dtype) {
     case proto::FP32: return Launch<float>(ctx, x, n, w);
     case proto::FP64: return Launch<double>(ctx, x, n, w);

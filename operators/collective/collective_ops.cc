@@ -103,18 +103,18 @@ Status CommInitKernel(const KernelContext& ctx) {
 
 // ---- allreduce ----
 
-// Scales n elements at p by w (the rank's share of the global batch).
-Status ScaleInPlace(void* p, int64_t n, DataType dtype, float w, const std::string& where) {
+// Scales n elements at p by w (the rank's share of the global batch), in the data's precision.
+Status ScaleInPlace(void* p, int64_t n, DataType dtype, double w, const std::string& where) {
   switch (dtype) {
     case proto::FP32: {
       float* f = static_cast<float*>(p);
-      for (int64_t i = 0; i < n; ++i) f[i] *= w;
+      const float wf = static_cast<float>(w);
+      for (int64_t i = 0; i < n; ++i) f[i] *= wf;
       return Status::OK();
     }
     case proto::FP64: {
       double* d = static_cast<double*>(p);
-      double wd = w;
-      for (int64_t i = 0; i < n; ++i) d[i] *= wd;
+      for (int64_t i = 0; i < n; ++i) d[i] *= w;
       return Status::OK();
     }
     default:
@@ -123,8 +123,14 @@ Status ScaleInPlace(void* p, int64_t n, DataType dtype, float w, const std::stri
   }
 }
 
+// The one-element Weight (sample_weight writes it in float64, so that float64 gradients are
+// scaled exactly; float32 weights of older programs are read too).
+double WeightOf(const Tensor& w) {
+  return w.dtype() == proto::FP64 ? w.data<double>()[0] : w.data<float>()[0];
+}
+
 // ScaleInPlace for data on the kernel's place.
-Status ScaleOnPlace(const KernelContext& ctx, void* p, int64_t n, DataType dtype, float w) {
+Status ScaleOnPlace(const KernelContext& ctx, void* p, int64_t n, DataType dtype, double w) {
   if (ctx.place().is_cpu()) return ScaleInPlace(p, n, dtype, w, ctx.Where());
 #if LOOM_CUDA_ENABLED
   return ScaleOnDevice(ctx, p, n, dtype, w);
@@ -169,7 +175,7 @@ Status AllReduceKernel(const KernelContext& ctx) {
   if (contiguous) {
     void* p = xs[0]->raw_data();
     if (weight)
-      LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, total, xs[0]->dtype(), weight->data<float>()[0]));
+      LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, total, xs[0]->dtype(), WeightOf(*weight)));
     ComputeDone(ctx);
     works.push_back(comm->AllReduce(p, p, static_cast<size_t>(total), dt, op, call));
     CollectiveOpStats::Get().allreduce_calls += 1;
@@ -178,8 +184,7 @@ Status AllReduceKernel(const KernelContext& ctx) {
     for (Tensor* x : xs) {
       void* p = x->raw_data();
       if (weight)
-        LOOM_RETURN_IF_ERROR(
-            ScaleOnPlace(ctx, p, x->numel(), x->dtype(), weight->data<float>()[0]));
+        LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, x->numel(), x->dtype(), WeightOf(*weight)));
       ComputeDone(ctx);
       works.push_back(comm->AllReduce(p, p, static_cast<size_t>(x->numel()), dt, op, call));
     }
@@ -213,7 +218,7 @@ Status ReduceKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(collective::DataType dt, CollectiveDtype(x->dtype(), ctx.Where()));
   void* p = x->raw_data();
   if (const Tensor* weight = ctx.InputOrNull("Weight"))
-    LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, x->numel(), x->dtype(), weight->data<float>()[0]));
+    LOOM_RETURN_IF_ERROR(ScaleOnPlace(ctx, p, x->numel(), x->dtype(), WeightOf(*weight)));
   ComputeDone(ctx);
   WaitOn(ctx, {comm->Reduce(p, comm->rank() == root ? p : nullptr, static_cast<size_t>(x->numel()),
                             dt, op, root, call)});
@@ -272,7 +277,7 @@ Status BarrierKernel(const KernelContext& ctx) {
 // exchange of the step needs it.
 Status SampleWeightInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", DDim({1}));
-  ctx->SetOutputDtype("Out", proto::FP32);
+  ctx->SetOutputDtype("Out", proto::FP64);
   return Status::OK();
 }
 
@@ -297,8 +302,8 @@ Status SampleWeightKernel(const KernelContext& ctx) {
   if (total <= 0)
     return ctx.Error("the global batch has no samples (this rank's X has dims ",
                      x.dims().ToString(), ")");
-  ctx.Output("Out")->mutable_data<float>(Place::CPU())[0] =
-      static_cast<float>(static_cast<double>(rows) / static_cast<double>(total));
+  ctx.Output("Out")->mutable_data<double>(Place::CPU())[0] =
+      static_cast<double>(rows) / static_cast<double>(total);
   return Status::OK();
 }
 
@@ -388,7 +393,7 @@ LOOM_REGISTER_OP(allreduce)
         "rank's X is first scaled by it (its share of the global batch).")
     .Input("X", "tensors to reduce", /*duplicable=*/true)
     .Input("Comm", "the communicator (from comm_init)")
-    .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
+    .Input("Weight", "1-element scale (fp64, or fp32) applied before the reduction", false, true)
     .Output("Out", "the same variables as X", /*duplicable=*/true)
     .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())
     .Attr<std::string>("algorithm", "auto", "ring, tree, multi_tree, star, native or auto",
@@ -403,7 +408,7 @@ LOOM_REGISTER_OP(reduce)
         "read). With Weight, X is first scaled by it.")
     .Input("X", "tensor to reduce")
     .Input("Comm", "the communicator (from comm_init)")
-    .Input("Weight", "1-element fp32 scale applied before the reduction", false, true)
+    .Input("Weight", "1-element scale (fp64, or fp32) applied before the reduction", false, true)
     .Output("Out", "the same variable as X")
     .Attr<int>("root", 0, "rank that receives the result", NonNegative("root"))
     .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())

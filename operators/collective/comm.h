@@ -87,7 +87,7 @@ StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const
 
 #if LOOM_CUDA_ENABLED
 // x[0, n) *= w on the kernel's CUDA stream (fp32, fp64 or fp16 data).
-Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, float w);
+Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, double w);
 #endif
 
 // The communicator held by the kernel's "Comm" input.

@@ -21,8 +21,8 @@ def main():
     out, mode, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
-    main_prog, startup, loss = dp.build("mlp", "adam")
-    startup.random_seed = 100 + rank  # different initial values on every rank
+    # Different initial values on every rank (the seed is written into the initializers).
+    main_prog, startup, loss = dp.build("mlp", "adam", seed=100 + rank)
     scope = core.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup, scope=scope)

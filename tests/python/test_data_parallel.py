@@ -12,6 +12,9 @@ STEPS = 20
 
 def build(model, opt, seed=7, clip_norm=None):
     main, startup = fluid.Program(), fluid.Program()
+    # The same initial parameters on every run: the comparisons below are then the same on
+    # every run too (a fresh seed each run once made an unlucky start exceed Adam's tolerance).
+    startup.random_seed = seed
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         if model == "mlp":
             x = fluid.layers.data("x", [12])
