@@ -1,4 +1,7 @@
 // scale: Out = scale * X + bias (bias before scaling when bias_after_scale is false).
+#include <cmath>
+#include <type_traits>
+
 #include "operators/common.h"
 
 namespace loom::ops {
@@ -12,7 +15,28 @@ void ScaleCompute(const Tensor& x, float scale, float bias, bool bias_after_scal
   int64_t n = x.numel();
   T s = static_cast<T>(scale);
   T b = static_cast<T>(bias_after_scale ? bias : bias * scale);
-  for (int64_t i = 0; i < n; ++i) o[i] = s * in[i] + b;
+  if constexpr (std::is_integral_v<T>) {
+    // Integers wrap on overflow (as numpy's), never undefined behaviour.
+    using U = std::make_unsigned_t<T>;
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = static_cast<T>(static_cast<U>(s) * static_cast<U>(in[i]) + static_cast<U>(b));
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = s * in[i] + b;
+  }
+}
+
+// An integer tensor is scaled by integers only: scale 0.5 would silently become 0.
+Status ScaleInferShape(InferShapeContext* ctx) {
+  const DataType dt = ctx->InputDtype("X");
+  if (dt == proto::INT32 || dt == proto::INT64) {
+    for (const char* a : {"scale", "bias"}) {
+      const float v = ctx->Attr<float>(a);
+      if (!std::isfinite(v) || v != std::trunc(v) || std::fabs(v) > 2147483647.0f)
+        return ctx->Error("attribute ", a, " = ", v, " cannot scale an ", DataTypeName(dt),
+                          " tensor (an integer in the int32 range is needed)");
+    }
+  }
+  return SameShapeInferShape(ctx);
 }
 
 template <typename T>
@@ -43,7 +67,7 @@ LOOM_REGISTER_OP(scale)
     .Attr<float>("scale", 1.0f, "multiplier")
     .Attr<float>("bias", 0.0f, "added offset")
     .Attr<bool>("bias_after_scale", true, "add bias after scaling (true) or before (false)")
-    .InferShape(SameShapeInferShape)
+    .InferShape(ScaleInferShape)
     .GradMaker(ScaleGradMaker)
     .Kernel(Place::kCPU, proto::FP32, ScaleKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, ScaleKernel<double>)

@@ -389,3 +389,17 @@ def test_the_same_seed_gives_the_same_numbers_on_every_run():
     """ % os.path.dirname(os.path.abspath(__file__))
     runs = {survives(code).strip() for _ in range(2)}
     assert len(runs) == 1, runs
+
+
+def test_integer_scale_takes_integers_and_wraps_instead_of_overflowing():
+    def scaled(value, scale, bias=0.0, dtype="int32"):
+        def build():
+            x = fluid.layers.data("x", [1], dtype=dtype)
+            return fluid.layers.scale(x, scale, bias)
+        return run_program(build, {"x": np.array([[value]], dtype)}, startup=False)[0]
+    assert scaled(7, 3.0, 1.0).tolist() == [[22]]
+    lo = np.iinfo("int32").min
+    assert scaled(2 ** 30, 4.0).tolist() == [[0]]  # wraps, as numpy's int32 arithmetic
+    assert scaled(lo, -1.0).tolist() == [[lo]]
+    with pytest.raises(core.InvalidArgumentError, match="scale = 0.5 cannot scale an int32"):
+        scaled(7, 0.5)
