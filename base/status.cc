@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 namespace loom {
 
@@ -59,6 +60,12 @@ Status StatusOfException(std::exception_ptr e) {
     return s.status();
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of memory");
+  } catch (const std::system_error& x) {
+    // A thread that could not be started (EAGAIN), and the like.
+    if (x.code() == std::errc::resource_unavailable_try_again ||
+        x.code() == std::errc::not_enough_memory)
+      return ResourceExhausted(x.what());
+    return Internal("unexpected exception: ", x.what());
   } catch (const std::exception& x) {
     return Internal("unexpected exception: ", x.what());
   } catch (...) {

@@ -89,7 +89,8 @@ class StatusError : public std::exception {
 };
 
 // The Status of an exception caught at a boundary: a StatusError's own, ResourceExhausted for
-// std::bad_alloc, Internal for anything else (naming what was thrown).
+// std::bad_alloc and for a thread that could not be started, Internal for anything else (naming
+// what was thrown).
 Status StatusOfException(std::exception_ptr e);
 LOOM_DEFINE_STATUS_FACTORY(Timeout, kTimeout)
 #undef LOOM_DEFINE_STATUS_FACTORY

@@ -121,6 +121,33 @@ def test_place_counts_outside_the_group_limit(n):
         fluid.cpu_places(n)
 
 
+def test_threads_that_cannot_be_started_are_resource_exhausted():
+    out = survives("""
+        import resource
+        import numpy as np, loom as fluid
+        from loom import core
+        main, start = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, start), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [4])
+            loss = fluid.layers.mean(fluid.layers.fc(x, 3))
+            fluid.optimizer.SGD(0.1).minimize(loss)
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(start)
+        # Little address space left: 64 places' threads (8 MiB stacks) cannot all start.
+        vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 96 * 2 ** 20, vm + 96 * 2 ** 20))
+        comp = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(64))
+        try:
+            exe.run(comp, feed={"x": np.ones([64, 4], "float32")}, fetch_list=[loss])
+            print("ran")
+        except core.ResourceExhaustedError as e:
+            print("refused:", e)
+        print("alive")
+    """)
+    assert "refused:" in out and "alive" in out, out
+
+
 def test_cpu_num_that_is_not_a_number(monkeypatch):
     monkeypatch.setenv("CPU_NUM", "four")
     with pytest.raises(ValueError, match="CPU_NUM"):
