@@ -54,9 +54,9 @@ fi
 # cuobjdump exists, else from the build's own nvcc commands.
 CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)
 if [ -n "$CUOBJDUMP" ]; then
-  "$CUOBJDUMP" --list-elf "$BUILD/libloom.so" | grep -q "sm_90" ||
+  grep -q "sm_90" <<< "$("$CUOBJDUMP" --list-elf "$BUILD/libloom.so")" ||
     die "libloom.so holds no sm_90 machine code"
-  "$CUOBJDUMP" --list-ptx "$BUILD/libloom.so" | grep -q "sm_90" ||
+  grep -q "sm_90" <<< "$("$CUOBJDUMP" --list-ptx "$BUILD/libloom.so")" ||
     die "libloom.so holds no compute_90 PTX"
 else
   codes=$(ninja -C "$BUILD" -t commands loom | grep -o 'generate-code=[^ ]*' | sort -u)

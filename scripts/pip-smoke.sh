@@ -30,8 +30,10 @@ cli_version=$(loom --version)
 case "$cli_version" in "loom $py_version "*) ;; *)
   echo "FAIL: loom --version says '$cli_version', loom.__version__ is $py_version"; exit 1 ;;
 esac
-loom --help | grep -q "transpile DIR" || { echo "FAIL: loom --help"; exit 1; }
-pip show loom | grep -q "^Requires: numpy" || { echo "FAIL: pip show loom lacks numpy"; exit 1; }
+# Whole outputs, then grep: `cmd | grep -q` under pipefail fails at random when grep exits
+# before cmd has written everything (cmd then dies of SIGPIPE, or pip reports a broken pipe).
+grep -q "transpile DIR" <<< "$(loom --help)" || { echo "FAIL: loom --help"; exit 1; }
+grep -q "^Requires: numpy" <<< "$(pip show loom)" || { echo "FAIL: pip show loom lacks numpy"; exit 1; }
 python - <<'PY'
 import subprocess
 import numpy as np
