@@ -11,6 +11,14 @@
 #include "transpiler/data_parallel.h"
 
 namespace loom::runtime {
+namespace {
+
+// The communicator comm_init left in a rank's scope (null before its startup ran).
+collective::Communicator* CommOfScope(const Scope& scope) {
+  return ops::CommunicatorIn(scope.FindVar(transpiler::kCommVar));
+}
+
+}  // namespace
 
 std::vector<int64_t> BatchShares(int64_t batch, int nranks) {
   std::vector<int64_t> share(static_cast<size_t>(std::max(nranks, 0)));
@@ -76,6 +84,14 @@ StatusOr<std::unique_ptr<Runner>> Runner::Create(std::vector<RankProgram> ranks,
     r->mains_.push_back(std::move(p.main));
     r->ranks_[i].place = p.place;
     r->ranks_[i].scope = p.scope;
+    // Several ranks here: one that fails aborts the group's communicators (once startup made
+    // them), so that its peers stop at once and the error returned is its own.
+    if (local > 1) {
+      Scope* scope = p.scope;
+      r->ranks_[i].on_failure = [scope](const Status& cause) {
+        if (collective::Communicator* comm = CommOfScope(*scope)) comm->Abort(cause);
+      };
+    }
   }
   return r;
 }
@@ -97,19 +113,7 @@ std::set<std::string> Runner::WholeFeeds(const FeedMap& feed) const {
 Status Runner::RunLocal(bool startup, const std::vector<std::string>& fetches) {
   for (size_t i = 0; i < ranks_.size(); ++i)
     ranks_[i].prepared = startup ? startup_[i].get() : main_[i].get();
-  if (ranks_.size() > 1) {
-    // A rank that fails aborts the group's communicators (once startup made them), so that its
-    // peers stop at once and the error returned is its own.
-    for (RankRun& r : ranks_) {
-      Scope* scope = r.scope;
-      r.on_failure = [scope](const Status& cause) {
-        const Variable* cv = scope->FindVar(transpiler::kCommVar);
-        if (cv && cv->IsType<ops::CommHandle>() && cv->Get<ops::CommHandle>().comm)
-          cv->Get<ops::CommHandle>().comm->Abort(cause);
-      };
-    }
-    return Executor::RunRanks(&ranks_, fetches);
-  }
+  if (ranks_.size() > 1) return Executor::RunRanks(&ranks_, fetches);
   // One rank in this process: its kernels get this process's share of the machine.
   RankRun& r = ranks_[0];
   ScopedBlasThreads blas(multi_process() ? threads_ : BlasThreads());
@@ -161,20 +165,16 @@ Status Runner::Step(const FeedMap& feed, const std::vector<std::string>& fetches
   if (batch != feed.end()) {
     const int64_t rows = batch->second.dims()[0];
     global_rows_ = split == FeedSplit::kGlobal ? rows : 0;
+    const std::vector<int64_t> shares = BatchShares(rows, nranks_);
     for (size_t i = 0; i < ranks_.size(); ++i)
-      rows_[i] = split == FeedSplit::kGlobal
-                     ? BatchShares(rows, nranks_)[first_rank_ + static_cast<int>(i)]
-                     : rows;
+      rows_[i] = split == FeedSplit::kGlobal ? shares[first_rank_ + static_cast<int>(i)] : rows;
   }
   // Every rank's collectives carry the step number: a rank that went on after an error (under
   // MPI, where each process drives its own runner) meets the others' calls of another step and
   // both learn it at once.
   ++steps_;
-  for (auto& r : ranks_) {
-    const Variable* cv = r.scope->FindVar(transpiler::kCommVar);
-    if (cv && cv->IsType<ops::CommHandle>() && cv->Get<ops::CommHandle>().comm)
-      cv->Get<ops::CommHandle>().comm->set_step(steps_);
-  }
+  for (auto& r : ranks_)
+    if (collective::Communicator* comm = CommOfScope(*r.scope)) comm->set_step(steps_);
   Status st = RunLocal(false, fetches);
   for (auto& r : ranks_) r.feeds.clear();
   if (!st.ok() && ranks_.size() > 1) failed_ = st;  // RunLocal aborted the group
@@ -209,11 +209,11 @@ StatusOr<double> Runner::GlobalFirstValue() {
 }
 
 StatusOr<collective::Communicator*> Runner::Communicator() const {
-  const Variable* cv = ranks_[0].scope->FindVar(transpiler::kCommVar);
-  if (!cv || !cv->IsType<ops::CommHandle>() || !cv->Get<ops::CommHandle>().comm)
+  collective::Communicator* comm = CommOfScope(*ranks_[0].scope);
+  if (!comm)
     return FailedPrecondition("rank ", first_rank_, ": the startup program made no communicator ('",
                               transpiler::kCommVar, "')");
-  return cv->Get<ops::CommHandle>().comm;
+  return comm;
 }
 
 void Runner::set_timeline(Timeline* timeline) {

@@ -272,13 +272,17 @@ StatusOr<CommHandle> JoinMpiWorld(int nranks, int rank, const GroupOptions& opti
 #endif
 }
 
+collective::Communicator* CommunicatorIn(const Variable* v) {
+  return v && v->IsType<CommHandle>() ? v->Get<CommHandle>().comm : nullptr;
+}
+
 StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx) {
-  Variable* v = ctx.InputVariable("Comm");
-  if (!v || !v->IsType<CommHandle>() || !v->Get<CommHandle>().comm)
+  collective::Communicator* comm = CommunicatorIn(ctx.InputVariable("Comm"));
+  if (!comm)
     return FailedPrecondition(ctx.Where(),
                               ": input 'Comm' holds no communicator (run comm_init first: it is "
                               "in the transpiled startup program)");
-  return v->Get<CommHandle>().comm;
+  return comm;
 }
 
 StatusOr<collective::DataType> CollectiveDtype(DataType dtype, const std::string& where) {

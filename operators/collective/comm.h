@@ -90,6 +90,9 @@ StatusOr<CommHandle> JoinGroup(const collective::TransportInfo& transport, const
 Status ScaleOnDevice(const KernelContext& ctx, void* x, int64_t n, DataType dtype, double w);
 #endif
 
+// The communicator a variable holds (comm_init's output); null when it holds none.
+collective::Communicator* CommunicatorIn(const Variable* v);
+
 // The communicator held by the kernel's "Comm" input.
 StatusOr<collective::Communicator*> CommOf(const KernelContext& ctx);
 
