@@ -55,7 +55,7 @@ Status Executor::PrepareOps(PreparedBlock* prepared) {
         prepared->feed_targets_.push_back(v);
         written.insert(v);
       } else if (!written.count(v) && d && d.Type() == proto::VarType::DENSE_TENSOR) {
-        prepared->bound_persistables_.push_back(d);
+        prepared->bound_persistables_.push_back({v, d.Dtype(), d.Dims()});
         written.insert(v);
       }
     }
@@ -120,16 +120,16 @@ Scope* Executor::LocalScope(PreparedBlock* prepared, Scope* scope) {
 }
 
 Status Executor::CheckBoundPersistables(const PreparedBlock& prepared, const Scope& local) {
-  for (const VarDesc& d : prepared.bound_persistables_) {
-    const Variable* var = local.FindVar(d.Name());
+  for (const auto& d : prepared.bound_persistables_) {
+    const Variable* var = local.FindVar(d.name);
     if (!var || !var->IsType<Tensor>() || !var->Get<Tensor>().initialized()) continue;
     const Tensor& t = var->Get<Tensor>();
-    const bool dims_ok = d.Dims().size() == 0 || DimsCompatible(t.dims(), d.Dims());
-    if (t.dtype() != d.Dtype() || !dims_ok)
-      return InvalidArgument("var '", d.Name(), "' holds ", DataTypeName(t.dtype()), " ",
+    const bool dims_ok = d.dims.size() == 0 || DimsCompatible(t.dims(), d.dims);
+    if (t.dtype() != d.dtype || !dims_ok)
+      return InvalidArgument("var '", d.name, "' holds ", DataTypeName(t.dtype()), " ",
                              t.dims().ToString(), " in the scope, block ", prepared.block_id_,
-                             " of the program declares ", DataTypeName(d.Dtype()), " ",
-                             d.Dims().ToString(),
+                             " of the program declares ", DataTypeName(d.dtype), " ",
+                             d.dims.ToString(),
                              " (is the scope another program's? run this program's startup "
                              "program or load its parameters)");
   }

@@ -49,7 +49,12 @@ class PreparedBlock {
   std::vector<std::string> feed_targets_;
   // Persistable tensors read before any op writes them: their values come from the scope
   // (startup, loaded parameters) and must match the program's declaration on every run.
-  std::vector<VarDesc> bound_persistables_;
+  struct Declared {
+    std::string name;
+    DataType dtype;
+    DDim dims;
+  };
+  std::vector<Declared> bound_persistables_;
   bool writes_persistables_ = false;  // some op writes a persistable variable
   // Outer scope serial -> (outer scope, its child holding this block's temporaries).
   std::map<uint64_t, Scope*> local_scopes_;

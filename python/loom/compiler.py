@@ -306,26 +306,30 @@ class CompiledProgram:
             self.with_data_parallel()
         scope = scope or global_scope()
         st = self._state(scope)
-        if st.mpi:
-            return self._run_mpi_rank(st, feed, fetch_list, scope, return_numpy)
-        n = len(self._places)
         feed = feed or {}
         if isinstance(feed, (list, tuple)):
-            raise NotImplementedError("per-place feed lists are not supported: pass one dict, "
-                                      "it is split across the places")
+            raise NotImplementedError(
+                "transport 'mpi': pass this process's feed as one dict" if st.mpi else
+                "per-place feed lists are not supported: pass one dict, it is split across "
+                "the places")
         feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
         try:
-            out = st.runner.step(feed, fetch)
+            # Under MPI the feed is this process's rank's own; else the global batch, split.
+            out = st.runner.step(feed, fetch, split=not st.mpi)
             st.generation = scope.persistables_generation()
         except core.LoomError:
             # A failed step may have aborted the places' group: the next run forms a new one,
             # starting again from place 0's parameters (in `scope`), as a single-place Executor
             # recovers. (Optimizer state that lived on the other places only is lost.)
-            self._states.pop(id(scope), None)
+            if not st.mpi:
+                self._states.pop(id(scope), None)
             raise
+        if st.mpi:
+            return out[0] if not return_numpy else [np.asarray(t) for t in out[0]]
         if not return_numpy:
             return out
+        n = len(out)
         per_place = [[np.asarray(t) for t in rank] for rank in out]
         if not return_merged:
             return [[per_place[r][i] for r in range(n)] for i in range(len(fetch))]
@@ -334,20 +338,6 @@ class CompiledProgram:
             parts = [per_place[r][i] for r in range(n)]
             merged.append(np.concatenate([p.reshape(1) if p.ndim == 0 else p for p in parts]))
         return merged
-
-    def _run_mpi_rank(self, st, feed, fetch_list, scope, return_numpy):
-        """One step of this process's rank: its own feed, its own fetched values."""
-        from .executor import _fetch_name
-        from .framework import Variable
-        feed = feed or {}
-        if isinstance(feed, (list, tuple)):
-            raise NotImplementedError("transport 'mpi': pass this process's feed as one dict")
-        feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
-        fetch = [_fetch_name(v) for v in (fetch_list or [])]
-        out = st.runner.step(feed, fetch, split=False)[0]
-        if not return_numpy:
-            return out
-        return [np.asarray(t) for t in out]
 
 
 class ParallelExecutor:
