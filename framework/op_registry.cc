@@ -213,6 +213,11 @@ OpRegistrar& OpRegistrar::InferShape(InferShapeFn fn) {
   return *this;
 }
 
+OpRegistrar& OpRegistrar::SubBlocksAttr(const std::string& ints_attr) {
+  info_->sub_block_list_attrs.push_back(ints_attr);
+  return *this;
+}
+
 OpRegistrar& OpRegistrar::RepeatsSubBlock() {
   info_->repeats_sub_block = true;
   return *this;

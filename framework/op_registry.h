@@ -170,6 +170,9 @@ struct OpInfo {
   // block for one iteration, with the gradients of the variables it carries from one
   // iteration to the next passed in under seed names (backward.h).
   bool repeats_sub_block = false;
+  // INTS attributes that list sub-blocks the op runs (besides its BLOCK attributes), e.g.
+  // listen_and_serv's optimize blocks: the executor prepares them like any sub-block.
+  std::vector<std::string> sub_block_list_attrs;
   // The slot whose dtype selects the kernel (default: the first input; none: attr "dtype").
   std::string kernel_dtype_slot;
   std::map<KernelKey, KernelFn> kernels;
@@ -232,6 +235,7 @@ class OpRegistrar {
   OpRegistrar& InferShape(InferShapeFn fn);
   OpRegistrar& GradMaker(GradMakerFn fn);
   OpRegistrar& RepeatsSubBlock();
+  OpRegistrar& SubBlocksAttr(const std::string& ints_attr);
   OpRegistrar& KernelDtypeFrom(const std::string& slot);
   OpRegistrar& Kernel(Place::Kind place, DataType dtype, KernelFn fn);
 

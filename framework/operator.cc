@@ -15,6 +15,9 @@ StatusOr<std::unique_ptr<Operator>> Operator::Create(const OpDesc& desc, int blo
   LOOM_ASSIGN_OR_RETURN(op->attrs_, info->ResolveAttrs(desc, where));
   for (const auto& [name, value] : op->attrs_)
     if (const auto* b = std::get_if<BlockIndex>(&value)) op->sub_blocks_.push_back(b->idx);
+  for (const auto& name : info->sub_block_list_attrs)
+    if (auto it = op->attrs_.find(name); it != op->attrs_.end())
+      for (int b : std::get<std::vector<int>>(it->second)) op->sub_blocks_.push_back(b);
   for (const auto& s : desc.proto()->inputs()) {
     op->inputs_.push_back(Slot{s.parameter(), {s.arguments().begin(), s.arguments().end()}, {}});
     for (const auto& a : s.arguments()) op->all_inputs_.push_back(a);

@@ -1,5 +1,6 @@
 #include "framework/verifier.h"
 
+#include <algorithm>
 #include <set>
 
 #include "framework/op_registry.h"
@@ -196,11 +197,15 @@ Status VerifyProgram(const ProgramDesc& program) {
       LOOM_RETURN_IF_ERROR(CheckSlots(*info, block, op, where, /*inputs=*/false));
       LOOM_ASSIGN_OR_RETURN(AttributeMap attrs, info->ResolveAttrs(op, where));
       for (const auto& [name, value] : attrs) {
-        if (const auto* bi = std::get_if<BlockIndex>(&value)) {
-          if (bi->idx <= b || bi->idx >= program.NumBlocks())
-            return InvalidArgument(where, ": attribute '", name, "' names block ", bi->idx,
+        std::vector<int> named;
+        if (const auto* bi = std::get_if<BlockIndex>(&value)) named.push_back(bi->idx);
+        if (std::find(info->sub_block_list_attrs.begin(), info->sub_block_list_attrs.end(),
+                      name) != info->sub_block_list_attrs.end())
+          named = std::get<std::vector<int>>(value);
+        for (int idx : named)
+          if (idx <= b || idx >= program.NumBlocks())
+            return InvalidArgument(where, ": attribute '", name, "' names block ", idx,
                                    ", which is not a sub-block of this program");
-        }
       }
     }
   }

@@ -219,6 +219,7 @@ PYBIND11_MODULE(core, m) {
   RegisterErrors(m);
   RegisterTensor(m);
   RegisterParallel(m);
+  RegisterDistributed(m);
 
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)

@@ -30,6 +30,7 @@ T ValueOrThrow(StatusOr<T> v) {
 void RegisterErrors(py::module_& m);
 void RegisterTensor(py::module_& m);
 void RegisterParallel(py::module_& m);
+void RegisterDistributed(py::module_& m);
 
 // Throws FailedPrecondition (naming `what`) when place is a CUDA place this process cannot use:
 // no CUDA in the build, or no such device.

@@ -14,6 +14,8 @@ from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
+from . import transpiler
+from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 __version__ = core.__version__
 
@@ -23,5 +25,6 @@ __all__ = [
     "cuda_places", "is_compiled_with_cuda", "Executor", "global_scope", "scope_guard", "Scope",
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
-    "BuildStrategy", "ExecutionStrategy", "ParallelExecutor",
+    "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
+    "DistributeTranspiler", "DistributeTranspilerConfig",
 ]

@@ -41,6 +41,7 @@ class Executor:
         self.place = place if place is not None else core.Place.cpu(0)
         self._exe = core.Executor(self.place)
         self._prepared = {}
+        self._trainers = set()  # (trainer_id, endpoints) of parameter-server programs run
 
     def _prepare(self, program):
         key = id(program.desc)
@@ -53,6 +54,10 @@ class Executor:
         if entry is None or entry[1] != fingerprint:
             entry = (self._exe.prepare(program.desc, 0), fingerprint, program.desc)
             self._prepared[key] = entry
+            from .transpiler import rpc_ops
+            rpc = rpc_ops(program)
+            if rpc is not None:
+                self._trainers.add((rpc[0], tuple(rpc[1])))
         return entry[0]
 
     def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed",
@@ -82,4 +87,9 @@ class Executor:
         return out
 
     def close(self):
+        """Releases the prepared programs. A parameter-server trainer tells its servers it is
+        done (every trainer must: a sync server waits for the others until then)."""
         self._prepared.clear()
+        trainers, self._trainers = self._trainers, set()
+        for trainer_id, endpoints in sorted(trainers):
+            core.ps_close(trainer_id, list(endpoints))

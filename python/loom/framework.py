@@ -313,6 +313,13 @@ class Program:
     def _rollback(self):
         self.current_block_idx = self.current_block().parent_idx
 
+    def _replace_desc(self, desc):
+        """Makes this program the given ProgramDesc (a transpiler rewriting it in place)."""
+        self.desc = desc
+        self.blocks = [Block(self, i) for i in range(desc.num_blocks())]
+        self.current_block_idx = 0
+        self._version += 1
+
     def _sync_with_desc(self):
         """Adds Block views for blocks the C++ side appended (gradient blocks of backward)."""
         for i in range(len(self.blocks), self.desc.num_blocks()):

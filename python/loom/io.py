@@ -16,7 +16,16 @@ def save_params(executor, dirname, main_program=None, filename=None):
     core.save_params(_program(main_program).desc, global_scope(), dirname)
 
 
-save_persistables = save_params
+def save_persistables(executor, dirname, main_program=None, filename=None):
+    """save_params; for a parameter-server trainer's program (call it on trainer 0 between
+    steps) every server also saves its blocks and optimizer state to dirname/pserver_<id>,
+    atomically (Fluid's checkpoint_notify)."""
+    from .transpiler import rpc_ops
+    program = _program(main_program)
+    rpc = rpc_ops(program)
+    if rpc is not None:
+        core.ps_checkpoint(rpc[0], rpc[1], rpc[2], os.path.abspath(dirname))
+    save_params(executor, dirname, program, filename)
 
 
 def load_params(executor, dirname, main_program=None, filename=None):
@@ -24,7 +33,15 @@ def load_params(executor, dirname, main_program=None, filename=None):
     core.load_params(_program(main_program).desc, global_scope(), dirname, executor.place)
 
 
-load_persistables = load_params
+def load_persistables(executor, dirname, main_program=None, filename=None):
+    """load_params; for a parameter server's program (after its startup, before it serves)
+    what that server saved to dirname/pserver_<id>, so a restarted server resumes."""
+    from .transpiler import pserver_id
+    program = _program(main_program)
+    sid = pserver_id(program)
+    if sid is not None:
+        dirname = os.path.join(dirname, "pserver_%d" % sid)
+    load_params(executor, dirname, program, filename)
 
 
 def _names(vs):

@@ -618,3 +618,4 @@ def zeros_like(x, out=None):
 from .control_flow import (less_than, less_equal, greater_than, greater_equal, equal,  # noqa: E402
                            not_equal, logical_and, logical_or, logical_xor, logical_not, cond,
                            case, switch_case, while_loop, While)
+from .learning_rate_scheduler import exponential_decay  # noqa: E402,F401

@@ -1,0 +1,443 @@
+// listen_and_serv: a parameter server (Fluid's op of the same name). It binds its endpoint and
+// serves the trainers of one transpile until every one of them has closed (exe.close()):
+//   SEND           a gradient block; sync mode keeps it until the step's barrier, async mode
+//                  applies it at once by running that block's optimize sub-block
+//   BARRIER        the trainer sent its step (with its sample count); sync mode runs the step
+//                  when every trainer still training has: grad = sum over trainers of
+//                  samples_t / samples * grad_t (the gradient of the union of their batches), then
+//                  the learning-rate block once, then every optimize block; async mode runs the
+//                  learning-rate block (it counts every trainer's steps)
+//   GET            a parameter block; sync mode answers once the asked step's update is done
+//   FETCH_BARRIER  answered once every trainer still training has fetched the step
+//   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
+//   COMPLETE       the trainer is done; sync mode computes later steps from the others
+// A trainer silent for LOOM_PS_TIMEOUT_MS is dead: sync mode ends with an error naming it (and
+// sends that error to every trainer waiting here); async mode logs it and serves the rest. A
+// trainer that never shows up within LOOM_PS_CONNECT_TIMEOUT_MS ends the server likewise.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "framework/file_util.h"
+#include "framework/serialization.h"
+#include "operators/common.h"
+#include "operators/distributed/ps_client.h"
+#include "rpc/server.h"
+
+namespace loom::ops {
+namespace {
+
+using StrList = std::vector<std::string>;
+using Clock = std::chrono::steady_clock;
+
+struct Block {
+  std::string param, grad;
+  int optimize_block = -1;
+  Tensor* param_tensor = nullptr;
+  Tensor* grad_tensor = nullptr;
+  std::map<int, zmq::message_t> received;  // sync: trainer -> this step's gradient
+};
+
+struct Waiter {
+  rpc::Request request;
+  int64_t step;
+};
+
+class ParamServer {
+ public:
+  ParamServer(const KernelContext& ctx) : ctx_(ctx) {}
+  Status Init();
+  Status Serve();
+
+ private:
+  Status Handle(rpc::Request& r);
+  Status OnSend(rpc::Request& r);
+  Status OnBarrier(rpc::Request& r);
+  void OnGet(rpc::Request& r);
+  Status TryStep();
+  Status RunStep();
+  void AnswerWaiters();
+  Status CheckTrainers();
+  Status Checkpoint(const std::string& dir);
+  Status Fail(const Status& why);
+  void ReplyBlock(const rpc::Request& r, const Block& b);
+  std::set<int> Live() const;
+  std::string Name() const { return name_; }
+
+  const KernelContext& ctx_;
+  std::unique_ptr<rpc::Server> server_;
+  std::string name_;
+  bool sync_ = true;
+  int trainers_ = 1;
+  rpc::Options options_;
+  std::vector<Block> blocks_;
+  std::map<std::string, int> by_param_, by_grad_;
+  std::vector<int> lr_blocks_;
+  Scope* scope_ = nullptr;
+  int64_t step_done_ = 0;
+  std::set<int> closed_, dead_;
+  std::map<int, int64_t> barrier_, samples_, fetched_;
+  std::vector<Waiter> gets_, fetch_waiters_;
+  Clock::time_point started_;
+};
+
+StatusOr<Tensor*> BoundTensor(Scope* scope, const std::string& name, const KernelContext& ctx) {
+  Variable* v = scope->FindVar(name);
+  if (!v) v = scope->Var(name);
+  return v->GetMutable<Tensor>();
+}
+
+Status ParamServer::Init() {
+  scope_ = ctx_.scope();
+  sync_ = ctx_.Attr<bool>("sync_mode");
+  trainers_ = ctx_.Attr<int>("Fanin");
+  const StrList& params = ctx_.Attr<StrList>("param_blocks");
+  const StrList& grads = ctx_.Attr<StrList>("grad_blocks");
+  const auto& opt = ctx_.Attr<std::vector<int>>("optimize_blocks");
+  if (params.size() != grads.size() || params.size() != opt.size())
+    return ctx_.Error(params.size(), " param_blocks, ", grads.size(), " grad_blocks and ",
+                      opt.size(), " optimize_blocks: they must match one to one");
+  size_t max_bytes = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Block b;
+    b.param = params[i];
+    b.grad = grads[i];
+    b.optimize_block = opt[i];
+    LOOM_ASSIGN_OR_RETURN(b.param_tensor, BoundTensor(scope_, b.param, ctx_));
+    LOOM_ASSIGN_OR_RETURN(b.grad_tensor, BoundTensor(scope_, b.grad, ctx_));
+    if (!b.param_tensor->initialized())
+      return ctx_.Error("parameter block '", b.param,
+                        "' has no value: run the server's startup program first");
+    max_bytes = std::max(max_bytes, b.param_tensor->nbytes());
+    by_param_[b.param] = static_cast<int>(blocks_.size());
+    by_grad_[b.grad] = static_cast<int>(blocks_.size());
+    blocks_.push_back(std::move(b));
+  }
+  lr_blocks_ = ctx_.Attr<std::vector<int>>("lr_blocks");
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> ep,
+                        ResolveEndpoints({ctx_.Attr<std::string>("endpoint")}));
+  LOOM_ASSIGN_OR_RETURN(options_, rpc::OptionsFromEnv());
+  name_ = StrCat("pserver ", ctx_.Attr<int>("pserver_id"), " (", ep[0], ")");
+  if (options_.secret.empty())
+    std::fprintf(stderr, "loom %s: warning: LOOM_PS_SECRET is not set; any local process "
+                 "with an empty secret can connect\n", name_.c_str());
+  rpc::ServerOptions so;
+  so.rpc = options_;
+  so.trainers = trainers_;
+  so.fingerprint = ctx_.Attr<std::string>("fingerprint");
+  so.max_payload_bytes = max_bytes;
+  so.name = name_;
+  auto server = rpc::Server::Bind(ep[0], so);
+  if (!server.ok()) return server.status().WithContext(ctx_.Where());
+  server_ = std::move(*server);
+  started_ = Clock::now();
+  return Status::OK();
+}
+
+std::set<int> ParamServer::Live() const {
+  std::set<int> live;
+  for (int t = 0; t < trainers_; ++t)
+    if (!closed_.count(t) && !dead_.count(t)) live.insert(t);
+  return live;
+}
+
+Status ParamServer::Serve() {
+  while (!Live().empty()) {
+    auto requests = server_->Poll(std::chrono::milliseconds(100));
+    for (auto& r : requests) LOOM_RETURN_IF_ERROR(Handle(r));
+    LOOM_RETURN_IF_ERROR(CheckTrainers());
+  }
+  std::fprintf(stderr, "loom %s: every trainer closed after %lld %s steps; %lld messages "
+               "refused\n", name_.c_str(), static_cast<long long>(step_done_),
+               sync_ ? "sync" : "async", static_cast<long long>(server_->refused()));
+  return Status::OK();
+}
+
+Status ParamServer::Handle(rpc::Request& r) {
+  const int t = r.trainer_id;
+  if (closed_.count(t) || dead_.count(t)) {
+    server_->ReplyError(r, FailedPrecondition("trainer ", t, " already ",
+                                              closed_.count(t) ? "closed" : "timed out"));
+    return Status::OK();
+  }
+  switch (r.header.kind()) {
+    case rpc::Header::SEND: return OnSend(r);
+    case rpc::Header::BARRIER: return OnBarrier(r);
+    case rpc::Header::GET: OnGet(r); return Status::OK();
+    case rpc::Header::FETCH_BARRIER:
+    {
+      const int64_t step = r.header.step();
+      fetched_[t] = std::max(fetched_[t], step);
+      fetch_waiters_.push_back({std::move(r), step});
+    }
+      AnswerWaiters();
+      return Status::OK();
+    case rpc::Header::COMPLETE:
+      closed_.insert(t);
+      server_->Reply(r, {});
+      if (sync_) LOOM_RETURN_IF_ERROR(TryStep());
+      AnswerWaiters();
+      return Status::OK();
+    case rpc::Header::CHECKPOINT: {
+      Status st = Checkpoint(r.header.text());
+      if (st.ok()) server_->Reply(r, {}); else server_->ReplyError(r, st);
+      return Status::OK();
+    }
+    default:
+      server_->ReplyError(r, InvalidArgument("a server does not take ", rpc::KindName(r.header.kind())));
+      return Status::OK();
+  }
+}
+
+Status ParamServer::OnSend(rpc::Request& r) {
+  const rpc::Header& h = r.header;
+  auto it = by_grad_.find(h.name());
+  Status bad;
+  if (it == by_grad_.end()) {
+    bad = InvalidArgument("no gradient block '", h.name(), "' on ", name_);
+  } else {
+    const Tensor& p = *blocks_[it->second].param_tensor;
+    std::vector<int64_t> dims(h.dims().begin(), h.dims().end());
+    if (h.dtype() != static_cast<int>(p.dtype()) || DDim(dims) != p.dims())
+      bad = InvalidArgument("gradient block '", h.name(), "' is ",
+                            DataTypeName(static_cast<DataType>(h.dtype())), DDim(dims).ToString(),
+                            ", the server's block is ", DataTypeName(p.dtype()), p.dims().ToString());
+    else if (sync_ && h.step() != step_done_ + 1)
+      bad = FailedPrecondition("gradient of step ", h.step(), " while the server is at step ",
+                               step_done_ + 1);
+  }
+  if (!bad.ok()) {
+    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
+                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(), bad.message().c_str());
+    server_->ReplyError(r, bad);
+    return Status::OK();
+  }
+  Block& b = blocks_[it->second];
+  if (sync_) {
+    b.received[r.trainer_id] = std::move(r.payload);
+    server_->Reply(r, {});
+    return Status::OK();
+  }
+  // Async: this trainer's gradient alone updates the block now.
+  b.grad_tensor->Resize(b.param_tensor->dims());
+  void* dst = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
+  if (r.payload.size()) std::memcpy(dst, r.payload.data(), r.payload.size());
+  Status st = ctx_.RunBlock(b.optimize_block, scope_);
+  if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
+  server_->Reply(r, {});
+  return Status::OK();
+}
+
+Status ParamServer::OnBarrier(rpc::Request& r) {
+  const int t = r.trainer_id;
+  if (!sync_) {
+    server_->Reply(r, {});
+    for (int lr : lr_blocks_) {
+      Status st = ctx_.RunBlock(lr, scope_);
+      if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": the learning-rate block")));
+    }
+    return Status::OK();
+  }
+  Status bad;
+  if (r.header.step() != step_done_ + 1)
+    bad = FailedPrecondition("barrier of step ", r.header.step(), " while the server is at step ",
+                             step_done_ + 1);
+  for (const auto& b : blocks_)
+    if (bad.ok() && !b.received.count(t))
+      bad = FailedPrecondition("trainer ", t, " ended step ", r.header.step(),
+                               " without sending gradient block '", b.grad, "'");
+  if (!bad.ok()) {
+    server_->ReplyError(r, bad);
+    return Status::OK();
+  }
+  barrier_[t] = r.header.step();
+  samples_[t] = r.header.samples();
+  server_->Reply(r, {});
+  return TryStep();
+}
+
+template <typename T>
+void WeightedSum(const std::vector<std::pair<double, const void*>>& parts, int64_t n, T* out) {
+  std::fill(out, out + n, T(0));
+  for (const auto& [w, data] : parts) {
+    const T* g = static_cast<const T*>(data);
+    const T wt = static_cast<T>(w);
+    for (int64_t i = 0; i < n; ++i) out[i] += wt * g[i];
+  }
+}
+
+Status ParamServer::TryStep() {
+  std::set<int> live = Live();
+  if (live.empty()) return Status::OK();
+  for (int t : live)
+    if (barrier_[t] != step_done_ + 1) return Status::OK();
+  return RunStep();
+}
+
+Status ParamServer::RunStep() {
+  std::set<int> live = Live();
+  int64_t total = 0;
+  for (int t : live) total += samples_[t];
+  for (auto& b : blocks_) {
+    std::vector<std::pair<double, const void*>> parts;
+    for (int t : live) {  // in trainer order: the same sum on every run
+      double w = total > 0 ? static_cast<double>(samples_[t]) / total : 1.0 / live.size();
+      parts.push_back({w, b.received[t].data()});
+    }
+    b.grad_tensor->Resize(b.param_tensor->dims());
+    void* out = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
+    int64_t n = b.param_tensor->numel();
+    if (b.param_tensor->dtype() == proto::FP64)
+      WeightedSum(parts, n, static_cast<double*>(out));
+    else if (b.param_tensor->dtype() == proto::FP32)
+      WeightedSum(parts, n, static_cast<float*>(out));
+    else
+      return Fail(ctx_.Error("parameter block '", b.param, "' is ",
+                             DataTypeName(b.param_tensor->dtype()), "; servers update fp32 and fp64"));
+    b.received.clear();
+  }
+  for (int lr : lr_blocks_) {
+    Status st = ctx_.RunBlock(lr, scope_);
+    if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": the learning-rate block")));
+  }
+  for (auto& b : blocks_) {
+    Status st = ctx_.RunBlock(b.optimize_block, scope_);
+    if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
+  }
+  ++step_done_;
+  AnswerWaiters();
+  return Status::OK();
+}
+
+void ParamServer::ReplyBlock(const rpc::Request& r, const Block& b) {
+  const Tensor& p = *b.param_tensor;
+  rpc::Header h;
+  h.set_kind(rpc::Header::REPLY);
+  h.set_name(b.param);
+  h.set_dtype(static_cast<int>(p.dtype()));
+  for (int64_t d : p.dims().vec()) h.add_dims(d);
+  h.set_nbytes(static_cast<int64_t>(p.nbytes()));
+  h.set_step(step_done_);
+  // Sync mode sends the block's own memory: it changes only after every trainer has received
+  // this reply and sent its next barrier. Async mode updates it any time: a copy.
+  rpc::Payload payload{p.raw_data(), p.nbytes(),
+                       sync_ ? std::shared_ptr<const void>(p.holder()) : nullptr};
+  server_->Reply(r, std::move(h), &payload);
+}
+
+void ParamServer::OnGet(rpc::Request& r) {
+  auto it = by_param_.find(r.header.name());
+  if (it == by_param_.end()) {
+    server_->ReplyError(r, InvalidArgument("no parameter block '", r.header.name(), "' on ", name_));
+    return;
+  }
+  if (!sync_ || r.header.step() <= step_done_) return ReplyBlock(r, blocks_[it->second]);
+  gets_.push_back({std::move(r), 0});
+}
+
+void ParamServer::AnswerWaiters() {
+  std::vector<Waiter> keep;
+  for (auto& w : gets_) {
+    if (w.request.header.step() <= step_done_)
+      ReplyBlock(w.request, blocks_[by_param_[w.request.header.name()]]);
+    else
+      keep.push_back(std::move(w));
+  }
+  gets_.swap(keep);
+  keep.clear();
+  std::set<int> live = Live();
+  for (auto& w : fetch_waiters_) {
+    bool all = true;
+    for (int t : live) all = all && fetched_[t] >= w.step;
+    if (all) server_->Reply(w.request, {}); else keep.push_back(std::move(w));
+  }
+  fetch_waiters_.swap(keep);
+}
+
+Status ParamServer::CheckTrainers() {
+  auto now = Clock::now();
+  std::vector<int> never;
+  for (int t : Live()) {
+    auto heard = server_->LastHeard(t);
+    if (!heard) {
+      if (now - started_ > options_.connect_timeout) never.push_back(t);
+      continue;
+    }
+    if (now - *heard <= options_.timeout) continue;
+    Status why = Timeout(name_, ": trainer ", t, " (", server_->PeerAddress(t), ") sent nothing for ",
+                         options_.timeout.count(), " ms (LOOM_PS_TIMEOUT_MS): it died, hangs, or "
+                         "ended without exe.close()");
+    if (sync_) return Fail(why);
+    std::fprintf(stderr, "loom %s (async): %s; serving the other trainers\n", name_.c_str(),
+                 why.message().c_str());
+    dead_.insert(t);
+  }
+  if (!never.empty()) {
+    std::string ids;
+    for (int t : never) ids += StrCat(ids.empty() ? "" : ", ", t);
+    return Fail(Timeout(name_, ": trainer(s) ", ids, " never connected within ",
+                        options_.connect_timeout.count(), " ms (LOOM_PS_CONNECT_TIMEOUT_MS)"));
+  }
+  if (sync_) return TryStep();
+  return Status::OK();
+}
+
+// Tells every trainer waiting here why the server stops, then stops.
+Status ParamServer::Fail(const Status& why) {
+  for (auto& w : gets_) server_->ReplyError(w.request, why);
+  for (auto& w : fetch_waiters_) server_->ReplyError(w.request, why);
+  gets_.clear();
+  fetch_waiters_.clear();
+  std::fprintf(stderr, "loom %s: %s\n", name_.c_str(), why.message().c_str());
+  return why;
+}
+
+Status ParamServer::Checkpoint(const std::string& dir) {
+  ProgramDesc desc;
+  BlockDesc* block = desc.GlobalBlock();
+  for (const auto& name : ctx_.Attr<StrList>("checkpoint_vars")) {
+    Variable* v = scope_->FindVar(name);
+    if (!v || !v->IsType<Tensor>()) return NotFound(name_, ": no variable '", name, "' to save");
+    const Tensor& t = v->Get<Tensor>();
+    VarDesc d = block->Var(name);
+    d.SetType(proto::VarType::DENSE_TENSOR);
+    d.SetDtype(t.dtype());
+    d.SetDims(t.dims());
+    d.SetPersistable(true);
+  }
+  std::string where = JoinPath(dir, StrCat("pserver_", ctx_.Attr<int>("pserver_id")));
+  Status st = SaveParams(desc, *scope_, where);
+  if (st.ok())
+    std::fprintf(stderr, "loom %s: saved step %lld to %s\n", name_.c_str(),
+                 static_cast<long long>(step_done_), where.c_str());
+  return st;
+}
+
+Status ListenAndServKernel(const KernelContext& ctx) {
+  ParamServer server(ctx);
+  LOOM_RETURN_IF_ERROR(server.Init());
+  return server.Serve();
+}
+
+}  // namespace
+
+LOOM_REGISTER_OP(listen_and_serv)
+    .Doc("Serves the parameter blocks of this server to the trainers until every one has closed "
+         "(see operators/distributed/listen_and_serv.cc for the protocol).")
+    .RequiredAttr<std::string>("endpoint", "host:port to bind, or pserver:I")
+    .RequiredAttr<int>("pserver_id", "this server's index", NonNegative("pserver_id"))
+    .RequiredAttr<int>("Fanin", "number of trainers", Positive("Fanin"))
+    .Attr<bool>("sync_mode", true, "sync: one update per step from every trainer's gradient")
+    .RequiredAttr<StrList>("param_blocks", "the parameter block of each optimize block")
+    .RequiredAttr<StrList>("grad_blocks", "the gradient block of each optimize block")
+    .RequiredAttr<std::vector<int>>("optimize_blocks", "sub-blocks updating each parameter block")
+    .Attr<std::vector<int>>("lr_blocks", {}, "sub-block of the learning-rate schedule (0 or 1)")
+    .Attr<StrList>("checkpoint_vars", {}, "persistables CHECKPOINT saves")
+    .Attr<std::string>("fingerprint", "", "trainers must present the same")
+    .SubBlocksAttr("optimize_blocks")
+    .SubBlocksAttr("lr_blocks")
+    .Kernel(Place::kCPU, proto::FP32, ListenAndServKernel);
+
+}  // namespace loom::ops

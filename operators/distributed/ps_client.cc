@@ -1,0 +1,129 @@
+#include "operators/distributed/ps_client.h"
+
+#include <cstdlib>
+#include <map>
+
+namespace loom::ops {
+namespace {
+
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Connections live until CloseTrainer; ones left open at exit are never destroyed (their I/O
+// threads end with the process; servers notice the silence), so exit order cannot deadlock.
+std::map<std::string, TrainerConnection*>& Registry() {
+  static auto* r = new std::map<std::string, TrainerConnection*>();
+  return *r;
+}
+
+std::string Key(int trainer_id, const std::vector<std::string>& endpoints) {
+  std::string key = std::to_string(trainer_id);
+  for (const auto& e : endpoints) key += "|" + e;
+  return key;
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status TrainerConnection::WaitSends() {
+  std::vector<rpc::Client::Ticket> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    pending.swap(sends);
+  }
+  Status first;
+  for (auto& t : pending) {
+    auto r = client->Wait(t);
+    if (!r.ok() && first.ok()) first = r.status();
+  }
+  return first;
+}
+
+StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints) {
+  std::vector<std::string> env;
+  bool env_read = false;
+  std::vector<std::string> out;
+  for (const auto& e : endpoints) {
+    if (e.rfind("pserver:", 0) != 0) {
+      out.push_back(e);
+      continue;
+    }
+    if (!env_read) {
+      const char* v = std::getenv("PADDLE_PSERVER_ENDPOINTS");
+      if (!v || !*v) v = std::getenv("PADDLE_PSERVERS_IP_PORT_LIST");
+      if (!v || !*v)
+        return FailedPrecondition("the program names parameter server '", e,
+                                  "' by index, but PADDLE_PSERVER_ENDPOINTS is not set (start "
+                                  "the job with `loom launch`, or set it to host:port,...)");
+      env = Split(v);
+      env_read = true;
+    }
+    char* end = nullptr;
+    long i = std::strtol(e.c_str() + 8, &end, 10);
+    if (*end != '\0' || i < 0 || i >= static_cast<long>(env.size()))
+      return InvalidArgument("parameter server '", e, "': PADDLE_PSERVER_ENDPOINTS lists ",
+                             env.size(), " servers");
+    out.push_back(env[i]);
+  }
+  return out;
+}
+
+StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
+                                            const std::vector<std::string>& endpoints,
+                                            const std::string& fingerprint) {
+  LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  std::string key = Key(trainer_id, resolved);
+  auto it = Registry().find(key);
+  if (it != Registry().end()) return it->second;
+  LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
+  LOOM_ASSIGN_OR_RETURN(auto client,
+                        rpc::Client::Connect(resolved, trainer_id, fingerprint, options));
+  auto* conn = new TrainerConnection();
+  conn->client = std::move(client);
+  Registry()[key] = conn;
+  return conn;
+}
+
+Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints) {
+  LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
+  TrainerConnection* conn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto it = Registry().find(Key(trainer_id, resolved));
+    if (it == Registry().end()) return Status::OK();
+    conn = it->second;
+    Registry().erase(it);
+  }
+  std::unique_ptr<TrainerConnection> owned(conn);
+  Status st = conn->WaitSends();
+  rpc::Header h;
+  h.set_kind(rpc::Header::COMPLETE);
+  Status done = conn->client->CallAll(h);
+  return st.ok() ? done : st;
+}
+
+Status CheckpointServers(int trainer_id, const std::vector<std::string>& endpoints,
+                         const std::string& fingerprint, const std::string& dir) {
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, ConnectTrainer(trainer_id, endpoints, fingerprint));
+  LOOM_RETURN_IF_ERROR(conn->WaitSends());
+  rpc::Header h;
+  h.set_kind(rpc::Header::CHECKPOINT);
+  h.set_text(dir);
+  return conn->client->CallAll(h);
+}
+
+}  // namespace loom::ops

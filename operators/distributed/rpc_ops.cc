@@ -1,0 +1,242 @@
+// The trainer's parameter-server ops (Fluid's send / send_barrier / recv / fetch_barrier and
+// split_byref). A step of a transpiled trainer: right after backward finishes a gradient,
+// split_byref cuts it into the row blocks the servers own (views, no copy) and send queues each
+// block to its server (the payload is the block's own memory, kept alive until it is on the
+// wire; send returns at once, so sending overlaps the rest of backward). send_barrier waits for
+// every send's acknowledgement and tells every server the step is complete, with this
+// trainer's sample count (sync mode weights the trainers' gradients by it). recv asks every
+// server for its parameter blocks as of this step (sync: after the step's update) and
+// fetch_barrier returns when every trainer has fetched them. Every wait ends: by the reply, by
+// the server's error, or when the server has been silent for the timeout (rpc/client.h).
+#include <cstring>
+
+#include "operators/common.h"
+#include "operators/distributed/ps_client.h"
+
+namespace loom::ops {
+namespace {
+
+using StrList = std::vector<std::string>;
+
+StatusOr<TrainerConnection*> Connection(const KernelContext& ctx) {
+  auto conn = ConnectTrainer(ctx.Attr<int>("trainer_id"), ctx.Attr<StrList>("endpoints"),
+                             ctx.Attr<std::string>("fingerprint"));
+  if (!conn.ok()) return conn.status().WithContext(ctx.Where());
+  return conn;
+}
+
+// The index in `endpoints` of each entry of `epmap`.
+StatusOr<std::vector<int>> ServerIndices(const KernelContext& ctx, const StrList& epmap) {
+  const StrList& endpoints = ctx.Attr<StrList>("endpoints");
+  std::vector<int> idx;
+  for (const auto& e : epmap) {
+    auto it = std::find(endpoints.begin(), endpoints.end(), e);
+    if (it == endpoints.end())
+      return ctx.Error("epmap names '", e, "', which is not one of the endpoints");
+    idx.push_back(static_cast<int>(it - endpoints.begin()));
+  }
+  return idx;
+}
+
+Status SendKernel(const KernelContext& ctx) {
+  const StrList& epmap = ctx.Attr<StrList>("epmap");
+  const StrList& names = ctx.Attr<StrList>("send_varnames");
+  const int n = ctx.InputSize("X");
+  if (static_cast<int>(epmap.size()) != n || static_cast<int>(names.size()) != n)
+    return ctx.Error(n, " inputs but ", epmap.size(), " epmap and ", names.size(),
+                     " send_varnames entries");
+  LOOM_ASSIGN_OR_RETURN(std::vector<int> server, ServerIndices(ctx, epmap));
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    step = conn->step + 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    const Tensor& x = ctx.Input("X", i);
+    if (!x.place().is_cpu()) return ctx.Error("send needs CPU tensors, X[", i, "] is not");
+    rpc::Header h;
+    h.set_kind(rpc::Header::SEND);
+    h.set_name(names[i]);
+    h.set_dtype(static_cast<int>(x.dtype()));
+    for (int64_t d : x.dims().vec()) h.add_dims(d);
+    h.set_nbytes(static_cast<int64_t>(x.nbytes()));
+    h.set_step(step);
+    rpc::Payload p{x.raw_data(), x.nbytes(), std::shared_ptr<const void>(x.holder())};
+    auto ticket = conn->client->Post(server[i], std::move(h), &p);
+    std::lock_guard<std::mutex> lock(conn->mu);
+    conn->sends.push_back(std::move(ticket));
+  }
+  return Status::OK();
+}
+
+Status SendBarrierKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  LOOM_RETURN_IF_ERROR(conn->WaitSends().WithContext(ctx.Where()));
+  int64_t samples = 1;
+  if (ctx.InputSize("Samples") > 0) {
+    const Tensor& b = ctx.Input("Samples");
+    samples = b.dims().size() > 0 ? b.dims()[0] : 1;
+  }
+  rpc::Header h;
+  h.set_kind(rpc::Header::BARRIER);
+  h.set_samples(samples);
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    h.set_step(++conn->step);
+  }
+  Status st = conn->client->CallAll(h);
+  return st.ok() ? st : st.WithContext(ctx.Where());
+}
+
+Status RecvKernel(const KernelContext& ctx) {
+  const StrList& epmap = ctx.Attr<StrList>("epmap");
+  const StrList& names = ctx.Attr<StrList>("recv_varnames");
+  const int n = ctx.OutputSize("Out");
+  if (static_cast<int>(epmap.size()) != n || static_cast<int>(names.size()) != n)
+    return ctx.Error(n, " outputs but ", epmap.size(), " epmap and ", names.size(),
+                     " recv_varnames entries");
+  LOOM_ASSIGN_OR_RETURN(std::vector<int> server, ServerIndices(ctx, epmap));
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  LOOM_RETURN_IF_ERROR(conn->WaitSends().WithContext(ctx.Where()));
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    step = conn->step;
+  }
+  std::vector<rpc::Client::Ticket> tickets;
+  for (int i = 0; i < n; ++i) {
+    rpc::Header h;
+    h.set_kind(rpc::Header::GET);
+    h.set_name(names[i]);
+    h.set_step(step);
+    tickets.push_back(conn->client->Post(server[i], std::move(h)));
+  }
+  Status first;
+  for (int i = 0; i < n; ++i) {
+    auto r = conn->client->Wait(tickets[i]);
+    if (!r.ok()) {
+      if (first.ok()) first = r.status().WithContext(ctx.Where());
+      continue;
+    }
+    if (!r->has_payload) {
+      if (first.ok()) first = ctx.Error("the reply for '", names[i], "' carries no tensor");
+      continue;
+    }
+    Tensor* out = ctx.Output("Out", i);
+    std::vector<int64_t> dims(r->header.dims().begin(), r->header.dims().end());
+    out->Resize(DDim(dims));
+    void* dst = out->mutable_data(Place::CPU(), static_cast<DataType>(r->header.dtype()));
+    if (r->payload.size() != out->nbytes()) {
+      if (first.ok()) first = ctx.Error("reply for '", names[i], "' has a bad size");
+      continue;
+    }
+    if (r->payload.size() > 0) std::memcpy(dst, r->payload.data(), r->payload.size());
+  }
+  return first;
+}
+
+Status FetchBarrierKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  rpc::Header h;
+  h.set_kind(rpc::Header::FETCH_BARRIER);
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    h.set_step(conn->step);
+  }
+  Status st = conn->client->CallAll(h);
+  return st.ok() ? st : st.WithContext(ctx.Where());
+}
+
+// ---- split_byref ----
+Status SplitByrefInferShape(InferShapeContext* ctx) {
+  DDim x = ctx->InputDim("X");
+  const auto& rows = ctx->Attr<std::vector<int64_t>>("sections");
+  if (static_cast<int>(rows.size()) != ctx->OutputSize("Out"))
+    return ctx->Error(rows.size(), " sections for ", ctx->OutputSize("Out"), " outputs");
+  int64_t total = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0) return ctx->Error("sections[", i, "] is negative");
+    DDim d = x;
+    if (d.size() == 0) return ctx->Error(ctx->DescribeInput("X"), " has no dim 0 to split");
+    d[0] = rows[i];
+    ctx->SetOutputDim("Out", d, static_cast<int>(i));
+    ctx->SetOutputDtype("Out", ctx->InputDtype("X"), static_cast<int>(i));
+    total += rows[i];
+  }
+  if (x.size() > 0 && x[0] >= 0 && total != x[0])
+    return ctx->Error("sections add up to ", total, " rows, ", ctx->DescribeInput("X"), " has ",
+                      x[0]);
+  return Status::OK();
+}
+
+Status SplitByrefKernel(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const auto& rows = ctx.Attr<std::vector<int64_t>>("sections");
+  int64_t begin = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (begin + rows[i] > (x.dims().size() ? x.dims()[0] : 0))
+      return ctx.Error("sections exceed the ", x.dims()[0], " rows of X");
+    *ctx.Output("Out", static_cast<int>(i)) = x.Slice(begin, begin + rows[i]);
+    begin += rows[i];
+  }
+  return Status::OK();
+}
+
+#define LOOM_RPC_KERNELS(fn)                 \
+  Kernel(Place::kCPU, proto::FP32, fn)       \
+      .Kernel(Place::kCPU, proto::FP64, fn)  \
+      .Kernel(Place::kCPU, proto::FP16, fn)  \
+      .Kernel(Place::kCPU, proto::INT32, fn) \
+      .Kernel(Place::kCPU, proto::INT64, fn)
+
+const char* kEndpointsDoc =
+    "every parameter server of the job, in order: \"host:port\", or \"pserver:I\" for the I-th "
+    "entry of PADDLE_PSERVER_ENDPOINTS at run time";
+
+}  // namespace
+
+LOOM_REGISTER_OP(send)
+    .Doc("Queues each X[i] to server epmap[i] as block send_varnames[i] (no copy; returns at once).")
+    .Input("X", "gradient blocks", /*duplicable=*/true)
+    .RequiredAttr<StrList>("epmap", "the server of each X")
+    .RequiredAttr<StrList>("send_varnames", "the block name of each X on its server")
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .LOOM_RPC_KERNELS(SendKernel);
+
+LOOM_REGISTER_OP(send_barrier)
+    .Doc("Waits for the step's sends to be acknowledged and tells every server the step is sent.")
+    .Input("Samples", "a batch input: its dim 0 is this trainer's sample count", false, true)
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .LOOM_RPC_KERNELS(SendBarrierKernel);
+
+LOOM_REGISTER_OP(recv)
+    .Doc("Out[i] = block recv_varnames[i] of server epmap[i], as of this trainer's last step.")
+    .Output("Out", "parameter blocks", /*duplicable=*/true)
+    .RequiredAttr<StrList>("epmap", "the server of each Out")
+    .RequiredAttr<StrList>("recv_varnames", "the block name of each Out on its server")
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .Kernel(Place::kCPU, proto::FP32, RecvKernel);
+
+LOOM_REGISTER_OP(fetch_barrier)
+    .Doc("Returns when every trainer has fetched the parameters of this step.")
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .Kernel(Place::kCPU, proto::FP32, FetchBarrierKernel);
+
+LOOM_REGISTER_OP(split_byref)
+    .Doc("Out[i] = rows [sum(sections[:i]), sum(sections[:i+1])) of X, views without a copy.")
+    .Input("X", "the tensor to split along dim 0")
+    .Output("Out", "the row blocks", /*duplicable=*/true)
+    .RequiredAttr<std::vector<int64_t>>("sections", "rows of each block")
+    .InferShape(SplitByrefInferShape)
+    .LOOM_RPC_KERNELS(SplitByrefKernel);
+
+}  // namespace loom::ops

@@ -1,0 +1,60 @@
+// Bindings for parameter-server training: the DistributeTranspiler's C++ pipeline and the
+// trainer's connection to its servers (close, checkpoint). loom.transpiler drives them.
+#include <google/protobuf/text_format.h>
+#include <pybind11/stl.h>
+
+#include "operators/distributed/ps_client.h"
+#include "python/core/common.h"
+#include "transpiler/distribute.h"
+
+namespace loom::python {
+
+void RegisterDistributed(py::module_& m) {
+  m.def(
+      "transpile_pserver",
+      [](const ProgramDesc& startup, const ProgramDesc& main, int trainers,
+         const std::vector<std::string>& pservers, bool sync_mode, bool slice_var_up,
+         const std::string& split_method, int64_t min_block_size) {
+        transpiler::DistributeConfig c;
+        c.trainers = trainers;
+        c.pservers = pservers;
+        c.sync_mode = sync_mode;
+        c.slice_var_up = slice_var_up;
+        c.split_method = split_method;
+        c.min_block_size = min_block_size;
+        auto r = ValueOrThrow(transpiler::TranspileDistribute(startup, main, c));
+        auto wrap = [](std::vector<ProgramDesc>& v) {
+          std::vector<std::shared_ptr<ProgramDesc>> out;
+          for (auto& p : v) out.push_back(std::make_shared<ProgramDesc>(std::move(p)));
+          return out;
+        };
+        std::string text;
+        google::protobuf::TextFormat::PrintToString(r.manifest, &text);
+        return py::make_tuple(wrap(r.trainer_startup), wrap(r.trainer_main),
+                              wrap(r.pserver_startup), wrap(r.pserver_main), text);
+      },
+      py::arg("startup"), py::arg("main"), py::arg("trainers"), py::arg("pservers"),
+      py::arg("sync_mode") = true, py::arg("slice_var_up") = true,
+      py::arg("split_method") = "round_robin", py::arg("min_block_size") = 8192,
+      "Transpiles a single-device (startup, main) for parameter servers: returns (trainer "
+      "startups, trainer mains, server startups, server mains, the manifest as text).");
+  m.def(
+      "ps_close",
+      [](int trainer_id, const std::vector<std::string>& endpoints) {
+        py::gil_scoped_release release;
+        ThrowIfError(ops::CloseTrainer(trainer_id, endpoints));
+      },
+      py::arg("trainer_id"), py::arg("endpoints"),
+      "Tells every server this trainer is done and closes its connections (exe.close()).");
+  m.def(
+      "ps_checkpoint",
+      [](int trainer_id, const std::vector<std::string>& endpoints, const std::string& fingerprint,
+         const std::string& dir) {
+        py::gil_scoped_release release;
+        ThrowIfError(ops::CheckpointServers(trainer_id, endpoints, fingerprint, dir));
+      },
+      py::arg("trainer_id"), py::arg("endpoints"), py::arg("fingerprint"), py::arg("dir"),
+      "Makes every server save its blocks and optimizer state under dir/pserver_<id>.");
+}
+
+}  // namespace loom::python

@@ -1,0 +1,145 @@
+"""Fluid's DistributeTranspiler: parameter-server training.
+
+    t = fluid.DistributeTranspiler(config=fluid.DistributeTranspilerConfig())
+    t.transpile(trainer_id, program=main, pservers="127.0.0.1:6174,127.0.0.1:6175", trainers=2,
+                sync_mode=True, startup_program=startup)
+    # server:  prog, pstartup = t.get_pserver_programs(endpoint); exe.run(pstartup); exe.run(prog)
+    # trainer: exe.run(startup); prog = t.get_trainer_program(); ... exe.run(prog, ...); exe.close()
+
+The rewriting is Loom's C++ pipeline (``loom transpile --mode pserver``). transpile() turns the
+given startup program into this trainer's startup in place (as Fluid does): it no longer
+initializes the parameters but fetches them from the servers, so every trainer starts from the
+servers' values (the single-device startup's initializers, run on the servers). Servers and
+trainers prove the shared secret LOOM_PS_SECRET to each other (``loom launch`` sets it).
+"""
+from . import core
+from .framework import Program, default_main_program, default_startup_program
+
+
+class RoundRobin:
+    """Blocks placed on servers in turn (Fluid's split method)."""
+    name = "round_robin"
+
+
+class HashName:
+    """Blocks placed on the server a stable hash of their name picks (FNV-1a, the same in every
+    process, unlike Python's hash())."""
+    name = "hash"
+
+
+class Bytes:
+    """Loom's balanced placement: the largest block first onto the least-loaded server."""
+    name = "bytes"
+
+
+class DistributeTranspilerConfig:
+    """slice_var_up: cut parameters into blocks over the servers; split_method: RoundRobin,
+    HashName or Bytes (a class or its name); min_block_size: the fewest elements of a block;
+    mode: "pserver" (the only mode so far)."""
+
+    def __init__(self):
+        self.slice_var_up = True
+        self.split_method = RoundRobin
+        self.min_block_size = 8192
+        self.mode = "pserver"
+        self.sync_mode = None  # transpile()'s sync_mode wins when this is None
+
+    def _split(self):
+        m = self.split_method
+        name = getattr(m, "name", m)
+        if name not in ("round_robin", "hash", "bytes", "RoundRobin", "HashName"):
+            raise ValueError("DistributeTranspilerConfig.split_method must be RoundRobin, "
+                             "HashName or Bytes, got %r" % (m,))
+        return name
+
+
+def _program_of(desc):
+    p = Program(desc)
+    p._sync_with_desc()
+    return p
+
+
+class DistributeTranspiler:
+    def __init__(self, config=None):
+        self.config = config or DistributeTranspilerConfig()
+        if self.config.mode != "pserver":
+            raise ValueError("DistributeTranspiler: mode %r is not supported (pserver)"
+                             % (self.config.mode,))
+        self._result = None
+
+    def transpile(self, trainer_id, program=None, pservers="127.0.0.1:6174", trainers=1,
+                  sync_mode=True, startup_program=None, current_endpoint="127.0.0.1:6174"):
+        """Rewrites for trainers talking to the servers in pservers ("host:port,..."). The
+        startup program becomes trainer_id's startup in place; get_trainer_program() and
+        get_pserver_program(s)() return the rest."""
+        main = program or default_main_program()
+        startup = startup_program or default_startup_program()
+        eps = [e.strip() for e in (pservers.split(",") if isinstance(pservers, str) else pservers)]
+        if not isinstance(trainers, int) or trainers < 1:
+            raise ValueError("transpile: trainers must be a positive int, got %r" % (trainers,))
+        if not isinstance(trainer_id, int) or not 0 <= trainer_id < trainers:
+            raise ValueError("transpile: trainer_id %r is not in 0..%d" % (trainer_id, trainers - 1))
+        sync = sync_mode if self.config.sync_mode is None else self.config.sync_mode
+        out = core.transpile_pserver(startup.desc, main.desc, trainers, eps, bool(sync),
+                                     bool(self.config.slice_var_up), self.config._split(),
+                                     int(self.config.min_block_size))
+        tstart, tmain, pstart, pmain, manifest = out
+        self._endpoints = eps
+        self._trainer_id = trainer_id
+        self._trainer_startups, self._trainer_mains = tstart, tmain
+        self._pserver_startups, self._pserver_mains = pstart, pmain
+        self.manifest = manifest
+        self._origin_startup = startup.desc.clone()
+        # Fluid rewrites the startup program in place: the trainer's startup fetches parameters.
+        startup._replace_desc(tstart[trainer_id])
+        main_out = _program_of(tmain[trainer_id])
+        main_out.random_seed = getattr(main, "random_seed", 0)
+        self._trainer_program = main_out
+        self._result = out
+
+    def _check(self):
+        if self._result is None:
+            raise RuntimeError("DistributeTranspiler: call transpile() first")
+
+    def get_trainer_program(self, wait_port=True):
+        """This trainer's main program (transpile()'s trainer_id)."""
+        self._check()
+        return self._trainer_program
+
+    def _server_index(self, endpoint):
+        self._check()
+        if endpoint not in self._endpoints:
+            raise ValueError("%r is not one of the pservers %s" % (endpoint, self._endpoints))
+        return self._endpoints.index(endpoint)
+
+    def get_pserver_program(self, endpoint):
+        """The main program of the server at endpoint: listen_and_serv and its optimize blocks."""
+        return _program_of(self._pserver_mains[self._server_index(endpoint)])
+
+    def get_startup_program(self, endpoint, pserver_program=None, startup_program=None):
+        """The startup program of the server at endpoint."""
+        return _program_of(self._pserver_startups[self._server_index(endpoint)])
+
+    def get_pserver_programs(self, endpoint):
+        """(main, startup) of the server at endpoint."""
+        return self.get_pserver_program(endpoint), self.get_startup_program(endpoint)
+
+
+def rpc_ops(program):
+    """(trainer_id, endpoints, fingerprint) of the parameter-server ops in program, or None."""
+    block = program.desc.block(0)
+    for i in range(block.op_size()):
+        op = block.op(i)
+        if op.type() in ("send", "recv", "send_barrier", "fetch_barrier"):
+            return (op.attr("trainer_id"), list(op.attr("endpoints")), op.attr("fingerprint"))
+    return None
+
+
+def pserver_id(program):
+    """The server index of a server program (listen_and_serv's pserver_id), or None."""
+    block = program.desc.block(0)
+    for i in range(block.op_size()):
+        op = block.op(i)
+        if op.type() == "listen_and_serv":
+            return op.attr("pserver_id")
+    return None

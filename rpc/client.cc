@@ -1,0 +1,315 @@
+#include "rpc/client.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "base/deadline.h"
+#include "rpc/auth.h"
+
+namespace loom::rpc {
+
+struct Client::Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  Reply reply;
+};
+
+namespace {
+
+using std::chrono::milliseconds;
+
+void Complete(const Client::Ticket& t, Status status, Reply reply = {}) {
+  std::lock_guard<std::mutex> lock(t->mu);
+  t->status = std::move(status);
+  t->reply = std::move(reply);
+  t->done = true;
+  t->cv.notify_all();
+}
+
+void SendFrames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
+  for (size_t i = 0; i < frames.size(); ++i)
+    socket.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
+                                                 : zmq::send_flags::none);
+}
+
+// Every frame of the next message, or none when nothing is waiting.
+std::vector<zmq::message_t> RecvFrames(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> frames;
+  zmq::message_t m;
+  if (!socket.recv(m, zmq::recv_flags::dontwait)) return frames;
+  bool more = m.more();
+  frames.push_back(std::move(m));
+  while (more) {
+    zmq::message_t next;
+    (void)socket.recv(next, zmq::recv_flags::none);
+    more = next.more();
+    frames.push_back(std::move(next));
+  }
+  return frames;
+}
+
+Status ErrorOf(const Header& h, const std::string& endpoint) {
+  int code = h.code();
+  if (code <= 0 || code > static_cast<int>(StatusCode::kAborted))
+    code = static_cast<int>(StatusCode::kFailedPrecondition);
+  return Status(static_cast<StatusCode>(code), StrCat("parameter server ", endpoint, ": ", h.text()));
+}
+
+}  // namespace
+
+Client::Client(std::vector<std::string> endpoints, int trainer_id, Options options)
+    : endpoints_(std::move(endpoints)), trainer_id_(trainer_id), options_(std::move(options)),
+      ctx_(1) {}
+
+StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>& endpoints,
+                                                  int trainer_id, const std::string& fingerprint,
+                                                  const Options& options) {
+  if (endpoints.empty()) return InvalidArgument("no parameter server endpoints");
+  std::unique_ptr<Client> c(new Client(endpoints, trainer_id, options));
+  for (const auto& ep : endpoints) {
+    LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(ep));
+    zmq::socket_t s(c->ctx_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::sndhwm, 0);
+    s.set(zmq::sockopt::rcvhwm, 0);
+    s.connect(addr);
+    c->sockets_.push_back(std::move(s));
+  }
+  LOOM_RETURN_IF_ERROR(c->Handshake(fingerprint));
+  size_t n = endpoints.size();
+  c->dead_.assign(n, Status::OK());
+  c->waiting_.resize(n);
+  auto now = std::chrono::steady_clock::now();
+  c->last_heard_.assign(n, now);
+  c->last_beat_.assign(n, now);
+  c->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (c->wake_fd_ < 0) return ResourceExhausted("eventfd failed");
+  c->io_ = std::thread([raw = c.get()] { raw->Loop(); });
+  return c;
+}
+
+Client::~Client() {
+  stop_ = true;
+  Wake();
+  if (io_.joinable()) io_.join();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  sockets_.clear();
+  ctx_.close();
+}
+
+// HELLO -> CHALLENGE (the server proves the secret) -> AUTH (this trainer proves it) -> REPLY,
+// with every server at once, within the connect timeout.
+Status Client::Handshake(const std::string& fingerprint) {
+  const size_t n = sockets_.size();
+  std::vector<std::string> nonce(n);
+  std::vector<int> state(n, 0);  // 0: hello sent, 1: auth sent, 2: done
+  for (size_t s = 0; s < n; ++s) {
+    nonce[s] = NewNonce();
+    Header h;
+    h.set_kind(Header::HELLO);
+    h.set_trainer_id(trainer_id_);
+    h.set_fingerprint(fingerprint);
+    h.set_nonce(nonce[s]);
+    auto frames = Encode(h);
+    SendFrames(sockets_[s], frames);
+  }
+  Deadline deadline = DeadlineAfter(options_.connect_timeout);
+  size_t done = 0;
+  while (done < n) {
+    if (Clock::now() >= deadline) {
+      for (size_t s = 0; s < n; ++s)
+        if (state[s] != 2)
+          return Timeout("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
+                         " did not answer within ", options_.connect_timeout.count(),
+                         " ms (not started, or a wrong endpoint? LOOM_PS_CONNECT_TIMEOUT_MS)");
+    }
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::min(milliseconds(100), TimeLeft(deadline)));
+    for (size_t s = 0; s < n; ++s) {
+      if (!(items[s].revents & ZMQ_POLLIN)) continue;
+      auto frames = RecvFrames(sockets_[s]);
+      if (frames.empty()) continue;
+      auto m = Decode(&frames);
+      if (!m.ok())
+        return m.status().WithContext(StrCat("parameter server ", endpoints_[s], " handshake"));
+      const Header& h = m->header;
+      if (h.kind() == Header::ERROR) return ErrorOf(h, endpoints_[s]);
+      if (state[s] == 0 && h.kind() == Header::CHALLENGE) {
+        bool server_ok = ProofMatches(h.mac(), Proof(options_.secret, "server", nonce[s], trainer_id_));
+        Header a;
+        a.set_kind(Header::AUTH);
+        a.set_trainer_id(trainer_id_);
+        a.set_mac(Proof(options_.secret, "trainer", h.nonce(), trainer_id_));
+        auto frames2 = Encode(a);
+        SendFrames(sockets_[s], frames2);
+        if (!server_ok)
+          return FailedPrecondition("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
+                                    " could not prove LOOM_PS_SECRET (the secrets differ)");
+        state[s] = 1;
+      } else if (state[s] == 1 && h.kind() == Header::REPLY) {
+        state[s] = 2;
+        ++done;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+void Client::Wake() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t r = write(wake_fd_, &one, sizeof(one));
+  (void)r;
+}
+
+Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
+  auto ticket = std::make_shared<Pending>();
+  if (server < 0 || server >= static_cast<int>(endpoints_.size())) {
+    Complete(ticket, InvalidArgument("no parameter server ", server, " (", endpoints_.size(),
+                                     " servers)"));
+    return ticket;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({server, std::move(header), payload != nullptr,
+                      payload ? *payload : Payload{}, ticket});
+  }
+  Wake();
+  return ticket;
+}
+
+StatusOr<Reply> Client::Wait(const Ticket& t) {
+  std::unique_lock<std::mutex> lock(t->mu);
+  // The I/O thread completes every request: by its reply, or by declaring its server dead
+  // after the timeout; this wait is bounded by that.
+  t->cv.wait(lock, [&] { return t->done; });
+  if (!t->status.ok()) return t->status;
+  return std::move(t->reply);
+}
+
+Status Client::CallAll(const Header& header) {
+  std::vector<Ticket> tickets;
+  for (size_t s = 0; s < endpoints_.size(); ++s) tickets.push_back(Post(static_cast<int>(s), header));
+  Status first;
+  for (auto& t : tickets) {
+    auto r = Wait(t);
+    if (!r.ok() && first.ok()) first = r.status();
+  }
+  return first;
+}
+
+void Client::Loop() {
+  while (!stop_) {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::min(options_.heartbeat, milliseconds(100)));
+    if (items.back().revents & ZMQ_POLLIN) {
+      uint64_t count;
+      ssize_t r = read(wake_fd_, &count, sizeof(count));
+      (void)r;
+    }
+    SendQueued();
+    for (size_t s = 0; s < sockets_.size(); ++s)
+      if (items[s].revents & ZMQ_POLLIN) ReadReplies(static_cast<int>(s));
+    CheckLiveness();
+  }
+  // Nothing is answered any more: whoever still waits learns why.
+  for (size_t s = 0; s < sockets_.size(); ++s)
+    FailServer(static_cast<int>(s), Aborted("trainer ", trainer_id_, ": the connection to ",
+                                            endpoints_[s], " was closed"));
+  SendQueued();
+}
+
+void Client::SendQueued() {
+  std::deque<Outgoing> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(queue_);
+  }
+  for (auto& o : batch) {
+    Status dead;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      dead = dead_[o.server];
+    }
+    if (!dead.ok()) {
+      Complete(o.ticket, dead);
+      continue;
+    }
+    uint64_t id = next_id_++;
+    o.header.set_id(id);
+    o.header.set_trainer_id(trainer_id_);
+    waiting_[o.server][id] = o.ticket;
+    auto frames = Encode(o.header, o.has_payload ? &o.payload : nullptr);
+    SendFrames(sockets_[o.server], frames);
+  }
+}
+
+void Client::ReadReplies(int s) {
+  for (;;) {
+    auto frames = RecvFrames(sockets_[s]);
+    if (frames.empty()) return;
+    last_heard_[s] = std::chrono::steady_clock::now();
+    auto m = Decode(&frames);
+    if (!m.ok()) {
+      FailServer(s, Internal("parameter server ", endpoints_[s], " sent a malformed message: ",
+                             m.status().message()));
+      return;
+    }
+    auto it = waiting_[s].find(m->header.id());
+    if (it == waiting_[s].end()) continue;  // a heartbeat's answer
+    Ticket t = it->second;
+    waiting_[s].erase(it);
+    if (m->header.kind() == Header::ERROR) {
+      Complete(t, ErrorOf(m->header, endpoints_[s]));
+    } else {
+      Reply r;
+      r.header = std::move(m->header);
+      r.has_payload = m->has_payload;
+      r.payload = std::move(m->payload);
+      Complete(t, Status::OK(), std::move(r));
+    }
+  }
+}
+
+void Client::CheckLiveness() {
+  auto now = std::chrono::steady_clock::now();
+  for (size_t s = 0; s < sockets_.size(); ++s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!dead_[s].ok()) continue;
+    }
+    if (now - last_heard_[s] > options_.timeout) {
+      FailServer(static_cast<int>(s),
+                 Timeout("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
+                         " sent nothing for ", options_.timeout.count(),
+                         " ms (LOOM_PS_TIMEOUT_MS): it died or is unreachable"));
+      continue;
+    }
+    if (now - last_beat_[s] >= options_.heartbeat) {
+      Header h;
+      h.set_kind(Header::HEARTBEAT);
+      h.set_trainer_id(trainer_id_);
+      auto frames = Encode(h);
+      SendFrames(sockets_[s], frames);
+      last_beat_[s] = now;
+    }
+  }
+}
+
+void Client::FailServer(int s, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_[s].ok()) dead_[s] = why;
+  }
+  for (auto& [id, t] : waiting_[s]) Complete(t, why);
+  waiting_[s].clear();
+}
+
+}  // namespace loom::rpc

@@ -1,0 +1,90 @@
+// A trainer's connections to its parameter servers. Connect() authenticates with every server
+// (rpc/auth.h) and checks that both sides come from one transpile (the program fingerprint);
+// afterwards one I/O thread owns the sockets: it sends what Post() queues (payloads without a
+// copy), matches replies to their requests, says every heartbeat interval that this trainer is
+// alive, and fails every request to a server that has been silent for the timeout, naming its
+// endpoint. Post() never blocks; Wait() blocks until the reply, the server's refusal or that
+// failure, so sends overlap whatever the caller does next.
+//
+// Thread safety: Post and Wait may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc/message.h"
+#include "rpc/options.h"
+
+namespace loom::rpc {
+
+struct Reply {
+  Header header;
+  bool has_payload = false;
+  zmq::message_t payload;
+};
+
+class Client {
+ public:
+  struct Pending;
+  using Ticket = std::shared_ptr<Pending>;
+
+  static StatusOr<std::unique_ptr<Client>> Connect(const std::vector<std::string>& endpoints,
+                                                   int trainer_id, const std::string& fingerprint,
+                                                   const Options& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Queues a request to server `server` (an index into endpoints()); its id is set here.
+  Ticket Post(int server, Header header, const Payload* payload = nullptr);
+  // The reply to a posted request; a server's ERROR reply is an error carrying its text.
+  StatusOr<Reply> Wait(const Ticket& ticket);
+  // Posts to every server and waits for all replies (the first error wins).
+  Status CallAll(const Header& header);
+
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  int trainer_id() const { return trainer_id_; }
+
+ private:
+  struct Outgoing {
+    int server;
+    Header header;
+    bool has_payload;
+    Payload payload;
+    Ticket ticket;
+  };
+  Client(std::vector<std::string> endpoints, int trainer_id, Options options);
+  Status Handshake(const std::string& fingerprint);
+  void Loop();
+  void SendQueued();
+  void ReadReplies(int server);
+  void CheckLiveness();
+  void FailServer(int server, const Status& why);
+  void Wake();
+
+  std::vector<std::string> endpoints_;
+  int trainer_id_;
+  Options options_;
+  zmq::context_t ctx_;
+  std::vector<zmq::socket_t> sockets_;  // one DEALER per server
+  int wake_fd_ = -1;                    // eventfd: Post() wakes the I/O thread
+  std::thread io_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex mu_;                 // guards queue_ and dead_
+  std::deque<Outgoing> queue_;
+  std::vector<Status> dead_;      // per server: why it is considered dead (OK: alive)
+  // I/O thread only:
+  uint64_t next_id_ = 1;
+  std::vector<std::map<uint64_t, Ticket>> waiting_;  // per server, by request id
+  std::vector<std::chrono::steady_clock::time_point> last_heard_, last_beat_;
+};
+
+}  // namespace loom::rpc

@@ -1,0 +1,54 @@
+// Messages of the parameter-server transport: a protobuf Header frame and, for tensors, one raw
+// payload frame that is sent without a serialization copy (the sender's buffer is handed to
+// ZeroMQ and kept alive until it is on the wire). Every message is validated here, as it
+// arrives, before anything reads its payload: frame count, header size and parse, kind, the
+// fields the kind needs, dtype, dims and byte counts.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "rpc/rpc.pb.h"
+
+namespace loom::rpc {
+
+using proto::Header;
+
+inline constexpr size_t kMaxHeaderBytes = 64 << 10;
+inline constexpr int kMaxDims = 8;
+inline constexpr size_t kMaxNameBytes = 1024;
+
+// Bytes per element of a framework.proto DataType number; -1 when it is none.
+int64_t DtypeBytes(int dtype);
+
+struct Message {
+  Header header;
+  bool has_payload = false;
+  zmq::message_t payload;
+};
+
+// A tensor to send: data stays valid while keepalive is held.
+struct Payload {
+  const void* data = nullptr;
+  size_t nbytes = 0;
+  std::shared_ptr<const void> keepalive;
+};
+
+// Parses and validates a header frame; payload_bytes is the size of the frame after it (-1:
+// none).
+StatusOr<Header> DecodeHeader(const void* data, size_t size, int64_t payload_bytes);
+
+// Validates a multipart message (header [+ payload]) and takes its frames.
+StatusOr<Message> Decode(std::vector<zmq::message_t>* frames);
+
+// The frames of a message: the header, and the payload when given (zero copy when it has a
+// keepalive, else copied).
+std::vector<zmq::message_t> Encode(const Header& header, const Payload* payload = nullptr);
+
+const char* KindName(int kind);
+
+}  // namespace loom::rpc

@@ -1,0 +1,47 @@
+#include "rpc/options.h"
+
+#include <cstdlib>
+#include <cstdio>
+
+namespace loom::rpc {
+namespace {
+
+Status ReadMs(const char* name, std::chrono::milliseconds* out) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return Status::OK();
+  char* end = nullptr;
+  long long ms = std::strtoll(v, &end, 10);
+  if (*end != '\0' || ms <= 0 || ms > 24LL * 3600 * 1000)
+    return InvalidArgument(name, "='", v, "' is not a number of milliseconds in [1, 86400000]");
+  *out = std::chrono::milliseconds(ms);
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<Options> OptionsFromEnv() {
+  Options o;
+  if (const char* s = std::getenv("LOOM_PS_SECRET")) o.secret = s;
+  LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_HEARTBEAT_MS", &o.heartbeat));
+  LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_TIMEOUT_MS", &o.timeout));
+  LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_CONNECT_TIMEOUT_MS", &o.connect_timeout));
+  if (o.heartbeat * 2 > o.timeout)
+    return InvalidArgument("LOOM_PS_TIMEOUT_MS (", o.timeout.count(),
+                           ") must be at least twice LOOM_PS_HEARTBEAT_MS (", o.heartbeat.count(),
+                           ")");
+  return o;
+}
+
+StatusOr<std::string> TcpAddress(const std::string& endpoint) {
+  size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size())
+    return InvalidArgument("endpoint '", endpoint, "' is not host:port");
+  std::string port = endpoint.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535)
+    return InvalidArgument("endpoint '", endpoint, "': port '", port, "' is not in 1..65535");
+  return "tcp://" + endpoint;
+}
+
+}  // namespace loom::rpc

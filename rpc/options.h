@@ -1,0 +1,30 @@
+// Settings of the parameter-server transport, from the environment (docs/DISTRIBUTED.md):
+//   LOOM_PS_SECRET                 the shared secret both sides prove (empty: a warning, and only
+//                                  peers with an empty secret are accepted)
+//   LOOM_PS_HEARTBEAT_MS           how often each side says it is alive (default 1000)
+//   LOOM_PS_TIMEOUT_MS             a peer silent this long is dead (default 30000)
+//   LOOM_PS_CONNECT_TIMEOUT_MS     how long a trainer waits for a server to answer its first
+//                                  hello, and a server for every trainer to show up (default 120000)
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "base/status.h"
+
+namespace loom::rpc {
+
+struct Options {
+  std::string secret;
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds timeout{30000};
+  std::chrono::milliseconds connect_timeout{120000};
+};
+
+// Options from the environment; malformed numbers are errors naming the variable.
+StatusOr<Options> OptionsFromEnv();
+
+// "host:port" -> "tcp://host:port"; errors name what is malformed.
+StatusOr<std::string> TcpAddress(const std::string& endpoint);
+
+}  // namespace loom::rpc

@@ -1,0 +1,194 @@
+#include "rpc/server.h"
+
+#include <cerrno>
+#include <cstdio>
+
+#include "rpc/auth.h"
+
+namespace loom::rpc {
+
+Server::Server(std::string endpoint, ServerOptions options)
+    : endpoint_(std::move(endpoint)), options_(std::move(options)), ctx_(1),
+      socket_(ctx_, zmq::socket_type::router) {}
+
+Server::~Server() {
+  socket_.close();
+  ctx_.close();
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, ServerOptions options) {
+  LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(endpoint));
+  std::unique_ptr<Server> s(new Server(endpoint, std::move(options)));
+  // Replies still queued when the server ends (errors telling trainers why) get a second to go.
+  s->socket_.set(zmq::sockopt::linger, 1000);
+  s->socket_.set(zmq::sockopt::sndhwm, 0);
+  s->socket_.set(zmq::sockopt::rcvhwm, 0);
+  s->socket_.set(zmq::sockopt::router_handover, 1);
+  if (s->options_.max_payload_bytes > 0)
+    s->socket_.set(zmq::sockopt::maxmsgsize,
+                   static_cast<int64_t>(s->options_.max_payload_bytes + kMaxHeaderBytes));
+  try {
+    s->socket_.bind(addr);
+  } catch (const zmq::error_t& e) {
+    return Status(e.num() == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
+                  StrCat("parameter server cannot listen on ", endpoint, ": ", e.what(),
+                         e.num() == EADDRINUSE ? " (the port is in use)" : ""));
+  }
+  return s;
+}
+
+std::vector<Request> Server::Poll(std::chrono::milliseconds wait) {
+  std::vector<Request> out;
+  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, wait);
+  if (!(item.revents & ZMQ_POLLIN)) return out;
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    zmq::message_t m;
+    if (!socket_.recv(m, zmq::recv_flags::dontwait)) break;
+    bool more = m.more();
+    frames.push_back(std::move(m));
+    while (more) {
+      zmq::message_t next;
+      (void)socket_.recv(next, zmq::recv_flags::none);
+      more = next.more();
+      frames.push_back(std::move(next));
+    }
+    Handle(&frames, &out);
+  }
+  return out;
+}
+
+void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* out) {
+  std::string peer = frames->front().to_string();
+  std::string address;
+  if (frames->size() > 1) {
+    const char* a = (*frames)[1].gets("Peer-Address");
+    if (a) address = a;
+  }
+  frames->erase(frames->begin());
+  auto m = Decode(frames);
+  Peer& p = peers_[peer];
+  if (p.address.empty()) p.address = address;
+  if (!m.ok()) return Refuse(peer, p.address, p.trainer_id, m.status().message());
+  const Header& h = m->header;
+  if (!p.authenticated) return Handshake(peer, &p, h);
+  if (h.kind() == Header::HELLO || h.kind() == Header::AUTH)
+    return Refuse(peer, p.address, p.trainer_id, "handshake message after the handshake");
+  if (h.trainer_id() != p.trainer_id)
+    return Refuse(peer, p.address, p.trainer_id,
+                  StrCat("trainer id ", h.trainer_id(), " on trainer ", p.trainer_id,
+                         "'s connection"));
+  last_heard_[p.trainer_id] = std::chrono::steady_clock::now();
+  if (h.kind() == Header::HEARTBEAT) {
+    Header r;
+    r.set_kind(Header::REPLY);
+    Send(peer, Encode(r));
+    return;
+  }
+  Request req;
+  req.peer = peer;
+  req.trainer_id = p.trainer_id;
+  req.header = std::move(m->header);
+  req.has_payload = m->has_payload;
+  req.payload = std::move(m->payload);
+  out->push_back(std::move(req));
+}
+
+void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
+  auto error = [&](const std::string& why, StatusCode code) {
+    Refuse(peer, p->address, p->trainer_id, why);
+    Header e;
+    e.set_kind(Header::ERROR);
+    e.set_id(h.id());
+    e.set_text(why);
+    e.set_code(static_cast<int>(code));
+    Send(peer, Encode(e));
+  };
+  if (h.kind() == Header::HELLO) {
+    if (h.trainer_id() >= options_.trainers)
+      return error(StrCat("trainer id ", h.trainer_id(), " is out of range: this job has ",
+                          options_.trainers, " trainers"),
+                   StatusCode::kInvalidArgument);
+    if (h.fingerprint() != options_.fingerprint)
+      return error(StrCat("trainer ", h.trainer_id(), "'s program (fingerprint ", h.fingerprint(),
+                          ") is not the one ", options_.name, " serves (fingerprint ",
+                          options_.fingerprint,
+                          "): trainers and servers must come from one transpile"),
+                   StatusCode::kFailedPrecondition);
+    p->trainer_id = h.trainer_id();
+    p->client_nonce = h.nonce();
+    p->nonce = NewNonce();
+    Header c;
+    c.set_kind(Header::CHALLENGE);
+    c.set_nonce(p->nonce);
+    c.set_mac(Proof(options_.rpc.secret, "server", p->client_nonce, p->trainer_id));
+    Send(peer, Encode(c));
+    return;
+  }
+  if (h.kind() == Header::AUTH && !p->nonce.empty()) {
+    if (!ProofMatches(h.mac(), Proof(options_.rpc.secret, "trainer", p->nonce, p->trainer_id))) {
+      p->nonce.clear();
+      return error("authentication failed: the trainer does not know LOOM_PS_SECRET",
+                   StatusCode::kFailedPrecondition);
+    }
+    p->authenticated = true;
+    if (auto it = trainer_peer_.find(p->trainer_id); it != trainer_peer_.end() && it->second != peer)
+      std::fprintf(stderr, "loom %s: trainer %d reconnected from %s\n", options_.name.c_str(),
+                   p->trainer_id, p->address.c_str());
+    trainer_peer_[p->trainer_id] = peer;
+    last_heard_[p->trainer_id] = std::chrono::steady_clock::now();
+    Header r;
+    r.set_kind(Header::REPLY);
+    Send(peer, Encode(r));
+    return;
+  }
+  Refuse(peer, p->address, p->trainer_id,
+         StrCat("a ", KindName(h.kind()), " from a peer that has not authenticated"));
+}
+
+void Server::Refuse(const std::string& peer, const std::string& address, int trainer,
+                    const std::string& why) {
+  ++refused_;
+  std::fprintf(stderr, "loom %s: refused a message from %s%s: %s\n", options_.name.c_str(),
+               address.empty() ? "an unknown peer" : address.c_str(),
+               trainer >= 0 ? StrCat(" (trainer ", trainer, ")").c_str() : "", why.c_str());
+}
+
+void Server::Send(const std::string& peer, std::vector<zmq::message_t> frames) {
+  zmq::message_t id(peer.data(), peer.size());
+  // A peer that is gone makes the send fail (router_mandatory is off: it is dropped).
+  (void)socket_.send(id, zmq::send_flags::sndmore);
+  for (size_t i = 0; i < frames.size(); ++i)
+    (void)socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
+                                                         : zmq::send_flags::none);
+}
+
+void Server::Reply(const Request& to, Header header, const Payload* payload) {
+  header.set_id(to.header.id());
+  if (!header.has_kind()) header.set_kind(Header::REPLY);
+  Send(to.peer, Encode(header, payload));
+}
+
+void Server::ReplyError(const Request& to, const Status& error) {
+  Header e;
+  e.set_kind(Header::ERROR);
+  e.set_text(error.message());
+  e.set_code(static_cast<int>(error.code()));
+  Reply(to, std::move(e));
+}
+
+std::optional<std::chrono::steady_clock::time_point> Server::LastHeard(int trainer) const {
+  auto it = last_heard_.find(trainer);
+  if (it == last_heard_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Server::PeerAddress(int trainer) const {
+  auto it = trainer_peer_.find(trainer);
+  if (it == trainer_peer_.end()) return "";
+  auto p = peers_.find(it->second);
+  return p == peers_.end() ? "" : p->second.address;
+}
+
+}  // namespace loom::rpc

@@ -1,0 +1,81 @@
+// A parameter server's socket: it binds its endpoint (and only that address), authenticates
+// trainers (rpc/auth.h), checks their program fingerprint against its own, answers heartbeats,
+// validates every message (rpc/message.h) and hands the requests of authenticated trainers to
+// its owner, which answers them with Reply(). Refused messages are logged with the peer's
+// address and the reason and never reach the owner. Poll() never waits on any one trainer, so a
+// slow trainer does not hold up the others.
+//
+// Thread safety: one thread (the owner's) uses a Server.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rpc/message.h"
+#include "rpc/options.h"
+
+namespace loom::rpc {
+
+struct Request {
+  std::string peer;  // ZeroMQ routing id of the connection
+  int trainer_id = -1;
+  Header header;
+  bool has_payload = false;
+  zmq::message_t payload;
+};
+
+struct ServerOptions {
+  Options rpc;
+  int trainers = 1;              // trainer ids are 0 .. trainers-1
+  std::string fingerprint;       // trainers must present the same
+  size_t max_payload_bytes = 0;  // larger messages are dropped by ZeroMQ before they are read
+  std::string name;              // for logs, e.g. "pserver 0 (127.0.0.1:6174)"
+};
+
+class Server {
+ public:
+  // Binds endpoint ("host:port"); a port in use is an error naming it.
+  static StatusOr<std::unique_ptr<Server>> Bind(const std::string& endpoint, ServerOptions options);
+  ~Server();
+
+  // Requests of authenticated trainers that arrived within `wait` (handshakes, heartbeats and
+  // refusals are handled here).
+  std::vector<Request> Poll(std::chrono::milliseconds wait);
+  void Reply(const Request& to, Header header, const Payload* payload = nullptr);
+  void ReplyError(const Request& to, const Status& error);
+  // When trainer t was last heard from; nullopt when it never authenticated.
+  std::optional<std::chrono::steady_clock::time_point> LastHeard(int trainer) const;
+  // "127.0.0.1:45122" of trainer t's connection (empty if unknown).
+  std::string PeerAddress(int trainer) const;
+  int64_t refused() const { return refused_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  struct Peer {
+    int trainer_id = -1;
+    std::string nonce;  // the challenge sent
+    std::string client_nonce;
+    bool authenticated = false;
+    std::string address;
+  };
+  Server(std::string endpoint, ServerOptions options);
+  void Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* out);
+  void Handshake(const std::string& peer, Peer* p, const Header& h);
+  void Refuse(const std::string& peer, const std::string& address, int trainer, const std::string& why);
+  void Send(const std::string& peer, std::vector<zmq::message_t> frames);
+
+  std::string endpoint_;
+  ServerOptions options_;
+  zmq::context_t ctx_;
+  zmq::socket_t socket_;
+  std::map<std::string, Peer> peers_;  // by routing id
+  std::map<int, std::string> trainer_peer_;
+  std::map<int, std::chrono::steady_clock::time_point> last_heard_;
+  int64_t refused_ = 0;
+};
+
+}  // namespace loom::rpc

@@ -1,0 +1,481 @@
+#include "transpiler/distribute_passes.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "framework/op_role.h"
+#include "transpiler/program_edit.h"
+
+namespace loom::transpiler {
+
+using StrList = std::vector<std::string>;
+
+std::string BlockVarName(const std::string& var, int index) {
+  return StrCat(var, ".block", index);
+}
+
+std::vector<NamedProgram> DistributeState::Programs() const {
+  if (trainer_main.empty() && pserver_main.empty())
+    return {{"startup", &startup}, {"main", &main}};
+  std::vector<NamedProgram> out;
+  for (size_t s = 0; s < pserver_main.size(); ++s) {
+    out.push_back({StrCat("pserver", s, "/startup"), &pserver_startup[s]});
+    out.push_back({StrCat("pserver", s, "/main"), &pserver_main[s]});
+  }
+  for (size_t t = 0; t < trainer_main.size(); ++t) {
+    out.push_back({StrCat("trainer", t, "/startup"), &trainer_startup[t]});
+    out.push_back({StrCat("trainer", t, "/main"), &trainer_main[t]});
+  }
+  return out;
+}
+
+std::vector<const ParamBlock*> DistributeState::BlocksOf(const std::string& param) const {
+  std::vector<const ParamBlock*> out;
+  for (const auto& b : blocks)
+    if (b.param == param) out.push_back(&b);
+  return out;
+}
+
+namespace {
+
+// FNV-1a over the single-device main program and every option that shapes the programs:
+// trainers and servers of one transpile present the same at the handshake.
+std::string Fingerprint(const DistributeState& s) {
+  const auto& c = s.config;
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    s.main.proto().SerializeToCodedStream(&out);
+  }
+  bytes += StrCat("|pserver|", c.trainers, "|", c.pservers.size(), "|", c.sync_mode, "|",
+                  c.slice_var_up, "|", c.split_method, "|", c.min_block_size);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+StatusOr<PlacementPolicy> ParseSplitMethod(const std::string& m) {
+  if (m == "round_robin" || m == "RoundRobin") return PlacementPolicy::kRoundRobin;
+  if (m == "hash" || m == "HashName") return PlacementPolicy::kHash;
+  if (m == "bytes") return PlacementPolicy::kBytes;
+  return InvalidArgument("split method '", m, "' is not one of round_robin (RoundRobin), hash "
+                         "(HashName), bytes");
+}
+
+Status CheckEndpoint(const std::string& e) {
+  if (e.rfind("pserver:", 0) == 0) {
+    const std::string n = e.substr(8);
+    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit)) return Status::OK();
+    return InvalidArgument("pserver endpoint '", e, "' is not pserver:N");
+  }
+  size_t colon = e.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : e.substr(colon + 1);
+  if (colon == 0 || port.empty() || !std::all_of(port.begin(), port.end(), ::isdigit) ||
+      std::stol(port.substr(0, 6)) < 1 || std::stol(port.substr(0, 6)) > 65535)
+    return InvalidArgument("pserver endpoint '", e, "' is not host:port");
+  return Status::OK();
+}
+
+// The ops of the learning-rate schedule (op_role lrsched) in main's block 0.
+std::vector<int> LrOps(const BlockDesc& block) {
+  std::vector<int> ops;
+  for (int i = 0; i < block.OpSize(); ++i)
+    if (block.Op(i).Role() & kOpRoleLRSched) ops.push_back(i);
+  return ops;
+}
+
+}  // namespace
+
+StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
+  const auto& c = s.config;
+  if (c.trainers < 1 || c.trainers > 4096)
+    return InvalidArgument("trainers must be in 1..4096, got ", c.trainers);
+  if (c.pservers.empty()) return InvalidArgument("no parameter servers (pservers is empty)");
+  std::set<std::string> seen;
+  for (const auto& e : c.pservers) {
+    LOOM_RETURN_IF_ERROR(CheckEndpoint(e));
+    if (!seen.insert(e).second) return InvalidArgument("pserver endpoint '", e, "' given twice");
+  }
+  if (c.min_block_size < 1) return InvalidArgument("min_block_size must be >= 1, got ", c.min_block_size);
+  LOOM_ASSIGN_OR_RETURN(s.policy, ParseSplitMethod(c.split_method));
+  for (const ProgramDesc* prog : {&s.startup, &s.main}) {
+    std::string where = FindTranspiledOp(*prog);
+    if (!where.empty())
+      return FailedPrecondition("the ", prog == &s.main ? "main" : "startup",
+                                " program is already transpiled (it has ", where,
+                                "); transpile the single-device program");
+  }
+  s.fingerprint = Fingerprint(s);
+  const BlockDesc* block = s.main.GlobalBlock();
+  for (int i = 0; i < block->OpSize(); ++i)
+    if (IsUpdateOp(block->Op(i))) return false;
+  return InvalidArgument("the main program has no optimizer ops (op_role optimize with Param and "
+                         "Grad inputs): call optimizer.minimize(loss) before transpiling");
+}
+
+StatusOr<bool> FindDistributeGradients(DistributeState& s) {
+  LOOM_ASSIGN_OR_RETURN(s.grads, AnalyzeGradients(s.main));
+  for (const auto& p : s.grads.params)
+    if (p.dtype != proto::FP32 && p.dtype != proto::FP64)
+      return Unimplemented("parameter '", p.param, "' is ", DataTypeName(p.dtype),
+                           ": parameter servers update fp32 and fp64 parameters");
+  const BlockDesc* block = s.main.GlobalBlock();
+  for (int i : LrOps(*block)) s.lr_ops.push_back(block->Op(i).Type());
+  return false;
+}
+
+// Fluid's slicing: split = min(servers, numel / min_block_size) (at least 1) blocks of
+// ceil(numel / split) elements rounded up to whole rows; the last block takes what is left.
+StatusOr<bool> SliceParams(DistributeState& s) {
+  const int servers = static_cast<int>(s.config.pservers.size());
+  const BlockDesc* block = s.main.GlobalBlock();
+  for (const auto& p : s.grads.params) {
+    DDim dims = block->FindVar(p.param).Dims();
+    const int64_t numel = dims.numel();
+    const int64_t rows = dims.size() ? dims[0] : 1;
+    const int64_t width = rows > 0 ? numel / rows : 1;
+    int64_t split = 1;
+    if (s.config.slice_var_up)
+      split = std::max<int64_t>(1, std::min<int64_t>(servers, numel / s.config.min_block_size));
+    int64_t per = (numel + split - 1) / split;
+    int64_t block_rows = std::max<int64_t>(1, (per + width - 1) / std::max<int64_t>(width, 1));
+    int64_t nblocks = std::max<int64_t>(1, (rows + block_rows - 1) / block_rows);
+    const int64_t elem_bytes = numel > 0 ? p.bytes / numel : 4;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      ParamBlock pb;
+      pb.param = p.param;
+      pb.grad = p.grad;
+      pb.index = static_cast<int>(b);
+      pb.sliced = nblocks > 1;
+      pb.name = pb.sliced ? BlockVarName(p.param, pb.index) : p.param;
+      pb.grad_name = pb.sliced ? BlockVarName(p.grad, pb.index) : p.grad;
+      pb.row_begin = b * block_rows;
+      pb.row_end = std::min(rows, (b + 1) * block_rows);
+      pb.bytes = (pb.row_end - pb.row_begin) * width * elem_bytes;
+      s.blocks.push_back(pb);
+    }
+  }
+  return false;
+}
+
+StatusOr<bool> PlaceBlocks(DistributeState& s) {
+  std::vector<PlacementItem> items;
+  for (const auto& b : s.blocks) items.push_back({b.name, b.bytes});
+  Placement placement = PlaceItems(items, static_cast<int>(s.config.pservers.size()), s.policy);
+  for (size_t i = 0; i < s.blocks.size(); ++i) s.blocks[i].server = placement.owner[i];
+  s.server_bytes = placement.load;
+  s.imbalance = placement.Imbalance();
+  return false;
+}
+
+namespace {
+
+// A server's programs under construction.
+struct ServerBuild {
+  ProgramDesc main, startup;
+  std::set<std::string> init;  // single-device variables its startup initializes
+  // Startup copies after initialization: (from, to, rows [begin, end) or whole when end < 0).
+  struct Copy {
+    std::string from, to;
+    int64_t begin, end;
+  };
+  std::vector<Copy> copies;
+};
+
+DDim BlockDims(const DDim& full, const ParamBlock& b) {
+  DDim d = full;
+  if (d.size() > 0) d[0] = b.row_end - b.row_begin;
+  return d;
+}
+
+// Declares in the server's block 0 the variable `name` like `orig` of the single-device program,
+// with dims and persistability of its own.
+void DeclareOn(BlockDesc* block, const VarDesc& orig, const std::string& name, const DDim& dims,
+               bool persistable) {
+  VarDesc v = block->Var(name);
+  v.proto()->CopyFrom(*orig.proto());
+  v.proto()->set_name(name);
+  v.SetDims(dims);
+  v.SetPersistable(persistable);
+}
+
+// How many update ops read each variable (the learning rate is read by all of them).
+std::map<std::string, int> UpdateOpReaders(const BlockDesc& block) {
+  std::map<std::string, int> readers;
+  for (int i = 0; i < block.OpSize(); ++i) {
+    OpDesc op = block.Op(i);
+    if (!IsUpdateOp(op)) continue;
+    std::set<std::string> once;
+    for (const auto& v : op.InputArgumentNames()) once.insert(v);
+    for (const auto& v : once) ++readers[v];
+  }
+  return readers;
+}
+
+// One optimize sub-block for block b: the update op of b's parameter, renamed to the block's
+// variables; its state sliced like the parameter (or copied per block when of another shape).
+void AddOptimizeBlock(const DistributeState& s, const ParamBlock& b,
+                      const std::map<std::string, int>& readers, ServerBuild* sb) {
+  const BlockDesc* mb = s.main.GlobalBlock();
+  BlockDesc* b0 = sb->main.GlobalBlock();
+  OpDesc update = mb->Op(FindUpdateOp(*mb, b.param));
+  const DDim param_dims = mb->FindVar(b.param).Dims();
+  BlockDesc* ob = sb->main.AppendBlock(*b0);
+  OpDesc op = ob->AppendOp();
+  op.proto()->CopyFrom(*update.proto());
+  std::set<std::string> vars;
+  for (const auto& v : update.InputArgumentNames()) vars.insert(v);
+  for (const auto& v : update.OutputArgumentNames()) vars.insert(v);
+  for (const auto& v : vars) {
+    VarDesc orig = mb->FindVar(v);
+    if (!orig) continue;
+    std::string to = v;
+    if (v == b.param) {
+      to = b.name;
+      DeclareOn(b0, orig, to, BlockDims(param_dims, b), true);
+      sb->init.insert(v);
+      if (b.sliced) sb->copies.push_back({v, to, b.row_begin, b.row_end});
+    } else if (v == b.grad) {
+      to = b.grad_name;
+      DeclareOn(b0, orig, to, BlockDims(param_dims, b), false);
+    } else if (readers.count(v) && readers.at(v) > 1) {  // shared: the learning rate
+      DeclareLike(b0, orig);
+      sb->init.insert(v);
+    } else {  // this parameter's optimizer state
+      const bool like_param = orig.Dims() == param_dims;
+      to = b.sliced ? BlockVarName(v, b.index) : v;
+      DeclareOn(b0, orig, to, like_param ? BlockDims(param_dims, b) : orig.Dims(),
+                orig.Persistable());
+      if (orig.Persistable()) {
+        sb->init.insert(v);
+        if (b.sliced) sb->copies.push_back({v, to, like_param ? b.row_begin : 0,
+                                            like_param ? b.row_end : -1});
+      }
+    }
+    if (to != v) {
+      op.RenameInput(v, to);
+      op.RenameOutput(v, to);
+    }
+  }
+}
+
+// The learning-rate schedule's ops, in a sub-block; their variables in block 0.
+int AddLrBlock(const DistributeState& s, ServerBuild* sb) {
+  const BlockDesc* mb = s.main.GlobalBlock();
+  std::vector<int> ops = LrOps(*mb);
+  if (ops.empty()) return -1;
+  BlockDesc* b0 = sb->main.GlobalBlock();
+  BlockDesc* lb = sb->main.AppendBlock(*b0);
+  for (int i : ops) {
+    OpDesc src = mb->Op(i);
+    lb->AppendOp().proto()->CopyFrom(*src.proto());
+    for (const auto& names : {src.InputArgumentNames(), src.OutputArgumentNames()})
+      for (const auto& v : names)
+        if (VarDesc d = mb->FindVar(v)) {
+          DeclareLike(b0, d);
+          if (d.Persistable()) sb->init.insert(v);
+        }
+  }
+  return lb->Idx();
+}
+
+// The server's startup: the single-device startup's ops for what it initializes, then the
+// copies that cut them into blocks.
+void BuildServerStartup(const DistributeState& s, ServerBuild* sb) {
+  const BlockDesc* src = s.startup.GlobalBlock();
+  BlockDesc* out = sb->startup.GlobalBlock();
+  for (int i = 0; i < src->OpSize(); ++i) {
+    OpDesc op = src->Op(i);
+    auto outs = op.OutputArgumentNames();
+    if (std::none_of(outs.begin(), outs.end(), [&](auto& o) { return sb->init.count(o) > 0; }))
+      continue;
+    out->AppendOp().proto()->CopyFrom(*op.proto());
+    for (const auto& names : {op.InputArgumentNames(), outs})
+      for (const auto& v : names)
+        if (VarDesc d = src->FindVar(v)) DeclareLike(out, d);
+  }
+  Insertions tail;
+  for (const auto& c : sb->copies) {
+    VarDesc to = sb->main.GlobalBlock()->FindVar(c.to);
+    DeclareLike(out, to);
+    if (c.end < 0) {
+      tail[out->OpSize() - 1].push_back(
+          MakeOp("assign", {{"X", {c.from}}}, {{"Out", {c.to}}}, {}, kOpRoleForward));
+    } else {
+      tail[out->OpSize() - 1].push_back(MakeOp(
+          "slice", {{"Input", {c.from}}}, {{"Out", {c.to}}},
+          {{"axes", std::vector<int>{0}},
+           {"starts", std::vector<int>{static_cast<int>(c.begin)}},
+           {"ends", std::vector<int>{static_cast<int>(c.end)}}},
+          kOpRoleForward));
+    }
+  }
+  InsertOps(out, std::move(tail));
+}
+
+}  // namespace
+
+StatusOr<bool> BuildServerPrograms(DistributeState& s) {
+  const int servers = static_cast<int>(s.config.pservers.size());
+  const auto readers = UpdateOpReaders(*s.main.GlobalBlock());
+  for (int srv = 0; srv < servers; ++srv) {
+    ServerBuild sb;
+    int lr_block = AddLrBlock(s, &sb);
+    StrList params, grads;
+    std::vector<int> opt_blocks;
+    for (const auto& b : s.blocks) {
+      if (b.server != srv) continue;
+      AddOptimizeBlock(s, b, readers, &sb);
+      params.push_back(b.name);
+      grads.push_back(b.grad_name);
+      opt_blocks.push_back(sb.main.NumBlocks() - 1);
+    }
+    BlockDesc* b0 = sb.main.GlobalBlock();
+    StrList persist;
+    for (const VarDesc& v : b0->AllVars())
+      if (v.Persistable() && v.Type() == proto::VarType::DENSE_TENSOR) persist.push_back(v.Name());
+    OpDesc serve = b0->AppendOp();
+    serve.proto()->CopyFrom(MakeOp(
+        "listen_and_serv", {}, {},
+        {{"endpoint", s.config.pservers[srv]},
+         {"pserver_id", srv},
+         {"Fanin", s.config.trainers},
+         {"sync_mode", s.config.sync_mode},
+         {"param_blocks", params},
+         {"grad_blocks", grads},
+         {"optimize_blocks", opt_blocks},
+         {"lr_blocks", lr_block >= 0 ? std::vector<int>{lr_block} : std::vector<int>{}},
+         {"checkpoint_vars", persist},
+         {"fingerprint", s.fingerprint}},
+        kOpRoleRPC));
+    BuildServerStartup(s, &sb);
+    s.pserver_main.push_back(std::move(sb.main));
+    s.pserver_startup.push_back(std::move(sb.startup));
+  }
+  return true;
+}
+
+namespace {
+
+// The last op of block 0 before the parameter's update op that writes its gradient (backward,
+// or a regularization / clipping op of the optimizer that runs on the trainer).
+int LastWriter(const BlockDesc& block, const std::string& grad, int end) {
+  for (int i = end - 1; i >= 0; --i) {
+    auto outs = block.Op(i).OutputArgumentNames();
+    if (std::find(outs.begin(), outs.end(), grad) != outs.end()) return i;
+  }
+  return -1;
+}
+
+AttributeMap RpcAttrs(const DistributeState& s, int trainer) {
+  return {{"endpoints", s.config.pservers},
+          {"trainer_id", trainer},
+          {"fingerprint", s.fingerprint}};
+}
+
+// recv of every block, then concat of the sliced parameters' blocks.
+std::vector<proto::OpDesc> FetchParams(const DistributeState& s, int trainer, BlockDesc* block) {
+  StrList outs, epmap, names;
+  for (const auto& b : s.blocks) {
+    outs.push_back(b.name);
+    epmap.push_back(s.config.pservers[b.server]);
+    names.push_back(b.name);
+    if (b.sliced) {
+      VarDesc p = block->FindVar(b.param);
+      DeclareOn(block, p, b.name, BlockDims(p.Dims(), b), false);
+      block->FindVar(b.name).SetIsParameter(false);
+    }
+  }
+  AttributeMap attrs = RpcAttrs(s, trainer);
+  attrs["epmap"] = epmap;
+  attrs["recv_varnames"] = names;
+  std::vector<proto::OpDesc> ops{MakeOp("recv", {}, {{"Out", outs}}, attrs, kOpRoleRPC)};
+  for (const auto& p : s.grads.params) {
+    auto blocks = s.BlocksOf(p.param);
+    if (blocks.size() < 2) continue;
+    StrList xs;
+    for (const auto* b : blocks) xs.push_back(b->name);
+    ops.push_back(MakeOp("concat", {{"X", xs}}, {{"Out", {p.param}}}, {{"axis", 0}}, kOpRoleRPC));
+  }
+  return ops;
+}
+
+ProgramDesc TrainerMain(const DistributeState& s, const ProgramDesc& base, int trainer) {
+  ProgramDesc main = base;
+  BlockDesc* block = main.GlobalBlock();
+  Insertions ins;
+  for (const auto& p : s.grads.params) {
+    int at = LastWriter(*block, p.grad, block->OpSize());
+    auto blocks = s.BlocksOf(p.param);
+    StrList xs, epmap, names;
+    for (const auto* b : blocks) {
+      xs.push_back(b->grad_name);
+      epmap.push_back(s.config.pservers[b->server]);
+      names.push_back(b->grad_name);
+    }
+    if (blocks.size() > 1) {
+      std::vector<int64_t> sections;
+      VarDesc g = block->FindVar(p.grad);
+      for (const auto* b : blocks) {
+        sections.push_back(b->row_end - b->row_begin);
+        DeclareOn(block, g, b->grad_name, BlockDims(g.Dims(), *b), false);
+      }
+      ins[at].push_back(MakeOp("split_byref", {{"X", {p.grad}}}, {{"Out", xs}},
+                               {{"sections", sections}}, kOpRoleRPC));
+    }
+    AttributeMap attrs = RpcAttrs(s, trainer);
+    attrs["epmap"] = epmap;
+    attrs["send_varnames"] = names;
+    ins[at].push_back(MakeOp("send", {{"X", xs}}, {}, attrs, kOpRoleRPC));
+  }
+  const int last = block->OpSize() - 1;
+  SlotList barrier_in;
+  if (!s.grads.batch_var.empty()) barrier_in.push_back({"Samples", {s.grads.batch_var}});
+  ins[last].push_back(MakeOp("send_barrier", barrier_in, {}, RpcAttrs(s, trainer), kOpRoleRPC));
+  for (auto& op : FetchParams(s, trainer, block)) ins[last].push_back(std::move(op));
+  if (s.config.sync_mode)
+    ins[last].push_back(MakeOp("fetch_barrier", {}, {}, RpcAttrs(s, trainer), kOpRoleRPC));
+  InsertOps(block, std::move(ins));
+  return main;
+}
+
+}  // namespace
+
+StatusOr<bool> BuildTrainerPrograms(DistributeState& s) {
+  // What every trainer shares: no optimizer ops or state, no learning-rate schedule.
+  ProgramDesc main = s.main, startup = s.startup;
+  RemoveOptimizerOps(&main, &startup, [](const OpDesc& op) { return IsUpdateOp(op); });
+  BlockDesc* mb = main.GlobalBlock();
+  std::vector<int> lr = LrOps(*mb);
+  for (auto it = lr.rbegin(); it != lr.rend(); ++it) mb->RemoveOp(*it);
+  // The startup initializes no parameter: the servers' values are fetched instead.
+  std::set<std::string> served;
+  for (const auto& p : s.grads.params) served.insert(p.param);
+  BlockDesc* sb = startup.GlobalBlock();
+  for (int i = sb->OpSize() - 1; i >= 0; --i) {
+    auto outs = sb->Op(i).OutputArgumentNames();
+    if (!outs.empty() &&
+        std::all_of(outs.begin(), outs.end(), [&](auto& o) { return served.count(o) > 0; }))
+      sb->RemoveOp(i);
+  }
+  for (int t = 0; t < s.config.trainers; ++t) {
+    ProgramDesc ts = startup;
+    Insertions ins;
+    for (auto& op : FetchParams(s, t, ts.GlobalBlock()))
+      ins[ts.GlobalBlock()->OpSize() - 1].push_back(std::move(op));
+    InsertOps(ts.GlobalBlock(), std::move(ins));
+    s.trainer_startup.push_back(std::move(ts));
+    s.trainer_main.push_back(TrainerMain(s, main, t));
+  }
+  return true;
+}
+
+}  // namespace loom::transpiler

@@ -1,0 +1,53 @@
+// The passes of the parameter-server pipeline (distribute.cc lists them in order) and the state
+// they share: decisions are kept by name (parameter, block), never as op indices.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "transpiler/distribute.h"
+#include "transpiler/gradients.h"
+#include "transpiler/placement.h"
+
+namespace loom::transpiler {
+
+// A row block of a parameter and the server that owns it.
+struct ParamBlock {
+  std::string param, grad;  // the parameter and its gradient
+  std::string name, grad_name;  // the block's variables (the originals when unsliced)
+  int index = 0;
+  int64_t row_begin = 0, row_end = 0;
+  int server = 0;
+  int64_t bytes = 0;
+  bool sliced = false;
+};
+
+struct DistributeState {
+  explicit DistributeState(const DistributeConfig& c) : config(c) {}
+  const DistributeConfig& config;
+  ProgramDesc startup, main;
+  std::string fingerprint;
+  GradientAnalysis grads;
+  PlacementPolicy policy = PlacementPolicy::kRoundRobin;
+  std::vector<ParamBlock> blocks;  // by parameter (analysis order), then rows
+  std::vector<int64_t> server_bytes;
+  double imbalance = 1.0;
+  std::vector<std::string> lr_ops;
+  std::vector<ProgramDesc> trainer_startup, trainer_main, pserver_startup, pserver_main;
+
+  std::vector<NamedProgram> Programs() const;
+  std::vector<const ParamBlock*> BlocksOf(const std::string& param) const;
+};
+
+StatusOr<bool> CheckDistributeConfig(DistributeState& s);
+StatusOr<bool> FindDistributeGradients(DistributeState& s);
+StatusOr<bool> SliceParams(DistributeState& s);
+StatusOr<bool> PlaceBlocks(DistributeState& s);
+StatusOr<bool> BuildServerPrograms(DistributeState& s);
+StatusOr<bool> BuildTrainerPrograms(DistributeState& s);
+
+// Variable names of a sliced parameter's pieces: "w.block0", "w@GRAD.block0" (Fluid's).
+std::string BlockVarName(const std::string& var, int index);
+
+}  // namespace loom::transpiler
