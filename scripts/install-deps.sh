@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev libopenblas-dev
   libopenmpi-dev openmpi-bin libgloo-dev nlohmann-json3-dev
+  libzmq3-dev cppzmq-dev libsodium-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-venv python3-pip
   dataset-fashion-mnist python3-matplotlib
 )

@@ -2,7 +2,7 @@
 Every update op gets op_role = optimize and op_role_var = [param, grad]."""
 from . import core, unique_name
 from .backward import append_backward
-from .framework import Variable, _op_role_guard, default_startup_program
+from .framework import Variable, _op_role_guard, convert_dtype, default_startup_program
 
 
 class Optimizer:
@@ -36,7 +36,14 @@ class Optimizer:
         """The learning-rate variable, of the parameters' dtype (as Fluid takes the loss's):
         float64 programs train with a float64 learning rate."""
         if isinstance(self._learning_rate, Variable):
-            return self._learning_rate
+            lr = self._learning_rate
+            if convert_dtype(lr.dtype) != convert_dtype(dtype):
+                # A schedule computed in float32 drives a float64 program: cast once per step,
+                # as part of the schedule (a transpiler moves it with the schedule's ops).
+                from . import layers
+                with _op_role_guard(program, core.kOpRoleLRSched):
+                    lr = layers.cast(lr, dtype)
+            return lr
         if self._lr_var is None:
             self._lr_var = self._create_global_var(
                 program, startup, unique_name.generate("learning_rate"), self._learning_rate,

@@ -1,0 +1,113 @@
+"""Parameter-server training (loom.DistributeTranspiler): sync mode equals single-process
+training on the union of the trainers' batches, for 1-3 servers and 1-4 trainers, sliced and
+not, every split method, SGD / Momentum / Adam and a learning-rate decay; async converges."""
+import numpy as np
+import pytest
+
+import loom as fluid
+from pserver_util import batches, run_job, train_reference
+
+
+def config(slice_var_up=True, split="round_robin", min_block=4):
+    c = fluid.DistributeTranspilerConfig()
+    c.slice_var_up = slice_var_up
+    c.split_method = split
+    c.min_block_size = min_block
+    return c
+
+
+def split_rows(x, y, trainers, sizes=None):
+    """Cuts one global batch into the trainers' batches (sizes: rows per trainer)."""
+    sizes = sizes or [len(x) // trainers + (k < len(x) % trainers) for k in range(trainers)]
+    out, begin = [], 0
+    for s in sizes:
+        out.append((x[begin:begin + s], y[begin:begin + s]))
+        begin += s
+    return out
+
+
+CASES = [
+    # servers, trainers, sliced, split, model
+    (1, 1, False, "round_robin", {"opt": "sgd"}),
+    (2, 2, True, "round_robin", {"opt": "sgd"}),
+    (3, 4, True, "hash", {"opt": "momentum"}),
+    (2, 3, True, "bytes", {"opt": "adam", "dtype": "float64"}),
+    (3, 2, False, "hash", {"opt": "momentum", "decay": True}),
+    (2, 2, True, "bytes", {"opt": "sgd", "decay": True, "dtype": "float64"}),
+    (1, 4, True, "round_robin", {"opt": "adam"}),
+]
+
+
+@pytest.mark.parametrize("servers,trainers,sliced,split,model", CASES)
+def test_sync_equals_single_process_on_the_union(servers, trainers, sliced, split, model):
+    dtype = model.get("dtype", "float32")
+    steps = batches(4, 7, dtype)  # 7 rows: trainers get unequal shares
+    feeds = [[] for _ in range(trainers)]
+    for x, y in steps:
+        for k, part in enumerate(split_rows(x, y, trainers)):
+            feeds[k].append(part)
+    losses, init, final, errors = run_job(servers, trainers, feeds,
+                                          config(sliced, split), model=model)
+    assert not errors, errors
+    ref, ref_losses = train_reference(init, steps, model)
+    rtol = 1e-12 if dtype == "float64" else 1e-5
+    for name, want in ref.items():
+        np.testing.assert_allclose(final[name], want, rtol=rtol, atol=rtol, err_msg=name)
+    # Each trainer's loss is over its own rows; their sample-weighted mean is the union's.
+    sizes = [len(f[0][0]) for f in feeds]
+    for step in range(len(steps)):
+        mixed = sum(losses[k][step] * sizes[k] for k in range(trainers)) / sum(sizes)
+        np.testing.assert_allclose(mixed, ref_losses[step], rtol=1e-4 if dtype == "float32" else 1e-10)
+
+
+def test_a_trainer_that_runs_dry_early_leaves_the_others_training():
+    """Trainer 0 has 2 batches, trainer 1 has 4: steps 3-4 are computed from trainer 1 alone."""
+    steps = batches(4, 6)
+    feeds = [[], []]
+    ref_steps = []
+    for i, (x, y) in enumerate(steps):
+        parts = split_rows(x, y, 2)
+        if i < 2:
+            feeds[0].append(parts[0])
+            feeds[1].append(parts[1])
+            ref_steps.append((x, y))
+        else:
+            feeds[1].append(parts[1])
+            ref_steps.append(parts[1])
+    losses, init, _, errors = run_job(2, 2, feeds, config())
+    assert not errors, errors
+    assert len(losses[0]) == 2 and len(losses[1]) == 4
+    _, ref_losses = train_reference(init, ref_steps)
+    np.testing.assert_allclose(losses[1][2:], ref_losses[2:], rtol=1e-5)
+
+
+def test_async_converges():
+    steps = batches(30, 8, seed=3)
+    w = np.random.RandomState(1).randn(4, 1).astype("float32")
+    steps = [(x, x @ w) for x, _ in steps]
+    feeds = [[(x[:4], y[:4]) for x, y in steps], [(x[4:], y[4:]) for x, y in steps]]
+    losses, _, _, errors = run_job(2, 2, feeds, config(), sync=False)
+    assert not errors, errors
+    for k in (0, 1):
+        assert np.mean(losses[k][-5:]) < 0.5 * np.mean(losses[k][:5]), losses[k]
+
+
+def test_transpile_places_blocks_as_fluid_slices_them():
+    from pserver_util import build
+    main, startup, _, params = build(hidden=64)
+    c = config(True, "round_robin", min_block=8)
+    t = fluid.DistributeTranspiler(c)
+    t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", trainers=2,
+                startup_program=startup)
+    m = t.manifest
+    # fc_0.w_0 is 4x64 = 256 elements: min(3, 256 / 8) = 3 blocks of ceil(256/3)=86 -> 2 rows
+    # (128 elements) each: 2 blocks of 2 rows.
+    assert m.count('param: "fc_0.w_0"') == 2
+    assert 'name: "fc_0.w_0.block0"' in m and 'name: "fc_0.w_0.block1"' in m
+    types = [op.type for op in t.get_trainer_program().global_block().ops]
+    assert "split_byref" in types and "send" in types and "send_barrier" in types
+    assert types.index("send") < types.index("send_barrier") < types.index("recv")
+    assert types[-1] == "fetch_barrier"
+    assert not any(op in types for op in ("sgd", "momentum", "adam"))
+    prog = t.get_pserver_program("127.0.0.1:1")
+    assert [op.type for op in prog.global_block().ops] == ["listen_and_serv"]
