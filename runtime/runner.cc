@@ -199,6 +199,11 @@ StatusOr<double> Runner::GlobalFirstValue() {
     if (rows_[i] > 0)
       part += FirstValue(ranks_[i].fetched[0]) * static_cast<double>(rows_[i]) / global_rows_;
   if (!multi_process()) return part;
+  if (peers_unreachable_) {
+    int64_t local = 0;
+    for (int64_t r : rows_) local += r;
+    return local > 0 ? part * static_cast<double>(global_rows_) / local : NAN;
+  }
   LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
   double sum = 0;
   LOOM_RETURN_IF_ERROR(
@@ -221,7 +226,7 @@ void Runner::set_timeline(Timeline* timeline) {
 }
 
 Status Runner::CheckSameOnEveryRank(const std::vector<std::pair<std::string, int64_t>>& values) {
-  if (!multi_process() || values.empty()) return Status::OK();
+  if (!multi_process() || values.empty() || peers_unreachable_) return Status::OK();
   LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
   const size_t k = values.size();
   std::vector<int64_t> mine(k), all(k * static_cast<size_t>(nranks_));
@@ -237,7 +242,7 @@ Status Runner::CheckSameOnEveryRank(const std::vector<std::pair<std::string, int
 }
 
 Status Runner::Finish() {
-  if (!multi_process()) return Status::OK();
+  if (!multi_process() || peers_unreachable_) return Status::OK();
   LOOM_ASSIGN_OR_RETURN(collective::Communicator * comm, Communicator());
   return comm->Barrier().Wait();
 }

@@ -77,6 +77,11 @@ class Runner {
   // communicator), anything else the first value of rank first_rank. NaN: nothing numeric.
   StatusOr<double> GlobalFirstValue();
 
+  // Parameter-server trainers: the job's other ranks are processes this runner cannot reach
+  // (they meet only at the servers). The first fetch is then averaged over this process's own
+  // rows, and CheckSameOnEveryRank and Finish have nothing to do.
+  void set_peers_unreachable() { peers_unreachable_ = true; }
+
   // Records every op of later steps (each rank as its own pid); nullptr stops recording.
   void set_timeline(Timeline* timeline);
   // A multi-process job: every rank was given the same values (e.g. the batch size), else
@@ -110,6 +115,7 @@ class Runner {
   Status failed_;              // the step that aborted the group of several local ranks
   uint64_t steps_ = 0;         // steps begun (carried in the collectives' signatures)
   int64_t global_rows_ = 0;
+  bool peers_unreachable_ = false;
 };
 
 }  // namespace loom::runtime

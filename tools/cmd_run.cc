@@ -1,5 +1,6 @@
 // loom run DIR: trains a saved program bundle.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <set>
 
@@ -7,7 +8,9 @@
 #include "collective/transport_registry.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
+#include "executor/executor.h"
 #include "loom/config.h"
+#include "operators/distributed/ps_client.h"
 #include "runtime/runner.h"
 #include "runtime/train.h"
 #include "tools/commands.h"
@@ -28,7 +31,13 @@ Flags RunFlags() {
       "each step's global batch is split across the ranks and the loss is reported over it\n"
       "(ranks transpiled for CUDA places run on their GPUs, --place applies to CPU ranks).\n"
       "A DIR transpiled with --transport mpi runs one rank per process:\n"
-      "  mpirun -np N loom run DIR   (rank 0 prints; every rank reads the same feeds)",
+      "  mpirun -np N loom run DIR   (rank 0 prints; every rank reads the same feeds)\n"
+      "A DIR transpiled with --mode pserver runs as the role its environment names\n"
+      "(PADDLE_TRAINING_ROLE=PSERVER|TRAINER, PADDLE_PSERVER_ID, PADDLE_TRAINER_ID):\n"
+      "  loom launch --workers T --servers S -- loom run DIR\n"
+      "each trainer trains on its share of every global minibatch; a server serves until every\n"
+      "trainer is done. There --load-params DIR makes a server resume from DIR/pserver_<id> and\n"
+      "--save-params DIR makes trainer 0 save and every server write DIR/pserver_<id>.",
       {
           {"iters", "N", "number of training steps", "100"},
           {"batch-size", "B", "rows per minibatch (default: bundle.pbtxt, else all rows)", ""},
@@ -291,10 +300,144 @@ Status RunMpiRank(const Flags& flags, const RunSetup& setup,
 #endif
 }
 
+// The role this process plays in a parameter-server job, from the launcher's environment.
+struct PsRole {
+  bool server = false;
+  int index = 0;
+};
+
+std::string Env(const char* a, const char* b = nullptr) {
+  const char* v = std::getenv(a);
+  if ((!v || !*v) && b) v = std::getenv(b);
+  return v ? v : "";
+}
+
+StatusOr<int> EnvIndex(const std::string& name, const std::string& value, int count) {
+  char* end = nullptr;
+  long i = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || i < 0 || i >= count)
+    return InvalidArgument(name, "='", value, "' is not in 0..", count - 1);
+  return static_cast<int>(i);
+}
+
+StatusOr<PsRole> PsRoleFromEnv(const proto::DistributeManifest& m) {
+  const std::string role = Env("PADDLE_TRAINING_ROLE", "TRAINING_ROLE");
+  PsRole r;
+  if (role == "TRAINER") {
+    LOOM_ASSIGN_OR_RETURN(r.index, EnvIndex("PADDLE_TRAINER_ID", Env("PADDLE_TRAINER_ID"),
+                                            m.trainers()));
+    return r;
+  }
+  if (role != "PSERVER")
+    return FailedPrecondition("a parameter-server bundle runs as one role of the job: set "
+                              "PADDLE_TRAINING_ROLE to PSERVER or TRAINER (`loom launch` does), "
+                              "it is '", role, "'");
+  r.server = true;
+  if (!Env("PADDLE_PSERVER_ID").empty()) {
+    LOOM_ASSIGN_OR_RETURN(r.index, EnvIndex("PADDLE_PSERVER_ID", Env("PADDLE_PSERVER_ID"),
+                                            m.pservers_size()));
+    return r;
+  }
+  const std::string current = Env("PADDLE_CURRENT_ENDPOINT");
+  LOOM_ASSIGN_OR_RETURN(auto eps, ops::ResolveEndpoints({m.pservers().begin(), m.pservers().end()}));
+  for (size_t i = 0; i < eps.size(); ++i)
+    if (eps[i] == current) {
+      r.index = static_cast<int>(i);
+      return r;
+    }
+  return FailedPrecondition("PADDLE_CURRENT_ENDPOINT '", current,
+                            "' is none of the job's servers; set PADDLE_PSERVER_ID");
+}
+
+// A server: its startup (or --load-params DIR: what it saved to DIR/pserver_<id>), then
+// listen_and_serv until every trainer has closed.
+Status RunPserver(const Flags& flags, const std::string& dir, int index) {
+  const std::string sub = JoinPath(dir, StrCat("pserver", index));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(sub, "startup.pb")));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(sub, "main.pb")));
+  Executor exe(Place::CPU());
+  Scope scope;
+  LOOM_RETURN_IF_ERROR(exe.Run(startup, &scope).WithContext(sub + "/startup.pb"));
+  if (flags.Has("load-params")) {
+    std::string from = JoinPath(flags.Get("load-params"), StrCat("pserver_", index));
+    LOOM_RETURN_IF_ERROR(LoadParams(main, &scope, from, Place::CPU()));
+    std::printf("loom run %s: server %d resumes from %s\n", dir.c_str(), index, from.c_str());
+  }
+  std::printf("loom run %s: parameter server %d serving\n", dir.c_str(), index);
+  std::fflush(stdout);
+  return exe.Run(main, &scope).WithContext(sub + "/main.pb");
+}
+
+// (trainer id, endpoints, fingerprint) of a trainer program's parameter-server ops.
+struct RpcTarget {
+  int trainer = 0;
+  std::vector<std::string> endpoints;
+  std::string fingerprint;
+};
+
+RpcTarget RpcTargetOf(const ProgramDesc& main) {
+  RpcTarget t;
+  const BlockDesc& b = *main.GlobalBlock();
+  for (int i = 0; i < b.OpSize(); ++i) {
+    OpDesc op = b.Op(i);
+    if (op.Type() != "send_barrier") continue;
+    t.trainer = op.Attr<int>("trainer_id", 0);
+    t.endpoints = op.Attr<std::vector<std::string>>("endpoints", {});
+    t.fingerprint = op.Attr<std::string>("fingerprint", "");
+  }
+  return t;
+}
+
+// A trainer: its share of every global minibatch (BatchShares over the trainers, so the
+// trainers together train on what one process would), then exe.close()'s COMPLETE. With
+// --save-params, trainer 0 also makes every server save its blocks (DIR/pserver_<id>).
+Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int trainers) {
+  const std::string sub = JoinPath(dir, StrCat("trainer", index));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(sub, "main.pb")));
+  RunSetup setup;
+  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, &setup));
+  RpcTarget target = RpcTargetOf(main);
+  runtime::RankProgram rank{ProgramDesc(), std::move(main), setup.place, nullptr};
+  LOOM_ASSIGN_OR_RETURN(rank.startup, LoadProgram(JoinPath(sub, "startup.pb")));
+  std::vector<runtime::RankProgram> ranks;
+  ranks.push_back(std::move(rank));
+  LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), index, trainers));
+  runner->set_peers_unreachable();
+  LOOM_RETURN_IF_ERROR(runner->Startup().WithContext(sub + "/startup.pb"));
+  std::printf("loom run %s: trainer %d of %d, %lld iterations, global batch %lld of %lld rows\n",
+              dir.c_str(), index, trainers, static_cast<long long>(setup.train.iters),
+              static_cast<long long>(setup.train.batch), static_cast<long long>(setup.rows));
+  runtime::TrainOptions train = setup.train;
+  const std::string save = train.save_params;
+  train.save_params.clear();
+  LOOM_RETURN_IF_ERROR(runtime::Train(*runner, setup.feeds, train));
+  if (!save.empty() && index == 0) {
+    LOOM_RETURN_IF_ERROR(runner->SaveParams(save).status());
+    LOOM_RETURN_IF_ERROR(ops::CheckpointServers(target.trainer, target.endpoints,
+                                                target.fingerprint, save));
+    std::printf("saved parameters and every server's blocks to %s\n", save.c_str());
+  }
+  return ops::CloseTrainer(target.trainer, target.endpoints);
+}
+
+Status RunPserverJob(const Flags& flags, const std::string& dir, const std::string& path) {
+  proto::DistributeManifest m;
+  LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  LOOM_RETURN_IF_ERROR(ParseTextProto(text, path, "a parameter-server manifest", &m));
+  if (m.trainers() < 1 || m.pservers_size() < 1)
+    return InvalidArgument(path, ": ", m.trainers(), " trainers and ", m.pservers_size(),
+                           " servers (each must be >= 1)");
+  LOOM_ASSIGN_OR_RETURN(PsRole role, PsRoleFromEnv(m));
+  if (role.server) return RunPserver(flags, dir, role.index);
+  return RunPsTrainer(flags, dir, role.index, m.trainers());
+}
+
 Status Run(const Flags& flags) {
   const std::string dir = flags.positional()[0];
   if (!IsDirectory(dir)) return NotFound("bundle directory '", dir, "' does not exist");
   const std::string dp_path = JoinPath(dir, "manifest.pbtxt");
+  if (FileExists(dp_path) && IsDirectory(JoinPath(dir, "pserver0")))
+    return RunPserverJob(flags, dir, dp_path);
   if (FileExists(dp_path)) {
     proto::DataParallelManifest dp;
     LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(dp_path));
