@@ -1,0 +1,263 @@
+// The parameter-server transport: authentication both ways, fingerprints, message validation
+// (malformed, truncated, oversized, unauthenticated messages are refused and never reach the
+// server's owner), a port in use, and a dead server ending every wait within the timeout.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "rpc/client.h"
+#include "rpc/server.h"
+
+namespace loom::rpc {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string FreeEndpoint() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return "127.0.0.1:" + std::to_string(port);
+}
+
+Options TestOptions(const std::string& secret = "s3cret") {
+  Options o;
+  o.secret = secret;
+  o.heartbeat = milliseconds(100);
+  o.timeout = milliseconds(800);
+  o.connect_timeout = milliseconds(3000);
+  return o;
+}
+
+// A server on its own thread that answers every request with REPLY (GETs with a 4-float
+// payload) and counts what reached it.
+class EchoServer {
+ public:
+  explicit EchoServer(const std::string& secret = "s3cret", std::string fingerprint = "fp") {
+    endpoint = FreeEndpoint();
+    ServerOptions so;
+    so.rpc = TestOptions(secret);
+    so.trainers = 4;
+    so.fingerprint = std::move(fingerprint);
+    so.max_payload_bytes = 1 << 20;
+    so.name = "test server";
+    server = std::move(Server::Bind(endpoint, so).value());
+    thread = std::thread([this] {
+      while (!stop) {
+        for (auto& r : server->Poll(milliseconds(20))) {
+          ++delivered;
+          if (r.header.kind() == Header::GET) {
+            static const float data[4] = {1, 2, 3, 4};
+            Header h;
+            h.set_dtype(5);
+            h.add_dims(4);
+            h.set_nbytes(16);
+            Payload p{data, 16, nullptr};
+            server->Reply(r, h, &p);
+          } else {
+            server->Reply(r, {});
+          }
+        }
+      }
+    });
+  }
+  ~EchoServer() { Stop(); }
+  void Stop() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+    server.reset();
+  }
+  std::string endpoint;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<int> delivered{0};
+};
+
+Header Get(const std::string& name) {
+  Header h;
+  h.set_kind(Header::GET);
+  h.set_name(name);
+  return h;
+}
+
+TEST(RpcTest, AuthenticatedTrainerGetsReplies) {
+  EchoServer s;
+  auto c = Client::Connect({s.endpoint}, 1, "fp", TestOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->Wait((*c)->Post(0, Get("w")));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->has_payload);
+  EXPECT_EQ(r->payload.size(), 16u);
+  EXPECT_EQ(static_cast<const float*>(r->payload.data())[3], 4.0f);
+  EXPECT_EQ(s.delivered.load(), 1);
+}
+
+TEST(RpcTest, WrongSecretIsRefusedAndTheServerServesTheOthers) {
+  EchoServer s;
+  auto bad = Client::Connect({s.endpoint}, 0, "fp", TestOptions("wrong"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("secrets differ"), std::string::npos)
+      << bad.status().ToString();
+  auto good = Client::Connect({s.endpoint}, 1, "fp", TestOptions());
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE((*good)->Wait((*good)->Post(0, Get("w"))).ok());
+  EXPECT_GE(s.server->refused(), 1);
+}
+
+TEST(RpcTest, DifferentProgramsAreDetectedAtTheHandshake) {
+  EchoServer s("s3cret", "aaaa");
+  auto c = Client::Connect({s.endpoint}, 0, "bbbb", TestOptions());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("aaaa"), std::string::npos) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("bbbb"), std::string::npos) << c.status().ToString();
+}
+
+TEST(RpcTest, TrainerIdOutOfRangeIsRefused) {
+  EchoServer s;
+  auto c = Client::Connect({s.endpoint}, 9, "fp", TestOptions());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("out of range"), std::string::npos);
+}
+
+TEST(RpcTest, PortInUseIsAnErrorNamingIt) {
+  EchoServer s;
+  ServerOptions so;
+  so.rpc = TestOptions();
+  auto second = Server::Bind(s.endpoint, so);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find(s.endpoint), std::string::npos);
+  EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+}
+
+TEST(RpcTest, BadEndpointsAreErrors) {
+  EXPECT_FALSE(TcpAddress("localhost").ok());
+  EXPECT_FALSE(TcpAddress("h:0").ok());
+  EXPECT_FALSE(TcpAddress("h:99999").ok());
+  EXPECT_EQ(TcpAddress("127.0.0.1:6174").value(), "tcp://127.0.0.1:6174");
+}
+
+// Raw frames from a peer that is not a Loom client.
+void SendRaw(zmq::socket_t& s, std::vector<std::string> frames) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq::message_t m(frames[i].data(), frames[i].size());
+    s.send(m, i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+TEST(RpcTest, MalformedMessagesAreRefusedAndNeverDelivered) {
+  EchoServer s;
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect("tcp://" + s.endpoint);
+  Header send;
+  send.set_kind(Header::SEND);
+  send.set_trainer_id(0);
+  send.set_name("w@GRAD");
+  send.set_dtype(5);
+  send.add_dims(4);
+  send.set_nbytes(16);
+  send.set_step(1);
+  const std::string header = send.SerializeAsString();
+  SendRaw(raw, {"garbage that is no protobuf \xff\xff"});
+  SendRaw(raw, {header});                                        // SEND without its payload
+  SendRaw(raw, {header, std::string(12, 'x')});                  // truncated payload
+  SendRaw(raw, {header, std::string(16, 'x'), "third frame"});   // too many frames
+  SendRaw(raw, {header, std::string(16, 'x')});                  // well-formed, unauthenticated
+  Header huge = send;
+  huge.clear_dims();
+  huge.add_dims(int64_t(1) << 40);
+  huge.set_nbytes(int64_t(4) << 40);
+  SendRaw(raw, {huge.SerializeAsString(), std::string(16, 'x')});  // lies about its size
+  Header bad_dtype = send;
+  bad_dtype.set_dtype(99);
+  SendRaw(raw, {bad_dtype.SerializeAsString(), std::string(16, 'x')});
+  // Bigger than any block the server holds: dropped by ZeroMQ before it is read.
+  SendRaw(raw, {header, std::string((1 << 20) + (128 << 10), 'x')});
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(3000);
+  while (s.server->refused() < 7 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_GE(s.server->refused(), 7);
+  EXPECT_EQ(s.delivered.load(), 0);
+  // The server still serves a real trainer.
+  auto c = Client::Connect({s.endpoint}, 2, "fp", TestOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+}
+
+TEST(RpcTest, ADeadServerEndsEveryWaitWithinTheTimeout) {
+  auto s = std::make_unique<EchoServer>();
+  auto c = Client::Connect({s->endpoint}, 0, "fp", TestOptions());
+  ASSERT_TRUE(c.ok());
+  const std::string ep = s->endpoint;
+  s->Stop();
+  auto begin = std::chrono::steady_clock::now();
+  auto r = (*c)->Wait((*c)->Post(0, Get("w")));
+  auto took = std::chrono::steady_clock::now() - begin;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(r.status().message().find(ep), std::string::npos) << r.status().ToString();
+  EXPECT_LT(took, milliseconds(3000));
+  // Later requests fail at once.
+  EXPECT_FALSE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+}
+
+TEST(RpcTest, NoServerAtAllIsATimeoutNamingTheEndpoint) {
+  Options o = TestOptions();
+  o.connect_timeout = milliseconds(300);
+  const std::string ep = FreeEndpoint();
+  auto c = Client::Connect({ep}, 0, "fp", o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(c.status().message().find(ep), std::string::npos);
+}
+
+TEST(RpcTest, HeadersAreValidatedField_by_field) {
+  auto decode = [](const Header& h, int64_t payload) {
+    std::string b = h.SerializeAsString();
+    return DecodeHeader(b.data(), b.size(), payload).status();
+  };
+  Header h;
+  h.set_kind(Header::SEND);
+  h.set_name("g");
+  h.set_dtype(6);
+  h.add_dims(2);
+  h.add_dims(3);
+  h.set_nbytes(48);
+  h.set_step(1);
+  EXPECT_TRUE(decode(h, 48).ok());
+  EXPECT_FALSE(decode(h, 47).ok());
+  EXPECT_FALSE(decode(h, -1).ok());
+  Header neg = h;
+  neg.set_dims(0, -2);
+  EXPECT_FALSE(decode(neg, 48).ok());
+  Header get;
+  get.set_kind(Header::GET);
+  EXPECT_FALSE(decode(get, -1).ok());  // no name
+  get.set_name("w");
+  EXPECT_TRUE(decode(get, -1).ok());
+  EXPECT_FALSE(decode(get, 4).ok());   // a GET carries no payload
+  Header hello;
+  hello.set_kind(Header::HELLO);
+  hello.set_trainer_id(0);
+  hello.set_nonce("short");
+  EXPECT_FALSE(decode(hello, -1).ok());
+  std::string big(kMaxHeaderBytes + 1, 'x');
+  EXPECT_FALSE(DecodeHeader(big.data(), big.size(), -1).ok());
+}
+
+}  // namespace
+}  // namespace loom::rpc
