@@ -1,0 +1,198 @@
+"""Parameter-server faults, each in real processes (pserver_worker.py): a trainer killed with
+SIGKILL (sync: everyone ends with an error naming it; async: the rest carry on), a server killed
+(every trainer errors naming it), exe.close() missing, a wrong secret, programs from different
+transpiles, a port in use; and checkpoints: training resumed from save_persistables equals
+training that never stopped. Every process is bounded in time and killed by pid at the end."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from pserver_util import free_ports
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "pserver_worker.py")
+FAST = {"LOOM_PS_HEARTBEAT_MS": "100", "LOOM_PS_TIMEOUT_MS": "1500",
+        "LOOM_PS_CONNECT_TIMEOUT_MS": "20000"}
+
+
+class Job:
+    """Servers and trainers of one job as processes; stop() kills whatever still runs."""
+
+    def __init__(self, servers, trainers, secret="job-secret", env=None):
+        self.eps = free_ports(servers)
+        self.trainers = trainers
+        self.secret = secret
+        self.env = dict(env or FAST)
+        self.procs = {}
+
+    def _env(self, role, index, secret=None):
+        env = dict(os.environ)
+        env.update(self.env)
+        env.update({"PADDLE_TRAINING_ROLE": role, "PADDLE_PSERVER_ENDPOINTS": ",".join(self.eps),
+                    "PADDLE_TRAINERS_NUM": str(self.trainers),
+                    "LOOM_PS_SECRET": secret if secret is not None else self.secret})
+        if role == "PSERVER":
+            env["PADDLE_CURRENT_ENDPOINT"] = self.eps[index]
+        else:
+            env["PADDLE_TRAINER_ID"] = str(index)
+        return env
+
+    def start(self, name, role, index, args=(), secret=None):
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, WORKER] + list(args), env=self._env(role, index, secret),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def start_all(self, server_args=(), trainer_args=None):
+        for s in range(len(self.eps)):
+            self.start("server%d" % s, "PSERVER", s, server_args)
+        for k in range(self.trainers):
+            args = trainer_args(k) if callable(trainer_args) else (trainer_args or ())
+            self.start("trainer%d" % k, "TRAINER", k, args)
+
+    def wait(self, name, timeout=60):
+        p = self.procs[name]
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+@pytest.fixture
+def job_factory():
+    jobs = []
+
+    def make(*a, **k):
+        jobs.append(Job(*a, **k))
+        return jobs[-1]
+    yield make
+    for j in jobs:
+        j.stop()
+
+
+def test_sync_trainer_killed_mid_step_ends_everyone_with_an_error_naming_it(job_factory):
+    job = job_factory(2, 2)
+    job.start_all(trainer_args=lambda k: ["--steps", "50"] + (["--kill-self-at", "2"] if k == 1 else []))
+    begin = time.time()
+    code, out = job.wait("trainer1")
+    assert code == -signal.SIGKILL
+    for s in ("server0", "server1"):
+        code, out = job.wait(s, timeout=30)
+        assert code != 0, out
+        assert "trainer 1" in out and "sent nothing" in out, out
+    code, out = job.wait("trainer0", timeout=30)
+    assert code != 0 and "trainer 1" in out, out
+    assert time.time() - begin < 25
+
+
+def test_async_trainer_killed_the_rest_carry_on(job_factory):
+    job = job_factory(2, 2)
+    job.start_all(["--async"], lambda k: ["--async", "--steps", "30"] +
+                  (["--kill-self-at", "1"] if k == 1 else []))
+    code, _ = job.wait("trainer1")
+    assert code == -signal.SIGKILL
+    code, out = job.wait("trainer0")
+    assert code == 0, out
+    assert "trainer done" in out
+    for s in ("server0", "server1"):
+        code, out = job.wait(s, timeout=30)
+        assert code == 0, out
+        assert "trainer 1" in out and "serving the other trainers" in out, out
+
+
+def test_server_killed_every_trainer_errors_naming_it(job_factory):
+    job = job_factory(2, 2)
+    job.start_all(trainer_args=["--steps", "100000"])
+    time.sleep(1.5)
+    job.procs["server1"].kill()
+    begin = time.time()
+    for k in (0, 1):
+        code, out = job.wait("trainer%d" % k, timeout=30)
+        assert code != 0, out
+        assert job.eps[1] in out, out
+    assert time.time() - begin < 20
+
+
+def test_missing_close_ends_the_server_after_the_heartbeat_timeout(job_factory):
+    job = job_factory(1, 1)
+    job.start_all(trainer_args=["--steps", "2", "--no-close"])
+    code, out = job.wait("trainer0")
+    assert code == 0, out
+    code, out = job.wait("server0", timeout=30)
+    assert code != 0
+    assert "exe.close()" in out, out
+
+
+def test_wrong_secret_is_refused_and_the_others_train(job_factory):
+    job = job_factory(1, 2)
+    job.start("server0", "PSERVER", 0)
+    job.start("intruder", "TRAINER", 1, ["--steps", "1"], secret="not-the-secret")
+    code, out = job.wait("intruder")
+    assert code != 0 and "secret" in out, out
+    for k in (0, 1):
+        job.start("trainer%d" % k, "TRAINER", k, ["--steps", "3"])
+    for k in (0, 1):
+        code, out = job.wait("trainer%d" % k)
+        assert code == 0, out
+    code, out = job.wait("server0")
+    assert code == 0, out
+    assert "refused" in out and "LOOM_PS_SECRET" in out, out
+
+
+def test_trainers_from_different_programs_are_detected(job_factory):
+    job = job_factory(1, 1, env=dict(FAST, LOOM_PS_CONNECT_TIMEOUT_MS="3000"))
+    job.start("server0", "PSERVER", 0)
+    job.start("trainer0", "TRAINER", 0, ["--hidden", "7"])
+    code, out = job.wait("trainer0")
+    assert code != 0 and "fingerprint" in out, out
+    code, out = job.wait("server0")
+    assert code != 0 and "never connected" in out, out
+
+
+def test_port_in_use_is_a_clear_error(job_factory):
+    job = job_factory(1, 1)
+    host, port = job.eps[0].split(":")
+    s = socket.socket()
+    s.bind((host, int(port)))
+    s.listen(1)
+    try:
+        job.start("server0", "PSERVER", 0)
+        code, out = job.wait("server0")
+    finally:
+        s.close()
+    assert code != 0
+    assert job.eps[0] in out and "in use" in out, out
+
+
+def test_training_resumed_from_a_checkpoint_equals_training_that_never_stopped(job_factory, tmp_path):
+    def run(args_for, server_args=()):
+        job = job_factory(2, 2)
+        job.start_all(server_args, args_for)
+        for k in (0, 1):
+            code, out = job.wait("trainer%d" % k)
+            assert code == 0, out
+        for s in (0, 1):
+            code, out = job.wait("server%d" % s)
+            assert code == 0, out
+        return job
+
+    straight = tmp_path / "straight.npz"
+    run(lambda k: ["--steps", "6", "--out", str(straight)])
+    ckpt = tmp_path / "ckpt"
+    run(lambda k: ["--steps", "3", "--checkpoint", str(ckpt)])
+    assert (ckpt / "pserver_0" / "CHECKPOINT").exists() and (ckpt / "pserver_1" / "CHECKPOINT").exists()
+    resumed = tmp_path / "resumed.npz"
+    run(lambda k: ["--steps", "3", "--first-step", "3", "--out", str(resumed)],
+        ["--resume", str(ckpt)])
+    a, b = np.load(straight), np.load(resumed)
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
