@@ -3,10 +3,12 @@
 // split_byref cuts it into the row blocks the servers own (views, no copy) and send queues each
 // block to its server (the payload is the block's own memory, kept alive until it is on the
 // wire; send returns at once, so sending overlaps the rest of backward). send_barrier waits for
-// every send's acknowledgement and tells every server the step is complete, with this
-// trainer's sample count (sync mode weights the trainers' gradients by it). recv asks every
-// server for its parameter blocks as of this step (sync: after the step's update) and
-// fetch_barrier returns when every trainer has fetched them. Every wait ends: by the reply, by
+// tells every server the step is sent, with this trainer's sample count (sync mode weights the
+// trainers' gradients by it). recv asks every server for its parameter blocks as of this step
+// (sync: after the step's update), having collected the acknowledgements of the step's sends and
+// barrier. fetch_barrier tells the servers this trainer has the step's parameters; its answer
+// (once every trainer has) is collected by the trainer's next parameter-server op. Posting all
+// of a step's messages back to back keeps one round trip on the step's critical path. Every wait ends: by the reply, by
 // the server's error, or when the server has been silent for the timeout (rpc/client.h).
 #include <cstring>
 
@@ -72,7 +74,6 @@ Status SendKernel(const KernelContext& ctx) {
 
 Status SendBarrierKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
-  LOOM_RETURN_IF_ERROR(conn->WaitSends().WithContext(ctx.Where()));
   int64_t samples = 1;
   if (ctx.InputSize("Samples") > 0) {
     const Tensor& b = ctx.Input("Samples");
@@ -81,12 +82,13 @@ Status SendBarrierKernel(const KernelContext& ctx) {
   rpc::Header h;
   h.set_kind(rpc::Header::BARRIER);
   h.set_samples(samples);
-  {
-    std::lock_guard<std::mutex> lock(conn->mu);
-    h.set_step(++conn->step);
-  }
-  Status st = conn->client->CallAll(h);
-  return st.ok() ? st : st.WithContext(ctx.Where());
+  std::lock_guard<std::mutex> lock(conn->mu);
+  h.set_step(++conn->step);
+  // Each server takes a trainer's messages in order: the barrier follows the sends without
+  // waiting for their acknowledgements, which the next recv collects with the barrier's.
+  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
+    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
+  return Status::OK();
 }
 
 Status RecvKernel(const KernelContext& ctx) {
@@ -98,7 +100,6 @@ Status RecvKernel(const KernelContext& ctx) {
                      " recv_varnames entries");
   LOOM_ASSIGN_OR_RETURN(std::vector<int> server, ServerIndices(ctx, epmap));
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
-  LOOM_RETURN_IF_ERROR(conn->WaitSends().WithContext(ctx.Where()));
   int64_t step;
   {
     std::lock_guard<std::mutex> lock(conn->mu);
@@ -112,7 +113,10 @@ Status RecvKernel(const KernelContext& ctx) {
     h.set_step(step);
     tickets.push_back(conn->client->Post(server[i], std::move(h)));
   }
-  Status first;
+  // The step's sends and barrier (and the last fetch_barrier) are acknowledged before the
+  // parameters of the step come back; a refusal among them is this op's error.
+  Status first = conn->WaitSends();
+  if (!first.ok()) first = first.WithContext(ctx.Where());
   for (int i = 0; i < n; ++i) {
     auto r = conn->client->Wait(tickets[i]);
     if (!r.ok()) {
@@ -140,12 +144,13 @@ Status FetchBarrierKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
   rpc::Header h;
   h.set_kind(rpc::Header::FETCH_BARRIER);
-  {
-    std::lock_guard<std::mutex> lock(conn->mu);
-    h.set_step(conn->step);
-  }
-  Status st = conn->client->CallAll(h);
-  return st.ok() ? st : st.WithContext(ctx.Where());
+  std::lock_guard<std::mutex> lock(conn->mu);
+  h.set_step(conn->step);
+  // Answered once every trainer has fetched the step; the next parameter-server op of this
+  // trainer (or exe.close()) waits for the answer, so the wait overlaps the next forward pass.
+  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
+    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
+  return Status::OK();
 }
 
 // ---- split_byref ----
@@ -207,7 +212,7 @@ LOOM_REGISTER_OP(send)
     .LOOM_RPC_KERNELS(SendKernel);
 
 LOOM_REGISTER_OP(send_barrier)
-    .Doc("Waits for the step's sends to be acknowledged and tells every server the step is sent.")
+    .Doc("Tells every server the step is sent (acknowledgements collected by the next recv).")
     .Input("Samples", "a batch input: its dim 0 is this trainer's sample count", false, true)
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
@@ -225,7 +230,8 @@ LOOM_REGISTER_OP(recv)
     .Kernel(Place::kCPU, proto::FP32, RecvKernel);
 
 LOOM_REGISTER_OP(fetch_barrier)
-    .Doc("Returns when every trainer has fetched the parameters of this step.")
+    .Doc("Tells the servers this trainer fetched the step; the next parameter-server op (or "
+         "exe.close()) returns only when every trainer has.")
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
     .Attr<std::string>("fingerprint", "", "the transpile both sides come from")

@@ -99,6 +99,18 @@ def increment(x, value=1.0, in_place=True):
     return out
 
 
+def create_parameter(shape, dtype, name=None, attr=None, is_bias=False,
+                     default_initializer=None):
+    """A parameter of the given shape, initialized by the startup program (Fluid's
+    layers.create_parameter): attr (a ParamAttr) names it and picks its initializer."""
+    from .param_attr import ParamAttr
+    attr = ParamAttr._to_attr(attr)
+    if name is not None and attr.name is None:
+        attr.name = name
+    helper = LayerHelper("create_parameter")
+    return helper.create_parameter(attr, shape, dtype, is_bias, default_initializer)
+
+
 def zeros(shape, dtype, force_cpu=False):
     return fill_constant(shape, dtype, 0.0)
 
