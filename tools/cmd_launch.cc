@@ -1,5 +1,6 @@
 // loom launch --workers N --servers S [flags] -- CMD ARGS...: starts a parameter-server job of
 // S servers and N workers, each running CMD with Paddle's launch environment (runtime/launcher.h).
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
