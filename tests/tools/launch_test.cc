@@ -380,6 +380,25 @@ TEST_F(LaunchTest, HelpListsEveryFlag) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
+// docs/CLI.md's section on loom launch documents every flag --help lists.
+TEST_F(LaunchTest, DocsDescribeEveryFlag) {
+  Result r = Launch({"--help"});
+  ASSERT_EQ(r.code, 0);
+  const std::string docs = ReadAll(std::string(LOOM_DOCS_DIR) + "/CLI.md");
+  const size_t begin = docs.find("## `loom launch");
+  ASSERT_NE(begin, std::string::npos);
+  const std::string section = docs.substr(begin, docs.find("\n## ", begin + 1) - begin);
+  std::regex flag_line("^  (--[a-z-]+)");
+  int flags = 0;
+  for (const std::string& line : Lines(r.out)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, flag_line) || m[1] == "--help") continue;
+    ++flags;
+    EXPECT_NE(section.find("`" + m[1].str()), std::string::npos) << m[1] << " is not in the docs";
+  }
+  EXPECT_GE(flags, 12);
+}
+
 // --- --hostfile: through mpirun ---
 
 bool HaveMpirun() {
