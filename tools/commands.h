@@ -10,5 +10,6 @@ int TranspileCommand(int argc, char** argv);
 int TopoCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int DevicesCommand(int argc, char** argv);
+int LaunchCommand(int argc, char** argv);
 
 }  // namespace loom::cli

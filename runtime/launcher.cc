@@ -1,0 +1,252 @@
+#include "runtime/launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/supervisor.h"
+
+namespace loom::runtime {
+namespace {
+
+constexpr int kJobFailed = 1;
+
+std::string Join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+Status Validate(const LaunchOptions& o) {
+  LOOM_ENFORCE(o.workers >= 1, "--workers must be at least 1, got ", o.workers);
+  LOOM_ENFORCE(o.servers >= 0, "--servers must be 0 or more, got ", o.servers);
+  LOOM_ENFORCE(!o.command.empty() && !o.command[0].empty(), "no command to run after '--'");
+  LOOM_ENFORCE(o.grace_s >= 0 && o.server_wait_s >= 0 && o.timeout_s >= 0,
+               "--grace, --server-wait and --timeout must not be negative");
+  LOOM_ENFORCE(o.base_port >= 0 && o.base_port + o.servers + o.workers - 1 <= 65535, "--port ",
+               o.base_port, ": the ", o.servers + o.workers, " ports from it must lie in 1..65535");
+  return Status::OK();
+}
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
+SuperviseOptions SupervisorOptions(const LaunchOptions& o) {
+  SuperviseOptions s;
+  s.prefix = o.prefix;
+  s.grace = Millis(o.grace_s);
+  s.server_wait = Millis(o.server_wait_s);
+  s.timeout = Millis(o.timeout_s);
+  return s;
+}
+
+// This process's environment without any launch variable (a launcher started from a job must not
+// hand its own role down), plus `extra`.
+std::vector<std::string> ChildEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  const std::vector<std::string>& managed = LaunchVariables();
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    if (std::find(managed.begin(), managed.end(), entry.substr(0, entry.find('='))) ==
+        managed.end())
+      env.push_back(entry);
+  }
+  for (const auto& [name, value] : extra) env.push_back(StrCat(name, "=", value));
+  return env;
+}
+
+ChildSpec RoleSpec(const JobLayout& layout, bool server, int rank,
+                   const std::vector<std::string>& command) {
+  return ChildSpec{StrCat(server ? "server " : "worker ", rank), server, command,
+                   ChildEnvironment(RoleEnvironment(layout, server, rank))};
+}
+
+// Prints why the job ended (one line on stderr, nothing when it went well) and returns the
+// launcher's exit code.
+int Report(const JobOutcome& outcome, const std::vector<ChildSpec>& specs, const LaunchOptions& o) {
+  using Kind = JobOutcome::Kind;
+  std::string why;
+  int code = kJobFailed;
+  switch (outcome.kind) {
+    case Kind::kAllExited: code = 0; break;
+    case Kind::kFailed:
+      why = StrCat(specs[outcome.culprit].name, " ", Describe(outcome.exits[outcome.culprit]),
+                   specs.size() > 1 ? "; stopped the others" : "");
+      break;
+    case Kind::kServersRemained:
+      why = StrCat("every worker exited 0, but ", Join(outcome.remained, ", "), " still ran ",
+                   o.server_wait_s, " s later (--server-wait); stopped ",
+                   outcome.remained.size() > 1 ? "them" : "it");
+      break;
+    case Kind::kTimedOut:
+      why = StrCat("the job timed out after --timeout ", o.timeout_s, " s; stopped it");
+      break;
+    case Kind::kInterrupted:
+      why = StrCat("received ", SignalName(outcome.signal), "; stopped the job");
+      code = 128 + outcome.signal;
+      break;
+  }
+  if (!why.empty()) std::fprintf(stderr, "loom launch: %s\n", why.c_str());
+  if (!outcome.unresponsive.empty()) {
+    std::fprintf(stderr, "loom launch: %s did not exit after SIGKILL; left running\n",
+                 Join(outcome.unresponsive, ", ").c_str());
+    if (code == 0) code = kJobFailed;
+  }
+  return code;
+}
+
+StatusOr<std::string> FindProgram(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) == 0) return name;
+    return NotFound("mpirun '", name, "' cannot be run: ", strerror(errno));
+  }
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return NotFound(name, " not found in PATH: --hostfile starts the job through Open MPI's ",
+                  "mpirun (install Open MPI, or give its path with --mpirun)");
+}
+
+StatusOr<std::string> SelfExecutable(const LaunchOptions& o) {
+  if (!o.self_exe.empty()) return o.self_exe;
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return FailedPrecondition("cannot find the loom binary (/proc/self/exe): ", strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// Every rank's "host:port" under mpirun --map-by slot: rank r gets the base port + r, so server i
+// gets base + i and worker j base + S + j.
+StatusOr<std::vector<std::string>> HostfileEndpoints(const LaunchOptions& o) {
+  std::ifstream in(o.hostfile);
+  if (!in) return NotFound("cannot read hostfile '", o.hostfile, "': ", strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  LOOM_ASSIGN_OR_RETURN(std::vector<HostSlots> hosts, ParseHostfile(text.str(), o.hostfile));
+  const int base = o.base_port > 0 ? o.base_port : kDefaultBasePort;
+  std::vector<std::string> endpoints = MapBySlot(hosts, o.servers + o.workers);
+  for (size_t r = 0; r < endpoints.size(); ++r) endpoints[r] += StrCat(":", base + r);
+  return endpoints;
+}
+
+StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& secret) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> endpoints, HostfileEndpoints(o));
+  LOOM_ASSIGN_OR_RETURN(std::string mpirun, FindProgram(o.mpirun));
+  LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
+  // The secret travels in the environment (-x), never on a command line others can read.
+  std::vector<std::string> argv = {mpirun,
+                                   "--allow-run-as-root",
+                                   "--oversubscribe",
+                                   "--hostfile",
+                                   o.hostfile,
+                                   "--map-by",
+                                   "slot",
+                                   "-np",
+                                   std::to_string(o.servers + o.workers),
+                                   "-x",
+                                   "LOOM_PS_SECRET",
+                                   self,
+                                   "launch",
+                                   "--rank-exec",
+                                   "--workers",
+                                   std::to_string(o.workers),
+                                   "--servers",
+                                   std::to_string(o.servers),
+                                   "--endpoints",
+                                   Join(endpoints, ","),
+                                   "--grace",
+                                   StrCat(o.grace_s)};
+  if (!o.prefix) argv.push_back("--no-prefix");
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  std::vector<ChildSpec> specs = {
+      {"mpirun", false, argv, ChildEnvironment({{"LOOM_PS_SECRET", secret}})}};
+  SuperviseOptions s = SupervisorOptions(o);
+  s.prefix = false;  // each rank prefixes its own lines
+  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, s));
+  return Report(outcome, specs, o);
+}
+
+}  // namespace
+
+StatusOr<int> Launch(const LaunchOptions& o) {
+  LOOM_RETURN_IF_ERROR(Validate(o));
+  LOOM_ASSIGN_OR_RETURN(std::string secret, JobSecret());
+  if (!o.hostfile.empty()) return LaunchThroughMpirun(o, secret);
+  const int nprocs = o.servers + o.workers;
+  std::vector<int> ports;
+  if (o.base_port > 0) {
+    for (int r = 0; r < nprocs; ++r) ports.push_back(o.base_port + r);
+  } else {
+    LOOM_ASSIGN_OR_RETURN(ports, PickFreePorts(o.host, nprocs));
+  }
+  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  JobLayout layout;
+  layout.secret = secret;
+  for (int r = 0; r < nprocs; ++r)
+    (r < o.servers ? layout.servers : layout.workers).push_back(StrCat(host, ":", ports[r]));
+  // Servers first: workers usually connect to them as they start.
+  std::vector<ChildSpec> specs;
+  specs.reserve(nprocs);
+  for (int i = 0; i < o.servers; ++i) specs.push_back(RoleSpec(layout, true, i, o.command));
+  for (int j = 0; j < o.workers; ++j) specs.push_back(RoleSpec(layout, false, j, o.command));
+  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, SupervisorOptions(o)));
+  return Report(outcome, specs, o);
+}
+
+StatusOr<int> RankExec(const LaunchOptions& o, const std::vector<std::string>& endpoints) {
+  LOOM_RETURN_IF_ERROR(Validate(o));
+  const int nprocs = o.servers + o.workers;
+  LOOM_ENFORCE(static_cast<int>(endpoints.size()) == nprocs, "--endpoints names ", endpoints.size(),
+               " processes, --servers and --workers ", nprocs);
+  const char* rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* secret = std::getenv("LOOM_PS_SECRET");
+  if (rank_text == nullptr || secret == nullptr)
+    return FailedPrecondition("--rank-exec runs one rank under the mpirun that `loom launch ",
+                              "--hostfile` starts (OMPI_COMM_WORLD_RANK or LOOM_PS_SECRET unset)");
+  char* end = nullptr;
+  const long rank = std::strtol(rank_text, &end, 10);
+  LOOM_ENFORCE(*rank_text != '\0' && *end == '\0' && rank >= 0 && rank < nprocs,
+               "OMPI_COMM_WORLD_RANK '", rank_text, "' is not a rank of ", nprocs, " processes");
+  JobLayout layout;
+  layout.servers.assign(endpoints.begin(), endpoints.begin() + o.servers);
+  layout.workers.assign(endpoints.begin() + o.servers, endpoints.end());
+  layout.secret = secret;
+  const bool server = rank < o.servers;
+  ChildSpec spec =
+      RoleSpec(layout, server, static_cast<int>(server ? rank : rank - o.servers), o.command);
+  spec.server = false;  // mpirun waits for every rank; the server-wait rule is not this rank's
+#ifdef __linux__
+  // Should mpirun's daemon die without stopping this rank, its command is stopped with it.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+  SuperviseOptions s = SupervisorOptions(o);
+  s.timeout = std::chrono::milliseconds(0);  // the launcher above times the whole job
+  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise({spec}, s));
+  if (outcome.kind == JobOutcome::Kind::kInterrupted) return 128 + outcome.signal;
+  const ProcessExit& exit = outcome.exits[0];
+  if (!exit.ok())
+    std::fprintf(stderr, "loom launch: %s %s\n", spec.name.c_str(), Describe(exit).c_str());
+  return exit.signal != 0 ? 128 + exit.signal : exit.code;
+}
+
+}  // namespace loom::runtime

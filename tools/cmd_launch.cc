@@ -1,0 +1,122 @@
+// loom launch --workers N --servers S [flags] -- CMD ARGS...: starts a parameter-server job of
+// S servers and N workers, each running CMD with Paddle's launch environment (runtime/launcher.h).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/launcher.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::cli {
+namespace {
+
+Flags LaunchFlags() {
+  return Flags(
+      "launch", "loom launch --workers N --servers S [--hostfile F] [flags] -- CMD ARGS...",
+      "Starts S server and N worker processes, each running CMD ARGS with the environment of\n"
+      "Paddle's launcher (PADDLE_TRAINING_ROLE, PADDLE_PSERVER_ENDPOINTS, PADDLE_TRAINER_ID, ...;\n"
+      "see docs/CLI.md), and prints their output line by line behind '[worker 3] '. When one\n"
+      "process fails, the others are stopped (SIGTERM, SIGKILL after --grace) and loom launch\n"
+      "exits 1 naming it. Locally each process is a child in a process group of its own and the\n"
+      "servers listen on free ports of --host; with --hostfile the processes are started through\n"
+      "mpirun, servers on ranks 0..S-1, workers on S..S+N-1.",
+      {
+          {"workers", "N", "worker (trainer) processes", "1"},
+          {"servers", "S", "server (pserver) processes", "0"},
+          {"hostfile", "F",
+           "start the processes through mpirun on the hosts of this Open MPI hostfile "
+           "('host slots=K' lines), filling slots in order",
+           ""},
+          {"host", "ADDR", "local launches: the address servers listen on", "127.0.0.1"},
+          {"port", "BASE",
+           "server i listens on BASE+i, worker j gets BASE+S+j (default: free ports locally, "
+           "6170 with --hostfile)",
+           ""},
+          {"no-prefix", "", "print the processes' lines as they are, without '[worker 3] '", ""},
+          {"grace", "SECONDS", "from SIGTERM to SIGKILL when the job is stopped", "5"},
+          {"server-wait", "SECONDS", "how long servers may run after every worker exited 0", "60"},
+          {"timeout", "SECONDS", "stop the whole job after SECONDS (0: never)", "0"},
+          {"mpirun", "PROG", "with --hostfile: the mpirun to run", "mpirun"},
+          {"rank-exec", "", "internal: one rank under the mpirun of --hostfile", ""},
+          {"endpoints", "LIST", "internal: every rank's host:port, for --rank-exec", ""},
+      },
+      // Words before "--" are refused by CheckLaunchFlags, which can say why.
+      0, 1 << 20);
+}
+
+Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words) {
+  if (!has_separator)
+    return InvalidArgument("missing '--' before the command to run (loom launch [flags] -- CMD)");
+  if (!f.positional().empty())
+    return InvalidArgument("unexpected '", f.positional()[0], "' before '--'");
+  if (command_words == 0) return InvalidArgument("no command after '--'");
+  LOOM_ASSIGN_OR_RETURN(int64_t workers, f.GetInt("workers"));
+  LOOM_ASSIGN_OR_RETURN(int64_t servers, f.GetInt("servers"));
+  LOOM_ENFORCE(workers >= 1 && workers <= 4096, "--workers must be in [1, 4096], got ", workers);
+  LOOM_ENFORCE(servers >= 0 && servers <= 4096, "--servers must be in [0, 4096], got ", servers);
+  if (f.Has("port")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t port, f.GetInt("port"));
+    LOOM_ENFORCE(port >= 1 && port + workers + servers - 1 <= 65535, "--port ", port, ": the ",
+                 workers + servers, " ports from it must lie in [1, 65535]");
+  }
+  for (const char* name : {"grace", "server-wait", "timeout"})
+    LOOM_RETURN_IF_ERROR(f.GetDouble(name, 0, 1e7).status());
+  LOOM_ENFORCE(!(f.Has("host") && f.Has("hostfile")),
+               "--host is for local launches; with --hostfile the hosts come from the file");
+  LOOM_ENFORCE(f.Switch("rank-exec") == f.Has("endpoints"),
+               "--rank-exec and --endpoints go together (loom launch --hostfile passes both)");
+  return Status::OK();
+}
+
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = list.find(',', start)) != std::string::npos; start = comma + 1)
+    items.push_back(list.substr(start, comma - start));
+  items.push_back(list.substr(start));
+  return items;
+}
+
+runtime::LaunchOptions OptionsOf(const Flags& f, std::vector<std::string> command) {
+  runtime::LaunchOptions o;
+  o.workers = static_cast<int>(f.GetInt("workers").value());
+  o.servers = static_cast<int>(f.GetInt("servers").value());
+  o.command = std::move(command);
+  o.host = f.Get("host");
+  o.hostfile = f.Get("hostfile");
+  o.base_port = f.Has("port") ? static_cast<int>(f.GetInt("port").value()) : 0;
+  o.prefix = !f.Switch("no-prefix");
+  o.grace_s = f.GetDouble("grace", 0, 1e7).value();
+  o.server_wait_s = f.GetDouble("server-wait", 0, 1e7).value();
+  o.timeout_s = f.GetDouble("timeout", 0, 1e7).value();
+  o.mpirun = f.Get("mpirun");
+  return o;
+}
+
+}  // namespace
+
+int LaunchCommand(int argc, char** argv) {
+  // Everything after the first "--" is the command, flags of its own included.
+  int separator = 0;
+  while (separator < argc && std::strcmp(argv[separator], "--") != 0) ++separator;
+  const bool has_separator = separator < argc;
+  std::vector<std::string> command(argv + std::min(separator + 1, argc), argv + argc);
+  Flags flags = LaunchFlags();
+  int exit_code = kExitOk;
+  auto body = [&](const Flags& f) -> Status {
+    runtime::LaunchOptions options = OptionsOf(f, command);
+    StatusOr<int> code = f.Switch("rank-exec")
+                             ? runtime::RankExec(options, SplitList(f.Get("endpoints")))
+                             : runtime::Launch(options);
+    if (!code.ok()) return code.status();
+    exit_code = code.value();
+    return Status::OK();
+  };
+  auto check = [&](const Flags& f) { return CheckLaunchFlags(f, has_separator, command.size()); };
+  int rc = RunSubcommand(flags, separator, argv, body, check);
+  return rc == kExitOk ? exit_code : rc;
+}
+
+}  // namespace loom::cli
