@@ -192,6 +192,16 @@ StatusOr<Reply> Client::Wait(const Ticket& t) {
   return std::move(t->reply);
 }
 
+void Client::PostOneWay(int server, Header header, const Payload* payload) {
+  if (server < 0 || server >= static_cast<int>(endpoints_.size())) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({server, std::move(header), payload != nullptr,
+                      payload ? *payload : Payload{}, nullptr});
+  }
+  Wake();
+}
+
 Status Client::CallAll(const Header& header) {
   std::vector<Ticket> tickets;
   for (size_t s = 0; s < endpoints_.size(); ++s) tickets.push_back(Post(static_cast<int>(s), header));
@@ -239,13 +249,13 @@ void Client::SendQueued() {
       dead = dead_[o.server];
     }
     if (!dead.ok()) {
-      Complete(o.ticket, dead);
+      if (o.ticket) Complete(o.ticket, dead);
       continue;
     }
     uint64_t id = next_id_++;
     o.header.set_id(id);
     o.header.set_trainer_id(trainer_id_);
-    waiting_[o.server][id] = o.ticket;
+    if (o.ticket) waiting_[o.server][id] = o.ticket;
     auto frames = Encode(o.header, o.has_payload ? &o.payload : nullptr);
     SendFrames(sockets_[o.server], frames);
   }
@@ -263,7 +273,11 @@ void Client::ReadReplies(int s) {
       return;
     }
     auto it = waiting_[s].find(m->header.id());
-    if (it == waiting_[s].end()) continue;  // a heartbeat's answer
+    if (it == waiting_[s].end()) {
+      // A one-way message was refused: the connection's later waits fail with why.
+      if (m->header.kind() == Header::ERROR) FailServer(s, ErrorOf(m->header, endpoints_[s]));
+      continue;  // else a heartbeat's answer
+    }
     Ticket t = it->second;
     waiting_[s].erase(it);
     if (m->header.kind() == Header::ERROR) {

@@ -44,6 +44,10 @@ class Client {
 
   // Queues a request to server `server` (an index into endpoints()); its id is set here.
   Ticket Post(int server, Header header, const Payload* payload = nullptr);
+  // Queues a message the server answers only when it refuses it: a refusal then fails every
+  // later wait on that server (a server takes a trainer's messages in order, so the reply to a
+  // later request means the earlier one-way messages were taken).
+  void PostOneWay(int server, Header header, const Payload* payload = nullptr);
   // The reply to a posted request; a server's ERROR reply is an error carrying its text.
   StatusOr<Reply> Wait(const Ticket& ticket);
   // Posts to every server and waits for all replies (the first error wins).

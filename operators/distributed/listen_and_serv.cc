@@ -81,6 +81,7 @@ class ParamServer {
   std::map<int, int64_t> barrier_, samples_, fetched_;
   std::vector<Waiter> gets_, fetch_waiters_;
   Clock::time_point started_;
+  int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
 };
 
 StatusOr<Tensor*> BoundTensor(Scope* scope, const std::string& name, const KernelContext& ctx) {
@@ -151,7 +152,7 @@ Status ParamServer::Serve() {
   }
   std::fprintf(stderr, "loom %s: every trainer closed after %lld %s steps; %lld messages "
                "refused\n", name_.c_str(), static_cast<long long>(step_done_),
-               sync_ ? "sync" : "async", static_cast<long long>(server_->refused()));
+               sync_ ? "sync" : "async", static_cast<long long>(server_->refused() + refused_));
   return Status::OK();
 }
 
@@ -209,15 +210,16 @@ Status ParamServer::OnSend(rpc::Request& r) {
                                step_done_ + 1);
   }
   if (!bad.ok()) {
+    ++refused_;
     std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
                  r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(), bad.message().c_str());
     server_->ReplyError(r, bad);
     return Status::OK();
   }
+  // A gradient is answered only when refused (the trainer sends it one way).
   Block& b = blocks_[it->second];
   if (sync_) {
     b.received[r.trainer_id] = std::move(r.payload);
-    server_->Reply(r, {});
     return Status::OK();
   }
   // Async: this trainer's gradient alone updates the block now.
@@ -226,7 +228,6 @@ Status ParamServer::OnSend(rpc::Request& r) {
   if (r.payload.size()) std::memcpy(dst, r.payload.data(), r.payload.size());
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
-  server_->Reply(r, {});
   return Status::OK();
 }
 

@@ -1,0 +1,263 @@
+// The parameter-server pipeline: slicing as Fluid slices, placement, where sends and receives
+// go in trainer programs, what each server's program holds, bad configurations; and a live
+// listen_and_serv refusing a wrong-shape gradient without touching its parameters.
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+
+#include "executor/executor.h"
+#include "framework/file_util.h"
+#include "framework/op_role.h"
+#include "operators/distributed/ps_client.h"
+#include "rpc/client.h"
+#include "tests/transpiler/test_nets.h"
+#include "transpiler/distribute.h"
+#include "transpiler/distribute_passes.h"
+
+namespace loom::transpiler {
+namespace {
+
+DistributeConfig Config(int servers, int trainers, const std::string& split = "round_robin",
+                        int64_t min_block = 8) {
+  DistributeConfig c;
+  c.trainers = trainers;
+  for (int s = 0; s < servers; ++s) c.pservers.push_back(StrCat("127.0.0.1:", 7000 + s));
+  c.split_method = split;
+  c.min_block_size = min_block;
+  return c;
+}
+
+std::vector<std::string> OpTypes(const BlockDesc& b) {
+  std::vector<std::string> t;
+  for (int i = 0; i < b.OpSize(); ++i) t.push_back(b.Op(i).Type());
+  return t;
+}
+
+TEST(DistributeTest, BlocksCoverEveryRowOnceAndFollowFluidsSlicing) {
+  Net n = Mlp();
+  auto r = TranspileDistribute(n.startup, n.main, Config(3, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& m = r->manifest;
+  std::map<std::string, int64_t> next_row;
+  int64_t bytes = 0;
+  for (const auto& b : m.blocks()) {
+    EXPECT_EQ(b.row_begin(), next_row[b.param()]) << b.name();
+    EXPECT_GT(b.row_end(), b.row_begin()) << b.name();
+    next_row[b.param()] = b.row_end();
+    EXPECT_TRUE(b.server() >= 0 && b.server() < 3);
+    bytes += b.bytes();
+  }
+  // fc_0.w_0 is 6x16 = 96 elements: min(3, 96 / 8) = 3 blocks of 32 elements = 2 rows each.
+  EXPECT_EQ(next_row["fc_0.w_0"], 6);
+  int w0 = 0;
+  for (const auto& b : m.blocks()) w0 += b.param() == "fc_0.w_0";
+  EXPECT_EQ(w0, 3);
+  int64_t server_total = 0;
+  for (int64_t s : m.server_bytes()) server_total += s;
+  EXPECT_EQ(server_total, bytes);
+  EXPECT_EQ(r->trainer_main.size(), 2u);
+  EXPECT_EQ(r->pserver_main.size(), 3u);
+}
+
+TEST(DistributeTest, TrainersSendEachGradientRightAfterItsLastWriterAndHaveNoOptimizer) {
+  Net n = Mlp();
+  auto r = TranspileDistribute(n.startup, n.main, Config(2, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const BlockDesc& b = *r->trainer_main[1].GlobalBlock();
+  auto types = OpTypes(b);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "sgd"), 0);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "send"), 6);
+  for (int i = 0; i < b.OpSize(); ++i) {
+    OpDesc op = b.Op(i);
+    if (op.Type() != "send") continue;
+    EXPECT_EQ(op.Attr<int>("trainer_id", -1), 1);
+    // The op before the send (or its split_byref) writes the gradient.
+    int w = b.Op(i - 1).Type() == "split_byref" ? i - 2 : i - 1;
+    std::string grad = b.Op(i - 1).Type() == "split_byref" ? b.Op(i - 1).Input("X")[0]
+                                                           : op.Input("X")[0];
+    auto outs = b.Op(w).OutputArgumentNames();
+    EXPECT_NE(std::find(outs.begin(), outs.end(), grad), outs.end()) << grad;
+  }
+  // The step ends: send_barrier, recv, concat of sliced parameters, fetch_barrier.
+  auto barrier = std::find(types.begin(), types.end(), "send_barrier");
+  ASSERT_NE(barrier, types.end());
+  EXPECT_EQ(*(barrier + 1), "recv");
+  EXPECT_EQ(types.back(), "fetch_barrier");
+  // The startup fetches the parameters instead of initializing them.
+  auto st = OpTypes(*r->trainer_startup[1].GlobalBlock());
+  EXPECT_NE(std::find(st.begin(), st.end(), "recv"), st.end());
+  EXPECT_EQ(std::count(st.begin(), st.end(), "uniform_random") +
+                std::count(st.begin(), st.end(), "gaussian_random"),
+            0);
+}
+
+TEST(DistributeTest, ServersHoldOneOptimizeBlockPerBlockTheyOwn) {
+  Net n = Mlp();
+  auto r = TranspileDistribute(n.startup, n.main, Config(2, 3, "bytes"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::set<std::string> served;
+  for (size_t s = 0; s < r->pserver_main.size(); ++s) {
+    const ProgramDesc& p = r->pserver_main[s];
+    ASSERT_EQ(OpTypes(*p.GlobalBlock()), std::vector<std::string>{"listen_and_serv"});
+    OpDesc serve = p.GlobalBlock()->Op(0);
+    auto params = serve.Attr<std::vector<std::string>>("param_blocks", {});
+    auto blocks = serve.Attr<std::vector<int>>("optimize_blocks", {});
+    ASSERT_EQ(params.size(), blocks.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      served.insert(params[i]);
+      const BlockDesc& ob = *p.Block(blocks[i]);
+      ASSERT_EQ(ob.OpSize(), 1);
+      EXPECT_EQ(ob.Op(0).Type(), "sgd");
+      EXPECT_EQ(ob.Op(0).Input("Param")[0], params[i]);
+    }
+    EXPECT_EQ(serve.Attr<int>("Fanin", 0), 3);
+  }
+  std::set<std::string> want;
+  for (const auto& b : r->manifest.blocks()) want.insert(b.name());
+  EXPECT_EQ(served, want);
+}
+
+TEST(DistributeTest, HashPlacementIsStableAndBytesIsBalanced) {
+  Net n = Mlp();
+  auto a = TranspileDistribute(n.startup, n.main, Config(3, 1, "hash"));
+  auto b = TranspileDistribute(n.startup, n.main, Config(3, 1, "HashName"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int i = 0; i < a->manifest.blocks_size(); ++i)
+    EXPECT_EQ(a->manifest.blocks(i).server(), b->manifest.blocks(i).server());
+  auto rr = TranspileDistribute(n.startup, n.main, Config(3, 1, "round_robin"));
+  auto by = TranspileDistribute(n.startup, n.main, Config(3, 1, "bytes"));
+  ASSERT_TRUE(rr.ok() && by.ok());
+  EXPECT_LE(by->manifest.imbalance(), rr->manifest.imbalance());
+}
+
+TEST(DistributeTest, BadConfigurationsAreErrorsNamingWhatIsWrong) {
+  Net n = Mlp();
+  auto expect = [&](DistributeConfig c, const std::string& text) {
+    auto r = TranspileDistribute(n.startup, n.main, c);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(text), std::string::npos) << r.status().ToString();
+  };
+  DistributeConfig c = Config(2, 2);
+  c.pservers.clear();
+  expect(c, "no parameter servers");
+  c = Config(2, 2);
+  c.pservers[1] = c.pservers[0];
+  expect(c, "given twice");
+  c = Config(2, 2);
+  c.pservers[0] = "localhost";
+  expect(c, "not host:port");
+  c = Config(2, 0);
+  expect(c, "trainers");
+  c = Config(2, 2, "random");
+  expect(c, "split method");
+  c = Config(2, 2);
+  c.min_block_size = 0;
+  expect(c, "min_block_size");
+  auto once = TranspileDistribute(n.startup, n.main, Config(2, 2));
+  ASSERT_TRUE(once.ok());
+  auto twice = TranspileDistribute(once->trainer_startup[0], once->trainer_main[0], Config(2, 2));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("already transpiled"), std::string::npos);
+}
+
+TEST(DistributeTest, DumpAfterWritesEveryRolesProgram) {
+  Net n = Mlp();
+  DistributeConfig c = Config(2, 2);
+  char tmpl[] = "/tmp/loom_dist_dumpXXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  c.pass_options.dump_after = {"build-trainers"};
+  c.pass_options.dump_dir = tmpl;
+  ASSERT_TRUE(TranspileDistribute(n.startup, n.main, c).ok());
+  auto text = ReadFile(StrCat(tmpl, "/06-build-trainers/trainer1.main.txt"));
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("send_barrier"), std::string::npos);
+  EXPECT_TRUE(FileExists(StrCat(tmpl, "/06-build-trainers/pserver0.main.txt")));
+}
+
+// A live server: a gradient of the wrong shape is refused, and the parameters stay as they were.
+TEST(DistributeTest, ServerRefusesAWrongShapeGradientAndChangesNothing) {
+  Net n = Mlp();
+  DistributeConfig c = Config(1, 2, "round_robin", 1 << 20);
+  int port = 20000 + getpid() % 20000;
+  c.pservers = {StrCat("127.0.0.1:", port)};
+  auto r = TranspileDistribute(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  setenv("LOOM_PS_SECRET", "unit", 1);
+  setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
+  Scope scope;
+  Executor exe;
+  ASSERT_TRUE(exe.Run(r->pserver_startup[0], &scope).ok());
+  Status served;
+  std::thread server([&] { served = exe.Run(r->pserver_main[0], &scope); });
+  const std::string fp = r->manifest.fingerprint();
+  auto opts = rpc::OptionsFromEnv().value();
+  auto get = [&](rpc::Client& cl) {
+    rpc::Header h;
+    h.set_kind(rpc::Header::GET);
+    h.set_name("fc_0.w_0");
+    auto rep = cl.Wait(cl.Post(0, h));
+    EXPECT_TRUE(rep.ok()) << rep.status().ToString();
+    const float* v = static_cast<const float*>(rep->payload.data());
+    return std::vector<float>(v, v + rep->payload.size() / 4);
+  };
+  auto t1 = rpc::Client::Connect(c.pservers, 1, fp, opts);
+  ASSERT_TRUE(t1.ok()) << t1.status().ToString();
+  const std::vector<float> before = get(**t1);
+  {
+    auto t0 = rpc::Client::Connect(c.pservers, 0, fp, opts);
+    ASSERT_TRUE(t0.ok()) << t0.status().ToString();
+    std::vector<float> wrong(7, 1.0f);
+    rpc::Header h;
+    h.set_kind(rpc::Header::SEND);
+    h.set_name(GradVarName("fc_0.w_0"));
+    h.set_dtype(proto::FP32);
+    h.add_dims(7);
+    h.set_nbytes(28);
+    h.set_step(1);
+    rpc::Payload p{wrong.data(), 28, nullptr};
+    (*t0)->PostOneWay(0, h, &p);
+    rpc::Header b;
+    b.set_kind(rpc::Header::BARRIER);
+    b.set_step(1);
+    auto rep = (*t0)->Wait((*t0)->Post(0, b));
+    ASSERT_FALSE(rep.ok());
+    EXPECT_NE(rep.status().message().find("float32[7]"), std::string::npos) << rep.status().ToString();
+  }
+  EXPECT_EQ(get(**t1), before);
+  for (int t : {0, 1}) {
+    auto cl = rpc::Client::Connect(c.pservers, t, fp, opts);
+    ASSERT_TRUE(cl.ok());
+    rpc::Header done;
+    done.set_kind(rpc::Header::COMPLETE);
+    EXPECT_TRUE((*cl)->CallAll(done).ok());
+  }
+  server.join();
+  EXPECT_TRUE(served.ok()) << served.ToString();
+}
+
+TEST(DistributePipeline, DocsTableListsThePasses) {
+  std::string table = "| pass | what it does |\n| --- | --- |\n";
+  for (const auto& p : DistributePasses()) table += StrCat("| `", p.name, "` | ", p.summary, " |\n");
+  const std::string path = std::string(LOOM_DOCS_DIR) + "/CLI.md";
+  auto doc = ReadFile(path);
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  const std::string begin = "<!-- pserver passes: generated from DistributePasses() -->\n";
+  const std::string end = "<!-- end of pserver passes -->";
+  size_t a = doc.value().find(begin), b = doc.value().find(end);
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << path;
+  a += begin.size();
+  const char* update = std::getenv("LOOM_UPDATE_DOCS");
+  if (update != nullptr && std::string(update) == "1") {
+    std::string text = doc.value();
+    text.replace(a, b - a, table);
+    ASSERT_TRUE(WriteFileAtomic(path, text).ok());
+    return;
+  }
+  EXPECT_EQ(doc.value().substr(a, b - a), table)
+      << "docs/CLI.md's pserver pass table is out of date: LOOM_UPDATE_DOCS=1 "
+         "build/tests/transpiler/transpiler_test --gtest_filter='*DocsTable*' rewrites it";
+}
+
+}  // namespace
+}  // namespace loom::transpiler
