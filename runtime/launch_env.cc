@@ -51,6 +51,7 @@ const std::vector<std::string>& LaunchVariables() {
                                                   "LOOM_NUM_SERVERS",
                                                   "LOOM_ROLE",
                                                   "LOOM_RANK",
+                                                  "LOOM_LOCAL_PROCESSES",
                                                   "LOOM_PS_SECRET"};
   return kNames;
 }
@@ -79,6 +80,15 @@ std::vector<std::pair<std::string, std::string>> RoleEnvironment(const JobLayout
                          {"POD_IP", host},
                          {"LOOM_ROLE", server ? "server" : "worker"},
                          {"LOOM_RANK", std::to_string(rank)}});
+  // The job's processes on this host share its cores (runtime/runner.cc sizes thread pools by it).
+  int local = 0;
+  for (const auto* list : {&layout.servers, &layout.workers})
+    for (const auto& ep : *list) {
+      std::string h, p;
+      SplitEndpoint(ep, &h, &p);
+      local += h == host;
+    }
+  env.push_back({"LOOM_LOCAL_PROCESSES", std::to_string(local)});
   if (server) {
     env.insert(env.end(), {{"PADDLE_PSERVER_ID", std::to_string(rank)}, {"PADDLE_PORT", port}});
   } else {

@@ -61,11 +61,16 @@ StatusOr<std::unique_ptr<Runner>> Runner::Create(std::vector<RankProgram> ranks,
   std::unique_ptr<Runner> r(new Runner());
   r->first_rank_ = first_rank;
   r->nranks_ = nranks;
-  // The ranks of one machine share its cores: threads of this process, or (under mpirun) the
-  // processes mpirun started on this machine.
+  // The ranks of one machine share its cores: threads of this process, or (under mpirun or
+  // `loom launch`) the processes started on this machine.
   int sharing = local;
-  if (local < nranks)
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) sharing = std::atoi(v);
+  if (local < nranks) {
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+      sharing = std::atoi(v);
+    } else if (const char* l = std::getenv("LOOM_LOCAL_PROCESSES")) {
+      sharing = std::atoi(l);
+    }
+  }
   r->threads_ = std::max(1, CpuCores() / std::max(1, sharing));
   r->ranks_.resize(local);
   for (int i = 0; i < local; ++i) {

@@ -53,6 +53,8 @@ TEST(RoleEnvironment, ServerHasItsEndpointPortAndIdButNoTrainerId) {
   EXPECT_EQ(env["LOOM_ROLE"], "server");
   EXPECT_EQ(env["LOOM_RANK"], "1");
   EXPECT_EQ(env["LOOM_PS_SECRET"], "s3cret");
+  EXPECT_EQ(env["LOOM_LOCAL_PROCESSES"], "1");  // alone on 10.0.0.2
+  EXPECT_EQ(EnvMap(TwoServersThreeWorkers(), false, 0)["LOOM_LOCAL_PROCESSES"], "2");
 }
 
 TEST(RoleEnvironment, WorkerHasItsIdAndEndpointButNoServerId) {
