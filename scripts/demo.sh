@@ -2,7 +2,8 @@
 # Installs dependencies, builds Loom, writes the example bundles and trains the softmax
 # classifier with `loom run`, printing the loss as it falls; then trains the Fashion-MNIST MLP
 # in Python, and once more data-parallel: built in Python, saved, transpiled to 4 CPU places
-# with `loom transpile`, trained with `loom run`, and evaluated on the test set.
+# with `loom transpile`, trained with `loom run`, and evaluated on the test set; last on 2
+# trainers and 2 parameter servers started by `loom launch` (2 epochs), evaluated the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -33,6 +34,15 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
     --save-params "$FM.params"
   PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp \
     --eval-params "$FM.params"
+
+  rm -rf "$FM.ps" "$FM.ps.params"
+  echo
+  echo "== Fashion-MNIST MLP on 2 trainers x 2 parameter servers: loom transpile --mode pserver, loom launch"
+  build/tools/loom transpile "$FM" -o "$FM.ps" --mode pserver --pservers 2 --trainers 2
+  build/tools/loom launch --workers 2 --servers 2 -- build/tools/loom run "$FM.ps" --iters 938 \
+    --batch-size 128 --print-every 200 --save-params "$FM.ps.params"
+  PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp \
+    --eval-params "$FM.ps.params"
 else
   echo "Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping"
 fi
