@@ -30,4 +30,6 @@ def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
         step = _step_counter()
         # decay_rate ** x = exp(x * ln(decay_rate)), then times the base rate.
         x = layers.scale(step, scale=math.log(decay_rate) / float(decay_steps))
-        return layers.scale(layers.exp(x), scale=float(learning_rate))
+        lr = layers.scale(layers.exp(x), scale=float(learning_rate))
+    lr._lr_schedule = True  # optimizers of float64 programs cast it (optimizer.py)
+    return lr

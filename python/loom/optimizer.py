@@ -37,9 +37,11 @@ class Optimizer:
         float64 programs train with a float64 learning rate."""
         if isinstance(self._learning_rate, Variable):
             lr = self._learning_rate
-            if convert_dtype(lr.dtype) != convert_dtype(dtype):
-                # A schedule computed in float32 drives a float64 program: cast once per step,
-                # as part of the schedule (a transpiler moves it with the schedule's ops).
+            if getattr(lr, "_lr_schedule", False) and \
+                    convert_dtype(lr.dtype) != convert_dtype(dtype):
+                # A schedule (computed in float32, as Fluid's) drives a float64 program: cast once
+                # per step, as part of the schedule (a transpiler moves it with the schedule's
+                # ops). Any other learning-rate variable must have the parameters' dtype.
                 from . import layers
                 with _op_role_guard(program, core.kOpRoleLRSched):
                     lr = layers.cast(lr, dtype)

@@ -153,6 +153,7 @@ def _while(v):
 CASES = {
     "fill_constant": lambda v: layers.fill_constant([2, 3], "float32", 1.5),
     "create_global_var": lambda v: layers.create_global_var([1], 0, "int64", persistable=True),
+    "create_parameter": lambda v: layers.create_parameter([3, 4], "float32", name="cp_w"),
     "increment": lambda v: layers.increment(layers.fill_constant([1], "float32", 0.0), 2.0),
     "zeros": lambda v: layers.zeros([2], "float32"),
     "ones": lambda v: layers.ones([2], "int64"),
