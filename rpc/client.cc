@@ -1,6 +1,7 @@
 #include "rpc/client.h"
 
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -72,14 +73,13 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>
   std::unique_ptr<Client> c(new Client(endpoints, trainer_id, options));
   for (const auto& ep : endpoints) {
     LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(ep));
-    zmq::socket_t s(c->ctx_, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::sndhwm, 0);
-    s.set(zmq::sockopt::rcvhwm, 0);
-    s.connect(addr);
-    c->sockets_.push_back(std::move(s));
+    c->sockets_.push_back(c->NewSocket(addr));
   }
-  LOOM_RETURN_IF_ERROR(c->Handshake(fingerprint));
+  std::vector<size_t> all(endpoints.size());
+  for (size_t s = 0; s < all.size(); ++s) all[s] = s;
+  std::vector<std::string> ipc(endpoints.size());
+  LOOM_RETURN_IF_ERROR(c->Handshake(fingerprint, all, &ipc));
+  LOOM_RETURN_IF_ERROR(c->MoveToUnixSockets(fingerprint, ipc));
   size_t n = endpoints.size();
   c->dead_.assign(n, Status::OK());
   c->waiting_.resize(n);
@@ -101,13 +101,44 @@ Client::~Client() {
   ctx_.close();
 }
 
+zmq::socket_t Client::NewSocket(const std::string& addr) {
+  zmq::socket_t s(ctx_, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 0);
+  s.set(zmq::sockopt::rcvhwm, 0);
+  s.connect(addr);
+  return s;
+}
+
+// A server on this machine offers a Unix socket in its CHALLENGE (rpc/server.cc): faster than
+// TCP over loopback. The connection moves there after authenticating over TCP, and
+// authenticates again on the new one; a server that offers none, or one on another machine, stays
+// on TCP.
+Status Client::MoveToUnixSockets(const std::string& fingerprint,
+                                 const std::vector<std::string>& ipc) {
+  std::vector<size_t> moved;
+  for (size_t s = 0; s < ipc.size(); ++s) {
+    if (ipc[s].empty() || !options_.ipc || IpcAddress(endpoints_[s], options_) != ipc[s])
+      continue;
+    struct stat st;
+    if (::stat(ipc[s].c_str() + 6, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockets_[s] = NewSocket(ipc[s]);
+    moved.push_back(s);
+  }
+  if (moved.empty()) return Status::OK();
+  std::vector<std::string> unused(ipc.size());
+  return Handshake(fingerprint, moved, &unused);
+}
+
 // HELLO -> CHALLENGE (the server proves the secret) -> AUTH (this trainer proves it) -> REPLY,
 // with every server at once, within the connect timeout.
-Status Client::Handshake(const std::string& fingerprint) {
+Status Client::Handshake(const std::string& fingerprint, const std::vector<size_t>& servers,
+                         std::vector<std::string>* ipc) {
   const size_t n = sockets_.size();
   std::vector<std::string> nonce(n);
-  std::vector<int> state(n, 0);  // 0: hello sent, 1: auth sent, 2: done
-  for (size_t s = 0; s < n; ++s) {
+  std::vector<int> state(n, 2);  // 0: hello sent, 1: auth sent, 2: done (or not asked)
+  for (size_t s : servers) {
+    state[s] = 0;
     nonce[s] = NewNonce();
     Header h;
     h.set_kind(Header::HELLO);
@@ -118,7 +149,7 @@ Status Client::Handshake(const std::string& fingerprint) {
     SendFrames(sockets_[s], frames);
   }
   Deadline deadline = DeadlineAfter(options_.connect_timeout);
-  size_t done = 0;
+  size_t done = n - servers.size();
   while (done < n) {
     if (Clock::now() >= deadline) {
       for (size_t s = 0; s < n; ++s)
@@ -151,6 +182,7 @@ Status Client::Handshake(const std::string& fingerprint) {
           return FailedPrecondition("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
                                     " could not prove LOOM_PS_SECRET (the secrets differ)");
         state[s] = 1;
+        (*ipc)[s] = h.text();
       } else if (state[s] == 1 && h.kind() == Header::REPLY) {
         state[s] = 2;
         ++done;

@@ -65,7 +65,12 @@ class Client {
     Ticket ticket;
   };
   Client(std::vector<std::string> endpoints, int trainer_id, Options options);
-  Status Handshake(const std::string& fingerprint);
+  zmq::socket_t NewSocket(const std::string& addr);
+  // Authenticates the sockets of `servers`; ipc[s] receives the Unix socket a server offers.
+  Status Handshake(const std::string& fingerprint, const std::vector<size_t>& servers,
+                   std::vector<std::string>* ipc);
+  // Moves the connections to servers on this machine onto the Unix sockets they offer.
+  Status MoveToUnixSockets(const std::string& fingerprint, const std::vector<std::string>& ipc);
   void Loop();
   void SendQueued();
   void ReadReplies(int server);

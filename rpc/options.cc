@@ -25,6 +25,8 @@ StatusOr<Options> OptionsFromEnv() {
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_HEARTBEAT_MS", &o.heartbeat));
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_TIMEOUT_MS", &o.timeout));
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_CONNECT_TIMEOUT_MS", &o.connect_timeout));
+  if (const char* v = std::getenv("LOOM_PS_IPC")) o.ipc = std::string(v) != "0";
+  if (const char* v = std::getenv("LOOM_PS_IPC_DIR"); v && *v) o.ipc_dir = v;
   if (o.heartbeat * 2 > o.timeout)
     return InvalidArgument("LOOM_PS_TIMEOUT_MS (", o.timeout.count(),
                            ") must be at least twice LOOM_PS_HEARTBEAT_MS (", o.heartbeat.count(),
@@ -42,6 +44,17 @@ StatusOr<std::string> TcpAddress(const std::string& endpoint) {
   if (*end != '\0' || p < 1 || p > 65535)
     return InvalidArgument("endpoint '", endpoint, "': port '", port, "' is not in 1..65535");
   return "tcp://" + endpoint;
+}
+
+
+
+std::string IpcAddress(const std::string& endpoint, const Options& options) {
+  if (!options.ipc) return "";
+  size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos) return "";
+  const std::string host = endpoint.substr(0, colon);
+  if (host != "localhost" && host.rfind("127.", 0) != 0) return "";
+  return StrCat("ipc://", options.ipc_dir, "/loom-ps-", endpoint.substr(colon + 1), ".sock");
 }
 
 }  // namespace loom::rpc

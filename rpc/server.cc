@@ -1,5 +1,7 @@
 #include "rpc/server.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 
@@ -14,6 +16,7 @@ Server::Server(std::string endpoint, ServerOptions options)
 Server::~Server() {
   socket_.close();
   ctx_.close();
+  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
 }
 
 StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, ServerOptions options) {
@@ -33,6 +36,17 @@ StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, Serv
     return Status(e.num() == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
                   StrCat("parameter server cannot listen on ", endpoint, ": ", e.what(),
                          e.num() == EADDRINUSE ? " (the port is in use)" : ""));
+  }
+  // Trainers on this machine skip TCP: a Unix socket beside the loopback port (authenticated
+  // like any connection). Failing to create it only costs speed.
+  if (std::string ipc = IpcAddress(endpoint, s->options_.rpc); !ipc.empty()) {
+    try {
+      s->socket_.bind(ipc);
+      s->ipc_path_ = ipc.substr(6);  // after "ipc://"
+    } catch (const zmq::error_t& e) {
+      std::fprintf(stderr, "loom %s: no Unix socket %s (%s); local trainers use TCP\n",
+                   s->options_.name.c_str(), ipc.c_str(), e.what());
+    }
   }
   return s;
 }
@@ -123,6 +137,7 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
     c.set_kind(Header::CHALLENGE);
     c.set_nonce(p->nonce);
     c.set_mac(Proof(options_.rpc.secret, "server", p->client_nonce, p->trainer_id));
+    if (!ipc_path_.empty()) c.set_text("ipc://" + ipc_path_);  // trainers on this machine move there
     Send(peer, Encode(c));
     return;
   }
@@ -133,9 +148,7 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
                    StatusCode::kFailedPrecondition);
     }
     p->authenticated = true;
-    if (auto it = trainer_peer_.find(p->trainer_id); it != trainer_peer_.end() && it->second != peer)
-      std::fprintf(stderr, "loom %s: trainer %d reconnected from %s\n", options_.name.c_str(),
-                   p->trainer_id, p->address.c_str());
+    // A trainer's newest connection is the one replies go to (it may move to the Unix socket).
     trainer_peer_[p->trainer_id] = peer;
     last_heard_[p->trainer_id] = std::chrono::steady_clock::now();
     Header r;

@@ -69,6 +69,7 @@ class Server {
   void Send(const std::string& peer, std::vector<zmq::message_t> frames);
 
   std::string endpoint_;
+  std::string ipc_path_;  // the Unix socket file this server made (removed when it ends)
   ServerOptions options_;
   zmq::context_t ctx_;
   zmq::socket_t socket_;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -57,6 +59,10 @@ class EchoServer {
       while (!stop) {
         for (auto& r : server->Poll(milliseconds(20))) {
           ++delivered;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            address[r.trainer_id] = server->PeerAddress(r.trainer_id);
+          }
           if (r.header.kind() == Header::GET) {
             static const float data[4] = {1, 2, 3, 4};
             Header h;
@@ -83,6 +89,12 @@ class EchoServer {
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<int> delivered{0};
+  std::mutex mu;
+  std::map<int, std::string> address;  // where each trainer's last request came from
+  std::string AddressOf(int trainer) {
+    std::lock_guard<std::mutex> lock(mu);
+    return address[trainer];
+  }
 };
 
 Header Get(const std::string& name) {
@@ -102,6 +114,25 @@ TEST(RpcTest, AuthenticatedTrainerGetsReplies) {
   EXPECT_EQ(r->payload.size(), 16u);
   EXPECT_EQ(static_cast<const float*>(r->payload.data())[3], 4.0f);
   EXPECT_EQ(s.delivered.load(), 1);
+}
+
+TEST(RpcTest, LocalTrainersMoveToTheServersUnixSocket) {
+  EchoServer s;
+  auto local = Client::Connect({s.endpoint}, 1, "fp", TestOptions());
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_TRUE((*local)->Wait((*local)->Post(0, Get("w"))).ok());
+  // Over the Unix socket the peer has no IP address; over TCP it is 127.0.0.1.
+  EXPECT_NE(s.AddressOf(1), "127.0.0.1");
+  Options tcp = TestOptions();
+  tcp.ipc = false;
+  auto remote = Client::Connect({s.endpoint}, 2, "fp", tcp);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  EXPECT_TRUE((*remote)->Wait((*remote)->Post(0, Get("w"))).ok());
+  EXPECT_EQ(s.AddressOf(2), "127.0.0.1");
+  const std::string sock = IpcAddress(s.endpoint, TestOptions()).substr(6);
+  EXPECT_EQ(access(sock.c_str(), F_OK), 0);
+  s.Stop();
+  EXPECT_NE(access(sock.c_str(), F_OK), 0) << "the server leaves " << sock << " behind";
 }
 
 TEST(RpcTest, WrongSecretIsRefusedAndTheServerServesTheOthers) {
