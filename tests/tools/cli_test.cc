@@ -609,4 +609,37 @@ TEST_F(CliTest, MisuseOutputPaths) {
 }
 
 }  // namespace
+
+// A parameter-server bundle: loom transpile --mode pserver, then loom launch running loom run
+// in every role; trainer 0 makes the servers checkpoint, and restarted servers resume from it.
+TEST_F(CliTest, PserverBundleTrainsThroughLaunchAndResumes) {
+  const std::string out = JoinPath(dir_, "ps"), params = JoinPath(dir_, "ps_params");
+  Result t = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --mode pserver --pservers 2 --trainers 2 --min-block-size 64");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("2 trainers, 2 servers"), std::string::npos) << t.out;
+  EXPECT_TRUE(FileExists(JoinPath(out, "trainer1/main.pb")));
+  EXPECT_TRUE(FileExists(JoinPath(out, "pserver1/startup.pb")));
+  auto manifest = ReadFile(JoinPath(out, "manifest.pbtxt"));
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_NE(manifest->find("server_bytes"), std::string::npos);
+  const std::string launch = StrCat("launch --workers 2 --servers 2 -- ", LOOM_CLI_PATH, " run ",
+                                    out, " --print-every 20 ");
+  Result a = Loom(launch + "--iters 60 --save-params " + params);
+  ASSERT_EQ(a.code, 0) << a.out << a.err;
+  double first = LossAt(a.out, "1"), last = LossAt(a.out, "60");
+  ASSERT_GT(first, 0) << a.out;
+  EXPECT_LT(last, first / 2) << a.out;
+  EXPECT_TRUE(FileExists(JoinPath(params, "pserver_0/CHECKPOINT")));
+  EXPECT_TRUE(FileExists(JoinPath(params, "pserver_1/CHECKPOINT")));
+  Result b = Loom(launch + "--iters 1 --load-params " + params);
+  ASSERT_EQ(b.code, 0) << b.out << b.err;
+  EXPECT_NE(b.out.find("resumes from"), std::string::npos) << b.out;
+  double resumed = LossAt(b.out, "1");
+  ASSERT_GT(resumed, 0) << b.out;
+  EXPECT_LT(resumed, first / 2) << b.out;
+  // Outside a launcher the bundle does not know its role.
+  ExpectError(Loom("run " + out + " --iters 1"), {"PADDLE_TRAINING_ROLE"});
+}
+
 }  // namespace loom
