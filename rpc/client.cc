@@ -33,8 +33,8 @@ void Complete(const Client::Ticket& t, Status status, Reply reply = {}) {
 
 void SendFrames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
   for (size_t i = 0; i < frames.size(); ++i)
-    socket.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                 : zmq::send_flags::none);
+    socket.send(frames[i],
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
 }
 
 // Every frame of the next message, or none when nothing is waiting.
@@ -57,13 +57,16 @@ Status ErrorOf(const Header& h, const std::string& endpoint) {
   int code = h.code();
   if (code <= 0 || code > static_cast<int>(StatusCode::kAborted))
     code = static_cast<int>(StatusCode::kFailedPrecondition);
-  return Status(static_cast<StatusCode>(code), StrCat("parameter server ", endpoint, ": ", h.text()));
+  return Status(static_cast<StatusCode>(code),
+                StrCat("parameter server ", endpoint, ": ", h.text()));
 }
 
 }  // namespace
 
 Client::Client(std::vector<std::string> endpoints, int trainer_id, Options options)
-    : endpoints_(std::move(endpoints)), trainer_id_(trainer_id), options_(std::move(options)),
+    : endpoints_(std::move(endpoints)),
+      trainer_id_(trainer_id),
+      options_(std::move(options)),
       ctx_(1) {}
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>& endpoints,
@@ -118,8 +121,7 @@ Status Client::MoveToUnixSockets(const std::string& fingerprint,
                                  const std::vector<std::string>& ipc) {
   std::vector<size_t> moved;
   for (size_t s = 0; s < ipc.size(); ++s) {
-    if (ipc[s].empty() || !options_.ipc || IpcAddress(endpoints_[s], options_) != ipc[s])
-      continue;
+    if (ipc[s].empty() || !options_.ipc || IpcAddress(endpoints_[s], options_) != ipc[s]) continue;
     struct stat st;
     if (::stat(ipc[s].c_str() + 6, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
     sockets_[s] = NewSocket(ipc[s]);
@@ -171,7 +173,8 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
       const Header& h = m->header;
       if (h.kind() == Header::ERROR) return ErrorOf(h, endpoints_[s]);
       if (state[s] == 0 && h.kind() == Header::CHALLENGE) {
-        bool server_ok = ProofMatches(h.mac(), Proof(options_.secret, "server", nonce[s], trainer_id_));
+        bool server_ok =
+            ProofMatches(h.mac(), Proof(options_.secret, "server", nonce[s], trainer_id_));
         Header a;
         a.set_kind(Header::AUTH);
         a.set_trainer_id(trainer_id_);
@@ -202,14 +205,14 @@ void Client::Wake() {
 Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
   auto ticket = std::make_shared<Pending>();
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) {
-    Complete(ticket, InvalidArgument("no parameter server ", server, " (", endpoints_.size(),
-                                     " servers)"));
+    Complete(ticket,
+             InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
     return ticket;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({server, std::move(header), payload != nullptr,
-                      payload ? *payload : Payload{}, ticket});
+    queue_.push_back(
+        {server, std::move(header), payload != nullptr, payload ? *payload : Payload{}, ticket});
   }
   Wake();
   return ticket;
@@ -228,15 +231,16 @@ void Client::PostOneWay(int server, Header header, const Payload* payload) {
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({server, std::move(header), payload != nullptr,
-                      payload ? *payload : Payload{}, nullptr});
+    queue_.push_back(
+        {server, std::move(header), payload != nullptr, payload ? *payload : Payload{}, nullptr});
   }
   Wake();
 }
 
 Status Client::CallAll(const Header& header) {
   std::vector<Ticket> tickets;
-  for (size_t s = 0; s < endpoints_.size(); ++s) tickets.push_back(Post(static_cast<int>(s), header));
+  for (size_t s = 0; s < endpoints_.size(); ++s)
+    tickets.push_back(Post(static_cast<int>(s), header));
   Status first;
   for (auto& t : tickets) {
     auto r = Wait(t);
@@ -300,8 +304,8 @@ void Client::ReadReplies(int s) {
     last_heard_[s] = std::chrono::steady_clock::now();
     auto m = Decode(&frames);
     if (!m.ok()) {
-      FailServer(s, Internal("parameter server ", endpoints_[s], " sent a malformed message: ",
-                             m.status().message()));
+      FailServer(s, Internal("parameter server ", endpoints_[s],
+                             " sent a malformed message: ", m.status().message()));
       return;
     }
     auto it = waiting_[s].find(m->header.id());

@@ -87,9 +87,9 @@ class Client {
   std::thread io_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;                 // guards queue_ and dead_
+  std::mutex mu_;  // guards queue_ and dead_
   std::deque<Outgoing> queue_;
-  std::vector<Status> dead_;      // per server: why it is considered dead (OK: alive)
+  std::vector<Status> dead_;  // per server: why it is considered dead (OK: alive)
   // I/O thread only:
   uint64_t next_id_ = 1;
   std::vector<std::map<uint64_t, Ticket>> waiting_;  // per server, by request id

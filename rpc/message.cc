@@ -59,8 +59,7 @@ Status CheckFields(const Header& h, int64_t payload_bytes) {
     case Header::CHECKPOINT:
       if (h.text().empty()) return InvalidArgument("CHECKPOINT without a directory");
       break;
-    default:
-      break;
+    default: break;
   }
   return Status::OK();
 }
@@ -119,8 +118,7 @@ std::vector<zmq::message_t> Encode(const Header& header, const Payload* p) {
       auto* hold = new std::shared_ptr<const void>(payload.keepalive);
       frames.emplace_back(
           const_cast<void*>(payload.data), payload.nbytes,
-          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
-          hold);
+          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, hold);
     } else {
       frames.emplace_back(payload.data, payload.nbytes);
     }

@@ -1,7 +1,7 @@
 #include "rpc/options.h"
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace loom::rpc {
 namespace {
@@ -45,8 +45,6 @@ StatusOr<std::string> TcpAddress(const std::string& endpoint) {
     return InvalidArgument("endpoint '", endpoint, "': port '", port, "' is not in 1..65535");
   return "tcp://" + endpoint;
 }
-
-
 
 std::string IpcAddress(const std::string& endpoint, const Options& options) {
   if (!options.ipc) return "";

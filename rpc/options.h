@@ -4,7 +4,8 @@
 //   LOOM_PS_HEARTBEAT_MS           how often each side says it is alive (default 1000)
 //   LOOM_PS_TIMEOUT_MS             a peer silent this long is dead (default 30000)
 //   LOOM_PS_CONNECT_TIMEOUT_MS     how long a trainer waits for a server to answer its first
-//                                  hello, and a server for every trainer to show up (default 120000)
+//                                  hello, and a server for every trainer to show up (default
+//                                  120000)
 //   LOOM_PS_IPC                    0: peers on this machine talk over TCP too (default 1: a
 //                                  server on a loopback endpoint also listens on a Unix socket,
 //                                  LOOM_PS_IPC_DIR/loom-ps-PORT.sock, LOOM_PS_IPC_DIR default /tmp,

@@ -10,7 +10,9 @@
 namespace loom::rpc {
 
 Server::Server(std::string endpoint, ServerOptions options)
-    : endpoint_(std::move(endpoint)), options_(std::move(options)), ctx_(1),
+    : endpoint_(std::move(endpoint)),
+      options_(std::move(options)),
+      ctx_(1),
       socket_(ctx_, zmq::socket_type::router) {}
 
 Server::~Server() {
@@ -90,9 +92,9 @@ void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* o
   if (h.kind() == Header::HELLO || h.kind() == Header::AUTH)
     return Refuse(peer, p.address, p.trainer_id, "handshake message after the handshake");
   if (h.trainer_id() != p.trainer_id)
-    return Refuse(peer, p.address, p.trainer_id,
-                  StrCat("trainer id ", h.trainer_id(), " on trainer ", p.trainer_id,
-                         "'s connection"));
+    return Refuse(
+        peer, p.address, p.trainer_id,
+        StrCat("trainer id ", h.trainer_id(), " on trainer ", p.trainer_id, "'s connection"));
   last_heard_[p.trainer_id] = std::chrono::steady_clock::now();
   if (h.kind() == Header::HEARTBEAT) {
     Header r;
@@ -125,11 +127,11 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
                           options_.trainers, " trainers"),
                    StatusCode::kInvalidArgument);
     if (h.fingerprint() != options_.fingerprint)
-      return error(StrCat("trainer ", h.trainer_id(), "'s program (fingerprint ", h.fingerprint(),
-                          ") is not the one ", options_.name, " serves (fingerprint ",
-                          options_.fingerprint,
-                          "): trainers and servers must come from one transpile"),
-                   StatusCode::kFailedPrecondition);
+      return error(
+          StrCat("trainer ", h.trainer_id(), "'s program (fingerprint ", h.fingerprint(),
+                 ") is not the one ", options_.name, " serves (fingerprint ", options_.fingerprint,
+                 "): trainers and servers must come from one transpile"),
+          StatusCode::kFailedPrecondition);
     p->trainer_id = h.trainer_id();
     p->client_nonce = h.nonce();
     p->nonce = NewNonce();
@@ -137,7 +139,8 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
     c.set_kind(Header::CHALLENGE);
     c.set_nonce(p->nonce);
     c.set_mac(Proof(options_.rpc.secret, "server", p->client_nonce, p->trainer_id));
-    if (!ipc_path_.empty()) c.set_text("ipc://" + ipc_path_);  // trainers on this machine move there
+    if (!ipc_path_.empty())
+      c.set_text("ipc://" + ipc_path_);  // trainers on this machine move there
     Send(peer, Encode(c));
     return;
   }
@@ -173,8 +176,8 @@ void Server::Send(const std::string& peer, std::vector<zmq::message_t> frames) {
   // A peer that is gone makes the send fail (router_mandatory is off: it is dropped).
   (void)socket_.send(id, zmq::send_flags::sndmore);
   for (size_t i = 0; i < frames.size(); ++i)
-    (void)socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                         : zmq::send_flags::none);
+    (void)socket_.send(frames[i],
+                       i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
 }
 
 void Server::Reply(const Request& to, Header header, const Payload* payload) {

@@ -65,7 +65,8 @@ class Server {
   Server(std::string endpoint, ServerOptions options);
   void Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* out);
   void Handshake(const std::string& peer, Peer* p, const Header& h);
-  void Refuse(const std::string& peer, const std::string& address, int trainer, const std::string& why);
+  void Refuse(const std::string& peer, const std::string& address, int trainer,
+              const std::string& why);
   void Send(const std::string& peer, std::vector<zmq::message_t> frames);
 
   std::string endpoint_;

@@ -6,9 +6,9 @@
 
 #include "collective/transport/mpi.h"
 #include "collective/transport_registry.h"
+#include "executor/executor.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
-#include "executor/executor.h"
 #include "loom/config.h"
 #include "operators/distributed/ps_client.h"
 #include "runtime/runner.h"
@@ -324,22 +324,25 @@ StatusOr<PsRole> PsRoleFromEnv(const proto::DistributeManifest& m) {
   const std::string role = Env("PADDLE_TRAINING_ROLE", "TRAINING_ROLE");
   PsRole r;
   if (role == "TRAINER") {
-    LOOM_ASSIGN_OR_RETURN(r.index, EnvIndex("PADDLE_TRAINER_ID", Env("PADDLE_TRAINER_ID"),
-                                            m.trainers()));
+    LOOM_ASSIGN_OR_RETURN(r.index,
+                          EnvIndex("PADDLE_TRAINER_ID", Env("PADDLE_TRAINER_ID"), m.trainers()));
     return r;
   }
   if (role != "PSERVER")
-    return FailedPrecondition("a parameter-server bundle runs as one role of the job: set "
-                              "PADDLE_TRAINING_ROLE to PSERVER or TRAINER (`loom launch` does), "
-                              "it is '", role, "'");
+    return FailedPrecondition(
+        "a parameter-server bundle runs as one role of the job: set "
+        "PADDLE_TRAINING_ROLE to PSERVER or TRAINER (`loom launch` does), "
+        "it is '",
+        role, "'");
   r.server = true;
   if (!Env("PADDLE_PSERVER_ID").empty()) {
-    LOOM_ASSIGN_OR_RETURN(r.index, EnvIndex("PADDLE_PSERVER_ID", Env("PADDLE_PSERVER_ID"),
-                                            m.pservers_size()));
+    LOOM_ASSIGN_OR_RETURN(
+        r.index, EnvIndex("PADDLE_PSERVER_ID", Env("PADDLE_PSERVER_ID"), m.pservers_size()));
     return r;
   }
   const std::string current = Env("PADDLE_CURRENT_ENDPOINT");
-  LOOM_ASSIGN_OR_RETURN(auto eps, ops::ResolveEndpoints({m.pservers().begin(), m.pservers().end()}));
+  LOOM_ASSIGN_OR_RETURN(auto eps,
+                        ops::ResolveEndpoints({m.pservers().begin(), m.pservers().end()}));
   for (size_t i = 0; i < eps.size(); ++i)
     if (eps[i] == current) {
       r.index = static_cast<int>(i);
@@ -413,8 +416,8 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
   LOOM_RETURN_IF_ERROR(runtime::Train(*runner, setup.feeds, train));
   if (!save.empty() && index == 0) {
     LOOM_RETURN_IF_ERROR(runner->SaveParams(save).status());
-    LOOM_RETURN_IF_ERROR(ops::CheckpointServers(target.trainer, target.endpoints,
-                                                target.fingerprint, save));
+    LOOM_RETURN_IF_ERROR(
+        ops::CheckpointServers(target.trainer, target.endpoints, target.fingerprint, save));
     std::printf("saved parameters and every server's blocks to %s\n", save.c_str());
   }
   return ops::CloseTrainer(target.trainer, target.endpoints);

@@ -29,7 +29,8 @@ Flags TranspileFlags() {
       "OUT_DIR`\n"
       "trains with them. Passes, in order:" +
           transpiler::DescribePasses(transpiler::DataParallelPasses()) +
-          "\n\nWith --mode pserver it writes OUT_DIR/trainer<K>/ and OUT_DIR/pserver<S>/ bundles for\n"
+          "\n\nWith --mode pserver it writes OUT_DIR/trainer<K>/ and OUT_DIR/pserver<S>/ bundles "
+          "for\n"
           "parameter-server training and OUT_DIR/manifest.pbtxt (every block of every parameter:\n"
           "rows, server, bytes; bytes per server and the imbalance). `loom launch --workers T\n"
           "--servers S -- loom run OUT_DIR` runs them. Passes, in order:" +
@@ -182,11 +183,11 @@ Status TranspilePserver(const Flags& flags, const std::string& in, const std::st
   // Everything is decided; only now touch OUT_DIR (each file written atomically).
   LOOM_RETURN_IF_ERROR(MakeDirs(out));
   for (int t = 0; t < config.trainers; ++t)
-    LOOM_RETURN_IF_ERROR(SaveRole(JoinPath(out, StrCat("trainer", t)), r.trainer_startup[t],
-                                  r.trainer_main[t]));
+    LOOM_RETURN_IF_ERROR(
+        SaveRole(JoinPath(out, StrCat("trainer", t)), r.trainer_startup[t], r.trainer_main[t]));
   for (size_t s = 0; s < r.pserver_main.size(); ++s)
-    LOOM_RETURN_IF_ERROR(SaveRole(JoinPath(out, StrCat("pserver", s)), r.pserver_startup[s],
-                                  r.pserver_main[s]));
+    LOOM_RETURN_IF_ERROR(
+        SaveRole(JoinPath(out, StrCat("pserver", s)), r.pserver_startup[s], r.pserver_main[s]));
   LOOM_RETURN_IF_ERROR(WriteBundle(in, out, bundle));
   std::string text;
   google::protobuf::TextFormat::PrintToString(r.manifest, &text);
@@ -194,11 +195,11 @@ Status TranspilePserver(const Flags& flags, const std::string& in, const std::st
   const auto& m = r.manifest;
   std::set<std::string> params;
   for (const auto& b : m.blocks()) params.insert(b.param());
-  std::printf("loom transpile %s -> %s: pserver mode (%s), %d trainers, %d servers, %d blocks of "
-              "%d params, split %s, imbalance %.3f\n",
-              in.c_str(), out.c_str(), m.sync_mode() ? "sync" : "async", m.trainers(),
-              m.pservers_size(), m.blocks_size(), static_cast<int>(params.size()),
-              m.split_method().c_str(), m.imbalance());
+  std::printf(
+      "loom transpile %s -> %s: pserver mode (%s), %d trainers, %d servers, %d blocks of "
+      "%d params, split %s, imbalance %.3f\n",
+      in.c_str(), out.c_str(), m.sync_mode() ? "sync" : "async", m.trainers(), m.pservers_size(),
+      m.blocks_size(), static_cast<int>(params.size()), m.split_method().c_str(), m.imbalance());
   for (int s = 0; s < m.server_bytes_size(); ++s)
     std::printf("  server %d (%s): %lld bytes\n", s, m.pservers(s).c_str(),
                 static_cast<long long>(m.server_bytes(s)));
@@ -249,36 +250,18 @@ Status Transpile(const Flags& flags) {
       flags.Has("dump-dir") ? flags.Get("dump-dir") : JoinPath(out, "passes");
   config.group = StrCat("transpiled:", out);
 
-  LOOM_ASSIGN_OR_RETURN(ProgramDesc startup, LoadProgram(JoinPath(in, "startup.pb")));
-  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(in, "main.pb")));
+  ProgramDesc startup, main;
   proto::BundleManifest bundle;
-  if (FileExists(JoinPath(in, "bundle.pbtxt"))) {
-    LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(in, "bundle.pbtxt")));
-    LOOM_RETURN_IF_ERROR(
-        ParseTextProto(text, JoinPath(in, "bundle.pbtxt"), "a bundle manifest", &bundle));
-  }
+  LOOM_RETURN_IF_ERROR(LoadInput(in, &startup, &main, &bundle));
   LOOM_ASSIGN_OR_RETURN(auto result, transpiler::TranspileDataParallel(startup, main, config));
 
   // Everything is decided; only now touch OUT_DIR (each file written atomically).
   LOOM_RETURN_IF_ERROR(MakeDirs(out));
-  for (int r = 0; r < config.nranks; ++r) {
-    std::string dir = JoinPath(out, StrCat("rank", r));
-    LOOM_RETURN_IF_ERROR(MakeDirs(dir));
-    LOOM_RETURN_IF_ERROR(SaveProgram(result.startup[r], JoinPath(dir, "startup.pb")));
-    LOOM_RETURN_IF_ERROR(SaveProgram(result.main[r], JoinPath(dir, "main.pb")));
-  }
-  // Feed files are copied next to the rank directories so OUT_DIR stands on its own.
-  for (auto& f : *bundle.mutable_feeds()) {
-    if (!f.has_file()) continue;
-    LOOM_ASSIGN_OR_RETURN(std::string data, ReadFile(JoinPath(in, f.file())));
-    std::string name = f.file().substr(f.file().find_last_of('/') + 1);
-    LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, name), data));
-    f.set_file(name);
-  }
+  for (int r = 0; r < config.nranks; ++r)
+    LOOM_RETURN_IF_ERROR(
+        SaveRole(JoinPath(out, StrCat("rank", r)), result.startup[r], result.main[r]));
+  LOOM_RETURN_IF_ERROR(WriteBundle(in, out, bundle));
   std::string text;
-  google::protobuf::TextFormat::PrintToString(bundle, &text);
-  LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, "bundle.pbtxt"), text));
-  text.clear();
   google::protobuf::TextFormat::PrintToString(result.manifest, &text);
   LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(out, "manifest.pbtxt"), text));
 

@@ -4,9 +4,6 @@
 #include <cstdio>
 #include <set>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include "framework/op_role.h"
 #include "transpiler/program_edit.h"
 
@@ -36,21 +33,10 @@ namespace {
 // ranks' programs.
 std::string Fingerprint(const DataParallelState& s) {
   const auto& c = s.config;
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  {
-    google::protobuf::io::CodedOutputStream out(&stream);
-    out.SetSerializationDeterministic(true);
-    s.main.proto().SerializeToCodedStream(&out);
-  }
-  bytes += StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", c.algorithm, "|",
-                  c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|", c.owner_policy, "|",
-                  c.transport, "|", c.topology, "|", c.tree_max_bytes);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return ProgramFingerprint(
+      s.main, StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", c.algorithm, "|",
+                     c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|", c.owner_policy,
+                     "|", c.transport, "|", c.topology, "|", c.tree_max_bytes));
 }
 
 }  // namespace

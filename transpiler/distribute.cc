@@ -76,8 +76,9 @@ StatusOr<DistributeResult> TranspileDistribute(const ProgramDesc& startup, const
   DistributeState s(config);
   s.startup = startup;
   s.main = main;
-  LOOM_ASSIGN_OR_RETURN(std::vector<PassRecord> records,
-                        RunPipeline("transpile --mode pserver", Pipeline(), s, config.pass_options));
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<PassRecord> records,
+      RunPipeline("transpile --mode pserver", Pipeline(), s, config.pass_options));
   DistributeResult result;
   FillManifest(s, records, &result.manifest);
   result.trainer_startup = std::move(s.trainer_startup);

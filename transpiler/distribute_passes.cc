@@ -4,9 +4,6 @@
 #include <cstdio>
 #include <set>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include "framework/op_role.h"
 #include "transpiler/program_edit.h"
 
@@ -14,13 +11,10 @@ namespace loom::transpiler {
 
 using StrList = std::vector<std::string>;
 
-std::string BlockVarName(const std::string& var, int index) {
-  return StrCat(var, ".block", index);
-}
+std::string BlockVarName(const std::string& var, int index) { return StrCat(var, ".block", index); }
 
 std::vector<NamedProgram> DistributeState::Programs() const {
-  if (trainer_main.empty() && pserver_main.empty())
-    return {{"startup", &startup}, {"main", &main}};
+  if (trainer_main.empty() && pserver_main.empty()) return {{"startup", &startup}, {"main", &main}};
   std::vector<NamedProgram> out;
   for (size_t s = 0; s < pserver_main.size(); ++s) {
     out.push_back({StrCat("pserver", s, "/startup"), &pserver_startup[s]});
@@ -46,27 +40,17 @@ namespace {
 // trainers and servers of one transpile present the same at the handshake.
 std::string Fingerprint(const DistributeState& s) {
   const auto& c = s.config;
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  {
-    google::protobuf::io::CodedOutputStream out(&stream);
-    out.SetSerializationDeterministic(true);
-    s.main.proto().SerializeToCodedStream(&out);
-  }
-  bytes += StrCat("|pserver|", c.trainers, "|", c.pservers.size(), "|", c.sync_mode, "|",
-                  c.slice_var_up, "|", c.split_method, "|", c.min_block_size);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  return ProgramFingerprint(
+      s.main, StrCat("|pserver|", c.trainers, "|", c.pservers.size(), "|", c.sync_mode, "|",
+                     c.slice_var_up, "|", c.split_method, "|", c.min_block_size));
 }
 
 StatusOr<PlacementPolicy> ParseSplitMethod(const std::string& m) {
   if (m == "round_robin" || m == "RoundRobin") return PlacementPolicy::kRoundRobin;
   if (m == "hash" || m == "HashName") return PlacementPolicy::kHash;
   if (m == "bytes") return PlacementPolicy::kBytes;
-  return InvalidArgument("split method '", m, "' is not one of round_robin (RoundRobin), hash "
+  return InvalidArgument("split method '", m,
+                         "' is not one of round_robin (RoundRobin), hash "
                          "(HashName), bytes");
 }
 
@@ -104,7 +88,8 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
     LOOM_RETURN_IF_ERROR(CheckEndpoint(e));
     if (!seen.insert(e).second) return InvalidArgument("pserver endpoint '", e, "' given twice");
   }
-  if (c.min_block_size < 1) return InvalidArgument("min_block_size must be >= 1, got ", c.min_block_size);
+  if (c.min_block_size < 1)
+    return InvalidArgument("min_block_size must be >= 1, got ", c.min_block_size);
   LOOM_ASSIGN_OR_RETURN(s.policy, ParseSplitMethod(c.split_method));
   for (const ProgramDesc* prog : {&s.startup, &s.main}) {
     std::string where = FindTranspiledOp(*prog);
@@ -117,8 +102,9 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
   const BlockDesc* block = s.main.GlobalBlock();
   for (int i = 0; i < block->OpSize(); ++i)
     if (IsUpdateOp(block->Op(i))) return false;
-  return InvalidArgument("the main program has no optimizer ops (op_role optimize with Param and "
-                         "Grad inputs): call optimizer.minimize(loss) before transpiling");
+  return InvalidArgument(
+      "the main program has no optimizer ops (op_role optimize with Param and "
+      "Grad inputs): call optimizer.minimize(loss) before transpiling");
 }
 
 StatusOr<bool> FindDistributeGradients(DistributeState& s) {
@@ -256,8 +242,8 @@ void AddOptimizeBlock(const DistributeState& s, const ParamBlock& b,
                 orig.Persistable());
       if (orig.Persistable()) {
         sb->init.insert(v);
-        if (b.sliced) sb->copies.push_back({v, to, like_param ? b.row_begin : 0,
-                                            like_param ? b.row_end : -1});
+        if (b.sliced)
+          sb->copies.push_back({v, to, like_param ? b.row_begin : 0, like_param ? b.row_end : -1});
       }
     }
     if (to != v) {
@@ -310,12 +296,12 @@ void BuildServerStartup(const DistributeState& s, ServerBuild* sb) {
       tail[out->OpSize() - 1].push_back(
           MakeOp("assign", {{"X", {c.from}}}, {{"Out", {c.to}}}, {}, kOpRoleForward));
     } else {
-      tail[out->OpSize() - 1].push_back(MakeOp(
-          "slice", {{"Input", {c.from}}}, {{"Out", {c.to}}},
-          {{"axes", std::vector<int>{0}},
-           {"starts", std::vector<int>{static_cast<int>(c.begin)}},
-           {"ends", std::vector<int>{static_cast<int>(c.end)}}},
-          kOpRoleForward));
+      tail[out->OpSize() - 1].push_back(
+          MakeOp("slice", {{"Input", {c.from}}}, {{"Out", {c.to}}},
+                 {{"axes", std::vector<int>{0}},
+                  {"starts", std::vector<int>{static_cast<int>(c.begin)}},
+                  {"ends", std::vector<int>{static_cast<int>(c.end)}}},
+                 kOpRoleForward));
     }
   }
   InsertOps(out, std::move(tail));
@@ -343,19 +329,19 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
     for (const VarDesc& v : b0->AllVars())
       if (v.Persistable() && v.Type() == proto::VarType::DENSE_TENSOR) persist.push_back(v.Name());
     OpDesc serve = b0->AppendOp();
-    serve.proto()->CopyFrom(MakeOp(
-        "listen_and_serv", {}, {},
-        {{"endpoint", s.config.pservers[srv]},
-         {"pserver_id", srv},
-         {"Fanin", s.config.trainers},
-         {"sync_mode", s.config.sync_mode},
-         {"param_blocks", params},
-         {"grad_blocks", grads},
-         {"optimize_blocks", opt_blocks},
-         {"lr_blocks", lr_block >= 0 ? std::vector<int>{lr_block} : std::vector<int>{}},
-         {"checkpoint_vars", persist},
-         {"fingerprint", s.fingerprint}},
-        kOpRoleRPC));
+    serve.proto()->CopyFrom(
+        MakeOp("listen_and_serv", {}, {},
+               {{"endpoint", s.config.pservers[srv]},
+                {"pserver_id", srv},
+                {"Fanin", s.config.trainers},
+                {"sync_mode", s.config.sync_mode},
+                {"param_blocks", params},
+                {"grad_blocks", grads},
+                {"optimize_blocks", opt_blocks},
+                {"lr_blocks", lr_block >= 0 ? std::vector<int>{lr_block} : std::vector<int>{}},
+                {"checkpoint_vars", persist},
+                {"fingerprint", s.fingerprint}},
+               kOpRoleRPC));
     BuildServerStartup(s, &sb);
     s.pserver_main.push_back(std::move(sb.main));
     s.pserver_startup.push_back(std::move(sb.startup));
@@ -376,9 +362,8 @@ int LastWriter(const BlockDesc& block, const std::string& grad, int end) {
 }
 
 AttributeMap RpcAttrs(const DistributeState& s, int trainer) {
-  return {{"endpoints", s.config.pservers},
-          {"trainer_id", trainer},
-          {"fingerprint", s.fingerprint}};
+  return {
+      {"endpoints", s.config.pservers}, {"trainer_id", trainer}, {"fingerprint", s.fingerprint}};
 }
 
 // recv of every block, then concat of the sliced parameters' blocks.

@@ -14,7 +14,7 @@ namespace loom::transpiler {
 
 // A row block of a parameter and the server that owns it.
 struct ParamBlock {
-  std::string param, grad;  // the parameter and its gradient
+  std::string param, grad;      // the parameter and its gradient
   std::string name, grad_name;  // the block's variables (the originals when unsliced)
   int index = 0;
   int64_t row_begin = 0, row_end = 0;

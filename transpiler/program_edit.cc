@@ -1,7 +1,11 @@
 #include "transpiler/program_edit.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "framework/op_role.h"
 #include "transpiler/gradients.h"
@@ -54,6 +58,22 @@ std::string FindTranspiledOp(const ProgramDesc& program) {
     }
   }
   return "";
+}
+
+std::string ProgramFingerprint(const ProgramDesc& program, const std::string& options) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.SetSerializationDeterministic(true);
+    program.proto().SerializeToCodedStream(&out);
+  }
+  bytes += options;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 void RemoveOptimizerOps(ProgramDesc* main, ProgramDesc* startup,

@@ -35,6 +35,11 @@ VarDesc DeclareCommunicator(BlockDesc* block, const std::string& name);
 // "op 'allreduce' (block 0, op 7)"; empty when it holds none.
 std::string FindTranspiledOp(const ProgramDesc& program);
 
+// A digest (FNV-1a, 16 hex digits) of a program's deterministic serialization and the options
+// a transpiler was given: every program of one transpile carries it, and ranks or trainers and
+// servers from different transpiles are told apart by it.
+std::string ProgramFingerprint(const ProgramDesc& program, const std::string& options);
+
 // Removes every optimize-role op of main's block 0 for which drop(op) holds; the optimizer state
 // of the dropped update ops (persistable non-parameter inputs other than the learning rate) is
 // removed from both programs, with the startup ops that only initialize it.

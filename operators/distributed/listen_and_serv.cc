@@ -122,8 +122,10 @@ Status ParamServer::Init() {
   LOOM_ASSIGN_OR_RETURN(options_, rpc::OptionsFromEnv());
   name_ = StrCat("pserver ", ctx_.Attr<int>("pserver_id"), " (", ep[0], ")");
   if (options_.secret.empty())
-    std::fprintf(stderr, "loom %s: warning: LOOM_PS_SECRET is not set; any local process "
-                 "with an empty secret can connect\n", name_.c_str());
+    std::fprintf(stderr,
+                 "loom %s: warning: LOOM_PS_SECRET is not set; any local process "
+                 "with an empty secret can connect\n",
+                 name_.c_str());
   rpc::ServerOptions so;
   so.rpc = options_;
   so.trainers = trainers_;
@@ -150,9 +152,11 @@ Status ParamServer::Serve() {
     for (auto& r : requests) LOOM_RETURN_IF_ERROR(Handle(r));
     LOOM_RETURN_IF_ERROR(CheckTrainers());
   }
-  std::fprintf(stderr, "loom %s: every trainer closed after %lld %s steps; %lld messages "
-               "refused\n", name_.c_str(), static_cast<long long>(step_done_),
-               sync_ ? "sync" : "async", static_cast<long long>(server_->refused() + refused_));
+  std::fprintf(stderr,
+               "loom %s: every trainer closed after %lld %s steps; %lld messages "
+               "refused\n",
+               name_.c_str(), static_cast<long long>(step_done_), sync_ ? "sync" : "async",
+               static_cast<long long>(server_->refused() + refused_));
   return Status::OK();
 }
 
@@ -167,8 +171,7 @@ Status ParamServer::Handle(rpc::Request& r) {
     case rpc::Header::SEND: return OnSend(r);
     case rpc::Header::BARRIER: return OnBarrier(r);
     case rpc::Header::GET: OnGet(r); return Status::OK();
-    case rpc::Header::FETCH_BARRIER:
-    {
+    case rpc::Header::FETCH_BARRIER: {
       const int64_t step = r.header.step();
       fetched_[t] = std::max(fetched_[t], step);
       fetch_waiters_.push_back({std::move(r), step});
@@ -183,11 +186,15 @@ Status ParamServer::Handle(rpc::Request& r) {
       return Status::OK();
     case rpc::Header::CHECKPOINT: {
       Status st = Checkpoint(r.header.text());
-      if (st.ok()) server_->Reply(r, {}); else server_->ReplyError(r, st);
+      if (st.ok())
+        server_->Reply(r, {});
+      else
+        server_->ReplyError(r, st);
       return Status::OK();
     }
     default:
-      server_->ReplyError(r, InvalidArgument("a server does not take ", rpc::KindName(r.header.kind())));
+      server_->ReplyError(
+          r, InvalidArgument("a server does not take ", rpc::KindName(r.header.kind())));
       return Status::OK();
   }
 }
@@ -202,9 +209,10 @@ Status ParamServer::OnSend(rpc::Request& r) {
     const Tensor& p = *blocks_[it->second].param_tensor;
     std::vector<int64_t> dims(h.dims().begin(), h.dims().end());
     if (h.dtype() != static_cast<int>(p.dtype()) || DDim(dims) != p.dims())
-      bad = InvalidArgument("gradient block '", h.name(), "' is ",
-                            DataTypeName(static_cast<DataType>(h.dtype())), DDim(dims).ToString(),
-                            ", the server's block is ", DataTypeName(p.dtype()), p.dims().ToString());
+      bad =
+          InvalidArgument("gradient block '", h.name(), "' is ",
+                          DataTypeName(static_cast<DataType>(h.dtype())), DDim(dims).ToString(),
+                          ", the server's block is ", DataTypeName(p.dtype()), p.dims().ToString());
     else if (sync_ && h.step() != step_done_ + 1)
       bad = FailedPrecondition("gradient of step ", h.step(), " while the server is at step ",
                                step_done_ + 1);
@@ -296,7 +304,8 @@ Status ParamServer::RunStep() {
       WeightedSum(parts, n, static_cast<float*>(out));
     else
       return Fail(ctx_.Error("parameter block '", b.param, "' is ",
-                             DataTypeName(b.param_tensor->dtype()), "; servers update fp32 and fp64"));
+                             DataTypeName(b.param_tensor->dtype()),
+                             "; servers update fp32 and fp64"));
     b.received.clear();
   }
   for (int lr : lr_blocks_) {
@@ -331,7 +340,8 @@ void ParamServer::ReplyBlock(const rpc::Request& r, const Block& b) {
 void ParamServer::OnGet(rpc::Request& r) {
   auto it = by_param_.find(r.header.name());
   if (it == by_param_.end()) {
-    server_->ReplyError(r, InvalidArgument("no parameter block '", r.header.name(), "' on ", name_));
+    server_->ReplyError(r,
+                        InvalidArgument("no parameter block '", r.header.name(), "' on ", name_));
     return;
   }
   if (!sync_ || r.header.step() <= step_done_) return ReplyBlock(r, blocks_[it->second]);
@@ -352,7 +362,10 @@ void ParamServer::AnswerWaiters() {
   for (auto& w : fetch_waiters_) {
     bool all = true;
     for (int t : live) all = all && fetched_[t] >= w.step;
-    if (all) server_->Reply(w.request, {}); else keep.push_back(std::move(w));
+    if (all)
+      server_->Reply(w.request, {});
+    else
+      keep.push_back(std::move(w));
   }
   fetch_waiters_.swap(keep);
 }
@@ -367,8 +380,9 @@ Status ParamServer::CheckTrainers() {
       continue;
     }
     if (now - *heard <= options_.timeout) continue;
-    Status why = Timeout(name_, ": trainer ", t, " (", server_->PeerAddress(t), ") sent nothing for ",
-                         options_.timeout.count(), " ms (LOOM_PS_TIMEOUT_MS): it died, hangs, or "
+    Status why = Timeout(name_, ": trainer ", t, " (", server_->PeerAddress(t),
+                         ") sent nothing for ", options_.timeout.count(),
+                         " ms (LOOM_PS_TIMEOUT_MS): it died, hangs, or "
                          "ended without exe.close()");
     if (sync_) return Fail(why);
     std::fprintf(stderr, "loom %s (async): %s; serving the other trainers\n", name_.c_str(),
@@ -425,8 +439,9 @@ Status ListenAndServKernel(const KernelContext& ctx) {
 }  // namespace
 
 LOOM_REGISTER_OP(listen_and_serv)
-    .Doc("Serves the parameter blocks of this server to the trainers until every one has closed "
-         "(see operators/distributed/listen_and_serv.cc for the protocol).")
+    .Doc(
+        "Serves the parameter blocks of this server to the trainers until every one has closed "
+        "(see operators/distributed/listen_and_serv.cc for the protocol).")
     .RequiredAttr<std::string>("endpoint", "host:port to bind, or pserver:I")
     .RequiredAttr<int>("pserver_id", "this server's index", NonNegative("pserver_id"))
     .RequiredAttr<int>("Fanin", "number of trainers", Positive("Fanin"))

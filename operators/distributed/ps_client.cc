@@ -118,7 +118,8 @@ Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints) {
 
 Status CheckpointServers(int trainer_id, const std::vector<std::string>& endpoints,
                          const std::string& fingerprint, const std::string& dir) {
-  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, ConnectTrainer(trainer_id, endpoints, fingerprint));
+  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn,
+                        ConnectTrainer(trainer_id, endpoints, fingerprint));
   LOOM_RETURN_IF_ERROR(conn->WaitSends());
   rpc::Header h;
   h.set_kind(rpc::Header::CHECKPOINT);

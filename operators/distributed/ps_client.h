@@ -20,8 +20,8 @@ namespace loom::ops {
 
 struct TrainerConnection {
   std::unique_ptr<rpc::Client> client;
-  std::mutex mu;  // guards step and sends
-  int64_t step = 0;  // the last step whose barrier was sent
+  std::mutex mu;                           // guards step and sends
+  int64_t step = 0;                        // the last step whose barrier was sent
   std::vector<rpc::Client::Ticket> sends;  // acknowledgements not yet waited for
   // Waits for every outstanding send's acknowledgement (the first refusal wins).
   Status WaitSends();
@@ -31,7 +31,8 @@ struct TrainerConnection {
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints);
 
 // The connection of trainer `trainer_id` to `endpoints` (resolved), connecting on first use.
-StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id, const std::vector<std::string>& endpoints,
+StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
+                                            const std::vector<std::string>& endpoints,
                                             const std::string& fingerprint);
 
 // Tells every server this trainer is done (COMPLETE) and drops the connection; a trainer that

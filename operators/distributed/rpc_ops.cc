@@ -8,8 +8,9 @@
 // (sync: after the step's update), having collected the acknowledgements of the step's sends and
 // barrier. fetch_barrier tells the servers this trainer has the step's parameters; its answer
 // (once every trainer has) is collected by the trainer's next parameter-server op. Posting all
-// of a step's messages back to back keeps one round trip on the step's critical path. Every wait ends: by the reply, by
-// the server's error, or when the server has been silent for the timeout (rpc/client.h).
+// of a step's messages back to back keeps one round trip on the step's critical path. Every wait
+// ends: by the reply, by the server's error, or when the server has been silent for the timeout
+// (rpc/client.h).
 #include <cstring>
 
 #include "operators/common.h"
@@ -27,39 +28,52 @@ StatusOr<TrainerConnection*> Connection(const KernelContext& ctx) {
   return conn;
 }
 
-// The index in `endpoints` of each entry of `epmap`.
-StatusOr<std::vector<int>> ServerIndices(const KernelContext& ctx, const StrList& epmap) {
+// Where each of an op's `n` tensors goes (or comes from): its server's index among the
+// endpoints, its block name on that server (attribute `names_attr`), the trainer's connection.
+struct Targets {
+  std::vector<int> server;
+  const StrList* names = nullptr;
+  TrainerConnection* conn = nullptr;
+  int64_t step = 0;  // the trainer's last step whose barrier was sent
+};
+
+StatusOr<Targets> TargetsOf(const KernelContext& ctx, int n, const char* names_attr) {
+  const StrList& epmap = ctx.Attr<StrList>("epmap");
   const StrList& endpoints = ctx.Attr<StrList>("endpoints");
-  std::vector<int> idx;
+  Targets t;
+  t.names = &ctx.Attr<StrList>(names_attr);
+  if (static_cast<int>(epmap.size()) != n || static_cast<int>(t.names->size()) != n)
+    return ctx.Error(n, " tensors but ", epmap.size(), " epmap and ", t.names->size(), " ",
+                     names_attr, " entries");
   for (const auto& e : epmap) {
     auto it = std::find(endpoints.begin(), endpoints.end(), e);
     if (it == endpoints.end())
       return ctx.Error("epmap names '", e, "', which is not one of the endpoints");
-    idx.push_back(static_cast<int>(it - endpoints.begin()));
+    t.server.push_back(static_cast<int>(it - endpoints.begin()));
   }
-  return idx;
+  LOOM_ASSIGN_OR_RETURN(t.conn, Connection(ctx));
+  std::lock_guard<std::mutex> lock(t.conn->mu);
+  t.step = t.conn->step;
+  return t;
+}
+
+// Posts h to every server; the answers are collected by the trainer's next recv (or close).
+// Called with conn->mu held.
+void PostToAllServers(TrainerConnection* conn, const rpc::Header& h) {
+  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
+    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
 }
 
 Status SendKernel(const KernelContext& ctx) {
-  const StrList& epmap = ctx.Attr<StrList>("epmap");
-  const StrList& names = ctx.Attr<StrList>("send_varnames");
   const int n = ctx.InputSize("X");
-  if (static_cast<int>(epmap.size()) != n || static_cast<int>(names.size()) != n)
-    return ctx.Error(n, " inputs but ", epmap.size(), " epmap and ", names.size(),
-                     " send_varnames entries");
-  LOOM_ASSIGN_OR_RETURN(std::vector<int> server, ServerIndices(ctx, epmap));
-  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
-  int64_t step;
-  {
-    std::lock_guard<std::mutex> lock(conn->mu);
-    step = conn->step + 1;
-  }
+  LOOM_ASSIGN_OR_RETURN(Targets t, TargetsOf(ctx, n, "send_varnames"));
+  const int64_t step = t.step + 1;  // the step being computed
   for (int i = 0; i < n; ++i) {
     const Tensor& x = ctx.Input("X", i);
     if (!x.place().is_cpu()) return ctx.Error("send needs CPU tensors, X[", i, "] is not");
     rpc::Header h;
     h.set_kind(rpc::Header::SEND);
-    h.set_name(names[i]);
+    h.set_name((*t.names)[i]);
     h.set_dtype(static_cast<int>(x.dtype()));
     for (int64_t d : x.dims().vec()) h.add_dims(d);
     h.set_nbytes(static_cast<int64_t>(x.nbytes()));
@@ -67,7 +81,7 @@ Status SendKernel(const KernelContext& ctx) {
     rpc::Payload p{x.raw_data(), x.nbytes(), std::shared_ptr<const void>(x.holder())};
     // One way: the server answers a gradient only to refuse it; the barrier's answer says the
     // step's gradients were taken.
-    conn->client->PostOneWay(server[i], std::move(h), &p);
+    t.conn->client->PostOneWay(t.server[i], std::move(h), &p);
   }
   return Status::OK();
 }
@@ -86,32 +100,22 @@ Status SendBarrierKernel(const KernelContext& ctx) {
   h.set_step(++conn->step);
   // Each server takes a trainer's messages in order: the barrier follows the sends without
   // waiting for their acknowledgements, which the next recv collects with the barrier's.
-  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
-    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
+  PostToAllServers(conn, h);
   return Status::OK();
 }
 
 Status RecvKernel(const KernelContext& ctx) {
-  const StrList& epmap = ctx.Attr<StrList>("epmap");
-  const StrList& names = ctx.Attr<StrList>("recv_varnames");
   const int n = ctx.OutputSize("Out");
-  if (static_cast<int>(epmap.size()) != n || static_cast<int>(names.size()) != n)
-    return ctx.Error(n, " outputs but ", epmap.size(), " epmap and ", names.size(),
-                     " recv_varnames entries");
-  LOOM_ASSIGN_OR_RETURN(std::vector<int> server, ServerIndices(ctx, epmap));
-  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
-  int64_t step;
-  {
-    std::lock_guard<std::mutex> lock(conn->mu);
-    step = conn->step;
-  }
+  LOOM_ASSIGN_OR_RETURN(Targets t, TargetsOf(ctx, n, "recv_varnames"));
+  const StrList& names = *t.names;
+  TrainerConnection* conn = t.conn;
   std::vector<rpc::Client::Ticket> tickets;
   for (int i = 0; i < n; ++i) {
     rpc::Header h;
     h.set_kind(rpc::Header::GET);
     h.set_name(names[i]);
-    h.set_step(step);
-    tickets.push_back(conn->client->Post(server[i], std::move(h)));
+    h.set_step(t.step);
+    tickets.push_back(conn->client->Post(t.server[i], std::move(h)));
   }
   // The step's sends and barrier (and the last fetch_barrier) are acknowledged before the
   // parameters of the step come back; a refusal among them is this op's error.
@@ -153,8 +157,7 @@ Status FetchBarrierKernel(const KernelContext& ctx) {
   h.set_step(conn->step);
   // Answered once every trainer has fetched the step; the next parameter-server op of this
   // trainer (or exe.close()) waits for the answer, so the wait overlaps the next forward pass.
-  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
-    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
+  PostToAllServers(conn, h);
   return Status::OK();
 }
 
@@ -207,7 +210,8 @@ const char* kEndpointsDoc =
 }  // namespace
 
 LOOM_REGISTER_OP(send)
-    .Doc("Queues each X[i] to server epmap[i] as block send_varnames[i] (no copy; returns at once).")
+    .Doc(
+        "Queues each X[i] to server epmap[i] as block send_varnames[i] (no copy; returns at once).")
     .Input("X", "gradient blocks", /*duplicable=*/true)
     .RequiredAttr<StrList>("epmap", "the server of each X")
     .RequiredAttr<StrList>("send_varnames", "the block name of each X on its server")
@@ -235,8 +239,9 @@ LOOM_REGISTER_OP(recv)
     .Kernel(Place::kCPU, proto::FP32, RecvKernel);
 
 LOOM_REGISTER_OP(fetch_barrier)
-    .Doc("Tells the servers this trainer fetched the step; the next parameter-server op (or "
-         "exe.close()) returns only when every trainer has.")
+    .Doc(
+        "Tells the servers this trainer fetched the step; the next parameter-server op (or "
+        "exe.close()) returns only when every trainer has.")
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
     .Attr<std::string>("fingerprint", "", "the transpile both sides come from")

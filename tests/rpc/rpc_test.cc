@@ -1,8 +1,8 @@
 // The parameter-server transport: authentication both ways, fingerprints, message validation
 // (malformed, truncated, oversized, unauthenticated messages are refused and never reach the
 // server's owner), a port in use, and a dead server ending every wait within the timeout.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -204,10 +204,10 @@ TEST(RpcTest, MalformedMessagesAreRefusedAndNeverDelivered) {
   send.set_step(1);
   const std::string header = send.SerializeAsString();
   SendRaw(raw, {"garbage that is no protobuf \xff\xff"});
-  SendRaw(raw, {header});                                        // SEND without its payload
-  SendRaw(raw, {header, std::string(12, 'x')});                  // truncated payload
-  SendRaw(raw, {header, std::string(16, 'x'), "third frame"});   // too many frames
-  SendRaw(raw, {header, std::string(16, 'x')});                  // well-formed, unauthenticated
+  SendRaw(raw, {header});                                       // SEND without its payload
+  SendRaw(raw, {header, std::string(12, 'x')});                 // truncated payload
+  SendRaw(raw, {header, std::string(16, 'x'), "third frame"});  // too many frames
+  SendRaw(raw, {header, std::string(16, 'x')});                 // well-formed, unauthenticated
   Header huge = send;
   huge.clear_dims();
   huge.add_dims(int64_t(1) << 40);
@@ -280,7 +280,7 @@ TEST(RpcTest, HeadersAreValidatedField_by_field) {
   EXPECT_FALSE(decode(get, -1).ok());  // no name
   get.set_name("w");
   EXPECT_TRUE(decode(get, -1).ok());
-  EXPECT_FALSE(decode(get, 4).ok());   // a GET carries no payload
+  EXPECT_FALSE(decode(get, 4).ok());  // a GET carries no payload
   Header hello;
   hello.set_kind(Header::HELLO);
   hello.set_trainer_id(0);

@@ -13,6 +13,7 @@
 
 #include "framework/file_util.h"
 #include "framework/op_role.h"
+#include "tests/transpiler/docs_table.h"
 #include "tests/transpiler/test_nets.h"
 #include "transpiler/buckets.h"
 #include "transpiler/data_parallel.h"
@@ -154,24 +155,9 @@ TEST(DataParallelPipeline, DocsTableListsThePasses) {
   std::string table = "| pass | optional | what it does |\n| --- | --- | --- |\n";
   for (const auto& p : DataParallelPasses())
     table += StrCat("| `", p.name, "` | ", p.optional ? "yes" : "", " | ", p.summary, " |\n");
-  const std::string path = std::string(LOOM_DOCS_DIR) + "/CLI.md";
-  auto doc = ReadFile(path);
-  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
-  const std::string begin = "<!-- data-parallel passes: generated from DataParallelPasses() -->\n";
-  const std::string end = "<!-- end of passes -->";
-  size_t a = doc.value().find(begin), b = doc.value().find(end);
-  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b) << path;
-  a += begin.size();
-  const char* update = std::getenv("LOOM_UPDATE_DOCS");
-  if (update != nullptr && std::string(update) == "1") {
-    std::string text = doc.value();
-    text.replace(a, b - a, table);
-    ASSERT_TRUE(WriteFileAtomic(path, text).ok());
-    return;
-  }
-  EXPECT_EQ(doc.value().substr(a, b - a), table)
-      << "docs/CLI.md's pass table is out of date: LOOM_UPDATE_DOCS=1 "
-         "build/tests/transpiler/transpiler_test --gtest_filter='*DocsTable*' rewrites it";
+  CheckGeneratedSection(std::string(LOOM_DOCS_DIR) + "/CLI.md",
+                        "<!-- data-parallel passes: generated from DataParallelPasses() -->\n",
+                        "<!-- end of passes -->", table);
 }
 
 // docs/DATA_PARALLEL.md explains each pass in a table of its own: the same passes, in order.
