@@ -54,19 +54,8 @@ StatusOr<bool> CheckProgram(DataParallelState& s) {
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);
   LOOM_RETURN_IF_ERROR(ParsePlacementPolicy(c.owner_policy).status());
   s.fingerprint = Fingerprint(s);
-  for (const ProgramDesc* prog : {&s.startup, &s.main}) {
-    std::string where = FindTranspiledOp(*prog);
-    if (!where.empty())
-      return FailedPrecondition("the ", prog == &s.main ? "main" : "startup",
-                                " program is already transpiled for data parallelism (it has ",
-                                where, "); transpile the single-device program");
-  }
-  const BlockDesc* block = s.main.GlobalBlock();
-  for (int i = 0; i < block->OpSize(); ++i)
-    if (IsUpdateOp(block->Op(i))) return false;
-  return InvalidArgument(
-      "the main program has no optimizer ops (op_role optimize with Param "
-      "and Grad inputs): call optimizer.minimize(loss) before transpiling");
+  LOOM_RETURN_IF_ERROR(CheckSingleDeviceInput(s.startup, s.main));
+  return false;
 }
 
 StatusOr<bool> FindGradients(DataParallelState& s) {

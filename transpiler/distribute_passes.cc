@@ -91,20 +91,9 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
   if (c.min_block_size < 1)
     return InvalidArgument("min_block_size must be >= 1, got ", c.min_block_size);
   LOOM_ASSIGN_OR_RETURN(s.policy, ParseSplitMethod(c.split_method));
-  for (const ProgramDesc* prog : {&s.startup, &s.main}) {
-    std::string where = FindTranspiledOp(*prog);
-    if (!where.empty())
-      return FailedPrecondition("the ", prog == &s.main ? "main" : "startup",
-                                " program is already transpiled (it has ", where,
-                                "); transpile the single-device program");
-  }
+  LOOM_RETURN_IF_ERROR(CheckSingleDeviceInput(s.startup, s.main));
   s.fingerprint = Fingerprint(s);
-  const BlockDesc* block = s.main.GlobalBlock();
-  for (int i = 0; i < block->OpSize(); ++i)
-    if (IsUpdateOp(block->Op(i))) return false;
-  return InvalidArgument(
-      "the main program has no optimizer ops (op_role optimize with Param and "
-      "Grad inputs): call optimizer.minimize(loss) before transpiling");
+  return false;
 }
 
 StatusOr<bool> FindDistributeGradients(DistributeState& s) {

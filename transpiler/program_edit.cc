@@ -60,6 +60,22 @@ std::string FindTranspiledOp(const ProgramDesc& program) {
   return "";
 }
 
+Status CheckSingleDeviceInput(const ProgramDesc& startup, const ProgramDesc& main) {
+  for (const ProgramDesc* prog : {&startup, &main}) {
+    std::string where = FindTranspiledOp(*prog);
+    if (!where.empty())
+      return FailedPrecondition("the ", prog == &main ? "main" : "startup",
+                                " program is already transpiled (it has ", where,
+                                "); transpile the single-device program");
+  }
+  const BlockDesc* block = main.GlobalBlock();
+  for (int i = 0; i < block->OpSize(); ++i)
+    if (IsUpdateOp(block->Op(i))) return Status::OK();
+  return InvalidArgument(
+      "the main program has no optimizer ops (op_role optimize with Param and Grad inputs): "
+      "call optimizer.minimize(loss) before transpiling");
+}
+
 std::string ProgramFingerprint(const ProgramDesc& program, const std::string& options) {
   std::string bytes;
   google::protobuf::io::StringOutputStream stream(&bytes);

@@ -35,6 +35,10 @@ VarDesc DeclareCommunicator(BlockDesc* block, const std::string& name);
 // "op 'allreduce' (block 0, op 7)"; empty when it holds none.
 std::string FindTranspiledOp(const ProgramDesc& program);
 
+// The input a transpiler takes: single-device programs (no op of a transpiler's output in either)
+// whose main program has optimizer ops. Errors say which program and what to do.
+Status CheckSingleDeviceInput(const ProgramDesc& startup, const ProgramDesc& main);
+
 // A digest (FNV-1a, 16 hex digits) of a program's deterministic serialization and the options
 // a transpiler was given: every program of one transpile carries it, and ranks or trainers and
 // servers from different transpiles are told apart by it.
