@@ -5,9 +5,10 @@
 // address and the reason and never reach the owner. Poll() never waits on any one trainer, so a
 // slow trainer does not hold up the others.
 //
-// Thread safety: one thread (the owner's) uses a Server.
+// Thread safety: one thread (the owner's) uses a Server; refused() may be read from any.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -51,7 +52,8 @@ class Server {
   std::optional<std::chrono::steady_clock::time_point> LastHeard(int trainer) const;
   // "127.0.0.1:45122" of trainer t's connection (empty if unknown).
   std::string PeerAddress(int trainer) const;
-  int64_t refused() const { return refused_; }
+  // Messages refused so far (any thread may read it).
+  int64_t refused() const { return refused_.load(); }
   const std::string& endpoint() const { return endpoint_; }
 
  private:
@@ -77,7 +79,7 @@ class Server {
   std::map<std::string, Peer> peers_;  // by routing id
   std::map<int, std::string> trainer_peer_;
   std::map<int, std::chrono::steady_clock::time_point> last_heard_;
-  int64_t refused_ = 0;
+  std::atomic<int64_t> refused_{0};
 };
 
 }  // namespace loom::rpc
