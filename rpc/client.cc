@@ -17,6 +17,7 @@ struct Client::Pending {
   bool done = false;
   Status status;
   Reply reply;
+  std::string what;  // "GET 'w' to 127.0.0.1:6174", for a wait that times out
 };
 
 namespace {
@@ -204,6 +205,8 @@ void Client::Wake() {
 
 Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
   auto ticket = std::make_shared<Pending>();
+  ticket->what = StrCat(KindName(header.kind()), header.name().empty() ? "" : " '", header.name(),
+                        header.name().empty() ? "" : "'");
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) {
     Complete(ticket,
              InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
@@ -221,8 +224,11 @@ Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
 StatusOr<Reply> Client::Wait(const Ticket& t) {
   std::unique_lock<std::mutex> lock(t->mu);
   // The I/O thread completes every request: by its reply, or by declaring its server dead
-  // after the timeout; this wait is bounded by that.
-  t->cv.wait(lock, [&] { return t->done; });
+  // after its silence timeout. A server that is alive but never answers (it waits for a stuck
+  // trainer) is bounded by the call timeout.
+  if (!t->cv.wait_for(lock, options_.call_timeout, [&] { return t->done; }))
+    return Timeout("trainer ", trainer_id_, ": no answer to ", t->what, " within ",
+                   options_.call_timeout.count(), " ms (LOOM_PS_CALL_TIMEOUT_MS)");
   if (!t->status.ok()) return t->status;
   return std::move(t->reply);
 }

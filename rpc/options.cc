@@ -25,6 +25,8 @@ StatusOr<Options> OptionsFromEnv() {
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_HEARTBEAT_MS", &o.heartbeat));
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_TIMEOUT_MS", &o.timeout));
   LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_CONNECT_TIMEOUT_MS", &o.connect_timeout));
+  LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_STEP_TIMEOUT_MS", &o.step_timeout));
+  LOOM_RETURN_IF_ERROR(ReadMs("LOOM_PS_CALL_TIMEOUT_MS", &o.call_timeout));
   if (const char* v = std::getenv("LOOM_PS_IPC")) o.ipc = std::string(v) != "0";
   if (const char* v = std::getenv("LOOM_PS_IPC_DIR"); v && *v) o.ipc_dir = v;
   if (o.heartbeat * 2 > o.timeout)

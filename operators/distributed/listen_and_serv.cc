@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "framework/file_util.h"
@@ -79,6 +80,7 @@ class ParamServer {
   int64_t step_done_ = 0;
   std::set<int> closed_, dead_;
   std::map<int, int64_t> barrier_, samples_, fetched_;
+  std::optional<Clock::time_point> step_begun_;  // sync: when the pending step's first barrier came
   std::vector<Waiter> gets_, fetch_waiters_;
   Clock::time_point started_;
   int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
@@ -263,6 +265,7 @@ Status ParamServer::OnBarrier(rpc::Request& r) {
   }
   barrier_[t] = r.header.step();
   samples_[t] = r.header.samples();
+  if (!step_begun_) step_begun_ = Clock::now();
   server_->Reply(r, {});
   return TryStep();
 }
@@ -317,6 +320,7 @@ Status ParamServer::RunStep() {
     if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
   }
   ++step_done_;
+  step_begun_.reset();
   AnswerWaiters();
   return Status::OK();
 }
@@ -388,6 +392,15 @@ Status ParamServer::CheckTrainers() {
     std::fprintf(stderr, "loom %s (async): %s; serving the other trainers\n", name_.c_str(),
                  why.message().c_str());
     dead_.insert(t);
+  }
+  if (sync_ && step_begun_ && now - *step_begun_ > options_.step_timeout) {
+    std::string missing;
+    for (int t : Live())
+      if (barrier_[t] != step_done_ + 1) missing += StrCat(missing.empty() ? "" : ", ", t);
+    return Fail(Timeout(name_, ": step ", step_done_ + 1, " began ", options_.step_timeout.count(),
+                        " ms ago and trainer(s) ", missing,
+                        " have not ended it (alive but stuck? "
+                        "LOOM_PS_STEP_TIMEOUT_MS)"));
   }
   if (!never.empty()) {
     std::string ids;

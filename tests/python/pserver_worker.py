@@ -8,6 +8,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -24,6 +25,7 @@ def main():
     ap.add_argument("--opt", default="adam")
     ap.add_argument("--hidden", type=int, default=6)
     ap.add_argument("--kill-self-at", type=int, default=-1, help="SIGKILL before this step")
+    ap.add_argument("--hang-at", type=int, default=-1, help="sleep 60 s before this step")
     ap.add_argument("--no-close", action="store_true", help="exit without exe.close()")
     ap.add_argument("--checkpoint", default="", help="trainer 0: save_persistables at the end")
     ap.add_argument("--resume", default="", help="server: load_persistables before serving")
@@ -52,6 +54,8 @@ def main():
     for step, (x, y) in enumerate(data):
         if step == a.kill_self_at:
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == a.hang_at:
+            time.sleep(60)
         rows = slice(4 * trainer_id, 4 * trainer_id + 4)
         out = exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss])
         print("step", step, float(out[0][0]), flush=True)

@@ -94,6 +94,18 @@ def test_sync_trainer_killed_mid_step_ends_everyone_with_an_error_naming_it(job_
     assert time.time() - begin < 25
 
 
+def test_sync_trainer_alive_but_stuck_ends_the_step_with_an_error_naming_it(job_factory):
+    job = job_factory(1, 2, env=dict(FAST, LOOM_PS_STEP_TIMEOUT_MS="1500"))
+    job.start_all(trainer_args=lambda k: ["--steps", "50"] + (["--hang-at", "2"] if k == 1 else []))
+    begin = time.time()
+    code, out = job.wait("server0", timeout=30)
+    assert code != 0, out
+    assert "trainer(s) 1 have not ended it" in out, out
+    code, out = job.wait("trainer0", timeout=30)
+    assert code != 0 and "trainer(s) 1" in out, out
+    assert time.time() - begin < 20
+
+
 def test_async_trainer_killed_the_rest_carry_on(job_factory):
     job = job_factory(2, 2)
     job.start_all(["--async"], lambda k: ["--async", "--steps", "30"] +

@@ -46,7 +46,8 @@ Options TestOptions(const std::string& secret = "s3cret") {
 // payload) and counts what reached it.
 class EchoServer {
  public:
-  explicit EchoServer(const std::string& secret = "s3cret", std::string fingerprint = "fp") {
+  explicit EchoServer(const std::string& secret = "s3cret", std::string fingerprint = "fp",
+                      bool answer = true) {
     endpoint = FreeEndpoint();
     ServerOptions so;
     so.rpc = TestOptions(secret);
@@ -63,6 +64,7 @@ class EchoServer {
             std::lock_guard<std::mutex> lock(mu);
             address[r.trainer_id] = server->PeerAddress(r.trainer_id);
           }
+          if (!answer) continue;  // alive (heartbeats are answered), but never replies
           if (r.header.kind() == Header::GET) {
             static const float data[4] = {1, 2, 3, 4};
             Header h;
@@ -244,6 +246,19 @@ TEST(RpcTest, ADeadServerEndsEveryWaitWithinTheTimeout) {
   EXPECT_LT(took, milliseconds(3000));
   // Later requests fail at once.
   EXPECT_FALSE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+}
+
+TEST(RpcTest, AServerThatNeverAnswersEndsTheWaitAtTheCallTimeout) {
+  EchoServer s("s3cret", "fp", /*answer=*/false);
+  Options o = TestOptions();
+  o.call_timeout = milliseconds(1500);
+  auto c = Client::Connect({s.endpoint}, 0, "fp", o);
+  ASSERT_TRUE(c.ok());
+  auto r = (*c)->Wait((*c)->Post(0, Get("w")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(r.status().message().find("GET 'w'"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(s.endpoint), std::string::npos) << r.status().ToString();
 }
 
 TEST(RpcTest, NoServerAtAllIsATimeoutNamingTheEndpoint) {
