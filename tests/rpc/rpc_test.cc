@@ -56,7 +56,7 @@ class EchoServer {
     so.max_payload_bytes = 1 << 20;
     so.name = "test server";
     server = std::move(Server::Bind(endpoint, so).value());
-    thread = std::thread([this] {
+    thread = std::thread([this, answer] {
       while (!stop) {
         for (auto& r : server->Poll(milliseconds(20))) {
           ++delivered;
