@@ -212,6 +212,7 @@ Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
              InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
     return ticket;
   }
+  ticket->what += " to parameter server " + endpoints_[server];
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(
