@@ -205,8 +205,10 @@ void Client::Wake() {
 
 Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
   auto ticket = std::make_shared<Pending>();
-  ticket->what = StrCat(KindName(header.kind()), header.name().empty() ? "" : " '", header.name(),
-                        header.name().empty() ? "" : "'");
+  ticket->what = KindName(header.kind());
+  for (int i = 0; i < header.tensors_size() && i < 3; ++i)
+    ticket->what += StrCat(i ? ", '" : " '", header.tensors(i).name(), "'");
+  if (header.tensors_size() > 3) ticket->what += StrCat(" and ", header.tensors_size() - 3, " more");
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) {
     Complete(ticket,
              InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
@@ -299,7 +301,8 @@ void Client::SendQueued() {
     o.header.set_id(id);
     o.header.set_trainer_id(trainer_id_);
     if (o.ticket) waiting_[o.server][id] = o.ticket;
-    auto frames = Encode(o.header, o.has_payload ? &o.payload : nullptr);
+    auto frames = Encode(o.header, o.has_payload ? std::vector<Payload>{o.payload}
+                                                 : std::vector<Payload>{});
     SendFrames(sockets_[o.server], frames);
   }
 }
@@ -328,8 +331,7 @@ void Client::ReadReplies(int s) {
     } else {
       Reply r;
       r.header = std::move(m->header);
-      r.has_payload = m->has_payload;
-      r.payload = std::move(m->payload);
+      r.payloads = std::move(m->payloads);
       Complete(t, Status::OK(), std::move(r));
     }
   }

@@ -26,8 +26,7 @@ namespace loom::rpc {
 
 struct Reply {
   Header header;
-  bool has_payload = false;
-  zmq::message_t payload;
+  std::vector<zmq::message_t> payloads;  // one per tensor of header.tensors()
 };
 
 class Client {

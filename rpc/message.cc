@@ -5,37 +5,59 @@
 namespace loom::rpc {
 namespace {
 
-bool NeedsTensor(Header::Kind k) { return k == Header::SEND; }
-bool MayCarryTensor(Header::Kind k) { return k == Header::SEND || k == Header::REPLY; }
-
-Status CheckTensor(const Header& h, int64_t payload_bytes) {
-  int64_t elem = DtypeBytes(h.dtype());
-  if (elem < 0) return InvalidArgument("dtype ", h.dtype(), " is not a tensor type");
-  if (h.dims_size() > kMaxDims)
-    return InvalidArgument(h.dims_size(), " dims (at most ", kMaxDims, ")");
+Status CheckTensor(int dtype, const google::protobuf::RepeatedField<int64_t>& dims,
+                   int64_t nbytes, int64_t payload_bytes) {
+  int64_t elem = DtypeBytes(dtype);
+  if (elem < 0) return InvalidArgument("dtype ", dtype, " is not a tensor type");
+  if (dims.size() > kMaxDims) return InvalidArgument(dims.size(), " dims (at most ", kMaxDims, ")");
   int64_t numel = 1;
-  for (int64_t d : h.dims()) {
+  for (int64_t d : dims) {
     if (d < 0) return InvalidArgument("negative dim ", d);
     if (d != 0 && numel > std::numeric_limits<int64_t>::max() / elem / d)
       return InvalidArgument("dims overflow");
     numel *= d;
   }
-  if (h.nbytes() != numel * elem)
-    return InvalidArgument("nbytes ", h.nbytes(), " is not dims x dtype = ", numel * elem);
-  if (payload_bytes != h.nbytes())
-    return InvalidArgument("the payload has ", payload_bytes, " bytes, the header says ",
-                           h.nbytes());
+  if (nbytes != numel * elem)
+    return InvalidArgument("nbytes ", nbytes, " is not dims x dtype = ", numel * elem);
+  if (payload_bytes != nbytes)
+    return InvalidArgument("the payload has ", payload_bytes, " bytes, the header says ", nbytes);
   return Status::OK();
 }
 
-Status CheckFields(const Header& h, int64_t payload_bytes) {
+Status CheckName(const std::string& name, const char* what) {
+  if (name.empty()) return InvalidArgument(what, " without a block name");
+  if (name.size() > kMaxNameBytes) return InvalidArgument("name longer than ", kMaxNameBytes);
+  return Status::OK();
+}
+
+// The payload frames: a SEND carries exactly one (described by the header's own fields), a
+// REPLY one per `tensors` entry (or none), nothing else carries any.
+Status CheckPayloads(const Header& h, const std::vector<int64_t>& payload_bytes) {
+  const auto k = h.kind();
+  const size_t n = payload_bytes.size();
+  if (k == Header::SEND) {
+    if (n != 1) return InvalidArgument("a SEND carries one payload, this one ", n);
+    return CheckTensor(h.dtype(), h.dims(), h.nbytes(), payload_bytes[0]);
+  }
+  if (n == 0) return Status::OK();
+  if (k != Header::REPLY) return InvalidArgument("a ", KindName(k), " carries no payload");
+  if (static_cast<size_t>(h.tensors_size()) != n)
+    return InvalidArgument(n, " payloads for ", h.tensors_size(), " tensors");
+  for (int i = 0; i < h.tensors_size(); ++i) {
+    const auto& t = h.tensors(i);
+    Status st = CheckTensor(t.dtype(), t.dims(), t.nbytes(), payload_bytes[i]);
+    if (!st.ok()) return st.WithContext(StrCat("tensor ", i, " ('", t.name(), "')"));
+  }
+  return Status::OK();
+}
+
+Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
   const auto k = h.kind();
   if (h.name().size() > kMaxNameBytes) return InvalidArgument("name longer than ", kMaxNameBytes);
   if (h.step() < 0 || h.samples() < 0) return InvalidArgument("negative step or samples");
-  if (payload_bytes >= 0 && !MayCarryTensor(k))
-    return InvalidArgument("a ", KindName(k), " carries no payload");
-  if (NeedsTensor(k) && payload_bytes < 0) return InvalidArgument("a SEND without its payload");
-  if (payload_bytes >= 0) LOOM_RETURN_IF_ERROR(CheckTensor(h, payload_bytes));
+  if (h.tensors_size() > kMaxTensors)
+    return InvalidArgument(h.tensors_size(), " tensors (at most ", kMaxTensors, ")");
+  LOOM_RETURN_IF_ERROR(CheckPayloads(h, payload_bytes));
   switch (k) {
     case Header::HELLO:
       if (h.trainer_id() < 0) return InvalidArgument("HELLO without a trainer id");
@@ -49,8 +71,10 @@ Status CheckFields(const Header& h, int64_t payload_bytes) {
       if (h.mac().size() != 32) return InvalidArgument("AUTH proof is not 32 bytes");
       break;
     case Header::SEND:
+      return CheckName(h.name(), "SEND");
     case Header::GET:
-      if (h.name().empty()) return InvalidArgument(KindName(k), " without a block name");
+      if (h.tensors_size() == 0) return InvalidArgument("a GET of no blocks");
+      for (const auto& t : h.tensors()) LOOM_RETURN_IF_ERROR(CheckName(t.name(), "GET"));
       break;
     case Header::BARRIER:
     case Header::FETCH_BARRIER:
@@ -59,7 +83,8 @@ Status CheckFields(const Header& h, int64_t payload_bytes) {
     case Header::CHECKPOINT:
       if (h.text().empty()) return InvalidArgument("CHECKPOINT without a directory");
       break;
-    default: break;
+    default:
+      break;
   }
   return Status::OK();
 }
@@ -83,7 +108,8 @@ const char* KindName(int kind) {
   return Header::Kind_Name(static_cast<Header::Kind>(kind)).c_str();
 }
 
-StatusOr<Header> DecodeHeader(const void* data, size_t size, int64_t payload_bytes) {
+StatusOr<Header> DecodeHeader(const void* data, size_t size,
+                              const std::vector<int64_t>& payload_bytes) {
   if (size == 0) return InvalidArgument("empty header frame");
   if (size > kMaxHeaderBytes)
     return InvalidArgument("header of ", size, " bytes (at most ", kMaxHeaderBytes, ")");
@@ -95,30 +121,30 @@ StatusOr<Header> DecodeHeader(const void* data, size_t size, int64_t payload_byt
 }
 
 StatusOr<Message> Decode(std::vector<zmq::message_t>* frames) {
-  if (frames->empty() || frames->size() > 2)
-    return InvalidArgument(frames->size(), " frames (a message has 1 or 2)");
+  if (frames->empty() || frames->size() > static_cast<size_t>(kMaxTensors) + 1)
+    return InvalidArgument(frames->size(), " frames (a message has 1 to ", kMaxTensors + 1, ")");
+  std::vector<int64_t> payload_bytes;
+  for (size_t i = 1; i < frames->size(); ++i)
+    payload_bytes.push_back(static_cast<int64_t>((*frames)[i].size()));
   Message m;
-  int64_t payload = frames->size() == 2 ? static_cast<int64_t>((*frames)[1].size()) : -1;
-  LOOM_ASSIGN_OR_RETURN(m.header, DecodeHeader((*frames)[0].data(), (*frames)[0].size(), payload));
-  if (payload >= 0) {
-    m.has_payload = true;
-    m.payload = std::move((*frames)[1]);
-  }
+  LOOM_ASSIGN_OR_RETURN(m.header,
+                        DecodeHeader((*frames)[0].data(), (*frames)[0].size(), payload_bytes));
+  for (size_t i = 1; i < frames->size(); ++i) m.payloads.push_back(std::move((*frames)[i]));
   return m;
 }
 
-std::vector<zmq::message_t> Encode(const Header& header, const Payload* p) {
+std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Payload>& payloads) {
   std::vector<zmq::message_t> frames;
   std::string bytes = header.SerializeAsString();
   frames.emplace_back(bytes.data(), bytes.size());
-  if (p) {
-    const Payload& payload = *p;
+  for (const Payload& payload : payloads) {
     if (payload.keepalive) {
       // Zero copy: ZeroMQ frees the holder (and with it the buffer's reference) once sent.
       auto* hold = new std::shared_ptr<const void>(payload.keepalive);
       frames.emplace_back(
           const_cast<void*>(payload.data), payload.nbytes,
-          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, hold);
+          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
+          hold);
     } else {
       frames.emplace_back(payload.data, payload.nbytes);
     }

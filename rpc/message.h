@@ -21,14 +21,14 @@ using proto::Header;
 inline constexpr size_t kMaxHeaderBytes = 64 << 10;
 inline constexpr int kMaxDims = 8;
 inline constexpr size_t kMaxNameBytes = 1024;
+inline constexpr int kMaxTensors = 65536;  // tensors of one message
 
 // Bytes per element of a framework.proto DataType number; -1 when it is none.
 int64_t DtypeBytes(int dtype);
 
 struct Message {
   Header header;
-  bool has_payload = false;
-  zmq::message_t payload;
+  std::vector<zmq::message_t> payloads;  // one per tensor, in order
 };
 
 // A tensor to send: data stays valid while keepalive is held.
@@ -38,16 +38,16 @@ struct Payload {
   std::shared_ptr<const void> keepalive;
 };
 
-// Parses and validates a header frame; payload_bytes is the size of the frame after it (-1:
-// none).
-StatusOr<Header> DecodeHeader(const void* data, size_t size, int64_t payload_bytes);
+// Parses and validates a header frame; payload_bytes are the sizes of the frames after it.
+StatusOr<Header> DecodeHeader(const void* data, size_t size,
+                              const std::vector<int64_t>& payload_bytes);
 
-// Validates a multipart message (header [+ payload]) and takes its frames.
+// Validates a multipart message (header, payloads) and takes its frames.
 StatusOr<Message> Decode(std::vector<zmq::message_t>* frames);
 
-// The frames of a message: the header, and the payload when given (zero copy when it has a
-// keepalive, else copied).
-std::vector<zmq::message_t> Encode(const Header& header, const Payload* payload = nullptr);
+// The frames of a message: the header, then one per payload (zero copy when it has a keepalive,
+// else copied).
+std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Payload>& payloads = {});
 
 const char* KindName(int kind);
 

@@ -106,8 +106,7 @@ void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* o
   req.peer = peer;
   req.trainer_id = p.trainer_id;
   req.header = std::move(m->header);
-  req.has_payload = m->has_payload;
-  req.payload = std::move(m->payload);
+  req.payloads = std::move(m->payloads);
   out->push_back(std::move(req));
 }
 
@@ -180,10 +179,10 @@ void Server::Send(const std::string& peer, std::vector<zmq::message_t> frames) {
                        i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
 }
 
-void Server::Reply(const Request& to, Header header, const Payload* payload) {
+void Server::Reply(const Request& to, Header header, const std::vector<Payload>& payloads) {
   header.set_id(to.header.id());
   if (!header.has_kind()) header.set_kind(Header::REPLY);
-  Send(to.peer, Encode(header, payload));
+  Send(to.peer, Encode(header, payloads));
 }
 
 void Server::ReplyError(const Request& to, const Status& error) {

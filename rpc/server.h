@@ -25,8 +25,7 @@ struct Request {
   std::string peer;  // ZeroMQ routing id of the connection
   int trainer_id = -1;
   Header header;
-  bool has_payload = false;
-  zmq::message_t payload;
+  std::vector<zmq::message_t> payloads;  // SEND: its one tensor
 };
 
 struct ServerOptions {
@@ -46,7 +45,7 @@ class Server {
   // Requests of authenticated trainers that arrived within `wait` (handshakes, heartbeats and
   // refusals are handled here).
   std::vector<Request> Poll(std::chrono::milliseconds wait);
-  void Reply(const Request& to, Header header, const Payload* payload = nullptr);
+  void Reply(const Request& to, Header header, const std::vector<Payload>& payloads = {});
   void ReplyError(const Request& to, const Status& error);
   // When trainer t was last heard from; nullopt when it never authenticated.
   std::optional<std::chrono::steady_clock::time_point> LastHeard(int trainer) const;

@@ -1,5 +1,6 @@
 // listen_and_serv: a parameter server (Fluid's op of the same name). It binds its endpoint and
 // serves the trainers of one transpile until every one of them has closed (exe.close()):
+// SEND, BARRIER and FETCH_BARRIER come one way: they are answered only when refused.
 //   SEND           a gradient block; sync mode keeps it until the step's barrier, async mode
 //                  applies it at once by running that block's optimize sub-block
 //   BARRIER        the trainer sent its step (with its sample count); sync mode runs the step
@@ -7,8 +8,9 @@
 //                  samples_t / samples * grad_t (the gradient of the union of their batches), then
 //                  the learning-rate block once, then every optimize block; async mode runs the
 //                  learning-rate block (it counts every trainer's steps)
-//   GET            a parameter block; sync mode answers once the asked step's update is done
-//   FETCH_BARRIER  answered once every trainer still training has fetched the step
+//   GET            parameter blocks, answered in one reply; sync mode answers once the asked
+//                  step's update is done
+//   FETCH_BARRIER  the trainer has the step's parameters (recorded; one way)
 //   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
 //   COMPLETE       the trainer is done; sync mode computes later steps from the others
 // A trainer silent for LOOM_PS_TIMEOUT_MS is dead: sync mode ends with an error naming it (and
@@ -41,10 +43,6 @@ struct Block {
   std::map<int, zmq::message_t> received;  // sync: trainer -> this step's gradient
 };
 
-struct Waiter {
-  rpc::Request request;
-  int64_t step;
-};
 
 class ParamServer {
  public:
@@ -63,7 +61,7 @@ class ParamServer {
   Status CheckTrainers();
   Status Checkpoint(const std::string& dir);
   Status Fail(const Status& why);
-  void ReplyBlock(const rpc::Request& r, const Block& b);
+  void ReplyBlocks(const rpc::Request& r);
   std::set<int> Live() const;
   std::string Name() const { return name_; }
 
@@ -81,7 +79,7 @@ class ParamServer {
   std::set<int> closed_, dead_;
   std::map<int, int64_t> barrier_, samples_, fetched_;
   std::optional<Clock::time_point> step_begun_;  // sync: when the pending step's first barrier came
-  std::vector<Waiter> gets_, fetch_waiters_;
+  std::vector<rpc::Request> gets_;  // sync: GETs of a step not done yet
   Clock::time_point started_;
   int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
 };
@@ -173,12 +171,8 @@ Status ParamServer::Handle(rpc::Request& r) {
     case rpc::Header::SEND: return OnSend(r);
     case rpc::Header::BARRIER: return OnBarrier(r);
     case rpc::Header::GET: OnGet(r); return Status::OK();
-    case rpc::Header::FETCH_BARRIER: {
-      const int64_t step = r.header.step();
-      fetched_[t] = std::max(fetched_[t], step);
-      fetch_waiters_.push_back({std::move(r), step});
-    }
-      AnswerWaiters();
+    case rpc::Header::FETCH_BARRIER:  // one way: the trainer has the step's parameters
+      fetched_[t] = std::max(fetched_[t], r.header.step());
       return Status::OK();
     case rpc::Header::COMPLETE:
       closed_.insert(t);
@@ -229,13 +223,13 @@ Status ParamServer::OnSend(rpc::Request& r) {
   // A gradient is answered only when refused (the trainer sends it one way).
   Block& b = blocks_[it->second];
   if (sync_) {
-    b.received[r.trainer_id] = std::move(r.payload);
+    b.received[r.trainer_id] = std::move(r.payloads[0]);
     return Status::OK();
   }
   // Async: this trainer's gradient alone updates the block now.
   b.grad_tensor->Resize(b.param_tensor->dims());
   void* dst = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
-  if (r.payload.size()) std::memcpy(dst, r.payload.data(), r.payload.size());
+  if (r.payloads[0].size()) std::memcpy(dst, r.payloads[0].data(), r.payloads[0].size());
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
   return Status::OK();
@@ -244,7 +238,6 @@ Status ParamServer::OnSend(rpc::Request& r) {
 Status ParamServer::OnBarrier(rpc::Request& r) {
   const int t = r.trainer_id;
   if (!sync_) {
-    server_->Reply(r, {});
     for (int lr : lr_blocks_) {
       Status st = ctx_.RunBlock(lr, scope_);
       if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": the learning-rate block")));
@@ -266,15 +259,22 @@ Status ParamServer::OnBarrier(rpc::Request& r) {
   barrier_[t] = r.header.step();
   samples_[t] = r.header.samples();
   if (!step_begun_) step_begun_ = Clock::now();
-  server_->Reply(r, {});
-  return TryStep();
+  return TryStep();  // a barrier is answered only when refused (the trainer sends it one way)
 }
 
+// out = sum of w * part over the parts (received payloads). A part ZeroMQ holds at an address
+// unfit for T (a small message lives inside its struct) is read through an aligned copy.
 template <typename T>
 void WeightedSum(const std::vector<std::pair<double, const void*>>& parts, int64_t n, T* out) {
   std::fill(out, out + n, T(0));
+  std::vector<T> aligned;
   for (const auto& [w, data] : parts) {
     const T* g = static_cast<const T*>(data);
+    if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
+      aligned.resize(static_cast<size_t>(n));
+      std::memcpy(aligned.data(), data, static_cast<size_t>(n) * sizeof(T));
+      g = aligned.data();
+    }
     const T wt = static_cast<T>(w);
     for (int64_t i = 0; i < n; ++i) out[i] += wt * g[i];
   }
@@ -325,53 +325,47 @@ Status ParamServer::RunStep() {
   return Status::OK();
 }
 
-void ParamServer::ReplyBlock(const rpc::Request& r, const Block& b) {
-  const Tensor& p = *b.param_tensor;
+// One reply with every block the GET names, in its order.
+void ParamServer::ReplyBlocks(const rpc::Request& r) {
   rpc::Header h;
   h.set_kind(rpc::Header::REPLY);
-  h.set_name(b.param);
-  h.set_dtype(static_cast<int>(p.dtype()));
-  for (int64_t d : p.dims().vec()) h.add_dims(d);
-  h.set_nbytes(static_cast<int64_t>(p.nbytes()));
   h.set_step(step_done_);
-  // Sync mode sends the block's own memory: it changes only after every trainer has received
-  // this reply and sent its next barrier. Async mode updates it any time: a copy.
-  rpc::Payload payload{p.raw_data(), p.nbytes(),
-                       sync_ ? std::shared_ptr<const void>(p.holder()) : nullptr};
-  server_->Reply(r, std::move(h), &payload);
+  std::vector<rpc::Payload> payloads;
+  for (const auto& want : r.header.tensors()) {
+    const Tensor& p = *blocks_[by_param_.at(want.name())].param_tensor;
+    auto* meta = h.add_tensors();
+    meta->set_name(want.name());
+    meta->set_dtype(static_cast<int>(p.dtype()));
+    for (int64_t d : p.dims().vec()) meta->add_dims(d);
+    meta->set_nbytes(static_cast<int64_t>(p.nbytes()));
+    // Sync mode sends the block's own memory: it changes only after every trainer has received
+    // this reply and sent its next barrier. Async mode updates it any time: a copy.
+    payloads.push_back({p.raw_data(), p.nbytes(),
+                        sync_ ? std::shared_ptr<const void>(p.holder()) : nullptr});
+  }
+  server_->Reply(r, std::move(h), payloads);
 }
 
 void ParamServer::OnGet(rpc::Request& r) {
-  auto it = by_param_.find(r.header.name());
-  if (it == by_param_.end()) {
-    server_->ReplyError(r,
-                        InvalidArgument("no parameter block '", r.header.name(), "' on ", name_));
-    return;
+  for (const auto& want : r.header.tensors()) {
+    if (!by_param_.count(want.name())) {
+      server_->ReplyError(r, InvalidArgument("no parameter block '", want.name(), "' on ", name_));
+      return;
+    }
   }
-  if (!sync_ || r.header.step() <= step_done_) return ReplyBlock(r, blocks_[it->second]);
-  gets_.push_back({std::move(r), 0});
+  if (!sync_ || r.header.step() <= step_done_) return ReplyBlocks(r);
+  gets_.push_back(std::move(r));
 }
 
 void ParamServer::AnswerWaiters() {
-  std::vector<Waiter> keep;
-  for (auto& w : gets_) {
-    if (w.request.header.step() <= step_done_)
-      ReplyBlock(w.request, blocks_[by_param_[w.request.header.name()]]);
+  std::vector<rpc::Request> keep;
+  for (auto& r : gets_) {
+    if (r.header.step() <= step_done_)
+      ReplyBlocks(r);
     else
-      keep.push_back(std::move(w));
+      keep.push_back(std::move(r));
   }
   gets_.swap(keep);
-  keep.clear();
-  std::set<int> live = Live();
-  for (auto& w : fetch_waiters_) {
-    bool all = true;
-    for (int t : live) all = all && fetched_[t] >= w.step;
-    if (all)
-      server_->Reply(w.request, {});
-    else
-      keep.push_back(std::move(w));
-  }
-  fetch_waiters_.swap(keep);
 }
 
 Status ParamServer::CheckTrainers() {
@@ -414,10 +408,8 @@ Status ParamServer::CheckTrainers() {
 
 // Tells every trainer waiting here why the server stops, then stops.
 Status ParamServer::Fail(const Status& why) {
-  for (auto& w : gets_) server_->ReplyError(w.request, why);
-  for (auto& w : fetch_waiters_) server_->ReplyError(w.request, why);
+  for (auto& r : gets_) server_->ReplyError(r, why);
   gets_.clear();
-  fetch_waiters_.clear();
   std::fprintf(stderr, "loom %s: %s\n", name_.c_str(), why.message().c_str());
   return why;
 }

@@ -38,20 +38,6 @@ std::vector<std::string> Split(const std::string& s) {
 
 }  // namespace
 
-Status TrainerConnection::WaitSends() {
-  std::vector<rpc::Client::Ticket> pending;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    pending.swap(sends);
-  }
-  Status first;
-  for (auto& t : pending) {
-    auto r = client->Wait(t);
-    if (!r.ok() && first.ok()) first = r.status();
-  }
-  return first;
-}
-
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints) {
   std::vector<std::string> env;
   bool env_read = false;
@@ -109,18 +95,17 @@ Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints) {
     Registry().erase(it);
   }
   std::unique_ptr<TrainerConnection> owned(conn);
-  Status st = conn->WaitSends();
+  // The servers take this after the trainer's earlier one-way messages; a refusal of one of
+  // those fails this call.
   rpc::Header h;
   h.set_kind(rpc::Header::COMPLETE);
-  Status done = conn->client->CallAll(h);
-  return st.ok() ? done : st;
+  return conn->client->CallAll(h);
 }
 
 Status CheckpointServers(int trainer_id, const std::vector<std::string>& endpoints,
                          const std::string& fingerprint, const std::string& dir) {
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn,
                         ConnectTrainer(trainer_id, endpoints, fingerprint));
-  LOOM_RETURN_IF_ERROR(conn->WaitSends());
   rpc::Header h;
   h.set_kind(rpc::Header::CHECKPOINT);
   h.set_text(dir);

@@ -1,7 +1,6 @@
 // The trainer side of parameter-server training, shared by the send/recv ops, Python and the
 // CLI: one connection set (rpc::Client) per (trainer id, server endpoints) in this process,
-// made on first use and kept until CloseTrainer, with the trainer's step counter and the sends
-// whose acknowledgements the next barrier waits for.
+// made on first use and kept until CloseTrainer, with the trainer's step counter.
 //
 // Endpoints in programs are either "host:port" or "pserver:I": the I-th entry of
 // PADDLE_PSERVER_ENDPOINTS at run time (what `loom transpile --pservers N` writes, so that one
@@ -20,11 +19,8 @@ namespace loom::ops {
 
 struct TrainerConnection {
   std::unique_ptr<rpc::Client> client;
-  std::mutex mu;                           // guards step and sends
-  int64_t step = 0;                        // the last step whose barrier was sent
-  std::vector<rpc::Client::Ticket> sends;  // acknowledgements not yet waited for
-  // Waits for every outstanding send's acknowledgement (the first refusal wins).
-  Status WaitSends();
+  std::mutex mu;     // guards step
+  int64_t step = 0;  // the last step whose barrier was sent
 };
 
 // Resolves "pserver:I" entries (see above); other entries are returned as they are.

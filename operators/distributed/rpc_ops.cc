@@ -4,14 +4,15 @@
 // block to its server (the payload is the block's own memory, kept alive until it is on the
 // wire; send returns at once, so sending overlaps the rest of backward). send_barrier waits for
 // tells every server the step is sent, with this trainer's sample count (sync mode weights the
-// trainers' gradients by it). recv asks every server for its parameter blocks as of this step
-// (sync: after the step's update), having collected the acknowledgements of the step's sends and
-// barrier. fetch_barrier tells the servers this trainer has the step's parameters; its answer
-// (once every trainer has) is collected by the trainer's next parameter-server op. Posting all
-// of a step's messages back to back keeps one round trip on the step's critical path. Every wait
+// trainers' gradients by it). recv asks each server once for all its blocks as of this step
+// (sync: after the step's update). fetch_barrier tells the servers this trainer has the step's
+// parameters. Gradients, barriers and fetch barriers go one way (a server answers them only to
+// refuse, and a refusal fails the trainer's next wait on that server), so a step has one round
+// trip per server on its critical path: the recv. Every wait
 // ends: by the reply, by the server's error, or when the server has been silent for the timeout
 // (rpc/client.h).
 #include <cstring>
+#include <map>
 
 #include "operators/common.h"
 #include "operators/distributed/ps_client.h"
@@ -57,13 +58,6 @@ StatusOr<Targets> TargetsOf(const KernelContext& ctx, int n, const char* names_a
   return t;
 }
 
-// Posts h to every server; the answers are collected by the trainer's next recv (or close).
-// Called with conn->mu held.
-void PostToAllServers(TrainerConnection* conn, const rpc::Header& h) {
-  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
-    conn->sends.push_back(conn->client->Post(static_cast<int>(s), h));
-}
-
 Status SendKernel(const KernelContext& ctx) {
   const int n = ctx.InputSize("X");
   LOOM_ASSIGN_OR_RETURN(Targets t, TargetsOf(ctx, n, "send_varnames"));
@@ -98,10 +92,29 @@ Status SendBarrierKernel(const KernelContext& ctx) {
   h.set_samples(samples);
   std::lock_guard<std::mutex> lock(conn->mu);
   h.set_step(++conn->step);
-  // Each server takes a trainer's messages in order: the barrier follows the sends without
-  // waiting for their acknowledgements, which the next recv collects with the barrier's.
-  PostToAllServers(conn, h);
+  // One way, after the gradients: each server takes a trainer's messages in order, and answers
+  // only to refuse; the next recv's answer says the step was taken.
+  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
+    conn->client->PostOneWay(static_cast<int>(s), h);
   return Status::OK();
+}
+
+// Out takes a received payload as its buffer (no copy); the buffer is freed with the tensor's
+// last reference. The decoder checked that its size is dims x dtype.
+void TakePayload(const rpc::proto::TensorMeta& meta, zmq::message_t payload, Tensor* out) {
+  out->Resize(DDim(std::vector<int64_t>(meta.dims().begin(), meta.dims().end())));
+  out->set_dtype(static_cast<DataType>(meta.dtype()));
+  // ZeroMQ keeps a small message inside its own struct, at any address: such a payload (and
+  // any whose address does not suit the dtype) is copied into the tensor's own buffer instead.
+  if (payload.size() == 0 || reinterpret_cast<uintptr_t>(payload.data()) % 8 != 0) {
+    void* dst = out->mutable_data(Place::CPU(), out->dtype());
+    if (payload.size() > 0) std::memcpy(dst, payload.data(), payload.size());
+    return;
+  }
+  auto* msg = new zmq::message_t(std::move(payload));
+  auto holder = std::make_shared<Allocation>(Place::CPU(), msg->data(), msg->size(),
+                                             [msg](void*) { delete msg; });
+  out->ShareBuffer(std::move(holder), 0, Place::CPU());
 }
 
 Status RecvKernel(const KernelContext& ctx) {
@@ -109,42 +122,36 @@ Status RecvKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Targets t, TargetsOf(ctx, n, "recv_varnames"));
   const StrList& names = *t.names;
   TrainerConnection* conn = t.conn;
-  std::vector<rpc::Client::Ticket> tickets;
-  for (int i = 0; i < n; ++i) {
+  // One GET per server, naming all of its blocks this op receives.
+  std::map<int, std::vector<int>> outs_of;  // server -> output indices, in order
+  for (int i = 0; i < n; ++i) outs_of[t.server[i]].push_back(i);
+  std::vector<std::pair<int, rpc::Client::Ticket>> tickets;
+  for (const auto& [server, outs] : outs_of) {
     rpc::Header h;
     h.set_kind(rpc::Header::GET);
-    h.set_name(names[i]);
     h.set_step(t.step);
-    tickets.push_back(conn->client->Post(t.server[i], std::move(h)));
+    for (int i : outs) h.add_tensors()->set_name(names[i]);
+    tickets.push_back({server, conn->client->Post(server, std::move(h))});
   }
-  // The step's sends and barrier (and the last fetch_barrier) are acknowledged before the
-  // parameters of the step come back; a refusal among them is this op's error.
-  Status first = conn->WaitSends();
-  if (!first.ok()) first = first.WithContext(ctx.Where());
-  for (int i = 0; i < n; ++i) {
-    auto r = conn->client->Wait(tickets[i]);
+  Status first;
+  for (auto& [server, ticket] : tickets) {
+    auto r = conn->client->Wait(ticket);
+    const std::vector<int>& outs = outs_of[server];
+    if (r.ok() && r->payloads.size() != outs.size())
+      r = Status(ctx.Error("the reply of ", ctx.Attr<StrList>("endpoints")[server], " carries ",
+                           r->payloads.size(), " blocks for ", outs.size(), " asked"));
     if (!r.ok()) {
       if (first.ok()) first = r.status().WithContext(ctx.Where());
       continue;
     }
-    if (!r->has_payload) {
-      if (first.ok()) first = ctx.Error("the reply for '", names[i], "' carries no tensor");
-      continue;
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const auto& meta = r->header.tensors(static_cast<int>(j));
+      if (meta.name() != names[outs[j]]) {
+        if (first.ok()) first = ctx.Error("asked for '", names[outs[j]], "', got '", meta.name(), "'");
+        continue;
+      }
+      TakePayload(meta, std::move(r->payloads[j]), ctx.Output("Out", outs[j]));
     }
-    Tensor* out = ctx.Output("Out", i);
-    std::vector<int64_t> dims(r->header.dims().begin(), r->header.dims().end());
-    out->Resize(DDim(dims));
-    out->set_dtype(static_cast<DataType>(r->header.dtype()));
-    if (r->payload.size() == 0) {
-      out->mutable_data(Place::CPU(), out->dtype());
-      continue;
-    }
-    // The tensor takes the received buffer itself (no copy); it is freed with the tensor's
-    // last reference. The decoder checked that its size is dims x dtype.
-    auto* msg = new zmq::message_t(std::move(r->payload));
-    auto holder = std::make_shared<Allocation>(Place::CPU(), msg->data(), msg->size(),
-                                               [msg](void*) { delete msg; });
-    out->ShareBuffer(std::move(holder), 0, Place::CPU());
   }
   return first;
 }
@@ -155,9 +162,11 @@ Status FetchBarrierKernel(const KernelContext& ctx) {
   h.set_kind(rpc::Header::FETCH_BARRIER);
   std::lock_guard<std::mutex> lock(conn->mu);
   h.set_step(conn->step);
-  // Answered once every trainer has fetched the step; the next parameter-server op of this
-  // trainer (or exe.close()) waits for the answer, so the wait overlaps the next forward pass.
-  PostToAllServers(conn, h);
+  // One way: what Fluid's fetch_barrier waits for (every trainer fetched the step before any
+  // server updates again) holds here by construction: a server's next update needs every
+  // trainer's next barrier, which each sends after its recv.
+  for (size_t s = 0; s < conn->client->endpoints().size(); ++s)
+    conn->client->PostOneWay(static_cast<int>(s), h);
   return Status::OK();
 }
 
@@ -221,7 +230,7 @@ LOOM_REGISTER_OP(send)
     .LOOM_RPC_KERNELS(SendKernel);
 
 LOOM_REGISTER_OP(send_barrier)
-    .Doc("Tells every server the step is sent (acknowledgements collected by the next recv).")
+    .Doc("Tells every server the step is sent, with the trainer's sample count (one way).")
     .Input("Samples", "a batch input: its dim 0 is this trainer's sample count", false, true)
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))

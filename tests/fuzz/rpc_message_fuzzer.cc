@@ -1,15 +1,21 @@
 // libFuzzer target: the parameter-server message decoder (rpc/message.h), which every frame a
-// server receives goes through before anything reads its payload. Input: a first byte choosing
-// whether a payload frame follows and its size, then the header frame's bytes.
+// server receives goes through before anything reads its payloads. Input: a first byte giving
+// the number of payload frames (0-3), then two bytes of size for each, then the header's bytes.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "rpc/message.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 3) return 0;
-  const int64_t payload = data[0] & 1 ? static_cast<int64_t>(data[1]) * 256 + data[2] : -1;
-  auto h = loom::rpc::DecodeHeader(data + 3, size - 3, payload);
+  if (size < 1) return 0;
+  const size_t frames = data[0] & 3;
+  if (size < 1 + 2 * frames) return 0;
+  std::vector<int64_t> payloads;
+  for (size_t i = 0; i < frames; ++i)
+    payloads.push_back(static_cast<int64_t>(data[1 + 2 * i]) * 256 + data[2 + 2 * i]);
+  const size_t skip = 1 + 2 * frames;
+  auto h = loom::rpc::DecodeHeader(data + skip, size - skip, payloads);
   if (h.ok()) (void)loom::rpc::KindName(h->kind());
   return 0;
 }

@@ -68,11 +68,12 @@ class EchoServer {
           if (r.header.kind() == Header::GET) {
             static const float data[4] = {1, 2, 3, 4};
             Header h;
-            h.set_dtype(5);
-            h.add_dims(4);
-            h.set_nbytes(16);
-            Payload p{data, 16, nullptr};
-            server->Reply(r, h, &p);
+            auto* t = h.add_tensors();
+            t->set_name(r.header.tensors(0).name());
+            t->set_dtype(5);
+            t->add_dims(4);
+            t->set_nbytes(16);
+            server->Reply(r, h, {Payload{data, 16, nullptr}});
           } else {
             server->Reply(r, {});
           }
@@ -102,7 +103,7 @@ class EchoServer {
 Header Get(const std::string& name) {
   Header h;
   h.set_kind(Header::GET);
-  h.set_name(name);
+  h.add_tensors()->set_name(name);
   return h;
 }
 
@@ -112,9 +113,9 @@ TEST(RpcTest, AuthenticatedTrainerGetsReplies) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto r = (*c)->Wait((*c)->Post(0, Get("w")));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_TRUE(r->has_payload);
-  EXPECT_EQ(r->payload.size(), 16u);
-  EXPECT_EQ(static_cast<const float*>(r->payload.data())[3], 4.0f);
+  ASSERT_EQ(r->payloads.size(), 1u);
+  EXPECT_EQ(r->payloads[0].size(), 16u);
+  EXPECT_EQ(static_cast<const float*>(r->payloads[0].data())[3], 4.0f);
   EXPECT_EQ(s.delivered.load(), 1);
 }
 
@@ -274,7 +275,9 @@ TEST(RpcTest, NoServerAtAllIsATimeoutNamingTheEndpoint) {
 TEST(RpcTest, HeadersAreValidatedField_by_field) {
   auto decode = [](const Header& h, int64_t payload) {
     std::string b = h.SerializeAsString();
-    return DecodeHeader(b.data(), b.size(), payload).status();
+    std::vector<int64_t> sizes;
+    if (payload >= 0) sizes.push_back(payload);
+    return DecodeHeader(b.data(), b.size(), sizes).status();
   };
   Header h;
   h.set_kind(Header::SEND);
@@ -292,17 +295,30 @@ TEST(RpcTest, HeadersAreValidatedField_by_field) {
   EXPECT_FALSE(decode(neg, 48).ok());
   Header get;
   get.set_kind(Header::GET);
-  EXPECT_FALSE(decode(get, -1).ok());  // no name
-  get.set_name("w");
+  EXPECT_FALSE(decode(get, -1).ok());  // no blocks
+  get.add_tensors();
+  EXPECT_FALSE(decode(get, -1).ok());  // a block without a name
+  get.mutable_tensors(0)->set_name("w");
   EXPECT_TRUE(decode(get, -1).ok());
   EXPECT_FALSE(decode(get, 4).ok());  // a GET carries no payload
+  Header reply;
+  reply.set_kind(Header::REPLY);
+  auto* t = reply.add_tensors();
+  t->set_name("w");
+  t->set_dtype(5);
+  t->add_dims(2);
+  t->set_nbytes(8);
+  EXPECT_TRUE(decode(reply, 8).ok());
+  EXPECT_FALSE(decode(reply, 12).ok());  // the payload disagrees with its tensor
+  reply.add_tensors()->CopyFrom(reply.tensors(0));
+  EXPECT_FALSE(decode(reply, 8).ok());  // two tensors, one payload
   Header hello;
   hello.set_kind(Header::HELLO);
   hello.set_trainer_id(0);
   hello.set_nonce("short");
   EXPECT_FALSE(decode(hello, -1).ok());
   std::string big(kMaxHeaderBytes + 1, 'x');
-  EXPECT_FALSE(DecodeHeader(big.data(), big.size(), -1).ok());
+  EXPECT_FALSE(DecodeHeader(big.data(), big.size(), {}).ok());
 }
 
 }  // namespace

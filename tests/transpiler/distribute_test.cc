@@ -196,11 +196,12 @@ TEST(DistributeTest, ServerRefusesAWrongShapeGradientAndChangesNothing) {
   auto get = [&](rpc::Client& cl) {
     rpc::Header h;
     h.set_kind(rpc::Header::GET);
-    h.set_name("fc_0.w_0");
+    h.add_tensors()->set_name("fc_0.w_0");
     auto rep = cl.Wait(cl.Post(0, h));
     EXPECT_TRUE(rep.ok()) << rep.status().ToString();
-    const float* v = static_cast<const float*>(rep->payload.data());
-    return std::vector<float>(v, v + rep->payload.size() / 4);
+    if (!rep.ok() || rep->payloads.size() != 1) return std::vector<float>();
+    const float* v = static_cast<const float*>(rep->payloads[0].data());
+    return std::vector<float>(v, v + rep->payloads[0].size() / 4);
   };
   auto t1 = rpc::Client::Connect(c.pservers, 1, fp, opts);
   ASSERT_TRUE(t1.ok()) << t1.status().ToString();
