@@ -262,21 +262,36 @@ Status ParamServer::OnBarrier(rpc::Request& r) {
   return TryStep();  // a barrier is answered only when refused (the trainer sends it one way)
 }
 
-// out = sum of w * part over the parts (received payloads). A part ZeroMQ holds at an address
-// unfit for T (a small message lives inside its struct) is read through an aligned copy.
+// out = sum of w * part over the parts (received payloads), in one pass over memory: the sum is
+// built chunk by chunk, each chunk staying in cache while every part is added. A part ZeroMQ
+// holds at an address unfit for T (a small message lives inside its struct) is read through an
+// aligned copy. The parts are added in trainer order: the same sum on every run.
 template <typename T>
 void WeightedSum(const std::vector<std::pair<double, const void*>>& parts, int64_t n, T* out) {
-  std::fill(out, out + n, T(0));
-  std::vector<T> aligned;
+  if (parts.empty()) {
+    std::fill(out, out + n, T(0));
+    return;
+  }
+  std::vector<std::vector<T>> copies;
+  std::vector<std::pair<T, const T*>> in;
   for (const auto& [w, data] : parts) {
     const T* g = static_cast<const T*>(data);
     if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
-      aligned.resize(static_cast<size_t>(n));
-      std::memcpy(aligned.data(), data, static_cast<size_t>(n) * sizeof(T));
-      g = aligned.data();
+      copies.emplace_back(static_cast<size_t>(n));
+      std::memcpy(copies.back().data(), data, static_cast<size_t>(n) * sizeof(T));
+      g = copies.back().data();
     }
-    const T wt = static_cast<T>(w);
-    for (int64_t i = 0; i < n; ++i) out[i] += wt * g[i];
+    in.push_back({static_cast<T>(w), g});
+  }
+  constexpr int64_t kChunk = 4096;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    const auto& [w0, g0] = in[0];
+    for (int64_t i = begin; i < end; ++i) out[i] = w0 * g0[i];
+    for (size_t p = 1; p < in.size(); ++p) {
+      const auto& [w, g] = in[p];
+      for (int64_t i = begin; i < end; ++i) out[i] += w * g[i];
+    }
   }
 }
 
