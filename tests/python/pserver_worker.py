@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--no-close", action="store_true", help="exit without exe.close()")
     ap.add_argument("--checkpoint", default="", help="trainer 0: save_persistables at the end")
     ap.add_argument("--resume", default="", help="server: load_persistables before serving")
-    ap.add_argument("--out", default="", help="trainer: write final params here (.npz)")
+    ap.add_argument("--out", default="", help="trainer 0: write final params here (.npz)")
     a = ap.parse_args()
     role = os.environ["PADDLE_TRAINING_ROLE"]
     eps = os.environ["PADDLE_PSERVER_ENDPOINTS"]
@@ -61,7 +61,7 @@ def main():
         print("step", step, float(out[0][0]), flush=True)
     if a.checkpoint and trainer_id == 0:
         fluid.io.save_persistables(exe, a.checkpoint, prog)
-    if a.out:
+    if a.out and trainer_id == 0:
         scope = fluid.global_scope()
         np.savez(a.out, **{n: np.array(scope.find_var(n).get_tensor()) for n in params})
     if not a.no_close:

@@ -208,3 +208,19 @@ def test_training_resumed_from_a_checkpoint_equals_training_that_never_stopped(j
     a, b = np.load(straight), np.load(resumed)
     for name in a.files:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_a_fluid_pserver_script_runs_under_loom_launch(tmp_path):
+    """The user's view: one script, every role, started by `loom launch`."""
+    build = os.environ.get("LOOM_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build, "tools", "loom"))
+    out = tmp_path / "final.npz"
+    proc = subprocess.run(
+        [loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "120", "--",
+         sys.executable, WORKER, "--steps", "5", "--out", str(out)],
+        capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("trainer done") == 2, proc.stdout
+    assert proc.stdout.count("server done") == 2, proc.stdout
+    assert "[worker 1] step 4" in proc.stdout and out.exists()
