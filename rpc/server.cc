@@ -1,5 +1,8 @@
 #include "rpc/server.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,8 +24,34 @@ Server::~Server() {
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
 }
 
-StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, ServerOptions options) {
+namespace {
+
+// ZeroMQ binds addresses and interface names, not host names: a host name (as a hostfile gives
+// it, or "localhost") is bound at the address it resolves to, and only there.
+StatusOr<std::string> BindAddress(const std::string& endpoint) {
   LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(endpoint));
+  const size_t colon = endpoint.rfind(':');
+  std::string host = endpoint.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return addr;  // IPv6
+  unsigned char buf[sizeof(in6_addr)];
+  if (host == "*" || inet_pton(AF_INET, host.c_str(), buf) == 1) return addr;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    return InvalidArgument("parameter server endpoint '", endpoint, "': cannot resolve host '",
+                           host, "'");
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, ip, sizeof(ip));
+  freeaddrinfo(found);
+  return StrCat("tcp://", ip, endpoint.substr(colon));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, ServerOptions options) {
+  LOOM_ASSIGN_OR_RETURN(std::string addr, BindAddress(endpoint));
   std::unique_ptr<Server> s(new Server(endpoint, std::move(options)));
   // Replies still queued when the server ends (errors telling trainers why) get a second to go.
   s->socket_.set(zmq::sockopt::linger, 1000);

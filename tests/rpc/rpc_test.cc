@@ -176,6 +176,27 @@ TEST(RpcTest, PortInUseIsAnErrorNamingIt) {
   EXPECT_NE(second.status().message().find("in use"), std::string::npos);
 }
 
+TEST(RpcTest, AHostNameIsBoundAtItsAddress) {
+  const std::string port = FreeEndpoint().substr(10);  // after "127.0.0.1:"
+  ServerOptions so;
+  so.rpc = TestOptions();
+  so.trainers = 1;
+  so.fingerprint = "fp";
+  auto s = Server::Bind("localhost:" + port, so);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop) (*s)->Poll(milliseconds(20));
+  });
+  Options o = TestOptions();
+  o.ipc = false;
+  auto c = Client::Connect({"127.0.0.1:" + port}, 0, "fp", o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  stop = true;
+  loop.join();
+  EXPECT_FALSE(Server::Bind("no-such-host.invalid:" + port, so).ok());
+}
+
 TEST(RpcTest, BadEndpointsAreErrors) {
   EXPECT_FALSE(TcpAddress("localhost").ok());
   EXPECT_FALSE(TcpAddress("h:0").ok());
