@@ -1,5 +1,10 @@
 // The loom CLI end to end: example bundles train, params round-trip, and every kind of bad
 // input ends in a non-zero exit with one clear message and no partial output.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -640,6 +645,33 @@ TEST_F(CliTest, PserverBundleTrainsThroughLaunchAndResumes) {
   EXPECT_LT(resumed, first / 2) << b.out;
   // Outside a launcher the bundle does not know its role.
   ExpectError(Loom("run " + out + " --iters 1"), {"PADDLE_TRAINING_ROLE"});
+}
+
+// The same bundle across the hosts of an Open MPI hostfile (here one: localhost), through mpirun:
+// servers named by host name bind the address it resolves to.
+TEST_F(CliTest, PserverBundleRunsThroughAHostfile) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun is not installed: the --hostfile path is not tested";
+  const std::string out = JoinPath(dir_, "ps_hosts"), hosts = JoinPath(dir_, "hostfile");
+  ASSERT_TRUE(WriteFileAtomic(hosts, "localhost slots=4\n").ok());
+  ASSERT_EQ(Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                 " --mode pserver --pservers 2 --trainers 2")
+                .code,
+            0);
+  int sock = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(sock, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len);
+  close(sock);
+  Result r = Loom(StrCat("launch --hostfile ", hosts, " --port ", ntohs(a.sin_port),
+                         " --workers 2 --servers 2 -- ", LOOM_CLI_PATH, " run ", out,
+                         " --iters 20 --print-every 20"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_LT(LossAt(r.out, "20"), LossAt(r.out, "1")) << r.out;
+  EXPECT_NE(r.err.find("every trainer closed after 20 sync steps"), std::string::npos) << r.err;
 }
 
 }  // namespace loom
