@@ -13,9 +13,13 @@ import time
 import numpy as np
 import pytest
 
+import loom as fluid
 from pserver_util import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Where this process found loom (conftest puts the build on sys.path): the workers import it too.
+LOOM_PATH = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))] +
+                            [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 WORKER = os.path.join(HERE, "pserver_worker.py")
 FAST = {"LOOM_PS_HEARTBEAT_MS": "100", "LOOM_PS_TIMEOUT_MS": "1500",
         "LOOM_PS_CONNECT_TIMEOUT_MS": "20000"}
@@ -32,7 +36,7 @@ class Job:
         self.procs = {}
 
     def _env(self, role, index, secret=None):
-        env = dict(os.environ)
+        env = dict(os.environ, PYTHONPATH=LOOM_PATH)
         env.update(self.env)
         env.update({"PADDLE_TRAINING_ROLE": role, "PADDLE_PSERVER_ENDPOINTS": ",".join(self.eps),
                     "PADDLE_TRAINERS_NUM": str(self.trainers),
@@ -219,7 +223,7 @@ def test_a_fluid_pserver_script_runs_under_loom_launch(tmp_path):
         [loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "120", "--",
          sys.executable, WORKER, "--steps", "5", "--out", str(out)],
         capture_output=True, text=True, timeout=180,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        env=dict(os.environ, PYTHONPATH=LOOM_PATH))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("trainer done") == 2, proc.stdout
     assert proc.stdout.count("server done") == 2, proc.stdout
