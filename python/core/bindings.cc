@@ -220,6 +220,7 @@ PYBIND11_MODULE(core, m) {
   RegisterTensor(m);
   RegisterParallel(m);
   RegisterDistributed(m);
+  RegisterKVStore(m);
 
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)

@@ -1,0 +1,234 @@
+#include "kvstore/kvstore.h"
+
+#include <cstring>
+#include <thread>
+
+#include "collective/world.h"
+#include "operators/parallel.h"
+
+namespace loom::kvstore {
+namespace {
+
+std::string Describe(const Tensor& t) {
+  return StrCat(DataTypeName(t.dtype()), t.dims().ToString());
+}
+
+// out = v[0] + v[1] + ... in one pass over memory (chunk by chunk, each chunk staying in cache),
+// also written to every extra. The values are added in list order: the same sum on every run.
+template <typename T>
+void SumInto(const std::vector<Tensor>& values, T* out, const std::vector<T*>& extra, int64_t n) {
+  std::vector<const T*> in;
+  for (const auto& v : values) in.push_back(v.data<T>());
+  ops::ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
+    constexpr int64_t kChunk = 8192;
+    for (int64_t b = begin; b < end; b += kChunk) {
+      const int64_t e = std::min(end, b + kChunk);
+      std::memcpy(out + b, in[0] + b, static_cast<size_t>(e - b) * sizeof(T));
+      for (size_t k = 1; k < in.size(); ++k)
+        for (int64_t i = b; i < e; ++i) out[i] += in[k][i];
+      for (T* x : extra) std::memcpy(x + b, out + b, static_cast<size_t>(e - b) * sizeof(T));
+    }
+  });
+}
+
+template <typename T>
+std::vector<T*> Pointers(const std::vector<Tensor*>& ts) {
+  std::vector<T*> p;
+  for (Tensor* t : ts) p.push_back(t->data<T>());
+  return p;
+}
+
+class LocalStore final : public KVStore {
+ public:
+  LocalStore() : KVStore("local") {}
+
+ protected:
+  Status Merge(const std::vector<Tensor>& values, Tensor* merged,
+               const std::vector<Tensor*>& extra) override {
+    const int64_t n = merged->numel();
+    switch (merged->dtype()) {
+      case proto::FP32:
+        SumInto<float>(values, merged->data<float>(), Pointers<float>(extra), n);
+        break;
+      case proto::FP64:
+        SumInto<double>(values, merged->data<double>(), Pointers<double>(extra), n);
+        break;
+      case proto::INT32:
+        SumInto<int32_t>(values, merged->data<int32_t>(), Pointers<int32_t>(extra), n);
+        break;
+      case proto::INT64:
+        SumInto<int64_t>(values, merged->data<int64_t>(), Pointers<int64_t>(extra), n);
+        break;
+      default:
+        return InvalidArgument("a KVStore sums fp32, fp64, int32 and int64 values, not ",
+                               DataTypeName(merged->dtype()));
+    }
+    return Status::OK();
+  }
+};
+
+StatusOr<collective::DataType> CollectiveType(DataType t) {
+  switch (t) {
+    case proto::FP32: return collective::DataType::kFloat32;
+    case proto::FP64: return collective::DataType::kFloat64;
+    case proto::INT32: return collective::DataType::kInt32;
+    case proto::INT64: return collective::DataType::kInt64;
+    default:
+      return InvalidArgument(
+          "a device KVStore reduces fp32, fp64, int32 and int64 values, "
+          "not ",
+          DataTypeName(t));
+  }
+}
+
+// The list entries are the places' tensors: entry r is rank r of an in-process group (one per
+// list length), and the allreduce leaves the sum in every rank's output.
+class DeviceStore final : public KVStore {
+ public:
+  DeviceStore() : KVStore("device") {}
+
+ protected:
+  Status Merge(const std::vector<Tensor>& values, Tensor* merged,
+               const std::vector<Tensor*>& extra) override {
+    const int n = static_cast<int>(values.size());
+    LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, CollectiveType(merged->dtype()));
+    if (n == 1) {
+      std::memcpy(merged->raw_data(), values[0].raw_data(), merged->nbytes());
+      for (Tensor* x : extra) std::memcpy(x->raw_data(), merged->raw_data(), merged->nbytes());
+      return Status::OK();
+    }
+    LOOM_ASSIGN_OR_RETURN(collective::InProcessWorld * world, World(n));
+    // Each rank's output: the outs of a pushpull with one per entry, else the store (rank 0)
+    // and per-rank scratch buffers.
+    const bool per_rank_outs = static_cast<int>(extra.size()) == n;
+    std::vector<void*> recv(n);
+    scratch_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      if (per_rank_outs) {
+        recv[r] = extra[r]->raw_data();
+      } else if (r == 0) {
+        recv[r] = merged->raw_data();
+      } else {
+        scratch_[r].Resize(merged->dims());
+        recv[r] = scratch_[r].mutable_data(Place::CPU(), merged->dtype());
+      }
+    }
+    std::vector<Status> st(n);
+    std::vector<std::thread> threads;
+    const size_t count = static_cast<size_t>(merged->numel());
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        st[r] =
+            world->comm(r)
+                .AllReduce(values[r].raw_data(), recv[r], count, dtype, collective::ReduceOp::kSum)
+                .Wait();
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& s : st) LOOM_RETURN_IF_ERROR(s);
+    if (per_rank_outs) {
+      std::memcpy(merged->raw_data(), recv[0], merged->nbytes());
+    } else {
+      for (Tensor* x : extra) std::memcpy(x->raw_data(), merged->raw_data(), merged->nbytes());
+    }
+    return Status::OK();
+  }
+
+ private:
+  StatusOr<collective::InProcessWorld*> World(int n) {
+    auto it = worlds_.find(n);
+    if (it != worlds_.end()) return it->second.get();
+    LOOM_ASSIGN_OR_RETURN(auto world, collective::InProcessWorld::Create(n));
+    return (worlds_[n] = std::move(world)).get();
+  }
+
+  std::map<int, std::unique_ptr<collective::InProcessWorld>> worlds_;
+  std::vector<Tensor> scratch_;
+};
+
+}  // namespace
+
+std::string Key::ToString() const { return is_string ? "'" + name + "'" : std::to_string(id); }
+
+StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type) {
+  if (type == "local") return std::unique_ptr<KVStore>(new LocalStore());
+  if (type == "device") return std::unique_ptr<KVStore>(new DeviceStore());
+  return InvalidArgument("unknown KVStore type '", type, "' (built: local, device)");
+}
+
+Status KVStore::CheckKeyKind(const Key& key) {
+  const int kind = key.is_string ? 1 : 0;
+  if (key_kind_ < 0) key_kind_ = kind;
+  if (kind != key_kind_)
+    return InvalidArgument("this store takes ", key_kind_ ? "string" : "int", " keys; key ",
+                           key.ToString(), " is not one (one store takes one kind of key)");
+  return Status::OK();
+}
+
+StatusOr<Tensor*> KVStore::Stored(const Key& key, const char* op) {
+  LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+  auto it = store_.find(key);
+  if (it == store_.end())
+    return NotFound(op, " of key ", key.ToString(),
+                    ", which was never initialized (init it first)");
+  return &it->second;
+}
+
+Status KVStore::CheckValue(const Key& key, const Tensor& stored, const Tensor& v,
+                           const char* what) const {
+  if (!v.initialized() || !v.place().is_cpu())
+    return InvalidArgument(what, " of key ", key.ToString(), " is not an initialized CPU tensor");
+  if (v.dtype() != stored.dtype() || v.dims() != stored.dims())
+    return InvalidArgument(what, " of key ", key.ToString(), " is ", Describe(v),
+                           ", the key holds ", Describe(stored));
+  return Status::OK();
+}
+
+Status KVStore::Init(const Key& key, const Tensor& value) {
+  LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+  if (store_.count(key))
+    return AlreadyExists("key ", key.ToString(), " is initialized already (as ",
+                         Describe(store_[key]), "); a key is initialized once");
+  if (!value.initialized() || !value.place().is_cpu())
+    return InvalidArgument("init of key ", key.ToString(), ": not an initialized CPU tensor");
+  TensorCopy(value, Place::CPU(), &store_[key]);
+  return Status::OK();
+}
+
+Status KVStore::Push(const Key& key, const std::vector<Tensor>& values, int priority) {
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "push"));
+  if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
+  for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
+  if (!updater_) return Merge(values, stored, {});
+  merged_.Resize(stored->dims());
+  merged_.mutable_data(Place::CPU(), stored->dtype());
+  LOOM_RETURN_IF_ERROR(Merge(values, &merged_, {}));
+  return updater_->Update(key.ToString(), merged_, stored);
+}
+
+Status KVStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "pull"));
+  if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
+  for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
+  for (Tensor* o : outs) std::memcpy(o->raw_data(), stored->raw_data(), stored->nbytes());
+  return Status::OK();
+}
+
+Status KVStore::PushPull(const Key& key, const std::vector<Tensor>& values,
+                         const std::vector<Tensor*>& outs, int priority) {
+  if (updater_) {
+    LOOM_RETURN_IF_ERROR(Push(key, values, priority));
+    return Pull(key, outs, priority);
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "pushpull"));
+  if (values.empty()) return InvalidArgument("pushpull of key ", key.ToString(), " with no value");
+  for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
+  for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
+  return Merge(values, stored, outs);
+}
+
+Status KVStore::SetOptimizer(const OptimizerSpec& spec) {
+  LOOM_ASSIGN_OR_RETURN(updater_, MakeUpdater(spec));
+  return Status::OK();
+}
+
+}  // namespace loom::kvstore

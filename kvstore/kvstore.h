@@ -1,0 +1,82 @@
+// KVStore: MXNet's key-value store API over Loom tensors. Keys are ints or strings (a store takes
+// one kind); a value is pushed as a list of tensors (one per device, summed first) and pulled
+// into a list of tensors. Without an optimizer a push replaces the stored value with the merged
+// sum (MXNet's behaviour, not a running total); with one, the stored value is updated by it.
+//
+//   local   the list is summed on the CPU, in one pass over memory
+//   device  the list entries are the places' tensors: summed with Loom's collectives over an
+//           in-process group of one rank per entry (ring / tree as the selector picks), and
+//           pulled to every entry
+//
+// Optimizers come as typed descriptions (a name and numeric hyper-parameters) checked against a
+// registry (updater.h), never as code.
+//
+// Thread safety: one thread uses a store at a time.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "framework/tensor.h"
+#include "kvstore/updater.h"
+
+namespace loom::kvstore {
+
+struct Key {
+  bool is_string = false;
+  int64_t id = 0;
+  std::string name;
+  static Key Int(int64_t id) { return Key{false, id, ""}; }
+  static Key Str(std::string name) { return Key{true, 0, std::move(name)}; }
+  std::string ToString() const;
+  bool operator<(const Key& o) const {
+    return is_string != o.is_string ? is_string < o.is_string
+                                    : (is_string ? name < o.name : id < o.id);
+  }
+};
+
+class KVStore {
+ public:
+  // "local" or "device".
+  static StatusOr<std::unique_ptr<KVStore>> Create(const std::string& type);
+  virtual ~KVStore() = default;
+
+  const std::string& type() const { return type_; }
+  virtual int rank() const { return 0; }
+  virtual int num_workers() const { return 1; }
+
+  // A key is initialized once; its dtype and dims are fixed from then on.
+  Status Init(const Key& key, const Tensor& value);
+  // values: one or more tensors of the key's dtype and dims (summed first).
+  Status Push(const Key& key, const std::vector<Tensor>& values, int priority = 0);
+  // Copies the stored value into every out (each of the key's dtype and dims).
+  Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority = 0);
+  // Push then pull, fused: the merged value is written to the store and the outs in one pass
+  // when there is no optimizer.
+  Status PushPull(const Key& key, const std::vector<Tensor>& values,
+                  const std::vector<Tensor*>& outs, int priority = 0);
+  Status SetOptimizer(const OptimizerSpec& spec);
+  Status Barrier() { return Status::OK(); }
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+  // merged = sum of values; also written to every extra out when given.
+  virtual Status Merge(const std::vector<Tensor>& values, Tensor* merged,
+                       const std::vector<Tensor*>& extra) = 0;
+
+ private:
+  StatusOr<Tensor*> Stored(const Key& key, const char* op);
+  Status CheckValue(const Key& key, const Tensor& stored, const Tensor& v, const char* what) const;
+  Status CheckKeyKind(const Key& key);
+
+  std::string type_;
+  std::map<Key, Tensor> store_;
+  std::unique_ptr<Updater> updater_;
+  int key_kind_ = -1;  // -1: no key yet, 0: int keys, 1: string keys
+  Tensor merged_;      // scratch for pushes with an optimizer
+};
+
+}  // namespace loom::kvstore

@@ -1,0 +1,33 @@
+// Optimizers a KVStore applies to its stored values: typed descriptions (a name and numeric
+// hyper-parameters) checked against a registry here, never code — a store, or a server holding
+// one, runs only what this file implements.
+//
+//   sgd  weight -= learning_rate * (rescale_grad * clip(grad) + wd * weight), with momentum:
+//        mom = momentum * mom - learning_rate * (...), weight += mom (MXNet's SGD)
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "framework/tensor.h"
+
+namespace loom::kvstore {
+
+struct OptimizerSpec {
+  std::string name;
+  std::map<std::string, double> params;
+};
+
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  // weight = update(weight, grad); state is kept per key.
+  virtual Status Update(const std::string& key, const Tensor& grad, Tensor* weight) = 0;
+};
+
+// Unknown names, unknown or out-of-range hyper-parameters are errors naming them.
+StatusOr<std::unique_ptr<Updater>> MakeUpdater(const OptimizerSpec& spec);
+
+}  // namespace loom::kvstore

@@ -1,0 +1,133 @@
+"""loom.kvstore, local and device: MXNet's semantics with exact values (a push replaces the
+stored value with the merged sum; an optimizer updates it instead), key kinds, lists, pushpull,
+and bad input."""
+import numpy as np
+import pytest
+
+import loom.kvstore as kvs
+from loom import core
+
+TYPES = ["local", "device"]
+
+
+def pushed(workers, step, shape=(2, 3), dtype="float32"):
+    """Worker w's value at step k: (w + 1) * (k + 1) everywhere, plus the index."""
+    base = np.arange(np.prod(shape), dtype=dtype).reshape(shape)
+    return [((w + 1) * (step + 1) + base).astype(dtype) for w in range(workers)]
+
+
+@pytest.mark.parametrize("kind", TYPES)
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_a_push_replaces_the_value_with_the_merged_sum(kind, workers):
+    kv = kvs.create(kind)
+    assert (kv.type, kv.rank, kv.num_workers) == (kind, 0, 1)
+    kv.init(3, np.zeros((2, 3), "float32"))
+    for k in range(3):
+        vals = pushed(workers, k)
+        kv.push(3, vals)
+        outs = [np.empty((2, 3), "float32") for _ in range(2)]
+        kv.pull(3, out=outs)
+        want = np.sum(vals, axis=0)  # not a running total over the steps
+        for o in outs:
+            np.testing.assert_array_equal(o, want)
+
+
+@pytest.mark.parametrize("kind", TYPES)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_every_dtype_sums_exactly(kind, dtype):
+    kv = kvs.create(kind)
+    kv.init("w", np.zeros(5, dtype))
+    vals = [np.full(5, w + 1, dtype) for w in range(3)]
+    out = np.empty(5, dtype)
+    kv.pushpull("w", vals, out=[out])
+    np.testing.assert_array_equal(out, np.full(5, 6, dtype))
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_sgd_with_momentum_and_weight_decay_follows_the_closed_form(kind):
+    kv = kvs.create(kind)
+    lr, mu, wd, rescale = 0.1, 0.9, 0.01, 0.5
+    kv.set_optimizer(kvs.optimizer.SGD(learning_rate=lr, momentum=mu, wd=wd, rescale_grad=rescale))
+    w = np.linspace(-1, 1, 6).reshape(2, 3)
+    kv.init(0, w.copy())
+    mom = np.zeros_like(w)
+    for k in range(4):
+        grads = [np.full((2, 3), 0.25 * (i + 1) * (k + 1)) for i in range(2)]
+        kv.push(0, grads)
+        g = rescale * np.sum(grads, axis=0) + wd * w
+        mom = mu * mom - lr * g
+        w = w + mom
+    out = np.empty((2, 3))
+    kv.pull(0, out=out)
+    np.testing.assert_allclose(out, w, rtol=1e-14, atol=1e-15)
+
+
+def test_sgd_clips_the_rescaled_gradient():
+    kv = kvs.create("local")
+    kv.set_optimizer(kvs.optimizer.SGD(learning_rate=1.0, clip_gradient=0.5))
+    kv.init(1, np.zeros(3))
+    kv.push(1, np.array([2.0, -0.25, -3.0]))
+    out = np.empty(3)
+    kv.pull(1, out=out)
+    np.testing.assert_array_equal(out, [-0.5, 0.25, 0.5])
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_lists_of_keys_and_pushpull_in_place(kind):
+    kv = kvs.create(kind)
+    kv.init(["a", "b"], [np.zeros(4, "float32"), np.ones(2, "float32")])
+    a = [np.full(4, 1, "float32"), np.full(4, 2, "float32")]
+    b = [np.full(2, 5, "float32"), np.full(2, 7, "float32")]
+    kv.push(["a", "b"], [a, b])
+    oa, ob = np.empty(4, "float32"), np.empty(2, "float32")
+    kv.pull(["a", "b"], out=[oa, ob])
+    np.testing.assert_array_equal(oa, np.full(4, 3))
+    np.testing.assert_array_equal(ob, np.full(2, 12))
+    kv.pushpull("a", a)  # no out: the pushed arrays receive the result
+    for x in a:
+        np.testing.assert_array_equal(x, np.full(4, 3))
+
+
+def test_device_equals_local_on_large_random_lists():
+    rng = np.random.RandomState(0)
+    vals = [rng.randn(1 << 16).astype("float32") for _ in range(4)]
+    outs = {}
+    for kind in TYPES:
+        kv = kvs.create(kind)
+        kv.init(7, np.zeros(1 << 16, "float32"))
+        kv.push(7, vals)
+        outs[kind] = [np.empty(1 << 16, "float32") for _ in range(4)]
+        kv.pull(7, out=outs[kind])
+    want = np.sum(vals, axis=0)
+    np.testing.assert_allclose(outs["local"][0], want, rtol=1e-6, atol=1e-6)
+    for o in outs["device"]:
+        np.testing.assert_allclose(o, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_bad_input_is_a_clear_error(kind):
+    kv = kvs.create(kind)
+    out = np.empty(3, "float32")
+    with pytest.raises(core.NotFoundError, match="never initialized"):
+        kv.pull(9, out=out)
+    kv.init(9, np.zeros(3, "float32"))
+    with pytest.raises(core.AlreadyExistsError, match="initialized already"):
+        kv.init(9, np.zeros(4, "float32"))
+    with pytest.raises(core.InvalidArgumentError, match=r"float32\[4\].*float32\[3\]"):
+        kv.push(9, np.zeros(4, "float32"))
+    with pytest.raises(core.InvalidArgumentError, match="float64"):
+        kv.push(9, np.zeros(3, "float64"))
+    with pytest.raises(core.InvalidArgumentError, match="int keys"):
+        kv.push("nine", np.zeros(3, "float32"))
+    with pytest.raises(core.InvalidArgumentError, match="int or a str"):
+        kv.push(9.0, np.zeros(3, "float32"))
+    with pytest.raises(ValueError, match="2 keys but 1 values"):
+        kv.push([9, 10], [np.zeros(3, "float32")])
+    with pytest.raises(core.InvalidArgumentError, match="writable"):
+        kv.pull(9, out=np.zeros(6, "float32")[::2])
+    with pytest.raises(core.InvalidArgumentError, match="no hyper-parameter 'lr'"):
+        kv._store.set_optimizer("sgd", {"lr": 0.1})
+    with pytest.raises(core.InvalidArgumentError, match="unknown optimizer 'pickle'"):
+        kv._store.set_optimizer("pickle", {})
+    with pytest.raises(NotImplementedError, match="dist_sync"):
+        kvs.create("dist_sync")
