@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "collective/world.h"
+#include "kvstore/dist.h"
 #include "operators/parallel.h"
 
 namespace loom::kvstore {
@@ -38,32 +39,14 @@ std::vector<T*> Pointers(const std::vector<Tensor*>& ts) {
   return p;
 }
 
-class LocalStore final : public KVStore {
+class LocalStore final : public InProcessStore {
  public:
-  LocalStore() : KVStore("local") {}
+  LocalStore() : InProcessStore("local") {}
 
  protected:
   Status Merge(const std::vector<Tensor>& values, Tensor* merged,
                const std::vector<Tensor*>& extra) override {
-    const int64_t n = merged->numel();
-    switch (merged->dtype()) {
-      case proto::FP32:
-        SumInto<float>(values, merged->data<float>(), Pointers<float>(extra), n);
-        break;
-      case proto::FP64:
-        SumInto<double>(values, merged->data<double>(), Pointers<double>(extra), n);
-        break;
-      case proto::INT32:
-        SumInto<int32_t>(values, merged->data<int32_t>(), Pointers<int32_t>(extra), n);
-        break;
-      case proto::INT64:
-        SumInto<int64_t>(values, merged->data<int64_t>(), Pointers<int64_t>(extra), n);
-        break;
-      default:
-        return InvalidArgument("a KVStore sums fp32, fp64, int32 and int64 values, not ",
-                               DataTypeName(merged->dtype()));
-    }
-    return Status::OK();
+    return SumValues(values, merged, extra);
   }
 };
 
@@ -83,9 +66,9 @@ StatusOr<collective::DataType> CollectiveType(DataType t) {
 
 // The list entries are the places' tensors: entry r is rank r of an in-process group (one per
 // list length), and the allreduce leaves the sum in every rank's output.
-class DeviceStore final : public KVStore {
+class DeviceStore final : public InProcessStore {
  public:
-  DeviceStore() : KVStore("device") {}
+  DeviceStore() : InProcessStore("device") {}
 
  protected:
   Status Merge(const std::vector<Tensor>& values, Tensor* merged,
@@ -149,10 +132,35 @@ class DeviceStore final : public KVStore {
 
 std::string Key::ToString() const { return is_string ? "'" + name + "'" : std::to_string(id); }
 
+Status SumValues(const std::vector<Tensor>& values, Tensor* merged,
+                 const std::vector<Tensor*>& extra) {
+  const int64_t n = merged->numel();
+  switch (merged->dtype()) {
+    case proto::FP32:
+      SumInto<float>(values, merged->data<float>(), Pointers<float>(extra), n);
+      break;
+    case proto::FP64:
+      SumInto<double>(values, merged->data<double>(), Pointers<double>(extra), n);
+      break;
+    case proto::INT32:
+      SumInto<int32_t>(values, merged->data<int32_t>(), Pointers<int32_t>(extra), n);
+      break;
+    case proto::INT64:
+      SumInto<int64_t>(values, merged->data<int64_t>(), Pointers<int64_t>(extra), n);
+      break;
+    default:
+      return InvalidArgument("a KVStore sums fp32, fp64, int32 and int64 values, not ",
+                             DataTypeName(merged->dtype()));
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type) {
   if (type == "local") return std::unique_ptr<KVStore>(new LocalStore());
   if (type == "device") return std::unique_ptr<KVStore>(new DeviceStore());
-  return InvalidArgument("unknown KVStore type '", type, "' (built: local, device)");
+  if (type == "dist_sync" || type == "dist_async") return CreateDistStore(type);
+  return InvalidArgument("unknown KVStore type '", type,
+                         "' (built: local, device, dist_sync, dist_async)");
 }
 
 Status KVStore::CheckKeyKind(const Key& key) {
@@ -164,7 +172,7 @@ Status KVStore::CheckKeyKind(const Key& key) {
   return Status::OK();
 }
 
-StatusOr<Tensor*> KVStore::Stored(const Key& key, const char* op) {
+StatusOr<Tensor*> InProcessStore::Stored(const Key& key, const char* op) {
   LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
   auto it = store_.find(key);
   if (it == store_.end())
@@ -173,8 +181,7 @@ StatusOr<Tensor*> KVStore::Stored(const Key& key, const char* op) {
   return &it->second;
 }
 
-Status KVStore::CheckValue(const Key& key, const Tensor& stored, const Tensor& v,
-                           const char* what) const {
+Status CheckValue(const Key& key, const Tensor& stored, const Tensor& v, const char* what) {
   if (!v.initialized() || !v.place().is_cpu())
     return InvalidArgument(what, " of key ", key.ToString(), " is not an initialized CPU tensor");
   if (v.dtype() != stored.dtype() || v.dims() != stored.dims())
@@ -183,7 +190,7 @@ Status KVStore::CheckValue(const Key& key, const Tensor& stored, const Tensor& v
   return Status::OK();
 }
 
-Status KVStore::Init(const Key& key, const Tensor& value) {
+Status InProcessStore::Init(const Key& key, const Tensor& value) {
   LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
   if (store_.count(key))
     return AlreadyExists("key ", key.ToString(), " is initialized already (as ",
@@ -194,7 +201,7 @@ Status KVStore::Init(const Key& key, const Tensor& value) {
   return Status::OK();
 }
 
-Status KVStore::Push(const Key& key, const std::vector<Tensor>& values, int priority) {
+Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, int priority) {
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "push"));
   if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
@@ -205,7 +212,7 @@ Status KVStore::Push(const Key& key, const std::vector<Tensor>& values, int prio
   return updater_->Update(key.ToString(), merged_, stored);
 }
 
-Status KVStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {
+Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "pull"));
   if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
@@ -213,8 +220,8 @@ Status KVStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int prior
   return Status::OK();
 }
 
-Status KVStore::PushPull(const Key& key, const std::vector<Tensor>& values,
-                         const std::vector<Tensor*>& outs, int priority) {
+Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& values,
+                                const std::vector<Tensor*>& outs, int priority) {
   if (updater_) {
     LOOM_RETURN_IF_ERROR(Push(key, values, priority));
     return Pull(key, outs, priority);
@@ -226,7 +233,7 @@ Status KVStore::PushPull(const Key& key, const std::vector<Tensor>& values,
   return Merge(values, stored, outs);
 }
 
-Status KVStore::SetOptimizer(const OptimizerSpec& spec) {
+Status InProcessStore::SetOptimizer(const OptimizerSpec& spec) {
   LOOM_ASSIGN_OR_RETURN(updater_, MakeUpdater(spec));
   return Status::OK();
 }

@@ -40,7 +40,7 @@ struct Key {
 
 class KVStore {
  public:
-  // "local" or "device".
+  // "local", "device", or (in a process `loom launch` started) "dist_sync" / "dist_async".
   static StatusOr<std::unique_ptr<KVStore>> Create(const std::string& type);
   virtual ~KVStore() = default;
 
@@ -49,34 +49,59 @@ class KVStore {
   virtual int num_workers() const { return 1; }
 
   // A key is initialized once; its dtype and dims are fixed from then on.
-  Status Init(const Key& key, const Tensor& value);
+  virtual Status Init(const Key& key, const Tensor& value) = 0;
   // values: one or more tensors of the key's dtype and dims (summed first).
-  Status Push(const Key& key, const std::vector<Tensor>& values, int priority = 0);
+  virtual Status Push(const Key& key, const std::vector<Tensor>& values, int priority) = 0;
   // Copies the stored value into every out (each of the key's dtype and dims).
-  Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority = 0);
-  // Push then pull, fused: the merged value is written to the store and the outs in one pass
-  // when there is no optimizer.
-  Status PushPull(const Key& key, const std::vector<Tensor>& values,
-                  const std::vector<Tensor*>& outs, int priority = 0);
-  Status SetOptimizer(const OptimizerSpec& spec);
-  Status Barrier() { return Status::OK(); }
+  virtual Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) = 0;
+  virtual Status PushPull(const Key& key, const std::vector<Tensor>& values,
+                          const std::vector<Tensor*>& outs, int priority) = 0;
+  virtual Status SetOptimizer(const OptimizerSpec& spec) = 0;
+  virtual Status Barrier() { return Status::OK(); }
+  // Tells the servers this worker is done (distributed stores; no-op otherwise).
+  virtual Status Close() { return Status::OK(); }
 
  protected:
   explicit KVStore(std::string type) : type_(std::move(type)) {}
+  // One kind of key per store.
+  Status CheckKeyKind(const Key& key);
+
+ private:
+  std::string type_;
+  int key_kind_ = -1;  // -1: no key yet, 0: int keys, 1: string keys
+};
+
+// The stores of one process (local, device): the values live here.
+class InProcessStore : public KVStore {
+ public:
+  Status Init(const Key& key, const Tensor& value) override;
+  Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override;
+  Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override;
+  // Push then pull, fused: the merged value is written to the store and the outs in one pass
+  // when there is no optimizer.
+  Status PushPull(const Key& key, const std::vector<Tensor>& values,
+                  const std::vector<Tensor*>& outs, int priority) override;
+  Status SetOptimizer(const OptimizerSpec& spec) override;
+
+ protected:
+  explicit InProcessStore(std::string type) : KVStore(std::move(type)) {}
   // merged = sum of values; also written to every extra out when given.
   virtual Status Merge(const std::vector<Tensor>& values, Tensor* merged,
                        const std::vector<Tensor*>& extra) = 0;
 
  private:
   StatusOr<Tensor*> Stored(const Key& key, const char* op);
-  Status CheckValue(const Key& key, const Tensor& stored, const Tensor& v, const char* what) const;
-  Status CheckKeyKind(const Key& key);
 
-  std::string type_;
   std::map<Key, Tensor> store_;
   std::unique_ptr<Updater> updater_;
-  int key_kind_ = -1;  // -1: no key yet, 0: int keys, 1: string keys
-  Tensor merged_;      // scratch for pushes with an optimizer
+  Tensor merged_;  // scratch for pushes with an optimizer
 };
+
+// The checks every store makes of a value against its key's: an initialized CPU tensor of the
+// key's dtype and dims.
+Status CheckValue(const Key& key, const Tensor& want, const Tensor& v, const char* what);
+
+// out = sum of values (same dtype and dims), in one pass over memory; also written to extras.
+Status SumValues(const std::vector<Tensor>& values, Tensor* out, const std::vector<Tensor*>& extra);
 
 }  // namespace loom::kvstore

@@ -35,8 +35,8 @@ Status CheckName(const std::string& name, const char* what) {
 Status CheckPayloads(const Header& h, const std::vector<int64_t>& payload_bytes) {
   const auto k = h.kind();
   const size_t n = payload_bytes.size();
-  if (k == Header::SEND) {
-    if (n != 1) return InvalidArgument("a SEND carries one payload, this one ", n);
+  if (k == Header::SEND || k == Header::INIT) {
+    if (n != 1) return InvalidArgument("a ", KindName(k), " carries one payload, this one ", n);
     return CheckTensor(h.dtype(), h.dims(), h.nbytes(), payload_bytes[0]);
   }
   if (n == 0) return Status::OK();
@@ -71,7 +71,11 @@ Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
       if (h.mac().size() != 32) return InvalidArgument("AUTH proof is not 32 bytes");
       break;
     case Header::SEND:
-      return CheckName(h.name(), "SEND");
+    case Header::INIT:
+      return CheckName(h.name(), KindName(k));
+    case Header::OPTIMIZER:
+      if (h.text().empty()) return InvalidArgument("OPTIMIZER without a name");
+      break;
     case Header::GET:
       if (h.tensors_size() == 0) return InvalidArgument("a GET of no blocks");
       for (const auto& t : h.tensors()) LOOM_RETURN_IF_ERROR(CheckName(t.name(), "GET"));

@@ -2,6 +2,7 @@
 // with the store's tensors (never copied on the way in or out).
 #include <pybind11/stl.h>
 
+#include "kvstore/dist.h"
 #include "kvstore/kvstore.h"
 #include "python/core/common.h"
 
@@ -53,7 +54,10 @@ void RegisterKVStore(py::module_& m) {
       .def_property_readonly("num_workers", &KVStore::num_workers)
       .def("init",
            [](KVStore& s, py::handle key, const py::array& value) {
-             ThrowIfError(s.Init(KeyOf(key), TensorViewOfArray(value, "an init value")));
+             auto k = KeyOf(key);
+             Tensor v = TensorViewOfArray(value, "an init value");
+             py::gil_scoped_release release;
+             ThrowIfError(s.Init(k, v));
            })
       .def("push",
            [](KVStore& s, py::handle key, const std::vector<py::array>& values, int priority) {
@@ -80,9 +84,27 @@ void RegisterKVStore(py::module_& m) {
            })
       .def("set_optimizer",
            [](KVStore& s, const std::string& name, const std::map<std::string, double>& params) {
+             py::gil_scoped_release release;
              ThrowIfError(s.SetOptimizer({name, params}));
            })
-      .def("barrier", [](KVStore& s) { ThrowIfError(s.Barrier()); });
+      .def("barrier",
+           [](KVStore& s) {
+             py::gil_scoped_release release;
+             ThrowIfError(s.Barrier());
+           })
+      .def("close", [](KVStore& s) {
+        py::gil_scoped_release release;
+        ThrowIfError(s.Close());
+      });
+  m.def("kvstore_launch_role", &kvstore::LaunchRole,
+        "'server', 'worker' or '' (no parameter-server role in the environment)");
+  m.def(
+      "kvstore_serve",
+      [](const std::string& type) {
+        py::gil_scoped_release release;
+        ThrowIfError(kvstore::RunKVServer(type));
+      },
+      py::arg("type"), "Serves a dist_sync / dist_async job until every worker has closed.");
 }
 
 }  // namespace loom::python

@@ -14,14 +14,21 @@ store takes one kind), or lists of keys with lists of values. `local` sums a lis
 one pass; `device` treats the list entries as the places' tensors and sums them with Loom's
 collectives (an in-process group of one rank per entry). The optimizer reaches the store as a
 typed description (name and hyper-parameters) checked against a registry, never as code.
-`dist_sync`, `dist_async` and the MPI-client types are not built yet.
+`dist_sync` / `dist_async` run in a job started by `loom launch --workers N --servers S --
+python3 train.py`: in a server process, create() serves until every worker is done and then ends
+the process (as MXNet's servers do); in a worker it returns the worker's store. The MPI-client
+types are not built yet.
 """
+import atexit
+import sys
+import weakref
+
 import numpy as np
 
 from . import core
 
-_BUILT = ("local", "device")
-_PLANNED = ("dist_sync", "dist_async", "dist_sync_mpi", "dist_async_mpi", "dist_device_sync")
+_BUILT = ("local", "device", "dist_sync", "dist_async")
+_PLANNED = ("dist_sync_mpi", "dist_async_mpi", "dist_device_sync")
 
 
 class _Optimizers:
@@ -128,10 +135,32 @@ class KVStore:
     def barrier(self):
         self._store.barrier()
 
+    def close(self):
+        """Tells the servers this worker is done (done at exit too)."""
+        self._store.close()
+
+
+_open_stores = weakref.WeakSet()
+
+
+@atexit.register
+def _close_stores():
+    for kv in list(_open_stores):
+        try:
+            kv.close()
+        except Exception:  # noqa: BLE001 - the process is ending; the servers time out
+            pass
+
 
 def create(name="local"):
-    """A KVStore of type name: "local" or "device"."""
+    """A KVStore of type name: "local", "device", "dist_sync" or "dist_async"."""
     if name in _PLANNED:
         raise NotImplementedError(
             "KVStore type %r is not built yet (built: %s)" % (name, ", ".join(_BUILT)))
-    return KVStore(core.KVStore.create(name))
+    if name.startswith("dist") and core.kvstore_launch_role() == "server":
+        core.kvstore_serve(name)
+        sys.exit(0)
+    kv = KVStore(core.KVStore.create(name))
+    if name.startswith("dist"):
+        _open_stores.add(kv)
+    return kv

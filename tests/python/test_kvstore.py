@@ -129,5 +129,28 @@ def test_bad_input_is_a_clear_error(kind):
         kv._store.set_optimizer("sgd", {"lr": 0.1})
     with pytest.raises(core.InvalidArgumentError, match="unknown optimizer 'pickle'"):
         kv._store.set_optimizer("pickle", {})
-    with pytest.raises(NotImplementedError, match="dist_sync"):
-        kvs.create("dist_sync")
+    with pytest.raises(core.FailedPreconditionError, match="loom launch"):
+        kvs.create("dist_sync")  # outside a launched job
+    with pytest.raises(NotImplementedError, match="dist_sync_mpi"):
+        kvs.create("dist_sync_mpi")
+
+
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
+def test_distributed_stores_under_loom_launch(kind):
+    """2 workers x 2 servers: rank 0's init wins, sync pulls see the merged sum of every worker's
+    push, a key over the sharding bound is split over both servers, SGD runs on the servers."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build, "tools", "loom"))
+    import loom as fluid
+    path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    env = dict(os.environ, PYTHONPATH=path, LOOM_KVSTORE_BIGARRAY_BOUND="100",
+               LOOM_PS_CONNECT_TIMEOUT_MS="30000")
+    proc = subprocess.run([loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "120",
+                           "--", sys.executable, os.path.join(here, "kvstore_worker.py"), kind],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[worker 0] worker 0 ok" in proc.stdout and "[worker 1] worker 1 ok" in proc.stdout

@@ -1,0 +1,555 @@
+#include "kvstore/dist.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "operators/distributed/ps_client.h"
+#include "rpc/client.h"
+#include "rpc/server.h"
+
+namespace loom::kvstore {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+StatusOr<int> EnvInt(const char* name, int min) {
+  const std::string v = Env(name);
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < min)
+    return FailedPrecondition(name, "='", v, "' is not a number >= ", min,
+                              " (start the job with `loom launch`)");
+  return static_cast<int>(x);
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+uint64_t Fnv(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// A tensor holding a received payload (its buffer when aligned, else a copy).
+Tensor FromPayload(DataType dtype, const DDim& dims, zmq::message_t payload) {
+  Tensor t(dtype, dims);
+  if (payload.size() == 0 || reinterpret_cast<uintptr_t>(payload.data()) % 8 != 0) {
+    void* dst = t.mutable_data(Place::CPU(), dtype);
+    if (payload.size()) std::memcpy(dst, payload.data(), payload.size());
+    return t;
+  }
+  auto* msg = new zmq::message_t(std::move(payload));
+  t.ShareBuffer(std::make_shared<Allocation>(Place::CPU(), msg->data(), msg->size(),
+                                             [msg](void*) { delete msg; }),
+                0, Place::CPU());
+  return t;
+}
+
+std::string Fingerprint(const std::string& type) { return "kvstore:" + type; }
+
+// ---------------------------------------------------------------------------------------------
+// Worker
+
+struct Shard {
+  int server;
+  int64_t begin, end;  // elements of the flattened value
+  std::string name;
+};
+
+struct KeyMeta {
+  DataType dtype;
+  DDim dims;
+  std::vector<Shard> shards;
+  int64_t pushes = 0;
+};
+
+class DistStore final : public KVStore {
+ public:
+  DistStore(std::string type, int rank, int workers, std::unique_ptr<rpc::Client> client,
+            int64_t bound)
+      : KVStore(std::move(type)),
+        rank_(rank),
+        workers_(workers),
+        client_(std::move(client)),
+        bound_(bound) {}
+  ~DistStore() override { (void)Close(); }
+
+  int rank() const override { return rank_; }
+  int num_workers() const override { return workers_; }
+
+  Status Init(const Key& key, const Tensor& value) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    if (meta_.count(key))
+      return AlreadyExists("key ", key.ToString(),
+                           " is initialized already; a key is "
+                           "initialized once");
+    if (!value.initialized() || !value.place().is_cpu())
+      return InvalidArgument("init of key ", key.ToString(), ": not an initialized CPU tensor");
+    KeyMeta m{value.dtype(), value.dims(), Shards(key, value.numel()), 0};
+    if (rank_ == 0) {  // rank 0's value wins (MXNet's rule); the others wait at the barrier
+      std::vector<rpc::Client::Ticket> tickets;
+      for (const auto& s : m.shards) {
+        rpc::Header h = ShardHeader(rpc::Header::INIT, s, m.dtype);
+        rpc::Payload p = Slice(value, s);
+        tickets.push_back(client_->Post(s.server, h, &p));
+      }
+      for (auto& t : tickets) LOOM_RETURN_IF_ERROR(client_->Wait(t).status());
+    }
+    meta_[key] = std::move(m);
+    return Barrier();
+  }
+
+  Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
+    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Meta(key, "push"));
+    if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
+    Tensor want(m->dtype, m->dims);
+    want.mutable_data(Place::CPU(), m->dtype);
+    for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, want, v, "a pushed value"));
+    // A fresh buffer per push: ZeroMQ sends from it after this returns.
+    LOOM_RETURN_IF_ERROR(SumValues(values, &want, {}));
+    ++m->pushes;
+    for (const auto& s : m->shards) {
+      rpc::Header h = ShardHeader(rpc::Header::SEND, s, m->dtype);
+      h.set_step(m->pushes);
+      rpc::Payload p = Slice(want, s);
+      client_->PostOneWay(s.server, h, &p);  // answered only when refused
+    }
+    return Status::OK();
+  }
+
+  Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
+    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Meta(key, "pull"));
+    if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
+    Tensor want(m->dtype, m->dims);
+    want.mutable_data(Place::CPU(), m->dtype);
+    for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, want, *o, "a pull output"));
+    std::map<int, std::vector<const Shard*>> by_server;
+    for (const auto& s : m->shards) by_server[s.server].push_back(&s);
+    std::vector<std::pair<int, rpc::Client::Ticket>> tickets;
+    for (const auto& [server, shards] : by_server) {
+      rpc::Header h;
+      h.set_kind(rpc::Header::GET);
+      h.set_step(m->pushes);  // sync: after the merge of this worker's pushes
+      for (const Shard* s : shards) h.add_tensors()->set_name(s->name);
+      tickets.push_back({server, client_->Post(server, h)});
+    }
+    const size_t elem = SizeOf(m->dtype);
+    char* dst = static_cast<char*>(outs[0]->raw_data());
+    for (auto& [server, ticket] : tickets) {
+      LOOM_ASSIGN_OR_RETURN(rpc::Reply r, client_->Wait(ticket));
+      const auto& shards = by_server[server];
+      if (r.payloads.size() != shards.size())
+        return Internal("server ", client_->endpoints()[server], " answered ", r.payloads.size(),
+                        " shards for ", shards.size());
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const Shard& s = *shards[i];
+        if (r.payloads[i].size() != static_cast<size_t>(s.end - s.begin) * elem)
+          return Internal("shard '", s.name, "' came back with a bad size");
+        std::memcpy(dst + s.begin * elem, r.payloads[i].data(), r.payloads[i].size());
+      }
+    }
+    for (size_t i = 1; i < outs.size(); ++i)
+      std::memcpy(outs[i]->raw_data(), outs[0]->raw_data(), outs[0]->nbytes());
+    return Status::OK();
+  }
+
+  Status PushPull(const Key& key, const std::vector<Tensor>& values,
+                  const std::vector<Tensor*>& outs, int priority) override {
+    LOOM_RETURN_IF_ERROR(Push(key, values, priority));
+    return Pull(key, outs, priority);
+  }
+
+  Status SetOptimizer(const OptimizerSpec& spec) override {
+    LOOM_RETURN_IF_ERROR(MakeUpdater(spec).status());  // the registry's checks, here too
+    if (rank_ == 0) {
+      rpc::Header h;
+      h.set_kind(rpc::Header::OPTIMIZER);
+      h.set_text(spec.name);
+      for (const auto& [k, v] : spec.params) (*h.mutable_params())[k] = v;
+      LOOM_RETURN_IF_ERROR(client_->CallAll(h));
+    }
+    return Barrier();
+  }
+
+  Status Barrier() override {
+    rpc::Header h;
+    h.set_kind(rpc::Header::FETCH_BARRIER);  // a worker barrier, answered by server 0
+    h.set_step(++barriers_);
+    return client_->Wait(client_->Post(0, h)).status();
+  }
+
+  Status Close() override {
+    if (closed_) return Status::OK();
+    closed_ = true;
+    rpc::Header h;
+    h.set_kind(rpc::Header::COMPLETE);
+    return client_->CallAll(h);
+  }
+
+ private:
+  StatusOr<KeyMeta*> Meta(const Key& key, const char* op) {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    auto it = meta_.find(key);
+    if (it == meta_.end())
+      return NotFound(op, " of key ", key.ToString(),
+                      ", which was never initialized (init it first)");
+    return &it->second;
+  }
+
+  std::vector<Shard> Shards(const Key& key, int64_t numel) const {
+    const int servers = static_cast<int>(client_->endpoints().size());
+    const std::string base = (key.is_string ? "s:" + key.name : "i:" + std::to_string(key.id));
+    std::vector<Shard> out;
+    if (numel <= bound_ || servers == 1) {
+      out.push_back({static_cast<int>(Fnv(base) % servers), 0, numel, base + "#0"});
+      return out;
+    }
+    for (int s = 0; s < servers; ++s) {
+      const int64_t b = numel * s / servers, e = numel * (s + 1) / servers;
+      out.push_back({s, b, e, base + "#" + std::to_string(s)});
+    }
+    return out;
+  }
+
+  static rpc::Header ShardHeader(rpc::Header::Kind kind, const Shard& s, DataType dtype) {
+    rpc::Header h;
+    h.set_kind(kind);
+    h.set_name(s.name);
+    h.set_dtype(static_cast<int>(dtype));
+    h.add_dims(s.end - s.begin);
+    h.set_nbytes((s.end - s.begin) * static_cast<int64_t>(SizeOf(dtype)));
+    return h;
+  }
+
+  static rpc::Payload Slice(const Tensor& t, const Shard& s) {
+    const size_t elem = SizeOf(t.dtype());
+    return {static_cast<const char*>(t.raw_data()) + s.begin * elem,
+            static_cast<size_t>(s.end - s.begin) * elem, std::shared_ptr<const void>(t.holder())};
+  }
+
+  int rank_, workers_;
+  std::unique_ptr<rpc::Client> client_;
+  int64_t bound_;
+  std::map<Key, KeyMeta> meta_;
+  int64_t barriers_ = 0;
+  bool closed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+struct Entry {
+  Tensor value;
+  int64_t version = 0;                    // merged pushes applied
+  std::map<int, zmq::message_t> pending;  // sync: this round's push of each worker
+};
+
+class KVServer {
+ public:
+  KVServer(bool sync, int workers, std::string name, rpc::Options options)
+      : sync_(sync), workers_(workers), name_(std::move(name)), options_(std::move(options)) {}
+
+  Status Serve(std::unique_ptr<rpc::Server> server) {
+    server_ = std::move(server);
+    started_ = Clock::now();
+    while (Live().size() > 0) {
+      for (auto& r : server_->Poll(std::chrono::milliseconds(100))) LOOM_RETURN_IF_ERROR(Handle(r));
+      LOOM_RETURN_IF_ERROR(CheckWorkers());
+    }
+    std::fprintf(stderr, "loom kvstore %s: every worker closed; %zu keys served\n", name_.c_str(),
+                 entries_.size());
+    return Status::OK();
+  }
+
+ private:
+  std::set<int> Live() const {
+    std::set<int> live;
+    for (int w = 0; w < workers_; ++w)
+      if (!closed_.count(w) && !dead_.count(w)) live.insert(w);
+    return live;
+  }
+
+  Status Handle(rpc::Request& r) {
+    const int w = r.trainer_id;
+    if (closed_.count(w) || dead_.count(w)) {
+      server_->ReplyError(r, FailedPrecondition("worker ", w, " already closed"));
+      return Status::OK();
+    }
+    Status st;
+    switch (r.header.kind()) {
+      case rpc::Header::INIT: st = OnInit(r); break;
+      case rpc::Header::SEND: st = OnPush(r); break;
+      case rpc::Header::GET: OnGet(r); return Status::OK();
+      case rpc::Header::OPTIMIZER: {
+        auto u =
+            MakeUpdater({r.header.text(), {r.header.params().begin(), r.header.params().end()}});
+        if (u.ok()) updater_ = std::move(*u);
+        st = u.status();
+        if (st.ok()) server_->Reply(r, {});
+        break;
+      }
+      case rpc::Header::FETCH_BARRIER:
+        barrier_[w] = r.header.step();
+        barrier_waiters_.push_back(std::move(r));
+        AnswerWaiters();
+        return Status::OK();
+      case rpc::Header::COMPLETE:
+        closed_.insert(w);
+        server_->Reply(r, {});
+        return Progress();
+      default:
+        st = InvalidArgument("a kvstore server does not take ", rpc::KindName(r.header.kind()));
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "loom kvstore %s: refused a message from worker %d: %s\n", name_.c_str(),
+                   w, st.message().c_str());
+      server_->ReplyError(r, st);
+    }
+    return Status::OK();
+  }
+
+  StatusOr<Entry*> Find(const std::string& key, const rpc::Header& h) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return NotFound("no key shard '", key, "' on ", name_);
+    const Tensor& v = it->second.value;
+    if (h.dtype() != static_cast<int>(v.dtype()) || h.dims_size() != 1 || h.dims(0) != v.numel())
+      return InvalidArgument("key shard '", key, "' holds ", DataTypeName(v.dtype()), "[",
+                             v.numel(), "]; the message is of another dtype or size");
+    return &it->second;
+  }
+
+  Status OnInit(rpc::Request& r) {
+    if (r.header.dims_size() != 1)
+      return InvalidArgument("key shard '", r.header.name(), "' must be flat (one dim)");
+    if (entries_.count(r.header.name()))
+      return AlreadyExists("key shard '", r.header.name(), "' is initialized already");
+    DataType dtype = static_cast<DataType>(r.header.dtype());
+    Tensor value(dtype, DDim({r.header.dims(0)}));
+    void* dst = value.mutable_data(Place::CPU(), dtype);
+    if (value.nbytes()) std::memcpy(dst, r.payloads[0].data(), value.nbytes());
+    entries_[r.header.name()].value = std::move(value);
+    server_->Reply(r, {});
+    return Status::OK();
+  }
+
+  Status OnPush(rpc::Request& r) {
+    LOOM_ASSIGN_OR_RETURN(Entry * e, Find(r.header.name(), r.header));
+    if (!sync_) {
+      Tensor g = FromPayload(e->value.dtype(), e->value.dims(), std::move(r.payloads[0]));
+      return Apply(r.header.name(), e, g);
+    }
+    if (r.header.step() != e->version + 1)
+      return FailedPrecondition("push ", r.header.step(), " of key shard '", r.header.name(),
+                                "' while the server merges push ", e->version + 1);
+    e->pending[r.trainer_id] = std::move(r.payloads[0]);
+    return Progress();
+  }
+
+  // Merges every shard whose live workers have all pushed, then answers what waited for it.
+  Status Progress() {
+    if (sync_) {
+      const std::set<int> live = Live();
+      for (auto& [key, e] : entries_) {
+        if (e.pending.empty()) continue;
+        bool all = true;
+        for (int w : live) all = all && e.pending.count(w);
+        if (!all) continue;
+        std::vector<Tensor> parts;
+        for (auto& [w, msg] : e.pending)  // worker order: the same sum on every run
+          if (live.count(w))
+            parts.push_back(FromPayload(e.value.dtype(), e.value.dims(), std::move(msg)));
+        e.pending.clear();
+        Tensor merged(e.value.dtype(), e.value.dims());
+        merged.mutable_data(Place::CPU(), e.value.dtype());
+        LOOM_RETURN_IF_ERROR(SumValues(parts, &merged, {}));
+        LOOM_RETURN_IF_ERROR(Apply(key, &e, merged));
+      }
+    }
+    AnswerWaiters();
+    return Status::OK();
+  }
+
+  Status Apply(const std::string& key, Entry* e, const Tensor& merged) {
+    if (updater_) {
+      LOOM_RETURN_IF_ERROR(updater_->Update(key, merged, &e->value));
+    } else {  // no optimizer: the merged sum replaces the value (MXNet's rule)
+      std::memcpy(e->value.raw_data(), merged.raw_data(), merged.nbytes());
+    }
+    ++e->version;
+    return Status::OK();
+  }
+
+  void OnGet(rpc::Request& r) {
+    for (const auto& t : r.header.tensors())
+      if (!entries_.count(t.name())) {
+        server_->ReplyError(r, NotFound("no key shard '", t.name(), "' on ", name_));
+        return;
+      }
+    gets_.push_back(std::move(r));
+    AnswerWaiters();
+  }
+
+  bool Ready(const rpc::Request& r) const {
+    if (!sync_) return true;
+    for (const auto& t : r.header.tensors())
+      if (entries_.at(t.name()).version < r.header.step()) return false;
+    return true;
+  }
+
+  void Reply(const rpc::Request& r) {
+    rpc::Header h;
+    std::vector<rpc::Payload> payloads;
+    for (const auto& t : r.header.tensors()) {
+      const Tensor& v = entries_.at(t.name()).value;
+      auto* meta = h.add_tensors();
+      meta->set_name(t.name());
+      meta->set_dtype(static_cast<int>(v.dtype()));
+      meta->add_dims(v.numel());
+      meta->set_nbytes(static_cast<int64_t>(v.nbytes()));
+      payloads.push_back({v.raw_data(), v.nbytes(), nullptr});  // copied: values change any time
+    }
+    server_->Reply(r, std::move(h), payloads);
+  }
+
+  void AnswerWaiters() {
+    std::vector<rpc::Request> keep;
+    for (auto& r : gets_) {
+      if (Ready(r))
+        Reply(r);
+      else
+        keep.push_back(std::move(r));
+    }
+    gets_.swap(keep);
+    keep.clear();
+    const std::set<int> live = Live();
+    for (auto& r : barrier_waiters_) {
+      bool all = true;
+      for (int w : live) all = all && barrier_[w] >= r.header.step();
+      if (all)
+        server_->Reply(r, {});
+      else
+        keep.push_back(std::move(r));
+    }
+    barrier_waiters_.swap(keep);
+  }
+
+  Status CheckWorkers() {
+    const auto now = Clock::now();
+    for (int w : Live()) {
+      auto heard = server_->LastHeard(w);
+      if (!heard) {
+        if (now - started_ > options_.connect_timeout)
+          return Fail(Timeout(name_, ": worker ", w, " never connected within ",
+                              options_.connect_timeout.count(), " ms"));
+        continue;
+      }
+      if (now - *heard <= options_.timeout) continue;
+      Status why = Timeout(name_, ": worker ", w, " sent nothing for ", options_.timeout.count(),
+                           " ms (LOOM_PS_TIMEOUT_MS): it died or hangs");
+      if (sync_) return Fail(why);
+      std::fprintf(stderr, "loom kvstore %s (async): %s; serving the others\n", name_.c_str(),
+                   why.message().c_str());
+      dead_.insert(w);
+    }
+    return Progress();
+  }
+
+  Status Fail(const Status& why) {
+    for (auto& r : gets_) server_->ReplyError(r, why);
+    for (auto& r : barrier_waiters_) server_->ReplyError(r, why);
+    gets_.clear();
+    barrier_waiters_.clear();
+    std::fprintf(stderr, "loom kvstore %s: %s\n", name_.c_str(), why.message().c_str());
+    return why;
+  }
+
+  bool sync_;
+  int workers_;
+  std::string name_;
+  rpc::Options options_;
+  std::unique_ptr<rpc::Server> server_;
+  std::unique_ptr<Updater> updater_;
+  std::map<std::string, Entry> entries_;
+  std::set<int> closed_, dead_;
+  std::map<int, int64_t> barrier_;
+  std::vector<rpc::Request> gets_, barrier_waiters_;
+  Clock::time_point started_;
+};
+
+Status CheckType(const std::string& type) {
+  if (type != "dist_sync" && type != "dist_async")
+    return InvalidArgument("a distributed KVStore is dist_sync or dist_async, not '", type, "'");
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string LaunchRole() {
+  std::string role = Env("PADDLE_TRAINING_ROLE");
+  if (role.empty()) role = Env("TRAINING_ROLE");
+  if (role == "PSERVER") return "server";
+  if (role == "TRAINER") return "worker";
+  return "";
+}
+
+StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type) {
+  LOOM_RETURN_IF_ERROR(CheckType(type));
+  if (LaunchRole() != "worker")
+    return FailedPrecondition("a ", type,
+                              " KVStore is made by the workers of a job started with "
+                              "`loom launch --workers N --servers S -- python3 train.py` (this "
+                              "process has no PADDLE_TRAINING_ROLE=TRAINER)");
+  LOOM_ASSIGN_OR_RETURN(int rank, EnvInt("PADDLE_TRAINER_ID", 0));
+  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
+  std::vector<std::string> servers = Split(Env("PADDLE_PSERVER_ENDPOINTS"));
+  if (servers.empty())
+    return FailedPrecondition("a ", type,
+                              " KVStore needs servers: PADDLE_PSERVER_ENDPOINTS is "
+                              "empty (loom launch --servers S with S >= 1)");
+  int64_t bound = 1000000;
+  if (!Env("LOOM_KVSTORE_BIGARRAY_BOUND").empty()) {
+    LOOM_ASSIGN_OR_RETURN(int b, EnvInt("LOOM_KVSTORE_BIGARRAY_BOUND", 1));
+    bound = b;
+  }
+  LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
+  LOOM_ASSIGN_OR_RETURN(auto client,
+                        rpc::Client::Connect(servers, rank, Fingerprint(type), options));
+  return std::unique_ptr<KVStore>(new DistStore(type, rank, workers, std::move(client), bound));
+}
+
+Status RunKVServer(const std::string& type) {
+  LOOM_RETURN_IF_ERROR(CheckType(type));
+  if (LaunchRole() != "server")
+    return FailedPrecondition("this process is not a server of a launched job");
+  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
+  const std::string endpoint = Env("PADDLE_CURRENT_ENDPOINT");
+  LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
+  rpc::ServerOptions so;
+  so.rpc = options;
+  so.trainers = workers;
+  so.fingerprint = Fingerprint(type);
+  so.name = "kvstore server " + Env("PADDLE_PSERVER_ID") + " (" + endpoint + ")";
+  LOOM_ASSIGN_OR_RETURN(auto server, rpc::Server::Bind(endpoint, so));
+  KVServer s(type == "dist_sync", workers, so.name, options);
+  return s.Serve(std::move(server));
+}
+
+}  // namespace loom::kvstore

@@ -1,0 +1,54 @@
+"""A worker (or server) of a dist_sync / dist_async KVStore job, started by `loom launch`; checks
+the values it pulls against their closed forms and prints "worker R ok".
+
+    loom launch --workers W --servers S -- python3 kvstore_worker.py dist_sync
+"""
+import sys
+
+import numpy as np
+
+import loom.kvstore as kvs
+
+STEPS = 3
+SMALL, BIG = (2, 3), (40, 5)  # BIG is sharded over the servers (LOOM_KVSTORE_BIGARRAY_BOUND=100)
+
+
+def value(rank, step, shape):
+    return ((rank + 1) * (step + 1) + np.arange(np.prod(shape)).reshape(shape)).astype("float32")
+
+
+def main():
+    kind = sys.argv[1]
+    kv = kvs.create(kind)  # a server serves here and exits
+    rank, workers = kv.rank, kv.num_workers
+    keys, shapes = [3, 9], [SMALL, BIG]
+    kv.init(keys, [np.full(s, rank + 100, "float32") for s in shapes])  # rank 0's values win
+    for key, shape in zip(keys, shapes):
+        out = np.empty(shape, "float32")
+        kv.pull(key, out=out)
+        np.testing.assert_array_equal(out, np.full(shape, 100))
+    for step in range(STEPS):
+        for key, shape in zip(keys, shapes):
+            kv.push(key, [value(rank, step, shape), value(rank, step, shape)])  # a list: summed
+            out = np.empty(shape, "float32")
+            kv.pull(key, out=out)
+            if kind == "dist_sync":  # the merged sum of every worker's push of this step
+                want = sum(2 * value(w, step, shape) for w in range(workers))
+                np.testing.assert_array_equal(out, want)
+    # With SGD on the servers: w -= lr * merged; plain SGD commutes, so async ends the same.
+    kv.set_optimizer(kvs.optimizer.SGD(learning_rate=0.5))
+    w0 = np.empty(BIG, "float32")
+    kv.pull(9, out=w0)
+    kv.barrier()
+    for step in range(STEPS):
+        kv.push(9, np.full(BIG, rank + 1, "float32"))
+    kv.barrier()
+    out = np.empty(BIG, "float32")
+    kv.pull(9, out=out)
+    want = w0 - 0.5 * STEPS * sum(w + 1 for w in range(workers))
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    print("worker %d ok" % rank, flush=True)
+
+
+if __name__ == "__main__":
+    main()
