@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <set>
 
 #include "operators/distributed/ps_client.h"
@@ -189,11 +190,14 @@ class DistStore final : public KVStore {
     return Barrier();
   }
 
+  // Every server answers once every worker still working has reached this barrier; as a
+  // server takes a worker's messages in order, each server has then taken every push sent
+  // before it.
   Status Barrier() override {
     rpc::Header h;
-    h.set_kind(rpc::Header::FETCH_BARRIER);  // a worker barrier, answered by server 0
+    h.set_kind(rpc::Header::FETCH_BARRIER);  // a worker barrier
     h.set_step(++barriers_);
-    return client_->Wait(client_->Post(0, h)).status();
+    return client_->CallAll(h);
   }
 
   Status Close() override {
@@ -258,8 +262,10 @@ class DistStore final : public KVStore {
 
 struct Entry {
   Tensor value;
-  int64_t version = 0;                    // merged pushes applied
-  std::map<int, zmq::message_t> pending;  // sync: this round's push of each worker
+  int64_t version = 0;  // merged rounds applied
+  // sync: each worker's pushes not merged yet, oldest first (the k-th push of every worker is
+  // merged in round k)
+  std::map<int, std::deque<zmq::message_t>> pending;
 };
 
 class KVServer {
@@ -356,10 +362,12 @@ class KVServer {
       Tensor g = FromPayload(e->value.dtype(), e->value.dims(), std::move(r.payloads[0]));
       return Apply(r.header.name(), e, g);
     }
-    if (r.header.step() != e->version + 1)
+    auto& queue = e->pending[r.trainer_id];
+    const int64_t expected = e->version + 1 + static_cast<int64_t>(queue.size());
+    if (r.header.step() != expected)
       return FailedPrecondition("push ", r.header.step(), " of key shard '", r.header.name(),
-                                "' while the server merges push ", e->version + 1);
-    e->pending[r.trainer_id] = std::move(r.payloads[0]);
+                                "' from worker ", r.trainer_id, ", expected push ", expected);
+    queue.push_back(std::move(r.payloads[0]));
     return Progress();
   }
 
@@ -368,19 +376,21 @@ class KVServer {
     if (sync_) {
       const std::set<int> live = Live();
       for (auto& [key, e] : entries_) {
-        if (e.pending.empty()) continue;
-        bool all = true;
-        for (int w : live) all = all && e.pending.count(w);
-        if (!all) continue;
-        std::vector<Tensor> parts;
-        for (auto& [w, msg] : e.pending)  // worker order: the same sum on every run
-          if (live.count(w))
-            parts.push_back(FromPayload(e.value.dtype(), e.value.dims(), std::move(msg)));
-        e.pending.clear();
-        Tensor merged(e.value.dtype(), e.value.dims());
-        merged.mutable_data(Place::CPU(), e.value.dtype());
-        LOOM_RETURN_IF_ERROR(SumValues(parts, &merged, {}));
-        LOOM_RETURN_IF_ERROR(Apply(key, &e, merged));
+        for (;;) {  // every round whose pushes have all arrived
+          bool all = !live.empty();
+          for (int w : live) all = all && !e.pending[w].empty();
+          if (!all) break;
+          std::vector<Tensor> parts;
+          for (int w : live) {  // worker order: the same sum on every run
+            parts.push_back(
+                FromPayload(e.value.dtype(), e.value.dims(), std::move(e.pending[w].front())));
+            e.pending[w].pop_front();
+          }
+          Tensor merged(e.value.dtype(), e.value.dims());
+          merged.mutable_data(Place::CPU(), e.value.dtype());
+          LOOM_RETURN_IF_ERROR(SumValues(parts, &merged, {}));
+          LOOM_RETURN_IF_ERROR(Apply(key, &e, merged));
+        }
       }
     }
     AnswerWaiters();
