@@ -27,6 +27,7 @@ def main():
         out = np.empty(shape, "float32")
         kv.pull(key, out=out)
         np.testing.assert_array_equal(out, np.full(shape, 100))
+    kv.barrier()  # async: nobody pushes before everyone has checked the initial values
     for step in range(STEPS):
         for key, shape in zip(keys, shapes):
             kv.push(key, [value(rank, step, shape), value(rank, step, shape)])  # a list: summed
