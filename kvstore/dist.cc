@@ -360,7 +360,7 @@ class KVServer {
     LOOM_ASSIGN_OR_RETURN(Entry * e, Find(r.header.name(), r.header));
     if (!sync_) {
       Tensor g = FromPayload(e->value.dtype(), e->value.dims(), std::move(r.payloads[0]));
-      return Apply(r.header.name(), e, g);
+      return Apply(r.header.name(), e, g, 1);
     }
     auto& queue = e->pending[r.trainer_id];
     const int64_t expected = e->version + 1 + static_cast<int64_t>(queue.size());
@@ -389,7 +389,7 @@ class KVServer {
           Tensor merged(e.value.dtype(), e.value.dims());
           merged.mutable_data(Place::CPU(), e.value.dtype());
           LOOM_RETURN_IF_ERROR(SumValues(parts, &merged, {}));
-          LOOM_RETURN_IF_ERROR(Apply(key, &e, merged));
+          LOOM_RETURN_IF_ERROR(Apply(key, &e, merged, static_cast<int>(parts.size())));
         }
       }
     }
@@ -397,9 +397,9 @@ class KVServer {
     return Status::OK();
   }
 
-  Status Apply(const std::string& key, Entry* e, const Tensor& merged) {
+  Status Apply(const std::string& key, Entry* e, const Tensor& merged, int parts) {
     if (updater_) {
-      LOOM_RETURN_IF_ERROR(updater_->Update(key, merged, &e->value));
+      LOOM_RETURN_IF_ERROR(updater_->Update(key, merged, parts, &e->value));
     } else {  // no optimizer: the merged sum replaces the value (MXNet's rule)
       std::memcpy(e->value.raw_data(), merged.raw_data(), merged.nbytes());
     }

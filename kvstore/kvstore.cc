@@ -209,7 +209,7 @@ Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, i
   merged_.Resize(stored->dims());
   merged_.mutable_data(Place::CPU(), stored->dtype());
   LOOM_RETURN_IF_ERROR(Merge(values, &merged_, {}));
-  return updater_->Update(key.ToString(), merged_, stored);
+  return updater_->Update(key.ToString(), merged_, static_cast<int>(values.size()), stored);
 }
 
 Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {

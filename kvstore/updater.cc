@@ -12,7 +12,7 @@ class Sgd final : public Updater {
   Sgd(double lr, double momentum, double wd, double rescale, double clip)
       : lr_(lr), momentum_(momentum), wd_(wd), rescale_(rescale), clip_(clip) {}
 
-  Status Update(const std::string& key, const Tensor& grad, Tensor* weight) override {
+  Status Update(const std::string& key, const Tensor& grad, int parts, Tensor* weight) override {
     if (grad.dtype() == proto::FP32) return Apply<float>(key, grad, weight);
     if (grad.dtype() == proto::FP64) return Apply<double>(key, grad, weight);
     return InvalidArgument("sgd updates fp32 and fp64 values; key ", key, " is ",
@@ -54,6 +54,30 @@ class Sgd final : public Updater {
   std::map<std::string, Tensor> mom_;
 };
 
+class Elastic final : public Updater {
+ public:
+  explicit Elastic(double alpha) : alpha_(alpha) {}
+
+  Status Update(const std::string& key, const Tensor& sum, int parts, Tensor* centre) override {
+    if (sum.dtype() == proto::FP32) return Apply<float>(sum, parts, centre);
+    if (sum.dtype() == proto::FP64) return Apply<double>(sum, parts, centre);
+    return InvalidArgument("elastic updates fp32 and fp64 values; key ", key, " is ",
+                           DataTypeName(sum.dtype()));
+  }
+
+ private:
+  template <typename T>
+  Status Apply(const Tensor& sum, int parts, Tensor* centre) {
+    const T* w = sum.data<T>();
+    T* c = centre->data<T>();
+    const T a = static_cast<T>(alpha_), k = static_cast<T>(parts);
+    for (int64_t i = 0; i < centre->numel(); ++i) c[i] += a * (w[i] - k * c[i]);
+    return Status::OK();
+  }
+
+  double alpha_;
+};
+
 Status CheckParams(const OptimizerSpec& spec, const std::set<std::string>& known) {
   for (const auto& [name, value] : spec.params) {
     if (!known.count(name)) {
@@ -86,7 +110,14 @@ StatusOr<std::unique_ptr<Updater>> MakeUpdater(const OptimizerSpec& spec) {
                                             Param(spec, "rescale_grad", 1),
                                             Param(spec, "clip_gradient", -1)));
   }
-  return InvalidArgument("unknown optimizer '", spec.name, "' (a KVStore runs: sgd)");
+  if (spec.name == "elastic") {
+    LOOM_RETURN_IF_ERROR(CheckParams(spec, {"alpha"}));
+    const double alpha = Param(spec, "alpha", 0.5);
+    if (alpha <= 0 || alpha > 1)
+      return InvalidArgument("elastic: alpha must be in (0, 1], got ", alpha);
+    return std::unique_ptr<Updater>(new Elastic(alpha));
+  }
+  return InvalidArgument("unknown optimizer '", spec.name, "' (a KVStore runs: sgd, elastic)");
 }
 
 }  // namespace loom::kvstore

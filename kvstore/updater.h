@@ -2,8 +2,10 @@
 // hyper-parameters) checked against a registry here, never code — a store, or a server holding
 // one, runs only what this file implements.
 //
-//   sgd  weight -= learning_rate * (rescale_grad * clip(grad) + wd * weight), with momentum:
-//        mom = momentum * mom - learning_rate * (...), weight += mom (MXNet's SGD)
+//   sgd      weight -= learning_rate * (rescale_grad * clip(grad) + wd * weight), with momentum:
+//            mom = momentum * mom - learning_rate * (...), weight += mom (MXNet's SGD)
+//   elastic  elastic averaging SGD's centre (EASGD's Elastic1): the pushed values are workers'
+//            weights; centre += alpha * sum over the k pushes merged (w_i - centre)
 #pragma once
 
 #include <map>
@@ -23,8 +25,8 @@ struct OptimizerSpec {
 class Updater {
  public:
   virtual ~Updater() = default;
-  // weight = update(weight, grad); state is kept per key.
-  virtual Status Update(const std::string& key, const Tensor& grad, Tensor* weight) = 0;
+  // weight = update(weight, grad), grad being the sum of `parts` pushes; state is kept per key.
+  virtual Status Update(const std::string& key, const Tensor& grad, int parts, Tensor* weight) = 0;
 };
 
 // Unknown names, unknown or out-of-range hyper-parameters are errors naming them.

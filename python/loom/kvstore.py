@@ -47,6 +47,17 @@ class _Optimizers:
                 self.params["clip_gradient"] = float(clip_gradient)
 
 
+    class Elastic:
+        """Elastic averaging SGD's centre on the store (EASGD's Elastic1): the pushed values are
+        the workers' weights, and the centre moves centre += alpha * sum_i (w_i - centre) over
+        the pushes merged. Each worker then pulls the centre and moves its own weights
+        w -= alpha * (w - centre) (Elastic2), e.g. every few steps of its own training."""
+
+        def __init__(self, alpha=0.5):
+            self.name = "elastic"
+            self.params = {"alpha": float(alpha)}
+
+
 optimizer = _Optimizers()
 
 

@@ -1,7 +1,7 @@
 """A worker (or server) of a dist_sync / dist_async KVStore job, started by `loom launch`; checks
 the values it pulls against their closed forms and prints "worker R ok".
 
-    loom launch --workers W --servers S -- python3 kvstore_worker.py dist_sync
+    loom launch --workers W --servers S -- python3 kvstore_worker.py dist_sync [esgd]
 """
 import sys
 
@@ -17,9 +17,30 @@ def value(rank, step, shape):
     return ((rank + 1) * (step + 1) + np.arange(np.prod(shape)).reshape(shape)).astype("float32")
 
 
+def esgd(kv):
+    """Elastic averaging: each worker keeps its own weights; every exchange it pushes them, the
+    servers move the centre (Elastic1) and the worker moves toward the pulled centre (Elastic2).
+    With dist_sync both workers' pushes meet in each round: the centre follows the closed form."""
+    alpha, rank, workers = 0.25, kv.rank, kv.num_workers
+    kv.set_optimizer(kvs.optimizer.Elastic(alpha=alpha))
+    kv.init(11, np.zeros(BIG, "float64"))
+    ws = [np.full(BIG, 3.0 * (r + 1)) for r in range(workers)]  # every worker's, to check
+    c = np.zeros(BIG)
+    for _ in range(3):
+        kv.push(11, ws[rank])
+        centre = np.empty(BIG)
+        kv.pull(11, out=centre)
+        c = c + alpha * sum(w - c for w in ws)
+        np.testing.assert_allclose(centre, c, rtol=1e-13)
+        ws = [w - alpha * (w - c) for w in ws]
+    print("worker %d ok" % rank, flush=True)
+
+
 def main():
     kind = sys.argv[1]
     kv = kvs.create(kind)  # a server serves here and exits
+    if sys.argv[2:] == ["esgd"]:
+        return esgd(kv)
     rank, workers = kv.rank, kv.num_workers
     keys, shapes = [3, 9], [SMALL, BIG]
     kv.init(keys, [np.full(s, rank + 100, "float32") for s in shapes])  # rank 0's values win

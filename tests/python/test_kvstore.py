@@ -62,6 +62,22 @@ def test_sgd_with_momentum_and_weight_decay_follows_the_closed_form(kind):
     np.testing.assert_allclose(out, w, rtol=1e-14, atol=1e-15)
 
 
+@pytest.mark.parametrize("kind", TYPES)
+def test_elastic_moves_the_centre_toward_the_pushed_weights(kind):
+    kv = kvs.create(kind)
+    kv.set_optimizer(kvs.optimizer.Elastic(alpha=0.25))
+    c = np.linspace(0, 1, 4)
+    kv.init(5, c.copy())
+    ws = [np.full(4, 2.0), np.full(4, -1.0)]
+    for _ in range(3):
+        kv.push(5, ws)
+        c = c + 0.25 * sum(w - c for w in ws)
+        out = np.empty(4)
+        kv.pull(5, out=out)
+        np.testing.assert_allclose(out, c, rtol=1e-14)
+        ws = [w - 0.25 * (w - c) for w in ws]  # Elastic2, on the workers
+
+
 def test_sgd_clips_the_rescaled_gradient():
     kv = kvs.create("local")
     kv.set_optimizer(kvs.optimizer.SGD(learning_rate=1.0, clip_gradient=0.5))
@@ -127,6 +143,8 @@ def test_bad_input_is_a_clear_error(kind):
         kv.pull(9, out=np.zeros(6, "float32")[::2])
     with pytest.raises(core.InvalidArgumentError, match="no hyper-parameter 'lr'"):
         kv._store.set_optimizer("sgd", {"lr": 0.1})
+    with pytest.raises(core.InvalidArgumentError, match=r"alpha must be in \(0, 1\]"):
+        kv._store.set_optimizer("elastic", {"alpha": 2.0})
     with pytest.raises(core.InvalidArgumentError, match="unknown optimizer 'pickle'"):
         kv._store.set_optimizer("pickle", {})
     with pytest.raises(core.FailedPreconditionError, match="loom launch"):
@@ -135,7 +153,7 @@ def test_bad_input_is_a_clear_error(kind):
         kvs.create("dist_sync_mpi")
 
 
-@pytest.mark.parametrize("kind", ["dist_sync", "dist_async"])
+@pytest.mark.parametrize("kind", ["dist_sync", "dist_async", "dist_sync esgd"])
 def test_distributed_stores_under_loom_launch(kind):
     """2 workers x 2 servers: rank 0's init wins, sync pulls see the merged sum of every worker's
     push, a key over the sharding bound is split over both servers, SGD runs on the servers."""
@@ -150,7 +168,7 @@ def test_distributed_stores_under_loom_launch(kind):
     env = dict(os.environ, PYTHONPATH=path, LOOM_KVSTORE_BIGARRAY_BOUND="100",
                LOOM_PS_CONNECT_TIMEOUT_MS="30000")
     proc = subprocess.run([loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "120",
-                           "--", sys.executable, os.path.join(here, "kvstore_worker.py"), kind],
+                           "--", sys.executable, os.path.join(here, "kvstore_worker.py")] + kind.split(),
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "[worker 0] worker 0 ok" in proc.stdout and "[worker 1] worker 1 ok" in proc.stdout
