@@ -7,9 +7,14 @@
 #include <deque>
 #include <set>
 
+#include "loom/config.h"
 #include "operators/distributed/ps_client.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
+#if LOOM_MPI_ENABLED
+#include "collective/communicator.h"
+#include "collective/transport/mpi.h"
+#endif
 
 namespace loom::kvstore {
 namespace {
@@ -505,10 +510,19 @@ class KVServer {
 };
 
 Status CheckType(const std::string& type) {
-  if (type != "dist_sync" && type != "dist_async")
-    return InvalidArgument("a distributed KVStore is dist_sync or dist_async, not '", type, "'");
+  if (type != "dist_sync" && type != "dist_async" && type != "dist_sync_mpi" &&
+      type != "dist_async_mpi")
+    return InvalidArgument(
+        "a distributed KVStore is dist_sync, dist_async, dist_sync_mpi or "
+        "dist_async_mpi, not '",
+        type, "'");
   return Status::OK();
 }
+
+bool IsMpiType(const std::string& type) {
+  return type.size() > 4 && type.substr(type.size() - 4) == "_mpi";
+}
+bool IsSyncType(const std::string& type) { return type.rfind("dist_sync", 0) == 0; }
 
 }  // namespace
 
@@ -520,15 +534,11 @@ std::string LaunchRole() {
   return "";
 }
 
-StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type) {
-  LOOM_RETURN_IF_ERROR(CheckType(type));
-  if (LaunchRole() != "worker")
-    return FailedPrecondition("a ", type,
-                              " KVStore is made by the workers of a job started with "
-                              "`loom launch --workers N --servers S -- python3 train.py` (this "
-                              "process has no PADDLE_TRAINING_ROLE=TRAINER)");
-  LOOM_ASSIGN_OR_RETURN(int rank, EnvInt("PADDLE_TRAINER_ID", 0));
-  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
+namespace {
+
+// A store connected to the servers as peer `rank` of `workers` (a worker, or a client's rank 0).
+StatusOr<std::unique_ptr<DistStore>> ConnectDistStore(const std::string& type, int rank,
+                                                      int workers) {
   std::vector<std::string> servers = Split(Env("PADDLE_PSERVER_ENDPOINTS"));
   if (servers.empty())
     return FailedPrecondition("a ", type,
@@ -542,14 +552,168 @@ StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type) {
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   LOOM_ASSIGN_OR_RETURN(auto client,
                         rpc::Client::Connect(servers, rank, Fingerprint(type), options));
-  return std::unique_ptr<KVStore>(new DistStore(type, rank, workers, std::move(client), bound));
+  return std::make_unique<DistStore>(type, rank, workers, std::move(client), bound);
+}
+
+#if LOOM_MPI_ENABLED
+// A worker of an MPI client (MXNET-MPI): the client's workers are one MPI world. A push is
+// summed inside the client (an allreduce over MPI), and the client's rank 0 pushes the sum to the
+// servers as one peer; a pull is rank 0's, broadcast in the client. The servers see the clients.
+class MpiClientStore final : public KVStore {
+ public:
+  MpiClientStore(std::string type, int rank, int workers,
+                 std::unique_ptr<collective::Communicator> comm, std::unique_ptr<DistStore> leader)
+      : KVStore(std::move(type)),
+        rank_(rank),
+        workers_(workers),
+        comm_(std::move(comm)),
+        leader_(std::move(leader)) {}
+  ~MpiClientStore() override { (void)Close(); }
+
+  int rank() const override { return rank_; }
+  int num_workers() const override { return workers_; }
+  int client_rank() const override { return comm_->rank(); }
+  int client_size() const override { return comm_->nranks(); }
+
+  Status Init(const Key& key, const Tensor& value) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    if (meta_.count(key)) return AlreadyExists("key ", key.ToString(), " is initialized already");
+    if (!value.initialized() || !value.place().is_cpu())
+      return InvalidArgument("init of key ", key.ToString(), ": not an initialized CPU tensor");
+    meta_[key] = Tensor(value.dtype(), value.dims());
+    meta_[key].mutable_data(Place::CPU(), value.dtype());
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->Init(key, value));
+    return comm_->Barrier().Wait();
+  }
+
+  Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
+    LOOM_ASSIGN_OR_RETURN(Tensor * sum, Scratch(key, "push"));
+    if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
+    for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *sum, v, "a pushed value"));
+    LOOM_RETURN_IF_ERROR(SumValues(values, sum, {}));
+    LOOM_RETURN_IF_ERROR(ClientAllReduce(*sum, sum));
+    return leader_ ? leader_->Push(key, {*sum}, priority) : Status::OK();
+  }
+
+  Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
+    LOOM_ASSIGN_OR_RETURN(Tensor * value, Scratch(key, "pull"));
+    if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
+    for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *value, *o, "a pull output"));
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->Pull(key, {value}, priority));
+    LOOM_RETURN_IF_ERROR(ClientBroadcast(value, 0));
+    for (Tensor* o : outs) std::memcpy(o->raw_data(), value->raw_data(), value->nbytes());
+    return Status::OK();
+  }
+
+  Status PushPull(const Key& key, const std::vector<Tensor>& values,
+                  const std::vector<Tensor*>& outs, int priority) override {
+    LOOM_RETURN_IF_ERROR(Push(key, values, priority));
+    return Pull(key, outs, priority);
+  }
+
+  Status SetOptimizer(const OptimizerSpec& spec) override {
+    LOOM_RETURN_IF_ERROR(MakeUpdater(spec).status());
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->SetOptimizer(spec));
+    return comm_->Barrier().Wait();
+  }
+
+  Status Barrier() override {
+    LOOM_RETURN_IF_ERROR(comm_->Barrier().Wait());
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->Barrier());
+    return comm_->Barrier().Wait();
+  }
+
+  Status Close() override {
+    if (closed_) return Status::OK();
+    closed_ = true;
+    return leader_ ? leader_->Close() : Status::OK();
+  }
+
+  Status ClientAllReduce(const Tensor& in, Tensor* out) override {
+    LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, CollectiveType(in.dtype()));
+    return comm_
+        ->AllReduce(in.raw_data(), out->raw_data(), static_cast<size_t>(in.numel()), dtype,
+                    collective::ReduceOp::kSum)
+        .Wait();
+  }
+
+  Status ClientBroadcast(Tensor* t, int root) override {
+    LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, CollectiveType(t->dtype()));
+    if (root < 0 || root >= comm_->nranks())
+      return InvalidArgument("broadcast root ", root, " is not a rank of a client of ",
+                             comm_->nranks());
+    return comm_
+        ->Broadcast(t->raw_data(), t->raw_data(), static_cast<size_t>(t->numel()), dtype, root)
+        .Wait();
+  }
+
+ private:
+  StatusOr<Tensor*> Scratch(const Key& key, const char* op) {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    auto it = meta_.find(key);
+    if (it == meta_.end())
+      return NotFound(op, " of key ", key.ToString(),
+                      ", which was never initialized (init it first)");
+    return &it->second;
+  }
+
+  int rank_, workers_;
+  std::unique_ptr<collective::Communicator> comm_;
+  std::unique_ptr<DistStore> leader_;  // the client's rank 0 only
+  std::map<Key, Tensor> meta_;         // each key's dtype and dims, and a buffer of them
+  bool closed_ = false;
+};
+#endif
+
+StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type, int rank,
+                                                        int workers) {
+#if LOOM_MPI_ENABLED
+  if (!collective::LaunchedByMpirun())
+    return FailedPrecondition("a ", type,
+                              " KVStore's workers are MPI clients: start the job with "
+                              "`loom launch --workers N --servers S --clients C -- ...`");
+  LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
+  LOOM_ASSIGN_OR_RETURN(int client, EnvInt("LOOM_CLIENT_ID", 0));
+  LOOM_ASSIGN_OR_RETURN(int clients, EnvInt("LOOM_NUM_CLIENTS", 1));
+  LOOM_ASSIGN_OR_RETURN(auto comm, collective::CreateMpiCommunicator());
+  std::unique_ptr<DistStore> leader;
+  if (comm->rank() == 0) {
+    LOOM_ASSIGN_OR_RETURN(leader, ConnectDistStore(type, client, clients));
+  }
+  return std::unique_ptr<KVStore>(
+      new MpiClientStore(type, rank, workers, std::move(comm), std::move(leader)));
+#else
+  return Unimplemented("a ", type,
+                       " KVStore needs MPI: Loom was built without it (install Open "
+                       "MPI, see scripts/install-deps.sh, and rebuild)");
+#endif
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type) {
+  LOOM_RETURN_IF_ERROR(CheckType(type));
+  if (LaunchRole() != "worker")
+    return FailedPrecondition("a ", type,
+                              " KVStore is made by the workers of a job started with "
+                              "`loom launch --workers N --servers S",
+                              IsMpiType(type) ? " --clients C" : "",
+                              " -- python3 train.py` (this process has no "
+                              "PADDLE_TRAINING_ROLE=TRAINER)");
+  LOOM_ASSIGN_OR_RETURN(int rank, EnvInt("PADDLE_TRAINER_ID", 0));
+  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
+  if (IsMpiType(type)) return CreateMpiClientStore(type, rank, workers);
+  LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(type, rank, workers));
+  return std::unique_ptr<KVStore>(std::move(store));
 }
 
 Status RunKVServer(const std::string& type) {
   LOOM_RETURN_IF_ERROR(CheckType(type));
   if (LaunchRole() != "server")
     return FailedPrecondition("this process is not a server of a launched job");
-  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
+  // With MPI clients the servers' peers are the clients (each one's rank 0), not the workers.
+  LOOM_ASSIGN_OR_RETURN(int workers, IsMpiType(type) ? EnvInt("LOOM_NUM_CLIENTS", 1)
+                                                     : EnvInt("PADDLE_TRAINERS_NUM", 1));
   const std::string endpoint = Env("PADDLE_CURRENT_ENDPOINT");
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   rpc::ServerOptions so;
@@ -558,7 +722,7 @@ Status RunKVServer(const std::string& type) {
   so.fingerprint = Fingerprint(type);
   so.name = "kvstore server " + Env("PADDLE_PSERVER_ID") + " (" + endpoint + ")";
   LOOM_ASSIGN_OR_RETURN(auto server, rpc::Server::Bind(endpoint, so));
-  KVServer s(type == "dist_sync", workers, so.name, options);
+  KVServer s(IsSyncType(type), workers, so.name, options);
   return s.Serve(std::move(server));
 }
 

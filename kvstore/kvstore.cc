@@ -50,6 +50,8 @@ class LocalStore final : public InProcessStore {
   }
 };
 
+}  // namespace
+
 StatusOr<collective::DataType> CollectiveType(DataType t) {
   switch (t) {
     case proto::FP32: return collective::DataType::kFloat32;
@@ -57,12 +59,12 @@ StatusOr<collective::DataType> CollectiveType(DataType t) {
     case proto::INT32: return collective::DataType::kInt32;
     case proto::INT64: return collective::DataType::kInt64;
     default:
-      return InvalidArgument(
-          "a device KVStore reduces fp32, fp64, int32 and int64 values, "
-          "not ",
-          DataTypeName(t));
+      return InvalidArgument("a KVStore reduces fp32, fp64, int32 and int64 values, not ",
+                             DataTypeName(t));
   }
 }
+
+namespace {
 
 // The list entries are the places' tensors: entry r is rank r of an in-process group (one per
 // list length), and the allreduce leaves the sum in every rank's output.
@@ -158,9 +160,23 @@ Status SumValues(const std::vector<Tensor>& values, Tensor* merged,
 StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type) {
   if (type == "local") return std::unique_ptr<KVStore>(new LocalStore());
   if (type == "device") return std::unique_ptr<KVStore>(new DeviceStore());
-  if (type == "dist_sync" || type == "dist_async") return CreateDistStore(type);
+  if (type.rfind("dist_", 0) == 0 && type != "dist_device_sync") return CreateDistStore(type);
   return InvalidArgument("unknown KVStore type '", type,
-                         "' (built: local, device, dist_sync, dist_async)");
+                         "' (built: local, device, dist_sync, dist_async, dist_sync_mpi, "
+                         "dist_async_mpi)");
+}
+
+Status KVStore::ClientAllReduce(const Tensor& in, Tensor* out) {
+  if (in.dtype() != out->dtype() || in.dims() != out->dims())
+    return InvalidArgument("client allreduce: the output is ", Describe(*out), ", the input ",
+                           Describe(in));
+  if (out->raw_data() != in.raw_data()) std::memcpy(out->raw_data(), in.raw_data(), in.nbytes());
+  return Status::OK();
+}
+
+Status KVStore::ClientBroadcast(Tensor* t, int root) {
+  if (root != 0) return InvalidArgument("broadcast root ", root, " is not a rank of a client of 1");
+  return Status::OK();
 }
 
 Status KVStore::CheckKeyKind(const Key& key) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "collective/types.h"
 #include "framework/tensor.h"
 #include "kvstore/updater.h"
 
@@ -61,6 +62,13 @@ class KVStore {
   // Tells the servers this worker is done (distributed stores; no-op otherwise).
   virtual Status Close() { return Status::OK(); }
 
+  // The worker's MPI client (dist_*_mpi): its rank and size, and collectives over its workers.
+  // Outside those types a client of one (allreduce and broadcast copy).
+  virtual int client_rank() const { return 0; }
+  virtual int client_size() const { return 1; }
+  virtual Status ClientAllReduce(const Tensor& in, Tensor* out);
+  virtual Status ClientBroadcast(Tensor* t, int root);
+
  protected:
   explicit KVStore(std::string type) : type_(std::move(type)) {}
   // One kind of key per store.
@@ -100,6 +108,9 @@ class InProcessStore : public KVStore {
 // The checks every store makes of a value against its key's: an initialized CPU tensor of the
 // key's dtype and dims.
 Status CheckValue(const Key& key, const Tensor& want, const Tensor& v, const char* what);
+
+// The collectives' name of a dtype (fp32, fp64, int32, int64).
+StatusOr<collective::DataType> CollectiveType(DataType t);
 
 // out = sum of values (same dtype and dims), in one pass over memory; also written to extras.
 Status SumValues(const std::vector<Tensor>& values, Tensor* out, const std::vector<Tensor*>& extra);

@@ -52,6 +52,10 @@ const std::vector<std::string>& LaunchVariables() {
                                                   "LOOM_ROLE",
                                                   "LOOM_RANK",
                                                   "LOOM_LOCAL_PROCESSES",
+                                                  "LOOM_NUM_CLIENTS",
+                                                  "LOOM_CLIENT_ID",
+                                                  "LOOM_CLIENT_RANK",
+                                                  "LOOM_CLIENT_SIZE",
                                                   "LOOM_PS_SECRET"};
   return kNames;
 }

@@ -186,6 +186,51 @@ StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& sec
   return Report(outcome, specs, o);
 }
 
+// The workers of client c of C: an even split of the N workers, the first N % C clients taking
+// one more. Returns (first worker, count).
+std::pair<int, int> ClientWorkers(int workers, int clients, int c) {
+  const int base = workers / clients, extra = workers % clients;
+  const int first = c * base + std::min(c, extra);
+  return {first, base + (c < extra ? 1 : 0)};
+}
+
+// Client c's mpirun: its workers are its MPI world; each rank runs `loom launch --rank-exec`,
+// which sets the worker's environment and prefixes its own lines.
+StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, int c) {
+  LOOM_ASSIGN_OR_RETURN(std::string mpirun, FindProgram(o.mpirun));
+  LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
+  auto [first, count] = ClientWorkers(o.workers, o.clients, c);
+  std::vector<std::string> endpoints = layout.servers;
+  endpoints.insert(endpoints.end(), layout.workers.begin(), layout.workers.end());
+  std::vector<std::string> argv = {mpirun,
+                                   "--allow-run-as-root",
+                                   "--oversubscribe",
+                                   "-np",
+                                   std::to_string(count),
+                                   "-x",
+                                   "LOOM_PS_SECRET",
+                                   self,
+                                   "launch",
+                                   "--rank-exec",
+                                   "--workers",
+                                   std::to_string(o.workers),
+                                   "--servers",
+                                   std::to_string(o.servers),
+                                   "--clients",
+                                   std::to_string(o.clients),
+                                   "--client-first",
+                                   std::to_string(first),
+                                   "--endpoints",
+                                   Join(endpoints, ","),
+                                   "--grace",
+                                   StrCat(o.grace_s)};
+  if (!o.prefix) argv.push_back("--no-prefix");
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return ChildSpec{StrCat("client ", c), false, argv,
+                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false};
+}
+
 }  // namespace
 
 StatusOr<int> Launch(const LaunchOptions& o) {
@@ -208,16 +253,76 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   std::vector<ChildSpec> specs;
   specs.reserve(nprocs);
   for (int i = 0; i < o.servers; ++i) specs.push_back(RoleSpec(layout, true, i, o.command));
-  for (int j = 0; j < o.workers; ++j) specs.push_back(RoleSpec(layout, false, j, o.command));
+  if (o.clients > 0) {
+    for (auto& server : specs) server.env.push_back(StrCat("LOOM_NUM_CLIENTS=", o.clients));
+    for (int c = 0; c < o.clients; ++c) {
+      LOOM_ASSIGN_OR_RETURN(ChildSpec spec, ClientSpec(o, layout, c));
+      specs.push_back(std::move(spec));
+    }
+  } else {
+    for (int j = 0; j < o.workers; ++j) specs.push_back(RoleSpec(layout, false, j, o.command));
+  }
   LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, SupervisorOptions(o)));
   return Report(outcome, specs, o);
 }
+
+namespace {
+
+// Runs spec (one rank's command) under this rank's mpirun and returns its exit code.
+StatusOr<int> RunRank(ChildSpec spec, const LaunchOptions& o) {
+  spec.server = false;  // mpirun waits for every rank; the server-wait rule is not this rank's
+#ifdef __linux__
+  // Should mpirun's daemon die without stopping this rank, its command is stopped with it.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+#endif
+  SuperviseOptions s = SupervisorOptions(o);
+  s.timeout = std::chrono::milliseconds(0);  // the launcher above times the whole job
+  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise({spec}, s));
+  if (outcome.kind == JobOutcome::Kind::kInterrupted) return 128 + outcome.signal;
+  const ProcessExit& exit = outcome.exits[0];
+  if (!exit.ok())
+    std::fprintf(stderr, "loom launch: %s %s\n", spec.name.c_str(), Describe(exit).c_str());
+  return exit.signal != 0 ? 128 + exit.signal : exit.code;
+}
+
+// A rank of client c's mpirun: worker client_first + its rank, with the client's variables.
+StatusOr<int> ClientRankExec(const LaunchOptions& o, const std::vector<std::string>& endpoints) {
+  const char* rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size_text = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* secret = std::getenv("LOOM_PS_SECRET");
+  if (rank_text == nullptr || size_text == nullptr || secret == nullptr)
+    return FailedPrecondition(
+        "--rank-exec --client-first runs one rank of a client's mpirun "
+        "(OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE or LOOM_PS_SECRET unset)");
+  const int rank = std::atoi(rank_text), size = std::atoi(size_text);
+  const int worker = o.client_first + rank;
+  LOOM_ENFORCE(rank >= 0 && rank < size && worker < o.workers, "rank ", rank_text, " of ",
+               size_text, " from worker ", o.client_first, " is not a worker of ", o.workers);
+  JobLayout layout;
+  layout.servers.assign(endpoints.begin(), endpoints.begin() + o.servers);
+  layout.workers.assign(endpoints.begin() + o.servers, endpoints.end());
+  layout.secret = secret;
+  ChildSpec spec = RoleSpec(layout, false, worker, o.command);
+  int client = 0;
+  while (client + 1 < o.clients && ClientWorkers(o.workers, o.clients, client + 1).first <= worker)
+    ++client;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"LOOM_NUM_CLIENTS", std::to_string(o.clients)},
+           {"LOOM_CLIENT_ID", std::to_string(client)},
+           {"LOOM_CLIENT_RANK", std::to_string(rank)},
+           {"LOOM_CLIENT_SIZE", std::to_string(size)}})
+    spec.env.push_back(name + "=" + value);
+  return RunRank(std::move(spec), o);
+}
+
+}  // namespace
 
 StatusOr<int> RankExec(const LaunchOptions& o, const std::vector<std::string>& endpoints) {
   LOOM_RETURN_IF_ERROR(Validate(o));
   const int nprocs = o.servers + o.workers;
   LOOM_ENFORCE(static_cast<int>(endpoints.size()) == nprocs, "--endpoints names ", endpoints.size(),
                " processes, --servers and --workers ", nprocs);
+  if (o.client_first >= 0) return ClientRankExec(o, endpoints);
   const char* rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
   const char* secret = std::getenv("LOOM_PS_SECRET");
   if (rank_text == nullptr || secret == nullptr)
@@ -232,21 +337,8 @@ StatusOr<int> RankExec(const LaunchOptions& o, const std::vector<std::string>& e
   layout.workers.assign(endpoints.begin() + o.servers, endpoints.end());
   layout.secret = secret;
   const bool server = rank < o.servers;
-  ChildSpec spec =
-      RoleSpec(layout, server, static_cast<int>(server ? rank : rank - o.servers), o.command);
-  spec.server = false;  // mpirun waits for every rank; the server-wait rule is not this rank's
-#ifdef __linux__
-  // Should mpirun's daemon die without stopping this rank, its command is stopped with it.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-#endif
-  SuperviseOptions s = SupervisorOptions(o);
-  s.timeout = std::chrono::milliseconds(0);  // the launcher above times the whole job
-  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise({spec}, s));
-  if (outcome.kind == JobOutcome::Kind::kInterrupted) return 128 + outcome.signal;
-  const ProcessExit& exit = outcome.exits[0];
-  if (!exit.ok())
-    std::fprintf(stderr, "loom launch: %s %s\n", spec.name.c_str(), Describe(exit).c_str());
-  return exit.signal != 0 ? 128 + exit.signal : exit.code;
+  return RunRank(
+      RoleSpec(layout, server, static_cast<int>(server ? rank : rank - o.servers), o.command), o);
 }
 
 }  // namespace loom::runtime

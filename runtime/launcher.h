@@ -30,8 +30,13 @@ struct LaunchOptions {
   double grace_s = 5;  // from SIGTERM to SIGKILL when the job is stopped
   double server_wait_s = 60;      // how long servers may run after every worker exited 0
   double timeout_s = 0;           // the whole job; 0: no limit
-  std::string mpirun = "mpirun";  // with a hostfile: the mpirun to run (a path or a PATH name)
-  std::string self_exe;           // with a hostfile: the loom binary; empty: /proc/self/exe
+  std::string mpirun = "mpirun";  // with a hostfile or clients: the mpirun to run
+  // Local launches: the workers form this many MPI clients, each started as its own mpirun job
+  // (its own MPI world); 0: none. Workers get LOOM_NUM_CLIENTS, LOOM_CLIENT_ID, LOOM_CLIENT_RANK
+  // and LOOM_CLIENT_SIZE.
+  int clients = 0;
+  int client_first = -1;  // --rank-exec of a client: the global id of the client's rank 0
+  std::string self_exe;   // with a hostfile: the loom binary; empty: /proc/self/exe
 };
 
 inline constexpr int kDefaultBasePort = 6170;
@@ -46,7 +51,8 @@ StatusOr<int> Launch(const LaunchOptions& options);
 // One rank of a hostfile job, run under mpirun: reads OMPI_COMM_WORLD_RANK (ranks 0..S-1 are the
 // servers, S..S+N-1 the workers), runs options.command as a child with that role's environment
 // and prefixed output, and returns an exit code for the child's status (its code, or 128 + the
-// signal that killed it). `endpoints` holds every rank's "host:port", in rank order.
+// signal that killed it). `endpoints` holds every rank's "host:port", in rank order. In a
+// client's mpirun (options.client_first >= 0) every rank is a worker: client_first + its rank.
 StatusOr<int> RankExec(const LaunchOptions& options, const std::vector<std::string>& endpoints);
 
 // --- The parts below are exposed for tests and for the CLI. ---

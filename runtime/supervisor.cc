@@ -88,7 +88,7 @@ Status Supervisor::StartOne(const ChildSpec& spec) {
   }
   Child child;
   child.spec = &spec;
-  const std::string prefix = options_.prefix ? "[" + spec.name + "] " : "";
+  const std::string prefix = options_.prefix && spec.prefixed ? "[" + spec.name + "] " : "";
   child.out = std::make_unique<LinePump>(out[0], STDOUT_FILENO, prefix);
   child.err = std::make_unique<LinePump>(err[0], STDERR_FILENO, prefix);
   StatusOr<pid_t> pid = SpawnChild(spec, out[1], err[1]);

@@ -23,6 +23,7 @@ struct ChildSpec {
   bool server = false;  // servers may run on until every worker exited 0, then server_wait more
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
   std::vector<std::string> env;   // the whole environment, "NAME=value" each
+  bool prefixed = true;           // false: its lines are printed as they are (it prefixes its own)
 };
 
 struct SuperviseOptions {

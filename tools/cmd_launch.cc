@@ -38,7 +38,12 @@ Flags LaunchFlags() {
           {"grace", "SECONDS", "from SIGTERM to SIGKILL when the job is stopped", "5"},
           {"server-wait", "SECONDS", "how long servers may run after every worker exited 0", "60"},
           {"timeout", "SECONDS", "stop the whole job after SECONDS (0: never)", "0"},
-          {"mpirun", "PROG", "with --hostfile: the mpirun to run", "mpirun"},
+          {"clients", "C",
+           "local launches: the workers form C MPI clients, each started as its own mpirun job "
+           "(its own MPI world) of N/C workers (dist_sync_mpi / dist_async_mpi KVStores); 0: none",
+           "0"},
+          {"mpirun", "PROG", "with --hostfile or --clients: the mpirun to run", "mpirun"},
+          {"client-first", "W", "internal: the first worker of this client, for --rank-exec", ""},
           {"rank-exec", "", "internal: one rank under the mpirun of --hostfile", ""},
           {"endpoints", "LIST", "internal: every rank's host:port, for --rank-exec", ""},
       },
@@ -65,6 +70,11 @@ Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words
     LOOM_RETURN_IF_ERROR(f.GetDouble(name, 0, 1e7).status());
   LOOM_ENFORCE(!(f.Has("host") && f.Has("hostfile")),
                "--host is for local launches; with --hostfile the hosts come from the file");
+  LOOM_ASSIGN_OR_RETURN(int64_t clients, f.GetInt("clients"));
+  LOOM_ENFORCE(clients >= 0 && clients <= workers, "--clients must be in [0, --workers ", workers,
+               "], got ", clients);
+  LOOM_ENFORCE(clients == 0 || !f.Has("hostfile"),
+               "--clients starts each client's mpirun on this machine: not with --hostfile");
   LOOM_ENFORCE(f.Switch("rank-exec") == f.Has("endpoints"),
                "--rank-exec and --endpoints go together (loom launch --hostfile passes both)");
   return Status::OK();
@@ -92,6 +102,8 @@ runtime::LaunchOptions OptionsOf(const Flags& f, std::vector<std::string> comman
   o.server_wait_s = f.GetDouble("server-wait", 0, 1e7).value();
   o.timeout_s = f.GetDouble("timeout", 0, 1e7).value();
   o.mpirun = f.Get("mpirun");
+  o.clients = static_cast<int>(f.GetInt("clients").value());
+  o.client_first = f.Has("client-first") ? static_cast<int>(f.GetInt("client-first").value()) : -1;
   return o;
 }
 

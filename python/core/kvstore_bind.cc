@@ -92,6 +92,21 @@ void RegisterKVStore(py::module_& m) {
              py::gil_scoped_release release;
              ThrowIfError(s.Barrier());
            })
+      .def_property_readonly("client_rank", &KVStore::client_rank)
+      .def_property_readonly("client_size", &KVStore::client_size)
+      .def("client_allreduce",
+           [](KVStore& s, const py::array& in, const py::array& out) {
+             Tensor i = TensorViewOfArray(in, "an allreduce input");
+             auto o = Outputs({out});
+             py::gil_scoped_release release;
+             ThrowIfError(s.ClientAllReduce(i, &o[0]));
+           })
+      .def("client_broadcast",
+           [](KVStore& s, const py::array& arr, int root) {
+             auto t = Outputs({arr});
+             py::gil_scoped_release release;
+             ThrowIfError(s.ClientBroadcast(&t[0], root));
+           })
       .def("close", [](KVStore& s) {
         py::gil_scoped_release release;
         ThrowIfError(s.Close());

@@ -16,8 +16,10 @@ collectives (an in-process group of one rank per entry). The optimizer reaches t
 typed description (name and hyper-parameters) checked against a registry, never as code.
 `dist_sync` / `dist_async` run in a job started by `loom launch --workers N --servers S --
 python3 train.py`: in a server process, create() serves until every worker is done and then ends
-the process (as MXNet's servers do); in a worker it returns the worker's store. The MPI-client
-types are not built yet.
+the process (as MXNet's servers do); in a worker it returns the worker's store.
+`dist_sync_mpi` / `dist_async_mpi` (`loom launch ... --clients C`): the workers form C MPI
+clients; a push is summed inside the client (allreduce over MPI) and the client's rank 0 pushes
+the sum to the servers; a pull is rank 0's, broadcast in the client; `kv.client` is the client.
 """
 import atexit
 import sys
@@ -27,8 +29,8 @@ import numpy as np
 
 from . import core
 
-_BUILT = ("local", "device", "dist_sync", "dist_async")
-_PLANNED = ("dist_sync_mpi", "dist_async_mpi", "dist_device_sync")
+_BUILT = ("local", "device", "dist_sync", "dist_async", "dist_sync_mpi", "dist_async_mpi")
+_PLANNED = ("dist_device_sync",)
 
 
 class _Optimizers:
@@ -62,19 +64,30 @@ optimizer = _Optimizers()
 
 
 class _Client:
-    """The worker's MPI client: outside the *_mpi types, a group of one."""
-    rank = 0
-    size = 1
+    """The worker's MPI client (dist_sync_mpi / dist_async_mpi): its workers' rank and size and
+    collectives over them (Loom's collectives over MPI). Outside those types, a client of one."""
+
+    def __init__(self, store):
+        self._store = store
+
+    @property
+    def rank(self):
+        return self._store.client_rank
+
+    @property
+    def size(self):
+        return self._store.client_size
 
     def allreduce(self, arr, out=None):
+        """The sum of arr over the client's workers, into out (a new array when None)."""
         if out is None:
-            return arr
-        np.copyto(out, arr)
+            out = np.empty_like(arr)
+        self._store.client_allreduce(arr, out)
         return out
 
     def broadcast(self, arr, root=0):
-        if root != 0:
-            raise ValueError("broadcast root %d is not in a client of 1 worker" % root)
+        """arr of the client's worker `root` into every worker's arr (in place)."""
+        self._store.client_broadcast(arr, int(root))
         return arr
 
 
@@ -91,7 +104,7 @@ def _check_array(v, what):
 class KVStore:
     def __init__(self, store):
         self._store = store
-        self.client = _Client()
+        self.client = _Client(store)
 
     @property
     def type(self):
@@ -154,6 +167,9 @@ class KVStore:
 _open_stores = weakref.WeakSet()
 
 
+_mpi_used = False
+
+
 @atexit.register
 def _close_stores():
     for kv in list(_open_stores):
@@ -161,6 +177,11 @@ def _close_stores():
             kv.close()
         except Exception:  # noqa: BLE001 - the process is ending; the servers time out
             pass
+        kv._store = None  # an MPI client's communicator goes before MPI_Finalize
+    if _mpi_used:
+        import gc
+        gc.collect()
+        core.mpi_finalize()
 
 
 def create(name="local"):
@@ -172,6 +193,9 @@ def create(name="local"):
         core.kvstore_serve(name)
         sys.exit(0)
     kv = KVStore(core.KVStore.create(name))
+    if name.endswith("_mpi"):
+        global _mpi_used
+        _mpi_used = True
     if name.startswith("dist"):
         _open_stores.add(kv)
     return kv

@@ -3,6 +3,7 @@ the values it pulls against their closed forms and prints "worker R ok".
 
     loom launch --workers W --servers S -- python3 kvstore_worker.py dist_sync [esgd]
 """
+import os
 import sys
 
 import numpy as np
@@ -42,6 +43,14 @@ def main():
     if sys.argv[2:] == ["esgd"]:
         return esgd(kv)
     rank, workers = kv.rank, kv.num_workers
+    if kind.endswith("_mpi"):  # the client's workers are consecutive worker ids
+        first = rank - kv.client.rank
+        assert kv.client.size == int(os.environ["LOOM_CLIENT_SIZE"])
+        got = kv.client.allreduce(np.full(3, rank, "int64"))
+        np.testing.assert_array_equal(got, np.full(3, sum(range(first, first + kv.client.size))))
+        x = np.full(2, rank, "float32")
+        kv.client.broadcast(x, root=0)
+        np.testing.assert_array_equal(x, np.full(2, first))
     keys, shapes = [3, 9], [SMALL, BIG]
     kv.init(keys, [np.full(s, rank + 100, "float32") for s in shapes])  # rank 0's values win
     for key, shape in zip(keys, shapes):
@@ -54,7 +63,7 @@ def main():
             kv.push(key, [value(rank, step, shape), value(rank, step, shape)])  # a list: summed
             out = np.empty(shape, "float32")
             kv.pull(key, out=out)
-            if kind == "dist_sync":  # the merged sum of every worker's push of this step
+            if kind.startswith("dist_sync"):  # the merged sum of every worker's push of the step
                 want = sum(2 * value(w, step, shape) for w in range(workers))
                 np.testing.assert_array_equal(out, want)
     # With SGD on the servers: w -= lr * merged; plain SGD commutes, so async ends the same.

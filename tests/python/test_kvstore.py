@@ -149,14 +149,19 @@ def test_bad_input_is_a_clear_error(kind):
         kv._store.set_optimizer("pickle", {})
     with pytest.raises(core.FailedPreconditionError, match="loom launch"):
         kvs.create("dist_sync")  # outside a launched job
-    with pytest.raises(NotImplementedError, match="dist_sync_mpi"):
+    with pytest.raises(core.FailedPreconditionError, match="--clients"):
         kvs.create("dist_sync_mpi")
+    with pytest.raises(NotImplementedError, match="dist_device_sync"):
+        kvs.create("dist_device_sync")
 
 
-@pytest.mark.parametrize("kind", ["dist_sync", "dist_async", "dist_sync esgd"])
-def test_distributed_stores_under_loom_launch(kind):
-    """2 workers x 2 servers: rank 0's init wins, sync pulls see the merged sum of every worker's
-    push, a key over the sharding bound is split over both servers, SGD runs on the servers."""
+@pytest.mark.parametrize("kind,workers,clients", [
+    ("dist_sync", 2, 0), ("dist_async", 2, 0), ("dist_sync esgd", 2, 0),
+    ("dist_sync_mpi", 4, 2), ("dist_async_mpi", 3, 2)])
+def test_distributed_stores_under_loom_launch(kind, workers, clients):
+    """2 servers: rank 0's init wins, sync pulls see the merged sum of every worker's push, a key
+    over the sharding bound is split over both servers, SGD runs on the servers. With --clients
+    the workers are MPI clients: a push is summed in the client first, and kv.client works."""
     import os
     import subprocess
     import sys
@@ -167,8 +172,14 @@ def test_distributed_stores_under_loom_launch(kind):
     path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
     env = dict(os.environ, PYTHONPATH=path, LOOM_KVSTORE_BIGARRAY_BOUND="100",
                LOOM_PS_CONNECT_TIMEOUT_MS="30000")
-    proc = subprocess.run([loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "120",
+    if clients and not core.is_compiled_with_mpi():
+        pytest.skip("Loom was built without MPI: the MPI-client stores are not tested")
+    if clients and subprocess.run("command -v mpirun", shell=True).returncode != 0:
+        pytest.skip("mpirun is not installed: the MPI-client stores are not tested")
+    proc = subprocess.run([loom, "launch", "--workers", str(workers), "--servers", "2",
+                           "--clients", str(clients), "--timeout", "120",
                            "--", sys.executable, os.path.join(here, "kvstore_worker.py")] + kind.split(),
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[worker 0] worker 0 ok" in proc.stdout and "[worker 1] worker 1 ok" in proc.stdout
+    for w in range(workers):
+        assert "[worker %d] worker %d ok" % (w, w) in proc.stdout, proc.stdout

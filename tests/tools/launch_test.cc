@@ -455,4 +455,29 @@ TEST_F(LaunchTest, HostfileWithoutMpirunIsAClearError) {
 }
 
 }  // namespace
+// --- --clients: each client is an mpirun job of its own ---
+
+TEST_F(LaunchTest, ClientsAreMpirunJobsOfConsecutiveWorkers) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed: --clients is not tested";
+  Result r = Launch({"--workers", "5", "--servers", "1", "--clients", "2", "--", "sh", "-c",
+                     "echo ${PADDLE_TRAINER_ID-x} ${LOOM_CLIENT_ID-x} ${LOOM_CLIENT_RANK-x} "
+                     "${LOOM_CLIENT_SIZE-x} ${LOOM_NUM_CLIENTS-x} $PADDLE_TRAINERS_NUM"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::set<std::string> lines;
+  for (const auto& l : Lines(r.out)) lines.insert(l);
+  // 5 workers over 2 clients: 3 and 2; the server knows the number of clients.
+  for (const char* want :
+       {"[worker 0] 0 0 0 3 2 5", "[worker 1] 1 0 1 3 2 5", "[worker 2] 2 0 2 3 2 5",
+        "[worker 3] 3 1 0 2 2 5", "[worker 4] 4 1 1 2 2 5", "[server 0] x x x x 2 5"})
+    EXPECT_TRUE(lines.count(want)) << "missing '" << want << "' in:\n" << r.out;
+}
+
+TEST_F(LaunchTest, AFailingRankOfAClientStopsTheJobNamingTheClient) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed: --clients is not tested";
+  Result r = Launch({"--workers", "4", "--clients", "2", "--", "sh", "-c",
+                     "if [ $PADDLE_TRAINER_ID = 3 ]; then sleep 0.3; exit 1; fi; exec sleep 30"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("client 1"), std::string::npos) << r.err;
+}
+
 }  // namespace loom
