@@ -720,7 +720,7 @@ Status RunKVServer(const std::string& type) {
   so.rpc = options;
   so.trainers = workers;
   so.fingerprint = Fingerprint(type);
-  so.name = "kvstore server " + Env("PADDLE_PSERVER_ID") + " (" + endpoint + ")";
+  so.name = "server " + Env("PADDLE_PSERVER_ID") + " (" + endpoint + ")";
   LOOM_ASSIGN_OR_RETURN(auto server, rpc::Server::Bind(endpoint, so));
   KVServer s(IsSyncType(type), workers, so.name, options);
   return s.Serve(std::move(server));

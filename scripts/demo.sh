@@ -3,7 +3,8 @@
 # classifier with `loom run`, printing the loss as it falls; then trains the Fashion-MNIST MLP
 # in Python, and once more data-parallel: built in Python, saved, transpiled to 4 CPU places
 # with `loom transpile`, trained with `loom run`, and evaluated on the test set; last on 2
-# trainers and 2 parameter servers started by `loom launch` (2 epochs), evaluated the same way.
+# trainers and 2 parameter servers started by `loom launch` (2 epochs), evaluated the same way,
+# and with a KVStore: 2 MPI clients of 2 workers each, elastic averaging SGD (loom.kvstore).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -43,6 +44,14 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
     --batch-size 128 --print-every 200 --save-params "$FM.ps.params"
   PYTHONPATH=build/python /usr/bin/python3 examples/fashion_mnist.py --model mlp \
     --eval-params "$FM.ps.params"
+
+  if command -v mpirun >/dev/null; then
+    echo
+    echo "== Fashion-MNIST MLP with a KVStore: 2 MPI clients x 2 workers, elastic averaging SGD"
+    build/tools/loom launch --workers 4 --servers 2 --clients 2 -- env PYTHONPATH=build/python \
+      /usr/bin/python3 examples/kvstore_train.py --kvstore dist_sync_mpi --esgd-interval 16 \
+      --epochs 2
+  fi
 else
   echo "Fashion-MNIST not installed (Debian package dataset-fashion-mnist); skipping"
 fi
