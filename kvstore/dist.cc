@@ -177,12 +177,6 @@ class DistStore final : public KVStore {
     return Status::OK();
   }
 
-  Status PushPull(const Key& key, const std::vector<Tensor>& values,
-                  const std::vector<Tensor*>& outs, int priority) override {
-    LOOM_RETURN_IF_ERROR(Push(key, values, priority));
-    return Pull(key, outs, priority);
-  }
-
   Status SetOptimizer(const OptimizerSpec& spec) override {
     LOOM_RETURN_IF_ERROR(MakeUpdater(spec).status());  // the registry's checks, here too
     if (rank_ == 0) {
@@ -603,12 +597,6 @@ class MpiClientStore final : public KVStore {
     LOOM_RETURN_IF_ERROR(ClientBroadcast(value, 0));
     for (Tensor* o : outs) std::memcpy(o->raw_data(), value->raw_data(), value->nbytes());
     return Status::OK();
-  }
-
-  Status PushPull(const Key& key, const std::vector<Tensor>& values,
-                  const std::vector<Tensor*>& outs, int priority) override {
-    LOOM_RETURN_IF_ERROR(Push(key, values, priority));
-    return Pull(key, outs, priority);
   }
 
   Status SetOptimizer(const OptimizerSpec& spec) override {

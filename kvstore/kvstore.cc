@@ -166,6 +166,12 @@ StatusOr<std::unique_ptr<KVStore>> KVStore::Create(const std::string& type) {
                          "dist_async_mpi)");
 }
 
+Status KVStore::PushPull(const Key& key, const std::vector<Tensor>& values,
+                         const std::vector<Tensor*>& outs, int priority) {
+  LOOM_RETURN_IF_ERROR(Push(key, values, priority));
+  return Pull(key, outs, priority);
+}
+
 Status KVStore::ClientAllReduce(const Tensor& in, Tensor* out) {
   if (in.dtype() != out->dtype() || in.dims() != out->dims())
     return InvalidArgument("client allreduce: the output is ", Describe(*out), ", the input ",

@@ -55,8 +55,9 @@ class KVStore {
   virtual Status Push(const Key& key, const std::vector<Tensor>& values, int priority) = 0;
   // Copies the stored value into every out (each of the key's dtype and dims).
   virtual Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) = 0;
+  // Push, then pull (the in-process stores fuse the two into one pass).
   virtual Status PushPull(const Key& key, const std::vector<Tensor>& values,
-                          const std::vector<Tensor*>& outs, int priority) = 0;
+                          const std::vector<Tensor*>& outs, int priority);
   virtual Status SetOptimizer(const OptimizerSpec& spec) = 0;
   virtual Status Barrier() { return Status::OK(); }
   // Tells the servers this worker is done (distributed stores; no-op otherwise).

@@ -148,36 +148,38 @@ StatusOr<std::vector<std::string>> HostfileEndpoints(const LaunchOptions& o) {
   return endpoints;
 }
 
-StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& secret) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> endpoints, HostfileEndpoints(o));
+// `mpirun [mpirun_args] loom launch --rank-exec ... [rank_args] -- CMD`: each rank's own loom
+// sets its environment and prefixes its lines. The secret travels in the environment (-x), never
+// on a command line others can read.
+StatusOr<std::vector<std::string>> MpirunArgv(const LaunchOptions& o,
+                                              const std::vector<std::string>& mpirun_args,
+                                              const std::vector<std::string>& endpoints,
+                                              const std::vector<std::string>& rank_args) {
   LOOM_ASSIGN_OR_RETURN(std::string mpirun, FindProgram(o.mpirun));
   LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
-  // The secret travels in the environment (-x), never on a command line others can read.
-  std::vector<std::string> argv = {mpirun,
-                                   "--allow-run-as-root",
-                                   "--oversubscribe",
-                                   "--hostfile",
-                                   o.hostfile,
-                                   "--map-by",
-                                   "slot",
-                                   "-np",
-                                   std::to_string(o.servers + o.workers),
-                                   "-x",
-                                   "LOOM_PS_SECRET",
-                                   self,
-                                   "launch",
-                                   "--rank-exec",
-                                   "--workers",
-                                   std::to_string(o.workers),
-                                   "--servers",
-                                   std::to_string(o.servers),
-                                   "--endpoints",
-                                   Join(endpoints, ","),
-                                   "--grace",
-                                   StrCat(o.grace_s)};
+  std::vector<std::string> argv = {mpirun, "--allow-run-as-root", "--oversubscribe"};
+  argv.insert(argv.end(), mpirun_args.begin(), mpirun_args.end());
+  for (const char* a : {"-x", "LOOM_PS_SECRET"}) argv.push_back(a);
+  for (const std::string& a :
+       {self, std::string("launch"), std::string("--rank-exec"), std::string("--workers"),
+        std::to_string(o.workers), std::string("--servers"), std::to_string(o.servers),
+        std::string("--endpoints"), Join(endpoints, ","), std::string("--grace"),
+        StrCat(o.grace_s)})
+    argv.push_back(a);
+  argv.insert(argv.end(), rank_args.begin(), rank_args.end());
   if (!o.prefix) argv.push_back("--no-prefix");
   argv.push_back("--");
   argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& secret) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> endpoints, HostfileEndpoints(o));
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> argv,
+                        MpirunArgv(o,
+                                   {"--hostfile", o.hostfile, "--map-by", "slot", "-np",
+                                    std::to_string(o.servers + o.workers)},
+                                   endpoints, {}));
   std::vector<ChildSpec> specs = {
       {"mpirun", false, argv, ChildEnvironment({{"LOOM_PS_SECRET", secret}})}};
   SuperviseOptions s = SupervisorOptions(o);
@@ -197,36 +199,13 @@ std::pair<int, int> ClientWorkers(int workers, int clients, int c) {
 // Client c's mpirun: its workers are its MPI world; each rank runs `loom launch --rank-exec`,
 // which sets the worker's environment and prefixes its own lines.
 StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, int c) {
-  LOOM_ASSIGN_OR_RETURN(std::string mpirun, FindProgram(o.mpirun));
-  LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
   auto [first, count] = ClientWorkers(o.workers, o.clients, c);
   std::vector<std::string> endpoints = layout.servers;
   endpoints.insert(endpoints.end(), layout.workers.begin(), layout.workers.end());
-  std::vector<std::string> argv = {mpirun,
-                                   "--allow-run-as-root",
-                                   "--oversubscribe",
-                                   "-np",
-                                   std::to_string(count),
-                                   "-x",
-                                   "LOOM_PS_SECRET",
-                                   self,
-                                   "launch",
-                                   "--rank-exec",
-                                   "--workers",
-                                   std::to_string(o.workers),
-                                   "--servers",
-                                   std::to_string(o.servers),
-                                   "--clients",
-                                   std::to_string(o.clients),
-                                   "--client-first",
-                                   std::to_string(first),
-                                   "--endpoints",
-                                   Join(endpoints, ","),
-                                   "--grace",
-                                   StrCat(o.grace_s)};
-  if (!o.prefix) argv.push_back("--no-prefix");
-  argv.push_back("--");
-  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> argv,
+                        MpirunArgv(o, {"-np", std::to_string(count)}, endpoints,
+                                   {"--clients", std::to_string(o.clients), "--client-first",
+                                    std::to_string(first)}));
   return ChildSpec{StrCat("client ", c), false, argv,
                    ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false};
 }
