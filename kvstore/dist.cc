@@ -556,12 +556,14 @@ StatusOr<std::unique_ptr<DistStore>> ConnectDistStore(const std::string& type, i
 class MpiClientStore final : public KVStore {
  public:
   MpiClientStore(std::string type, int rank, int workers,
-                 std::unique_ptr<collective::Communicator> comm, std::unique_ptr<DistStore> leader)
+                 std::unique_ptr<collective::Communicator> comm, std::unique_ptr<KVStore> leader,
+                 bool replicated)
       : KVStore(std::move(type)),
         rank_(rank),
         workers_(workers),
         comm_(std::move(comm)),
-        leader_(std::move(leader)) {}
+        leader_(std::move(leader)),
+        replicated_(replicated) {}
   ~MpiClientStore() override { (void)Close(); }
 
   int rank() const override { return rank_; }
@@ -576,7 +578,14 @@ class MpiClientStore final : public KVStore {
       return InvalidArgument("init of key ", key.ToString(), ": not an initialized CPU tensor");
     meta_[key] = Tensor(value.dtype(), value.dims());
     meta_[key].mutable_data(Place::CPU(), value.dtype());
-    if (leader_) LOOM_RETURN_IF_ERROR(leader_->Init(key, value));
+    if (replicated_) {  // every rank keeps the value: rank 0's, broadcast
+      Tensor v;
+      TensorCopy(value, Place::CPU(), &v);
+      LOOM_RETURN_IF_ERROR(ClientBroadcast(&v, 0));
+      LOOM_RETURN_IF_ERROR(leader_->Init(key, v));
+    } else if (leader_) {
+      LOOM_RETURN_IF_ERROR(leader_->Init(key, value));
+    }
     return comm_->Barrier().Wait();
   }
 
@@ -594,7 +603,7 @@ class MpiClientStore final : public KVStore {
     if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
     for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *value, *o, "a pull output"));
     if (leader_) LOOM_RETURN_IF_ERROR(leader_->Pull(key, {value}, priority));
-    LOOM_RETURN_IF_ERROR(ClientBroadcast(value, 0));
+    if (!replicated_) LOOM_RETURN_IF_ERROR(ClientBroadcast(value, 0));
     for (Tensor* o : outs) std::memcpy(o->raw_data(), value->raw_data(), value->nbytes());
     return Status::OK();
   }
@@ -647,8 +656,11 @@ class MpiClientStore final : public KVStore {
 
   int rank_, workers_;
   std::unique_ptr<collective::Communicator> comm_;
-  std::unique_ptr<DistStore> leader_;  // the client's rank 0 only
-  std::map<Key, Tensor> meta_;         // each key's dtype and dims, and a buffer of them
+  // The client's rank 0: its connection to the servers. Without servers (pure MPI) every rank's
+  // local store, kept identical: the same pushes (summed over the client) on every rank.
+  std::unique_ptr<KVStore> leader_;
+  bool replicated_;
+  std::map<Key, Tensor> meta_;  // each key's dtype and dims, and a buffer of them
   bool closed_ = false;
 };
 #endif
@@ -664,12 +676,21 @@ StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type,
   LOOM_ASSIGN_OR_RETURN(int client, EnvInt("LOOM_CLIENT_ID", 0));
   LOOM_ASSIGN_OR_RETURN(int clients, EnvInt("LOOM_NUM_CLIENTS", 1));
   LOOM_ASSIGN_OR_RETURN(auto comm, collective::CreateMpiCommunicator());
-  std::unique_ptr<DistStore> leader;
-  if (comm->rank() == 0) {
-    LOOM_ASSIGN_OR_RETURN(leader, ConnectDistStore(type, client, clients));
+  std::unique_ptr<KVStore> leader;
+  const bool pure_mpi = Split(Env("PADDLE_PSERVER_ENDPOINTS")).empty();
+  if (pure_mpi) {  // --servers 0: one client is the whole job, and pushpull is the allreduce
+    if (clients != 1)
+      return FailedPrecondition("a ", type,
+                                " KVStore without servers needs one client of every "
+                                "worker (loom launch --servers 0 --clients 1), not ",
+                                clients);
+    LOOM_ASSIGN_OR_RETURN(leader, KVStore::Create("local"));
+  } else if (comm->rank() == 0) {
+    LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(type, client, clients));
+    leader = std::move(store);
   }
   return std::unique_ptr<KVStore>(
-      new MpiClientStore(type, rank, workers, std::move(comm), std::move(leader)));
+      new MpiClientStore(type, rank, workers, std::move(comm), std::move(leader), pure_mpi));
 #else
   return Unimplemented("a ", type,
                        " KVStore needs MPI: Loom was built without it (install Open "

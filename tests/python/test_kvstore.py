@@ -183,3 +183,48 @@ def test_distributed_stores_under_loom_launch(kind, workers, clients):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for w in range(workers):
         assert "[worker %d] worker %d ok" % (w, w) in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("kind,workers,servers,clients", [
+    ("dist_sync", 2, 2, 0), ("dist_sync_mpi", 4, 2, 2), ("dist_sync_mpi", 3, 0, 1)])
+def test_sync_training_through_a_store_equals_single_process_training(kind, workers, servers,
+                                                                      clients, tmp_path):
+    """Every worker ends with the same weights, equal (float64, 1e-12) to one process running
+    SGD on the union of the workers' batches: through servers, through MPI clients and servers,
+    and with pure MPI (no servers: every rank keeps the store, pushes summed over MPI)."""
+    import os
+    import subprocess
+    import sys
+    import loom as fluid
+    from kvstore_sgd_worker import LR, batches, build
+    if clients and not core.is_compiled_with_mpi():
+        pytest.skip("Loom was built without MPI: the MPI-client stores are not tested")
+    if clients and subprocess.run("command -v mpirun", shell=True).returncode != 0:
+        pytest.skip("mpirun is not installed: the MPI-client stores are not tested")
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
+    path = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__))),
+                            here])
+    proc = subprocess.run(
+        [loom, "launch", "--workers", str(workers), "--servers", str(servers), "--clients",
+         str(clients), "--timeout", "120", "--", sys.executable,
+         os.path.join(here, "kvstore_sgd_worker.py"), kind, str(tmp_path)],
+        capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = [np.load(tmp_path / ("worker%d.npz" % r)) for r in range(workers)]
+    main, startup, _, params_grads = build()
+    with fluid.scope_guard(fluid.Scope()):
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.global_scope()
+        exe.run(startup)
+        names, grads = [p.name for p, _ in params_grads], [g.name for _, g in params_grads]
+        for x, y in batches(workers):  # one process, the union batch, plain SGD
+            out = exe.run(main, feed={"x": x, "y": y}, fetch_list=grads)
+            for n, g in zip(names, out):
+                t = scope.find_var(n).get_tensor()
+                t.set(np.array(t) - LR * g, fluid.CPUPlace())
+        for n in names:
+            want = np.array(scope.find_var(n).get_tensor())
+            for r in range(workers):
+                np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
+                                           err_msg="%s of worker %d" % (n, r))
