@@ -136,7 +136,7 @@ class DistStore final : public KVStore {
       rpc::Header h = ShardHeader(rpc::Header::SEND, s, m->dtype);
       h.set_step(m->pushes);
       rpc::Payload p = Slice(want, s);
-      client_->PostOneWay(s.server, h, &p);  // answered only when refused
+      client_->PostOneWay(s.server, h, &p, priority);  // answered only when refused
     }
     return Status::OK();
   }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/deadline.h"
@@ -208,7 +209,8 @@ Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
   ticket->what = KindName(header.kind());
   for (int i = 0; i < header.tensors_size() && i < 3; ++i)
     ticket->what += StrCat(i ? ", '" : " '", header.tensors(i).name(), "'");
-  if (header.tensors_size() > 3) ticket->what += StrCat(" and ", header.tensors_size() - 3, " more");
+  if (header.tensors_size() > 3)
+    ticket->what += StrCat(" and ", header.tensors_size() - 3, " more");
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) {
     Complete(ticket,
              InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
@@ -236,12 +238,12 @@ StatusOr<Reply> Client::Wait(const Ticket& t) {
   return std::move(t->reply);
 }
 
-void Client::PostOneWay(int server, Header header, const Payload* payload) {
+void Client::PostOneWay(int server, Header header, const Payload* payload, int priority) {
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(
-        {server, std::move(header), payload != nullptr, payload ? *payload : Payload{}, nullptr});
+    queue_.push_back({server, std::move(header), payload != nullptr, payload ? *payload : Payload{},
+                      nullptr, priority});
   }
   Wake();
 }
@@ -281,12 +283,29 @@ void Client::Loop() {
   SendQueued();
 }
 
+std::vector<size_t> SendOrder(const std::vector<std::pair<bool, int>>& queued) {
+  std::vector<size_t> order(queued.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t begin = 0; begin < order.size();) {
+    size_t end = begin;
+    while (end < order.size() && queued[end].first) ++end;
+    std::stable_sort(order.begin() + begin, order.begin() + end,
+                     [&](size_t a, size_t b) { return queued[a].second > queued[b].second; });
+    begin = end + 1;
+  }
+  return order;
+}
+
 void Client::SendQueued() {
-  std::deque<Outgoing> batch;
+  std::deque<Outgoing> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(queue_);
+    queued.swap(queue_);
   }
+  std::vector<std::pair<bool, int>> kinds;
+  for (const auto& o : queued) kinds.push_back({o.header.kind() == Header::SEND, o.priority});
+  std::vector<Outgoing> batch;
+  for (size_t i : SendOrder(kinds)) batch.push_back(std::move(queued[i]));
   for (auto& o : batch) {
     Status dead;
     {
@@ -301,8 +320,8 @@ void Client::SendQueued() {
     o.header.set_id(id);
     o.header.set_trainer_id(trainer_id_);
     if (o.ticket) waiting_[o.server][id] = o.ticket;
-    auto frames = Encode(o.header, o.has_payload ? std::vector<Payload>{o.payload}
-                                                 : std::vector<Payload>{});
+    auto frames =
+        Encode(o.header, o.has_payload ? std::vector<Payload>{o.payload} : std::vector<Payload>{});
     SendFrames(sockets_[o.server], frames);
   }
 }

@@ -29,6 +29,11 @@ struct Reply {
   std::vector<zmq::message_t> payloads;  // one per tensor of header.tensors()
 };
 
+// The order to send queued messages in: each entry is (is a SEND, its priority). Within each
+// run of consecutive SENDs, higher priority first and posting order among equals; every other
+// message keeps its place. Returns the permutation.
+std::vector<size_t> SendOrder(const std::vector<std::pair<bool, int>>& queued);
+
 class Client {
  public:
   struct Pending;
@@ -46,7 +51,9 @@ class Client {
   // Queues a message the server answers only when it refuses it: a refusal then fails every
   // later wait on that server (a server takes a trainer's messages in order, so the reply to a
   // later request means the earlier one-way messages were taken).
-  void PostOneWay(int server, Header header, const Payload* payload = nullptr);
+  // Among one-way SENDs queued together (between messages of other kinds, whose order the
+  // protocol needs), a higher priority goes first (MXNet's push priority).
+  void PostOneWay(int server, Header header, const Payload* payload = nullptr, int priority = 0);
   // The reply to a posted request; a server's ERROR reply is an error carrying its text.
   StatusOr<Reply> Wait(const Ticket& ticket);
   // Posts to every server and waits for all replies (the first error wins).
@@ -62,6 +69,7 @@ class Client {
     bool has_payload;
     Payload payload;
     Ticket ticket;
+    int priority = 0;
   };
   Client(std::vector<std::string> endpoints, int trainer_id, Options options);
   zmq::socket_t NewSocket(const std::string& addr);

@@ -197,6 +197,15 @@ TEST(RpcTest, AHostNameIsBoundAtItsAddress) {
   EXPECT_FALSE(Server::Bind("no-such-host.invalid:" + port, so).ok());
 }
 
+TEST(RpcTest, QueuedSendsGoByPriorityWithinTheirRun) {
+  // SEND(p0) SEND(p5) SEND(p1) BARRIER SEND(p0) SEND(p9): the barrier stays between the runs.
+  std::vector<size_t> order =
+      SendOrder({{true, 0}, {true, 5}, {true, 1}, {false, 0}, {true, 0}, {true, 9}});
+  EXPECT_EQ(order, (std::vector<size_t>{1, 2, 0, 3, 5, 4}));
+  EXPECT_EQ(SendOrder({{true, 2}, {true, 2}, {true, 2}}), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_TRUE(SendOrder({}).empty());
+}
+
 TEST(RpcTest, BadEndpointsAreErrors) {
   EXPECT_FALSE(TcpAddress("localhost").ok());
   EXPECT_FALSE(TcpAddress("h:0").ok());
