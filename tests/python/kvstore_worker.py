@@ -58,6 +58,8 @@ def main():
         kv.pull(key, out=out)
         np.testing.assert_array_equal(out, np.full(shape, 100))
     kv.barrier()  # async: nobody pushes before everyone has checked the initial values
+    if os.environ.get("KV_DIE_RANK") == str(rank):  # a fault test: this worker dies here
+        os.kill(os.getpid(), 9)
     for step in range(STEPS):
         for key, shape in zip(keys, shapes):
             kv.push(key, [value(rank, step, shape), value(rank, step, shape)])  # a list: summed

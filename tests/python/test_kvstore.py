@@ -228,3 +228,30 @@ def test_sync_training_through_a_store_equals_single_process_training(kind, work
             for r in range(workers):
                 np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
                                            err_msg="%s of worker %d" % (n, r))
+
+
+def test_a_client_rank_dying_ends_the_job_naming_it():
+    """Worker 3 (rank 1 of client 1) is killed mid-training: its mpirun, then the launcher, stop
+    the job within bounded time, naming the client and the rank."""
+    import os
+    import subprocess
+    import sys
+    import time
+    if not core.is_compiled_with_mpi() or subprocess.run("command -v mpirun",
+                                                         shell=True).returncode != 0:
+        pytest.skip("no MPI: the MPI-client stores are not tested")
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build, "tools", "loom"))
+    import loom as fluid
+    path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    env = dict(os.environ, PYTHONPATH=path, LOOM_KVSTORE_BIGARRAY_BOUND="100", KV_DIE_RANK="3",
+               LOOM_PS_TIMEOUT_MS="3000", LOOM_PS_HEARTBEAT_MS="200")
+    begin = time.time()
+    proc = subprocess.run([loom, "launch", "--workers", "4", "--servers", "2", "--clients", "2",
+                           "--timeout", "120", "--", sys.executable,
+                           os.path.join(here, "kvstore_worker.py"), "dist_sync_mpi"],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode != 0
+    assert "worker 3 killed by signal 9" in proc.stderr and "client 1" in proc.stderr, proc.stderr
+    assert time.time() - begin < 60
