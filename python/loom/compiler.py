@@ -65,6 +65,11 @@ class BuildStrategy:
         self.owner_policy = "bytes"
         self.collective_timeout_ms = 30000
         self.transport = "inprocess"
+        # Fluid's nccl2 (collective) mode: this process is trainer `trainer_id` of num_trainers,
+        # each one process; they allreduce across processes (the "mpi" transport; start them
+        # with `loom launch --workers N --clients 1` or mpirun -np N).
+        self.num_trainers = 1
+        self.trainer_id = 0
 
     def _mode(self):
         if self.reduce_strategy == BuildStrategy.ReduceStrategy.AllReduce:
@@ -115,7 +120,12 @@ class _RankState:
 
     def __init__(self, compiled, scope):
         bs = compiled._build_strategy
-        transport = _transport(bs.transport)
+        nccl2 = getattr(compiled._program, "_nccl2", None)
+        trainers = max(int(getattr(bs, "num_trainers", 1)), nccl2[0] if nccl2 else 1)
+        transport_name = bs.transport
+        if trainers > 1 and transport_name == "inprocess":
+            transport_name = "mpi"  # trainers are processes: Fluid's nccl2 mode
+        transport = _transport(transport_name)
         if transport["device"] == "cuda" and compiled._places[0].is_cpu_place():
             raise ValueError("BuildStrategy.transport %r needs CUDA places, got %r"
                              % (bs.transport, compiled._places))
@@ -128,8 +138,13 @@ class _RankState:
                     "process per rank with mpirun -np N instead" % (compiled._places,))
             rank, n = core.mpi_init()
             _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
+            if trainers > 1 and (n != trainers or rank != int(getattr(bs, "trainer_id", rank))):
+                raise ValueError(
+                    "num_trainers %d / trainer_id %d, but this process is MPI rank %d of %d: "
+                    "start one process per trainer (loom launch --workers %d --clients 1)"
+                    % (trainers, int(getattr(bs, "trainer_id", 0)), rank, n, trainers))
             ranks, group, names = [rank], "mpi", []
-            places, transport_name = [core.Place.cpu(0)], bs.transport
+            places = [core.Place.cpu(0)]
         else:
             # CPU places are threads over the in-process transport (all on cpu:0's allocator
             # settings); CUDA places are threads with one GPU each, meeting over NCCL unless

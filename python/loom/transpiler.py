@@ -35,7 +35,9 @@ class Bytes:
 class DistributeTranspilerConfig:
     """slice_var_up: cut parameters into blocks over the servers; split_method: RoundRobin,
     HashName or Bytes (a class or its name); min_block_size: the fewest elements of a block;
-    mode: "pserver" (the only mode so far)."""
+    mode: "pserver", or "nccl2" (Fluid's collective mode: every process a trainer, gradients
+    allreduced across processes; the programs are not rewritten, and CompiledProgram's
+    with_data_parallel runs them with the processes as ranks)."""
 
     def __init__(self):
         self.slice_var_up = True
@@ -62,8 +64,8 @@ def _program_of(desc):
 class DistributeTranspiler:
     def __init__(self, config=None):
         self.config = config or DistributeTranspilerConfig()
-        if self.config.mode != "pserver":
-            raise ValueError("DistributeTranspiler: mode %r is not supported (pserver)"
+        if self.config.mode not in ("pserver", "nccl2"):
+            raise ValueError("DistributeTranspiler: mode %r is not supported (pserver, nccl2)"
                              % (self.config.mode,))
         self._result = None
 
@@ -74,6 +76,8 @@ class DistributeTranspiler:
         get_pserver_program(s)() return the rest."""
         main = program or default_main_program()
         startup = startup_program or default_startup_program()
+        if self.config.mode == "nccl2":
+            return self._transpile_nccl2(trainer_id, main, trainers)
         eps = [e.strip() for e in (pservers.split(",") if isinstance(pservers, str) else pservers)]
         if not isinstance(trainers, int) or trainers < 1:
             raise ValueError("transpile: trainers must be a positive int, got %r" % (trainers,))
@@ -96,6 +100,21 @@ class DistributeTranspiler:
         main_out.random_seed = getattr(main, "random_seed", 0)
         self._trainer_program = main_out
         self._result = out
+
+    def _transpile_nccl2(self, trainer_id, main, trainers):
+        """nccl2: trainers is their count or their endpoints ("host:port,..."); the program is
+        marked so that with_data_parallel makes this process trainer `trainer_id` of them."""
+        if isinstance(trainers, str):
+            trainers = len([e for e in trainers.split(",") if e.strip()])
+        if not isinstance(trainers, int) or trainers < 1:
+            raise ValueError("transpile (nccl2): trainers must be a count or endpoints, got %r"
+                             % (trainers,))
+        if not isinstance(trainer_id, int) or not 0 <= trainer_id < trainers:
+            raise ValueError("transpile (nccl2): trainer_id %r is not in 0..%d"
+                             % (trainer_id, trainers - 1))
+        main._nccl2 = (trainers, trainer_id)
+        self._trainer_program = main
+        self._result = ("nccl2",)
 
     def _check(self):
         if self._result is None:
