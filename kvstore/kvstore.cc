@@ -83,35 +83,27 @@ class DeviceStore final : public InProcessStore {
       return Status::OK();
     }
     LOOM_ASSIGN_OR_RETURN(collective::InProcessWorld * world, World(n));
-    // Each rank's output: the outs of a pushpull with one per entry, else the store (rank 0)
-    // and per-rank scratch buffers.
+    // A pushpull with one output per entry allreduces into the outputs; a push reduces to the
+    // store on rank 0 (no other rank needs the sum, so nothing else is written).
     const bool per_rank_outs = static_cast<int>(extra.size()) == n;
-    std::vector<void*> recv(n);
-    scratch_.resize(n);
-    for (int r = 0; r < n; ++r) {
-      if (per_rank_outs) {
-        recv[r] = extra[r]->raw_data();
-      } else if (r == 0) {
-        recv[r] = merged->raw_data();
-      } else {
-        scratch_[r].Resize(merged->dims());
-        recv[r] = scratch_[r].mutable_data(Place::CPU(), merged->dtype());
-      }
-    }
     std::vector<Status> st(n);
     std::vector<std::thread> threads;
     const size_t count = static_cast<size_t>(merged->numel());
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
-        st[r] =
-            world->comm(r)
-                .AllReduce(values[r].raw_data(), recv[r], count, dtype, collective::ReduceOp::kSum)
-                .Wait();
+        auto& comm = world->comm(r);
+        st[r] = per_rank_outs
+                    ? comm.AllReduce(values[r].raw_data(), extra[r]->raw_data(), count, dtype,
+                                     collective::ReduceOp::kSum)
+                          .Wait()
+                    : comm.Reduce(values[r].raw_data(), r == 0 ? merged->raw_data() : nullptr,
+                                  count, dtype, collective::ReduceOp::kSum, 0)
+                          .Wait();
       });
     for (auto& t : threads) t.join();
     for (const auto& s : st) LOOM_RETURN_IF_ERROR(s);
     if (per_rank_outs) {
-      std::memcpy(merged->raw_data(), recv[0], merged->nbytes());
+      std::memcpy(merged->raw_data(), extra[0]->raw_data(), merged->nbytes());
     } else {
       for (Tensor* x : extra) std::memcpy(x->raw_data(), merged->raw_data(), merged->nbytes());
     }
@@ -127,7 +119,6 @@ class DeviceStore final : public InProcessStore {
   }
 
   std::map<int, std::unique_ptr<collective::InProcessWorld>> worlds_;
-  std::vector<Tensor> scratch_;
 };
 
 }  // namespace
