@@ -110,6 +110,16 @@ class DeviceStore final : public InProcessStore {
     return Status::OK();
   }
 
+ protected:
+  // A key's list entries are its devices: the first push fixes how many.
+  Status CheckDevices(const Key& key, size_t n) override {
+    auto [it, first] = devices_.emplace(key, n);
+    if (!first && it->second != n)
+      return InvalidArgument("key ", key.ToString(), " was pushed from ", it->second,
+                             " devices (list entries); this push has ", n);
+    return Status::OK();
+  }
+
  private:
   StatusOr<collective::InProcessWorld*> World(int n) {
     auto it = worlds_.find(n);
@@ -119,6 +129,7 @@ class DeviceStore final : public InProcessStore {
   }
 
   std::map<int, std::unique_ptr<collective::InProcessWorld>> worlds_;
+  std::map<Key, size_t> devices_;
 };
 
 }  // namespace
@@ -218,6 +229,7 @@ Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, i
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "push"));
   if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
+  LOOM_RETURN_IF_ERROR(CheckDevices(key, values.size()));
   if (!updater_) return Merge(values, stored, {});
   merged_.Resize(stored->dims());
   merged_.mutable_data(Place::CPU(), stored->dtype());
@@ -243,6 +255,7 @@ Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& value
   if (values.empty()) return InvalidArgument("pushpull of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
+  LOOM_RETURN_IF_ERROR(CheckDevices(key, values.size()));
   return Merge(values, stored, outs);
 }
 

@@ -120,6 +120,19 @@ def test_device_equals_local_on_large_random_lists():
         np.testing.assert_allclose(o, want, rtol=1e-6, atol=1e-6)
 
 
+def test_a_device_list_keeps_its_length():
+    kv = kvs.create("device")
+    kv.init(1, np.zeros(3, "float32"))
+    kv.push(1, [np.ones(3, "float32")] * 4)
+    with pytest.raises(core.InvalidArgumentError, match="pushed from 4 devices.*this push has 3"):
+        kv.push(1, [np.ones(3, "float32")] * 3)
+    kv.pull(1, out=[np.empty(3, "float32")] * 2)  # a pull fills any number of outputs
+    local = kvs.create("local")  # a local store's list is only summed: any length
+    local.init(1, np.zeros(3, "float32"))
+    local.push(1, [np.ones(3, "float32")] * 4)
+    local.push(1, [np.ones(3, "float32")] * 3)
+
+
 @pytest.mark.parametrize("kind", TYPES)
 def test_bad_input_is_a_clear_error(kind):
     kv = kvs.create(kind)
