@@ -36,18 +36,6 @@ StatusOr<int> EnvInt(const char* name, int min) {
   return static_cast<int>(x);
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > start) out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 uint64_t Fnv(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -124,7 +112,7 @@ class DistStore final : public KVStore {
   }
 
   Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
-    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Meta(key, "push"));
+    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Initialized(meta_, key, "push"));
     if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
     Tensor want(m->dtype, m->dims);
     want.mutable_data(Place::CPU(), m->dtype);
@@ -142,7 +130,7 @@ class DistStore final : public KVStore {
   }
 
   Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
-    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Meta(key, "pull"));
+    LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Initialized(meta_, key, "pull"));
     if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
     Tensor want(m->dtype, m->dims);
     want.mutable_data(Place::CPU(), m->dtype);
@@ -208,15 +196,6 @@ class DistStore final : public KVStore {
   }
 
  private:
-  StatusOr<KeyMeta*> Meta(const Key& key, const char* op) {
-    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
-    auto it = meta_.find(key);
-    if (it == meta_.end())
-      return NotFound(op, " of key ", key.ToString(),
-                      ", which was never initialized (init it first)");
-    return &it->second;
-  }
-
   std::vector<Shard> Shards(const Key& key, int64_t numel) const {
     const int servers = static_cast<int>(client_->endpoints().size());
     const std::string base = (key.is_string ? "s:" + key.name : "i:" + std::to_string(key.id));
@@ -533,7 +512,7 @@ namespace {
 // A store connected to the servers as peer `rank` of `workers` (a worker, or a client's rank 0).
 StatusOr<std::unique_ptr<DistStore>> ConnectDistStore(const std::string& type, int rank,
                                                       int workers) {
-  std::vector<std::string> servers = Split(Env("PADDLE_PSERVER_ENDPOINTS"));
+  std::vector<std::string> servers = ops::JobServerEndpoints();
   if (servers.empty())
     return FailedPrecondition("a ", type,
                               " KVStore needs servers: PADDLE_PSERVER_ENDPOINTS is "
@@ -590,7 +569,7 @@ class MpiClientStore final : public KVStore {
   }
 
   Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
-    LOOM_ASSIGN_OR_RETURN(Tensor * sum, Scratch(key, "push"));
+    LOOM_ASSIGN_OR_RETURN(Tensor * sum, Initialized(meta_, key, "push"));
     if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
     for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *sum, v, "a pushed value"));
     LOOM_RETURN_IF_ERROR(SumValues(values, sum, {}));
@@ -599,7 +578,7 @@ class MpiClientStore final : public KVStore {
   }
 
   Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
-    LOOM_ASSIGN_OR_RETURN(Tensor * value, Scratch(key, "pull"));
+    LOOM_ASSIGN_OR_RETURN(Tensor * value, Initialized(meta_, key, "pull"));
     if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
     for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *value, *o, "a pull output"));
     if (leader_) LOOM_RETURN_IF_ERROR(leader_->Pull(key, {value}, priority));
@@ -645,15 +624,6 @@ class MpiClientStore final : public KVStore {
   }
 
  private:
-  StatusOr<Tensor*> Scratch(const Key& key, const char* op) {
-    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
-    auto it = meta_.find(key);
-    if (it == meta_.end())
-      return NotFound(op, " of key ", key.ToString(),
-                      ", which was never initialized (init it first)");
-    return &it->second;
-  }
-
   int rank_, workers_;
   std::unique_ptr<collective::Communicator> comm_;
   // The client's rank 0: its connection to the servers. Without servers (pure MPI) every rank's
@@ -677,7 +647,7 @@ StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type,
   LOOM_ASSIGN_OR_RETURN(int clients, EnvInt("LOOM_NUM_CLIENTS", 1));
   LOOM_ASSIGN_OR_RETURN(auto comm, collective::CreateMpiCommunicator());
   std::unique_ptr<KVStore> leader;
-  const bool pure_mpi = Split(Env("PADDLE_PSERVER_ENDPOINTS")).empty();
+  const bool pure_mpi = ops::JobServerEndpoints().empty();
   if (pure_mpi) {  // --servers 0: one client is the whole job, and pushpull is the allreduce
     if (clients != 1)
       return FailedPrecondition("a ", type,

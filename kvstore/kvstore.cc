@@ -196,15 +196,6 @@ Status KVStore::CheckKeyKind(const Key& key) {
   return Status::OK();
 }
 
-StatusOr<Tensor*> InProcessStore::Stored(const Key& key, const char* op) {
-  LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
-  auto it = store_.find(key);
-  if (it == store_.end())
-    return NotFound(op, " of key ", key.ToString(),
-                    ", which was never initialized (init it first)");
-  return &it->second;
-}
-
 Status CheckValue(const Key& key, const Tensor& stored, const Tensor& v, const char* what) {
   if (!v.initialized() || !v.place().is_cpu())
     return InvalidArgument(what, " of key ", key.ToString(), " is not an initialized CPU tensor");
@@ -226,7 +217,7 @@ Status InProcessStore::Init(const Key& key, const Tensor& value) {
 }
 
 Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, int priority) {
-  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "push"));
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "push"));
   if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
   LOOM_RETURN_IF_ERROR(CheckDevices(key, values.size()));
@@ -238,7 +229,7 @@ Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, i
 }
 
 Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {
-  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "pull"));
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "pull"));
   if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
   for (Tensor* o : outs) std::memcpy(o->raw_data(), stored->raw_data(), stored->nbytes());
@@ -251,7 +242,7 @@ Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& value
     LOOM_RETURN_IF_ERROR(Push(key, values, priority));
     return Pull(key, outs, priority);
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Stored(key, "pushpull"));
+  LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "pushpull"));
   if (values.empty()) return InvalidArgument("pushpull of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));

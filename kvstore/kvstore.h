@@ -74,6 +74,16 @@ class KVStore {
   explicit KVStore(std::string type) : type_(std::move(type)) {}
   // One kind of key per store.
   Status CheckKeyKind(const Key& key);
+  // The entry of an initialized key in a store's per-key map; `op` names the call in the error.
+  template <typename Map>
+  StatusOr<typename Map::mapped_type*> Initialized(Map& map, const Key& key, const char* op) {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    auto it = map.find(key);
+    if (it == map.end())
+      return NotFound(op, " of key ", key.ToString(),
+                      ", which was never initialized (init it first)");
+    return &it->second;
+  }
 
  private:
   std::string type_;
@@ -102,8 +112,6 @@ class InProcessStore : public KVStore {
                        const std::vector<Tensor*>& extra) = 0;
 
  private:
-  StatusOr<Tensor*> Stored(const Key& key, const char* op);
-
   std::map<Key, Tensor> store_;
   std::unique_ptr<Updater> updater_;
   Tensor merged_;  // scratch for pushes with an optimizer

@@ -10,7 +10,7 @@
 //                  learning-rate block (it counts every trainer's steps)
 //   GET            parameter blocks, answered in one reply; sync mode answers once the asked
 //                  step's update is done
-//   FETCH_BARRIER  the trainer has the step's parameters (recorded; one way)
+//   FETCH_BARRIER  the trainer has the step's parameters (taken; one way)
 //   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
 //   COMPLETE       the trainer is done; sync mode computes later steps from the others
 // A trainer silent for LOOM_PS_TIMEOUT_MS is dead: sync mode ends with an error naming it (and
@@ -42,7 +42,6 @@ struct Block {
   Tensor* grad_tensor = nullptr;
   std::map<int, zmq::message_t> received;  // sync: trainer -> this step's gradient
 };
-
 
 class ParamServer {
  public:
@@ -77,17 +76,16 @@ class ParamServer {
   Scope* scope_ = nullptr;
   int64_t step_done_ = 0;
   std::set<int> closed_, dead_;
-  std::map<int, int64_t> barrier_, samples_, fetched_;
+  std::map<int, int64_t> barrier_, samples_;
   std::optional<Clock::time_point> step_begun_;  // sync: when the pending step's first barrier came
-  std::vector<rpc::Request> gets_;  // sync: GETs of a step not done yet
+  std::vector<rpc::Request> gets_;               // sync: GETs of a step not done yet
   Clock::time_point started_;
   int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
 };
 
-StatusOr<Tensor*> BoundTensor(Scope* scope, const std::string& name, const KernelContext& ctx) {
+Tensor* ScopeTensor(Scope* scope, const std::string& name) {
   Variable* v = scope->FindVar(name);
-  if (!v) v = scope->Var(name);
-  return v->GetMutable<Tensor>();
+  return (v ? v : scope->Var(name))->GetMutable<Tensor>();
 }
 
 Status ParamServer::Init() {
@@ -106,8 +104,8 @@ Status ParamServer::Init() {
     b.param = params[i];
     b.grad = grads[i];
     b.optimize_block = opt[i];
-    LOOM_ASSIGN_OR_RETURN(b.param_tensor, BoundTensor(scope_, b.param, ctx_));
-    LOOM_ASSIGN_OR_RETURN(b.grad_tensor, BoundTensor(scope_, b.grad, ctx_));
+    b.param_tensor = ScopeTensor(scope_, b.param);
+    b.grad_tensor = ScopeTensor(scope_, b.grad);
     if (!b.param_tensor->initialized())
       return ctx_.Error("parameter block '", b.param,
                         "' has no value: run the server's startup program first");
@@ -172,7 +170,8 @@ Status ParamServer::Handle(rpc::Request& r) {
     case rpc::Header::BARRIER: return OnBarrier(r);
     case rpc::Header::GET: OnGet(r); return Status::OK();
     case rpc::Header::FETCH_BARRIER:  // one way: the trainer has the step's parameters
-      fetched_[t] = std::max(fetched_[t], r.header.step());
+      // Nothing waits on it: a server updates again only after every trainer's next barrier,
+      // which each sends after its recv (rpc_ops.cc).
       return Status::OK();
     case rpc::Header::COMPLETE:
       closed_.insert(t);
@@ -355,8 +354,8 @@ void ParamServer::ReplyBlocks(const rpc::Request& r) {
     meta->set_nbytes(static_cast<int64_t>(p.nbytes()));
     // Sync mode sends the block's own memory: it changes only after every trainer has received
     // this reply and sent its next barrier. Async mode updates it any time: a copy.
-    payloads.push_back({p.raw_data(), p.nbytes(),
-                        sync_ ? std::shared_ptr<const void>(p.holder()) : nullptr});
+    payloads.push_back(
+        {p.raw_data(), p.nbytes(), sync_ ? std::shared_ptr<const void>(p.holder()) : nullptr});
   }
   server_->Reply(r, std::move(h), payloads);
 }

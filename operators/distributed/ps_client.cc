@@ -38,6 +38,12 @@ std::vector<std::string> Split(const std::string& s) {
 
 }  // namespace
 
+std::vector<std::string> JobServerEndpoints() {
+  const char* v = std::getenv("PADDLE_PSERVER_ENDPOINTS");
+  if (!v || !*v) v = std::getenv("PADDLE_PSERVERS_IP_PORT_LIST");
+  return v ? Split(v) : std::vector<std::string>{};
+}
+
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints) {
   std::vector<std::string> env;
   bool env_read = false;
@@ -48,13 +54,11 @@ StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::strin
       continue;
     }
     if (!env_read) {
-      const char* v = std::getenv("PADDLE_PSERVER_ENDPOINTS");
-      if (!v || !*v) v = std::getenv("PADDLE_PSERVERS_IP_PORT_LIST");
-      if (!v || !*v)
+      env = JobServerEndpoints();
+      if (env.empty())
         return FailedPrecondition("the program names parameter server '", e,
                                   "' by index, but PADDLE_PSERVER_ENDPOINTS is not set (start "
                                   "the job with `loom launch`, or set it to host:port,...)");
-      env = Split(v);
       env_read = true;
     }
     char* end = nullptr;

@@ -23,6 +23,10 @@ struct TrainerConnection {
   int64_t step = 0;  // the last step whose barrier was sent
 };
 
+// The job's server endpoints from the launcher's environment: PADDLE_PSERVER_ENDPOINTS, or the
+// later spelling PADDLE_PSERVERS_IP_PORT_LIST ("host:port,..."); empty when neither is set.
+std::vector<std::string> JobServerEndpoints();
+
 // Resolves "pserver:I" entries (see above); other entries are returned as they are.
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints);
 

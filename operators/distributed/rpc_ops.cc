@@ -147,7 +147,8 @@ Status RecvKernel(const KernelContext& ctx) {
     for (size_t j = 0; j < outs.size(); ++j) {
       const auto& meta = r->header.tensors(static_cast<int>(j));
       if (meta.name() != names[outs[j]]) {
-        if (first.ok()) first = ctx.Error("asked for '", names[outs[j]], "', got '", meta.name(), "'");
+        if (first.ok())
+          first = ctx.Error("asked for '", names[outs[j]], "', got '", meta.name(), "'");
         continue;
       }
       TakePayload(meta, std::move(r->payloads[j]), ctx.Output("Out", outs[j]));
