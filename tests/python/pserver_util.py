@@ -12,14 +12,21 @@ os.environ.setdefault("LOOM_PS_SECRET", "test-secret")
 
 
 def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
+    """n ports free now, below the kernel's ephemeral range (32768 and up), so that no outgoing
+    connection of another test takes one before its server binds it."""
+    import random
+    rng, ports = random.Random(), []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32000)
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        if port not in ports:
+            ports.append(port)
     return ["127.0.0.1:%d" % p for p in ports]
 
 

@@ -260,11 +260,15 @@ def test_a_client_rank_dying_ends_the_job_naming_it():
     path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
     env = dict(os.environ, PYTHONPATH=path, LOOM_KVSTORE_BIGARRAY_BOUND="100", KV_DIE_RANK="3",
                LOOM_PS_TIMEOUT_MS="3000", LOOM_PS_HEARTBEAT_MS="200")
+    import glob
+    sockets = set(glob.glob("/tmp/loom-ps-*.sock"))
     begin = time.time()
     proc = subprocess.run([loom, "launch", "--workers", "4", "--servers", "2", "--clients", "2",
                            "--timeout", "120", "--", sys.executable,
                            os.path.join(here, "kvstore_worker.py"), "dist_sync_mpi"],
                           capture_output=True, text=True, timeout=180, env=env)
+    for path in set(glob.glob("/tmp/loom-ps-*.sock")) - sockets:
+        os.unlink(path)  # the stopped servers' Unix sockets (a SIGTERM skips their cleanup)
     assert proc.returncode != 0
     assert "worker 3 killed by signal 9" in proc.stderr and "client 1" in proc.stderr, proc.stderr
     assert time.time() - begin < 60

@@ -69,6 +69,10 @@ class Job:
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+        for ep in self.eps:  # a killed server leaves its Unix socket behind (rpc/server.cc)
+            path = "/tmp/loom-ps-%s.sock" % ep.split(":")[1]
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 @pytest.fixture
