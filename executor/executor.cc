@@ -169,6 +169,7 @@ void Executor::BuildDependencies(PreparedBlock* prepared) {
   std::unordered_map<std::string, int> last_writer;
   std::unordered_map<std::string, std::vector<int>> readers;  // since the last write
   int last_barrier = -1;
+  int last_ordered = -1;  // the last op registered Ordered(): such ops keep program order
   std::vector<int> since_barrier;
   auto is_tensor = [block](const std::string& v) {
     VarDesc d = block->FindVarRecursive(v);
@@ -179,6 +180,10 @@ void Executor::BuildDependencies(PreparedBlock* prepared) {
     bool barrier = false;
     for (const auto& [name, attr] : op.Attrs())
       if (std::holds_alternative<BlockIndex>(attr)) barrier = true;
+    if (op.info().ordered) {
+      if (last_ordered >= 0) preds[i].insert(last_ordered);
+      last_ordered = i;
+    }
     if (barrier) {
       for (int j : since_barrier) preds[i].insert(j);
       if (last_barrier >= 0) preds[i].insert(last_barrier);

@@ -173,6 +173,11 @@ struct OpInfo {
   // INTS attributes that list sub-blocks the op runs (besides its BLOCK attributes), e.g.
   // listen_and_serv's optimize blocks: the executor prepares them like any sub-block.
   std::vector<std::string> sub_block_list_attrs;
+  // An op whose effects reach outside the scope (messages to other processes): the executor,
+  // which may otherwise run independent ops out of program order while a collective is in
+  // flight, keeps the program order of such ops among themselves (a trainer's gradients are
+  // sent before its barrier says the step is sent).
+  bool ordered = false;
   // The slot whose dtype selects the kernel (default: the first input; none: attr "dtype").
   std::string kernel_dtype_slot;
   std::map<KernelKey, KernelFn> kernels;
@@ -236,6 +241,7 @@ class OpRegistrar {
   OpRegistrar& GradMaker(GradMakerFn fn);
   OpRegistrar& RepeatsSubBlock();
   OpRegistrar& SubBlocksAttr(const std::string& ints_attr);
+  OpRegistrar& Ordered();  // see OpInfo::ordered
   OpRegistrar& KernelDtypeFrom(const std::string& slot);
   OpRegistrar& Kernel(Place::Kind place, DataType dtype, KernelFn fn);
 

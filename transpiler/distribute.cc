@@ -34,6 +34,13 @@ const std::vector<Pass<DistributeState>>& Pipeline() {
         "send_barrier, recv + concat, fetch_barrier (sync); a startup that fetches the parameters",
         false},
        BuildTrainerPrograms},
+      {{"join-clients",
+        "hybrid (client size > 1): comm_init over the client's MPI world; each gradient "
+        "allreduced in the client weighted by batch rows before it is sent; only the client's "
+        "rank 0 talks to the servers (with the client's sample count) and broadcasts the "
+        "parameters",
+        false},
+       JoinClients},
   };
   return passes;
 }
@@ -41,7 +48,7 @@ const std::vector<Pass<DistributeState>>& Pipeline() {
 void FillManifest(const DistributeState& s, const std::vector<PassRecord>& records,
                   proto::DistributeManifest* m) {
   const auto& c = s.config;
-  m->set_mode("pserver");
+  m->set_mode(c.client_size > 1 ? "hybrid" : "pserver");
   m->set_trainers(c.trainers);
   for (const auto& e : c.pservers) m->add_pservers(e);
   m->set_sync_mode(c.sync_mode);
@@ -65,6 +72,10 @@ void FillManifest(const DistributeState& s, const std::vector<PassRecord>& recor
   m->set_fingerprint(s.fingerprint);
   m->set_batch_var(s.grads.batch_var);
   for (const auto& op : s.lr_ops) m->add_lr_ops(op);
+  if (c.client_size > 1) {
+    m->set_client_size(c.client_size);
+    m->set_client_rank(c.client_rank);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 // learning-rate schedule in a block of its own. Servers initialize the parameters (the
 // single-device startup's own ops, then sliced); every trainer's startup fetches them, so all
 // trainers start from the servers' values.
+//
+// Hybrid mode (client_size > 1): every trainer is an MPI client of several processes; the
+// servers see one trainer per client (see DistributeConfig::client_size).
 #pragma once
 
 #include <string>
@@ -33,6 +36,12 @@ struct DistributeConfig {
   bool slice_var_up = true;
   std::string split_method = "round_robin";  // round_robin | hash | bytes
   int64_t min_block_size = 8192;             // elements
+  // Hybrid (MPI clients of the servers): each trainer is a client of client_size processes
+  // (its own MPI world), and the trainer programs made are those of rank client_rank of the
+  // client. The client allreduces its gradients (weighted by the ranks' batch rows), its rank 0
+  // alone talks to the servers, and broadcasts the parameters it receives. 1: plain trainers.
+  int client_size = 1;
+  int client_rank = 0;
   PassOptions pass_options;
 };
 

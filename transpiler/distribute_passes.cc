@@ -90,6 +90,9 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
   }
   if (c.min_block_size < 1)
     return InvalidArgument("min_block_size must be >= 1, got ", c.min_block_size);
+  if (c.client_size < 1 || c.client_rank < 0 || c.client_rank >= c.client_size)
+    return InvalidArgument("client rank ", c.client_rank, " is not a rank of a client of ",
+                           c.client_size, " processes");
   LOOM_ASSIGN_OR_RETURN(s.policy, ParseSplitMethod(c.split_method));
   LOOM_RETURN_IF_ERROR(CheckSingleDeviceInput(s.startup, s.main));
   s.fingerprint = Fingerprint(s);
@@ -448,6 +451,125 @@ StatusOr<bool> BuildTrainerPrograms(DistributeState& s) {
     InsertOps(ts.GlobalBlock(), std::move(ins));
     s.trainer_startup.push_back(std::move(ts));
     s.trainer_main.push_back(TrainerMain(s, main, t));
+  }
+  return true;
+}
+
+namespace {
+
+constexpr const char* kClientComm = "@LOOM_CLIENT_COMM@";
+constexpr const char* kClientWeight = "@LOOM_CLIENT_WEIGHT@";
+constexpr const char* kClientSamples = "@LOOM_CLIENT_SAMPLES@";
+
+bool IsRpcOp(const OpDesc& op) { return (op.Role() & kOpRoleRPC) != 0; }
+
+// Removes every op of block 0 that talks to the servers (and the splits and concats that serve
+// them): what a client's ranks other than 0 leave to rank 0.
+void RemoveRpcOps(BlockDesc* block) {
+  for (int i = block->OpSize() - 1; i >= 0; --i)
+    if (IsRpcOp(block->Op(i))) block->RemoveOp(i);
+}
+
+// broadcast of every served parameter from the client's rank 0, in the analysis' order (the
+// same on every rank).
+std::vector<proto::OpDesc> BroadcastParams(const DistributeState& s) {
+  std::vector<proto::OpDesc> ops;
+  for (const auto& p : s.grads.params)
+    ops.push_back(MakeOp("broadcast", {{"X", {p.param}}, {"Comm", {kClientComm}}},
+                         {{"Out", {p.param}}}, {{"root", 0}}, kOpRoleCommunication));
+  return ops;
+}
+
+void JoinClientStartup(const DistributeState& s, ProgramDesc* startup) {
+  const auto& c = s.config;
+  BlockDesc* block = startup->GlobalBlock();
+  DeclareCommunicator(block, kClientComm);
+  Insertions ins;
+  ins[-1].push_back(MakeOp("comm_init", {}, {{"Comm", {kClientComm}}},
+                           {{"nranks", c.client_size},
+                            {"rank", c.client_rank},
+                            {"group", std::string("client")},
+                            {"transport", std::string("mpi")},
+                            {"fingerprint", s.fingerprint}},
+                           kOpRoleCommunication));
+  const int last = block->OpSize() - 1;
+  if (c.client_rank != 0) {
+    // No fetch from the servers: the parameters get their dims here and rank 0's values below.
+    for (const auto& p : s.grads.params) {
+      VarDesc v = s.main.GlobalBlock()->FindVar(p.param);
+      std::vector<int64_t> shape = v.Dims().vec();
+      ins[last].push_back(
+          MakeOp("fill_constant", {}, {{"Out", {p.param}}},
+                 {{"shape", shape}, {"value", 0.0f}, {"dtype", static_cast<int>(v.Dtype())}},
+                 kOpRoleCommunication));
+    }
+  }
+  for (auto& op : BroadcastParams(s)) ins[last].push_back(std::move(op));
+  InsertOps(block, std::move(ins));
+  if (c.client_rank != 0) RemoveRpcOps(block);
+}
+
+void JoinClientMain(const DistributeState& s, ProgramDesc* main) {
+  const auto& c = s.config;
+  BlockDesc* block = main->GlobalBlock();
+  DeclareCommunicator(block, kClientComm);
+  Insertions ins;
+  // Each rank's share of the client's batch (and the client's sample count, which rank 0 tells
+  // the servers): the client's gradient is then its batch's mean gradient.
+  SlotList weight;
+  const bool by_rows = !s.grads.batch_var.empty();
+  if (by_rows) {
+    VarDesc w = block->Var(kClientWeight);
+    w.SetType(proto::VarType::DENSE_TENSOR);
+    w.SetDtype(proto::FP64);
+    w.SetDims(DDim({1}));
+    VarDesc n = block->Var(kClientSamples);
+    n.SetType(proto::VarType::DENSE_TENSOR);
+    n.SetDtype(proto::INT64);
+    n.SetDims(DDim({1}));
+    ins[-1].push_back(MakeOp("sample_weight", {{"X", {s.grads.batch_var}}, {"Comm", {kClientComm}}},
+                             {{"Out", {kClientWeight}}, {"Total", {kClientSamples}}}, {},
+                             kOpRoleCommunication));
+    weight.push_back({"Weight", {kClientWeight}});
+  }
+  // The allreduce of a gradient goes right before the first op that sends it (its split or its
+  // send, placed after the gradient's last writer).
+  for (const auto& p : s.grads.params) {
+    int first = -1;
+    for (int i = 0; i < block->OpSize() && first < 0; ++i) {
+      const OpDesc op = block->Op(i);
+      if (!IsRpcOp(op)) continue;
+      auto in = op.InputArgumentNames();
+      if (std::find(in.begin(), in.end(), p.grad) != in.end()) first = i;
+    }
+    if (first < 0) continue;
+    SlotList inputs{{"X", {p.grad}}, {"Comm", {kClientComm}}};
+    inputs.insert(inputs.end(), weight.begin(), weight.end());
+    ins[first - 1].push_back(MakeOp("allreduce", inputs, {{"Out", {p.grad}}},
+                                    {{"reduce_type", std::string(by_rows ? "sum" : "avg")}},
+                                    kOpRoleCommunication));
+  }
+  const int last = block->OpSize() - 1;
+  for (auto& op : BroadcastParams(s)) ins[last].push_back(std::move(op));
+  InsertOps(block, std::move(ins));
+  if (c.client_rank != 0) {
+    RemoveRpcOps(block);
+    return;
+  }
+  if (!by_rows) return;
+  for (int i = 0; i < block->OpSize(); ++i) {
+    OpDesc op = block->Op(i);
+    if (op.Type() == "send_barrier") op.SetInput("SampleCount", {kClientSamples});
+  }
+}
+
+}  // namespace
+
+StatusOr<bool> JoinClients(DistributeState& s) {
+  if (s.config.client_size <= 1) return false;
+  for (size_t t = 0; t < s.trainer_main.size(); ++t) {
+    JoinClientStartup(s, &s.trainer_startup[t]);
+    JoinClientMain(s, &s.trainer_main[t]);
   }
   return true;
 }

@@ -46,6 +46,7 @@ StatusOr<bool> SliceParams(DistributeState& s);
 StatusOr<bool> PlaceBlocks(DistributeState& s);
 StatusOr<bool> BuildServerPrograms(DistributeState& s);
 StatusOr<bool> BuildTrainerPrograms(DistributeState& s);
+StatusOr<bool> JoinClients(DistributeState& s);
 
 // Variable names of a sliced parameter's pieces: "w.block0", "w@GRAD.block0" (Fluid's).
 std::string BlockVarName(const std::string& var, int index);

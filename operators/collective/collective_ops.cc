@@ -278,6 +278,10 @@ Status BarrierKernel(const KernelContext& ctx) {
 Status SampleWeightInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", DDim({1}));
   ctx->SetOutputDtype("Out", proto::FP64);
+  if (ctx->OutputSize("Total") > 0) {
+    ctx->SetOutputDim("Total", DDim({1}));
+    ctx->SetOutputDtype("Total", proto::INT64);
+  }
   return Status::OK();
 }
 
@@ -304,6 +308,11 @@ Status SampleWeightKernel(const KernelContext& ctx) {
                      x.dims().ToString(), ")");
   ctx.Output("Out")->mutable_data<double>(Place::CPU())[0] =
       static_cast<double>(rows) / static_cast<double>(total);
+  if (ctx.OutputSize("Total") > 0) {
+    Tensor* t = ctx.Output("Total");
+    t->Resize(DDim({1}));
+    t->mutable_data<int64_t>(Place::CPU())[0] = total;
+  }
   return Status::OK();
 }
 
@@ -450,7 +459,8 @@ LOOM_REGISTER_OP(sample_weight)
         "batch, the weight of its gradient in the full-batch gradient.")
     .Input("X", "a batch input of this rank (its dim 0 counts samples)")
     .Input("Comm", "the communicator (from comm_init)")
-    .Output("Out", "1-element fp32 weight")
+    .Output("Out", "1-element fp64 weight")
+    .Output("Total", "1-element int64: the global batch's rows (the sum over ranks)", false, true)
     .KernelDtypeFrom("Comm")
     .InferShape(SampleWeightInferShape)
     .Kernel(Place::kCPU, proto::FP32, SampleWeightKernel);

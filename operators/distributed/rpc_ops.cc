@@ -83,7 +83,14 @@ Status SendKernel(const KernelContext& ctx) {
 Status SendBarrierKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
   int64_t samples = 1;
-  if (ctx.InputSize("Samples") > 0) {
+  if (ctx.InputSize("SampleCount") > 0) {
+    const Tensor& c = ctx.Input("SampleCount");
+    if (c.dtype() != proto::INT64 || c.numel() != 1 || !c.place().is_cpu())
+      return ctx.Error("SampleCount must be a 1-element int64 CPU tensor, got ",
+                       DataTypeName(c.dtype()), " ", c.dims().ToString());
+    samples = c.data<int64_t>()[0];
+    if (samples < 1) return ctx.Error("SampleCount is ", samples, ", not a positive count");
+  } else if (ctx.InputSize("Samples") > 0) {
     const Tensor& b = ctx.Input("Samples");
     samples = b.dims().size() > 0 ? b.dims()[0] : 1;
   }
@@ -220,6 +227,7 @@ const char* kEndpointsDoc =
 }  // namespace
 
 LOOM_REGISTER_OP(send)
+    .Ordered()
     .Doc(
         "Queues each X[i] to server epmap[i] as block send_varnames[i] (no copy; returns at once).")
     .Input("X", "gradient blocks", /*duplicable=*/true)
@@ -231,14 +239,20 @@ LOOM_REGISTER_OP(send)
     .LOOM_RPC_KERNELS(SendKernel);
 
 LOOM_REGISTER_OP(send_barrier)
+    .Ordered()
     .Doc("Tells every server the step is sent, with the trainer's sample count (one way).")
     .Input("Samples", "a batch input: its dim 0 is this trainer's sample count", false, true)
+    .Input("SampleCount",
+           "1-element int64: the sample count itself (an MPI client's whole batch); wins over "
+           "Samples",
+           false, true)
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
     .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
     .LOOM_RPC_KERNELS(SendBarrierKernel);
 
 LOOM_REGISTER_OP(recv)
+    .Ordered()
     .Doc("Out[i] = block recv_varnames[i] of server epmap[i], as of this trainer's last step.")
     .Output("Out", "parameter blocks", /*duplicable=*/true)
     .RequiredAttr<StrList>("epmap", "the server of each Out")
@@ -249,6 +263,7 @@ LOOM_REGISTER_OP(recv)
     .Kernel(Place::kCPU, proto::FP32, RecvKernel);
 
 LOOM_REGISTER_OP(fetch_barrier)
+    .Ordered()
     .Doc(
         "Tells the servers this trainer fetched the step; the next parameter-server op (or "
         "exe.close()) returns only when every trainer has.")

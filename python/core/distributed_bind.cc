@@ -14,7 +14,8 @@ void RegisterDistributed(py::module_& m) {
       "transpile_pserver",
       [](const ProgramDesc& startup, const ProgramDesc& main, int trainers,
          const std::vector<std::string>& pservers, bool sync_mode, bool slice_var_up,
-         const std::string& split_method, int64_t min_block_size) {
+         const std::string& split_method, int64_t min_block_size, int client_size,
+         int client_rank) {
         transpiler::DistributeConfig c;
         c.trainers = trainers;
         c.pservers = pservers;
@@ -22,6 +23,8 @@ void RegisterDistributed(py::module_& m) {
         c.slice_var_up = slice_var_up;
         c.split_method = split_method;
         c.min_block_size = min_block_size;
+        c.client_size = client_size;
+        c.client_rank = client_rank;
         auto r = ValueOrThrow(transpiler::TranspileDistribute(startup, main, c));
         auto wrap = [](std::vector<ProgramDesc>& v) {
           std::vector<std::shared_ptr<ProgramDesc>> out;
@@ -36,8 +39,11 @@ void RegisterDistributed(py::module_& m) {
       py::arg("startup"), py::arg("main"), py::arg("trainers"), py::arg("pservers"),
       py::arg("sync_mode") = true, py::arg("slice_var_up") = true,
       py::arg("split_method") = "round_robin", py::arg("min_block_size") = 8192,
+      py::arg("client_size") = 1, py::arg("client_rank") = 0,
       "Transpiles a single-device (startup, main) for parameter servers: returns (trainer "
-      "startups, trainer mains, server startups, server mains, the manifest as text).");
+      "startups, trainer mains, server startups, server mains, the manifest as text). With "
+      "client_size > 1 (hybrid mode) each trainer is an MPI client of client_size processes and "
+      "the trainer programs are those of rank client_rank.");
   m.def(
       "ps_close",
       [](int trainer_id, const std::vector<std::string>& endpoints) {

@@ -35,9 +35,13 @@ class Bytes:
 class DistributeTranspilerConfig:
     """slice_var_up: cut parameters into blocks over the servers; split_method: RoundRobin,
     HashName or Bytes (a class or its name); min_block_size: the fewest elements of a block;
-    mode: "pserver", or "nccl2" (Fluid's collective mode: every process a trainer, gradients
+    mode: "pserver"; "nccl2" (Fluid's collective mode: every process a trainer, gradients
     allreduced across processes; the programs are not rewritten, and CompiledProgram's
-    with_data_parallel runs them with the processes as ranks)."""
+    with_data_parallel runs them with the processes as ranks); or "hybrid" (pserver mode whose
+    trainers are MPI clients: started by ``loom launch --workers N --servers S --clients C``,
+    the servers see one trainer per client; a client allreduces its gradients over its own MPI
+    world, weighted by each process's batch rows, its rank 0 alone sends them and receives the
+    parameters, and broadcasts them to the client)."""
 
     def __init__(self):
         self.slice_var_up = True
@@ -55,6 +59,39 @@ class DistributeTranspilerConfig:
         return name
 
 
+def _env_int(name, where):
+    import os
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError("DistributeTranspiler (hybrid): %s is unset; %s" % (name, where))
+    try:
+        return int(value)
+    except ValueError:
+        raise RuntimeError("DistributeTranspiler (hybrid): %s=%r is not an integer"
+                           % (name, value)) from None
+
+
+def _client_layout(workers):
+    """(servers' trainers, this client, client size, rank in it) of a hybrid job from the
+    launcher's variables; in a server process only the first is known."""
+    import os
+    how = ("hybrid mode runs under `loom launch --workers N --servers S --clients C -- "
+           "python3 train.py`")
+    clients = _env_int("LOOM_NUM_CLIENTS", how)
+    if clients < 1 or (isinstance(workers, int) and clients > workers):
+        raise ValueError("DistributeTranspiler (hybrid): %d clients for %r workers"
+                         % (clients, workers))
+    if os.environ.get("PADDLE_TRAINING_ROLE", "TRAINER").upper() == "PSERVER":
+        return clients, 0, 1, 0
+    client = _env_int("LOOM_CLIENT_ID", how)
+    size = _env_int("LOOM_CLIENT_SIZE", how)
+    rank = _env_int("LOOM_CLIENT_RANK", how)
+    if not 0 <= client < clients or not 0 <= rank < size:
+        raise ValueError("DistributeTranspiler (hybrid): client %d rank %d is not in %d clients "
+                         "of %d" % (client, rank, clients, size))
+    return clients, client, size, rank
+
+
 def _program_of(desc):
     p = Program(desc)
     p._sync_with_desc()
@@ -64,16 +101,20 @@ def _program_of(desc):
 class DistributeTranspiler:
     def __init__(self, config=None):
         self.config = config or DistributeTranspilerConfig()
-        if self.config.mode not in ("pserver", "nccl2"):
-            raise ValueError("DistributeTranspiler: mode %r is not supported (pserver, nccl2)"
-                             % (self.config.mode,))
+        if self.config.mode not in ("pserver", "nccl2", "hybrid"):
+            raise ValueError("DistributeTranspiler: mode %r is not supported (pserver, nccl2, "
+                             "hybrid)" % (self.config.mode,))
         self._result = None
 
     def transpile(self, trainer_id, program=None, pservers="127.0.0.1:6174", trainers=1,
                   sync_mode=True, startup_program=None, current_endpoint="127.0.0.1:6174"):
         """Rewrites for trainers talking to the servers in pservers ("host:port,..."). The
         startup program becomes trainer_id's startup in place; get_trainer_program() and
-        get_pserver_program(s)() return the rest."""
+        get_pserver_program(s)() return the rest.
+
+        In hybrid mode trainer_id and trainers are the worker's id and the number of workers as
+        launched; the clients (LOOM_NUM_CLIENTS, LOOM_CLIENT_ID, LOOM_CLIENT_RANK,
+        LOOM_CLIENT_SIZE, set by ``loom launch --clients``) are the servers' trainers."""
         main = program or default_main_program()
         startup = startup_program or default_startup_program()
         if self.config.mode == "nccl2":
@@ -84,9 +125,12 @@ class DistributeTranspiler:
         if not isinstance(trainer_id, int) or not 0 <= trainer_id < trainers:
             raise ValueError("transpile: trainer_id %r is not in 0..%d" % (trainer_id, trainers - 1))
         sync = sync_mode if self.config.sync_mode is None else self.config.sync_mode
+        client_size, client_rank = 1, 0
+        if self.config.mode == "hybrid":
+            trainers, trainer_id, client_size, client_rank = _client_layout(trainers)
         out = core.transpile_pserver(startup.desc, main.desc, trainers, eps, bool(sync),
                                      bool(self.config.slice_var_up), self.config._split(),
-                                     int(self.config.min_block_size))
+                                     int(self.config.min_block_size), client_size, client_rank)
         tstart, tmain, pstart, pmain, manifest = out
         self._endpoints = eps
         self._trainer_id = trainer_id
@@ -100,6 +144,12 @@ class DistributeTranspiler:
         main_out.random_seed = getattr(main, "random_seed", 0)
         self._trainer_program = main_out
         self._result = out
+        if client_size > 1:
+            # The client's communicator (a persistable variable of the scope the programs run
+            # in) goes before MPI is finalized at exit.
+            from .compiler import _mpi_cleanup
+            from .executor import global_scope
+            _mpi_cleanup.track(global_scope(), ["@LOOM_CLIENT_COMM@"])
 
     def _transpile_nccl2(self, trainer_id, main, trainers):
         """nccl2: trainers is their count or their endpoints ("host:port,..."); the program is

@@ -217,6 +217,15 @@ LOOM_REGISTER_OP(test_log)
     .Attr<bool>("open_gate", false, "")
     .Kernel(Place::kCPU, proto::FP32, LogCopy);
 
+LOOM_REGISTER_OP(test_ordered_log)
+    .Ordered()
+    .Doc("test: test_log registered Ordered() (an op with effects outside the scope)")
+    .Input("X", "")
+    .Output("Out", "")
+    .Attr<std::string>("tag", "", "")
+    .Attr<bool>("open_gate", false, "")
+    .Kernel(Place::kCPU, proto::FP32, LogCopy);
+
 std::vector<std::string> RunGated(const ProgramDesc& p, Scope* scope, std::vector<Tensor>* out) {
   Gate& g = TheGate();
   {
@@ -275,6 +284,24 @@ TEST(ExecutorScheduleTest, OpsSharingACommunicatorKeepProgramOrder) {
   scope.Var("comm")->GetMutable<int>();
   std::vector<Tensor> out;
   std::vector<std::string> log = RunGated(GatedProgram(true), &scope, &out);
+  EXPECT_EQ(log, (std::vector<std::string>{"copy timed out", "dependent", "independent"}));
+}
+
+TEST(ExecutorScheduleTest, OrderedOpsKeepProgramOrderAmongThemselves) {
+  // As GatedProgram(false), with the two logging ops registered Ordered() (a trainer's send of a
+  // gradient an allreduce is still writing, then its barrier): the second may not pass the
+  // first, which waits for the copy, so the copy times out first.
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* v : {"a", "b", "c", "d"}) DeclareVar(b, v, DDim{-1, 3}, proto::FP32);
+  b->AppendOp("test_gated_copy", {{"X", {"a"}}}, {{"Out", {"b"}}}, {});
+  b->AppendOp("test_ordered_log", {{"X", {"b"}}}, {{"Out", {"c"}}},
+              {{"tag", std::string("dependent")}});
+  b->AppendOp("test_ordered_log", {{"X", {"a"}}}, {{"Out", {"d"}}},
+              {{"tag", std::string("independent")}, {"open_gate", true}});
+  Scope scope;
+  std::vector<Tensor> out;
+  std::vector<std::string> log = RunGated(p, &scope, &out);
   EXPECT_EQ(log, (std::vector<std::string>{"copy timed out", "dependent", "independent"}));
 }
 

@@ -111,3 +111,75 @@ def test_transpile_places_blocks_as_fluid_slices_them():
     assert not any(op in types for op in ("sgd", "momentum", "adam"))
     prog = t.get_pserver_program("127.0.0.1:1")
     assert [op.type for op in prog.global_block().ops] == ["listen_and_serv"]
+
+
+def _launch_hybrid(tmp_path, workers, servers, clients, *args):
+    import os
+    import subprocess
+    import sys
+    if not fluid.core.is_compiled_with_mpi():
+        pytest.skip("Loom was built without MPI: hybrid mode is not tested")
+    if subprocess.run("command -v mpirun", shell=True).returncode != 0:
+        pytest.skip("mpirun is not installed: hybrid mode is not tested")
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
+    path = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__))),
+                            here])
+    proc = subprocess.run(
+        [loom, "launch", "--workers", str(workers), "--servers", str(servers), "--clients",
+         str(clients), "--timeout", "120", "--", sys.executable,
+         os.path.join(here, "hybrid_worker.py"), str(tmp_path)] + list(args),
+        capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [np.load(tmp_path / ("worker%d.npz" % w)) for w in range(workers)]
+
+
+@pytest.mark.parametrize("workers,servers,clients,opt", [(4, 2, 2, "adam"), (3, 1, 1, "sgd")])
+def test_hybrid_equals_single_process_on_the_union(workers, servers, clients, opt, tmp_path):
+    """Hybrid mode (trainers that are MPI clients, float64): every worker ends with the weights
+    of one process training on the union of all workers' batches (unequal shares), to 1e-12."""
+    from hybrid_worker import ROWS, STEPS, shares
+    got = _launch_hybrid(tmp_path, workers, servers, clients, "--opt", opt)
+    init = {k[5:]: got[0][k] for k in got[0].files if k.startswith("init/")}
+    for w in range(1, workers):  # every rank starts from the servers' values
+        for n, v in init.items():
+            np.testing.assert_array_equal(got[w]["init/" + n], v, err_msg=n)
+    ref, ref_losses = train_reference(init, batches(STEPS, ROWS, "float64", seed=5),
+                                      {"opt": opt, "dtype": "float64"})
+    for w in range(workers):
+        for n, want in ref.items():
+            np.testing.assert_allclose(got[w]["final/" + n], want, rtol=1e-12, atol=1e-12,
+                                       err_msg="%s of worker %d" % (n, w))
+    sizes = shares(workers)
+    for step in range(STEPS):
+        mixed = sum(got[w]["losses"][step] * sizes[w] for w in range(workers)) / ROWS
+        np.testing.assert_allclose(mixed, ref_losses[step], rtol=1e-10)
+
+
+def test_hybrid_async_trains(tmp_path):
+    """Asynchronous hybrid: each client's mean gradient is applied as it arrives; the loss falls
+    and the ranks of a client hold the same weights."""
+    got = _launch_hybrid(tmp_path, 4, 2, 2, "--async", "--opt", "sgd", "--steps", "30")
+    for w in range(4):
+        losses = got[w]["losses"]
+        assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
+    for a, b in ((0, 1), (2, 3)):  # clients are workers {0, 1} and {2, 3}
+        for k in got[a].files:
+            if k.startswith("final/"):
+                np.testing.assert_array_equal(got[a][k], got[b][k], err_msg=k)
+
+
+def test_hybrid_outside_a_launched_job_says_how_to_start_one(monkeypatch):
+    from pserver_util import build
+    for name in ("LOOM_NUM_CLIENTS", "LOOM_CLIENT_ID", "LOOM_CLIENT_RANK", "LOOM_CLIENT_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    main, startup, _, _ = build()
+    cfg = fluid.DistributeTranspilerConfig()
+    cfg.mode = "hybrid"
+    t = fluid.DistributeTranspiler(cfg)
+    with pytest.raises(RuntimeError, match="LOOM_NUM_CLIENTS is unset.*loom launch"):
+        t.transpile(0, program=main, pservers="127.0.0.1:1", trainers=2, startup_program=startup)
+    monkeypatch.setenv("LOOM_NUM_CLIENTS", "3")
+    with pytest.raises(ValueError, match="3 clients for 2 workers"):
+        t.transpile(0, program=main, pservers="127.0.0.1:1", trainers=2, startup_program=startup)

@@ -155,11 +155,68 @@ TEST(DistributeTest, BadConfigurationsAreErrorsNamingWhatIsWrong) {
   c = Config(2, 2);
   c.min_block_size = 0;
   expect(c, "min_block_size");
+  c = Config(2, 2);
+  c.client_size = 2;
+  c.client_rank = 2;
+  expect(c, "client rank 2 is not a rank of a client of 2 processes");
   auto once = TranspileDistribute(n.startup, n.main, Config(2, 2));
   ASSERT_TRUE(once.ok());
   auto twice = TranspileDistribute(once->trainer_startup[0], once->trainer_main[0], Config(2, 2));
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("already transpiled"), std::string::npos);
+}
+
+// Hybrid: rank 0 of a client talks to the servers, the others only join the client's
+// collectives; both allreduce every gradient before rank 0 sends it and broadcast the
+// parameters, in the same order.
+TEST(DistributeTest, HybridClientRanksAllreduceAndOnlyRankZeroTalksToServers) {
+  Net n = Mlp();
+  std::vector<std::vector<std::string>> collectives;  // per rank, "type:var" in order
+  for (int rank = 0; rank < 2; ++rank) {
+    DistributeConfig c = Config(2, 3);
+    c.client_size = 2;
+    c.client_rank = rank;
+    auto r = TranspileDistribute(n.startup, n.main, c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->manifest.mode(), "hybrid");
+    EXPECT_EQ(r->manifest.client_size(), 2);
+    EXPECT_EQ(r->manifest.passes(r->manifest.passes_size() - 1), "join-clients");
+    const BlockDesc& b = *r->trainer_main[1].GlobalBlock();
+    auto types = OpTypes(b);
+    EXPECT_EQ(types.front(), "sample_weight");
+    const int sends = static_cast<int>(std::count(types.begin(), types.end(), "send"));
+    EXPECT_EQ(sends, rank == 0 ? 6 : 0);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "allreduce"), 6);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "broadcast"), 6);
+    std::vector<std::string> seq;
+    std::set<std::string> reduced;
+    for (int i = 0; i < b.OpSize(); ++i) {
+      OpDesc op = b.Op(i);
+      if (op.Type() == "allreduce" || op.Type() == "broadcast") {
+        seq.push_back(op.Type() + ":" + op.Input("X")[0]);
+        if (op.Type() == "allreduce") reduced.insert(op.Input("X")[0]);
+      }
+      if (op.Type() == "split_byref" || op.Type() == "send") {
+        // What is sent was reduced in the client first.
+        EXPECT_TRUE(reduced.count(op.Input("X")[0]) || op.Type() == "send") << op.Type();
+      }
+      if (op.Type() == "send_barrier") {
+        EXPECT_EQ(op.Input("SampleCount"), std::vector<std::string>{"@LOOM_CLIENT_SAMPLES@"});
+      }
+      if (op.Type() == "broadcast") {
+        // Parameters go out only after rank 0 has received them.
+        for (int j = i + 1; j < b.OpSize(); ++j) EXPECT_NE(b.Op(j).Type(), "recv");
+      }
+    }
+    collectives.push_back(seq);
+    auto st = OpTypes(*r->trainer_startup[1].GlobalBlock());
+    EXPECT_EQ(st.front(), "comm_init");
+    EXPECT_EQ(std::count(st.begin(), st.end(), "recv"), rank == 0 ? 1 : 0);
+    EXPECT_EQ(std::count(st.begin(), st.end(), "broadcast"), 6);
+    // The servers' programs do not depend on the client layout.
+    EXPECT_EQ(r->pserver_main.size(), 2u);
+  }
+  EXPECT_EQ(collectives[0], collectives[1]);  // the ranks' collectives match, call for call
 }
 
 TEST(DistributeTest, DumpAfterWritesEveryRolesProgram) {

@@ -1,0 +1,66 @@
+"""One process of a hybrid job (Fluid's pserver mode whose trainers are MPI clients), started by
+`loom launch --workers N --servers S --clients C -- python3 hybrid_worker.py OUT_DIR [--async]`.
+
+Every worker trains on its rows of the same global batches (workers get unequal shares) and
+writes its losses and final parameters to OUT_DIR/worker<id>.npz; servers serve and exit.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loom as fluid  # noqa: E402
+from pserver_util import batches, build  # noqa: E402
+
+STEPS, ROWS = 4, 11
+
+
+def shares(workers):
+    """Rows of the global batch per worker: unequal (1, 2, 3, ... then the rest)."""
+    sizes = [k + 1 for k in range(workers - 1)]
+    return sizes + [ROWS - sum(sizes)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--async", dest="sync", action="store_false")
+    ap.add_argument("--opt", default="adam")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    a = ap.parse_args()
+    workers = int(os.environ["PADDLE_TRAINERS_NUM"])
+    worker = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    main_prog, startup, loss, params = build(opt=a.opt, dtype="float64")
+    cfg = fluid.DistributeTranspilerConfig()
+    cfg.mode = "hybrid"
+    cfg.min_block_size = 4  # sliced parameters
+    t = fluid.DistributeTranspiler(cfg)
+    t.transpile(worker, program=main_prog, pservers=os.environ["PADDLE_PSERVER_ENDPOINTS"],
+                trainers=workers, sync_mode=a.sync, startup_program=startup)
+    exe = fluid.Executor(fluid.CPUPlace())
+    if os.environ["PADDLE_TRAINING_ROLE"] == "PSERVER":
+        prog, pstartup = t.get_pserver_programs(os.environ["PADDLE_CURRENT_ENDPOINT"])
+        exe.run(pstartup)
+        exe.run(prog)
+        return
+    exe.run(startup)
+    scope = fluid.global_scope()
+    init = {n: np.array(scope.find_var(n).get_tensor()) for n in params}
+    prog = t.get_trainer_program()
+    sizes = shares(workers)
+    begin = sum(sizes[:worker])
+    losses = []
+    for x, y in batches(a.steps, ROWS, "float64", seed=5):
+        rows = slice(begin, begin + sizes[worker])
+        out = exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss])
+        losses.append(float(out[0][0]))
+    final = {n: np.array(scope.find_var(n).get_tensor()) for n in params}
+    np.savez(os.path.join(a.out, "worker%d.npz" % worker), losses=np.array(losses),
+             **{"init/" + n: v for n, v in init.items()}, **{"final/" + n: v for n, v in final.items()})
+    exe.close()
+
+
+if __name__ == "__main__":
+    main()
