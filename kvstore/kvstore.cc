@@ -32,6 +32,21 @@ void SumInto(const std::vector<Tensor>& values, T* out, const std::vector<T*>& e
   });
 }
 
+// Every out = src: chunk by chunk over the threads, each chunk read from memory once while it is
+// written to every output (a pull's broadcast from the store to the devices' arrays).
+void CopyToAll(const Tensor& src, const std::vector<Tensor*>& outs) {
+  const auto* from = static_cast<const char*>(src.raw_data());
+  std::vector<char*> to;
+  for (Tensor* o : outs) to.push_back(static_cast<char*>(o->raw_data()));
+  ops::ParallelFor(static_cast<int64_t>(src.nbytes()), 1 << 18, [&](int64_t begin, int64_t end) {
+    constexpr int64_t kChunk = 32 << 10;
+    for (int64_t b = begin; b < end; b += kChunk) {
+      const size_t len = static_cast<size_t>(std::min(end, b + kChunk) - b);
+      for (char* t : to) std::memcpy(t + b, from + b, len);
+    }
+  });
+}
+
 template <typename T>
 std::vector<T*> Pointers(const std::vector<Tensor*>& ts) {
   std::vector<T*> p;
@@ -78,8 +93,9 @@ class DeviceStore final : public InProcessStore {
     const int n = static_cast<int>(values.size());
     LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, CollectiveType(merged->dtype()));
     if (n == 1) {
-      std::memcpy(merged->raw_data(), values[0].raw_data(), merged->nbytes());
-      for (Tensor* x : extra) std::memcpy(x->raw_data(), merged->raw_data(), merged->nbytes());
+      std::vector<Tensor*> outs = extra;
+      outs.push_back(merged);
+      CopyToAll(values[0], outs);
       return Status::OK();
     }
     LOOM_ASSIGN_OR_RETURN(collective::InProcessWorld * world, World(n));
@@ -105,7 +121,7 @@ class DeviceStore final : public InProcessStore {
     if (per_rank_outs) {
       std::memcpy(merged->raw_data(), extra[0]->raw_data(), merged->nbytes());
     } else {
-      for (Tensor* x : extra) std::memcpy(x->raw_data(), merged->raw_data(), merged->nbytes());
+      CopyToAll(*merged, extra);
     }
     return Status::OK();
   }
@@ -232,7 +248,7 @@ Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, in
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "pull"));
   if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
-  for (Tensor* o : outs) std::memcpy(o->raw_data(), stored->raw_data(), stored->nbytes());
+  CopyToAll(*stored, outs);
   return Status::OK();
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/launcher.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -198,14 +200,23 @@ std::pair<int, int> ClientWorkers(int workers, int clients, int c) {
 
 // Client c's mpirun: its workers are its MPI world; each rank runs `loom launch --rank-exec`,
 // which sets the worker's environment and prefixes its own lines.
-StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, int c) {
+// Concurrent mpiruns on one machine race to create Open MPI's session directory
+// ($TMPDIR/ompi.<host>.<uid>), and the loser fails at start ("File exists"): each client's
+// mpirun gets a session-directory base of its own (orte_tmpdir_base) under session_base.
+StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, int c,
+                               const std::string& session_base) {
   auto [first, count] = ClientWorkers(o.workers, o.clients, c);
   std::vector<std::string> endpoints = layout.servers;
   endpoints.insert(endpoints.end(), layout.workers.begin(), layout.workers.end());
-  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> argv,
-                        MpirunArgv(o, {"-np", std::to_string(count)}, endpoints,
-                                   {"--clients", std::to_string(o.clients), "--client-first",
-                                    std::to_string(first)}));
+  const std::string session = StrCat(session_base, "/c", c);
+  if (::mkdir(session.c_str(), 0700) != 0)
+    return Internal("cannot create '", session, "' for client ", c,
+                    "'s mpirun: ", std::strerror(errno));
+  LOOM_ASSIGN_OR_RETURN(
+      std::vector<std::string> argv,
+      MpirunArgv(
+          o, {"--mca", "orte_tmpdir_base", session, "-np", std::to_string(count)}, endpoints,
+          {"--clients", std::to_string(o.clients), "--client-first", std::to_string(first)}));
   return ChildSpec{StrCat("client ", c), false, argv,
                    ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false};
 }
@@ -232,17 +243,36 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   std::vector<ChildSpec> specs;
   specs.reserve(nprocs);
   for (int i = 0; i < o.servers; ++i) specs.push_back(RoleSpec(layout, true, i, o.command));
+  std::string session_base;  // the clients' mpirun session directories, removed at the end
+  if (o.clients > 0) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = StrCat(tmp && *tmp ? tmp : "/tmp", "/loom-mpi-XXXXXX");
+    if (::mkdtemp(templ.data()) == nullptr)
+      return Internal("cannot create a directory like '", templ,
+                      "' for the clients' mpirun sessions: ", std::strerror(errno));
+    session_base = templ;
+  }
+  auto remove_sessions = [&] {
+    std::error_code ec;
+    if (!session_base.empty()) std::filesystem::remove_all(session_base, ec);
+  };
   if (o.clients > 0) {
     for (auto& server : specs) server.env.push_back(StrCat("LOOM_NUM_CLIENTS=", o.clients));
     for (int c = 0; c < o.clients; ++c) {
-      LOOM_ASSIGN_OR_RETURN(ChildSpec spec, ClientSpec(o, layout, c));
-      specs.push_back(std::move(spec));
+      StatusOr<ChildSpec> spec = ClientSpec(o, layout, c, session_base);
+      if (!spec.ok()) {
+        remove_sessions();
+        return spec.status();
+      }
+      specs.push_back(std::move(spec).value());
     }
   } else {
     for (int j = 0; j < o.workers; ++j) specs.push_back(RoleSpec(layout, false, j, o.command));
   }
-  LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, SupervisorOptions(o)));
-  return Report(outcome, specs, o);
+  StatusOr<JobOutcome> outcome = Supervise(specs, SupervisorOptions(o));
+  remove_sessions();
+  if (!outcome.ok()) return outcome.status();
+  return Report(*outcome, specs, o);
 }
 
 namespace {

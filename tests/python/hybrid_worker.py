@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--async", dest="sync", action="store_false")
     ap.add_argument("--opt", default="adam")
     ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--learnable", action="store_true", help="targets a linear map of x")
     a = ap.parse_args()
     workers = int(os.environ["PADDLE_TRAINERS_NUM"])
     worker = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
@@ -52,7 +53,11 @@ def main():
     sizes = shares(workers)
     begin = sum(sizes[:worker])
     losses = []
-    for x, y in batches(a.steps, ROWS, "float64", seed=5):
+    data = batches(a.steps, ROWS, "float64", seed=5)
+    if a.learnable:
+        w = np.random.RandomState(1).randn(4, 1)
+        data = [(x, x @ w) for x, _ in data]
+    for x, y in data:
         rows = slice(begin, begin + sizes[worker])
         out = exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss])
         losses.append(float(out[0][0]))

@@ -50,6 +50,6 @@ def test_nccl2_mode_checks_its_arguments():
     t = fluid.DistributeTranspiler(config=config)
     with pytest.raises(ValueError, match="trainer_id 2 is not in 0..1"):
         t.transpile(2, program=main, trainers="127.0.0.1:1,127.0.0.1:2")
-    config.mode = "hybrid"
+    config.mode = "collective"
     with pytest.raises(ValueError, match="not supported"):
         fluid.DistributeTranspiler(config=config)
