@@ -49,7 +49,8 @@ for f in sys.stdin.read().split():
       fi ;;
     tsan)
       if sanitized_build build-tsan thread; then
-        (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp" \
+        supp="$PWD/scripts/tsan.supp"
+        (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$supp" \
           ctest -j"$JOBS" --timeout 1200 --output-on-failure \
           -R 'collective_test|Collective|InProcess|Native|Robust|Abort|DeviceGroup|Executor|DataParallel|Runner|RankFeed|Train|Errors|Cli|ControlFlow|Rpc|Distribute|Launch|KVStore|Hierarchical' \
           >test.log 2>&1) && result tsan PASS ||

@@ -16,6 +16,7 @@ from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, Paralle
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
+from .layers import _data as data
 
 __version__ = core.__version__
 
@@ -26,5 +27,5 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data",
 ]

@@ -40,6 +40,30 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient)
 
 
+def _data(name, shape, dtype="float32", lod_level=0):
+    """fluid.data (Fluid 1.6+): a feed variable whose shape includes the batch dim, written None
+    or -1 where it varies (nothing is prepended, unlike layers.data). Feeds are checked against
+    the declared dims and dtype when the program runs."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("fluid.data: name must be a non-empty string, got %r" % (name,))
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError("fluid.data(%r): shape must be a list or tuple, got %r" % (name, shape))
+    dims = []
+    for d in shape:
+        if d is None or d == -1:
+            dims.append(-1)
+        elif isinstance(d, (int,)) and d >= 0:
+            dims.append(int(d))
+        else:
+            raise ValueError("fluid.data(%r): shape %r has %r; dims are None, -1 or >= 0"
+                             % (name, list(shape), d))
+    if lod_level:
+        raise NotImplementedError("fluid.data(%r): lod_level=%r: LoD (variable-length) "
+                                  "sequences are not supported yet" % (name, lod_level))
+    block = default_main_program().global_block()
+    return block.create_var(name=name, shape=dims, dtype=dtype, stop_gradient=True)
+
+
 def _fill_value_attrs(value, dtype):
     """fill_constant's value attributes: integers go through str_value (exact for any int64,
     as Fluid's str_value; the float `value` is exact only up to 2**24), float64 values too; a

@@ -145,6 +145,190 @@ class AdamOptimizer(Optimizer):
             attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
 
 
+class AdagradOptimizer(Optimizer):
+    """moment += grad^2; param -= lr * grad / (sqrt(moment) + epsilon)."""
+
+    def __init__(self, learning_rate, epsilon=1.0e-6, regularization=None, name=None,
+                 initial_accumulator_value=0.0, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._epsilon = float(epsilon)
+        self._initial = float(initial_accumulator_value)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        m = self._add_accumulator(program, startup, "moment", param, self._initial)
+        return block.append_op("adagrad",
+                               inputs={"Param": param, "Grad": grad, "Moment": m,
+                                       "LearningRate": lr},
+                               outputs={"ParamOut": param, "MomentOut": m},
+                               attrs={"epsilon": self._epsilon})
+
+
+class DecayedAdagradOptimizer(Optimizer):
+    """moment = decay * moment + (1 - decay) * grad^2; param -= lr * grad / (sqrt(moment) +
+    epsilon)."""
+
+    def __init__(self, learning_rate, decay=0.95, epsilon=1.0e-6, regularization=None, name=None,
+                 grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._decay, self._epsilon = float(decay), float(epsilon)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        m = self._add_accumulator(program, startup, "moment", param)
+        return block.append_op("decayed_adagrad",
+                               inputs={"Param": param, "Grad": grad, "Moment": m,
+                                       "LearningRate": lr},
+                               outputs={"ParamOut": param, "MomentOut": m},
+                               attrs={"decay": self._decay, "epsilon": self._epsilon})
+
+
+class RMSPropOptimizer(Optimizer):
+    """mean_square = rho * mean_square + (1 - rho) * grad^2; centered also keeps mean_grad (the
+    same average of grad) and uses mean_square - mean_grad^2; moment = momentum * moment + lr *
+    grad / sqrt(that + epsilon); param -= moment."""
+
+    def __init__(self, learning_rate, rho=0.95, epsilon=1.0e-6, momentum=0.0, centered=False,
+                 regularization=None, name=None, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        if rho is None or epsilon is None or momentum is None:
+            raise ValueError("RMSPropOptimizer: rho, epsilon and momentum must be numbers")
+        self._rho, self._epsilon = float(rho), float(epsilon)
+        self._momentum, self._centered = float(momentum), bool(centered)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        mom = self._add_accumulator(program, startup, "momentum", param)
+        ms = self._add_accumulator(program, startup, "mean_square", param)
+        inputs = {"Param": param, "Grad": grad, "Moment": mom, "MeanSquare": ms,
+                  "LearningRate": lr}
+        outputs = {"ParamOut": param, "MomentOut": mom, "MeanSquareOut": ms}
+        if self._centered:
+            mg = self._add_accumulator(program, startup, "mean_grad", param)
+            inputs["MeanGrad"] = mg
+            outputs["MeanGradOut"] = mg
+        return block.append_op("rmsprop", inputs=inputs, outputs=outputs,
+                               attrs={"epsilon": self._epsilon, "decay": self._rho,
+                                      "momentum": self._momentum, "centered": self._centered})
+
+
+class AdamaxOptimizer(Optimizer):
+    """Adam with the infinity norm: moment = beta1 * moment + (1 - beta1) * grad; inf_norm =
+    max(beta2 * inf_norm + epsilon, |grad|); param -= lr / (1 - beta1^t) * moment / inf_norm."""
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 regularization=None, name=None, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        m = self._add_accumulator(program, startup, "moment", param)
+        u = self._add_accumulator(program, startup, "inf_norm", param)
+        b1 = self._add_accumulator(program, startup, "beta1_pow_acc", param, self._beta1, [1])
+        return block.append_op(
+            "adamax",
+            inputs={"Param": param, "Grad": grad, "LearningRate": lr, "Moment": m,
+                    "InfNorm": u, "Beta1Pow": b1},
+            outputs={"ParamOut": param, "MomentOut": m, "InfNormOut": u, "Beta1PowOut": b1},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
+
+
+class AdadeltaOptimizer(Optimizer):
+    """avg_sq_grad = rho * avg_sq_grad + (1 - rho) * grad^2; update = -sqrt((avg_sq_update +
+    epsilon) / (avg_sq_grad + epsilon)) * grad; avg_sq_update = rho * avg_sq_update + (1 - rho) *
+    update^2; param += update. As in Fluid 1.x, learning_rate is taken but not applied (the
+    step size is Adadelta's own)."""
+
+    def __init__(self, learning_rate, epsilon=1.0e-6, rho=0.95, regularization=None, name=None,
+                 grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._epsilon, self._rho = float(epsilon), float(rho)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        g2 = self._add_accumulator(program, startup, "avg_squared_grad", param)
+        u2 = self._add_accumulator(program, startup, "avg_squared_update", param)
+        return block.append_op(
+            "adadelta",
+            inputs={"Param": param, "Grad": grad, "AvgSquaredGrad": g2, "AvgSquaredUpdate": u2},
+            outputs={"ParamOut": param, "AvgSquaredGradOut": g2, "AvgSquaredUpdateOut": u2},
+            attrs={"epsilon": self._epsilon, "rho": self._rho})
+
+
+class LambOptimizer(Optimizer):
+    """LAMB: Adam's bias-corrected step r = m_hat / (sqrt(v_hat) + epsilon) + weight_decay *
+    param, scaled per parameter by the trust ratio ||param|| / ||r|| (1 when either is 0):
+    param -= lr * ratio * r. exclude_from_weight_decay_fn(param) -> True drops the decay."""
+
+    def __init__(self, learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999,
+                 epsilon=1e-6, regularization=None, exclude_from_weight_decay_fn=None, name=None,
+                 grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._wd = float(lamb_weight_decay)
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+        self._exclude = exclude_from_weight_decay_fn
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        m1 = self._add_accumulator(program, startup, "moment1", param)
+        m2 = self._add_accumulator(program, startup, "moment2", param)
+        b1 = self._add_accumulator(program, startup, "beta1_pow_acc", param, self._beta1, [1])
+        b2 = self._add_accumulator(program, startup, "beta2_pow_acc", param, self._beta2, [1])
+        wd = 0.0 if self._exclude is not None and self._exclude(param) else self._wd
+        return block.append_op(
+            "lamb",
+            inputs={"Param": param, "Grad": grad, "LearningRate": lr, "Moment1": m1,
+                    "Moment2": m2, "Beta1Pow": b1, "Beta2Pow": b2},
+            outputs={"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2,
+                     "Beta1PowOut": b1, "Beta2PowOut": b2},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "weight_decay": wd})
+
+
+class LarsMomentumOptimizer(Optimizer):
+    """Momentum with a layer-wise rate: local_lr = lr * lars_coeff * ||param|| / (||grad|| +
+    lars_weight_decay * ||param||) (lr when either norm is 0); velocity = momentum * velocity +
+    local_lr * (grad + lars_weight_decay * param); param -= velocity."""
+
+    def __init__(self, learning_rate, momentum, lars_coeff=0.001, lars_weight_decay=0.0005,
+                 regularization=None, name=None, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._momentum, self._coeff = float(momentum), float(lars_coeff)
+        self._wd = float(lars_weight_decay)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        v = self._add_accumulator(program, startup, "velocity", param)
+        return block.append_op(
+            "lars_momentum",
+            inputs={"Param": param, "Grad": grad, "Velocity": v, "LearningRate": lr},
+            outputs={"ParamOut": param, "VelocityOut": v},
+            attrs={"mu": self._momentum, "lars_coeff": self._coeff,
+                   "lars_weight_decay": self._wd})
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-Proximal (McMahan et al.) with L1 / L2 and a learning-rate power, as Fluid's ftrl
+    op: squared and linear accumulators per parameter."""
+
+    def __init__(self, learning_rate, l1=0.0, l2=0.0, lr_power=-0.5, regularization=None,
+                 name=None, grad_clip=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._l1, self._l2, self._lr_power = float(l1), float(l2), float(lr_power)
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        sq = self._add_accumulator(program, startup, "squared", param)
+        lin = self._add_accumulator(program, startup, "linear", param)
+        return block.append_op(
+            "ftrl",
+            inputs={"Param": param, "Grad": grad, "SquaredAccumulator": sq,
+                    "LinearAccumulator": lin, "LearningRate": lr},
+            outputs={"ParamOut": param, "SquaredAccumOut": sq, "LinearAccumOut": lin},
+            attrs={"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power})
+
+
 SGD = SGDOptimizer
 Momentum = MomentumOptimizer
 Adam = AdamOptimizer
+Adagrad = AdagradOptimizer
+DecayedAdagrad = DecayedAdagradOptimizer
+RMSProp = RMSPropOptimizer
+Adamax = AdamaxOptimizer
+Adadelta = AdadeltaOptimizer
+Lamb = LambOptimizer
+LarsMomentum = LarsMomentumOptimizer
+Ftrl = FtrlOptimizer
