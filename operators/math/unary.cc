@@ -75,6 +75,29 @@ template <typename T> T GeluD(T x, T, const UnaryAttrs&) {
   T pdf = std::exp(T(-0.5) * x * x) / std::sqrt(T(2) * T(M_PI));
   return cdf + x * pdf;
 }
+// Piecewise-constant rounding: gradient 0 (as Fluid's floor / ceil / round).
+template <typename T> T Floor(T x, const UnaryAttrs&) { return std::floor(x); }
+template <typename T> T Ceil(T x, const UnaryAttrs&) { return std::ceil(x); }
+template <typename T> T Round(T x, const UnaryAttrs&) { return std::round(x); }
+template <typename T> T ZeroD(T, T, const UnaryAttrs&) { return T(0); }
+template <typename T> T Cos(T x, const UnaryAttrs&) { return std::cos(x); }
+template <typename T> T CosD(T x, T, const UnaryAttrs&) { return -std::sin(x); }
+template <typename T> T Sin(T x, const UnaryAttrs&) { return std::sin(x); }
+template <typename T> T SinD(T x, T, const UnaryAttrs&) { return std::cos(x); }
+template <typename T> T Reciprocal(T x, const UnaryAttrs&) { return T(1) / x; }
+template <typename T> T ReciprocalD(T, T y, const UnaryAttrs&) { return -y * y; }
+template <typename T> T Rsqrt(T x, const UnaryAttrs&) { return T(1) / std::sqrt(x); }
+template <typename T> T RsqrtD(T, T y, const UnaryAttrs&) { return T(-0.5) * y * y * y; }
+// softplus = ln(1 + e^x), computed without overflow for large x.
+template <typename T> T Softplus(T x, const UnaryAttrs&) {
+  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+template <typename T> T SoftplusD(T x, T, const UnaryAttrs&) { return T(1) / (T(1) + std::exp(-x)); }
+template <typename T> T Softsign(T x, const UnaryAttrs&) { return x / (T(1) + std::abs(x)); }
+template <typename T> T SoftsignD(T x, T, const UnaryAttrs&) {
+  const T d = T(1) + std::abs(x);
+  return T(1) / (d * d);
+}
 // clang-format on
 
 Status UnaryGradInferShape(InferShapeContext* ctx) {
@@ -122,6 +145,15 @@ LOOM_UNARY_OP(sqrt, Sqrt, SqrtD, "Out = sqrt(X).");
 LOOM_UNARY_OP(square, Square, SquareD, "Out = X * X.");
 LOOM_UNARY_OP(abs, Abs, AbsD, "Out = |X| (gradient 0 at 0).");
 LOOM_UNARY_OP(gelu, Gelu, GeluD, "Out = X * Phi(X), Phi the standard normal CDF.");
+LOOM_UNARY_OP(floor, Floor, ZeroD, "Out = floor(X) (gradient 0).");
+LOOM_UNARY_OP(ceil, Ceil, ZeroD, "Out = ceil(X) (gradient 0).");
+LOOM_UNARY_OP(round, Round, ZeroD, "Out = X rounded half away from zero (gradient 0).");
+LOOM_UNARY_OP(cos, Cos, CosD, "Out = cos(X).");
+LOOM_UNARY_OP(sin, Sin, SinD, "Out = sin(X).");
+LOOM_UNARY_OP(reciprocal, Reciprocal, ReciprocalD, "Out = 1 / X.");
+LOOM_UNARY_OP(rsqrt, Rsqrt, RsqrtD, "Out = 1 / sqrt(X).");
+LOOM_UNARY_OP(softplus, Softplus, SoftplusD, "Out = ln(1 + exp(X)).");
+LOOM_UNARY_OP(softsign, Softsign, SoftsignD, "Out = X / (1 + |X|).");
 
 LOOM_REGISTER_OP(leaky_relu)
     .Doc("Out = X if X > 0 else alpha * X.")

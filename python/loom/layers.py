@@ -329,7 +329,8 @@ def dropout(x, dropout_prob, is_test=False, seed=None, name=None,
 # ------------------------------------------------------------------ activations
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "leaky_relu", "softmax", "exp", "log",
-                "sqrt", "square", "abs")
+                "sqrt", "square", "abs", "floor", "ceil", "round", "cos", "sin", "reciprocal",
+                "rsqrt", "softplus", "softsign")
 
 
 def relu(x, name=None):
@@ -366,6 +367,42 @@ def sqrt(x, name=None):
 
 def square(x, name=None):
     return _unary("square", x, name=name)
+
+
+def floor(x, name=None):
+    return _unary("floor", x, name=name)
+
+
+def ceil(x, name=None):
+    return _unary("ceil", x, name=name)
+
+
+def round(x, name=None):
+    return _unary("round", x, name=name)
+
+
+def cos(x, name=None):
+    return _unary("cos", x, name=name)
+
+
+def sin(x, name=None):
+    return _unary("sin", x, name=name)
+
+
+def reciprocal(x, name=None):
+    return _unary("reciprocal", x, name=name)
+
+
+def rsqrt(x, name=None):
+    return _unary("rsqrt", x, name=name)
+
+
+def softplus(x, name=None):
+    return _unary("softplus", x, name=name)
+
+
+def softsign(x, name=None):
+    return _unary("softsign", x, name=name)
 
 
 def abs(x, name=None):
@@ -654,4 +691,6 @@ def zeros_like(x, out=None):
 from .control_flow import (less_than, less_equal, greater_than, greater_equal, equal,  # noqa: E402
                            not_equal, logical_and, logical_or, logical_xor, logical_not, cond,
                            case, switch_case, while_loop, While)
-from .learning_rate_scheduler import exponential_decay  # noqa: E402,F401
+from .learning_rate_scheduler import (  # noqa: E402,F401
+    exponential_decay, natural_exp_decay, inverse_time_decay, polynomial_decay, piecewise_decay,
+    noam_decay, cosine_decay, linear_lr_warmup)

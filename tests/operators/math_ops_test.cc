@@ -411,7 +411,18 @@ INSTANTIATE_TEST_SUITE_P(
                       UnaryCase{"abs", 0.1, 2, [](double x) { return std::abs(x); }},
                       UnaryCase{
                           "gelu", -3, 3,
-                          [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }}),
+                          [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+                      UnaryCase{"floor", -3, 3, [](double x) { return std::floor(x); }},
+                      UnaryCase{"ceil", -3, 3, [](double x) { return std::ceil(x); }},
+                      UnaryCase{"round", -3, 3, [](double x) { return std::round(x); }},
+                      UnaryCase{"cos", -3, 3, [](double x) { return std::cos(x); }},
+                      UnaryCase{"sin", -3, 3, [](double x) { return std::sin(x); }},
+                      UnaryCase{"reciprocal", 0.3, 3, [](double x) { return 1 / x; }},
+                      UnaryCase{"rsqrt", 0.3, 3, [](double x) { return 1 / std::sqrt(x); }},
+                      UnaryCase{"softplus", -30, 30,
+                                [](double x) { return std::log(1 + std::exp(x)); }},
+                      UnaryCase{"softsign", -3, 3,
+                                [](double x) { return x / (1 + std::abs(x)); }}),
     [](const ::testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.type); });
 
 TEST(UnaryOpTest, LeakyReluAndClipAttributes) {
