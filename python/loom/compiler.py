@@ -184,6 +184,26 @@ class _RankState:
         self.generation = scope.persistables_generation()
 
 
+def _merge_place_feeds(feeds, mpi):
+    """One global batch from per-place feed dicts (a DataLoader's step): each variable's
+    arrays concatenated along dim 0, in place order (the runner splits it over the places
+    again). Under MPI a process feeds its own rank: one dict."""
+    import numpy as np
+    if mpi and len(feeds) != 1:
+        raise ValueError("transport 'mpi': pass this process's feed as one dict, not %d"
+                         % len(feeds))
+    if not feeds or not all(isinstance(f, dict) for f in feeds):
+        raise TypeError("a per-place feed is a non-empty list of dicts")
+    names = set(feeds[0])
+    for i, f in enumerate(feeds):
+        if set(f) != names:
+            raise ValueError("per-place feed %d has variables %s, feed 0 has %s"
+                             % (i, sorted(f), sorted(names)))
+    if len(feeds) == 1:
+        return feeds[0]
+    return {n: np.concatenate([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
+
+
 class _MpiCleanup:
     """At exit: drops the MPI communicators (scope variables) of compiled programs, then
     finalizes MPI, so that mpirun sees every rank end cleanly."""
@@ -321,12 +341,11 @@ class CompiledProgram:
             self.with_data_parallel()
         scope = scope or global_scope()
         st = self._state(scope)
+        if not feed and getattr(self._program, "_loader", None) is not None:
+            feed = self._program._loader._next_feed()  # a non-iterable DataLoader's step
         feed = feed or {}
         if isinstance(feed, (list, tuple)):
-            raise NotImplementedError(
-                "transport 'mpi': pass this process's feed as one dict" if st.mpi else
-                "per-place feed lists are not supported: pass one dict, it is split across "
-                "the places")
+            feed = _merge_place_feeds(feed, st.mpi)
         feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
         try:

@@ -74,8 +74,16 @@ class Executor:
             return program._run_with(self, feed, fetch_list, scope, return_numpy, return_merged)
         if not isinstance(program, Program):
             raise TypeError("Executor.run: program must be a loom.Program, got %r" % (program,))
+        if not feed and getattr(program, "_loader", None) is not None:
+            feed = program._loader._next_feed()  # a non-iterable DataLoader's next batch
         if feed is None:
             feed = {}
+        if isinstance(feed, (list, tuple)):  # a DataLoader's step: one feed dict per place
+            if len(feed) != 1:
+                raise ValueError("Executor.run: %d feed dicts (one per place) for a program "
+                                 "that runs on one place; run a CompiledProgram with "
+                                 "with_data_parallel() on them" % len(feed))
+            feed = feed[0]
         if not isinstance(feed, dict):
             raise TypeError("Executor.run: feed must be a dict of name -> numpy array")
         fetch = [_fetch_name(v) for v in (fetch_list or [])]

@@ -2,6 +2,9 @@
 import os
 
 from . import core
+from .data_loader import DataLoader, PyReader  # noqa: F401
+from .reader import (batch, buffered, cache, chain, compose, firstn, map_readers,  # noqa: F401
+                     shuffle, xmap_readers)
 from .executor import global_scope
 from .framework import Program, Variable, default_main_program
 

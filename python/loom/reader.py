@@ -43,3 +43,105 @@ def firstn(reader, n):
                 return
             yield sample
     return first
+
+
+def map_readers(func, *readers):
+    """Samples func(a, b, ...) of the readers' samples taken together."""
+    def mapped():
+        for samples in zip(*[r() for r in readers]):
+            yield func(*samples)
+    return mapped
+
+
+def chain(*readers):
+    """The samples of each reader in turn."""
+    def chained():
+        for r in readers:
+            yield from r()
+    return chained
+
+
+def compose(*readers, check_alignment=True):
+    """Samples joined field by field: (a, b) from readers of a and of b (tuples are flattened).
+    With check_alignment, readers of different lengths are an error."""
+    def flat(x):
+        return x if isinstance(x, tuple) else (x,)
+
+    def composed():
+        its = [r() for r in readers]
+        while True:
+            parts, ended = [], 0
+            for it in its:
+                try:
+                    parts.append(next(it))
+                except StopIteration:
+                    ended += 1
+            if ended:
+                if check_alignment and ended != len(its):
+                    raise ValueError("compose: the readers have different lengths")
+                return
+            yield sum((flat(p) for p in parts), ())
+    return composed
+
+
+def buffered(reader, size):
+    """The same samples, read ahead by a thread into a buffer of size."""
+    import queue
+    import threading
+    end = object()
+
+    def read_ahead():
+        q = queue.Queue(maxsize=max(1, int(size)))
+        failure = []
+
+        def fill():
+            try:
+                for s in reader():
+                    q.put(s)
+            except Exception as e:  # noqa: BLE001 - raised in the consumer
+                failure.append(e)
+            q.put(end)
+        t = threading.Thread(target=fill, daemon=True)
+        t.start()
+        while True:
+            s = q.get()
+            if s is end:
+                break
+            yield s
+        t.join()
+        if failure:
+            raise failure[0]
+    return read_ahead
+
+
+def xmap_readers(mapper, reader, process_num, buffer_size, order=False):
+    """mapper applied to every sample by process_num threads (in the reader's order with
+    order=True, else as they finish)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def xmapped():
+        with ThreadPoolExecutor(max_workers=max(1, int(process_num))) as pool:
+            if order:
+                yield from pool.map(mapper, reader())
+                return
+            pending = []
+            for s in reader():
+                pending.append(pool.submit(mapper, s))
+                if len(pending) >= max(1, int(buffer_size)):
+                    yield pending.pop(0).result()
+            for f in pending:
+                yield f.result()
+    return xmapped
+
+
+def cache(reader):
+    """Reads reader once, then replays its samples."""
+    samples = []
+    done = []
+
+    def cached():
+        if not done:
+            samples.extend(reader())
+            done.append(True)
+        yield from samples
+    return cached
