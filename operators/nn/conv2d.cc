@@ -133,18 +133,13 @@ int64_t SamplesPerChunk(const ConvGeom& g) {
 // buffer [K, chunk * P], so each (chunk, group) is one wide GEMM on OpenBLAS's threads, and
 // im2col / col2im and the reordering between [M, chunk * P] and [chunk, M, P] are split over
 // samples on Loom's threads.
+// out = conv(x, w) over geometry g.
 template <typename T>
-Status Conv2DKernel(const KernelContext& ctx) {
-  const Tensor& input = ctx.Input("Input");
-  const Tensor& filter = ctx.Input("Filter");
-  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
-  const T* x = input.data<T>();
-  const T* w = filter.data<T>();
-  T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+void ConvForward(const ConvGeom& g, const T* x, const T* w, T* out) {
   if constexpr (std::is_same_v<T, float>) {
     if (conv_direct::SupportedForward(g)) {
       conv_direct::Forward(g, x, w, out);
-      return Status::OK();
+      return;
     }
   }
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
@@ -167,25 +162,25 @@ Status Conv2DKernel(const KernelContext& ctx) {
       });
     }
   }
+}
+
+template <typename T>
+Status Conv2DKernel(const KernelContext& ctx) {
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
+  ConvForward(g, input.data<T>(), filter.data<T>(),
+              ctx.Output("Output")->mutable_data<T>(ctx.place()));
   return Status::OK();
 }
 
 // Input@GRAD = col2im(W_gᵀ · dOut_g); Filter@GRAD = Σ_samples dOut_g · im2col(x)ᵀ, both over
 // chunks of samples as in the forward kernel.
+// dx = conv's input gradient and dw = its filter gradient (either may be null) from dout,
+// over geometry g (x is read only for dw).
 template <typename T>
-Status Conv2DGradKernel(const KernelContext& ctx) {
-  Tensor* dinput = ctx.OutputOrNull("Input@GRAD");
-  Tensor* dfilter = ctx.OutputOrNull("Filter@GRAD");
-  if (!dinput && !dfilter) return Status::OK();
-  const Tensor& input = ctx.Input("Input");
-  const Tensor& filter = ctx.Input("Filter");
-  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
-  const T* x = input.data<T>();
-  const T* w = filter.data<T>();
-  const T* dout = ctx.Input("Output@GRAD").data<T>();
+void ConvBackward(const ConvGeom& g, const T* x, const T* w, const T* dout, T* dx, T* dw) {
   const int64_t k = g.K(), p = g.P(), chunk = SamplesPerChunk(g);
-  T* dx = dinput ? dinput->mutable_data<T>(ctx.place()) : nullptr;
-  T* dw = dfilter ? dfilter->mutable_data<T>(ctx.place()) : nullptr;
   if constexpr (std::is_same_v<T, float>) {
     if (dx && conv_direct::SupportedInputGrad(g)) {
       conv_direct::InputGrad(g, dout, w, dx);
@@ -195,10 +190,10 @@ Status Conv2DGradKernel(const KernelContext& ctx) {
       conv_direct::FilterGrad(g, x, dout, dw);
       dw = nullptr;
     }
-    if (!dx && !dw) return Status::OK();
+    if (!dx && !dw) return;
   }
-  if (dw) std::fill(dw, dw + dfilter->numel(), T(0));
-  if (dx && g.n * k * p == 0) std::fill(dx, dx + dinput->numel(), T(0));
+  if (dw) std::fill(dw, dw + g.m * k, T(0));
+  if (dx && g.n * k * p == 0) std::fill(dx, dx + g.n * g.c * g.h * g.w, T(0));
   std::unique_ptr<T[]> col(new T[k * p * chunk]), dprod(new T[g.mg * p * chunk]);
   for (int64_t s0 = 0; s0 < g.n; s0 += chunk) {
     const int64_t cs = std::min(chunk, g.n - s0), ld = cs * p;
@@ -225,11 +220,124 @@ Status Conv2DGradKernel(const KernelContext& ctx) {
       });
     }
   }
+}
+
+// Input@GRAD = col2im(W_gᵀ · dOut_g); Filter@GRAD = Σ_samples dOut_g · im2col(x)ᵀ, both over
+// chunks of samples as in the forward kernel.
+template <typename T>
+Status Conv2DGradKernel(const KernelContext& ctx) {
+  Tensor* dinput = ctx.OutputOrNull("Input@GRAD");
+  Tensor* dfilter = ctx.OutputOrNull("Filter@GRAD");
+  if (!dinput && !dfilter) return Status::OK();
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  ConvGeom g = MakeConvGeom(ctx, input.dims(), filter.dims());
+  ConvBackward(g, input.data<T>(), filter.data<T>(), ctx.Input("Output@GRAD").data<T>(),
+               dinput ? dinput->mutable_data<T>(ctx.place()) : nullptr,
+               dfilter ? dfilter->mutable_data<T>(ctx.place()) : nullptr);
   return Status::OK();
 }
 
 std::vector<proto::OpDesc> Conv2DGradMaker(const OpDesc& fwd) {
   return {nn::MakeGradOp(fwd, {"Input", "Filter", "Output@GRAD"}, {"Input", "Filter"})};
+}
+
+// ---- conv2d_transpose ----
+// The transpose of conv2d: its forward is conv2d's input gradient, its input gradient is
+// conv2d's forward and its filter gradient conv2d's filter gradient with Input and Output
+// swapped, all over the geometry of the conv2d that maps Output [N, Cout, Ho, Wo] to Input
+// [N, Cin, H, W] with Filter [Cin, Cout / groups, kh, kw].
+
+// Ho along one axis: (H - 1) * stride - 2 * pad + dilation * (k - 1) + 1, or output_size
+// when given (it may exceed that by up to stride - 1).
+int64_t TransposeOutSize(int64_t in, int64_t k, int pad, int stride, int dilation, int want) {
+  if (in < 0 || k < 0) return -1;
+  const int64_t o = (in - 1) * stride - 2 * pad + static_cast<int64_t>(dilation) * (k - 1) + 1;
+  return want > 0 ? want : o;
+}
+
+Status Conv2DTransposeInferShape(InferShapeContext* ctx) {
+  DDim in = ctx->InputDim("Input"), f = ctx->InputDim("Filter");
+  if (in.size() != 4) return ctx->Error(ctx->DescribeInput("Input"), " must be 4-D [N, C, H, W]");
+  if (f.size() != 4)
+    return ctx->Error(ctx->DescribeInput("Filter"), " must be 4-D [C, M / groups, kh, kw]");
+  if (ctx->InputDtype("Input") != ctx->InputDtype("Filter"))
+    return ctx->Error(ctx->DescribeInput("Input"), " and ", ctx->DescribeInput("Filter"),
+                      " differ in dtype");
+  const auto& strides = ctx->Attr<std::vector<int>>("strides");
+  const auto& pads = ctx->Attr<std::vector<int>>("paddings");
+  const auto& dils = ctx->Attr<std::vector<int>>("dilations");
+  const auto& want = ctx->Attr<std::vector<int>>("output_size");
+  const int groups = ctx->Attr<int>("groups");
+  if (in[1] >= 0 && f[0] >= 0 && in[1] != f[0])
+    return ctx->Error("channel mismatch: ", ctx->DescribeInput("Input"), " has ", in[1],
+                      " channels, ", ctx->DescribeInput("Filter"), " expects ", f[0]);
+  if (in[1] >= 0 && in[1] % groups != 0)
+    return ctx->Error("the channels (", in[1], ") of ", ctx->DescribeInput("Input"),
+                      " are not divisible by groups (", groups, ")");
+  if (!want.empty() && want.size() != 2)
+    return ctx->Error("output_size must be empty or [height, width], got ", want.size(), " values");
+  DDim out{in[0], f[1] >= 0 ? f[1] * groups : -1, -1, -1};
+  for (int a = 0; a < 2; ++a) {
+    const int w = want.empty() ? 0 : want[a];
+    const int64_t o = TransposeOutSize(in[2 + a], f[2 + a], pads[a], strides[a], dils[a], 0);
+    if (o >= 0 && o < 1)
+      return ctx->Error("output ", a == 0 ? "height" : "width", " would be ", o, " (input ",
+                        in[2 + a], ", kernel ", f[2 + a], ", padding ", pads[a], ")");
+    if (o >= 0 && w > 0 && (w < o || w >= o + strides[a]))
+      return ctx->Error("output_size[", a, "] = ", w, " is not in [", o, ", ", o + strides[a],
+                        ") for ", ctx->DescribeInput("Input"), " and ",
+                        ctx->DescribeInput("Filter"), " (stride ", strides[a], ")");
+    out[2 + a] = TransposeOutSize(in[2 + a], f[2 + a], pads[a], strides[a], dils[a], w);
+  }
+  ctx->SetOutputDim("Output", out);
+  ctx->SetOutputDtype("Output", ctx->InputDtype("Input"));
+  return Status::OK();
+}
+
+// The conv2d geometry whose input gradient is this transpose (see above).
+ConvGeom TransposeGeom(const KernelContext& ctx, const DDim& in, const DDim& f) {
+  const auto& strides = ctx.Attr<std::vector<int>>("strides");
+  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
+  const auto& dils = ctx.Attr<std::vector<int>>("dilations");
+  const auto& want = ctx.Attr<std::vector<int>>("output_size");
+  ConvGeom g;
+  g.groups = ctx.Attr<int>("groups");
+  g.n = in[0], g.m = in[1], g.kh = f[2], g.kw = f[3];
+  g.c = f[1] * g.groups;
+  g.h = TransposeOutSize(in[2], f[2], pads[0], strides[0], dils[0], want.empty() ? 0 : want[0]);
+  g.w = TransposeOutSize(in[3], f[3], pads[1], strides[1], dils[1], want.empty() ? 0 : want[1]);
+  g.sh = strides[0], g.sw = strides[1], g.ph = pads[0], g.pw = pads[1];
+  g.dh = dils[0], g.dw = dils[1];
+  g.cg = g.c / g.groups, g.mg = g.m / g.groups;
+  g.ho = in[2], g.wo = in[3];
+  return g;
+}
+
+template <typename T>
+Status Conv2DTransposeKernel(const KernelContext& ctx) {
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  ConvGeom g = TransposeGeom(ctx, input.dims(), filter.dims());
+  T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+  ConvBackward<T>(g, nullptr, filter.data<T>(), input.data<T>(), out, nullptr);
+  return Status::OK();
+}
+
+template <typename T>
+Status Conv2DTransposeGradKernel(const KernelContext& ctx) {
+  Tensor* dinput = ctx.OutputOrNull("Input@GRAD");
+  Tensor* dfilter = ctx.OutputOrNull("Filter@GRAD");
+  if (!dinput && !dfilter) return Status::OK();
+  const Tensor& input = ctx.Input("Input");
+  const Tensor& filter = ctx.Input("Filter");
+  const T* dout = ctx.Input("Output@GRAD").data<T>();
+  ConvGeom g = TransposeGeom(ctx, input.dims(), filter.dims());
+  if (dinput) ConvForward(g, dout, filter.data<T>(), dinput->mutable_data<T>(ctx.place()));
+  if (dfilter)
+    ConvBackward<T>(g, dout, filter.data<T>(), input.data<T>(), nullptr,
+                    dfilter->mutable_data<T>(ctx.place()));
+  return Status::OK();
 }
 
 }  // namespace
@@ -264,5 +372,39 @@ LOOM_REGISTER_OP(conv2d_grad)
     .InferShape(GradInferShape)
     .Kernel(Place::kCPU, proto::FP32, Conv2DGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, Conv2DGradKernel<double>);
+
+LOOM_REGISTER_OP(conv2d_transpose)
+    .Doc(
+        "Output = the transpose of conv2d (a fractionally strided convolution) of Input "
+        "[N, C, H, W] with Filter [C, M / groups, kh, kw]: Output is [N, M, Ho, Wo] with "
+        "Ho = (H - 1) * strides[0] - 2 * paddings[0] + dilations[0] * (kh - 1) + 1, or "
+        "output_size[0] (up to strides[0] - 1 more).")
+    .Input("Input", "input feature maps [N, C, H, W]")
+    .Input("Filter", "filters [C, M / groups, kh, kw]")
+    .Output("Output", "output feature maps [N, M, Ho, Wo]")
+    .Attr<std::vector<int>>("strides", {1, 1}, "stride along H and W", nn::IntsOf(2, 1))
+    .Attr<std::vector<int>>("paddings", {0, 0}, "padding on each side of H and W", nn::IntsOf(2, 0))
+    .Attr<std::vector<int>>("dilations", {1, 1}, "kernel dilation along H and W", nn::IntsOf(2, 1))
+    .Attr<std::vector<int>>("output_size", {}, "[Ho, Wo]; empty: the smallest")
+    .Attr<int>("groups", 1, "channel groups", Positive("groups"))
+    .InferShape(Conv2DTransposeInferShape)
+    .GradMaker([](const OpDesc& fwd) {
+      return std::vector<proto::OpDesc>{
+          nn::MakeGradOp(fwd, {"Input", "Filter", "Output@GRAD"}, {"Input", "Filter"})};
+    })
+    .Kernel(Place::kCPU, proto::FP32, Conv2DTransposeKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, Conv2DTransposeKernel<double>);
+
+LOOM_REGISTER_OP(conv2d_transpose_grad)
+    .Doc("Input@GRAD and Filter@GRAD of conv2d_transpose from Output@GRAD.")
+    .Input("Input", "forward Input")
+    .Input("Filter", "forward Filter")
+    .Input("Output@GRAD", "gradient of Output")
+    .Output("Input@GRAD", "gradient of Input", false, true)
+    .Output("Filter@GRAD", "gradient of Filter", false, true)
+    .AttrsFrom("conv2d_transpose")
+    .InferShape(GradInferShape)
+    .Kernel(Place::kCPU, proto::FP32, Conv2DTransposeGradKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, Conv2DTransposeGradKernel<double>);
 
 }  // namespace loom::ops

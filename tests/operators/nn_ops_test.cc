@@ -119,6 +119,89 @@ TEST(ConvTest, Fp32ForwardAndGrad) {
   RunConvCase({DDim{3, 6, 9, 8}, DDim{6, 2, 3, 3}, {2, 1}, {1, 0}, {1, 2}, 3}, proto::FP32, false);
 }
 
+// conv2d_transpose: every input pixel scatters its filter into the output.
+struct ConvTCase {
+  DDim input, filter;  // [N, Cin, H, W], [Cin, Cout / groups, kh, kw]
+  std::vector<int> strides, paddings, dilations, output_size;
+  int groups;
+};
+
+void RunConvTransposeCase(const ConvTCase& c, DataType dt, bool check_grad) {
+  const bool f64 = dt == proto::FP64;
+  Tensor x = Random(dt, c.input, 13), w = Random(dt, c.filter, 14);
+  OpTest t("conv2d_transpose");
+  t.Input("Input", x)
+      .Input("Filter", w)
+      .Output("Output")
+      .Attr("strides", c.strides)
+      .Attr("paddings", c.paddings)
+      .Attr("dilations", c.dilations)
+      .Attr("output_size", c.output_size)
+      .Attr("groups", c.groups);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const int64_t n = c.input[0], ci = c.input[1], h = c.input[2], wd = c.input[3];
+  const int64_t cog = c.filter[1], kh = c.filter[2], kw = c.filter[3];
+  const int64_t co = cog * c.groups, cig = ci / c.groups;
+  int64_t size[2];
+  for (int a = 0; a < 2; ++a)
+    size[a] = c.output_size.empty() ? (c.input[2 + a] - 1) * c.strides[a] - 2 * c.paddings[a] +
+                                          c.dilations[a] * (c.filter[2 + a] - 1) + 1
+                                    : c.output_size[a];
+  const int64_t ho = size[0], wo = size[1];
+  EXPECT_EQ(out.value()["Output"].dims(), (DDim{n, co, ho, wo}));
+  std::vector<double> xv = Values(x), wv = Values(w), want(n * co * ho * wo, 0);
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t ic = 0; ic < ci; ++ic)
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < wd; ++iw)
+          for (int64_t oc = 0; oc < cog; ++oc)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t oh = ih * c.strides[0] - c.paddings[0] + i * c.dilations[0];
+                const int64_t ow = iw * c.strides[1] - c.paddings[1] + j * c.dilations[1];
+                if (oh < 0 || oh >= ho || ow < 0 || ow >= wo) continue;
+                const int64_t out_c = (ic / cig) * cog + oc;
+                want[((s * co + out_c) * ho + oh) * wo + ow] +=
+                    xv[((s * ci + ic) * h + ih) * wd + iw] *
+                    wv[((ic * cog + oc) * kh + i) * kw + j];
+              }
+  ExpectNear(out.value()["Output"], want, f64 ? 1e-12 : 1e-4);
+  if (check_grad)
+    EXPECT_EQ(t.CheckGrad("Output", f64 ? kEps64 : kEps32, f64 ? kRtol64 : kRtol32,
+                          f64 ? kAtol64 : kAtol32),
+              "");
+}
+
+TEST(ConvTransposeTest, StridePaddingDilationGroupsForwardAndGrad) {
+  RunConvTransposeCase({DDim{2, 4, 3, 4}, DDim{4, 3, 3, 2}, {2, 1}, {1, 0}, {1, 2}, {}, 2},
+                       proto::FP64, true);
+}
+
+TEST(ConvTransposeTest, OutputSizeAndFp32) {
+  // output_size one more than the smallest (allowed up to stride - 1 more).
+  RunConvTransposeCase({DDim{1, 2, 3, 3}, DDim{2, 2, 4, 4}, {2, 2}, {1, 1}, {1, 1}, {7, 7}, 1},
+                       proto::FP64, true);
+  RunConvTransposeCase({DDim{2, 16, 4, 4}, DDim{16, 8, 4, 4}, {2, 2}, {1, 1}, {1, 1}, {}, 1},
+                       proto::FP32, true);
+}
+
+TEST(ConvTransposeTest, BadShapesNameTheInputs) {
+  OpTest t("conv2d_transpose");
+  t.Input("Input", Random(proto::FP64, DDim{1, 3, 4, 4}, 1))
+      .Input("Filter", Random(proto::FP64, DDim{2, 2, 3, 3}, 2))
+      .Output("Output");
+  ExpectContains(VerifyProgram(t.BuildProgram()),
+                 {"conv2d_transpose", "channel mismatch", "Input_in", "Filter_in"});
+  OpTest o("conv2d_transpose");
+  o.Input("Input", Random(proto::FP64, DDim{1, 2, 4, 4}, 1))
+      .Input("Filter", Random(proto::FP64, DDim{2, 2, 3, 3}, 2))
+      .Output("Output")
+      .Attr("strides", std::vector<int>{2, 2})
+      .Attr("output_size", std::vector<int>{12, 9});
+  ExpectContains(VerifyProgram(o.BuildProgram()), {"output_size[0] = 12", "[9, 11)"});
+}
+
 TEST(ConvTest, InfersShapeWithUnknownBatch) {
   OpTest t("conv2d");
   t.Input("Input", Random(proto::FP32, DDim{1, 4, 7, 7}, 1))
