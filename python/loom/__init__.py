@@ -14,6 +14,7 @@ from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
+from . import nets
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers import _data as data
@@ -27,5 +28,5 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "nets",
 ]

@@ -694,3 +694,149 @@ from .control_flow import (less_than, less_equal, greater_than, greater_equal, e
 from .learning_rate_scheduler import (  # noqa: E402,F401
     exponential_decay, natural_exp_decay, inverse_time_decay, polynomial_decay, piecewise_decay,
     noam_decay, cosine_decay, linear_lr_warmup)
+
+
+# ------------------------------------------------------------------ more of Fluid's layers
+
+def _pair(v, what):
+    if isinstance(v, int):
+        return [int(v), int(v)]
+    v = [int(x) for x in v]
+    if len(v) != 2:
+        raise ValueError("%s must be an int or two ints, got %r" % (what, v))
+    return v
+
+
+def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, padding=0, stride=1,
+                     dilation=1, groups=None, param_attr=None, bias_attr=None, use_cudnn=True,
+                     act=None, name=None, data_format="NCHW"):
+    """The transpose of conv2d (Fluid's conv2d_transpose): filter [C, num_filters / groups, kh,
+    kw]; with output_size and no filter_size the filter is sized to reach output_size."""
+    _check_act(act)
+    _check_var(input, "input", "conv2d_transpose")
+    if data_format != "NCHW":
+        raise NotImplementedError("conv2d_transpose: data_format %r (NCHW only)" % (data_format,))
+    helper = LayerHelper("conv2d_transpose", name=name)
+    groups = groups or 1
+    channels = input.shape[1]
+    if channels <= 0 or channels % groups or num_filters % groups:
+        raise ValueError("conv2d_transpose: input channels %d and num_filters %d must be "
+                         "divisible by groups %d" % (channels, num_filters, groups))
+    stride, padding = _pair(stride, "stride"), _pair(padding, "padding")
+    dilation = _pair(dilation, "dilation")
+    size = None if output_size is None else _pair(output_size, "output_size")
+    if filter_size is None:
+        if size is None:
+            raise ValueError("conv2d_transpose: give filter_size or output_size")
+        hw = input.shape[2:4]
+        if any(d < 0 for d in hw):
+            raise ValueError("conv2d_transpose: filter_size is needed when the input's height "
+                             "and width are not static")
+        filter_size = [(size[a] - (hw[a] - 1) * stride[a] + 2 * padding[a] - 1) // dilation[a] + 1
+                       for a in range(2)]
+    k = _pair(filter_size, "filter_size")
+    from .initializer import MSRAInitializer
+    w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, input.dtype,
+                                default_initializer=MSRAInitializer())
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("conv2d_transpose", inputs={"Input": input, "Filter": w},
+                     outputs={"Output": out},
+                     attrs={"strides": stride, "paddings": padding, "dilations": dilation,
+                            "groups": groups, "output_size": size or []})
+    b = helper.create_parameter(bias_attr, [num_filters], input.dtype, is_bias=True)
+    if b is not None:
+        biased = helper.create_variable_for_type_inference(input.dtype)
+        helper.append_op("elementwise_add", inputs={"X": out, "Y": b}, outputs={"Out": biased},
+                         attrs={"axis": 1})
+        out = biased
+    return _act(out, act)
+
+
+def sigmoid_cross_entropy_with_logits(x, label, ignore_index=-100, name=None, normalize=False):
+    helper = LayerHelper("sigmoid_cross_entropy_with_logits", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("sigmoid_cross_entropy_with_logits", inputs={"X": x, "Label": label},
+                     outputs={"Out": out},
+                     attrs={"ignore_index": int(ignore_index), "normalize": bool(normalize)})
+    return out
+
+
+def fill_constant_batch_size_like(input, shape, dtype, value, input_dim_idx=0, output_dim_idx=0,
+                                  force_cpu=False):
+    """A tensor of shape (dim output_dim_idx replaced by input's dim input_dim_idx) filled
+    with value."""
+    helper = LayerHelper("fill_constant_batch_size_like")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    attrs = {"shape": [int(s) for s in shape], "input_dim_idx": int(input_dim_idx),
+             "output_dim_idx": int(output_dim_idx)}
+    attrs.update(_fill_value_attrs(value, dtype))
+    helper.append_op("fill_constant_batch_size_like", inputs={"Input": input},
+                     outputs={"Out": out}, attrs=attrs)
+    return out
+
+
+def one_hot(input, depth, allow_out_of_range=False):
+    """[..., 1] int ids -> [..., depth] float32 rows."""
+    helper = LayerHelper("one_hot")
+    out = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    helper.append_op("one_hot", inputs={"X": input}, outputs={"Out": out},
+                     attrs={"depth": int(depth), "allow_out_of_range": bool(allow_out_of_range),
+                            "dtype": int(core.DataType.FP32)})
+    return out
+
+
+def shape(input):
+    helper = LayerHelper("shape")
+    out = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("shape", inputs={"Input": input}, outputs={"Out": out})
+    return out
+
+
+def expand(x, expand_times, name=None):
+    return _unary("expand", x, {"expand_times": [int(t) for t in expand_times]}, name=name)
+
+
+def cos_sim(X, Y):
+    """Row-wise cosine similarity [N, 1] (Y may be one row)."""
+    helper = LayerHelper("cos_sim")
+    out = helper.create_variable_for_type_inference(X.dtype)
+    xn = helper.create_variable_for_type_inference(X.dtype)
+    yn = helper.create_variable_for_type_inference(X.dtype)
+    helper.append_op("cos_sim", inputs={"X": X, "Y": Y},
+                     outputs={"Out": out, "XNorm": xn, "YNorm": yn})
+    return out
+
+
+def argsort(input, axis=-1, descending=False, name=None):
+    """(sorted values, int64 indices) along axis."""
+    helper = LayerHelper("argsort", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    ids = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("argsort", inputs={"X": input}, outputs={"Out": out, "Indices": ids},
+                     attrs={"axis": int(axis), "descending": bool(descending)})
+    return out, ids
+
+
+def where(condition):
+    """The int64 coordinates [K, rank] of condition's true elements."""
+    helper = LayerHelper("where_index")
+    out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("where_index", inputs={"Condition": condition}, outputs={"Out": out})
+    return out
+
+
+def clip_by_norm(x, max_norm, name=None):
+    return _unary("clip_by_norm", x, {"max_norm": float(max_norm)}, name=name)
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, dtype="float32", name=None):
+    """(1 - epsilon) * label + epsilon * prior (uniform 1 / classes when prior_dist is None)."""
+    if not 0 <= epsilon <= 1:
+        raise ValueError("label_smooth: epsilon must be in [0, 1], got %r" % (epsilon,))
+    if prior_dist is None:
+        classes = label.shape[-1]
+        if classes <= 0:
+            raise ValueError("label_smooth: the last dim of label must be static")
+        return scale(label, scale=1.0 - epsilon, bias=epsilon / classes)
+    smoothed = scale(label, scale=1.0 - epsilon)
+    return elementwise_add(smoothed, scale(prior_dist, scale=float(epsilon)))
