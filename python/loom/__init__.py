@@ -18,6 +18,7 @@ from . import nets
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers import _data as data
+from .layers import _embedding_v2 as embedding
 
 __version__ = core.__version__
 
@@ -28,5 +29,18 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "nets",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "memory_optimize", "release_memory",
 ]
+
+
+def memory_optimize(input_program, skip_opt_set=None, print_log=False, level=0,
+                    skip_grads=True):
+    """Fluid's memory_optimize: accepted and a no-op. Loom does not rewrite programs so that
+    variables share memory; its CPU allocator keeps freed blocks for reuse instead
+    (docs/ARCHITECTURE.md, allocator.h)."""
+    return None
+
+
+def release_memory(input_program, skip_opt_set=None):
+    """Fluid's release_memory: accepted and a no-op (see memory_optimize)."""
+    return None

@@ -840,3 +840,17 @@ def label_smooth(label, prior_dist=None, epsilon=0.1, dtype="float32", name=None
         return scale(label, scale=1.0 - epsilon, bias=epsilon / classes)
     smoothed = scale(label, scale=1.0 - epsilon)
     return elementwise_add(smoothed, scale(prior_dist, scale=float(epsilon)))
+
+
+def _embedding_v2(input, size, is_sparse=False, is_distributed=False, padding_idx=None,
+                  param_attr=None, dtype="float32"):
+    """fluid.embedding (Fluid 1.6+): Out has input's dims plus one of size[1] (ids [N, 1] give
+    [N, 1, D]; fluid.layers.embedding drops a last dim of 1). The gradient of the table is
+    computed dense: with plain SGD only the looked-up rows change (as Fluid's sparse
+    SelectedRows update); optimizers with state (momentum, Adam) and weight decay move every
+    row, as Fluid's non-lazy modes do."""
+    shape = list(input.shape)
+    flat = reshape(input, [-1, 1]) if len(shape) != 2 or shape[-1] != 1 else input
+    out = embedding(flat, size, is_sparse=is_sparse, is_distributed=is_distributed,
+                    padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
+    return reshape(out, [0 if d < 0 else d for d in shape] + [int(size[1])]) if shape else out

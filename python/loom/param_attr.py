@@ -13,8 +13,9 @@ class ParamAttr:
 
     @staticmethod
     def _to_attr(arg):
-        """None -> default ParamAttr; str -> named; ParamAttr as is; False -> no parameter."""
-        if arg is None:
+        """None or True -> default ParamAttr; str -> named; ParamAttr as is; False -> no
+        parameter."""
+        if arg is None or arg is True:
             return ParamAttr()
         if isinstance(arg, ParamAttr):
             return arg
@@ -25,4 +26,5 @@ class ParamAttr:
         from .initializer import Initializer
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
-        raise TypeError("expected ParamAttr, str, Initializer, None or False, got %r" % (arg,))
+        raise TypeError("expected ParamAttr, str, Initializer, None, True or False, got %r"
+                        % (arg,))

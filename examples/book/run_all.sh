@@ -1,0 +1,9 @@
+#!/bin/bash
+# Trains every chapter of examples/book to its target; exits non-zero if one misses it.
+set -u
+cd "$(dirname "$0")"
+status=0
+for chapter in fit_a_line recognize_digits image_classification word2vec gan; do
+  /usr/bin/python3 "$chapter.py" || status=1
+done
+exit $status
