@@ -150,6 +150,17 @@ Status Executor::Feed(const PreparedBlock& prepared, Scope* local, const FeedMap
     if (v.Dims().size() > 0 && !DimsCompatible(tensor.dims(), v.Dims()))
       return InvalidArgument("feed '", name, "' has dims ", tensor.dims().ToString(),
                              ", the program declares ", v.Dims().ToString());
+    if (tensor.has_lod()) {
+      LOOM_RETURN_IF_ERROR(CheckLoD(tensor.lod(), tensor.dims().size() ? tensor.dims()[0] : 0,
+                                    StrCat("feed '", name, "'")));
+      if (v.LoDLevel() > 0 && static_cast<int>(tensor.lod().size()) != v.LoDLevel())
+        return InvalidArgument("feed '", name, "' has ", tensor.lod().size(),
+                               " LoD levels, the program declares lod_level ", v.LoDLevel());
+    } else if (v.LoDLevel() > 0) {
+      return InvalidArgument("feed '", name, "' has no LoD, the program declares lod_level ",
+                             v.LoDLevel(),
+                             " (feed a LoDTensor: fluid.create_lod_tensor, or a DataFeeder)");
+    }
     Variable* var = local->FindVar(name);
     Tensor* dst = var->GetMutable<Tensor>();
     // Share the caller's memory, except for persistable vars that ops may update in place.

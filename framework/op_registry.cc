@@ -218,6 +218,11 @@ OpRegistrar& OpRegistrar::SubBlocksAttr(const std::string& ints_attr) {
   return *this;
 }
 
+OpRegistrar& OpRegistrar::SetsLoD() {
+  info_->sets_lod = true;
+  return *this;
+}
+
 OpRegistrar& OpRegistrar::Ordered() {
   info_->ordered = true;
   return *this;

@@ -178,6 +178,11 @@ struct OpInfo {
   // flight, keeps the program order of such ops among themselves (a trainer's gradients are
   // sent before its barrier says the step is sent).
   bool ordered = false;
+  // The kernel sets the LoD of its outputs itself (sequence ops). Otherwise an output with no
+  // LoD after the kernel takes the LoD of the first input tensor that has one, when both have
+  // the same number of rows (Fluid's ShareLoD of X to Out: element-wise ops, activations, fc,
+  // embedding, and their gradients).
+  bool sets_lod = false;
   // The slot whose dtype selects the kernel (default: the first input; none: attr "dtype").
   std::string kernel_dtype_slot;
   std::map<KernelKey, KernelFn> kernels;
@@ -242,6 +247,7 @@ class OpRegistrar {
   OpRegistrar& RepeatsSubBlock();
   OpRegistrar& SubBlocksAttr(const std::string& ints_attr);
   OpRegistrar& Ordered();  // see OpInfo::ordered
+  OpRegistrar& SetsLoD();  // see OpInfo::sets_lod
   OpRegistrar& KernelDtypeFrom(const std::string& slot);
   OpRegistrar& Kernel(Place::Kind place, DataType dtype, KernelFn fn);
 

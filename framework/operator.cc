@@ -189,12 +189,48 @@ Status Operator::Run(Scope* scope_ptr, const DeviceContext& dev, BlockRunner* ru
     if (info_->infer_shape) LOOM_RETURN_IF_ERROR(info_->infer_shape(this));
     KernelFn kernel = nullptr;
     LOOM_RETURN_IF_ERROR(SelectKernel(dev.place().kind, &kernel));
-    return kernel(*this);
+    const Tensor* lod_source = ClearOutputLoD();
+    LOOM_RETURN_IF_ERROR(kernel(*this));
+    if (lod_source && !info_->sets_lod) ShareLoD(*lod_source);
+    return Status::OK();
   } catch (...) {
     Status st = StatusOfException(std::current_exception());
     if (st.code() != StatusCode::kResourceExhausted) return st.WithContext(where_);
     return Status(st.code(), StrCat(where_, ": ", st.message(), DescribeOutputs()));
   }
+}
+
+// Outputs that are not also inputs lose the LoD of an earlier run (the kernel, or ShareLoD,
+// gives them this run's). Returns the first input tensor with a LoD, if any.
+const Tensor* Operator::ClearOutputLoD() {
+  const Tensor* source = nullptr;
+  for (const auto& s : inputs_) {
+    for (const Variable* v : s.bound)
+      if (v && v->IsType<Tensor>() && v->Get<Tensor>().has_lod()) {
+        source = &v->Get<Tensor>();
+        break;
+      }
+    if (source) break;
+  }
+  for (auto& s : outputs_)
+    for (Variable* v : s.bound) {
+      if (!v || !v->IsType<Tensor>() || !v->Get<Tensor>().has_lod()) continue;
+      bool is_input = false;
+      for (const auto& in : inputs_)
+        for (const Variable* u : in.bound) is_input |= u == v;
+      if (!is_input) v->GetMutable<Tensor>()->set_lod({});
+    }
+  return source;
+}
+
+void Operator::ShareLoD(const Tensor& source) {
+  const int64_t rows = source.dims().size() > 0 ? source.dims()[0] : -1;
+  for (auto& s : outputs_)
+    for (Variable* v : s.bound) {
+      if (!v || !v->IsType<Tensor>()) continue;
+      Tensor* t = v->GetMutable<Tensor>();
+      if (!t->has_lod() && t->dims().size() > 0 && t->dims()[0] == rows) t->set_lod(source.lod());
+    }
 }
 
 std::string Operator::DescribeOutputs() const {

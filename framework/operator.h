@@ -80,6 +80,9 @@ class Operator final : public InferShapeContext, public KernelContext {
   Status SelectKernel(Place::Kind place, KernelFn* fn);
   // " (outputs: 'Out' var 'x' dims [..], ...)": what an op that ran out of memory was making.
   std::string DescribeOutputs() const;
+  // LoD around a kernel (OpInfo::sets_lod): see operator.cc.
+  const Tensor* ClearOutputLoD();
+  void ShareLoD(const Tensor& source);
   const Slot* FindSlot(const std::vector<Slot>& slots, const std::string& name) const;
 
   const OpInfo* info_ = nullptr;

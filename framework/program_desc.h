@@ -32,6 +32,12 @@ class VarDesc {
   void SetDtype(DataType t) { p_->mutable_type()->mutable_tensor()->set_data_type(t); }
   DDim Dims() const;
   void SetDims(const DDim& dims);
+  int LoDLevel() const { return p_->type().tensor().lod_level(); }
+  void SetLoDLevel(int level) {
+    auto* t = p_->mutable_type()->mutable_tensor();
+    if (!t->has_data_type()) t->set_data_type(proto::FP32);
+    t->set_lod_level(level);
+  }
   bool Persistable() const { return p_->persistable(); }
   void SetPersistable(bool v) { p_->set_persistable(v); }
   bool StopGradient() const { return p_->stop_gradient(); }

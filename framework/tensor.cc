@@ -31,6 +31,7 @@ Tensor Tensor::Slice(int64_t begin, int64_t end) const {
              ", ", end, ") of dims ", dims_.ToString());
   Tensor t = *this;
   t.dims_[0] = end - begin;
+  t.lod_.clear();
   if (holder_)
     t.offset_ =
         offset_ + static_cast<size_t>(begin * dims_.product(1, dims_.size())) * SizeOf(dtype_);
@@ -47,6 +48,7 @@ void TensorCopy(const Tensor& src, const Place& dst_place, Tensor* dst) {
   dst->Resize(src.dims());
   void* out = dst->mutable_data(dst_place, src.dtype());
   if (src.nbytes() > 0) MemCopy(dst_place, out, src.place(), src.raw_data(), src.nbytes());
+  dst->set_lod(src.lod());
 }
 
 std::string TensorSummary(const Tensor& t, int max_elems) {

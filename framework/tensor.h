@@ -7,6 +7,7 @@
 #include "framework/allocator.h"
 #include "framework/data_type.h"
 #include "framework/ddim.h"
+#include "framework/lod.h"
 #include "framework/place.h"
 
 namespace loom {
@@ -55,6 +56,12 @@ class Tensor {
   // Uses caller-provided memory (e.g. a fused buffer) at a byte offset.
   void ShareBuffer(std::shared_ptr<Allocation> holder, size_t offset, const Place& place);
 
+  // How the rows group into sequences (framework/lod.h); empty for plain rows. Copies of a
+  // tensor carry it; Slice does not (a row range of a LoD tensor has no LoD of its own).
+  const LoD& lod() const { return lod_; }
+  void set_lod(LoD lod) { lod_ = std::move(lod); }
+  bool has_lod() const { return !lod_.empty(); }
+
  private:
   void CheckTypeAndInit(DataType want) const;
 
@@ -63,9 +70,10 @@ class Tensor {
   Place place_;
   std::shared_ptr<Allocation> holder_;
   size_t offset_ = 0;
+  LoD lod_;
 };
 
-// Deep copy of src onto dst_place (dims and dtype follow src).
+// Deep copy of src onto dst_place (dims, dtype and LoD follow src).
 void TensorCopy(const Tensor& src, const Place& dst_place, Tensor* dst);
 // "float32[2, 3] {1, 2, ...}": dtype, dims and the first values (copied to host if needed).
 std::string TensorSummary(const Tensor& t, int max_elems = 8);

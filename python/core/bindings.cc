@@ -260,6 +260,14 @@ PYBIND11_MODULE(core, m) {
                Throw(InvalidArgument("var '", v.desc.Name(), "': rank ", s.size(), " too large"));
              v.desc.SetDims(DDim(s));
            })
+      .def("lod_level", [](const PyVar& v) { return v.desc.LoDLevel(); })
+      .def("set_lod_level",
+           [](PyVar& v, int level) {
+             if (level < 0 || level > 8)
+               Throw(InvalidArgument("var '", v.desc.Name(), "': lod_level ", level,
+                                     " is not in 0..8"));
+             v.desc.SetLoDLevel(level);
+           })
       .def("persistable", [](const PyVar& v) { return v.desc.Persistable(); })
       .def("set_persistable", [](PyVar& v, bool b) { v.desc.SetPersistable(b); })
       .def("stop_gradient", [](const PyVar& v) { return v.desc.StopGradient(); })

@@ -1,5 +1,7 @@
 #include <cstring>
 
+#include <pybind11/stl.h>
+
 #include "framework/device_context.h"
 #include "python/core/common.h"
 
@@ -124,10 +126,38 @@ void RegisterTensor(py::module_& m) {
       .def(
           "set",
           [](Tensor& t, const py::array& a, const Place& place) {
+            LoD keep = t.lod();
             t = TensorFromArray(a, place, "Tensor.set");
+            t.set_lod(std::move(keep));
           },
           py::arg("array"), py::arg("place") = Place::CPU(),
-          "Replaces the tensor's contents with a copy of a numpy array on place.")
+          "Replaces the tensor's contents with a copy of a numpy array on place (its LoD "
+          "stays).")
+      .def(
+          "set_lod", [](Tensor& t, const LoD& lod) { t.set_lod(lod); }, py::arg("lod"),
+          "Sets the LoD as offsets per level, e.g. [[0, 2, 5]] (checked when fed).")
+      .def(
+          "lod", [](const Tensor& t) { return t.lod(); }, "The LoD as offsets per level.")
+      .def(
+          "set_recursive_sequence_lengths",
+          [](Tensor& t, const std::vector<std::vector<int64_t>>& lengths) {
+            for (const auto& level : lengths)
+              for (int64_t n : level)
+                if (n < 0)
+                  throw py::value_error("set_recursive_sequence_lengths: a negative length");
+            t.set_lod(LengthsToLoD(lengths));
+          },
+          py::arg("recursive_sequence_lengths"),
+          "Sets the LoD as sequence lengths per level, e.g. [[2, 3]].")
+      .def(
+          "recursive_sequence_lengths", [](const Tensor& t) { return LoDToLengths(t.lod()); },
+          "The LoD as sequence lengths per level.")
+      .def(
+          "has_valid_recursive_sequence_lengths",
+          [](const Tensor& t) {
+            return CheckLoD(t.lod(), t.dims().size() ? t.dims()[0] : 0, "tensor").ok();
+          },
+          "Whether the LoD fits the tensor's rows.")
       .def("shape", [](const Tensor& t) { return t.dims().vec(); })
       .def("dtype", [](const Tensor& t) { return std::string(DataTypeName(t.dtype())); })
       .def("place", &Tensor::place)
@@ -136,7 +166,10 @@ void RegisterTensor(py::module_& m) {
       .def(
           "__array__", [](const Tensor& t, py::object) { return ArrayFromTensor(t); },
           py::arg("dtype") = py::none())
-      .def("__repr__", [](const Tensor& t) { return "Tensor(" + TensorSummary(t) + ")"; });
+      .def("__repr__", [](const Tensor& t) {
+        return "Tensor(" + TensorSummary(t) + (t.has_lod() ? ", lod " + LoDToString(t.lod()) : "") +
+               ")";
+      });
 
   m.def("cuda_device_count", &CudaDeviceCount);
 }

@@ -18,6 +18,7 @@ from . import nets
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers import _data as data
+from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor
 from .layers import _embedding_v2 as embedding
 
 __version__ = core.__version__
@@ -29,7 +30,8 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "memory_optimize", "release_memory",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "LoDTensor", "create_lod_tensor",
+    "create_random_int_lodtensor", "memory_optimize", "release_memory",
 ]
 
 

@@ -25,6 +25,9 @@ class DataFeeder:
                 c.append(value)
         out = {}
         for var, col in zip(self.feed_vars, columns):
+            if var.lod_level > 0:
+                out[var.name] = self._lod_feed(var, col)
+                continue
             arr = np.asarray(col, dtype=dtype_name(var.dtype))
             shape = list(var.shape)
             tail = [s for s in shape[1:]]
@@ -36,3 +39,35 @@ class DataFeeder:
                                      % (var.name, tail, list(np.asarray(col[0]).shape)))
             out[var.name] = arr
         return out
+
+    def _lod_feed(self, var, col):
+        """Each sample's field is a sequence (of rows; of sequences for lod_level 2): the rows
+        are concatenated and the lengths become the LoD."""
+        from . import core
+        lengths = [[] for _ in range(var.lod_level)]
+
+        def walk(seq, level):
+            items = list(seq) if not isinstance(seq, np.ndarray) or seq.ndim > 0 else [seq]
+            lengths[level].append(len(items))
+            if level + 1 == var.lod_level:
+                return items
+            rows = []
+            for s in items:
+                rows.extend(walk(s, level + 1))
+            return rows
+        rows = []
+        for i, seq in enumerate(col):
+            try:
+                rows.extend(walk(seq, 0))
+            except TypeError:
+                raise ValueError("DataFeeder: var '%s' has lod_level %d: sample %d's field must "
+                                 "be a sequence, got %r" % (var.name, var.lod_level, i, seq))
+        tail = [s for s in list(var.shape)[1:]]
+        arr = np.asarray(rows, dtype=dtype_name(var.dtype))
+        if tail and all(s > 0 for s in tail):
+            arr = arr.reshape([len(rows)] + tail)
+        t = core.Tensor()
+        from .framework import CPUPlace
+        t.set(np.ascontiguousarray(arr), self.place or CPUPlace())
+        t.set_recursive_sequence_lengths(lengths)
+        return t

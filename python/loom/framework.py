@@ -46,6 +46,11 @@ class Variable:
         return self.desc.dtype()
 
     @property
+    def lod_level(self):
+        """Levels of LoD the variable carries (0: plain rows; docs/FORMATS.md)."""
+        return self.desc.lod_level()
+
+    @property
     def persistable(self):
         return self.desc.persistable()
 
@@ -207,7 +212,7 @@ class Block:
         return Variable(self, name)
 
     def create_var(self, name=None, shape=None, dtype="float32", persistable=False,
-                   stop_gradient=False, type=None):
+                   stop_gradient=False, type=None, lod_level=0):
         self.program._version += 1
         name = name or unique_name.generate("tmp")
         d = self.desc.var(name)
@@ -218,6 +223,8 @@ class Block:
             d.set_shape([int(s) for s in shape])
         d.set_persistable(persistable)
         d.set_stop_gradient(stop_gradient)
+        if lod_level:
+            d.set_lod_level(int(lod_level))
         return Variable(self, name)
 
     def create_parameter(self, name, shape, dtype="float32", trainable=True, regularizer=None,

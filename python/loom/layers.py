@@ -37,7 +37,8 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     if append_batch_size:
         shape = [-1] + shape
     block = default_main_program().global_block()
-    return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient)
+    return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient,
+                            lod_level=lod_level)
 
 
 def _data(name, shape, dtype="float32", lod_level=0):
@@ -57,11 +58,12 @@ def _data(name, shape, dtype="float32", lod_level=0):
         else:
             raise ValueError("fluid.data(%r): shape %r has %r; dims are None, -1 or >= 0"
                              % (name, list(shape), d))
-    if lod_level:
-        raise NotImplementedError("fluid.data(%r): lod_level=%r: LoD (variable-length) "
-                                  "sequences are not supported yet" % (name, lod_level))
+    if not isinstance(lod_level, int) or lod_level < 0:
+        raise ValueError("fluid.data(%r): lod_level must be an int >= 0, got %r"
+                         % (name, lod_level))
     block = default_main_program().global_block()
-    return block.create_var(name=name, shape=dims, dtype=dtype, stop_gradient=True)
+    return block.create_var(name=name, shape=dims, dtype=dtype, stop_gradient=True,
+                            lod_level=lod_level)
 
 
 def _fill_value_attrs(value, dtype):
