@@ -26,29 +26,61 @@ std::vector<int64_t> BatchShares(int64_t batch, int nranks) {
   return share;
 }
 
+namespace {
+
+// The samples of a feed: its top-level sequences when it has a LoD, else its rows.
+int64_t Samples(const Tensor& t) {
+  return t.has_lod() ? static_cast<int64_t>(t.lod()[0].size()) - 1 : t.dims()[0];
+}
+
+// Samples [begin, end) of t: rows, or whole sequences with their LoD rebased to 0.
+Tensor SliceSamples(const Tensor& t, int64_t begin, int64_t end) {
+  if (!t.has_lod()) return t.Slice(begin, end);
+  LoD lod;
+  for (const auto& level : t.lod()) {
+    std::vector<int64_t> offsets;
+    for (int64_t i = begin; i <= end; ++i) offsets.push_back(level[i] - level[begin]);
+    lod.push_back(std::move(offsets));
+    const int64_t b = level[begin], e = level[end];
+    begin = b;
+    end = e;
+  }
+  Tensor out = t.Slice(begin, end);
+  out.set_lod(std::move(lod));
+  return out;
+}
+
+}  // namespace
+
 StatusOr<FeedMap> RankFeed(const FeedMap& global, int rank, int nranks,
                            const std::set<std::string>& whole) {
   FeedMap out;
   const std::string* first = nullptr;
-  int64_t rows = -1;
+  int64_t samples = -1;
   for (const auto& [name, t] : global) {
     if (whole.count(name)) continue;
     if (t.dims().size() == 0)
       return InvalidArgument("feed '", name,
                              "' is a scalar: data-parallel feeds are split along dim 0");
-    if (rows >= 0 && t.dims()[0] != rows)
-      return InvalidArgument("feeds have different numbers of rows: '", *first, "' has ", rows,
-                             ", '", name, "' has ", t.dims()[0]);
-    if (rows < 0) {
-      rows = t.dims()[0];
+    if (t.has_lod())
+      LOOM_RETURN_IF_ERROR(CheckLoD(t.lod(), t.dims()[0], StrCat("feed '", name, "'")));
+    const int64_t n = Samples(t);
+    if (samples >= 0 && n != samples)
+      return InvalidArgument(
+          "feeds have different numbers of samples (rows, or sequences of a "
+          "LoD feed): '",
+          *first, "' has ", samples, ", '", name, "' has ", n);
+    if (samples < 0) {
+      samples = n;
       first = &name;
     }
   }
-  const std::vector<int64_t> share = BatchShares(std::max<int64_t>(rows, 0), nranks);
+  // Whole samples go to each rank: rows, or the sequences of LoD feeds.
+  const std::vector<int64_t> share = BatchShares(std::max<int64_t>(samples, 0), nranks);
   int64_t begin = 0;
   for (int r = 0; r < rank; ++r) begin += share[r];
   for (const auto& [name, t] : global)
-    out[name] = whole.count(name) ? t : t.Slice(begin, begin + share[rank]);
+    out[name] = whole.count(name) ? t : SliceSamples(t, begin, begin + share[rank]);
   return out;
 }
 

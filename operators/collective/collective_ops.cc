@@ -288,7 +288,10 @@ Status SampleWeightInferShape(InferShapeContext* ctx) {
 Status SampleWeightKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
   const Tensor& x = ctx.Input("X");
-  int64_t rows = x.dims().size() > 0 ? x.dims()[0] : 1;
+  // Samples: rows, or the top-level sequences of a LoD input.
+  int64_t rows = x.has_lod()           ? static_cast<int64_t>(x.lod()[0].size()) - 1
+                 : x.dims().size() > 0 ? x.dims()[0]
+                                       : 1;
   int64_t total = rows;
   if (ctx.place().is_cpu()) {
     LOOM_RETURN_IF_ERROR(
@@ -456,7 +459,8 @@ LOOM_REGISTER_OP(barrier)
 LOOM_REGISTER_OP(sample_weight)
     .Doc(
         "Out = rows(X) / (sum of rows(X) over all ranks): this rank's share of the global "
-        "batch, the weight of its gradient in the full-batch gradient.")
+        "batch, the weight of its gradient in the full-batch gradient (a LoD X counts its "
+        "top-level sequences).")
     .Input("X", "a batch input of this rank (its dim 0 counts samples)")
     .Input("Comm", "the communicator (from comm_init)")
     .Output("Out", "1-element fp64 weight")

@@ -92,7 +92,9 @@ Status SendBarrierKernel(const KernelContext& ctx) {
     if (samples < 1) return ctx.Error("SampleCount is ", samples, ", not a positive count");
   } else if (ctx.InputSize("Samples") > 0) {
     const Tensor& b = ctx.Input("Samples");
-    samples = b.dims().size() > 0 ? b.dims()[0] : 1;
+    samples = b.has_lod()           ? static_cast<int64_t>(b.lod()[0].size()) - 1
+              : b.dims().size() > 0 ? b.dims()[0]
+                                    : 1;
   }
   rpc::Header h;
   h.set_kind(rpc::Header::BARRIER);

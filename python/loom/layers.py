@@ -856,3 +856,65 @@ def _embedding_v2(input, size, is_sparse=False, is_distributed=False, padding_id
     out = embedding(flat, size, is_sparse=is_sparse, is_distributed=is_distributed,
                     padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
     return reshape(out, [0 if d < 0 else d for d in shape] + [int(size[1])]) if shape else out
+
+
+# ------------------------------------------------------------------ LoD sequences
+
+def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
+    """One row per sequence of input's last LoD level: pool_type "sum", "average", "sqrt",
+    "max", "last" or "first"; an empty sequence gives pad_value."""
+    kind = str(pool_type).upper()
+    if kind not in ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST"):
+        raise ValueError("sequence_pool: pool_type %r is not sum, average, sqrt, max, last or "
+                         "first" % (pool_type,))
+    helper = LayerHelper("sequence_pool")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    outputs = {"Out": out}
+    if kind == "MAX":
+        outputs["MaxIndex"] = helper.create_variable_for_type_inference("int64",
+                                                                        stop_gradient=True)
+    helper.append_op("sequence_pool", inputs={"X": input}, outputs=outputs,
+                     attrs={"pooltype": kind, "is_test": bool(is_test),
+                            "pad_value": float(pad_value)})
+    return out
+
+
+def sequence_first_step(input):
+    return sequence_pool(input, "first")
+
+
+def sequence_last_step(input):
+    return sequence_pool(input, "last")
+
+
+def sequence_softmax(input, use_cudnn=False, name=None):
+    return _unary("sequence_softmax", input, name=name)
+
+
+def sequence_mask(x, maxlen=None, dtype="int64", name=None):
+    """mask[..., j] = j < x[...] for j < maxlen (None: the largest length)."""
+    helper = LayerHelper("sequence_mask", name=name)
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("sequence_mask", inputs={"X": x}, outputs={"Y": out},
+                     attrs={"maxlen": -1 if maxlen is None else int(maxlen),
+                            "out_dtype": int(convert_dtype(dtype))})
+    return out
+
+
+def sequence_pad(x, pad_value, maxlen=None, name=None):
+    """(padded [sequences, maxlen, ...], int64 lengths); maxlen None pads to the longest."""
+    helper = LayerHelper("sequence_pad", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    length = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("sequence_pad", inputs={"X": x, "PadValue": pad_value},
+                     outputs={"Out": out, "Length": length},
+                     attrs={"padded_length": -1 if maxlen is None else int(maxlen)})
+    return out, length
+
+
+def sequence_unpad(x, length, name=None):
+    """The first length[s] rows of each x[s], as one LoD tensor."""
+    helper = LayerHelper("sequence_unpad", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("sequence_unpad", inputs={"X": x, "Length": length}, outputs={"Out": out})
+    return out

@@ -97,5 +97,5 @@ def scaled_dot_product_attention(queries, keys, values, num_heads=1, dropout_rat
 def sequence_conv_pool(input, num_filters, filter_size, param_attr=None, act="sigmoid",
                        pool_type="max", bias_attr=None):
     """sequence_conv then sequence_pool over LoD sequences."""
-    raise NotImplementedError("fluid.nets.sequence_conv_pool needs LoD (variable-length) "
-                              "sequences, which Loom does not support yet")
+    raise NotImplementedError("fluid.nets.sequence_conv_pool needs the sequence_conv op, "
+                              "which Loom does not have yet")

@@ -1,0 +1,142 @@
+// Sequence ops over LoD tensors against naive references, with numeric gradient checks, and the
+// LoD they give their outputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "op_test_util.h"
+
+namespace loom::testing {
+namespace {
+
+void ExpectNear(const Tensor& got, const std::vector<double>& want, double tol) {
+  std::vector<double> g = Values(got);
+  ASSERT_EQ(g.size(), want.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], tol) << "element " << i;
+}
+
+// Rows 0..6 in sequences of 3, 0 (empty), 1 and 3 rows, 2 columns.
+Tensor SeqInput(uint32_t seed) {
+  Tensor x = Random(proto::FP64, DDim{7, 2}, seed);
+  x.set_lod({{0, 3, 3, 4, 7}});
+  return x;
+}
+
+TEST(SequencePoolTest, EveryPoolTypeAndGrad) {
+  Tensor x = SeqInput(1);
+  std::vector<double> v = Values(x);
+  const std::vector<int64_t> off = {0, 3, 3, 4, 7};
+  for (const char* type : {"SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST"}) {
+    OpTest t("sequence_pool");
+    t.Input("X", x).Output("Out").Attr("pooltype", std::string(type)).Attr("pad_value", 0.5f);
+    auto out = t.Forward();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    std::vector<double> want;
+    const std::string ty = type;
+    for (size_t s = 0; s + 1 < off.size(); ++s) {
+      const int64_t b = off[s], e = off[s + 1], n = e - b;
+      for (int j = 0; j < 2; ++j) {
+        if (n == 0) {
+          want.push_back(0.5);
+          continue;
+        }
+        double acc = ty == "MAX" ? -1e300 : 0;
+        for (int64_t r = b; r < e; ++r)
+          acc = ty == "MAX" ? std::max(acc, v[r * 2 + j]) : acc + v[r * 2 + j];
+        if (ty == "AVERAGE") acc /= n;
+        if (ty == "SQRT") acc /= std::sqrt(static_cast<double>(n));
+        if (ty == "LAST") acc = v[(e - 1) * 2 + j];
+        if (ty == "FIRST") acc = v[b * 2 + j];
+        want.push_back(acc);
+      }
+    }
+    ExpectNear(out.value()["Out"], want, 1e-12);
+    EXPECT_EQ(out.value()["Out"].dims(), (DDim{4, 2})) << type;
+    EXPECT_FALSE(out.value()["Out"].has_lod()) << type;  // one level pooled away
+    EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "") << type;
+  }
+}
+
+TEST(SequencePoolTest, KeepsTheUpperLevelAndNeedsALoD) {
+  Tensor x = Random(proto::FP64, DDim{5, 1}, 2);
+  x.set_lod({{0, 2, 3}, {0, 1, 3, 5}});  // 2 groups of (2, 1) sentences of words
+  OpTest t("sequence_pool");
+  t.Input("X", x).Output("Out").Attr("pooltype", std::string("SUM"));
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].lod(), (LoD{{0, 2, 3}}));
+  OpTest plain("sequence_pool");
+  plain.Input("X", Random(proto::FP64, DDim{5, 1}, 2)).Output("Out");
+  auto bad = plain.Forward();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("has no LoD"), std::string::npos) << bad.status().message();
+}
+
+TEST(SequenceSoftmaxTest, PerSequenceAndGrad) {
+  Tensor x = Random(proto::FP64, DDim{6, 1}, 3);
+  x.set_lod({{0, 2, 6}});
+  OpTest t("sequence_softmax");
+  t.Input("X", x).Output("Out");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> v = Values(x), want;
+  for (auto [b, e] : {std::pair<int, int>{0, 2}, {2, 6}}) {
+    double sum = 0;
+    for (int i = b; i < e; ++i) sum += std::exp(v[i]);
+    for (int i = b; i < e; ++i) want.push_back(std::exp(v[i]) / sum);
+  }
+  ExpectNear(out.value()["Out"], want, 1e-12);
+  EXPECT_EQ(out.value()["Out"].lod(), x.lod());
+  EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "");
+}
+
+TEST(SequencePadTest, PadUnpadRoundTripAndGrads) {
+  Tensor x = SeqInput(4);
+  Tensor pad(proto::FP64, DDim{1});
+  pad.mutable_data<double>(Place::CPU())[0] = -7;
+  OpTest t("sequence_pad");
+  t.Input("X", x).Input("PadValue", pad, true).Output("Out").Output("Length");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].dims(), (DDim{4, 3, 2}));
+  ExpectNear(out.value()["Length"], {3, 0, 1, 3}, 0);
+  std::vector<double> p = Values(out.value()["Out"]);
+  EXPECT_EQ(p[1 * 6], -7);  // the empty sequence is all padding
+  EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "");
+  OpTest u("sequence_unpad");
+  u.Input("X", out.value()["Out"]).Input("Length", out.value()["Length"], true).Output("Out");
+  auto back = u.Forward();
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectNear(back.value()["Out"], Values(x), 0);
+  EXPECT_EQ(back.value()["Out"].lod(), x.lod());
+  EXPECT_EQ(u.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "");
+}
+
+TEST(SequenceMaskTest, LengthsToMask) {
+  OpTest t("sequence_mask");
+  t.Input("X", Ints(DDim{3}, {2, 0, 3}))
+      .Output("Y")
+      .Attr("out_dtype", static_cast<int>(proto::FP32));
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Y"].dims(), (DDim{3, 3}));
+  ExpectNear(out.value()["Y"], {1, 1, 0, 0, 0, 0, 1, 1, 1}, 0);
+}
+
+TEST(LoDPropagationTest, SameRowOutputsTakeTheInputsLoD) {
+  Tensor x = SeqInput(5);
+  OpTest t("scale");
+  t.Input("X", x).Output("Out").Attr("scale", 2.0f);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out.value()["Out"].lod(), x.lod());
+  OpTest r("reduce_sum");
+  r.Input("X", x).Output("Out").Attr("dim", std::vector<int>{0});
+  auto red = r.Forward();
+  ASSERT_TRUE(red.ok()) << red.status().ToString();
+  EXPECT_FALSE(red.value()["Out"].has_lod());  // one row: no sequences left
+}
+
+}  // namespace
+}  // namespace loom::testing
