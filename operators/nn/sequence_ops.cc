@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "operators/common.h"
+#include "operators/math/blas.h"
 #include "operators/nn/nn_util.h"
 
 namespace loom::ops {
@@ -369,6 +370,92 @@ Status SequenceUnpadKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// ---- sequence_conv ----
+// For every row t of a sequence, the context rows t + contextStart .. t + contextStart +
+// contextLength - 1 of the same sequence (zeros outside it), side by side, times Filter
+// [contextLength * D, M].
+Status SequenceConvInferShape(InferShapeContext* ctx) {
+  DDim x = ctx->InputDim("X"), f = ctx->InputDim("Filter");
+  const int len = ctx->Attr<int>("contextLength");
+  if (len < 1) return ctx->Error("contextLength must be >= 1, got ", len);
+  if (ctx->Attr<int>("contextStride") != 1)
+    return ctx->Error("contextStride must be 1 (as Fluid's), got ",
+                      ctx->Attr<int>("contextStride"));
+  if (x.size() != 2) return ctx->Error(ctx->DescribeInput("X"), " must be [rows, D]");
+  if (f.size() != 2) return ctx->Error(ctx->DescribeInput("Filter"), " must be 2-D");
+  if (x[1] >= 0 && f[0] >= 0 && f[0] != len * x[1])
+    return ctx->Error(ctx->DescribeInput("Filter"), " must have contextLength * D = ", len, " * ",
+                      x[1], " = ", len * x[1], " rows");
+  ctx->SetOutputDim("Out", DDim({x[0], f[1]}));
+  ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+  return Status::OK();
+}
+
+// col [rows, len * D]: the context of every row (zeros outside its sequence).
+template <typename T>
+void ContextCols(const std::vector<int64_t>& off, const T* x, int64_t d, int len, int start,
+                 T* col) {
+  const int64_t w = len * d;
+  for (size_t s = 0; s + 1 < off.size(); ++s)
+    for (int64_t t = off[s]; t < off[s + 1]; ++t)
+      for (int k = 0; k < len; ++k) {
+        const int64_t r = t + start + k;
+        T* dst = col + t * w + k * d;
+        if (r < off[s] || r >= off[s + 1]) {
+          std::fill(dst, dst + d, T(0));
+        } else {
+          std::copy(x + r * d, x + (r + 1) * d, dst);
+        }
+      }
+}
+
+template <typename T>
+Status SequenceConvKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> off, SequenceOffsets(ctx, "X"));
+  const Tensor& xt = ctx.Input("X");
+  const Tensor& ft = ctx.Input("Filter");
+  const int len = ctx.Attr<int>("contextLength"), start = ctx.Attr<int>("contextStart");
+  const int64_t rows = xt.dims()[0], d = xt.dims()[1], m = ft.dims()[1];
+  std::vector<T> col(static_cast<size_t>(rows * len * d));
+  ContextCols(off, xt.data<T>(), d, len, start, col.data());
+  Tensor* out = ctx.Output("Out");
+  out->Resize(DDim({rows, m}));
+  Gemm(false, false, rows, m, len * d, col.data(), ft.data<T>(), out->mutable_data<T>(ctx.place()));
+  out->set_lod(xt.lod());
+  return Status::OK();
+}
+
+template <typename T>
+Status SequenceConvGradKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> off, SequenceOffsets(ctx, "X"));
+  const Tensor& xt = ctx.Input("X");
+  const Tensor& ft = ctx.Input("Filter");
+  const T* g = ctx.Input("Out@GRAD").data<T>();
+  const int len = ctx.Attr<int>("contextLength"), start = ctx.Attr<int>("contextStart");
+  const int64_t rows = xt.dims()[0], d = xt.dims()[1], m = ft.dims()[1], w = len * d;
+  std::vector<T> col(static_cast<size_t>(rows * w));
+  if (Tensor* df = ctx.OutputOrNull("Filter@GRAD")) {
+    ContextCols(off, xt.data<T>(), d, len, start, col.data());
+    Gemm(true, false, w, m, rows, col.data(), g, df->mutable_data<T>(ctx.place()));
+  }
+  if (Tensor* dxt = ctx.OutputOrNull("X@GRAD")) {
+    // dcol = dOut · Filterᵀ, then every context slot adds back to the row it came from.
+    Gemm(false, true, rows, w, m, g, ft.data<T>(), col.data());
+    T* dx = dxt->mutable_data<T>(ctx.place());
+    std::fill(dx, dx + xt.numel(), T(0));
+    for (size_t s = 0; s + 1 < off.size(); ++s)
+      for (int64_t t = off[s]; t < off[s + 1]; ++t)
+        for (int k = 0; k < len; ++k) {
+          const int64_t r = t + start + k;
+          if (r < off[s] || r >= off[s + 1]) continue;
+          const T* src = col.data() + t * w + k * d;
+          for (int64_t j = 0; j < d; ++j) dx[r * d + j] += src[j];
+        }
+    dxt->set_lod(xt.lod());
+  }
+  return Status::OK();
+}
+
 #define LOOM_SEQ_KERNELS(fn) \
   Kernel(Place::kCPU, proto::FP32, fn<float>).Kernel(Place::kCPU, proto::FP64, fn<double>)
 
@@ -480,5 +567,36 @@ LOOM_REGISTER_OP(sequence_unpad_grad)
     .SetsLoD()
     .InferShape(GradInferShape)
     .LOOM_SEQ_KERNELS(SequenceUnpadGradKernel);
+
+LOOM_REGISTER_OP(sequence_conv)
+    .Doc(
+        "Out[t] = [X[t + contextStart], ..., X[t + contextStart + contextLength - 1]] · Filter "
+        "for every row t, the context taken within t's sequence (zeros outside it).")
+    .Input("X", "a LoD tensor [rows, D]")
+    .Input("Filter", "[contextLength * D, M]")
+    .Output("Out", "[rows, M], X's LoD")
+    .Attr<int>("contextLength", 3, "rows in a context window")
+    .Attr<int>("contextStart", -1, "offset of the window's first row (e.g. -1: centred on 3)")
+    .Attr<int>("contextStride", 1, "must be 1")
+    .Attr<bool>("paddingTrainable", false, "accepted; must be false (zero padding)")
+    .SetsLoD()
+    .InferShape(SequenceConvInferShape)
+    .GradMaker([](const OpDesc& fwd) {
+      return std::vector<proto::OpDesc>{
+          nn::MakeGradOp(fwd, {"X", "Filter", "Out@GRAD"}, {"X", "Filter"})};
+    })
+    .LOOM_SEQ_KERNELS(SequenceConvKernel);
+
+LOOM_REGISTER_OP(sequence_conv_grad)
+    .Doc("X@GRAD and Filter@GRAD of sequence_conv.")
+    .Input("X", "forward X")
+    .Input("Filter", "forward Filter")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("X@GRAD", "gradient of X", false, true)
+    .Output("Filter@GRAD", "gradient of Filter", false, true)
+    .AttrsFrom("sequence_conv")
+    .SetsLoD()
+    .InferShape(GradInferShape)
+    .LOOM_SEQ_KERNELS(SequenceConvGradKernel);
 
 }  // namespace loom::ops

@@ -918,3 +918,31 @@ def sequence_unpad(x, length, name=None):
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("sequence_unpad", inputs={"X": x, "Length": length}, outputs={"Out": out})
     return out
+
+
+def sequence_conv(input, num_filters, filter_size=3, filter_stride=1, padding=True,
+                  padding_start=None, bias_attr=None, param_attr=None, act=None, name=None):
+    """A convolution along each sequence: every row's window of filter_size rows starting
+    padding_start rows away (default -(filter_size // 2): centred), zeros past the sequence's
+    ends, times a [filter_size * width, num_filters] filter."""
+    _check_act(act)
+    if filter_stride != 1:
+        raise ValueError("sequence_conv: filter_stride must be 1, got %r" % (filter_stride,))
+    if len(input.shape) != 2 or input.shape[1] <= 0:
+        raise ValueError("sequence_conv: input must be [rows, width] with a static width, got %r"
+                         % (list(input.shape),))
+    helper = LayerHelper("sequence_conv", name=name)
+    w = helper.create_parameter(param_attr, [filter_size * input.shape[1], num_filters],
+                                input.dtype)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    start = -int(filter_size // 2) if padding_start is None else int(padding_start)
+    helper.append_op("sequence_conv", inputs={"X": input, "Filter": w}, outputs={"Out": out},
+                     attrs={"contextLength": int(filter_size), "contextStart": start,
+                            "contextStride": 1})
+    b = helper.create_parameter(bias_attr, [num_filters], input.dtype, is_bias=True)
+    if b is not None:
+        biased = helper.create_variable_for_type_inference(input.dtype)
+        helper.append_op("elementwise_add", inputs={"X": out, "Y": b}, outputs={"Out": biased},
+                         attrs={"axis": 1})
+        out = biased
+    return _act(out, act)

@@ -96,6 +96,7 @@ def scaled_dot_product_attention(queries, keys, values, num_heads=1, dropout_rat
 
 def sequence_conv_pool(input, num_filters, filter_size, param_attr=None, act="sigmoid",
                        pool_type="max", bias_attr=None):
-    """sequence_conv then sequence_pool over LoD sequences."""
-    raise NotImplementedError("fluid.nets.sequence_conv_pool needs the sequence_conv op, "
-                              "which Loom does not have yet")
+    """sequence_conv (with act) then sequence_pool over LoD sequences."""
+    conv = layers.sequence_conv(input, num_filters, filter_size, param_attr=param_attr,
+                                bias_attr=bias_attr, act=act)
+    return layers.sequence_pool(conv, pool_type)

@@ -113,6 +113,35 @@ TEST(SequencePadTest, PadUnpadRoundTripAndGrads) {
   EXPECT_EQ(u.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "");
 }
 
+TEST(SequenceConvTest, ContextWithinSequencesAndGrads) {
+  Tensor x = SeqInput(6);                         // D = 2
+  Tensor f = Random(proto::FP64, DDim{6, 3}, 7);  // contextLength 3 * D 2 -> 3 filters
+  OpTest t("sequence_conv");
+  t.Input("X", x)
+      .Input("Filter", f)
+      .Output("Out")
+      .Attr("contextLength", 3)
+      .Attr("contextStart", -1);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<int64_t> off = {0, 3, 3, 4, 7};
+  std::vector<double> xv = Values(x), fv = Values(f), want;
+  for (size_t s = 0; s + 1 < off.size(); ++s)
+    for (int64_t r = off[s]; r < off[s + 1]; ++r)
+      for (int m = 0; m < 3; ++m) {
+        double acc = 0;
+        for (int k = 0; k < 3; ++k) {
+          const int64_t src = r - 1 + k;
+          if (src < off[s] || src >= off[s + 1]) continue;
+          for (int j = 0; j < 2; ++j) acc += xv[src * 2 + j] * fv[(k * 2 + j) * 3 + m];
+        }
+        want.push_back(acc);
+      }
+  ExpectNear(out.value()["Out"], want, 1e-12);
+  EXPECT_EQ(out.value()["Out"].lod(), x.lod());
+  EXPECT_EQ(t.CheckGrad("Out", 1e-6, 1e-6, 1e-9), "");
+}
+
 TEST(SequenceMaskTest, LengthsToMask) {
   OpTest t("sequence_mask");
   t.Input("X", Ints(DDim{3}, {2, 0, 3}))

@@ -12,7 +12,8 @@ import pytest
 BOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "book")
 sys.path.insert(0, BOOK)
 
-CHAPTERS = ["fit_a_line", "recognize_digits", "image_classification", "word2vec", "gan"]
+CHAPTERS = ["fit_a_line", "recognize_digits", "image_classification", "word2vec", "gan",
+            "understand_sentiment"]
 NEEDS_FASHION_MNIST = {"recognize_digits", "gan"}
 
 
