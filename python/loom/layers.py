@@ -946,3 +946,42 @@ def sequence_conv(input, num_filters, filter_size=3, filter_stride=1, padding=Tr
                          attrs={"axis": 1})
         out = biased
     return _act(out, act)
+
+
+def dynamic_lstm(input, size, h_0=None, c_0=None, param_attr=None, bias_attr=None,
+                 use_peepholes=True, is_reverse=False, gate_activation="sigmoid",
+                 cell_activation="tanh", candidate_activation="tanh", dtype="float32",
+                 name=None):
+    """An LSTM over LoD sequences (Fluid's dynamic_lstm): input [rows, size] holds the four
+    gates' projected inputs (an fc of size 4 * D before it), size = 4 * D; returns (hidden,
+    cell), each [rows, D] with input's LoD. Gate order c~, i, f, o; with use_peepholes the
+    bias is [1, 7 * D] (4 * D biases, then W_ic, W_fc, W_oc)."""
+    if int(size) % 4 or int(size) <= 0:
+        raise ValueError("dynamic_lstm: size must be 4 * hidden width, got %r" % (size,))
+    if len(input.shape) != 2 or (input.shape[1] > 0 and input.shape[1] != int(size)):
+        raise ValueError("dynamic_lstm: input must be [rows, size=%d], got %r"
+                         % (size, list(input.shape)))
+    d = int(size) // 4
+    helper = LayerHelper("lstm", name=name)
+    w = helper.create_parameter(param_attr, [d, 4 * d], dtype)
+    b = helper.create_parameter(bias_attr, [1, (7 if use_peepholes else 4) * d], dtype,
+                                is_bias=True)
+    if b is None:
+        raise ValueError("dynamic_lstm: bias_attr=False is not supported (the op needs Bias)")
+    hidden = helper.create_variable_for_type_inference(dtype)
+    cell = helper.create_variable_for_type_inference(dtype)
+    gate = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    inputs = {"Input": input, "Weight": w, "Bias": b}
+    if h_0 is not None:
+        inputs["H0"] = h_0
+    if c_0 is not None:
+        inputs["C0"] = c_0
+    helper.append_op("lstm", inputs=inputs,
+                     outputs={"Hidden": hidden, "Cell": cell, "BatchGate": gate,
+                              "BatchCellPreAct": pre},
+                     attrs={"use_peepholes": bool(use_peepholes), "is_reverse": bool(is_reverse),
+                            "gate_activation": gate_activation,
+                            "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation})
+    return hidden, cell

@@ -169,3 +169,69 @@ TEST(LoDPropagationTest, SameRowOutputsTakeTheInputsLoD) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+double Sig(double x) { return 1 / (1 + std::exp(-x)); }
+
+// A straightforward LSTM in double: gates [c~, i, f, o], peepholes W_ic, W_fc, W_oc.
+std::vector<double> LstmRef(const std::vector<double>& x, const std::vector<int64_t>& off,
+                            const std::vector<double>& w, const std::vector<double>& b,
+                            const std::vector<double>& h0, const std::vector<double>& c0, int64_t d,
+                            bool peep, bool reverse) {
+  std::vector<double> hidden(x.size() / 4, 0);
+  for (size_t s = 0; s + 1 < off.size(); ++s) {
+    std::vector<double> h(h0.begin() + s * d, h0.begin() + (s + 1) * d);
+    std::vector<double> c(c0.begin() + s * d, c0.begin() + (s + 1) * d);
+    const int64_t n = off[s + 1] - off[s];
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t r = reverse ? off[s + 1] - 1 - k : off[s] + k;
+      std::vector<double> pre(4 * d);
+      for (int64_t j = 0; j < 4 * d; ++j) {
+        pre[j] = x[r * 4 * d + j] + b[j];
+        for (int64_t q = 0; q < d; ++q) pre[j] += h[q] * w[q * 4 * d + j];
+      }
+      for (int64_t j = 0; j < d; ++j) {
+        const double cand = std::tanh(pre[j]);
+        const double ig = Sig(pre[d + j] + (peep ? b[4 * d + j] * c[j] : 0));
+        const double fg = Sig(pre[2 * d + j] + (peep ? b[5 * d + j] * c[j] : 0));
+        c[j] = fg * c[j] + ig * cand;
+        const double og = Sig(pre[3 * d + j] + (peep ? b[6 * d + j] * c[j] : 0));
+        h[j] = og * std::tanh(c[j]);
+        hidden[r * d + j] = h[j];
+      }
+    }
+  }
+  return hidden;
+}
+
+TEST(LstmTest, ForwardMatchesAReferenceAndGradsCheck) {
+  const int64_t d = 3;
+  for (bool peep : {true, false})
+    for (bool reverse : {false, true})
+      for (bool init : {false, true}) {
+        Tensor x = Random(proto::FP64, DDim{6, 4 * d}, 31);
+        x.set_lod({{0, 2, 6}});
+        Tensor w = Random(proto::FP64, DDim{d, 4 * d}, 32);
+        Tensor b = Random(proto::FP64, DDim{1, (peep ? 7 : 4) * d}, 33);
+        Tensor h0 = Random(proto::FP64, DDim{2, d}, 34), c0 = Random(proto::FP64, DDim{2, d}, 35);
+        OpTest t("lstm");
+        t.Input("Input", x).Input("Weight", w).Input("Bias", b);
+        if (init) t.Input("H0", h0).Input("C0", c0);
+        t.Output("Hidden").Output("Cell").Output("BatchGate").Output("BatchCellPreAct");
+        t.Attr("use_peepholes", peep).Attr("is_reverse", reverse);
+        auto out = t.Forward();
+        ASSERT_TRUE(out.ok()) << out.status().ToString();
+        std::vector<double> zeros(2 * d, 0);
+        auto want = LstmRef(Values(x), {0, 2, 6}, Values(w), Values(b), init ? Values(h0) : zeros,
+                            init ? Values(c0) : zeros, d, peep, reverse);
+        ExpectNear(out.value()["Hidden"], want, 1e-12);
+        EXPECT_EQ(out.value()["Hidden"].lod(), x.lod());
+        EXPECT_EQ(t.CheckGrad("Hidden", 1e-6, 1e-6, 1e-9), "")
+            << "peepholes " << peep << " reverse " << reverse << " init " << init;
+      }
+}
+
+}  // namespace
+}  // namespace loom::testing

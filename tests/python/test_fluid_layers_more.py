@@ -129,5 +129,7 @@ def test_fluid_data_shapes_and_errors():
         assert list(x.shape) == [-1, 3, -1]
         with pytest.raises(ValueError, match="dims are None, -1 or >= 0"):
             fluid.data("y", [None, -2])
-        with pytest.raises(NotImplementedError, match="LoD"):
-            fluid.data("z", [None, 1], lod_level=1)
+        z = fluid.data("z", [None, 1], lod_level=2)
+        assert z.lod_level == 2 and x.lod_level == 0
+        with pytest.raises(ValueError, match="lod_level must be an int >= 0"):
+            fluid.data("w", [None, 1], lod_level=-1)

@@ -235,6 +235,42 @@ CASES = {
         lambda i: [layers.increment(i, in_place=False)],
         [layers.fill_constant([1], "float32", 0.0)]),
     "While": _while,
+    "floor": lambda v: layers.floor(v.x),
+    "ceil": lambda v: layers.ceil(v.x),
+    "round": lambda v: layers.round(v.x),
+    "cos": lambda v: layers.cos(v.x),
+    "sin": lambda v: layers.sin(v.x),
+    "reciprocal": lambda v: layers.reciprocal(v.x),
+    "rsqrt": lambda v: layers.rsqrt(v.x),
+    "softplus": lambda v: layers.softplus(v.x),
+    "softsign": lambda v: layers.softsign(v.x),
+    "conv2d_transpose": lambda v: layers.conv2d_transpose(v.img, 2, output_size=[13, 13],
+                                                          stride=2, act="relu"),
+    "sigmoid_cross_entropy_with_logits": lambda v: layers.sigmoid_cross_entropy_with_logits(
+        v.x, v.x, ignore_index=-1, normalize=True),
+    "fill_constant_batch_size_like": lambda v: layers.fill_constant_batch_size_like(
+        v.x, [-1, 3], "int64", 4, input_dim_idx=0, output_dim_idx=0),
+    "one_hot": lambda v: layers.one_hot(v.ids, 5, allow_out_of_range=True),
+    "shape": lambda v: layers.shape(v.img),
+    "expand": lambda v: layers.expand(v.x, [2, 1]),
+    "cos_sim": lambda v: layers.cos_sim(v.x, v.x),
+    "argsort": lambda v: layers.argsort(v.x, axis=1, descending=True),
+    "where": lambda v: layers.where(layers.greater_than(v.x, v.x)),
+    "clip_by_norm": lambda v: layers.clip_by_norm(v.x, 2.0),
+    "label_smooth": lambda v: layers.label_smooth(layers.softmax(v.x), epsilon=0.2),
+    "sequence_pool": lambda v: layers.sequence_pool(v.seq, "max", pad_value=1.0),
+    "sequence_first_step": lambda v: layers.sequence_first_step(v.seq),
+    "sequence_last_step": lambda v: layers.sequence_last_step(v.seq),
+    "sequence_softmax": lambda v: layers.sequence_softmax(layers.reduce_sum(v.seq, dim=1,
+                                                                            keep_dim=True)),
+    "sequence_conv": lambda v: layers.sequence_conv(v.seq, 4, filter_size=3, act="tanh"),
+    "sequence_mask": lambda v: layers.sequence_mask(v.lengths, maxlen=5, dtype="float32"),
+    "sequence_pad": lambda v: layers.sequence_pad(v.seq, layers.fill_constant([1], "float32",
+                                                                              0.0), maxlen=9),
+    "dynamic_lstm": lambda v: layers.dynamic_lstm(layers.fc(v.seq, 16), 16, use_peepholes=False,
+                                                  is_reverse=True),
+    "sequence_unpad": lambda v: layers.sequence_unpad(
+        *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
 
 
@@ -248,6 +284,8 @@ class Inputs:
         self.label = layers.data("label", [1], dtype="int64")
         self.index = layers.data("index", [3], dtype="int32", append_batch_size=False)
         self.flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
+        self.seq = layers.data("seq", [8], lod_level=1)
+        self.lengths = layers.data("lengths", [], dtype="int64")
         self.pred = layers.less_than(layers.reduce_mean(self.x),
                                      layers.fill_constant([1], "float32", 0.0))
 
@@ -299,6 +337,15 @@ OPTIMIZER_ARGS = {
     optimizer.SGDOptimizer: dict(learning_rate=0.1),
     optimizer.MomentumOptimizer: dict(learning_rate=0.1, momentum=0.9, use_nesterov=True),
     optimizer.AdamOptimizer: dict(learning_rate=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6),
+    optimizer.AdagradOptimizer: dict(learning_rate=0.1, epsilon=1e-5),
+    optimizer.DecayedAdagradOptimizer: dict(learning_rate=0.1, decay=0.9, epsilon=1e-5),
+    optimizer.RMSPropOptimizer: dict(learning_rate=0.1, rho=0.9, epsilon=1e-5, momentum=0.5,
+                                     centered=True),
+    optimizer.AdamaxOptimizer: dict(learning_rate=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6),
+    optimizer.AdadeltaOptimizer: dict(learning_rate=1.0, epsilon=1e-5, rho=0.9),
+    optimizer.LambOptimizer: dict(learning_rate=0.01, lamb_weight_decay=0.02),
+    optimizer.LarsMomentumOptimizer: dict(learning_rate=0.1, momentum=0.9, lars_coeff=0.01),
+    optimizer.FtrlOptimizer: dict(learning_rate=0.1, l1=0.01, l2=0.01, lr_power=-0.6),
 }
 
 

@@ -359,7 +359,7 @@ def test_feeds_are_checked_before_any_place_runs_and_non_batch_feeds_go_whole():
     comp = fluid.CompiledProgram(main).with_data_parallel(
         loss_name=loss.name, places=fluid.cpu_places(2))
     x = np.random.rand(4, 4).astype("float32")
-    with pytest.raises(core.InvalidArgumentError, match="different numbers of rows"):
+    with pytest.raises(core.InvalidArgumentError, match="different numbers of samples"):
         exe.run(comp, feed={"x": x, "y": np.zeros([3, 1], "int64"),
                             "flag": np.ones([1], "float32")}, fetch_list=[loss], scope=scope)
     # The shape-[1] flag is given to both places whole (it has no batch dim to split).

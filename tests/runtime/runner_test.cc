@@ -38,11 +38,38 @@ TEST(RankFeed, SlicesEveryFeedAlikeAndRejectsBadFeeds) {
   EXPECT_FLOAT_EQ(r1.value().at("x").data<float>()[0], 6.0f);  // rows 3, 4
   EXPECT_FLOAT_EQ(r1.value().at("y").data<float>()[0], 103.0f);
   global["y"] = Rows(4, 1);
-  EXPECT_NE(RankFeed(global, 0, 2).status().message().find("different numbers of rows"),
+  EXPECT_NE(RankFeed(global, 0, 2).status().message().find("different numbers of samples"),
             std::string::npos);
   Tensor scalar(proto::FP32, DDim({}));
   scalar.mutable_data<float>(Place::CPU());
   EXPECT_NE(RankFeed({{"s", scalar}}, 0, 2).status().message().find("is a scalar"),
+            std::string::npos);
+}
+
+TEST(RankFeed, SplitsLoDFeedsByWholeSequences) {
+  // 3 sequences of 2, 3 and 1 rows, with one label row per sequence: rank 0 takes sequences
+  // 0 and 1 (5 rows), rank 1 sequence 2 (1 row), each with its LoD rebased to 0.
+  Tensor words = Rows(6, 1);
+  words.set_lod({{0, 2, 5, 6}});
+  FeedMap global = {{"words", words}, {"label", Rows(3, 1, 100)}};
+  auto r0 = RankFeed(global, 0, 2);
+  auto r1 = RankFeed(global, 1, 2);
+  ASSERT_TRUE(r0.ok() && r1.ok()) << r0.status().ToString() << r1.status().ToString();
+  EXPECT_EQ(r0.value().at("words").dims()[0], 5);
+  EXPECT_EQ(r0.value().at("words").lod(), (LoD{{0, 2, 5}}));
+  EXPECT_EQ(r0.value().at("label").dims()[0], 2);
+  EXPECT_EQ(r1.value().at("words").lod(), (LoD{{0, 1}}));
+  EXPECT_FLOAT_EQ(r1.value().at("words").data<float>()[0], 5.0f);  // row 5
+  EXPECT_FLOAT_EQ(r1.value().at("label").data<float>()[0], 102.0f);
+  // Two levels: sequences of sentences split by the top level.
+  Tensor doc = Rows(6, 1);
+  doc.set_lod({{0, 1, 3}, {0, 2, 5, 6}});
+  auto d1 = RankFeed({{"doc", doc}}, 1, 2);
+  ASSERT_TRUE(d1.ok()) << d1.status().ToString();
+  EXPECT_EQ(d1.value().at("doc").lod(), (LoD{{0, 2}, {0, 3, 4}}));
+  EXPECT_EQ(d1.value().at("doc").dims()[0], 4);
+  global["label"] = Rows(6, 1);  // one label per row: no longer one per sequence
+  EXPECT_NE(RankFeed(global, 0, 2).status().message().find("different numbers of samples"),
             std::string::npos);
 }
 
