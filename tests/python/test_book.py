@@ -13,7 +13,7 @@ BOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "exa
 sys.path.insert(0, BOOK)
 
 CHAPTERS = ["fit_a_line", "recognize_digits", "image_classification", "word2vec", "gan",
-            "understand_sentiment", "understand_sentiment_lstm"]
+            "understand_sentiment", "understand_sentiment_lstm", "recommender_system"]
 NEEDS_FASHION_MNIST = {"recognize_digits", "gan"}
 
 
