@@ -332,7 +332,10 @@ def dropout(x, dropout_prob, is_test=False, seed=None, name=None,
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "leaky_relu", "softmax", "exp", "log",
                 "sqrt", "square", "abs", "floor", "ceil", "round", "cos", "sin", "reciprocal",
-                "rsqrt", "softplus", "softsign")
+                "rsqrt", "softplus", "softsign", "elu", "relu6", "selu", "hard_sigmoid",
+                "hard_swish", "swish", "softshrink", "hard_shrink", "tanh_shrink",
+                "thresholded_relu", "logsigmoid", "sign", "erf", "acos", "asin", "atan", "brelu",
+                "soft_relu", "stanh")
 
 
 def relu(x, name=None):
@@ -985,3 +988,92 @@ def dynamic_lstm(input, size, h_0=None, c_0=None, param_attr=None, bias_attr=Non
                             "cell_activation": cell_activation,
                             "candidate_activation": candidate_activation})
     return hidden, cell
+
+
+# ------------------------------------------------------------------ more activations
+
+def elu(x, alpha=1.0, name=None):
+    return _unary("elu", x, {"alpha": float(alpha)}, name=name)
+
+
+def relu6(x, threshold=6.0, name=None):
+    return _unary("relu6", x, {"threshold": float(threshold)}, name=name)
+
+
+def selu(x, scale=None, alpha=None, name=None):
+    attrs = {}
+    if scale is not None:
+        attrs["scale"] = float(scale)
+    if alpha is not None:
+        attrs["alpha"] = float(alpha)
+    return _unary("selu", x, attrs, name=name)
+
+
+def hard_sigmoid(x, slope=0.2, offset=0.5, name=None):
+    return _unary("hard_sigmoid", x, {"slope": float(slope), "offset": float(offset)}, name=name)
+
+
+def hard_swish(x, threshold=6.0, scale=6.0, offset=3.0, name=None):
+    return _unary("hard_swish", x, {"threshold": float(threshold), "scale": float(scale),
+                                    "offset": float(offset)}, name=name)
+
+
+def swish(x, beta=1.0, name=None):
+    return _unary("swish", x, {"beta": float(beta)}, name=name)
+
+
+def softshrink(x, alpha=None):
+    return _unary("softshrink", x, {} if alpha is None else {"lambda": float(alpha)})
+
+
+def hard_shrink(x, threshold=None):
+    return _unary("hard_shrink", x, {} if threshold is None else {"threshold": float(threshold)})
+
+
+def tanh_shrink(x, name=None):
+    return _unary("tanh_shrink", x, name=name)
+
+
+def thresholded_relu(x, threshold=None):
+    return _unary("thresholded_relu", x,
+                  {} if threshold is None else {"threshold": float(threshold)})
+
+
+def logsigmoid(x, name=None):
+    return _unary("logsigmoid", x, name=name)
+
+
+def sign(x):
+    return _unary("sign", x)
+
+
+def erf(x, name=None):
+    return _unary("erf", x, name=name)
+
+
+def acos(x, name=None):
+    return _unary("acos", x, name=name)
+
+
+def asin(x, name=None):
+    return _unary("asin", x, name=name)
+
+
+def atan(x, name=None):
+    return _unary("atan", x, name=name)
+
+
+def brelu(x, t_min=0.0, t_max=24.0, name=None):
+    return _unary("brelu", x, {"t_min": float(t_min), "t_max": float(t_max)}, name=name)
+
+
+def soft_relu(x, threshold=40.0, name=None):
+    return _unary("soft_relu", x, {"threshold": float(threshold)}, name=name)
+
+
+def stanh(x, scale_a=0.67, scale_b=1.7159, name=None):
+    return _unary("stanh", x, {"scale_a": float(scale_a), "scale_b": float(scale_b)}, name=name)
+
+
+def pow(x, factor=1.0, name=None):
+    return _unary("pow", x, {"factor": float(factor)}, name=name)

@@ -422,7 +422,57 @@ INSTANTIATE_TEST_SUITE_P(
                       UnaryCase{"softplus", -30, 30,
                                 [](double x) { return std::log(1 + std::exp(x)); }},
                       UnaryCase{"softsign", -3, 3,
-                                [](double x) { return x / (1 + std::abs(x)); }}),
+                                [](double x) { return x / (1 + std::abs(x)); }},
+                      // activations_extra.cc, at Fluid's default attributes
+                      UnaryCase{"elu", -3, 3,
+                                [](double x) { return x > 0 ? x : std::expm1(x); }},
+                      UnaryCase{"relu6", -3, 8,
+                                [](double x) { return std::min(std::max(x, 0.0), 6.0); }},
+                      UnaryCase{"selu", -3, 3,
+                                [](double x) {
+                                  return static_cast<double>(1.0507009873554804934f) *
+                                         (x > 0 ? x
+                                                : static_cast<double>(1.6732632423543772848f) *
+                                                      std::expm1(x));
+                                }},
+                      UnaryCase{"hard_sigmoid", -4, 4,
+                                [](double x) {
+                                  return std::min(
+                                      std::max(static_cast<double>(0.2f) * x + 0.5, 0.0), 1.0);
+                                }},
+                      UnaryCase{"hard_swish", -5, 5,
+                                [](double x) {
+                                  return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+                                }},
+                      UnaryCase{"swish", -3, 3,
+                                [](double x) { return x / (1 + std::exp(-x)); }},
+                      UnaryCase{"softshrink", -2, 2,
+                                [](double x) {
+                                  return x > 0.5 ? x - 0.5 : (x < -0.5 ? x + 0.5 : 0.0);
+                                }},
+                      UnaryCase{"hard_shrink", -2, 2,
+                                [](double x) { return std::abs(x) > 0.5 ? x : 0.0; }},
+                      UnaryCase{"tanh_shrink", -2, 2, [](double x) { return x - std::tanh(x); }},
+                      UnaryCase{"thresholded_relu", -3, 3,
+                                [](double x) { return x > 1 ? x : 0.0; }},
+                      UnaryCase{"logsigmoid", -20, 20,
+                                [](double x) { return -std::log1p(std::exp(-x)); }},
+                      UnaryCase{"sign", -2, 2,
+                                [](double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }},
+                      UnaryCase{"erf", -2, 2, [](double x) { return std::erf(x); }},
+                      UnaryCase{"acos", -0.9, 0.9, [](double x) { return std::acos(x); }},
+                      UnaryCase{"asin", -0.9, 0.9, [](double x) { return std::asin(x); }},
+                      UnaryCase{"atan", -3, 3, [](double x) { return std::atan(x); }},
+                      UnaryCase{"brelu", -3, 30,
+                                [](double x) { return std::min(std::max(x, 0.0), 24.0); }},
+                      UnaryCase{"soft_relu", -5, 5,
+                                [](double x) { return std::log1p(std::exp(x)); }},
+                      UnaryCase{"stanh", -3, 3,
+                                [](double x) {
+                                  return static_cast<double>(1.7159f) *
+                                         std::tanh(static_cast<double>(0.67f) * x);
+                                }},
+                      UnaryCase{"pow", 0.2, 3, [](double x) { return x; }}),
     [](const ::testing::TestParamInfo<UnaryCase>& info) { return std::string(info.param.type); });
 
 TEST(UnaryOpTest, LeakyReluAndClipAttributes) {
