@@ -14,11 +14,20 @@ from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
-from . import nets
+from . import nets, metrics
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers import _data as data
 from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor
+Tensor = core.Tensor
+
+
+def one_hot(input, depth, allow_out_of_range=False):
+    """fluid.one_hot (Fluid 1.6+): Out has input's dims plus one of depth (ids [N, 1] give
+    [N, 1, depth]; fluid.layers.one_hot replaces a last dim of 1)."""
+    shape = list(input.shape)
+    out = layers.one_hot(layers.unsqueeze(input, [len(shape)]), depth, allow_out_of_range)
+    return out
 from .layers import _embedding_v2 as embedding
 
 __version__ = core.__version__
@@ -30,7 +39,7 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "LoDTensor", "create_lod_tensor",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor", "LoDTensor", "create_lod_tensor",
     "create_random_int_lodtensor", "memory_optimize", "release_memory",
 ]
 

@@ -40,6 +40,47 @@ class GradientClipByGlobalNorm:
         return params_grads
 
 
+class GradientClipByValue:
+    """Clips every gradient element into [min, max] (min defaults to -max)."""
+
+    def __init__(self, max, min=None):
+        max = float(max)
+        min = -max if min is None else float(min)
+        if not min <= max:
+            raise ValueError("GradientClipByValue: min %r exceeds max %r" % (min, max))
+        self.min, self.max = min, max
+
+    def append_ops(self, block, params_grads):
+        for _, g in params_grads:
+            block.append_op("clip", inputs={"X": g}, outputs={"Out": g},
+                            attrs={"min": self.min, "max": self.max})
+        return params_grads
+
+
+class GradientClipByNorm:
+    """Scales each gradient on its own to an L2 norm of at most clip_norm."""
+
+    def __init__(self, clip_norm):
+        if clip_norm <= 0:
+            raise ValueError("clip_norm must be > 0, got %r" % (clip_norm,))
+        self.clip_norm = float(clip_norm)
+
+    def append_ops(self, block, params_grads):
+        for _, g in params_grads:
+            block.append_op("clip_by_norm", inputs={"X": g}, outputs={"Out": g},
+                            attrs={"max_norm": self.clip_norm})
+        return params_grads
+
+
+class ErrorClipByValue:
+    """Fluid's clip of the gradient flowing back through a variable (set as var.error_clip):
+    accepted, and not applied by Loom's backward."""
+
+    def __init__(self, max, min=None):
+        self.max = float(max)
+        self.min = -self.max if min is None else float(min)
+
+
 _global_clip = None
 
 

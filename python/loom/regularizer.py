@@ -19,4 +19,21 @@ class L2DecayRegularizer(WeightDecayRegularizer):
         return grad
 
 
+class L1DecayRegularizer(WeightDecayRegularizer):
+    """grad += coeff * sign(param)."""
+
+    def __init__(self, regularization_coeff=0.0):
+        self.coeff = float(regularization_coeff)
+
+    def append_ops(self, block, param, grad):
+        from .layers import _append_simple
+        sign = _append_simple(block, "sign", {"X": param}, {}, dtype=param.dtype,
+                              shape=param.shape)
+        decay = _append_simple(block, "scale", {"X": sign}, {"scale": self.coeff},
+                               dtype=param.dtype, shape=param.shape)
+        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": grad})
+        return grad
+
+
 L2Decay = L2DecayRegularizer
+L1Decay = L1DecayRegularizer
