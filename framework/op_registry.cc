@@ -77,6 +77,8 @@ const AttrSpec* OpInfo::FindAttr(const std::string& name) const {
     if (a->name == name) return a;
   for (const auto& a : CommonAttrs())
     if (a.name == name) return &a;
+  for (const auto& a : AcceptedAttrs())
+    if (a.name == name) return &a;
   return nullptr;
 }
 
@@ -169,6 +171,42 @@ const std::vector<AttrSpec>& CommonAttrs() {
        Attribute(std::vector<std::string>{}), nullptr},
       {"op_namescope", "name scope the op was built in (informational)", proto::STRING,
        Attribute(std::string()), nullptr},
+  };
+  return *attrs;
+}
+
+const std::vector<AttrSpec>& AcceptedAttrs() {
+  auto spec = [](const char* name, proto::AttrType type, Attribute def, const char* doc,
+                 std::function<Status(const Attribute&)> check = nullptr) {
+    return AttrSpec{name, StrCat(doc, " (accepted and ignored)"), type, std::move(def),
+                    std::move(check)};
+  };
+  static const auto* attrs = new std::vector<AttrSpec>{
+      spec("use_mkldnn", proto::BOOLEAN, Attribute(false), "Paddle: run the oneDNN kernel"),
+      spec("use_cudnn", proto::BOOLEAN, Attribute(false), "Paddle: run the cuDNN kernel"),
+      spec("use_quantizer", proto::BOOLEAN, Attribute(false), "Paddle: oneDNN int8"),
+      spec("mkldnn_data_type", proto::STRING, Attribute(std::string("float32")),
+           "Paddle: oneDNN data type"),
+      spec("is_test", proto::BOOLEAN, Attribute(false),
+           "Paddle: inference mode (ops whose results depend on it declare it themselves)"),
+      spec("op_callstack", proto::STRINGS, Attribute(std::vector<std::string>{}),
+           "Paddle: where the op was built"),
+      spec("op_device", proto::STRING, Attribute(std::string()), "Paddle: device placement"),
+      spec("with_quant_attr", proto::BOOLEAN, Attribute(false), "Paddle: quantization info"),
+      spec("workspace_size_MB", proto::INT, Attribute(512), "Paddle: cuDNN workspace"),
+      spec("exhaustive_search", proto::BOOLEAN, Attribute(false), "Paddle: cuDNN search"),
+      spec("numeric_stable_mode", proto::BOOLEAN, Attribute(true),
+           "Paddle: softmax_with_cross_entropy's stable form (Loom's is always stable)"),
+      spec("force_cpu", proto::BOOLEAN, Attribute(false), "Paddle: keep the output on the CPU"),
+      spec("data_format", proto::STRING, Attribute(std::string("AnyLayout")),
+           "Paddle: tensor layout; Loom computes NCHW",
+           [](const Attribute& a) {
+             const auto& v = std::get<std::string>(a);
+             return v == "AnyLayout" || v == "NCHW" || v == "NCDHW"
+                        ? Status::OK()
+                        : Unimplemented("data_format '", v,
+                                        "': Loom computes NCHW (AnyLayout / NCHW) only");
+           }),
   };
   return *attrs;
 }

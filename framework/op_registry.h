@@ -214,6 +214,12 @@ class OpRegistry {
 // Attributes every op accepts (op_role, op_role_var, ...).
 const std::vector<AttrSpec>& CommonAttrs();
 
+// Attributes Paddle's op makers declare that only steer Paddle's own implementation choices
+// (use_mkldnn, use_cudnn, op_callstack, ...): every op accepts them, with Paddle's types and
+// defaults, and Loom ignores them. An op that declares one itself (is_test on batch_norm and
+// dropout) uses its own. data_format is accepted only where it says NCHW.
+const std::vector<AttrSpec>& AcceptedAttrs();
+
 // Declares an op; chain the builder calls. Example:
 //   LOOM_REGISTER_OP(relu).Doc("...").Input("X", "...").Output("Out", "...")
 //       .InferShape(UnaryInferShape).GradMaker(DefaultGradMaker());

@@ -425,6 +425,21 @@ PYBIND11_MODULE(core, m) {
       "op_role are not listed: see common_attrs()), kernels ([(place, dtype)]) and has_grad. "
       "Raises NotFoundError for an unknown type.");
   m.def(
+      "accepted_attrs",
+      [] {
+        py::list out;
+        for (const AttrSpec& a : AcceptedAttrs()) {
+          py::dict e;
+          e["name"] = a.name;
+          e["type"] = std::string(AttrTypeName(a.type));
+          e["doc"] = a.doc;
+          out.append(e);
+        }
+        return out;
+      },
+      "Paddle's implementation-choice attributes every op accepts and Loom ignores "
+      "(use_mkldnn, use_cudnn, ...).");
+  m.def(
       "common_attrs",
       [] {
         py::list out;

@@ -133,3 +133,32 @@ def test_fluid_data_shapes_and_errors():
         assert z.lod_level == 2 and x.lod_level == 0
         with pytest.raises(ValueError, match="lod_level must be an int >= 0"):
             fluid.data("w", [None, 1], lod_level=-1)
+
+
+def test_paddle_implementation_attributes_are_accepted_and_ignored():
+    """Programs from Paddle carry use_mkldnn / use_cudnn / op_callstack ...: accepted (same
+    results), while a layout Loom does not compute is refused, naming it."""
+    from loom import core
+    x = np.array([[-1.0, 2.0, 3.0]], "float32")
+
+    def build():
+        d = fluid.data("x", [None, 3])
+        return (L.softmax(L.relu(d)),)
+    (want,) = run(build, {"x": x})
+    main = fluid.Program()
+    with fluid.program_guard(main):
+        d = fluid.data("x", [None, 3])
+        out = L.softmax(L.relu(d))
+    for op in main.global_block().ops:
+        op._set_attr("use_mkldnn", True)
+        op._set_attr("use_cudnn", True)
+        op._set_attr("op_callstack", ["model.py:12"])
+        op._set_attr("data_format", "AnyLayout")
+    exe = fluid.Executor(fluid.CPUPlace())
+    (got,) = exe.run(main, feed={"x": x}, fetch_list=[out])
+    np.testing.assert_array_equal(got, want)
+    names = {a["name"] for a in core.accepted_attrs()}
+    assert {"use_mkldnn", "use_cudnn", "is_test", "data_format"} <= names
+    main.global_block().ops[0]._set_attr("data_format", "NHWC")
+    with pytest.raises(core.InvalidArgumentError, match="data_format 'NHWC'"):
+        exe.run(main, feed={"x": x}, fetch_list=[out])
