@@ -122,9 +122,9 @@ REASONS = [
     (set("in_dygraph_mode enable_dygraph disable_dygraph enable_imperative disable_imperative "
          "dygraph".split()), "dynamic graph mode: Loom is static-graph only"),
     (set("DynamicRNN StaticRNN RNNCell GRUCell LSTMCell Decoder BeamSearchDecoder rnn birnn "
-         "dynamic_decode beam_search beam_search_decode gather_tree dynamic_gru gru_unit "
-         "lstm_unit lstm dynamic_lstmp".split()),
-     "recurrent layers beyond dynamic_lstm: not built yet (issue: Fluid 1.x breadth)"),
+         "dynamic_decode beam_search beam_search_decode gather_tree lstm dynamic_lstmp".split()),
+     "recurrent layers beyond dynamic_lstm, dynamic_gru, gru_unit and lstm_unit: not built "
+     "yet"),
     (set("linear_chain_crf crf_decoding chunk_eval ChunkEvaluator".split()),
      "CRF and chunk evaluation: not built yet (label_semantic_roles)"),
     (set("merge_selected_rows get_tensor_from_selected_rows".split()),

@@ -1077,3 +1077,80 @@ def stanh(x, scale_a=0.67, scale_b=1.7159, name=None):
 
 def pow(x, factor=1.0, name=None):
     return _unary("pow", x, {"factor": float(factor)}, name=name)
+
+
+def dynamic_gru(input, size, param_attr=None, bias_attr=None, is_reverse=False,
+                gate_activation="sigmoid", candidate_activation="tanh", h_0=None,
+                origin_mode=False):
+    """A GRU over LoD sequences (Fluid's dynamic_gru): input [rows, 3 * size] holds the
+    projected inputs of the update gate, the reset gate and the candidate; returns hidden
+    [rows, size] with input's LoD."""
+    d = int(size)
+    if d <= 0 or len(input.shape) != 2 or (input.shape[1] > 0 and input.shape[1] != 3 * d):
+        raise ValueError("dynamic_gru: input must be [rows, 3 * size = %d], got %r"
+                         % (3 * d, list(input.shape)))
+    helper = LayerHelper("gru")
+    w = helper.create_parameter(param_attr, [d, 3 * d], input.dtype)
+    b = helper.create_parameter(bias_attr, [1, 3 * d], input.dtype, is_bias=True)
+    hidden = helper.create_variable_for_type_inference(input.dtype)
+    gate = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    reset = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    inputs = {"Input": input, "Weight": w}
+    if b is not None:
+        inputs["Bias"] = b
+    if h_0 is not None:
+        inputs["H0"] = h_0
+    helper.append_op("gru", inputs=inputs,
+                     outputs={"Hidden": hidden, "BatchGate": gate,
+                              "BatchResetHiddenPrev": reset},
+                     attrs={"is_reverse": bool(is_reverse), "gate_activation": gate_activation,
+                            "activation": candidate_activation,
+                            "origin_mode": bool(origin_mode)})
+    return hidden
+
+
+_ACT_CODES = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
+
+
+def gru_unit(input, hidden, size, param_attr=None, bias_attr=None, activation="tanh",
+             gate_activation="sigmoid", origin_mode=False):
+    """One GRU step (Fluid's gru_unit): input [N, size] (size = 3 * D, the projected inputs),
+    hidden [N, D]; returns (updated hidden, reset hidden prev, gate)."""
+    if int(size) % 3:
+        raise ValueError("gru_unit: size must be 3 * hidden width, got %r" % (size,))
+    for what, act in (("activation", activation), ("gate_activation", gate_activation)):
+        if act not in _ACT_CODES:
+            raise ValueError("gru_unit: %s %r is not identity, sigmoid, tanh or relu"
+                             % (what, act))
+    d = int(size) // 3
+    helper = LayerHelper("gru_unit")
+    w = helper.create_parameter(param_attr, [d, 3 * d], input.dtype)
+    b = helper.create_parameter(bias_attr, [1, 3 * d], input.dtype, is_bias=True)
+    gate = helper.create_variable_for_type_inference(input.dtype)
+    reset = helper.create_variable_for_type_inference(input.dtype)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    inputs = {"Input": input, "HiddenPrev": hidden, "Weight": w}
+    if b is not None:
+        inputs["Bias"] = b
+    helper.append_op("gru_unit", inputs=inputs,
+                     outputs={"Gate": gate, "ResetHiddenPrev": reset, "Hidden": out},
+                     attrs={"activation": _ACT_CODES[activation],
+                            "gate_activation": _ACT_CODES[gate_activation],
+                            "origin_mode": bool(origin_mode)})
+    return out, reset, gate
+
+
+def lstm_unit(x_t, hidden_t_prev, cell_t_prev, forget_bias=0.0, param_attr=None,
+              bias_attr=None, name=None):
+    """One LSTM step (Fluid's lstm_unit): an fc of [x_t, hidden_t_prev] to 4 * D, then the
+    lstm_unit op; returns (hidden, cell)."""
+    d = cell_t_prev.shape[-1]
+    if d <= 0:
+        raise ValueError("lstm_unit: cell_t_prev needs a static width")
+    pre = fc([x_t, hidden_t_prev], 4 * d, param_attr=param_attr, bias_attr=bias_attr)
+    helper = LayerHelper("lstm_unit", name=name)
+    c = helper.create_variable_for_type_inference(x_t.dtype)
+    h = helper.create_variable_for_type_inference(x_t.dtype)
+    helper.append_op("lstm_unit", inputs={"X": pre, "C_prev": cell_t_prev},
+                     outputs={"C": c, "H": h}, attrs={"forget_bias": float(forget_bias)})
+    return h, c

@@ -235,3 +235,108 @@ TEST(LstmTest, ForwardMatchesAReferenceAndGradsCheck) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+double Sg(double x) { return 1 / (1 + std::exp(-x)); }
+
+// A GRU in double: Weight's memory is the D x 2D gate block, then the D x D candidate block.
+std::vector<double> GruRef(const std::vector<double>& x, const std::vector<int64_t>& off,
+                           const std::vector<double>& w, const std::vector<double>& b,
+                           const std::vector<double>& h0, int64_t d, bool reverse, bool origin) {
+  std::vector<double> out(x.size() / 3, 0);
+  for (size_t s = 0; s + 1 < off.size(); ++s) {
+    std::vector<double> h(h0.begin() + s * d, h0.begin() + (s + 1) * d);
+    for (int64_t k = 0; k < off[s + 1] - off[s]; ++k) {
+      const int64_t r = reverse ? off[s + 1] - 1 - k : off[s] + k;
+      std::vector<double> u(d), rg(d), c(d);
+      for (int64_t j = 0; j < d; ++j) {
+        double pu = x[r * 3 * d + j] + b[j], pr = x[r * 3 * d + d + j] + b[d + j];
+        for (int64_t q = 0; q < d; ++q) {
+          pu += h[q] * w[q * 2 * d + j];
+          pr += h[q] * w[q * 2 * d + d + j];
+        }
+        u[j] = Sg(pu);
+        rg[j] = Sg(pr);
+      }
+      for (int64_t j = 0; j < d; ++j) {
+        double pc = x[r * 3 * d + 2 * d + j] + b[2 * d + j];
+        for (int64_t q = 0; q < d; ++q) pc += rg[q] * h[q] * w[2 * d * d + q * d + j];
+        c[j] = std::tanh(pc);
+      }
+      for (int64_t j = 0; j < d; ++j) {
+        h[j] = origin ? u[j] * h[j] + (1 - u[j]) * c[j] : (1 - u[j]) * h[j] + u[j] * c[j];
+        out[r * d + j] = h[j];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GruTest, SequencesMatchAReferenceAndGradsCheck) {
+  const int64_t d = 3;
+  for (bool reverse : {false, true})
+    for (bool origin : {false, true})
+      for (bool init : {false, true}) {
+        Tensor x = Random(proto::FP64, DDim{6, 3 * d}, 41);
+        x.set_lod({{0, 4, 6}});
+        Tensor w = Random(proto::FP64, DDim{d, 3 * d}, 42);
+        Tensor b = Random(proto::FP64, DDim{1, 3 * d}, 43);
+        Tensor h0 = Random(proto::FP64, DDim{2, d}, 44);
+        OpTest t("gru");
+        t.Input("Input", x).Input("Weight", w).Input("Bias", b);
+        if (init) t.Input("H0", h0);
+        t.Output("Hidden").Output("BatchGate").Output("BatchResetHiddenPrev");
+        t.Attr("is_reverse", reverse).Attr("origin_mode", origin);
+        auto out = t.Forward();
+        ASSERT_TRUE(out.ok()) << out.status().ToString();
+        std::vector<double> zeros(2 * d, 0);
+        ExpectNear(out.value()["Hidden"],
+                   GruRef(Values(x), {0, 4, 6}, Values(w), Values(b), init ? Values(h0) : zeros, d,
+                          reverse, origin),
+                   1e-12);
+        EXPECT_EQ(t.CheckGrad("Hidden", 1e-6, 1e-6, 1e-9), "")
+            << "reverse " << reverse << " origin " << origin << " init " << init;
+      }
+}
+
+TEST(GruTest, UnitIsOneStepOfTheRecurrence) {
+  const int64_t d = 2;
+  Tensor x = Random(proto::FP64, DDim{3, 3 * d}, 51);
+  Tensor hp = Random(proto::FP64, DDim{3, d}, 52);
+  Tensor w = Random(proto::FP64, DDim{d, 3 * d}, 53);
+  Tensor b = Random(proto::FP64, DDim{1, 3 * d}, 54);
+  OpTest t("gru_unit");
+  t.Input("Input", x).Input("HiddenPrev", hp).Input("Weight", w).Input("Bias", b);
+  t.Output("Gate").Output("ResetHiddenPrev").Output("Hidden");
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ExpectNear(out.value()["Hidden"],
+             GruRef(Values(x), {0, 1, 2, 3}, Values(w), Values(b), Values(hp), d, false, false),
+             1e-12);
+  EXPECT_EQ(t.CheckGrad("Hidden", 1e-6, 1e-6, 1e-9), "");
+}
+
+TEST(LstmUnitTest, OneStepAndGrads) {
+  const int64_t d = 3;
+  Tensor x = Random(proto::FP64, DDim{2, 4 * d}, 61);
+  Tensor cp = Random(proto::FP64, DDim{2, d}, 62);
+  OpTest t("lstm_unit");
+  t.Input("X", x).Input("C_prev", cp).Output("C").Output("H").Attr("forget_bias", 0.5f);
+  auto out = t.Forward();
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<double> xv = Values(x), cv = Values(cp), want_h;
+  for (int r = 0; r < 2; ++r)
+    for (int j = 0; j < d; ++j) {
+      const double* xr = xv.data() + r * 4 * d;
+      const double c = Sg(xr[d + j] + 0.5) * cv[r * d + j] + Sg(xr[j]) * std::tanh(xr[3 * d + j]);
+      want_h.push_back(Sg(xr[2 * d + j]) * std::tanh(c));
+    }
+  ExpectNear(out.value()["H"], want_h, 1e-12);
+  EXPECT_EQ(t.CheckGrad("H", 1e-6, 1e-6, 1e-9), "");
+  EXPECT_EQ(t.CheckGrad("C", 1e-6, 1e-6, 1e-9), "");
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -289,6 +289,12 @@ CASES = {
                                                                               0.0), maxlen=9),
     "dynamic_lstm": lambda v: layers.dynamic_lstm(layers.fc(v.seq, 16), 16, use_peepholes=False,
                                                   is_reverse=True),
+    "dynamic_gru": lambda v: layers.dynamic_gru(layers.fc(v.seq, 12), 4, is_reverse=True,
+                                                origin_mode=True),
+    "gru_unit": lambda v: layers.gru_unit(layers.fc(v.x, 12), layers.fc(v.x, 4), 12,
+                                          origin_mode=True),
+    "lstm_unit": lambda v: layers.lstm_unit(v.x, layers.fc(v.x, 4), layers.fc(v.x, 4),
+                                            forget_bias=1.0),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
