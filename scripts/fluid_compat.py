@@ -125,8 +125,7 @@ REASONS = [
          "dynamic_decode beam_search beam_search_decode gather_tree lstm dynamic_lstmp".split()),
      "recurrent layers beyond dynamic_lstm, dynamic_gru, gru_unit and lstm_unit: not built "
      "yet"),
-    (set("linear_chain_crf crf_decoding chunk_eval ChunkEvaluator".split()),
-     "CRF and chunk evaluation: not built yet (label_semantic_roles)"),
+    (set("ChunkEvaluator".split()), "not built yet (the chunk_eval layer is)"),
     (set("merge_selected_rows get_tensor_from_selected_rows".split()),
      "SelectedRows: sparse gradients are computed dense"),
     (set("CUDAPinnedPlace cuda_pinned_places".split()), "pinned host memory: not built"),

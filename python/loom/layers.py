@@ -1154,3 +1154,70 @@ def lstm_unit(x_t, hidden_t_prev, cell_t_prev, forget_bias=0.0, param_attr=None,
     helper.append_op("lstm_unit", inputs={"X": pre, "C_prev": cell_t_prev},
                      outputs={"C": c, "H": h}, attrs={"forget_bias": float(forget_bias)})
     return h, c
+
+
+def linear_chain_crf(input, label, param_attr=None, length=None):
+    """The negative log-likelihood [sequences, 1] of label's tags under a linear-chain CRF
+    over input's emission scores [rows, D]; the transition parameter is [D + 2, D] (name it
+    with param_attr to share it with crf_decoding)."""
+    if length is not None:
+        raise NotImplementedError("linear_chain_crf: length (padded input) is not supported; "
+                                  "feed LoD sequences")
+    d = input.shape[-1]
+    if d <= 0:
+        raise ValueError("linear_chain_crf: input needs a static tag count, got %r"
+                         % (list(input.shape),))
+    helper = LayerHelper("linear_chain_crf")
+    w = helper.create_parameter(param_attr, [d + 2, d], input.dtype)
+    outs = {k: helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+            for k in ("Alpha", "EmissionExps", "TransitionExps")}
+    ll = helper.create_variable_for_type_inference(input.dtype)
+    outs["LogLikelihood"] = ll
+    helper.append_op("linear_chain_crf",
+                     inputs={"Emission": input, "Transition": w, "Label": label}, outputs=outs)
+    return ll
+
+
+def crf_decoding(input, param_attr, label=None, length=None):
+    """The Viterbi tags [rows, 1] of input's emissions under the CRF transition named by
+    param_attr (the one linear_chain_crf trained); with label, 1 / 0 per tag for right /
+    wrong."""
+    from .param_attr import ParamAttr
+    if length is not None:
+        raise NotImplementedError("crf_decoding: length (padded input) is not supported")
+    attr = ParamAttr._to_attr(param_attr)
+    if not attr or not attr.name:
+        raise ValueError("crf_decoding: param_attr must name linear_chain_crf's transition")
+    helper = LayerHelper("crf_decoding")
+    block = default_main_program().global_block()
+    if not block.has_var(attr.name):
+        raise ValueError("crf_decoding: no parameter '%s' (build linear_chain_crf with "
+                         "param_attr=ParamAttr(name='%s') first)" % (attr.name, attr.name))
+    path = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    inputs = {"Emission": input, "Transition": block.var(attr.name)}
+    if label is not None:
+        inputs["Label"] = label
+    helper.append_op("crf_decoding", inputs=inputs, outputs={"ViterbiPath": path})
+    return path
+
+
+def chunk_eval(input, label, chunk_scheme, num_chunk_types, excluded_chunk_types=None,
+               seq_length=None):
+    """(precision, recall, f1_score, num_infer_chunks, num_label_chunks, num_correct_chunks)
+    of the chunks in input's tags against label's (IOB, IOE, IOBES or plain)."""
+    if seq_length is not None:
+        raise NotImplementedError("chunk_eval: seq_length (padded input) is not supported")
+    helper = LayerHelper("chunk_eval")
+    f = [helper.create_variable_for_type_inference("float32", stop_gradient=True)
+         for _ in range(3)]
+    n = [helper.create_variable_for_type_inference("int64", stop_gradient=True)
+         for _ in range(3)]
+    helper.append_op("chunk_eval", inputs={"Inference": input, "Label": label},
+                     outputs={"Precision": f[0], "Recall": f[1], "F1-Score": f[2],
+                              "NumInferChunks": n[0], "NumLabelChunks": n[1],
+                              "NumCorrectChunks": n[2]},
+                     attrs={"num_chunk_types": int(num_chunk_types),
+                            "chunk_scheme": chunk_scheme,
+                            "excluded_chunk_types": [int(t) for t in
+                                                     (excluded_chunk_types or [])]})
+    return f[0], f[1], f[2], n[0], n[1], n[2]

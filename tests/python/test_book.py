@@ -13,7 +13,8 @@ BOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "exa
 sys.path.insert(0, BOOK)
 
 CHAPTERS = ["fit_a_line", "recognize_digits", "image_classification", "word2vec", "gan",
-            "understand_sentiment", "understand_sentiment_lstm", "recommender_system"]
+            "understand_sentiment", "understand_sentiment_lstm", "recommender_system",
+            "label_semantic_roles"]
 NEEDS_FASHION_MNIST = {"recognize_digits", "gan"}
 
 

@@ -295,6 +295,13 @@ CASES = {
                                           origin_mode=True),
     "lstm_unit": lambda v: layers.lstm_unit(v.x, layers.fc(v.x, 4), layers.fc(v.x, 4),
                                             forget_bias=1.0),
+    "linear_chain_crf": lambda v: layers.linear_chain_crf(
+        layers.fc(v.seq, 5), v.tags, param_attr=fluid.ParamAttr(name="crfw")),
+    "crf_decoding": lambda v: [layers.linear_chain_crf(layers.fc(v.seq, 5), v.tags,
+                                                       param_attr="crfw2"),
+                               layers.crf_decoding(layers.fc(v.seq, 5), "crfw2")],
+    "chunk_eval": lambda v: layers.chunk_eval(v.tags, v.tags, "IOB", 2,
+                                              excluded_chunk_types=[1]),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
@@ -311,6 +318,7 @@ class Inputs:
         self.index = layers.data("index", [3], dtype="int32", append_batch_size=False)
         self.flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
         self.seq = layers.data("seq", [8], lod_level=1)
+        self.tags = layers.data("tags", [1], dtype="int64", lod_level=1)
         self.lengths = layers.data("lengths", [], dtype="int64")
         self.pred = layers.less_than(layers.reduce_mean(self.x),
                                      layers.fill_constant([1], "float32", 0.0))
