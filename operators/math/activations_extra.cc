@@ -69,86 +69,177 @@ T Sigm(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// clang-format off
-template <typename T> T Elu(T x, const ActAttrs& a) { return x > 0 ? x : T(a.alpha) * std::expm1(x); }
-template <typename T> T EluD(T x, T y, const ActAttrs& a) { return x > 0 ? T(1) : y + T(a.alpha); }
-template <typename T> T Relu6(T x, const ActAttrs& a) { return std::min(std::max(x, T(0)), T(a.threshold)); }
-template <typename T> T Relu6D(T x, T, const ActAttrs& a) { return x > 0 && x < T(a.threshold) ? T(1) : T(0); }
-template <typename T> T Selu(T x, const ActAttrs& a) {
+template <typename T>
+T Elu(T x, const ActAttrs& a) {
+  return x > 0 ? x : T(a.alpha) * std::expm1(x);
+}
+template <typename T>
+T EluD(T x, T y, const ActAttrs& a) {
+  return x > 0 ? T(1) : y + T(a.alpha);
+}
+template <typename T>
+T Relu6(T x, const ActAttrs& a) {
+  return std::min(std::max(x, T(0)), T(a.threshold));
+}
+template <typename T>
+T Relu6D(T x, T, const ActAttrs& a) {
+  return x > 0 && x < T(a.threshold) ? T(1) : T(0);
+}
+template <typename T>
+T Selu(T x, const ActAttrs& a) {
   return T(a.scale) * (x > 0 ? x : T(a.alpha) * std::expm1(x));
 }
-template <typename T> T SeluD(T x, T y, const ActAttrs& a) {
+template <typename T>
+T SeluD(T x, T y, const ActAttrs& a) {
   return x > 0 ? T(a.scale) : y + T(a.scale) * T(a.alpha);
 }
-template <typename T> T HardSigmoid(T x, const ActAttrs& a) {
+template <typename T>
+T HardSigmoid(T x, const ActAttrs& a) {
   return std::min(std::max(T(a.slope) * x + T(a.offset), T(0)), T(1));
 }
-template <typename T> T HardSigmoidD(T x, T, const ActAttrs& a) {
+template <typename T>
+T HardSigmoidD(T x, T, const ActAttrs& a) {
   const T v = T(a.slope) * x + T(a.offset);
   return v > 0 && v < 1 ? T(a.slope) : T(0);
 }
-template <typename T> T HardSwish(T x, const ActAttrs& a) {
+template <typename T>
+T HardSwish(T x, const ActAttrs& a) {
   return x * std::min(std::max(x + T(a.offset), T(0)), T(a.threshold)) / T(a.scale);
 }
-template <typename T> T HardSwishD(T x, T, const ActAttrs& a) {
+template <typename T>
+T HardSwishD(T x, T, const ActAttrs& a) {
   const T v = x + T(a.offset);
   if (v <= 0) return T(0);
   if (v >= T(a.threshold)) return T(a.threshold) / T(a.scale);
   return (T(2) * x + T(a.offset)) / T(a.scale);
 }
-template <typename T> T Swish(T x, const ActAttrs& a) { return x * Sigm(T(a.beta) * x); }
-template <typename T> T SwishD(T x, T, const ActAttrs& a) {
+template <typename T>
+T Swish(T x, const ActAttrs& a) {
+  return x * Sigm(T(a.beta) * x);
+}
+template <typename T>
+T SwishD(T x, T, const ActAttrs& a) {
   const T s = Sigm(T(a.beta) * x);
   return s + T(a.beta) * x * s * (T(1) - s);
 }
-template <typename T> T Softshrink(T x, const ActAttrs& a) {
+template <typename T>
+T Softshrink(T x, const ActAttrs& a) {
   const T l = T(a.lambda);
   return x > l ? x - l : (x < -l ? x + l : T(0));
 }
-template <typename T> T ShrinkD(T x, T, const ActAttrs& a) {
+template <typename T>
+T ShrinkD(T x, T, const ActAttrs& a) {
   return std::abs(x) > T(a.lambda) ? T(1) : T(0);
 }
-template <typename T> T HardShrink(T x, const ActAttrs& a) { return std::abs(x) > T(a.threshold) ? x : T(0); }
-template <typename T> T HardShrinkD(T x, T, const ActAttrs& a) { return std::abs(x) > T(a.threshold) ? T(1) : T(0); }
-template <typename T> T TanhShrink(T x, const ActAttrs&) { return x - std::tanh(x); }
-template <typename T> T TanhShrinkD(T x, T, const ActAttrs&) { const T t = std::tanh(x); return t * t; }
-template <typename T> T ThresholdedRelu(T x, const ActAttrs& a) { return x > T(a.threshold) ? x : T(0); }
-template <typename T> T ThresholdedReluD(T x, T, const ActAttrs& a) { return x > T(a.threshold) ? T(1) : T(0); }
-template <typename T> T LogSigmoid(T x, const ActAttrs&) {
+template <typename T>
+T HardShrink(T x, const ActAttrs& a) {
+  return std::abs(x) > T(a.threshold) ? x : T(0);
+}
+template <typename T>
+T HardShrinkD(T x, T, const ActAttrs& a) {
+  return std::abs(x) > T(a.threshold) ? T(1) : T(0);
+}
+template <typename T>
+T TanhShrink(T x, const ActAttrs&) {
+  return x - std::tanh(x);
+}
+template <typename T>
+T TanhShrinkD(T x, T, const ActAttrs&) {
+  const T t = std::tanh(x);
+  return t * t;
+}
+template <typename T>
+T ThresholdedRelu(T x, const ActAttrs& a) {
+  return x > T(a.threshold) ? x : T(0);
+}
+template <typename T>
+T ThresholdedReluD(T x, T, const ActAttrs& a) {
+  return x > T(a.threshold) ? T(1) : T(0);
+}
+template <typename T>
+T LogSigmoid(T x, const ActAttrs&) {
   // -log(1 + e^-x), without overflow for large |x|.
   return x > 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
 }
-template <typename T> T LogSigmoidD(T x, T, const ActAttrs&) { return Sigm(-x); }
-template <typename T> T Sign(T x, const ActAttrs&) { return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0)); }
-template <typename T> T ZeroD(T, T, const ActAttrs&) { return T(0); }
-template <typename T> T Erf(T x, const ActAttrs&) { return std::erf(x); }
-template <typename T> T ErfD(T x, T, const ActAttrs&) { return T(2) / std::sqrt(T(M_PI)) * std::exp(-x * x); }
-template <typename T> T Acos(T x, const ActAttrs&) { return std::acos(x); }
-template <typename T> T AcosD(T x, T, const ActAttrs&) { return -T(1) / std::sqrt(T(1) - x * x); }
-template <typename T> T Asin(T x, const ActAttrs&) { return std::asin(x); }
-template <typename T> T AsinD(T x, T, const ActAttrs&) { return T(1) / std::sqrt(T(1) - x * x); }
-template <typename T> T Atan(T x, const ActAttrs&) { return std::atan(x); }
-template <typename T> T AtanD(T x, T, const ActAttrs&) { return T(1) / (T(1) + x * x); }
-template <typename T> T Brelu(T x, const ActAttrs& a) { return std::min(std::max(x, T(a.t_min)), T(a.t_max)); }
-template <typename T> T BreluD(T x, T, const ActAttrs& a) { return x > T(a.t_min) && x < T(a.t_max) ? T(1) : T(0); }
-template <typename T> T SoftRelu(T x, const ActAttrs& a) {
+template <typename T>
+T LogSigmoidD(T x, T, const ActAttrs&) {
+  return Sigm(-x);
+}
+template <typename T>
+T Sign(T x, const ActAttrs&) {
+  return x > 0 ? T(1) : (x < 0 ? T(-1) : T(0));
+}
+template <typename T>
+T ZeroD(T, T, const ActAttrs&) {
+  return T(0);
+}
+template <typename T>
+T Erf(T x, const ActAttrs&) {
+  return std::erf(x);
+}
+template <typename T>
+T ErfD(T x, T, const ActAttrs&) {
+  return T(2) / std::sqrt(T(M_PI)) * std::exp(-x * x);
+}
+template <typename T>
+T Acos(T x, const ActAttrs&) {
+  return std::acos(x);
+}
+template <typename T>
+T AcosD(T x, T, const ActAttrs&) {
+  return -T(1) / std::sqrt(T(1) - x * x);
+}
+template <typename T>
+T Asin(T x, const ActAttrs&) {
+  return std::asin(x);
+}
+template <typename T>
+T AsinD(T x, T, const ActAttrs&) {
+  return T(1) / std::sqrt(T(1) - x * x);
+}
+template <typename T>
+T Atan(T x, const ActAttrs&) {
+  return std::atan(x);
+}
+template <typename T>
+T AtanD(T x, T, const ActAttrs&) {
+  return T(1) / (T(1) + x * x);
+}
+template <typename T>
+T Brelu(T x, const ActAttrs& a) {
+  return std::min(std::max(x, T(a.t_min)), T(a.t_max));
+}
+template <typename T>
+T BreluD(T x, T, const ActAttrs& a) {
+  return x > T(a.t_min) && x < T(a.t_max) ? T(1) : T(0);
+}
+template <typename T>
+T SoftRelu(T x, const ActAttrs& a) {
   const T t = T(a.threshold);
   return std::log1p(std::exp(std::min(std::max(x, -t), t)));
 }
-template <typename T> T SoftReluD(T x, T, const ActAttrs& a) {
+template <typename T>
+T SoftReluD(T x, T, const ActAttrs& a) {
   const T t = T(a.threshold);
   return x > -t && x < t ? Sigm(x) : T(0);
 }
-template <typename T> T Stanh(T x, const ActAttrs& a) { return T(a.scale_b) * std::tanh(T(a.scale_a) * x); }
-template <typename T> T StanhD(T x, T, const ActAttrs& a) {
+template <typename T>
+T Stanh(T x, const ActAttrs& a) {
+  return T(a.scale_b) * std::tanh(T(a.scale_a) * x);
+}
+template <typename T>
+T StanhD(T x, T, const ActAttrs& a) {
   const T t = std::tanh(T(a.scale_a) * x);
   return T(a.scale_a) * T(a.scale_b) * (T(1) - t * t);
 }
-template <typename T> T Pow(T x, const ActAttrs& a) { return std::pow(x, T(a.factor)); }
-template <typename T> T PowD(T x, T, const ActAttrs& a) {
+template <typename T>
+T Pow(T x, const ActAttrs& a) {
+  return std::pow(x, T(a.factor));
+}
+template <typename T>
+T PowD(T x, T, const ActAttrs& a) {
   return T(a.factor) * std::pow(x, T(a.factor) - T(1));
 }
-// clang-format on
 
 Status ActGradInferShape(InferShapeContext* ctx) {
   ctx->ShareDimAndDtype("X", "X@GRAD");

@@ -92,7 +92,9 @@ template <typename T> T RsqrtD(T, T y, const UnaryAttrs&) { return T(-0.5) * y *
 template <typename T> T Softplus(T x, const UnaryAttrs&) {
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
-template <typename T> T SoftplusD(T x, T, const UnaryAttrs&) { return T(1) / (T(1) + std::exp(-x)); }
+template <typename T> T SoftplusD(T x, T, const UnaryAttrs&) {
+  return T(1) / (T(1) + std::exp(-x));
+}
 template <typename T> T Softsign(T x, const UnaryAttrs&) { return x / (T(1) + std::abs(x)); }
 template <typename T> T SoftsignD(T x, T, const UnaryAttrs&) {
   const T d = T(1) + std::abs(x);
