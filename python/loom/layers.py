@@ -1221,3 +1221,6 @@ def chunk_eval(input, label, chunk_scheme, num_chunk_types, excluded_chunk_types
                             "excluded_chunk_types": [int(t) for t in
                                                      (excluded_chunk_types or [])]})
     return f[0], f[1], f[2], n[0], n[1], n[2]
+
+
+from .rnn import RNNCell, GRUCell, LSTMCell, rnn, birnn  # noqa: E402,F401
