@@ -20,6 +20,7 @@ from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers import _data as data
 from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor
 Tensor = core.Tensor
+from .io import save, load  # noqa: E402
 
 
 def one_hot(input, depth, allow_out_of_range=False):
@@ -39,7 +40,7 @@ __all__ = [
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor", "LoDTensor", "create_lod_tensor",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor", "save", "load", "LoDTensor", "create_lod_tensor",
     "create_random_int_lodtensor", "memory_optimize", "release_memory",
 ]
 

@@ -141,3 +141,130 @@ def save_program_bundle(dirname, main_program, startup_program, feeds, fetches, 
             os.replace(tmp, os.path.join(dirname, rel))
             files[name] = rel
     _write_manifest(dirname, _names(feeds), _names(fetches), batch_size, description, files)
+
+
+# ------------------------------------------------------------------ Fluid 1.8's var-level API
+
+def _is_feed_or_fetch(v):
+    """Not a dense tensor (feed / fetch lists, communicators, step scopes): nothing to save."""
+    return v.desc.type() != core.VarType.DENSE_TENSOR
+
+
+def get_program_parameter(program):
+    """The program's parameters (block 0)."""
+    return list(program.global_block().all_parameters())
+
+
+def get_program_persistable_vars(program):
+    """The program's persistable variables of block 0 (parameters and optimizer state)."""
+    return [v for v in program.global_block().vars.values() if v.persistable and
+            not _is_feed_or_fetch(v)]
+
+
+def _chosen(program, vars, predicate):
+    if vars is None:
+        vars = [v for v in program.global_block().vars.values()
+                if (predicate(v) if predicate is not None else v.persistable)]
+    sub = Program()
+    block = sub.global_block()
+    for v in vars:
+        if not isinstance(v, Variable):
+            v = program.global_block().var(v)
+        block.create_var(name=v.name, shape=v.shape, dtype=v.dtype, persistable=True)
+    return sub
+
+
+def save_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None):
+    """Writes the chosen variables (vars, or those of main_program for which predicate holds;
+    default: every persistable one) to dirname as save_params does."""
+    if filename is not None:
+        raise NotImplementedError("save_vars: filename (one combined file) is not supported; "
+                                  "each variable gets its own file")
+    core.save_params(_chosen(_program(main_program), vars, predicate).desc, global_scope(),
+                     dirname)
+
+
+def load_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None):
+    """Reads the chosen variables (as save_vars chooses them) from dirname into the global
+    scope, checking dims and dtypes; a failed load changes nothing."""
+    if filename is not None:
+        raise NotImplementedError("load_vars: filename (one combined file) is not supported")
+    place = executor.place if executor is not None else core.Place.cpu(0)
+    core.load_params(_chosen(_program(main_program), vars, predicate).desc, global_scope(),
+                     dirname, place)
+
+
+def _is_param(v):
+    return isinstance(v, Variable) and v.desc.is_parameter()
+
+
+def save(program, model_path):
+    """Fluid's fluid.save: parameters to model_path.pdparams/, other persistable state
+    (optimizer accumulators, learning-rate counters) to model_path.pdopt/, the program to
+    model_path.pdmodel (each written atomically)."""
+    save_vars(None, model_path + ".pdparams", program, predicate=_is_param)
+    save_vars(None, model_path + ".pdopt", program,
+              predicate=lambda v: v.persistable and not _is_param(v) and
+              not _is_feed_or_fetch(v))
+    tmp = model_path + ".pdmodel.tmp.%d" % os.getpid()
+    program.desc.save(tmp)
+    os.replace(tmp, model_path + ".pdmodel")
+
+
+def load(program, model_path, executor=None, var_list=None):
+    """Fluid's fluid.load: the parameters (and the optimizer state when saved) that fluid.save
+    wrote for model_path, into the global scope."""
+    load_vars(executor, model_path + ".pdparams", program,
+              vars=var_list, predicate=None if var_list else _is_param)
+    if var_list is None and os.path.isdir(model_path + ".pdopt"):
+        load_vars(executor, model_path + ".pdopt", program,
+                  predicate=lambda v: v.persistable and not _is_param(v) and
+                  not _is_feed_or_fetch(v))
+
+
+def load_program_state(model_path, var_list=None):
+    """{name: numpy array} of what fluid.save (model_path.pdparams / .pdopt) or save_params
+    (the directory model_path) wrote, read through each directory's CHECKPOINT."""
+    import numpy as np
+    dirs = [d for d in (model_path + ".pdparams", model_path + ".pdopt") if os.path.isdir(d)]
+    if not dirs and os.path.isdir(model_path):
+        dirs = [model_path]
+    if not dirs:
+        raise FileNotFoundError("load_program_state: no %s.pdparams (fluid.save) or %s "
+                                "directory (save_params)" % (model_path, model_path))
+    wanted = None if var_list is None else {v.name if isinstance(v, Variable) else v
+                                            for v in var_list}
+    state = {}
+    for d in dirs:
+        ckpt = os.path.join(d, "CHECKPOINT")
+        if not os.path.exists(ckpt):
+            raise FileNotFoundError("load_program_state: %s has no CHECKPOINT (an interrupted "
+                                    "save?)" % d)
+        with open(ckpt) as f:
+            lines = f.read().splitlines()
+        for line in lines[1:]:
+            name, fname = line.split("\t")[:2]
+            if wanted is None or name in wanted:
+                state[name] = np.array(core.load_tensor(os.path.join(d, fname)))
+    return state
+
+
+def set_program_state(program, state_dict):
+    """Sets the program's persistable variables found in state_dict (numpy arrays) in the
+    global scope; a shape mismatch is an error naming the variable, before anything is set."""
+    import numpy as np
+    todo = []
+    for v in get_program_persistable_vars(program):
+        if v.name not in state_dict:
+            continue
+        arr = np.asarray(state_dict[v.name])
+        want = [d for d in v.shape]
+        if len(want) != arr.ndim or any(w >= 0 and w != a for w, a in zip(want, arr.shape)):
+            raise ValueError("set_program_state: '%s' is %s in the state, the program declares "
+                             "%s" % (v.name, list(arr.shape), want))
+        todo.append((v.name, arr))
+    scope = global_scope()
+    for name, arr in todo:
+        var = scope.find_var(name) or scope.var(name)
+        var.get_tensor().set(np.ascontiguousarray(arr), core.Place.cpu(0))
+    return [name for name, _ in todo]
