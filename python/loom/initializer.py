@@ -96,3 +96,69 @@ Uniform = UniformInitializer
 Normal = NormalInitializer
 Xavier = XavierInitializer
 MSRA = MSRAInitializer
+
+
+class TruncatedNormalInitializer(Initializer):
+    """Normal values redrawn until within two standard deviations of loc."""
+
+    def __init__(self, loc=0.0, scale=1.0, seed=0):
+        if scale <= 0:
+            raise ValueError("TruncatedNormalInitializer: scale must be > 0, got %r" % (scale,))
+        self.loc, self.scale, self.seed = float(loc), float(scale), int(seed)
+
+    def __call__(self, var, block):
+        seed = self.seed or block.program.random_seed
+        return block.append_op("truncated_gaussian_random", outputs={"Out": var},
+                               attrs={"shape": _shape(var), "mean": self.loc, "std": self.scale,
+                                      "seed": seed, "dtype": int(var.dtype)})
+
+
+class NumpyArrayInitializer(Initializer):
+    """The given numpy array's values (its shape must be the variable's)."""
+
+    def __init__(self, value):
+        import numpy as np
+        self.value = np.asarray(value)
+
+    def __call__(self, var, block):
+        import numpy as np
+        shape = _shape(var)
+        if list(self.value.shape) != list(shape):
+            raise ValueError("NumpyArrayInitializer: value is %s, '%s' is %s"
+                             % (list(self.value.shape), var.name, list(shape)))
+        dtype = int(var.dtype)
+        attrs = {"shape": list(shape), "dtype": dtype}
+        if dtype in (int(core.DataType.FP32), int(core.DataType.FP64)):
+            attrs["fp32_values"] = [float(v) for v in self.value.astype(np.float32).ravel()]
+        elif dtype == int(core.DataType.INT32):
+            attrs["int32_values"] = [int(v) for v in self.value.ravel()]
+        elif dtype == int(core.DataType.INT64):
+            attrs["int64_values"] = [int(v) for v in self.value.ravel()]
+        else:
+            raise TypeError("NumpyArrayInitializer: '%s' has an unsupported dtype" % var.name)
+        return block.append_op("assign_value", outputs={"Out": var}, attrs=attrs)
+
+
+class BilinearInitializer(Initializer):
+    """Bilinear-interpolation weights for a conv2d_transpose filter [C, M, k, k] that upsamples
+    by (k + 1) // 2 (Fluid's Bilinear)."""
+
+    def __call__(self, var, block):
+        import math
+        import numpy as np
+        shape = _shape(var)
+        if len(shape) != 4 or shape[2] != shape[3]:
+            raise ValueError("BilinearInitializer: '%s' must be a 4-D filter with square "
+                             "kernels, got %s" % (var.name, list(shape)))
+        k = shape[3]
+        f = math.ceil(k / 2.0)
+        c = (2 * f - 1 - f % 2) / (2.0 * f)
+        w = np.zeros(shape, "float32")
+        for i in range(k):
+            for j in range(k):
+                w[:, :, i, j] = (1 - abs(i / f - c)) * (1 - abs(j / f - c))
+        return NumpyArrayInitializer(w)(var, block)
+
+
+TruncatedNormal = TruncatedNormalInitializer
+Bilinear = BilinearInitializer

@@ -67,3 +67,29 @@ def test_clip_by_value_by_norm_and_l1_decay():
     np.testing.assert_allclose(w, 0.5 - 0.1 * (g + 0.3), rtol=1e-6)
     with pytest.raises(ValueError, match="min 2.0 exceeds max 1.0"):
         fluid.clip.GradientClipByValue(1.0, 2.0)
+
+
+def test_truncated_normal_numpy_array_and_bilinear_initializers():
+    main, startup = fluid.Program(), fluid.Program()
+    arr = np.arange(6, dtype="float32").reshape(2, 3)
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        t = fluid.layers.create_parameter([200, 50], "float32", name="t", default_initializer=(
+            fluid.initializer.TruncatedNormal(loc=1.0, scale=0.5, seed=4)))
+        a = fluid.layers.create_parameter([2, 3], "float32", name="a", default_initializer=(
+            fluid.initializer.NumpyArrayInitializer(arr)))
+        i = fluid.layers.create_parameter([3], "int64", name="i", default_initializer=(
+            fluid.initializer.NumpyArrayInitializer(np.array([7, -1, 2 ** 40]))))
+        b = fluid.layers.create_parameter([1, 1, 4, 4], "float32", name="b",
+                                          default_initializer=fluid.initializer.Bilinear())
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        tv, av, iv, bv = (np.array(scope.find_var(n).get_tensor()) for n in "taib")
+    assert tv.min() >= 0.0 and tv.max() <= 2.0 and abs(tv.mean() - 1.0) < 0.02
+    np.testing.assert_array_equal(av, arr)
+    assert iv.tolist() == [7, -1, 2 ** 40]
+    np.testing.assert_allclose(bv[0, 0, 0], [0.0625, 0.1875, 0.1875, 0.0625])
+    with pytest.raises(ValueError, match="value is \\[2, 3\\]"):
+        with fluid.program_guard(fluid.Program(), fluid.Program()):
+            fluid.layers.create_parameter([3, 2], "float32", default_initializer=(
+                fluid.initializer.NumpyArrayInitializer(arr)))
