@@ -1224,3 +1224,7 @@ def chunk_eval(input, label, chunk_scheme, num_chunk_types, excluded_chunk_types
 
 
 from .rnn import RNNCell, GRUCell, LSTMCell, rnn, birnn  # noqa: E402,F401
+from .layers_composed import (  # noqa: E402,F401
+    ones_like, reduce_min, mse_loss, l2_normalize, huber_loss, smooth_l1, log_loss,
+    margin_rank_loss, rank_loss, kldiv_loss, prelu, maxout, pixel_shuffle, unstack, expand_as,
+    has_nan, has_inf, isfinite, rank, elementwise_floordiv, elementwise_mod)

@@ -427,7 +427,15 @@ def test_optimizer_attrs_match_the_registry(opt_class, set_attrs):
                          ids=lambda c: c.__name__)
 def test_initializer_attrs_match_the_registry(init_class, set_attrs):
     def net(v):
-        layers.fc(v.x, 4, param_attr=fluid.ParamAttr(initializer=init_class()))
+        if init_class is initializer.NumpyArrayInitializer:
+            init = init_class(np.ones((8, 4), "float32"))
+        else:
+            init = init_class()
+        if init_class is initializer.BilinearInitializer:  # a conv2d_transpose filter
+            layers.conv2d_transpose(v.img, 2, filter_size=4, stride=2,
+                                    param_attr=fluid.ParamAttr(initializer=init))
+            return
+        layers.fc(v.x, 4, param_attr=fluid.ParamAttr(initializer=init))
 
     main, startup = build(net, set_attrs)
     check(set_attrs, [("main", main), ("startup", startup)], init_class.__name__)

@@ -1,0 +1,201 @@
+"""Fluid layers built from other layers (no op of their own): losses, normalizations and
+reshapes with Fluid 1.8's formulas. Imported into fluid.layers."""
+from . import layers as L
+from .layer_helper import LayerHelper
+
+
+def ones_like(x, out=None):
+    """Ones with x's dims and dtype."""
+    return L.scale(L.zeros_like(x), scale=0.0, bias=1.0)
+
+
+def reduce_min(input, dim=None, keep_dim=False, name=None):
+    return L.scale(L.reduce_max(L.scale(input, -1.0), dim, keep_dim), -1.0)
+
+
+def mse_loss(input, label):
+    """mean((input - label)^2)."""
+    return L.mean(L.square(L.elementwise_sub(input, label)))
+
+
+def l2_normalize(x, axis, epsilon=1e-12, name=None):
+    """x / sqrt(max(sum(x^2 along axis), epsilon))."""
+    axis = axis % len(x.shape)
+    if x.shape[axis] <= 0:
+        raise ValueError("l2_normalize: dim %d of %r must be static" % (axis, list(x.shape)))
+    sq = L.reduce_sum(L.square(x), dim=axis, keep_dim=True)
+    norm = L.sqrt(L.elementwise_max(sq, L.fill_constant([1], x.dtype, float(epsilon))))
+    # The norm tiled back along axis, so the division needs no broadcast.
+    times = [x.shape[axis] if i == axis else 1 for i in range(len(x.shape))]
+    return L.elementwise_div(x, L.expand(norm, times))
+
+
+def huber_loss(input, label, delta):
+    """0.5 r^2 where |r| <= delta, else delta (|r| - 0.5 delta); r = label - input."""
+    r = L.elementwise_sub(label, input)
+    a = L.abs(r)
+    d = float(delta)
+    small = L.cast(L.less_equal(a, L.fill_constant([1], input.dtype, d)), input.dtype)
+    quad = L.scale(L.square(r), 0.5)
+    lin = L.scale(a, d, bias=-0.5 * d * d)
+    return L.elementwise_add(L.elementwise_mul(quad, small),
+                             L.elementwise_mul(lin, L.scale(small, -1.0, bias=1.0)))
+
+
+def smooth_l1(x, y, inside_weight=None, outside_weight=None, sigma=None):
+    """Per sample (row), the sum of 0.5 (sigma d)^2 where |d| < 1 / sigma^2, else |d| - 0.5 /
+    sigma^2, with d = (x - y) * inside_weight, each term times outside_weight: [N, 1]."""
+    s2 = float(sigma or 1.0) ** 2
+    d = L.elementwise_sub(x, y)
+    if inside_weight is not None:
+        d = L.elementwise_mul(d, inside_weight)
+    a = L.abs(d)
+    small = L.cast(L.less_than(a, L.fill_constant([1], x.dtype, 1.0 / s2)), x.dtype)
+    val = L.elementwise_add(
+        L.elementwise_mul(L.scale(L.square(d), 0.5 * s2), small),
+        L.elementwise_mul(L.scale(a, 1.0, bias=-0.5 / s2), L.scale(small, -1.0, bias=1.0)))
+    if outside_weight is not None:
+        val = L.elementwise_mul(val, outside_weight)
+    dims = list(range(1, len(x.shape)))
+    return L.reduce_sum(val, dim=dims, keep_dim=False) if len(dims) != 1 else \
+        L.reduce_sum(val, dim=1, keep_dim=True)
+
+
+def log_loss(input, label, epsilon=1e-4, name=None):
+    """-label log(input + eps) - (1 - label) log(1 - input + eps)."""
+    eps = float(epsilon)
+    pos = L.elementwise_mul(label, L.log(L.scale(input, 1.0, bias=eps)))
+    neg = L.elementwise_mul(L.scale(label, -1.0, bias=1.0),
+                            L.log(L.scale(input, -1.0, bias=1.0 + eps)))
+    return L.scale(L.elementwise_add(pos, neg), -1.0)
+
+
+def margin_rank_loss(label, left, right, margin=0.1, name=None):
+    """max(0, -label (left - right) + margin)."""
+    diff = L.elementwise_mul(L.elementwise_sub(left, right), label)
+    return L.relu(L.scale(diff, -1.0, bias=float(margin)))
+
+
+def rank_loss(label, left, right, name=None):
+    """log(1 + exp(left - right)) - label (left - right)."""
+    d = L.elementwise_sub(left, right)
+    return L.elementwise_sub(L.softplus(d), L.elementwise_mul(label, d))
+
+
+def kldiv_loss(x, target, reduction="mean", name=None):
+    """target (log target - x) (0 where target is 0), reduced by reduction: none, sum, mean or
+    batchmean (sum / batch size)."""
+    if reduction not in ("none", "sum", "mean", "batchmean"):
+        raise ValueError("kldiv_loss: reduction %r is not none, sum, mean or batchmean"
+                         % (reduction,))
+    safe = L.elementwise_max(target, L.fill_constant([1], target.dtype, 1e-30))
+    loss = L.elementwise_mul(target, L.elementwise_sub(L.log(safe), x))
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return L.mean(loss)
+    total = L.reduce_sum(loss)
+    if reduction == "sum":
+        return total
+    return L.elementwise_div(total, L.cast(L.slice(L.shape(x), [0], [0], [1]), x.dtype))
+
+
+def prelu(x, mode, param_attr=None, name=None):
+    """max(0, x) + alpha min(0, x) with alpha one value (mode "all"), one per channel
+    ("channel", dim 1) or one per element ("element")."""
+    if mode not in ("all", "channel", "element"):
+        raise ValueError("prelu: mode %r is not all, channel or element" % (mode,))
+    from .initializer import ConstantInitializer
+    shape = {"all": [1], "channel": [x.shape[1]], "element": list(x.shape[1:])}[mode]
+    if any(s <= 0 for s in shape):
+        raise ValueError("prelu: mode %r needs static dims, input is %r" % (mode,
+                                                                            list(x.shape)))
+    helper = LayerHelper("prelu", name=name)
+    alpha = helper.create_parameter(param_attr, shape, x.dtype,
+                                    default_initializer=ConstantInitializer(0.25))
+    neg = L.scale(L.relu(L.scale(x, -1.0)), -1.0)  # min(0, x)
+    axis = {"all": -1, "channel": 1, "element": 1}[mode]
+    return L.elementwise_add(L.relu(x), L.elementwise_mul(neg, alpha, axis=axis))
+
+
+def maxout(x, groups, name=None, axis=1):
+    """Channel groups of `groups` reduced by max: [N, C, ...] -> [N, C / groups, ...]."""
+    c = x.shape[axis]
+    if c <= 0 or c % groups:
+        raise ValueError("maxout: channels %d are not divisible by groups %d" % (c, groups))
+    shape = [0 if i < axis else d for i, d in enumerate(x.shape)]
+    shape = shape[:axis] + [c // groups, groups] + [d for d in x.shape[axis + 1:]]
+    return L.reduce_max(L.reshape(x, shape), dim=axis + 1)
+
+
+def pixel_shuffle(x, upscale_factor):
+    """[N, C r^2, H, W] -> [N, C, H r, W r]."""
+    r = int(upscale_factor)
+    n, c, h, w = x.shape
+    if c <= 0 or c % (r * r) or h <= 0 or w <= 0:
+        raise ValueError("pixel_shuffle: input %r needs static C divisible by %d and static H, W"
+                         % (list(x.shape), r * r))
+    y = L.reshape(x, [-1, c // (r * r), r, r, h, w])
+    y = L.transpose(y, [0, 1, 4, 2, 5, 3])
+    return L.reshape(y, [-1, c // (r * r), h * r, w * r])
+
+
+def unstack(x, axis=0, num=None):
+    """The slices of x along axis, each without that dim."""
+    n = num if num is not None else x.shape[axis]
+    if n is None or n <= 0:
+        raise ValueError("unstack: the length of axis %d must be static or given as num" % axis)
+    return [L.squeeze(p, [axis]) for p in L.split(x, int(n), dim=axis)]
+
+
+def expand_as(x, target_tensor, name=None):
+    """x tiled to target_tensor's (static) dims."""
+    times = []
+    for a, b in zip(x.shape, target_tensor.shape):
+        if a <= 0 or b <= 0 or b % a:
+            raise ValueError("expand_as: %r does not tile to %r" % (list(x.shape),
+                                                                   list(target_tensor.shape)))
+        times.append(b // a)
+    return L.expand(x, times)
+
+
+def has_nan(x):
+    """A one-element bool: whether x holds a NaN."""
+    nan = L.cast(L.not_equal(x, x), "float32")
+    return L.greater_than(L.reduce_max(nan), L.fill_constant([1], "float32", 0.5))
+
+
+def has_inf(x):
+    """A one-element bool: whether x holds an infinity."""
+    inf = L.cast(L.equal(L.abs(x), L.fill_constant([1], x.dtype, float("inf"))), "float32")
+    return L.greater_than(L.reduce_max(inf), L.fill_constant([1], "float32", 0.5))
+
+
+def isfinite(x):
+    """A one-element bool: whether every element of x is finite."""
+    return L.logical_not(L.logical_or(has_nan(x), has_inf(x)))
+
+
+def rank(input):
+    """The number of dims of input, as a one-element int32 tensor."""
+    return L.fill_constant([1], "int32", len(input.shape))
+
+
+def elementwise_floordiv(x, y, axis=-1, act=None, name=None):
+    """floor(x / y) (computed in float64 for integer inputs)."""
+    return _int_safe(lambda a, b: L.floor(L.elementwise_div(a, b, axis=axis)), x, y)
+
+
+def elementwise_mod(x, y, axis=-1, act=None, name=None):
+    """x - floor(x / y) y: the remainder with y's sign (computed in float64 for integers)."""
+    def mod(a, b):
+        q = L.floor(L.elementwise_div(a, b, axis=axis))
+        return L.elementwise_sub(a, L.elementwise_mul(q, b, axis=axis))
+    return _int_safe(mod, x, y)
+
+
+def _int_safe(fn, x, y):
+    from . import core
+    if int(x.dtype) in (int(core.DataType.INT32), int(core.DataType.INT64)):
+        return L.cast(fn(L.cast(x, "float64"), L.cast(y, "float64")), x.dtype)
+    return fn(x, y)
