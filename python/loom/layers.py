@@ -1228,3 +1228,24 @@ from .layers_composed import (  # noqa: E402,F401
     ones_like, reduce_min, mse_loss, l2_normalize, huber_loss, smooth_l1, log_loss,
     margin_rank_loss, rank_loss, kldiv_loss, prelu, maxout, pixel_shuffle, unstack, expand_as,
     has_nan, has_inf, isfinite, rank, elementwise_floordiv, elementwise_mod)
+
+
+def Print(input, first_n=-1, message=None, summarize=20, print_tensor_name=True,
+          print_tensor_type=True, print_tensor_shape=True, print_tensor_lod=True,
+          print_phase="both"):
+    """Writes input (and, in the backward phase, its gradient) to stderr when the program
+    runs; returns input unchanged (use the result so the op is not dropped)."""
+    if print_phase not in ("forward", "backward", "both"):
+        raise ValueError("Print: print_phase %r is not forward, backward or both"
+                         % (print_phase,))
+    helper = LayerHelper("print")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("print", inputs={"In": input}, outputs={"Out": out},
+                     attrs={"first_n": int(first_n), "message": message or "",
+                            "summarize": int(summarize),
+                            "print_tensor_name": bool(print_tensor_name),
+                            "print_tensor_type": bool(print_tensor_type),
+                            "print_tensor_shape": bool(print_tensor_shape),
+                            "print_tensor_lod": bool(print_tensor_lod),
+                            "print_phase": print_phase})
+    return out

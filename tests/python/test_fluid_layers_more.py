@@ -162,3 +162,35 @@ def test_paddle_implementation_attributes_are_accepted_and_ignored():
     main.global_block().ops[0]._set_attr("data_format", "NHWC")
     with pytest.raises(core.InvalidArgumentError, match="data_format 'NHWC'"):
         exe.run(main, feed={"x": x}, fetch_list=[out])
+
+
+def test_print_writes_the_tensor_and_its_gradient_and_passes_it_on():
+    import subprocess
+    import sys
+    code = """
+import numpy as np, loom as fluid
+main, startup = fluid.Program(), fluid.Program()
+with fluid.program_guard(main, startup):
+    x = fluid.data("x", [None, 2])
+    y = fluid.layers.fc(x, 1, bias_attr=False,
+                        param_attr=fluid.ParamAttr(initializer=fluid.initializer.Constant(1.0)))
+    p = fluid.layers.Print(y, message="pred", first_n=2, summarize=4)
+    loss = fluid.layers.mean(p)
+    fluid.optimizer.SGD(0.1).minimize(loss)
+exe = fluid.Executor(fluid.CPUPlace())
+exe.run(startup)
+for _ in range(3):
+    out = exe.run(main, feed={"x": np.array([[1., 2.], [3., 4.]], "float32")}, fetch_list=[p])
+print(out[0].ravel().tolist())
+"""
+    import os
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(fluid.__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    # first_n=2: two forward prints and two backward prints (both phases), not six.
+    assert r.stderr.count("pred\tTensor[") == 4, r.stderr
+    assert "shape: [2, 1]" in r.stderr and "float32[2, 1] {3, 7}" in r.stderr, r.stderr
+    assert "float32[2, 1] {0.5, 0.5}" in r.stderr, r.stderr  # d mean / d p
+    # w: [1, 1] -> [0.8, 0.7] -> [0.6, 0.4] (d mean(x w) / dw = [2, 3]); the third run's p.
+    np.testing.assert_allclose(eval(r.stdout.strip()), [1.4, 3.4], rtol=1e-6)

@@ -302,6 +302,8 @@ CASES = {
                                layers.crf_decoding(layers.fc(v.seq, 5), "crfw2")],
     "chunk_eval": lambda v: layers.chunk_eval(v.tags, v.tags, "IOB", 2,
                                               excluded_chunk_types=[1]),
+    "Print": lambda v: layers.Print(v.x, first_n=2, message="x", summarize=3,
+                                    print_phase="forward"),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
