@@ -221,6 +221,7 @@ PYBIND11_MODULE(core, m) {
   RegisterParallel(m);
   RegisterDistributed(m);
   RegisterKVStore(m);
+  RegisterPyFunc(m);
 
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)

@@ -31,6 +31,7 @@ void RegisterErrors(py::module_& m);
 void RegisterTensor(py::module_& m);
 void RegisterParallel(py::module_& m);
 void RegisterDistributed(py::module_& m);
+void RegisterPyFunc(py::module_& m);
 void RegisterKVStore(py::module_& m);
 
 // Throws FailedPrecondition (naming `what`) when place is a CUDA place this process cannot use:

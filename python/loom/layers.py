@@ -1249,3 +1249,29 @@ def Print(input, first_n=-1, message=None, summarize=20, print_tensor_name=True,
                             "print_tensor_lod": bool(print_tensor_lod),
                             "print_phase": print_phase})
     return out
+
+
+def py_func(func, x, out, backward_func=None, skip_vars_in_backward_input=None):
+    """Runs the Python callable func on x's values (numpy arrays) when the program runs; its
+    results (arrays, one per out variable, which the caller declares with their dims and
+    dtypes) become out. backward_func, when given, gets x, out (minus
+    skip_vars_in_backward_input) and out's gradients, and returns x's gradients. Programs with
+    py_func run from Python only (the loom CLI has no callables)."""
+    if not callable(func):
+        raise TypeError("py_func: func must be callable, got %r" % (func,))
+    xs = [] if x is None else (list(x) if isinstance(x, (list, tuple)) else [x])
+    outs = [] if out is None else (list(out) if isinstance(out, (list, tuple)) else [out])
+    skip = [v.name if isinstance(v, Variable) else v
+            for v in (skip_vars_in_backward_input or [])]
+    known = {v.name for v in xs + outs}
+    for name in skip:
+        if name not in known:
+            raise ValueError("py_func: skip_vars_in_backward_input names '%s', which is "
+                             "neither an input nor an output" % name)
+    fid = core.register_py_func(func)
+    bid = core.register_py_func(backward_func) if backward_func is not None else -1
+    helper = LayerHelper("py_func")
+    helper.append_op("py_func", inputs={"X": xs}, outputs={"Out": outs},
+                     attrs={"forward_callable_id": fid, "backward_callable_id": bid,
+                            "backward_skip_vars": skip})
+    return out

@@ -194,3 +194,50 @@ print(out[0].ravel().tolist())
     assert "float32[2, 1] {0.5, 0.5}" in r.stderr, r.stderr  # d mean / d p
     # w: [1, 1] -> [0.8, 0.7] -> [0.6, 0.4] (d mean(x w) / dw = [2, 3]); the third run's p.
     np.testing.assert_allclose(eval(r.stdout.strip()), [1.4, 3.4], rtol=1e-6)
+
+
+def test_py_func_forward_and_backward():
+    """tanh in Python, with its gradient in Python, trains like the built-in one."""
+    def fwd(x):
+        return np.tanh(x)
+
+    def bwd(y, dy):  # x skipped: the gradient needs only y
+        return dy * (1 - y * y)
+
+    def build(use_py):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.data("x", [None, 3])
+            h = L.fc(x, 3, param_attr=fluid.ParamAttr(
+                name="w", initializer=fluid.initializer.Constant(0.3)), bias_attr=False)
+            if use_py:
+                t = main.global_block().create_var(name="t", shape=[-1, 3], dtype="float32")
+                L.py_func(fwd, h, t, backward_func=bwd, skip_vars_in_backward_input=[h])
+            else:
+                t = L.tanh(h)
+            loss = L.mean(L.square(t))
+            fluid.optimizer.SGD(0.5).minimize(loss)
+        return main, startup, loss
+
+    xv = np.random.RandomState(0).randn(4, 3).astype("float32")
+    results = []
+    for use_py in (True, False):
+        main, startup, loss = build(use_py)
+        exe = fluid.Executor(fluid.CPUPlace())
+        with fluid.scope_guard(fluid.Scope()):
+            exe.run(startup)
+            ls = [float(exe.run(main, feed={"x": xv}, fetch_list=[loss])[0][0])
+                  for _ in range(3)]
+            results.append((ls, np.array(fluid.global_scope().find_var("w").get_tensor())))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-5)
+
+    def bad(x):
+        raise RuntimeError("broken callable")
+    main = fluid.Program()
+    with fluid.program_guard(main):
+        x = fluid.data("x", [None, 3])
+        t = main.global_block().create_var(name="t", shape=[-1, 3], dtype="float32")
+        L.py_func(bad, x, t)
+    with pytest.raises(fluid.core.InvalidArgumentError, match="broken callable"):
+        fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv}, fetch_list=[t])

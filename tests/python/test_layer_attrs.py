@@ -304,6 +304,9 @@ CASES = {
                                               excluded_chunk_types=[1]),
     "Print": lambda v: layers.Print(v.x, first_n=2, message="x", summarize=3,
                                     print_phase="forward"),
+    "py_func": lambda v: layers.py_func(
+        lambda a: a, v.x, fluid.default_main_program().global_block().create_var(
+            name="pyf_out", shape=[-1, 8], dtype="float32"), backward_func=lambda a, b, g: g),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
