@@ -1275,3 +1275,57 @@ def py_func(func, x, out, backward_func=None, skip_vars_in_backward_input=None):
                      attrs={"forward_callable_id": fid, "backward_callable_id": bid,
                             "backward_skip_vars": skip})
     return out
+
+
+def _seq_op(op, inputs, attrs=None, dtype=None, stop_gradient=False):
+    helper = LayerHelper(op)
+    first = next(iter(inputs.values()))
+    first = first[0] if isinstance(first, (list, tuple)) else first
+    out = helper.create_variable_for_type_inference(dtype or first.dtype,
+                                                    stop_gradient=stop_gradient)
+    helper.append_op(op, inputs=inputs, outputs={"Out": out}, attrs=attrs or {})
+    return out
+
+
+def sequence_expand(x, y, ref_level=-1, name=None):
+    """Each sequence of x (each row when x has no LoD) repeated as many times as the matching
+    sequence of y's LoD level ref_level is long."""
+    return _seq_op("sequence_expand", {"X": x, "Y": y}, {"ref_level": int(ref_level)})
+
+
+def sequence_expand_as(x, y, name=None):
+    """Row i of x repeated as many times as sequence i of y is long; the result has y's LoD."""
+    return _seq_op("sequence_expand_as", {"X": x, "Y": y})
+
+
+def sequence_reshape(input, new_dim):
+    """Each sequence's values laid out new_dim wide."""
+    return _seq_op("sequence_reshape", {"X": input}, {"new_dim": int(new_dim)})
+
+
+def sequence_concat(input, name=None):
+    """Sequence i of the result = sequence i of each input, one after the other."""
+    return _seq_op("sequence_concat", {"X": list(input)})
+
+
+def sequence_slice(input, offset, length, name=None):
+    """Rows [offset[i], offset[i] + length[i]) of each sequence i."""
+    return _seq_op("sequence_slice", {"X": input, "Offset": offset, "Length": length})
+
+
+def sequence_enumerate(input, win_size, pad_value=0, name=None):
+    """For every id, the win_size ids from it on within its sequence (pad_value past the end)."""
+    return _seq_op("sequence_enumerate", {"X": input},
+                   {"win_size": int(win_size), "pad_value": int(pad_value)},
+                   stop_gradient=True)
+
+
+def lod_reset(x, y=None, target_lod=None):
+    """x with the LoD of y (or y's values as offsets), or target_lod (offsets)."""
+    if y is None and target_lod is None:
+        raise ValueError("lod_reset: give y or target_lod")
+    inputs = {"X": x}
+    if y is not None:
+        inputs["Y"] = y
+    return _seq_op("lod_reset", inputs,
+                   {"target_lod": [int(v) for v in (target_lod or [])]})

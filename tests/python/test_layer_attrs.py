@@ -307,6 +307,13 @@ CASES = {
     "py_func": lambda v: layers.py_func(
         lambda a: a, v.x, fluid.default_main_program().global_block().create_var(
             name="pyf_out", shape=[-1, 8], dtype="float32"), backward_func=lambda a, b, g: g),
+    "sequence_expand": lambda v: layers.sequence_expand(v.x, v.seq, ref_level=0),
+    "sequence_expand_as": lambda v: layers.sequence_expand_as(v.x, v.seq),
+    "sequence_reshape": lambda v: layers.sequence_reshape(v.seq, 4),
+    "sequence_concat": lambda v: layers.sequence_concat([v.seq, v.seq]),
+    "sequence_slice": lambda v: layers.sequence_slice(v.seq, v.ids, v.ids),
+    "sequence_enumerate": lambda v: layers.sequence_enumerate(v.tags, 3, pad_value=1),
+    "lod_reset": lambda v: layers.lod_reset(v.x, target_lod=[0, 2]),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
