@@ -1,6 +1,8 @@
 """Layers: Fluid 1.x names and signatures. Each builds op descs into the default programs;
 shapes are inferred by the C++ shape inference as ops are added, so a bad argument fails at
 the line that builds the layer, with the op and the vars named."""
+import builtins as _builtins
+
 import numpy as np
 
 from . import core
@@ -660,7 +662,7 @@ def split(input, num_or_sections, dim=-1, name=None):
         sections = [int(s) for s in num_or_sections]
         n, attrs = len(sections), {"num": 0, "sections": sections}
     attrs["axis"] = dim
-    outs = [helper.create_variable_for_type_inference(input.dtype) for _ in range(n)]
+    outs = [helper.create_variable_for_type_inference(input.dtype) for _ in _builtins.range(n)]
     helper.append_op("split", inputs={"X": input}, outputs={"Out": outs}, attrs=attrs)
     return outs
 
@@ -738,7 +740,7 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
             raise ValueError("conv2d_transpose: filter_size is needed when the input's height "
                              "and width are not static")
         filter_size = [(size[a] - (hw[a] - 1) * stride[a] + 2 * padding[a] - 1) // dilation[a] + 1
-                       for a in range(2)]
+                       for a in _builtins.range(2)]
     k = _pair(filter_size, "filter_size")
     from .initializer import MSRAInitializer
     w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, input.dtype,
@@ -1209,9 +1211,9 @@ def chunk_eval(input, label, chunk_scheme, num_chunk_types, excluded_chunk_types
         raise NotImplementedError("chunk_eval: seq_length (padded input) is not supported")
     helper = LayerHelper("chunk_eval")
     f = [helper.create_variable_for_type_inference("float32", stop_gradient=True)
-         for _ in range(3)]
+         for _ in _builtins.range(3)]
     n = [helper.create_variable_for_type_inference("int64", stop_gradient=True)
-         for _ in range(3)]
+         for _ in _builtins.range(3)]
     helper.append_op("chunk_eval", inputs={"Inference": input, "Label": label},
                      outputs={"Precision": f[0], "Recall": f[1], "F1-Score": f[2],
                               "NumInferChunks": n[0], "NumLabelChunks": n[1],
@@ -1329,3 +1331,85 @@ def lod_reset(x, y=None, target_lod=None):
         inputs["Y"] = y
     return _seq_op("lod_reset", inputs,
                    {"target_lod": [int(v) for v in (target_lod or [])]})
+
+
+def argmin(x, axis=0):
+    helper = LayerHelper("arg_min")
+    out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("arg_min", inputs={"X": x}, outputs={"Out": out}, attrs={"axis": axis})
+    return out
+
+
+def cumsum(x, axis=None, exclusive=None, reverse=None):
+    attrs = {"axis": -1 if axis is None else int(axis), "exclusive": bool(exclusive),
+             "reverse": bool(reverse), "flatten": axis is None}
+    return _unary("cumsum", x, attrs)
+
+
+def reverse(x, axis):
+    return _unary("reverse", x, {"axis": [axis] if isinstance(axis, int) else list(axis)})
+
+
+def _scalar(v, dtype):
+    from .framework import Variable as _V
+    return v if isinstance(v, _V) else fill_constant([1], dtype, v)
+
+
+def range(start, end, step, dtype):
+    """start, start + step, ... below end (1-D)."""
+    helper = LayerHelper("range")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("range", inputs={"Start": _scalar(start, dtype), "End": _scalar(end, dtype),
+                                      "Step": _scalar(step, dtype)}, outputs={"Out": out})
+    return out
+
+
+def linspace(start, stop, num, dtype):
+    """num values from start to stop, both included."""
+    helper = LayerHelper("linspace")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("linspace", inputs={"Start": _scalar(start, dtype),
+                                         "Stop": _scalar(stop, dtype),
+                                         "Num": _scalar(num, "int32")}, outputs={"Out": out})
+    return out
+
+
+def eye(num_rows, num_columns=None, batch_shape=None, dtype="float32"):
+    if batch_shape:
+        raise NotImplementedError("eye: batch_shape is not supported")
+    helper = LayerHelper("eye")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("eye", outputs={"Out": out},
+                     attrs={"num_rows": int(num_rows),
+                            "num_columns": -1 if num_columns is None else int(num_columns),
+                            "dtype": int(convert_dtype(dtype))})
+    return out
+
+
+def diag(diagonal):
+    """A square matrix with diagonal (a Variable or numpy array) on its diagonal."""
+    from .framework import Variable as _V
+    if not isinstance(diagonal, _V):
+        import numpy as _np
+        value = _np.asarray(diagonal)
+        from .initializer import NumpyArrayInitializer
+        d = create_global_var(list(value.shape), 0.0, dtype_name(convert_dtype(
+            str(value.dtype))), persistable=True)
+        NumpyArrayInitializer(value)(d, default_main_program().global_block())
+        diagonal = d
+    helper = LayerHelper("diag")
+    out = helper.create_variable_for_type_inference(diagonal.dtype, stop_gradient=True)
+    helper.append_op("diag", inputs={"Diagonal": diagonal}, outputs={"Out": out})
+    return out
+
+
+def reduce_prod(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_prod", input, dim, keep_dim, name)
+
+
+def reduce_all(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_all", input, dim, keep_dim, name)
+
+
+def reduce_any(input, dim=None, keep_dim=False, name=None):
+    return _reduce("reduce_any", input, dim, keep_dim, name)

@@ -314,6 +314,16 @@ CASES = {
     "sequence_slice": lambda v: layers.sequence_slice(v.seq, v.ids, v.ids),
     "sequence_enumerate": lambda v: layers.sequence_enumerate(v.tags, 3, pad_value=1),
     "lod_reset": lambda v: layers.lod_reset(v.x, target_lod=[0, 2]),
+    "argmin": lambda v: layers.argmin(v.x, axis=1),
+    "cumsum": lambda v: layers.cumsum(v.x, axis=1, exclusive=True, reverse=True),
+    "reverse": lambda v: layers.reverse(v.x, [0, 1]),
+    "range": lambda v: layers.range(0, 10, 2, "int64"),
+    "linspace": lambda v: layers.linspace(0.0, 1.0, 5, "float32"),
+    "eye": lambda v: layers.eye(3, 4),
+    "diag": lambda v: layers.diag(layers.fill_constant([3], "float32", 2.0)),
+    "reduce_prod": lambda v: layers.reduce_prod(v.x, dim=[1], keep_dim=True),
+    "reduce_all": lambda v: layers.reduce_all(v.flag, dim=0),
+    "reduce_any": lambda v: layers.reduce_any(v.flag),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
