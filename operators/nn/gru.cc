@@ -13,41 +13,15 @@
 #include "operators/common.h"
 #include "operators/math/blas.h"
 #include "operators/nn/nn_util.h"
+#include "operators/nn/rnn_activations.h"
 
 namespace loom::ops {
 namespace {
 
-enum class Act { kIdentity = 0, kSigmoid = 1, kTanh = 2, kRelu = 3 };
-
-StatusOr<Act> ParseAct(const std::string& s) {
-  if (s == "sigmoid") return Act::kSigmoid;
-  if (s == "tanh") return Act::kTanh;
-  if (s == "relu") return Act::kRelu;
-  if (s == "identity" || s == "linear") return Act::kIdentity;
-  return InvalidArgument("activation '", s, "' is not sigmoid, tanh, relu or identity");
-}
-
-template <typename T>
-T Apply(Act a, T x) {
-  switch (a) {
-    case Act::kSigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Act::kTanh: return std::tanh(x);
-    case Act::kRelu: return x > T(0) ? x : T(0);
-    case Act::kIdentity: return x;
-  }
-  return x;
-}
-
-template <typename T>
-T Derive(Act a, T y) {
-  switch (a) {
-    case Act::kSigmoid: return y * (T(1) - y);
-    case Act::kTanh: return T(1) - y * y;
-    case Act::kRelu: return y > T(0) ? T(1) : T(0);
-    case Act::kIdentity: return T(1);
-  }
-  return T(1);
-}
+using rnn::Act;
+using rnn::Apply;
+using rnn::Derive;
+using rnn::ParseAct;
 
 struct GruAttrs {
   Act gate, node;
