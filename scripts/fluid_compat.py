@@ -123,7 +123,7 @@ REASONS = [
          "dygraph".split()), "dynamic graph mode: Loom is static-graph only"),
     (set("DynamicRNN StaticRNN RNNCell GRUCell LSTMCell Decoder BeamSearchDecoder rnn birnn "
          "dynamic_decode beam_search beam_search_decode gather_tree lstm dynamic_lstmp".split()),
-     "decoders, StaticRNN / DynamicRNN and beam search: not built yet"),
+     "decoders, DynamicRNN and beam search: not built yet"),
     (set("ChunkEvaluator".split()), "not built yet (the chunk_eval layer is)"),
     (set("merge_selected_rows get_tensor_from_selected_rows".split()),
      "SelectedRows: sparse gradients are computed dense"),

@@ -219,7 +219,13 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
         in_features = int(np.prod(shape[num_flatten_dims:]))
         if in_features <= 0:
             raise ValueError("fc: input '%s' has unknown feature dims %s" % (x.name, list(shape)))
-        w = helper.create_parameter(param_attr, [in_features, int(size)], x.dtype,
+        attr = param_attr
+        if isinstance(param_attr, (list, tuple)):  # one attribute per input, as Fluid allows
+            if len(param_attr) != len(inputs):
+                raise ValueError("fc: %d param_attrs for %d inputs" % (len(param_attr),
+                                                                       len(inputs)))
+            attr = param_attr[i]
+        w = helper.create_parameter(attr, [in_features, int(size)], x.dtype,
                                     suffix="w_%d" % i if len(inputs) > 1 else "w")
         out = helper.create_variable_for_type_inference(x.dtype)
         helper.append_op("mul", inputs={"X": x, "Y": w}, outputs={"Out": out},
@@ -1413,3 +1419,4 @@ def reduce_all(input, dim=None, keep_dim=False, name=None):
 
 def reduce_any(input, dim=None, keep_dim=False, name=None):
     return _reduce("reduce_any", input, dim, keep_dim, name)
+from .static_rnn import StaticRNN  # noqa: E402,F401
