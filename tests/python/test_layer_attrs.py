@@ -24,7 +24,6 @@ LAYER_MODULES = ("loom.layers", "loom.control_flow")
 # Public names of the layer modules that build no op, with the reason.
 SKIP = {
     "data": "declares a feed variable; builds no op",
-    "StaticRNN": "a builder class; tests/python/test_static_rnn.py covers it",
 }
 
 
