@@ -1235,7 +1235,9 @@ from .rnn import RNNCell, GRUCell, LSTMCell, rnn, birnn  # noqa: E402,F401
 from .layers_composed import (  # noqa: E402,F401
     ones_like, reduce_min, mse_loss, l2_normalize, huber_loss, smooth_l1, log_loss,
     margin_rank_loss, rank_loss, kldiv_loss, prelu, maxout, pixel_shuffle, unstack, expand_as,
-    has_nan, has_inf, isfinite, rank, elementwise_floordiv, elementwise_mod)
+    has_nan, has_inf, isfinite, rank, elementwise_floordiv, elementwise_mod,
+    autoincreased_step_counter, create_tensor, size, double_buffer, crop, crop_tensor, pad,
+    pad_constant_like, multiplex)
 
 
 def Print(input, first_n=-1, message=None, summarize=20, print_tensor_name=True,

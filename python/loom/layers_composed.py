@@ -199,3 +199,126 @@ def _int_safe(fn, x, y):
     if int(x.dtype) in (int(core.DataType.INT32), int(core.DataType.INT64)):
         return L.cast(fn(L.cast(x, "float64"), L.cast(y, "float64")), x.dtype)
     return fn(x, y)
+
+
+def autoincreased_step_counter(counter_name=None, begin=1, step=1):
+    """A persistable int64 counter that is `begin` on the first run and grows by step each run
+    (created once per program and name)."""
+    from .framework import default_main_program
+    name = counter_name or "@STEP_COUNTER@"
+    block = default_main_program().global_block()
+    if block.has_var(name):
+        return block.var(name)
+    counter = L.create_global_var([1], int(begin) - int(step), "int64", persistable=True,
+                                  name=name)
+    L.increment(counter, float(step))
+    counter.stop_gradient = True
+    return counter
+
+
+def create_tensor(dtype, name=None, persistable=False):
+    """A variable to assign to later (no op)."""
+    from . import unique_name
+    from .framework import default_main_program
+    return default_main_program().global_block().create_var(
+        name=name or unique_name.generate("create_tensor"), dtype=dtype, persistable=persistable)
+
+
+def size(input):
+    """The number of elements of input (its dims must be static), as a one-element int64."""
+    n = 1
+    for d in input.shape:
+        if d < 0:
+            raise ValueError("size: '%s' has a dynamic dim %r" % (input.name, list(input.shape)))
+        n *= d
+    return L.fill_constant([1], "int64", n)
+
+
+def double_buffer(reader, place=None, name=None):
+    """Accepted; Loom's DataLoader already prepares batches ahead on a thread."""
+    return reader
+
+
+def crop_tensor(x, shape=None, offsets=None, name=None):
+    """The block of x at offsets (default 0) of the given shape (-1: to the end)."""
+    if shape is None:
+        raise ValueError("crop_tensor: shape is required")
+    offsets = list(offsets or [0] * len(x.shape))
+    if len(shape) != len(x.shape) or len(offsets) != len(x.shape):
+        raise ValueError("crop_tensor: shape and offsets need one entry per dim of %r"
+                         % (list(x.shape),))
+    axes, starts, ends = [], [], []
+    for a, (n, o) in enumerate(zip(shape, offsets)):
+        if n == -1 and o == 0:
+            continue
+        axes.append(a)
+        starts.append(int(o))
+        ends.append(int(o + n) if n != -1 else 2 ** 31 - 1)
+    return L.slice(x, axes=axes, starts=starts, ends=ends) if axes else x
+
+
+def crop(x, shape=None, offsets=None, name=None):
+    """Fluid's crop: shape may be a list or a Variable whose (static) shape is taken."""
+    from .framework import Variable
+    if isinstance(shape, Variable):
+        shape = list(shape.shape)
+    return crop_tensor(x, shape, offsets)
+
+
+def pad(x, paddings, pad_value=0.0, name=None):
+    """x padded with pad_value: paddings = [before_0, after_0, before_1, after_1, ...] (static
+    dims where padding is added)."""
+    if len(paddings) != 2 * len(x.shape):
+        raise ValueError("pad: %d paddings for %d dims (two per dim)" % (len(paddings),
+                                                                         len(x.shape)))
+    out = x
+    for a in range(len(x.shape)):
+        before, after = int(paddings[2 * a]), int(paddings[2 * a + 1])
+        if before == 0 and after == 0:
+            continue
+        dims = list(out.shape)
+        if any(d < 0 for i, d in enumerate(dims) if i != a) and a != 0:
+            raise ValueError("pad: padding dim %d needs the other dims static, got %r"
+                             % (a, dims))
+        parts = []
+        for n in (before, after):
+            if n:
+                shape = list(dims)
+                shape[a] = n
+                if shape[0] < 0:
+                    parts.append(L.fill_constant_batch_size_like(out, shape, out.dtype,
+                                                                 pad_value))
+                else:
+                    parts.append(L.fill_constant(shape, out.dtype, pad_value))
+            else:
+                parts.append(None)
+        pieces = [p for p in (parts[0], out, parts[1]) if p is not None]
+        out = L.concat(pieces, axis=a)
+    return out
+
+
+def pad_constant_like(x, y, pad_value=0.0, name=None):
+    """y padded at the end of each dim with pad_value to x's (static) dims."""
+    paddings = []
+    for a, (dx, dy) in enumerate(zip(x.shape, y.shape)):
+        if dx < 0 or dy < 0:
+            if dx == dy:
+                paddings += [0, 0]
+                continue
+            raise ValueError("pad_constant_like: dim %d must be static" % a)
+        if dy > dx:
+            raise ValueError("pad_constant_like: y is larger than x in dim %d" % a)
+        paddings += [0, dx - dy]
+    return pad(y, paddings, pad_value)
+
+
+def multiplex(inputs, index):
+    """Row i of the result = row i of inputs[index[i]] (index: int [N, 1])."""
+    k = len(inputs)
+    onehot = L.cast(L.one_hot(index, k), inputs[0].dtype)  # [N, k]
+    out = None
+    for j, x in enumerate(inputs):
+        w = L.slice(onehot, axes=[1], starts=[j], ends=[j + 1])  # [N, 1]
+        term = L.elementwise_mul(x, L.squeeze(w, [1]), axis=0)
+        out = term if out is None else L.elementwise_add(out, term)
+    return out

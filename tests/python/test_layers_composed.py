@@ -118,3 +118,26 @@ def test_nan_inf_mod_floordiv_rank():
     np.testing.assert_array_equal(mod, np.mod(a, b))
     np.testing.assert_array_equal(fd, np.floor_divide(a, b))
     assert mod.dtype == np.int64 and int(rk[0]) == 1
+
+
+def test_counter_crop_pad_multiplex_size():
+    xv = np.arange(12, dtype="float64").reshape(3, 4)
+
+    def build():
+        x = fluid.data("x", [3, 4], dtype="float64")
+        idx = fluid.data("idx", [3, 1], dtype="int64")
+        y = L.scale(x, 10.0)
+        return (L.autoincreased_step_counter(begin=5), L.crop_tensor(x, [2, -1], [1, 1]),
+                L.pad(x, [1, 0, 0, 2], pad_value=-1.0),
+                L.pad_constant_like(L.pad(x, [0, 1, 0, 1]), x, pad_value=7.0),
+                L.multiplex([x, y], idx), L.size(x))
+    c, cr, p, pcl, mx, sz = run(build, {"x": xv, "idx": np.array([[1], [0], [1]], "int64")})
+    assert int(c[0]) == 5 and int(sz[0]) == 12
+    np.testing.assert_array_equal(cr, xv[1:3, 1:])
+    want = np.full((4, 6), -1.0)
+    want[1:, :4] = xv
+    np.testing.assert_array_equal(p, want)
+    want = np.full((4, 5), 7.0)
+    want[:3, :4] = xv
+    np.testing.assert_array_equal(pcl, want)
+    np.testing.assert_array_equal(mx, np.stack([10 * xv[0], xv[1], 10 * xv[2]]))
