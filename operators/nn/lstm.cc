@@ -7,6 +7,7 @@
 // with h_{-1} = H0, c_{-1} = C0 (zeros when absent); the peephole weights W_ic, W_fc, W_oc are
 // Bias[4D:7D]. BatchGate keeps the activated gates and BatchCellPreAct act_cell(c_t), per row,
 // for the gradient.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -80,6 +81,22 @@ Status LstmGradInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
+// The sequences of `off` still running at step k (longer than k), in index order.
+std::vector<int64_t> ActiveAt(const std::vector<int64_t>& off, int64_t k) {
+  std::vector<int64_t> active;
+  for (size_t s = 0; s + 1 < off.size(); ++s)
+    if (off[s + 1] - off[s] > k) active.push_back(static_cast<int64_t>(s));
+  return active;
+}
+
+int64_t LongestOf(const std::vector<int64_t>& off) {
+  int64_t n = 0;
+  for (size_t s = 0; s + 1 < off.size(); ++s) n = std::max(n, off[s + 1] - off[s]);
+  return n;
+}
+
+// Step k of every sequence at once: one GEMM of the running sequences' previous hidden states
+// with Weight (Fluid's sequence2batch, without reordering the rows).
 template <typename T>
 Status LstmKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(LstmAttrs a, ReadAttrs(ctx));
@@ -92,8 +109,6 @@ Status LstmKernel(const KernelContext& ctx) {
   const T* x = in.data<T>();
   const T* w = wt.data<T>();
   const T* bias = ctx.Input("Bias").data<T>();
-  const T* h0 = ctx.InputSize("H0") ? ctx.Input("H0").data<T>() : nullptr;
-  const T* c0 = ctx.InputSize("C0") ? ctx.Input("C0").data<T>() : nullptr;
   for (const char* s : {"H0", "C0"})
     if (ctx.InputSize(s) && ctx.Input(s).numel() != seqs * d)
       return ctx.Error(s, " has ", ctx.Input(s).numel(), " values for ", seqs,
@@ -113,16 +128,24 @@ Status LstmKernel(const KernelContext& ctx) {
   const T* wic = a.peepholes ? bias + 4 * d : nullptr;
   const T* wfc = a.peepholes ? bias + 5 * d : nullptr;
   const T* woc = a.peepholes ? bias + 6 * d : nullptr;
-  std::vector<T> zeros(static_cast<size_t>(d), T(0));
-  for (size_t s = 0; s < static_cast<size_t>(seqs); ++s) {
-    const T* hp = h0 ? h0 + s * d : zeros.data();
-    const T* cp = c0 ? c0 + s * d : zeros.data();
-    for (int64_t k = 0; k < off[s + 1] - off[s]; ++k) {
-      const int64_t r = RowAt(off, s, k, a.reverse);
+  // Each sequence's state so far (initially H0 / C0, or zeros).
+  std::vector<T> hs(static_cast<size_t>(seqs * d), T(0)), cs(hs.size(), T(0));
+  if (ctx.InputSize("H0")) std::copy_n(ctx.Input("H0").data<T>(), seqs * d, hs.data());
+  if (ctx.InputSize("C0")) std::copy_n(ctx.Input("C0").data<T>(), seqs * d, cs.data());
+  std::vector<T> hb, gb;
+  for (int64_t k = 0, steps = LongestOf(off); k < steps; ++k) {
+    const std::vector<int64_t> active = ActiveAt(off, k);
+    const int64_t n = static_cast<int64_t>(active.size());
+    hb.resize(static_cast<size_t>(n * d));
+    gb.resize(static_cast<size_t>(n * 4 * d));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(hs.data() + active[i] * d, d, hb.data() + i * d);
+    Gemm(false, false, n, 4 * d, d, hb.data(), w, gb.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t sq = active[i], r = RowAt(off, sq, k, a.reverse);
       T* gr = g + r * 4 * d;
-      for (int64_t j = 0; j < 4 * d; ++j) gr[j] = x[r * 4 * d + j] + bias[j];
-      Gemm(false, false, 1, 4 * d, d, hp, w, gr, /*accumulate=*/true);
+      T* cp = cs.data() + sq * d;
       T* cr = c + r * d;
+      for (int64_t j = 0; j < 4 * d; ++j) gr[j] = x[r * 4 * d + j] + bias[j] + gb[i * 4 * d + j];
       for (int64_t j = 0; j < d; ++j) {
         T& cand = gr[j];
         T& ig = gr[d + j];
@@ -136,8 +159,8 @@ Status LstmKernel(const KernelContext& ctx) {
         tc[r * d + j] = Apply(a.cell, cr[j]);
         h[r * d + j] = og * tc[r * d + j];
       }
-      hp = h + r * d;
-      cp = cr;
+      std::copy_n(h + r * d, d, hs.data() + sq * d);
+      std::copy_n(cr, d, cp);
     }
   }
   ht->set_lod(in.lod());
@@ -145,6 +168,7 @@ Status LstmKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// Backpropagation through time, one step of every sequence at once (from the last).
 template <typename T>
 Status LstmGradKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(LstmAttrs a, ReadAttrs(ctx));
@@ -152,7 +176,7 @@ Status LstmGradKernel(const KernelContext& ctx) {
   if (!in.has_lod()) return ctx.Error("Input has no LoD");
   const std::vector<int64_t>& off = in.lod().back();
   const Tensor& wt = ctx.Input("Weight");
-  const int64_t d = wt.dims()[0], rows = in.dims()[0], seqs = off.size() - 1;
+  const int64_t d = wt.dims()[0], seqs = off.size() - 1;
   const T* w = wt.data<T>();
   const T* bias = ctx.Input("Bias").data<T>();
   const T* h = ctx.Input("Hidden").data<T>();
@@ -180,29 +204,37 @@ Status LstmGradKernel(const KernelContext& ctx) {
   const T* wic = a.peepholes ? bias + 4 * d : nullptr;
   const T* wfc = a.peepholes ? bias + 5 * d : nullptr;
   const T* woc = a.peepholes ? bias + 6 * d : nullptr;
-  std::vector<T> zeros(static_cast<size_t>(d), T(0)), dh(d), dc(d), dh_prev(d), dc_prev(d),
-      dg(4 * d);
-  for (size_t s = 0; s < static_cast<size_t>(seqs); ++s) {
-    const int64_t n = off[s + 1] - off[s];
-    std::fill(dh_prev.begin(), dh_prev.end(), T(0));
-    std::fill(dc_prev.begin(), dc_prev.end(), T(0));
-    for (int64_t k = n - 1; k >= 0; --k) {
-      const int64_t r = RowAt(off, s, k, a.reverse);
-      const int64_t prev = k > 0 ? RowAt(off, s, k - 1, a.reverse) : -1;
-      const T* hp = prev >= 0 ? h + prev * d : (h0 ? h0 + s * d : zeros.data());
-      const T* cp = prev >= 0 ? c + prev * d : (c0 ? c0 + s * d : zeros.data());
+  const std::vector<T> zeros(static_cast<size_t>(d), T(0));
+  // Gradients flowing into each sequence's previous step.
+  std::vector<T> dhs(static_cast<size_t>(seqs * d), T(0)), dcs(dhs.size(), T(0));
+  std::vector<T> dgb, hpb, dhb;
+  for (int64_t k = LongestOf(off) - 1; k >= 0; --k) {
+    const std::vector<int64_t> active = ActiveAt(off, k);
+    const int64_t n = static_cast<int64_t>(active.size());
+    dgb.resize(static_cast<size_t>(n * 4 * d));
+    hpb.resize(static_cast<size_t>(n * d));
+    dhb.resize(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t sq = active[i], r = RowAt(off, sq, k, a.reverse);
+      const int64_t prev = k > 0 ? RowAt(off, sq, k - 1, a.reverse) : -1;
+      const T* hp = prev >= 0 ? h + prev * d : (h0 ? h0 + sq * d : zeros.data());
+      const T* cp = prev >= 0 ? c + prev * d : (c0 ? c0 + sq * d : zeros.data());
+      std::copy_n(hp, d, hpb.data() + i * d);
       const T* gr = g + r * 4 * d;
+      T* dg = dgb.data() + i * 4 * d;
+      T* dh_next = dhs.data() + sq * d;
+      T* dc_next = dcs.data() + sq * d;
       for (int64_t j = 0; j < d; ++j) {
         const T cand = gr[j], ig = gr[d + j], fg = gr[2 * d + j], og = gr[3 * d + j];
         const T t = tc[r * d + j];
-        dh[j] = (dh_out ? dh_out[r * d + j] : T(0)) + dh_prev[j];
-        const T dpo = dh[j] * t * Derive(a.gate, og);
-        dc[j] = dh[j] * og * Derive(a.cell, t) + dc_prev[j] + (woc ? dpo * woc[j] : T(0)) +
-                (dc_out ? dc_out[r * d + j] : T(0));
-        const T dpc = dc[j] * ig * Derive(a.cand, cand);
-        const T dpi = dc[j] * cand * Derive(a.gate, ig);
-        const T dpf = dc[j] * cp[j] * Derive(a.gate, fg);
-        dc_prev[j] = dc[j] * fg + (wic ? dpi * wic[j] : T(0)) + (wfc ? dpf * wfc[j] : T(0));
+        const T dh = (dh_out ? dh_out[r * d + j] : T(0)) + dh_next[j];
+        const T dpo = dh * t * Derive(a.gate, og);
+        const T dc = dh * og * Derive(a.cell, t) + dc_next[j] + (woc ? dpo * woc[j] : T(0)) +
+                     (dc_out ? dc_out[r * d + j] : T(0));
+        const T dpc = dc * ig * Derive(a.cand, cand);
+        const T dpi = dc * cand * Derive(a.gate, ig);
+        const T dpf = dc * cp[j] * Derive(a.gate, fg);
+        dc_next[j] = dc * fg + (wic ? dpi * wic[j] : T(0)) + (wfc ? dpf * wfc[j] : T(0));
         dg[j] = dpc;
         dg[d + j] = dpi;
         dg[2 * d + j] = dpf;
@@ -213,17 +245,17 @@ Status LstmGradKernel(const KernelContext& ctx) {
           db[6 * d + j] += dpo * c[r * d + j];
         }
       }
-      if (dx) std::copy(dg.begin(), dg.end(), dx + r * 4 * d);
+      if (dx) std::copy_n(dg, 4 * d, dx + r * 4 * d);
       if (db)
         for (int64_t j = 0; j < 4 * d; ++j) db[j] += dg[j];
-      if (dw) Gemm(true, false, d, 4 * d, 1, hp, dg.data(), dw, /*accumulate=*/true);
-      Gemm(false, true, 1, d, 4 * d, dg.data(), w, dh_prev.data());
     }
-    if (dh0) std::copy(dh_prev.begin(), dh_prev.end(), dh0 + s * d);
-    if (dc0) std::copy(dc_prev.begin(), dc_prev.end(), dc0 + s * d);
+    if (dw) Gemm(true, false, d, 4 * d, n, hpb.data(), dgb.data(), dw, /*accumulate=*/true);
+    Gemm(false, true, n, d, 4 * d, dgb.data(), w, dhb.data());
+    for (int64_t i = 0; i < n; ++i) std::copy_n(dhb.data() + i * d, d, dhs.data() + active[i] * d);
   }
+  if (dh0) std::copy(dhs.begin(), dhs.end(), dh0);
+  if (dc0) std::copy(dcs.begin(), dcs.end(), dc0);
   if (Tensor* t = ctx.OutputOrNull("Input@GRAD")) t->set_lod(in.lod());
-  (void)rows;
   return Status::OK();
 }
 
