@@ -7,6 +7,7 @@
 //   u = act_gate(x_u + h W_u + b_u),  r = act_gate(x_r + h W_r + b_r)
 //   c = act_node(x_c + (r h) W_c + b_c)
 //   h' = (1 - u) h + u c   (origin_mode: u h + (1 - u) c)
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -52,79 +53,128 @@ inline int64_t RowAt(const std::vector<int64_t>& off, size_t s, int64_t k, bool 
   return reverse ? off[s + 1] - 1 - k : off[s] + k;
 }
 
-// The recurrence over the sequences `off` of x [rows, 3D]: gate [rows, 3D] (activated u, r,
+// The sequences of `off` still running at step k, in index order; the longest length.
+std::vector<int64_t> ActiveAt(const std::vector<int64_t>& off, int64_t k) {
+  std::vector<int64_t> active;
+  for (size_t s = 0; s + 1 < off.size(); ++s)
+    if (off[s + 1] - off[s] > k) active.push_back(static_cast<int64_t>(s));
+  return active;
+}
+
+int64_t LongestOf(const std::vector<int64_t>& off) {
+  int64_t n = 0;
+  for (size_t s = 0; s + 1 < off.size(); ++s) n = std::max(n, off[s + 1] - off[s]);
+  return n;
+}
+
+// The recurrence over the sequences `off` of x [rows, 3D], one time step of every sequence at
+// once (a GEMM per gate block over the running sequences): gate [rows, 3D] (activated u, r,
 // c), rh [rows, D] (r h_prev), h [rows, D].
 template <typename T>
 void GruForward(const GruAttrs& a, const std::vector<int64_t>& off, int64_t d, const T* x,
                 const T* h0, const T* w, const T* bias, T* gate, T* rh, T* h) {
   const T* wg = w;              // [D, 2D]
   const T* wc = w + 2 * d * d;  // [D, D]
-  std::vector<T> zeros(static_cast<size_t>(d), T(0));
-  for (size_t s = 0; s + 1 < off.size(); ++s) {
-    const T* hp = h0 ? h0 + s * d : zeros.data();
-    for (int64_t k = 0; k < off[s + 1] - off[s]; ++k) {
-      const int64_t r = RowAt(off, s, k, a.reverse);
+  const int64_t seqs = static_cast<int64_t>(off.size()) - 1;
+  std::vector<T> hs(static_cast<size_t>(seqs * d), T(0));
+  if (h0) std::copy_n(h0, seqs * d, hs.data());
+  std::vector<T> hb, gb, rhb, cb;
+  for (int64_t k = 0, steps = LongestOf(off); k < steps; ++k) {
+    const std::vector<int64_t> active = ActiveAt(off, k);
+    const int64_t n = static_cast<int64_t>(active.size());
+    hb.resize(static_cast<size_t>(n * d));
+    gb.resize(static_cast<size_t>(n * 2 * d));
+    rhb.resize(static_cast<size_t>(n * d));
+    cb.resize(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(hs.data() + active[i] * d, d, hb.data() + i * d);
+    Gemm(false, false, n, 2 * d, d, hb.data(), wg, gb.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = RowAt(off, static_cast<size_t>(active[i]), k, a.reverse);
       T* g = gate + r * 3 * d;
       for (int64_t j = 0; j < 3 * d; ++j) g[j] = x[r * 3 * d + j] + (bias ? bias[j] : T(0));
-      Gemm(false, false, 1, 2 * d, d, hp, wg, g, /*accumulate=*/true);
-      for (int64_t j = 0; j < 2 * d; ++j) g[j] = Apply(a.gate, g[j]);
-      T* rhr = rh + r * d;
-      for (int64_t j = 0; j < d; ++j) rhr[j] = g[d + j] * hp[j];
-      Gemm(false, false, 1, d, d, rhr, wc, g + 2 * d, /*accumulate=*/true);
-      T* hr = h + r * d;
+      for (int64_t j = 0; j < 2 * d; ++j) g[j] = Apply(a.gate, g[j] + gb[i * 2 * d + j]);
+      for (int64_t j = 0; j < d; ++j) rhb[i * d + j] = rh[r * d + j] = g[d + j] * hb[i * d + j];
+    }
+    Gemm(false, false, n, d, d, rhb.data(), wc, cb.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = RowAt(off, static_cast<size_t>(active[i]), k, a.reverse);
+      T* g = gate + r * 3 * d;
+      const T* hp = hb.data() + i * d;
       for (int64_t j = 0; j < d; ++j) {
-        g[2 * d + j] = Apply(a.node, g[2 * d + j]);
+        g[2 * d + j] = Apply(a.node, g[2 * d + j] + cb[i * d + j]);
         const T u = g[j], c = g[2 * d + j];
-        hr[j] = a.origin ? u * hp[j] + (T(1) - u) * c : (T(1) - u) * hp[j] + u * c;
+        h[r * d + j] = a.origin ? u * hp[j] + (T(1) - u) * c : (T(1) - u) * hp[j] + u * c;
       }
-      hp = hr;
+      std::copy_n(h + r * d, d, hs.data() + active[i] * d);
     }
   }
 }
 
-// Gradients of GruForward from dh_out [rows, D]; any of dx, dh0, dw, db may be null.
+// Gradients of GruForward from dh_out [rows, D] (one time step of every sequence at once, from
+// the last); any of dx, dh0, dw, db may be null.
 template <typename T>
 void GruBackward(const GruAttrs& a, const std::vector<int64_t>& off, int64_t d, const T* h0,
                  const T* w, const T* gate, const T* rh, const T* h, const T* dh_out, T* dx, T* dh0,
                  T* dw, T* db) {
   const T* wg = w;
   const T* wc = w + 2 * d * d;
-  std::vector<T> zeros(static_cast<size_t>(d), T(0)), dh(d), dnext(d), dg(3 * d), drh(d);
-  for (size_t s = 0; s + 1 < off.size(); ++s) {
-    const int64_t n = off[s + 1] - off[s];
-    std::fill(dnext.begin(), dnext.end(), T(0));
-    for (int64_t k = n - 1; k >= 0; --k) {
-      const int64_t r = RowAt(off, s, k, a.reverse);
-      const int64_t prev = k > 0 ? RowAt(off, s, k - 1, a.reverse) : -1;
-      const T* hp = prev >= 0 ? h + prev * d : (h0 ? h0 + s * d : zeros.data());
+  const int64_t seqs = static_cast<int64_t>(off.size()) - 1;
+  const std::vector<T> zeros(static_cast<size_t>(d), T(0));
+  std::vector<T> dhs(static_cast<size_t>(seqs * d), T(0));
+  std::vector<T> hpb, rhb, dgu, dgc, drh, dhp;
+  for (int64_t k = LongestOf(off) - 1; k >= 0; --k) {
+    const std::vector<int64_t> active = ActiveAt(off, k);
+    const int64_t n = static_cast<int64_t>(active.size());
+    hpb.resize(static_cast<size_t>(n * d));
+    rhb.resize(static_cast<size_t>(n * d));
+    dgu.resize(static_cast<size_t>(n * 2 * d));  // [du, dr] pre-activation
+    dgc.resize(static_cast<size_t>(n * d));
+    drh.resize(static_cast<size_t>(n * d));
+    dhp.resize(static_cast<size_t>(n * d));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t sq = active[i], r = RowAt(off, static_cast<size_t>(sq), k, a.reverse);
+      const int64_t prev = k > 0 ? RowAt(off, static_cast<size_t>(sq), k - 1, a.reverse) : -1;
+      const T* hp = prev >= 0 ? h + prev * d : (h0 ? h0 + sq * d : zeros.data());
+      std::copy_n(hp, d, hpb.data() + i * d);
+      std::copy_n(rh + r * d, d, rhb.data() + i * d);
       const T* g = gate + r * 3 * d;
       for (int64_t j = 0; j < d; ++j) {
-        dh[j] = (dh_out ? dh_out[r * d + j] : T(0)) + dnext[j];
+        const T dh = (dh_out ? dh_out[r * d + j] : T(0)) + dhs[sq * d + j];
         const T u = g[j], c = g[2 * d + j];
-        const T du = a.origin ? dh[j] * (hp[j] - c) : dh[j] * (c - hp[j]);
-        const T dc = a.origin ? dh[j] * (T(1) - u) : dh[j] * u;
-        dnext[j] = a.origin ? dh[j] * u : dh[j] * (T(1) - u);
-        dg[j] = du * Derive(a.gate, u);
-        dg[2 * d + j] = dc * Derive(a.node, c);
+        const T du = a.origin ? dh * (hp[j] - c) : dh * (c - hp[j]);
+        const T dc = a.origin ? dh * (T(1) - u) : dh * u;
+        dhp[i * d + j] = a.origin ? dh * u : dh * (T(1) - u);
+        dgu[i * 2 * d + j] = du * Derive(a.gate, u);
+        dgc[i * d + j] = dc * Derive(a.node, c);
       }
-      // d(r h_prev) = dc_pre · W_cᵀ; then the reset gate and h_prev's share through it.
-      Gemm(false, true, 1, d, d, dg.data() + 2 * d, wc, drh.data());
+    }
+    // d(r h_prev) = dc_pre · W_cᵀ; then the reset gate and h_prev's share through it.
+    Gemm(false, true, n, d, d, dgc.data(), wc, drh.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = RowAt(off, static_cast<size_t>(active[i]), k, a.reverse);
+      const T* g = gate + r * 3 * d;
       for (int64_t j = 0; j < d; ++j) {
         const T rg = g[d + j];
-        dg[d + j] = drh[j] * hp[j] * Derive(a.gate, rg);
-        dnext[j] += drh[j] * rg;
+        dgu[i * 2 * d + d + j] = drh[i * d + j] * hpb[i * d + j] * Derive(a.gate, rg);
+        dhp[i * d + j] += drh[i * d + j] * rg;
       }
-      Gemm(false, true, 1, d, 2 * d, dg.data(), wg, dnext.data(), /*accumulate=*/true);
-      if (dw) {
-        Gemm(true, false, d, 2 * d, 1, hp, dg.data(), dw, /*accumulate=*/true);
-        Gemm(true, false, d, d, 1, rh + r * d, dg.data() + 2 * d, dw + 2 * d * d, true);
+      if (dx) {
+        std::copy_n(dgu.data() + i * 2 * d, 2 * d, dx + r * 3 * d);
+        std::copy_n(dgc.data() + i * d, d, dx + r * 3 * d + 2 * d);
       }
-      if (dx) std::copy(dg.begin(), dg.end(), dx + r * 3 * d);
-      if (db)
-        for (int64_t j = 0; j < 3 * d; ++j) db[j] += dg[j];
+      if (db) {
+        for (int64_t j = 0; j < 2 * d; ++j) db[j] += dgu[i * 2 * d + j];
+        for (int64_t j = 0; j < d; ++j) db[2 * d + j] += dgc[i * d + j];
+      }
     }
-    if (dh0) std::copy(dnext.begin(), dnext.end(), dh0 + s * d);
+    Gemm(false, true, n, d, 2 * d, dgu.data(), wg, dhp.data(), /*accumulate=*/true);
+    if (dw) {
+      Gemm(true, false, d, 2 * d, n, hpb.data(), dgu.data(), dw, /*accumulate=*/true);
+      Gemm(true, false, d, d, n, rhb.data(), dgc.data(), dw + 2 * d * d, true);
+    }
+    for (int64_t i = 0; i < n; ++i) std::copy_n(dhp.data() + i * d, d, dhs.data() + active[i] * d);
   }
+  if (dh0) std::copy(dhs.begin(), dhs.end(), dh0);
 }
 
 Status GruShapes(InferShapeContext* ctx, bool unit) {
