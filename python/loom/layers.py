@@ -1422,3 +1422,54 @@ def reduce_all(input, dim=None, keep_dim=False, name=None):
 def reduce_any(input, dim=None, keep_dim=False, name=None):
     return _reduce("reduce_any", input, dim, keep_dim, name)
 from .static_rnn import StaticRNN  # noqa: E402,F401
+
+
+def gather_nd(input, index, name=None):
+    """out[i...] = input[index[i..., 0], ..., index[i..., k - 1], ...]."""
+    helper = LayerHelper("gather_nd", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("gather_nd", inputs={"X": input, "Index": index}, outputs={"Out": out})
+    return out
+
+
+def scatter(input, index, updates, name=None, overwrite=True):
+    """input with row index[i] replaced by updates[i] (overwrite), or set to the sum of that
+    row's updates."""
+    helper = LayerHelper("scatter", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("scatter", inputs={"X": input, "Ids": index, "Updates": updates},
+                     outputs={"Out": out}, attrs={"overwrite": bool(overwrite)})
+    return out
+
+
+def unique(x, dtype="int32"):
+    """(the distinct values of x in order of first appearance, each x's index into them)."""
+    helper = LayerHelper("unique")
+    out = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    index = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("unique", inputs={"X": x}, outputs={"Out": out, "Index": index},
+                     attrs={"dtype": int(convert_dtype(dtype))})
+    return out, index
+
+
+def _random_like(op, input, shape, dtype, input_dim_idx, output_dim_idx, seed, extra):
+    helper = LayerHelper(op)
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    attrs = {"shape": [int(s) for s in shape], "input_dim_idx": int(input_dim_idx),
+             "output_dim_idx": int(output_dim_idx), "seed": int(seed),
+             "dtype": int(convert_dtype(dtype))}
+    attrs.update(extra)
+    helper.append_op(op, inputs={"Input": input}, outputs={"Out": out}, attrs=attrs)
+    return out
+
+
+def uniform_random_batch_size_like(input, shape, dtype="float32", input_dim_idx=0,
+                                   output_dim_idx=0, min=-1.0, max=1.0, seed=0):
+    return _random_like("uniform_random_batch_size_like", input, shape, dtype, input_dim_idx,
+                        output_dim_idx, seed, {"min": float(min), "max": float(max)})
+
+
+def gaussian_random_batch_size_like(input, shape, input_dim_idx=0, output_dim_idx=0, mean=0.0,
+                                    std=1.0, seed=0, dtype="float32"):
+    return _random_like("gaussian_random_batch_size_like", input, shape, dtype, input_dim_idx,
+                        output_dim_idx, seed, {"mean": float(mean), "std": float(std)})

@@ -324,6 +324,14 @@ CASES = {
     "reduce_prod": lambda v: layers.reduce_prod(v.x, dim=[1], keep_dim=True),
     "reduce_all": lambda v: layers.reduce_all(v.flag, dim=0),
     "reduce_any": lambda v: layers.reduce_any(v.flag),
+    "gather_nd": lambda v: layers.gather_nd(v.x, layers.cast(layers.fill_constant(
+        [2, 1], "float32", 0.0), "int64")),
+    "scatter": lambda v: layers.scatter(v.x, v.index, v.x, overwrite=False),
+    "unique": lambda v: layers.unique(v.index, dtype="int64"),
+    "uniform_random_batch_size_like": lambda v: layers.uniform_random_batch_size_like(
+        v.x, [-1, 4], min=-2.0, max=2.0, seed=3),
+    "gaussian_random_batch_size_like": lambda v: layers.gaussian_random_batch_size_like(
+        v.x, [-1, 4], mean=1.0, std=2.0, seed=3),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
 }
