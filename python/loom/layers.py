@@ -1237,7 +1237,7 @@ from .layers_composed import (  # noqa: E402,F401
     margin_rank_loss, rank_loss, kldiv_loss, prelu, maxout, pixel_shuffle, unstack, expand_as,
     has_nan, has_inf, isfinite, rank, elementwise_floordiv, elementwise_mod,
     autoincreased_step_counter, create_tensor, size, double_buffer, crop, crop_tensor, pad,
-    pad_constant_like, multiplex)
+    pad_constant_like, multiplex, instance_norm, group_norm, lrn)
 
 
 def Print(input, first_n=-1, message=None, summarize=20, print_tensor_name=True,

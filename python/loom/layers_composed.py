@@ -322,3 +322,77 @@ def multiplex(inputs, index):
         term = L.elementwise_mul(x, L.squeeze(w, [1]), axis=0)
         out = term if out is None else L.elementwise_add(out, term)
     return out
+
+
+def _tile_to(v, like):
+    """v ([..., 1, ...]) tiled along its size-1 dims to like's static dims."""
+    times = []
+    for a, b in zip(v.shape, like.shape):
+        times.append(b if a == 1 and b > 1 else 1)
+    return L.expand(v, times) if any(t > 1 for t in times) else v
+
+
+def _normalize(x, dims, epsilon):
+    mean = L.reduce_mean(x, dim=dims, keep_dim=True)
+    centered = L.elementwise_sub(x, _tile_to(mean, x))
+    var = L.reduce_mean(L.square(centered), dim=dims, keep_dim=True)
+    std = L.sqrt(L.scale(var, 1.0, bias=float(epsilon)))
+    return L.elementwise_div(centered, _tile_to(std, x))
+
+
+def _affine(x, param_attr, bias_attr, name, c):
+    from .initializer import ConstantInitializer
+    helper = LayerHelper(name)
+    scale = helper.create_parameter(param_attr, [c], x.dtype,
+                                    default_initializer=ConstantInitializer(1.0))
+    bias = helper.create_parameter(bias_attr, [c], x.dtype, is_bias=True)
+    out = x
+    if scale is not None:
+        out = L.elementwise_mul(out, scale, axis=1)
+    if bias is not None:
+        out = L.elementwise_add(out, bias, axis=1)
+    return out
+
+
+def instance_norm(input, epsilon=1e-05, param_attr=None, bias_attr=None, name=None):
+    """Each (sample, channel) plane normalized over its H x W, then a per-channel scale and
+    bias (static C, H, W)."""
+    if len(input.shape) != 4 or any(d <= 0 for d in input.shape[1:]):
+        raise ValueError("instance_norm: input must be [N, C, H, W] with static C, H, W, got %r"
+                         % (list(input.shape),))
+    return _affine(_normalize(input, [2, 3], epsilon), param_attr, bias_attr,
+                   name or "instance_norm", input.shape[1])
+
+
+def group_norm(input, groups, epsilon=1e-05, param_attr=None, bias_attr=None, act=None,
+               data_layout="NCHW", name=None):
+    """The channels in `groups` groups, each group of a sample normalized over its channels
+    and positions, then a per-channel scale and bias (static C, H, W)."""
+    if data_layout != "NCHW":
+        raise NotImplementedError("group_norm: data_layout %r (NCHW only)" % (data_layout,))
+    n, c = input.shape[0], input.shape[1]
+    rest = list(input.shape[2:])
+    if c <= 0 or c % groups or any(d <= 0 for d in rest):
+        raise ValueError("group_norm: channels %d must be static and divisible by groups %d, "
+                         "and the other dims static: %r" % (c, groups, list(input.shape)))
+    x = L.reshape(input, [0, groups, -1])
+    x = L.reshape(_normalize(x, [2], epsilon), [0, c] + rest)
+    out = _affine(x, param_attr, bias_attr, name or "group_norm", c)
+    return getattr(L, act)(out) if act else out
+
+
+def lrn(input, n=5, k=1.0, alpha=1e-4, beta=0.75, name=None):
+    """Local response normalization across channels: x / (k + alpha * the sum of x^2 over the
+    n channels around each) ^ beta (static C)."""
+    c = input.shape[1]
+    if c <= 0:
+        raise ValueError("lrn: the channel dim must be static")
+    sq = L.square(input)
+    half = (n - 1) // 2
+    padded = pad(sq, [0, 0, half, n - 1 - half] + [0, 0] * (len(input.shape) - 2))
+    total = None
+    for s in range(n):
+        part = L.slice(padded, axes=[1], starts=[s], ends=[s + c])
+        total = part if total is None else L.elementwise_add(total, part)
+    denom = L.pow(L.scale(total, float(alpha), bias=float(k)), factor=float(beta))
+    return L.elementwise_div(input, denom)

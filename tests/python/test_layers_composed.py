@@ -141,3 +141,22 @@ def test_counter_crop_pad_multiplex_size():
     want[:3, :4] = xv
     np.testing.assert_array_equal(pcl, want)
     np.testing.assert_array_equal(mx, np.stack([10 * xv[0], xv[1], 10 * xv[2]]))
+
+
+def test_instance_group_norm_and_lrn():
+    img = rng.randn(2, 4, 3, 3)
+
+    def build():
+        im = fluid.data("img", [2, 4, 3, 3], dtype="float64")
+        return L.instance_norm(im), L.group_norm(im, 2), L.lrn(im, n=3, k=2.0, alpha=0.1,
+                                                             beta=0.5)
+    inn, gn, lr = run(build, {"img": img})
+    m = img.mean((2, 3), keepdims=True)
+    v = img.var((2, 3), keepdims=True)
+    np.testing.assert_allclose(inn, (img - m) / np.sqrt(v + 1e-5), rtol=1e-6)
+    g = img.reshape(2, 2, -1)
+    want = ((g - g.mean(2, keepdims=True)) / np.sqrt(g.var(2, keepdims=True) + 1e-5))
+    np.testing.assert_allclose(gn, want.reshape(img.shape), rtol=1e-6)
+    sq = np.pad(img ** 2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    s = sq[:, 0:4] + sq[:, 1:5] + sq[:, 2:6]
+    np.testing.assert_allclose(lr, img / (2.0 + 0.1 * s) ** 0.5, rtol=1e-6)
