@@ -29,9 +29,7 @@ def batches(split, batch_size, seed):
     rng = np.random.RandomState(seed)
     for step in range(STEPS_PER_EPOCH if split == "train" else 4):
         rows = rng.randint(0, len(x), batch_size)
-        # One-sided label smoothing: real images are labelled 0.9, which keeps the
-        # discriminator from saturating before the generator learns.
-        yield {"img": x[rows], "label": np.full((batch_size, 1), 0.9, "float32"),
+        yield {"img": x[rows], "label": np.ones((batch_size, 1), "float32"),
                "noise": rng.uniform(-1, 1, (batch_size, NOISE)).astype("float32")}
 
 
@@ -43,13 +41,13 @@ def bn(x, name, act=None):
 
 def D(x):
     hid = fluid.nets.simple_img_conv_pool(x, num_filters=32, filter_size=5, pool_size=2,
-                                          pool_stride=2, act="leaky_relu",
+                                          pool_stride=2, act="relu",
                                           param_attr="D_c1_w", bias_attr="D_c1_b")
     hid = bn(fluid.nets.simple_img_conv_pool(hid, num_filters=64, filter_size=5, pool_size=2,
                                              pool_stride=2, param_attr="D_c2_w",
-                                             bias_attr="D_c2_b"), "D_c2", act="leaky_relu")
+                                             bias_attr="D_c2_b"), "D_c2", act="relu")
     hid = fluid.layers.fc(hid, 1024, param_attr="D_f1_w", bias_attr="D_f1_b")
-    hid = bn(hid, "D_f1", act="leaky_relu")
+    hid = bn(hid, "D_f1", act="relu")
     return fluid.layers.fc(hid, 1, param_attr="D_f2_w", bias_attr="D_f2_b")
 
 
