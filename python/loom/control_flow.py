@@ -384,3 +384,72 @@ class While:
                          outputs={"Out": writes, "StepScopes": steps},
                          attrs={"sub_block": body.idx, "is_test": self.is_test,
                                 "max_iterations": self.max_iterations})
+
+
+class Switch:
+    """Fluid 1.x's Switch: the body of the first case whose condition holds runs, else the
+    default's.
+
+        with fluid.layers.Switch() as switch:
+            with switch.case(step < 100):
+                fluid.layers.assign(warm, lr)
+            with switch.default():
+                fluid.layers.assign(base, lr)
+
+    Each body is a sub-block run by a conditional_block op (as cond's branches); bodies write
+    variables of the enclosing block (assign to them).
+    """
+
+    def __init__(self, name=None):
+        self.helper = LayerHelper("switch", name=name)
+        self._taken = None  # bool: an earlier case held
+        self._inside = False
+        self._default_seen = False
+
+    def __enter__(self):
+        self._inside = True
+        return self
+
+    def __exit__(self, *exc):
+        self._inside = False
+        return False
+
+    def _branch(self, pred):
+        program = default_main_program()
+        parent = program.current_block()
+        body = program._create_block()
+        try:
+            yield
+        finally:
+            program._rollback()
+        _append_conditional_block(parent, pred, body, self.helper)
+
+    @contextlib.contextmanager
+    def case(self, condition):
+        if not self._inside:
+            raise RuntimeError("Switch.case must be used inside `with Switch() as switch:`")
+        if self._default_seen:
+            raise RuntimeError("Switch.case after Switch.default")
+        _check(condition, "condition", "Switch.case")
+        if condition.dtype != core.DataType.BOOL:
+            raise TypeError("Switch.case: condition '%s' must be bool" % condition.name)
+        if self._taken is None:
+            pred, taken = condition, condition
+        else:
+            pred = logical_and(logical_not(self._taken), condition)
+            taken = logical_or(self._taken, condition)
+        yield from self._branch(pred)
+        self._taken = taken
+
+    @contextlib.contextmanager
+    def default(self):
+        if not self._inside:
+            raise RuntimeError("Switch.default must be used inside `with Switch() as switch:`")
+        self._default_seen = True
+        if self._taken is None:
+            from .layers import fill_constant
+            pred = fill_constant([1], "bool", 1)
+        else:
+            pred = logical_not(self._taken)
+        yield from self._branch(pred)
+

@@ -169,8 +169,26 @@ def gaussian_random(shape, mean=0.0, std=1.0, seed=0, dtype="float32"):
 
 def assign(input, output=None):
     helper = LayerHelper("assign")
-    if isinstance(input, np.ndarray):
-        raise NotImplementedError("assign from a numpy array is not supported yet")
+    if isinstance(input, (np.ndarray, list, tuple, float, int)):
+        # A constant array: an assign_value op holding its values.
+        value = np.asarray(input)
+        if value.dtype == np.float64:
+            value = value.astype("float32")
+        dtype = dtype_name(convert_dtype(str(value.dtype)))
+        output = output or helper.create_variable_for_type_inference(dtype)
+        attrs = {"shape": list(value.shape) or [1], "dtype": int(convert_dtype(dtype))}
+        flat = value.ravel()
+        if value.dtype == np.float32:
+            attrs["fp32_values"] = [float(v) for v in flat]
+        elif value.dtype == np.int32:
+            attrs["int32_values"] = [int(v) for v in flat]
+        elif value.dtype == np.int64:
+            attrs["int64_values"] = [int(v) for v in flat]
+        else:
+            raise TypeError("assign: a %s array is not supported (float32, int32, int64)"
+                            % value.dtype)
+        helper.append_op("assign_value", outputs={"Out": output}, attrs=attrs)
+        return output
     output = output or helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("assign", inputs={"X": input}, outputs={"Out": output})
     return output
@@ -703,7 +721,7 @@ def zeros_like(x, out=None):
 # Control flow (comparisons, logical ops, cond) lives in its own module, as in Fluid.
 from .control_flow import (less_than, less_equal, greater_than, greater_equal, equal,  # noqa: E402
                            not_equal, logical_and, logical_or, logical_xor, logical_not, cond,
-                           case, switch_case, while_loop, While)
+                           case, switch_case, while_loop, While, Switch)
 from .learning_rate_scheduler import (  # noqa: E402,F401
     exponential_decay, natural_exp_decay, inverse_time_decay, polynomial_decay, piecewise_decay,
     noam_decay, cosine_decay, linear_lr_warmup)

@@ -241,3 +241,28 @@ def test_py_func_forward_and_backward():
         L.py_func(bad, x, t)
     with pytest.raises(fluid.core.InvalidArgumentError, match="broken callable"):
         fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv}, fetch_list=[t])
+
+
+def test_switch_runs_the_first_true_case_or_the_default():
+    def build():
+        step = fluid.data("step", [1], dtype="float32")
+        lr = L.create_global_var([1], 0.0, "float32", persistable=True, name="lr")
+        with L.Switch() as switch:
+            with switch.case(L.less_than(step, L.fill_constant([1], "float32", 2.0))):
+                L.assign(np.array([0.1], "float32"), lr)
+            with switch.case(L.less_than(step, L.fill_constant([1], "float32", 5.0))):
+                L.assign(np.array([0.05], "float32"), lr)
+            with switch.default():
+                L.assign(np.array([0.01], "float32"), lr)
+        return (lr,)
+    for step, want in ((0.0, 0.1), (3.0, 0.05), (7.0, 0.01), (1.0, 0.1)):
+        (got,) = run(build, {"step": np.array([step], "float32")})
+        np.testing.assert_allclose(got, [want], rtol=1e-7, err_msg=str(step))
+
+
+def test_assign_from_numpy():
+    def build():
+        return L.assign(np.arange(6, dtype="int64").reshape(2, 3)), L.assign([1.5, 2.5])
+    a, b = run(build, {})
+    np.testing.assert_array_equal(a, np.arange(6).reshape(2, 3))
+    np.testing.assert_allclose(b, [1.5, 2.5])

@@ -150,6 +150,18 @@ def _while(v):
         layers.less_than(i, n, cond=c)
 
 
+def _switch(v):
+    out = layers.create_global_var([1], 0.0, "float32", persistable=True, name="switch_out")
+    one = layers.fill_constant([1], "float32", 1.0)
+    with layers.Switch() as switch:
+        with switch.case(layers.less_than(one, layers.fill_constant([1], "float32", 2.0))):
+            layers.assign(np.array([0.5], "float32"), out)
+        with switch.case(layers.less_than(one, layers.fill_constant([1], "float32", 3.0))):
+            layers.assign(one, out)
+        with switch.default():
+            layers.assign([0.25], out)
+
+
 CASES = {
     "fill_constant": lambda v: layers.fill_constant([2, 3], "float32", 1.5),
     "create_global_var": lambda v: layers.create_global_var([1], 0, "int64", persistable=True),
@@ -235,6 +247,7 @@ CASES = {
         lambda i: [layers.increment(i, in_place=False)],
         [layers.fill_constant([1], "float32", 0.0)]),
     "While": _while,
+    "Switch": _switch,
     "floor": lambda v: layers.floor(v.x),
     "ceil": lambda v: layers.ceil(v.x),
     "round": lambda v: layers.round(v.x),
