@@ -180,6 +180,44 @@ Status UniqueKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// ---- gather_tree: backtraces beam search. Ids and Parents are [time, batch, beam]; Out[t]
+// holds the tokens of the path that ends in each final beam: Out[T-1] = Ids[T-1], and going
+// back, Out[t][b][k] = Ids[t][b][p] with p the parent chosen at t + 1 along that path ----
+template <typename T>
+Status GatherTreeKernel(const KernelContext& ctx) {
+  const Tensor& ids = ctx.Input("Ids");
+  const Tensor& parents = ctx.Input("Parents");
+  if (ids.dims().size() != 3 || ids.dims() != parents.dims()) {
+    return ctx.Error(StrCat("Ids and Parents must be [time, batch, beam] of the same dims, got ",
+                            ids.dims().ToString(), " and ", parents.dims().ToString()));
+  }
+  if (ids.dtype() != parents.dtype()) {
+    return ctx.Error("Ids and Parents must have the same dtype");
+  }
+  const int64_t steps = ids.dims()[0], batch = ids.dims()[1], beam = ids.dims()[2];
+  Tensor* out = ctx.Output("Out");
+  out->Resize(ids.dims());
+  const T* id = ids.data<T>();
+  const T* par = parents.data<T>();
+  T* o = out->mutable_data<T>(ctx.place());
+  auto at = [&](int64_t t, int64_t b, int64_t k) { return (t * batch + b) * beam + k; };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t k = 0; k < beam; ++k) {
+      int64_t from = k;
+      for (int64_t t = steps - 1; t >= 0; --t) {
+        o[at(t, b, k)] = id[at(t, b, from)];
+        const T p = par[at(t, b, from)];
+        if (p < 0 || p >= beam) {
+          return ctx.Error(StrCat("Parents[", t, "][", b, "][", from, "] = ", p,
+                                  " is outside [0, beam = ", beam, ")"));
+        }
+        from = static_cast<int64_t>(p);
+      }
+    }
+  }
+  return Status::OK();
+}
+
 // ---- uniform / gaussian random with a batch dim from Input ----
 Status RandomLikeInferShape(InferShapeContext* ctx) {
   std::vector<int64_t> shape = ctx->Attr<std::vector<int64_t>>("shape");
@@ -328,5 +366,25 @@ LOOM_REGISTER_OP(gaussian_random_batch_size_like)
     .Kernel(Place::kCPU, proto::FP32, RandomLikeKernel<true>)
     .Kernel(Place::kCPU, proto::FP64, RandomLikeKernel<true>)
     .Kernel(Place::kCPU, proto::INT64, RandomLikeKernel<true>);
+
+LOOM_REGISTER_OP(gather_tree)
+    .Doc(
+        "Backtraces beam search: Ids and Parents are [time, batch, beam] (the token chosen and "
+        "the beam it extends, per step); Out[t][b][k] is the token at step t of the path ending "
+        "in beam k at the last step. Integer outputs: no gradient.")
+    .Input("Ids", "int32 / int64 [time, batch, beam] tokens chosen per step")
+    .Input("Parents", "[time, batch, beam] the beam each token extends (Ids' dtype)")
+    .Output("Out", "[time, batch, beam] the full paths")
+    .InferShape([](InferShapeContext* ctx) {
+      const DDim ids = ctx->InputDim("Ids");
+      if (ids.size() != 3) {
+        return ctx->Error(StrCat("Ids must be [time, batch, beam], got ", ids.ToString()));
+      }
+      ctx->SetOutputDim("Out", ids);
+      ctx->SetOutputDtype("Out", ctx->InputDtype("Ids"));
+      return Status::OK();
+    })
+    .Kernel(Place::kCPU, proto::INT32, GatherTreeKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, GatherTreeKernel<int64_t>);
 
 }  // namespace loom::ops

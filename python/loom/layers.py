@@ -880,11 +880,11 @@ def _embedding_v2(input, size, is_sparse=False, is_distributed=False, padding_id
     computed dense: with plain SGD only the looked-up rows change (as Fluid's sparse
     SelectedRows update); optimizers with state (momentum, Adam) and weight decay move every
     row, as Fluid's non-lazy modes do."""
-    shape = list(input.shape)
-    flat = reshape(input, [-1, 1]) if len(shape) != 2 or shape[-1] != 1 else input
-    out = embedding(flat, size, is_sparse=is_sparse, is_distributed=is_distributed,
-                    padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
-    return reshape(out, [0 if d < 0 else d for d in shape] + [int(size[1])]) if shape else out
+    # lookup_table drops a trailing 1 of Ids: a trailing 1 added here keeps every dim of
+    # input, however many of them are unknown when building ([batch, time] ids).
+    ids = unsqueeze(input, [len(input.shape)]) if len(input.shape) else input
+    return embedding(ids, size, is_sparse=is_sparse, is_distributed=is_distributed,
+                     padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
 
 
 # ------------------------------------------------------------------ LoD sequences
@@ -1250,6 +1250,7 @@ def chunk_eval(input, label, chunk_scheme, num_chunk_types, excluded_chunk_types
 
 
 from .rnn import RNNCell, GRUCell, LSTMCell, rnn, birnn  # noqa: E402,F401
+from .decode import Decoder, BeamSearchDecoder, dynamic_decode, gather_tree  # noqa: E402,F401
 from .layers_composed import (  # noqa: E402,F401
     ones_like, reduce_min, mse_loss, l2_normalize, huber_loss, smooth_l1, log_loss,
     margin_rank_loss, rank_loss, kldiv_loss, prelu, maxout, pixel_shuffle, unstack, expand_as,

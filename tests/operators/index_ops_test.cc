@@ -64,5 +64,23 @@ TEST(IndexOpsTest, UniqueAndRandomLike) {
   for (double v : Values(gr.value()["Out"])) EXPECT_TRUE(v >= 2 && v < 3) << v;
 }
 
+TEST(IndexOpsTest, GatherTreeFollowsParentsBackFromEachFinalBeam) {
+  // time 3, batch 1, beam 2. Both final beams extend beam 1 of step 1 (token 4), which
+  // extends beam 0 of step 0 (token 1): the paths are 1, 4, 5 and 1, 4, 6.
+  OpTest t("gather_tree");
+  t.Input("Ids", Ints(DDim{3, 1, 2}, {1, 2, 3, 4, 5, 6}))
+      .Input("Parents", Ints(DDim{3, 1, 2}, {0, 0, 1, 0, 1, 1}))
+      .Output("Out");
+  EXPECT_EQ(Out(t, "Out"), (std::vector<double>{1, 1, 4, 4, 5, 6}));
+  OpTest bad("gather_tree");
+  bad.Input("Ids", Ints(DDim{2, 1, 2}, {1, 2, 3, 4}))
+      .Input("Parents", Ints(DDim{2, 1, 2}, {0, 0, 2, 0}))
+      .Output("Out");
+  auto st = bad.Forward();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("outside [0, beam = 2)"), std::string::npos)
+      << st.status().ToString();
+}
+
 }  // namespace
 }  // namespace loom::testing

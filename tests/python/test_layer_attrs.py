@@ -19,11 +19,13 @@ import loom as fluid
 from loom import clip, core, initializer, layers, optimizer, regularizer
 from loom.framework import Block, Operator
 
-LAYER_MODULES = ("loom.layers", "loom.control_flow")
+LAYER_MODULES = ("loom.layers", "loom.control_flow", "loom.rnn", "loom.static_rnn", "loom.decode")
 
 # Public names of the layer modules that build no op, with the reason.
 SKIP = {
     "data": "declares a feed variable; builds no op",
+    "RNNCell": "an interface (its subclasses have cases)",
+    "Decoder": "an interface (BeamSearchDecoder has a case)",
 }
 
 
@@ -162,6 +164,25 @@ def _switch(v):
             layers.assign([0.25], out)
 
 
+def _static_rnn(v):
+    x = layers.reshape(v.x, [2, -1, 4])  # [time, batch, width]
+    r = layers.StaticRNN()
+    with r.step():
+        w = r.step_input(x)
+        m = r.memory(shape=[-1, 4], batch_ref=w)
+        h = layers.fc([w, m], 4, act="tanh")
+        r.update_memory(m, h)
+        r.step_output(h)
+    r()
+
+
+def _beam_search(v):
+    dec = layers.BeamSearchDecoder(layers.GRUCell(4), 0, 1, 2,
+                                   embedding_fn=lambda i: fluid.embedding(i, [10, 8]),
+                                   output_fn=lambda x: layers.fc(x, 10))
+    layers.dynamic_decode(dec, inits=layers.fc(v.x, 4), max_step_num=2, return_length=True)
+
+
 CASES = {
     "fill_constant": lambda v: layers.fill_constant([2, 3], "float32", 1.5),
     "create_global_var": lambda v: layers.create_global_var([1], 0, "int64", persistable=True),
@@ -248,6 +269,17 @@ CASES = {
         [layers.fill_constant([1], "float32", 0.0)]),
     "While": _while,
     "Switch": _switch,
+    "GRUCell": lambda v: layers.GRUCell(4)(v.x, layers.fc(v.x, 4)),
+    "LSTMCell": lambda v: layers.LSTMCell(4)(v.x, [layers.fc(v.x, 4), layers.fc(v.x, 4)]),
+    "rnn": lambda v: layers.rnn(layers.GRUCell(4), layers.reshape(v.x, [-1, 2, 4]),
+                                sequence_length=v.lengths),
+    "birnn": lambda v: layers.birnn(layers.GRUCell(4), layers.LSTMCell(4),
+                                    layers.reshape(v.x, [-1, 2, 4])),
+    "StaticRNN": _static_rnn,
+    "BeamSearchDecoder": _beam_search,
+    "dynamic_decode": _beam_search,
+    "gather_tree": lambda v: layers.gather_tree(layers.fill_constant([3, 2, 2], "int64", 0),
+                                                layers.fill_constant([3, 2, 2], "int64", 1)),
     "floor": lambda v: layers.floor(v.x),
     "ceil": lambda v: layers.ceil(v.x),
     "round": lambda v: layers.round(v.x),
