@@ -6,7 +6,8 @@
                                               max_step_num=20)      # ids: [batch, time, beam]
 
 As layers.rnn, dynamic_decode unrolls the loop when the program is built: `max_step_num` steps,
-each the decoder's ops again (the cell's parameters shared). Fluid stops its while loop once
+each the decoder's ops again, sharing the parameters the first step made (the cell's, and
+those of embedding_fn and output_fn, also called by initialize). Fluid stops its while loop once
 every beam has finished; the unrolled loop always runs `max_step_num` steps, and a beam that
 finished earlier keeps emitting `end_token` without changing its score, so the ids are Fluid's
 padded with end_token (`return_length=True` gives each beam's length).
@@ -17,6 +18,7 @@ import numpy as np
 
 from . import layers
 from .framework import dtype_name
+from .layer_helper import call_sharing_parameters
 
 __all__ = ["Decoder", "BeamSearchDecoder", "dynamic_decode", "gather_tree"]
 
@@ -129,7 +131,7 @@ class BeamSearchDecoder(Decoder):
         without embedding_fn the ids themselves, [batch * beam]."""
         if self.embedding_fn is None:
             return layers.reshape(ids, [-1])
-        emb = self.embedding_fn(ids)
+        emb = call_sharing_parameters(self.embedding_fn, ids)
         return self._merge(emb) if len(emb.shape) >= 3 else emb
 
     def initialize(self, initial_cell_states):
@@ -155,8 +157,10 @@ class BeamSearchDecoder(Decoder):
         return self._embed(start), state, layers.cast(finished, "bool")
 
     def step(self, time, inputs, states, **kwargs):
-        cell_out, cell_states = self.cell(inputs, states.cell_states, **kwargs)
-        logits = self.output_fn(cell_out) if self.output_fn else cell_out
+        cell_out, cell_states = call_sharing_parameters(self.cell, inputs, states.cell_states,
+                                                        **kwargs)
+        logits = call_sharing_parameters(self.output_fn, cell_out) if self.output_fn \
+            else cell_out
         vocab = int(logits.shape[-1])
         if not 0 <= self.end_token < vocab:
             raise ValueError("BeamSearchDecoder: end_token %d is outside the %d-word output"
@@ -210,8 +214,8 @@ def dynamic_decode(decoder, inits=None, max_step_num=None, output_time_major=Fal
     steps = []
     for t in range(int(max_step_num)):
         time = layers.fill_constant([1], "int64", t)
-        outputs, next_states, inputs, next_finished = decoder.step(time, inputs, states,
-                                                                   **kwargs)
+        outputs, next_states, inputs, next_finished = call_sharing_parameters(
+            decoder.step, time, inputs, states, **kwargs)
         done = layers.cast(finished, "float32")
         # A sequence not yet finished before this step grows by one.
         lengths = layers.elementwise_add(

@@ -1,14 +1,84 @@
 """LayerHelper: creates a layer's parameters (with startup initializers) and output vars."""
+import weakref
+
 from . import unique_name
 from .framework import default_main_program, default_startup_program
 from .initializer import ConstantInitializer, XavierInitializer
 from .param_attr import ParamAttr
 
 
+# Parameter sharing across the unrolled steps of a recurrence (rnn, dynamic_decode). Fluid
+# builds a while loop's body once, so the layers a cell calls (an fc in an attention) make one
+# set of parameters and take one name each. Loom builds the body once per step; a later call
+# of the step function replays its first call: the layers it builds get the first call's
+# layer names (so the name counters move as in Fluid, and the layers built after the loop are
+# named as Fluid names them) and its parameters are the first call's, in creation order.
+_SHARING = []  # frames of the calls in progress (see call_sharing_parameters)
+_RECORDED = weakref.WeakKeyDictionary()  # function (or cell) -> its first call's record
+
+
+def call_sharing_parameters(fn, *args, **kwargs):
+    """Calls fn(*args, **kwargs). Its first call's layer names and unnamed parameters are
+    recorded; a later call reuses them in order: its i-th unnamed parameter is the first
+    call's i-th (more of them, or another shape, is an error). Named parameters are shared by
+    their names anyway."""
+    key = getattr(fn, "__self__", fn)
+    try:
+        record = _RECORDED.get(key)
+    except TypeError:  # not weakly referable: no sharing
+        return fn(*args, **kwargs)
+    frame = {"replay": record is not None, "pos": 0, "hpos": 0,
+             "params": record["params"] if record else [],
+             "helpers": record["helpers"] if record else []}
+    _SHARING.append(frame)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _SHARING.pop()
+    if record is None:
+        _RECORDED[key] = {"params": frame["params"], "helpers": frame["helpers"]}
+    return out
+
+
+def _layer_name(layer_type):
+    if not _SHARING:
+        return unique_name.generate(layer_type)
+    frame = _SHARING[-1]
+    helpers = frame["helpers"]
+    if not frame["replay"]:
+        name = unique_name.generate(layer_type)
+        helpers.append((layer_type, name))
+        return name
+    if frame["hpos"] < len(helpers) and helpers[frame["hpos"]][0] == layer_type:
+        frame["hpos"] += 1
+        return helpers[frame["hpos"] - 1][1]
+    frame["hpos"] = len(helpers)  # this call builds other layers: fresh names from here
+    return unique_name.generate(layer_type)
+
+
+def _shared_name(layer, name, shape, named):
+    if not _SHARING or named:
+        return name
+    frame = _SHARING[-1]
+    shape = [int(s) for s in shape]
+    if not frame["replay"]:
+        frame["params"].append((name, shape))
+        return name
+    if frame["pos"] >= len(frame["params"]):
+        raise ValueError("%s: a later step makes more parameters than the first step of the "
+                         "recurrence (%d)" % (layer, len(frame["params"])))
+    first, first_shape = frame["params"][frame["pos"]]
+    frame["pos"] += 1
+    if first_shape != shape:
+        raise ValueError("%s: parameter shape %s differs from %s of '%s', made by the first "
+                         "step of the recurrence" % (layer, shape, first_shape, first))
+    return first
+
+
 class LayerHelper:
     def __init__(self, layer_type, name=None):
         self.layer_type = layer_type
-        self.name = name or unique_name.generate(layer_type)
+        self.name = name or _layer_name(layer_type)
 
     @property
     def main_program(self):
@@ -32,6 +102,7 @@ class LayerHelper:
             raise ValueError("%s: parameter shape must be positive, got %s" %
                              (self.name, list(shape)))
         name = attr.name or "%s.%s_0" % (self.name, suffix or ("b" if is_bias else "w"))
+        name = _shared_name(self.name, name, shape, bool(attr.name))
         init = attr.initializer or default_initializer or (
             ConstantInitializer(0.0) if is_bias else XavierInitializer())
         startup_block = self.startup_program.global_block()

@@ -5,12 +5,13 @@
 
 `inputs` is a padded batch [batch, time, ...] (or [time, batch, ...] with time_major). Loom
 unrolls the recurrence over the static time dimension when the program is built: every step is
-the cell's ops again, sharing the cell's parameters, so backward needs nothing special. With
+the cell's ops again, sharing the parameters the first step made (a user cell's fc included),
+so backward needs nothing special. With
 sequence_length ([batch] int64), a sequence's states stop changing past its length and its
 outputs there are zeros, as Fluid's. The time dimension must be static (known when building).
 """
 from . import layers, unique_name
-from .layer_helper import LayerHelper
+from .layer_helper import LayerHelper, call_sharing_parameters
 from .param_attr import ParamAttr
 
 __all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn"]
@@ -169,7 +170,8 @@ def rnn(cell, inputs, initial_states=None, sequence_length=None, time_major=Fals
     for t in order:
         x = layers.squeeze(layers.slice(inputs, axes=[t_axis], starts=[t], ends=[t + 1]),
                            [t_axis])
-        out, new_states = cell(x, states, **kwargs)
+        # every step shares the parameters the first step's layers made (an fc in a cell)
+        out, new_states = call_sharing_parameters(cell, x, states, **kwargs)
         if mask_src is not None:
             # 1 while t < length: the state moves on and the output counts; else they stay.
             keep = layers.cast(layers.greater_than(

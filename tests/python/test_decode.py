@@ -255,3 +255,56 @@ def test_user_decoder_through_dynamic_decode():
     np.testing.assert_array_equal(got_lens, want_lens)
     np.testing.assert_allclose(got_final, state, rtol=1e-12)
     assert want_lens.min() < T, "the case should finish a row early"
+
+
+class FcCell(L.RNNCell):
+    """A cell built from layers.fc (unnamed parameters), as Fluid users write them."""
+
+    def call(self, inputs, states):
+        h = L.fc(L.concat([inputs, states], axis=1), H, act="tanh")
+        return h, h
+
+
+def test_layers_in_a_cell_share_parameters_across_unrolled_steps():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data("x", [None, 4, E], dtype="float64")
+        out, final = L.rnn(FcCell(), x, initial_states=L.fill_constant_batch_size_like(
+            x, [-1, H], "float64", 0.0))
+        h0 = fluid.data("h0", [None, H], dtype="float64")
+        dec = L.BeamSearchDecoder(FcCell(), START, END, 2,
+                                  embedding_fn=lambda i: fluid.embedding(i, [V, E],
+                                                                         dtype="float64"),
+                                  output_fn=lambda h: L.fc(h, V))
+        ids, _ = L.dynamic_decode(dec, inits=h0, max_step_num=3)
+    params = sorted((p.name, tuple(p.shape)) for p in main.global_block().all_parameters())
+    # rnn's cell: one fc (w, b); the decoder's cell: one fc; one embedding; one output fc
+    assert len(params) == 7, params
+    xv = np.random.RandomState(0).randn(2, 4, E)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        got, = exe.run(main, feed={"x": xv, "h0": np.zeros((2, H))}, fetch_list=[out])
+        scope = fluid.global_scope()
+        fc_params = [n for n, s in params if s[0] == E + H]
+        w = np.array(scope.find_var(fc_params[0]).get_tensor())
+        b = np.array(scope.find_var(fc_params[0].replace(".w_0", ".b_0")).get_tensor())
+    h, want = np.zeros((2, H)), []
+    for t in range(4):
+        h = np.tanh(np.concatenate([xv[:, t], h], axis=1) @ w + b)
+        want.append(h)
+    np.testing.assert_allclose(got, np.stack(want, axis=1), rtol=1e-12)
+
+
+def test_layers_after_an_unrolled_loop_are_named_as_in_fluid():
+    # Fluid builds the loop body once: the cell's fc is fc_0 and the next fc is fc_1, however
+    # many steps run. The inference program of a seq2seq model relies on it (its output fc is
+    # built inside the decoding loop, the training program's after it).
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data("x", [None, 5, E], dtype="float32")
+        out, _ = L.rnn(FcCell(), x, initial_states=L.fill_constant_batch_size_like(
+            x, [-1, H], "float32", 0.0))
+        L.fc(out, 3, num_flatten_dims=2)
+    names = sorted(p.name for p in main.global_block().all_parameters())
+    assert names == ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"], names
