@@ -3,7 +3,7 @@
 set -u
 cd "$(dirname "$0")"
 status=0
-for chapter in fit_a_line recognize_digits image_classification word2vec understand_sentiment understand_sentiment_lstm recommender_system label_semantic_roles gan; do
+for chapter in fit_a_line recognize_digits image_classification word2vec understand_sentiment understand_sentiment_lstm recommender_system label_semantic_roles machine_translation gan; do
   /usr/bin/python3 "$chapter.py" || status=1
 done
 exit $status

@@ -14,7 +14,7 @@ sys.path.insert(0, BOOK)
 
 CHAPTERS = ["fit_a_line", "recognize_digits", "image_classification", "word2vec", "gan",
             "understand_sentiment", "understand_sentiment_lstm", "recommender_system",
-            "label_semantic_roles"]
+            "label_semantic_roles", "machine_translation"]
 NEEDS_FASHION_MNIST = {"recognize_digits", "gan"}
 
 
