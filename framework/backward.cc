@@ -274,6 +274,31 @@ class BackwardBuilder {
       return InvalidArgument("AppendBackward: ", where,
                              ": attribute 'sub_block' does not name a sub-block");
     BlockDesc* sub = program->Block(bi->idx);
+    const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
+    const bool loop = info && info->repeats_sub_block;
+    if (loop) {
+      // The loop state carries gradients from each iteration to the one before, also when its
+      // final value has none (a recurrence's memory that only its outputs leave the loop
+      // through): seed those with zeros, so the gradient block reads the state's gradient.
+      const auto ins = fwd.InputArgumentNames();
+      for (const auto& out : fwd.OutputArgumentNames()) {
+        std::string g = GradVarName(out);
+        if (contributions_.count(g) || !needs_grad_.count(out) ||
+            std::find(ins.begin(), ins.end(), out) == ins.end())
+          continue;
+        VarDesc v = fwd_->FindVarRecursive(out);
+        if (!v || !IsFloatingPoint(v.Dtype())) continue;
+        proto::OpDesc zeros;
+        OpDesc z(&zeros);
+        z.SetType("fill_zeros_like");
+        z.SetInput("X", {out});
+        z.SetOutput("Out", {g});
+        z.SetRole(kOpRoleBackward);
+        Emit(zeros);
+        DeclareGradVar(g, out);
+        contributions_[g] = {g};
+      }
+    }
     std::vector<std::string> seeds;
     for (const auto& out : fwd.OutputArgumentNames()) {
       std::string g = GradVarName(out);
@@ -282,8 +307,7 @@ class BackwardBuilder {
       seeds.push_back(g);
     }
     BlockDesc* gblock = program->AppendBlock(*sub);
-    const OpInfo* info = OpRegistry::Global().Find(fwd.Type());
-    BackwardBuilder inner(sub, gblock, no_grad_, needs_grad_, info && info->repeats_sub_block);
+    BackwardBuilder inner(sub, gblock, no_grad_, needs_grad_, loop);
     Status st = inner.BuildSubBlock(seeds);
     if (!st.ok()) return st;
     for (proto::OpDesc& g : *grads) {

@@ -1441,6 +1441,7 @@ def reduce_all(input, dim=None, keep_dim=False, name=None):
 def reduce_any(input, dim=None, keep_dim=False, name=None):
     return _reduce("reduce_any", input, dim, keep_dim, name)
 from .static_rnn import StaticRNN  # noqa: E402,F401
+from .dynamic_rnn import DynamicRNN  # noqa: E402,F401
 
 
 def gather_nd(input, index, name=None):

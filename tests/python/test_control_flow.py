@@ -371,6 +371,57 @@ def test_while_loop_gradients_equal_the_loop_written_out(steps):
     np.testing.assert_array_equal(again, got["cell.w"])
 
 
+def test_while_loop_state_whose_final_value_is_unused_still_carries_gradients():
+    """Only the accumulator leaves the loop; the state h feeds it at every step, so its
+    gradient must flow from each iteration to the one before (seeded with zeros at the end)."""
+    def build(unrolled):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [4], dtype="float64")
+            h = fluid.layers.fc(x, 4, act="tanh", name="enc")
+            acc = fluid.layers.scale(h, 0.0)
+            cell = fluid.ParamAttr(name="cell.w")
+            if unrolled:
+                for _ in range(3):
+                    h = fluid.layers.fc(h, 4, act="tanh", param_attr=cell, bias_attr=False)
+                    acc = fluid.layers.elementwise_add(acc, h)
+            else:
+                i = fluid.layers.fill_constant([1], "int64", 0)
+                n = fluid.layers.fill_constant([1], "int64", 3)
+
+                def body(i, h, acc):
+                    h2 = fluid.layers.fc(h, 4, act="tanh", param_attr=cell, bias_attr=False)
+                    return [fluid.layers.increment(i, in_place=False), h2,
+                            fluid.layers.elementwise_add(acc, h2)]
+
+                _, _, acc = fluid.layers.while_loop(lambda i, h, acc: fluid.layers.less_than(
+                    i, n), body, [i, h, acc])
+            loss = fluid.layers.mean(fluid.layers.square(acc))
+            pairs = [(p.name, g.name) for p, g in fluid.append_backward(loss)]
+        return main, startup, loss, dict(pairs)
+
+    feed = {"x": np.random.RandomState(1).randn(5, 4)}
+    results = []
+    for unrolled in (False, True):
+        main, startup, loss, pairs = build(unrolled)
+        exe = fluid.Executor(fluid.CPUPlace())
+        scope = core.Scope()
+        exe.run(startup, scope=scope)
+        for name in pairs:  # the same initial values in both programs
+            value = np.random.RandomState(len(name)).randn(
+                *np.array(scope.find_var(name).get_tensor()).shape) * 0.5
+            scope.find_var(name).get_tensor().set(value, fluid.CPUPlace())
+        names = sorted(pairs)
+        got = exe.run(main, feed=feed, fetch_list=[loss] + [pairs[n] for n in names],
+                      scope=scope)
+        results.append(dict(zip(["loss"] + names, got)))
+    loop, flat = results
+    assert set(loop) == set(flat)
+    for name in flat:
+        np.testing.assert_allclose(loop[name], flat[name], rtol=1e-10, atol=1e-14,
+                                   err_msg=name)
+
+
 def test_while_loop_in_test_mode_and_its_limits():
     main, startup, loss = build_rnn(4, dtype="float32")
     test = main.clone(for_test=True)

@@ -19,7 +19,8 @@ import loom as fluid
 from loom import clip, core, initializer, layers, optimizer, regularizer
 from loom.framework import Block, Operator
 
-LAYER_MODULES = ("loom.layers", "loom.control_flow", "loom.rnn", "loom.static_rnn", "loom.decode")
+LAYER_MODULES = ("loom.layers", "loom.control_flow", "loom.rnn", "loom.static_rnn", "loom.decode",
+                 "loom.dynamic_rnn")
 
 # Public names of the layer modules that build no op, with the reason.
 SKIP = {
@@ -176,6 +177,17 @@ def _static_rnn(v):
     r()
 
 
+def _dynamic_rnn(v):
+    drnn = layers.DynamicRNN()
+    with drnn.block():
+        xt = drnn.step_input(v.seq)
+        prev = drnn.memory(shape=[4])
+        h = layers.fc([xt, prev], 4, act="tanh")
+        drnn.update_memory(prev, h)
+        drnn.output(h)
+    drnn()
+
+
 def _beam_search(v):
     dec = layers.BeamSearchDecoder(layers.GRUCell(4), 0, 1, 2,
                                    embedding_fn=lambda i: fluid.embedding(i, [10, 8]),
@@ -276,6 +288,7 @@ CASES = {
     "birnn": lambda v: layers.birnn(layers.GRUCell(4), layers.LSTMCell(4),
                                     layers.reshape(v.x, [-1, 2, 4])),
     "StaticRNN": _static_rnn,
+    "DynamicRNN": _dynamic_rnn,
     "BeamSearchDecoder": _beam_search,
     "dynamic_decode": _beam_search,
     "gather_tree": lambda v: layers.gather_tree(layers.fill_constant([3, 2, 2], "int64", 0),
