@@ -21,7 +21,7 @@ from common import fluid  # noqa: E402
 NAME, BATCH, EPOCHS = "gan", 64, 1
 TARGET = ("mean-image correlation", 0.8, "max")
 NOISE = 100
-STEPS_PER_EPOCH = 1500
+STEPS_PER_EPOCH = 800
 
 
 def batches(split, batch_size, seed):

@@ -766,9 +766,9 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
         filter_size = [(size[a] - (hw[a] - 1) * stride[a] + 2 * padding[a] - 1) // dilation[a] + 1
                        for a in _builtins.range(2)]
     k = _pair(filter_size, "filter_size")
-    from .initializer import MSRAInitializer
-    w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, input.dtype,
-                                default_initializer=MSRAInitializer())
+    # Fluid's default for this filter is Xavier (its layer names no initializer): He's, with
+    # fan_in = out channels x kernel, would be far too large for a generator's last layer.
+    w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, input.dtype)
     out = helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("conv2d_transpose", inputs={"Input": input, "Filter": w},
                      outputs={"Output": out},
