@@ -7,14 +7,18 @@
 #include "collective/algorithms/algorithms.h"
 #include "collective/schedule.h"
 #include "collective/selector.h"
+#include "collective/spin.h"
 
 namespace loom::collective {
 
 namespace internal {
 struct WorkState {
+  explicit WorkState(bool spin = false) : spin(spin) {}
+  const bool spin;  // Wait polls before it sleeps
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  std::atomic<bool> completed{false};  // done, for waits that poll before they lock
   Status status;
   Clock::time_point started{};   // when the worker began running the call
   Clock::time_point finished{};  // when it completed
@@ -27,6 +31,7 @@ struct WorkState {
       if (started == Clock::time_point{}) started = finished;
       status = std::move(s);
     }
+    completed.store(true, std::memory_order_release);
     cv.notify_all();
   }
 };
@@ -36,6 +41,9 @@ using internal::CallArgs;
 
 Status Work::Wait(std::chrono::milliseconds timeout) const {
   LOOM_CHECK(state_ != nullptr, "Wait on an empty Work");
+  // A small call completes within microseconds: poll before sleeping on the condition.
+  if (state_->spin && timeout >= kSpinBudget)
+    SpinUntil([this] { return state_->completed.load(std::memory_order_acquire); });
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, timeout, [this] { return state_->done; })) {
     return Timeout("Work::Wait gave up after ", timeout.count(), " ms; the call is still running");
@@ -219,6 +227,12 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
   LOOM_CHECK(plan_->topology.size() == nranks_, "plan has ", plan_->topology.size(),
              " devices for ", nranks_, " ranks");
   selector_ = std::make_unique<Selector>(*plan_, SelectorOptionsOf(options_));
+  if (options_.inline_max_bytes == CommunicatorOptions::kInlineAuto) {
+    options_.inline_max_bytes = transport_->one_rank_per_process()
+                                    ? CommunicatorOptions::kInlineDefaultBytes
+                                    : -1;
+  }
+  spin_handoff_ = !transport_->one_rank_per_process();
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -226,6 +240,7 @@ Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    queued_.store(1, std::memory_order_release);  // ends the worker's polling
   }
   cv_.notify_all();
   worker_.join();
@@ -310,10 +325,29 @@ Work Communicator::Issue(Call call) {
   if (!p2p) call.seq = next_seq_++;
   call.step = step_.load();
 
-  auto state = std::make_shared<internal::WorkState>();
+  auto state = std::make_shared<internal::WorkState>(spin_handoff_);
+  const long long bytes = static_cast<long long>(a.count * DataTypeSize(a.dtype));
+  bool run_here = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(std::make_shared<Call>(call), state);
+    if (bytes <= options_.inline_max_bytes && queue_.empty() && !busy_ && !stopping_) {
+      busy_ = run_here = true;  // nothing in flight: no hand-off
+    } else {
+      queue_.emplace_back(std::make_shared<Call>(call), state);
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+  }
+  if (run_here) {
+    state->started = Clock::now();  // not shared yet
+    Status status = Execute(call);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+    }
+    state->Complete(std::move(status));
+    Work work(state);
+    Remember(work);
+    return work;
   }
   cv_.notify_one();
   Work work(state);
@@ -325,6 +359,10 @@ void Communicator::WorkerLoop() {
   while (true) {
     std::shared_ptr<Call> call;
     std::shared_ptr<internal::WorkState> state;
+    // The next call usually comes soon after the last (a step's gradients): poll for it
+    // before sleeping, so that a call is picked up without a wake-up.
+    if (spin_handoff_)
+      SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -332,36 +370,47 @@ void Communicator::WorkerLoop() {
       call = queue_.front().first;
       state = queue_.front().second;
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+      busy_ = true;
     }
     {
       std::lock_guard<std::mutex> lock(state->mu);
       state->started = Clock::now();
     }
-    Status status;
-    if (!broken_.ok()) {
-      // An aborted group stays Aborted: the cause is another rank's error, not this call.
-      status =
-          Status(broken_.code() == StatusCode::kAborted ? StatusCode::kAborted
-                                                        : StatusCode::kFailedPrecondition,
-                 StrCat("communicator is unusable after an earlier error: ", broken_.ToString()));
-    } else {
-      status = Run(*call);
-      // A mismatch is caught before any data moved and seen by every rank alike, so the group
-      // stays in step; anything else (a timeout, a transport error) may have left ranks apart.
-      if (!status.ok() && status.code() != StatusCode::kInvalidArgument) broken_ = status;
-    }
-    if (!status.ok()) {
-      const CallArgs& a = call->args;
-      std::string what = StrCat(CollectiveCallName(a.kind));
-      if (call->seq > 0) what += StrCat(" #", call->seq);
-      if (a.kind != Collective::kBarrier && a.kind != Collective::kSend &&
-          a.kind != Collective::kRecv) {
-        what += StrCat(" (", AlgorithmName(a.algorithm), ")");
-      }
-      status = status.WithContext(StrCat(what, " on rank ", rank_));
+    Status status = Execute(*call);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
     }
     state->Complete(std::move(status));
   }
+}
+
+Status Communicator::Execute(const Call& call) {
+  Status status;
+  if (!broken_.ok()) {
+    // An aborted group stays Aborted: the cause is another rank's error, not this call.
+    status = Status(broken_.code() == StatusCode::kAborted ? StatusCode::kAborted
+                                                           : StatusCode::kFailedPrecondition,
+                    StrCat("communicator is unusable after an earlier error: ",
+                           broken_.ToString()));
+  } else {
+    status = Run(call);
+    // A mismatch is caught before any data moved and seen by every rank alike, so the group
+    // stays in step; anything else (a timeout, a transport error) may have left ranks apart.
+    if (!status.ok() && status.code() != StatusCode::kInvalidArgument) broken_ = status;
+  }
+  if (!status.ok()) {
+    const CallArgs& a = call.args;
+    std::string what = StrCat(CollectiveCallName(a.kind));
+    if (call.seq > 0) what += StrCat(" #", call.seq);
+    if (a.kind != Collective::kBarrier && a.kind != Collective::kSend &&
+        a.kind != Collective::kRecv) {
+      what += StrCat(" (", AlgorithmName(a.algorithm), ")");
+    }
+    status = status.WithContext(StrCat(what, " on rank ", rank_));
+  }
+  return status;
 }
 
 Status Communicator::Run(const Call& call) {

@@ -98,6 +98,10 @@ class Transport {
   // The NCCL transport answers false: NCCL's point-to-point calls cannot reduce on receipt, so its
   // communicator runs native collectives and point-to-point calls only.
   virtual bool runs_schedules() const { return true; }
+  // Whether this rank is the only one of its group in this process (MPI): then one thread
+  // issues all of the process's calls, in the order every rank issues them, and a small call
+  // may run on the caller's thread (CommunicatorOptions::inline_max_bytes).
+  virtual bool one_rank_per_process() const { return false; }
 };
 
 }  // namespace loom::collective

@@ -1,3 +1,4 @@
+#include "collective/spin.h"
 #include "collective/transport/inprocess.h"
 
 #include <algorithm>
@@ -36,6 +37,7 @@ struct Posting {
   bool queued = true;  // guarded by the mailbox mutex
   bool done = false;   // guarded by mu
   Status status;       // guarded by mu
+  std::atomic<bool> finished{false};  // done, for waits that poll before they lock
 };
 
 struct Key {
@@ -63,6 +65,7 @@ struct NativeSlot {
   std::vector<const void*> send;
   std::vector<void*> recv;
   int published = 0, left = 0;
+  std::atomic<int> arrived{0};  // published, for waits that poll before they lock
   bool abandoned = false;  // a rank gave up waiting: the others must not touch its buffers
   std::atomic<size_t> next_block{0};   // the next block of work to claim
   std::atomic<size_t> blocks_done{0};  // blocks whose results are written
@@ -112,6 +115,7 @@ void MarkDone(Posting* p, const Status& status) {
     p->done = true;
     p->status = status;
   }
+  p->finished.store(true, std::memory_order_release);
   p->cv.notify_all();
 }
 
@@ -155,6 +159,7 @@ class InProcessRequest final : public Request {
 
   Status Wait(Deadline deadline) override {
     Posting* p = posting_.get();
+    SpinUntil([p] { return p->finished.load(std::memory_order_acquire); });
     std::unique_lock<std::mutex> lock(p->mu);
     if (!p->cv.wait_until(lock, deadline, [p] { return p->done; })) {
       return Timeout(is_send_ ? "send to rank " : "receive from rank ",
@@ -445,7 +450,15 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     slot->send[rank_] = call.send;
     slot->recv[rank_] = call.recv;
     ++slot->published;
+    slot->arrived.store(slot->published, std::memory_order_release);
     board.cv.notify_all();
+    if (slot->published != n) {
+      lock.unlock();
+      SpinUntil([&] {
+        return slot->arrived.load(std::memory_order_acquire) == n || hub_->aborted.load();
+      });
+      lock.lock();
+    }
     const bool met = board.cv.wait_until(lock, deadline, [&] {
       return slot->published == n || slot->abandoned || hub_->aborted.load();
     });
@@ -532,6 +545,7 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
       board.cv.notify_all();
     }
   }
+  SpinUntil([&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
   std::unique_lock<std::mutex> lock(board.mu);
   board.cv.wait(lock, [&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
   leave(lock);

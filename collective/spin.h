@@ -1,0 +1,42 @@
+// Bounded spinning before a blocking wait. On an oversubscribed machine (more rank threads
+// than cores) sleeping on a condition variable and being woken costs tens of microseconds,
+// more than a small collective's whole exchange; polling a flag for a short, bounded time
+// (pausing, then yielding the core to the peers that must make the flag true) answers most
+// small waits without a sleep, and the wait falls back to blocking when the answer is late.
+#pragma once
+
+#include <chrono>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace loom::collective {
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// How long a wait polls before it blocks (measured: 4 in-process ranks on 2 cores answer a
+// 4-byte exchange within ~10-30 us).
+constexpr std::chrono::microseconds kSpinBudget{50};
+
+// Polls ready() for at most `budget` (a few pauses, then yields); true once it holds.
+template <typename Ready>
+bool SpinUntil(Ready&& ready, std::chrono::microseconds budget = kSpinBudget) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    if (i < 32) {
+      CpuRelax();
+      continue;
+    }
+    if ((i & 7) == 0 && std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace loom::collective
