@@ -83,14 +83,14 @@ constexpr long long kMpiAutoTreeMaxBytes = 256 << 10;
 constexpr long long kInProcessAutoTreeMaxBytes = 1LL << 62;
 // In-process ranks from this size on run the transport's native collectives: every rank reads
 // and writes every other rank's memory, so one pass over shared memory moves N·S bytes in and
-// N·S out, against about 15·S for the ring or the tree (N = 4). Measured (loom bench collective,
-// 4 ranks, medians of 5 rounds; this shared 2-core VM varies by ±30% between runs), allreduce
-// tree vs native: 4-64 KiB within ±15% of each other (4 KiB 100 vs 100 µs, 64 KiB 108 vs 123),
-// 128 KiB 134-148 vs 130-143, 256 KiB 171-180 vs 152-168, 512 KiB 212-243 vs 166-220,
-// 1 MiB 343-350 vs 282-337, 2 MiB 587-594 vs 359-370, 16 MiB 7660 vs 4999; reduce, broadcast
-// and allgather tie with their best schedule at 256 KiB and win from 1 MiB; compare.sh (best of
-// 3): 256 KiB tree 164 vs native 143 µs.
-constexpr long long kInProcessAutoNativeMinBytes = 256 << 10;
+// N·S out, against about 15·S for the ring or the tree (N = 4), and it is one rendezvous of
+// all ranks against the schedules' several steps. Since the rendezvous polls before it sleeps
+// (collective/spin.h) native is ahead at every size (loom bench collective, 4 ranks, 2 runs,
+// allreduce tree vs native: 4 KiB 50-57 vs 39-41 µs, 64 KiB 65-70 vs 44-48, 256 KiB 112-120 vs
+// 61-62, 1 MiB 227-408 vs 121-125; broadcast, reduce, allgather and reducescatter at 4 and
+// 64 KiB: native the best or within 5% of the best schedule). Before, the schedules were
+// ahead below 256 KiB, this crossover's earlier value.
+constexpr long long kInProcessAutoNativeMinBytes = 0;
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.

@@ -63,7 +63,7 @@ Flags BenchFlags() {
            ""},
           {"native-min-bytes", "B",
            "auto runs the transport's native collective from B bytes on (negative: never; "
-           "default: in-process 256K, otherwise never)",
+           "default: in-process 0 (every size), otherwise never)",
            ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},

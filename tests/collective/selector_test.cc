@@ -148,8 +148,9 @@ TEST(Selector, OverlappedTransfersFavourTheMultiTreeAboveTheCrossover) {
     EXPECT_EQ(mpi.Choose(Collective::kAllReduce, bytes), Algorithm::kMultiTree) << bytes;
 }
 
-// In-process worlds run the transport's native collectives (one pass over shared memory) from
-// their native crossover on, for every collective, and never where the transport has none.
+// In-process worlds run the transport's native collectives (one pass over shared memory) at
+// every size; a native crossover sends smaller calls to the schedules, for every collective,
+// and nothing goes native where the transport has no native collective.
 TEST(Selector, NativeFromItsCrossoverWhereTheTransportHasIt) {
   EXPECT_EQ(WorldOptions().communicator.auto_native_min_bytes, kInProcessAutoNativeMinBytes);
   EXPECT_LT(CommunicatorOptions().auto_native_min_bytes, 0);
@@ -158,15 +159,20 @@ TEST(Selector, NativeFromItsCrossoverWhereTheTransportHasIt) {
   o.tree_max_bytes = kInProcessAutoTreeMaxBytes;
   o.native_min_bytes = kInProcessAutoNativeMinBytes;
   const Selector in_process(*plan, o);
-  const size_t at = static_cast<size_t>(kInProcessAutoNativeMinBytes);
   for (Collective kind : kKinds) {
-    EXPECT_NE(in_process.Choose(kind, at - 1), Algorithm::kNative) << CollectiveName(kind);
-    EXPECT_EQ(in_process.Choose(kind, at), Algorithm::kNative) << CollectiveName(kind);
+    EXPECT_EQ(in_process.Choose(kind, 4), Algorithm::kNative) << CollectiveName(kind);
     EXPECT_EQ(in_process.Choose(kind, size_t{64} << 20), Algorithm::kNative);
     EXPECT_NE(in_process.Choose(kind, size_t{64} << 20, 1, /*native_available=*/false),
               Algorithm::kNative);
   }
-  EXPECT_EQ(in_process.Choose(Collective::kAllReduce, 4096), Algorithm::kTree);
+  o.native_min_bytes = 256 << 10;
+  const Selector crossover(*plan, o);
+  const size_t at = 256 << 10;
+  for (Collective kind : kKinds) {
+    EXPECT_NE(crossover.Choose(kind, at - 1), Algorithm::kNative) << CollectiveName(kind);
+    EXPECT_EQ(crossover.Choose(kind, at), Algorithm::kNative) << CollectiveName(kind);
+  }
+  EXPECT_EQ(crossover.Choose(Collective::kAllReduce, 4096), Algorithm::kTree);
   // A forced algorithm still wins.
   o.force = Algorithm::kRing;
   EXPECT_EQ(Selector(*plan, o).Choose(Collective::kAllReduce, size_t{64} << 20), Algorithm::kRing);

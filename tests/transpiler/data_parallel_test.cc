@@ -84,7 +84,8 @@ TEST(DataParallelTranspiler, AllReduceModeWithFusion) {
   const auto& man = r.value().manifest;
   ASSERT_EQ(man.buckets_size(), 1);
   EXPECT_TRUE(man.buckets(0).fused());
-  EXPECT_EQ(man.buckets(0).algorithm(), "tree");  // small: the cost model picks the tree
+  // in-process places: the transport's native rendezvous at every size
+  EXPECT_EQ(man.buckets(0).algorithm(), "native");
   EXPECT_EQ(man.batch_var(), "x");
   EXPECT_EQ(man.passes_size(), static_cast<int>(DataParallelPasses().size()));
 }
