@@ -116,6 +116,19 @@ def _outer_reads_writes(block):
     return reads, writes
 
 
+@contextlib.contextmanager
+def _sub_block():
+    """Builds the ops of the with-body into a new sub-block of the current block; yields
+    (the enclosing block, the sub-block)."""
+    program = default_main_program()
+    parent = program.current_block()
+    body = program._create_block()
+    try:
+        yield parent, body
+    finally:
+        program._rollback()
+
+
 def _build_branch(program, fn, what):
     block = program._create_block()
     try:
@@ -366,13 +379,8 @@ class While:
         if self._used:
             raise RuntimeError("While: block() may be entered once per While")
         self._used = True
-        program = default_main_program()
-        parent = program.current_block()
-        body = program._create_block()
-        try:
+        with _sub_block() as (parent, body):
             yield
-        finally:
-            program._rollback()
         reads, writes = _outer_reads_writes(body)
         if self.cond.name not in writes:
             raise ValueError("While: the body never writes the condition '%s' (update it, e.g. "
@@ -415,13 +423,8 @@ class Switch:
         return False
 
     def _branch(self, pred):
-        program = default_main_program()
-        parent = program.current_block()
-        body = program._create_block()
-        try:
+        with _sub_block() as (parent, body):
             yield
-        finally:
-            program._rollback()
         _append_conditional_block(parent, pred, body, self.helper)
 
     @contextlib.contextmanager

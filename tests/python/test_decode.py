@@ -85,16 +85,19 @@ def weights(seed):
     return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
 
 
+def model(p):
+    """The feed h0, the embedding and output weights from p, and the cell."""
+    h = fluid.data("h0", [None, H], dtype="float64")
+    init = fluid.initializer.NumpyArrayInitializer
+    emb_w = L.create_parameter([V, E], "float64", name="emb", default_initializer=init(p["emb"]))
+    out_w = L.create_parameter([H, V], "float64", name="out", default_initializer=init(p["o"]))
+    return h, emb_w, out_w, TanhCell(p)
+
+
 def build_and_run(p, h0, beam, steps, return_length=True, time_major=False):
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
-        h = fluid.data("h0", [None, H], dtype="float64")
-        init = fluid.initializer.NumpyArrayInitializer
-        emb_w = L.create_parameter([V, E], "float64", name="emb",
-                                   default_initializer=init(p["emb"]))
-        out_w = L.create_parameter([H, V], "float64", name="out",
-                                   default_initializer=init(p["o"]))
-        cell = TanhCell(p)
+        h, emb_w, out_w, cell = model(p)
 
         def embed(ids):
             return L.gather(emb_w, L.reshape(ids, [-1]))
@@ -225,13 +228,7 @@ def test_user_decoder_through_dynamic_decode():
     h0 = np.random.RandomState(8).randn(B, H)
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
-        h = fluid.data("h0", [None, H], dtype="float64")
-        init = fluid.initializer.NumpyArrayInitializer
-        emb_w = L.create_parameter([V, E], "float64", name="emb",
-                                   default_initializer=init(p["emb"]))
-        out_w = L.create_parameter([H, V], "float64", name="out",
-                                   default_initializer=init(p["o"]))
-        cell = TanhCell(p)
+        h, emb_w, out_w, cell = model(p)
         dec = GreedyDecoder(cell, lambda ids: L.gather(emb_w, ids),
                             lambda x: L.matmul(x, out_w))
         toks, final, lens = L.dynamic_decode(dec, inits=h, max_step_num=T, impute_finished=True,
