@@ -2,14 +2,15 @@
 // public API, in the style of Gloo/NCCL communicators and c10d's process groups).
 //
 // Every call validates its local arguments, then returns a Work handle; the call runs on the
-// communicator's own worker thread, except a small call issued while nothing else is in flight,
-// which runs on the caller's thread before the call returns (CommunicatorOptions::
-// inline_max_bytes). Many calls may be in flight; they run and complete in issue order. As
-// with MPI, ranks must issue their calls on several communicators in the same order: a rank
-// blocked in one communicator's small call does not reach its next communicator's. All ranks must issue the same collectives in the same order; each collective first
-// exchanges a small signature with every rank, so a call whose count, dtype, operator, root or
-// algorithm differs from another rank's ends in InvalidArgument naming both ranks' calls (and the
-// communicator stays usable). A call that does not finish within the timeout ends in Timeout and
+// communicator's own worker thread, except that over a transport with one rank per process
+// (MPI) a small call issued while nothing else is in flight runs on the caller's thread before
+// the call returns (CommunicatorOptions::inline_max_bytes). Many calls may be in flight; they
+// run and complete in issue order. As with MPI, ranks must then issue their calls on several
+// communicators in the same order: a rank blocked in one communicator's small call does not
+// reach its next communicator's. All ranks must issue the same collectives in the same order;
+// each collective first exchanges a small signature with every rank, so a call whose count,
+// dtype, operator, root or algorithm differs from another rank's ends in InvalidArgument naming
+// both ranks' calls (and the communicator stays usable). A call that does not finish within the timeout ends in Timeout and
 // leaves the communicator unusable (later calls fail with FailedPrecondition).
 //
 // Buffers must stay valid and untouched until the call's Work completes. "In place" means send ==
