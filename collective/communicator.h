@@ -10,8 +10,9 @@
 // reach its next communicator's. All ranks must issue the same collectives in the same order;
 // each collective first exchanges a small signature with every rank, so a call whose count,
 // dtype, operator, root or algorithm differs from another rank's ends in InvalidArgument naming
-// both ranks' calls (and the communicator stays usable). A call that does not finish within the timeout ends in Timeout and
-// leaves the communicator unusable (later calls fail with FailedPrecondition).
+// both ranks' calls (and the communicator stays usable). A call that does not finish within the
+// timeout ends in Timeout and leaves the communicator unusable (later calls fail with
+// FailedPrecondition).
 //
 // Buffers must stay valid and untouched until the call's Work completes. "In place" means send ==
 // recv (AllGather: send == recv + rank * count; ReduceScatter: recv == send + rank * count).
