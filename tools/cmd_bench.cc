@@ -66,6 +66,11 @@ Flags BenchFlags() {
            "default: in-process 0 (every size), otherwise never)",
            ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
+          {"inline-max-bytes", "B",
+           "calls of at most B bytes issued with nothing in flight run on the caller's thread "
+           "(negative: never; default: 64K over MPI, never in-process; every rank here has its "
+           "own thread, so in-process ranks may use it too)",
+           ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
       },
@@ -463,6 +468,10 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   }
   if (flags.Has("chunk")) {
     LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));
+  }
+  if (flags.Has("inline-max-bytes")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t inline_max, flags.GetInt("inline-max-bytes"));
+    c.options.inline_max_bytes = inline_max;
   }
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
