@@ -250,7 +250,7 @@ def test_user_decoder_through_dynamic_decode():
         want.append(tok)
     np.testing.assert_array_equal(got, np.array(want).T)
     np.testing.assert_array_equal(got_lens, want_lens)
-    np.testing.assert_allclose(got_final, state, rtol=1e-12)
+    np.testing.assert_allclose(got_final, state, rtol=1e-12, atol=1e-14)
     assert want_lens.min() < T, "the case should finish a row early"
 
 
@@ -290,7 +290,7 @@ def test_layers_in_a_cell_share_parameters_across_unrolled_steps():
     for t in range(4):
         h = np.tanh(np.concatenate([xv[:, t], h], axis=1) @ w + b)
         want.append(h)
-    np.testing.assert_allclose(got, np.stack(want, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(got, np.stack(want, axis=1), rtol=1e-12, atol=1e-14)
 
 
 def test_layers_after_an_unrolled_loop_are_named_as_in_fluid():

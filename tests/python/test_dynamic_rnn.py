@@ -103,7 +103,7 @@ def test_dynamic_rnn_equals_rnn_on_padded_sequences(with_init):
         at += k
     want = run(padded_rnn, {"xp": padded, "rp": rp, "n": np.array(LENS, "int64"), "h0": boot},
                grads)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(got[1], unpad(want[1]), rtol=1e-12, atol=1e-14)
     for g, w, name in zip(got[2:], want[2:], grads):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12, err_msg=name)
