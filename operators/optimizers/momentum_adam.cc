@@ -1,6 +1,7 @@
 // momentum (with Nesterov), adam and adamw: in-place parameter updates; optimizer state lives in
 // its own vars (velocity, moments, beta powers) so the transpiler can place it with the param.
 // Also squared_l2_norm, the building block of clipping by global norm.
+#include <algorithm>
 #include <cmath>
 
 #include "operators/common.h"
@@ -81,7 +82,7 @@ Status AdamKernel(const KernelContext& ctx) {
   const T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
   const T eps_t = eps * std::sqrt(T(1) - b2p);
   const T decay = kDecoupledDecay ? T(1) - lr * coeff : T(1);
-  ParallelFor(n, 65536, [=](int64_t begin, int64_t end) {
+  auto update = [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       T a = b1 * m1o[i] + (T(1) - b1) * g[i];
       T b = b2 * m2o[i] + (T(1) - b2) * g[i] * g[i];
@@ -89,7 +90,22 @@ Status AdamKernel(const KernelContext& ctx) {
       m2o[i] = b;
       po[i] = po[i] * decay - lr_t * a / (std::sqrt(b) + eps_t);
     }
-  });
+  };
+  if (ctx.Attr<bool>("lazy_mode") && param.dims().size() >= 2 && n > 0) {
+    // Only the rows (dim 0) the gradient touches move, as Fluid's lazy Adam over a sparse
+    // gradient: a row whose gradient is all zero keeps its parameter and moments.
+    const int64_t rows = param.dims()[0], width = n / rows;
+    ParallelFor(rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(width, 1)),
+                [=](int64_t begin, int64_t end) {
+                  for (int64_t r = begin; r < end; ++r) {
+                    const T* gr = g + r * width;
+                    if (std::any_of(gr, gr + width, [](T v) { return v != T(0); }))
+                      update(r * width, (r + 1) * width);
+                  }
+                });
+  } else {
+    ParallelFor(n, 65536, update);
+  }
   ctx.Output("Beta1PowOut")->mutable_data<T>(ctx.place())[0] = b1p * b1;
   ctx.Output("Beta2PowOut")->mutable_data<T>(ctx.place())[0] = b2p * b2;
   return Status::OK();
@@ -157,6 +173,8 @@ LOOM_REGISTER_OP(momentum)
       .Attr<float>("beta1", 0.9f, "decay of the first moment")    \
       .Attr<float>("beta2", 0.999f, "decay of the second moment") \
       .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")      \
+      .Attr<bool>("lazy_mode", false,                               \
+                  "only rows (dim 0) with a nonzero gradient move (Fluid's lazy Adam)") \
       .InferShape(AdamInferShape)
 
 LOOM_REGISTER_OP(adam)

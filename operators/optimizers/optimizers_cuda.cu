@@ -3,6 +3,7 @@
 // powers advance in a one-thread kernel queued after the update (the outputs may alias them).
 // fp16 (Param, Grad and the optimizer state in fp16; the CPU has no fp16 kernels) computes in
 // float and takes the learning rate and beta powers in fp16 or fp32, whichever they are.
+#include <algorithm>
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
@@ -50,6 +51,38 @@ __global__ void AdamK(const T* p, const T* g, const T* m1, const T* m2, const T*
   }
 }
 
+// lazy_mode: a row (dim 0) whose gradient is all zero keeps its parameter and moments. One
+// block per row: its threads find whether any gradient of the row is nonzero, then update it.
+template <typename T>
+__global__ void LazyAdamK(const T* p, const T* g, const T* m1, const T* m2, const T* lr,
+                          const T* b1p, const T* b2p, T* po, T* m1o, T* m2o, int64_t rows,
+                          int64_t width, T b1, T b2, T eps, T coeff) {
+  const T lr_t = lr[0] * sqrt(T(1) - b2p[0]) / (T(1) - b1p[0]);
+  const T eps_t = eps * sqrt(T(1) - b2p[0]);
+  const T decay = T(1) - lr[0] * coeff;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t base = r * width;
+    int any = 0;
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) any |= g[base + j] != T(0);
+    any = __syncthreads_or(any);
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      const int64_t i = base + j;
+      if (any) {
+        T a = b1 * m1[i] + (T(1) - b1) * g[i];
+        T b = b2 * m2[i] + (T(1) - b2) * g[i] * g[i];
+        m1o[i] = a;
+        m2o[i] = b;
+        po[i] = p[i] * decay - lr_t * a / (sqrt(b) + eps_t);
+      } else {
+        m1o[i] = m1[i];
+        m2o[i] = m2[i];
+        po[i] = p[i];
+      }
+    }
+    __syncthreads();
+  }
+}
+
 template <typename T>
 __global__ void AdvancePowsK(const T* b1p, const T* b2p, T* b1o, T* b2o, T b1, T b2) {
   T a = b1p[0] * b1, b = b2p[0] * b2;
@@ -69,11 +102,19 @@ Status Adam(const KernelContext& ctx) {
   T* po = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
   T* m1o = ctx.Output("Moment1Out")->mutable_data<T>(ctx.place());
   T* m2o = ctx.Output("Moment2Out")->mutable_data<T>(ctx.place());
-  if (n > 0)
+  if (n > 0 && ctx.Attr<bool>("lazy_mode") && param.dims().size() >= 2) {
+    const int64_t rows = param.dims()[0];
+    LazyAdamK<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0,
+                   Stream(ctx)>>>(
+        param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
+        ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o, m2o,
+        rows, n / rows, b1, b2, eps, coeff);
+  } else if (n > 0) {
     AdamK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
         param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
         ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o, m2o,
         n, b1, b2, eps, coeff);
+  }
   AdvancePowsK<T>
       <<<1, 1, 0, Stream(ctx)>>>(b1p, b2p, ctx.Output("Beta1PowOut")->mutable_data<T>(ctx.place()),
                                  ctx.Output("Beta2PowOut")->mutable_data<T>(ctx.place()), b1, b2);
@@ -162,6 +203,8 @@ Status AdamHalf(const KernelContext& ctx) {
   float b1 = ctx.Attr<float>("beta1"), b2 = ctx.Attr<float>("beta2");
   float eps = ctx.Attr<float>("epsilon");
   float coeff = kDecoupledDecay ? ctx.Attr<float>("coeff") : 0.f;
+  if (ctx.Attr<bool>("lazy_mode"))
+    return ctx.Error("lazy_mode is not available for fp16 parameters (fp32 and fp64 have it)");
   auto lr = ScalarOf(ctx, "LearningRate");
   auto b1p = ScalarOf(ctx, "Beta1Pow");
   auto b2p = ScalarOf(ctx, "Beta2Pow");

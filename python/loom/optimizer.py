@@ -130,6 +130,9 @@ class AdamOptimizer(Optimizer):
                  regularization=None, name=None, lazy_mode=False, grad_clip=None):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+        # lazy_mode: only rows (dim 0) with a nonzero gradient move (an embedding's looked-up
+        # rows), as Fluid's lazy Adam over a SelectedRows gradient.
+        self._lazy = bool(lazy_mode)
 
     def _append_update(self, block, param, grad, lr, program, startup):
         m1 = self._add_accumulator(program, startup, "moment1", param)
@@ -142,7 +145,8 @@ class AdamOptimizer(Optimizer):
                     "Moment2": m2, "Beta1Pow": b1, "Beta2Pow": b2},
             outputs={"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2,
                      "Beta1PowOut": b1, "Beta2PowOut": b2},
-            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "lazy_mode": self._lazy})
 
 
 class AdagradOptimizer(Optimizer):

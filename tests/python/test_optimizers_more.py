@@ -185,3 +185,38 @@ def test_update_ops_carry_roles():
         fluid.optimizer.RMSProp(0.1, centered=True).minimize(loss)
     ops = [op for op in main.global_block().ops if op.type == "rmsprop"]
     assert len(ops) == 1 and ops[0].attr("op_role") == core.kOpRoleOptimize
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lazy_adam_moves_only_the_looked_up_rows(dtype):
+    """lazy_mode (Fluid's lazy Adam over a sparse gradient): embedding rows no step looked up
+    keep their values and moments; without it Adam's momentum moves every row it ever saw."""
+    rows, width = 10, 3
+    table = np.random.RandomState(0).randn(rows, width).astype(dtype)
+    steps = [np.array([[1], [4]], "int64"), np.array([[2], [4]], "int64")]
+
+    def train(lazy):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            ids = fluid.data("ids", [None, 1], dtype="int64")
+            emb = fluid.layers.embedding(ids, [rows, width], is_sparse=True, dtype=dtype,
+                                         param_attr=fluid.ParamAttr(
+                                             name="t", initializer=fluid.initializer.
+                                             NumpyArrayInitializer(table)))
+            loss = fluid.layers.reduce_sum(fluid.layers.square(emb))
+            fluid.optimizer.Adam(0.1, lazy_mode=lazy).minimize(loss)
+        exe = fluid.Executor(fluid.CPUPlace())
+        with fluid.scope_guard(fluid.Scope()):
+            exe.run(startup)
+            for feed in steps:
+                exe.run(main, feed={"ids": feed})
+            return np.array(fluid.global_scope().find_var("t").get_tensor())
+
+    start = table.astype(np.float32).astype(dtype)
+    lazy, eager = train(True), train(False)
+    # row 1 was looked up at step 1 only: eager Adam moves it again at step 2, lazy does not
+    for r in (0, 3, 5, 9):
+        np.testing.assert_array_equal(lazy[r], start[r])
+    assert not np.allclose(lazy[[1, 2, 4]], start[[1, 2, 4]])
+    np.testing.assert_array_equal(lazy[4], eager[4])  # looked up at both steps: same update
+    assert not np.array_equal(lazy[1], eager[1])
