@@ -152,6 +152,21 @@ std::string Describe(const Signature& s) {
   return out + ")";
 }
 
+// The verdict on every rank's signature of one call (all ranks see the same and reach it).
+Status CompareSignatures(const Signature* all, int n, const Signature& mine) {
+  for (int r = 1; r < n; ++r) {
+    if (all[r].step != all[0].step)
+      return InvalidArgument("collective #", mine.seq, " pairs different training steps: rank 0 ",
+                             "is in step ", all[0].step, ", rank ", r, " in step ", all[r].step,
+                             " (did a rank go on after an error?)");
+    if (!(all[r] == all[0])) {
+      return InvalidArgument("mismatched collective #", mine.seq, ": rank 0 called ",
+                             Describe(all[0]), " but rank ", r, " called ", Describe(all[r]));
+    }
+  }
+  return Status::OK();
+}
+
 // Every rank sends its signature to every other rank, so every rank sees every call and all
 // ranks reach the same verdict (and the same message) without further messages.
 Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
@@ -164,17 +179,7 @@ Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
     s.PostSend(r, internal::kSignature, &all[s.rank()], sizeof(Signature));
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
-  for (int r = 1; r < n; ++r) {
-    if (all[r].step != all[0].step)
-      return InvalidArgument("collective #", mine.seq, " pairs different training steps: rank 0 ",
-                             "is in step ", all[0].step, ", rank ", r, " in step ", all[r].step,
-                             " (did a rank go on after an error?)");
-    if (!(all[r] == all[0])) {
-      return InvalidArgument("mismatched collective #", mine.seq, ": rank 0 called ",
-                             Describe(all[0]), " but rank ", r, " called ", Describe(all[r]));
-    }
-  }
-  return Status::OK();
+  return CompareSignatures(all, n, mine);
 }
 
 // Send and Recv check each other: the sender's and receiver's counts and dtypes must agree.
@@ -203,7 +208,7 @@ Status CheckPeerSignature(internal::Schedule& s, const CallArgs& a) {
 
 constexpr uint64_t kPointToPointBit = uint64_t{1} << 63;
 
-Status RunNative(Transport& transport, const CallArgs& a, Deadline deadline) {
+NativeCollective NativeOf(const CallArgs& a) {
   NativeCollective c;
   c.kind = a.kind;
   c.send = a.send;
@@ -212,7 +217,28 @@ Status RunNative(Transport& transport, const CallArgs& a, Deadline deadline) {
   c.dtype = a.dtype;
   c.op = a.op;
   c.root = a.root;
-  return transport.RunNative(c, deadline);
+  return c;
+}
+
+Status RunNative(Transport& transport, const CallArgs& a, Deadline deadline) {
+  return transport.RunNative(NativeOf(a), deadline);
+}
+
+// Ranks that share memory meet once per call: the signatures travel in the meeting, and a
+// native call runs in it (Transport::Meet). *ran: the call is complete (barrier, native).
+Status MeetWithSignatures(Transport& transport, internal::Schedule& s, const CallArgs& a,
+                          const Signature& mine, Deadline deadline, bool* ran) {
+  const int n = s.nranks();
+  auto* all = static_cast<Signature*>(s.HostScratch(n * sizeof(Signature)));
+  const bool native = a.kind != Collective::kBarrier && a.algorithm == Algorithm::kNative;
+  const NativeCollective call = NativeOf(a);
+  Status met = transport.Meet(&mine, sizeof mine, all, native ? &call : nullptr, deadline);
+  if (met.code() == StatusCode::kInvalidArgument) {
+    Status verdict = CompareSignatures(all, n, mine);
+    return verdict.ok() ? met : verdict;
+  }
+  *ran = native || a.kind == Collective::kBarrier;
+  return met;
 }
 
 }  // namespace
@@ -431,7 +457,15 @@ Status Communicator::Run(const Call& call) {
       }
       return s.WaitAll();
     }
-    LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));
+    if (transport_->meets_with_signatures()) {
+      bool ran = false;
+      LOOM_RETURN_IF_ERROR(MeetWithSignatures(*transport_, s, a,
+                                              SignatureOf(a, call.seq, call.step), deadline,
+                                              &ran));
+      if (ran) return Status::OK();
+    } else {
+      LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));
+    }
     if (a.kind == Collective::kBarrier) return Status::OK();
     switch (a.algorithm) {
       case Algorithm::kRing: return internal::RunRing(s, a);

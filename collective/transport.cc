@@ -66,4 +66,8 @@ Status Transport::RunNative(const NativeCollective& call, Deadline deadline) {
   return Unimplemented("the ", name(), " transport has no native collectives");
 }
 
+Status Transport::Meet(const void*, size_t, void*, const NativeCollective*, Deadline) {
+  return Unimplemented("the ", name(), " transport does not meet with signatures");
+}
+
 }  // namespace loom::collective

@@ -74,6 +74,17 @@ class Transport {
   virtual bool SupportsNative(Collective kind, DataType dtype) const { return false; }
   virtual Status RunNative(const NativeCollective& call, Deadline deadline);
 
+  // Ranks that share this process's memory can meet once per collective instead of sending
+  // each other their call signatures: every rank publishes `signature` (`bytes` long) and,
+  // once all have, finds every rank's in `all` (nranks x bytes, in rank order). When every
+  // signature equals rank 0's and `native` is given, the native collective runs in the same
+  // meeting (one rendezvous per call, not a signature round and then a rendezvous). When they
+  // differ, returns InvalidArgument without touching any rank's buffers (the caller names the
+  // calls from `all`). Every collective of the group must meet, in issue order.
+  virtual bool meets_with_signatures() const { return false; }
+  virtual Status Meet(const void* signature, size_t bytes, void* all,
+                      const NativeCollective* native, Deadline deadline);
+
   // Local operations on call buffers. The algorithm schedules never read or write a call buffer
   // themselves: they move data with Send/Recv/RecvReduce and do everything else through these, so
   // the same ring/tree code runs on host buffers and on device buffers. The defaults work on host

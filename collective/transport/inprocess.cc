@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #if defined(__SSE2__)
@@ -64,6 +65,7 @@ struct Mailbox {
 struct NativeSlot {
   std::vector<const void*> send;
   std::vector<void*> recv;
+  std::vector<std::string> signatures;  // Meet: each rank's, copied in when it arrives
   int published = 0, left = 0;
   std::atomic<int> arrived{0};  // published, for waits that poll before they lock
   bool abandoned = false;  // a rank gave up waiting: the others must not touch its buffers
@@ -222,7 +224,16 @@ class InProcessTransport final : public Transport {
   // buffers, so a collective is one pass over shared memory with the minimum traffic (see
   // RunNative).
   bool SupportsNative(Collective, DataType) const override { return hub_->memory->host(); }
-  Status RunNative(const NativeCollective& call, Deadline deadline) override;
+  Status RunNative(const NativeCollective& call, Deadline deadline) override {
+    return RunSlot(&call, nullptr, 0, nullptr, deadline);
+  }
+  bool meets_with_signatures() const override { return true; }
+  Status Meet(const void* signature, size_t bytes, void* all, const NativeCollective* native,
+              Deadline deadline) override {
+    if (native && !hub_->memory->host())
+      return Unimplemented("native collectives need host memory");
+    return RunSlot(native, signature, bytes, all, deadline);
+  }
 
   std::unique_ptr<Request> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
     CheckPeer(peer);
@@ -341,6 +352,11 @@ class InProcessTransport final : public Transport {
   int rank_;
   int nranks_;
   InProcessTransportOptions options_;
+  // One meeting of the ranks on the native board (RunNative, Meet): `native` runs there when
+  // given (and, with a signature, when every rank's signature equals rank 0's).
+  Status RunSlot(const NativeCollective* native, const void* signature, size_t bytes,
+                 void* all, Deadline deadline);
+
   uint64_t native_calls_ = 0;
 };
 
@@ -432,7 +448,8 @@ void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, 
 // The first wait ends at the deadline (a rank that never calls): the slot is then marked
 // abandoned so that no late rank touches the buffers of one that gave up. The second wait has
 // no deadline: it only waits for memory copies in progress.
-Status InProcessTransport::RunNative(const NativeCollective& call, Deadline deadline) {
+Status InProcessTransport::RunSlot(const NativeCollective* native, const void* signature,
+                                   size_t sig_bytes, void* all, Deadline deadline) {
   const int n = nranks_;
   const uint64_t seq = native_calls_++;
   NativeBoard& board = hub_->native;
@@ -446,9 +463,11 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
     if (slot->send.empty()) {
       slot->send.assign(n, nullptr);
       slot->recv.assign(n, nullptr);
+      slot->signatures.assign(n, std::string());
     }
-    slot->send[rank_] = call.send;
-    slot->recv[rank_] = call.recv;
+    slot->send[rank_] = native ? native->send : nullptr;
+    slot->recv[rank_] = native ? native->recv : nullptr;
+    if (signature) slot->signatures[rank_].assign(static_cast<const char*>(signature), sig_bytes);
     ++slot->published;
     slot->arrived.store(slot->published, std::memory_order_release);
     board.cv.notify_all();
@@ -474,10 +493,35 @@ Status InProcessTransport::RunNative(const NativeCollective& call, Deadline dead
       board.cv.notify_all();
       leave(lock);
       if (timed_out)
-        return Timeout("native collective: only ", slot->published, " of ", n, " ranks arrived");
+        return Timeout(signature ? "collective" : "native collective", ": only ",
+                       slot->published, " of ", n, " ranks arrived");
+      // At a meeting a peer that gave up timed out waiting for the same missing rank.
+      if (signature)
+        return Timeout("collective: only ", slot->published, " of ", n,
+                       " ranks arrived (another rank gave up waiting first)");
       return FailedPrecondition("native collective: a peer gave up waiting for the others");
     }
+    if (signature) {
+      // Every rank has published: the signatures no longer change while the slot lives.
+      bool same = true;
+      for (int r = 0; r < n; ++r) {
+        const std::string& sig = slot->signatures[r];
+        if (sig.size() != sig_bytes) {
+          same = false;
+          std::memset(static_cast<char*>(all) + r * sig_bytes, 0, sig_bytes);
+          continue;
+        }
+        std::memcpy(static_cast<char*>(all) + r * sig_bytes, sig.data(), sig_bytes);
+        same &= sig == slot->signatures[0];
+      }
+      if (!same || native == nullptr) {
+        leave(lock);
+        if (!same) return InvalidArgument("the ranks' call signatures differ");
+        return Status::OK();
+      }
+    }
   }
+  const NativeCollective& call = *native;
   const size_t elem = DataTypeSize(call.dtype);
   const Reduction reduction{call.dtype, call.op};
   // All ranks' outputs together, as the caches see them.
