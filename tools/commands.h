@@ -11,5 +11,6 @@ int TopoCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int DevicesCommand(int argc, char** argv);
 int LaunchCommand(int argc, char** argv);
+int SimulateCommand(int argc, char** argv);
 
 }  // namespace loom::cli

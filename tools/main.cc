@@ -19,6 +19,7 @@ constexpr const char* kUsage =
     "  transpile DIR  rewrite a bundle for data-parallel training on several places (-o OUT)\n"
     "  topo           print a machine's links, ring and trees (--preset, --file, --detect)\n"
     "  bench collective   time a collective over message sizes (nccl-tests format)\n"
+    "  simulate       predict collectives on a machine or cluster (--topology, --cluster)\n"
     "  devices        print the build (CUDA, NCCL, MPI) and the GPUs this machine has\n"
     "  launch -- CMD  run CMD as the servers and workers of a job (--servers S --workers N)\n"
     "  help [CMD]     print help for loom or a command\n"
@@ -53,6 +54,7 @@ int Main(int argc, char** argv) {
       if (sub == "bench") return BenchCommand(1, args);
       if (sub == "devices") return DevicesCommand(1, args);
       if (sub == "launch") return LaunchCommand(1, args);
+      if (sub == "simulate") return SimulateCommand(1, args);
       std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", sub.c_str(), kUsage);
       return kExitUsage;
     }
@@ -70,6 +72,7 @@ int Main(int argc, char** argv) {
   if (cmd == "bench") return BenchCommand(argc - 2, argv + 2);
   if (cmd == "devices") return DevicesCommand(argc - 2, argv + 2);
   if (cmd == "launch") return LaunchCommand(argc - 2, argv + 2);
+  if (cmd == "simulate") return SimulateCommand(argc - 2, argv + 2);
   std::fprintf(stderr, "loom: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return kExitUsage;
 }

@@ -1,0 +1,343 @@
+#include "sim/engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <queue>
+#include <unordered_map>
+
+namespace loom::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Post {
+  int rank;
+  int handle;
+  double time;  // when it was posted
+  uint64_t bytes;
+  bool reduce;
+};
+
+struct Flow {
+  int src, src_handle, dst, dst_handle;
+  int cls = -1;          // the class it streams in
+  double bytes = 0;
+};
+
+// Transfers between the same two ranks (and, for receive-and-reduce, through the same
+// reduction engine) cross the same resources, so they always get the same rate: a class holds
+// them as one processor-sharing queue. `service` is the bytes every member has received since
+// the class began; a member ends when it reaches its threshold (service at its start + bytes).
+struct Class {
+  std::vector<int> resources;  // machine resources, then the reduction engine if any
+  double service = 0;
+  double rate = 0;  // bytes per microsecond, per member
+  double last = 0;  // when service was brought up to date
+  uint64_t version = 0;
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>,
+                      std::greater<>>
+      members;  // (threshold, flow)
+};
+
+struct Event {
+  double time;
+  int kind;  // 0: a flow starts, 1: a class's first member may end (if the version matches)
+  int id;    // flow (kind 0) or class (kind 1)
+  uint64_t version;
+  bool operator>(const Event& o) const {
+    if (time != o.time) return time > o.time;
+    if (kind != o.kind) return kind < o.kind;  // ends before starts at the same instant
+    return id > o.id;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const std::tuple<int, int, uint64_t>& k) const {
+    const auto& [a, b, t] = k;
+    return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) ^ (t * 0x9E3779B97F4A7C15ull));
+  }
+};
+
+class Engine {
+ public:
+  Engine(const Machine& machine, const Trace& trace, const EngineOptions& options)
+      : machine_(machine), trace_(trace), options_(options) {
+    const int n = trace.nranks();
+    for (const Resource& r : machine.resources()) bw_.push_back(r.gbps * 1e3 * options.efficiency);
+    reducer_base_ = static_cast<int>(bw_.size());
+    if (options.reduce_gbps > 0) {
+      for (int r = 0; r < n; ++r) bw_.push_back(options.reduce_gbps * 1e3);
+    }
+    count_.assign(bw_.size(), 0);
+    users_.resize(bw_.size());
+    carried_.assign(bw_.size(), 0);
+    pc_.assign(n, 0);
+    clock_.assign(n, 0);
+    blocked_.assign(n, -1);
+    done_.resize(n);
+    for (int r = 0; r < n; ++r) done_[r].assign(trace.handles[r], -1);
+  }
+
+  StatusOr<Replay> Go() {
+    const int n = trace_.nranks();
+    for (int r = 0; r < n; ++r) LOOM_RETURN_IF_ERROR(Advance(r));
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      if (e.kind == 0) {
+        Start(e.id, e.time);
+      } else if (classes_[e.id].version == e.version) {
+        LOOM_RETURN_IF_ERROR(EndDue(e.id, e.time));
+      }
+    }
+    Replay out;
+    out.transfers = flows_.size();
+    out.rank_end_us = clock_;
+    for (int r = 0; r < n; ++r) {
+      if (pc_[r] < trace_.ranks[r].size()) return Stuck(r);
+      out.time_us = std::max(out.time_us, clock_[r]);
+    }
+    for (size_t i = 0; i < bw_.size(); ++i) {
+      const double busy = carried_[i] / bw_[i];
+      if (carried_[i] > 0 && busy > out.bottleneck_busy_us) {
+        out.bottleneck_busy_us = busy;
+        out.bottleneck = static_cast<int>(i);
+      }
+    }
+    if (out.bottleneck >= 0) {
+      out.bottleneck_name = out.bottleneck < reducer_base_
+                                ? machine_.resources()[out.bottleneck].name
+                                : StrCat("rank", out.bottleneck - reducer_base_, ".reduce");
+    }
+    return out;
+  }
+
+ private:
+  // Runs rank r's ops until it must wait for a transfer or its trace ends.
+  Status Advance(int r) {
+    const std::vector<TraceOp>& ops = trace_.ranks[r];
+    while (pc_[r] < ops.size()) {
+      const TraceOp& op = ops[pc_[r]];
+      switch (op.kind) {
+        case TraceOp::kSend:
+        case TraceOp::kRecv:
+        case TraceOp::kRecvReduce: {
+          LOOM_ENFORCE(op.peer >= 0 && op.peer < trace_.nranks() && op.peer != r, "rank ", r,
+                       " posts to peer ", op.peer, " of ", trace_.nranks());
+          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ",
+                       r, " posts handle ", op.handle, " beyond its ", done_[r].size());
+          const double at = clock_[r];
+          clock_[r] += options_.post_us;
+          LOOM_RETURN_IF_ERROR(Match(r, op, at));
+          break;
+        }
+        case TraceOp::kWait: {
+          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ",
+                       r, " waits on unknown handle ", op.handle);
+          const double done = done_[r][op.handle];
+          if (done < 0) {
+            blocked_[r] = op.handle;
+            return Status::OK();
+          }
+          clock_[r] = std::max(clock_[r], done);
+          break;
+        }
+        case TraceOp::kCopy:
+          if (options_.copy_gbps > 0) clock_[r] += op.bytes / (options_.copy_gbps * 1e3);
+          break;
+        case TraceOp::kFinalize:
+          if (options_.reduce_gbps > 0) clock_[r] += op.bytes / (options_.reduce_gbps * 1e3);
+          break;
+      }
+      ++pc_[r];
+    }
+    return Status::OK();
+  }
+
+  Status Match(int r, const TraceOp& op, double at) {
+    const bool send = op.kind == TraceOp::kSend;
+    const int src = send ? r : op.peer, dst = send ? op.peer : r;
+    auto key = std::make_tuple(src, dst, op.tag);
+    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce};
+    auto& waiting = send ? recvs_[key] : sends_[key];
+    if (waiting.empty()) {
+      (send ? sends_[key] : recvs_[key]).push_back(mine);
+      return Status::OK();
+    }
+    const Post other = waiting.front();
+    waiting.pop_front();
+    const Post& s = send ? mine : other;
+    const Post& v = send ? other : mine;
+    if (s.bytes != v.bytes) {
+      return InvalidArgument("rank ", src, " sends ", s.bytes, " bytes to rank ", dst,
+                             " (tag ", op.tag, ") which receives ", v.bytes);
+    }
+    Flow f;
+    f.src = src;
+    f.src_handle = s.handle;
+    f.dst = dst;
+    f.dst_handle = v.handle;
+    f.bytes = static_cast<double>(s.bytes);
+    const Route& route = RouteFor(src, dst);
+    const bool reduce = v.reduce && options_.reduce_gbps > 0;
+    f.cls = ClassFor(src, dst, route, reduce);
+    flows_.push_back(f);
+    events_.push(Event{std::max(s.time, v.time) + route.latency_us, 0,
+                       static_cast<int>(flows_.size()) - 1, 0});
+    return Status::OK();
+  }
+
+  int ClassFor(int src, int dst, const Route& route, bool reduce) {
+    const uint64_t key = (uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + reduce;
+    auto it = class_of_.find(key);
+    if (it != class_of_.end()) return it->second;
+    Class c;
+    c.resources = route.resources;
+    if (reduce) c.resources.push_back(reducer_base_ + dst);
+    classes_.push_back(std::move(c));
+    const int id = static_cast<int>(classes_.size()) - 1;
+    for (int r : classes_[id].resources) users_[r].push_back(id);
+    class_of_.emplace(key, id);
+    return id;
+  }
+
+  const Route& RouteFor(int a, int b) {
+    const uint64_t key = uint64_t(uint32_t(a)) << 32 | uint32_t(b);
+    auto it = routes_.find(key);
+    if (it == routes_.end()) it = routes_.emplace(key, machine_.RouteOf(a, b)).first;
+    return it->second;
+  }
+
+  void Start(int id, double now) {
+    const Flow& f = flows_[id];
+    Class& c = classes_[f.cls];
+    for (int r : c.resources) carried_[r] += f.bytes;
+    Sync(c, now);
+    c.members.push({c.service + f.bytes, id});
+    Change(f.cls, +1, now);
+  }
+
+  // Ends every member of class `id` that has received all its bytes by `now`.
+  Status EndDue(int id, double now) {
+    Sync(classes_[id], now);
+    ended_.clear();
+    while (!classes_[id].members.empty()) {
+      Class& c = classes_[id];
+      const auto [threshold, flow] = c.members.top();
+      // Due within rounding: what is left would take less than a nanosecond-scale sliver of
+      // the clock (a later event at the same representable time would never make progress).
+      const double slack = 1e-9 * std::max(1.0, threshold) + c.rate * 1e-12 * std::max(1.0, now);
+      const bool stalled = ended_.empty() && now + (threshold - c.service) / c.rate <= now;
+      if (threshold > c.service + slack && !stalled) break;
+      c.members.pop();
+      ended_.push_back(flow);
+    }
+    if (ended_.empty()) {
+      Reschedule(id, now);  // rounding: not due yet
+    } else {
+      Change(id, -static_cast<int>(ended_.size()), now);
+    }
+    // Advance may add flows and classes: work on copies.
+    const std::vector<int> ended = ended_;
+    for (int flow : ended) {
+      const Flow f = flows_[flow];
+      for (auto [rank, handle] : {std::pair{f.src, f.src_handle}, std::pair{f.dst, f.dst_handle}}) {
+        done_[rank][handle] = now;
+        if (blocked_[rank] == handle) {
+          blocked_[rank] = -1;
+          clock_[rank] = std::max(clock_[rank], now);
+          ++pc_[rank];
+          LOOM_RETURN_IF_ERROR(Advance(rank));
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  // Brings a class's service up to `now` at its current rate.
+  void Sync(Class& c, double now) {
+    if (!c.members.empty() && c.rate > 0) c.service += c.rate * (now - c.last);
+    c.last = now;
+  }
+
+  // A member joins (+1) or leaves (-1) class `id`: every class sharing a resource with it gets
+  // its new rate.
+  void Change(int id, int delta, double now) {
+    touched_.clear();
+    for (int r : classes_[id].resources) {
+      for (int other : users_[r]) touched_.push_back(other);
+    }
+    std::sort(touched_.begin(), touched_.end());
+    touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+    for (int other : touched_) Sync(classes_[other], now);
+    for (int r : classes_[id].resources) count_[r] += delta;
+    for (int other : touched_) {
+      Class& c = classes_[other];
+      if (c.members.empty()) {
+        ++c.version;  // nothing to end
+        continue;
+      }
+      double rate = kInf;
+      for (int r : c.resources) rate = std::min(rate, bw_[r] / std::max(1, count_[r]));
+      c.rate = rate;
+      Reschedule(other, now);
+    }
+  }
+
+  void Reschedule(int id, double now) {
+    Class& c = classes_[id];
+    ++c.version;
+    if (c.members.empty()) return;
+    const double left = std::max(0.0, c.members.top().first - c.service);
+    events_.push(Event{c.rate == kInf ? now : now + left / c.rate, 1, id, c.version});
+  }
+
+  Status Stuck(int r) {
+    const int h = blocked_[r];
+    for (const TraceOp& op : trace_.ranks[r]) {
+      if (op.kind <= TraceOp::kRecvReduce && op.handle == h) {
+        return FailedPrecondition("simulated call never ends: rank ", r, " waits for its ",
+                                  op.kind == TraceOp::kSend ? "send to" : "receive from",
+                                  " rank ", op.peer, " (", op.bytes, " bytes, tag ", op.tag,
+                                  ") which the peer never posts");
+      }
+    }
+    return FailedPrecondition("simulated call never ends: rank ", r, " stops at op ", pc_[r]);
+  }
+
+  const Machine& machine_;
+  const Trace& trace_;
+  EngineOptions options_;
+  std::vector<double> bw_;  // bytes per microsecond, per resource
+  int reducer_base_ = 0;
+  std::vector<int> count_;                // active flows per resource
+  std::vector<std::vector<int>> users_;   // classes per resource
+  std::vector<double> carried_;           // bytes per resource
+  std::vector<size_t> pc_;
+  std::vector<double> clock_;
+  std::vector<int> blocked_;
+  std::vector<std::vector<double>> done_;
+  std::vector<Flow> flows_;
+  std::vector<Class> classes_;
+  std::unordered_map<uint64_t, int> class_of_;
+  std::vector<int> touched_, ended_;
+  std::unordered_map<uint64_t, Route> routes_;
+  std::unordered_map<std::tuple<int, int, uint64_t>, std::deque<Post>, KeyHash> sends_, recvs_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+};
+
+}  // namespace
+
+StatusOr<Replay> Run(const Machine& machine, const Trace& trace, const EngineOptions& options) {
+  LOOM_ENFORCE(trace.nranks() == machine.size(), "a trace of ", trace.nranks(),
+               " ranks on a machine of ", machine.size(), " devices");
+  LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ",
+               options.efficiency, " is outside (0, 1]");
+  LOOM_ENFORCE(options.post_us >= 0 && options.reduce_gbps >= 0 && options.copy_gbps >= 0,
+               "negative engine costs");
+  Engine engine(machine, trace, options);
+  return engine.Go();
+}
+
+}  // namespace loom::sim

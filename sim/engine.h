@@ -1,0 +1,50 @@
+// The replay engine: runs every rank's trace (trace.h) against a machine (machine.h) in simulated
+// time, event by event.
+//
+//  - A rank runs its ops in order on its own clock. Posting a message costs it `post_us` (the
+//    software cost of one send or receive); a wait blocks it until that transfer ends; a copy or
+//    the final scaling of a reduction costs bytes / copy_gbps or reduce_gbps.
+//  - A send and the receive with the same (sender, receiver, tag) match in posting order. The
+//    transfer starts when both are posted plus the route's latency (rendezvous: the receiver's
+//    buffer is ready) and then streams its bytes over every resource of the route.
+//  - Sharing: a transfer's rate is the smallest, over the resources it crosses, of the
+//    resource's bandwidth x `efficiency` divided by the number of transfers crossing it at that
+//    moment (equal shares, not redistributed max-min: a flow held back elsewhere leaves its
+//    share unused; stated in docs/SIMULATOR.md). Rates change whenever a transfer starts or ends
+//    on a shared resource. A receive that reduces also crosses the receiver's reduction engine
+//    (reduce_gbps) so that reductions overlap the transfers that feed them, as Loom's receive-
+//    and-reduce does.
+//  - Every resource accumulates the bytes that crossed it; the busiest (bytes / bandwidth) is
+//    reported as the bottleneck.
+// A trace whose ranks wait for messages nobody sends ends in an error naming the rank, the
+// handle and the peer, never a hang.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sim/machine.h"
+#include "sim/trace.h"
+
+namespace loom::sim {
+
+struct EngineOptions {
+  double post_us = 1.0;      // per posted message, on the posting rank's clock
+  double reduce_gbps = 0;    // per rank; 0: reductions cost nothing
+  double copy_gbps = 0;      // per rank, local copies; 0: free
+  double efficiency = 1.0;   // share of a resource's bandwidth a stream of transfers reaches
+};
+
+struct Replay {
+  double time_us = 0;               // when the last rank finished
+  std::vector<double> rank_end_us;  // per rank
+  size_t transfers = 0;
+  int bottleneck = -1;              // index into the machine's resources (or a reduction engine)
+  std::string bottleneck_name;
+  double bottleneck_busy_us = 0;    // its bytes / its bandwidth
+};
+
+StatusOr<Replay> Run(const Machine& machine, const Trace& trace, const EngineOptions& options);
+
+}  // namespace loom::sim

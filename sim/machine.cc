@@ -1,0 +1,346 @@
+#include "sim/machine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+
+namespace loom::sim {
+
+using collective::Link;
+using collective::Topology;
+
+const std::vector<LinkClass>& LinkClasses() {
+  // Bandwidths are per direction in GB/s (10^9 bytes); latencies are one message's one-way cost
+  // as a collective library sees it (a step of a pipelined schedule), not the wire's alone.
+  // docs/SIMULATOR.md lists every source.
+  static const std::vector<LinkClass> classes = {
+      {"nvlink1", 20.0, 2.0, "Tesla P100 whitepaper: NVLink 1.0, 20 GB/s per link and direction"},
+      {"nvlink2", 25.0, 2.0, "Tesla V100 whitepaper: NVLink 2.0, 25 GB/s per link and direction"},
+      {"nvlink3", 25.0, 2.0, "A100 whitepaper: NVLink 3.0, 12 links, 300 GB/s per direction"},
+      {"nvlink4", 25.0, 2.0, "H100 whitepaper: NVLink 4.0, 18 links, 450 GB/s per direction"},
+      {"pcie3", 15.75, 5.0, "PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b"},
+      {"pcie4", 31.5, 5.0, "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b"},
+      {"pcie5", 63.0, 5.0, "PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b"},
+      {"eth10", 1.25, 25.0, "10 Gb Ethernet (TCP)"},
+      {"eth25", 3.125, 20.0, "25 Gb Ethernet (TCP)"},
+      {"eth100", 12.5, 10.0, "100 Gb Ethernet / EFA (RDMA-capable)"},
+      {"eth200", 25.0, 8.0, "200 Gb Ethernet"},
+      {"eth400", 50.0, 8.0, "400 Gb Ethernet"},
+      {"ib-edr", 12.5, 2.0, "InfiniBand EDR, 100 Gb/s"},
+      {"ib-hdr", 25.0, 2.0, "InfiniBand HDR, 200 Gb/s"},
+      {"ib-ndr", 50.0, 2.0, "InfiniBand NDR, 400 Gb/s"},
+  };
+  return classes;
+}
+
+StatusOr<LinkClass> FindLinkClass(const std::string& name) {
+  std::string known;
+  for (const LinkClass& c : LinkClasses()) {
+    if (c.name == name) return c;
+    known += (known.empty() ? "" : ", ") + c.name;
+  }
+  return InvalidArgument("unknown link class '", name, "' (known: ", known, ")");
+}
+
+namespace {
+
+// "100Gb" (Gb/s) or "12.5GB" (GB/s) or a link class name: a NIC class.
+StatusOr<LinkClass> ParseNic(const std::string& speed) {
+  if (FindLinkClass(speed).ok()) return FindLinkClass(speed);
+  char* end = nullptr;
+  const double value = std::strtod(speed.c_str(), &end);
+  const std::string unit = end != nullptr ? end : "";
+  if (end == speed.c_str() || !(value > 0) || !std::isfinite(value) ||
+      (unit != "Gb" && unit != "GB")) {
+    return InvalidArgument("NIC speed '", speed,
+                           "' is neither a link class nor a rate like 100Gb or 12.5GB");
+  }
+  // A bare rate: Ethernet's latency of the nearest class.
+  LinkClass c = *FindLinkClass(value <= 10 && unit == "Gb" ? "eth10" : "eth100");
+  c.gbps = unit == "Gb" ? value / 8 : value;
+  c.name = speed;
+  c.source = "given on the command line";
+  return c;
+}
+
+std::vector<std::string> Split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) out.push_back(part);
+  return out;
+}
+
+StatusOr<std::pair<int, std::string>> CountTimes(const std::string& text, const char* what) {
+  const size_t x = text.find('x');
+  char* end = nullptr;
+  const long n = x == std::string::npos ? 0 : std::strtol(text.c_str(), &end, 10);
+  if (x == std::string::npos || end != text.c_str() + x || n < 1 || n > 100000) {
+    return InvalidArgument(what, " '", text, "' is not COUNTxVALUE with a positive COUNT");
+  }
+  return std::make_pair(static_cast<int>(n), text.substr(x + 1));
+}
+
+// Machines that are NVSwitch boxes: every device one port into a non-blocking switch.
+struct SwitchBox {
+  const char* name;
+  int gpus;
+  const char* link;
+  int links;
+  const char* about;
+};
+constexpr SwitchBox kSwitchBoxes[] = {
+    {"dgx2", 16, "nvlink2", 6, "16 V100, 6 NVLink 2.0 each into 12 NVSwitches"},
+    {"dgx-a100", 8, "nvlink3", 12, "8 A100 SXM, 12 NVLink 3.0 each into 6 NVSwitches"},
+    {"nd-a100-v4", 8, "nvlink3", 12, "Azure ND A100 v4: 8 A100 SXM behind NVSwitches"},
+    {"p4d.24xlarge", 8, "nvlink3", 12, "AWS p4d.24xlarge: 8 A100 SXM behind NVSwitches"},
+    {"dgx-h100", 8, "nvlink4", 18, "8 H100 SXM, 18 NVLink 4.0 each into 4 NVSwitches"},
+};
+
+}  // namespace
+
+StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text) {
+  const std::vector<std::string> parts = Split(text, ':');
+  if (parts.size() < 3 || parts.size() > 4) {
+    return InvalidArgument("cluster '", text,
+                           "' is not NODESxGPUS:NODE:NICSxSPEED[:oversub=K] (e.g. "
+                           "16x8:dgx1-v100:4x100Gb)");
+  }
+  ClusterSpec spec;
+  LOOM_ASSIGN_OR_RETURN(auto nodes, CountTimes(parts[0], "cluster size"));
+  spec.nodes = nodes.first;
+  spec.node = parts[1];
+  LOOM_ASSIGN_OR_RETURN(auto nics, CountTimes(parts[2], "NICs"));
+  if (nics.first > 64) return InvalidArgument("NICs '", parts[2], "': at most 64 per node");
+  spec.nics = nics.first;
+  LOOM_ASSIGN_OR_RETURN(spec.nic, ParseNic(nics.second));
+  if (parts.size() == 4) {
+    const std::string prefix = "oversub=";
+    char* end = nullptr;
+    const double k = parts[3].rfind(prefix, 0) == 0
+                         ? std::strtod(parts[3].c_str() + prefix.size(), &end)
+                         : 0;
+    if (end == nullptr || *end != '\0' || !(k >= 1) || !std::isfinite(k)) {
+      return InvalidArgument("'", parts[3], "' is not oversub=K with K >= 1");
+    }
+    spec.oversubscription = k;
+  }
+  char* end = nullptr;
+  const long gpus = std::strtol(nodes.second.c_str(), &end, 10);
+  if (end == nodes.second.c_str() || *end != '\0' || gpus < 1) {
+    return InvalidArgument("cluster size '", parts[0], "' is not NODESxGPUS");
+  }
+  // The node's device count is checked against GPUS when the machine is built.
+  if (spec.nodes * gpus > 1 << 16) {
+    return InvalidArgument("cluster '", text, "' has ", spec.nodes * gpus,
+                           " devices; the simulator takes at most 65536");
+  }
+  spec.node = parts[1] + "#" + std::to_string(gpus);
+  return spec;
+}
+
+std::vector<std::string> Machine::MachinePresetNames() {
+  std::vector<std::string> names;
+  for (const SwitchBox& box : kSwitchBoxes) names.push_back(box.name);
+  names.push_back("dgx1-v100");
+  for (const std::string& t : Topology::PresetNames()) {
+    if (std::find(names.begin(), names.end(), t) == names.end()) names.push_back(t);
+  }
+  return names;
+}
+
+int Machine::AddResource(std::string name, double gbps) {
+  resources_.push_back(Resource{std::move(name), gbps});
+  return static_cast<int>(resources_.size()) - 1;
+}
+
+Machine Machine::NvSwitch(const std::string& name, int gpus, double gbps, double latency_us) {
+  Machine m;
+  m.name_ = name;
+  m.per_node_ = gpus;
+  m.nvswitch_ = true;
+  // The plan sees an all-to-all machine of NVLink class.
+  m.node_topology_ = std::make_shared<Topology>(Topology::Uniform(gpus, 3));
+  m.pair_link_.assign(size_t(gpus) * gpus, -1);
+  m.pair_latency_.assign(size_t(gpus) * gpus, latency_us);
+  for (int d = 0; d < gpus; ++d) {
+    m.port_out_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-out"), gbps));
+    m.port_in_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-in"), gbps));
+  }
+  m.node_resources_ = static_cast<int>(m.resources_.size());
+  return m;
+}
+
+StatusOr<Machine> Machine::FromTopology(const Topology& topology) {
+  const int n = topology.size();
+  LOOM_ENFORCE(n >= 1, "a topology without devices");
+  Machine m;
+  m.name_ = topology.name().empty() ? StrCat("topology of ", n) : topology.name();
+  m.per_node_ = n;
+  m.node_topology_ = std::make_shared<Topology>(topology);
+  m.pair_link_.assign(size_t(n) * n, -1);
+  m.pair_latency_.assign(size_t(n) * n, 0);
+  // Each device's PCIe port: as fast as the fastest PCIe-class link it has.
+  std::vector<double> pcie(n, 0);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (a != b && topology.weight(a, b) == 1)
+        pcie[a] = std::max(pcie[a], topology.link(a, b).bandwidth_gbps);
+    }
+  }
+  for (int a = 0; a < n; ++a) {
+    const double gbps = pcie[a] > 0 ? pcie[a] : Topology::LinkForWeight(1).bandwidth_gbps;
+    m.port_out_.push_back(m.AddResource(StrCat("gpu", a, ".pcie-out"), gbps));
+    m.port_in_.push_back(m.AddResource(StrCat("gpu", a, ".pcie-in"), gbps));
+  }
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      const Link& link = topology.link(a, b);
+      // Pairs without a link (weight 0) go through the CPU like PCIe pairs.
+      m.pair_latency_[size_t(a) * n + b] =
+          link.weight > 0 ? link.latency_us : Topology::LinkForWeight(1).latency_us;
+      if (link.weight >= 2) {
+        m.pair_link_[size_t(a) * n + b] =
+            m.AddResource(StrCat("nvlink ", a, "->", b), link.bandwidth_gbps);
+      }
+    }
+  }
+  m.node_resources_ = static_cast<int>(m.resources_.size());
+  return m;
+}
+
+StatusOr<Machine> Machine::Preset(const std::string& name) {
+  for (const SwitchBox& box : kSwitchBoxes) {
+    if (name == box.name) {
+      LOOM_ASSIGN_OR_RETURN(LinkClass link, FindLinkClass(box.link));
+      return NvSwitch(name, box.gpus, link.gbps * box.links, link.latency_us);
+    }
+  }
+  if (name == "dgx1-v100") {
+    // The DGX-1 hybrid cube-mesh with V100s (the p3.16xlarge's link matrix).
+    LOOM_ASSIGN_OR_RETURN(Topology t, Topology::Preset("p3.16xlarge"));
+    LOOM_ASSIGN_OR_RETURN(Machine m, FromTopology(t));
+    m.name_ = name;
+    return m;
+  }
+  StatusOr<Topology> t = Topology::Preset(name);
+  if (!t.ok()) {
+    std::string known;
+    for (const std::string& p : MachinePresetNames()) known += (known.empty() ? "" : ", ") + p;
+    return InvalidArgument("unknown machine '", name, "' (presets: ", known, ")");
+  }
+  return FromTopology(*t);
+}
+
+StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
+  if (name_or_spec.find(':') != std::string::npos) {
+    LOOM_ASSIGN_OR_RETURN(ClusterSpec spec, ParseClusterSpec(name_or_spec));
+    return Cluster(spec);
+  }
+  StatusOr<Machine> preset = Preset(name_or_spec);
+  if (preset.ok()) return preset;
+  StatusOr<Topology> file = Topology::FromFile(name_or_spec);
+  if (file.ok()) return FromTopology(*file);
+  return InvalidArgument(preset.status().message(), "; nor is it a readable topology file (",
+                         file.status().message(), ")");
+}
+
+StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
+  std::string node = spec.node;
+  int want = -1;
+  if (const size_t hash = node.find('#'); hash != std::string::npos) {
+    want = std::atoi(node.c_str() + hash + 1);
+    node = node.substr(0, hash);
+  }
+  StatusOr<Machine> loaded = Preset(node);
+  if (!loaded.ok()) {
+    StatusOr<Topology> file = Topology::FromFile(node);
+    if (!file.ok()) {
+      return InvalidArgument("cluster node '", node, "': ", loaded.status().message());
+    }
+    loaded = FromTopology(*file);
+  }
+  Machine m = std::move(loaded).value();
+  LOOM_ENFORCE(m.nodes_ == 1, "cluster node '", node, "' is itself a cluster");
+  if (want >= 0 && want != m.per_node_) {
+    return InvalidArgument("cluster node '", node, "' has ", m.per_node_, " devices, not ", want);
+  }
+  LOOM_ENFORCE(spec.nodes >= 1 && spec.nics >= 1 && spec.nic.gbps > 0 &&
+                   spec.oversubscription >= 1,
+               "a cluster needs at least one node and one NIC of positive bandwidth");
+  const std::vector<Resource> node_resources = m.resources_;
+  m.resources_.clear();
+  for (int k = 0; k < spec.nodes; ++k) {
+    for (const Resource& r : node_resources) {
+      m.resources_.push_back(Resource{StrCat("node", k, ".", r.name), r.gbps});
+    }
+  }
+  m.nodes_ = spec.nodes;
+  m.nics_ = spec.nics;
+  m.nic_latency_us_ = spec.nic.latency_us;
+  for (int k = 0; k < spec.nodes; ++k) {
+    for (int i = 0; i < spec.nics; ++i) {
+      m.nic_out_.push_back(m.AddResource(StrCat("node", k, ".nic", i, "-out"), spec.nic.gbps));
+      m.nic_in_.push_back(m.AddResource(StrCat("node", k, ".nic", i, "-in"), spec.nic.gbps));
+    }
+    if (spec.oversubscription > 1) {
+      const double up = spec.nics * spec.nic.gbps / spec.oversubscription;
+      m.uplink_out_.push_back(m.AddResource(StrCat("node", k, ".uplink-out"), up));
+      m.uplink_in_.push_back(m.AddResource(StrCat("node", k, ".uplink-in"), up));
+    }
+  }
+  m.name_ = StrCat(spec.nodes, "x", m.per_node_, ":", m.name_, ":", spec.nics, "x", spec.nic.name,
+                   spec.oversubscription > 1 ? StrCat(":oversub=", spec.oversubscription) : "");
+  return m;
+}
+
+Route Machine::NodeRoute(int a, int b) const {
+  Route r;
+  const size_t pair = size_t(a) * per_node_ + b;
+  r.latency_us = pair_latency_[pair];
+  if (pair_link_[pair] >= 0) {
+    r.resources.push_back(pair_link_[pair]);
+  } else {
+    r.resources.push_back(port_out_[a]);
+    r.resources.push_back(port_in_[b]);
+  }
+  return r;
+}
+
+Route Machine::RouteOf(int a, int b) const {
+  const int na = node_of(a), nb = node_of(b);
+  const int la = a % per_node_, lb = b % per_node_;
+  if (na == nb) {
+    Route r = NodeRoute(la, lb);
+    for (int& id : r.resources) id += na * node_resources_;
+    return r;
+  }
+  // Devices are spread over the node's NICs in order (GPUDirect RDMA: the NIC reads the
+  // device's memory; the PCIe hop to the NIC is not the limit and is not modelled).
+  const int nic_a = la * nics_ / per_node_, nic_b = lb * nics_ / per_node_;
+  Route r;
+  r.latency_us = nic_latency_us_;
+  r.resources.push_back(nic_out_[size_t(na) * nics_ + nic_a]);
+  if (!uplink_out_.empty()) {
+    r.resources.push_back(uplink_out_[na]);
+    r.resources.push_back(uplink_in_[nb]);
+  }
+  r.resources.push_back(nic_in_[size_t(nb) * nics_ + nic_b]);
+  return r;
+}
+
+std::string Machine::Describe() const {
+  std::string out = StrCat(name_, ": ", size(), " devices");
+  if (nodes_ > 1) out += StrCat(" (", nodes_, " nodes x ", per_node_, ")");
+  if (nvswitch_) out += StrCat(", NVSwitch ", resources_[port_out_[0]].gbps, " GB/s per device");
+  if (nics_ > 0) {
+    out += StrCat(", ", nics_, " NICs of ", resources_[nic_out_[0]].gbps, " GB/s per node");
+    if (!uplink_out_.empty()) out += StrCat(", uplink ", resources_[uplink_out_[0]].gbps, " GB/s");
+  }
+  return out;
+}
+
+}  // namespace loom::sim

@@ -1,0 +1,107 @@
+// Machines for the simulator: devices joined by links, every link direction, switch port and NIC
+// a resource with a bandwidth that the transfers crossing it share. Built from any Topology Loom
+// knows (presets, files: NVLink pairs get a dedicated resource per direction; PCIe / through-CPU
+// pairs share each device's PCIe port), from an NVSwitch box (every device one port into a
+// non-blocking switch), or as a cluster: nodes x a node machine joined by NICs through a switch
+// that is full-bisection or oversubscribed by a factor.
+//
+// Link classes carry the public figures their defaults come from (LinkClasses(); the sources are
+// listed in docs/SIMULATOR.md). Immutable after construction; safe to share between threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "collective/topology.h"
+
+namespace loom::sim {
+
+// A kind of link with its public per-direction bandwidth and one-hop latency.
+struct LinkClass {
+  std::string name;       // "nvlink2", "pcie3", "ib-hdr200", "eth100", ...
+  double gbps = 0;        // GB/s per direction (bytes, not bits)
+  double latency_us = 0;  // one-way, one message
+  std::string source;
+};
+const std::vector<LinkClass>& LinkClasses();
+StatusOr<LinkClass> FindLinkClass(const std::string& name);
+
+// One shared capacity: a link direction, a switch port, a NIC direction, a node's uplink.
+struct Resource {
+  std::string name;
+  double gbps = 0;
+};
+
+// What one transfer from a to b crosses.
+struct Route {
+  std::vector<int> resources;
+  double latency_us = 0;
+};
+
+// A cluster: `nodes` copies of `node` (a machine preset, topology preset or file), each with
+// `nics` NICs of `nic` class (any link class; `nic_gbps` overrides its bandwidth in GB/s),
+// devices spread over the NICs in order, through a switch oversubscribed by `oversubscription`
+// (1: full bisection; k: a node's traffic to other nodes shares nics * bandwidth / k).
+struct ClusterSpec {
+  int nodes = 1;
+  std::string node;
+  int nics = 1;
+  LinkClass nic;
+  double oversubscription = 1;
+};
+// "NODESxGPUS:NODE:NICSxSPEED[:oversub=K]" e.g. "16x8:dgx1-v100:4x100Gb" or
+// "4x8:p4d.24xlarge:4x100Gb:oversub=2". SPEED is a link class name or a rate "100Gb" (Gb/s) /
+// "12.5GB" (GB/s); GPUS must equal the node machine's device count.
+StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text);
+
+class Machine {
+ public:
+  // A machine preset (MachinePresetNames) or one of Topology's presets.
+  static StatusOr<Machine> Preset(const std::string& name);
+  static std::vector<std::string> MachinePresetNames();
+  static StatusOr<Machine> FromTopology(const collective::Topology& topology);
+  // `gpus` devices, each one port of `gbps` per direction into one non-blocking switch.
+  static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us);
+  static StatusOr<Machine> Cluster(const ClusterSpec& spec);
+  // A preset or topology file name (Preset, else Topology::FromFile), or a cluster spec.
+  static StatusOr<Machine> Load(const std::string& name_or_spec);
+
+  const std::string& name() const { return name_; }
+  int size() const { return nodes_ * per_node_; }
+  int nodes() const { return nodes_; }
+  int devices_per_node() const { return per_node_; }
+  int node_of(int device) const { return device / per_node_; }
+  // The link matrix of one node (weights 0..3 as the collective library reads them): what the
+  // plan's ring and trees are built from.
+  const collective::Topology& node_topology() const { return *node_topology_; }
+  bool nvswitch() const { return nvswitch_; }
+
+  const std::vector<Resource>& resources() const { return resources_; }
+  Route RouteOf(int a, int b) const;
+  std::string Describe() const;
+
+ private:
+  Machine() = default;
+  int AddResource(std::string name, double gbps);
+  Route NodeRoute(int a, int b) const;  // within one node, local device ids
+
+  std::string name_;
+  int nodes_ = 1, per_node_ = 1;
+  std::shared_ptr<const collective::Topology> node_topology_;
+  bool nvswitch_ = false;
+  std::vector<Resource> resources_;
+  // Within a node (resources of node 0; node k's are offset by k * node_resources_).
+  int node_resources_ = 0;
+  std::vector<int> pair_link_;        // per * per: the pair's dedicated link direction, or -1
+  std::vector<double> pair_latency_;  // per * per
+  std::vector<int> port_out_, port_in_;  // per device: PCIe (or NVSwitch) port
+  // Between nodes.
+  int nics_ = 0;
+  double nic_latency_us_ = 0;
+  std::vector<int> nic_out_, nic_in_;        // nodes * nics
+  std::vector<int> uplink_out_, uplink_in_;  // nodes (oversubscribed switch only)
+};
+
+}  // namespace loom::sim

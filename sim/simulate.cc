@@ -1,0 +1,260 @@
+#include "sim/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "collective/tree_builder.h"
+
+namespace loom::sim {
+
+using collective::Algorithm;
+using collective::Collective;
+using collective::CommPlan;
+using collective::Tree;
+
+namespace {
+
+// Algorithms beyond these sizes are not offered: a star's root or a multi-tree's n trees of n
+// ranks make the replay quadratic, and Loom never runs them at that scale.
+constexpr int kMaxStarRanks = 256;
+constexpr int kMaxMultiTreeRanks = 64;
+
+void Halve(const std::vector<int>& order, int lo, int hi, int level, Tree& tree) {
+  if (hi - lo <= 1) return;
+  const int half = (hi - lo + 1) / 2;
+  tree.levels[level].push_back({order[lo], order[lo + half]});
+  Halve(order, lo, lo + half, level + 1, tree);
+  Halve(order, lo + half, hi, level + 1, tree);
+}
+
+// A balanced recursive-halving tree over `order` rotated to start at `root`.
+Tree HalvingTree(const std::vector<int>& order, int root) {
+  const int n = static_cast<int>(order.size());
+  const int at = static_cast<int>(std::find(order.begin(), order.end(), root) - order.begin());
+  std::vector<int> rotated(n);
+  for (int i = 0; i < n; ++i) rotated[i] = order[(at + i) % n];
+  Tree tree;
+  tree.root = root;
+  tree.levels.resize(collective::CeilLog2(n));
+  Halve(rotated, 0, n, 0, tree);
+  return tree;
+}
+
+// The plan of `nodes` x `per_node` devices: node-major ring through each node's ring order,
+// halving trees over it.
+std::shared_ptr<const CommPlan> ClusterPlan(int nodes, const std::vector<int>& node_ring,
+                                            bool multi_trees) {
+  const int per = static_cast<int>(node_ring.size());
+  const int n = nodes * per;
+  auto plan = std::make_shared<CommPlan>();
+  plan->topology = collective::Topology::Uniform(n, 1);
+  for (int k = 0; k < nodes; ++k) {
+    for (int d : node_ring) plan->ring_order.push_back(k * per + d);
+  }
+  for (int r = 0; r < n; ++r) plan->trees.push_back(HalvingTree(plan->ring_order, r));
+  if (multi_trees) plan->multi_trees = plan->trees;
+  plan->notes.push_back("cluster plan: node-major ring, recursive-halving trees");
+  return plan;
+}
+
+Algorithm LoomAlgorithm(const std::string& name) {
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "tree") return Algorithm::kTree;
+  if (name == "multi_tree") return Algorithm::kMultiTree;
+  if (name == "star") return Algorithm::kStar;
+  return Algorithm::kAuto;
+}
+
+}  // namespace
+
+std::vector<std::string> SimAlgorithmNames() {
+  return {"ring", "tree", "multi_tree", "star", "hierarchical", "auto"};
+}
+
+double BusFactor(Collective kind, int n) {
+  switch (kind) {
+    case Collective::kAllReduce: return n > 1 ? 2.0 * (n - 1) / n : 0;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: return n > 1 ? double(n - 1) / n : 0;
+    default: return 1;
+  }
+}
+
+StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options) {
+  LOOM_ENFORCE(options.chunk_bytes >= 1, "the pipeline chunk must be at least one byte");
+  Simulator sim;
+  sim.options_ = options;
+  sim.machine_ = std::make_shared<const Machine>(std::move(machine));
+  const Machine& m = *sim.machine_;
+  LOOM_ASSIGN_OR_RETURN(sim.node_plan_, CommPlan::Create(m.node_topology()));
+  if (m.nodes() == 1) {
+    sim.plan_ = sim.node_plan_;
+  } else {
+    sim.plan_ = ClusterPlan(m.nodes(), sim.node_plan_->ring_order, m.size() <= kMaxMultiTreeRanks);
+    std::vector<int> leaders(m.nodes());
+    for (int k = 0; k < m.nodes(); ++k) leaders[k] = k;
+    sim.leaders_plan_ = ClusterPlan(m.nodes(), {0}, false);
+  }
+  return sim;
+}
+
+StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
+  const Machine& m = *machine_;
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "hierarchical runs allreduce only, not ",
+               CollectiveName(kind));
+  LOOM_ENFORCE(m.nodes() > 1, "hierarchical needs a cluster (", m.name(), " is one node)");
+  const int per = m.devices_per_node();
+  CallSpec call;
+  call.bytes = bytes;
+  call.chunk_bytes = options_.chunk_bytes;
+  call.root = 0;
+  call.algorithm = Algorithm::kTree;
+  call.kind = Collective::kReduce;
+  LOOM_ASSIGN_OR_RETURN(Trace reduce, Capture(*node_plan_, call));
+  call.kind = Collective::kBroadcast;
+  LOOM_ASSIGN_OR_RETURN(Trace broadcast, Capture(*node_plan_, call));
+  call.kind = Collective::kAllReduce;
+  call.algorithm = Algorithm::kRing;
+  LOOM_ASSIGN_OR_RETURN(Trace across, Capture(*leaders_plan_, call));
+  Trace out;
+  out.ranks.resize(m.size());
+  out.handles.assign(m.size(), 0);
+  std::vector<int> members(per), leaders(m.nodes());
+  for (int k = 0; k < m.nodes(); ++k) {
+    for (int d = 0; d < per; ++d) members[d] = k * per + d;
+    if (per > 1) LOOM_RETURN_IF_ERROR(Append(out, reduce, members));
+    leaders[k] = k * per;
+  }
+  LOOM_RETURN_IF_ERROR(Append(out, across, leaders));
+  for (int k = 0; k < m.nodes() && per > 1; ++k) {
+    for (int d = 0; d < per; ++d) members[d] = k * per + d;
+    LOOM_RETURN_IF_ERROR(Append(out, broadcast, members));
+  }
+  return out;
+}
+
+StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
+                                   int root) const {
+  const int n = machine_->size();
+  if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
+  const Algorithm a = LoomAlgorithm(algorithm);
+  if (a == Algorithm::kAuto) {
+    std::string known;
+    for (const std::string& name : SimAlgorithmNames())
+      if (name != "auto") known += (known.empty() ? "" : ", ") + name;
+    return InvalidArgument("unknown algorithm '", algorithm, "' (one of: ", known, ")");
+  }
+  if (a == Algorithm::kStar && n > kMaxStarRanks) {
+    return InvalidArgument("star is not simulated beyond ", kMaxStarRanks, " devices (", n,
+                           " here): its root meets every peer one after another");
+  }
+  if (a == Algorithm::kMultiTree && plan_->multi_trees.size() != static_cast<size_t>(n)) {
+    return InvalidArgument("multi_tree is not simulated on clusters beyond ", kMaxMultiTreeRanks,
+                           " devices (", n, " here); Loom runs hierarchical collectives there");
+  }
+  CallSpec call;
+  call.kind = kind;
+  call.bytes = bytes;
+  call.root = root;
+  call.algorithm = a;
+  call.chunk_bytes = options_.chunk_bytes;
+  return Capture(*plan_, call);
+}
+
+StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::string& algorithm,
+                                               size_t bytes, int root) const {
+  const int n = machine_->size();
+  if (algorithm == "auto") {
+    StatusOr<CollectiveResult> best = InvalidArgument("no algorithm runs ", CollectiveName(kind),
+                                                      " here");
+    for (const std::string& name : SimAlgorithmNames()) {
+      if (name == "auto") continue;
+      if (name == "star" && n > 64) continue;
+      if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
+      if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
+        continue;
+      StatusOr<CollectiveResult> r = Simulate(kind, name, bytes, root);
+      if (!r.ok()) {
+        if (r.status().code() == StatusCode::kUnimplemented) continue;  // e.g. tree allgather
+        return r.status();
+      }
+      if (!best.ok() || r->time_us < best->time_us) best = std::move(r);
+    }
+    if (best.ok()) best->algorithm = "auto:" + best->algorithm;
+    return best;
+  }
+  LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
+  LOOM_ASSIGN_OR_RETURN(Replay replay, Run(*machine_, trace, options_.engine));
+  CollectiveResult out;
+  out.algorithm = algorithm;
+  out.bytes = bytes;
+  out.time_us = replay.time_us;
+  out.transfers = replay.transfers;
+  if (replay.time_us > 0) {
+    out.algbw_gbps = bytes / (replay.time_us * 1e3);
+    out.busbw_gbps = out.algbw_gbps * BusFactor(kind, n);
+    out.bottleneck = replay.bottleneck_name;
+    out.bottleneck_utilization = replay.bottleneck_busy_us / replay.time_us;
+  }
+  return out;
+}
+
+StatusOr<size_t> ParseBytes(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(value >= 0) || !std::isfinite(value)) {
+    return InvalidArgument("size '", text, "' is not a number of bytes (e.g. 8, 64K, 1M, 1G)");
+  }
+  double scale = 1;
+  const std::string unit = end;
+  if (unit == "K" || unit == "KB" || unit == "KiB") scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    return InvalidArgument("size '", text, "' has an unknown unit '", unit, "' (K, M or G)");
+  const double bytes = value * scale;
+  if (bytes > 64.0 * 1024 * 1024 * 1024 * 1024) {
+    return InvalidArgument("size '", text, "' is beyond 64 TiB");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+StatusOr<std::vector<size_t>> SizeSweep(size_t min, size_t max, double factor) {
+  LOOM_ENFORCE(min >= 1 && min <= max, "sizes ", min, ":", max, " are not 1 <= MIN <= MAX");
+  LOOM_ENFORCE(factor > 1 && std::isfinite(factor), "size factor ", factor, " must exceed 1");
+  std::vector<size_t> out;
+  for (double s = static_cast<double>(min); s <= static_cast<double>(max) * (1 + 1e-12);
+       s *= factor) {
+    out.push_back(static_cast<size_t>(std::llround(s)));
+    LOOM_ENFORCE(out.size() <= 4096, "sizes ", min, ":", max, " by ", factor,
+                 " make more than 4096 rows");
+  }
+  return out;
+}
+
+std::string FormatTable(const Machine& machine, Collective kind, collective::DataType dtype,
+                        const std::vector<CollectiveResult>& rows) {
+  std::string out = StrCat("# loom simulate: ", CollectiveName(kind), " on ", machine.Describe(),
+                           "\n");
+  char line[512];
+  std::snprintf(line, sizeof line, "#%14s %12s %8s %6s %6s %14s %12s %8s %8s  %s\n", "size",
+                "count", "type", "redop", "root", "algorithm", "time(us)", "algbw", "busbw",
+                "bottleneck (busy %)");
+  out += line;
+  const size_t elem = collective::DataTypeSize(dtype);
+  const bool rooted = kind == Collective::kReduce || kind == Collective::kBroadcast;
+  const bool reduces = kind != Collective::kBroadcast && kind != Collective::kAllGather;
+  for (const CollectiveResult& r : rows) {
+    std::snprintf(line, sizeof line, " %14zu %12zu %8s %6s %6s %14s %12.2f %8.2f %8.2f  %s (%.0f)\n",
+                  r.bytes, r.bytes / elem, collective::DataTypeName(dtype),
+                  reduces ? "sum" : "none", rooted ? "0" : "-1", r.algorithm.c_str(), r.time_us,
+                  r.algbw_gbps, r.busbw_gbps, r.bottleneck.empty() ? "-" : r.bottleneck.c_str(),
+                  100 * r.bottleneck_utilization);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace loom::sim

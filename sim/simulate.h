@@ -1,0 +1,84 @@
+// The simulator's front: one machine, Loom's plan for it (the ring order and trees the
+// communicator would use), and collectives replayed on it for any size and algorithm.
+//
+// Algorithms: Loom's schedules ring, tree, multi_tree and star (captured from the library's own
+// code, trace.h), "hierarchical" (a node-local tree reduce to each node's first device, a ring
+// allreduce among those devices, a node-local tree broadcast: Loom's HierarchicalAllReduce), and
+// "auto": every applicable one simulated, the fastest reported.
+//
+// Plans: a single machine gets CommPlan::Create over its link matrix (exactly the communicator's
+// plan). A cluster's plan follows the nodes: the ring visits each node's devices in the node's
+// ring order, node after node; trees are balanced recursive-halving trees over that order (their
+// first levels cross nodes, one edge per node per level); multi-trees are not built beyond 64
+// devices (Loom runs hierarchical collectives across nodes).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/communicator.h"
+#include "sim/engine.h"
+#include "sim/machine.h"
+#include "sim/trace.h"
+
+namespace loom::sim {
+
+struct SimOptions {
+  size_t chunk_bytes = size_t{1} << 20;  // the pipeline piece (CommunicatorOptions' default)
+  EngineOptions engine;
+};
+
+struct CollectiveResult {
+  std::string algorithm;
+  size_t bytes = 0;
+  double time_us = 0;
+  double algbw_gbps = 0;  // bytes / time
+  double busbw_gbps = 0;  // algbw x nccl-tests' factor: 2(n-1)/n allreduce, (n-1)/n allgather
+                          // and reducescatter, 1 reduce and broadcast
+  std::string bottleneck;
+  double bottleneck_utilization = 0;  // its busy time / the call's time
+  size_t transfers = 0;
+};
+
+// The names Simulate takes ("auto" last).
+std::vector<std::string> SimAlgorithmNames();
+// nccl-tests' bus-bandwidth factor for `kind` on n ranks.
+double BusFactor(collective::Collective kind, int n);
+
+class Simulator {
+ public:
+  static StatusOr<Simulator> Create(Machine machine, const SimOptions& options = {});
+
+  const Machine& machine() const { return *machine_; }
+  const collective::CommPlan& plan() const { return *plan_; }
+  const SimOptions& options() const { return options_; }
+
+  // One call of `kind` with `bytes` (nccl-tests' size) by `algorithm` (SimAlgorithmNames).
+  StatusOr<CollectiveResult> Simulate(collective::Collective kind, const std::string& algorithm,
+                                      size_t bytes, int root = 0) const;
+  // The per-rank traces one call replays (for tests and --trace).
+  StatusOr<Trace> TraceOf(collective::Collective kind, const std::string& algorithm,
+                          size_t bytes, int root = 0) const;
+
+ private:
+  Simulator() = default;
+  StatusOr<Trace> Hierarchical(collective::Collective kind, size_t bytes) const;
+
+  std::shared_ptr<const Machine> machine_;
+  std::shared_ptr<const collective::CommPlan> plan_;
+  // Hierarchical: one node's plan and the plan of the nodes' leaders.
+  std::shared_ptr<const collective::CommPlan> node_plan_, leaders_plan_;
+  SimOptions options_;
+};
+
+// Sizes from `min` to `max` bytes, each `factor` times the last (nccl-tests' -b -e -f).
+StatusOr<std::vector<size_t>> SizeSweep(size_t min, size_t max, double factor);
+// "8", "64K", "1M", "1G" (binary units) into bytes.
+StatusOr<size_t> ParseBytes(const std::string& text);
+
+// A table in nccl-tests' layout, one row per result (+ the algorithm and the bottleneck).
+std::string FormatTable(const Machine& machine, collective::Collective kind,
+                        collective::DataType dtype, const std::vector<CollectiveResult>& rows);
+
+}  // namespace loom::sim

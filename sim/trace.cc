@@ -1,0 +1,191 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "collective/algorithms/algorithms.h"
+#include "collective/schedule.h"
+
+namespace loom::sim {
+
+using collective::Algorithm;
+using collective::Collective;
+
+size_t Trace::ops() const {
+  size_t n = 0;
+  for (const auto& r : ranks) n += r.size();
+  return n;
+}
+
+size_t Trace::posts() const {
+  size_t n = 0;
+  for (const auto& r : ranks) {
+    for (const TraceOp& op : r) n += op.kind <= TraceOp::kRecvReduce;
+  }
+  return n;
+}
+
+namespace {
+
+// Addresses the schedules compute with but nobody dereferences: the recording transport never
+// touches memory, and schedules reach buffers only through the transport.
+void* FakeAddress(int which) { return reinterpret_cast<void*>(uintptr_t{1 + which} << 40); }
+
+class RecordingRequest : public collective::Request {
+ public:
+  RecordingRequest(std::vector<TraceOp>* ops, int handle) : ops_(ops), handle_(handle) {}
+  Status Wait(Deadline) override {
+    TraceOp op;
+    op.kind = TraceOp::kWait;
+    op.handle = handle_;
+    ops_->push_back(op);
+    return Status::OK();
+  }
+  void Cancel() override {}
+
+ private:
+  std::vector<TraceOp>* ops_;
+  int handle_;
+};
+
+class RecordingTransport : public collective::Transport {
+ public:
+  RecordingTransport(int rank, int nranks, std::vector<TraceOp>* ops)
+      : rank_(rank), nranks_(nranks), ops_(ops) {}
+  int rank() const override { return rank_; }
+  int nranks() const override { return nranks_; }
+  const char* name() const override { return "simulated"; }
+
+  std::unique_ptr<collective::Request> Send(int peer, uint64_t tag, const void*,
+                                            size_t bytes) override {
+    return Post(TraceOp::kSend, peer, tag, bytes);
+  }
+  std::unique_ptr<collective::Request> Recv(int peer, uint64_t tag, void*, size_t bytes) override {
+    return Post(TraceOp::kRecv, peer, tag, bytes);
+  }
+  std::unique_ptr<collective::Request> RecvReduce(int peer, uint64_t tag, void*, const void*,
+                                                  size_t bytes,
+                                                  const collective::Reduction&) override {
+    return Post(TraceOp::kRecvReduce, peer, tag, bytes);
+  }
+  Status Copy(void* dst, const void* src, size_t bytes) override {
+    if (dst != src && bytes > 0) Record(TraceOp::kCopy, bytes);
+    return Status::OK();
+  }
+  Status Finalize(const collective::Reduction& reduction, void*, size_t count, int) override {
+    Record(TraceOp::kFinalize, count * collective::DataTypeSize(reduction.dtype));
+    return Status::OK();
+  }
+  std::shared_ptr<void> AllocateBuffer(size_t) override {
+    return std::shared_ptr<void>(FakeAddress(3 + scratch_++), [](void*) {});
+  }
+
+ private:
+  std::unique_ptr<collective::Request> Post(TraceOp::Kind kind, int peer, uint64_t tag,
+                                            size_t bytes) {
+    TraceOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = bytes;
+    op.handle = next_handle_++;
+    ops_->push_back(op);
+    return std::make_unique<RecordingRequest>(ops_, op.handle);
+  }
+  void Record(TraceOp::Kind kind, size_t bytes) {
+    TraceOp op;
+    op.kind = kind;
+    op.bytes = bytes;
+    ops_->push_back(op);
+  }
+
+  int rank_, nranks_;
+  std::vector<TraceOp>* ops_;
+  int next_handle_ = 0;
+  int scratch_ = 0;
+};
+
+}  // namespace
+
+StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) {
+  const int n = plan.topology.size();
+  const size_t elem = collective::DataTypeSize(call.dtype);
+  LOOM_ENFORCE(n >= 1, "the plan has no ranks");
+  LOOM_ENFORCE(call.bytes % elem == 0, "a ", call.bytes, "-byte call is not a whole number of ",
+               collective::DataTypeName(call.dtype), " elements");
+  collective::internal::CallArgs args;
+  args.kind = call.kind;
+  args.dtype = call.dtype;
+  args.op = collective::ReduceOp::kSum;
+  args.algorithm = call.algorithm;
+  args.count = call.bytes / elem;
+  if (call.kind == Collective::kAllGather || call.kind == Collective::kReduceScatter) {
+    LOOM_ENFORCE(args.count % n == 0, "a ", CollectiveName(call.kind), " of ", call.bytes,
+                 " bytes does not split into ", n, " equal parts of whole elements");
+    args.count /= n;
+  }
+  if (call.kind == Collective::kReduce || call.kind == Collective::kBroadcast) {
+    LOOM_ENFORCE(call.root >= 0 && call.root < n, "root ", call.root, " is outside 0..", n - 1);
+    args.root = call.root;
+  }
+  collective::CommunicatorOptions options;
+  options.pipeline_chunk_bytes = std::max<size_t>(call.chunk_bytes, 1);
+  Trace trace;
+  trace.ranks.resize(n);
+  trace.handles.assign(n, 0);
+  trace.parts = 1;
+  for (int r = 0; r < n; ++r) {
+    RecordingTransport transport(r, n, &trace.ranks[r]);
+    collective::internal::CallArgs a = args;
+    a.send = FakeAddress(0);
+    a.recv = FakeAddress(1);
+    Status status;
+    {
+      collective::internal::Schedule s(&transport, &plan, &options, uint64_t{1} << 8,
+                                       Deadline::max());
+      switch (call.algorithm) {
+        case Algorithm::kRing: status = collective::internal::RunRing(s, a); break;
+        case Algorithm::kTree: status = collective::internal::RunTree(s, a); break;
+        case Algorithm::kMultiTree: status = collective::internal::RunMultiTree(s, a); break;
+        case Algorithm::kStar: status = collective::internal::RunStar(s, a); break;
+        default:
+          status = InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
+                                   "multi_tree, star), not '", AlgorithmName(call.algorithm), "'");
+      }
+    }
+    LOOM_RETURN_IF_ERROR(status);
+    for (const TraceOp& op : trace.ranks[r]) {
+      if (op.kind <= TraceOp::kRecvReduce) trace.handles[r] = std::max(trace.handles[r], op.handle + 1);
+    }
+  }
+  return trace;
+}
+
+Status Append(Trace& into, const Trace& part, const std::vector<int>& members) {
+  LOOM_ENFORCE(static_cast<int>(members.size()) == part.nranks(), "a part of ", part.nranks(),
+               " ranks was given ", members.size(), " members");
+  std::vector<bool> seen(into.nranks(), false);
+  for (int g : members) {
+    LOOM_ENFORCE(g >= 0 && g < into.nranks(), "member ", g, " is outside 0..", into.nranks() - 1);
+    LOOM_ENFORCE(!seen[g], "member ", g, " appears twice");
+    seen[g] = true;
+  }
+  const uint64_t tag_shift = static_cast<uint64_t>(into.parts) << 32;
+  for (int g = 0; g < part.nranks(); ++g) {
+    const int r = members[g];
+    const int base = into.handles[r];
+    for (TraceOp op : part.ranks[g]) {
+      if (op.handle >= 0) op.handle += base;
+      if (op.kind <= TraceOp::kRecvReduce) {
+        op.peer = members[op.peer];
+        op.tag += tag_shift;
+      }
+      into.ranks[r].push_back(op);
+    }
+    into.handles[r] += part.handles[g];
+  }
+  into.parts += std::max(part.parts, 1);
+  return Status::OK();
+}
+
+}  // namespace loom::sim

@@ -1,0 +1,64 @@
+// Traces: what each rank of one collective call does, captured by running Loom's own algorithm
+// schedules (collective/algorithms: ring, tree, multi_tree, star) over a transport that moves no
+// data but writes down every post, wait, copy and reduction in order. The simulator replays these
+// traces over a model of links (engine.h), so what it predicts is the schedule Loom runs, not a
+// formula about it. Schedules decide what to send from the rank, the plan and the sizes only
+// (never from received data), which is what makes a data-free run faithful.
+//
+// Traces of several calls compose (Append): a hierarchical allreduce is a node-local reduce, an
+// allreduce among the nodes' leaders and a node-local broadcast, each captured on its own group
+// and mapped onto the global ranks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "collective/communicator.h"
+#include "collective/types.h"
+
+namespace loom::sim {
+
+struct TraceOp {
+  enum Kind : uint8_t { kSend, kRecv, kRecvReduce, kWait, kCopy, kFinalize };
+  Kind kind = kSend;
+  int peer = -1;       // kSend / kRecv / kRecvReduce: the other rank (global after Append)
+  int handle = -1;     // posts: the handle they create; kWait: the handle waited on
+  uint64_t tag = 0;    // posts: matched with the peer's post of the same tag, in order
+  uint64_t bytes = 0;  // posts, kCopy, kFinalize
+};
+
+// One trace per rank; handles count from 0 per rank.
+struct Trace {
+  std::vector<std::vector<TraceOp>> ranks;
+  std::vector<int> handles;  // per rank: handles created so far
+  int parts = 0;             // calls appended so far (Append keeps their tags apart)
+  int nranks() const { return static_cast<int>(ranks.size()); }
+  size_t ops() const;
+  size_t posts() const;
+};
+
+struct CallSpec {
+  collective::Collective kind = collective::Collective::kAllReduce;
+  // nccl-tests' "size": the buffer of allreduce, reduce and broadcast; allgather's output
+  // (nranks x each rank's part); reducescatter's input (nranks x each rank's result).
+  size_t bytes = 0;
+  collective::DataType dtype = collective::DataType::kFloat32;
+  int root = 0;  // reduce, broadcast
+  // ring, tree, multi_tree or star: Loom's schedules over `plan`.
+  collective::Algorithm algorithm = collective::Algorithm::kRing;
+  size_t chunk_bytes = size_t{1} << 20;  // CommunicatorOptions::pipeline_chunk_bytes
+};
+
+// Runs the schedule of `call` for every rank of `plan` over a recording transport.
+StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call);
+
+// Appends `part` (a trace over a group of part.nranks() ranks) to `into`: group rank g is global
+// rank members[g]; handles are renumbered after the ones `into` already holds and tags are moved
+// past every earlier part's so that the parts never match each other's messages. Ranks outside
+// the group are untouched.
+Status Append(Trace& into, const Trace& part, const std::vector<int>& members);
+
+}  // namespace loom::sim

@@ -1,0 +1,133 @@
+// loom simulate: predicts collectives on a machine or a cluster by replaying Loom's schedules
+// over a model of its links (sim/), printed in nccl-tests' table layout.
+#include <cstdio>
+
+#include "collective/types.h"
+#include "sim/simulate.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+
+namespace loom::cli {
+
+namespace {
+
+Flags SimulateFlags() {
+  std::string presets, algos, classes;
+  for (const auto& p : sim::Machine::MachinePresetNames())
+    presets += (presets.empty() ? "" : ", ") + p;
+  for (const auto& a : sim::SimAlgorithmNames()) algos += (algos.empty() ? "" : ", ") + a;
+  for (const auto& c : sim::LinkClasses()) classes += (classes.empty() ? "" : ", ") + c.name;
+  return Flags(
+      "simulate",
+      "loom simulate (--topology NAME|FILE | --cluster SPEC) [--op COLL] [--algo A[,A...]] "
+      "[--sizes MIN:MAX] [--factor F]",
+      "Predicts the time, algbw and busbw (nccl-tests' definitions) of a collective by\n"
+      "replaying the schedules Loom runs (ring, tree, multi_tree, star, hierarchical) over\n"
+      "a model of the machine's links: every link direction, NVSwitch port and NIC is a\n"
+      "resource its transfers share. The bottleneck column names the busiest resource and\n"
+      "how much of the call it was busy. Model and sources: docs/SIMULATOR.md.\n"
+      "Machines: " +
+          presets +
+          ", or a topology file.\n"
+          "Clusters: NODESxGPUS:NODE:NICSxSPEED[:oversub=K], e.g. 16x8:dgx1-v100:4x100Gb;\n"
+          "SPEED is a rate (100Gb, 12.5GB) or a link class: " +
+          classes + ".",
+      {
+          {"topology", "NAME|FILE", "one machine: a preset or a topology file", ""},
+          {"cluster", "SPEC", "nodes joined by NICs (see above)", ""},
+          {"op", "COLL", "allreduce, reduce, broadcast, allgather, reducescatter", "allreduce"},
+          {"algo", "A[,A...]", "algorithms to simulate: " + algos, "auto"},
+          {"sizes", "MIN:MAX", "sizes in bytes (K, M, G: binary units), nccl-tests' -b:-e",
+           "8:1G"},
+          {"factor", "F", "each size is F times the last (nccl-tests' -f)", "2"},
+          {"dtype", "T", "float32, float64, float16, int32, int64 (or fp32, fp64, fp16)", "float32"},
+          {"root", "R", "root of reduce and broadcast", "0"},
+          {"chunk-bytes", "N", "pipeline piece of the schedules", "1048576"},
+          {"post-us", "US", "software cost of posting one message, microseconds", "1"},
+          {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
+          {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
+      },
+      0, 0);
+}
+
+StatusOr<collective::DataType> ParseDtype(const std::string& name) {
+  for (collective::DataType t :
+       {collective::DataType::kFloat32, collective::DataType::kFloat64,
+        collective::DataType::kFloat16, collective::DataType::kInt32,
+        collective::DataType::kInt64}) {
+    const std::string short_name = collective::DataTypeName(t);  // fp32, ...
+    if (name == short_name || "float" + short_name.substr(2) == name) return t;
+  }
+  return InvalidArgument("--dtype '", name,
+                         "' is not float32 (fp32), float64 (fp64), float16 (fp16), int32 or int64");
+}
+
+Status Simulate(const Flags& flags) {
+  if (flags.Has("topology") == flags.Has("cluster")) {
+    return InvalidArgument("give one of --topology NAME|FILE or --cluster SPEC");
+  }
+  sim::SimOptions options;
+  LOOM_ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("chunk-bytes"));
+  LOOM_ENFORCE(chunk >= 1 && chunk <= (int64_t{1} << 34), "--chunk-bytes ", chunk,
+               " is outside 1..16G");
+  options.chunk_bytes = static_cast<size_t>(chunk);
+  LOOM_ASSIGN_OR_RETURN(options.engine.post_us, flags.GetDouble("post-us", 0, 1e6));
+  LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
+  LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
+  LOOM_ASSIGN_OR_RETURN(collective::Collective kind,
+                        collective::ParseCollective(flags.Get("op")));
+  LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, ParseDtype(flags.Get("dtype")));
+  LOOM_ASSIGN_OR_RETURN(int64_t root, flags.GetInt("root"));
+  LOOM_ASSIGN_OR_RETURN(double factor, flags.GetDouble("factor", 1.0001, 1024));
+  const std::string& sizes = flags.Get("sizes");
+  const size_t colon = sizes.find(':');
+  if (colon == std::string::npos) return InvalidArgument("--sizes '", sizes, "' is not MIN:MAX");
+  LOOM_ASSIGN_OR_RETURN(size_t min, sim::ParseBytes(sizes.substr(0, colon)));
+  LOOM_ASSIGN_OR_RETURN(size_t max, sim::ParseBytes(sizes.substr(colon + 1)));
+  LOOM_ASSIGN_OR_RETURN(std::vector<size_t> sweep, sim::SizeSweep(min, max, factor));
+
+  LOOM_ASSIGN_OR_RETURN(sim::Machine machine,
+                        sim::Machine::Load(flags.Has("cluster") ? flags.Get("cluster")
+                                                                : flags.Get("topology")));
+  if (flags.Has("cluster") && machine.nodes() == 1 && flags.Get("cluster").find(':') ==
+                                                          std::string::npos) {
+    return InvalidArgument("--cluster '", flags.Get("cluster"), "' is not a cluster spec");
+  }
+  const int n = machine.size();
+  LOOM_ENFORCE(root >= 0 && root < n, "--root ", root, " is outside 0..", n - 1);
+  LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator, sim::Simulator::Create(std::move(machine),
+                                                                         options));
+  std::vector<std::string> algos;
+  std::string list = flags.Get("algo") + ",";
+  for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+    if (comma > at) algos.push_back(list.substr(at, comma - at));
+  }
+  LOOM_ENFORCE(!algos.empty(), "--algo is empty");
+  // Sizes become whole elements (and, for allgather / reducescatter, whole elements per rank),
+  // as nccl-tests rounds its counts.
+  const size_t elem = collective::DataTypeSize(dtype);
+  const bool split = kind == collective::Collective::kAllGather ||
+                     kind == collective::Collective::kReduceScatter;
+  const size_t unit = split ? elem * n : elem;
+  for (const std::string& algo : algos) {
+    std::vector<sim::CollectiveResult> rows;
+    for (size_t bytes : sweep) {
+      const size_t rounded = bytes / unit * unit;
+      if (rounded == 0) continue;
+      LOOM_ASSIGN_OR_RETURN(sim::CollectiveResult r,
+                            simulator.Simulate(kind, algo, rounded, static_cast<int>(root)));
+      rows.push_back(std::move(r));
+    }
+    std::fputs(sim::FormatTable(simulator.machine(), kind, dtype, rows).c_str(), stdout);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+int SimulateCommand(int argc, char** argv) {
+  Flags flags = SimulateFlags();
+  return RunSubcommand(flags, argc, argv, Simulate);
+}
+
+}  // namespace loom::cli
