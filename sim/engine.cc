@@ -329,7 +329,7 @@ class Engine {
 
 }  // namespace
 
-StatusOr<Replay> Run(const Machine& machine, const Trace& trace, const EngineOptions& options) {
+StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace, const EngineOptions& options) {
   LOOM_ENFORCE(trace.nranks() == machine.size(), "a trace of ", trace.nranks(),
                " ranks on a machine of ", machine.size(), " devices");
   LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ",

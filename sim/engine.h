@@ -45,6 +45,6 @@ struct Replay {
   double bottleneck_busy_us = 0;    // its bytes / its bandwidth
 };
 
-StatusOr<Replay> Run(const Machine& machine, const Trace& trace, const EngineOptions& options);
+StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace, const EngineOptions& options);
 
 }  // namespace loom::sim

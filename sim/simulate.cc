@@ -186,7 +186,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     return best;
   }
   LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
-  LOOM_ASSIGN_OR_RETURN(Replay replay, Run(*machine_, trace, options_.engine));
+  LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(*machine_, trace, options_.engine));
   CollectiveResult out;
   out.algorithm = algorithm;
   out.bytes = bytes;

@@ -1,1 +1,302 @@
+// The simulator: traces are Loom's own schedules, the engine's timing is checked against
+// closed forms on machines where they are exact, sharing and bottlenecks against hand-built
+// traces, and the errors against bad machines, specs and traces.
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "collective/topology.h"
+#include "sim/engine.h"
+#include "sim/machine.h"
+#include "sim/simulate.h"
+#include "sim/trace.h"
+
+namespace loom::sim {
+namespace {
+
+using collective::Algorithm;
+using collective::Collective;
+
+Simulator Make(const std::string& machine, double post_us = 0) {
+  SimOptions options;
+  options.engine.post_us = post_us;
+  StatusOr<Machine> m = Machine::Load(machine);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  StatusOr<Simulator> s = Simulator::Create(std::move(m).value(), options);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+uint64_t BytesSent(const Trace& trace, int rank) {
+  uint64_t sum = 0;
+  for (const TraceOp& op : trace.ranks[rank]) sum += op.kind == TraceOp::kSend ? op.bytes : 0;
+  return sum;
+}
+
+TEST(Trace, RingAllReduceSendsTwiceTheBufferTimesNMinusOneOverN) {
+  const Simulator sim = Make("pcie8");
+  const size_t bytes = 8 << 20;
+  StatusOr<Trace> trace = sim.TraceOf(Collective::kAllReduce, "ring", bytes);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  ASSERT_EQ(trace->nranks(), 8);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(BytesSent(*trace, r), 2 * bytes * 7 / 8) << "rank " << r;
+}
+
+TEST(Trace, TreeAllReduceMovesEveryByteUpAndDownEachEdge) {
+  const Simulator sim = Make("p3.16xlarge");
+  const size_t bytes = 3 << 20;
+  StatusOr<Trace> trace = sim.TraceOf(Collective::kAllReduce, "tree", bytes);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  uint64_t total = 0;
+  for (int r = 0; r < 8; ++r) total += BytesSent(*trace, r);
+  EXPECT_EQ(total, 2 * uint64_t{7} * bytes);  // 7 edges, reduce + broadcast
+  // Pipelined in 1 MiB pieces: each edge carries 3 pieces each way.
+  EXPECT_EQ(trace->posts(), size_t{2} * 2 * 7 * 3);
+}
+
+TEST(Trace, UnknownAlgorithmAndUnsupportedCollectiveAreErrors) {
+  const Simulator sim = Make("mesh4");
+  StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "butterfly", 1024);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("butterfly"), std::string::npos);
+  t = sim.TraceOf(Collective::kAllGather, "tree", 1024);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("tree"), std::string::npos);
+  t = sim.TraceOf(Collective::kAllReduce, "hierarchical", 1024);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("cluster"), std::string::npos);
+  t = sim.TraceOf(Collective::kAllReduce, "ring", 6);  // not whole fp32 elements
+  ASSERT_FALSE(t.ok());
+}
+
+// mesh4: a dedicated 50 GB/s, 2 us link each way between every pair. A ring allreduce of S bytes
+// whose per-step chunk S/4 is one pipeline piece takes 2 (n - 1) steps of (latency + S/4 / B).
+TEST(Engine, RingMatchesTheClosedFormOnDedicatedLinks) {
+  const Simulator sim = Make("mesh4");
+  const size_t bytes = 4 << 20;
+  StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", bytes);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double step = 2.0 + (bytes / 4) / (50.0 * 1e3);
+  EXPECT_NEAR(r->time_us, 6 * step, 1e-6 * 6 * step);
+  EXPECT_NEAR(r->busbw_gbps, r->algbw_gbps * 1.5, 1e-9);
+  EXPECT_EQ(r->transfers, size_t{4 * 6});
+}
+
+TEST(Engine, PostingCostBoundsSmallCalls) {
+  const Simulator free = Make("mesh4", 0), costly = Make("mesh4", 5);
+  StatusOr<CollectiveResult> a = free.Simulate(Collective::kAllReduce, "ring", 16);
+  StatusOr<CollectiveResult> b = costly.Simulate(Collective::kAllReduce, "ring", 16);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Free posts: 6 steps of one 2 us hop. At 5 us a post, each step's receive and send cost a
+  // rank 10 us, more than the hop, so the call is the ranks' posting: 6 x 2 x 5 us (the hops
+  // hide behind the next posts).
+  EXPECT_NEAR(a->time_us, 6 * 2.0, 0.01);
+  EXPECT_NEAR(b->time_us, 6 * 2 * 5.0, 0.01);
+}
+
+// Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
+// over dedicated NVLinks they do not.
+Trace TwoIntoOne(size_t bytes) {
+  Trace t;
+  t.ranks.resize(4);
+  t.handles = {2, 1, 1, 0};
+  t.parts = 1;
+  for (int peer : {1, 2}) {
+    t.ranks[0].push_back(TraceOp{TraceOp::kRecv, peer, peer - 1, 7, bytes});
+    t.ranks[peer].push_back(TraceOp{TraceOp::kSend, 0, 0, 7, bytes});
+    t.ranks[peer].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+  }
+  t.ranks[0].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+  t.ranks[0].push_back(TraceOp{TraceOp::kWait, -1, 1, 0, 0});
+  return t;
+}
+
+TEST(Engine, TransfersShareAResourceEqually) {
+  const size_t bytes = 10'000'000;
+  EngineOptions options;
+  options.post_us = 0;
+  StatusOr<Machine> pcie = Machine::Load("mesh4");
+  ASSERT_TRUE(pcie.ok());
+  StatusOr<Replay> dedicated = ReplayTrace(*pcie, TwoIntoOne(bytes), options);
+  ASSERT_TRUE(dedicated.ok()) << dedicated.status().ToString();
+  EXPECT_NEAR(dedicated->time_us, 2.0 + bytes / 50e3, 1e-6);
+
+  StatusOr<collective::Topology> pcie_topology =
+      collective::Topology::FromWeights({{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}, {1, 1, 1, 0}});
+  ASSERT_TRUE(pcie_topology.ok());
+  StatusOr<Machine> shared = Machine::FromTopology(*pcie_topology);
+  ASSERT_TRUE(shared.ok());
+  StatusOr<Replay> halves = ReplayTrace(*shared, TwoIntoOne(bytes), options);
+  ASSERT_TRUE(halves.ok()) << halves.status().ToString();
+  EXPECT_NEAR(halves->time_us, 5.0 + 2 * bytes / 10e3, 1e-6);
+  EXPECT_EQ(halves->bottleneck_name, "gpu0.pcie-in");
+  EXPECT_NEAR(halves->bottleneck_busy_us, 2 * bytes / 10e3, 1e-6);
+}
+
+TEST(Engine, AReceiveNobodySendsIsAnErrorNamingTheRankAndPeer) {
+  Trace t;
+  t.ranks.resize(2);
+  t.handles = {1, 0};
+  t.parts = 1;
+  t.ranks[0].push_back(TraceOp{TraceOp::kRecv, 1, 0, 9, 64});
+  t.ranks[0].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+  StatusOr<Machine> m = Machine::FromTopology(collective::Topology::Uniform(2));
+  ASSERT_TRUE(m.ok());
+  StatusOr<Replay> r = ReplayTrace(*m, t, EngineOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("rank 0 waits for its receive from rank 1"),
+            std::string::npos)
+      << r.status().message();
+  // A size mismatch between a send and its receive is named too.
+  t.handles = {1, 1};
+  t.ranks[1].push_back(TraceOp{TraceOp::kSend, 0, 0, 9, 32});
+  t.ranks[1].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+  r = ReplayTrace(*m, t, EngineOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("sends 32 bytes"), std::string::npos);
+}
+
+TEST(Engine, LargeRingOnNvSwitchReachesThePortBandwidth) {
+  const Simulator sim = Make("dgx-a100", 1);
+  StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", size_t{1} << 30);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->busbw_gbps, 0.95 * 300);
+  EXPECT_LE(r->busbw_gbps, 300 * (1 + 1e-9));
+  EXPECT_NE(r->bottleneck.find("nvswitch"), std::string::npos);
+  EXPECT_GT(r->bottleneck_utilization, 0.9);
+}
+
+TEST(Engine, SameInputSameOutput) {
+  const Simulator sim = Make("p3.16xlarge", 1);
+  for (const std::string algo : {"ring", "tree", "multi_tree", "star"}) {
+    StatusOr<CollectiveResult> a = sim.Simulate(Collective::kAllReduce, algo, 5 << 20);
+    StatusOr<CollectiveResult> b = sim.Simulate(Collective::kAllReduce, algo, 5 << 20);
+    ASSERT_TRUE(a.ok() && b.ok()) << algo;
+    EXPECT_EQ(a->time_us, b->time_us) << algo;
+  }
+}
+
+TEST(Simulate, AutoPicksTheFastest) {
+  const Simulator sim = Make("p3.16xlarge", 1);
+  for (size_t bytes : {size_t{1024}, size_t{64} << 20}) {
+    StatusOr<CollectiveResult> best = sim.Simulate(Collective::kAllReduce, "auto", bytes);
+    ASSERT_TRUE(best.ok()) << best.status().ToString();
+    for (const std::string algo : {"ring", "tree", "multi_tree", "star"}) {
+      StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, algo, bytes);
+      ASSERT_TRUE(r.ok());
+      EXPECT_LE(best->time_us, r->time_us) << algo << " at " << bytes;
+    }
+    EXPECT_EQ(best->algorithm.rfind("auto:", 0), 0u);
+  }
+}
+
+TEST(Simulate, EveryCollectiveRunsOnEveryLoomAlgorithmThatHasIt) {
+  const Simulator sim = Make("dgx1-p100", 1);
+  for (Collective kind : {Collective::kAllReduce, Collective::kReduce, Collective::kBroadcast,
+                          Collective::kAllGather, Collective::kReduceScatter}) {
+    StatusOr<CollectiveResult> r = sim.Simulate(kind, "auto", 8 << 20, 3);
+    ASSERT_TRUE(r.ok()) << CollectiveName(kind) << ": " << r.status().ToString();
+    EXPECT_GT(r->time_us, 0) << CollectiveName(kind);
+  }
+}
+
+// A cluster: ring latency grows with the ring's length (linearly in the nodes), a tree's with
+// its depth (logarithmically).
+TEST(Cluster, RingLatencyGrowsLinearlyAndTreeLatencyLogarithmically) {
+  double ring[2], tree[2];
+  int i = 0;
+  for (int nodes : {8, 64}) {
+    const Simulator sim = Make(std::to_string(nodes) + "x8:dgx-a100:8xib-hdr", 1);
+    StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", 8);
+    StatusOr<CollectiveResult> t = sim.Simulate(Collective::kAllReduce, "tree", 8);
+    ASSERT_TRUE(r.ok() && t.ok());
+    ring[i] = r->time_us;
+    tree[i] = t->time_us;
+    ++i;
+  }
+  // 8x the devices: the ring's 2(n-1) steps grow ~8x, the tree's 2 log2(n) levels 9/6 = 1.5x.
+  EXPECT_NEAR(ring[1] / ring[0], 8.0, 0.8);
+  EXPECT_NEAR(tree[1] / tree[0], 1.5, 0.3);
+}
+
+TEST(Cluster, HierarchicalCrossesEachNodesNicOncePerDirection) {
+  const Simulator sim = Make("4x8:dgx-a100:1x100Gb", 1);
+  StatusOr<CollectiveResult> h = sim.Simulate(Collective::kAllReduce, "hierarchical", 64 << 20);
+  StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", 64 << 20);
+  ASSERT_TRUE(h.ok() && r.ok()) << h.status().ToString() << r.status().ToString();
+  EXPECT_NE(h->bottleneck.find("nic"), std::string::npos);
+  // The leaders' ring moves 2 (4-1)/4 of the buffer through each NIC at 12.5 GB/s.
+  const double nic_bound = 2 * 0.75 * (64 << 20) / 12.5e3;
+  EXPECT_GT(h->time_us, nic_bound);
+  EXPECT_LT(h->time_us, 1.3 * nic_bound);
+}
+
+TEST(Cluster, OversubscriptionSlowsCrossNodeTraffic) {
+  const Simulator full = Make("4x8:dgx-a100:4x100Gb", 1);
+  // Loom's schedules cross a node boundary on one NIC at a time: an uplink of 50 / 8 GB/s halves
+  // what one 12.5 GB/s NIC could carry.
+  const Simulator thin = Make("4x8:dgx-a100:4x100Gb:oversub=8", 1);
+  StatusOr<CollectiveResult> a = full.Simulate(Collective::kAllReduce, "tree", 256 << 20);
+  StatusOr<CollectiveResult> b = thin.Simulate(Collective::kAllReduce, "tree", 256 << 20);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(b->time_us, 1.5 * a->time_us);
+  EXPECT_NE(b->bottleneck.find("uplink"), std::string::npos) << b->bottleneck;
+}
+
+TEST(Machine, ClusterSpecsAndPresetsAreCheckedWithClearErrors) {
+  StatusOr<ClusterSpec> spec = ParseClusterSpec("16x8:dgx1-v100:4x100Gb");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->nodes, 16);
+  EXPECT_EQ(spec->nics, 4);
+  EXPECT_DOUBLE_EQ(spec->nic.gbps, 12.5);
+  StatusOr<Machine> m = Machine::Cluster(*spec);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->size(), 128);
+  spec = ParseClusterSpec("2x8:dgx-a100:8xib-hdr:oversub=2");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_DOUBLE_EQ(spec->nic.gbps, 25);
+  EXPECT_DOUBLE_EQ(spec->oversubscription, 2);
+
+  for (const char* bad : {"16x8:dgx1-v100", "x8:dgx1-v100:4x100Gb", "16x8:dgx1-v100:4xfast",
+                          "16x8:dgx1-v100:4x100Gb:oversub=0.5", "16x8:dgx1-v100:0x100Gb"}) {
+    EXPECT_FALSE(ParseClusterSpec(bad).ok()) << bad;
+  }
+  StatusOr<Machine> wrong = Machine::Load("2x4:dgx-a100:1x100Gb");  // the box has 8 GPUs
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("has 8 devices, not 4"), std::string::npos);
+  StatusOr<Machine> unknown = Machine::Load("no-such-box");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("no-such-box"), std::string::npos);
+  for (const std::string& name : Machine::MachinePresetNames()) {
+    EXPECT_TRUE(Machine::Preset(name).ok()) << name;
+  }
+}
+
+TEST(Machine, NvLinkPairsAreDedicatedAndPciePairsShareThePort) {
+  StatusOr<Machine> m = Machine::Preset("p3.16xlarge");
+  ASSERT_TRUE(m.ok());
+  // 0-3 is a double NVLink in the p3.16xlarge matrix, 0-5 goes through PCIe and the CPU.
+  const Route nv = m->RouteOf(0, 3), pcie = m->RouteOf(0, 5);
+  ASSERT_EQ(nv.resources.size(), 1u);
+  EXPECT_DOUBLE_EQ(m->resources()[nv.resources[0]].gbps, 50);
+  ASSERT_EQ(pcie.resources.size(), 2u);
+  EXPECT_EQ(m->resources()[pcie.resources[0]].name, "gpu0.pcie-out");
+  EXPECT_EQ(m->resources()[pcie.resources[1]].name, "gpu5.pcie-in");
+}
+
+TEST(Sizes, ParseAndSweep) {
+  EXPECT_EQ(*ParseBytes("8"), 8u);
+  EXPECT_EQ(*ParseBytes("64K"), 65536u);
+  EXPECT_EQ(*ParseBytes("1G"), size_t{1} << 30);
+  EXPECT_FALSE(ParseBytes("12Q").ok());
+  EXPECT_FALSE(ParseBytes("-1").ok());
+  StatusOr<std::vector<size_t>> sweep = SizeSweep(8, 1024, 2);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(sweep->size(), 8u);
+  EXPECT_EQ(sweep->back(), 1024u);
+  EXPECT_FALSE(SizeSweep(8, 4, 2).ok());
+  EXPECT_FALSE(SizeSweep(8, 64, 1).ok());
+}
+
+}  // namespace
+}  // namespace loom::sim
