@@ -21,7 +21,7 @@ struct Post {
 
 struct Flow {
   int src, src_handle, dst, dst_handle;
-  int cls = -1;          // the class it streams in
+  int cls = -1;  // the class it streams in
   double bytes = 0;
 };
 
@@ -55,7 +55,8 @@ struct Event {
 struct KeyHash {
   size_t operator()(const std::tuple<int, int, uint64_t>& k) const {
     const auto& [a, b, t] = k;
-    return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) ^ (t * 0x9E3779B97F4A7C15ull));
+    return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) ^
+                                 (t * 0x9E3779B97F4A7C15ull));
   }
 };
 
@@ -125,16 +126,16 @@ class Engine {
         case TraceOp::kRecvReduce: {
           LOOM_ENFORCE(op.peer >= 0 && op.peer < trace_.nranks() && op.peer != r, "rank ", r,
                        " posts to peer ", op.peer, " of ", trace_.nranks());
-          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ",
-                       r, " posts handle ", op.handle, " beyond its ", done_[r].size());
+          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ", r,
+                       " posts handle ", op.handle, " beyond its ", done_[r].size());
           const double at = clock_[r];
           clock_[r] += options_.post_us;
           LOOM_RETURN_IF_ERROR(Match(r, op, at));
           break;
         }
         case TraceOp::kWait: {
-          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ",
-                       r, " waits on unknown handle ", op.handle);
+          LOOM_ENFORCE(op.handle >= 0 && op.handle < static_cast<int>(done_[r].size()), "rank ", r,
+                       " waits on unknown handle ", op.handle);
           const double done = done_[r][op.handle];
           if (done < 0) {
             blocked_[r] = op.handle;
@@ -170,8 +171,8 @@ class Engine {
     const Post& s = send ? mine : other;
     const Post& v = send ? other : mine;
     if (s.bytes != v.bytes) {
-      return InvalidArgument("rank ", src, " sends ", s.bytes, " bytes to rank ", dst,
-                             " (tag ", op.tag, ") which receives ", v.bytes);
+      return InvalidArgument("rank ", src, " sends ", s.bytes, " bytes to rank ", dst, " (tag ",
+                             op.tag, ") which receives ", v.bytes);
     }
     Flow f;
     f.src = src;
@@ -298,8 +299,8 @@ class Engine {
     for (const TraceOp& op : trace_.ranks[r]) {
       if (op.kind <= TraceOp::kRecvReduce && op.handle == h) {
         return FailedPrecondition("simulated call never ends: rank ", r, " waits for its ",
-                                  op.kind == TraceOp::kSend ? "send to" : "receive from",
-                                  " rank ", op.peer, " (", op.bytes, " bytes, tag ", op.tag,
+                                  op.kind == TraceOp::kSend ? "send to" : "receive from", " rank ",
+                                  op.peer, " (", op.bytes, " bytes, tag ", op.tag,
                                   ") which the peer never posts");
       }
     }
@@ -311,9 +312,9 @@ class Engine {
   EngineOptions options_;
   std::vector<double> bw_;  // bytes per microsecond, per resource
   int reducer_base_ = 0;
-  std::vector<int> count_;                // active flows per resource
-  std::vector<std::vector<int>> users_;   // classes per resource
-  std::vector<double> carried_;           // bytes per resource
+  std::vector<int> count_;               // active flows per resource
+  std::vector<std::vector<int>> users_;  // classes per resource
+  std::vector<double> carried_;          // bytes per resource
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> blocked_;
@@ -329,11 +330,12 @@ class Engine {
 
 }  // namespace
 
-StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace, const EngineOptions& options) {
+StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
+                             const EngineOptions& options) {
   LOOM_ENFORCE(trace.nranks() == machine.size(), "a trace of ", trace.nranks(),
                " ranks on a machine of ", machine.size(), " devices");
-  LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ",
-               options.efficiency, " is outside (0, 1]");
+  LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ", options.efficiency,
+               " is outside (0, 1]");
   LOOM_ENFORCE(options.post_us >= 0 && options.reduce_gbps >= 0 && options.copy_gbps >= 0,
                "negative engine costs");
   Engine engine(machine, trace, options);

@@ -30,21 +30,22 @@
 namespace loom::sim {
 
 struct EngineOptions {
-  double post_us = 1.0;      // per posted message, on the posting rank's clock
-  double reduce_gbps = 0;    // per rank; 0: reductions cost nothing
-  double copy_gbps = 0;      // per rank, local copies; 0: free
-  double efficiency = 1.0;   // share of a resource's bandwidth a stream of transfers reaches
+  double post_us = 1.0;     // per posted message, on the posting rank's clock
+  double reduce_gbps = 0;   // per rank; 0: reductions cost nothing
+  double copy_gbps = 0;     // per rank, local copies; 0: free
+  double efficiency = 1.0;  // share of a resource's bandwidth a stream of transfers reaches
 };
 
 struct Replay {
   double time_us = 0;               // when the last rank finished
   std::vector<double> rank_end_us;  // per rank
   size_t transfers = 0;
-  int bottleneck = -1;              // index into the machine's resources (or a reduction engine)
+  int bottleneck = -1;  // index into the machine's resources (or a reduction engine)
   std::string bottleneck_name;
-  double bottleneck_busy_us = 0;    // its bytes / its bandwidth
+  double bottleneck_busy_us = 0;  // its bytes / its bandwidth
 };
 
-StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace, const EngineOptions& options);
+StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
+                             const EngineOptions& options);
 
 }  // namespace loom::sim

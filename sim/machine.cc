@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <sstream>
 
-
 namespace loom::sim {
 
 using collective::Link;
@@ -119,9 +118,8 @@ StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text) {
   if (parts.size() == 4) {
     const std::string prefix = "oversub=";
     char* end = nullptr;
-    const double k = parts[3].rfind(prefix, 0) == 0
-                         ? std::strtod(parts[3].c_str() + prefix.size(), &end)
-                         : 0;
+    const double k =
+        parts[3].rfind(prefix, 0) == 0 ? std::strtod(parts[3].c_str() + prefix.size(), &end) : 0;
     if (end == nullptr || *end != '\0' || !(k >= 1) || !std::isfinite(k)) {
       return InvalidArgument("'", parts[3], "' is not oversub=K with K >= 1");
     }
@@ -268,8 +266,7 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   if (want >= 0 && want != m.per_node_) {
     return InvalidArgument("cluster node '", node, "' has ", m.per_node_, " devices, not ", want);
   }
-  LOOM_ENFORCE(spec.nodes >= 1 && spec.nics >= 1 && spec.nic.gbps > 0 &&
-                   spec.oversubscription >= 1,
+  LOOM_ENFORCE(spec.nodes >= 1 && spec.nics >= 1 && spec.nic.gbps > 0 && spec.oversubscription >= 1,
                "a cluster needs at least one node and one NIC of positive bandwidth");
   const std::vector<Resource> node_resources = m.resources_;
   m.resources_.clear();

@@ -94,8 +94,8 @@ class Machine {
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;
-  std::vector<int> pair_link_;        // per * per: the pair's dedicated link direction, or -1
-  std::vector<double> pair_latency_;  // per * per
+  std::vector<int> pair_link_;           // per * per: the pair's dedicated link direction, or -1
+  std::vector<double> pair_latency_;     // per * per
   std::vector<int> port_out_, port_in_;  // per device: PCIe (or NVSwitch) port
   // Between nodes.
   int nics_ = 0;

@@ -167,8 +167,8 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
                                                size_t bytes, int root) const {
   const int n = machine_->size();
   if (algorithm == "auto") {
-    StatusOr<CollectiveResult> best = InvalidArgument("no algorithm runs ", CollectiveName(kind),
-                                                      " here");
+    StatusOr<CollectiveResult> best =
+        InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
       if (name == "auto") continue;
       if (name == "star" && n > 64) continue;
@@ -209,9 +209,12 @@ StatusOr<size_t> ParseBytes(const std::string& text) {
   }
   double scale = 1;
   const std::string unit = end;
-  if (unit == "K" || unit == "KB" || unit == "KiB") scale = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  if (unit == "K" || unit == "KB" || unit == "KiB")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MiB")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GiB")
+    scale = 1024.0 * 1024 * 1024;
   else if (!unit.empty() && unit != "B")
     return InvalidArgument("size '", text, "' has an unknown unit '", unit, "' (K, M or G)");
   const double bytes = value * scale;
@@ -236,8 +239,8 @@ StatusOr<std::vector<size_t>> SizeSweep(size_t min, size_t max, double factor) {
 
 std::string FormatTable(const Machine& machine, Collective kind, collective::DataType dtype,
                         const std::vector<CollectiveResult>& rows) {
-  std::string out = StrCat("# loom simulate: ", CollectiveName(kind), " on ", machine.Describe(),
-                           "\n");
+  std::string out =
+      StrCat("# loom simulate: ", CollectiveName(kind), " on ", machine.Describe(), "\n");
   char line[512];
   std::snprintf(line, sizeof line, "#%14s %12s %8s %6s %6s %14s %12s %8s %8s  %s\n", "size",
                 "count", "type", "redop", "root", "algorithm", "time(us)", "algbw", "busbw",
@@ -247,11 +250,11 @@ std::string FormatTable(const Machine& machine, Collective kind, collective::Dat
   const bool rooted = kind == Collective::kReduce || kind == Collective::kBroadcast;
   const bool reduces = kind != Collective::kBroadcast && kind != Collective::kAllGather;
   for (const CollectiveResult& r : rows) {
-    std::snprintf(line, sizeof line, " %14zu %12zu %8s %6s %6s %14s %12.2f %8.2f %8.2f  %s (%.0f)\n",
-                  r.bytes, r.bytes / elem, collective::DataTypeName(dtype),
-                  reduces ? "sum" : "none", rooted ? "0" : "-1", r.algorithm.c_str(), r.time_us,
-                  r.algbw_gbps, r.busbw_gbps, r.bottleneck.empty() ? "-" : r.bottleneck.c_str(),
-                  100 * r.bottleneck_utilization);
+    std::snprintf(
+        line, sizeof line, " %14zu %12zu %8s %6s %6s %14s %12.2f %8.2f %8.2f  %s (%.0f)\n", r.bytes,
+        r.bytes / elem, collective::DataTypeName(dtype), reduces ? "sum" : "none",
+        rooted ? "0" : "-1", r.algorithm.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
+        r.bottleneck.empty() ? "-" : r.bottleneck.c_str(), 100 * r.bottleneck_utilization);
     out += line;
   }
   return out;

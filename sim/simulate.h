@@ -58,8 +58,8 @@ class Simulator {
   StatusOr<CollectiveResult> Simulate(collective::Collective kind, const std::string& algorithm,
                                       size_t bytes, int root = 0) const;
   // The per-rank traces one call replays (for tests and --trace).
-  StatusOr<Trace> TraceOf(collective::Collective kind, const std::string& algorithm,
-                          size_t bytes, int root = 0) const;
+  StatusOr<Trace> TraceOf(collective::Collective kind, const std::string& algorithm, size_t bytes,
+                          int root = 0) const;
 
  private:
   Simulator() = default;

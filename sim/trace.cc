@@ -155,7 +155,8 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
     }
     LOOM_RETURN_IF_ERROR(status);
     for (const TraceOp& op : trace.ranks[r]) {
-      if (op.kind <= TraceOp::kRecvReduce) trace.handles[r] = std::max(trace.handles[r], op.handle + 1);
+      if (op.kind <= TraceOp::kRecvReduce)
+        trace.handles[r] = std::max(trace.handles[r], op.handle + 1);
     }
   }
   return trace;

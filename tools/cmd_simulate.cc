@@ -37,10 +37,10 @@ Flags SimulateFlags() {
           {"cluster", "SPEC", "nodes joined by NICs (see above)", ""},
           {"op", "COLL", "allreduce, reduce, broadcast, allgather, reducescatter", "allreduce"},
           {"algo", "A[,A...]", "algorithms to simulate: " + algos, "auto"},
-          {"sizes", "MIN:MAX", "sizes in bytes (K, M, G: binary units), nccl-tests' -b:-e",
-           "8:1G"},
+          {"sizes", "MIN:MAX", "sizes in bytes (K, M, G: binary units), nccl-tests' -b:-e", "8:1G"},
           {"factor", "F", "each size is F times the last (nccl-tests' -f)", "2"},
-          {"dtype", "T", "float32, float64, float16, int32, int64 (or fp32, fp64, fp16)", "float32"},
+          {"dtype", "T", "float32, float64, float16, int32, int64 (or fp32, fp64, fp16)",
+           "float32"},
           {"root", "R", "root of reduce and broadcast", "0"},
           {"chunk-bytes", "N", "pipeline piece of the schedules", "1048576"},
           {"post-us", "US", "software cost of posting one message, microseconds", "1"},
@@ -51,10 +51,9 @@ Flags SimulateFlags() {
 }
 
 StatusOr<collective::DataType> ParseDtype(const std::string& name) {
-  for (collective::DataType t :
-       {collective::DataType::kFloat32, collective::DataType::kFloat64,
-        collective::DataType::kFloat16, collective::DataType::kInt32,
-        collective::DataType::kInt64}) {
+  for (collective::DataType t : {collective::DataType::kFloat32, collective::DataType::kFloat64,
+                                 collective::DataType::kFloat16, collective::DataType::kInt32,
+                                 collective::DataType::kInt64}) {
     const std::string short_name = collective::DataTypeName(t);  // fp32, ...
     if (name == short_name || "float" + short_name.substr(2) == name) return t;
   }
@@ -74,8 +73,7 @@ Status Simulate(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.post_us, flags.GetDouble("post-us", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
-  LOOM_ASSIGN_OR_RETURN(collective::Collective kind,
-                        collective::ParseCollective(flags.Get("op")));
+  LOOM_ASSIGN_OR_RETURN(collective::Collective kind, collective::ParseCollective(flags.Get("op")));
   LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, ParseDtype(flags.Get("dtype")));
   LOOM_ASSIGN_OR_RETURN(int64_t root, flags.GetInt("root"));
   LOOM_ASSIGN_OR_RETURN(double factor, flags.GetDouble("factor", 1.0001, 1024));
@@ -86,17 +84,17 @@ Status Simulate(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(size_t max, sim::ParseBytes(sizes.substr(colon + 1)));
   LOOM_ASSIGN_OR_RETURN(std::vector<size_t> sweep, sim::SizeSweep(min, max, factor));
 
-  LOOM_ASSIGN_OR_RETURN(sim::Machine machine,
-                        sim::Machine::Load(flags.Has("cluster") ? flags.Get("cluster")
-                                                                : flags.Get("topology")));
-  if (flags.Has("cluster") && machine.nodes() == 1 && flags.Get("cluster").find(':') ==
-                                                          std::string::npos) {
+  LOOM_ASSIGN_OR_RETURN(
+      sim::Machine machine,
+      sim::Machine::Load(flags.Has("cluster") ? flags.Get("cluster") : flags.Get("topology")));
+  if (flags.Has("cluster") && machine.nodes() == 1 &&
+      flags.Get("cluster").find(':') == std::string::npos) {
     return InvalidArgument("--cluster '", flags.Get("cluster"), "' is not a cluster spec");
   }
   const int n = machine.size();
   LOOM_ENFORCE(root >= 0 && root < n, "--root ", root, " is outside 0..", n - 1);
-  LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator, sim::Simulator::Create(std::move(machine),
-                                                                         options));
+  LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator,
+                        sim::Simulator::Create(std::move(machine), options));
   std::vector<std::string> algos;
   std::string list = flags.Get("algo") + ",";
   for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
@@ -106,8 +104,8 @@ Status Simulate(const Flags& flags) {
   // Sizes become whole elements (and, for allgather / reducescatter, whole elements per rank),
   // as nccl-tests rounds its counts.
   const size_t elem = collective::DataTypeSize(dtype);
-  const bool split = kind == collective::Collective::kAllGather ||
-                     kind == collective::Collective::kReduceScatter;
+  const bool split =
+      kind == collective::Collective::kAllGather || kind == collective::Collective::kReduceScatter;
   const size_t unit = split ? elem * n : elem;
   for (const std::string& algo : algos) {
     std::vector<sim::CollectiveResult> rows;

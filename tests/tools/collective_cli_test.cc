@@ -182,29 +182,30 @@ TEST(LoomBench, UsageErrors) {
 TEST(LoomSimulate, TablesAndErrors) {
   Result help = Loom("simulate --help");
   EXPECT_EQ(help.code, 0);
-  for (const char* flag : {"--topology", "--cluster", "--op", "--algo", "--sizes", "--factor",
-                           "--dtype", "--root", "--chunk-bytes", "--post-us", "--reduce-gbps",
-                           "--efficiency"}) {
+  for (const char* flag :
+       {"--topology", "--cluster", "--op", "--algo", "--sizes", "--factor", "--dtype", "--root",
+        "--chunk-bytes", "--post-us", "--reduce-gbps", "--efficiency"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   Result ring = Loom("simulate --topology mesh4 --algo ring --sizes 4M:4M --post-us 0");
   ASSERT_EQ(ring.code, 0) << ring.err;
   // 6 steps of (2 us + 1 MiB / 50 GB/s).
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(ring.out, m, std::regex(R"(4194304\s+1048576\s+fp32\s+sum\s+-1\s+ring\s+([0-9.]+))")))
-      << ring.out;
+  const std::regex row(R"(4194304\s+1048576\s+fp32\s+sum\s+-1\s+ring\s+([0-9.]+))");
+  ASSERT_TRUE(std::regex_search(ring.out, m, row)) << ring.out;
   EXPECT_NEAR(std::stod(m[1]), 6 * (2 + 1048576 / 50e3), 0.01);
 
-  Result cluster =
-      Loom("simulate --cluster 4x8:dgx-a100:4x100Gb --algo auto,hierarchical --sizes 1K:64M "
-           "--factor 64");
+  Result cluster = Loom(
+      "simulate --cluster 4x8:dgx-a100:4x100Gb --algo auto,hierarchical --sizes 1K:64M "
+      "--factor 64");
   ASSERT_EQ(cluster.code, 0) << cluster.err;
   EXPECT_NE(cluster.out.find("32 devices (4 nodes x 8)"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("auto:"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("nic"), std::string::npos) << cluster.out;
 
-  Result broadcast = Loom("simulate --topology p3.16xlarge --op broadcast --root 3 --algo tree "
-                          "--sizes 1M:1M");
+  Result broadcast = Loom(
+      "simulate --topology p3.16xlarge --op broadcast --root 3 --algo tree "
+      "--sizes 1M:1M");
   ASSERT_EQ(broadcast.code, 0) << broadcast.err;
 
   const std::pair<const char*, const char*> bad[] = {
