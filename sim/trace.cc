@@ -29,7 +29,9 @@ namespace {
 
 // Addresses the schedules compute with but nobody dereferences: the recording transport never
 // touches memory, and schedules reach buffers only through the transport.
-void* FakeAddress(int which) { return reinterpret_cast<void*>(uintptr_t{1 + which} << 40); }
+void* FakeAddress(int which) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(1 + which % 4096) << 40);
+}
 
 class RecordingRequest : public collective::Request {
  public:
