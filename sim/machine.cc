@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace loom::sim {
@@ -291,6 +292,37 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   }
   m.name_ = StrCat(spec.nodes, "x", m.per_node_, ":", m.name_, ":", spec.nics, "x", spec.nic.name,
                    spec.oversubscription > 1 ? StrCat(":oversub=", spec.oversubscription) : "");
+  return m;
+}
+
+StatusOr<Machine> Machine::FirstDevices(int n) const {
+  LOOM_ENFORCE(n >= 1 && n <= size(), n, " devices of ", name_, " (", size(), ")");
+  if (n == size()) return *this;
+  LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
+               "): give a node count instead");
+  Machine m;
+  if (nvswitch_) {
+    m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1]);
+  } else {
+    const Topology& t = *node_topology_;
+    nlohmann::json j;
+    j["name"] = name_;
+    for (int a = 0; a < n; ++a) {
+      std::vector<int> w;
+      std::vector<double> bw, lat;
+      for (int b = 0; b < n; ++b) {
+        w.push_back(t.weight(a, b));
+        bw.push_back(t.link(a, b).bandwidth_gbps);
+        lat.push_back(t.link(a, b).latency_us);
+      }
+      j["weights"].push_back(w);
+      j["bandwidth_gbps"].push_back(bw);
+      j["latency_us"].push_back(lat);
+    }
+    LOOM_ASSIGN_OR_RETURN(Topology sub, Topology::ParseJson(j.dump()));
+    LOOM_ASSIGN_OR_RETURN(m, FromTopology(sub));
+  }
+  m.name_ = StrCat(name_, "[0:", n, "]");
   return m;
 }
 

@@ -78,6 +78,9 @@ class Machine {
   const collective::Topology& node_topology() const { return *node_topology_; }
   bool nvswitch() const { return nvswitch_; }
 
+  // The machine of this one's first n devices (one node only; n = size() returns a copy).
+  StatusOr<Machine> FirstDevices(int n) const;
+
   const std::vector<Resource>& resources() const { return resources_; }
   Route RouteOf(int a, int b) const;
   std::string Describe() const;

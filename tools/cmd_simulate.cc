@@ -1,9 +1,11 @@
 // loom simulate: predicts collectives on a machine or a cluster by replaying Loom's schedules
 // over a model of its links (sim/), printed in nccl-tests' table layout.
 #include <cstdio>
+#include <cstdlib>
 
 #include "collective/types.h"
 #include "sim/simulate.h"
+#include "sim/training.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -46,6 +48,15 @@ Flags SimulateFlags() {
           {"post-us", "US", "software cost of posting one message, microseconds", "1"},
           {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
           {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
+          {"model", "NAME|FILE",
+           "simulate training steps of a model (resnet50, vgg16, bert-large, or a JSON file) "
+           "instead of a collective sweep",
+           ""},
+          {"scale", "N,N,...",
+           "device counts for --model (default: 1, one node, then doubling nodes up to the "
+           "machine)",
+           ""},
+          {"fusion-mb", "MB", "gradient bucket limit for --model (the transpiler's)", "32"},
       },
       0, 0);
 }
@@ -61,10 +72,67 @@ StatusOr<collective::DataType> ParseDtype(const std::string& name) {
                          "' is not float32 (fp32), float64 (fp64), float16 (fp16), int32 or int64");
 }
 
+StatusOr<sim::SimOptions> Options(const Flags& flags);
+Status Sweep(const Flags& flags, const sim::SimOptions& options);
+
+// --model: one row per device count.
+Status Scaling(const Flags& flags, const sim::SimOptions& options) {
+  LOOM_ASSIGN_OR_RETURN(sim::ModelSpec model, sim::LoadModel(flags.Get("model")));
+  const std::string base = flags.Has("cluster") ? flags.Get("cluster") : flags.Get("topology");
+  LOOM_ASSIGN_OR_RETURN(sim::Machine whole, sim::Machine::Load(base));
+  std::vector<int> scale;
+  if (flags.Has("scale")) {
+    std::string list = flags.Get("scale") + ",";
+    for (size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+      const std::string item = list.substr(at, comma - at);
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 1 || v > 65536)
+        return InvalidArgument("--scale entry '", item, "' is not a device count in 1..65536");
+      scale.push_back(static_cast<int>(v));
+    }
+  } else {
+    scale.push_back(1);
+    for (int d = whole.devices_per_node(); d <= whole.size(); d *= 2) {
+      if (d > 1) scale.push_back(d);
+    }
+  }
+  sim::StepOptions step;
+  LOOM_ASSIGN_OR_RETURN(step.fusion_mb, flags.GetDouble("fusion-mb", 0, 1e6));
+  const std::string& algo = flags.Get("algo");
+  LOOM_ENFORCE(algo.find(',') == std::string::npos, "--model takes one --algo, not '", algo, "'");
+  step.algorithm = algo;
+  std::printf(
+      "# loom simulate: %s, %.1fM parameters in %zu gradients, batch %d per device, "
+      "%.0f samples/s on one %s\n# source: %s\n# machine: %s\n",
+      model.name.c_str(), model.parameters() / 1e6, model.gradients.size(), model.batch_per_device,
+      model.samples_per_s, model.device.c_str(), model.source.c_str(), whole.Describe().c_str());
+  std::printf("#%8s %6s %8s %12s %10s %12s %10s %12s %10s  %s\n", "devices", "nodes", "buckets",
+              "compute(ms)", "comm(ms)", "exposed(ms)", "step(ms)", "samples/s", "efficiency",
+              "algorithms");
+  for (int devices : scale) {
+    LOOM_ASSIGN_OR_RETURN(sim::Machine machine, sim::MachineForScale(base, devices));
+    LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator,
+                          sim::Simulator::Create(std::move(machine), options));
+    LOOM_ASSIGN_OR_RETURN(sim::StepResult r, sim::SimulateStep(simulator, model, step));
+    std::printf(" %8d %6d %8d %12.2f %10.2f %12.2f %10.2f %12.0f %9.1f%%  %s\n", r.devices, r.nodes,
+                r.buckets, r.compute_us / 1e3, r.comm_us / 1e3, r.exposed_us / 1e3, r.step_us / 1e3,
+                r.samples_per_s, 100 * r.efficiency, r.algorithms.c_str());
+    std::fflush(stdout);
+  }
+  return Status::OK();
+}
+
 Status Simulate(const Flags& flags) {
   if (flags.Has("topology") == flags.Has("cluster")) {
     return InvalidArgument("give one of --topology NAME|FILE or --cluster SPEC");
   }
+  LOOM_ASSIGN_OR_RETURN(sim::SimOptions options, Options(flags));
+  if (flags.Has("model")) return Scaling(flags, options);
+  return Sweep(flags, options);
+}
+
+StatusOr<sim::SimOptions> Options(const Flags& flags) {
   sim::SimOptions options;
   LOOM_ASSIGN_OR_RETURN(int64_t chunk, flags.GetInt("chunk-bytes"));
   LOOM_ENFORCE(chunk >= 1 && chunk <= (int64_t{1} << 34), "--chunk-bytes ", chunk,
@@ -73,6 +141,10 @@ Status Simulate(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.post_us, flags.GetDouble("post-us", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
+  return options;
+}
+
+Status Sweep(const Flags& flags, const sim::SimOptions& options) {
   LOOM_ASSIGN_OR_RETURN(collective::Collective kind, collective::ParseCollective(flags.Get("op")));
   LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, ParseDtype(flags.Get("dtype")));
   LOOM_ASSIGN_OR_RETURN(int64_t root, flags.GetInt("root"));

@@ -10,6 +10,7 @@
 #include "sim/machine.h"
 #include "sim/simulate.h"
 #include "sim/trace.h"
+#include "sim/training.h"
 
 namespace loom::sim {
 namespace {
@@ -296,6 +297,116 @@ TEST(Sizes, ParseAndSweep) {
   EXPECT_EQ(sweep->back(), 1024u);
   EXPECT_FALSE(SizeSweep(8, 4, 2).ok());
   EXPECT_FALSE(SizeSweep(8, 64, 1).ok());
+}
+
+}  // namespace
+}  // namespace loom::sim
+
+namespace loom::sim {
+namespace {
+
+TEST(Models, BuiltinArchitecturesHaveTheirKnownParameterCounts) {
+  // torchvision's resnet50 and vgg16, and BERT-large with its pooler.
+  const std::pair<const char*, uint64_t> known[] = {
+      {"resnet50", 25'557'032}, {"vgg16", 138'357'544}, {"bert-large", 335'141'888}};
+  for (const auto& [name, params] : known) {
+    StatusOr<ModelSpec> m = BuiltinModel(name);
+    ASSERT_TRUE(m.ok()) << name;
+    EXPECT_EQ(m->parameters(), params) << name;
+    EXPECT_GT(m->samples_per_s, 0) << name;
+    EXPECT_FALSE(m->source.empty()) << name;
+  }
+  StatusOr<ModelSpec> resnet = BuiltinModel("resnet50");
+  EXPECT_EQ(resnet->gradients.size(), 161u);
+  // 4.09 G multiply-adds per 224 x 224 image.
+  EXPECT_NEAR(resnet->flops_per_sample(), 2 * 4.09e9, 0.03 * 2 * 4.09e9);
+  // Backward order: the classifier's gradients come first, the stem's last.
+  EXPECT_EQ(resnet->gradients.front().name, "fc.bias");
+  EXPECT_EQ(resnet->gradients.back().name, "conv1.weight");
+  EXPECT_FALSE(BuiltinModel("alexnet").ok());
+}
+
+StatusOr<ModelSpec> TwoGradients() {
+  return ParseModelJson(R"({"name": "two", "batch_per_device": 30, "samples_per_s": 1000,
+      "gradients": [{"name": "late", "elements": 1048576, "flops": 1},
+                    {"name": "early", "elements": 1048576, "flops": 1}]})");
+}
+
+TEST(Steps, OneDeviceIsItsComputeAndOverlapHidesTheFirstBucket) {
+  StatusOr<ModelSpec> model = TwoGradients();
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const double compute = 30.0 / 1000 * 1e6;  // 30 ms
+  StatusOr<Machine> one = MachineForScale("mesh4", 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  StatusOr<Simulator> single = Simulator::Create(std::move(one).value());
+  ASSERT_TRUE(single.ok());
+  StatusOr<StepResult> alone = SimulateStep(*single, *model, StepOptions{});
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_DOUBLE_EQ(alone->step_us, compute);
+  EXPECT_DOUBLE_EQ(alone->efficiency, 1);
+
+  const Simulator four = Make("mesh4", 1);
+  StatusOr<CollectiveResult> one_grad = four.Simulate(Collective::kAllReduce, "ring", 4 << 20);
+  StatusOr<CollectiveResult> both = four.Simulate(Collective::kAllReduce, "ring", 8 << 20);
+  ASSERT_TRUE(one_grad.ok() && both.ok());
+  // Fused (32 MB): one 8 MiB allreduce after backward ends, nothing hidden.
+  StepOptions fused;
+  fused.algorithm = "ring";
+  StatusOr<StepResult> f = SimulateStep(four, *model, fused);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->buckets, 1);
+  EXPECT_NEAR(f->step_us, compute + both->time_us, 1e-6);
+  // Unfused: the first gradient is ready halfway through backward (equal FLOPs), its allreduce
+  // hides behind the second half; only the second one shows.
+  StepOptions unfused = fused;
+  unfused.fusion_mb = 0;
+  StatusOr<StepResult> u = SimulateStep(four, *model, unfused);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->buckets, 2);
+  EXPECT_NEAR(u->step_us, compute + one_grad->time_us, 1e-6);
+  EXPECT_NEAR(u->comm_us, 2 * one_grad->time_us, 1e-6);
+  EXPECT_LT(u->step_us, f->step_us);
+  EXPECT_NEAR(u->samples_per_s, 4 * 30 / (u->step_us * 1e-6), 1e-6);
+}
+
+TEST(Steps, ModelFilesAreCheckedWithClearErrors) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"[]", "not a JSON object"},
+      {R"({"samples_per_s": 10, "gradients": [{"elements": 4}]})", "batch_per_device"},
+      {R"({"batch_per_device": 2, "gradients": [{"elements": 4}]})", "samples_per_s"},
+      {R"({"batch_per_device": 2, "samples_per_s": 1, "gradients": []})", "gradients"},
+      {R"({"batch_per_device": 2, "samples_per_s": 1, "gradients": [{"elements": 4},
+          {"elements": -1}]})",
+       "gradients[1]"},
+      {R"({"batch_per_device": 2, "samples_per_s": 1, "dtype": "int8",
+          "gradients": [{"elements": 4}]})",
+       "dtype"},
+  };
+  for (const auto& [text, says] : bad) {
+    StatusOr<ModelSpec> m = ParseModelJson(text);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+  }
+  EXPECT_FALSE(LoadModel("/nonexistent/model.json").ok());
+}
+
+TEST(Steps, ScalePointsTakeDevicesOrWholeNodes) {
+  StatusOr<Machine> four = MachineForScale("dgx1-v100", 4);
+  ASSERT_TRUE(four.ok()) << four.status().ToString();
+  EXPECT_EQ(four->size(), 4);
+  // The first four devices keep their links: 0-3 is a double NVLink.
+  const Route r = four->RouteOf(0, 3);
+  ASSERT_EQ(r.resources.size(), 1u);
+  EXPECT_DOUBLE_EQ(four->resources()[r.resources[0]].gbps, 50);
+  StatusOr<Machine> nodes = MachineForScale("4x8:dgx-a100:4x100Gb", 64);
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_EQ(nodes->nodes(), 8);
+  StatusOr<Machine> part = MachineForScale("4x8:dgx-a100:4x100Gb", 2);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(part->size(), 2);
+  StatusOr<Machine> ragged = MachineForScale("4x8:dgx-a100:4x100Gb", 12);
+  ASSERT_FALSE(ragged.ok());
+  EXPECT_NE(ragged.status().message().find("whole nodes"), std::string::npos);
 }
 
 }  // namespace

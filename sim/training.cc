@@ -1,0 +1,330 @@
+#include "sim/training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace loom::sim {
+
+uint64_t ModelSpec::parameters() const {
+  uint64_t n = 0;
+  for (const GradientSpec& g : gradients) n += g.elements;
+  return n;
+}
+
+double ModelSpec::flops_per_sample() const {
+  double f = 0;
+  for (const GradientSpec& g : gradients) f += g.flops;
+  return f;
+}
+
+namespace {
+
+// Layers are listed in forward order while building; the model keeps backward order.
+class Builder {
+ public:
+  // A weight of `elements` whose layer costs `flops` forward FLOPs per sample.
+  void Add(const std::string& name, uint64_t elements, double flops = 0) {
+    forward_.push_back(GradientSpec{name, elements, flops});
+  }
+  // conv k x k, cin -> cout, output h x w; optional bias.
+  void Conv(const std::string& name, int k, int cin, int cout, int h, int w, bool bias) {
+    const uint64_t weights = uint64_t(k) * k * cin * cout;
+    Add(name + ".weight", weights, 2.0 * weights * h * w);
+    if (bias) Add(name + ".bias", cout);
+  }
+  void Norm(const std::string& name, int c) {
+    Add(name + ".weight", c);
+    Add(name + ".bias", c);
+  }
+  void Linear(const std::string& name, int in, int out, double tokens = 1, bool bias = true) {
+    const uint64_t weights = uint64_t(in) * out;
+    Add(name + ".weight", weights, 2.0 * weights * tokens);
+    if (bias) Add(name + ".bias", out);
+  }
+  std::vector<GradientSpec> Backward() const {
+    return std::vector<GradientSpec>(forward_.rbegin(), forward_.rend());
+  }
+
+ private:
+  std::vector<GradientSpec> forward_;
+};
+
+// ResNet-50 v1.5 (torchvision's layout: the stride in each stage's first 3x3 convolution).
+std::vector<GradientSpec> ResNet50() {
+  Builder b;
+  b.Conv("conv1", 7, 3, 64, 112, 112, false);
+  b.Norm("bn1", 64);
+  int in = 64, size = 56;
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    const int planes = 64 << stage;
+    for (int i = 0; i < blocks[stage]; ++i) {
+      const std::string p = "layer" + std::to_string(stage + 1) + "." + std::to_string(i);
+      const int in_size = size;
+      const int out_size = (i == 0 && stage > 0) ? size / 2 : size;
+      b.Conv(p + ".conv1", 1, in, planes, in_size, in_size, false);
+      b.Norm(p + ".bn1", planes);
+      b.Conv(p + ".conv2", 3, planes, planes, out_size, out_size, false);
+      b.Norm(p + ".bn2", planes);
+      b.Conv(p + ".conv3", 1, planes, planes * 4, out_size, out_size, false);
+      b.Norm(p + ".bn3", planes * 4);
+      if (i == 0) {
+        b.Conv(p + ".downsample.0", 1, in, planes * 4, out_size, out_size, false);
+        b.Norm(p + ".downsample.1", planes * 4);
+      }
+      in = planes * 4;
+      size = out_size;
+    }
+  }
+  b.Linear("fc", 2048, 1000);
+  return b.Backward();
+}
+
+// VGG-16 (configuration D) with biases, 224 x 224 input.
+std::vector<GradientSpec> Vgg16() {
+  Builder b;
+  const int cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
+  int in = 3, size = 224, index = 0;
+  for (int c : cfg) {
+    if (c == 0) {
+      size /= 2;
+      ++index;
+      continue;
+    }
+    b.Conv("features." + std::to_string(index++), 3, in, c, size, size, true);
+    in = c;
+  }
+  b.Linear("classifier.0", 512 * 7 * 7, 4096);
+  b.Linear("classifier.3", 4096, 4096);
+  b.Linear("classifier.6", 4096, 1000);
+  return b.Backward();
+}
+
+// BERT-large (24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30522) with the pooler, at
+// sequence length 128 (pre-training phase 1): FLOPs count the matrix products per sequence.
+std::vector<GradientSpec> BertLarge() {
+  constexpr int kHidden = 1024, kFfn = 4096, kLayers = 24, kSeq = 128;
+  Builder b;
+  b.Add("embeddings.word", uint64_t{30522} * kHidden);
+  b.Add("embeddings.position", uint64_t{512} * kHidden);
+  b.Add("embeddings.token_type", uint64_t{2} * kHidden);
+  b.Norm("embeddings.norm", kHidden);
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "layer" + std::to_string(l);
+    for (const char* m : {".query", ".key", ".value", ".attention_output"})
+      b.Linear(p + m, kHidden, kHidden, kSeq);
+    b.Norm(p + ".attention_norm", kHidden);
+    b.Linear(p + ".intermediate", kHidden, kFfn, kSeq);
+    b.Linear(p + ".output", kFfn, kHidden, kSeq);
+    b.Norm(p + ".output_norm", kHidden);
+  }
+  b.Linear("pooler", kHidden, kHidden, 1);
+  return b.Backward();
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinModelNames() { return {"resnet50", "vgg16", "bert-large"}; }
+
+StatusOr<ModelSpec> BuiltinModel(const std::string& name) {
+  ModelSpec m;
+  m.name = name;
+  // Published: NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX-1 (V100 16 GB), one
+  // GPU, mixed precision, batch 256: 1200 img/s (8 GPUs: 8322 img/s, 6.93x).
+  constexpr double kResNetSamples = 1200, kResNetFlops = 2 * 4.1e9;
+  if (name == "resnet50") {
+    m.gradients = ResNet50();
+    m.batch_per_device = 256;
+    m.samples_per_s = kResNetSamples;
+    m.device = "V100 16GB, mixed precision";
+    m.source =
+        "NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX-1 16GB: 1 GPU 1200 img/s, "
+        "8 GPUs 8322 img/s (mixed precision)";
+  } else if (name == "vgg16" || name == "bert-large") {
+    m.gradients = name == "vgg16" ? Vgg16() : BertLarge();
+    m.batch_per_device = name == "vgg16" ? 64 : 32;
+    // Derived, not published: the FLOP rate ResNet-50's published throughput implies, applied to
+    // this model's FLOPs.
+    const double resnet_rate = kResNetSamples * [] {
+      ModelSpec r;
+      r.gradients = ResNet50();
+      return r.flops_per_sample();
+    }();
+    m.samples_per_s = resnet_rate / m.flops_per_sample();
+    m.device = "V100 16GB, mixed precision (derived)";
+    m.source =
+        "derived: the FLOP rate of ResNet-50's published V100 throughput (DeepLearningExamples) "
+        "applied to this model's forward FLOPs";
+    (void)kResNetFlops;
+  } else {
+    std::string known;
+    for (const std::string& n : BuiltinModelNames()) known += (known.empty() ? "" : ", ") + n;
+    return InvalidArgument("unknown model '", name, "' (built in: ", known,
+                           "; or a JSON file, docs/SIMULATOR.md)");
+  }
+  return m;
+}
+
+StatusOr<ModelSpec> ParseModelJson(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("model: not a JSON object");
+  ModelSpec m;
+  auto string_field = [&](const char* key, std::string* out) -> Status {
+    if (!j.contains(key)) return Status::OK();
+    if (!j[key].is_string()) return InvalidArgument("model: \"", key, "\" must be a string");
+    *out = j[key].get<std::string>();
+    return Status::OK();
+  };
+  LOOM_RETURN_IF_ERROR(string_field("name", &m.name));
+  LOOM_RETURN_IF_ERROR(string_field("source", &m.source));
+  LOOM_RETURN_IF_ERROR(string_field("device", &m.device));
+  if (!j.contains("batch_per_device") || !j["batch_per_device"].is_number_integer() ||
+      j["batch_per_device"].get<int64_t>() < 1 || j["batch_per_device"].get<int64_t>() > 1 << 24)
+    return InvalidArgument("model: \"batch_per_device\" must be an integer in 1..16777216");
+  m.batch_per_device = static_cast<int>(j["batch_per_device"].get<int64_t>());
+  if (!j.contains("samples_per_s") || !j["samples_per_s"].is_number() ||
+      !(j["samples_per_s"].get<double>() > 0) || !std::isfinite(j["samples_per_s"].get<double>()))
+    return InvalidArgument("model: \"samples_per_s\" must be a positive number");
+  m.samples_per_s = j["samples_per_s"].get<double>();
+  if (j.contains("dtype")) {
+    const std::string t = j["dtype"].is_string() ? j["dtype"].get<std::string>() : "";
+    if (t == "float32" || t == "fp32")
+      m.dtype = collective::DataType::kFloat32;
+    else if (t == "float16" || t == "fp16")
+      m.dtype = collective::DataType::kFloat16;
+    else if (t == "float64" || t == "fp64")
+      m.dtype = collective::DataType::kFloat64;
+    else
+      return InvalidArgument("model: \"dtype\" must be float32, float16 or float64");
+  }
+  if (!j.contains("gradients") || !j["gradients"].is_array() || j["gradients"].empty())
+    return InvalidArgument("model: \"gradients\" must be a non-empty array");
+  size_t i = 0;
+  for (const auto& g : j["gradients"]) {
+    GradientSpec spec;
+    if (!g.is_object() || !g.contains("elements") || !g["elements"].is_number_integer() ||
+        g["elements"].get<int64_t>() < 1)
+      return InvalidArgument("model: gradients[", i, "] needs \"elements\", a positive integer");
+    spec.elements = static_cast<uint64_t>(g["elements"].get<int64_t>());
+    spec.name = g.contains("name") && g["name"].is_string() ? g["name"].get<std::string>()
+                                                            : "g" + std::to_string(i);
+    if (g.contains("flops")) {
+      if (!g["flops"].is_number() || !(g["flops"].get<double>() >= 0))
+        return InvalidArgument("model: gradients[", i, "].flops must be a number >= 0");
+      spec.flops = g["flops"].get<double>();
+    }
+    m.gradients.push_back(spec);
+    ++i;
+  }
+  return m;
+}
+
+StatusOr<ModelSpec> LoadModel(const std::string& name_or_path) {
+  StatusOr<ModelSpec> builtin = BuiltinModel(name_or_path);
+  if (builtin.ok()) return builtin;
+  std::ifstream in(name_or_path);
+  if (!in) {
+    return InvalidArgument(builtin.status().message(), "; no file '", name_or_path, "' either");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  StatusOr<ModelSpec> m = ParseModelJson(text.str());
+  if (!m.ok()) return m.status().WithContext(name_or_path);
+  if (m->name.empty()) m->name = name_or_path;
+  return m;
+}
+
+StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& model,
+                                  const StepOptions& options) {
+  LOOM_ENFORCE(!model.gradients.empty() && model.samples_per_s > 0 && model.batch_per_device >= 1,
+               "model '", model.name, "' has no gradients or no throughput");
+  LOOM_ENFORCE(options.fusion_mb >= 0 && std::isfinite(options.fusion_mb), "fusion of ",
+               options.fusion_mb, " MB");
+  const int n = simulator.machine().size();
+  const size_t elem = collective::DataTypeSize(model.dtype);
+  StepResult out;
+  out.devices = n;
+  out.nodes = simulator.machine().nodes();
+  out.compute_us = model.batch_per_device / model.samples_per_s * 1e6;
+  const double forward_us = out.compute_us / 3, backward_us = out.compute_us - forward_us;
+  // When each gradient is ready: backward spread by FLOPs (by elements when none are given).
+  const double total_flops = model.flops_per_sample();
+  double total_weight = 0;
+  for (const GradientSpec& g : model.gradients)
+    total_weight += total_flops > 0 ? g.flops : double(g.elements);
+  // Buckets: consecutive gradients up to the limit together, one of the limit or more alone
+  // (transpiler/buckets.h).
+  const double limit = options.fusion_mb * 1e6;
+  struct Bucket {
+    uint64_t bytes = 0;
+    double ready_us = 0;
+  };
+  std::vector<Bucket> buckets;
+  double done = 0;
+  for (const GradientSpec& g : model.gradients) {
+    done += total_flops > 0 ? g.flops : double(g.elements);
+    const double ready = forward_us + backward_us * done / total_weight;
+    const uint64_t bytes = g.elements * elem;
+    if (buckets.empty() || limit <= 0 || buckets.back().bytes + bytes > limit || bytes >= limit) {
+      buckets.push_back(Bucket{});
+    }
+    buckets.back().bytes += bytes;
+    buckets.back().ready_us = ready;
+  }
+  out.buckets = static_cast<int>(buckets.size());
+  double comm_end = 0;
+  // A sweep from one device to many nodes keeps one algorithm name; within one node there is
+  // nothing to be hierarchical about.
+  const std::string algorithm =
+      options.algorithm == "hierarchical" && simulator.machine().nodes() == 1 ? "auto"
+                                                                              : options.algorithm;
+  std::map<uint64_t, CollectiveResult> cache;
+  std::map<std::string, int> used;
+  for (const Bucket& b : buckets) {
+    if (n == 1) break;
+    auto it = cache.find(b.bytes);
+    if (it == cache.end()) {
+      LOOM_ASSIGN_OR_RETURN(
+          CollectiveResult r,
+          simulator.Simulate(collective::Collective::kAllReduce, algorithm, b.bytes));
+      it = cache.emplace(b.bytes, std::move(r)).first;
+    }
+    ++used[it->second.algorithm];
+    out.comm_us += it->second.time_us;
+    comm_end = std::max(comm_end, b.ready_us) + it->second.time_us;
+  }
+  out.step_us = std::max(out.compute_us, comm_end);
+  out.exposed_us = out.step_us - out.compute_us;
+  out.samples_per_s = n * model.batch_per_device / (out.step_us * 1e-6);
+  out.efficiency = out.compute_us / out.step_us;
+  for (const auto& [name, count] : used) {
+    out.algorithms += (out.algorithms.empty() ? "" : " ") + name + "x" + std::to_string(count);
+  }
+  if (out.algorithms.empty()) out.algorithms = "-";
+  return out;
+}
+
+StatusOr<Machine> MachineForScale(const std::string& base, int devices) {
+  LOOM_ENFORCE(devices >= 1, "a scale of ", devices, " devices");
+  if (base.find(':') == std::string::npos) {
+    LOOM_ASSIGN_OR_RETURN(Machine m, Machine::Load(base));
+    return m.FirstDevices(devices);
+  }
+  LOOM_ASSIGN_OR_RETURN(ClusterSpec spec, ParseClusterSpec(base));
+  const size_t hash = spec.node.find('#');
+  const std::string node = spec.node.substr(0, hash);
+  LOOM_ASSIGN_OR_RETURN(Machine one, Machine::Load(node));
+  const int per = one.size();
+  if (devices <= per) return one.FirstDevices(devices);
+  if (devices % per != 0) {
+    return InvalidArgument(devices, " devices are not whole nodes of ", per, " (", node, ")");
+  }
+  spec.nodes = devices / per;
+  return Machine::Cluster(spec);
+}
+
+}  // namespace loom::sim

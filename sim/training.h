@@ -1,0 +1,77 @@
+// Training steps at scale: a model's gradients (sizes in the order backward produces them and
+// the compute between them), fused into buckets as Loom's transpiler fuses them, each bucket's
+// allreduce simulated on the machine (simulate.h) and overlapped with the rest of backward.
+//
+//   forward | backward: gradient g is ready when the backward compute up to it is done
+//           | buckets: one allreduce per bucket, issued when its last gradient is ready, run
+//           |          one after another (the communicator's calls run in issue order)
+//   step = forward + max(end of backward, end of the last allreduce)
+//
+// Compute comes from the model's single-device throughput (samples/s at its batch per device):
+// a third of the step forward, two thirds backward, backward spread over the gradients in
+// proportion to their layers' FLOPs. Communication does not slow compute (no contention for
+// memory or SMs is modelled). Efficiency = single-device step / step (weak scaling: the batch per
+// device stays fixed).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sim/simulate.h"
+
+namespace loom::sim {
+
+struct GradientSpec {
+  std::string name;
+  uint64_t elements = 0;
+  double flops = 0;  // forward FLOPs per sample of the layer it belongs to (for spreading)
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string source;  // where the throughput comes from
+  int batch_per_device = 1;
+  double samples_per_s = 0;  // one device, at batch_per_device
+  std::string device;        // the device that throughput was measured on
+  collective::DataType dtype = collective::DataType::kFloat32;  // gradients
+  std::vector<GradientSpec> gradients;  // in the order backward produces them
+  uint64_t parameters() const;
+  double flops_per_sample() const;  // forward
+};
+
+// "resnet50", "vgg16", "bert-large": gradient lists generated from the architectures.
+std::vector<std::string> BuiltinModelNames();
+StatusOr<ModelSpec> BuiltinModel(const std::string& name);
+// JSON: {"name", "source", "batch_per_device", "samples_per_s", "device", "dtype",
+// "gradients": [{"name", "elements", "flops"}, ...]} (gradients in backward order; flops
+// optional: absent everywhere, backward is spread by elements). Errors name the key and entry.
+StatusOr<ModelSpec> ParseModelJson(const std::string& text);
+// A built-in name or a JSON file.
+StatusOr<ModelSpec> LoadModel(const std::string& name_or_path);
+
+struct StepOptions {
+  double fusion_mb = 32;           // the transpiler's fuse_grad_size_mb (0: one call per gradient)
+  std::string algorithm = "auto";  // for every bucket ("hierarchical" on one node: auto)
+};
+
+struct StepResult {
+  int devices = 0, nodes = 0, buckets = 0;
+  double compute_us = 0;  // forward + backward, one device
+  double comm_us = 0;     // sum of the buckets' allreduce times
+  double exposed_us = 0;  // what communication adds to the step
+  double step_us = 0;
+  double samples_per_s = 0;  // all devices
+  double efficiency = 0;     // compute_us / step_us
+  std::string algorithms;    // the buckets' algorithms, counted ("auto:ring x4")
+};
+
+StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& model,
+                                  const StepOptions& options);
+
+// The machine of `devices` devices for a scaling sweep of `base` (a preset, file or cluster
+// spec): fewer devices than one node take the node's first ones; more take whole nodes of the
+// cluster's kind (devices must then be a multiple of the node's size).
+StatusOr<Machine> MachineForScale(const std::string& base, int devices);
+
+}  // namespace loom::sim
