@@ -65,10 +65,11 @@ class Engine {
   Engine(const Machine& machine, const Trace& trace, const EngineOptions& options)
       : machine_(machine), trace_(trace), options_(options) {
     const int n = trace.nranks();
-    for (const Resource& r : machine.resources()) bw_.push_back(r.gbps * 1e3 * options.efficiency);
+    for (const Resource& r : machine.resources())
+      bw_.push_back(r.gbps * r.efficiency * 1e3 * options.efficiency);
     reducer_base_ = static_cast<int>(bw_.size());
     if (options.reduce_gbps > 0) {
-      for (int r = 0; r < n; ++r) bw_.push_back(options.reduce_gbps * 1e3);
+      for (int d = 0; d < machine.size(); ++d) bw_.push_back(options.reduce_gbps * 1e3);
     }
     count_.assign(bw_.size(), 0);
     users_.resize(bw_.size());
@@ -180,22 +181,24 @@ class Engine {
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
-    const Route& route = RouteFor(src, dst);
+    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst));
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
-    f.cls = ClassFor(src, dst, route, reduce);
+    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1);
     flows_.push_back(f);
     events_.push(Event{std::max(s.time, v.time) + route.latency_us, 0,
                        static_cast<int>(flows_.size()) - 1, 0});
     return Status::OK();
   }
 
-  int ClassFor(int src, int dst, const Route& route, bool reduce) {
+  // Transfers between the same two trace ranks (same route, same reducer) form one class.
+  int ClassFor(int src, int dst, const Route& route, int reducer_device) {
+    const bool reduce = reducer_device >= 0;
     const uint64_t key = (uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + reduce;
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;
     Class c;
     c.resources = route.resources;
-    if (reduce) c.resources.push_back(reducer_base_ + dst);
+    if (reduce) c.resources.push_back(reducer_base_ + reducer_device);
     classes_.push_back(std::move(c));
     const int id = static_cast<int>(classes_.size()) - 1;
     for (int r : classes_[id].resources) users_[r].push_back(id);
@@ -332,8 +335,17 @@ class Engine {
 
 StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
                              const EngineOptions& options) {
-  LOOM_ENFORCE(trace.nranks() == machine.size(), "a trace of ", trace.nranks(),
-               " ranks on a machine of ", machine.size(), " devices");
+  if (trace.device.empty()) {
+    LOOM_ENFORCE(trace.nranks() == machine.size(), "a trace of ", trace.nranks(),
+                 " ranks on a machine of ", machine.size(), " devices");
+  } else {
+    LOOM_ENFORCE(trace.device.size() == trace.ranks.size(), "a trace of ", trace.nranks(),
+                 " ranks maps ", trace.device.size(), " of them to devices");
+    for (int d : trace.device) {
+      LOOM_ENFORCE(d >= 0 && d < machine.size(), "a trace rank on device ", d, " of ",
+                   machine.size());
+    }
+  }
   LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ", options.efficiency,
                " is outside (0, 1]");
   LOOM_ENFORCE(options.post_us >= 0 && options.reduce_gbps >= 0 && options.copy_gbps >= 0,

@@ -18,14 +18,20 @@ const std::vector<LinkClass>& LinkClasses() {
   static const std::vector<LinkClass> classes = {
       {"nvlink1", 20.0, 2.0, "Tesla P100 whitepaper: NVLink 1.0, 20 GB/s per link and direction"},
       {"nvlink2", 25.0, 2.0, "Tesla V100 whitepaper: NVLink 2.0, 25 GB/s per link and direction"},
-      {"nvlink3", 25.0, 2.0, "A100 whitepaper: NVLink 3.0, 12 links, 300 GB/s per direction"},
+      {"nvlink3", 25.0, 2.0, "A100 whitepaper: NVLink 3.0, 12 links, 300 GB/s per direction",
+       // NCCL all_reduce_perf on one p4d.24xlarge, 1 GB: 230.8 GB/s busbw (NVIDIA/nccl issue
+       // 527) where the simulated NCCL ring reaches the ports' 296.8.
+       0.778},
       {"nvlink4", 25.0, 2.0, "H100 whitepaper: NVLink 4.0, 18 links, 450 GB/s per direction"},
       {"pcie3", 15.75, 5.0, "PCIe 3.0 x16: 8 GT/s x 16 lanes, 128b/130b"},
       {"pcie4", 31.5, 5.0, "PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b"},
       {"pcie5", 63.0, 5.0, "PCIe 5.0 x16: 32 GT/s x 16 lanes, 128b/130b"},
       {"eth10", 1.25, 25.0, "10 Gb Ethernet (TCP)"},
       {"eth25", 3.125, 20.0, "25 Gb Ethernet (TCP)"},
-      {"eth100", 12.5, 10.0, "100 Gb Ethernet / EFA (RDMA-capable)"},
+      {"eth100", 12.5, 10.0, "100 Gb Ethernet / EFA (RDMA-capable)",
+       // NCCL all_reduce_perf on 3 x p4dn.24xlarge (4 x 100 Gb EFA each), 1 GB: 31.8 GB/s busbw
+       // (NVIDIA/nccl issue 527) where the simulated NCCL ring reaches the NICs' 49.95.
+       0.637},
       {"eth200", 25.0, 8.0, "200 Gb Ethernet"},
       {"eth400", 50.0, 8.0, "400 Gb Ethernet"},
       {"ib-edr", 12.5, 2.0, "InfiniBand EDR, 100 Gb/s"},
@@ -150,12 +156,13 @@ std::vector<std::string> Machine::MachinePresetNames() {
   return names;
 }
 
-int Machine::AddResource(std::string name, double gbps) {
-  resources_.push_back(Resource{std::move(name), gbps});
+int Machine::AddResource(std::string name, double gbps, double efficiency) {
+  resources_.push_back(Resource{std::move(name), gbps, efficiency});
   return static_cast<int>(resources_.size()) - 1;
 }
 
-Machine Machine::NvSwitch(const std::string& name, int gpus, double gbps, double latency_us) {
+Machine Machine::NvSwitch(const std::string& name, int gpus, double gbps, double latency_us,
+                          double efficiency) {
   Machine m;
   m.name_ = name;
   m.per_node_ = gpus;
@@ -165,8 +172,8 @@ Machine Machine::NvSwitch(const std::string& name, int gpus, double gbps, double
   m.pair_link_.assign(size_t(gpus) * gpus, -1);
   m.pair_latency_.assign(size_t(gpus) * gpus, latency_us);
   for (int d = 0; d < gpus; ++d) {
-    m.port_out_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-out"), gbps));
-    m.port_in_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-in"), gbps));
+    m.port_out_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-out"), gbps, efficiency));
+    m.port_in_.push_back(m.AddResource(StrCat("gpu", d, ".nvswitch-in"), gbps, efficiency));
   }
   m.node_resources_ = static_cast<int>(m.resources_.size());
   return m;
@@ -215,7 +222,7 @@ StatusOr<Machine> Machine::Preset(const std::string& name) {
   for (const SwitchBox& box : kSwitchBoxes) {
     if (name == box.name) {
       LOOM_ASSIGN_OR_RETURN(LinkClass link, FindLinkClass(box.link));
-      return NvSwitch(name, box.gpus, link.gbps * box.links, link.latency_us);
+      return NvSwitch(name, box.gpus, link.gbps * box.links, link.latency_us, link.efficiency);
     }
   }
   if (name == "dgx1-v100") {
@@ -273,7 +280,7 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   m.resources_.clear();
   for (int k = 0; k < spec.nodes; ++k) {
     for (const Resource& r : node_resources) {
-      m.resources_.push_back(Resource{StrCat("node", k, ".", r.name), r.gbps});
+      m.resources_.push_back(Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency});
     }
   }
   m.nodes_ = spec.nodes;
@@ -281,13 +288,17 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   m.nic_latency_us_ = spec.nic.latency_us;
   for (int k = 0; k < spec.nodes; ++k) {
     for (int i = 0; i < spec.nics; ++i) {
-      m.nic_out_.push_back(m.AddResource(StrCat("node", k, ".nic", i, "-out"), spec.nic.gbps));
-      m.nic_in_.push_back(m.AddResource(StrCat("node", k, ".nic", i, "-in"), spec.nic.gbps));
+      m.nic_out_.push_back(
+          m.AddResource(StrCat("node", k, ".nic", i, "-out"), spec.nic.gbps, spec.nic.efficiency));
+      m.nic_in_.push_back(
+          m.AddResource(StrCat("node", k, ".nic", i, "-in"), spec.nic.gbps, spec.nic.efficiency));
     }
     if (spec.oversubscription > 1) {
       const double up = spec.nics * spec.nic.gbps / spec.oversubscription;
-      m.uplink_out_.push_back(m.AddResource(StrCat("node", k, ".uplink-out"), up));
-      m.uplink_in_.push_back(m.AddResource(StrCat("node", k, ".uplink-in"), up));
+      m.uplink_out_.push_back(
+          m.AddResource(StrCat("node", k, ".uplink-out"), up, spec.nic.efficiency));
+      m.uplink_in_.push_back(
+          m.AddResource(StrCat("node", k, ".uplink-in"), up, spec.nic.efficiency));
     }
   }
   m.name_ = StrCat(spec.nodes, "x", m.per_node_, ":", m.name_, ":", spec.nics, "x", spec.nic.name,
@@ -302,7 +313,8 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
                "): give a node count instead");
   Machine m;
   if (nvswitch_) {
-    m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1]);
+    m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1],
+                 resources_[port_out_[0]].efficiency);
   } else {
     const Topology& t = *node_topology_;
     nlohmann::json j;
@@ -349,7 +361,7 @@ Route Machine::RouteOf(int a, int b) const {
   }
   // Devices are spread over the node's NICs in order (GPUDirect RDMA: the NIC reads the
   // device's memory; the PCIe hop to the NIC is not the limit and is not modelled).
-  const int nic_a = la * nics_ / per_node_, nic_b = lb * nics_ / per_node_;
+  const int nic_a = nic_of(la), nic_b = nic_of(lb);
   Route r;
   r.latency_us = nic_latency_us_;
   r.resources.push_back(nic_out_[size_t(na) * nics_ + nic_a]);

@@ -24,6 +24,9 @@ struct LinkClass {
   double gbps = 0;        // GB/s per direction (bytes, not bits)
   double latency_us = 0;  // one-way, one message
   std::string source;
+  // The share of `gbps` a stream of bulk transfers reaches (protocol, packet and driver
+  // overheads); 1 where no published measurement calibrates it (docs/SIMULATOR.md).
+  double efficiency = 1;
 };
 const std::vector<LinkClass>& LinkClasses();
 StatusOr<LinkClass> FindLinkClass(const std::string& name);
@@ -32,6 +35,7 @@ StatusOr<LinkClass> FindLinkClass(const std::string& name);
 struct Resource {
   std::string name;
   double gbps = 0;
+  double efficiency = 1;  // of its link class
 };
 
 // What one transfer from a to b crosses.
@@ -63,7 +67,8 @@ class Machine {
   static std::vector<std::string> MachinePresetNames();
   static StatusOr<Machine> FromTopology(const collective::Topology& topology);
   // `gpus` devices, each one port of `gbps` per direction into one non-blocking switch.
-  static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us);
+  static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us,
+                          double efficiency = 1);
   static StatusOr<Machine> Cluster(const ClusterSpec& spec);
   // A preset or topology file name (Preset, else Topology::FromFile), or a cluster spec.
   static StatusOr<Machine> Load(const std::string& name_or_spec);
@@ -77,6 +82,9 @@ class Machine {
   // plan's ring and trees are built from.
   const collective::Topology& node_topology() const { return *node_topology_; }
   bool nvswitch() const { return nvswitch_; }
+  // NICs per node (0 for one machine) and the NIC a node-local device sends through.
+  int nics() const { return nics_; }
+  int nic_of(int local_device) const { return nics_ > 0 ? local_device * nics_ / per_node_ : 0; }
 
   // The machine of this one's first n devices (one node only; n = size() returns a copy).
   StatusOr<Machine> FirstDevices(int n) const;
@@ -87,7 +95,7 @@ class Machine {
 
  private:
   Machine() = default;
-  int AddResource(std::string name, double gbps);
+  int AddResource(std::string name, double gbps, double efficiency = 1);
   Route NodeRoute(int a, int b) const;  // within one node, local device ids
 
   std::string name_;

@@ -70,7 +70,8 @@ Algorithm LoomAlgorithm(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring", "tree", "multi_tree", "star", "hierarchical", "auto"};
+  return {"ring", "tree",      "multi_tree", "star", "hierarchical",
+          "auto", "nccl_ring", "nccl_tree",  "nccl"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -135,15 +136,125 @@ StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
   return out;
 }
 
+std::vector<int> Simulator::ChannelOrder(int c) const {
+  const std::vector<int>& ring = node_plan_->ring_order;
+  const int per = static_cast<int>(ring.size());
+  // Prefer a start whose ring predecessor (where the ring leaves the node) is on the same NIC.
+  int start = -1;
+  for (int p = 0; p < per && start < 0; ++p) {
+    if (machine_->nic_of(ring[p]) == c && machine_->nic_of(ring[(p + per - 1) % per]) == c)
+      start = p;
+  }
+  for (int p = 0; p < per && start < 0; ++p) {
+    if (machine_->nic_of(ring[p]) == c) start = p;
+  }
+  if (start < 0) start = c % per;
+  std::vector<int> order(per);
+  for (int i = 0; i < per; ++i) order[i] = ring[(start + i) % per];
+  return order;
+}
+
+namespace {
+
+// Splits `bytes` over `parts` in whole units (the last part takes what is left).
+std::vector<size_t> SplitBytes(size_t bytes, int parts, size_t unit) {
+  std::vector<size_t> out(parts, bytes / unit / parts * unit);
+  out.back() = bytes - out[0] * (parts - 1);
+  return out;
+}
+
+}  // namespace
+
+StatusOr<Trace> Simulator::NcclRing(Collective kind, size_t bytes, int root) const {
+  const Machine& m = *machine_;
+  const int n = m.size(), per = m.devices_per_node(), c_count = channels();
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  const bool split = kind == Collective::kAllGather || kind == Collective::kReduceScatter;
+  const std::vector<size_t> part = SplitBytes(bytes, c_count, split ? elem * n : elem);
+  std::vector<Trace> parts;
+  for (int c = 0; c < c_count; ++c) {
+    if (part[c] == 0) continue;
+    const std::vector<int> order = ChannelOrder(c);
+    CommPlan plan;
+    plan.topology = collective::Topology::Uniform(n, 1);
+    for (int k = 0; k < m.nodes(); ++k) {
+      for (int d : order) plan.ring_order.push_back(k * per + d);
+    }
+    CallSpec call;
+    call.kind = kind;
+    call.bytes = part[c];
+    call.root = root;
+    call.algorithm = Algorithm::kRing;
+    call.chunk_bytes = options_.chunk_bytes;
+    LOOM_ASSIGN_OR_RETURN(Trace t, Capture(plan, call));
+    parts.push_back(std::move(t));
+  }
+  return Stack(parts);
+}
+
+StatusOr<Trace> Simulator::NcclTree(Collective kind, size_t bytes) const {
+  const Machine& m = *machine_;
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "nccl_tree runs allreduce only, not ",
+               CollectiveName(kind));
+  const int n = m.size(), per = m.devices_per_node(), nodes = m.nodes(), c_count = channels();
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  const std::vector<size_t> part = SplitBytes(bytes, 2 * c_count, elem);
+  std::vector<Trace> parts;
+  for (int c = 0; c < c_count; ++c) {
+    const std::vector<int> chain = ChannelOrder(c);
+    for (int mirrored = 0; mirrored < 2; ++mirrored) {
+      const size_t b = part[2 * c + mirrored];
+      if (b == 0) continue;
+      // Children of each device: binary-tree children heads (heap layout over the nodes, the
+      // mirror over the nodes reversed), then the next device of the node's chain.
+      std::vector<std::vector<int>> children(n);
+      auto node_at = [&](int i) { return mirrored ? nodes - 1 - i : i; };
+      for (int i = 0; i < nodes; ++i) {
+        const int head = node_at(i) * per + chain[0];
+        for (int ci : {2 * i + 1, 2 * i + 2}) {
+          if (ci < nodes) children[head].push_back(node_at(ci) * per + chain[0]);
+        }
+        for (int j = 0; j + 1 < per; ++j) {
+          children[node_at(i) * per + chain[j]].push_back(node_at(i) * per + chain[j + 1]);
+        }
+      }
+      Tree tree;
+      tree.root = node_at(0) * per + chain[0];
+      // Each device's edge to child i sits one level past its edge to its parent (plus i):
+      // every device has at most one partner per level, subtrees sit deeper than their edge.
+      std::vector<std::pair<int, int>> stack{{tree.root, -1}};
+      while (!stack.empty()) {
+        const auto [v, level] = stack.back();
+        stack.pop_back();
+        for (size_t i = 0; i < children[v].size(); ++i) {
+          const int l = level + 1 + static_cast<int>(i);
+          if (static_cast<int>(tree.levels.size()) <= l) tree.levels.resize(l + 1);
+          tree.levels[l].push_back({v, children[v][i]});
+          stack.push_back({children[v][i], l});
+        }
+      }
+      CallSpec call;
+      call.kind = kind;
+      call.bytes = b;
+      call.algorithm = Algorithm::kTree;
+      call.chunk_bytes = options_.chunk_bytes;
+      LOOM_ASSIGN_OR_RETURN(Trace t, CaptureTreeAllReduce(*plan_, tree, call));
+      parts.push_back(std::move(t));
+    }
+  }
+  return Stack(parts);
+}
+
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
                                    int root) const {
   const int n = machine_->size();
   if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
+  if (algorithm == "nccl_ring") return NcclRing(kind, bytes, root);
+  if (algorithm == "nccl_tree") return NcclTree(kind, bytes);
   const Algorithm a = LoomAlgorithm(algorithm);
   if (a == Algorithm::kAuto) {
     std::string known;
-    for (const std::string& name : SimAlgorithmNames())
-      if (name != "auto") known += (known.empty() ? "" : ", ") + name;
+    for (const std::string& name : SimAlgorithmNames()) known += (known.empty() ? "" : ", ") + name;
     return InvalidArgument("unknown algorithm '", algorithm, "' (one of: ", known, ")");
   }
   if (a == Algorithm::kStar && n > kMaxStarRanks) {
@@ -166,11 +277,20 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
 StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::string& algorithm,
                                                size_t bytes, int root) const {
   const int n = machine_->size();
+  if (algorithm == "nccl") {
+    StatusOr<CollectiveResult> ring = Simulate(kind, "nccl_ring", bytes, root);
+    if (!ring.ok() || kind != Collective::kAllReduce) return ring;
+    StatusOr<CollectiveResult> tree = Simulate(kind, "nccl_tree", bytes, root);
+    if (!tree.ok()) return tree;
+    StatusOr<CollectiveResult> best = tree->time_us < ring->time_us ? tree : ring;
+    best->algorithm = "nccl:" + best->algorithm.substr(5);
+    return best;
+  }
   if (algorithm == "auto") {
     StatusOr<CollectiveResult> best =
         InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
-      if (name == "auto") continue;
+      if (name == "auto" || name.rfind("nccl", 0) == 0) continue;
       if (name == "star" && n > 64) continue;
       if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
       if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))

@@ -4,7 +4,15 @@
 // Algorithms: Loom's schedules ring, tree, multi_tree and star (captured from the library's own
 // code, trace.h), "hierarchical" (a node-local tree reduce to each node's first device, a ring
 // allreduce among those devices, a node-local tree broadcast: Loom's HierarchicalAllReduce), and
-// "auto": every applicable one simulated, the fastest reported.
+// "auto": every applicable one simulated, the fastest reported. NCCL's schedules, as Loom's
+// GPU transport runs them natively, for comparison with NCCL's published figures:
+//   nccl_ring  one ring per channel, a channel per NIC (one on a single machine), each ring
+//              entering and leaving every node through its channel's NIC, the buffer split
+//              over the channels, channels running side by side
+//   nccl_tree  allreduce: per channel two complementary binary trees over the nodes (each node
+//              interior in one, a leaf in the other) carrying half the buffer each, every node
+//              a chain of its devices below its tree position (NCCL's double binary tree)
+//   nccl       the faster of the two (NCCL's tuner picks per size)
 //
 // Plans: a single machine gets CommPlan::Create over its link matrix (exactly the communicator's
 // plan). A cluster's plan follows the nodes: the ring visits each node's devices in the node's
@@ -64,6 +72,11 @@ class Simulator {
  private:
   Simulator() = default;
   StatusOr<Trace> Hierarchical(collective::Collective kind, size_t bytes) const;
+  StatusOr<Trace> NcclRing(collective::Collective kind, size_t bytes, int root) const;
+  StatusOr<Trace> NcclTree(collective::Collective kind, size_t bytes) const;
+  // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
+  std::vector<int> ChannelOrder(int c) const;
+  int channels() const { return std::max(1, machine_->nics()); }
 
   std::shared_ptr<const Machine> machine_;
   std::shared_ptr<const collective::CommPlan> plan_;

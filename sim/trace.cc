@@ -1,6 +1,7 @@
 #include "sim/trace.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 
 #include "collective/algorithms/algorithms.h"
@@ -109,7 +110,13 @@ class RecordingTransport : public collective::Transport {
 
 }  // namespace
 
-StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) {
+namespace {
+
+using Runner =
+    std::function<Status(collective::internal::Schedule&, const collective::internal::CallArgs&)>;
+
+StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& call,
+                            const Runner& run) {
   const int n = plan.topology.size();
   const size_t elem = collective::DataTypeSize(call.dtype);
   LOOM_ENFORCE(n >= 1, "the plan has no ranks");
@@ -145,15 +152,7 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
     {
       collective::internal::Schedule s(&transport, &plan, &options, uint64_t{1} << 8,
                                        Deadline::max());
-      switch (call.algorithm) {
-        case Algorithm::kRing: status = collective::internal::RunRing(s, a); break;
-        case Algorithm::kTree: status = collective::internal::RunTree(s, a); break;
-        case Algorithm::kMultiTree: status = collective::internal::RunMultiTree(s, a); break;
-        case Algorithm::kStar: status = collective::internal::RunStar(s, a); break;
-        default:
-          status = InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
-                                   "multi_tree, star), not '", AlgorithmName(call.algorithm), "'");
-      }
+      status = run(s, a);
     }
     LOOM_RETURN_IF_ERROR(status);
     for (const TraceOp& op : trace.ranks[r]) {
@@ -162,6 +161,56 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
     }
   }
   return trace;
+}
+
+}  // namespace
+
+StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) {
+  return CaptureWith(
+      plan, call,
+      [&](collective::internal::Schedule& s, const collective::internal::CallArgs& a) -> Status {
+        switch (call.algorithm) {
+          case Algorithm::kRing: return collective::internal::RunRing(s, a);
+          case Algorithm::kTree: return collective::internal::RunTree(s, a);
+          case Algorithm::kMultiTree: return collective::internal::RunMultiTree(s, a);
+          case Algorithm::kStar: return collective::internal::RunStar(s, a);
+          default:
+            return InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
+                                   "multi_tree, star), not '", AlgorithmName(call.algorithm), "'");
+        }
+      });
+}
+
+StatusOr<Trace> CaptureTreeAllReduce(const collective::CommPlan& plan, const collective::Tree& tree,
+                                     const CallSpec& call) {
+  LOOM_ENFORCE(call.kind == Collective::kAllReduce, "a tree allreduce trace of a ",
+               CollectiveName(call.kind));
+  return CaptureWith(
+      plan, call, [&](collective::internal::Schedule& s, const collective::internal::CallArgs& a) {
+        return collective::internal::TreesAllReduce(
+            s, a, {collective::internal::TreeJob{&tree, collective::internal::Range{0, a.count}}});
+      });
+}
+
+StatusOr<Trace> Stack(const std::vector<Trace>& parts) {
+  LOOM_ENFORCE(!parts.empty(), "nothing to stack");
+  const int n = parts[0].nranks();
+  Trace out;
+  out.parts = 1;
+  for (const Trace& p : parts) {
+    LOOM_ENFORCE(p.nranks() == n, "stacking traces of ", n, " and ", p.nranks(), " ranks");
+    const int base = out.nranks();
+    for (int r = 0; r < n; ++r) {
+      out.ranks.push_back(p.ranks[r]);
+      for (TraceOp& op : out.ranks.back()) {
+        if (op.kind <= TraceOp::kRecvReduce) op.peer += base;
+      }
+      out.handles.push_back(p.handles[r]);
+      out.device.push_back(p.device_of(r));
+    }
+    out.parts = std::max(out.parts, p.parts);
+  }
+  return out;
 }
 
 Status Append(Trace& into, const Trace& part, const std::vector<int>& members) {

@@ -35,7 +35,11 @@ struct Trace {
   std::vector<std::vector<TraceOp>> ranks;
   std::vector<int> handles;  // per rank: handles created so far
   int parts = 0;             // calls appended so far (Append keeps their tags apart)
+  // The machine device each trace rank runs on; empty: trace rank r on device r. Several trace
+  // ranks on one device are independent streams sharing its links (NCCL's channels).
+  std::vector<int> device;
   int nranks() const { return static_cast<int>(ranks.size()); }
+  int device_of(int rank) const { return device.empty() ? rank : device[rank]; }
   size_t ops() const;
   size_t posts() const;
 };
@@ -54,6 +58,15 @@ struct CallSpec {
 
 // Runs the schedule of `call` for every rank of `plan` over a recording transport.
 StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call);
+
+// The allreduce of Loom's tree engine over one tree (any shape whose every rank has at most one
+// partner per level), for every rank of `plan`.
+StatusOr<Trace> CaptureTreeAllReduce(const collective::CommPlan& plan, const collective::Tree& tree,
+                                     const CallSpec& call);
+
+// Runs `parts` side by side as independent streams: rank r of every part runs on device r (the
+// parts' own device maps are composed). Parts must have the same number of ranks.
+StatusOr<Trace> Stack(const std::vector<Trace>& parts);
 
 // Appends `part` (a trace over a group of part.nranks() ranks) to `into`: group rank g is global
 // rank members[g]; handles are renumbered after the ones `into` already holds and tags are moved

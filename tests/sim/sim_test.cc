@@ -161,8 +161,12 @@ TEST(Engine, LargeRingOnNvSwitchReachesThePortBandwidth) {
   const Simulator sim = Make("dgx-a100", 1);
   StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", size_t{1} << 30);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_GT(r->busbw_gbps, 0.95 * 300);
-  EXPECT_LE(r->busbw_gbps, 300 * (1 + 1e-9));
+  // A100 ports: 12 NVLink 3.0 links x 25 GB/s, at the class's calibrated efficiency.
+  StatusOr<LinkClass> nvlink3 = FindLinkClass("nvlink3");
+  ASSERT_TRUE(nvlink3.ok());
+  const double port = 300 * nvlink3->efficiency;
+  EXPECT_GT(r->busbw_gbps, 0.95 * port);
+  EXPECT_LE(r->busbw_gbps, port * (1 + 1e-9));
   EXPECT_NE(r->bottleneck.find("nvswitch"), std::string::npos);
   EXPECT_GT(r->bottleneck_utilization, 0.9);
 }
@@ -226,8 +230,9 @@ TEST(Cluster, HierarchicalCrossesEachNodesNicOncePerDirection) {
   StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", 64 << 20);
   ASSERT_TRUE(h.ok() && r.ok()) << h.status().ToString() << r.status().ToString();
   EXPECT_NE(h->bottleneck.find("nic"), std::string::npos);
-  // The leaders' ring moves 2 (4-1)/4 of the buffer through each NIC at 12.5 GB/s.
-  const double nic_bound = 2 * 0.75 * (64 << 20) / 12.5e3;
+  // The leaders' ring moves 2 (4-1)/4 of the buffer through each NIC at 12.5 GB/s (a bare rate
+  // takes the eth100 class's efficiency).
+  const double nic_bound = 2 * 0.75 * (64 << 20) / (12.5e3 * FindLinkClass("eth100")->efficiency);
   EXPECT_GT(h->time_us, nic_bound);
   EXPECT_LT(h->time_us, 1.3 * nic_bound);
 }
@@ -407,6 +412,77 @@ TEST(Steps, ScalePointsTakeDevicesOrWholeNodes) {
   StatusOr<Machine> ragged = MachineForScale("4x8:dgx-a100:4x100Gb", 12);
   ASSERT_FALSE(ragged.ok());
   EXPECT_NE(ragged.status().message().find("whole nodes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::sim
+
+namespace loom::sim {
+namespace {
+
+// Published NCCL all_reduce_perf figures the simulated NCCL schedules must meet. Two link-class
+// efficiencies were set from two of these points (nvlink3 from one p4d.24xlarge, eth100 from
+// three p4dn nodes: machine.cc); every other point is a prediction.
+TEST(Published, P4dnAllReduceOneGigabyteOneToFourNodes) {
+  // NVIDIA/nccl issue 527: 1 GB busbw on 1-4 x p4dn.24xlarge (8 A100 + 4 x 100 Gb EFA).
+  const std::pair<int, double> published[] = {{1, 230.8}, {2, 57.2}, {3, 31.8}, {4, 29.6}};
+  for (const auto& [nodes, busbw] : published) {
+    const Simulator sim = Make(std::to_string(nodes) + "x8:p4d.24xlarge:4x100Gb", 1);
+    StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "nccl", 1 << 30);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NEAR(r->busbw_gbps, busbw, 0.15 * busbw) << nodes << " nodes: " << r->algorithm;
+  }
+}
+
+TEST(Published, NdA100v4AllReduceLargeSizes) {
+  // Azure/AI-benchmarking-guide, ND A100 v4 (8 A100 SXM, NVSwitch), NCCL 2.18: busbw at 256 MB,
+  // 1 GB and 8 GB within 10 %. (1 MB and 32 MB are not met: docs/SIMULATOR.md.)
+  const Simulator sim = Make("nd-a100-v4", 1);
+  const std::pair<size_t, double> published[] = {
+      {size_t{256} << 20, 213.9}, {size_t{1} << 30, 228.1}, {size_t{8} << 30, 231.6}};
+  for (const auto& [bytes, busbw] : published) {
+    StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "nccl", bytes);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NEAR(r->busbw_gbps, busbw, 0.10 * busbw) << bytes;
+  }
+}
+
+TEST(Published, P3SingleTreeWinsSmallMultiTreeWinsLarge) {
+  // MXNet's topology-aware allreduce on p3.16xlarge: one tree for small arrays, one tree per
+  // GPU for large ones, switching between 1M and 10M floats. With a GPU-like cost per message
+  // (a copy and a kernel launch, 20 us here) the simulated schedules switch in that range; with
+  // Loom's 1 us CPU posting cost the multi-tree wins at every size instead.
+  const Simulator sim = Make("p3.16xlarge", 20);
+  StatusOr<CollectiveResult> t1 = sim.Simulate(Collective::kAllReduce, "tree", 4 << 18);
+  StatusOr<CollectiveResult> m1 = sim.Simulate(Collective::kAllReduce, "multi_tree", 4 << 18);
+  StatusOr<CollectiveResult> t10 = sim.Simulate(Collective::kAllReduce, "tree", 40 << 20);
+  StatusOr<CollectiveResult> m10 = sim.Simulate(Collective::kAllReduce, "multi_tree", 40 << 20);
+  ASSERT_TRUE(t1.ok() && m1.ok() && t10.ok() && m10.ok());
+  EXPECT_LT(t1->time_us, m1->time_us);    // 256K floats: the single tree
+  EXPECT_LT(m10->time_us, t10->time_us);  // 10M floats: the multi-tree
+}
+
+TEST(Nccl, ChannelsUseEveryNicAndTreesHalveTheCrossNodeTraffic) {
+  // One Loom ring crosses each node boundary on one NIC; NCCL's rings, one per NIC, use all
+  // four (3 nodes: the ring is NIC-bound either way).
+  const Simulator sim = Make("3x8:p4d.24xlarge:4x100Gb", 1);
+  StatusOr<CollectiveResult> loom = sim.Simulate(Collective::kAllReduce, "ring", 256 << 20);
+  StatusOr<CollectiveResult> nccl = sim.Simulate(Collective::kAllReduce, "nccl_ring", 256 << 20);
+  ASSERT_TRUE(loom.ok() && nccl.ok());
+  EXPECT_GT(loom->time_us / nccl->time_us, 3.5);
+  EXPECT_LT(loom->time_us / nccl->time_us, 4.5);
+  // Every rank of a channel ring still sends 2 (n-1)/n of its channel's share.
+  StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "nccl_ring", 24 << 20);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->nranks(), 4 * 24);
+  EXPECT_EQ(t->device_of(24 + 5), 5);
+  // The double binary tree on 2 nodes: a node sends each of its halves across once (S per
+  // direction) where a ring of 16 sends 2 x 15/16 S: the tree wins there.
+  const Simulator two = Make("2x8:p4d.24xlarge:4x100Gb", 1);
+  StatusOr<CollectiveResult> tree = two.Simulate(Collective::kAllReduce, "nccl_tree", 1 << 30);
+  StatusOr<CollectiveResult> ring = two.Simulate(Collective::kAllReduce, "nccl_ring", 1 << 30);
+  ASSERT_TRUE(tree.ok() && ring.ok());
+  EXPECT_LT(tree->time_us, ring->time_us);
 }
 
 }  // namespace
