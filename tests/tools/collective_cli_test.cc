@@ -208,7 +208,18 @@ TEST(LoomSimulate, TablesAndErrors) {
       "--sizes 1M:1M");
   ASSERT_EQ(broadcast.code, 0) << broadcast.err;
 
+  Result steps = Loom("simulate --topology mesh4 --model resnet50 --scale 1,4 --algo ring");
+  ASSERT_EQ(steps.code, 0) << steps.err;
+  EXPECT_NE(steps.out.find("25.6M parameters in 161 gradients"), std::string::npos) << steps.out;
+  EXPECT_TRUE(std::regex_search(steps.out, std::regex(R"(\n\s+1\s+1\s+\d+.*100\.0%)")))
+      << steps.out;
+  EXPECT_TRUE(std::regex_search(steps.out, std::regex(R"(\n\s+4\s+1\s+\d+.*ringx)"))) << steps.out;
+
   const std::pair<const char*, const char*> bad[] = {
+      {"simulate --topology mesh4 --model alexnet", "alexnet"},
+      {"simulate --topology mesh4 --model resnet50 --scale 0", "--scale entry '0'"},
+      {"simulate --topology mesh4 --model resnet50 --algo ring,tree", "one --algo"},
+      {"simulate --cluster 2x8:dgx-a100:1x100Gb --model resnet50 --scale 12", "whole nodes"},
       {"simulate", "--topology"},
       {"simulate --topology mesh4 --cluster 2x8:dgx-a100:1x100Gb", "one of"},
       {"simulate --topology nosuchbox", "nosuchbox"},
