@@ -222,6 +222,7 @@ PYBIND11_MODULE(core, m) {
   RegisterDistributed(m);
   RegisterKVStore(m);
   RegisterPyFunc(m);
+  RegisterSim(m);
 
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)

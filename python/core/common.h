@@ -33,6 +33,7 @@ void RegisterParallel(py::module_& m);
 void RegisterDistributed(py::module_& m);
 void RegisterPyFunc(py::module_& m);
 void RegisterKVStore(py::module_& m);
+void RegisterSim(py::module_& m);
 
 // Throws FailedPrecondition (naming `what`) when place is a CUDA place this process cannot use:
 // no CUDA in the build, or no such device.

@@ -1,0 +1,94 @@
+"""loom.sim: the simulator from Python agrees with its closed forms and the CLI's model, raises
+clear errors, and draws its plots."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import loom.sim as sim
+
+
+def test_ring_on_dedicated_links_matches_the_closed_form():
+    rows = sim.collectives("mesh4", [4 << 20], algorithm="ring", post_us=0)
+    assert len(rows) == 1
+    r = rows[0]
+    step = 2.0 + (1 << 20) / 50e3  # latency + a quarter of the buffer over 50 GB/s
+    assert r["time_us"] == pytest.approx(6 * step, rel=1e-9)
+    assert r["busbw_gbps"] == pytest.approx(1.5 * r["algbw_gbps"])
+    assert r["bottleneck"].startswith("nvlink")
+    assert r["transfers"] == 24
+
+
+def test_auto_is_no_slower_than_any_loom_algorithm():
+    sizes = sim.sweep(1 << 10, 1 << 26, 16)
+    best = sim.collectives("p3.16xlarge", sizes, algorithm="auto")
+    for algo in ("ring", "tree", "multi_tree", "star"):
+        rows = sim.collectives("p3.16xlarge", sizes, algorithm=algo)
+        for b, r in zip(best, rows):
+            assert b["time_us"] <= r["time_us"] * (1 + 1e-12), (algo, r["bytes"])
+    assert all(b["algorithm"].startswith("auto:") for b in best)
+
+
+def test_scaling_rows_and_weak_scaling():
+    rows = sim.scaling("4x8:dgx-a100:4x100Gb", "resnet50", [1, 8, 32])
+    assert [r["devices"] for r in rows] == [1, 8, 32]
+    assert [r["nodes"] for r in rows] == [1, 1, 4]
+    assert rows[0]["efficiency"] == pytest.approx(1.0)
+    assert rows[0]["samples_per_s"] == pytest.approx(1200.0)
+    for r in rows[1:]:
+        assert 0 < r["efficiency"] <= 1
+        assert r["step_us"] >= r["compute_us"]
+        assert r["samples_per_s"] == pytest.approx(r["devices"] * 256 / (r["step_us"] * 1e-6))
+
+
+def test_model_file(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text('{"name": "tiny", "batch_per_device": 10, "samples_per_s": 1000, '
+                    '"gradients": [{"elements": 262144}, {"elements": 262144}]}')
+    rows = sim.scaling("mesh4", str(path), [1, 4], algorithm="ring")
+    assert rows[0]["step_us"] == pytest.approx(10000.0)
+    assert rows[1]["buckets"] == 1
+
+
+def test_errors_name_what_is_wrong():
+    with pytest.raises(ValueError, match="nosuchbox"):
+        sim.collectives("nosuchbox", [1024])
+    with pytest.raises(ValueError, match="butterfly"):
+        sim.collectives("mesh4", [1024], algorithm="butterfly")
+    with pytest.raises(ValueError, match="efficiency"):
+        sim.collectives("mesh4", [1024], efficiency=0)
+    with pytest.raises(ValueError, match="alexnet"):
+        sim.scaling("mesh4", "alexnet", [1])
+    with pytest.raises(ValueError, match="whole nodes"):
+        sim.scaling("2x8:dgx-a100:1x100Gb", "resnet50", [12])
+    with pytest.raises(ValueError):
+        sim.sweep(8, 4)
+
+
+def test_plots_are_pngs(tmp_path):
+    rows = sim.collectives("dgx-a100", sim.sweep(1 << 16, 1 << 24, 16), algorithm="nccl")
+    out = tmp_path / "busbw.png"
+    sim.plot_busbw({"nccl": rows}, str(out), title="dgx-a100")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    steps = sim.scaling("2x8:dgx-a100:4x100Gb", "resnet50", [1, 8, 16])
+    out2 = tmp_path / "scaling.png"
+    sim.plot_scaling({"resnet50": steps}, str(out2))
+    assert out2.stat().st_size > 1000
+    assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
+
+
+def test_module_entry_point(tmp_path):
+    env = dict(os.environ)
+    out = tmp_path / "m.png"
+    ok = subprocess.run([sys.executable, "-m", "loom.sim", "busbw", "mesh4", "ring,tree", str(out),
+                         "1024", "1048576"], env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert out.exists()
+    bad = subprocess.run([sys.executable, "-m", "loom.sim", "busbw", "nosuchbox", "ring",
+                          str(tmp_path / "x.png")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 1 and "nosuchbox" in bad.stderr
+    usage = subprocess.run([sys.executable, "-m", "loom.sim"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert usage.returncode == 2 and "usage" in usage.stderr
