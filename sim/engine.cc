@@ -75,7 +75,7 @@ class Engine {
     users_.resize(bw_.size());
     carried_.assign(bw_.size(), 0);
     pc_.assign(n, 0);
-    clock_.assign(n, 0);
+    clock_.assign(n, options.call_us);
     blocked_.assign(n, -1);
     done_.resize(n);
     for (int r = 0; r < n; ++r) done_[r].assign(trace.handles[r], -1);
@@ -181,7 +181,7 @@ class Engine {
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
-    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst));
+    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1);
     flows_.push_back(f);
@@ -206,10 +206,10 @@ class Engine {
     return id;
   }
 
-  const Route& RouteFor(int a, int b) {
-    const uint64_t key = uint64_t(uint32_t(a)) << 32 | uint32_t(b);
+  const Route& RouteFor(int a, int b, bool reduce) {
+    const uint64_t key = (uint64_t(uint32_t(a)) << 32 | uint32_t(b)) * 2 + reduce;
     auto it = routes_.find(key);
-    if (it == routes_.end()) it = routes_.emplace(key, machine_.RouteOf(a, b)).first;
+    if (it == routes_.end()) it = routes_.emplace(key, machine_.RouteOf(a, b, reduce)).first;
     return it->second;
   }
 
@@ -348,7 +348,8 @@ StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
   }
   LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ", options.efficiency,
                " is outside (0, 1]");
-  LOOM_ENFORCE(options.post_us >= 0 && options.reduce_gbps >= 0 && options.copy_gbps >= 0,
+  LOOM_ENFORCE(options.post_us >= 0 && options.reduce_gbps >= 0 && options.copy_gbps >= 0 &&
+                   options.call_us >= 0,
                "negative engine costs");
   Engine engine(machine, trace, options);
   return engine.Go();

@@ -30,6 +30,7 @@
 namespace loom::sim {
 
 struct EngineOptions {
+  double call_us = 0;       // per call, before a rank's first op (the communicator's hand-off)
   double post_us = 1.0;     // per posted message, on the posting rank's clock
   double reduce_gbps = 0;   // per rank; 0: reductions cost nothing
   double copy_gbps = 0;     // per rank, local copies; 0: free

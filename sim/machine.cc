@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -241,7 +242,56 @@ StatusOr<Machine> Machine::Preset(const std::string& name) {
   return FromTopology(*t);
 }
 
+StatusOr<Machine> Machine::Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
+                               double latency_us) {
+  LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && copy_gbps > 0 &&
+                   reduce_gbps > 0 && latency_us >= 0 && std::isfinite(copy_gbps) &&
+                   std::isfinite(reduce_gbps) && std::isfinite(latency_us),
+               "host of ", ranks, " ranks, ", cores, " cores, copy ", copy_gbps, " GB/s, reduce ",
+               reduce_gbps, " GB/s, latency ", latency_us, " us: every value must be positive");
+  Machine m;
+  m.name_ = StrCat("host:", ranks, ":cores=", cores, ":copy=", copy_gbps, ":reduce=", reduce_gbps,
+                   ":latency=", latency_us);
+  m.per_node_ = ranks;
+  m.node_topology_ = std::make_shared<Topology>(Topology::Uniform(ranks, 1));
+  m.pair_link_.assign(size_t(ranks) * ranks, -1);
+  m.pair_latency_.assign(size_t(ranks) * ranks, latency_us);
+  for (int r = 0; r < ranks; ++r) {
+    // A transfer is copied by the receiving rank's thread; port_out_ is unused on hosts.
+    m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".copy"), copy_gbps));
+    m.host_reduce_.push_back(m.AddResource(StrCat("rank", r, ".reduce"), reduce_gbps));
+    m.port_out_.push_back(-1);
+  }
+  m.host_cores_ = m.AddResource("host.cores", cores * std::max(copy_gbps, reduce_gbps));
+  m.node_resources_ = static_cast<int>(m.resources_.size());
+  return m;
+}
+
+StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
+  const std::vector<std::string> parts = Split(spec, ':');
+  auto bad = [&] {
+    return InvalidArgument("host '", spec,
+                           "' is not host:N:cores=C:copy=GBPS:reduce=GBPS:latency=US");
+  };
+  if (parts.size() != 6 || parts[0] != "host") return bad();
+  char* end = nullptr;
+  const long ranks = std::strtol(parts[1].c_str(), &end, 10);
+  if (*end != '\0' || ranks < 1) return bad();
+  double values[4];
+  const char* keys[] = {"cores=", "copy=", "reduce=", "latency="};
+  for (int i = 0; i < 4; ++i) {
+    if (parts[i + 2].rfind(keys[i], 0) != 0) return bad();
+    const char* text = parts[i + 2].c_str() + std::strlen(keys[i]);
+    values[i] = std::strtod(text, &end);
+    if (end == text || *end != '\0') return bad();
+  }
+  if (values[0] != std::floor(values[0])) return bad();
+  return Host(static_cast<int>(ranks), static_cast<int>(values[0]), values[1], values[2],
+              values[3]);
+}
+
 StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
+  if (name_or_spec.rfind("host:", 0) == 0) return ParseHost(name_or_spec);
   if (name_or_spec.find(':') != std::string::npos) {
     LOOM_ASSIGN_OR_RETURN(ClusterSpec spec, ParseClusterSpec(name_or_spec));
     return Cluster(spec);
@@ -311,6 +361,12 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   if (n == size()) return *this;
   LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
                "): give a node count instead");
+  if (host_cores_ >= 0) {
+    const double copy = resources_[port_in_[0]].gbps, reduce = resources_[host_reduce_[0]].gbps;
+    return Host(n,
+                static_cast<int>(std::lround(resources_[host_cores_].gbps / std::max(copy, reduce))),
+                copy, reduce, pair_latency_[1]);
+  }
   Machine m;
   if (nvswitch_) {
     m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1],
@@ -338,10 +394,14 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   return m;
 }
 
-Route Machine::NodeRoute(int a, int b) const {
+Route Machine::NodeRoute(int a, int b, bool reduce) const {
   Route r;
   const size_t pair = size_t(a) * per_node_ + b;
   r.latency_us = pair_latency_[pair];
+  if (host_cores_ >= 0) {
+    r.resources = {reduce ? host_reduce_[b] : port_in_[b], host_cores_};
+    return r;
+  }
   if (pair_link_[pair] >= 0) {
     r.resources.push_back(pair_link_[pair]);
   } else {
@@ -351,11 +411,11 @@ Route Machine::NodeRoute(int a, int b) const {
   return r;
 }
 
-Route Machine::RouteOf(int a, int b) const {
+Route Machine::RouteOf(int a, int b, bool reduce) const {
   const int na = node_of(a), nb = node_of(b);
   const int la = a % per_node_, lb = b % per_node_;
   if (na == nb) {
-    Route r = NodeRoute(la, lb);
+    Route r = NodeRoute(la, lb, reduce);
     for (int& id : r.resources) id += na * node_resources_;
     return r;
   }

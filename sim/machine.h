@@ -70,8 +70,19 @@ class Machine {
   static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us,
                           double efficiency = 1);
   static StatusOr<Machine> Cluster(const ClusterSpec& spec);
-  // A preset or topology file name (Preset, else Topology::FromFile), or a cluster spec.
+  // A host whose ranks are threads or processes sharing `cores` CPU cores: every transfer is a
+  // copy done by a CPU (the receiver's thread, at copy_gbps) and all of them share the cores
+  // (cores x copy_gbps); a receive that reduces runs at reduce_gbps; each message waits
+  // latency_us (a thread's or process's wake-up). What loom bench measures on this machine,
+  // in-process or over MPI, calibrated by bench/sim/calibrate_host.py.
+  static StatusOr<Machine> Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
+                                double latency_us);
+  // "host:N:cores=C:copy=G:reduce=G:latency=US" (every key required).
+  static StatusOr<Machine> ParseHost(const std::string& spec);
+  // A preset or topology file name (Preset, else Topology::FromFile), a host spec or a cluster
+  // spec.
   static StatusOr<Machine> Load(const std::string& name_or_spec);
+  bool host() const { return host_cores_ >= 0; }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }
@@ -90,18 +101,22 @@ class Machine {
   StatusOr<Machine> FirstDevices(int n) const;
 
   const std::vector<Resource>& resources() const { return resources_; }
-  Route RouteOf(int a, int b) const;
+  // What a transfer from a to b crosses; `reduce`: the receiver reduces it on arrival (hosts
+  // route it through the receiver's reduction instead of its copy; other machines ignore it).
+  Route RouteOf(int a, int b, bool reduce = false) const;
   std::string Describe() const;
 
  private:
   Machine() = default;
   int AddResource(std::string name, double gbps, double efficiency = 1);
-  Route NodeRoute(int a, int b) const;  // within one node, local device ids
+  Route NodeRoute(int a, int b, bool reduce) const;  // within one node, local device ids
 
   std::string name_;
   int nodes_ = 1, per_node_ = 1;
   std::shared_ptr<const collective::Topology> node_topology_;
   bool nvswitch_ = false;
+  int host_cores_ = -1;        // host machines: the shared cores resource
+  std::vector<int> host_reduce_;  // host machines: each rank's reduction
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;

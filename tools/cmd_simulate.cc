@@ -46,6 +46,8 @@ Flags SimulateFlags() {
           {"root", "R", "root of reduce and broadcast", "0"},
           {"chunk-bytes", "N", "pipeline piece of the schedules", "1048576"},
           {"post-us", "US", "software cost of posting one message, microseconds", "1"},
+          {"call-us", "US", "cost of one call before its first message (hand-off), microseconds",
+           "0"},
           {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
           {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
           {"model", "NAME|FILE",
@@ -139,6 +141,7 @@ StatusOr<sim::SimOptions> Options(const Flags& flags) {
                " is outside 1..16G");
   options.chunk_bytes = static_cast<size_t>(chunk);
   LOOM_ASSIGN_OR_RETURN(options.engine.post_us, flags.GetDouble("post-us", 0, 1e6));
+  LOOM_ASSIGN_OR_RETURN(options.engine.call_us, flags.GetDouble("call-us", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
   return options;

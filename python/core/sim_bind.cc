@@ -11,8 +11,9 @@ namespace loom::python {
 namespace {
 
 sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps,
-                        double efficiency) {
+                        double efficiency, double call_us) {
   sim::SimOptions o;
+  o.engine.call_us = call_us;
   o.chunk_bytes = chunk_bytes;
   o.engine.post_us = post_us;
   o.engine.reduce_gbps = reduce_gbps;
@@ -22,17 +23,18 @@ sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps,
 
 py::list Collectives(const std::string& machine, const std::string& op,
                      const std::string& algorithm, const std::vector<size_t>& sizes, int root,
-                     size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency) {
+                     size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency,
+                     double call_us) {
   const collective::Collective kind = ValueOrThrow(collective::ParseCollective(op));
   if (!(efficiency > 0 && efficiency <= 1)) {
     Throw(InvalidArgument("efficiency ", efficiency, " is outside (0, 1]"));
   }
-  if (!(post_us >= 0) || !(reduce_gbps >= 0) || chunk_bytes < 1) {
-    Throw(InvalidArgument("post_us and reduce_gbps must be >= 0 and chunk_bytes >= 1"));
+  if (!(post_us >= 0) || !(reduce_gbps >= 0) || !(call_us >= 0) || chunk_bytes < 1) {
+    Throw(InvalidArgument("post_us, call_us and reduce_gbps must be >= 0 and chunk_bytes >= 1"));
   }
   sim::Simulator s = ValueOrThrow(sim::Simulator::Create(
       ValueOrThrow(sim::Machine::Load(machine)),
-      Options(chunk_bytes, post_us, reduce_gbps, efficiency)));
+      Options(chunk_bytes, post_us, reduce_gbps, efficiency, call_us)));
   if (root < 0 || root >= s.machine().size()) {
     Throw(InvalidArgument("root ", root, " is outside 0..", s.machine().size() - 1));
   }
@@ -59,7 +61,8 @@ py::list Collectives(const std::string& machine, const std::string& op,
 
 py::list Scaling(const std::string& machine, const std::string& model,
                  const std::vector<int>& scale, const std::string& algorithm, double fusion_mb,
-                 size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency) {
+                 size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency,
+                 double call_us) {
   const sim::ModelSpec spec = ValueOrThrow(sim::LoadModel(model));
   sim::StepOptions step;
   step.algorithm = algorithm;
@@ -71,7 +74,7 @@ py::list Scaling(const std::string& machine, const std::string& model,
       py::gil_scoped_release release;
       sim::Simulator s = ValueOrThrow(
           sim::Simulator::Create(ValueOrThrow(sim::MachineForScale(machine, devices)),
-                                 Options(chunk_bytes, post_us, reduce_gbps, efficiency)));
+                                 Options(chunk_bytes, post_us, reduce_gbps, efficiency, call_us)));
       r = ValueOrThrow(sim::SimulateStep(s, spec, step));
     }
     py::dict row;
@@ -95,11 +98,12 @@ py::list Scaling(const std::string& machine, const std::string& model,
 void RegisterSim(py::module_& m) {
   m.def("sim_collectives", &Collectives, py::arg("machine"), py::arg("op"), py::arg("algorithm"),
         py::arg("sizes"), py::arg("root") = 0, py::arg("chunk_bytes") = size_t{1} << 20,
-        py::arg("post_us") = 1.0, py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0);
+        py::arg("post_us") = 1.0, py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0,
+        py::arg("call_us") = 0.0);
   m.def("sim_scaling", &Scaling, py::arg("machine"), py::arg("model"), py::arg("scale"),
         py::arg("algorithm") = "auto", py::arg("fusion_mb") = 32.0,
         py::arg("chunk_bytes") = size_t{1} << 20, py::arg("post_us") = 1.0,
-        py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0);
+        py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0, py::arg("call_us") = 0.0);
   m.def("sim_machines", [] { return sim::Machine::MachinePresetNames(); });
   m.def("sim_models", [] { return sim::BuiltinModelNames(); });
   m.def("sim_algorithms", [] { return sim::SimAlgorithmNames(); });

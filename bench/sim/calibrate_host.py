@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Checks the simulator against this machine (docs/SIMULATOR.md, "Against this machine").
+
+1. Calibration: three one-message primitives measured with `loom bench collective` on 2 ranks
+   (a 4-byte broadcast, a 64 MiB broadcast, a 64 MiB reduce, tree schedule: one transfer per
+   pipeline piece) give the host model's latency, copy and reduce bandwidths, each fitted so
+   that the simulator replays that primitive in the measured time (bisection on the
+   simulator itself). The core count is the machine's.
+2. Prediction: allreduce with ring, tree, star and multi_tree on 2 and 4 ranks, 4 KiB-64 MiB,
+   measured (median of --runs runs) and simulated on `host:N:cores=C:copy=..:reduce=..:latency=..`
+   side by side, with the error, the share within +-25 %, and the fastest algorithm per size
+   measured vs predicted (a crossover predicted within one size step counts as met).
+
+    PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
+    PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi
+
+Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import loom.sim as sim
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ALGOS = ["ring", "tree", "star", "multi_tree"]
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
+
+
+def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None):
+    cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
+           "-e", str(hi), "-f", "4", "-n", str(iters), "-w", str(warmup)]
+    if chunk:
+        cmd += ["--chunk", str(chunk)]
+    if transport == "mpi":
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
+    else:
+        cmd += ["--places", "cpu:%d" % ranks]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        sys.exit("calibrate_host: %s failed:\n%s" % (" ".join(cmd), out.stderr[-2000:]))
+    times = {}
+    for line in out.stdout.splitlines():
+        m = ROW.match(line)
+        if m:
+            times[(m.group(3), int(m.group(1)))] = float(m.group(4))
+    return times
+
+
+def median_bench(runs, *args):
+    samples = [bench(*args) for _ in range(runs)]
+    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+
+
+def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=1 << 20):
+    spec = "host:%d:cores=%d:copy=%r:reduce=%r:latency=%r" % (ranks, cores, copy, reduce, latency)
+    return sim.collectives(spec, [size], op=op, algorithm=algo, call_us=call,
+                           chunk_bytes=chunk)[0]["time_us"]
+
+
+def bisect(f, target, lo, hi, increasing):
+    """x in [lo, hi] with f(x) = target for a monotone f (geometric steps)."""
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
+        if (f(mid) < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
+    p.add_argument("--loom", default=os.path.join(ROOT, "build", "tools", "loom"))
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
+    a = p.parse_args()
+    cores = os.cpu_count() or 1
+    big = 64 << 20
+
+    # 1. Calibration: one message (4 B), 64 messages (256 B in 4-byte pieces), one 64 MiB copy
+    # and one 64 MiB reduction, each a broadcast or reduce between 2 ranks.
+    one = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 200, 20)
+    many = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 256, 256, 100, 10,
+                        4)
+    cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], big, big, 5, 2)
+    rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], big, big, 5, 2)
+    m_one, m_many = one[("tree", 4)], many[("tree", 256)]
+    m_copy, m_red = cp[("tree", big)], rd[("tree", big)]
+    # 63 more messages cost 63 latencies (and posts): the latency; what one message leaves
+    # over is the per-call cost.
+    latency = bisect(lambda x: simulate(2, cores, 10, 10, x, 0, "broadcast", "tree", 256, 4) -
+                     simulate(2, cores, 10, 10, x, 0, "broadcast", "tree", 4),
+                     m_many - m_one, 0.0, 10000.0, increasing=True)
+    call = max(0.0, m_one - simulate(2, cores, 10, 10, latency, 0, "broadcast", "tree", 4))
+    copy = bisect(lambda g: simulate(2, cores, g, 10, latency, call, "broadcast", "tree", big),
+                  m_copy, 0.01, 1000.0, increasing=False)
+    reduce = bisect(lambda g: simulate(2, cores, copy, g, latency, call, "reduce", "tree", big),
+                    m_red, 0.01, 1000.0, increasing=False)
+    print("# calibration (%s, %d cores, 2 ranks): broadcast 4 B %.1f us, 256 B in 64 pieces "
+          "%.1f us, 64 MiB %.0f us; reduce 64 MiB %.0f us"
+          % (a.transport, cores, m_one, m_many, m_copy, m_red))
+    print("# host model: call %.2f us, latency %.2f us per message, copy %.2f GB/s, "
+          "reduce %.2f GB/s" % (call, latency, copy, reduce))
+
+    # 2. Prediction.
+    within = total = 0
+    crossover_ok = crossover_total = 0
+    curves = {}
+    print("# %5s %10s %11s %12s %12s %8s" % ("ranks", "algorithm", "size", "measured_us",
+                                             "simulated_us", "error"))
+    for ranks in (2, 4):
+        meas = median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096, big,
+                            10, 3)
+        sizes = sorted({s for (_, s) in meas})
+        pred = {}
+        for algo in ALGOS:
+            for s in sizes:
+                pred[(algo, s)] = simulate(ranks, cores, copy, reduce, latency, call,
+                                           "allreduce", algo, s)
+                err = pred[(algo, s)] / meas[(algo, s)] - 1
+                total += 1
+                within += abs(err) <= 0.25
+                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%%" % (ranks, algo, s, meas[(algo, s)],
+                                                                 pred[(algo, s)], 100 * err))
+            factor = 2 * (ranks - 1) / ranks
+            curves["%s %d ranks measured" % (algo, ranks)] = [
+                s / meas[(algo, s)] / 1e3 * factor for s in sizes]
+            curves["%s %d ranks simulated" % (algo, ranks)] = [
+                s / pred[(algo, s)] / 1e3 * factor for s in sizes]
+        # The fastest algorithm per size: predicted right, or right one size step away.
+        best_m = [min(ALGOS, key=lambda al: meas[(al, s)]) for s in sizes]
+        best_p = [min(ALGOS, key=lambda al: pred[(al, s)]) for s in sizes]
+        for i, s in enumerate(sizes):
+            crossover_total += 1
+            near = {best_p[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
+            ok = best_m[i] in near or meas[(best_p[i], s)] <= 1.1 * meas[(best_m[i], s)]
+            crossover_ok += ok
+            print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s"
+                  % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED"))
+        curves.setdefault("_sizes", sizes)
+    print("# within +-25%%: %d of %d; fastest algorithm right (or one size step, or within 10%%"
+          " of the fastest): %d of %d" % (within, total, crossover_ok, crossover_total))
+    if a.plot:
+        plt = sim._pyplot()
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
+        sizes = curves.pop("_sizes")
+        for ax, ranks in zip(axes, (2, 4)):
+            for algo in ALGOS:
+                line, = ax.plot(sizes, curves["%s %d ranks measured" % (algo, ranks)], marker="o",
+                                markersize=3, label="%s measured" % algo)
+                ax.plot(sizes, curves["%s %d ranks simulated" % (algo, ranks)], linestyle="--",
+                        color=line.get_color(), label="%s simulated" % algo)
+            ax.set_xscale("log", base=2)
+            ax.set_title("%s, %d ranks" % (a.transport, ranks))
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.grid(True, alpha=0.3)
+        axes[1].legend(fontsize=7)
+        sim._save(fig, a.plot)
+        print("# wrote %s" % a.plot)
+
+
+if __name__ == "__main__":
+    main()
