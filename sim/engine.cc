@@ -31,6 +31,7 @@ struct Flow {
 // the class began; a member ends when it reaches its threshold (service at its start + bytes).
 struct Class {
   std::vector<int> resources;  // machine resources, then the reduction engine if any
+  bool reduce = false;         // its transfers reduce on arrival (bw_reduce_ applies)
   double service = 0;
   double rate = 0;  // bytes per microsecond, per member
   double last = 0;  // when service was brought up to date
@@ -65,11 +66,17 @@ class Engine {
   Engine(const Machine& machine, const Trace& trace, const EngineOptions& options)
       : machine_(machine), trace_(trace), options_(options) {
     const int n = trace.nranks();
-    for (const Resource& r : machine.resources())
+    for (const Resource& r : machine.resources()) {
       bw_.push_back(r.gbps * r.efficiency * 1e3 * options.efficiency);
+      bw_reduce_.push_back((r.reduce_gbps > 0 ? r.reduce_gbps : r.gbps) * r.efficiency * 1e3 *
+                           options.efficiency);
+    }
     reducer_base_ = static_cast<int>(bw_.size());
     if (options.reduce_gbps > 0) {
-      for (int d = 0; d < machine.size(); ++d) bw_.push_back(options.reduce_gbps * 1e3);
+      for (int d = 0; d < machine.size(); ++d) {
+        bw_.push_back(options.reduce_gbps * 1e3);
+        bw_reduce_.push_back(options.reduce_gbps * 1e3);
+      }
     }
     count_.assign(bw_.size(), 0);
     users_.resize(bw_.size());
@@ -183,7 +190,7 @@ class Engine {
     f.bytes = static_cast<double>(s.bytes);
     const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
-    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1);
+    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce);
     flows_.push_back(f);
     events_.push(Event{std::max(s.time, v.time) + route.latency_us, 0,
                        static_cast<int>(flows_.size()) - 1, 0});
@@ -191,13 +198,15 @@ class Engine {
   }
 
   // Transfers between the same two trace ranks (same route, same reducer) form one class.
-  int ClassFor(int src, int dst, const Route& route, int reducer_device) {
+  // `route_reduces`: the transfer reduces on arrival (whether or not a reducer is modelled).
+  int ClassFor(int src, int dst, const Route& route, int reducer_device, bool route_reduces) {
     const bool reduce = reducer_device >= 0;
-    const uint64_t key = (uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + reduce;
+    const uint64_t key = (uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces;
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;
     Class c;
     c.resources = route.resources;
+    c.reduce = route_reduces;
     if (reduce) c.resources.push_back(reducer_base_ + reducer_device);
     classes_.push_back(std::move(c));
     const int id = static_cast<int>(classes_.size()) - 1;
@@ -283,7 +292,8 @@ class Engine {
         continue;
       }
       double rate = kInf;
-      for (int r : c.resources) rate = std::min(rate, bw_[r] / std::max(1, count_[r]));
+      const std::vector<double>& bw = c.reduce ? bw_reduce_ : bw_;
+      for (int r : c.resources) rate = std::min(rate, bw[r] / std::max(1, count_[r]));
       c.rate = rate;
       Reschedule(other, now);
     }
@@ -313,7 +323,8 @@ class Engine {
   const Machine& machine_;
   const Trace& trace_;
   EngineOptions options_;
-  std::vector<double> bw_;  // bytes per microsecond, per resource
+  std::vector<double> bw_;         // bytes per microsecond, per resource
+  std::vector<double> bw_reduce_;  // the same for transfers that reduce on arrival
   int reducer_base_ = 0;
   std::vector<int> count_;               // active flows per resource
   std::vector<std::vector<int>> users_;  // classes per resource

@@ -243,7 +243,7 @@ StatusOr<Machine> Machine::Preset(const std::string& name) {
 }
 
 StatusOr<Machine> Machine::Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
-                               double latency_us) {
+                                double latency_us) {
   LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && copy_gbps > 0 &&
                    reduce_gbps > 0 && latency_us >= 0 && std::isfinite(copy_gbps) &&
                    std::isfinite(reduce_gbps) && std::isfinite(latency_us),
@@ -258,11 +258,13 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double copy_gbps, double r
   m.pair_latency_.assign(size_t(ranks) * ranks, latency_us);
   for (int r = 0; r < ranks; ++r) {
     // A transfer is copied by the receiving rank's thread; port_out_ is unused on hosts.
-    m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".copy"), copy_gbps));
-    m.host_reduce_.push_back(m.AddResource(StrCat("rank", r, ".reduce"), reduce_gbps));
+    m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".cpu"), copy_gbps));
+    m.resources_.back().reduce_gbps = reduce_gbps;
     m.port_out_.push_back(-1);
   }
-  m.host_cores_ = m.AddResource("host.cores", cores * std::max(copy_gbps, reduce_gbps));
+  m.host_cores_ = m.AddResource("host.cores", cores * copy_gbps);
+  m.resources_.back().reduce_gbps = cores * reduce_gbps;
+  m.host_reduce_gbps_ = reduce_gbps;
   m.node_resources_ = static_cast<int>(m.resources_.size());
   return m;
 }
@@ -271,23 +273,41 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   const std::vector<std::string> parts = Split(spec, ':');
   auto bad = [&] {
     return InvalidArgument("host '", spec,
-                           "' is not host:N:cores=C:copy=GBPS:reduce=GBPS:latency=US");
+                           "' is not host:N:cores=C:copy=GBPS:reduce=GBPS:latency=US"
+                           "[:cache=BYTES:copy_cached=GBPS:reduce_cached=GBPS]");
   };
-  if (parts.size() != 6 || parts[0] != "host") return bad();
+  if ((parts.size() != 6 && parts.size() != 9) || parts[0] != "host") return bad();
   char* end = nullptr;
   const long ranks = std::strtol(parts[1].c_str(), &end, 10);
   if (*end != '\0' || ranks < 1) return bad();
-  double values[4];
-  const char* keys[] = {"cores=", "copy=", "reduce=", "latency="};
-  for (int i = 0; i < 4; ++i) {
+  double values[7] = {0, 0, 0, 0, 0, 0, 0};
+  const char* keys[] = {
+      "cores=", "copy=", "reduce=", "latency=", "cache=", "copy_cached=", "reduce_cached="};
+  for (size_t i = 0; i + 2 < parts.size(); ++i) {
     if (parts[i + 2].rfind(keys[i], 0) != 0) return bad();
     const char* text = parts[i + 2].c_str() + std::strlen(keys[i]);
     values[i] = std::strtod(text, &end);
-    if (end == text || *end != '\0') return bad();
+    if (end == text || *end != '\0' || !std::isfinite(values[i])) return bad();
   }
   if (values[0] != std::floor(values[0])) return bad();
-  return Host(static_cast<int>(ranks), static_cast<int>(values[0]), values[1], values[2],
-              values[3]);
+  LOOM_ASSIGN_OR_RETURN(Machine m, Host(static_cast<int>(ranks), static_cast<int>(values[0]),
+                                        values[1], values[2], values[3]));
+  if (parts.size() == 9) {
+    LOOM_ENFORCE(values[4] > 0, "host '", spec, "': cache must be positive");
+    LOOM_ASSIGN_OR_RETURN(Machine cached, Host(static_cast<int>(ranks), static_cast<int>(values[0]),
+                                               values[5], values[6], values[3]));
+    m.host_cache_bytes_ = values[4];
+    m.host_cached_ = std::make_shared<const Machine>(std::move(cached));
+    m.name_ = spec;
+  }
+  return m;
+}
+
+const Machine& Machine::ForCall(size_t bytes) const {
+  if (host_cached_ == nullptr) return *this;
+  // Every rank's send and receive buffer.
+  const double working_set = 2.0 * static_cast<double>(bytes) * size();
+  return working_set <= host_cache_bytes_ ? *host_cached_ : *this;
 }
 
 StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
@@ -330,7 +350,8 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   m.resources_.clear();
   for (int k = 0; k < spec.nodes; ++k) {
     for (const Resource& r : node_resources) {
-      m.resources_.push_back(Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency});
+      m.resources_.push_back(
+          Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency, r.reduce_gbps});
     }
   }
   m.nodes_ = spec.nodes;
@@ -362,10 +383,9 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
                "): give a node count instead");
   if (host_cores_ >= 0) {
-    const double copy = resources_[port_in_[0]].gbps, reduce = resources_[host_reduce_[0]].gbps;
-    return Host(n,
-                static_cast<int>(std::lround(resources_[host_cores_].gbps / std::max(copy, reduce))),
-                copy, reduce, pair_latency_[1]);
+    const double copy = resources_[port_in_[0]].gbps;
+    return Host(n, static_cast<int>(std::lround(resources_[host_cores_].gbps / copy)), copy,
+                host_reduce_gbps_, pair_latency_[1]);
   }
   Machine m;
   if (nvswitch_) {
@@ -399,7 +419,7 @@ Route Machine::NodeRoute(int a, int b, bool reduce) const {
   const size_t pair = size_t(a) * per_node_ + b;
   r.latency_us = pair_latency_[pair];
   if (host_cores_ >= 0) {
-    r.resources = {reduce ? host_reduce_[b] : port_in_[b], host_cores_};
+    r.resources = {port_in_[b], host_cores_};
     return r;
   }
   if (pair_link_[pair] >= 0) {

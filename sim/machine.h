@@ -36,6 +36,9 @@ struct Resource {
   std::string name;
   double gbps = 0;
   double efficiency = 1;  // of its link class
+  // Transfers that reduce on arrival run at this rate instead (0: gbps): a host's CPU copies
+  // and reduces at different speeds, and one thread does one or the other at a time.
+  double reduce_gbps = 0;
 };
 
 // What one transfer from a to b crosses.
@@ -77,8 +80,13 @@ class Machine {
   // in-process or over MPI, calibrated by bench/sim/calibrate_host.py.
   static StatusOr<Machine> Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
                                 double latency_us);
-  // "host:N:cores=C:copy=G:reduce=G:latency=US" (every key required).
+  // "host:N:cores=C:copy=G:reduce=G:latency=US[:cache=BYTES:copy_cached=G:reduce_cached=G]":
+  // the first five keys required; with the cache keys, calls whose buffers (every rank's send
+  // and receive buffer) fit in `cache` bytes run at the cached bandwidths (CachedVariant).
   static StatusOr<Machine> ParseHost(const std::string& spec);
+  // A host with a cache: the machine its calls of `bytes` per rank run on (itself when they do
+  // not fit, or it has no cache).
+  const Machine& ForCall(size_t bytes) const;
   // A preset or topology file name (Preset, else Topology::FromFile), a host spec or a cluster
   // spec.
   static StatusOr<Machine> Load(const std::string& name_or_spec);
@@ -115,8 +123,10 @@ class Machine {
   int nodes_ = 1, per_node_ = 1;
   std::shared_ptr<const collective::Topology> node_topology_;
   bool nvswitch_ = false;
-  int host_cores_ = -1;        // host machines: the shared cores resource
-  std::vector<int> host_reduce_;  // host machines: each rank's reduction
+  int host_cores_ = -1;  // host machines: the shared cores resource
+  double host_cache_bytes_ = 0;
+  double host_reduce_gbps_ = 0;
+  std::shared_ptr<const Machine> host_cached_;  // the same host at its cached bandwidths
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;

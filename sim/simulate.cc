@@ -306,7 +306,10 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     return best;
   }
   LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
-  LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(*machine_, trace, options_.engine));
+  // A host with a cache runs calls that fit in it at its cached bandwidths.
+  const Machine& on = machine_->ForCall(
+      kind == Collective::kAllGather || kind == Collective::kReduceScatter ? bytes / n : bytes);
+  LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
   CollectiveResult out;
   out.algorithm = algorithm;
   out.bytes = bytes;

@@ -55,10 +55,30 @@ def median_bench(runs, *args):
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
-def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=1 << 20):
+def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=1 << 20,
+             cache=None):
+    """One call on the host model. Posting is folded into the per-message latency (post_us 0).
+    cache: (bytes, copy_cached, reduce_cached) or None."""
     spec = "host:%d:cores=%d:copy=%r:reduce=%r:latency=%r" % (ranks, cores, copy, reduce, latency)
-    return sim.collectives(spec, [size], op=op, algorithm=algo, call_us=call,
+    if cache:
+        spec += ":cache=%d:copy_cached=%r:reduce_cached=%r" % cache
+    return sim.collectives(spec, [size], op=op, algorithm=algo, call_us=call, post_us=0,
                            chunk_bytes=chunk)[0]["time_us"]
+
+
+def llc_bytes():
+    """The last-level cache's size (sysfs), or 32 MiB."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for entry in (os.listdir(base) if os.path.isdir(base) else []):
+        try:
+            with open(os.path.join(base, entry, "size")) as f:
+                text = f.read().strip()
+            value = int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]]
+            best = max(best, value)
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+    return best or 32 << 20
 
 
 def bisect(f, target, lo, hi, increasing):
@@ -82,30 +102,50 @@ def main():
     cores = os.cpu_count() or 1
     big = 64 << 20
 
-    # 1. Calibration: one message (4 B), 64 messages (256 B in 4-byte pieces), one 64 MiB copy
-    # and one 64 MiB reduction, each a broadcast or reduce between 2 ranks.
-    one = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 200, 20)
-    many = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 256, 256, 100, 10,
-                        4)
-    cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], big, big, 5, 2)
-    rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], big, big, 5, 2)
-    m_one, m_many = one[("tree", 4)], many[("tree", 256)]
-    m_copy, m_red = cp[("tree", big)], rd[("tree", big)]
-    # 63 more messages cost 63 latencies (and posts): the latency; what one message leaves
-    # over is the per-call cost.
-    latency = bisect(lambda x: simulate(2, cores, 10, 10, x, 0, "broadcast", "tree", 256, 4) -
-                     simulate(2, cores, 10, 10, x, 0, "broadcast", "tree", 4),
-                     m_many - m_one, 0.0, 10000.0, increasing=True)
-    call = max(0.0, m_one - simulate(2, cores, 10, 10, latency, 0, "broadcast", "tree", 4))
-    copy = bisect(lambda g: simulate(2, cores, g, 10, latency, call, "broadcast", "tree", big),
-                  m_copy, 0.01, 1000.0, increasing=False)
-    reduce = bisect(lambda g: simulate(2, cores, copy, g, latency, call, "reduce", "tree", big),
-                    m_red, 0.01, 1000.0, increasing=False)
-    print("# calibration (%s, %d cores, 2 ranks): broadcast 4 B %.1f us, 256 B in 64 pieces "
-          "%.1f us, 64 MiB %.0f us; reduce 64 MiB %.0f us"
-          % (a.transport, cores, m_one, m_many, m_copy, m_red))
-    print("# host model: call %.2f us, latency %.2f us per message, copy %.2f GB/s, "
-          "reduce %.2f GB/s" % (call, latency, copy, reduce))
+    # 1. Calibration. The per-message latency is a waiting thread's (or process's) wake-up: on
+    # 4 ranks, a 4-byte broadcast along the ring's chain (3 dependent messages) against one
+    # down the tree (2) gives it, and what the tree leaves over is the per-call cost. On 2 ranks
+    # every schedule is one message, so the latency is taken as 4 ranks' scaled by the ranks
+    # per core (2 / 4) and the call cost is what a 4-byte broadcast leaves over.
+    # On 2 ranks: a 64 MiB broadcast (one copy per piece) and reduce give the copy and reduce
+    # bandwidths from memory, 1 MiB ones the bandwidths within the last-level cache.
+    timing = {}
+    tree4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["tree"], 4, 4, 200,
+                         20)[("tree", 4)]
+    chain4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["ring"], 4, 4, 200,
+                          20)[("ring", 4)]
+    latency4 = bisect(lambda x: simulate(4, cores, 10, 10, x, 0, "broadcast", "ring", 4) -
+                      simulate(4, cores, 10, 10, x, 0, "broadcast", "tree", 4),
+                      max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+    call4 = max(0.0, tree4 - simulate(4, cores, 10, 10, latency4, 0, "broadcast", "tree", 4))
+    tree2 = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 200,
+                         20)[("tree", 4)]
+    latency2 = latency4 * 2 / 4
+    call2 = max(0.0, tree2 - simulate(2, cores, 10, 10, latency2, 0, "broadcast", "tree", 4))
+    timing = {2: (latency2, call2), 4: (latency4, call4)}
+    print("# calibration, 4 ranks: 4-byte broadcast down the tree %.1f us, along the chain %.1f"
+          " us -> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
+    print("# calibration, 2 ranks: 4-byte broadcast %.1f us -> latency %.2f us (scaled), call "
+          "%.2f us" % (tree2, latency2, call2))
+    latency2, call2 = timing[2]
+    bw = {}
+    for size in (big, 1 << 20):
+        cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], size, size, 5,
+                          2)[("tree", size)]
+        rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], size, size, 5,
+                          2)[("tree", size)]
+        copy = bisect(lambda g: simulate(2, cores, g, 10, latency2, call2, "broadcast", "tree",
+                                         size), cp, 0.01, 1000.0, increasing=False)
+        reduce = bisect(lambda g: simulate(2, cores, copy, g, latency2, call2, "reduce", "tree",
+                                           size), rd, 0.01, 1000.0, increasing=False)
+        bw[size] = (copy, reduce)
+        print("# calibration, 2 ranks, %d B: broadcast %.0f us, reduce %.0f us -> copy %.2f GB/s,"
+              " reduce %.2f GB/s" % (size, cp, rd, copy, reduce))
+    copy, reduce = bw[big]
+    cache = (llc_bytes(), bw[1 << 20][0], bw[1 << 20][1])
+    print("# host model (%s, %d cores): host:N:cores=%d:copy=%.2f:reduce=%.2f:latency=L"
+          ":cache=%d:copy_cached=%.2f:reduce_cached=%.2f with L and the call cost per rank count"
+          % (a.transport, cores, cores, copy, reduce, cache[0], cache[1], cache[2]))
 
     # 2. Prediction.
     within = total = 0
@@ -120,8 +160,8 @@ def main():
         pred = {}
         for algo in ALGOS:
             for s in sizes:
-                pred[(algo, s)] = simulate(ranks, cores, copy, reduce, latency, call,
-                                           "allreduce", algo, s)
+                pred[(algo, s)] = simulate(ranks, cores, copy, reduce, timing[ranks][0],
+                                           timing[ranks][1], "allreduce", algo, s, cache=cache)
                 err = pred[(algo, s)] / meas[(algo, s)] - 1
                 total += 1
                 within += abs(err) <= 0.25

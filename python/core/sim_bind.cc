@@ -10,8 +10,8 @@ namespace loom::python {
 
 namespace {
 
-sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps,
-                        double efficiency, double call_us) {
+sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency,
+                        double call_us) {
   sim::SimOptions o;
   o.engine.call_us = call_us;
   o.chunk_bytes = chunk_bytes;
@@ -32,9 +32,9 @@ py::list Collectives(const std::string& machine, const std::string& op,
   if (!(post_us >= 0) || !(reduce_gbps >= 0) || !(call_us >= 0) || chunk_bytes < 1) {
     Throw(InvalidArgument("post_us, call_us and reduce_gbps must be >= 0 and chunk_bytes >= 1"));
   }
-  sim::Simulator s = ValueOrThrow(sim::Simulator::Create(
-      ValueOrThrow(sim::Machine::Load(machine)),
-      Options(chunk_bytes, post_us, reduce_gbps, efficiency, call_us)));
+  sim::Simulator s = ValueOrThrow(
+      sim::Simulator::Create(ValueOrThrow(sim::Machine::Load(machine)),
+                             Options(chunk_bytes, post_us, reduce_gbps, efficiency, call_us)));
   if (root < 0 || root >= s.machine().size()) {
     Throw(InvalidArgument("root ", root, " is outside 0..", s.machine().size() - 1));
   }
