@@ -48,6 +48,18 @@ const char* AlgorithmName(Algorithm algorithm) {
   return "unknown";
 }
 
+StatusOr<DataType> ParseDataType(const std::string& name) {
+  for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kInt32,
+                     DataType::kInt64}) {
+    const std::string short_name = DataTypeName(d);
+    if (name == short_name || (short_name[0] == 'f' && name == "float" + short_name.substr(2)))
+      return d;
+  }
+  return InvalidArgument("unknown data type '", name,
+                         "' (expected fp32, fp64, fp16, int32, int64; or float32, float64, "
+                         "float16)");
+}
+
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
                       Algorithm::kStar, Algorithm::kNative}) {

@@ -54,6 +54,8 @@ bool AlgorithmSupports(Algorithm algorithm, Collective c);
 
 size_t DataTypeSize(DataType dtype);
 const char* DataTypeName(DataType dtype);
+// Accepts DataTypeName's names (fp32, ...) and the long ones of the floats (float32, ...).
+StatusOr<DataType> ParseDataType(const std::string& name);
 const char* ReduceOpName(ReduceOp op);
 const char* AlgorithmName(Algorithm algorithm);
 // Accepts the names AlgorithmName prints ("ring", "multi_tree", ...).

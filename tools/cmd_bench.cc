@@ -113,11 +113,9 @@ StatusOr<size_t> ParseSize(const std::string& flag, const std::string& v) {
 }
 
 StatusOr<DataType> ParseDtype(const std::string& v) {
-  for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kInt32,
-                     DataType::kInt64}) {
-    if (v == DataTypeName(d)) return d;
-  }
-  return InvalidArgument("unknown --datatype '", v, "' (expected fp32, fp64, fp16, int32, int64)");
+  StatusOr<DataType> d = collective::ParseDataType(v);
+  if (!d.ok()) return d.status().WithContext("--datatype");
+  return d;
 }
 
 StatusOr<ReduceOp> ParseRedop(const std::string& v) {

@@ -64,14 +64,9 @@ Flags SimulateFlags() {
 }
 
 StatusOr<collective::DataType> ParseDtype(const std::string& name) {
-  for (collective::DataType t : {collective::DataType::kFloat32, collective::DataType::kFloat64,
-                                 collective::DataType::kFloat16, collective::DataType::kInt32,
-                                 collective::DataType::kInt64}) {
-    const std::string short_name = collective::DataTypeName(t);  // fp32, ...
-    if (name == short_name || "float" + short_name.substr(2) == name) return t;
-  }
-  return InvalidArgument("--dtype '", name,
-                         "' is not float32 (fp32), float64 (fp64), float16 (fp16), int32 or int64");
+  StatusOr<collective::DataType> d = collective::ParseDataType(name);
+  if (!d.ok()) return d.status().WithContext("--dtype");
+  return d;
 }
 
 StatusOr<sim::SimOptions> Options(const Flags& flags);

@@ -85,43 +85,36 @@ def _save(fig, path):
     os.replace(tmp, path)  # atomic: an earlier plot survives a failed one
 
 
-def plot_busbw(series, path, title=None):
-    """Bus bandwidth against size, one line per entry of ``series`` (name -> collectives()
-    rows), written to ``path`` (PNG)."""
+def _plot(series, path, title, x, y, xlabel, ylabel, ylim=None):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, rows in series.items():
-        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o",
-                markersize=3, label=name)
+        ax.plot([x(r) for r in rows], [y(r) for r in rows], marker="o", markersize=3, label=name)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
     ax.grid(True, alpha=0.3)
     ax.legend()
     if title:
         ax.set_title(title)
     _save(fig, path)
     plt.close(fig)
+
+
+def plot_busbw(series, path, title=None):
+    """Bus bandwidth against size, one line per entry of ``series`` (name -> collectives()
+    rows), written to ``path`` (PNG)."""
+    _plot(series, path, title, lambda r: r["bytes"], lambda r: r["busbw_gbps"], "size (bytes)",
+          "busbw (GB/s)")
 
 
 def plot_scaling(series, path, title=None):
     """Weak-scaling efficiency against device count, one line per entry of ``series``
     (name -> scaling() rows), written to ``path`` (PNG)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, rows in series.items():
-        ax.plot([r["devices"] for r in rows], [100 * r["efficiency"] for r in rows], marker="o",
-                markersize=3, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("devices")
-    ax.set_ylabel("scaling efficiency (%)")
-    ax.set_ylim(0, 105)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    if title:
-        ax.set_title(title)
-    _save(fig, path)
-    plt.close(fig)
+    _plot(series, path, title, lambda r: r["devices"], lambda r: 100 * r["efficiency"],
+          "devices", "scaling efficiency (%)", ylim=(0, 105))
 
 
 def main(argv=None):
