@@ -80,7 +80,7 @@ class Engine {
     }
     count_.assign(bw_.size(), 0);
     users_.resize(bw_.size());
-    carried_.assign(bw_.size(), 0);
+    busy_.assign(bw_.size(), 0);
     pc_.assign(n, 0);
     clock_.assign(n, options.call_us);
     blocked_.assign(n, -1);
@@ -108,8 +108,8 @@ class Engine {
       out.time_us = std::max(out.time_us, clock_[r]);
     }
     for (size_t i = 0; i < bw_.size(); ++i) {
-      const double busy = carried_[i] / bw_[i];
-      if (carried_[i] > 0 && busy > out.bottleneck_busy_us) {
+      const double busy = busy_[i];
+      if (busy > 0 && busy > out.bottleneck_busy_us) {
         out.bottleneck_busy_us = busy;
         out.bottleneck = static_cast<int>(i);
       }
@@ -225,7 +225,8 @@ class Engine {
   void Start(int id, double now) {
     const Flow& f = flows_[id];
     Class& c = classes_[f.cls];
-    for (int r : c.resources) carried_[r] += f.bytes;
+    // Busy time: the bytes at the rate this kind of transfer runs on the resource alone.
+    for (int r : c.resources) busy_[r] += f.bytes / (c.reduce ? bw_reduce_[r] : bw_[r]);
     Sync(c, now);
     c.members.push({c.service + f.bytes, id});
     Change(f.cls, +1, now);
@@ -328,7 +329,7 @@ class Engine {
   int reducer_base_ = 0;
   std::vector<int> count_;               // active flows per resource
   std::vector<std::vector<int>> users_;  // classes per resource
-  std::vector<double> carried_;          // bytes per resource
+  std::vector<double> busy_;             // microseconds of work per resource
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> blocked_;

@@ -14,8 +14,8 @@
 //    on a shared resource. A receive that reduces also crosses the receiver's reduction engine
 //    (reduce_gbps) so that reductions overlap the transfers that feed them, as Loom's receive-
 //    and-reduce does.
-//  - Every resource accumulates the bytes that crossed it; the busiest (bytes / bandwidth) is
-//    reported as the bottleneck.
+//  - Every resource accumulates its work (each transfer's bytes at the rate that kind of
+//    transfer runs on it alone); the busiest is reported as the bottleneck.
 // A trace whose ranks wait for messages nobody sends ends in an error naming the rank, the
 // handle and the peer, never a hang.
 #pragma once
@@ -43,7 +43,7 @@ struct Replay {
   size_t transfers = 0;
   int bottleneck = -1;  // index into the machine's resources (or a reduction engine)
   std::string bottleneck_name;
-  double bottleneck_busy_us = 0;  // its bytes / its bandwidth
+  double bottleneck_busy_us = 0;  // its work: each transfer's bytes at its rate there alone
 };
 
 StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
