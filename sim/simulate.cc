@@ -245,12 +245,65 @@ StatusOr<Trace> Simulator::NcclTree(Collective kind, size_t bytes) const {
   return Stack(parts);
 }
 
+StatusOr<Trace> Simulator::ParameterServers(Collective kind, size_t bytes) const {
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "ps runs push + pull (allreduce) only, not ",
+               CollectiveName(kind));
+  const Machine& m = *machine_;
+  const int n = m.size(), servers = m.nodes(), per = m.devices_per_node();
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
+  const std::vector<size_t> shard = SplitBytes(bytes, servers, elem);
+  Trace t;
+  t.ranks.resize(n + servers);
+  t.handles.assign(n + servers, 0);
+  t.parts = 1;
+  for (int r = 0; r < n + servers; ++r) t.device.push_back(r < n ? r : (r - n) * per);
+  auto post = [&](int rank, TraceOp::Kind kind, int peer, uint64_t tag, size_t b) {
+    TraceOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = b;
+    op.handle = t.handles[rank]++;
+    t.ranks[rank].push_back(op);
+  };
+  auto wait_all = [&](int rank, int from) {
+    for (int h = from; h < t.handles[rank]; ++h) {
+      TraceOp op;
+      op.kind = TraceOp::kWait;
+      op.handle = h;
+      t.ranks[rank].push_back(op);
+    }
+  };
+  constexpr uint64_t kPush = 1, kPull = 2;
+  for (int w = 0; w < n; ++w) {
+    for (int s = 0; s < servers; ++s) {
+      if (shard[s] > 0) post(w, TraceOp::kSend, n + s, kPush, shard[s]);
+    }
+    for (int s = 0; s < servers; ++s) {
+      if (shard[s] > 0) post(w, TraceOp::kRecv, n + s, kPull, shard[s]);
+    }
+    wait_all(w, 0);
+  }
+  for (int s = 0; s < servers; ++s) {
+    if (shard[s] == 0) continue;
+    const int rank = n + s;
+    for (int w = 0; w < n; ++w) post(rank, TraceOp::kRecvReduce, w, kPush, shard[s]);
+    wait_all(rank, 0);
+    const int sends = t.handles[rank];
+    for (int w = 0; w < n; ++w) post(rank, TraceOp::kSend, w, kPull, shard[s]);
+    wait_all(rank, sends);
+  }
+  return t;
+}
+
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
                                    int root) const {
   const int n = machine_->size();
   if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
   if (algorithm == "nccl_ring") return NcclRing(kind, bytes, root);
   if (algorithm == "nccl_tree") return NcclTree(kind, bytes);
+  if (algorithm == "ps") return ParameterServers(kind, bytes);
   const Algorithm a = LoomAlgorithm(algorithm);
   if (a == Algorithm::kAuto) {
     std::string known;
@@ -290,7 +343,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     StatusOr<CollectiveResult> best =
         InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
-      if (name == "auto" || name.rfind("nccl", 0) == 0) continue;
+      if (name == "auto" || name == "ps" || name.rfind("nccl", 0) == 0) continue;
       if (name == "star" && n > 64) continue;
       if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
       if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))

@@ -13,6 +13,11 @@
 //              interior in one, a leaf in the other) carrying half the buffer each, every node
 //              a chain of its devices below its tree position (NCCL's double binary tree)
 //   nccl       the faster of the two (NCCL's tuner picks per size)
+// and a parameter server's push and pull ("ps", allreduce): one server per node, on the node
+// (as MXNet's dist_sync is usually deployed: the server process beside the node's workers,
+// reached through the node's first device's links and NIC); every worker pushes shard s of
+// its buffer to server s, each server sums the shards (reducing as they arrive) and, once all
+// have arrived, sends the sum back to every worker.
 //
 // Plans: a single machine gets CommPlan::Create over its link matrix (exactly the communicator's
 // plan). A cluster's plan follows the nodes: the ring visits each node's devices in the node's
@@ -74,6 +79,7 @@ class Simulator {
   StatusOr<Trace> Hierarchical(collective::Collective kind, size_t bytes) const;
   StatusOr<Trace> NcclRing(collective::Collective kind, size_t bytes, int root) const;
   StatusOr<Trace> NcclTree(collective::Collective kind, size_t bytes) const;
+  StatusOr<Trace> ParameterServers(collective::Collective kind, size_t bytes) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;
   int channels() const { return std::max(1, machine_->nics()); }

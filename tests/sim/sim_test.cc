@@ -487,3 +487,29 @@ TEST(Nccl, ChannelsUseEveryNicAndTreesHalveTheCrossNodeTraffic) {
 
 }  // namespace
 }  // namespace loom::sim
+
+namespace loom::sim {
+namespace {
+
+TEST(ParameterServers, PushAndPullCrossEachNodesNicTwice) {
+  // 2 nodes x 8 GPUs, one server per node, one 25 GB/s NIC each: a node's NIC carries its 8
+  // workers' halves to the other server and that server's 8 halves back to them, 4 S each way
+  // in the push and again in the pull: 8 S / B.
+  const Simulator sim = Make("2x8:dgx-a100:1xib-hdr", 1);
+  const size_t bytes = 64 << 20;
+  StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ps", bytes);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->time_us, 8.0 * bytes / 25e3, 0.02 * 8.0 * bytes / 25e3);
+  EXPECT_NE(r->bottleneck.find("nic0"), std::string::npos);
+  StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "ps", bytes);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->nranks(), 16 + 2);
+  EXPECT_EQ(t->device_of(16), 0);
+  EXPECT_EQ(t->device_of(17), 8);
+  EXPECT_EQ(BytesSent(*t, 3), bytes);            // a worker pushes its whole buffer, in two shards
+  EXPECT_EQ(BytesSent(*t, 17), 16 * bytes / 2);  // a server sends its shard to every worker
+  EXPECT_FALSE(sim.TraceOf(Collective::kBroadcast, "ps", bytes).ok());
+}
+
+}  // namespace
+}  // namespace loom::sim
