@@ -36,6 +36,12 @@ class Builder {
     Add(name + ".weight", weights, 2.0 * weights * h * w);
     if (bias) Add(name + ".bias", cout);
   }
+  // conv kh x kw without bias followed by batch norm (torchvision's BasicConv2d).
+  void ConvBn(const std::string& name, int kh, int kw, int cin, int cout, int h, int w) {
+    const uint64_t weights = uint64_t(kh) * kw * cin * cout;
+    Add(name + ".conv.weight", weights, 2.0 * weights * h * w);
+    Norm(name + ".bn", cout);
+  }
   void Norm(const std::string& name, int c) {
     Add(name + ".weight", c);
     Add(name + ".bias", c);
@@ -104,6 +110,72 @@ std::vector<GradientSpec> Vgg16() {
   return b.Backward();
 }
 
+// Inception-v3 (torchvision's layout, 299 x 299 input, with the auxiliary classifier).
+std::vector<GradientSpec> InceptionV3() {
+  Builder b;
+  b.ConvBn("Conv2d_1a_3x3", 3, 3, 3, 32, 149, 149);
+  b.ConvBn("Conv2d_2a_3x3", 3, 3, 32, 32, 147, 147);
+  b.ConvBn("Conv2d_2b_3x3", 3, 3, 32, 64, 147, 147);
+  b.ConvBn("Conv2d_3b_1x1", 1, 1, 64, 80, 73, 73);
+  b.ConvBn("Conv2d_4a_3x3", 3, 3, 80, 192, 71, 71);
+  auto a = [&](const std::string& p, int in, int pool) {  // 35 x 35
+    b.ConvBn(p + ".branch1x1", 1, 1, in, 64, 35, 35);
+    b.ConvBn(p + ".branch5x5_1", 1, 1, in, 48, 35, 35);
+    b.ConvBn(p + ".branch5x5_2", 5, 5, 48, 64, 35, 35);
+    b.ConvBn(p + ".branch3x3dbl_1", 1, 1, in, 64, 35, 35);
+    b.ConvBn(p + ".branch3x3dbl_2", 3, 3, 64, 96, 35, 35);
+    b.ConvBn(p + ".branch3x3dbl_3", 3, 3, 96, 96, 35, 35);
+    b.ConvBn(p + ".branch_pool", 1, 1, in, pool, 35, 35);
+  };
+  a("Mixed_5b", 192, 32);
+  a("Mixed_5c", 256, 64);
+  a("Mixed_5d", 288, 64);
+  b.ConvBn("Mixed_6a.branch3x3", 3, 3, 288, 384, 17, 17);
+  b.ConvBn("Mixed_6a.branch3x3dbl_1", 1, 1, 288, 64, 35, 35);
+  b.ConvBn("Mixed_6a.branch3x3dbl_2", 3, 3, 64, 96, 35, 35);
+  b.ConvBn("Mixed_6a.branch3x3dbl_3", 3, 3, 96, 96, 17, 17);
+  auto c = [&](const std::string& p, int c7) {  // 17 x 17, 768 channels in
+    b.ConvBn(p + ".branch1x1", 1, 1, 768, 192, 17, 17);
+    b.ConvBn(p + ".branch7x7_1", 1, 1, 768, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7_2", 1, 7, c7, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7_3", 7, 1, c7, 192, 17, 17);
+    b.ConvBn(p + ".branch7x7dbl_1", 1, 1, 768, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7dbl_2", 7, 1, c7, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7dbl_3", 1, 7, c7, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7dbl_4", 7, 1, c7, c7, 17, 17);
+    b.ConvBn(p + ".branch7x7dbl_5", 1, 7, c7, 192, 17, 17);
+    b.ConvBn(p + ".branch_pool", 1, 1, 768, 192, 17, 17);
+  };
+  c("Mixed_6b", 128);
+  c("Mixed_6c", 160);
+  c("Mixed_6d", 160);
+  c("Mixed_6e", 192);
+  b.ConvBn("AuxLogits.conv0", 1, 1, 768, 128, 5, 5);
+  b.ConvBn("AuxLogits.conv1", 5, 5, 128, 768, 1, 1);
+  b.Linear("AuxLogits.fc", 768, 1000);
+  b.ConvBn("Mixed_7a.branch3x3_1", 1, 1, 768, 192, 17, 17);
+  b.ConvBn("Mixed_7a.branch3x3_2", 3, 3, 192, 320, 8, 8);
+  b.ConvBn("Mixed_7a.branch7x7x3_1", 1, 1, 768, 192, 17, 17);
+  b.ConvBn("Mixed_7a.branch7x7x3_2", 1, 7, 192, 192, 17, 17);
+  b.ConvBn("Mixed_7a.branch7x7x3_3", 7, 1, 192, 192, 17, 17);
+  b.ConvBn("Mixed_7a.branch7x7x3_4", 3, 3, 192, 192, 8, 8);
+  auto e = [&](const std::string& p, int in) {  // 8 x 8
+    b.ConvBn(p + ".branch1x1", 1, 1, in, 320, 8, 8);
+    b.ConvBn(p + ".branch3x3_1", 1, 1, in, 384, 8, 8);
+    b.ConvBn(p + ".branch3x3_2a", 1, 3, 384, 384, 8, 8);
+    b.ConvBn(p + ".branch3x3_2b", 3, 1, 384, 384, 8, 8);
+    b.ConvBn(p + ".branch3x3dbl_1", 1, 1, in, 448, 8, 8);
+    b.ConvBn(p + ".branch3x3dbl_2", 3, 3, 448, 384, 8, 8);
+    b.ConvBn(p + ".branch3x3dbl_3a", 1, 3, 384, 384, 8, 8);
+    b.ConvBn(p + ".branch3x3dbl_3b", 3, 1, 384, 384, 8, 8);
+    b.ConvBn(p + ".branch_pool", 1, 1, in, 192, 8, 8);
+  };
+  e("Mixed_7b", 1280);
+  e("Mixed_7c", 2048);
+  b.Linear("fc", 2048, 1000);
+  return b.Backward();
+}
+
 // BERT-large (24 layers, hidden 1024, 16 heads, FFN 4096, vocabulary 30522) with the pooler, at
 // sequence length 128 (pre-training phase 1): FLOPs count the matrix products per sequence.
 std::vector<GradientSpec> BertLarge() {
@@ -128,7 +200,9 @@ std::vector<GradientSpec> BertLarge() {
 
 }  // namespace
 
-std::vector<std::string> BuiltinModelNames() { return {"resnet50", "vgg16", "bert-large"}; }
+std::vector<std::string> BuiltinModelNames() {
+  return {"resnet50", "vgg16", "inception-v3", "bert-large"};
+}
 
 StatusOr<ModelSpec> BuiltinModel(const std::string& name) {
   ModelSpec m;
@@ -144,9 +218,9 @@ StatusOr<ModelSpec> BuiltinModel(const std::string& name) {
     m.source =
         "NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX-1 16GB: 1 GPU 1200 img/s, "
         "8 GPUs 8322 img/s (mixed precision)";
-  } else if (name == "vgg16" || name == "bert-large") {
-    m.gradients = name == "vgg16" ? Vgg16() : BertLarge();
-    m.batch_per_device = name == "vgg16" ? 64 : 32;
+  } else if (name == "vgg16" || name == "inception-v3" || name == "bert-large") {
+    m.gradients = name == "vgg16" ? Vgg16() : name == "inception-v3" ? InceptionV3() : BertLarge();
+    m.batch_per_device = name == "bert-large" ? 32 : name == "vgg16" ? 64 : 128;
     // Derived, not published: the FLOP rate ResNet-50's published throughput implies, applied to
     // this model's FLOPs.
     const double resnet_rate = kResNetSamples * [] {

@@ -40,7 +40,8 @@ struct ModelSpec {
   double flops_per_sample() const;  // forward
 };
 
-// "resnet50", "vgg16", "bert-large": gradient lists generated from the architectures.
+// "resnet50", "vgg16", "inception-v3", "bert-large": gradient lists generated from the
+// architectures.
 std::vector<std::string> BuiltinModelNames();
 StatusOr<ModelSpec> BuiltinModel(const std::string& name);
 // JSON: {"name", "source", "batch_per_device", "samples_per_s", "device", "dtype",

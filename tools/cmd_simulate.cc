@@ -51,7 +51,8 @@ Flags SimulateFlags() {
           {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
           {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
           {"model", "NAME|FILE",
-           "simulate training steps of a model (resnet50, vgg16, bert-large, or a JSON file) "
+           "simulate training steps of a model (resnet50, vgg16, inception-v3, bert-large, or a "
+           "JSON file) "
            "instead of a collective sweep",
            ""},
           {"scale", "N,N,...",

@@ -311,9 +311,12 @@ namespace loom::sim {
 namespace {
 
 TEST(Models, BuiltinArchitecturesHaveTheirKnownParameterCounts) {
-  // torchvision's resnet50 and vgg16, and BERT-large with its pooler.
-  const std::pair<const char*, uint64_t> known[] = {
-      {"resnet50", 25'557'032}, {"vgg16", 138'357'544}, {"bert-large", 335'141'888}};
+  // torchvision's resnet50, vgg16 and inception_v3 (with its auxiliary classifier), and
+  // BERT-large with its pooler.
+  const std::pair<const char*, uint64_t> known[] = {{"resnet50", 25'557'032},
+                                                    {"vgg16", 138'357'544},
+                                                    {"inception-v3", 27'161'264},
+                                                    {"bert-large", 335'141'888}};
   for (const auto& [name, params] : known) {
     StatusOr<ModelSpec> m = BuiltinModel(name);
     ASSERT_TRUE(m.ok()) << name;
@@ -329,6 +332,10 @@ TEST(Models, BuiltinArchitecturesHaveTheirKnownParameterCounts) {
   EXPECT_EQ(resnet->gradients.front().name, "fc.bias");
   EXPECT_EQ(resnet->gradients.back().name, "conv1.weight");
   EXPECT_FALSE(BuiltinModel("alexnet").ok());
+  // Inception-v3: 96 convolutions with batch norm and two classifiers; 5.72 G multiply-adds.
+  StatusOr<ModelSpec> inception = BuiltinModel("inception-v3");
+  EXPECT_EQ(inception->gradients.size(), 96u * 3 + 4);
+  EXPECT_NEAR(inception->flops_per_sample(), 2 * 5.72e9, 0.02 * 2 * 5.72e9);
 }
 
 StatusOr<ModelSpec> TwoGradients() {
