@@ -80,6 +80,9 @@ def test_plots_are_pngs(tmp_path):
 
 def test_module_entry_point(tmp_path):
     env = dict(os.environ)
+    # The package this test imported, whichever way it was put on the path.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(sim.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH")] if p])
     out = tmp_path / "m.png"
     ok = subprocess.run([sys.executable, "-m", "loom.sim", "busbw", "mesh4", "ring,tree", str(out),
                          "1024", "1048576"], env=env, capture_output=True, text=True, timeout=120)
