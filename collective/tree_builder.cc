@@ -520,3 +520,123 @@ Tree ChainTree(const std::vector<int>& order, int root) {
 }
 
 }  // namespace loom::collective
+
+namespace loom::collective {
+
+TreeScore ScoreTree(const Topology& topology, const Tree& tree) {
+  TreeScore s;
+  s.weakest = tree.Edges().empty() ? 0 : 3;
+  for (const auto& [a, b] : tree.Edges()) {
+    s.weakest = std::min(s.weakest, topology.weight(a, b));
+    s.total += topology.weight(a, b);
+  }
+  return s;
+}
+
+namespace {
+
+class ExhaustiveSearch {
+ public:
+  ExhaustiveSearch(const Topology& t, int root, long long max_steps)
+      : t_(t), n_(t.size()), depth_(CeilLog2(t.size())), max_steps_(max_steps) {
+    for (int a = 0; a < n_; ++a) {
+      for (int b = 0; b < n_; ++b) max_weight_ = std::max(max_weight_, t.weight(a, b));
+    }
+    in_tree_.assign(n_, false);
+    in_tree_[root] = true;
+    members_.push_back(root);
+    current_.root = root;
+    current_.levels.resize(depth_);
+  }
+
+  StatusOr<Tree> Run() {
+    Level(0, 3, 0);
+    if (steps_ > max_steps_) {
+      return ResourceExhausted("the exhaustive tree search gave up after ", max_steps_, " steps");
+    }
+    if (!found_) return NotFound("no tree of depth ", depth_, " over real links exists");
+    return best_;
+  }
+
+ private:
+  // Starts level `level` with the tree built so far.
+  void Level(int level, int weakest, int total) {
+    if (++steps_ > max_steps_ || level >= depth_) return;
+    Pair(level, 0, members_.size(), weakest, total);
+  }
+
+  // Gives members_[i], ..., members_[count - 1] (the tree before this level) a new partner
+  // each, or none, then closes the level.
+  void Pair(int level, size_t i, size_t count, int weakest, int total) {
+    if (++steps_ > max_steps_) return;
+    const int placed = static_cast<int>(members_.size());
+    // Bound: every edge still to place at most max_weight_.
+    const TreeScore bound{weakest, total + (n_ - placed) * max_weight_};
+    if (found_ && !(best_score_ < bound)) return;
+    if (i == count) {
+      if (placed == n_) {
+        const TreeScore s{weakest, total};
+        if (!found_ || best_score_ < s) {
+          found_ = true;
+          best_score_ = s;
+          best_ = current_;
+          best_.levels.resize(level + 1);
+        }
+        return;
+      }
+      // The tree can at most double on each level left.
+      const long long reach = static_cast<long long>(placed) << (depth_ - level - 1);
+      if (static_cast<size_t>(placed) == count || reach < n_) return;
+      Level(level + 1, weakest, total);
+      return;
+    }
+    const int parent = members_[i];
+    std::vector<int> candidates;  // heaviest links first
+    for (int c = 0; c < n_; ++c) {
+      if (!in_tree_[c] && t_.connected(parent, c)) candidates.push_back(c);
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](int a, int b) { return t_.weight(parent, a) > t_.weight(parent, b); });
+    for (int c : candidates) {
+      const int w = t_.weight(parent, c);
+      in_tree_[c] = true;
+      members_.push_back(c);
+      current_.levels[level].push_back({parent, c});
+      Pair(level, i + 1, count, std::min(weakest, w), total + w);
+      current_.levels[level].pop_back();
+      members_.pop_back();
+      in_tree_[c] = false;
+      if (steps_ > max_steps_) return;
+    }
+    Pair(level, i + 1, count, weakest, total);
+  }
+
+  const Topology& t_;
+  int n_, depth_;
+  long long max_steps_, steps_ = 0;
+  int max_weight_ = 0;
+  std::vector<bool> in_tree_;
+  std::vector<int> members_;
+  Tree current_, best_;
+  TreeScore best_score_;
+  bool found_ = false;
+};
+
+}  // namespace
+
+StatusOr<Tree> ExhaustiveTree(const Topology& topology, int root, long long max_steps) {
+  const int n = topology.size();
+  LOOM_ENFORCE(root >= 0 && root < n, "root ", root, " is outside 0..", n - 1);
+  if (n > 16) {
+    return InvalidArgument("the exhaustive tree search takes at most 16 devices, not ", n);
+  }
+  if (n == 1) {
+    Tree t;
+    t.root = root;
+    return t;
+  }
+  ExhaustiveSearch search(topology, root, max_steps);
+  return search.Run();
+}
+
+}  // namespace loom::collective

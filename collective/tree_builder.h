@@ -79,3 +79,26 @@ Tree StarTree(int n, int root);
 Tree ChainTree(const std::vector<int>& order, int root);
 
 }  // namespace loom::collective
+
+namespace loom::collective {
+
+// A tree's quality as the builder ranks trees: its weakest link first, then the sum of its
+// links' weights (MXNet's objective for its topology-aware trees).
+struct TreeScore {
+  int weakest = 0;
+  int total = 0;
+  bool operator<(const TreeScore& o) const {
+    return weakest != o.weakest ? weakest < o.weakest : total < o.total;
+  }
+  bool operator==(const TreeScore& o) const { return weakest == o.weakest && total == o.total; }
+};
+TreeScore ScoreTree(const Topology& topology, const Tree& tree);
+
+// The best tree rooted at `root` by TreeScore over every tree of the definition above (depth
+// ceil(log2 n), every edge a link, one new partner per tree node per level), by branch and
+// bound: exact for machines of up to 16 devices. ResourceExhausted after `max_steps` search
+// steps (the best found so far is not returned: it is not proven best); InvalidArgument beyond
+// 16 devices; NotFound when no such tree exists.
+StatusOr<Tree> ExhaustiveTree(const Topology& topology, int root, long long max_steps = 20000000);
+
+}  // namespace loom::collective

@@ -22,7 +22,7 @@ Flags TopoFlags() {
   std::string presets;
   for (const auto& p : Topology::PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
   return Flags(
-      "topo", "loom topo [--preset NAME | --file F | --detect] [--selector]",
+      "topo", "loom topo [--preset NAME | --file F | --detect] [--selector] [--exact]",
       "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
       "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
       "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
@@ -36,6 +36,10 @@ Flags TopoFlags() {
           {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
           {"penalty", "X", "link penalty between multi-trees", "0.7"},
           {"selector", "", "also print the cost model's estimates and auto's choice", ""},
+          {"exact", "",
+           "also search every tree per root (branch and bound, up to 16 devices) and print its "
+           "score (weakest link / total weight) beside the builder's",
+           ""},
           {"op", "COLL",
            "collective for --selector: allreduce, reduce, broadcast, "
            "allgather, reducescatter",
@@ -156,6 +160,21 @@ Status Topo(const Flags& flags) {
   std::printf("\nmulti-trees (link penalty %.2f):\n", penalty);
   for (const Tree& tree : plan->multi_trees) {
     std::printf("  %s  [%s]\n", tree.ToString().c_str(), TreeLinks(t, tree).c_str());
+  }
+  if (flags.Switch("exact")) {
+    std::printf("\nexact search (score = weakest link / total weight):\n");
+    for (const Tree& tree : plan->trees) {
+      const collective::TreeScore built = collective::ScoreTree(t, tree);
+      StatusOr<Tree> best = collective::ExhaustiveTree(t, tree.root);
+      if (!best.ok()) {
+        std::printf("  root %d: builder %d/%d, exhaustive: %s\n", tree.root, built.weakest,
+                    built.total, best.status().message().c_str());
+        continue;
+      }
+      const collective::TreeScore found = collective::ScoreTree(t, *best);
+      std::printf("  root %d: builder %d/%d, exhaustive %d/%d  %s\n", tree.root, built.weakest,
+                  built.total, found.weakest, found.total, best->ToString().c_str());
+    }
   }
   if (!plan->notes.empty()) std::printf("\nnotes:\n");
   for (const auto& note : plan->notes) std::printf("  %s\n", note.c_str());

@@ -320,3 +320,49 @@ TEST(TopologyBounds, DeeplyNestedJsonIsRefusedBeforeParsing) {
 
 }  // namespace
 }  // namespace loom::collective
+
+namespace loom::collective {
+namespace {
+
+TEST(ExhaustiveTree, FindsTheBestTreeForEveryRootOfTheReferenceMachines) {
+  for (const char* name : {"p3.16xlarge", "dgx1-p100", "mesh4", "pcie8"}) {
+    StatusOr<Topology> t = Topology::Preset(name);
+    ASSERT_TRUE(t.ok());
+    std::vector<StatusOr<Tree>> built = BuildTreeForEachRoot(*t);
+    for (int root = 0; root < t->size(); ++root) {
+      StatusOr<Tree> best = ExhaustiveTree(*t, root);
+      ASSERT_TRUE(best.ok()) << name << " root " << root << ": " << best.status().ToString();
+      EXPECT_TRUE(ValidateTree(*t, *best).ok()) << name << " root " << root;
+      EXPECT_EQ(best->root, root);
+      ASSERT_TRUE(built[root].ok());
+      // Never worse than the builder's.
+      EXPECT_FALSE(ScoreTree(*t, *best) < ScoreTree(*t, *built[root])) << name << " " << root;
+    }
+  }
+  // p3.16xlarge: 20 for every root (the builder reaches 19 for roots 0, 1, 4 and 5).
+  StatusOr<Topology> p3 = Topology::Preset("p3.16xlarge");
+  for (int root = 0; root < 8; ++root) {
+    StatusOr<Tree> best = ExhaustiveTree(*p3, root);
+    EXPECT_EQ(ScoreTree(*p3, *best).total, 20) << root;
+    EXPECT_EQ(ScoreTree(*p3, *best).weakest, 2) << root;
+  }
+}
+
+TEST(ExhaustiveTree, BoundsAndErrors) {
+  EXPECT_EQ(ExhaustiveTree(Topology::Uniform(17), 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ExhaustiveTree(Topology::Uniform(16, 2), 0, 10).status().code(),
+            StatusCode::kResourceExhausted);
+  // A uniform 16-device machine: the bound stops the search at the first complete tree.
+  StatusOr<Tree> dgx2 = ExhaustiveTree(Topology::Uniform(16, 3), 5);
+  ASSERT_TRUE(dgx2.ok()) << dgx2.status().ToString();
+  EXPECT_EQ(ScoreTree(Topology::Uniform(16, 3), *dgx2).total, 15 * 3);
+  // Two islands: no tree over real links.
+  StatusOr<Topology> split =
+      Topology::FromWeights({{0, 3, 0, 0}, {3, 0, 0, 0}, {0, 0, 0, 3}, {0, 0, 3, 0}});
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(ExhaustiveTree(*split, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(ExhaustiveTree(*split, 7).ok());
+}
+
+}  // namespace
+}  // namespace loom::collective

@@ -114,6 +114,10 @@ TEST(LoomTopo, HelpUsageErrorsAndSelectorTable) {
   EXPECT_NE(bad.err.find("nosuchmachine"), std::string::npos) << bad.err;
   Result two = Loom("topo --preset mesh4 --uniform 4");
   EXPECT_EQ(two.code, 1);
+  Result exact = Loom("topo --preset p3.16xlarge --exact");
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  EXPECT_NE(exact.out.find("root 0: builder 2/19, exhaustive 2/20"), std::string::npos)
+      << exact.out;
   Result table = Loom("topo --uniform 4 --selector");
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("auto"), std::string::npos) << table.out;
