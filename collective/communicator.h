@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "collective/cost_model.h"
 #include "collective/topology.h"
 #include "collective/transport.h"
 #include "collective/tree_builder.h"
@@ -121,6 +122,8 @@ struct CommunicatorOptions {
   static constexpr long long kInlineAuto = -2;
   static constexpr long long kInlineDefaultBytes = 64 << 10;
   long long inline_max_bytes = kInlineAuto;
+  // kAuto's cost model instead of the selector's formulas (cost_model.h); null: the formulas.
+  std::shared_ptr<const CostModel> cost_model;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.

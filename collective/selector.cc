@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace loom::collective {
 namespace {
@@ -36,8 +39,16 @@ double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 
 }  // namespace
 
+struct Selector::Cache {
+  std::mutex mu;
+  std::map<std::tuple<int, int, size_t>, double> times;
+};
+
 Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
-    : n_(plan.topology.size()), options_(options), depth_(CeilLog2(plan.topology.size())) {
+    : n_(plan.topology.size()),
+      options_(options),
+      depth_(CeilLog2(plan.topology.size())),
+      cache_(std::make_shared<Cache>()) {
   const Topology& t = plan.topology;
   LinkBound ring;
   for (size_t i = 0; i < plan.ring_order.size() && n_ > 1; ++i) {
@@ -61,6 +72,26 @@ Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
 // children, then send to the parent), while the ring sends and receives at the same time; so
 // tree-shaped algorithms count a rank's sent and received bytes together.
 double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const {
+  if (options_.cost_model != nullptr) {
+    size_t bucket = 1;
+    while (bucket < bytes) bucket <<= 1;
+    const auto key = std::make_tuple(static_cast<int>(kind), static_cast<int>(algorithm), bucket);
+    double t = -1;
+    bool cached = false;
+    {
+      std::lock_guard<std::mutex> lock(cache_->mu);
+      auto it = cache_->times.find(key);
+      if (it != cache_->times.end()) t = it->second, cached = true;
+    }
+    if (!cached) {
+      // Outside the lock: a model may take a while; two threads may both compute one bucket.
+      t = options_.cost_model->TimeUs(kind, algorithm, bucket);
+      std::lock_guard<std::mutex> lock(cache_->mu);
+      cache_->times.emplace(key, t);
+    }
+    if (t >= 0) return t;
+    // The model cannot say: the formulas below (which also know what does not run at all).
+  }
   const double n = n_, d = depth_, s = static_cast<double>(bytes);
   const double msg = options_.message_us, gamma = options_.reduce_gbps;
   const double call = options_.call_us / std::max(1, inflight) + ring_us_ + 2 * (n - 1) * msg;
@@ -174,7 +205,8 @@ std::string Selector::Table(Collective kind, size_t min_bytes, size_t max_bytes,
                             int inflight) const {
   const std::vector<Estimate> header = Estimates(kind, min_bytes, inflight);
   std::string out = StrCat("# ", CollectiveName(kind), ", ", n_, " ranks, ", inflight,
-                           " in flight; estimated µs per call (alpha-beta model)\n");
+                           " in flight; estimated µs per call (",
+                           options_.cost_model ? "cost model" : "alpha-beta model", ")\n");
   char buf[64];
   std::snprintf(buf, sizeof buf, "%12s", "size(B)");
   out += buf;

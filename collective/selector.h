@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "collective/communicator.h"
+#include "collective/cost_model.h"
 #include "collective/types.h"
 
 namespace loom::collective {
@@ -48,6 +50,10 @@ struct SelectorOptions {
   // of what it sends and receives, not their sum, and the star's root meets all its peers in
   // one round trip.
   bool overlapped_transfers = false;
+  // When set, every estimate comes from this model (e.g. the simulator) instead of the formulas
+  // above, evaluated at the size rounded up to a power of two and cached per (collective,
+  // algorithm, size bucket); the crossovers (tree_max_bytes, native_min_bytes) still apply.
+  std::shared_ptr<const CostModel> cost_model;
 };
 
 struct Estimate {
@@ -79,6 +85,9 @@ class Selector {
   // Weakest link (bandwidth GB/s) and slowest hop (µs) of the ring, the trees and the multi-trees.
   double ring_gbps_, ring_us_, tree_gbps_, tree_us_, multi_gbps_, multi_us_, star_gbps_, star_us_;
   int depth_;
+  // Cost-model estimates per (collective, algorithm, size bucket), shared by copies.
+  struct Cache;
+  std::shared_ptr<Cache> cache_;
 };
 
 }  // namespace loom::collective

@@ -61,6 +61,7 @@ SelectorOptions SelectorOptionsOf(const CommunicatorOptions& options) {
   s.native_min_bytes = options.auto_native_min_bytes;
   s.chunk_bytes = options.pipeline_chunk_bytes;
   s.overlapped_transfers = options.overlapped_transfers;
+  s.cost_model = options.cost_model;
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include "collective/communicator.h"
 #include "collective/selector.h"
+#include "sim/cost_model.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/gpu.h"
@@ -36,6 +37,10 @@ Flags TopoFlags() {
           {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
           {"penalty", "X", "link penalty between multi-trees", "0.7"},
           {"selector", "", "also print the cost model's estimates and auto's choice", ""},
+          {"cost-model", "M",
+           "for --selector: formulas (the selector's own) or sim (the simulator replaying the "
+           "schedules on this topology)",
+           "formulas"},
           {"exact", "",
            "also search every tree per root (branch and bound, up to 16 devices) and print its "
            "score (weakest link / total weight) beside the builder's",
@@ -181,7 +186,17 @@ Status Topo(const Flags& flags) {
   if (flags.Switch("selector")) {
     LOOM_ASSIGN_OR_RETURN(collective::Collective kind,
                           collective::ParseCollective(flags.Get("op")));
-    collective::Selector selector(*plan);
+    collective::SelectorOptions options;
+    const std::string& model = flags.Get("cost-model");
+    if (model == "sim") {
+      LOOM_ASSIGN_OR_RETURN(sim::Machine machine, sim::Machine::FromTopology(t));
+      LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator, sim::Simulator::Create(std::move(machine)));
+      options.cost_model = std::make_shared<sim::SimCostModel>(
+          std::make_shared<const sim::Simulator>(std::move(simulator)));
+    } else if (model != "formulas") {
+      return InvalidArgument("--cost-model '", model, "' is not formulas or sim");
+    }
+    collective::Selector selector(*plan, options);
     std::printf("\n%s", selector.Table(kind, 4 << 10, 64 << 20).c_str());
   }
   return Status::OK();

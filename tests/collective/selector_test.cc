@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "tests/collective/test_util.h"
 
 namespace loom::collective {
@@ -196,6 +198,65 @@ TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
                 "");
     }
   });
+}
+
+}  // namespace
+}  // namespace loom::collective
+
+namespace loom::collective {
+namespace {
+
+// A model that makes one algorithm the cheapest at every size.
+class FavourModel : public CostModel {
+ public:
+  explicit FavourModel(Algorithm favourite) : favourite_(favourite) {}
+  double TimeUs(Collective, Algorithm a, size_t bytes) const override {
+    ++calls;
+    if (bytes & (bytes - 1)) return -2;  // the selector asks for power-of-two buckets only
+    return a == favourite_ ? 1.0 : 100.0;
+  }
+  mutable std::atomic<int> calls{0};
+
+ private:
+  Algorithm favourite_;
+};
+
+TEST(SelectorCostModel, ItsEstimatesReplaceTheFormulasAndAreCachedPerBucket) {
+  StatusOr<std::shared_ptr<const CommPlan>> plan = CommPlan::Create(Topology::Uniform(4));
+  ASSERT_TRUE(plan.ok());
+  auto model = std::make_shared<FavourModel>(Algorithm::kStar);
+  SelectorOptions options;
+  options.tree_max_bytes = -1;  // the model alone decides
+  options.cost_model = model;
+  const Selector selector(**plan, options);
+  for (size_t bytes : {size_t{100}, size_t{4096}, size_t{3} << 20}) {
+    EXPECT_EQ(selector.Choose(Collective::kAllReduce, bytes, 1, false), Algorithm::kStar) << bytes;
+  }
+  const int after_first = model->calls;
+  EXPECT_EQ(selector.Choose(Collective::kAllReduce, 4000, 1, false), Algorithm::kStar);  // 4 KiB
+  EXPECT_EQ(model->calls, after_first);  // same bucket: cached
+  // The crossover still applies in front of the model, as native does.
+  SelectorOptions crossover = options;
+  crossover.tree_max_bytes = 1 << 20;
+  EXPECT_EQ(Selector(**plan, crossover).Choose(Collective::kAllReduce, 4096, 1, false),
+            Algorithm::kTree);
+  // Where the model cannot say (negative), the formulas answer, and they know tree has no
+  // allgather.
+  class Unsure : public CostModel {
+   public:
+    double TimeUs(Collective, Algorithm, size_t) const override { return -1; }
+  };
+  SelectorOptions u;
+  u.cost_model = std::make_shared<Unsure>();
+  const std::vector<Estimate> e = Selector(**plan, u).Estimates(Collective::kAllGather, 4096);
+  const std::vector<Estimate> f = Selector(**plan).Estimates(Collective::kAllGather, 4096);
+  ASSERT_EQ(e.size(), f.size());
+  ASSERT_FALSE(e.empty());
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_EQ(e[i].algorithm, f[i].algorithm);
+    EXPECT_DOUBLE_EQ(e[i].time_us, f[i].time_us);
+    EXPECT_NE(e[i].algorithm, Algorithm::kTree);
+  }
 }
 
 }  // namespace

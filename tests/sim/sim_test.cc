@@ -5,7 +5,9 @@
 
 #include <cmath>
 
+#include "collective/selector.h"
 #include "collective/topology.h"
+#include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/machine.h"
 #include "sim/simulate.h"
@@ -549,6 +551,30 @@ TEST(Trees, TheExhaustiveTreesOnP3CostTheSameTime) {
   // Both trees' weakest link is one NVLink (weight 2): a pipelined tree runs at its weakest
   // link, so the extra weight elsewhere buys nothing.
   EXPECT_NEAR(time[1] / time[0], 1.0, 0.02) << time[0] << " vs " << time[1];
+}
+
+}  // namespace
+}  // namespace loom::sim
+
+namespace loom::sim {
+namespace {
+
+TEST(CostModel, TheSelectorPicksWhatTheSimulatorPredicts) {
+  const Simulator sim = Make("p3.16xlarge", 1);
+  collective::SelectorOptions options;
+  options.tree_max_bytes = -1;  // no crossover in front of the model
+  options.cost_model = std::make_shared<SimCostModel>(std::make_shared<const Simulator>(sim));
+  const collective::Selector selector(sim.plan(), options);
+  for (size_t bytes : {size_t{4} << 10, size_t{256} << 10, size_t{16} << 20}) {
+    StatusOr<CollectiveResult> best = sim.Simulate(Collective::kAllReduce, "auto", bytes);
+    ASSERT_TRUE(best.ok());
+    const Algorithm chosen = selector.Choose(Collective::kAllReduce, bytes, 1, false);
+    EXPECT_EQ("auto:" + std::string(collective::AlgorithmName(chosen)), best->algorithm) << bytes;
+  }
+  // Native has no schedule to replay: the model says so, the formulas answer.
+  EXPECT_LT(SimCostModel(std::make_shared<const Simulator>(sim))
+                .TimeUs(Collective::kAllReduce, Algorithm::kNative, 4096),
+            0);
 }
 
 }  // namespace
