@@ -143,7 +143,7 @@ StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text) {
     return InvalidArgument("cluster '", text, "' has ", spec.nodes * gpus,
                            " devices; the simulator takes at most 65536");
   }
-  spec.node = parts[1] + "#" + std::to_string(gpus);
+  spec.devices_per_node = static_cast<int>(gpus);
   return spec;
 }
 
@@ -325,12 +325,8 @@ StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
 }
 
 StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
-  std::string node = spec.node;
-  int want = -1;
-  if (const size_t hash = node.find('#'); hash != std::string::npos) {
-    want = std::atoi(node.c_str() + hash + 1);
-    node = node.substr(0, hash);
-  }
+  const std::string& node = spec.node;
+  const int want = spec.devices_per_node > 0 ? spec.devices_per_node : -1;
   StatusOr<Machine> loaded = Preset(node);
   if (!loaded.ok()) {
     StatusOr<Topology> file = Topology::FromFile(node);

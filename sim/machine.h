@@ -54,6 +54,7 @@ struct Route {
 struct ClusterSpec {
   int nodes = 1;
   std::string node;
+  int devices_per_node = 0;  // the spec's GPUS, checked against the node machine; 0: any
   int nics = 1;
   LinkClass nic;
   double oversubscription = 1;

@@ -94,8 +94,6 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
     sim.plan_ = sim.node_plan_;
   } else {
     sim.plan_ = ClusterPlan(m.nodes(), sim.node_plan_->ring_order, m.size() <= kMaxMultiTreeRanks);
-    std::vector<int> leaders(m.nodes());
-    for (int k = 0; k < m.nodes(); ++k) leaders[k] = k;
     sim.leaders_plan_ = ClusterPlan(m.nodes(), {0}, false);
   }
   return sim;

@@ -209,7 +209,7 @@ StatusOr<ModelSpec> BuiltinModel(const std::string& name) {
   m.name = name;
   // Published: NVIDIA DeepLearningExamples, PyTorch ResNet-50 v1.5, DGX-1 (V100 16 GB), one
   // GPU, mixed precision, batch 256: 1200 img/s (8 GPUs: 8322 img/s, 6.93x).
-  constexpr double kResNetSamples = 1200, kResNetFlops = 2 * 4.1e9;
+  constexpr double kResNetSamples = 1200;
   if (name == "resnet50") {
     m.gradients = ResNet50();
     m.batch_per_device = 256;
@@ -233,7 +233,6 @@ StatusOr<ModelSpec> BuiltinModel(const std::string& name) {
     m.source =
         "derived: the FLOP rate of ResNet-50's published V100 throughput (DeepLearningExamples) "
         "applied to this model's forward FLOPs";
-    (void)kResNetFlops;
   } else {
     std::string known;
     for (const std::string& n : BuiltinModelNames()) known += (known.empty() ? "" : ", ") + n;
@@ -389,8 +388,7 @@ StatusOr<Machine> MachineForScale(const std::string& base, int devices) {
     return m.FirstDevices(devices);
   }
   LOOM_ASSIGN_OR_RETURN(ClusterSpec spec, ParseClusterSpec(base));
-  const size_t hash = spec.node.find('#');
-  const std::string node = spec.node.substr(0, hash);
+  const std::string& node = spec.node;
   LOOM_ASSIGN_OR_RETURN(Machine one, Machine::Load(node));
   const int per = one.size();
   if (devices <= per) return one.FirstDevices(devices);
