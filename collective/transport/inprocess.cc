@@ -1,12 +1,11 @@
-#include "collective/spin.h"
 #include "collective/transport/inprocess.h"
+#include "collective/spin.h"
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -35,9 +34,9 @@ struct Posting {
 
   std::mutex mu;
   std::condition_variable cv;
-  bool queued = true;  // guarded by the mailbox mutex
-  bool done = false;   // guarded by mu
-  Status status;       // guarded by mu
+  bool queued = true;                 // guarded by the mailbox mutex
+  bool done = false;                  // guarded by mu
+  Status status;                      // guarded by mu
   std::atomic<bool> finished{false};  // done, for waits that poll before they lock
 };
 
@@ -60,33 +59,89 @@ struct Mailbox {
   Queue recvs;
 };
 
-// One native collective while its ranks meet: every rank's buffers, published before anyone
-// touches them and kept until every rank has finished writing.
-struct NativeSlot {
-  std::vector<const void*> send;
-  std::vector<void*> recv;
-  std::vector<std::string> signatures;  // Meet: each rank's, copied in when it arrives
-  int published = 0, left = 0;
-  std::atomic<int> arrived{0};  // published, for waits that poll before they lock
-  bool abandoned = false;  // a rank gave up waiting: the others must not touch its buffers
-  std::atomic<size_t> next_block{0};   // the next block of work to claim
-  std::atomic<size_t> blocks_done{0};  // blocks whose results are written
+// Where the ranks meet once per collective (Meet, RunNative). A group has kMeetSlots slots,
+// used round-robin by the call's sequence number (every rank meets in the same order: the
+// communicator issues the calls in order). A rank publishes its entry (signature, buffers and,
+// for small native calls, a copy of its input), then adds itself to the slot's state word; once
+// the count reaches n every entry is readable. Reuse needs no departure round: a rank meeting at
+// call s has returned from call s-1, which every rank had met, so every rank has returned from
+// s-2 and earlier and no longer reads their slots (kMeetSlots >= 2).
+constexpr uint64_t kMeetSlots = 4;
+constexpr size_t kMeetSignatureBytes = 128;
+// Native calls whose input is at most this many bytes per rank run from copies in the slot:
+// after the meeting every rank computes its own output from the copies, so the call is one
+// rendezvous, not a rendezvous and then a wait until every rank's buffers are written.
+constexpr size_t kMeetInlineBytes = 4 << 10;
+
+struct alignas(64) MeetEntry {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t signature_bytes = 0;  // 0 when this rank published no signature
+  bool copied = false;         // `data` holds the rank's input (small native calls)
+  unsigned char signature[kMeetSignatureBytes];
+  alignas(64) unsigned char data[kMeetInlineBytes];
 };
 
-// Native calls of one group, matched by their per-rank sequence number (every rank issues them
-// in the same order: the communicator checked the signatures first).
-struct NativeBoard {
+// The state word: the call's generation (its sequence number, 43 bits), whether a rank gave up
+// waiting, and how many ranks have arrived.
+constexpr uint64_t kCountBits = 20;
+constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
+constexpr uint64_t kAbandonedBit = uint64_t{1} << kCountBits;
+constexpr uint64_t kGenShift = kCountBits + 1;
+constexpr uint64_t kGenMask = (uint64_t{1} << (64 - kGenShift)) - 1;
+constexpr uint64_t kMaxMeetRanks = kCountMask;
+
+struct MeetSlot {
+  alignas(64) std::atomic<uint64_t> state{~uint64_t{0}};  // no generation yet
+  // Large native calls: the next block of work to claim and the blocks whose results are written.
+  alignas(64) std::atomic<size_t> next_block{0};
+  alignas(64) std::atomic<size_t> blocks_done{0};
+  std::unique_ptr<MeetEntry[]> entries;
+};
+
+struct Meeting {
+  explicit Meeting(int n) : slots(new MeetSlot[kMeetSlots]), spin_pauses(SpinPausesFor(n)) {
+    for (uint64_t i = 0; i < kMeetSlots; ++i) slots[i].entries.reset(new MeetEntry[n]);
+  }
+  std::unique_ptr<MeetSlot[]> slots;
+  // Waits poll first (SpinUntil) and then sleep here; whoever changes what a sleeper waits for
+  // wakes the sleepers (Wake).
   std::mutex mu;
   std::condition_variable cv;
-  std::map<uint64_t, NativeSlot> slots;
+  std::atomic<int> sleepers{0};
+  const int spin_pauses;  // the group's rank threads against this machine's cores
+
+  void Wake() {
+    if (sleepers.load() > 0) {
+      { std::lock_guard<std::mutex> lock(mu); }
+      cv.notify_all();
+    }
+  }
+  // Waits until ready() or the deadline; false at the deadline.
+  template <typename Ready>
+  bool WaitUntil(Ready&& ready, Deadline deadline) {
+    if (SpinUntil(ready, kSpinBudget, spin_pauses)) return true;
+    std::unique_lock<std::mutex> lock(mu);
+    sleepers.fetch_add(1);
+    const bool ok = cv.wait_until(lock, deadline, ready);
+    sleepers.fetch_sub(1);
+    return ok;
+  }
+  // Waits until ready(), however long.
+  template <typename Ready>
+  void WaitUntil(Ready&& ready) {
+    while (!WaitUntil(ready, Clock::now() + std::chrono::hours(1))) {
+    }
+  }
 };
 
 struct Hub {
-  Hub(int n, std::shared_ptr<RankMemory> memory) : mailboxes(n), memory(std::move(memory)) {}
+  Hub(int n, std::shared_ptr<RankMemory> memory)
+      : mailboxes(n), memory(std::move(memory)), meeting(n) {}
   std::vector<Mailbox> mailboxes;
   std::shared_ptr<RankMemory> memory;
-  NativeBoard native;
-  // Set once by Transport::Abort (guarded by native.mu; `aborted` is read without it).
+  Meeting meeting;
+  // Set once by Transport::Abort (guarded by meeting.mu; `aborted` is read without it).
   std::atomic<bool> aborted{false};
   Status abort_cause;
 };
@@ -161,7 +216,8 @@ class InProcessRequest final : public Request {
 
   Status Wait(Deadline deadline) override {
     Posting* p = posting_.get();
-    SpinUntil([p] { return p->finished.load(std::memory_order_acquire); });
+    SpinUntil([p] { return p->finished.load(std::memory_order_acquire); }, kSpinBudget,
+              hub_->meeting.spin_pauses);
     std::unique_lock<std::mutex> lock(p->mu);
     if (!p->cv.wait_until(lock, deadline, [p] { return p->done; })) {
       return Timeout(is_send_ ? "send to rank " : "receive from rank ",
@@ -265,7 +321,7 @@ class InProcessTransport final : public Transport {
 
   bool Abort(const Status& cause) override {
     {
-      std::lock_guard<std::mutex> lock(hub_->native.mu);
+      std::lock_guard<std::mutex> lock(hub_->meeting.mu);
       if (hub_->aborted.load()) return true;
       hub_->abort_cause = cause;
       hub_->aborted.store(true);
@@ -286,7 +342,7 @@ class InProcessTransport final : public Transport {
       }
       for (auto& p : pending) MarkDone(p.get(), cause);
     }
-    hub_->native.cv.notify_all();
+    hub_->meeting.cv.notify_all();
     return true;
   }
 
@@ -312,7 +368,7 @@ class InProcessTransport final : public Transport {
 
  private:
   Status AbortCause() const {
-    std::lock_guard<std::mutex> lock(hub_->native.mu);
+    std::lock_guard<std::mutex> lock(hub_->meeting.mu);
     return hub_->abort_cause;
   }
 
@@ -354,8 +410,8 @@ class InProcessTransport final : public Transport {
   InProcessTransportOptions options_;
   // One meeting of the ranks on the native board (RunNative, Meet): `native` runs there when
   // given (and, with a signature, when every rank's signature equals rank 0's).
-  Status RunSlot(const NativeCollective* native, const void* signature, size_t bytes,
-                 void* all, Deadline deadline);
+  Status RunSlot(const NativeCollective* native, const void* signature, size_t bytes, void* all,
+                 Deadline deadline);
 
   uint64_t native_calls_ = 0;
 };
@@ -432,11 +488,63 @@ void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, 
   }
 }
 
-// The in-process native collectives. The ranks publish their buffers on the hub's board and
-// wait until all have; then they claim blocks of the whole collective from a shared counter and
-// work directly on every rank's memory, and wait until every block is written (a peer may be
-// writing into this rank's buffers until then; a rank that found no block left does not wait
-// for the others to be scheduled). Per block:
+// Bytes of a native call's input on one rank (broadcast: the root's only).
+size_t NativeInputBytes(const NativeCollective& call, int rank, int n) {
+  const size_t bytes = call.count * DataTypeSize(call.dtype);
+  switch (call.kind) {
+    case Collective::kBroadcast: return rank == call.root ? bytes : 0;
+    case Collective::kReduceScatter: return bytes * n;
+    default: return bytes;
+  }
+}
+
+// Whether a native call runs from copies in the meeting slot. A pure function of the call, so
+// ranks whose signatures match decide alike.
+bool RunsFromCopies(const NativeCollective& call, int n) {
+  for (int r = 0; r < n; ++r) {
+    if (NativeInputBytes(call, r, n) > kMeetInlineBytes) return false;
+  }
+  return true;
+}
+
+// A small native call from the copies every rank left in the slot: this rank computes its own
+// output (reductions in rank order, so every rank gets the same bits).
+void RunFromCopies(const NativeCollective& call, const MeetEntry* entries, int rank, int n) {
+  const size_t elem = DataTypeSize(call.dtype);
+  const size_t bytes = call.count * elem;
+  const Reduction reduction{call.dtype, call.op};
+  char* out = static_cast<char*>(call.recv);
+  std::vector<const char*> inputs(n);
+  auto copy_of = [&](int r, size_t offset) {
+    return reinterpret_cast<const char*>(entries[r].data) + offset;
+  };
+  switch (call.kind) {
+    case Collective::kAllReduce:
+    case Collective::kReduce:
+      if (call.kind == Collective::kReduce && rank != call.root) return;
+      for (int r = 0; r < n; ++r) inputs[r] = copy_of(r, 0);
+      ReduceInto(reduction, inputs, {out}, call.count, n, /*streaming=*/false);
+      return;
+    case Collective::kReduceScatter:
+      for (int r = 0; r < n; ++r) inputs[r] = copy_of(r, rank * bytes);
+      ReduceInto(reduction, inputs, {out}, call.count, n, /*streaming=*/false);
+      return;
+    case Collective::kAllGather:
+      for (int r = 0; r < n; ++r) std::memcpy(out + r * bytes, copy_of(r, 0), bytes);
+      return;
+    case Collective::kBroadcast: std::memcpy(out, copy_of(call.root, 0), bytes); return;
+    default:  // not a native collective (SupportsNative)
+      return;
+  }
+}
+
+// The in-process meeting and native collectives. Each rank publishes its entry in the call's
+// slot (Meeting) and waits until all have. Signatures are compared first. A small native call
+// (RunsFromCopies) is then computed by every rank from the copies in the slot, and the call is
+// over. A larger one works directly on every rank's memory: the ranks claim blocks of the whole
+// collective from a shared counter and wait until every block is written (a peer may be writing
+// into this rank's buffers until then; a rank that found no block left does not wait for the
+// others to be scheduled). Per block:
 //   allreduce:     reduce the block of all N inputs and write it into all N outputs: N·S bytes
 //                  read and N·S written in total, the minimum for any allreduce (the ring and
 //                  the tree move about 15·S for N = 4);
@@ -445,83 +553,107 @@ void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, 
 //   allgather:     copy the block of rank p's input into every output;
 //   broadcast:     copy the block of the root's input into every output.
 // Outputs too large for the caches are written with streaming stores.
-// The first wait ends at the deadline (a rank that never calls): the slot is then marked
-// abandoned so that no late rank touches the buffers of one that gave up. The second wait has
-// no deadline: it only waits for memory copies in progress.
+// The meeting ends at the deadline (a rank that never calls): the rank then marks the slot
+// abandoned, unless every rank arrived meanwhile, so that no late rank touches the buffers of
+// one that gave up (the count and the mark share one word). The wait for the blocks has no
+// deadline: it only waits for memory copies in progress.
 Status InProcessTransport::RunSlot(const NativeCollective* native, const void* signature,
                                    size_t sig_bytes, void* all, Deadline deadline) {
   const int n = nranks_;
   const uint64_t seq = native_calls_++;
-  NativeBoard& board = hub_->native;
-  NativeSlot* slot;
-  auto leave = [&](std::unique_lock<std::mutex>& lock) {
-    if (++slot->left == n) board.slots.erase(seq);
+  Meeting& meeting = hub_->meeting;
+  MeetSlot& slot = meeting.slots[seq % kMeetSlots];
+  const uint64_t gen = seq & kGenMask;
+  if (signature && sig_bytes > kMeetSignatureBytes) {
+    return Internal("call signature of ", sig_bytes, " bytes is larger than the ",
+                    kMeetSignatureBytes, " a meeting holds");
+  }
+  const bool from_copies = native && hub_->memory->host() && RunsFromCopies(*native, n);
+
+  MeetEntry& mine = slot.entries[rank_];
+  mine.send = native ? native->send : nullptr;
+  mine.recv = native ? native->recv : nullptr;
+  mine.signature_bytes = signature ? sig_bytes : 0;
+  if (signature) std::memcpy(mine.signature, signature, sig_bytes);
+  mine.copied = from_copies;
+  if (from_copies) {
+    const size_t in = NativeInputBytes(*native, rank_, n);
+    if (in > 0) std::memcpy(mine.data, native->send, in);
+  }
+
+  // Arrive. A slot still holding an older generation was left by every rank (see Meeting).
+  uint64_t state = slot.state.load();
+  for (;;) {
+    uint64_t next;
+    if ((state >> kGenShift) != gen) {
+      slot.next_block.store(0, std::memory_order_relaxed);
+      slot.blocks_done.store(0, std::memory_order_relaxed);
+      next = (gen << kGenShift) | 1;
+    } else {
+      next = state + 1;
+    }
+    if (slot.state.compare_exchange_weak(state, next)) {
+      state = next;
+      break;
+    }
+  }
+  if ((state & kCountMask) == static_cast<uint64_t>(n)) meeting.Wake();
+
+  auto complete = [&](uint64_t s) {
+    return (s & kCountMask) == static_cast<uint64_t>(n) && !(s & kAbandonedBit);
   };
-  {
-    std::unique_lock<std::mutex> lock(board.mu);
-    slot = &board.slots[seq];
-    if (slot->send.empty()) {
-      slot->send.assign(n, nullptr);
-      slot->recv.assign(n, nullptr);
-      slot->signatures.assign(n, std::string());
-    }
-    slot->send[rank_] = native ? native->send : nullptr;
-    slot->recv[rank_] = native ? native->recv : nullptr;
-    if (signature) slot->signatures[rank_].assign(static_cast<const char*>(signature), sig_bytes);
-    ++slot->published;
-    slot->arrived.store(slot->published, std::memory_order_release);
-    board.cv.notify_all();
-    if (slot->published != n) {
-      lock.unlock();
-      SpinUntil([&] {
-        return slot->arrived.load(std::memory_order_acquire) == n || hub_->aborted.load();
-      });
-      lock.lock();
-    }
-    const bool met = board.cv.wait_until(lock, deadline, [&] {
-      return slot->published == n || slot->abandoned || hub_->aborted.load();
-    });
-    if (met && hub_->aborted.load() && slot->published != n) {
-      slot->abandoned = true;
-      board.cv.notify_all();
-      leave(lock);
-      return hub_->abort_cause;
-    }
-    if (!met || slot->abandoned) {
-      const bool timed_out = !met;
-      slot->abandoned = true;
-      board.cv.notify_all();
-      leave(lock);
-      if (timed_out)
-        return Timeout(signature ? "collective" : "native collective", ": only ",
-                       slot->published, " of ", n, " ranks arrived");
-      // At a meeting a peer that gave up timed out waiting for the same missing rank.
-      if (signature)
-        return Timeout("collective: only ", slot->published, " of ", n,
-                       " ranks arrived (another rank gave up waiting first)");
-      return FailedPrecondition("native collective: a peer gave up waiting for the others");
-    }
-    if (signature) {
-      // Every rank has published: the signatures no longer change while the slot lives.
-      bool same = true;
-      for (int r = 0; r < n; ++r) {
-        const std::string& sig = slot->signatures[r];
-        if (sig.size() != sig_bytes) {
-          same = false;
-          std::memset(static_cast<char*>(all) + r * sig_bytes, 0, sig_bytes);
-          continue;
-        }
-        std::memcpy(static_cast<char*>(all) + r * sig_bytes, sig.data(), sig_bytes);
-        same &= sig == slot->signatures[0];
-      }
-      if (!same || native == nullptr) {
-        leave(lock);
-        if (!same) return InvalidArgument("the ranks' call signatures differ");
-        return Status::OK();
+  bool met = meeting.WaitUntil(
+      [&] {
+        const uint64_t s = slot.state.load();
+        return complete(s) || (s & kAbandonedBit) || hub_->aborted.load();
+      },
+      deadline);
+  state = slot.state.load();
+  if (!complete(state)) {
+    // Give up (deadline or abort) unless every rank arrived meanwhile; the mark is set only
+    // while the count is short, so no rank can have started on the buffers.
+    while (!complete(state) && !(state & kAbandonedBit)) {
+      if (slot.state.compare_exchange_weak(state, state | kAbandonedBit)) {
+        meeting.Wake();
+        break;
       }
     }
   }
+  if (!complete(state)) {
+    const uint64_t arrived = state & kCountMask;
+    if (hub_->aborted.load()) return AbortCause();
+    if (!met)
+      return Timeout(signature ? "collective" : "native collective", ": only ", arrived, " of ", n,
+                     " ranks arrived");
+    // At a meeting a peer that gave up timed out waiting for the same missing rank.
+    if (signature)
+      return Timeout("collective: only ", arrived, " of ", n,
+                     " ranks arrived (another rank gave up waiting first)");
+    return FailedPrecondition("native collective: a peer gave up waiting for the others");
+  }
+
+  const MeetEntry* entries = slot.entries.get();
+  if (signature) {
+    bool same = true;
+    for (int r = 0; r < n; ++r) {
+      const MeetEntry& e = entries[r];
+      char* dst = static_cast<char*>(all) + r * sig_bytes;
+      if (e.signature_bytes != sig_bytes) {
+        same = false;
+        std::memset(dst, 0, sig_bytes);
+        continue;
+      }
+      std::memcpy(dst, e.signature, sig_bytes);
+      same &= std::memcmp(e.signature, entries[0].signature, sig_bytes) == 0;
+    }
+    if (!same) return InvalidArgument("the ranks' call signatures differ");
+    if (native == nullptr) return Status::OK();
+  }
   const NativeCollective& call = *native;
+  if (from_copies) {
+    RunFromCopies(call, entries, rank_, n);
+    return Status::OK();
+  }
   const size_t elem = DataTypeSize(call.dtype);
   const Reduction reduction{call.dtype, call.op};
   // All ranks' outputs together, as the caches see them.
@@ -539,15 +671,15 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
   const size_t per_part = (call.count + block - 1) / block;
   const size_t blocks = per_part * parts;
   auto in_at = [&](int rank, size_t element) {
-    return static_cast<const char*>(slot->send[rank]) + element * elem;
+    return static_cast<const char*>(entries[rank].send) + element * elem;
   };
   auto out_at = [&](int rank, size_t element) {
-    return static_cast<char*>(slot->recv[rank]) + element * elem;
+    return static_cast<char*>(entries[rank].recv) + element * elem;
   };
   std::vector<const char*> inputs;
   std::vector<char*> outputs;
   size_t done_here = 0;
-  for (size_t b = slot->next_block.fetch_add(1); b < blocks; b = slot->next_block.fetch_add(1)) {
+  for (size_t b = slot.next_block.fetch_add(1); b < blocks; b = slot.next_block.fetch_add(1)) {
     ++done_here;
     const int part = static_cast<int>(b / per_part);
     const size_t begin = (b % per_part) * block;
@@ -578,21 +710,17 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
         for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, begin));
         CopyInto(in_at(call.root, begin), outputs, len * elem, streaming);
         break;
+      default:  // not a native collective (SupportsNative)
+        break;
     }
   }
-  // Done when every block is written (by whichever ranks did them): a rank that found no work
-  // left does not wait for the others to be scheduled.
+  // Done when every block is written (by whichever ranks did them).
   if (done_here > 0) {
     if (streaming) StreamFence();
-    if (slot->blocks_done.fetch_add(done_here, std::memory_order_acq_rel) + done_here == blocks) {
-      std::lock_guard<std::mutex> lock(board.mu);
-      board.cv.notify_all();
-    }
+    if (slot.blocks_done.fetch_add(done_here, std::memory_order_acq_rel) + done_here == blocks)
+      meeting.Wake();
   }
-  SpinUntil([&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
-  std::unique_lock<std::mutex> lock(board.mu);
-  board.cv.wait(lock, [&] { return slot->blocks_done.load(std::memory_order_acquire) == blocks; });
-  leave(lock);
+  meeting.WaitUntil([&] { return slot.blocks_done.load(std::memory_order_acquire) == blocks; });
   return Status::OK();
 }
 
@@ -603,6 +731,8 @@ std::shared_ptr<RankMemory> HostRankMemory() { return std::make_shared<HostMemor
 std::vector<std::unique_ptr<Transport>> CreateInProcessTransports(
     int nranks, const InProcessTransportOptions& options, std::shared_ptr<RankMemory> memory) {
   LOOM_CHECK(nranks >= 1, "nranks must be positive, got ", nranks);
+  LOOM_CHECK(static_cast<uint64_t>(nranks) <= kMaxMeetRanks, "at most ", kMaxMeetRanks,
+             " in-process ranks, got ", nranks);
   if (memory == nullptr) memory = HostRankMemory();
   auto hub = std::make_shared<Hub>(nranks, std::move(memory));
   std::vector<std::unique_ptr<Transport>> out;

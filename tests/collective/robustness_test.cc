@@ -254,6 +254,117 @@ TEST(NativeInProcess, ARankThatNeverCallsEndsInTimeoutAndALateOneTouchesNothing)
   EXPECT_EQ(b, std::vector<float>(64, 2.0f));
 }
 
+// Small native calls run from copies in the meeting slot, larger ones on the ranks' buffers; many
+// consecutive calls of both kinds (more than the slots a group reuses) each give the exact
+// result of every collective, in place and not.
+TEST(NativeInProcess, CallsOnBothSidesOfTheCopyThresholdAreExact) {
+  constexpr int n = 3;
+  auto world = MakeWorld(n, 30000);
+  // Per-rank input sizes around 4 KiB (the copy threshold) in doubles.
+  const std::vector<size_t> counts = {1, 511, 512, 513, 2000};
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    const CallOptions native{Algorithm::kNative};
+    auto value = [](int r, size_t i, int call) { return double((r + 1) * 1000 + i % 97 + call); };
+    int call = 0;
+    for (size_t count : counts) {
+      for (bool in_place : {false, true}) {
+        ++call;
+        // allreduce (sum, then avg)
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          std::vector<double> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = value(rank, i, call);
+          double* dst = in_place ? in.data() : out.data();
+          ASSERT_TRUE(
+              comm.AllReduce(in.data(), dst, count, DataType::kFloat64, op, native).Wait().ok());
+          for (size_t i = 0; i < count; ++i) {
+            double want = op == ReduceOp::kMax ? value(n - 1, i, call) : 0;
+            if (op != ReduceOp::kMax)
+              for (int r = 0; r < n; ++r) want += value(r, i, call);
+            if (op == ReduceOp::kAvg) want /= n;
+            ASSERT_EQ(dst[i], want) << "allreduce count " << count << " element " << i;
+          }
+        }
+        // reduce to root 1: only the root's output changes
+        {
+          std::vector<double> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = value(rank, i, call);
+          ASSERT_TRUE(comm.Reduce(in.data(), out.data(), count, DataType::kFloat64, ReduceOp::kSum,
+                                  1, native)
+                          .Wait()
+                          .ok());
+          for (size_t i = 0; i < count; ++i) {
+            double want = 0;
+            for (int r = 0; r < n; ++r) want += value(r, i, call);
+            ASSERT_EQ(out[i], rank == 1 ? want : -1) << "reduce count " << count;
+          }
+        }
+        // broadcast from root 2
+        {
+          std::vector<double> buf(count);
+          for (size_t i = 0; i < count; ++i) buf[i] = value(rank, i, call);
+          std::vector<double> out(count, -1);
+          double* dst = in_place ? buf.data() : out.data();
+          ASSERT_TRUE(
+              comm.Broadcast(buf.data(), dst, count, DataType::kFloat64, 2, native).Wait().ok());
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(dst[i], value(2, i, call)) << "broadcast count " << count;
+        }
+        // allgather and reducescatter (in place: the rank's part of the whole buffer)
+        {
+          std::vector<double> all(count * n, -1), mine(count);
+          for (size_t i = 0; i < count; ++i) mine[i] = value(rank, i, call);
+          const double* src = mine.data();
+          if (in_place) {
+            std::copy(mine.begin(), mine.end(), all.begin() + rank * count);
+            src = all.data() + rank * count;
+          }
+          ASSERT_TRUE(
+              comm.AllGather(src, all.data(), count, DataType::kFloat64, native).Wait().ok());
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < count; ++i)
+              ASSERT_EQ(all[r * count + i], value(r, i, call)) << "allgather count " << count;
+          std::vector<double> whole(count * n), part(count, -1);
+          for (size_t i = 0; i < whole.size(); ++i) whole[i] = value(rank, i, call);
+          double* dst = in_place ? whole.data() + rank * count : part.data();
+          ASSERT_TRUE(comm.ReduceScatter(whole.data(), dst, count, DataType::kFloat64,
+                                         ReduceOp::kSum, native)
+                          .Wait()
+                          .ok());
+          for (size_t i = 0; i < count; ++i) {
+            double want = 0;
+            for (int r = 0; r < n; ++r) want += value(r, rank * count + i, call);
+            ASSERT_EQ(dst[i], want) << "reducescatter count " << count;
+          }
+        }
+      }
+    }
+  });
+}
+
+// A mismatch between a call small enough to run from copies and a larger one is named on every
+// rank, touches no buffer, and the group goes on.
+TEST(NativeInProcess, AMismatchAcrossTheCopyThresholdIsNamedAndTouchesNothing) {
+  auto world = MakeWorld(2, 30000);
+  RunRanks(*world, [&](int rank, Communicator& comm) {
+    const size_t count = rank == 0 ? 4 : 4096;
+    std::vector<float> in(4096, float(rank + 1)), out(4096, -1.0f);
+    Status s = comm.AllReduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                              CallOptions{Algorithm::kNative})
+                   .Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 0 called AllReduce(count=4,"), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("rank 1 called AllReduce(count=4096,"), std::string::npos)
+        << s.message();
+    EXPECT_EQ(out, std::vector<float>(4096, -1.0f));
+    Status next = comm.AllReduce(in.data(), out.data(), 3, DataType::kFloat32, ReduceOp::kSum,
+                                 CallOptions{Algorithm::kNative})
+                      .Wait();
+    EXPECT_TRUE(next.ok()) << next.ToString();
+    EXPECT_EQ(out[2], 3.0f);
+  });
+}
+
 TEST(NativeInProcess, NotOfferedOverMemoryThatIsNotTheHosts) {
   class Opaque final : public RankMemory {
    public:
