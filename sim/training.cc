@@ -311,6 +311,129 @@ StatusOr<ModelSpec> LoadModel(const std::string& name_or_path) {
   return m;
 }
 
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
+                                      const std::map<std::string, uint64_t>& gradients,
+                                      collective::DataType dtype, int batch_per_device, int rank) {
+  LOOM_ENFORCE(batch_per_device >= 1, "a batch of ", batch_per_device, " samples per device");
+  if (gradients.empty()) return InvalidArgument("timeline: the program has no parameter gradients");
+  nlohmann::json j = nlohmann::json::parse(timeline_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
+      !j["traceEvents"].is_array())
+    return InvalidArgument("timeline: not a trace (a JSON object with \"traceEvents\")");
+  struct Op {
+    std::string name;
+    std::vector<std::string> outputs;
+    std::string vars;
+    double begin = 0, end = 0;
+  };
+  std::vector<Op> ops;
+  size_t index = 0;
+  for (const auto& e : j["traceEvents"]) {
+    ++index;
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X") continue;
+    if (!e.contains("cat") || e["cat"] != "compute") continue;
+    if (!e.contains("pid") || !e["pid"].is_number_integer() || e["pid"].get<int64_t>() != rank)
+      continue;
+    if (!e.contains("name") || !e["name"].is_string() || !e.contains("ts") ||
+        !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number())
+      return InvalidArgument("timeline: traceEvents[", index - 1,
+                             "] needs \"name\", \"ts\" and \"dur\"");
+    Op op;
+    op.name = e["name"].get<std::string>();
+    op.begin = e["ts"].get<double>();
+    op.end = op.begin + e["dur"].get<double>();
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("vars") &&
+        e["args"]["vars"].is_string()) {
+      op.vars = e["args"]["vars"].get<std::string>();
+      std::stringstream list(op.vars);
+      for (std::string v; std::getline(list, v, ',');) {
+        const size_t b = v.find_first_not_of(' ');
+        if (b != std::string::npos) op.outputs.push_back(v.substr(b));
+      }
+    }
+    ops.push_back(std::move(op));
+  }
+  if (ops.empty()) return InvalidArgument("timeline: no compute ops of rank ", rank);
+  std::stable_sort(ops.begin(), ops.end(),
+                   [](const Op& a, const Op& b) { return a.begin < b.begin; });
+  // Steps start where the first op recurs.
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].name == ops[0].name && ops[i].vars == ops[0].vars) starts.push_back(i);
+  }
+  starts.push_back(ops.size());
+  std::vector<double> forward, backward, update;
+  std::map<std::string, std::vector<double>> ready;
+  for (size_t s = 0; s + 1 < starts.size(); ++s) {
+    const size_t first = starts[s], last = starts[s + 1];
+    size_t backward_first = last;
+    for (size_t i = first; i < last && backward_first == last; ++i)
+      if (EndsWith(ops[i].name, "_grad")) backward_first = i;
+    if (backward_first == last)
+      return InvalidArgument("timeline: step ", s + 1, " of rank ", rank,
+                             " has no backward op (none named *_grad): record a training "
+                             "program's run");
+    const double t0 = ops[first].begin, b0 = ops[backward_first].begin;
+    double backward_end = b0;
+    std::map<std::string, double> written;
+    for (size_t i = backward_first; i < last; ++i) {
+      if (EndsWith(ops[i].name, "_grad")) backward_end = std::max(backward_end, ops[i].end);
+      for (const std::string& out : ops[i].outputs)
+        if (gradients.count(out)) written[out] = ops[i].end;
+    }
+    for (const auto& [name, elements] : gradients) {
+      auto it = written.find(name);
+      if (it == written.end())
+        return InvalidArgument("timeline: no op of step ", s + 1, " of rank ", rank,
+                               " writes the gradient '", name, "'");
+      backward_end = std::max(backward_end, it->second);
+      ready[name].push_back(it->second - b0);
+    }
+    double step_end = backward_end;
+    for (size_t i = backward_first; i < last; ++i) step_end = std::max(step_end, ops[i].end);
+    forward.push_back(b0 - t0);
+    backward.push_back(backward_end - b0);
+    update.push_back(step_end - backward_end);
+  }
+  ModelSpec m;
+  m.name = "timeline";
+  m.source = StrCat("measured: median of ", forward.size(), " recorded step",
+                    forward.size() == 1 ? "" : "s", " of rank ", rank);
+  m.device = "the traced run's device";
+  m.batch_per_device = batch_per_device;
+  m.dtype = dtype;
+  m.forward_us = Median(forward);
+  m.backward_us = std::max(Median(backward), 1e-3);
+  m.update_us = Median(update);
+  for (const auto& [name, elements] : gradients) {
+    GradientSpec g;
+    g.name = name;
+    g.elements = elements;
+    g.ready_us = std::min(Median(ready[name]), m.backward_us);
+    m.gradients.push_back(g);
+  }
+  std::stable_sort(
+      m.gradients.begin(), m.gradients.end(),
+      [](const GradientSpec& a, const GradientSpec& b) { return a.ready_us < b.ready_us; });
+  m.samples_per_s = batch_per_device / ((m.forward_us + m.backward_us + m.update_us) * 1e-6);
+  return m;
+}
+
 StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& model,
                                   const StepOptions& options) {
   LOOM_ENFORCE(!model.gradients.empty() && model.samples_per_s > 0 && model.batch_per_device >= 1,
@@ -323,7 +446,14 @@ StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& m
   out.devices = n;
   out.nodes = simulator.machine().nodes();
   out.compute_us = model.batch_per_device / model.samples_per_s * 1e6;
-  const double forward_us = out.compute_us / 3, backward_us = out.compute_us - forward_us;
+  double forward_us = out.compute_us / 3, backward_us = out.compute_us - forward_us;
+  double update_us = 0;
+  if (model.measured()) {
+    forward_us = model.forward_us;
+    backward_us = model.backward_us;
+    update_us = model.update_us;
+    out.compute_us = forward_us + backward_us + update_us;
+  }
   // When each gradient is ready: backward spread by FLOPs (by elements when none are given).
   const double total_flops = model.flops_per_sample();
   double total_weight = 0;
@@ -340,7 +470,8 @@ StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& m
   double done = 0;
   for (const GradientSpec& g : model.gradients) {
     done += total_flops > 0 ? g.flops : double(g.elements);
-    const double ready = forward_us + backward_us * done / total_weight;
+    const double ready =
+        model.measured() ? forward_us + g.ready_us : forward_us + backward_us * done / total_weight;
     const uint64_t bytes = g.elements * elem;
     if (buckets.empty() || limit <= 0 || buckets.back().bytes + bytes > limit || bytes >= limit) {
       buckets.push_back(Bucket{});
@@ -370,7 +501,7 @@ StatusOr<StepResult> SimulateStep(const Simulator& simulator, const ModelSpec& m
     out.comm_us += it->second.time_us;
     comm_end = std::max(comm_end, b.ready_us) + it->second.time_us;
   }
-  out.step_us = std::max(out.compute_us, comm_end);
+  out.step_us = std::max(forward_us + backward_us, comm_end) + update_us;
   out.exposed_us = out.step_us - out.compute_us;
   out.samples_per_s = n * model.batch_per_device / (out.step_us * 1e-6);
   out.efficiency = out.compute_us / out.step_us;

@@ -9,11 +9,15 @@
 //
 // Compute comes from the model's single-device throughput (samples/s at its batch per device):
 // a third of the step forward, two thirds backward, backward spread over the gradients in
-// proportion to their layers' FLOPs. Communication does not slow compute (no contention for
-// memory or SMs is modelled). Efficiency = single-device step / step (weak scaling: the batch per
-// device stays fixed).
+// proportion to their layers' FLOPs. A model taken from a Loom timeline (ModelFromTimeline)
+// carries measured times instead: forward, backward, each gradient's ready time, and the
+// update after backward (the optimizer ops, which need the reduced gradients):
+//   step = forward + max(end of backward, end of the last allreduce) + update.
+// Communication does not slow compute (no contention for memory or SMs is modelled).
+// Efficiency = single-device step / step (weak scaling: the batch per device stays fixed).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,7 +29,8 @@ namespace loom::sim {
 struct GradientSpec {
   std::string name;
   uint64_t elements = 0;
-  double flops = 0;  // forward FLOPs per sample of the layer it belongs to (for spreading)
+  double flops = 0;      // forward FLOPs per sample of the layer it belongs to (for spreading)
+  double ready_us = -1;  // measured: backward time until it is ready (ModelFromTimeline)
 };
 
 struct ModelSpec {
@@ -36,6 +41,9 @@ struct ModelSpec {
   std::string device;        // the device that throughput was measured on
   collective::DataType dtype = collective::DataType::kFloat32;  // gradients
   std::vector<GradientSpec> gradients;  // in the order backward produces them
+  // Measured one-device times (ModelFromTimeline; 0: from samples_per_s and FLOPs).
+  double forward_us = 0, backward_us = 0, update_us = 0;
+  bool measured() const { return backward_us > 0; }
   uint64_t parameters() const;
   double flops_per_sample() const;  // forward
 };
@@ -50,6 +58,19 @@ StatusOr<ModelSpec> BuiltinModel(const std::string& name);
 StatusOr<ModelSpec> ParseModelJson(const std::string& text);
 // A built-in name or a JSON file.
 StatusOr<ModelSpec> LoadModel(const std::string& name_or_path);
+
+// A model measured by Loom itself: `timeline_json` is a one-device `loom run --timeline` trace
+// (chrome://tracing JSON; every compute op with its output vars); `gradients` maps each
+// parameter gradient (e.g. "fc_0.w_0@GRAD") to its elements. The trace's steps are found by
+// its first op recurring; in each, forward runs until the first op named *_grad, a gradient is
+// ready when the last op writing it ends, backward ends with the last gradient or *_grad op,
+// and the ops after it are the update. Medians over the recorded steps; gradients in the order
+// they become ready. Errors name what is missing (no compute ops of `rank`, no *_grad op, a
+// gradient no op writes).
+StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
+                                      const std::map<std::string, uint64_t>& gradients,
+                                      collective::DataType dtype, int batch_per_device,
+                                      int rank = 0);
 
 struct StepOptions {
   double fusion_mb = 32;           // the transpiler's fuse_grad_size_mb (0: one call per gradient)

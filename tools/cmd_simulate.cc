@@ -4,10 +4,14 @@
 #include <cstdlib>
 
 #include "collective/types.h"
+#include "framework/file_util.h"
+#include "framework/serialization.h"
+#include "operators/collective/comm.h"
 #include "sim/simulate.h"
 #include "sim/training.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "transpiler/gradients.h"
 
 namespace loom::cli {
 
@@ -60,6 +64,15 @@ Flags SimulateFlags() {
            "machine)",
            ""},
           {"fusion-mb", "MB", "gradient bucket limit for --model (the transpiler's)", "32"},
+          {"timeline", "FILE",
+           "simulate training steps of a model measured by Loom: a one-device `loom run "
+           "--timeline` trace (needs --program; instead of --model)",
+           ""},
+          {"program", "FILE|DIR",
+           "the traced run's main program (main.pb, or the directory holding it): its "
+           "parameters' gradients and their sizes",
+           ""},
+          {"batch", "N", "samples per device in the traced run (--timeline)", "1"},
       },
       0, 0);
 }
@@ -73,9 +86,50 @@ StatusOr<collective::DataType> ParseDtype(const std::string& name) {
 StatusOr<sim::SimOptions> Options(const Flags& flags);
 Status Sweep(const Flags& flags, const sim::SimOptions& options);
 
-// --model: one row per device count.
+// --timeline with --program: the model a one-device trace measured (sim::ModelFromTimeline).
+StatusOr<sim::ModelSpec> TimelineModel(const Flags& flags) {
+  if (!flags.Has("program"))
+    return InvalidArgument("--timeline needs --program (the traced run's main program)");
+  std::string path = flags.Get("program");
+  if (IsDirectory(path)) path = JoinPath(path, "main.pb");
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc program, LoadProgram(path));
+  StatusOr<transpiler::GradientAnalysis> analysis = transpiler::AnalyzeGradients(program);
+  if (!analysis.ok()) return analysis.status().WithContext("--program " + path);
+  std::map<std::string, uint64_t> gradients;
+  DataType dtype = proto::FP32;
+  for (const transpiler::OptimizedParam& p : analysis->params) {
+    if (gradients.empty()) dtype = p.dtype;
+    if (p.dtype != dtype)
+      return InvalidArgument("--program ", path, ": gradient '", p.grad, "' is ",
+                             DataTypeName(p.dtype), ", the first one ", DataTypeName(dtype),
+                             " (one dtype per model)");
+    gradients[p.grad] = static_cast<uint64_t>(p.bytes / SizeOf(p.dtype));
+  }
+  if (gradients.empty())
+    return InvalidArgument("--program ", path,
+                           ": no parameter is updated (not a training program)");
+  LOOM_ASSIGN_OR_RETURN(collective::DataType cdtype,
+                        ops::CollectiveDtype(dtype, "--program " + path));
+  LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch"));
+  if (batch < 1 || batch > (1 << 24))
+    return InvalidArgument("--batch must be in 1..16777216, got ", batch);
+  const std::string& trace = flags.Get("timeline");
+  LOOM_ASSIGN_OR_RETURN(std::string json, ReadFile(trace));
+  StatusOr<sim::ModelSpec> model =
+      sim::ModelFromTimeline(json, gradients, cdtype, static_cast<int>(batch));
+  if (!model.ok()) return model.status().WithContext(trace);
+  model->name = trace;
+  model->device = "traced device";
+  return model;
+}
+
+// --model or --timeline: one row per device count.
 Status Scaling(const Flags& flags, const sim::SimOptions& options) {
-  LOOM_ASSIGN_OR_RETURN(sim::ModelSpec model, sim::LoadModel(flags.Get("model")));
+  if (flags.Has("model") && flags.Has("timeline"))
+    return InvalidArgument("give one of --model NAME|FILE or --timeline FILE");
+  LOOM_ASSIGN_OR_RETURN(sim::ModelSpec model, flags.Has("timeline")
+                                                  ? TimelineModel(flags)
+                                                  : sim::LoadModel(flags.Get("model")));
   const std::string base = flags.Has("cluster") ? flags.Get("cluster") : flags.Get("topology");
   LOOM_ASSIGN_OR_RETURN(sim::Machine whole, sim::Machine::Load(base));
   std::vector<int> scale;
@@ -98,13 +152,18 @@ Status Scaling(const Flags& flags, const sim::SimOptions& options) {
   sim::StepOptions step;
   LOOM_ASSIGN_OR_RETURN(step.fusion_mb, flags.GetDouble("fusion-mb", 0, 1e6));
   const std::string& algo = flags.Get("algo");
-  LOOM_ENFORCE(algo.find(',') == std::string::npos, "--model takes one --algo, not '", algo, "'");
+  LOOM_ENFORCE(algo.find(',') == std::string::npos, "--model and --timeline take one --algo, not '",
+               algo, "'");
   step.algorithm = algo;
   std::printf(
       "# loom simulate: %s, %.1fM parameters in %zu gradients, batch %d per device, "
       "%.0f samples/s on one %s\n# source: %s\n# machine: %s\n",
       model.name.c_str(), model.parameters() / 1e6, model.gradients.size(), model.batch_per_device,
       model.samples_per_s, model.device.c_str(), model.source.c_str(), whole.Describe().c_str());
+  if (model.measured()) {
+    std::printf("# measured on one device: forward %.3f ms, backward %.3f ms, update %.3f ms\n",
+                model.forward_us / 1e3, model.backward_us / 1e3, model.update_us / 1e3);
+  }
   std::printf("#%8s %6s %8s %12s %10s %12s %10s %12s %10s  %s\n", "devices", "nodes", "buckets",
               "compute(ms)", "comm(ms)", "exposed(ms)", "step(ms)", "samples/s", "efficiency",
               "algorithms");
@@ -126,7 +185,7 @@ Status Simulate(const Flags& flags) {
     return InvalidArgument("give one of --topology NAME|FILE or --cluster SPEC");
   }
   LOOM_ASSIGN_OR_RETURN(sim::SimOptions options, Options(flags));
-  if (flags.Has("model")) return Scaling(flags, options);
+  if (flags.Has("model") || flags.Has("timeline")) return Scaling(flags, options);
   return Sweep(flags, options);
 }
 

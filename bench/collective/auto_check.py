@@ -56,8 +56,9 @@ def main():
                     help="ranks are processes under mpirun (MPI transport), not in-process places")
     ap.add_argument("--loom", default=os.path.join(os.path.dirname(__file__), "..", "..", "build",
                                                    "tools", "loom"))
-    ap.add_argument("--points", default="1:4K:64M:10,50:4K:1M:3,150:4K:256K:2",
-                    help="comma-separated INFLIGHT:MIN:MAX:ITERS sweeps")
+    ap.add_argument("--points", default="1:4K:256K:200,1:1M:64M:10,50:4K:1M:3,150:4K:256K:2",
+                    help="comma-separated INFLIGHT:MIN:MAX:ITERS sweeps (one call in flight: "
+                         "200 timed calls up to 256 KiB, where 10 would be all noise)")
     ap.add_argument("extra", nargs="*", help="more flags for loom bench collective (after --)")
     args = ap.parse_args()
     table = {}

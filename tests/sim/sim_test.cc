@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 
 #include "collective/selector.h"
 #include "collective/topology.h"
@@ -381,6 +383,99 @@ TEST(Steps, OneDeviceIsItsComputeAndOverlapHidesTheFirstBucket) {
   EXPECT_NEAR(u->comm_us, 2 * one_grad->time_us, 1e-6);
   EXPECT_LT(u->step_us, f->step_us);
   EXPECT_NEAR(u->samples_per_s, 4 * 30 / (u->step_us * 1e-6), 1e-6);
+}
+
+// A trace as `loom run --timeline` writes it: two steps of rank 0 (forward 30 us; w@GRAD ready
+// 30 us into backward, b@GRAD 35 or 37; the sgd update ends 11 or 9 us after), with rank 1's ops
+// and a communication event that must be ignored.
+std::string TwoStepTimeline() {
+  std::string events;
+  auto op = [&](int pid, const char* name, const char* cat, double ts, double dur,
+                const char* vars) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": 0, "
+                  "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"vars\": \"%s\"}},\n",
+                  name, cat, pid, ts, dur, vars);
+    events += buf;
+  };
+  for (int k = 0; k < 2; ++k) {
+    const double t = 1000.0 * k;
+    op(0, "mul", "compute", t, 10, "fc.tmp");
+    op(0, "softmax", "compute", t + 10, 20, "sm");
+    op(0, "softmax_grad", "compute", t + 30, 10, "sm@GRAD");
+    op(0, "mul_grad", "compute", t + 40, 20, "x@GRAD, w@GRAD");
+    op(0, "elementwise_add_grad", "compute", t + 60, 5 + 2 * k, "b@GRAD");
+    op(0, "sgd", "compute", t + 72, 4, "w");
+    op(1, "mul_grad", "compute", t + 500, 400, "x@GRAD, w@GRAD");
+    op(0, "allreduce", "communication", t + 60, 900, "w@GRAD");
+  }
+  return "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
+         "{\"ph\": \"M\", \"pid\": 0, \"name\": \"process_name\", \"args\": {\"name\": \"rank "
+         "0\"}},\n" +
+         events.substr(0, events.size() - 2) + "\n]}\n";
+}
+
+TEST(Steps, AModelMeasuredByATimelineKeepsItsTimesAndReadyOrder) {
+  const std::map<std::string, uint64_t> grads = {{"b@GRAD", 1 << 20}, {"w@GRAD", 1 << 20}};
+  StatusOr<ModelSpec> m =
+      ModelFromTimeline(TwoStepTimeline(), grads, collective::DataType::kFloat32, 8);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->measured());
+  EXPECT_DOUBLE_EQ(m->forward_us, 30);
+  EXPECT_DOUBLE_EQ(m->backward_us, 36);  // median of 35 and 37
+  EXPECT_DOUBLE_EQ(m->update_us, 10);    // the sgd ends at 76: 11 and 9 after backward
+  ASSERT_EQ(m->gradients.size(), 2u);
+  EXPECT_EQ(m->gradients[0].name, "w@GRAD");  // ready first
+  EXPECT_DOUBLE_EQ(m->gradients[0].ready_us, 30);
+  EXPECT_EQ(m->gradients[1].name, "b@GRAD");
+  EXPECT_DOUBLE_EQ(m->gradients[1].ready_us, 36);
+  EXPECT_NEAR(m->samples_per_s, 8 / 76e-6, 1e-6);
+
+  // One device: the measured step. Four: w's allreduce starts when w is ready (60 us into the
+  // step), b's after it; the update waits for both.
+  StatusOr<Machine> one = MachineForScale("mesh4", 1);
+  ASSERT_TRUE(one.ok());
+  StatusOr<Simulator> single = Simulator::Create(std::move(one).value());
+  ASSERT_TRUE(single.ok());
+  StatusOr<StepResult> alone = SimulateStep(*single, *m, StepOptions{});
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_DOUBLE_EQ(alone->step_us, 76);
+  const Simulator four = Make("mesh4", 1);
+  StatusOr<CollectiveResult> t = four.Simulate(Collective::kAllReduce, "ring", 4 << 20);
+  ASSERT_TRUE(t.ok());
+  StepOptions unfused;
+  unfused.algorithm = "ring";
+  unfused.fusion_mb = 0;
+  StatusOr<StepResult> u = SimulateStep(four, *m, unfused);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->buckets, 2);
+  EXPECT_NEAR(u->step_us, 60 + 2 * t->time_us + 10, 1e-6);
+  EXPECT_NEAR(u->efficiency, 76 / u->step_us, 1e-12);
+}
+
+TEST(Steps, TimelinesWithoutWhatAStepNeedsAreClearErrors) {
+  const std::map<std::string, uint64_t> grads = {{"w@GRAD", 16}};
+  const auto f32 = collective::DataType::kFloat32;
+  const std::pair<std::string, const char*> bad[] = {
+      {"[1, 2]", "not a trace"},
+      {R"({"traceEvents": []})", "no compute ops of rank 0"},
+      {R"({"traceEvents": [{"name": "mul", "cat": "compute", "ph": "X", "pid": 0, "ts": 0,
+          "dur": 1, "args": {"vars": "w@GRAD"}}]})",
+       "no backward op"},
+      {R"({"traceEvents": [{"name": "mul_grad", "cat": "compute", "ph": "X", "pid": 0,
+          "ts": 0, "dur": 1, "args": {"vars": "x@GRAD"}}]})",
+       "writes the gradient 'w@GRAD'"},
+      {R"({"traceEvents": [{"name": "mul_grad", "cat": "compute", "ph": "X", "pid": 0}]})",
+       "traceEvents[0] needs"},
+  };
+  for (const auto& [text, says] : bad) {
+    StatusOr<ModelSpec> m = ModelFromTimeline(text, grads, f32, 1);
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_NE(m.status().message().find(says), std::string::npos) << m.status().message();
+  }
+  EXPECT_FALSE(ModelFromTimeline(TwoStepTimeline(), grads, f32, 1, /*rank=*/3).ok());
+  EXPECT_FALSE(ModelFromTimeline(TwoStepTimeline(), {}, f32, 1).ok());
 }
 
 TEST(Steps, ModelFilesAreCheckedWithClearErrors) {

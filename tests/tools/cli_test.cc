@@ -482,6 +482,35 @@ TEST_F(CliTest, TranspileWritesManifestAndInspectShowsCollectives) {
   EXPECT_NE(json.find("\"name\": \"mul_grad\", \"cat\": \"compute\""), std::string::npos);
 }
 
+// loom simulate --timeline: a one-device trace of a training run becomes the model of a scaling
+// table (the program gives the gradients and their sizes).
+TEST_F(CliTest, SimulateTakesTheModelFromATimeline) {
+  const std::string trace = JoinPath(dir_, "one_device.json");
+  Result r = Loom("run " + Bundle("softmax_classifier") + " --iters 6 --timeline " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  Result s = Loom("simulate --topology mesh4 --timeline " + trace + " --program " +
+                  Bundle("softmax_classifier") + " --batch 16 --fusion-mb 0 --algo ring");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("batch 16 per device"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("measured on one device: forward"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("median of 5 recorded steps of rank 0"), std::string::npos) << s.out;
+  // Rows for 1 and 4 devices; one device is the measured step itself.
+  EXPECT_NE(s.out.find("100.0%  -"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("ringx"), std::string::npos) << s.out;
+  ExpectError(Loom("simulate --topology mesh4 --timeline " + trace),
+              {"--timeline needs --program"});
+  ExpectError(Loom("simulate --topology mesh4 --model resnet50 --timeline " + trace +
+                   " --program " + Bundle("softmax_classifier")),
+              {"one of --model"});
+  ExpectError(Loom("simulate --topology mesh4 --timeline " + trace + " --program " +
+                   JoinPath(Bundle("softmax_classifier"), "startup.pb")),
+              {"no parameter is updated"});
+  ExpectError(Loom("simulate --topology mesh4 --timeline " +
+                   JoinPath(Bundle("softmax_classifier"), "main.pb") + " --program " +
+                   Bundle("softmax_classifier")),
+              {"not a trace"});
+}
+
 TEST_F(CliTest, CudaPlacesTranspileToNcclRanks) {
   std::string out = JoinPath(dir_, "dp_cuda");
   Result r =
