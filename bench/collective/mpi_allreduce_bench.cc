@@ -1,6 +1,7 @@
 // Open MPI's own MPI_Allreduce as a peer for Loom over MPI: run under mpirun -np N. fp32 sum in
 // place, sizes 4 KiB..64 MiB; rank 0 prints "RESULT mpi_allreduce <bytes> <time_us> <busbw_GBps>"
-// (time: the slowest rank; busbw = bytes / time * 2 (N - 1) / N as nccl-tests).
+// (time: the slowest rank; busbw = bytes / time * 2 (N - 1) / N as nccl-tests), and the same
+// for MPI_Iallreduce + MPI_Wait ("RESULT mpi_iallreduce ...": what Loom's native algorithm runs).
 // For sizes up to 2 KiB it also times the floor of Loom's small-call path over MPI in plain MPI
 // ("RESULT raw_exchange ..."): every rank MPI_Isend/MPI_Irecv's a 48-byte signature plus the
 // data to and from every other rank, MPI_Waitall, then sums the n payloads -- what Loom's
@@ -36,6 +37,21 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("RESULT mpi_allreduce %zu %.1f %.3f\n", bytes, us,
                   bytes / (us * 1e3) * 2.0 * (n - 1) / n);
+      std::fflush(stdout);
+    }
+    // The nonblocking collective Loom's `native` algorithm calls, waited for at once.
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double istart = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) {
+      MPI_Request req;
+      MPI_Iallreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
+    double ius = (MPI_Wtime() - istart) * 1e6 / iters;
+    MPI_Allreduce(MPI_IN_PLACE, &ius, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf("RESULT mpi_iallreduce %zu %.1f %.3f\n", bytes, ius,
+                  bytes / (ius * 1e3) * 2.0 * (n - 1) / n);
       std::fflush(stdout);
     }
     if (bytes <= 2048) {
