@@ -510,6 +510,7 @@ bool RunsFromCopies(const NativeCollective& call, int n) {
 // A small native call from the copies every rank left in the slot: this rank computes its own
 // output (reductions in rank order, so every rank gets the same bits).
 void RunFromCopies(const NativeCollective& call, const MeetEntry* entries, int rank, int n) {
+  if (call.count == 0) return;  // the buffers may be null
   const size_t elem = DataTypeSize(call.dtype);
   const size_t bytes = call.count * elem;
   const Reduction reduction{call.dtype, call.op};
