@@ -90,11 +90,15 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
-bool RunsInSignatureExchange(Collective kind, size_t bytes, int nranks) {
+int SignatureExchangeRounds(Collective kind, size_t count, DataType dtype, int nranks) {
+  const size_t elem = DataTypeSize(dtype), bytes = count * elem;
+  const size_t peers = static_cast<size_t>(std::max(nranks - 1, 0));
   const bool kind_ok = kind == Collective::kAllReduce || kind == Collective::kReduce ||
                        kind == Collective::kBroadcast;
-  return kind_ok && bytes <= kInExchangeBytes &&
-         bytes * static_cast<size_t>(std::max(nranks - 1, 0)) <= kInExchangeTotalBytes;
+  if (kind_ok && bytes <= kInExchangeBytes && bytes * peers <= kInExchangeTotalBytes) return 1;
+  if (kind != Collective::kAllReduce || nranks < 2) return 0;
+  const size_t block = (count + nranks - 1) / nranks * elem;
+  return block <= kInExchangeBytes && block * peers <= kInExchangeTotalBytes ? 2 : 0;
 }
 
 // One issued call: its arguments and, for collectives, its sequence number.
@@ -148,6 +152,7 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq, uint64_t step) {
 // Signature::algorithm of a call that auto runs inside the signature exchange (see
 // ExchangeSignatures): no other algorithm runs.
 constexpr int32_t kInExchange = 1000;
+constexpr int32_t kInSplitExchange = 1001;  // split: reduce-scatter in the round, then allgather
 
 std::string Describe(const Signature& s) {
   const auto kind = static_cast<Collective>(s.kind);
@@ -160,6 +165,8 @@ std::string Describe(const Signature& s) {
   if (s.tag >= 0) out += StrCat(", tag=", s.tag);
   if (s.algorithm == kInExchange) {
     out += ", algorithm=auto (in the signature exchange)";
+  } else if (s.algorithm == kInSplitExchange) {
+    out += ", algorithm=auto (split in the signature exchange)";
   } else if (s.algorithm >= 0) {
     out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
   }
@@ -216,42 +223,78 @@ struct Packet {
   unsigned char payload[kInExchangeBytes];
 };
 
-bool RunsInExchange(const CallArgs& a, bool from_auto, const Transport& t) {
-  return from_auto && t.runs_schedules() && t.host_buffers() &&
-         RunsInSignatureExchange(a.kind, a.count * DataTypeSize(a.dtype), t.nranks());
+int ExchangeRounds(const CallArgs& a, bool from_auto, const Transport& t) {
+  if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return 0;
+  return SignatureExchangeRounds(a.kind, a.count, a.dtype, t.nranks());
 }
 
-// Runs the round; *done: the call completed in it (its result is in the call's buffers).
+// Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
+// read; the first n receive, the second n send); `rounds` (ExchangeRounds) says whether and how
+// the call's data travels with it. *done: the call completed (its result is in the call's
+// buffers).
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
-                          bool inline_payload, bool* done) {
+                          int rounds, Packet* all, bool* done) {
   const int n = s.nranks(), me = s.rank();
-  auto* all = static_cast<Packet*>(s.HostScratch(n * sizeof(Packet)));
+  Packet* out = all + n;  // out[me]: what every peer gets; out[r]: what peer r gets (split)
+  const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
+  const std::vector<internal::Range> blocks =
+      rounds == 2 ? internal::SplitEvenly(a.count, n) : std::vector<internal::Range>();
   all[me].sig = mine;
-  const size_t bytes = a.count * DataTypeSize(a.dtype);
+  out[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
-  if (inline_payload && contributes && bytes > 0) std::memcpy(all[me].payload, a.send, bytes);
-  const size_t sent = sizeof(Signature) + (inline_payload ? bytes : 0);
+  if (rounds == 1 && contributes && bytes > 0) std::memcpy(out[me].payload, a.send, bytes);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
-    s.PostSend(r, internal::kSignature, &all[me], sent);
+    if (rounds == 2) {
+      out[r].sig = mine;
+      const size_t block = blocks[r].count * elem;
+      if (block > 0)
+        std::memcpy(out[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
+      s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block);
+    } else {
+      s.PostSend(r, internal::kSignature, &out[me], sizeof(Signature) + (rounds == 1 ? bytes : 0));
+    }
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
   for (int r = 1; r < n; ++r)
     if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
-  if (!inline_payload) return Status::OK();
-  const bool receives = a.kind != Collective::kReduce || me == a.root;
-  if (receives && bytes > 0) {
-    if (a.kind == Collective::kBroadcast) {
-      std::memcpy(a.recv, all[a.root].payload, bytes);
-    } else {
-      const Reduction red{a.dtype, a.op};
-      for (int r = 1; r < n; ++r)
-        Reduce(red, all[0].payload, all[0].payload, all[r].payload, a.count);
-      std::memcpy(a.recv, all[0].payload, bytes);
-      Finalize(red, a.recv, a.count, n);
+  if (rounds == 0) return Status::OK();
+  const Reduction red{a.dtype, a.op};
+  if (rounds == 1) {
+    const bool receives = a.kind != Collective::kReduce || me == a.root;
+    if (receives && bytes > 0) {
+      if (a.kind == Collective::kBroadcast) {
+        std::memcpy(a.recv, a.root == me ? out[me].payload : all[a.root].payload, bytes);
+      } else {
+        std::memcpy(all[me].payload, out[me].payload, bytes);
+        for (int r = 1; r < n; ++r)
+          Reduce(red, all[0].payload, all[0].payload, all[r].payload, a.count);
+        std::memcpy(a.recv, all[0].payload, bytes);
+        Finalize(red, a.recv, a.count, n);
+      }
     }
+    *done = true;
+    return Status::OK();
   }
+  // Split: this rank's block, reduced in rank order (every element by one rank, so every rank
+  // ends with the same bits), then sent to every rank.
+  const internal::Range mine_block = blocks[me];
+  const size_t block = mine_block.count * elem;
+  if (block > 0) {
+    std::memcpy(all[me].payload, internal::At(a.send, mine_block.offset, elem), block);
+    for (int r = 1; r < n; ++r)
+      Reduce(red, all[0].payload, all[0].payload, all[r].payload, mine_block.count);
+    std::memcpy(internal::At(a.recv, mine_block.offset, elem), all[0].payload, block);
+    Finalize(red, internal::At(a.recv, mine_block.offset, elem), mine_block.count, n);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    s.PostRecv(r, internal::kGatherPhase, internal::At(a.recv, blocks[r].offset, elem),
+               blocks[r].count * elem);
+    s.PostSend(r, internal::kGatherPhase, internal::At(a.recv, mine_block.offset, elem), block);
+  }
+  LOOM_RETURN_IF_ERROR(s.WaitAll());
   *done = true;
   return Status::OK();
 }
@@ -439,7 +482,7 @@ Work Communicator::Issue(Call call) {
   }
   if (run_here) {
     state->started = Clock::now();  // not shared yet
-    Status status = Execute(call);
+    Status status = Execute(call, state->started);
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
@@ -472,11 +515,12 @@ void Communicator::WorkerLoop() {
       queued_.store(queue_.size(), std::memory_order_release);
       busy_ = true;
     }
+    const Clock::time_point start = Clock::now();
     {
       std::lock_guard<std::mutex> lock(state->mu);
-      state->started = Clock::now();
+      state->started = start;
     }
-    Status status = Execute(*call);
+    Status status = Execute(*call, start);
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
@@ -485,7 +529,7 @@ void Communicator::WorkerLoop() {
   }
 }
 
-Status Communicator::Execute(const Call& call) {
+Status Communicator::Execute(const Call& call, Clock::time_point start) {
   Status status;
   if (!broken_.ok()) {
     // An aborted group stays Aborted: the cause is another rank's error, not this call.
@@ -494,7 +538,7 @@ Status Communicator::Execute(const Call& call) {
                                                       : StatusCode::kFailedPrecondition,
                StrCat("communicator is unusable after an earlier error: ", broken_.ToString()));
   } else {
-    status = Run(call);
+    status = Run(call, start);
     // A mismatch is caught before any data moved and seen by every rank alike, so the group
     // stays in step; anything else (a timeout, a transport error) may have left ranks apart.
     if (!status.ok() && status.code() != StatusCode::kInvalidArgument) broken_ = status;
@@ -512,9 +556,9 @@ Status Communicator::Execute(const Call& call) {
   return status;
 }
 
-Status Communicator::Run(const Call& call) {
+Status Communicator::Run(const Call& call, Clock::time_point start) {
   const CallArgs& a = call.args;
-  const Deadline deadline = Clock::now() + options_.timeout;
+  const Deadline deadline = start + options_.timeout;
   const bool p2p = a.kind == Collective::kSend || a.kind == Collective::kRecv;
   const uint64_t tag_base =
       p2p ? kPointToPointBit | (static_cast<uint64_t>(a.tag) << 8) : call.seq << 8;
@@ -536,11 +580,19 @@ Status Communicator::Run(const Call& call) {
                                               SignatureOf(a, call.seq, call.step), deadline, &ran));
       if (ran) return Status::OK();
     } else if (transport_->runs_schedules() && transport_->host_buffers()) {
-      const bool in_exchange = RunsInExchange(a, call.from_auto, *transport_);
+      const int rounds = ExchangeRounds(a, call.from_auto, *transport_);
       Signature mine = SignatureOf(a, call.seq, call.step);
-      if (in_exchange) mine.algorithm = kInExchange;
+      if (rounds > 0) mine.algorithm = rounds == 1 ? kInExchange : kInSplitExchange;
       bool done = false;
-      LOOM_RETURN_IF_ERROR(ExchangeSignatures(s, a, mine, in_exchange, &done));
+      // Packets are not zeroed: each is read only as far as its round wrote it (a shorter
+      // message's missing payload is never read: the signatures then differ or the call is
+      // not in the exchange).
+      if (packets_ == nullptr) {
+        packets_ =
+            std::make_unique<unsigned char[]>(2 * static_cast<size_t>(nranks_) * sizeof(Packet));
+      }
+      LOOM_RETURN_IF_ERROR(
+          ExchangeSignatures(s, a, mine, rounds, reinterpret_cast<Packet*>(packets_.get()), &done));
       if (done) return Status::OK();
     } else {
       LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));

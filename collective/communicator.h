@@ -111,9 +111,17 @@ constexpr long long kInProcessAutoNativeMinBytes = 0;
 // the round, one message latency in all (4-byte allreduce over MPI, 4 ranks: 12 -> 5 µs;
 // docs/PERF.md). 2 KiB + the signature stays under Open MPI's 4 KiB eager limit over shared
 // memory; above it the exchange was no faster than the tree.
+//
+// A larger allreduce whose blocks (count / nranks elements, rounded up) are at most
+// kInExchangeBytes is split: each rank sends block r of its data to rank r with the signature,
+// reduces the block it owns in rank order once the signatures agree, and sends it to every
+// rank (an allgather): two rounds of messages under the eager limit, where the tree takes five
+// (4 KiB, 4 ranks over MPI: docs/PERF.md).
 constexpr size_t kInExchangeBytes = 2048;
 constexpr size_t kInExchangeTotalBytes = 64 << 10;
-bool RunsInSignatureExchange(Collective kind, size_t bytes, int nranks);
+// Rounds of messages a call that auto runs takes inside the signature exchange: 0 (it does not
+// travel there), 1 (whole, see above) or 2 (split).
+int SignatureExchangeRounds(Collective kind, size_t count, DataType dtype, int nranks);
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
@@ -219,9 +227,10 @@ class Communicator {
   Work Failed(Status status);
   void Remember(const Work& work);
   void WorkerLoop();
-  // Runs one call in issue order (worker or inline) and returns its final status.
-  Status Execute(const Call& call);
-  Status Run(const Call& call);
+  // Runs one call in issue order (worker or inline), started at `start` (its timeout counts from
+  // there), and returns its final status.
+  Status Execute(const Call& call, Clock::time_point start);
+  Status Run(const Call& call, Clock::time_point start);
 
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<const CommPlan> plan_;
@@ -243,7 +252,10 @@ class Communicator {
   bool spin_handoff_ = true;
   bool busy_ = false;              // a call is running (worker or inline); guarded by mu_
   std::vector<Work> outstanding_;  // issued since the last WaitAll
-  Status broken_;                  // whoever runs a call (busy_ hands it over under mu_)
+  // The signature exchange's packets (ranks that do not meet), reused from call to call by
+  // whoever runs the call (calls run one at a time).
+  std::unique_ptr<unsigned char[]> packets_;
+  Status broken_;  // whoever runs a call (busy_ hands it over under mu_)
   std::thread worker_;
 };
 

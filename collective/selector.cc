@@ -179,11 +179,11 @@ std::vector<Estimate> Selector::Estimates(Collective kind, size_t bytes, int inf
 
 Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
                            bool native_available) const {
-  const std::vector<Estimate> estimates = Estimates(kind, bytes, inflight);
-  if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative) {
-    for (const Estimate& e : estimates) {
-      if (e.algorithm == options_.force) return e.algorithm;
-    }
+  // Called for every call kAuto issues: the estimates are computed only where a rule below
+  // needs them (the crossovers decide most calls alone), and without building a list.
+  if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative &&
+      Time(kind, options_.force, bytes, inflight) >= 0) {
+    return options_.force;
   }
   if (native_available && options_.native_min_bytes >= 0 &&
       static_cast<long long>(bytes) >= options_.native_min_bytes &&
@@ -194,13 +194,17 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
   const bool crossover = kind == Collective::kAllReduce && options_.tree_max_bytes >= 0;
   if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)
     return Algorithm::kTree;
-  Algorithm best = estimates.front().algorithm;
+  Algorithm best = Algorithm::kAuto;
   double best_time = std::numeric_limits<double>::infinity();
-  for (const Estimate& e : estimates) {
-    if (crossover && e.algorithm == Algorithm::kTree) continue;  // above the crossover
-    if (e.time_us < best_time) best = e.algorithm, best_time = e.time_us;
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+    const double t = Time(kind, a, bytes, inflight);
+    if (t < 0) continue;
+    if (best == Algorithm::kAuto) best = a;            // the first that runs, if none is faster
+    if (crossover && a == Algorithm::kTree) continue;  // above the crossover
+    if (t < best_time) best = a, best_time = t;
   }
-  return best;
+  return best == Algorithm::kAuto ? Algorithm::kRing : best;  // the ring runs every collective
 }
 
 std::string Selector::Table(Collective kind, size_t min_bytes, size_t max_bytes,

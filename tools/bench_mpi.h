@@ -15,4 +15,13 @@ bool UnderMpirun();
 Status RunOnMpiWorld(int* argc, char*** argv, const collective::CommunicatorOptions& options,
                      const std::function<Status(collective::Communicator&)>& fn);
 
+// The peer beside Loom's rows (--peer-mpi): Open MPI's blocking MPI_Allreduce on MPI_COMM_WORLD,
+// out of place from `send` to `recv` (count elements each) as Loom's rows run, `warmup` untimed
+// and `iters` timed calls after a barrier.
+// Returns this rank's microseconds per call. Needs MPI_THREAD_MULTIPLE (the communicator's
+// worker thread may also be inside MPI); fp16 and avg have no MPI equivalent (Unimplemented).
+StatusOr<double> TimeMpiAllreduce(const void* send, void* recv, size_t count,
+                                  collective::DataType dtype, collective::ReduceOp op, int warmup,
+                                  int iters);
+
 }  // namespace loom::cli

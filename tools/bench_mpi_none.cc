@@ -15,4 +15,9 @@ Status RunOnMpiWorld(int*, char***, const collective::CommunicatorOptions&,
       "time); --transport mpi is unavailable");
 }
 
+StatusOr<double> TimeMpiAllreduce(const void*, void*, size_t, collective::DataType,
+                                  collective::ReduceOp, int, int) {
+  return Unimplemented("this loom was built without MPI; --peer-mpi is unavailable");
+}
+
 }  // namespace loom::cli

@@ -57,6 +57,10 @@ Flags BenchFlags() {
            "cuda_p2p)",
            ""},
           {"inflight", "K", "calls issued before each WaitAll", "1"},
+          {"rounds", "R",
+           "time each row R times, round-robin over the rows of a size (so that load from other "
+           "processes falls on all alike), and report each row's median",
+           "1"},
           {"tree-max-bytes", "B",
            "auto's allreduce tree/ring crossover (negative: model only; default: the "
            "transport's measured one, in-process every size, mpi 256K)",
@@ -75,6 +79,11 @@ Flags BenchFlags() {
            ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
+          {"peer-mpi", "",
+           "over MPI (allreduce): beside Loom's rows at each size, time Open MPI's blocking "
+           "MPI_Allreduce on the same buffers, out of place, in the same processes (a row named "
+           "MPI_Allreduce, one call at a time; in the round-robin of --rounds)",
+           ""},
       },
       1, 1);
 }
@@ -136,10 +145,10 @@ struct Config {
   ReduceOp op = ReduceOp::kSum;
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 4;
-  int iters = 20, warmup = 5, inflight = 1, places = 4;
+  int iters = 20, warmup = 5, inflight = 1, places = 4, rounds = 1;
   std::vector<int> cuda_devices;  // --places cuda:...
   const collective::TransportInfo* transport = nullptr;
-  bool mpi = false, selector = false;
+  bool mpi = false, selector = false, peer_mpi = false;
   CommunicatorOptions options;
 };
 
@@ -259,6 +268,17 @@ StatusOr<std::vector<int>> ParseCudaDevices(const std::string& spec) {
   return out;
 }
 
+// `v` reduced over every rank with `op`, through the ranks' memory (a GPU transport reduces
+// device buffers).
+StatusOr<double> ReduceScalar(Communicator& comm, BenchMemory& memory, double v, ReduceOp op) {
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> scalar, memory.Allocate(sizeof v));
+  LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &v, sizeof v));
+  LOOM_RETURN_IF_ERROR(
+      comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kFloat64, op).Wait());
+  LOOM_RETURN_IF_ERROR(memory.Download(&v, scalar.get(), sizeof v));
+  return v;
+}
+
 // One rank's sweep; rank 0 prints. Every rank runs the same calls in the same order.
 Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const int rank = comm.rank(), n = comm.nranks();
@@ -291,6 +311,8 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     void* send = send_buf.get();
     void* recv_dev = recv_buf.get();
     LOOM_RETURN_IF_ERROR(memory.Upload(send, send_host.data(), send_host.size()));
+    // The rows of this size: each algorithm that runs here, then the MPI peer.
+    std::vector<Algorithm> algos;
     for (Algorithm a : c.algorithms) {
       if (a != Algorithm::kAuto && a != Algorithm::kNative && !AlgorithmSupports(a, c.kind)) {
         if (c.all) continue;
@@ -305,90 +327,126 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
           continue;
         }
       }
-      // Checked call.
+      algos.push_back(a);
+    }
+    const size_t entries = algos.size() + (c.peer_mpi ? 1 : 0);
+    std::vector<int64_t> wrong(entries, 0);
+    // One checked call and the warmup of every row, before any timing.
+    for (size_t e = 0; e < entries; ++e) {
       std::fill(recv.begin(), recv.end(), 0);
       LOOM_RETURN_IF_ERROR(memory.Upload(recv_dev, recv.data(), recv.size()));
-      LOOM_RETURN_IF_ERROR(Issue(comm, c, a, send, recv_dev, count).Wait());
+      if (e == algos.size()) {  // Open MPI's blocking allreduce, out of place as Loom's rows
+        LOOM_RETURN_IF_ERROR(TimeMpiAllreduce(send, recv_dev, count, c.dtype, c.op, 0, 1).status());
+      } else {
+        LOOM_RETURN_IF_ERROR(Issue(comm, c, algos[e], send, recv_dev, count).Wait());
+      }
       LOOM_RETURN_IF_ERROR(memory.Download(recv.data(), recv_dev, recv.size()));
-      int64_t wrong = 0;
       switch (c.kind) {
         case Collective::kAllReduce:
-          wrong = CountWrong(c.dtype, recv.data(), count, 0,
-                             [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+          wrong[e] = CountWrong(c.dtype, recv.data(), count, 0,
+                                [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           break;
         case Collective::kReduce:
           if (rank == 0) {
-            wrong = CountWrong(c.dtype, recv.data(), count, 0,
-                               [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+            wrong[e] = CountWrong(c.dtype, recv.data(), count, 0,
+                                  [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           }
           break;
         case Collective::kBroadcast:
-          wrong = CountWrong(c.dtype, recv.data(), count, 0,
-                             [&](size_t i) { return static_cast<double>(Value(c.op, 0, i)); });
+          wrong[e] = CountWrong(c.dtype, recv.data(), count, 0,
+                                [&](size_t i) { return static_cast<double>(Value(c.op, 0, i)); });
           break;
         case Collective::kAllGather:
           for (int r = 0; r < n; ++r) {
-            wrong += CountWrong(c.dtype, recv.data() + r * count * elem, count, 0,
-                                [&](size_t i) { return static_cast<double>(Value(c.op, r, i)); });
+            wrong[e] +=
+                CountWrong(c.dtype, recv.data() + r * count * elem, count, 0,
+                           [&](size_t i) { return static_cast<double>(Value(c.op, r, i)); });
           }
           break;
         case Collective::kReduceScatter:
-          wrong = CountWrong(c.dtype, recv.data(), count, rank * count,
-                             [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
+          wrong[e] = CountWrong(c.dtype, recv.data(), count, rank * count,
+                                [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           break;
       }
-      for (int i = 0; i < c.warmup; ++i) {
-        for (int k = 0; k < c.inflight; ++k) Issue(comm, c, a, send, recv_dev, count);
-        LOOM_RETURN_IF_ERROR(comm.WaitAll());
-      }
-      LOOM_RETURN_IF_ERROR(comm.Barrier().Wait());
-      const auto start = Clock::now();
-      std::vector<Work> works(c.inflight);
-      for (int i = 0; i < c.iters; ++i) {
-        for (int k = 0; k < c.inflight; ++k) {
-          works[k] = Issue(comm, c, a, send, recv_dev, count);
+      if (e == algos.size()) {
+        LOOM_RETURN_IF_ERROR(
+            TimeMpiAllreduce(send, recv_dev, count, c.dtype, c.op, c.warmup, 0).status());
+      } else {
+        for (int i = 0; i < c.warmup; ++i) {
+          for (int k = 0; k < c.inflight; ++k) Issue(comm, c, algos[e], send, recv_dev, count);
+          LOOM_RETURN_IF_ERROR(comm.WaitAll());
         }
-        for (const Work& w : works) LOOM_RETURN_IF_ERROR(w.Wait());
       }
-      LOOM_RETURN_IF_ERROR(comm.WaitAll());
-      double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                  (static_cast<double>(c.iters) * c.inflight);
-      // The slowest rank's time and every rank's wrong elements (through the ranks' memory:
-      // a GPU transport reduces device buffers).
-      LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> scalar, memory.Allocate(8));
-      LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &us, 8));
-      LOOM_RETURN_IF_ERROR(
-          comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kFloat64, ReduceOp::kMax).Wait());
-      LOOM_RETURN_IF_ERROR(memory.Download(&us, scalar.get(), 8));
-      LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &wrong, 8));
-      LOOM_RETURN_IF_ERROR(
-          comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kInt64, ReduceOp::kSum).Wait());
-      LOOM_RETURN_IF_ERROR(memory.Download(&wrong, scalar.get(), 8));
-      if (print) {
-        const double algbw = static_cast<double>(bytes) / (us * 1e3);
-        const double busbw = algbw * BusFactor(c.kind, n);
+    }
+    // The timed loops: --rounds times round-robin over the rows, so that a burst of load from
+    // other processes falls on all of them alike; each row reports its median round.
+    std::vector<std::vector<double>> times(entries);
+    for (int round = 0; round < c.rounds; ++round) {
+      for (size_t e = 0; e < entries; ++e) {
+        double us = 0;
+        if (e == algos.size()) {
+          LOOM_ASSIGN_OR_RETURN(
+              us, TimeMpiAllreduce(send, recv_dev, count, c.dtype, c.op, 0, c.iters * c.inflight));
+        } else {
+          LOOM_RETURN_IF_ERROR(comm.Barrier().Wait());
+          const auto start = Clock::now();
+          std::vector<Work> works(c.inflight);
+          for (int i = 0; i < c.iters; ++i) {
+            for (int k = 0; k < c.inflight; ++k) {
+              works[k] = Issue(comm, c, algos[e], send, recv_dev, count);
+            }
+            for (const Work& w : works) LOOM_RETURN_IF_ERROR(w.Wait());
+          }
+          LOOM_RETURN_IF_ERROR(comm.WaitAll());
+          us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+               (static_cast<double>(c.iters) * c.inflight);
+        }
+        // The slowest rank's time (through the ranks' memory: a GPU transport reduces device
+        // buffers).
+        LOOM_ASSIGN_OR_RETURN(us, ReduceScalar(comm, memory, us, ReduceOp::kMax));
+        times[e].push_back(us);
+      }
+    }
+    for (size_t e = 0; e < entries; ++e) {
+      // Every rank's wrong elements.
+      LOOM_ASSIGN_OR_RETURN(
+          double all_wrong,
+          ReduceScalar(comm, memory, static_cast<double>(wrong[e]), ReduceOp::kSum));
+      std::vector<double>& t = times[e];
+      std::sort(t.begin(), t.end());
+      const double us = t[t.size() / 2];
+      if (!print) continue;
+      const double algbw = static_cast<double>(bytes) / (us * 1e3);
+      const double busbw = algbw * BusFactor(c.kind, n);
+      std::string name = "MPI_Allreduce";
+      if (e < algos.size()) {
         busbw_sum += busbw;
         ++rows;
-        std::string name = AlgorithmName(a);
+        const Algorithm a = algos[e];
+        name = AlgorithmName(a);
         if (a == Algorithm::kAuto) {
           const Algorithm chosen =
               !c.transport->schedules
                   ? Algorithm::kNative
                   : selector.Choose(c.kind, bytes, c.inflight, c.transport->native);
-          // Ranks that do not meet (MPI) run small calls inside the signature exchange.
-          const bool exchange = c.transport->processes && c.transport->schedules &&
-                                c.transport->device == collective::DeviceKind::kCpu &&
-                                collective::RunsInSignatureExchange(c.kind, bytes, n);
-          name += exchange ? std::string(":exchange") : StrCat(":", AlgorithmName(chosen));
+          // Ranks that do not meet (MPI) run small calls inside the signature exchange, whole
+          // or split (communicator.h).
+          const int exchange = c.transport->processes && c.transport->schedules &&
+                                       c.transport->device == collective::DeviceKind::kCpu
+                                   ? collective::SignatureExchangeRounds(c.kind, count, c.dtype, n)
+                                   : 0;
+          name += exchange == 1   ? std::string(":exchange")
+                  : exchange == 2 ? std::string(":split_exchange")
+                                  : StrCat(":", AlgorithmName(chosen));
         }
-        std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
-                    split ? count * n : count, DataTypeName(c.dtype),
-                    c.kind == Collective::kBroadcast || c.kind == Collective::kAllGather
-                        ? "none"
-                        : ReduceOpName(c.op),
-                    name.c_str(), us, algbw, busbw, static_cast<long long>(wrong));
-        std::fflush(stdout);
       }
+      std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
+                  split ? count * n : count, DataTypeName(c.dtype),
+                  c.kind == Collective::kBroadcast || c.kind == Collective::kAllGather
+                      ? "none"
+                      : ReduceOpName(c.op),
+                  name.c_str(), us, algbw, busbw, static_cast<long long>(all_wrong));
+      std::fflush(stdout);
     }
     if (size == 0) size = 1;  // a sweep from 0 continues with 1 byte
   }
@@ -429,8 +487,10 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t iters, flags.GetInt("iters"));
   LOOM_ASSIGN_OR_RETURN(int64_t warmup, flags.GetInt("warmup_iters"));
   LOOM_ASSIGN_OR_RETURN(int64_t inflight, flags.GetInt("inflight"));
-  LOOM_ENFORCE(iters >= 1 && warmup >= 0 && inflight >= 1,
-               "-n and --inflight must be >= 1 and -w >= 0");
+  LOOM_ASSIGN_OR_RETURN(int64_t rounds, flags.GetInt("rounds"));
+  LOOM_ENFORCE(iters >= 1 && warmup >= 0 && inflight >= 1 && rounds >= 1 && rounds <= 1000,
+               "-n, --inflight and --rounds (at most 1000) must be >= 1 and -w >= 0");
+  c.rounds = static_cast<int>(rounds);
   c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
   c.inflight = static_cast<int>(inflight);
   const std::string places = flags.Get("places");
@@ -490,6 +550,10 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");
   c.options.timeout = std::chrono::milliseconds(timeout);
   c.selector = flags.Switch("selector");
+  c.peer_mpi = flags.Switch("peer-mpi");
+  LOOM_ENFORCE(!c.peer_mpi || (c.mpi && c.kind == Collective::kAllReduce),
+               "--peer-mpi compares allreduce over MPI: use it with --transport mpi under mpirun "
+               "and --op allreduce");
   // Each rank of this process holds a send and a receive buffer of the largest size (x ranks for
   // allgather / reducescatter) and host copies of both: refuse a sweep the machine cannot hold
   // before any rank starts, rather than fail one rank while the others wait for it.
