@@ -90,15 +90,23 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
-int SignatureExchangeRounds(Collective kind, size_t count, DataType dtype, int nranks) {
+InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks,
+                                 long long direct_min_bytes, long long direct_max_bytes) {
   const size_t elem = DataTypeSize(dtype), bytes = count * elem;
   const size_t peers = static_cast<size_t>(std::max(nranks - 1, 0));
   const bool kind_ok = kind == Collective::kAllReduce || kind == Collective::kReduce ||
                        kind == Collective::kBroadcast;
-  if (kind_ok && bytes <= kInExchangeBytes && bytes * peers <= kInExchangeTotalBytes) return 1;
-  if (kind != Collective::kAllReduce || nranks < 2) return 0;
+  if (kind_ok && bytes <= kInExchangeBytes && bytes * peers <= kInExchangeTotalBytes)
+    return InExchange::kWhole;
+  if (kind != Collective::kAllReduce || nranks < 2) return InExchange::kNo;
   const size_t block = (count + nranks - 1) / nranks * elem;
-  return block <= kInExchangeBytes && block * peers <= kInExchangeTotalBytes ? 2 : 0;
+  if (block <= kInExchangeBytes && block * peers <= kInExchangeTotalBytes)
+    return InExchange::kSplit;
+  const auto b = static_cast<long long>(bytes);
+  return direct_min_bytes >= 0 && b >= direct_min_bytes &&
+                 (direct_max_bytes < 0 || b <= direct_max_bytes)
+             ? InExchange::kDirect
+             : InExchange::kNo;
 }
 
 // One issued call: its arguments and, for collectives, its sequence number.
@@ -152,7 +160,8 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq, uint64_t step) {
 // Signature::algorithm of a call that auto runs inside the signature exchange (see
 // ExchangeSignatures): no other algorithm runs.
 constexpr int32_t kInExchange = 1000;
-constexpr int32_t kInSplitExchange = 1001;  // split: reduce-scatter in the round, then allgather
+constexpr int32_t kInSplitExchange = 1001;   // InExchange::kSplit
+constexpr int32_t kInDirectExchange = 1002;  // InExchange::kDirect
 
 std::string Describe(const Signature& s) {
   const auto kind = static_cast<Collective>(s.kind);
@@ -167,6 +176,8 @@ std::string Describe(const Signature& s) {
     out += ", algorithm=auto (in the signature exchange)";
   } else if (s.algorithm == kInSplitExchange) {
     out += ", algorithm=auto (split in the signature exchange)";
+  } else if (s.algorithm == kInDirectExchange) {
+    out += ", algorithm=auto (direct beside the signature exchange)";
   } else if (s.algorithm >= 0) {
     out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
   }
@@ -223,45 +234,72 @@ struct Packet {
   unsigned char payload[kInExchangeBytes];
 };
 
-int ExchangeRounds(const CallArgs& a, bool from_auto, const Transport& t) {
-  if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return 0;
-  return SignatureExchangeRounds(a.kind, a.count, a.dtype, t.nranks());
+InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t,
+                        const CommunicatorOptions& o) {
+  if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return InExchange::kNo;
+  return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks(), o.auto_direct_min_bytes,
+                               o.auto_direct_max_bytes);
 }
 
 // Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
-// read; the first n receive, the second n send); `rounds` (ExchangeRounds) says whether and how
-// the call's data travels with it. *done: the call completed (its result is in the call's
-// buffers).
+// read; the first n receive, the second n send); `mode` says whether and how the call's data
+// travels with it. *done: the call completed (its result is in the call's buffers).
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
-                          int rounds, Packet* all, bool* done) {
+                          InExchange mode, Packet* all, bool* done) {
   const int n = s.nranks(), me = s.rank();
   Packet* out = all + n;  // out[me]: what every peer gets; out[r]: what peer r gets (split)
   const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
+  const bool blocks_of_ranks = mode == InExchange::kSplit || mode == InExchange::kDirect;
   const std::vector<internal::Range> blocks =
-      rounds == 2 ? internal::SplitEvenly(a.count, n) : std::vector<internal::Range>();
+      blocks_of_ranks ? internal::SplitEvenly(a.count, n) : std::vector<internal::Range>();
+  const Reduction red{a.dtype, a.op};
   all[me].sig = mine;
   out[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
-  if (rounds == 1 && contributes && bytes > 0) std::memcpy(out[me].payload, a.send, bytes);
+  if (mode == InExchange::kWhole && contributes && bytes > 0)
+    std::memcpy(out[me].payload, a.send, bytes);
+  std::vector<int> signatures;  // handles of the signature messages
+  signatures.reserve(2 * n);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
-    s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
-    if (rounds == 2) {
+    signatures.push_back(s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet)));
+    if (mode == InExchange::kSplit) {
       out[r].sig = mine;
       const size_t block = blocks[r].count * elem;
       if (block > 0)
         std::memcpy(out[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
-      s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block);
+      signatures.push_back(s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block));
     } else {
-      s.PostSend(r, internal::kSignature, &out[me], sizeof(Signature) + (rounds == 1 ? bytes : 0));
+      signatures.push_back(
+          s.PostSend(r, internal::kSignature, &out[me],
+                     sizeof(Signature) + (mode == InExchange::kWhole ? bytes : 0)));
     }
   }
-  LOOM_RETURN_IF_ERROR(s.WaitAll());
+  // Direct: this rank's parts of the peers' blocks leave beside the signatures; the peers'
+  // parts of its own block are received (reduced on arrival, in posting order) only once the
+  // signatures agreed, so that a mismatched call writes nothing and no receive is ever sized
+  // by a call that disagrees (a large message waits at its sender until it is received). A
+  // receive posted early would be matched by a disagreeing peer's larger block, and Open MPI's
+  // single-copy path (CMA) then writes the whole block past the receive's end (seen under
+  // AddressSanitizer) instead of truncating it.
+  const internal::Range own = blocks_of_ranks ? blocks[me] : internal::Range{};
+  const size_t own_bytes = own.count * elem;
+  char* own_recv = internal::At(a.recv, own.offset, elem);
+  std::vector<int> data;
+  if (mode == InExchange::kDirect) {
+    data.reserve(2 * n);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      data.push_back(s.PostSend(r, internal::kScatterPhase,
+                                internal::At(a.send, blocks[r].offset, elem),
+                                blocks[r].count * elem));
+    }
+  }
+  for (int h : signatures) LOOM_RETURN_IF_ERROR(s.Wait(h));
   for (int r = 1; r < n; ++r)
     if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
-  if (rounds == 0) return Status::OK();
-  const Reduction red{a.dtype, a.op};
-  if (rounds == 1) {
+  if (mode == InExchange::kNo) return Status::OK();
+  if (mode == InExchange::kWhole) {
     const bool receives = a.kind != Collective::kReduce || me == a.root;
     if (receives && bytes > 0) {
       if (a.kind == Collective::kBroadcast) {
@@ -277,22 +315,29 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
     *done = true;
     return Status::OK();
   }
-  // Split: this rank's block, reduced in rank order (every element by one rank, so every rank
+  // This rank's block, reduced by this rank alone (every element by one rank, so every rank
   // ends with the same bits), then sent to every rank.
-  const internal::Range mine_block = blocks[me];
-  const size_t block = mine_block.count * elem;
-  if (block > 0) {
-    std::memcpy(all[me].payload, internal::At(a.send, mine_block.offset, elem), block);
+  if (mode == InExchange::kSplit && own_bytes > 0) {
+    std::memcpy(all[me].payload, internal::At(a.send, own.offset, elem), own_bytes);
     for (int r = 1; r < n; ++r)
-      Reduce(red, all[0].payload, all[0].payload, all[r].payload, mine_block.count);
-    std::memcpy(internal::At(a.recv, mine_block.offset, elem), all[0].payload, block);
-    Finalize(red, internal::At(a.recv, mine_block.offset, elem), mine_block.count, n);
+      Reduce(red, all[0].payload, all[0].payload, all[r].payload, own.count);
+    std::memcpy(own_recv, all[0].payload, own_bytes);
   }
+  if (mode == InExchange::kDirect) {
+    const void* acc = internal::At(a.send, own.offset, elem);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      data.push_back(s.PostRecvReduce(r, internal::kScatterPhase, own_recv, acc, own_bytes, red));
+      acc = own_recv;  // the next arrival reduces into what the last one left
+    }
+  }
+  for (int h : data) LOOM_RETURN_IF_ERROR(s.Wait(h));
+  if (own_bytes > 0) Finalize(red, own_recv, own.count, n);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     s.PostRecv(r, internal::kGatherPhase, internal::At(a.recv, blocks[r].offset, elem),
                blocks[r].count * elem);
-    s.PostSend(r, internal::kGatherPhase, internal::At(a.recv, mine_block.offset, elem), block);
+    s.PostSend(r, internal::kGatherPhase, own_recv, own_bytes);
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
   *done = true;
@@ -580,9 +625,9 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
                                               SignatureOf(a, call.seq, call.step), deadline, &ran));
       if (ran) return Status::OK();
     } else if (transport_->runs_schedules() && transport_->host_buffers()) {
-      const int rounds = ExchangeRounds(a, call.from_auto, *transport_);
+      const InExchange mode = ExchangeMode(a, call.from_auto, *transport_, options_);
       Signature mine = SignatureOf(a, call.seq, call.step);
-      if (rounds > 0) mine.algorithm = rounds == 1 ? kInExchange : kInSplitExchange;
+      if (mode != InExchange::kNo) mine.algorithm = kInExchange + static_cast<int32_t>(mode) - 1;
       bool done = false;
       // Packets are not zeroed: each is read only as far as its round wrote it (a shorter
       // message's missing payload is never read: the signatures then differ or the call is
@@ -592,7 +637,7 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
             std::make_unique<unsigned char[]>(2 * static_cast<size_t>(nranks_) * sizeof(Packet));
       }
       LOOM_RETURN_IF_ERROR(
-          ExchangeSignatures(s, a, mine, rounds, reinterpret_cast<Packet*>(packets_.get()), &done));
+          ExchangeSignatures(s, a, mine, mode, reinterpret_cast<Packet*>(packets_.get()), &done));
       if (done) return Status::OK();
     } else {
       LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));

@@ -50,6 +50,8 @@ CommunicatorOptions TransportDefaults(const TransportInfo& t) {
       o.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
       o.auto_native_min_bytes = kMpiAutoNativeMinBytes;
       o.auto_native_max_bytes = kMpiAutoNativeMaxBytes;
+      o.auto_direct_min_bytes = kMpiAutoDirectMinBytes;
+      o.auto_direct_max_bytes = kMpiAutoDirectMaxBytes;
       break;
     case TransportId::kNccl:
     case TransportId::kCudaP2P: o.auto_tree_max_bytes = kLinkAutoTreeMaxBytes; break;

@@ -71,6 +71,11 @@ Flags BenchFlags() {
            ""},
           {"native-max-bytes", "B",
            "... and up to B bytes (negative: no bound; default: mpi 1M, otherwise none)", ""},
+          {"direct-min-bytes", "B",
+           "over MPI, auto runs allreduce from B bytes on direct beside the signature exchange "
+           "(negative: never; default: 128K)",
+           ""},
+          {"direct-max-bytes", "B", "... and up to B bytes (negative: no bound; default: 16M)", ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"inline-max-bytes", "B",
            "calls of at most B bytes issued with nothing in flight run on the caller's thread "
@@ -429,15 +434,20 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
               !c.transport->schedules
                   ? Algorithm::kNative
                   : selector.Choose(c.kind, bytes, c.inflight, c.transport->native);
-          // Ranks that do not meet (MPI) run small calls inside the signature exchange, whole
-          // or split (communicator.h).
-          const int exchange = c.transport->processes && c.transport->schedules &&
-                                       c.transport->device == collective::DeviceKind::kCpu
-                                   ? collective::SignatureExchangeRounds(c.kind, count, c.dtype, n)
-                                   : 0;
-          name += exchange == 1   ? std::string(":exchange")
-                  : exchange == 2 ? std::string(":split_exchange")
-                                  : StrCat(":", AlgorithmName(chosen));
+          // Ranks that do not meet (MPI) run allreduce calls up to a size in (or beside) the
+          // signature exchange (communicator.h).
+          using collective::InExchange;
+          const InExchange mode =
+              c.transport->processes && c.transport->schedules &&
+                      c.transport->device == collective::DeviceKind::kCpu
+                  ? collective::SignatureExchangeMode(c.kind, count, c.dtype, n,
+                                                      c.options.auto_direct_min_bytes,
+                                                      c.options.auto_direct_max_bytes)
+                  : InExchange::kNo;
+          name += mode == InExchange::kWhole    ? std::string(":exchange")
+                  : mode == InExchange::kSplit  ? std::string(":split_exchange")
+                  : mode == InExchange::kDirect ? std::string(":direct")
+                                                : StrCat(":", AlgorithmName(chosen));
         }
       }
       std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
@@ -537,6 +547,14 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   if (flags.Has("native-max-bytes")) {
     LOOM_ASSIGN_OR_RETURN(int64_t native_max, flags.GetInt("native-max-bytes"));
     c.options.auto_native_max_bytes = native_max;
+  }
+  if (flags.Has("direct-min-bytes")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t direct_min, flags.GetInt("direct-min-bytes"));
+    c.options.auto_direct_min_bytes = direct_min;
+  }
+  if (flags.Has("direct-max-bytes")) {
+    LOOM_ASSIGN_OR_RETURN(int64_t direct_max, flags.GetInt("direct-max-bytes"));
+    c.options.auto_direct_max_bytes = direct_max;
   }
   if (flags.Has("chunk")) {
     LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));

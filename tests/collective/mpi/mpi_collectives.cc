@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -155,7 +156,8 @@ TEST(MpiCollectives, AllGatherAndReduceScatterInAndOutOfPlace) {
         // AllGather (ring and native only).
         std::vector<unsigned char> ag_in = Input(dtype, ReduceOp::kSum, rank, count, 9);
         std::vector<unsigned char> ag_out(n * count * elem), ag_inplace(n * count * elem);
-        std::memcpy(ag_inplace.data() + rank * count * elem, ag_in.data(), ag_in.size());
+        if (!ag_in.empty())
+          std::memcpy(ag_inplace.data() + rank * count * elem, ag_in.data(), ag_in.size());
         std::vector<unsigned char> ag_want;
         for (int r = 0; r < n; ++r) {
           auto block = Input(dtype, ReduceOp::kSum, r, count, 9);
@@ -261,20 +263,29 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
 
 // An auto allreduce whose blocks (count / n elements) fit the exchange travels split in it:
 // block r of every rank's data goes to rank r with the signatures, rank r reduces it and sends
-// it to every rank. Exact for counts that do not divide evenly, in and out of place, with the
-// average; a mismatch against it is named on every rank and nothing is written.
-TEST(MpiCollectives, SplitExchangeAllReduce) {
+// it to every rank. A larger one (from 128 KiB) runs the same two rounds direct, each block a
+// message beside the signature. Exact for counts that do not divide evenly, in and out of
+// place, with the average; a mismatch against either is named on every rank and nothing is
+// written.
+TEST(MpiCollectives, SplitAndDirectExchangeAllReduce) {
   auto comm = MakeComm();
   const int rank = comm->rank(), n = comm->nranks();
   const DataType dtype = DataType::kFloat64;  // 256 elements fill one 2 KiB block
   const size_t full = 256 * static_cast<size_t>(n);
-  ASSERT_EQ(SignatureExchangeRounds(Collective::kAllReduce, 256, dtype, n), 1);
-  ASSERT_EQ(SignatureExchangeRounds(Collective::kAllReduce, 257, dtype, n), 2);
-  ASSERT_EQ(SignatureExchangeRounds(Collective::kAllReduce, full, dtype, n), 2);
-  ASSERT_EQ(SignatureExchangeRounds(Collective::kAllReduce, full + 1, dtype, n), 0);
-  ASSERT_EQ(SignatureExchangeRounds(Collective::kReduce, 257, dtype, n), 0);
+  const auto mode = [&](Collective kind, size_t count) {
+    const CommunicatorOptions& o = comm->options();
+    return SignatureExchangeMode(kind, count, dtype, n, o.auto_direct_min_bytes,
+                                 o.auto_direct_max_bytes);
+  };
+  ASSERT_EQ(mode(Collective::kAllReduce, 256), InExchange::kWhole);
+  ASSERT_EQ(mode(Collective::kAllReduce, 257), InExchange::kSplit);
+  ASSERT_EQ(mode(Collective::kAllReduce, full), InExchange::kSplit);
+  ASSERT_EQ(mode(Collective::kAllReduce, full + 1), InExchange::kNo);
+  ASSERT_EQ(mode(Collective::kReduce, 257), InExchange::kNo);
+  ASSERT_EQ(mode(Collective::kAllReduce, 1 << 14), InExchange::kDirect);  // 128 KiB
+  ASSERT_EQ(mode(Collective::kReduce, 1 << 14), InExchange::kNo);
   int salt = 300;
-  for (size_t count : {size_t{257}, full - 1, full}) {
+  for (size_t count : {size_t{257}, full - 1, full, size_t{1} << 14, (size_t{1} << 15) + 3}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       for (bool in_place : {false, true}) {
         ++salt;
@@ -303,20 +314,29 @@ TEST(MpiCollectives, SplitExchangeAllReduce) {
                   .ok());
   EXPECT_EQ(std::memcmp(root.data(), x.data(), x.size() * sizeof(float)), 0) << "rank " << rank;
   if (n < 2) return;
-  // Mismatches: split against split, and split against a call outside the exchange.
-  for (size_t other : {size_t{300}, size_t{1 << 16}}) {
+  // Mismatches: split against split, direct and a call outside the exchange; direct against
+  // direct (the blocks beside the signatures differ in size) and split.
+  struct Case {
+    size_t mine, other;
+    const char* how;
+  };
+  for (const Case& c :
+       {Case{400, 300, "split in"}, Case{400, 1 << 15, "split in"}, Case{400, full + 1, "split in"},
+        Case{1 << 15, 40000, "direct beside"}, Case{1 << 15, 400, "direct beside"}}) {
     std::vector<double> buf(1 << 16, 1.0);
-    const size_t count = rank == 1 ? other : 400;
+    const size_t count = rank == 1 ? c.other : c.mine;
     Status s = comm->AllReduce(buf.data(), buf.data(), count, dtype, ReduceOp::kSum).Wait();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    EXPECT_NE(s.message().find("rank 0 called AllReduce(count=400, dtype=fp64, op=sum, "
-                               "algorithm=auto (split in the signature exchange))"),
+    EXPECT_NE(s.message().find(StrCat("rank 0 called AllReduce(count=", c.mine,
+                                      ", dtype=fp64, op=sum, algorithm=auto (", c.how,
+                                      " the signature exchange))")),
               std::string::npos)
         << s.message();
-    EXPECT_NE(s.message().find(StrCat("rank 1 called AllReduce(count=", other)), std::string::npos)
+    EXPECT_NE(s.message().find(StrCat("rank 1 called AllReduce(count=", c.other)),
+              std::string::npos)
         << s.message();
-    EXPECT_EQ(buf[0], 1.0);
-    EXPECT_EQ(buf[399], 1.0);
+    EXPECT_EQ(std::count(buf.begin(), buf.end(), 1.0), static_cast<long>(buf.size()))
+        << "rank " << rank << " wrote into its buffer";
   }
   // The group stays in step.
   double one = 1.0;
