@@ -83,6 +83,12 @@ constexpr long long kLinkAutoTreeMaxBytes = 2 << 20;
 // up to 256 KiB and behind the ring and multi_tree from 1 MiB (1 MiB: tree 1476/1820 µs, ring
 // 1351/1454, multi_tree 1388/1244), with overlapped transfers in the model picking multi_tree.
 constexpr long long kMpiAutoTreeMaxBytes = 256 << 10;
+// ... where with 4 processes the star led the tree at every size from 16 to 256 KiB, 1, 50 and
+// 150 calls in flight, once a call's own cost had come down (auto_check.py --mpi, medians of 3
+// round-robin rounds: 16 KiB 46.9 / 46.4 / 47.3 µs against 56.4 / 48.0 / 49.8, 64 KiB 104.8 /
+// 92.9 / 95.4 against 131.4 / 112.8 / 113.7; 128 KiB 182 against 250-260). Its root receives
+// from every rank, so larger groups keep the tree.
+constexpr int kMpiAutoStarMaxRanks = 4;
 // Over MPI, Open MPI's own MPI_Iallreduce (native) led the schedules between these sizes
 // (auto_check.py, 4 processes, medians of 3 rounds; 256 KiB: native 146 / 118 / 179 µs with
 // 1 / 50 / 150 calls in flight against the tree's 166 / 150 / 252; 1 MiB: native 443 / 460
@@ -124,10 +130,11 @@ constexpr size_t kInExchangeTotalBytes = 64 << 10;
 // auto_direct_max_bytes runs direct: the same two rounds, with each block a message of its
 // own posted beside the signature (a receive that reduces on arrival) and reduced only once
 // every signature agreed. Over MPI (4 processes, medians of 5 round-robin rounds) it led the
-// tree, multi_tree, the native MPI_Iallreduce and Open MPI's blocking MPI_Allreduce from 256
+// tree, multi_tree, the native MPI_Iallreduce and Open MPI's blocking MPI_Allreduce from 128
 // KiB to 16 MiB (1 MiB: 717-733 µs against 1003-1417 and MPI_Allreduce's 1058-1077; 16 MiB:
-// 12.4-12.8 ms against 13.4-16.8); the tree led at 16 KiB and the multi-tree at 64 MiB.
-constexpr long long kMpiAutoDirectMinBytes = 128 << 10;
+// 12.4-12.8 ms against 13.4-16.8), tied with the star at 64 KiB (97-99 against 93-95) and
+// trailed it below; the multi-tree led at 64 MiB.
+constexpr long long kMpiAutoDirectMinBytes = 64 << 10;
 constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {
@@ -149,6 +156,9 @@ struct CommunicatorOptions {
   // collectives follow the cost model. The default is the crossover measured between processes
   // (kLinkAutoTreeMaxBytes); in-process worlds default to kInProcessAutoTreeMaxBytes.
   long long auto_tree_max_bytes = kLinkAutoTreeMaxBytes;
+  // ... and in groups of at most this many ranks the star instead of the tree (MPI:
+  // kMpiAutoStarMaxRanks; otherwise 0, never).
+  int auto_star_max_ranks = 0;
   // kAuto: calls of at least this many bytes (allgather/reducescatter: the whole buffer) run
   // the transport's native collective when it has one; negative: never. In-process worlds
   // default to kInProcessAutoNativeMinBytes.

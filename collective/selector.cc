@@ -193,7 +193,7 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
   }
   const bool crossover = kind == Collective::kAllReduce && options_.tree_max_bytes >= 0;
   if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)
-    return Algorithm::kTree;
+    return n_ <= options_.star_max_ranks ? Algorithm::kStar : Algorithm::kTree;
   Algorithm best = Algorithm::kAuto;
   double best_time = std::numeric_limits<double>::infinity();
   for (Algorithm a :

@@ -31,6 +31,9 @@ namespace loom::collective {
 struct SelectorOptions {
   // Allreduce up to this many bytes per rank uses the tree; < 0: the cost model decides alone.
   long long tree_max_bytes = 2 << 20;
+  // ... or the star, in groups of at most this many ranks (CommunicatorOptions::
+  // auto_star_max_ranks).
+  int star_max_ranks = 0;
   // Every collective of at least this many bytes runs the transport's native implementation
   // (kNative), when the caller says the transport has one; < 0: never. In-process worlds set
   // kInProcessAutoNativeMinBytes (one pass over shared memory moves the least data).

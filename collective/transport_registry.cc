@@ -48,6 +48,7 @@ CommunicatorOptions TransportDefaults(const TransportInfo& t) {
       o.pipeline_chunk_bytes = size_t{256} << 10;
       o.overlapped_transfers = true;  // MPI_Isend / MPI_Irecv progress together
       o.auto_tree_max_bytes = kMpiAutoTreeMaxBytes;
+      o.auto_star_max_ranks = kMpiAutoStarMaxRanks;
       o.auto_native_min_bytes = kMpiAutoNativeMinBytes;
       o.auto_native_max_bytes = kMpiAutoNativeMaxBytes;
       o.auto_direct_min_bytes = kMpiAutoDirectMinBytes;
@@ -62,6 +63,7 @@ CommunicatorOptions TransportDefaults(const TransportInfo& t) {
 SelectorOptions SelectorOptionsOf(const CommunicatorOptions& options) {
   SelectorOptions s;
   s.tree_max_bytes = options.auto_tree_max_bytes;
+  s.star_max_ranks = options.auto_star_max_ranks;
   s.native_min_bytes = options.auto_native_min_bytes;
   s.native_max_bytes = options.auto_native_max_bytes;
   s.chunk_bytes = options.pipeline_chunk_bytes;

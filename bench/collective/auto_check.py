@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """How close `auto` comes to the best fixed allreduce algorithm at each (size, in-flight) point.
 
-Runs `loom bench collective --algo ring,tree,multi_tree,star,native,auto` ROUNDS times for each
-in-flight count (in-process places), keeps the median time of every (size, in-flight,
-algorithm) over the rounds (a run covers every algorithm at a size back to back, so a burst of
-load from other processes hits all of them), and prints a Markdown table: the median time of
-each algorithm, what auto ran, and auto's time over the best fixed algorithm's.
+Runs `loom bench collective --algo ring,tree,multi_tree,star,native,auto --rounds ROUNDS` once
+per in-flight sweep: at each size every algorithm is timed ROUNDS times round-robin (so that a
+burst of load from other processes falls on all of them alike) and each reports its median
+round. Prints a Markdown table: the median time of each algorithm, what auto ran, and auto's
+time over the best fixed algorithm's. With --mpi (4 processes under mpirun) Open MPI's blocking
+MPI_Allreduce on the same buffers joins the round-robin (`--peer-mpi`) and the table adds auto's
+time over it.
 
     /usr/bin/python3 bench/collective/auto_check.py [--rounds 5] [--places 4] [--mpi]
 """
@@ -18,13 +20,13 @@ import sys
 ALGOS = ["ring", "tree", "multi_tree", "star", "native"]
 
 
-def run_once(loom, places, inflight, minb, maxb, iters, extra, mpi=False):
+def run_once(loom, places, inflight, minb, maxb, iters, rounds, extra, mpi=False):
     where = (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(places), loom,
-              "bench", "collective", "--transport", "mpi"] if mpi else
+              "bench", "collective", "--transport", "mpi", "--peer-mpi"] if mpi else
              [loom, "bench", "collective", "--places", "cpu:%d" % places])
     cmd = where + ["--algo",
            ",".join(ALGOS + ["auto"]), "-b", minb, "-e", maxb, "-f", "4", "-n", str(iters),
-           "-w", "2", "--inflight", str(inflight)] + extra
+           "-w", "2", "--inflight", str(inflight), "--rounds", str(rounds)] + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = {}
     for line in out.splitlines():
@@ -64,30 +66,33 @@ def main():
     table = {}
     for point in args.points.split(","):
         inflight, minb, maxb, iters = point.split(":")
-        samples = {}
-        for _ in range(args.rounds):
-            for key, val in run_once(args.loom, args.places, int(inflight), minb, maxb,
-                                     int(iters), args.extra, args.mpi).items():
-                samples.setdefault(key, []).append(val)
-        for (size, algo), vals in samples.items():
-            med = statistics.median(v[0] for v in vals)
-            choices = sorted({v[1] for v in vals if v[1]})
-            table[(int(inflight), size, algo)] = (med, "/".join(choices))
-    print("| in flight | size | " + " | ".join(ALGOS) + " | auto | auto ran | auto / best |")
-    print("|---" * (len(ALGOS) + 5) + "|")
-    worst = 0.0
+        for (size, algo), val in run_once(args.loom, args.places, int(inflight), minb, maxb,
+                                          int(iters), args.rounds, args.extra,
+                                          args.mpi).items():
+            table[(int(inflight), size, algo)] = val
+    peer = ["MPI_Allreduce"] if args.mpi else []
+    print("| in flight | size | " + " | ".join(ALGOS + peer) + " | auto | auto ran | auto / best |"
+          + (" auto / MPI_Allreduce |" if args.mpi else ""))
+    print("|---" * (len(ALGOS) + len(peer) + 5 + len(peer)) + "|")
+    worst = worst_mpi = 0.0
     for inflight, size in sorted({(k[0], k[1]) for k in table}):
         times = [table[(inflight, size, a)][0] for a in ALGOS]
         auto, choice = table[(inflight, size, "auto")]
         best = min(times)
         worst = max(worst, auto / best)
-        print("| %d | %s | %s | %.1f | %s | %.2f |" % (
-            inflight, human(size), " | ".join("%.1f" % t for t in times), auto, choice,
-            auto / best))
+        row = "| %d | %s | %s | " % (inflight, human(size), " | ".join("%.1f" % t for t in times))
+        if args.mpi:
+            mpi = table[(inflight, size, "MPI_Allreduce")][0]
+            worst_mpi = max(worst_mpi, auto / mpi)
+            row += "%.1f | " % mpi
+        row += "%.1f | %s | %.2f |" % (auto, choice, auto / best)
+        if args.mpi:
+            row += " %.2f |" % (auto / mpi)
+        print(row)
     print()
-    print("(median µs per call over %d rounds, %d %s; worst auto / best: %.2f)"
+    print("(median µs per call over %d round-robin rounds, %d %s; worst auto / best: %.2f%s)"
           % (args.rounds, args.places, "MPI processes" if args.mpi else "in-process places",
-             worst))
+             worst, "; worst auto / MPI_Allreduce: %.2f" % worst_mpi if args.mpi else ""))
 
 
 if __name__ == "__main__":

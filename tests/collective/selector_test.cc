@@ -190,12 +190,17 @@ TEST(Selector, MpiRunsNativeInItsWindow) {
   const auto plan = Plan(Topology::Uniform(4));
   const Selector mpi(*plan, SelectorOptionsOf(mpi_options));
   const size_t lo = kMpiAutoNativeMinBytes, hi = kMpiAutoNativeMaxBytes;
-  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, lo - 1), Algorithm::kTree);
+  // Below the window the star (4 ranks: its root receives from 3), the tree in larger groups.
+  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, lo - 1), Algorithm::kStar);
+  const Selector mpi8(*Plan(Topology::Uniform(8)), SelectorOptionsOf(mpi_options));
+  EXPECT_EQ(mpi8.Choose(Collective::kAllReduce, lo - 1), Algorithm::kTree);
   for (size_t bytes : {lo, size_t{256} << 10, hi})
     EXPECT_EQ(mpi.Choose(Collective::kAllReduce, bytes), Algorithm::kNative) << bytes;
   EXPECT_EQ(mpi.Choose(Collective::kAllReduce, hi + 1), Algorithm::kMultiTree);
   EXPECT_EQ(mpi.Choose(Collective::kAllReduce, size_t{256} << 10, 1, /*native_available=*/false),
-            Algorithm::kTree);
+            Algorithm::kStar);
+  // Reduce and broadcast keep the cost model below the window.
+  EXPECT_NE(mpi.Choose(Collective::kReduce, lo - 1), Algorithm::kNative);
 }
 
 TEST(Selector, CommunicatorAutoRunsCorrectlyAcrossTheCrossover) {
