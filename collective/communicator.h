@@ -132,9 +132,10 @@ constexpr size_t kInExchangeTotalBytes = 64 << 10;
 // every signature agreed. Over MPI (4 processes, medians of 5 round-robin rounds) it led the
 // tree, multi_tree, the native MPI_Iallreduce and Open MPI's blocking MPI_Allreduce from 128
 // KiB to 16 MiB (1 MiB: 717-733 µs against 1003-1417 and MPI_Allreduce's 1058-1077; 16 MiB:
-// 12.4-12.8 ms against 13.4-16.8), tied with the star at 64 KiB (97-99 against 93-95) and
-// trailed it below; the multi-tree led at 64 MiB.
-constexpr long long kMpiAutoDirectMinBytes = 64 << 10;
+// 12.4-12.8 ms against 13.4-16.8); at 64 KiB the star stayed ahead (auto_check.py --mpi, 1 /
+// 50 / 150 in flight: 91.6 / 60.2 / 60.5 µs against 95.9 / 65.8 / 67.1), and the multi-tree led
+// at 64 MiB.
+constexpr long long kMpiAutoDirectMinBytes = 128 << 10;
 constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {

@@ -73,7 +73,7 @@ Flags BenchFlags() {
            "... and up to B bytes (negative: no bound; default: mpi 1M, otherwise none)", ""},
           {"direct-min-bytes", "B",
            "over MPI, auto runs allreduce from B bytes on direct beside the signature exchange "
-           "(negative: never; default: 64K)",
+           "(negative: never; default: 128K)",
            ""},
           {"direct-max-bytes", "B", "... and up to B bytes (negative: no bound; default: 16M)", ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},

@@ -263,7 +263,7 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
 
 // An auto allreduce whose blocks (count / n elements) fit the exchange travels split in it:
 // block r of every rank's data goes to rank r with the signatures, rank r reduces it and sends
-// it to every rank. A larger one (from 64 KiB) runs the same two rounds direct, each block a
+// it to every rank. A larger one (from 128 KiB) runs the same two rounds direct, each block a
 // message beside the signature. Exact for counts that do not divide evenly, in and out of
 // place, with the average; a mismatch against either is named on every rank and nothing is
 // written.
@@ -283,7 +283,7 @@ TEST(MpiCollectives, SplitAndDirectExchangeAllReduce) {
   ASSERT_EQ(mode(Collective::kAllReduce, full + 1), InExchange::kNo);
   ASSERT_EQ(mode(Collective::kReduce, 257), InExchange::kNo);
   ASSERT_EQ(mode(Collective::kAllReduce, 1 << 14), InExchange::kDirect);    // 128 KiB
-  ASSERT_EQ(mode(Collective::kAllReduce, (1 << 13) - 1), InExchange::kNo);  // under 64 KiB
+  ASSERT_EQ(mode(Collective::kAllReduce, (1 << 14) - 1), InExchange::kNo);  // under 128 KiB
   ASSERT_EQ(mode(Collective::kReduce, 1 << 14), InExchange::kNo);
   int salt = 300;
   for (size_t count : {size_t{257}, full - 1, full, size_t{1} << 14, (size_t{1} << 15) + 3}) {
