@@ -536,32 +536,22 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   // calls with nothing in flight run on it.
   if (c.transport->device == collective::DeviceKind::kCpu)
     c.options.inline_max_bytes = collective::CommunicatorOptions::kInlineDefaultBytes;
-  if (flags.Has("tree-max-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t tree_max, flags.GetInt("tree-max-bytes"));
-    c.options.auto_tree_max_bytes = tree_max;
-  }
-  if (flags.Has("native-min-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t native_min, flags.GetInt("native-min-bytes"));
-    c.options.auto_native_min_bytes = native_min;
-  }
-  if (flags.Has("native-max-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t native_max, flags.GetInt("native-max-bytes"));
-    c.options.auto_native_max_bytes = native_max;
-  }
-  if (flags.Has("direct-min-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t direct_min, flags.GetInt("direct-min-bytes"));
-    c.options.auto_direct_min_bytes = direct_min;
-  }
-  if (flags.Has("direct-max-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t direct_max, flags.GetInt("direct-max-bytes"));
-    c.options.auto_direct_max_bytes = direct_max;
+  // Byte bounds of the selector: each flag, when given, replaces the transport's default.
+  const std::pair<const char*, long long*> bounds[] = {
+      {"tree-max-bytes", &c.options.auto_tree_max_bytes},
+      {"native-min-bytes", &c.options.auto_native_min_bytes},
+      {"native-max-bytes", &c.options.auto_native_max_bytes},
+      {"direct-min-bytes", &c.options.auto_direct_min_bytes},
+      {"direct-max-bytes", &c.options.auto_direct_max_bytes},
+      {"inline-max-bytes", &c.options.inline_max_bytes},
+  };
+  for (const auto& [flag, field] : bounds) {
+    if (!flags.Has(flag)) continue;
+    LOOM_ASSIGN_OR_RETURN(int64_t value, flags.GetInt(flag));
+    *field = value;
   }
   if (flags.Has("chunk")) {
     LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));
-  }
-  if (flags.Has("inline-max-bytes")) {
-    LOOM_ASSIGN_OR_RETURN(int64_t inline_max, flags.GetInt("inline-max-bytes"));
-    c.options.inline_max_bytes = inline_max;
   }
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
