@@ -228,6 +228,7 @@ Work Issue(Communicator& comm, const Config& c, Algorithm a, const void* send, v
     case Collective::kBroadcast: return comm.Broadcast(send, recv, count, c.dtype, 0, o);
     case Collective::kAllGather: return comm.AllGather(send, recv, count, c.dtype, o);
     case Collective::kReduceScatter: return comm.ReduceScatter(send, recv, count, c.dtype, c.op, o);
+    default: break;  // ParseCollective gives only the five above
   }
   return Work();
 }
@@ -372,6 +373,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
           wrong[e] = CountWrong(c.dtype, recv.data(), count, rank * count,
                                 [&](size_t i) { return Reduced(c.op, c.dtype, n, i); });
           break;
+        default: break;
       }
       if (e == algos.size()) {
         LOOM_RETURN_IF_ERROR(
