@@ -90,8 +90,7 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
-InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks,
-                                 long long direct_min_bytes, long long direct_max_bytes) {
+InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks) {
   const size_t elem = DataTypeSize(dtype), bytes = count * elem;
   const size_t peers = static_cast<size_t>(std::max(nranks - 1, 0));
   const bool kind_ok = kind == Collective::kAllReduce || kind == Collective::kReduce ||
@@ -100,13 +99,8 @@ InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, 
     return InExchange::kWhole;
   if (kind != Collective::kAllReduce || nranks < 2) return InExchange::kNo;
   const size_t block = (count + nranks - 1) / nranks * elem;
-  if (block <= kInExchangeBytes && block * peers <= kInExchangeTotalBytes)
-    return InExchange::kSplit;
-  const auto b = static_cast<long long>(bytes);
-  return direct_min_bytes >= 0 && b >= direct_min_bytes &&
-                 (direct_max_bytes < 0 || b <= direct_max_bytes)
-             ? InExchange::kDirect
-             : InExchange::kNo;
+  return block <= kInExchangeBytes && block * peers <= kInExchangeTotalBytes ? InExchange::kSplit
+                                                                             : InExchange::kNo;
 }
 
 // One issued call: its arguments and, for collectives, its sequence number.
@@ -160,8 +154,7 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq, uint64_t step) {
 // Signature::algorithm of a call that auto runs inside the signature exchange (see
 // ExchangeSignatures): no other algorithm runs.
 constexpr int32_t kInExchange = 1000;
-constexpr int32_t kInSplitExchange = 1001;   // InExchange::kSplit
-constexpr int32_t kInDirectExchange = 1002;  // InExchange::kDirect
+constexpr int32_t kInSplitExchange = 1001;  // InExchange::kSplit
 
 std::string Describe(const Signature& s) {
   const auto kind = static_cast<Collective>(s.kind);
@@ -176,8 +169,7 @@ std::string Describe(const Signature& s) {
     out += ", algorithm=auto (in the signature exchange)";
   } else if (s.algorithm == kInSplitExchange) {
     out += ", algorithm=auto (split in the signature exchange)";
-  } else if (s.algorithm == kInDirectExchange) {
-    out += ", algorithm=auto (direct beside the signature exchange)";
+
   } else if (s.algorithm >= 0) {
     out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
   }
@@ -234,68 +226,48 @@ struct Packet {
   unsigned char payload[kInExchangeBytes];
 };
 
-InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t,
-                        const CommunicatorOptions& o) {
+InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
   if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return InExchange::kNo;
-  return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks(), o.auto_direct_min_bytes,
-                               o.auto_direct_max_bytes);
+  return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks());
 }
 
 // Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
 // read; the first n receive, the second n send); `mode` says whether and how the call's data
 // travels with it. *done: the call completed (its result is in the call's buffers).
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
-                          InExchange mode, Packet* all, bool* done) {
+                          InExchange mode, Packet* all, bool* done, bool* direct_sends) {
   const int n = s.nranks(), me = s.rank();
   Packet* out = all + n;  // out[me]: what every peer gets; out[r]: what peer r gets (split)
   const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
-  const bool blocks_of_ranks = mode == InExchange::kSplit || mode == InExchange::kDirect;
-  const std::vector<internal::Range> blocks =
-      blocks_of_ranks ? internal::SplitEvenly(a.count, n) : std::vector<internal::Range>();
+  const std::vector<internal::Range> blocks = mode == InExchange::kSplit
+                                                  ? internal::SplitEvenly(a.count, n)
+                                                  : std::vector<internal::Range>();
   const Reduction red{a.dtype, a.op};
   all[me].sig = mine;
   out[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
   if (mode == InExchange::kWhole && contributes && bytes > 0)
     std::memcpy(out[me].payload, a.send, bytes);
-  std::vector<int> signatures;  // handles of the signature messages
-  signatures.reserve(2 * n);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
-    signatures.push_back(s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet)));
+    s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
     if (mode == InExchange::kSplit) {
       out[r].sig = mine;
       const size_t block = blocks[r].count * elem;
       if (block > 0)
         std::memcpy(out[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
-      signatures.push_back(s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block));
+      s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block);
     } else {
-      signatures.push_back(
-          s.PostSend(r, internal::kSignature, &out[me],
-                     sizeof(Signature) + (mode == InExchange::kWhole ? bytes : 0)));
+      s.PostSend(r, internal::kSignature, &out[me],
+                 sizeof(Signature) + (mode == InExchange::kWhole ? bytes : 0));
     }
   }
-  // Direct: this rank's parts of the peers' blocks leave beside the signatures; the peers'
-  // parts of its own block are received (reduced on arrival, in posting order) only once the
-  // signatures agreed, so that a mismatched call writes nothing and no receive is ever sized
-  // by a call that disagrees (a large message waits at its sender until it is received). A
-  // receive posted early would be matched by a disagreeing peer's larger block, and Open MPI's
-  // single-copy path (CMA) then writes the whole block past the receive's end (seen under
-  // AddressSanitizer) instead of truncating it.
-  const internal::Range own = blocks_of_ranks ? blocks[me] : internal::Range{};
-  const size_t own_bytes = own.count * elem;
-  char* own_recv = internal::At(a.recv, own.offset, elem);
-  std::vector<int> data;
-  if (mode == InExchange::kDirect) {
-    data.reserve(2 * n);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      data.push_back(s.PostSend(r, internal::kScatterPhase,
-                                internal::At(a.send, blocks[r].offset, elem),
-                                blocks[r].count * elem));
-    }
-  }
-  for (int h : signatures) LOOM_RETURN_IF_ERROR(s.Wait(h));
+  // A direct call's first-round sends leave beside the signatures (its receives wait for the
+  // verdict, algorithms/direct.cc); a call that disagrees cancels them with the Schedule.
+  const int signatures = s.posted();
+  if (mode == InExchange::kNo && a.algorithm == Algorithm::kDirect)
+    *direct_sends = internal::PostDirectSends(s, a);
+  for (int h = 0; h < signatures; ++h) LOOM_RETURN_IF_ERROR(s.Wait(h));
   for (int r = 1; r < n; ++r)
     if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
   if (mode == InExchange::kNo) return Status::OK();
@@ -315,24 +287,18 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
     *done = true;
     return Status::OK();
   }
-  // This rank's block, reduced by this rank alone (every element by one rank, so every rank
-  // ends with the same bits), then sent to every rank.
-  if (mode == InExchange::kSplit && own_bytes > 0) {
+  // Split: this rank's block, reduced by this rank alone (every element by one rank, so every
+  // rank ends with the same bits), then sent to every rank.
+  const internal::Range own = blocks[me];
+  const size_t own_bytes = own.count * elem;
+  char* own_recv = internal::At(a.recv, own.offset, elem);
+  if (own_bytes > 0) {
     std::memcpy(all[me].payload, internal::At(a.send, own.offset, elem), own_bytes);
     for (int r = 1; r < n; ++r)
       Reduce(red, all[0].payload, all[0].payload, all[r].payload, own.count);
     std::memcpy(own_recv, all[0].payload, own_bytes);
+    Finalize(red, own_recv, own.count, n);
   }
-  if (mode == InExchange::kDirect) {
-    const void* acc = internal::At(a.send, own.offset, elem);
-    for (int r = 0; r < n; ++r) {
-      if (r == me) continue;
-      data.push_back(s.PostRecvReduce(r, internal::kScatterPhase, own_recv, acc, own_bytes, red));
-      acc = own_recv;  // the next arrival reduces into what the last one left
-    }
-  }
-  for (int h : data) LOOM_RETURN_IF_ERROR(s.Wait(h));
-  if (own_bytes > 0) Finalize(red, own_recv, own.count, n);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     s.PostRecv(r, internal::kGatherPhase, internal::At(a.recv, blocks[r].offset, elem),
@@ -608,6 +574,7 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
   const uint64_t tag_base =
       p2p ? kPointToPointBit | (static_cast<uint64_t>(a.tag) << 8) : call.seq << 8;
   internal::Schedule s(transport_.get(), plan_.get(), &options_, tag_base, deadline);
+  bool direct_sends = false;  // a direct call's first sends left with the signatures
   Status status = [&]() -> Status {
     if (p2p) {
       LOOM_RETURN_IF_ERROR(CheckPeerSignature(s, a));
@@ -625,7 +592,7 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
                                               SignatureOf(a, call.seq, call.step), deadline, &ran));
       if (ran) return Status::OK();
     } else if (transport_->runs_schedules() && transport_->host_buffers()) {
-      const InExchange mode = ExchangeMode(a, call.from_auto, *transport_, options_);
+      const InExchange mode = ExchangeMode(a, call.from_auto, *transport_);
       Signature mine = SignatureOf(a, call.seq, call.step);
       if (mode != InExchange::kNo) mine.algorithm = kInExchange + static_cast<int32_t>(mode) - 1;
       bool done = false;
@@ -636,8 +603,8 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
         packets_ =
             std::make_unique<unsigned char[]>(2 * static_cast<size_t>(nranks_) * sizeof(Packet));
       }
-      LOOM_RETURN_IF_ERROR(
-          ExchangeSignatures(s, a, mine, mode, reinterpret_cast<Packet*>(packets_.get()), &done));
+      LOOM_RETURN_IF_ERROR(ExchangeSignatures(
+          s, a, mine, mode, reinterpret_cast<Packet*>(packets_.get()), &done, &direct_sends));
       if (done) return Status::OK();
     } else {
       LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));
@@ -648,6 +615,7 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
       case Algorithm::kTree: return internal::RunTree(s, a);
       case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
       case Algorithm::kStar: return internal::RunStar(s, a);
+      case Algorithm::kDirect: return internal::RunDirect(s, a, direct_sends);
       case Algorithm::kNative: return RunNative(*transport_, a, deadline);
       default: return internal::UnsupportedAlgorithm(a);
     }

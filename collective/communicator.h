@@ -125,27 +125,24 @@ constexpr long long kInProcessAutoNativeMinBytes = 0;
 // (4 KiB, 4 ranks over MPI: docs/PERF.md).
 constexpr size_t kInExchangeBytes = 2048;
 constexpr size_t kInExchangeTotalBytes = 64 << 10;
-//
-// An auto allreduce between CommunicatorOptions::auto_direct_min_bytes and
-// auto_direct_max_bytes runs direct: the same two rounds, with each block a message of its
-// own posted beside the signature (a receive that reduces on arrival) and reduced only once
-// every signature agreed. Over MPI (4 processes, medians of 5 round-robin rounds) it led the
-// tree, multi_tree, the native MPI_Iallreduce and Open MPI's blocking MPI_Allreduce from 128
-// KiB to 16 MiB (1 MiB: 717-733 µs against 1003-1417 and MPI_Allreduce's 1058-1077; 16 MiB:
-// 12.4-12.8 ms against 13.4-16.8); at 64 KiB the star stayed ahead (auto_check.py --mpi, 1 /
-// 50 / 150 in flight: 91.6 / 60.2 / 60.5 µs against 95.9 / 65.8 / 67.1), and the multi-tree led
-// at 64 MiB.
+
+// Over MPI an auto allreduce from kMpiAutoDirectMinBytes to kMpiAutoDirectMaxBytes runs the
+// direct algorithm (algorithms/direct.cc: the same two rounds as the split exchange, each block a
+// message of its own, after the signature round). With 4 processes (medians of 5 round-robin
+// rounds) it led the tree, multi_tree, the native MPI_Iallreduce and Open MPI's blocking
+// MPI_Allreduce from 128 KiB to 16 MiB (1 MiB: 717-733 µs against 1003-1417 and MPI_Allreduce's
+// 1058-1077; 16 MiB: 12.4-12.8 ms against 13.4-16.8); at 64 KiB the star stayed ahead
+// (auto_check.py --mpi, 1 / 50 / 150 in flight: 91.6 / 60.2 / 60.5 µs against 95.9 / 65.8 /
+// 67.1), and the multi-tree led at 64 MiB.
 constexpr long long kMpiAutoDirectMinBytes = 128 << 10;
 constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {
-  kNo,      // only the signature; the algorithm runs after the round
-  kWhole,   // the data with the signature, reduced by every rank: one round
-  kSplit,   // block r with the signature to rank r, then an allgather: two rounds
-  kDirect,  // block r beside the signature to rank r, then an allgather: two rounds
+  kNo,     // only the signature; the algorithm runs after the round
+  kWhole,  // the data with the signature, reduced by every rank: one round
+  kSplit,  // block r with the signature to rank r, then an allgather: two rounds
 };
-InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks,
-                                 long long direct_min_bytes = -1, long long direct_max_bytes = -1);
+InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks);
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
@@ -167,11 +164,11 @@ struct CommunicatorOptions {
   // kAuto: ... and at most this many bytes; negative: no upper bound. Over MPI the window is
   // [kMpiAutoNativeMinBytes, kMpiAutoNativeMaxBytes].
   long long auto_native_max_bytes = -1;
-  // kAuto, where ranks do not meet (MPI): an allreduce too large for the split exchange, of at
-  // least auto_direct_min_bytes and at most auto_direct_max_bytes, runs direct (see InExchange);
-  // negative minimum: never, negative maximum: no bound. Over MPI kMpiAutoDirectMinBytes and
-  // kMpiAutoDirectMaxBytes.
+  // kAuto: an allreduce of at least this many bytes runs the direct algorithm (negative: never)
+  // ...
   long long auto_direct_min_bytes = -1;
+  // ... and at most this many (negative: no bound). MPI: kMpiAutoDirectMinBytes to
+  // kMpiAutoDirectMaxBytes; otherwise never.
   long long auto_direct_max_bytes = -1;
   // For the cost model: a rank's sends and receives overlap (selector.h); MPI sets it.
   bool overlapped_transfers = false;

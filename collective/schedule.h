@@ -105,6 +105,8 @@ class Schedule {
   int PostRecvReduce(int peer, Phase phase, void* dst, const void* local, size_t bytes,
                      const Reduction& reduction);
   Status Wait(int handle);
+  // How many requests were posted so far (handles 0 .. posted() - 1).
+  int posted() const { return static_cast<int>(requests_.size()); }
   // Waits for every request posted so far.
   Status WaitAll();
 

@@ -122,6 +122,10 @@ double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int in
               4 * (n - 1) * pieces(s) * msg + Us(2 * (n - 1) * s * tb, star_gbps_) +
               Us((n - 1) * s, gamma);
           break;
+        case Algorithm::kDirect:  // two rounds with every peer, over every pair's link
+          t = 2 * star_us_ + 4 * (n - 1) * msg + Us(4 * (n - 1) / n * s * tb, star_gbps_) +
+              Us((n - 1) / n * s, gamma);
+          break;
         default: return -1;
       }
       break;
@@ -158,6 +162,9 @@ double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int in
       } else if (algorithm == Algorithm::kMultiTree && reduces) {
         t = d * multi_us_ + 2 * (n - 1) * pieces(s / n) * msg +
             Us(2 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
+      } else if (algorithm == Algorithm::kDirect) {
+        t = star_us_ + 2 * (n - 1) * msg + Us(2 * (n - 1) / n * s * tb, star_gbps_) +
+            g * Us((n - 1) / n * s, gamma);
       } else {
         return -1;
       }
@@ -184,6 +191,12 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
   if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative &&
       Time(kind, options_.force, bytes, inflight) >= 0) {
     return options_.force;
+  }
+  const auto b = static_cast<long long>(bytes);
+  if (kind == Collective::kAllReduce && options_.direct_min_bytes >= 0 &&
+      b >= options_.direct_min_bytes &&
+      (options_.direct_max_bytes < 0 || b <= options_.direct_max_bytes)) {
+    return Algorithm::kDirect;
   }
   if (native_available && options_.native_min_bytes >= 0 &&
       static_cast<long long>(bytes) >= options_.native_min_bytes &&

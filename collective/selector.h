@@ -34,6 +34,10 @@ struct SelectorOptions {
   // ... or the star, in groups of at most this many ranks (CommunicatorOptions::
   // auto_star_max_ranks).
   int star_max_ranks = 0;
+  // Allreduce from direct_min_bytes (negative: never) to direct_max_bytes (negative: no bound)
+  // runs the direct algorithm (CommunicatorOptions::auto_direct_min_bytes, ..._max_bytes).
+  long long direct_min_bytes = -1;
+  long long direct_max_bytes = -1;
   // Every collective of at least this many bytes runs the transport's native implementation
   // (kNative), when the caller says the transport has one; < 0: never. In-process worlds set
   // kInProcessAutoNativeMinBytes (one pass over shared memory moves the least data).

@@ -73,6 +73,10 @@ class Transport {
   // that can read the sender's memory directly override it and skip the staging copy.
   virtual std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                               size_t bytes, const Reduction& reduction);
+  // Whether RecvReduce reduces only inside Wait (into a staging buffer until then): receives
+  // that reduce into one dst may then all be posted before the first is waited for, and reduce
+  // in the order they are waited for. False where a reduction may run on arrival.
+  virtual bool reduces_at_wait() const { return false; }
 
   // Native collectives: whether the transport has its own implementation of `kind` for `dtype`,
   // and running it (on the driving thread, ending by the deadline in Timeout). The defaults say

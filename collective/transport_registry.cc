@@ -64,6 +64,8 @@ SelectorOptions SelectorOptionsOf(const CommunicatorOptions& options) {
   SelectorOptions s;
   s.tree_max_bytes = options.auto_tree_max_bytes;
   s.star_max_ranks = options.auto_star_max_ranks;
+  s.direct_min_bytes = options.auto_direct_min_bytes;
+  s.direct_max_bytes = options.auto_direct_max_bytes;
   s.native_min_bytes = options.auto_native_min_bytes;
   s.native_max_bytes = options.auto_native_max_bytes;
   s.chunk_bytes = options.pipeline_chunk_bytes;

@@ -44,6 +44,7 @@ const char* AlgorithmName(Algorithm algorithm) {
     case Algorithm::kMultiTree: return "multi_tree";
     case Algorithm::kStar: return "star";
     case Algorithm::kNative: return "native";
+    case Algorithm::kDirect: return "direct";
   }
   return "unknown";
 }
@@ -62,11 +63,11 @@ StatusOr<DataType> ParseDataType(const std::string& name) {
 
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
-                      Algorithm::kStar, Algorithm::kNative}) {
+                      Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative}) {
     if (name == AlgorithmName(a)) return a;
   }
   return InvalidArgument("unknown collective algorithm '", name,
-                         "' (expected auto, ring, tree, multi_tree, star or native)");
+                         "' (expected auto, ring, tree, multi_tree, star, direct or native)");
 }
 
 bool IsCollective(Collective c) {
@@ -121,6 +122,8 @@ bool AlgorithmSupports(Algorithm algorithm, Collective c) {
     case Algorithm::kStar: return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast;
     case Algorithm::kMultiTree:
       return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast || c == C::kReduceScatter;
+    case Algorithm::kDirect:
+      return c == C::kAllReduce || c == C::kAllGather || c == C::kReduceScatter;
     default: return false;
   }
 }

@@ -21,7 +21,7 @@ enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64 };
 enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg };
 
 // kAuto lets the communicator choose; kNative asks for the transport's own implementation.
-enum class Algorithm { kAuto, kRing, kTree, kMultiTree, kStar, kNative };
+enum class Algorithm { kAuto, kRing, kTree, kMultiTree, kStar, kNative, kDirect };
 
 // What a communicator call does: the five collectives, then point-to-point and the barrier.
 // The one spelling of a collective in Loom: the communicator's calls, the algorithms' schedules,

@@ -19,6 +19,8 @@ namespace {
 // Algorithms beyond these sizes are not offered: a star's root or a multi-tree's n trees of n
 // ranks make the replay quadratic, and Loom never runs them at that scale.
 constexpr int kMaxStarRanks = 256;
+// Direct sends n(n-1) messages per round: beyond this many devices a trace would hold millions.
+constexpr int kMaxDirectRanks = 256;
 constexpr int kMaxMultiTreeRanks = 64;
 
 void Halve(const std::vector<int>& order, int lo, int hi, int level, Tree& tree) {
@@ -64,14 +66,15 @@ Algorithm LoomAlgorithm(const std::string& name) {
   if (name == "tree") return Algorithm::kTree;
   if (name == "multi_tree") return Algorithm::kMultiTree;
   if (name == "star") return Algorithm::kStar;
+  if (name == "direct") return Algorithm::kDirect;
   return Algorithm::kAuto;
 }
 
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring", "tree",      "multi_tree", "star", "hierarchical",
-          "auto", "nccl_ring", "nccl_tree",  "nccl"};
+  return {"ring",         "tree", "multi_tree", "star",      "direct",
+          "hierarchical", "auto", "nccl_ring",  "nccl_tree", "nccl"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -312,6 +315,10 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
     return InvalidArgument("star is not simulated beyond ", kMaxStarRanks, " devices (", n,
                            " here): its root meets every peer one after another");
   }
+  if (a == Algorithm::kDirect && n > kMaxDirectRanks) {
+    return InvalidArgument("direct is not simulated beyond ", kMaxDirectRanks, " devices (", n,
+                           " here): every rank exchanges with every other in each round");
+  }
   if (a == Algorithm::kMultiTree && plan_->multi_trees.size() != static_cast<size_t>(n)) {
     return InvalidArgument("multi_tree is not simulated on clusters beyond ", kMaxMultiTreeRanks,
                            " devices (", n, " here); Loom runs hierarchical collectives there");
@@ -342,7 +349,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
         InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
       if (name == "auto" || name == "ps" || name.rfind("nccl", 0) == 0) continue;
-      if (name == "star" && n > 64) continue;
+      if ((name == "star" || name == "direct") && n > 64) continue;
       if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
       if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
         continue;

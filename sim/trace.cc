@@ -174,6 +174,7 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
           case Algorithm::kTree: return collective::internal::RunTree(s, a);
           case Algorithm::kMultiTree: return collective::internal::RunMultiTree(s, a);
           case Algorithm::kStar: return collective::internal::RunStar(s, a);
+          case Algorithm::kDirect: return collective::internal::RunDirect(s, a);
           default:
             return InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
                                    "multi_tree, star), not '", AlgorithmName(call.algorithm), "'");

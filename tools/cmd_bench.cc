@@ -38,8 +38,8 @@ Flags BenchFlags() {
       "after one checked call per size. Short flags as nccl-tests: -b -e -f -n -w -d -o.",
       {
           {"op", "COLL", "allreduce, broadcast, reduce, allgather or reducescatter", "allreduce"},
-          {"algo", "LIST", "comma-separated: auto, ring, tree, multi_tree, star, native, or all",
-           "auto"},
+          {"algo", "LIST",
+           "comma-separated: auto, ring, tree, multi_tree, star, direct, native, or all", "auto"},
           {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
           {"maxbytes", "SIZE", "-e: largest size", "64M"},
           {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
@@ -72,10 +72,11 @@ Flags BenchFlags() {
           {"native-max-bytes", "B",
            "... and up to B bytes (negative: no bound; default: mpi 1M, otherwise none)", ""},
           {"direct-min-bytes", "B",
-           "over MPI, auto runs allreduce from B bytes on direct beside the signature exchange "
-           "(negative: never; default: 128K)",
+           "auto runs allreduce from B bytes on with the direct algorithm (negative: never; "
+           "default: mpi 128K, otherwise never)",
            ""},
-          {"direct-max-bytes", "B", "... and up to B bytes (negative: no bound; default: 16M)", ""},
+          {"direct-max-bytes", "B",
+           "... and up to B bytes (negative: no bound; default: mpi 16M, otherwise none)", ""},
           {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
           {"inline-max-bytes", "B",
            "calls of at most B bytes issued with nothing in flight run on the caller's thread "
@@ -436,20 +437,16 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
               !c.transport->schedules
                   ? Algorithm::kNative
                   : selector.Choose(c.kind, bytes, c.inflight, c.transport->native);
-          // Ranks that do not meet (MPI) run allreduce calls up to a size in (or beside) the
-          // signature exchange (communicator.h).
+          // Ranks that do not meet (MPI) run small allreduce calls in the signature exchange,
+          // whole or split (communicator.h).
           using collective::InExchange;
-          const InExchange mode =
-              c.transport->processes && c.transport->schedules &&
-                      c.transport->device == collective::DeviceKind::kCpu
-                  ? collective::SignatureExchangeMode(c.kind, count, c.dtype, n,
-                                                      c.options.auto_direct_min_bytes,
-                                                      c.options.auto_direct_max_bytes)
-                  : InExchange::kNo;
-          name += mode == InExchange::kWhole    ? std::string(":exchange")
-                  : mode == InExchange::kSplit  ? std::string(":split_exchange")
-                  : mode == InExchange::kDirect ? std::string(":direct")
-                                                : StrCat(":", AlgorithmName(chosen));
+          const InExchange mode = c.transport->processes && c.transport->schedules &&
+                                          c.transport->device == collective::DeviceKind::kCpu
+                                      ? collective::SignatureExchangeMode(c.kind, count, c.dtype, n)
+                                      : InExchange::kNo;
+          name += mode == InExchange::kWhole   ? std::string(":exchange")
+                  : mode == InExchange::kSplit ? std::string(":split_exchange")
+                                               : StrCat(":", AlgorithmName(chosen));
         }
       }
       std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
@@ -481,7 +478,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   std::string list = flags.Get("algo");
   if (list == "all") {
     c.all = true;
-    list = "ring,tree,multi_tree,star,native,auto";
+    list = "ring,tree,multi_tree,star,direct,native,auto";
   }
   for (size_t pos = 0; pos <= list.size();) {
     size_t comma = list.find(',', pos);

@@ -16,7 +16,7 @@ StatusOr<std::unique_ptr<AlgorithmChooser>> AlgorithmChooser::Create(const Colle
       return InvalidArgument(
           "algorithm 'native' needs a transport with collectives of its own; "
           "the ",
-          t.name, " transport offers ring, tree, multi_tree, star and auto");
+          t.name, " transport offers ring, tree, multi_tree, star, direct and auto");
     if (a != collective::Algorithm::kNative && !t.schedules)
       return InvalidArgument("algorithm '", setup.algorithm,
                              "' is one of Loom's schedules; transport ", t.name,

@@ -19,6 +19,13 @@ Status RunTree(Schedule& s, const CallArgs& args);
 Status RunMultiTree(Schedule& s, const CallArgs& args);
 // star.cc: everything through one rank (rank 0 for allreduce, the root otherwise).
 Status RunStar(Schedule& s, const CallArgs& args);
+// direct.cc: every rank reduces one block, exchanging with every rank at once (allreduce =
+// reduce-scatter + allgather in two rounds; allgather; reducescatter). sends_posted: the first
+// round's sends were posted ahead with PostDirectSends (over MPI beside the signature round).
+Status RunDirect(Schedule& s, const CallArgs& args, bool sends_posted = false);
+// The first round's sends of a direct allreduce or reducescatter (others: none); returns
+// whether it posted them.
+bool PostDirectSends(Schedule& s, const CallArgs& args);
 
 // The tree engine (tree.cc). A job is one tree carrying one element range of the buffer; jobs run
 // interleaved and pipelined in pieces of Schedule::piece_elems.

@@ -303,6 +303,7 @@ class MpiTransport final : public Transport {
   bool SupportsNative(Collective kind, DataType dtype) const override { return true; }
   Status RunNative(const NativeCollective& call, Deadline deadline) override;
   bool one_rank_per_process() const override { return true; }
+  bool reduces_at_wait() const override { return true; }  // MpiRecvReduce
 
  private:
   static MPI_Op MakeOp(MPI_User_function* fn) {

@@ -33,7 +33,7 @@ class BuildStrategy:
     ``CoeffNumDevice`` (1/N), ``One`` or ``Customized`` (plain sum).
     fuse_all_reduce_ops / fuse_grad_size_in_MB: group small gradients into buckets that are
     produced in one buffer and allreduced with one call.
-    allreduce_algorithm: "auto", "ring", "tree", "multi_tree", "star" or "native" (Loom's
+    allreduce_algorithm: "auto", "ring", "tree", "multi_tree", "star", "direct" or "native" (Loom's
     addition; "native" is the transport's own: on CPU places one pass over shared memory, with
     transport "mpi" Open MPI's allreduce, on CUDA places NCCL's; "auto" picks per bucket).
     owner_policy: "bytes" (balanced) or "hash" for ReduceStrategy.Reduce (Loom's addition).

@@ -96,35 +96,33 @@ TEST_P(AllReduceLarge, TwoToTheTwentyPlusThree) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceLarge,
-                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
-                                                              Algorithm::kMultiTree,
-                                                              Algorithm::kStar, Algorithm::kNative),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
-                         [](const auto& info) {
-                           return Name(std::get<0>(info.param)) + "_n" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AllReduceLarge,
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
+                                         Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)),
+    [](const auto& info) {
+      return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
+    });
 
 TEST(AllReduce, LargeCountThroughStagedReductions) {
   // The transport's generic receive-then-reduce path (what transports without direct access use).
   auto world = MakeWorld(4, size_t{1} << 18, /*direct=*/false);
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar,
+                      Algorithm::kDirect}) {
     AllReduceEverything(*world, a, {(size_t{1} << 20) + 3}, {DataType::kFloat32}, {ReduceOp::kSum});
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, AllReduceMatrix,
-                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
-                                                              Algorithm::kMultiTree,
-                                                              Algorithm::kStar, Algorithm::kNative),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Bool()),
-                         [](const auto& info) {
-                           return Name(std::get<0>(info.param)) + "_n" +
-                                  std::to_string(std::get<1>(info.param)) +
-                                  (std::get<2>(info.param) ? "_direct" : "_staged");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AllReduceMatrix,
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
+                                         Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative),
+                       ::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Bool()),
+    [](const auto& info) {
+      return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param)) +
+             (std::get<2>(info.param) ? "_direct" : "_staged");
+    });
 
 TEST(AllReduce, AutoPicksAWorkingAlgorithm) {
   auto world = MakeWorld(3, size_t{1} << 20);
@@ -304,22 +302,21 @@ TEST_P(GatherScatterMatrix, AllGatherAndReduceScatter) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, GatherScatterMatrix,
-                         ::testing::Combine(::testing::Values(Algorithm::kRing,
-                                                              Algorithm::kMultiTree,
-                                                              Algorithm::kNative, Algorithm::kAuto),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
-                         [](const auto& info) {
-                           return Name(std::get<0>(info.param)) + "_n" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, GatherScatterMatrix,
+    ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kMultiTree,
+                                         Algorithm::kDirect, Algorithm::kNative, Algorithm::kAuto),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)),
+    [](const auto& info) {
+      return Name(std::get<0>(info.param)) + "_n" + std::to_string(std::get<1>(info.param));
+    });
 
 TEST(InFlight, FiftyMixedCallsBeforeOneWaitAll) {
   const int n = 4;
   auto world = MakeWorld(n, 512);
-  const std::vector<Algorithm> algorithms = {Algorithm::kRing, Algorithm::kTree,
+  const std::vector<Algorithm> algorithms = {Algorithm::kRing,      Algorithm::kTree,
                                              Algorithm::kMultiTree, Algorithm::kStar,
-                                             Algorithm::kAuto};
+                                             Algorithm::kDirect,    Algorithm::kAuto};
   RunRanks(*world, [&](int rank, Communicator& comm) {
     std::vector<std::vector<unsigned char>> bufs;
     std::vector<Work> works;

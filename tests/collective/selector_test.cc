@@ -194,12 +194,23 @@ TEST(Selector, MpiRunsNativeInItsWindow) {
   EXPECT_EQ(mpi.Choose(Collective::kAllReduce, lo - 1), Algorithm::kStar);
   const Selector mpi8(*Plan(Topology::Uniform(8)), SelectorOptionsOf(mpi_options));
   EXPECT_EQ(mpi8.Choose(Collective::kAllReduce, lo - 1), Algorithm::kTree);
-  for (size_t bytes : {lo, size_t{256} << 10, hi})
-    EXPECT_EQ(mpi.Choose(Collective::kAllReduce, bytes), Algorithm::kNative) << bytes;
-  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, hi + 1), Algorithm::kMultiTree);
-  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, size_t{256} << 10, 1, /*native_available=*/false),
-            Algorithm::kStar);
-  // Reduce and broadcast keep the cost model below the window.
+  // Allreduce runs the direct algorithm from 128 KiB to 16 MiB (ahead of the native call, and
+  // whether or not the transport has one); other collectives run native in the window.
+  const size_t dlo = kMpiAutoDirectMinBytes, dhi = kMpiAutoDirectMaxBytes;
+  for (size_t bytes : {dlo, hi, dhi})
+    EXPECT_EQ(mpi.Choose(Collective::kAllReduce, bytes), Algorithm::kDirect) << bytes;
+  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, dlo, 1, /*native_available=*/false),
+            Algorithm::kDirect);
+  EXPECT_EQ(mpi.Choose(Collective::kAllReduce, dhi + 1), Algorithm::kMultiTree);
+  for (size_t bytes : {lo, size_t{256} << 10, hi}) {
+    EXPECT_EQ(mpi.Choose(Collective::kReduce, bytes), Algorithm::kNative) << bytes;
+    EXPECT_EQ(mpi.Choose(Collective::kBroadcast, bytes), Algorithm::kNative) << bytes;
+  }
+  EXPECT_NE(mpi.Choose(Collective::kReduce, hi + 1), Algorithm::kNative);
+  // Forced, direct runs where it exists.
+  SelectorOptions forced = SelectorOptionsOf(mpi_options);
+  forced.force = Algorithm::kDirect;
+  EXPECT_EQ(Selector(*plan, forced).Choose(Collective::kAllGather, 4096), Algorithm::kDirect);
   EXPECT_NE(mpi.Choose(Collective::kReduce, lo - 1), Algorithm::kNative);
 }
 

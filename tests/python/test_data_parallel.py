@@ -144,7 +144,7 @@ def ref_for(model, opt, rows):
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 @pytest.mark.parametrize("opt", ["sgd", "adam"])
 @pytest.mark.parametrize("mode", ["allreduce", "owner"])
-@pytest.mark.parametrize("algo", ["ring", "tree", "multi_tree", "star", "native"])
+@pytest.mark.parametrize("algo", ["ring", "tree", "multi_tree", "star", "direct", "native"])
 def test_ranks_agree_and_match_single_device(model, opt, mode, algo):
     data, init, want = ref_for(model, opt, 12)
     for places in (1, 2, 3, 4):

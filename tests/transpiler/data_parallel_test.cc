@@ -326,11 +326,12 @@ TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
     }
   }
   c.algorithm = "native";
-  EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
-                .status()
-                .message()
-                .find("the cuda_p2p transport offers ring, tree, multi_tree, star and auto"),
-            std::string::npos);
+  EXPECT_NE(
+      TranspileDataParallel(n.startup, n.main, c)
+          .status()
+          .message()
+          .find("the cuda_p2p transport offers ring, tree, multi_tree, star, direct and auto"),
+      std::string::npos);
   c.algorithm = "auto";
   c.places = {"cpu:0", "cpu:1", "cpu:2"};
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)

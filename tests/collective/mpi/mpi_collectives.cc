@@ -10,7 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "collective/selector.h"
 #include "collective/transport/mpi.h"
+#include "collective/transport_registry.h"
 #include "tests/collective/test_util.h"
 
 namespace loom::collective {
@@ -30,7 +32,8 @@ std::unique_ptr<Communicator> MakeComm(int timeout_ms = 60000) {
 
 // kAuto runs the small calls (up to 2 KiB) inside the signature exchange.
 const Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree,   Algorithm::kMultiTree,
-                                 Algorithm::kStar, Algorithm::kNative, Algorithm::kAuto};
+                                 Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative,
+                                 Algorithm::kAuto};
 const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
                             DataType::kInt64, DataType::kFloat16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
@@ -86,6 +89,8 @@ TEST_P(MpiCollectives, AllReduceEveryDtypeOpAndCountInFlightAtOnce) {
 
 TEST_P(MpiCollectives, ReduceAndBroadcastFromEveryRoot) {
   const Algorithm algorithm = GetParam();
+  // (native and auto run every collective; of the schedules, direct has no rooted ones)
+  if (algorithm == Algorithm::kDirect) GTEST_SKIP() << "direct has no reduce or broadcast";
   auto comm = MakeComm();
   const int rank = comm->rank(), n = comm->nranks();
   std::vector<std::unique_ptr<Pending>> reduces, broadcasts;
@@ -137,7 +142,8 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, MpiCollectives, ::testing::ValuesIn(kAlgori
 TEST(MpiCollectives, AllGatherAndReduceScatterInAndOutOfPlace) {
   auto comm = MakeComm();
   const int rank = comm->rank(), n = comm->nranks();
-  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kNative, Algorithm::kMultiTree}) {
+  for (Algorithm algorithm :
+       {Algorithm::kRing, Algorithm::kNative, Algorithm::kMultiTree, Algorithm::kDirect}) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, kLarge}) {
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
         if (count == kLarge && dtype != DataType::kFloat32) continue;
@@ -263,28 +269,30 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
 
 // An auto allreduce whose blocks (count / n elements) fit the exchange travels split in it:
 // block r of every rank's data goes to rank r with the signatures, rank r reduces it and sends
-// it to every rank. A larger one (from 128 KiB) runs the same two rounds direct, each block a
-// message beside the signature. Exact for counts that do not divide evenly, in and out of
-// place, with the average; a mismatch against either is named on every rank and nothing is
-// written.
-TEST(MpiCollectives, SplitAndDirectExchangeAllReduce) {
+// it to every rank. From 128 KiB auto runs the direct algorithm: the same two rounds after the
+// signature round, each block a message of its own. Exact for counts that do not divide evenly,
+// in and out of place, with the average; a mismatch against either is named on every rank and
+// nothing is written.
+TEST(MpiCollectives, SplitExchangeAndDirectAllReduce) {
   auto comm = MakeComm();
   const int rank = comm->rank(), n = comm->nranks();
   const DataType dtype = DataType::kFloat64;  // 256 elements fill one 2 KiB block
   const size_t full = 256 * static_cast<size_t>(n);
   const auto mode = [&](Collective kind, size_t count) {
-    const CommunicatorOptions& o = comm->options();
-    return SignatureExchangeMode(kind, count, dtype, n, o.auto_direct_min_bytes,
-                                 o.auto_direct_max_bytes);
+    return SignatureExchangeMode(kind, count, dtype, n);
   };
   ASSERT_EQ(mode(Collective::kAllReduce, 256), InExchange::kWhole);
   ASSERT_EQ(mode(Collective::kAllReduce, 257), InExchange::kSplit);
   ASSERT_EQ(mode(Collective::kAllReduce, full), InExchange::kSplit);
   ASSERT_EQ(mode(Collective::kAllReduce, full + 1), InExchange::kNo);
   ASSERT_EQ(mode(Collective::kReduce, 257), InExchange::kNo);
-  ASSERT_EQ(mode(Collective::kAllReduce, 1 << 14), InExchange::kDirect);    // 128 KiB
-  ASSERT_EQ(mode(Collective::kAllReduce, (1 << 14) - 1), InExchange::kNo);  // under 128 KiB
-  ASSERT_EQ(mode(Collective::kReduce, 1 << 14), InExchange::kNo);
+  const Selector selector(comm->plan(), SelectorOptionsOf(comm->options()));
+  const size_t k128 = size_t{128} << 10;
+  EXPECT_EQ(selector.Choose(Collective::kAllReduce, k128), Algorithm::kDirect);
+  EXPECT_EQ(selector.Choose(Collective::kAllReduce, size_t{16} << 20), Algorithm::kDirect);
+  EXPECT_NE(selector.Choose(Collective::kAllReduce, k128 - 8), Algorithm::kDirect);
+  EXPECT_NE(selector.Choose(Collective::kAllReduce, (size_t{16} << 20) + 8), Algorithm::kDirect);
+  EXPECT_NE(selector.Choose(Collective::kReduce, k128), Algorithm::kDirect);
   int salt = 300;
   for (size_t count : {size_t{257}, full - 1, full, size_t{1} << 14, (size_t{1} << 15) + 3}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
@@ -316,21 +324,21 @@ TEST(MpiCollectives, SplitAndDirectExchangeAllReduce) {
   EXPECT_EQ(std::memcmp(root.data(), x.data(), x.size() * sizeof(float)), 0) << "rank " << rank;
   if (n < 2) return;
   // Mismatches: split against split, direct and a call outside the exchange; direct against
-  // direct (the blocks beside the signatures differ in size) and split.
+  // direct (blocks of other sizes) and split.
   struct Case {
     size_t mine, other;
     const char* how;
   };
-  for (const Case& c :
-       {Case{400, 300, "split in"}, Case{400, 1 << 15, "split in"}, Case{400, full + 1, "split in"},
-        Case{1 << 15, 40000, "direct beside"}, Case{1 << 15, 400, "direct beside"}}) {
+  for (const Case& c : {Case{400, 300, "auto (split in the signature exchange)"},
+                        Case{400, 1 << 15, "auto (split in the signature exchange)"},
+                        Case{400, full + 1, "auto (split in the signature exchange)"},
+                        Case{1 << 15, 40000, "direct"}, Case{1 << 15, 400, "direct"}}) {
     std::vector<double> buf(1 << 16, 1.0);
     const size_t count = rank == 1 ? c.other : c.mine;
     Status s = comm->AllReduce(buf.data(), buf.data(), count, dtype, ReduceOp::kSum).Wait();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
     EXPECT_NE(s.message().find(StrCat("rank 0 called AllReduce(count=", c.mine,
-                                      ", dtype=fp64, op=sum, algorithm=auto (", c.how,
-                                      " the signature exchange))")),
+                                      ", dtype=fp64, op=sum, algorithm=", c.how, ")")),
               std::string::npos)
         << s.message();
     EXPECT_NE(s.message().find(StrCat("rank 1 called AllReduce(count=", c.other)),
