@@ -144,7 +144,7 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
     const size_t count = 3001;
     const DataType dtype = DataType::kFloat32;
     const size_t bytes = count * DataTypeSize(dtype);
-    for (int root = 0; root < n; ++root) {
+    for (int root = 0; root < n && AlgorithmSupports(algorithm, Collective::kReduce); ++root) {
       ++salt;
       std::vector<unsigned char> in = Input(dtype, ReduceOp::kAvg, rank, count, salt);
       std::vector<unsigned char> out(bytes, 0xab);
@@ -201,7 +201,7 @@ TEST_P(TaggedBuffers, EveryCollectiveMovesDataOnlyThroughTheTransport) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, TaggedBuffers,
                          ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
                                                               Algorithm::kMultiTree,
-                                                              Algorithm::kStar),
+                                                              Algorithm::kStar, Algorithm::kDirect),
                                             ::testing::Values(1, 2, 3, 5)),
                          [](const ::testing::TestParamInfo<TaggedBuffers::ParamType>& info) {
                            return std::string(AlgorithmName(std::get<0>(info.param))) + "_n" +
