@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """How close `auto` comes to the best fixed allreduce algorithm at each (size, in-flight) point.
 
-Runs `loom bench collective --algo ring,tree,multi_tree,star,native,auto --rounds ROUNDS` once
+Runs `loom bench collective --algo ring,tree,multi_tree,star,direct,native,auto --rounds ROUNDS`
 per in-flight sweep: at each size every algorithm is timed ROUNDS times round-robin (so that a
 burst of load from other processes falls on all of them alike) and each reports its median
 round. Prints a Markdown table: the median time of each algorithm, what auto ran, and auto's
@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 
-ALGOS = ["ring", "tree", "multi_tree", "star", "native"]
+ALGOS = ["ring", "tree", "multi_tree", "star", "direct", "native"]
 
 
 def run_once(loom, places, inflight, minb, maxb, iters, rounds, extra, mpi=False):
