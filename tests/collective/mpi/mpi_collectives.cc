@@ -263,8 +263,7 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
   EXPECT_EQ(b[2], 7.5);
   int64_t one = rank + 1, sum = -1;
   ASSERT_TRUE(comm->Reduce(&one, &sum, 1, DataType::kInt64, ReduceOp::kSum, 0).Wait().ok());
-  if (rank == 0) EXPECT_EQ(sum, static_cast<int64_t>(n) * (n + 1) / 2);
-  if (rank != 0) EXPECT_EQ(sum, -1);
+  EXPECT_EQ(sum, rank == 0 ? static_cast<int64_t>(n) * (n + 1) / 2 : -1) << "rank " << rank;
 }
 
 // An auto allreduce whose blocks (count / n elements) fit the exchange travels split in it:
