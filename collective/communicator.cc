@@ -169,7 +169,6 @@ std::string Describe(const Signature& s) {
     out += ", algorithm=auto (in the signature exchange)";
   } else if (s.algorithm == kInSplitExchange) {
     out += ", algorithm=auto (split in the signature exchange)";
-
   } else if (s.algorithm >= 0) {
     out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
   }
@@ -232,33 +231,33 @@ InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
 }
 
 // Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
-// read; the first n receive, the second n send); `mode` says whether and how the call's data
-// travels with it. *done: the call completed (its result is in the call's buffers).
+// read; all[r] receives from rank r and all[me] goes to every peer, or with a split call
+// all[n + r] to rank r); `mode` says whether and how the call's data travels with it. *done: the
+// call completed (its result is in the call's buffers).
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
                           InExchange mode, Packet* all, bool* done, bool* direct_sends) {
   const int n = s.nranks(), me = s.rank();
-  Packet* out = all + n;  // out[me]: what every peer gets; out[r]: what peer r gets (split)
+  Packet* split = all + n;  // split[r]: what peer r gets (split calls)
   const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
   const std::vector<internal::Range> blocks = mode == InExchange::kSplit
                                                   ? internal::SplitEvenly(a.count, n)
                                                   : std::vector<internal::Range>();
   const Reduction red{a.dtype, a.op};
   all[me].sig = mine;
-  out[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
   if (mode == InExchange::kWhole && contributes && bytes > 0)
-    std::memcpy(out[me].payload, a.send, bytes);
+    std::memcpy(all[me].payload, a.send, bytes);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
     if (mode == InExchange::kSplit) {
-      out[r].sig = mine;
+      split[r].sig = mine;
       const size_t block = blocks[r].count * elem;
       if (block > 0)
-        std::memcpy(out[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
-      s.PostSend(r, internal::kSignature, &out[r], sizeof(Signature) + block);
+        std::memcpy(split[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
+      s.PostSend(r, internal::kSignature, &split[r], sizeof(Signature) + block);
     } else {
-      s.PostSend(r, internal::kSignature, &out[me],
+      s.PostSend(r, internal::kSignature, &all[me],
                  sizeof(Signature) + (mode == InExchange::kWhole ? bytes : 0));
     }
   }
@@ -275,9 +274,8 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
     const bool receives = a.kind != Collective::kReduce || me == a.root;
     if (receives && bytes > 0) {
       if (a.kind == Collective::kBroadcast) {
-        std::memcpy(a.recv, a.root == me ? out[me].payload : all[a.root].payload, bytes);
+        std::memcpy(a.recv, all[a.root].payload, bytes);
       } else {
-        std::memcpy(all[me].payload, out[me].payload, bytes);
         for (int r = 1; r < n; ++r)
           Reduce(red, all[0].payload, all[0].payload, all[r].payload, a.count);
         std::memcpy(a.recv, all[0].payload, bytes);
@@ -594,7 +592,8 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
     } else if (transport_->runs_schedules() && transport_->host_buffers()) {
       const InExchange mode = ExchangeMode(a, call.from_auto, *transport_);
       Signature mine = SignatureOf(a, call.seq, call.step);
-      if (mode != InExchange::kNo) mine.algorithm = kInExchange + static_cast<int32_t>(mode) - 1;
+      if (mode == InExchange::kWhole) mine.algorithm = kInExchange;
+      if (mode == InExchange::kSplit) mine.algorithm = kInSplitExchange;
       bool done = false;
       // Packets are not zeroed: each is read only as far as its round wrote it (a shorter
       // message's missing payload is never read: the signatures then differ or the call is

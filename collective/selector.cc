@@ -198,14 +198,12 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
       (options_.direct_max_bytes < 0 || b <= options_.direct_max_bytes)) {
     return Algorithm::kDirect;
   }
-  if (native_available && options_.native_min_bytes >= 0 &&
-      static_cast<long long>(bytes) >= options_.native_min_bytes &&
-      (options_.native_max_bytes < 0 ||
-       static_cast<long long>(bytes) <= options_.native_max_bytes)) {
+  if (native_available && options_.native_min_bytes >= 0 && b >= options_.native_min_bytes &&
+      (options_.native_max_bytes < 0 || b <= options_.native_max_bytes)) {
     return Algorithm::kNative;
   }
   const bool crossover = kind == Collective::kAllReduce && options_.tree_max_bytes >= 0;
-  if (crossover && static_cast<long long>(bytes) <= options_.tree_max_bytes)
+  if (crossover && b <= options_.tree_max_bytes)
     return n_ <= options_.star_max_ranks ? Algorithm::kStar : Algorithm::kTree;
   Algorithm best = Algorithm::kAuto;
   double best_time = std::numeric_limits<double>::infinity();

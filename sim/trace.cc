@@ -177,7 +177,8 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
           case Algorithm::kDirect: return collective::internal::RunDirect(s, a);
           default:
             return InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
-                                   "multi_tree, star), not '", AlgorithmName(call.algorithm), "'");
+                                   "multi_tree, star, direct), not '",
+                                   AlgorithmName(call.algorithm), "'");
         }
       });
 }
