@@ -23,6 +23,15 @@ struct WorkState {
   Clock::time_point started{};   // when the worker began running the call
   Clock::time_point finished{};  // when it completed
 
+  // Complete before anyone else holds this state (a call run on the caller's thread): no lock,
+  // no one to wake.
+  void CompleteUnshared(Status s) {
+    done = true;
+    finished = Clock::now();
+    status = std::move(s);
+    completed.store(true, std::memory_order_release);
+  }
+
   void Complete(Status s) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -30,8 +39,9 @@ struct WorkState {
       finished = Clock::now();
       if (started == Clock::time_point{}) started = finished;
       status = std::move(s);
+      // Under the lock too: whoever saw `done` sees `completed` (Work::IsCompleted).
+      completed.store(true, std::memory_order_release);
     }
-    completed.store(true, std::memory_order_release);
     cv.notify_all();
   }
 };
@@ -41,6 +51,8 @@ using internal::CallArgs;
 
 Status Work::Wait(std::chrono::milliseconds timeout) const {
   LOOM_CHECK(state_ != nullptr, "Wait on an empty Work");
+  // Completed (the status was written before `completed`, and never after): no lock, no clock.
+  if (state_->completed.load(std::memory_order_acquire)) return state_->status;
   // A small call completes within microseconds: poll before sleeping on the condition.
   if (state_->spin && timeout >= kSpinBudget)
     SpinUntil([this] { return state_->completed.load(std::memory_order_acquire); });
@@ -59,8 +71,7 @@ std::pair<Clock::time_point, Clock::time_point> Work::RunSpan() const {
 
 bool Work::IsCompleted() const {
   LOOM_CHECK(state_ != nullptr, "IsCompleted on an empty Work");
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
+  return state_->completed.load(std::memory_order_acquire);
 }
 
 bool Communicator::Abort(const Status& cause) {
@@ -220,10 +231,53 @@ Status CheckSignatures(internal::Schedule& s, const Signature& mine) {
 // this one round -- one message latency instead of the signature round and then the
 // algorithm's rounds.
 
+//
+// Where the transport has a tagged channel (Transport::signature_tag_max: MPI) the signature
+// travels as the message's tag instead (SignatureTag, a hash of it), so a message holds only
+// the call's data, or nothing: a 256-byte allreduce's message stays under Open MPI's 256-byte
+// inline send limit (docs/PERF.md). Every rank again sees every rank's tag, so all reach the
+// same verdict; when the tags disagree, every rank sends every other its full signature (tag 0)
+// to name the calls (NameMismatch). Two different calls share a tag with a chance of about one
+// in 2^31 on Open MPI (tags up to MPI_TAG_UB; the transport offers no channel below 2^24 tags);
+// a count that differs is also caught by the message's length.
+
 struct Packet {
   Signature sig;
   unsigned char payload[kInExchangeBytes];
 };
+
+// The signature as a tag in [1, max] (0 marks the full signatures of NameMismatch).
+uint32_t SignatureTag(const Signature& s, uint32_t max) {
+  uint64_t words[sizeof(Signature) / 8];
+  std::memcpy(words, &s, sizeof s);
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (uint64_t w : words) {
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return 1 + static_cast<uint32_t>(h % max);
+}
+
+// After a tagged round whose tags disagree (every rank saw the same tags, so every rank is
+// here): the full signatures, on the same channel, to name the calls as CompareSignatures does.
+Status NameMismatch(internal::Schedule& s, const Signature& mine, Transport::TaggedPeer* peers) {
+  const int n = s.nranks(), me = s.rank();
+  auto* sigs = static_cast<Signature*>(s.HostScratch(n * sizeof(Signature)));
+  sigs[me] = mine;
+  for (int r = 0; r < n; ++r)
+    peers[r] = Transport::TaggedPeer{&sigs[me], sizeof(Signature), &sigs[r], sizeof(Signature)};
+  LOOM_RETURN_IF_ERROR(s.transport().TaggedRound(0, peers, s.deadline()));
+  for (int r = 0; r < n; ++r) {
+    if (r != me && (peers[r].tag != 0 || peers[r].bytes != sizeof(Signature))) {
+      return Internal("collective #", mine.seq, ": rank ", r, " sent ", peers[r].bytes,
+                      " bytes with tag ", peers[r].tag, " where its full signature (tag 0, ",
+                      sizeof(Signature), " bytes) was due");
+    }
+  }
+  LOOM_RETURN_IF_ERROR(CompareSignatures(sigs, n, mine));
+  return Internal("collective #", mine.seq,
+                  ": the ranks' signature tags differ but their signatures agree");
+}
 
 InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
   if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return InExchange::kNo;
@@ -232,10 +286,13 @@ InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
 
 // Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
 // read; all[r] receives from rank r and all[me] goes to every peer, or with a split call
-// all[n + r] to rank r); `mode` says whether and how the call's data travels with it. *done: the
-// call completed (its result is in the call's buffers).
+// all[n + r] to rank r); `mode` says whether and how the call's data travels with it. `peers`
+// (n entries, reused): the tagged round's, or null where signatures travel in the packets.
+// *done: the call completed (its result is in the call's buffers).
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
-                          InExchange mode, Packet* all, bool* done, bool* direct_sends) {
+                          InExchange mode, Transport::TaggedPeer* peers, Packet* all, bool* done,
+                          bool* direct_sends) {
+  const bool tagged = peers != nullptr;
   const int n = s.nranks(), me = s.rank();
   Packet* split = all + n;  // split[r]: what peer r gets (split calls)
   const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
@@ -245,20 +302,31 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
   const Reduction red{a.dtype, a.op};
   all[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
+  // What this rank's message to peer r holds besides the signature, and what r's holds.
+  auto payload_bytes = [&](int from, int to) -> size_t {
+    if (mode == InExchange::kSplit) return blocks[to].count * elem;
+    if (mode == InExchange::kNo) return 0;
+    return a.kind != Collective::kBroadcast || from == a.root ? bytes : 0;
+  };
+  const uint32_t my_tag = tagged ? SignatureTag(mine, s.transport().signature_tag_max()) : 0;
   if (mode == InExchange::kWhole && contributes && bytes > 0)
     std::memcpy(all[me].payload, a.send, bytes);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
-    s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
+    Packet* out = &all[me];
     if (mode == InExchange::kSplit) {
-      split[r].sig = mine;
+      out = &split[r];
       const size_t block = blocks[r].count * elem;
       if (block > 0)
         std::memcpy(split[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
-      s.PostSend(r, internal::kSignature, &split[r], sizeof(Signature) + block);
+    }
+    const size_t len = payload_bytes(me, r);
+    if (tagged) {
+      peers[r] = Transport::TaggedPeer{out->payload, len, all[r].payload, kInExchangeBytes};
     } else {
-      s.PostSend(r, internal::kSignature, &all[me],
-                 sizeof(Signature) + (mode == InExchange::kWhole ? bytes : 0));
+      out->sig = mine;
+      s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
+      s.PostSend(r, internal::kSignature, out, sizeof(Signature) + len);
     }
   }
   // A direct call's first-round sends leave beside the signatures (its receives wait for the
@@ -266,9 +334,23 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
   const int signatures = s.posted();
   if (mode == InExchange::kNo && a.algorithm == Algorithm::kDirect)
     *direct_sends = internal::PostDirectSends(s, a);
-  for (int h = 0; h < signatures; ++h) LOOM_RETURN_IF_ERROR(s.Wait(h));
-  for (int r = 1; r < n; ++r)
-    if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
+  if (tagged) {
+    LOOM_RETURN_IF_ERROR(s.transport().TaggedRound(my_tag, peers, s.deadline()));
+    peers[me].tag = my_tag;
+    for (int r = 1; r < n; ++r)
+      if (peers[r].tag != peers[0].tag) return NameMismatch(s, mine, peers);
+    for (int r = 0; r < n; ++r) {
+      if (r != me && peers[r].bytes != payload_bytes(r, me)) {
+        return Internal("collective #", mine.seq, ": rank ", r, " sent ", peers[r].bytes,
+                        " bytes in the signature round where ", payload_bytes(r, me),
+                        " were due (two different calls with the same signature tag)");
+      }
+    }
+  } else {
+    for (int h = 0; h < signatures; ++h) LOOM_RETURN_IF_ERROR(s.Wait(h));
+    for (int r = 1; r < n; ++r)
+      if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
+  }
   if (mode == InExchange::kNo) return Status::OK();
   if (mode == InExchange::kWhole) {
     const bool receives = a.kind != Collective::kReduce || me == a.root;
@@ -384,6 +466,9 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
         transport_->one_rank_per_process() ? CommunicatorOptions::kInlineDefaultBytes : -1;
   }
   spin_handoff_ = !transport_->one_rank_per_process();
+  tagged_signatures_ = options_.tagged_signatures && transport_->signature_tag_max() > 0;
+  schedule_lists_ = std::make_unique<internal::ScheduleLists>();
+  if (tagged_signatures_) tagged_peers_.resize(nranks_);
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -496,8 +581,8 @@ Work Communicator::Issue(Call call) {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
     }
-    state->Complete(std::move(status));
-    Work work(state);
+    state->CompleteUnshared(std::move(status));
+    Work work(std::move(state));
     Remember(work);
     return work;
   }
@@ -571,7 +656,8 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
   const bool p2p = a.kind == Collective::kSend || a.kind == Collective::kRecv;
   const uint64_t tag_base =
       p2p ? kPointToPointBit | (static_cast<uint64_t>(a.tag) << 8) : call.seq << 8;
-  internal::Schedule s(transport_.get(), plan_.get(), &options_, tag_base, deadline);
+  internal::Schedule s(transport_.get(), plan_.get(), &options_, tag_base, deadline,
+                       schedule_lists_.get());
   bool direct_sends = false;  // a direct call's first sends left with the signatures
   Status status = [&]() -> Status {
     if (p2p) {
@@ -603,7 +689,8 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
             std::make_unique<unsigned char[]>(2 * static_cast<size_t>(nranks_) * sizeof(Packet));
       }
       LOOM_RETURN_IF_ERROR(ExchangeSignatures(
-          s, a, mine, mode, reinterpret_cast<Packet*>(packets_.get()), &done, &direct_sends));
+          s, a, mine, mode, tagged_signatures_ ? tagged_peers_.data() : nullptr,
+          reinterpret_cast<Packet*>(packets_.get()), &done, &direct_sends));
       if (done) return Status::OK();
     } else {
       LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));
@@ -626,11 +713,16 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
 }
 
 Status Communicator::WaitAll(std::chrono::milliseconds timeout) {
-  const Deadline deadline = Clock::now() + timeout;
+  // The clock is read only once a call is still running (small calls have completed by now).
+  Deadline deadline{};
   Status first;
   for (const Work& work : outstanding_) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    std::chrono::milliseconds left(0);
+    if (!work.state_->completed.load(std::memory_order_acquire)) {
+      const Clock::time_point now = Clock::now();
+      if (deadline == Deadline{}) deadline = now + timeout;
+      left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    }
     Status s = work.Wait(std::max(left, std::chrono::milliseconds(0)));
     if (s.code() == StatusCode::kTimeout && !work.IsCompleted()) return s;
     if (first.ok() && !s.ok()) first = s;

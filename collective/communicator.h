@@ -45,6 +45,7 @@ namespace loom::collective {
 
 namespace internal {
 struct WorkState;
+struct ScheduleLists;
 }
 class Selector;
 
@@ -183,6 +184,11 @@ struct CommunicatorOptions {
   static constexpr long long kInlineAuto = -2;
   static constexpr long long kInlineDefaultBytes = 64 << 10;
   long long inline_max_bytes = kInlineAuto;
+  // Where the transport has a tagged channel (Transport::signature_tag_max, MPI), the signature
+  // round sends each call's signature as the tag of a message that holds only data, and the
+  // full signatures travel only when the tags disagree (to name the calls); false: every
+  // message carries the 48-byte signature (communicator.cc, ExchangeSignatures).
+  bool tagged_signatures = true;
   // kAuto's cost model instead of the selector's formulas (cost_model.h); null: the formulas.
   std::shared_ptr<const CostModel> cost_model;
 };
@@ -268,6 +274,9 @@ class Communicator {
   std::unique_ptr<const Selector> selector_;
   int rank_;
   int nranks_;
+  // The signature round sends signatures as tags (CommunicatorOptions::tagged_signatures and a
+  // transport with the channel).
+  bool tagged_signatures_ = false;
   uint64_t next_seq_ = 1;
   std::atomic<uint64_t> step_{0};
 
@@ -285,6 +294,10 @@ class Communicator {
   // The signature exchange's packets (ranks that do not meet), reused from call to call by
   // whoever runs the call (calls run one at a time).
   std::unique_ptr<unsigned char[]> packets_;
+  // The request lists of the Schedule that runs the current call, kept between calls.
+  std::unique_ptr<internal::ScheduleLists> schedule_lists_;
+  // The tagged signature round's per-peer entries (tagged_signatures_), reused likewise.
+  std::vector<Transport::TaggedPeer> tagged_peers_;
   Status broken_;  // whoever runs a call (busy_ hands it over under mu_)
   std::thread worker_;
 };

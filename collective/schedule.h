@@ -43,20 +43,41 @@ enum Phase : uint64_t {
   kData = 5
 };
 
+// The request lists of one Schedule after another (a communicator runs its calls one at a time):
+// a Schedule takes them, empty, and gives them back emptied with their capacity, so that a small
+// call allocates no lists.
+struct ScheduleLists {
+  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<bool> done;
+};
+
 class Schedule {
  public:
   Schedule(Transport* transport, const CommPlan* plan, const CommunicatorOptions* options,
-           uint64_t tag_base, Deadline deadline)
+           uint64_t tag_base, Deadline deadline, ScheduleLists* lists = nullptr)
       : transport_(transport),
         plan_(plan),
         options_(options),
         tag_base_(tag_base),
-        deadline_(deadline) {
+        deadline_(deadline),
+        lists_(lists) {
+    if (lists_ != nullptr) {
+      requests_.swap(lists_->requests);
+      done_.swap(lists_->done);
+    }
     // Most calls post a few messages per peer: no regrowth on the way (calls are many and small).
     requests_.reserve(8);
     done_.reserve(8);
   }
-  ~Schedule() { CancelPending(); }
+  ~Schedule() {
+    CancelPending();
+    if (lists_ != nullptr) {
+      requests_.clear();
+      done_.clear();
+      requests_.swap(lists_->requests);
+      done_.swap(lists_->done);
+    }
+  }
   Schedule(const Schedule&) = delete;
   Schedule& operator=(const Schedule&) = delete;
 
@@ -105,6 +126,7 @@ class Schedule {
   int PostRecvReduce(int peer, Phase phase, void* dst, const void* local, size_t bytes,
                      const Reduction& reduction);
   Status Wait(int handle);
+  Deadline deadline() const { return deadline_; }
   // How many requests were posted so far (handles 0 .. posted() - 1).
   int posted() const { return static_cast<int>(requests_.size()); }
   // Waits for every request posted so far.
@@ -119,6 +141,7 @@ class Schedule {
   const CommunicatorOptions* options_;
   uint64_t tag_base_;
   Deadline deadline_;
+  ScheduleLists* lists_;
   // Declared before requests_ so they are destroyed after them (and after CancelPending).
   std::vector<std::shared_ptr<void>> scratch_;
   std::vector<std::unique_ptr<unsigned char[]>> host_scratch_;

@@ -39,6 +39,10 @@ class StagedRecvReduce final : public Request {
 
 }  // namespace
 
+Status Transport::TaggedRound(uint32_t, TaggedPeer*, Deadline) {
+  return Unimplemented("the ", name(), " transport has no tagged signature channel");
+}
+
 std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                                size_t bytes, const Reduction& reduction) {
   return std::make_unique<StagedRecvReduce>(this, peer, tag, dst, local, bytes, reduction);

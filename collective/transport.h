@@ -78,6 +78,29 @@ class Transport {
   // in the order they are waited for. False where a reduction may run on arrival.
   virtual bool reduces_at_wait() const { return false; }
 
+  // A channel whose messages carry a tag the receiver reads (MPI's tag, on a communicator of its
+  // own): the communicator's signature round sends a call's signature as the tag of a message
+  // that holds only data (communicator.cc), so a small call's message keeps the size of its
+  // data (over Open MPI's shared memory, 256 B of data stay under the inline send limit where
+  // 48 more bytes of signature did not). Messages between two ranks arrive in the order sent.
+  //   signature_tag_max: the largest tag the channel carries; 0: the transport has none.
+  //   TaggedRound: one round on it, every rank with every other: peers[r].send_bytes (0 is a
+  //     message too) from peers[r].send to each peer r with `tag`, and the next message from
+  //     each peer r into peers[r].recv (at most peers[r].capacity bytes). On OK every
+  //     peers[r].tag and .bytes hold what arrived from r; by the deadline it ends in Timeout
+  //     naming the peers not heard from, with nothing left posted. peers has nranks() entries
+  //     (this rank's is ignored). The default: Unimplemented.
+  struct TaggedPeer {
+    const void* send = nullptr;
+    size_t send_bytes = 0;
+    void* recv = nullptr;
+    size_t capacity = 0;
+    uint32_t tag = 0;  // out
+    size_t bytes = 0;  // out
+  };
+  virtual uint32_t signature_tag_max() const { return 0; }
+  virtual Status TaggedRound(uint32_t tag, TaggedPeer* peers, Deadline deadline);
+
   // Native collectives: whether the transport has its own implementation of `kind` for `dtype`,
   // and running it (on the driving thread, ending by the deadline in Timeout). The defaults say
   // the transport has none.

@@ -83,6 +83,11 @@ Flags BenchFlags() {
            "(negative: never; default: 64K; every rank here has its own thread, as the ranks of "
            "a comm_init group do)",
            ""},
+          {"packet-signatures", "",
+           "over MPI: the signature round sends each call's 48-byte signature inside its "
+           "messages instead of as their MPI tag (the round of transports without tags; for "
+           "comparison)",
+           ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
           {"peer-mpi", "",
@@ -449,7 +454,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
                                                : StrCat(":", AlgorithmName(chosen));
         }
       }
-      std::printf("%12zu %12zu %6s %6s %18s %11.1f %12.3f %12.3f %7lld\n", bytes,
+      std::printf("%12zu %12zu %6s %6s %18s %11.2f %12.3f %12.3f %7lld\n", bytes,
                   split ? count * n : count, DataTypeName(c.dtype),
                   c.kind == Collective::kBroadcast || c.kind == Collective::kAllGather
                       ? "none"
@@ -556,6 +561,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   LOOM_ENFORCE(timeout > 0, "--timeout-ms must be positive");
   c.options.timeout = std::chrono::milliseconds(timeout);
+  c.options.tagged_signatures = !flags.Switch("packet-signatures");
   c.selector = flags.Switch("selector");
   c.peer_mpi = flags.Switch("peer-mpi");
   LOOM_ENFORCE(!c.peer_mpi || (c.mpi && c.kind == Collective::kAllReduce),

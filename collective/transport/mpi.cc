@@ -68,7 +68,9 @@ constexpr int kSpinPolls = 512;
 // oversubscribed; after 50 ms without completion (a peer that is late or gone) it sleeps
 // between polls instead.
 
-Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bool* completed) {
+// With count > 1: until all of `requests` completed (MPI_Testall; `status` has count entries).
+Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bool* completed,
+                 int count = 1) {
   *completed = false;
   // Read the clock only once a wait lasts (most small messages complete within the spin).
   Deadline patient{};
@@ -77,7 +79,8 @@ Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bo
     int flag = 0, rc;
     {
       MpiGuard guard;
-      rc = MPI_Test(request, &flag, status);
+      rc = count == 1 ? MPI_Test(request, &flag, status)
+                      : MPI_Testall(count, request, &flag, status);
     }
     if (rc != MPI_SUCCESS) return Internal("MPI_Test failed: ", MpiError(rc));
     if (flag) {
@@ -96,6 +99,23 @@ Status PollUntil(MPI_Request* request, MPI_Status* status, Deadline deadline, bo
       std::this_thread::yield();
     }
   }
+}
+
+// Withdraws a pending request: true once MPI no longer touches its buffer. A cancelled receive
+// completes promptly; a send MPI cannot withdraw is let go after a while (false).
+bool CancelRequest(MPI_Request* request, bool is_send) {
+  if (*request == MPI_REQUEST_NULL) return true;
+  {
+    MpiGuard guard;
+    MPI_Cancel(request);
+  }
+  MPI_Status ignored;
+  bool completed = false;
+  const Deadline grace = Clock::now() + std::chrono::milliseconds(is_send ? 200 : 5000);
+  if (PollUntil(request, &ignored, grace, &completed).ok() && completed) return true;
+  MpiGuard guard;
+  if (*request != MPI_REQUEST_NULL) MPI_Request_free(request);
+  return false;
 }
 
 class MpiRequest final : public Request {
@@ -146,18 +166,7 @@ class MpiRequest final : public Request {
     if (done_) return;
     done_ = true;
     status_ = FailedPrecondition("cancelled");
-    {
-      MpiGuard guard;
-      MPI_Cancel(&request_);
-    }
-    // A cancelled receive completes promptly; a send MPI cannot withdraw is let go after a while.
-    MPI_Status ignored;
-    bool completed = false;
-    const Deadline grace = Clock::now() + std::chrono::milliseconds(is_send_ ? 200 : 5000);
-    if (PollUntil(&request_, &ignored, grace, &completed).ok() && completed) return;
-    MpiGuard guard;
-    if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
-    released_ = true;
+    released_ = !CancelRequest(&request_, is_send_);
   }
 
  private:
@@ -261,7 +270,8 @@ MPI_Datatype MpiType(DataType dtype) {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm coll, MPI_Comm p2p, int tag_ub) : coll_(coll), p2p_(p2p), tag_ub_(tag_ub) {
+  MpiTransport(MPI_Comm coll, MPI_Comm p2p, MPI_Comm sig, int tag_ub)
+      : coll_(coll), p2p_(p2p), sig_(sig), tag_ub_(tag_ub) {
     MPI_Comm_rank(coll_, &rank_);
     MPI_Comm_size(coll_, &nranks_);
     half_ops_[0] = MakeOp(&HalfOp<ReduceOp::kSum>);
@@ -275,6 +285,7 @@ class MpiTransport final : public Transport {
     // Native collectives that timed out stay pending; their requests are never completed.
     MPI_Comm_free(&coll_);
     MPI_Comm_free(&p2p_);
+    MPI_Comm_free(&sig_);
   }
 
   int rank() const override { return rank_; }
@@ -299,6 +310,14 @@ class MpiTransport final : public Transport {
     return std::make_unique<MpiRecvReduce>(&pool_, std::move(staging), capacity, std::move(inner),
                                            dst, local, bytes, reduction);
   }
+
+  // The tagged channel is its own communicator, so a receive of any tag there matches only
+  // signature-round messages, from one peer in the order sent. Below 2^24 tags (the standard
+  // promises 32767; Open MPI has 2^31) signatures would share tags too often: no channel.
+  uint32_t signature_tag_max() const override {
+    return tag_ub_ >= (1 << 24) - 1 ? static_cast<uint32_t>(tag_ub_) : 0;
+  }
+  Status TaggedRound(uint32_t tag, TaggedPeer* peers, Deadline deadline) override;
 
   bool SupportsNative(Collective kind, DataType dtype) const override { return true; }
   Status RunNative(const NativeCollective& call, Deadline deadline) override;
@@ -362,8 +381,12 @@ class MpiTransport final : public Transport {
     return builtin[index];
   }
 
-  MPI_Comm coll_, p2p_;
+  MPI_Comm coll_, p2p_, sig_;
   int tag_ub_;
+  // TaggedRound's requests and statuses, kept from round to round (rounds run one at a time).
+  std::vector<MPI_Request> round_requests_;
+  std::vector<MPI_Status> round_statuses_;
+  std::vector<int> round_peers_;
   StagingPool pool_;
   // Staging blocks of timed-out native calls that MPI may still write into.
   std::vector<std::unique_ptr<std::vector<unsigned char>>> abandoned_;
@@ -507,24 +530,96 @@ int MpiWorldSize() {
   return size;
 }
 
+// Every receive first (a peer's message finds its receive posted), then every send, all polled
+// together: one poll loop for the round, no request objects.
+Status MpiTransport::TaggedRound(uint32_t tag, TaggedPeer* peers, Deadline deadline) {
+  if (tag > signature_tag_max())
+    return InvalidArgument("signature tag ", tag, " exceeds MPI_TAG_UB ", tag_ub_);
+  const int n = nranks_, peers_n = n - 1;
+  round_requests_.assign(2 * peers_n, MPI_REQUEST_NULL);
+  round_statuses_.resize(2 * peers_n);
+  round_peers_.resize(2 * peers_n);
+  MPI_Request* requests = round_requests_.data();
+  int posted = 0, rc = MPI_SUCCESS;
+  {
+    MpiGuard guard;
+    for (int r = 0; r < n && rc == MPI_SUCCESS; ++r) {
+      if (r == rank_) continue;
+      if (peers[r].capacity > static_cast<size_t>(INT_MAX) ||
+          peers[r].send_bytes > static_cast<size_t>(INT_MAX)) {
+        rc = MPI_ERR_COUNT;
+        break;
+      }
+      round_peers_[posted] = r;
+      rc = MPI_Irecv(peers[r].recv, static_cast<int>(peers[r].capacity), MPI_BYTE, r, MPI_ANY_TAG,
+                     sig_, &requests[posted]);
+      if (rc == MPI_SUCCESS) ++posted;
+    }
+    for (int r = 0; r < n && rc == MPI_SUCCESS; ++r) {
+      if (r == rank_) continue;
+      round_peers_[posted] = r;
+      rc = MPI_Isend(peers[r].send, static_cast<int>(peers[r].send_bytes), MPI_BYTE, r,
+                     static_cast<int>(tag), sig_, &requests[posted]);
+      if (rc == MPI_SUCCESS) ++posted;
+    }
+  }
+  auto cancel_pending = [&] {
+    for (int i = 0; i < posted; ++i) CancelRequest(&requests[i], /*is_send=*/i >= peers_n);
+  };
+  if (rc != MPI_SUCCESS) {
+    cancel_pending();
+    return Internal("posting the signature round failed: ", MpiError(rc));
+  }
+  bool completed = false;
+  Status polled = PollUntil(requests, round_statuses_.data(), deadline, &completed, posted);
+  if (!polled.ok() || !completed) {
+    // Name the peers whose message did not arrive (receives still pending).
+    std::string missing;
+    int silent = 0;
+    for (int i = 0; i < peers_n; ++i) {
+      int flag = 1;
+      if (requests[i] != MPI_REQUEST_NULL) {
+        MpiGuard guard;
+        MPI_Request_get_status(requests[i], &flag, MPI_STATUS_IGNORE);
+      }
+      if (!flag) missing += StrCat(silent++ > 0 ? ", " : "", round_peers_[i]);
+    }
+    cancel_pending();
+    if (!polled.ok()) return polled.WithContext("signature round");
+    if (silent == 0) return Timeout("signature round: sends to the peers did not complete");
+    return Timeout("signature round: no message from rank", silent > 1 ? "s " : " ", missing,
+                   " on the signature channel");
+  }
+  for (int i = 0; i < peers_n; ++i) {
+    int received = 0;
+    MPI_Get_count(&round_statuses_[i], MPI_BYTE, &received);
+    TaggedPeer& p = peers[round_peers_[i]];
+    p.tag = static_cast<uint32_t>(round_statuses_[i].MPI_TAG);
+    p.bytes = static_cast<size_t>(received);
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
   LOOM_RETURN_IF_ERROR(CheckThreadLevel());
-  MPI_Comm coll, p2p;
+  MPI_Comm coll, p2p, sig;
   int* tag_ub = nullptr;
   int found = 0;
   {
     MpiGuard guard;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
     if (MPI_Comm_dup(MPI_COMM_WORLD, &coll) != MPI_SUCCESS ||
-        MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS ||
+        MPI_Comm_dup(MPI_COMM_WORLD, &sig) != MPI_SUCCESS) {
       return Internal("MPI_Comm_dup of MPI_COMM_WORLD failed");
     }
     // Errors on our communicators come back as codes (and then as Status), not as an abort.
     MPI_Comm_set_errhandler(coll, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(sig, MPI_ERRORS_RETURN);
   }
   const int ub = found && tag_ub != nullptr ? *tag_ub : 32767;  // 32767: the standard's minimum
-  return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, ub));
+  return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, sig, ub));
 }
 
 CommunicatorOptions DefaultMpiCommunicatorOptions() {

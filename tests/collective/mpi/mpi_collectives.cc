@@ -22,9 +22,11 @@ using testing::Compare;
 using testing::Expected;
 using testing::Input;
 
-std::unique_ptr<Communicator> MakeComm(int timeout_ms = 60000) {
+// tagged: the signature round sends signatures as MPI tags (the default) or inside the messages.
+std::unique_ptr<Communicator> MakeComm(int timeout_ms = 60000, bool tagged = true) {
   MpiCommunicatorOptions options;
   options.communicator.timeout = std::chrono::milliseconds(timeout_ms);
+  options.communicator.tagged_signatures = tagged;
   auto comm = CreateMpiCommunicator(options);
   EXPECT_TRUE(comm.ok()) << comm.status().ToString();
   return std::move(comm).value();
@@ -216,8 +218,20 @@ TEST(MpiCollectives, BarrierAndSendRecvAroundTheRing) {
   }
 }
 
-TEST(MpiErrors, CountMismatchNamesBothRanksAndKeepsTheCommunicatorUsable) {
-  auto comm = MakeComm();
+// The signature round with signatures as tags and with signatures inside the messages (the
+// latter what transports without a tagged channel run): the same results and the same errors.
+class MpiSignatures : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(TagsAndPackets, MpiSignatures, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "tags" : "packets"; });
+
+TEST(MpiSignatureTags, OpenMpiOffersTheTaggedChannel) {
+  auto transport = CreateMpiTransport();
+  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
+  EXPECT_GE((*transport)->signature_tag_max(), (1u << 24) - 1);
+}
+
+TEST_P(MpiSignatures, CountMismatchNamesBothRanksAndKeepsTheCommunicatorUsable) {
+  auto comm = MakeComm(60000, GetParam());
   const int rank = comm->rank(), n = comm->nranks();
   std::vector<float> buf(16, 1.0f);
   const size_t count = rank == 1 ? 12 : 10;
@@ -240,8 +254,8 @@ TEST(MpiErrors, CountMismatchNamesBothRanksAndKeepsTheCommunicatorUsable) {
 
 // A small auto call travels with its signature: a mismatch in it, or against a call that
 // does not fit the exchange, is still named on every rank, and nothing is written.
-TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
-  auto comm = MakeComm();
+TEST_P(MpiSignatures, MismatchOfCallsInsideTheSignatureExchange) {
+  auto comm = MakeComm(60000, GetParam());
   const int rank = comm->rank(), n = comm->nranks();
   for (size_t other : {size_t{12}, size_t{1000}}) {
     std::vector<float> buf(1000, 1.0f);
@@ -256,6 +270,18 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
     EXPECT_NE(s.message().find(StrCat("rank 1 called AllReduce(count=", other)), std::string::npos)
         << s.message();
     EXPECT_EQ(buf[0], 1.0f);
+  }
+  // Same count, another operator: the messages have the same length, only the signatures
+  // (tags) differ.
+  {
+    std::vector<float> buf(64, 1.0f);
+    const ReduceOp op = rank == 1 ? ReduceOp::kMax : ReduceOp::kSum;
+    Status s = comm->AllReduce(buf.data(), buf.data(), 64, DataType::kFloat32, op).Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 1 called AllReduce(count=64, dtype=fp32, op=max"),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(std::count(buf.begin(), buf.end(), 1.0f), 64) << "rank " << rank;
   }
   // The group stays in step: a broadcast and a reduce in the exchange.
   std::vector<double> b(3, rank == 2 % n ? 7.5 : 0.0);
@@ -272,8 +298,8 @@ TEST(MpiErrors, MismatchOfCallsInsideTheSignatureExchange) {
 // signature round, each block a message of its own. Exact for counts that do not divide evenly,
 // in and out of place, with the average; a mismatch against either is named on every rank and
 // nothing is written.
-TEST(MpiCollectives, SplitExchangeAndDirectAllReduce) {
-  auto comm = MakeComm();
+TEST_P(MpiSignatures, SplitExchangeAndDirectAllReduce) {
+  auto comm = MakeComm(60000, GetParam());
   const int rank = comm->rank(), n = comm->nranks();
   const DataType dtype = DataType::kFloat64;  // 256 elements fill one 2 KiB block
   const size_t full = 256 * static_cast<size_t>(n);
