@@ -688,9 +688,9 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
         packets_ =
             std::make_unique<unsigned char[]>(2 * static_cast<size_t>(nranks_) * sizeof(Packet));
       }
-      LOOM_RETURN_IF_ERROR(ExchangeSignatures(
-          s, a, mine, mode, tagged_signatures_ ? tagged_peers_.data() : nullptr,
-          reinterpret_cast<Packet*>(packets_.get()), &done, &direct_sends));
+      LOOM_RETURN_IF_ERROR(
+          ExchangeSignatures(s, a, mine, mode, tagged_signatures_ ? tagged_peers_.data() : nullptr,
+                             reinterpret_cast<Packet*>(packets_.get()), &done, &direct_sends));
       if (done) return Status::OK();
     } else {
       LOOM_RETURN_IF_ERROR(CheckSignatures(s, SignatureOf(a, call.seq, call.step)));

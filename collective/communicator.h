@@ -46,7 +46,7 @@ namespace loom::collective {
 namespace internal {
 struct WorkState;
 struct ScheduleLists;
-}
+}  // namespace internal
 class Selector;
 
 // Handle of one issued call.

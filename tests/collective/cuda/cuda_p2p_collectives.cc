@@ -1,6 +1,7 @@
-// The CUDA P2P transport: Loom's schedules (ring, tree, multi_tree, star, direct) on device buffers,
-// against the host reference. With one GPU the ranks are virtual devices on it (own streams and
-// buffers); with several GPUs one group also spans all of them. Skips, saying why, without a GPU.
+// The CUDA P2P transport: Loom's schedules (ring, tree, multi_tree, star, direct) on device
+// buffers, against the host reference. With one GPU the ranks are virtual devices on it (own
+// streams and buffers); with several GPUs one group also spans all of them. Skips, saying why,
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
