@@ -222,6 +222,7 @@ class MpiRecvReduce final : public Request {
         reduction_(reduction) {}
   ~MpiRecvReduce() override {
     inner_->Cancel();
+    if (staging_ == nullptr) return;  // received into dst
     auto* mpi = dynamic_cast<MpiRequest*>(inner_.get());
     if (mpi == nullptr || mpi->settled()) {
       pool_->Give(std::move(staging_), capacity_);
@@ -233,7 +234,8 @@ class MpiRecvReduce final : public Request {
   Status Wait(Deadline deadline) override {
     if (reduced_) return Status::OK();
     LOOM_RETURN_IF_ERROR(inner_->Wait(deadline));
-    Reduce(reduction_, dst_, local_, staging_.get(), bytes_ / DataTypeSize(reduction_.dtype));
+    const void* received = staging_ != nullptr ? staging_.get() : dst_;
+    Reduce(reduction_, dst_, local_, received, bytes_ / DataTypeSize(reduction_.dtype));
     reduced_ = true;
     return Status::OK();
   }
@@ -305,6 +307,15 @@ class MpiTransport final : public Transport {
   std::unique_ptr<Request> RecvReduce(int peer, uint64_t tag, void* dst, const void* local,
                                       size_t bytes, const Reduction& reduction) override {
     size_t capacity = 0;
+    // Where dst does not overlap local, the message lands in dst and is reduced there
+    // (dst = local op dst, element by element): one buffer less to stream through the cache.
+    const auto* d = static_cast<const unsigned char*>(dst);
+    const auto* l = static_cast<const unsigned char*>(local);
+    if (d + bytes <= l || l + bytes <= d) {
+      auto inner = Post(/*is_send=*/false, peer, tag, dst, bytes);
+      return std::make_unique<MpiRecvReduce>(&pool_, nullptr, 0, std::move(inner), dst, local,
+                                             bytes, reduction);
+    }
     auto staging = pool_.Take(bytes, &capacity);
     auto inner = Post(/*is_send=*/false, peer, tag, staging.get(), bytes);
     return std::make_unique<MpiRecvReduce>(&pool_, std::move(staging), capacity, std::move(inner),
