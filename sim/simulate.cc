@@ -73,8 +73,8 @@ Algorithm LoomAlgorithm(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring",         "tree", "multi_tree", "star",      "direct",
-          "hierarchical", "auto", "nccl_ring",  "nccl_tree", "nccl"};
+  return {"ring",           "tree",         "multi_tree", "star",      "direct",    "exchange",
+          "split_exchange", "hierarchical", "auto",       "nccl_ring", "nccl_tree", "nccl"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -162,6 +162,40 @@ std::vector<size_t> SplitBytes(size_t bytes, int parts, size_t unit) {
   std::vector<size_t> out(parts, bytes / unit / parts * unit);
   out.back() = bytes - out[0] * (parts - 1);
   return out;
+}
+
+// One round in which every rank sends `bytes` to every other and receives (or receives and
+// reduces) as much from each: the MPI communicator's signature round (empty messages, as
+// signatures travel as tags) and its exchange of small calls.
+Trace AllToAllRound(int n, size_t bytes, TraceOp::Kind receive) {
+  Trace t;
+  t.ranks.resize(n);
+  t.handles.assign(n, 0);
+  t.parts = 1;
+  auto post = [&](int rank, TraceOp::Kind kind, int peer) {
+    TraceOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = 1;
+    op.bytes = bytes;
+    op.handle = t.handles[rank]++;
+    t.ranks[rank].push_back(op);
+  };
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < n; ++p) {
+      if (p != r) post(r, receive, p);
+    }
+    for (int p = 0; p < n; ++p) {
+      if (p != r) post(r, TraceOp::kSend, p);
+    }
+    for (int h = 0; h < t.handles[r]; ++h) {
+      TraceOp op;
+      op.kind = TraceOp::kWait;
+      op.handle = h;
+      t.ranks[r].push_back(op);
+    }
+  }
+  return t;
 }
 
 }  // namespace
@@ -298,10 +332,46 @@ StatusOr<Trace> Simulator::ParameterServers(Collective kind, size_t bytes) const
   return t;
 }
 
+StatusOr<Trace> Simulator::Exchange(Collective kind, size_t bytes) const {
+  const int n = machine_->size();
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "exchange is simulated for allreduce only, not ",
+               CollectiveName(kind));
+  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
+  if (collective::SignatureExchangeMode(kind, bytes / elem, collective::DataType::kFloat32, n) !=
+      collective::InExchange::kWhole) {
+    return Unimplemented(
+        "exchange replays the allreduce calls Loom's MPI communicator sends whole "
+        "inside its signature round (at most ",
+        collective::kInExchangeBytes, " bytes, ", collective::kInExchangeTotalBytes,
+        " to all peers), not a ", bytes, "-byte ", CollectiveName(kind), " on ", n, " ranks");
+  }
+  return AllToAllRound(n, bytes, TraceOp::kRecvReduce);
+}
+
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
                                    int root) const {
   const int n = machine_->size();
   if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
+  if (algorithm == "exchange") return Exchange(kind, bytes);
+  if (algorithm == "split_exchange") {
+    const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+    if (bytes % elem != 0 ||
+        collective::SignatureExchangeMode(kind, bytes / elem, collective::DataType::kFloat32, n) !=
+            collective::InExchange::kSplit) {
+      return Unimplemented(
+          "split_exchange replays the allreduce calls Loom's MPI communicator "
+          "splits inside its signature round (blocks of at most ",
+          collective::kInExchangeBytes, " bytes), not a ", bytes, "-byte ", CollectiveName(kind),
+          " on ", n, " ranks");
+    }
+    CallSpec call;
+    call.kind = kind;
+    call.bytes = bytes;
+    call.algorithm = Algorithm::kDirect;  // the same two rounds, the first with the signatures
+    call.chunk_bytes = options_.chunk_bytes;
+    return Capture(*plan_, call);
+  }
   if (algorithm == "nccl_ring") return NcclRing(kind, bytes, root);
   if (algorithm == "nccl_tree") return NcclTree(kind, bytes);
   if (algorithm == "ps") return ParameterServers(kind, bytes);
@@ -344,11 +414,26 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     best->algorithm = "nccl:" + best->algorithm.substr(5);
     return best;
   }
+  if (algorithm == "auto" && options_.mpi_exchange && kind == Collective::kAllReduce &&
+      bytes % collective::DataTypeSize(collective::DataType::kFloat32) == 0) {
+    // Loom's MPI communicator runs these calls inside its signature round, whatever else
+    // might be faster.
+    const collective::InExchange mode = collective::SignatureExchangeMode(
+        kind, bytes / collective::DataTypeSize(collective::DataType::kFloat32),
+        collective::DataType::kFloat32, n);
+    if (mode != collective::InExchange::kNo) {
+      StatusOr<CollectiveResult> r = Simulate(
+          kind, mode == collective::InExchange::kWhole ? "exchange" : "split_exchange", bytes);
+      if (r.ok()) r->algorithm = "auto:" + r->algorithm;
+      return r;
+    }
+  }
   if (algorithm == "auto") {
     StatusOr<CollectiveResult> best =
         InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
       if (name == "auto" || name == "ps" || name.rfind("nccl", 0) == 0) continue;
+      if (name == "exchange" || name == "split_exchange") continue;  // above
       if ((name == "star" || name == "direct") && n > 64) continue;
       if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
       if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
@@ -364,6 +449,14 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     return best;
   }
   LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
+  if (options_.mpi_exchange && LoomAlgorithm(algorithm) != Algorithm::kAuto) {
+    // Loom's MPI communicator starts every call outside the exchange with its signature round.
+    Trace call = AllToAllRound(n, 0, TraceOp::kRecv);
+    std::vector<int> everyone(n);
+    for (int r = 0; r < n; ++r) everyone[r] = r;
+    LOOM_RETURN_IF_ERROR(Append(call, trace, everyone));
+    trace = std::move(call);
+  }
   // A host with a cache runs calls that fit in it at its cached bandwidths.
   const Machine& on = machine_->ForCall(
       kind == Collective::kAllGather || kind == Collective::kReduceScatter ? bytes / n : bytes);

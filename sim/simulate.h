@@ -13,6 +13,13 @@
 //              interior in one, a leaf in the other) carrying half the buffer each, every node
 //              a chain of its devices below its tree position (NCCL's double binary tree)
 //   nccl       the faster of the two (NCCL's tuner picks per size)
+// The allreduce calls Loom's MPI communicator runs inside its signature round
+// (communicator.h, SignatureExchangeMode; the round itself is part of the call cost here):
+//   exchange        every rank sends its whole buffer to every other and reduces the n-1 it
+//                   receives (calls of at most 2 KiB)
+//   split_exchange  block r of every rank's buffer to rank r, reduced there, then sent to every
+//                   rank: the direct algorithm's two rounds (blocks of at most 2 KiB)
+// They join "auto" when SimOptions::mpi_exchange says the ranks are MPI processes.
 // and a parameter server's push and pull ("ps", allreduce): one server per node, on the node
 // (as MXNet's dist_sync is usually deployed: the server process beside the node's workers,
 // reached through the node's first device's links and NIC); every worker pushes shard s of
@@ -40,6 +47,9 @@ namespace loom::sim {
 struct SimOptions {
   size_t chunk_bytes = size_t{1} << 20;  // the pipeline piece (CommunicatorOptions' default)
   EngineOptions engine;
+  // The ranks are processes under Loom's MPI communicator: "auto" also weighs exchange and
+  // split_exchange for the allreduce calls that communicator runs inside its signature round.
+  bool mpi_exchange = false;
 };
 
 struct CollectiveResult {
@@ -80,6 +90,7 @@ class Simulator {
   StatusOr<Trace> NcclRing(collective::Collective kind, size_t bytes, int root) const;
   StatusOr<Trace> NcclTree(collective::Collective kind, size_t bytes) const;
   StatusOr<Trace> ParameterServers(collective::Collective kind, size_t bytes) const;
+  StatusOr<Trace> Exchange(collective::Collective kind, size_t bytes) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;
   int channels() const { return std::max(1, machine_->nics()); }

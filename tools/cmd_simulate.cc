@@ -54,6 +54,11 @@ Flags SimulateFlags() {
            "0"},
           {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
           {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
+          {"mpi-exchange", "",
+           "the ranks are processes under Loom's MPI communicator: auto runs the allreduce calls "
+           "it sends inside its signature round as it does (exchange up to 2K, split_exchange "
+           "for blocks up to 2K)",
+           ""},
           {"model", "NAME|FILE",
            "simulate training steps of a model (resnet50, vgg16, inception-v3, bert-large, or a "
            "JSON file) "
@@ -199,6 +204,7 @@ StatusOr<sim::SimOptions> Options(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.call_us, flags.GetDouble("call-us", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
+  options.mpi_exchange = flags.Switch("mpi-exchange");
   return options;
 }
 
@@ -239,13 +245,20 @@ Status Sweep(const Flags& flags, const sim::SimOptions& options) {
   const size_t unit = split ? elem * n : elem;
   for (const std::string& algo : algos) {
     std::vector<sim::CollectiveResult> rows;
+    Status skipped;  // sizes the algorithm does not run at (exchange beyond 2K, ...)
     for (size_t bytes : sweep) {
       const size_t rounded = bytes / unit * unit;
       if (rounded == 0) continue;
-      LOOM_ASSIGN_OR_RETURN(sim::CollectiveResult r,
-                            simulator.Simulate(kind, algo, rounded, static_cast<int>(root)));
-      rows.push_back(std::move(r));
+      StatusOr<sim::CollectiveResult> r =
+          simulator.Simulate(kind, algo, rounded, static_cast<int>(root));
+      if (!r.ok() && r.status().code() == StatusCode::kUnimplemented) {
+        skipped = r.status();
+        continue;
+      }
+      if (!r.ok()) return r.status();
+      rows.push_back(std::move(r).value());
     }
+    if (rows.empty() && !skipped.ok()) return skipped;
     std::fputs(sim::FormatTable(simulator.machine(), kind, dtype, rows).c_str(), stdout);
   }
   return Status::OK();

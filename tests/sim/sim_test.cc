@@ -223,6 +223,65 @@ TEST(Engine, SameInputSameOutput) {
   }
 }
 
+// The allreduce calls Loom's MPI communicator runs inside its signature round: `exchange` is
+// one all-to-all of the whole buffer, reduced on arrival; `split_exchange` direct's two rounds.
+// With mpi_exchange every other schedule starts with the signature round (empty messages to
+// every peer: one 2 us latency on mesh4), and auto runs the calls in the round as Loom does.
+TEST(Simulate, MpiExchangeRunsSmallAllReducesInsideTheSignatureRound) {
+  const Simulator plain = Make("mesh4");
+  StatusOr<Trace> trace = plain.TraceOf(Collective::kAllReduce, "exchange", 256);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(BytesSent(*trace, r), 3u * 256) << r;
+    int reduces = 0;
+    for (const TraceOp& op : trace->ranks[r]) reduces += op.kind == TraceOp::kRecvReduce;
+    EXPECT_EQ(reduces, 3) << r;
+  }
+  // Outside the window the exchanges do not run (as SignatureExchangeMode says).
+  EXPECT_EQ(plain.Simulate(Collective::kAllReduce, "exchange", 4096).status().code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(plain.Simulate(Collective::kAllReduce, "split_exchange", 256).status().code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(plain.Simulate(Collective::kBroadcast, "exchange", 256).status().code(),
+            StatusCode::kInvalidArgument);
+  StatusOr<CollectiveResult> split = plain.Simulate(Collective::kAllReduce, "split_exchange", 4096);
+  StatusOr<CollectiveResult> direct = plain.Simulate(Collective::kAllReduce, "direct", 4096);
+  ASSERT_TRUE(split.ok() && direct.ok());
+  EXPECT_DOUBLE_EQ(split->time_us, direct->time_us);
+  // Without mpi_exchange auto never runs them.
+  StatusOr<CollectiveResult> auto_plain = plain.Simulate(Collective::kAllReduce, "auto", 256);
+  ASSERT_TRUE(auto_plain.ok());
+  EXPECT_EQ(auto_plain->algorithm.find("exchange"), std::string::npos) << auto_plain->algorithm;
+
+  SimOptions options;
+  options.engine.post_us = 0;  // as Make's
+  options.mpi_exchange = true;
+  StatusOr<Simulator> mpi = Simulator::Create(Machine::Load("mesh4").value(), options);
+  ASSERT_TRUE(mpi.ok());
+  for (const auto& [bytes, want] :
+       std::map<size_t, std::string>{{256, "auto:exchange"}, {4096, "auto:split_exchange"}}) {
+    StatusOr<CollectiveResult> r = mpi->Simulate(Collective::kAllReduce, "auto", bytes);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->algorithm, want) << bytes;
+  }
+  StatusOr<CollectiveResult> large = mpi->Simulate(Collective::kAllReduce, "auto", 1 << 20);
+  ASSERT_TRUE(large.ok());
+  EXPECT_EQ(large->algorithm.find("exchange"), std::string::npos) << large->algorithm;
+  // The signature round: one latency more for a schedule, none for the exchanges.
+  for (const char* algo : {"star", "tree", "ring"}) {
+    StatusOr<CollectiveResult> with = mpi->Simulate(Collective::kAllReduce, algo, 256);
+    StatusOr<CollectiveResult> without = plain.Simulate(Collective::kAllReduce, algo, 256);
+    ASSERT_TRUE(with.ok() && without.ok()) << algo;
+    EXPECT_NEAR(with->time_us - without->time_us, 2.0, 1e-6) << algo;
+  }
+  StatusOr<CollectiveResult> exchange = mpi->Simulate(Collective::kAllReduce, "exchange", 256);
+  StatusOr<CollectiveResult> star = mpi->Simulate(Collective::kAllReduce, "star", 256);
+  ASSERT_TRUE(exchange.ok() && star.ok());
+  EXPECT_NEAR(exchange->time_us, plain.Simulate(Collective::kAllReduce, "exchange", 256)->time_us,
+              1e-9);
+  EXPECT_LT(exchange->time_us, star->time_us / 2);
+}
+
 TEST(Simulate, AutoPicksTheFastest) {
   const Simulator sim = Make("p3.16xlarge", 1);
   for (size_t bytes : {size_t{1024}, size_t{64} << 20}) {

@@ -188,7 +188,7 @@ TEST(LoomSimulate, TablesAndErrors) {
   EXPECT_EQ(help.code, 0);
   for (const char* flag :
        {"--topology", "--cluster", "--op", "--algo", "--sizes", "--factor", "--dtype", "--root",
-        "--chunk-bytes", "--post-us", "--reduce-gbps", "--efficiency"}) {
+        "--chunk-bytes", "--post-us", "--reduce-gbps", "--efficiency", "--mpi-exchange"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   Result ring = Loom("simulate --topology mesh4 --algo ring --sizes 4M:4M --post-us 0");
@@ -206,6 +206,21 @@ TEST(LoomSimulate, TablesAndErrors) {
   EXPECT_NE(cluster.out.find("32 devices (4 nodes x 8)"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("auto:"), std::string::npos) << cluster.out;
   EXPECT_NE(cluster.out.find("nic"), std::string::npos) << cluster.out;
+
+  // MPI ranks: small allreduces run inside the signature round; an algorithm listed beside
+  // others skips the sizes it does not run at, alone it is an error naming the window.
+  Result mpi = Loom(
+      "simulate --topology mesh4 --mpi-exchange --algo auto,exchange --sizes 64:64K --factor 64");
+  ASSERT_EQ(mpi.code, 0) << mpi.err;
+  EXPECT_TRUE(std::regex_search(mpi.out, std::regex(R"(\n\s+64\s+16\s.*auto:exchange)")))
+      << mpi.out;
+  EXPECT_TRUE(std::regex_search(mpi.out, std::regex(R"(\n\s+4096\s+1024\s.*auto:split_exchange)")))
+      << mpi.out;
+  EXPECT_FALSE(std::regex_search(mpi.out, std::regex(R"(\n\s+4096\s+1024\s.* exchange)")))
+      << mpi.out;
+  Result outside = Loom("simulate --topology mesh4 --algo exchange --sizes 64K:64K");
+  EXPECT_NE(outside.code, 0);
+  EXPECT_NE(outside.err.find("at most 2048 bytes"), std::string::npos) << outside.err;
 
   Result broadcast = Loom(
       "simulate --topology p3.16xlarge --op broadcast --root 3 --algo tree "
