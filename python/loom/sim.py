@@ -45,27 +45,34 @@ def sweep(min_bytes, max_bytes, factor=2):
 
 
 def collectives(machine, sizes, op="allreduce", algorithm="auto", root=0, chunk_bytes=1 << 20,
-                post_us=1.0, reduce_gbps=0.0, efficiency=1.0, call_us=0.0):
+                post_us=1.0, reduce_gbps=0.0, efficiency=1.0, call_us=0.0, mpi_exchange=False):
     """Simulates one call of ``op`` per size (bytes; nccl-tests' size) on ``machine``.
 
     Returns dicts with bytes, algorithm, time_us, algbw_gbps, busbw_gbps, bottleneck,
     bottleneck_utilization and transfers. ``post_us``: software cost per posted message;
     ``call_us``: per call before its first message; ``algorithm``: ring, tree, multi_tree, star,
-    hierarchical, auto, nccl_ring, nccl_tree or nccl. Errors (unknown machine or algorithm, a
-    size that is not whole float32 elements) raise ValueError naming them.
+    direct, exchange, split_exchange, hierarchical, auto, nccl_ring, nccl_tree or nccl.
+    ``mpi_exchange``: the ranks are processes under Loom's MPI communicator (every schedule first
+    pays its signature round; auto runs the small allreduces inside that round, as
+    ``exchange`` or ``split_exchange``, like ``loom simulate --mpi-exchange``). Errors (unknown
+    machine or algorithm, a size that is not whole float32 elements) raise ValueError naming
+    them; an exchange asked for outside its sizes raises NotImplementedError.
     """
     return list(core.sim_collectives(machine, op, algorithm, [int(s) for s in sizes], root,
-                                     chunk_bytes, post_us, reduce_gbps, efficiency, call_us))
+                                     chunk_bytes, post_us, reduce_gbps, efficiency, call_us,
+                                     mpi_exchange))
 
 
 def scaling(machine, model, scale, algorithm="auto", fusion_mb=32.0, chunk_bytes=1 << 20,
-            post_us=1.0, reduce_gbps=0.0, efficiency=1.0, call_us=0.0):
+            post_us=1.0, reduce_gbps=0.0, efficiency=1.0, call_us=0.0, mpi_exchange=False):
     """Simulates one training step of ``model`` (resnet50, vgg16, bert-large or a JSON file) on
     each device count of ``scale`` (fewer than a node: its first devices; more: whole nodes of
     ``machine``'s kind). Returns dicts with devices, nodes, buckets, compute_us, comm_us,
-    exposed_us, step_us, samples_per_s, efficiency and algorithms."""
+    exposed_us, step_us, samples_per_s, efficiency and algorithms. ``mpi_exchange`` as for
+    collectives."""
     return list(core.sim_scaling(machine, model, [int(n) for n in scale], algorithm, fusion_mb,
-                                 chunk_bytes, post_us, reduce_gbps, efficiency, call_us))
+                                 chunk_bytes, post_us, reduce_gbps, efficiency, call_us,
+                                 mpi_exchange))
 
 
 def _pyplot():

@@ -30,6 +30,20 @@ def test_auto_is_no_slower_than_any_loom_algorithm():
     assert all(b["algorithm"].startswith("auto:") for b in best)
 
 
+def test_mpi_exchange_runs_small_allreduces_in_the_signature_round():
+    plain = sim.collectives("mesh4", [256, 4096, 1 << 20], post_us=0)
+    assert not any("exchange" in r["algorithm"] for r in plain)
+    mpi = sim.collectives("mesh4", [256, 4096, 1 << 20], post_us=0, mpi_exchange=True)
+    assert [r["algorithm"] for r in mpi[:2]] == ["auto:exchange", "auto:split_exchange"]
+    assert "exchange" not in mpi[2]["algorithm"]
+    # every other schedule pays the signature round: one 2 us latency on mesh4
+    star = sim.collectives("mesh4", [256], algorithm="star", post_us=0)[0]
+    star_mpi = sim.collectives("mesh4", [256], algorithm="star", post_us=0, mpi_exchange=True)[0]
+    assert star_mpi["time_us"] - star["time_us"] == pytest.approx(2.0, abs=1e-6)
+    with pytest.raises(NotImplementedError, match="at most 2048 bytes"):
+        sim.collectives("mesh4", [1 << 20], algorithm="exchange")
+
+
 def test_scaling_rows_and_weak_scaling():
     rows = sim.scaling("4x8:dgx-a100:4x100Gb", "resnet50", [1, 8, 32])
     assert [r["devices"] for r in rows] == [1, 8, 32]
