@@ -12,6 +12,15 @@
 namespace loom::collective {
 
 namespace internal {
+// The way from a Work to its communicator for a Wait that runs queued calls itself: the
+// communicator clears `comm` (under `mu`) once its worker has stopped, and a waiting thread holds
+// `mu` while it runs calls, so the communicator cannot go away under it.
+struct StealGate {
+  std::mutex mu;
+  Communicator* comm = nullptr;
+  std::chrono::milliseconds min_wait{0};  // the calls' timeout (set once): shorter waits only wait
+};
+
 struct WorkState {
   explicit WorkState(bool spin = false) : spin(spin) {}
   const bool spin;  // Wait polls before it sleeps
@@ -22,6 +31,9 @@ struct WorkState {
   Status status;
   Clock::time_point started{};   // when the worker began running the call
   Clock::time_point finished{};  // when it completed
+  // A queued call whose Wait may run it (and the calls before it) on the waiting thread; null
+  // for calls that ran on the caller's thread or cannot be taken over.
+  std::shared_ptr<StealGate> gate;
 
   // Complete before anyone else holds this state (a call run on the caller's thread): no lock,
   // no one to wake.
@@ -52,6 +64,13 @@ using internal::CallArgs;
 Status Work::Wait(std::chrono::milliseconds timeout) const {
   LOOM_CHECK(state_ != nullptr, "Wait on an empty Work");
   // Completed (the status was written before `completed`, and never after): no lock, no clock.
+  if (state_->completed.load(std::memory_order_acquire)) return state_->status;
+  // Still queued and the worker idle: run it here rather than wake the worker and sleep (a wait
+  // at least as long as the call's own deadline, which then bounds it).
+  if (state_->gate != nullptr && timeout >= state_->gate->min_wait) {
+    std::lock_guard<std::mutex> gate(state_->gate->mu);
+    if (state_->gate->comm != nullptr) state_->gate->comm->RunQueuedUntil(*state_);
+  }
   if (state_->completed.load(std::memory_order_acquire)) return state_->status;
   // A small call completes within microseconds: poll before sleeping on the condition.
   if (state_->spin && timeout >= kSpinBudget)
@@ -466,6 +485,11 @@ Communicator::Communicator(std::unique_ptr<Transport> transport,
         transport_->one_rank_per_process() ? CommunicatorOptions::kInlineDefaultBytes : -1;
   }
   spin_handoff_ = !transport_->one_rank_per_process();
+  if (transport_->one_rank_per_process()) {
+    steal_gate_ = std::make_shared<internal::StealGate>();
+    steal_gate_->comm = this;
+    steal_gate_->min_wait = options_.timeout;
+  }
   tagged_signatures_ = options_.tagged_signatures && transport_->signature_tag_max() > 0;
   schedule_lists_ = std::make_unique<internal::ScheduleLists>();
   if (tagged_signatures_) tagged_peers_.resize(nranks_);
@@ -480,6 +504,10 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   worker_.join();
+  if (steal_gate_ != nullptr) {
+    std::lock_guard<std::mutex> gate(steal_gate_->mu);  // after any Wait running calls here
+    steal_gate_->comm = nullptr;
+  }
 }
 
 Work Communicator::Failed(Status status) {
@@ -570,6 +598,7 @@ Work Communicator::Issue(Call call) {
     if (bytes <= options_.inline_max_bytes && queue_.empty() && !busy_ && !stopping_) {
       busy_ = run_here = true;  // nothing in flight: no hand-off
     } else {
+      state->gate = steal_gate_;
       queue_.emplace_back(std::make_shared<Call>(call), state);
       queued_.store(queue_.size(), std::memory_order_release);
     }
@@ -577,10 +606,13 @@ Work Communicator::Issue(Call call) {
   if (run_here) {
     state->started = Clock::now();  // not shared yet
     Status status = Execute(call, state->started);
+    bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
+      wake = !queue_.empty() || stopping_;  // the worker waits for an idle communicator
     }
+    if (wake) cv_.notify_all();
     state->CompleteUnshared(std::move(status));
     Work work(std::move(state));
     Remember(work);
@@ -601,7 +633,8 @@ void Communicator::WorkerLoop() {
     if (spin_handoff_) SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // A call runs only while no other does (a waiting thread may be running queued calls).
+      cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping and drained
       call = queue_.front().first;
       state = queue_.front().second;
@@ -621,6 +654,31 @@ void Communicator::WorkerLoop() {
     }
     state->Complete(std::move(status));
   }
+}
+
+void Communicator::RunQueuedUntil(const internal::WorkState& target) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!busy_ && !queue_.empty() && !target.completed.load(std::memory_order_acquire)) {
+    std::shared_ptr<Call> call = std::move(queue_.front().first);
+    std::shared_ptr<internal::WorkState> state = std::move(queue_.front().second);
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
+    busy_ = true;
+    lock.unlock();
+    const Clock::time_point start = Clock::now();
+    {
+      std::lock_guard<std::mutex> state_lock(state->mu);
+      state->started = start;
+    }
+    Status status = Execute(*call, start);
+    state->Complete(std::move(status));
+    lock.lock();
+    busy_ = false;
+  }
+  // The worker waits for an idle communicator: calls left behind (or a destructor) need it.
+  const bool wake = !busy_ && (!queue_.empty() || stopping_);
+  lock.unlock();
+  if (wake) cv_.notify_all();
 }
 
 Status Communicator::Execute(const Call& call, Clock::time_point start) {

@@ -46,6 +46,7 @@ namespace loom::collective {
 namespace internal {
 struct WorkState;
 struct ScheduleLists;
+struct StealGate;
 }  // namespace internal
 class Selector;
 
@@ -263,6 +264,11 @@ class Communicator {
   Work Failed(Status status);
   void Remember(const Work& work);
   void WorkerLoop();
+  // Runs queued calls on the calling thread, in issue order, while the worker is idle, until
+  // `target` has completed (Work::Wait: a caller that waits for a call the worker has not
+  // started needs no hand-off).
+  void RunQueuedUntil(const internal::WorkState& target);
+  friend class Work;
   // Runs one call in issue order (worker or inline), started at `start` (its timeout counts from
   // there), and returns its final status.
   Status Execute(const Call& call, Clock::time_point start);
@@ -289,6 +295,9 @@ class Communicator {
   // many rank threads per core; not with one rank per process, whose polling would take the
   // core from the peer processes).
   bool spin_handoff_ = true;
+  // A Wait on a call still queued runs it on the waiting thread (one rank per process: MPI);
+  // null elsewhere.
+  std::shared_ptr<internal::StealGate> steal_gate_;
   bool busy_ = false;              // a call is running (worker or inline); guarded by mu_
   std::vector<Work> outstanding_;  // issued since the last WaitAll
   // The signature exchange's packets (ranks that do not meet), reused from call to call by

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "collective/selector.h"
@@ -376,6 +377,51 @@ TEST_P(MpiSignatures, SplitExchangeAndDirectAllReduce) {
   double one = 1.0;
   ASSERT_TRUE(comm->AllReduce(&one, &one, 1, DataType::kFloat64, ReduceOp::kSum).Wait().ok());
   EXPECT_EQ(one, static_cast<double>(n));
+}
+
+// Calls above the inline bound queue for the worker; a Wait on one the worker has not started
+// runs it, and the calls before it, on the waiting thread, in issue order: results exact
+// whoever ran them, with a second thread waiting at the same time, and a communicator destroyed
+// while a thread still waits on its last call.
+TEST(MpiCollectives, WaitRunsQueuedCallsOnTheWaitingThread) {
+  const size_t count = (size_t{256} << 10) / sizeof(double);  // 256 KiB: direct, not inline
+  for (int round = 0; round < 3; ++round) {
+    auto comm = MakeComm();
+    const int rank = comm->rank(), n = comm->nranks();
+    std::vector<std::vector<double>> bufs(6, std::vector<double>(count));
+    std::vector<Work> works;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      for (size_t i = 0; i < count; i += 997) bufs[k][i] = static_cast<double>(rank + k + i);
+      works.push_back(comm->AllReduce(bufs[k].data(), bufs[k].data(), count, DataType::kFloat64,
+                                      ReduceOp::kSum));
+    }
+    Status other;
+    std::thread waiter([&] { other = works[2].Wait(); });
+    Status last = works.back().Wait();
+    waiter.join();
+    ASSERT_TRUE(last.ok()) << last.ToString();
+    ASSERT_TRUE(other.ok()) << other.ToString();
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      ASSERT_TRUE(works[k].IsCompleted()) << k;
+      for (size_t i = 0; i < count; i += 997) {
+        const double want = static_cast<double>(n) * static_cast<double>(k + i) + n * (n - 1) / 2.0;
+        ASSERT_EQ(bufs[k][i], want) << "call " << k << " element " << i << " on rank " << rank;
+      }
+    }
+    ASSERT_TRUE(comm->WaitAll().ok());
+    // Destroyed with calls queued and a thread waiting on the last one.
+    for (size_t k = 0; k < 3; ++k) {
+      works[k] = comm->AllReduce(bufs[k].data(), bufs[k].data(), count, DataType::kFloat64,
+                                 ReduceOp::kSum);
+    }
+    std::thread late([w = works[2], round] {
+      if (round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(w.Wait().ok());
+    });
+    comm.reset();
+    late.join();
+    EXPECT_TRUE(works[0].IsCompleted() && works[1].IsCompleted() && works[2].IsCompleted());
+  }
 }
 
 TEST(MpiErrors, RankThatNeverCallsEndsInTimeout) {
