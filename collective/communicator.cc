@@ -68,10 +68,12 @@ Status Work::Wait(std::chrono::milliseconds timeout) const {
   // Still queued and the worker idle: run it here rather than wake the worker and sleep (a wait
   // at least as long as the call's own deadline, which then bounds it).
   if (state_->gate != nullptr && timeout >= state_->gate->min_wait) {
-    std::lock_guard<std::mutex> gate(state_->gate->mu);
-    if (state_->gate->comm != nullptr) state_->gate->comm->RunQueuedUntil(*state_);
+    {
+      std::lock_guard<std::mutex> gate(state_->gate->mu);
+      if (state_->gate->comm != nullptr) state_->gate->comm->RunQueuedUntil(*state_);
+    }
+    if (state_->completed.load(std::memory_order_acquire)) return state_->status;
   }
-  if (state_->completed.load(std::memory_order_acquire)) return state_->status;
   // A small call completes within microseconds: poll before sleeping on the condition.
   if (state_->spin && timeout >= kSpinBudget)
     SpinUntil([this] { return state_->completed.load(std::memory_order_acquire); });
@@ -625,55 +627,43 @@ Work Communicator::Issue(Call call) {
 }
 
 void Communicator::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
   while (true) {
-    std::shared_ptr<Call> call;
-    std::shared_ptr<internal::WorkState> state;
     // The next call usually comes soon after the last (a step's gradients): poll for it
     // before sleeping, so that a call is picked up without a wake-up.
     if (spin_handoff_) SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // A call runs only while no other does (a waiting thread may be running queued calls).
-      cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
-      if (queue_.empty()) return;  // stopping and drained
-      call = queue_.front().first;
-      state = queue_.front().second;
-      queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
-      busy_ = true;
-    }
-    const Clock::time_point start = Clock::now();
-    {
-      std::lock_guard<std::mutex> lock(state->mu);
-      state->started = start;
-    }
-    Status status = Execute(*call, start);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-    }
-    state->Complete(std::move(status));
+    lock.lock();
+    // A call runs only while no other does (a waiting thread may be running queued calls).
+    cv_.wait(lock, [this] { return !busy_ && (stopping_ || !queue_.empty()); });
+    if (queue_.empty()) return;  // stopping and drained
+    RunFront(lock);
   }
+}
+
+void Communicator::RunFront(std::unique_lock<std::mutex>& lock) {
+  std::shared_ptr<Call> call = std::move(queue_.front().first);
+  std::shared_ptr<internal::WorkState> state = std::move(queue_.front().second);
+  queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_release);
+  busy_ = true;
+  lock.unlock();
+  const Clock::time_point start = Clock::now();
+  {
+    std::lock_guard<std::mutex> state_lock(state->mu);
+    state->started = start;
+  }
+  Status status = Execute(*call, start);
+  lock.lock();
+  busy_ = false;
+  lock.unlock();
+  state->Complete(std::move(status));
 }
 
 void Communicator::RunQueuedUntil(const internal::WorkState& target) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!busy_ && !queue_.empty() && !target.completed.load(std::memory_order_acquire)) {
-    std::shared_ptr<Call> call = std::move(queue_.front().first);
-    std::shared_ptr<internal::WorkState> state = std::move(queue_.front().second);
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_release);
-    busy_ = true;
-    lock.unlock();
-    const Clock::time_point start = Clock::now();
-    {
-      std::lock_guard<std::mutex> state_lock(state->mu);
-      state->started = start;
-    }
-    Status status = Execute(*call, start);
-    state->Complete(std::move(status));
+    RunFront(lock);
     lock.lock();
-    busy_ = false;
   }
   // The worker waits for an idle communicator: calls left behind (or a destructor) need it.
   const bool wake = !busy_ && (!queue_.empty() || stopping_);

@@ -267,6 +267,9 @@ class Communicator {
   Work Failed(Status status);
   void Remember(const Work& work);
   void WorkerLoop();
+  // Runs the first queued call; `lock` holds mu_, the queue is not empty and no call runs.
+  // Returns with `lock` released, the call completed.
+  void RunFront(std::unique_lock<std::mutex>& lock);
   // Runs queued calls on the calling thread, in issue order, while the worker is idle, until
   // `target` has completed (Work::Wait: a caller that waits for a call the worker has not
   // started needs no hand-off).
