@@ -1,12 +1,16 @@
 #include "rpc/server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "rpc/auth.h"
 
@@ -48,6 +52,35 @@ StatusOr<std::string> BindAddress(const std::string& endpoint) {
   return StrCat("tcp://", ip, endpoint.substr(colon));
 }
 
+// The listening socket `loom launch` opened for this server (LOOM_PS_LISTEN_FD), when it listens
+// on endpoint's port; -1 otherwise (no such variable, not a listening TCP socket, another port,
+// or already taken by an earlier Bind of this process).
+int InheritedListener(const std::string& endpoint) {
+  static std::atomic<bool> taken{false};
+  const char* text = std::getenv("LOOM_PS_LISTEN_FD");
+  if (text == nullptr || *text == '\0' || taken.load()) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  if (*end != '\0' || fd < 3 || fd > 1 << 20) return -1;
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  sockaddr_storage addr{};
+  socklen_t addr_len = sizeof(addr);
+  if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
+      !listening ||
+      getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0 ||
+      (addr.ss_family != AF_INET && addr.ss_family != AF_INET6))
+    return -1;
+  const int port = ntohs(addr.ss_family == AF_INET6
+                             ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || endpoint.substr(colon + 1) != std::to_string(port)) return -1;
+  if (taken.exchange(true)) return -1;
+  fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);  // this process's children do not get it
+  return static_cast<int>(fd);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, ServerOptions options) {
@@ -62,7 +95,10 @@ StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, Serv
     s->socket_.set(zmq::sockopt::maxmsgsize,
                    static_cast<int64_t>(s->options_.max_payload_bytes + kMaxHeaderBytes));
   try {
+    // Launched: serve on the socket the launcher holds for this port (it listens already).
+    if (int fd = InheritedListener(endpoint); fd >= 0) s->socket_.set(zmq::sockopt::use_fd, fd);
     s->socket_.bind(addr);
+    s->socket_.set(zmq::sockopt::use_fd, -1);
   } catch (const zmq::error_t& e) {
     return Status(e.num() == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
                   StrCat("parameter server cannot listen on ", endpoint, ": ", e.what(),

@@ -31,7 +31,7 @@ void WriteSignalByte(int sig) {
 
 // In the child between fork and exec: only async-signal-safe calls, then exec or _exit.
 [[noreturn]] void ExecChild(char* const* argv, char* const* envp, int stdin_fd, int stdout_fd,
-                            int stderr_fd, pid_t parent) {
+                            int stderr_fd, const int* keep, size_t keep_count, pid_t parent) {
   setpgid(0, 0);
 #ifdef __linux__
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -40,6 +40,7 @@ void WriteSignalByte(int sig) {
   dup2(stdin_fd, STDIN_FILENO);
   dup2(stdout_fd, STDOUT_FILENO);
   dup2(stderr_fd, STDERR_FILENO);
+  for (size_t i = 0; i < keep_count; ++i) fcntl(keep[i], F_SETFD, 0);  // survives the exec
   // The command starts with the default dispositions and an empty mask, not the supervisor's
   // (an ignored SIGPIPE would survive exec).
   for (int sig : kHandledSignals) signal(sig, SIG_DFL);
@@ -70,7 +71,9 @@ StatusOr<pid_t> SpawnChild(const ChildSpec& spec, int stdout_fd, int stderr_fd) 
   if (devnull < 0) return IOError("cannot open /dev/null: ", strerror(errno));
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid == 0) ExecChild(argv.data(), envp.data(), devnull, stdout_fd, stderr_fd, parent);
+  if (pid == 0)
+    ExecChild(argv.data(), envp.data(), devnull, stdout_fd, stderr_fd, spec.inherit_fds.data(),
+              spec.inherit_fds.size(), parent);
   const int fork_errno = errno;
   close(devnull);
   if (pid < 0)

@@ -56,7 +56,8 @@ const std::vector<std::string>& LaunchVariables() {
                                                   "LOOM_CLIENT_ID",
                                                   "LOOM_CLIENT_RANK",
                                                   "LOOM_CLIENT_SIZE",
-                                                  "LOOM_PS_SECRET"};
+                                                  "LOOM_PS_SECRET",
+                                                  "LOOM_PS_LISTEN_FD"};
   return kNames;
 }
 
@@ -122,7 +123,36 @@ StatusOr<std::string> JobSecret() {
   return hex;
 }
 
-StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count) {
+namespace {
+
+// A TCP socket on `address` at `port` (0: one the kernel picks), bound and, with `listen_too`,
+// listening; its port in *bound. Returns the descriptor (close-on-exec) or -1 with errno set.
+int BindTcp(const addrinfo* address, int port, bool listen_too, int* bound) {
+  sockaddr_storage addr = {};
+  std::memcpy(&addr, address->ai_addr, address->ai_addrlen);
+  uint16_t* port_field = addr.ss_family == AF_INET6
+                             ? &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                             : &reinterpret_cast<sockaddr_in*>(&addr)->sin_port;
+  *port_field = htons(static_cast<uint16_t>(port));
+  int fd = socket(address->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const int one = 1;
+  // As a server binds its own port: one closed a moment ago (TIME_WAIT) is free to take.
+  if (listen_too) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), address->ai_addrlen) != 0 ||
+      (listen_too && listen(fd, SOMAXCONN) != 0) ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  *bound = ntohs(*port_field);
+  return fd;
+}
+
+StatusOr<addrinfo*> ResolveHost(const std::string& host) {
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -130,26 +160,61 @@ StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count) {
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0)
     return InvalidArgument("--host '", host, "': ", gai_strerror(rc));
+  return found;
+}
+
+}  // namespace
+
+StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count) {
+  LOOM_ASSIGN_OR_RETURN(addrinfo * found, ResolveHost(host));
   std::vector<int> ports, sockets;
   Status status;
   for (int i = 0; i < count && status.ok(); ++i) {
-    int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_storage addr = {};
-    socklen_t len = sizeof(addr);
-    if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int port = 0;
+    int fd = BindTcp(found, 0, false, &port);
+    if (fd < 0) {
       status = IOError("cannot bind a TCP port on --host '", host, "': ", strerror(errno));
     } else {
-      ports.push_back(ntohs(addr.ss_family == AF_INET6
-                                ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                : reinterpret_cast<sockaddr_in*>(&addr)->sin_port));
+      ports.push_back(port);
+      sockets.push_back(fd);
     }
-    if (fd >= 0) sockets.push_back(fd);
   }
   for (int fd : sockets) close(fd);
   freeaddrinfo(found);
   if (!status.ok()) return status;
   return ports;
+}
+
+Listeners::~Listeners() { Close(); }
+
+void Listeners::Close() {
+  for (const Listener& l : list_) close(l.fd);
+  list_.clear();
+}
+
+Status Listeners::Open(const std::string& host, int count, int base_port) {
+  Close();
+  LOOM_ASSIGN_OR_RETURN(addrinfo * found, ResolveHost(host));
+  Status status;
+  for (int i = 0; i < count && status.ok(); ++i) {
+    const int want = base_port > 0 ? base_port + i : 0;
+    Listener l;
+    l.fd = BindTcp(found, want, true, &l.port);
+    if (l.fd >= 0) {
+      list_.push_back(l);
+    } else if (want > 0) {
+      status = Status(errno == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
+                      StrCat("cannot listen on ", host, ":", want, " for server ", i, ": ",
+                             strerror(errno),
+                             errno == EADDRINUSE ? " (the port is in use; choose another --port)"
+                                                 : ""));
+    } else {
+      status = IOError("cannot listen on a TCP port of --host '", host, "': ", strerror(errno));
+    }
+  }
+  freeaddrinfo(found);
+  if (!status.ok()) Close();
+  return status;
 }
 
 StatusOr<std::vector<HostSlots>> ParseHostfile(const std::string& text, const std::string& path) {

@@ -74,7 +74,7 @@ std::vector<std::string> ChildEnvironment(
 ChildSpec RoleSpec(const JobLayout& layout, bool server, int rank,
                    const std::vector<std::string>& command) {
   return ChildSpec{StrCat(server ? "server " : "worker ", rank), server, command,
-                   ChildEnvironment(RoleEnvironment(layout, server, rank))};
+                   ChildEnvironment(RoleEnvironment(layout, server, rank)), true, {}};
 }
 
 // Prints why the job ended (one line on stderr, nothing when it went well) and returns the
@@ -183,7 +183,7 @@ StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& sec
                                     std::to_string(o.servers + o.workers)},
                                    endpoints, {}));
   std::vector<ChildSpec> specs = {
-      {"mpirun", false, argv, ChildEnvironment({{"LOOM_PS_SECRET", secret}})}};
+      {"mpirun", false, argv, ChildEnvironment({{"LOOM_PS_SECRET", secret}}), true, {}}};
   SuperviseOptions s = SupervisorOptions(o);
   s.prefix = false;  // each rank prefixes its own lines
   LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, s));
@@ -218,7 +218,7 @@ StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, 
           o, {"--mca", "orte_tmpdir_base", session, "-np", std::to_string(count)}, endpoints,
           {"--clients", std::to_string(o.clients), "--client-first", std::to_string(first)}));
   return ChildSpec{StrCat("client ", c), false, argv,
-                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false};
+                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false, {}};
 }
 
 }  // namespace
@@ -228,11 +228,17 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   LOOM_ASSIGN_OR_RETURN(std::string secret, JobSecret());
   if (!o.hostfile.empty()) return LaunchThroughMpirun(o, secret);
   const int nprocs = o.servers + o.workers;
+  // The servers' sockets listen from here on (see Listeners); the workers' ports are only
+  // names in their environment (nothing binds them), picked while the servers' are held.
+  Listeners listeners;
+  LOOM_RETURN_IF_ERROR(listeners.Open(o.host, o.servers, o.base_port));
   std::vector<int> ports;
+  for (const Listener& l : listeners.list()) ports.push_back(l.port);
   if (o.base_port > 0) {
-    for (int r = 0; r < nprocs; ++r) ports.push_back(o.base_port + r);
+    for (int r = o.servers; r < nprocs; ++r) ports.push_back(o.base_port + r);
   } else {
-    LOOM_ASSIGN_OR_RETURN(ports, PickFreePorts(o.host, nprocs));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int> free, PickFreePorts(o.host, o.workers));
+    ports.insert(ports.end(), free.begin(), free.end());
   }
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   JobLayout layout;
@@ -242,7 +248,12 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   // Servers first: workers usually connect to them as they start.
   std::vector<ChildSpec> specs;
   specs.reserve(nprocs);
-  for (int i = 0; i < o.servers; ++i) specs.push_back(RoleSpec(layout, true, i, o.command));
+  for (int i = 0; i < o.servers; ++i) {
+    specs.push_back(RoleSpec(layout, true, i, o.command));
+    const int fd = listeners.list()[i].fd;
+    specs.back().env.push_back(StrCat("LOOM_PS_LISTEN_FD=", fd));
+    specs.back().inherit_fds.push_back(fd);
+  }
   std::string session_base;  // the clients' mpirun session directories, removed at the end
   if (o.clients > 0) {
     const char* tmp = std::getenv("TMPDIR");

@@ -79,6 +79,31 @@ StatusOr<std::string> JobSecret();
 // binds it: pass base_port to fix the ports instead.
 StatusOr<std::vector<int>> PickFreePorts(const std::string& host, int count);
 
+// The servers' listening sockets, opened by the launcher before it starts anyone: each server
+// inherits its socket (LOOM_PS_LISTEN_FD names the descriptor) and serves on it, so no process
+// started beside it (an mpirun's daemons, binding ports of their own) can take the port between
+// the launcher's choice and the server's start. Closed by the destructor (close-on-exec: a child
+// keeps only the one it is told to keep).
+struct Listener {
+  int port = 0;
+  int fd = -1;
+};
+class Listeners {
+ public:
+  Listeners() = default;
+  Listeners(const Listeners&) = delete;
+  Listeners& operator=(const Listeners&) = delete;
+  ~Listeners();
+  // `count` sockets listening on `host`: at base_port, base_port + 1, ... when base_port > 0
+  // (AlreadyExists naming the port when one is taken), else on ports the kernel picks.
+  Status Open(const std::string& host, int count, int base_port);
+  void Close();
+  const std::vector<Listener>& list() const { return list_; }
+
+ private:
+  std::vector<Listener> list_;
+};
+
 // One host of an Open MPI hostfile and its slots (lines "host slots=K" or "host", the latter one
 // slot per line naming it; "#" starts a comment).
 struct HostSlots {

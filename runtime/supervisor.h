@@ -24,6 +24,9 @@ struct ChildSpec {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
   std::vector<std::string> env;   // the whole environment, "NAME=value" each
   bool prefixed = true;           // false: its lines are printed as they are (it prefixes its own)
+  // Descriptors the command keeps open (the rest of the supervisor's are close-on-exec); the
+  // caller owns them and closes its copies when it likes.
+  std::vector<int> inherit_fds;
 };
 
 struct SuperviseOptions {

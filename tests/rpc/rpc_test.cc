@@ -1,6 +1,7 @@
 // The parameter-server transport: authentication both ways, fingerprints, message validation
 // (malformed, truncated, oversized, unauthenticated messages are refused and never reach the
 // server's owner), a port in use, and a dead server ending every wait within the timeout.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -174,6 +175,48 @@ TEST(RpcTest, PortInUseIsAnErrorNamingIt) {
   EXPECT_EQ(second.status().code(), StatusCode::kAlreadyExists);
   EXPECT_NE(second.status().message().find(s.endpoint), std::string::npos);
   EXPECT_NE(second.status().message().find("in use"), std::string::npos);
+}
+
+// A server started by `loom launch` serves on the socket the launcher listens on at its port
+// (LOOM_PS_LISTEN_FD): binding the port itself would fail, as the launcher holds it.
+TEST(RpcTest, ServesOnTheListeningSocketTheLauncherPassed) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ServerOptions so;
+  so.rpc = TestOptions();
+  so.trainers = 1;
+  so.fingerprint = "fp";
+  // Without the variable the port is in use; a descriptor at another port is not taken.
+  ASSERT_EQ(Server::Bind(endpoint, so).status().code(), StatusCode::kAlreadyExists);
+  setenv("LOOM_PS_LISTEN_FD", std::to_string(fd).c_str(), 1);
+  const std::string other = FreeEndpoint();
+  auto elsewhere = Server::Bind(other, so);
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status().ToString();
+  elsewhere->reset();
+  auto s = Server::Bind(endpoint, so);
+  unsetenv("LOOM_PS_LISTEN_FD");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::atomic<int> served{0};
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop) served += static_cast<int>((*s)->Poll(milliseconds(20)).size());
+  });
+  Options o = TestOptions();
+  o.ipc = false;  // over the TCP socket, not the Unix one beside it
+  auto c = Client::Connect({endpoint}, 0, "fp", o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  stop = true;
+  loop.join();
+  s->reset();  // the server closes the socket it was given
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+  EXPECT_EQ(errno, EBADF);
 }
 
 TEST(RpcTest, AHostNameIsBoundAtItsAddress) {

@@ -2,8 +2,11 @@
 // prefixed output, fail-fast with no process left behind, servers, --timeout, forwarded signals,
 // usage errors, and the --hostfile path through mpirun (skipped where there is none). Every
 // launch here ends in a few seconds; one that does not is killed and fails its test.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,6 +214,55 @@ TEST_F(LaunchTest, FixedPortsFromBase) {
   EXPECT_TRUE(HasLine(r.out, "[server 0] 127.0.0.1:7100")) << r.out;
   EXPECT_TRUE(HasLine(r.out, "[worker 0] 127.0.0.1:7101")) << r.out;
   EXPECT_TRUE(HasLine(r.out, "[worker 1] 127.0.0.1:7102")) << r.out;
+}
+
+// Each server inherits the socket the launcher listens on at its port (LOOM_PS_LISTEN_FD), so
+// nothing started beside it can take the port first; workers get no such descriptor.
+TEST_F(LaunchTest, ServersInheritASocketListeningOnTheirPort) {
+  // The descriptor's socket inode, then its local port and state from /proc/net/tcp[6].
+  const std::string script =
+      "if [ -z \"${LOOM_PS_LISTEN_FD-}\" ]; then echo fd=unset; exit 0; fi; "
+      "inode=$(readlink /proc/$$/fd/$LOOM_PS_LISTEN_FD | tr -dc 0-9); "
+      "echo fd=$LOOM_PS_LISTEN_FD port=$PADDLE_PORT " 
+      "socket=$(cat /proc/net/tcp /proc/net/tcp6 | awk -v i=$inode '$10 == i {print $2 \"/\" $4}')";
+  Result r = Launch({"--workers", "2", "--servers", "2", "--", "sh", "-c", script},
+                    {"LOOM_PS_LISTEN_FD=1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::regex re("\\[server (\\d)\\] fd=(\\d+) port=(\\d+) socket=[0-9A-F]+:([0-9A-F]{4})/(\\w+)");
+  int servers = 0;
+  for (const std::string& line : Lines(r.out)) {
+    std::smatch m;
+    if (line.rfind("[worker", 0) == 0) {
+      // The launcher's own LOOM_PS_LISTEN_FD does not reach anyone.
+      EXPECT_NE(line.find("fd=unset"), std::string::npos) << line;
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, m, re)) << line;
+    EXPECT_GE(std::stoi(m[2]), 3) << line;
+    EXPECT_EQ(std::stoi(m[4], nullptr, 16), std::stoi(m[3])) << "listens at its own port: " << line;
+    EXPECT_EQ(m[5], "0A") << "a listening socket: " << line;
+    ++servers;
+  }
+  EXPECT_EQ(servers, 2) << r.out;
+}
+
+TEST_F(LaunchTest, AFixedServerPortInUseFailsBeforeAnythingStarts) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  Result r = Launch({"--workers", "1", "--servers", "1", "--port", std::to_string(port), "--",
+                     "sh", "-c", "echo started"});
+  close(fd);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.out, "") << "no process may start";
+  EXPECT_NE(r.err.find(StrCat("127.0.0.1:", port)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
 }
 
 TEST_F(LaunchTest, OutputIsPrefixedPerStreamAndTheLastLineFlushed) {
