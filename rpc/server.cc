@@ -71,9 +71,9 @@ int InheritedListener(const std::string& endpoint) {
       getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0 ||
       (addr.ss_family != AF_INET && addr.ss_family != AF_INET6))
     return -1;
-  const int port = ntohs(addr.ss_family == AF_INET6
-                             ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const int port =
+      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   const size_t colon = endpoint.rfind(':');
   if (colon == std::string::npos || endpoint.substr(colon + 1) != std::to_string(port)) return -1;
   if (taken.exchange(true)) return -1;

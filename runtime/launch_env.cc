@@ -203,11 +203,10 @@ Status Listeners::Open(const std::string& host, int count, int base_port) {
     if (l.fd >= 0) {
       list_.push_back(l);
     } else if (want > 0) {
-      status = Status(errno == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
-                      StrCat("cannot listen on ", host, ":", want, " for server ", i, ": ",
-                             strerror(errno),
-                             errno == EADDRINUSE ? " (the port is in use; choose another --port)"
-                                                 : ""));
+      status = Status(
+          errno == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
+          StrCat("cannot listen on ", host, ":", want, " for server ", i, ": ", strerror(errno),
+                 errno == EADDRINUSE ? " (the port is in use; choose another --port)" : ""));
     } else {
       status = IOError("cannot listen on a TCP port of --host '", host, "': ", strerror(errno));
     }

@@ -73,8 +73,12 @@ std::vector<std::string> ChildEnvironment(
 
 ChildSpec RoleSpec(const JobLayout& layout, bool server, int rank,
                    const std::vector<std::string>& command) {
-  return ChildSpec{StrCat(server ? "server " : "worker ", rank), server, command,
-                   ChildEnvironment(RoleEnvironment(layout, server, rank)), true, {}};
+  return ChildSpec{StrCat(server ? "server " : "worker ", rank),
+                   server,
+                   command,
+                   ChildEnvironment(RoleEnvironment(layout, server, rank)),
+                   true,
+                   {}};
 }
 
 // Prints why the job ended (one line on stderr, nothing when it went well) and returns the
@@ -217,8 +221,12 @@ StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, 
       MpirunArgv(
           o, {"--mca", "orte_tmpdir_base", session, "-np", std::to_string(count)}, endpoints,
           {"--clients", std::to_string(o.clients), "--client-first", std::to_string(first)}));
-  return ChildSpec{StrCat("client ", c), false, argv,
-                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}), false, {}};
+  return ChildSpec{StrCat("client ", c),
+                   false,
+                   argv,
+                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}),
+                   false,
+                   {}};
 }
 
 }  // namespace

@@ -223,7 +223,7 @@ TEST_F(LaunchTest, ServersInheritASocketListeningOnTheirPort) {
   const std::string script =
       "if [ -z \"${LOOM_PS_LISTEN_FD-}\" ]; then echo fd=unset; exit 0; fi; "
       "inode=$(readlink /proc/$$/fd/$LOOM_PS_LISTEN_FD | tr -dc 0-9); "
-      "echo fd=$LOOM_PS_LISTEN_FD port=$PADDLE_PORT " 
+      "echo fd=$LOOM_PS_LISTEN_FD port=$PADDLE_PORT "
       "socket=$(cat /proc/net/tcp /proc/net/tcp6 | awk -v i=$inode '$10 == i {print $2 \"/\" $4}')";
   Result r = Launch({"--workers", "2", "--servers", "2", "--", "sh", "-c", script},
                     {"LOOM_PS_LISTEN_FD=1"});
@@ -256,8 +256,8 @@ TEST_F(LaunchTest, AFixedServerPortInUseFailsBeforeAnythingStarts) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
-  Result r = Launch({"--workers", "1", "--servers", "1", "--port", std::to_string(port), "--",
-                     "sh", "-c", "echo started"});
+  Result r = Launch({"--workers", "1", "--servers", "1", "--port", std::to_string(port), "--", "sh",
+                     "-c", "echo started"});
   close(fd);
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(r.out, "") << "no process may start";
