@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -21,17 +22,22 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// A port free now, below the kernel's ephemeral range (32768 and up), so that no outgoing
+// connection of a test running beside this one (an mpirun's daemons) takes it before the server
+// binds it.
 std::string FreeEndpoint() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return "127.0.0.1:" + std::to_string(port);
+  static std::mt19937 rng(std::random_device{}());
+  for (;;) {
+    const int port = std::uniform_int_distribution<int>(20000, 31999)(rng);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (free) return "127.0.0.1:" + std::to_string(port);
+  }
 }
 
 Options TestOptions(const std::string& secret = "s3cret") {
