@@ -82,7 +82,7 @@ class Engine {
     users_.resize(bw_.size());
     busy_.assign(bw_.size(), 0);
     pc_.assign(n, 0);
-    clock_.assign(n, options.call_us);
+    clock_.assign(n, options.call_us + trace.start_us);
     blocked_.assign(n, -1);
     done_.resize(n);
     for (int r = 0; r < n; ++r) done_[r].assign(trace.handles[r], -1);

@@ -88,6 +88,12 @@ double BusFactor(Collective kind, int n) {
 
 StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options) {
   LOOM_ENFORCE(options.chunk_bytes >= 1, "the pipeline chunk must be at least one byte");
+  LOOM_ENFORCE(options.nccl_ll128_efficiency > 0 && options.nccl_ll128_efficiency <= 1,
+               "NCCL's low-latency protocol efficiency must lie in (0, 1], got ",
+               options.nccl_ll128_efficiency);
+  LOOM_ENFORCE(options.nccl_launch_us >= 0 && std::isfinite(options.nccl_launch_us),
+               "NCCL's launch cost must be a finite number of microseconds >= 0, got ",
+               options.nccl_launch_us);
   Simulator sim;
   sim.options_ = options;
   sim.machine_ = std::make_shared<const Machine>(std::move(machine));
@@ -449,6 +455,20 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     return best;
   }
   LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
+  std::string label = algorithm;
+  if (algorithm == "nccl_ring" || algorithm == "nccl_tree") {
+    // The protocol's flags and synchronisation: its data crosses the links at its share of
+    // their rate, as if that many more bytes moved.
+    const auto [protocol, efficiency] = NcclProtocol(options_, bytes);
+    for (std::vector<TraceOp>& ops : trace.ranks) {
+      for (TraceOp& op : ops) {
+        if (op.kind <= TraceOp::kRecvReduce)
+          op.bytes = static_cast<uint64_t>(std::llround(op.bytes / efficiency));
+      }
+    }
+    trace.start_us = options_.nccl_launch_us;
+    label += "/" + protocol;
+  }
   if (options_.mpi_exchange && LoomAlgorithm(algorithm) != Algorithm::kAuto) {
     // Loom's MPI communicator starts every call outside the exchange with its signature round.
     Trace call = AllToAllRound(n, 0, TraceOp::kRecv);
@@ -462,7 +482,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
       kind == Collective::kAllGather || kind == Collective::kReduceScatter ? bytes / n : bytes);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
   CollectiveResult out;
-  out.algorithm = algorithm;
+  out.algorithm = label;
   out.bytes = bytes;
   out.time_us = replay.time_us;
   out.transfers = replay.transfers;
@@ -473,6 +493,11 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     out.bottleneck_utilization = replay.bottleneck_busy_us / replay.time_us;
   }
   return out;
+}
+
+std::pair<std::string, double> NcclProtocol(const SimOptions& options, size_t bytes) {
+  if (bytes <= options.nccl_ll128_max_bytes) return {"LL128", options.nccl_ll128_efficiency};
+  return {"Simple", 1.0};
 }
 
 StatusOr<size_t> ParseBytes(const std::string& text) {

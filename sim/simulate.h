@@ -50,7 +50,21 @@ struct SimOptions {
   // The ranks are processes under Loom's MPI communicator: "auto" also weighs exchange and
   // split_exchange for the allreduce calls that communicator runs inside its signature round.
   bool mpi_exchange = false;
+  // NCCL's calls (nccl_ring, nccl_tree, nccl) as its tuner runs them on A100 machines: calls
+  // of at most nccl_ll128_max_bytes run a low-latency protocol (LL / LL128: flags travel with
+  // the data) at nccl_ll128_efficiency of the link rate, larger ones Simple at the full rate;
+  // every call also pays nccl_launch_us (a kernel launch and its completion). The three values
+  // are fitted to Azure's ND A100 v4 all_reduce_perf curve (the launch to its 1-256 KB floor,
+  // the switch to where its bandwidth jumps, 128 -> 256 MB, the efficiency to its 64 and 128 MB
+  // points); every other published point is a prediction (docs/SIMULATOR.md).
+  size_t nccl_ll128_max_bytes = size_t{128} << 20;
+  double nccl_ll128_efficiency = 0.75;
+  double nccl_launch_us = 15;
 };
+
+// The protocol NCCL's calls of `bytes` run under `options` ("LL128" or "Simple") and the share
+// of the link rate they reach.
+std::pair<std::string, double> NcclProtocol(const SimOptions& options, size_t bytes);
 
 struct CollectiveResult {
   std::string algorithm;

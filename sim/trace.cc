@@ -211,6 +211,7 @@ StatusOr<Trace> Stack(const std::vector<Trace>& parts) {
       out.device.push_back(p.device_of(r));
     }
     out.parts = std::max(out.parts, p.parts);
+    out.start_us = std::max(out.start_us, p.start_us);
   }
   return out;
 }
@@ -239,6 +240,7 @@ Status Append(Trace& into, const Trace& part, const std::vector<int>& members) {
     into.handles[r] += part.handles[g];
   }
   into.parts += std::max(part.parts, 1);
+  into.start_us = std::max(into.start_us, part.start_us);
   return Status::OK();
 }
 

@@ -38,6 +38,9 @@ struct Trace {
   // The machine device each trace rank runs on; empty: trace rank r on device r. Several trace
   // ranks on one device are independent streams sharing its links (NCCL's channels).
   std::vector<int> device;
+  // What every rank pays before its first op, on top of EngineOptions::call_us (NCCL's calls:
+  // a kernel launch and its completion).
+  double start_us = 0;
   int nranks() const { return static_cast<int>(ranks.size()); }
   int device_of(int rank) const { return device.empty() ? rank : device[rank]; }
   size_t ops() const;

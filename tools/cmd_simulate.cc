@@ -59,6 +59,14 @@ Flags SimulateFlags() {
            "it sends inside its signature round as it does (exchange up to 2K, split_exchange "
            "for blocks up to 2K)",
            ""},
+          {"nccl-ll128-max", "BYTES",
+           "NCCL's calls (nccl_ring, nccl_tree, nccl) up to this size run its low-latency "
+           "protocol (LL/LL128), larger ones Simple (K, M, G; 0: Simple always)",
+           "128M"},
+          {"nccl-ll128-efficiency", "E",
+           "share of the link rate NCCL's low-latency protocol reaches, (0, 1]", "0.75"},
+          {"nccl-launch-us", "US",
+           "cost of launching one NCCL call's kernel and seeing it end, microseconds", "15"},
           {"model", "NAME|FILE",
            "simulate training steps of a model (resnet50, vgg16, inception-v3, bert-large, or a "
            "JSON file) "
@@ -205,6 +213,13 @@ StatusOr<sim::SimOptions> Options(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
   options.mpi_exchange = flags.Switch("mpi-exchange");
+  StatusOr<size_t> ll128_max = sim::ParseBytes(flags.Get("nccl-ll128-max"));
+  if (!ll128_max.ok())
+    return InvalidArgument("--nccl-ll128-max: ", ll128_max.status().message());
+  options.nccl_ll128_max_bytes = *ll128_max;
+  LOOM_ASSIGN_OR_RETURN(options.nccl_ll128_efficiency,
+                        flags.GetDouble("nccl-ll128-efficiency", 1e-6, 1));
+  LOOM_ASSIGN_OR_RETURN(options.nccl_launch_us, flags.GetDouble("nccl-launch-us", 0, 1e6));
   return options;
 }
 

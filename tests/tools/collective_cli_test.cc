@@ -188,7 +188,8 @@ TEST(LoomSimulate, TablesAndErrors) {
   EXPECT_EQ(help.code, 0);
   for (const char* flag :
        {"--topology", "--cluster", "--op", "--algo", "--sizes", "--factor", "--dtype", "--root",
-        "--chunk-bytes", "--post-us", "--reduce-gbps", "--efficiency", "--mpi-exchange"}) {
+        "--chunk-bytes", "--post-us", "--reduce-gbps", "--efficiency", "--mpi-exchange",
+        "--nccl-ll128-max", "--nccl-ll128-efficiency", "--nccl-launch-us"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   Result ring = Loom("simulate --topology mesh4 --algo ring --sizes 4M:4M --post-us 0");
@@ -222,6 +223,20 @@ TEST(LoomSimulate, TablesAndErrors) {
   EXPECT_NE(outside.code, 0);
   EXPECT_NE(outside.err.find("at most 2048 bytes"), std::string::npos) << outside.err;
 
+  // NCCL's protocols: the low-latency one up to --nccl-ll128-max, Simple above; the flags move
+  // the switch and the launch cost.
+  Result nccl = Loom("simulate --topology nd-a100-v4 --algo nccl --sizes 1M:512M --factor 512");
+  ASSERT_EQ(nccl.code, 0) << nccl.err;
+  EXPECT_TRUE(std::regex_search(nccl.out, std::regex(R"(\n\s+1048576\s.*nccl:ring/LL128)")))
+      << nccl.out;
+  EXPECT_TRUE(std::regex_search(nccl.out, std::regex(R"(\n\s+536870912\s.*nccl:ring/Simple)")))
+      << nccl.out;
+  Result simple = Loom(
+      "simulate --topology nd-a100-v4 --algo nccl_ring --sizes 1M:1M --nccl-ll128-max 0 "
+      "--nccl-launch-us 0");
+  ASSERT_EQ(simple.code, 0) << simple.err;
+  EXPECT_NE(simple.out.find("nccl_ring/Simple"), std::string::npos) << simple.out;
+
   Result broadcast = Loom(
       "simulate --topology p3.16xlarge --op broadcast --root 3 --algo tree "
       "--sizes 1M:1M");
@@ -248,6 +263,9 @@ TEST(LoomSimulate, TablesAndErrors) {
       {"simulate --topology mesh4 --root 9 --op broadcast", "--root 9"},
       {"simulate --topology mesh4 --efficiency 2", "efficiency"},
       {"simulate --topology mesh4 --dtype bf16", "bf16"},
+      {"simulate --topology mesh4 --nccl-ll128-max 1X", "--nccl-ll128-max: size '1X'"},
+      {"simulate --topology mesh4 --nccl-ll128-efficiency 0", "--nccl-ll128-efficiency"},
+      {"simulate --topology mesh4 --nccl-launch-us -1", "--nccl-launch-us"},
   };
   for (const auto& [args, says] : bad) {
     Result r = Loom(args);
