@@ -1,7 +1,12 @@
 // loom simulate: predicts collectives on a machine or a cluster by replaying Loom's schedules
 // over a model of its links (sim/), printed in nccl-tests' table layout.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "collective/types.h"
 #include "framework/file_util.h"
@@ -77,6 +82,11 @@ Flags SimulateFlags() {
            "machine)",
            ""},
           {"fusion-mb", "MB", "gradient bucket limit for --model (the transpiler's)", "32"},
+          {"plot", "OUT.png",
+           "also draw the table: busbw against size per algorithm, or scaling efficiency "
+           "against devices (through `python3 -m loom.sim`, matplotlib; LOOM_PYTHON names "
+           "the interpreter)",
+           ""},
           {"timeline", "FILE",
            "simulate training steps of a model measured by Loom: a one-device `loom run "
            "--timeline` trace (needs --program; instead of --model)",
@@ -137,6 +147,112 @@ StatusOr<sim::ModelSpec> TimelineModel(const Flags& flags) {
 }
 
 // --model or --timeline: one row per device count.
+// One line of a plot: its name and its (x, y) points.
+struct PlotSeries {
+  std::string name;
+  std::vector<std::pair<double, double>> points;
+};
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Draws `series` into `out` (PNG) through loom.sim's plot helper: the points go to a JSON file
+// that `PYTHON -m loom.sim plot-json JSON OUT` reads. PYTHON is $LOOM_PYTHON, else Debian's
+// /usr/bin/python3 (where matplotlib comes from), else python3 on PATH; the build tree's (or
+// the installed package's) loom is found beside this executable.
+Status Plot(const std::string& kind, const std::string& title,
+            const std::vector<PlotSeries>& series, const std::string& out) {
+  std::string json = StrCat("{\"kind\": ", JsonString(kind), ", \"title\": ", JsonString(title),
+                            ", \"series\": [");
+  for (size_t s = 0; s < series.size(); ++s) {
+    json += StrCat(s ? ", " : "", "{\"name\": ", JsonString(series[s].name), ", \"points\": [");
+    for (size_t i = 0; i < series[s].points.size(); ++i) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "%s[%.17g, %.17g]", i ? ", " : "", series[s].points[i].first,
+                    series[s].points[i].second);
+      json += buf;
+    }
+    json += "]}";
+  }
+  json += "]}\n";
+  char tmpl[] = "/tmp/loom-plot-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd < 0) return IOError("--plot: cannot create a temporary file: ", std::strerror(errno));
+  ::close(fd);
+  const std::string data = tmpl;
+  Status written = WriteFileAtomic(data, json);
+  if (!written.ok()) {
+    ::unlink(data.c_str());
+    return written;
+  }
+  std::string python = "python3";
+  if (const char* given = std::getenv("LOOM_PYTHON"); given != nullptr && *given != '\0') {
+    python = given;
+  } else if (::access("/usr/bin/python3", X_OK) == 0) {
+    python = "/usr/bin/python3";
+  }
+  // The package beside this executable: build/tools/loom -> build/python/loom.
+  std::string path;
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    std::string dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const std::string& candidate : {dir + "/../python", dir + "/.."}) {
+      if (FileExists(candidate + "/loom/sim.py")) {
+        path = candidate;
+        break;
+      }
+    }
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::unlink(data.c_str());
+    return ResourceExhausted("--plot: fork: ", std::strerror(errno));
+  }
+  if (pid == 0) {
+    if (!path.empty()) {
+      const char* old = std::getenv("PYTHONPATH");
+      const std::string joined = old && *old ? path + ":" + old : path;
+      ::setenv("PYTHONPATH", joined.c_str(), 1);
+    }
+    const char* argv[] = {python.c_str(), "-m",        "loom.sim", "plot-json",
+                          data.c_str(),   out.c_str(), nullptr};
+    ::execvp(argv[0], const_cast<char* const*>(argv));
+    std::fprintf(stderr, "loom simulate: cannot run '%s': %s\n", python.c_str(),
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ::unlink(data.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Internal("--plot ", out, ": the plot helper (", python,
+                    " -m loom.sim plot-json) failed (",
+                    WIFEXITED(status) ? StrCat("exit code ", WEXITSTATUS(status))
+                                      : StrCat("signal ", WTERMSIG(status)),
+                    "); it needs Loom's Python package and matplotlib (Debian: "
+                    "python3-matplotlib)");
+  }
+  return Status::OK();
+}
+
 Status Scaling(const Flags& flags, const sim::SimOptions& options) {
   if (flags.Has("model") && flags.Has("timeline"))
     return InvalidArgument("give one of --model NAME|FILE or --timeline FILE");
@@ -180,6 +296,7 @@ Status Scaling(const Flags& flags, const sim::SimOptions& options) {
   std::printf("#%8s %6s %8s %12s %10s %12s %10s %12s %10s  %s\n", "devices", "nodes", "buckets",
               "compute(ms)", "comm(ms)", "exposed(ms)", "step(ms)", "samples/s", "efficiency",
               "algorithms");
+  PlotSeries line{StrCat(model.name, ", ", algo), {}};
   for (int devices : scale) {
     LOOM_ASSIGN_OR_RETURN(sim::Machine machine, sim::MachineForScale(base, devices));
     LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator,
@@ -189,6 +306,11 @@ Status Scaling(const Flags& flags, const sim::SimOptions& options) {
                 r.buckets, r.compute_us / 1e3, r.comm_us / 1e3, r.exposed_us / 1e3, r.step_us / 1e3,
                 r.samples_per_s, 100 * r.efficiency, r.algorithms.c_str());
     std::fflush(stdout);
+    line.points.push_back({static_cast<double>(r.devices), 100 * r.efficiency});
+  }
+  if (flags.Has("plot")) {
+    LOOM_RETURN_IF_ERROR(
+        Plot("scaling", StrCat(model.name, " on ", base), {line}, flags.Get("plot")));
   }
   return Status::OK();
 }
@@ -214,8 +336,7 @@ StatusOr<sim::SimOptions> Options(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
   options.mpi_exchange = flags.Switch("mpi-exchange");
   StatusOr<size_t> ll128_max = sim::ParseBytes(flags.Get("nccl-ll128-max"));
-  if (!ll128_max.ok())
-    return InvalidArgument("--nccl-ll128-max: ", ll128_max.status().message());
+  if (!ll128_max.ok()) return InvalidArgument("--nccl-ll128-max: ", ll128_max.status().message());
   options.nccl_ll128_max_bytes = *ll128_max;
   LOOM_ASSIGN_OR_RETURN(options.nccl_ll128_efficiency,
                         flags.GetDouble("nccl-ll128-efficiency", 1e-6, 1));
@@ -258,6 +379,7 @@ Status Sweep(const Flags& flags, const sim::SimOptions& options) {
   const bool split =
       kind == collective::Collective::kAllGather || kind == collective::Collective::kReduceScatter;
   const size_t unit = split ? elem * n : elem;
+  std::vector<PlotSeries> lines;
   for (const std::string& algo : algos) {
     std::vector<sim::CollectiveResult> rows;
     Status skipped;  // sizes the algorithm does not run at (exchange beyond 2K, ...)
@@ -275,6 +397,18 @@ Status Sweep(const Flags& flags, const sim::SimOptions& options) {
     }
     if (rows.empty() && !skipped.ok()) return skipped;
     std::fputs(sim::FormatTable(simulator.machine(), kind, dtype, rows).c_str(), stdout);
+    PlotSeries line{algo, {}};
+    for (const sim::CollectiveResult& r : rows)
+      line.points.push_back({static_cast<double>(r.bytes), r.busbw_gbps});
+    lines.push_back(std::move(line));
+  }
+  if (flags.Has("plot")) {
+    std::fflush(stdout);
+    LOOM_RETURN_IF_ERROR(
+        Plot("busbw",
+             StrCat(collective::CollectiveName(kind), " on ",
+                    flags.Has("cluster") ? flags.Get("cluster") : flags.Get("topology")),
+             lines, flags.Get("plot")));
   }
   return Status::OK();
 }

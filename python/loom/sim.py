@@ -14,7 +14,7 @@ count, with the columns ``loom simulate`` prints.
 from . import core
 
 __all__ = ["collectives", "scaling", "sweep", "machines", "models", "algorithms",
-           "plot_busbw", "plot_scaling", "main"]
+           "plot_busbw", "plot_scaling", "plot_json", "main"]
 
 
 def machines():
@@ -124,14 +124,42 @@ def plot_scaling(series, path, title=None):
           "devices", "scaling efficiency (%)", ylim=(0, 105))
 
 
+def plot_json(data_path, path):
+    """Draws what ``loom simulate --plot`` wrote to ``data_path`` (JSON: ``kind`` "busbw" or
+    "scaling", ``title``, ``series``: a list of ``{"name", "points": [[x, y], ...]}``) into
+    ``path`` (PNG)."""
+    import json
+    with open(data_path) as f:
+        data = json.load(f)
+    kind = data.get("kind")
+    if kind not in ("busbw", "scaling"):
+        raise ValueError("%s: kind %r is neither 'busbw' nor 'scaling'" % (data_path, kind))
+    series = {s["name"]: s["points"] for s in data["series"]}
+    if kind == "busbw":
+        _plot(series, path, data.get("title"), lambda p: p[0], lambda p: p[1], "size (bytes)",
+              "busbw (GB/s)")
+    else:
+        _plot(series, path, data.get("title"), lambda p: p[0], lambda p: p[1], "devices",
+              "scaling efficiency (%)", ylim=(0, 105))
+
+
 def main(argv=None):
-    """``python3 -m loom.sim busbw MACHINE ALGO[,ALGO] OUT.png [MIN MAX]`` or
-    ``python3 -m loom.sim scaling MACHINE MODEL[,MODEL] OUT.png N,N,... [ALGO]``: the plots
-    ``loom simulate`` cannot draw itself."""
+    """``python3 -m loom.sim busbw MACHINE ALGO[,ALGO] OUT.png [MIN MAX]``,
+    ``python3 -m loom.sim scaling MACHINE MODEL[,MODEL] OUT.png N,N,... [ALGO]`` or
+    ``python3 -m loom.sim plot-json DATA.json OUT.png`` (what ``loom simulate --plot`` runs):
+    the plots ``loom simulate`` cannot draw itself."""
     import sys
     args = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: python3 -m loom.sim busbw MACHINE ALGO[,ALGO...] OUT.png [MIN MAX]\n"
-             "       python3 -m loom.sim scaling MACHINE MODEL[,MODEL...] OUT.png N,N,... [ALGO]\n")
+             "       python3 -m loom.sim scaling MACHINE MODEL[,MODEL...] OUT.png N,N,... [ALGO]\n"
+             "       python3 -m loom.sim plot-json DATA.json OUT.png\n")
+    if args[:1] == ["plot-json"] and len(args) == 3:
+        try:
+            plot_json(args[1], args[2])
+        except (ValueError, LookupError, OSError, TypeError) as e:
+            sys.stderr.write("loom.sim: error: %s\n" % e)
+            return 1
+        return 0
     if len(args) < 4 or args[0] not in ("busbw", "scaling"):
         sys.stderr.write(usage)
         return 2

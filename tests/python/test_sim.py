@@ -92,6 +92,22 @@ def test_plots_are_pngs(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
 
 
+def test_plot_json_draws_what_loom_simulate_writes(tmp_path):
+    """The file `loom simulate --plot` hands over: both kinds drawn; a wrong kind named."""
+    import json
+    data = tmp_path / "d.json"
+    for kind, points in (("busbw", [[1024, 0.5], [1 << 20, 40.0]]), ("scaling", [[1, 100], [8, 93.5]])):
+        data.write_text(json.dumps({"kind": kind, "title": "t",
+                                    "series": [{"name": "a", "points": points}]}))
+        out = tmp_path / (kind + ".png")
+        sim.plot_json(str(data), str(out))
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data.write_text(json.dumps({"kind": "pie", "series": []}))
+    with pytest.raises(ValueError, match="pie"):
+        sim.plot_json(str(data), str(tmp_path / "x.png"))
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_module_entry_point(tmp_path):
     env = dict(os.environ)
     # The package this test imported, whichever way it was put on the path.

@@ -183,6 +183,31 @@ TEST(LoomBench, UsageErrors) {
 
 // loom simulate: the nccl-tests table for a machine and a cluster, the mesh4 ring's closed form
 // through the CLI, and usage errors.
+// --plot: the table drawn as a PNG through `python3 -m loom.sim plot-json`; a helper that fails
+// is an error naming the flag, and leaves no file.
+TEST(LoomSimulate, PlotWritesAPngThroughThePythonHelper) {
+  if (std::system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") != 0)
+    GTEST_SKIP() << "Debian's python3-matplotlib is not installed: --plot is not tested";
+  const std::string png = "/tmp/loom_sim_plot_" + std::to_string(getpid()) + ".png";
+  std::remove(png.c_str());
+  Result busbw =
+      Loom("simulate --topology mesh4 --algo ring,tree --sizes 1K:16M --factor 8 --plot " + png);
+  ASSERT_EQ(busbw.code, 0) << busbw.err;
+  EXPECT_NE(busbw.out.find("ring"), std::string::npos) << "the table is printed too";
+  EXPECT_EQ(Slurp(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  std::remove(png.c_str());
+  Result steps = Loom("simulate --topology mesh4 --model resnet50 --scale 1,2,4 --plot " + png);
+  ASSERT_EQ(steps.code, 0) << steps.err;
+  EXPECT_EQ(Slurp(png).substr(0, 4), "\x89PNG");
+  std::remove(png.c_str());
+  Result failed =
+      Loom("simulate --topology mesh4 --sizes 1K:1K --plot " + png, "LOOM_PYTHON=/bin/false");
+  EXPECT_NE(failed.code, 0);
+  EXPECT_NE(failed.err.find("--plot " + png), std::string::npos) << failed.err;
+  EXPECT_NE(failed.err.find("exit code 1"), std::string::npos) << failed.err;
+  EXPECT_EQ(Slurp(png), "");
+}
+
 TEST(LoomSimulate, TablesAndErrors) {
   Result help = Loom("simulate --help");
   EXPECT_EQ(help.code, 0);
