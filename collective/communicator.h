@@ -193,8 +193,11 @@ struct CommunicatorOptions {
   // full signatures travel only when the tags disagree (to name the calls); false: every
   // message carries the 48-byte signature (communicator.cc, ExchangeSignatures).
   bool tagged_signatures = true;
-  // kAuto's cost model instead of the selector's formulas (cost_model.h); null: the formulas.
+  // kAuto's cost model instead of the selector's formulas (cost_model.h); null: the installed
+  // default (selector.h, SetDefaultCostModel: the simulator in the loom CLI and the Python
+  // module) when default_cost_model is set and one is installed, else the formulas.
   std::shared_ptr<const CostModel> cost_model;
+  bool default_cost_model = true;
 };
 
 // What every rank of one group shares: the topology, the ring order and the trees.

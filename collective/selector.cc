@@ -39,6 +39,35 @@ double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 
 }  // namespace
 
+namespace {
+
+std::mutex& FactoryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+CostModelFactory& Factory() {
+  static CostModelFactory factory;
+  return factory;
+}
+
+}  // namespace
+
+void SetDefaultCostModel(CostModelFactory factory) {
+  std::lock_guard<std::mutex> lock(FactoryMutex());
+  Factory() = std::move(factory);
+}
+
+std::shared_ptr<const CostModel> DefaultCostModel(const CommPlan& plan,
+                                                  const SelectorOptions& options) {
+  CostModelFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(FactoryMutex());
+    factory = Factory();
+  }
+  return factory ? factory(plan, options) : nullptr;
+}
+
 struct Selector::Cache {
   std::mutex mu;
   std::map<std::tuple<int, int, size_t>, double> times;
@@ -49,6 +78,8 @@ Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
       options_(options),
       depth_(CeilLog2(plan.topology.size())),
       cache_(std::make_shared<Cache>()) {
+  if (options_.cost_model == nullptr && options_.use_default_cost_model && n_ > 1)
+    options_.cost_model = DefaultCostModel(plan, options_);
   const Topology& t = plan.topology;
   LinkBound ring;
   for (size_t i = 0; i < plan.ring_order.size() && n_ > 1; ++i) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,7 +65,23 @@ struct SelectorOptions {
   // above, evaluated at the size rounded up to a power of two and cached per (collective,
   // algorithm, size bucket); the crossovers (tree_max_bytes, native_min_bytes) still apply.
   std::shared_ptr<const CostModel> cost_model;
+  // With cost_model null: whether the installed default (SetDefaultCostModel) decides instead
+  // of the formulas (CommunicatorOptions::default_cost_model).
+  bool use_default_cost_model = true;
 };
+
+// The cost model a selector uses when its options hand in none (SelectorOptions::cost_model
+// null and use_default_cost_model set): built per selector (so per communicator) from its plan
+// and options. The collective library installs none, so its selectors use the formulas; a
+// program that links the simulator installs it (sim::InstallDefaultCostModel: the loom CLI and
+// the Python module do), so that auto asks the simulator. Returning null keeps the formulas.
+using CostModelFactory = std::function<std::shared_ptr<const CostModel>(
+    const CommPlan& plan, const SelectorOptions& options)>;
+// Installs `factory` for selectors built from now on (an empty one: the formulas again).
+void SetDefaultCostModel(CostModelFactory factory);
+// What the installed factory builds for (plan, options); null when none is installed.
+std::shared_ptr<const CostModel> DefaultCostModel(const CommPlan& plan,
+                                                  const SelectorOptions& options);
 
 struct Estimate {
   Algorithm algorithm;

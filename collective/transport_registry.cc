@@ -71,6 +71,7 @@ SelectorOptions SelectorOptionsOf(const CommunicatorOptions& options) {
   s.chunk_bytes = options.pipeline_chunk_bytes;
   s.overlapped_transfers = options.overlapped_transfers;
   s.cost_model = options.cost_model;
+  s.use_default_cost_model = options.default_cost_model;
   return s;
 }
 

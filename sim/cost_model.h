@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "collective/cost_model.h"
+#include "collective/selector.h"
 #include "sim/simulate.h"
 
 namespace loom::sim {
@@ -21,5 +22,12 @@ class SimCostModel : public collective::CostModel {
  private:
   std::shared_ptr<const Simulator> simulator_;
 };
+
+// Makes the simulator the cost model of every selector built from now on that is handed none
+// (collective::SetDefaultCostModel): each gets a simulator of its plan's topology
+// (Machine::FromTopology) and plan, with the selector's own per-message cost, per-call cost,
+// reduction rate and pipeline piece. LOOM_AUTO_COST_MODEL=formulas leaves the formulas in place
+// (returns false); any other value but "sim" (the default) is an error.
+StatusOr<bool> InstallDefaultCostModel();
 
 }  // namespace loom::sim

@@ -108,6 +108,17 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
   return sim;
 }
 
+StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
+                                       const SimOptions& options) {
+  LOOM_ENFORCE(machine.nodes() == 1, "a communicator's plan is for one machine, not a cluster of ",
+               machine.nodes(), " nodes");
+  LOOM_ENFORCE(plan.topology.size() == machine.size(), "a plan for ", plan.topology.size(),
+               " ranks on a machine of ", machine.size());
+  LOOM_ASSIGN_OR_RETURN(Simulator sim, Create(std::move(machine), options));
+  sim.node_plan_ = sim.plan_ = std::make_shared<const CommPlan>(plan);
+  return sim;
+}
+
 StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
   const Machine& m = *machine_;
   LOOM_ENFORCE(kind == Collective::kAllReduce, "hierarchical runs allreduce only, not ",

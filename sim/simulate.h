@@ -86,6 +86,10 @@ double BusFactor(collective::Collective kind, int n);
 class Simulator {
  public:
   static StatusOr<Simulator> Create(Machine machine, const SimOptions& options = {});
+  // One machine (not a cluster) with the plan a communicator already made for it (its ring
+  // order and trees), so that what is replayed is exactly what that communicator runs.
+  static StatusOr<Simulator> ForPlan(Machine machine, const collective::CommPlan& plan,
+                                     const SimOptions& options = {});
 
   const Machine& machine() const { return *machine_; }
   const collective::CommPlan& plan() const { return *plan_; }

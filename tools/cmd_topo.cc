@@ -38,9 +38,9 @@ Flags TopoFlags() {
           {"penalty", "X", "link penalty between multi-trees", "0.7"},
           {"selector", "", "also print the cost model's estimates and auto's choice", ""},
           {"cost-model", "M",
-           "for --selector: formulas (the selector's own) or sim (the simulator replaying the "
-           "schedules on this topology)",
-           "formulas"},
+           "for --selector: sim (the simulator replaying the schedules on this topology, what "
+           "auto asks by default) or formulas (the selector's alpha-beta formulas)",
+           "sim"},
           {"exact", "",
            "also search every tree per root (branch and bound, up to 16 devices) and print its "
            "score (weakest link / total weight) beside the builder's",
@@ -193,7 +193,9 @@ Status Topo(const Flags& flags) {
       LOOM_ASSIGN_OR_RETURN(sim::Simulator simulator, sim::Simulator::Create(std::move(machine)));
       options.cost_model = std::make_shared<sim::SimCostModel>(
           std::make_shared<const sim::Simulator>(std::move(simulator)));
-    } else if (model != "formulas") {
+    } else if (model == "formulas") {
+      options.use_default_cost_model = false;
+    } else {
       return InvalidArgument("--cost-model '", model, "' is not formulas or sim");
     }
     collective::Selector selector(*plan, options);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "loom/config.h"
+#include "sim/cost_model.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 
@@ -35,6 +36,11 @@ int Main(int argc, char** argv) {
   using namespace loom::cli;
   if (argc < 2) {
     std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  // auto asks the simulator (LOOM_AUTO_COST_MODEL=formulas: the selector's formulas).
+  if (auto installed = loom::sim::InstallDefaultCostModel(); !installed.ok()) {
+    std::fprintf(stderr, "loom: error: %s\n", installed.status().message().c_str());
     return kExitUsage;
   }
   std::string cmd = argv[1];

@@ -2,7 +2,9 @@
 // and training steps at scale, as loom simulate prints them, returned as lists of dicts.
 #include <pybind11/stl.h>
 
+#include "collective/selector.h"
 #include "python/core/common.h"
+#include "sim/cost_model.h"
 #include "sim/simulate.h"
 #include "sim/training.h"
 
@@ -97,6 +99,14 @@ py::list Scaling(const std::string& machine, const std::string& model,
 }  // namespace
 
 void RegisterSim(py::module_& m) {
+  // auto asks the simulator in this process too (LOOM_AUTO_COST_MODEL=formulas: the formulas);
+  // a bad value fails the import, naming the variable.
+  ValueOrThrow(sim::InstallDefaultCostModel());
+  m.def("auto_cost_model", [] {
+    collective::CommPlan plan;
+    plan.topology = collective::Topology::Uniform(2, 1);
+    return std::string(collective::DefaultCostModel(plan, {}) ? "sim" : "formulas");
+  });
   m.def("sim_collectives", &Collectives, py::arg("machine"), py::arg("op"), py::arg("algorithm"),
         py::arg("sizes"), py::arg("root") = 0, py::arg("chunk_bytes") = size_t{1} << 20,
         py::arg("post_us") = 1.0, py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0,

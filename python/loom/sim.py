@@ -13,8 +13,15 @@ count, with the columns ``loom simulate`` prints.
 """
 from . import core
 
-__all__ = ["collectives", "scaling", "sweep", "machines", "models", "algorithms",
+__all__ = ["auto_cost_model", "collectives", "scaling", "sweep", "machines", "models", "algorithms",
            "plot_busbw", "plot_scaling", "plot_json", "main"]
+
+
+def auto_cost_model():
+    """What ``auto`` asks in this process: "sim" (the simulator, the default) or "formulas"
+    (the selector's alpha-beta formulas, with ``LOOM_AUTO_COST_MODEL=formulas`` set before
+    Loom is imported)."""
+    return core.auto_cost_model()
 
 
 def machines():

@@ -108,6 +108,27 @@ def test_plot_json_draws_what_loom_simulate_writes(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_auto_asks_the_simulator_unless_told_otherwise():
+    """The module makes the simulator auto's cost model; LOOM_AUTO_COST_MODEL=formulas keeps
+    the formulas; another value fails the import naming the variable."""
+    assert sim.auto_cost_model() == "sim"
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(sim.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in [env.get("PYTHONPATH")] if p])
+    code = "import loom.sim as s; print(s.auto_cost_model())"
+    for value, expect in (("formulas", "formulas"), ("sim", "sim")):
+        env["LOOM_AUTO_COST_MODEL"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == expect
+    env["LOOM_AUTO_COST_MODEL"] = "bogus"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "LOOM_AUTO_COST_MODEL 'bogus'" in out.stderr
+
+
 def test_module_entry_point(tmp_path):
     env = dict(os.environ)
     # The package this test imported, whichever way it was put on the path.

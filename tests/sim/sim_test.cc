@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "collective/selector.h"
 #include "collective/topology.h"
+#include "collective/transport_registry.h"
 #include "sim/cost_model.h"
 #include "sim/engine.h"
 #include "sim/machine.h"
@@ -802,6 +804,79 @@ TEST(CostModel, TheSelectorPicksWhatTheSimulatorPredicts) {
   EXPECT_LT(SimCostModel(std::make_shared<const Simulator>(sim))
                 .TimeUs(Collective::kAllReduce, Algorithm::kNative, 4096),
             0);
+}
+
+}  // namespace
+}  // namespace loom::sim
+
+namespace loom::sim {
+namespace {
+
+// Installed as the default (as the loom CLI and the Python module do), the simulator is what
+// every selector handed no model asks: its estimates are the simulator's replay of the
+// selector's own plan with the selector's own costs, and communicators pick by them; a selector
+// that opts out, or a process that installed nothing, keeps the formulas.
+TEST(CostModel, InstalledAsTheDefaultEverySelectorAsksTheSimulator) {
+  StatusOr<Machine> machine = Machine::Load("mesh4");
+  ASSERT_TRUE(machine.ok());
+  StatusOr<std::shared_ptr<const collective::CommPlan>> plan =
+      collective::CommPlan::Create(machine->node_topology());
+  ASSERT_TRUE(plan.ok());
+  collective::SelectorOptions options;
+  options.tree_max_bytes = -1;
+  const collective::Selector formulas_before(**plan, options);
+  ASSERT_TRUE(InstallDefaultCostModel().value());
+  const collective::Selector asked(**plan, options);
+  SimOptions same;
+  same.chunk_bytes = options.chunk_bytes;
+  same.engine.post_us = options.message_us;
+  same.engine.call_us = options.call_us;
+  same.engine.reduce_gbps = options.reduce_gbps;
+  const Simulator sim = Simulator::ForPlan(*machine, **plan, same).value();
+  std::set<Algorithm> chosen;
+  for (size_t bytes : {size_t{64} << 10, size_t{4} << 20, size_t{16} << 20}) {
+    // The fastest of the four schedules the selector weighs, as the simulator replays them.
+    Algorithm fastest = Algorithm::kAuto;
+    double fastest_us = 1e300;
+    const std::vector<collective::Estimate> estimates =
+        asked.Estimates(Collective::kAllReduce, bytes);
+    ASSERT_EQ(estimates.size(), 4u);
+    for (const collective::Estimate& e : estimates) {
+      StatusOr<CollectiveResult> r =
+          sim.Simulate(Collective::kAllReduce, collective::AlgorithmName(e.algorithm), bytes);
+      ASSERT_TRUE(r.ok());
+      EXPECT_DOUBLE_EQ(e.time_us, r->time_us) << bytes << " " << AlgorithmName(e.algorithm);
+      if (r->time_us < fastest_us) fastest = e.algorithm, fastest_us = r->time_us;
+    }
+    EXPECT_EQ(asked.Choose(Collective::kAllReduce, bytes), fastest) << bytes;
+    chosen.insert(fastest);
+  }
+  EXPECT_GT(chosen.size(), 1u) << "the sizes should not all pick one schedule";
+  // The formulas differ from the replay (they add a reduction pass and per-piece costs their
+  // own way): the opted-out selector and the one built before installing give them.
+  collective::SelectorOptions opted_out = options;
+  opted_out.use_default_cost_model = false;
+  const collective::Selector formulas(**plan, opted_out);
+  const size_t bytes = size_t{4} << 20;
+  EXPECT_NE(formulas.Estimates(Collective::kAllReduce, bytes)[0].time_us,
+            asked.Estimates(Collective::kAllReduce, bytes)[0].time_us);
+  EXPECT_EQ(formulas.Estimates(Collective::kAllReduce, bytes)[0].time_us,
+            formulas_before.Estimates(Collective::kAllReduce, bytes)[0].time_us);
+  // A communicator built with its transport's defaults asks it too.
+  collective::CommunicatorOptions comm_options;
+  comm_options.auto_tree_max_bytes = -1;
+  const collective::Selector from_comm(**plan, collective::SelectorOptionsOf(comm_options));
+  EXPECT_EQ(from_comm.Choose(Collective::kAllReduce, bytes),
+            asked.Choose(Collective::kAllReduce, bytes));
+  setenv("LOOM_AUTO_COST_MODEL", "formulas", 1);
+  EXPECT_FALSE(InstallDefaultCostModel().value());
+  EXPECT_EQ(collective::DefaultCostModel(**plan, options), nullptr);
+  setenv("LOOM_AUTO_COST_MODEL", "bogus", 1);
+  StatusOr<bool> bad = InstallDefaultCostModel();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("LOOM_AUTO_COST_MODEL 'bogus'"), std::string::npos);
+  unsetenv("LOOM_AUTO_COST_MODEL");
+  collective::SetDefaultCostModel(nullptr);
 }
 
 }  // namespace
