@@ -326,51 +326,24 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
-                                      const std::map<std::string, uint64_t>& gradients,
-                                      collective::DataType dtype, int batch_per_device, int rank) {
-  LOOM_ENFORCE(batch_per_device >= 1, "a batch of ", batch_per_device, " samples per device");
-  if (gradients.empty()) return InvalidArgument("timeline: the program has no parameter gradients");
-  nlohmann::json j = nlohmann::json::parse(timeline_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
-      !j["traceEvents"].is_array())
-    return InvalidArgument("timeline: not a trace (a JSON object with \"traceEvents\")");
-  struct Op {
-    std::string name;
-    std::vector<std::string> outputs;
-    std::string vars;
-    double begin = 0, end = 0;
-  };
-  std::vector<Op> ops;
-  size_t index = 0;
-  for (const auto& e : j["traceEvents"]) {
-    ++index;
-    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X") continue;
-    if (!e.contains("cat") || e["cat"] != "compute") continue;
-    if (!e.contains("pid") || !e["pid"].is_number_integer() || e["pid"].get<int64_t>() != rank)
-      continue;
-    if (!e.contains("name") || !e["name"].is_string() || !e.contains("ts") ||
-        !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number())
-      return InvalidArgument("timeline: traceEvents[", index - 1,
-                             "] needs \"name\", \"ts\" and \"dur\"");
-    Op op;
-    op.name = e["name"].get<std::string>();
-    op.begin = e["ts"].get<double>();
-    op.end = op.begin + e["dur"].get<double>();
-    if (e.contains("args") && e["args"].is_object() && e["args"].contains("vars") &&
-        e["args"]["vars"].is_string()) {
-      op.vars = e["args"]["vars"].get<std::string>();
-      std::stringstream list(op.vars);
-      for (std::string v; std::getline(list, v, ',');) {
-        const size_t b = v.find_first_not_of(' ');
-        if (b != std::string::npos) op.outputs.push_back(v.substr(b));
-      }
-    }
-    ops.push_back(std::move(op));
-  }
-  if (ops.empty()) return InvalidArgument("timeline: no compute ops of rank ", rank);
+namespace {
+
+// An op as a step ran it: its name (type), outputs, and when it began and ended (µs).
+struct TimedOp {
+  std::string name;
+  std::vector<std::string> outputs;
+  std::string vars;
+  double begin = 0, end = 0;
+};
+
+// The model the ops of one or more recorded steps describe (ModelFromTimeline's rules); `who`
+// names the recording in messages ("rank 0"), `what` the source ("timeline").
+StatusOr<ModelSpec> ModelFromOps(std::vector<TimedOp> ops,
+                                 const std::map<std::string, uint64_t>& gradients,
+                                 collective::DataType dtype, int batch_per_device,
+                                 const std::string& who, const std::string& what) {
   std::stable_sort(ops.begin(), ops.end(),
-                   [](const Op& a, const Op& b) { return a.begin < b.begin; });
+                   [](const TimedOp& a, const TimedOp& b) { return a.begin < b.begin; });
   // Steps start where the first op recurs.
   std::vector<size_t> starts;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -385,7 +358,7 @@ StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
     for (size_t i = first; i < last && backward_first == last; ++i)
       if (EndsWith(ops[i].name, "_grad")) backward_first = i;
     if (backward_first == last)
-      return InvalidArgument("timeline: step ", s + 1, " of rank ", rank,
+      return InvalidArgument(what, ": step ", s + 1, " of ", who,
                              " has no backward op (none named *_grad): record a training "
                              "program's run");
     const double t0 = ops[first].begin, b0 = ops[backward_first].begin;
@@ -399,7 +372,7 @@ StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
     for (const auto& [name, elements] : gradients) {
       auto it = written.find(name);
       if (it == written.end())
-        return InvalidArgument("timeline: no op of step ", s + 1, " of rank ", rank,
+        return InvalidArgument(what, ": no op of step ", s + 1, " of ", who,
                                " writes the gradient '", name, "'");
       backward_end = std::max(backward_end, it->second);
       ready[name].push_back(it->second - b0);
@@ -411,9 +384,9 @@ StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
     update.push_back(step_end - backward_end);
   }
   ModelSpec m;
-  m.name = "timeline";
+  m.name = what;
   m.source = StrCat("measured: median of ", forward.size(), " recorded step",
-                    forward.size() == 1 ? "" : "s", " of rank ", rank);
+                    forward.size() == 1 ? "" : "s", " of ", who);
   m.device = "the traced run's device";
   m.batch_per_device = batch_per_device;
   m.dtype = dtype;
@@ -431,6 +404,119 @@ StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
       m.gradients.begin(), m.gradients.end(),
       [](const GradientSpec& a, const GradientSpec& b) { return a.ready_us < b.ready_us; });
   m.samples_per_s = batch_per_device / ((m.forward_us + m.backward_us + m.update_us) * 1e-6);
+  return m;
+}
+
+}  // namespace
+
+StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
+                                      const std::map<std::string, uint64_t>& gradients,
+                                      collective::DataType dtype, int batch_per_device, int rank) {
+  LOOM_ENFORCE(batch_per_device >= 1, "a batch of ", batch_per_device, " samples per device");
+  if (gradients.empty()) return InvalidArgument("timeline: the program has no parameter gradients");
+  nlohmann::json j = nlohmann::json::parse(timeline_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
+      !j["traceEvents"].is_array())
+    return InvalidArgument("timeline: not a trace (a JSON object with \"traceEvents\")");
+  std::vector<TimedOp> ops;
+  size_t index = 0;
+  for (const auto& e : j["traceEvents"]) {
+    ++index;
+    if (!e.is_object() || !e.contains("ph") || e["ph"] != "X") continue;
+    if (!e.contains("cat") || e["cat"] != "compute") continue;
+    if (!e.contains("pid") || !e["pid"].is_number_integer() || e["pid"].get<int64_t>() != rank)
+      continue;
+    if (!e.contains("name") || !e["name"].is_string() || !e.contains("ts") ||
+        !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number())
+      return InvalidArgument("timeline: traceEvents[", index - 1,
+                             "] needs \"name\", \"ts\" and \"dur\"");
+    TimedOp op;
+    op.name = e["name"].get<std::string>();
+    op.begin = e["ts"].get<double>();
+    op.end = op.begin + e["dur"].get<double>();
+    if (e.contains("args") && e["args"].is_object() && e["args"].contains("vars") &&
+        e["args"]["vars"].is_string()) {
+      op.vars = e["args"]["vars"].get<std::string>();
+      std::stringstream list(op.vars);
+      for (std::string v; std::getline(list, v, ',');) {
+        const size_t b = v.find_first_not_of(' ');
+        if (b != std::string::npos) op.outputs.push_back(v.substr(b));
+      }
+    }
+    ops.push_back(std::move(op));
+  }
+  if (ops.empty()) return InvalidArgument("timeline: no compute ops of rank ", rank);
+  return ModelFromOps(std::move(ops), gradients, dtype, batch_per_device, StrCat("rank ", rank),
+                      "timeline");
+}
+
+StatusOr<ModelSpec> ModelFromOpCosts(const std::vector<ProgramOp>& program,
+                                     const std::string& cost_json,
+                                     const std::map<std::string, uint64_t>& gradients,
+                                     collective::DataType dtype, int batch_per_device) {
+  LOOM_ENFORCE(batch_per_device >= 1, "a batch of ", batch_per_device, " samples per device");
+  if (gradients.empty()) return InvalidArgument("op costs: the program has no parameter gradients");
+  nlohmann::json j = nlohmann::json::parse(cost_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgument("op costs: not a JSON object ({\"ops\": {\"mul\": 12.5, ...}})");
+  auto number = [&](const nlohmann::json& v, const std::string& where) -> StatusOr<double> {
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+      return InvalidArgument("op costs: ", where, " must be a number of microseconds >= 0");
+    return v.get<double>();
+  };
+  double fallback = -1, grad_factor = 2;
+  if (j.contains("default_us")) {
+    LOOM_ASSIGN_OR_RETURN(fallback, number(j["default_us"], "\"default_us\""));
+  }
+  if (j.contains("grad_factor")) {
+    LOOM_ASSIGN_OR_RETURN(grad_factor, number(j["grad_factor"], "\"grad_factor\""));
+  }
+  std::map<std::string, double> table;
+  if (j.contains("ops")) {
+    if (!j["ops"].is_object())
+      return InvalidArgument("op costs: \"ops\" must map op types to microseconds");
+    for (const auto& [type, v] : j["ops"].items()) {
+      LOOM_ASSIGN_OR_RETURN(table[type], number(v, StrCat("\"ops\".\"", type, "\"")));
+    }
+  }
+  for (const auto& [key, v] : j.items()) {
+    if (key != "ops" && key != "default_us" && key != "grad_factor" && key != "source")
+      return InvalidArgument("op costs: unknown key \"", key,
+                             "\" (ops, default_us, grad_factor, source)");
+  }
+  // Ops run one after another, as one device runs a program, for their table cost each.
+  std::vector<TimedOp> ops;
+  double t = 0;
+  for (size_t i = 0; i < program.size(); ++i) {
+    const ProgramOp& p = program[i];
+    double cost = -1;
+    if (auto it = table.find(p.type); it != table.end()) {
+      cost = it->second;
+    } else if (EndsWith(p.type, "_grad")) {
+      auto base = table.find(p.type.substr(0, p.type.size() - 5));
+      if (base != table.end()) cost = grad_factor * base->second;
+    }
+    if (cost < 0) cost = fallback;
+    if (cost < 0)
+      return InvalidArgument("op costs: no cost for op ", i, " (", p.type,
+                             ") and no \"default_us\"");
+    TimedOp op;
+    op.name = p.type;
+    op.outputs = p.outputs;
+    for (const std::string& o : p.outputs) op.vars += (op.vars.empty() ? "" : ", ") + o;
+    op.vars += StrCat("#", i);  // one step: no op is taken for the next step's first
+    op.begin = t;
+    op.end = t += cost;
+    ops.push_back(std::move(op));
+  }
+  if (ops.empty()) return InvalidArgument("op costs: the program has no ops");
+  StatusOr<ModelSpec> m =
+      ModelFromOps(std::move(ops), gradients, dtype, batch_per_device, "the program", "op costs");
+  if (m.ok()) {
+    m->source = j.contains("source") && j["source"].is_string()
+                    ? StrCat("op cost table: ", j["source"].get<std::string>())
+                    : "op cost table";
+  }
   return m;
 }
 

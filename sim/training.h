@@ -72,6 +72,22 @@ StatusOr<ModelSpec> ModelFromTimeline(const std::string& timeline_json,
                                       collective::DataType dtype, int batch_per_device,
                                       int rank = 0);
 
+// A model from a program and a cost per op type: `program` is the training program's ops in
+// order (block 0: forward, *_grad ops, then the update), each with its output vars; `cost_json`
+// {"ops": {"mul": 12.5, "mul_grad": 30, ...}, "default_us": 5, "grad_factor": 2, "source":
+// "..."} gives each op's microseconds (an op type, else a *_grad op's forward type times
+// grad_factor (2), else default_us; an op none of these prices is an error naming it). The ops
+// run one after another, and ModelFromTimeline's rules find forward, backward, update and when
+// each gradient is ready.
+struct ProgramOp {
+  std::string type;
+  std::vector<std::string> outputs;
+};
+StatusOr<ModelSpec> ModelFromOpCosts(const std::vector<ProgramOp>& program,
+                                     const std::string& cost_json,
+                                     const std::map<std::string, uint64_t>& gradients,
+                                     collective::DataType dtype, int batch_per_device);
+
 struct StepOptions {
   double fusion_mb = 32;           // the transpiler's fuse_grad_size_mb (0: one call per gradient)
   std::string algorithm = "auto";  // for every bucket ("hierarchical" on one node: auto)

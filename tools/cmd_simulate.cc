@@ -91,11 +91,16 @@ Flags SimulateFlags() {
            "simulate training steps of a model measured by Loom: a one-device `loom run "
            "--timeline` trace (needs --program; instead of --model)",
            ""},
-          {"program", "FILE|DIR",
-           "the traced run's main program (main.pb, or the directory holding it): its "
-           "parameters' gradients and their sizes",
+          {"op-costs", "FILE",
+           "simulate training steps of a program priced per op: a JSON cost table "
+           "({\"ops\": {\"mul\": 12.5, ...}, \"default_us\": 5, \"grad_factor\": 2}; needs "
+           "--program; instead of --model)",
            ""},
-          {"batch", "N", "samples per device in the traced run (--timeline)", "1"},
+          {"program", "FILE|DIR",
+           "the main program of --timeline or --op-costs (main.pb, or the directory holding "
+           "it): its ops, and its parameters' gradients and their sizes",
+           ""},
+          {"batch", "N", "samples per device in the traced or priced run", "1"},
       },
       0, 0);
 }
@@ -109,10 +114,13 @@ StatusOr<collective::DataType> ParseDtype(const std::string& name) {
 StatusOr<sim::SimOptions> Options(const Flags& flags);
 Status Sweep(const Flags& flags, const sim::SimOptions& options);
 
-// --timeline with --program: the model a one-device trace measured (sim::ModelFromTimeline).
-StatusOr<sim::ModelSpec> TimelineModel(const Flags& flags) {
+// --timeline or --op-costs with --program: the model a one-device trace measured
+// (sim::ModelFromTimeline) or the program's ops priced by a cost table (sim::ModelFromOpCosts).
+StatusOr<sim::ModelSpec> ProgramModel(const Flags& flags) {
+  const bool timeline = flags.Has("timeline");
   if (!flags.Has("program"))
-    return InvalidArgument("--timeline needs --program (the traced run's main program)");
+    return InvalidArgument(timeline ? "--timeline" : "--op-costs",
+                           " needs --program (the run's main program)");
   std::string path = flags.Get("program");
   if (IsDirectory(path)) path = JoinPath(path, "main.pb");
   LOOM_ASSIGN_OR_RETURN(ProgramDesc program, LoadProgram(path));
@@ -136,6 +144,26 @@ StatusOr<sim::ModelSpec> TimelineModel(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch"));
   if (batch < 1 || batch > (1 << 24))
     return InvalidArgument("--batch must be in 1..16777216, got ", batch);
+  if (!timeline) {
+    const std::string& costs = flags.Get("op-costs");
+    LOOM_ASSIGN_OR_RETURN(std::string json, ReadFile(costs));
+    std::vector<sim::ProgramOp> ops;
+    if (program.NumBlocks() > 0) {
+      for (const auto& op : program.GlobalBlock()->proto()->ops()) {
+        sim::ProgramOp p;
+        p.type = op.type();
+        for (const auto& var : op.outputs())
+          for (const auto& arg : var.arguments()) p.outputs.push_back(arg);
+        ops.push_back(std::move(p));
+      }
+    }
+    StatusOr<sim::ModelSpec> model =
+        sim::ModelFromOpCosts(ops, json, gradients, cdtype, static_cast<int>(batch));
+    if (!model.ok()) return model.status().WithContext(costs);
+    model->name = path;
+    model->device = "the cost table's device";
+    return model;
+  }
   const std::string& trace = flags.Get("timeline");
   LOOM_ASSIGN_OR_RETURN(std::string json, ReadFile(trace));
   StatusOr<sim::ModelSpec> model =
@@ -254,10 +282,10 @@ Status Plot(const std::string& kind, const std::string& title,
 }
 
 Status Scaling(const Flags& flags, const sim::SimOptions& options) {
-  if (flags.Has("model") && flags.Has("timeline"))
-    return InvalidArgument("give one of --model NAME|FILE or --timeline FILE");
-  LOOM_ASSIGN_OR_RETURN(sim::ModelSpec model, flags.Has("timeline")
-                                                  ? TimelineModel(flags)
+  if (flags.Has("model") + flags.Has("timeline") + flags.Has("op-costs") > 1)
+    return InvalidArgument("give one of --model NAME|FILE, --timeline FILE or --op-costs FILE");
+  LOOM_ASSIGN_OR_RETURN(sim::ModelSpec model, flags.Has("timeline") || flags.Has("op-costs")
+                                                  ? ProgramModel(flags)
                                                   : sim::LoadModel(flags.Get("model")));
   const std::string base = flags.Has("cluster") ? flags.Get("cluster") : flags.Get("topology");
   LOOM_ASSIGN_OR_RETURN(sim::Machine whole, sim::Machine::Load(base));
@@ -320,7 +348,8 @@ Status Simulate(const Flags& flags) {
     return InvalidArgument("give one of --topology NAME|FILE or --cluster SPEC");
   }
   LOOM_ASSIGN_OR_RETURN(sim::SimOptions options, Options(flags));
-  if (flags.Has("model") || flags.Has("timeline")) return Scaling(flags, options);
+  if (flags.Has("model") || flags.Has("timeline") || flags.Has("op-costs"))
+    return Scaling(flags, options);
   return Sweep(flags, options);
 }
 

@@ -515,6 +515,55 @@ std::string TwoStepTimeline() {
          events.substr(0, events.size() - 2) + "\n]}\n";
 }
 
+// The same program priced by a cost table instead of measured: the ops run one after another
+// at their table cost (a *_grad op without its own entry at grad_factor x its forward type's).
+TEST(Steps, AProgramPricedPerOpGivesTheTimesItsTableSays) {
+  const std::vector<ProgramOp> program = {{"mul", {"fc.tmp"}},
+                                          {"softmax", {"sm"}},
+                                          {"softmax_grad", {"sm@GRAD"}},
+                                          {"mul_grad", {"x@GRAD", "w@GRAD"}},
+                                          {"elementwise_add_grad", {"b@GRAD"}},
+                                          {"sgd", {"w"}},
+                                          {"sgd", {"b"}}};
+  const std::map<std::string, uint64_t> grads = {{"b@GRAD", 1 << 20}, {"w@GRAD", 1 << 20}};
+  const auto f32 = collective::DataType::kFloat32;
+  StatusOr<ModelSpec> m =
+      ModelFromOpCosts(program,
+                       R"({"ops": {"mul": 10, "softmax": 20, "softmax_grad": 10}, "default_us": 3,
+          "grad_factor": 2.5, "source": "hand-made"})",
+                       grads, f32, 4);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->measured());
+  EXPECT_DOUBLE_EQ(m->forward_us, 30);
+  // softmax_grad 10, mul_grad 2.5 x 10 (w ready at 35), elementwise_add_grad 3 (default: its
+  // forward type has no entry; b ready at 38), then two sgd at 3 each.
+  EXPECT_DOUBLE_EQ(m->backward_us, 38);
+  EXPECT_DOUBLE_EQ(m->update_us, 6);
+  ASSERT_EQ(m->gradients.size(), 2u);
+  EXPECT_EQ(m->gradients[0].name, "w@GRAD");
+  EXPECT_DOUBLE_EQ(m->gradients[0].ready_us, 35);
+  EXPECT_DOUBLE_EQ(m->gradients[1].ready_us, 38);
+  EXPECT_NEAR(m->samples_per_s, 4 / 74e-6, 1e-6);
+  EXPECT_EQ(m->source, "op cost table: hand-made");
+  // Errors name what is wrong.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"ops": {"mul": 10}})", "no cost for op 1 (softmax)"},
+      {R"({"ops": {"mul": -1}, "default_us": 1})", "\"ops\".\"mul\" must be a number"},
+      {R"({"ops": [1]})", "\"ops\" must map op types"},
+      {R"({"default_us": 1, "defaults": 2})", "unknown key \"defaults\""},
+      {"[1, 2]", "not a JSON object"},
+  };
+  for (const auto& [json, says] : bad) {
+    StatusOr<ModelSpec> r = ModelFromOpCosts(program, json, grads, f32, 1);
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+  }
+  StatusOr<ModelSpec> unwritten =
+      ModelFromOpCosts(program, R"({"default_us": 1})", {{"c@GRAD", 4}}, f32, 1);
+  ASSERT_FALSE(unwritten.ok());
+  EXPECT_NE(unwritten.status().message().find("writes the gradient 'c@GRAD'"), std::string::npos);
+}
+
 TEST(Steps, AModelMeasuredByATimelineKeepsItsTimesAndReadyOrder) {
   const std::map<std::string, uint64_t> grads = {{"b@GRAD", 1 << 20}, {"w@GRAD", 1 << 20}};
   StatusOr<ModelSpec> m =

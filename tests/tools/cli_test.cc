@@ -511,6 +511,29 @@ TEST_F(CliTest, SimulateTakesTheModelFromATimeline) {
               {"not a trace"});
 }
 
+// loom simulate --op-costs: the program priced per op by a cost table instead of measured.
+TEST_F(CliTest, SimulateTakesTheModelFromAProgramAndAnOpCostTable) {
+  const std::string costs = JoinPath(dir_, "costs.json");
+  ASSERT_TRUE(
+      WriteFileAtomic(costs, R"({"ops": {"mul": 40}, "default_us": 4, "source": "test"})").ok());
+  Result s = Loom("simulate --topology mesh4 --op-costs " + costs + " --program " +
+                  Bundle("softmax_classifier") + " --batch 8 --fusion-mb 0 --algo ring");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_NE(s.out.find("batch 8 per device"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("# source: op cost table: test"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("100.0%  -"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("ringx"), std::string::npos) << s.out;
+  ExpectError(Loom("simulate --topology mesh4 --op-costs " + costs),
+              {"--op-costs needs --program"});
+  ASSERT_TRUE(WriteFileAtomic(costs, R"({"ops": {"mul": 40}})").ok());
+  ExpectError(Loom("simulate --topology mesh4 --op-costs " + costs + " --program " +
+                   Bundle("softmax_classifier")),
+              {costs, "no cost for op"});
+  ExpectError(Loom("simulate --topology mesh4 --op-costs " + costs + " --timeline " + costs +
+                   " --program " + Bundle("softmax_classifier")),
+              {"one of --model"});
+}
+
 TEST_F(CliTest, CudaPlacesTranspileToNcclRanks) {
   std::string out = JoinPath(dir_, "dp_cuda");
   Result r =
