@@ -73,7 +73,7 @@ class Engine {
     }
     reducer_base_ = static_cast<int>(bw_.size());
     if (options.reduce_gbps > 0) {
-      for (int d = 0; d < machine.size(); ++d) {
+      for (int d = 0; d < machine.endpoints(); ++d) {
         bw_.push_back(options.reduce_gbps * 1e3);
         bw_reduce_.push_back(options.reduce_gbps * 1e3);
       }
@@ -354,8 +354,8 @@ StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
     LOOM_ENFORCE(trace.device.size() == trace.ranks.size(), "a trace of ", trace.nranks(),
                  " ranks maps ", trace.device.size(), " of them to devices");
     for (int d : trace.device) {
-      LOOM_ENFORCE(d >= 0 && d < machine.size(), "a trace rank on device ", d, " of ",
-                   machine.size());
+      LOOM_ENFORCE(d >= 0 && d < machine.endpoints(), "a trace rank on device ", d, " of ",
+                   machine.endpoints());
     }
   }
   LOOM_ENFORCE(options.efficiency > 0 && options.efficiency <= 1, "efficiency ", options.efficiency,

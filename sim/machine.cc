@@ -110,10 +110,10 @@ constexpr SwitchBox kSwitchBoxes[] = {
 
 StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text) {
   const std::vector<std::string> parts = Split(text, ':');
-  if (parts.size() < 3 || parts.size() > 4) {
+  if (parts.size() < 3 || parts.size() > 5) {
     return InvalidArgument("cluster '", text,
-                           "' is not NODESxGPUS:NODE:NICSxSPEED[:oversub=K] (e.g. "
-                           "16x8:dgx1-v100:4x100Gb)");
+                           "' is not NODESxGPUS:NODE:NICSxSPEED[:oversub=K][:servers=S[xSPEED]] "
+                           "(e.g. 16x8:dgx1-v100:4x100Gb)");
   }
   ClusterSpec spec;
   LOOM_ASSIGN_OR_RETURN(auto nodes, CountTimes(parts[0], "cluster size"));
@@ -123,15 +123,39 @@ StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text) {
   if (nics.first > 64) return InvalidArgument("NICs '", parts[2], "': at most 64 per node");
   spec.nics = nics.first;
   LOOM_ASSIGN_OR_RETURN(spec.nic, ParseNic(nics.second));
-  if (parts.size() == 4) {
+  spec.server_nic = spec.nic;
+  bool oversub_seen = false;
+  for (size_t i = 3; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    if (part.rfind("servers=", 0) == 0 && spec.servers == 0) {
+      const std::string count = part.substr(8);
+      if (count.find('x') == std::string::npos) {
+        char* end = nullptr;
+        const long s = std::strtol(count.c_str(), &end, 10);
+        if (end == count.c_str() || *end != '\0' || s < 1 || s > 4096)
+          return InvalidArgument("'", part, "' is not servers=S[xSPEED] with S in 1..4096");
+        spec.servers = static_cast<int>(s);
+      } else {
+        StatusOr<std::pair<int, std::string>> s = CountTimes(count, "servers");
+        if (!s.ok() || s->first < 1 || s->first > 4096)
+          return InvalidArgument("'", part, "' is not servers=S[xSPEED] with S in 1..4096");
+        spec.servers = s->first;
+        StatusOr<LinkClass> nic = ParseNic(s->second);
+        if (!nic.ok()) return nic.status().WithContext(part);
+        spec.server_nic = *nic;
+      }
+      continue;
+    }
     const std::string prefix = "oversub=";
     char* end = nullptr;
-    const double k =
-        parts[3].rfind(prefix, 0) == 0 ? std::strtod(parts[3].c_str() + prefix.size(), &end) : 0;
+    const double k = !oversub_seen && part.rfind(prefix, 0) == 0
+                         ? std::strtod(part.c_str() + prefix.size(), &end)
+                         : 0;
     if (end == nullptr || *end != '\0' || !(k >= 1) || !std::isfinite(k)) {
-      return InvalidArgument("'", parts[3], "' is not oversub=K with K >= 1");
+      return InvalidArgument("'", part, "' is neither oversub=K with K >= 1 nor servers=S[xSPEED]");
     }
     spec.oversubscription = k;
+    oversub_seen = true;
   }
   char* end = nullptr;
   const long gpus = std::strtol(nodes.second.c_str(), &end, 10);
@@ -368,8 +392,18 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
           m.AddResource(StrCat("node", k, ".uplink-in"), up, spec.nic.efficiency));
     }
   }
-  m.name_ = StrCat(spec.nodes, "x", m.per_node_, ":", m.name_, ":", spec.nics, "x", spec.nic.name,
-                   spec.oversubscription > 1 ? StrCat(":oversub=", spec.oversubscription) : "");
+  LOOM_ENFORCE(spec.servers >= 0 && (spec.servers == 0 || spec.server_nic.gbps > 0),
+               "a server needs a NIC of positive bandwidth");
+  for (int s = 0; s < spec.servers; ++s) {
+    m.server_out_.push_back(m.AddResource(StrCat("server", s, ".nic-out"), spec.server_nic.gbps,
+                                          spec.server_nic.efficiency));
+    m.server_in_.push_back(m.AddResource(StrCat("server", s, ".nic-in"), spec.server_nic.gbps,
+                                         spec.server_nic.efficiency));
+  }
+  m.name_ =
+      StrCat(spec.nodes, "x", m.per_node_, ":", m.name_, ":", spec.nics, "x", spec.nic.name,
+             spec.oversubscription > 1 ? StrCat(":oversub=", spec.oversubscription) : "",
+             spec.servers > 0 ? StrCat(":servers=", spec.servers, "x", spec.server_nic.name) : "");
   return m;
 }
 
@@ -428,6 +462,25 @@ Route Machine::NodeRoute(int a, int b, bool reduce) const {
 }
 
 Route Machine::RouteOf(int a, int b, bool reduce) const {
+  if (a >= size() || b >= size()) {
+    // A dedicated server: its NIC, the switch, and the device's NIC (through its node's uplink
+    // when the switch is oversubscribed); servers hang off the switch at full bisection.
+    Route r;
+    r.latency_us = nic_latency_us_;
+    if (a >= size()) {
+      r.resources.push_back(server_out_[a - size()]);
+    } else {
+      r.resources.push_back(nic_out_[size_t(node_of(a)) * nics_ + nic_of(a % per_node_)]);
+      if (!uplink_out_.empty()) r.resources.push_back(uplink_out_[node_of(a)]);
+    }
+    if (b >= size()) {
+      r.resources.push_back(server_in_[b - size()]);
+    } else {
+      if (!uplink_in_.empty()) r.resources.push_back(uplink_in_[node_of(b)]);
+      r.resources.push_back(nic_in_[size_t(node_of(b)) * nics_ + nic_of(b % per_node_)]);
+    }
+    return r;
+  }
   const int na = node_of(a), nb = node_of(b);
   const int la = a % per_node_, lb = b % per_node_;
   if (na == nb) {
@@ -457,6 +510,9 @@ std::string Machine::Describe() const {
     out += StrCat(", ", nics_, " NICs of ", resources_[nic_out_[0]].gbps, " GB/s per node");
     if (!uplink_out_.empty()) out += StrCat(", uplink ", resources_[uplink_out_[0]].gbps, " GB/s");
   }
+  if (servers() > 0)
+    out += StrCat(", ", servers(), " parameter servers with a NIC of ",
+                  resources_[server_out_[0]].gbps, " GB/s each");
   return out;
 }
 

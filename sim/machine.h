@@ -58,10 +58,16 @@ struct ClusterSpec {
   int nics = 1;
   LinkClass nic;
   double oversubscription = 1;
+  // Parameter-server machines of their own (0: none), each with one NIC of `server_nic`
+  // attached to the switch at full bisection: the `ps` and `ps_mpi` algorithms put their
+  // servers there instead of beside the workers.
+  int servers = 0;
+  LinkClass server_nic;
 };
-// "NODESxGPUS:NODE:NICSxSPEED[:oversub=K]" e.g. "16x8:dgx1-v100:4x100Gb" or
-// "4x8:p4d.24xlarge:4x100Gb:oversub=2". SPEED is a link class name or a rate "100Gb" (Gb/s) /
-// "12.5GB" (GB/s); GPUS must equal the node machine's device count.
+// "NODESxGPUS:NODE:NICSxSPEED[:oversub=K][:servers=S[xSPEED]]" e.g. "16x8:dgx1-v100:4x100Gb",
+// "4x8:p4d.24xlarge:4x100Gb:oversub=2" or "8x8:dgx-a100:8xib-hdr:servers=4x100Gb". SPEED is a
+// link class name or a rate "100Gb" (Gb/s) / "12.5GB" (GB/s); GPUS must equal the node
+// machine's device count; the servers' NIC defaults to the nodes' NIC class.
 StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text);
 
 class Machine {
@@ -95,6 +101,10 @@ class Machine {
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }
+  // Parameter-server machines of their own (ClusterSpec::servers): endpoints size() ...
+  // size() + servers() - 1 of RouteOf, beside the devices.
+  int servers() const { return static_cast<int>(server_out_.size()); }
+  int endpoints() const { return size() + servers(); }
   int nodes() const { return nodes_; }
   int devices_per_node() const { return per_node_; }
   int node_of(int device) const { return device / per_node_; }
@@ -139,6 +149,7 @@ class Machine {
   double nic_latency_us_ = 0;
   std::vector<int> nic_out_, nic_in_;        // nodes * nics
   std::vector<int> uplink_out_, uplink_in_;  // nodes (oversubscribed switch only)
+  std::vector<int> server_out_, server_in_;  // dedicated servers: one NIC each
 };
 
 }  // namespace loom::sim

@@ -73,8 +73,8 @@ Algorithm LoomAlgorithm(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring",           "tree",         "multi_tree", "star",      "direct",    "exchange",
-          "split_exchange", "hierarchical", "auto",       "nccl_ring", "nccl_tree", "nccl"};
+  return {"ring",         "tree", "multi_tree", "star",      "direct", "exchange", "split_exchange",
+          "hierarchical", "auto", "nccl_ring",  "nccl_tree", "nccl",   "ps",       "ps_mpi"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -297,19 +297,24 @@ StatusOr<Trace> Simulator::NcclTree(Collective kind, size_t bytes) const {
   return Stack(parts);
 }
 
-StatusOr<Trace> Simulator::ParameterServers(Collective kind, size_t bytes) const {
-  LOOM_ENFORCE(kind == Collective::kAllReduce, "ps runs push + pull (allreduce) only, not ",
-               CollectiveName(kind));
-  const Machine& m = *machine_;
-  const int n = m.size(), servers = m.nodes(), per = m.devices_per_node();
+namespace {
+
+// Push and pull through parameter servers: trace ranks 0 .. workers-1 run on `worker_devices`,
+// workers .. workers+servers-1 on `server_devices`. Every worker pushes shard s of its buffer
+// to server s; each server sums the shards as they arrive and, once all have, sends the sum
+// back to every worker.
+Trace PushPull(const std::vector<int>& worker_devices, const std::vector<int>& server_devices,
+               size_t bytes) {
+  const int n = static_cast<int>(worker_devices.size());
+  const int servers = static_cast<int>(server_devices.size());
   const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
-  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
   const std::vector<size_t> shard = SplitBytes(bytes, servers, elem);
   Trace t;
   t.ranks.resize(n + servers);
   t.handles.assign(n + servers, 0);
   t.parts = 1;
-  for (int r = 0; r < n + servers; ++r) t.device.push_back(r < n ? r : (r - n) * per);
+  t.device = worker_devices;
+  t.device.insert(t.device.end(), server_devices.begin(), server_devices.end());
   auto post = [&](int rank, TraceOp::Kind kind, int peer, uint64_t tag, size_t b) {
     TraceOp op;
     op.kind = kind;
@@ -347,6 +352,72 @@ StatusOr<Trace> Simulator::ParameterServers(Collective kind, size_t bytes) const
     wait_all(rank, sends);
   }
   return t;
+}
+
+}  // namespace
+
+std::vector<int> Simulator::ServerDevices() const {
+  const Machine& m = *machine_;
+  std::vector<int> out;
+  if (m.servers() > 0) {
+    for (int s = 0; s < m.servers(); ++s) out.push_back(m.size() + s);
+  } else {
+    for (int k = 0; k < m.nodes(); ++k) out.push_back(k * m.devices_per_node());
+  }
+  return out;
+}
+
+StatusOr<Trace> Simulator::ParameterServers(Collective kind, size_t bytes) const {
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "ps runs push + pull (allreduce) only, not ",
+               CollectiveName(kind));
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
+  std::vector<int> workers(machine_->size());
+  for (int r = 0; r < machine_->size(); ++r) workers[r] = r;
+  return PushPull(workers, ServerDevices(), bytes);
+}
+
+StatusOr<Trace> Simulator::ParameterServersMpi(Collective kind, size_t bytes) const {
+  const Machine& m = *machine_;
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "ps_mpi runs push + pull (allreduce) only, not ",
+               CollectiveName(kind));
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
+  // Each node's workers are one MPI client: a tree reduce to the node's first device (the
+  // client's rank 0), which pushes and pulls for the client, then a tree broadcast back.
+  const int per = m.devices_per_node(), n = m.size();
+  const std::vector<int> server_devices = ServerDevices();
+  const int servers = static_cast<int>(server_devices.size());
+  CallSpec call;
+  call.bytes = bytes;
+  call.chunk_bytes = options_.chunk_bytes;
+  call.root = 0;
+  call.algorithm = Algorithm::kTree;
+  call.kind = Collective::kReduce;
+  LOOM_ASSIGN_OR_RETURN(Trace reduce, Capture(*node_plan_, call));
+  call.kind = Collective::kBroadcast;
+  LOOM_ASSIGN_OR_RETURN(Trace broadcast, Capture(*node_plan_, call));
+  std::vector<int> leaders(m.nodes());
+  for (int k = 0; k < m.nodes(); ++k) leaders[k] = k * per;
+  const Trace push_pull = PushPull(leaders, server_devices, bytes);
+  Trace out;
+  out.ranks.resize(n + servers);
+  out.handles.assign(n + servers, 0);
+  for (int r = 0; r < n; ++r) out.device.push_back(r);
+  out.device.insert(out.device.end(), server_devices.begin(), server_devices.end());
+  std::vector<int> members(per);
+  for (int k = 0; k < m.nodes() && per > 1; ++k) {
+    for (int d = 0; d < per; ++d) members[d] = k * per + d;
+    LOOM_RETURN_IF_ERROR(Append(out, reduce, members));
+  }
+  std::vector<int> ps_members = leaders;
+  for (int s = 0; s < servers; ++s) ps_members.push_back(n + s);
+  LOOM_RETURN_IF_ERROR(Append(out, push_pull, ps_members));
+  for (int k = 0; k < m.nodes() && per > 1; ++k) {
+    for (int d = 0; d < per; ++d) members[d] = k * per + d;
+    LOOM_RETURN_IF_ERROR(Append(out, broadcast, members));
+  }
+  return out;
 }
 
 StatusOr<Trace> Simulator::Exchange(Collective kind, size_t bytes) const {
@@ -392,6 +463,7 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
   if (algorithm == "nccl_ring") return NcclRing(kind, bytes, root);
   if (algorithm == "nccl_tree") return NcclTree(kind, bytes);
   if (algorithm == "ps") return ParameterServers(kind, bytes);
+  if (algorithm == "ps_mpi") return ParameterServersMpi(kind, bytes);
   const Algorithm a = LoomAlgorithm(algorithm);
   if (a == Algorithm::kAuto) {
     std::string known;
@@ -449,7 +521,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     StatusOr<CollectiveResult> best =
         InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
     for (const std::string& name : SimAlgorithmNames()) {
-      if (name == "auto" || name == "ps" || name.rfind("nccl", 0) == 0) continue;
+      if (name == "auto" || name.rfind("ps", 0) == 0 || name.rfind("nccl", 0) == 0) continue;
       if (name == "exchange" || name == "split_exchange") continue;  // above
       if ((name == "star" || name == "direct") && n > 64) continue;
       if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;

@@ -108,6 +108,10 @@ class Simulator {
   StatusOr<Trace> NcclRing(collective::Collective kind, size_t bytes, int root) const;
   StatusOr<Trace> NcclTree(collective::Collective kind, size_t bytes) const;
   StatusOr<Trace> ParameterServers(collective::Collective kind, size_t bytes) const;
+  StatusOr<Trace> ParameterServersMpi(collective::Collective kind, size_t bytes) const;
+  // Where the parameter servers run: the machine's dedicated servers, else each node's first
+  // device (one server per node, beside its workers).
+  std::vector<int> ServerDevices() const;
   StatusOr<Trace> Exchange(collective::Collective kind, size_t bytes) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;

@@ -40,7 +40,9 @@ Flags SimulateFlags() {
       "Machines: " +
           presets +
           ", or a topology file.\n"
-          "Clusters: NODESxGPUS:NODE:NICSxSPEED[:oversub=K], e.g. 16x8:dgx1-v100:4x100Gb;\n"
+          "Clusters: NODESxGPUS:NODE:NICSxSPEED[:oversub=K][:servers=S[xSPEED]], e.g. "
+          "16x8:dgx1-v100:4x100Gb\n(servers=S: S parameter-server machines of their own, one NIC "
+          "each, for ps and ps_mpi);\n"
           "SPEED is a rate (100Gb, 12.5GB) or a link class: " +
           classes + ".",
       {

@@ -8,7 +8,7 @@ links, and training steps at scale (the same engine as ``loom simulate``; docs/S
     sim.plot_scaling({"resnet50": steps}, "scaling.png")
 
 Machines are presets (``machines()``), topology files, or cluster specs
-``NODESxGPUS:NODE:NICSxSPEED[:oversub=K]``. Results are lists of dicts, one per size or device
+``NODESxGPUS:NODE:NICSxSPEED[:oversub=K][:servers=S[xSPEED]]``. Results are lists of dicts, one per size or device
 count, with the columns ``loom simulate`` prints.
 """
 from . import core

@@ -798,6 +798,56 @@ TEST(ParameterServers, PushAndPullCrossEachNodesNicTwice) {
   EXPECT_FALSE(sim.TraceOf(Collective::kBroadcast, "ps", bytes).ok());
 }
 
+TEST(ParameterServers, ServersOfTheirOwnAndMpiClients) {
+  // 2 nodes x 8 GPUs with one 25 GB/s NIC each and 2 server machines (one 25 GB/s NIC each):
+  // every worker's whole buffer leaves its node (8 S per node NIC) and each server takes 16
+  // halves (8 S), in the push and again in the pull: 16 S / B, twice the co-located servers'.
+  const Simulator sim = Make("2x8:dgx-a100:1xib-hdr:servers=2", 1);
+  ASSERT_EQ(sim.machine().servers(), 2);
+  EXPECT_NE(sim.machine().Describe().find("2 parameter servers"), std::string::npos);
+  const size_t bytes = 64 << 20;
+  StatusOr<CollectiveResult> ps = sim.Simulate(Collective::kAllReduce, "ps", bytes);
+  ASSERT_TRUE(ps.ok()) << ps.status().ToString();
+  EXPECT_NEAR(ps->time_us, 16.0 * bytes / 25e3, 0.02 * 16.0 * bytes / 25e3);
+  StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "ps", bytes);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->nranks(), 16 + 2);
+  EXPECT_EQ(t->device_of(16), 16);  // the servers' own endpoints, after the devices
+  EXPECT_EQ(t->device_of(17), 17);
+  // MPI clients (KVStore's dist_sync_mpi): each node's workers reduce to its first device over
+  // NVSwitch, which alone pushes and pulls: S out and S in per node NIC, 2 S / B, plus the
+  // node-local reduce and broadcast.
+  StatusOr<CollectiveResult> mpi = sim.Simulate(Collective::kAllReduce, "ps_mpi", bytes);
+  ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();
+  EXPECT_GT(mpi->time_us, 2.0 * bytes / 25e3);
+  EXPECT_LT(mpi->time_us, 1.5 * 2.0 * bytes / 25e3);
+  StatusOr<Trace> m = sim.TraceOf(Collective::kAllReduce, "ps_mpi", bytes);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->nranks(), 16 + 2);
+  EXPECT_EQ(BytesSent(*m, 17), 2 * bytes / 2);  // a server answers the two clients only
+  // Co-located (no server machines): the same clients, servers beside the leaders.
+  const Simulator beside = Make("2x8:dgx-a100:1xib-hdr", 1);
+  StatusOr<CollectiveResult> mpi_beside = beside.Simulate(Collective::kAllReduce, "ps_mpi", bytes);
+  ASSERT_TRUE(mpi_beside.ok());
+  EXPECT_LT(mpi_beside->time_us, mpi->time_us);  // half of each push stays on its node
+  // auto weighs Loom's allreduce schedules only, never the servers.
+  StatusOr<CollectiveResult> best = sim.Simulate(Collective::kAllReduce, "auto", bytes);
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->algorithm.find("ps"), std::string::npos) << best->algorithm;
+  // Specs: the servers' NIC class, errors naming the part.
+  StatusOr<ClusterSpec> spec = ParseClusterSpec("4x8:dgx-a100:4x100Gb:servers=3xib-ndr:oversub=2");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->servers, 3);
+  EXPECT_DOUBLE_EQ(spec->server_nic.gbps, 50);
+  EXPECT_DOUBLE_EQ(spec->oversubscription, 2);
+  for (const char* bad :
+       {"2x8:dgx-a100:1x100Gb:servers=0", "2x8:dgx-a100:1x100Gb:servers=2xfoo",
+        "2x8:dgx-a100:1x100Gb:servers=2:servers=3", "2x8:dgx-a100:1x100Gb:oversub=2:oversub=3"}) {
+    StatusOr<ClusterSpec> r = ParseClusterSpec(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace loom::sim
 
