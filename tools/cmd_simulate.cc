@@ -235,7 +235,6 @@ Status Plot(const std::string& kind, const std::string& title,
   } else if (::access("/usr/bin/python3", X_OK) == 0) {
     python = "/usr/bin/python3";
   }
-  // The package beside this executable: build/tools/loom -> build/python/loom.
   std::string path;
   char self[4096];
   const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -243,7 +242,8 @@ Status Plot(const std::string& kind, const std::string& title,
     self[len] = '\0';
     std::string dir = self;
     dir = dir.substr(0, dir.rfind('/'));
-    for (const std::string& candidate : {dir + "/../python", dir + "/.."}) {
+    // build/tools/loom -> build/python; an installed package's loom/bin/loom -> site-packages.
+    for (const std::string& candidate : {dir + "/../python", dir + "/../.."}) {
       if (FileExists(candidate + "/loom/sim.py")) {
         path = candidate;
         break;
