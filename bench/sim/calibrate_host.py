@@ -55,7 +55,13 @@ def median_bench(runs, *args):
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
-def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=1 << 20,
+# What the transport runs that the host model must replay too: over MPI every call starts with
+# the communicator's signature round (an all-to-all of empty, tagged messages) and pipelines in
+# 256 KiB pieces; in-process calls pipeline in 1 MiB pieces (collective/transport_registry.cc).
+TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20}
+
+
+def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=None,
              cache=None):
     """One call on the host model. Posting is folded into the per-message latency (post_us 0).
     cache: (bytes, copy_cached, reduce_cached) or None."""
@@ -63,7 +69,8 @@ def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=1 
     if cache:
         spec += ":cache=%d:copy_cached=%r:reduce_cached=%r" % cache
     return sim.collectives(spec, [size], op=op, algorithm=algo, call_us=call, post_us=0,
-                           chunk_bytes=chunk)[0]["time_us"]
+                           chunk_bytes=chunk or TRANSPORT["chunk"],
+                           mpi_exchange=TRANSPORT["mpi_exchange"])[0]["time_us"]
 
 
 def llc_bytes():
@@ -100,6 +107,8 @@ def main():
     p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
     a = p.parse_args()
     cores = os.cpu_count() or 1
+    if a.transport == "mpi":
+        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10)
     big = 64 << 20
 
     # 1. Calibration. The per-message latency is a waiting thread's (or process's) wake-up: on
