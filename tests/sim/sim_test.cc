@@ -101,6 +101,46 @@ TEST(Engine, PostingCostBoundsSmallCalls) {
   EXPECT_NEAR(b->time_us, 6 * 2 * 5.0, 0.01);
 }
 
+// A host (bench/sim/calibrate_host.py's model): a transfer is a copy by the receiving rank at
+// copy_gbps after the wake-up latency, a reducing receive runs at reduce_gbps, all copies share
+// cores x copy_gbps, and calls that fit the cache run at the cached rates.
+TEST(Engine, HostsCopyOnTheReceiversCoresAndCacheSmallCalls) {
+  SimOptions options;
+  options.engine.post_us = 0;
+  options.chunk_bytes = size_t{1} << 30;  // one piece per message: the closed forms below
+  StatusOr<Simulator> host = Simulator::Create(
+      Machine::Load("host:2:cores=1:copy=5:reduce=2:latency=3:cache=4194304:copy_cached=20:"
+                    "reduce_cached=8")
+          .value(),
+      options);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_TRUE(host->machine().host());
+  const size_t big = 16 << 20, small = 256 << 10;
+  // One 16 MiB message down the 2-rank tree: latency + S / copy (the call does not fit 4 MiB).
+  StatusOr<CollectiveResult> b = host->Simulate(Collective::kBroadcast, "tree", big);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NEAR(b->time_us, 3 + big / 5e3, 0.01 * big / 5e3);
+  // A reduce of the same: the receive reduces, at 2 GB/s.
+  StatusOr<CollectiveResult> r = host->Simulate(Collective::kReduce, "tree", big);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->time_us, 3 + big / 2e3, 0.01 * big / 2e3);
+  // 256 KiB fits: 4x the copy rate.
+  StatusOr<CollectiveResult> c = host->Simulate(Collective::kBroadcast, "tree", small);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NEAR(c->time_us, 3 + small / 20e3, 0.02 * small / 20e3);
+  // Two ranks copying at once on one core share it: the 2-rank ring's allgather moves S/2 each
+  // way at once, as long as one copy of S at 5 GB/s.
+  StatusOr<CollectiveResult> ag = host->Simulate(Collective::kAllGather, "ring", big);
+  ASSERT_TRUE(ag.ok());
+  EXPECT_NEAR(ag->time_us, 3 + big / 5e3 / 2 * 2, 0.02 * big / 5e3);
+  for (const char* bad :
+       {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
+        "host:2:cores=1:copy=-5:reduce=2:latency=1",
+        "host:2:cores=1:copy=5:reduce=2:latency=1:cache=0:copy_cached=1:reduce_cached=1"}) {
+    EXPECT_FALSE(Machine::Load(bad).ok()) << bad;
+  }
+}
+
 // Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
 // over dedicated NVLinks they do not.
 Trace TwoIntoOne(size_t bytes) {
