@@ -30,9 +30,15 @@ ALGOS = ["ring", "tree", "star", "multi_tree"]
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 
 
+ROUNDS = {"rounds": 5}
+
+
 def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None):
+    # Rows of one size run round-robin, ROUNDS times, each reported as its median: what is
+    # compared is timed side by side.
     cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
-           "-e", str(hi), "-f", "4", "-n", str(iters), "-w", str(warmup)]
+           "-e", str(hi), "-f", "4", "-n", str(iters), "-w", str(warmup),
+           "--rounds", str(ROUNDS["rounds"])]
     if chunk:
         cmd += ["--chunk", str(chunk)]
     if transport == "mpi":
@@ -104,9 +110,12 @@ def main():
     p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
     p.add_argument("--loom", default=os.path.join(ROOT, "build", "tools", "loom"))
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="round-robin rounds within each run (loom bench --rounds)")
     p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
     a = p.parse_args()
     cores = os.cpu_count() or 1
+    ROUNDS["rounds"] = a.rounds
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10)
     big = 64 << 20
@@ -119,16 +128,15 @@ def main():
     # On 2 ranks: a 64 MiB broadcast (one copy per piece) and reduce give the copy and reduce
     # bandwidths from memory, 1 MiB ones the bandwidths within the last-level cache.
     timing = {}
-    tree4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["tree"], 4, 4, 200,
-                         20)[("tree", 4)]
-    chain4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["ring"], 4, 4, 200,
-                          20)[("ring", 4)]
+    small4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["tree", "ring"], 4, 4,
+                          2000, 200)
+    tree4, chain4 = small4[("tree", 4)], small4[("ring", 4)]
     latency4 = bisect(lambda x: simulate(4, cores, 10, 10, x, 0, "broadcast", "ring", 4) -
                       simulate(4, cores, 10, 10, x, 0, "broadcast", "tree", 4),
                       max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
     call4 = max(0.0, tree4 - simulate(4, cores, 10, 10, latency4, 0, "broadcast", "tree", 4))
-    tree2 = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 200,
-                         20)[("tree", 4)]
+    tree2 = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 2000,
+                         200)[("tree", 4)]
     latency2 = latency4 * 2 / 4
     call2 = max(0.0, tree2 - simulate(2, cores, 10, 10, latency2, 0, "broadcast", "tree", 4))
     timing = {2: (latency2, call2), 4: (latency4, call4)}
@@ -139,9 +147,10 @@ def main():
     latency2, call2 = timing[2]
     bw = {}
     for size in (big, 1 << 20):
-        cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], size, size, 5,
-                          2)[("tree", size)]
-        rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], size, size, 5,
+        iters = 10 if size == big else 200
+        cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], size, size,
+                          iters, 2)[("tree", size)]
+        rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], size, size, iters,
                           2)[("tree", size)]
         copy = bisect(lambda g: simulate(2, cores, g, 10, latency2, call2, "broadcast", "tree",
                                          size), cp, 0.01, 1000.0, increasing=False)
@@ -163,8 +172,11 @@ def main():
     print("# %5s %10s %11s %12s %12s %8s" % ("ranks", "algorithm", "size", "measured_us",
                                              "simulated_us", "error"))
     for ranks in (2, 4):
-        meas = median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096, big,
-                            10, 3)
+        # Small calls many times (they take microseconds), large ones a few.
+        meas = median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096,
+                            256 << 10, 300, 30)
+        meas.update(median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 1 << 20,
+                                 big, 10, 2))
         sizes = sorted({s for (_, s) in meas})
         pred = {}
         for algo in ALGOS:
