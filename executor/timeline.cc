@@ -3,29 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/json_text.h"
 #include "framework/file_util.h"
 
 namespace loom {
-namespace {
-
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 void Timeline::Add(int rank, Lane lane, const std::string& name, const std::string& detail,
                    Clock::time_point begin, Clock::time_point end) {

@@ -119,12 +119,11 @@ StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
   return sim;
 }
 
-StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
+StatusOr<Trace> Simulator::AroundNodes(size_t bytes, const Trace& middle,
+                                       const std::vector<int>& extra_devices) const {
   const Machine& m = *machine_;
-  LOOM_ENFORCE(kind == Collective::kAllReduce, "hierarchical runs allreduce only, not ",
-               CollectiveName(kind));
-  LOOM_ENFORCE(m.nodes() > 1, "hierarchical needs a cluster (", m.name(), " is one node)");
-  const int per = m.devices_per_node();
+  const int per = m.devices_per_node(), n = m.size();
+  const int extra = static_cast<int>(extra_devices.size());
   CallSpec call;
   call.bytes = bytes;
   call.chunk_bytes = options_.chunk_bytes;
@@ -134,24 +133,40 @@ StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
   LOOM_ASSIGN_OR_RETURN(Trace reduce, Capture(*node_plan_, call));
   call.kind = Collective::kBroadcast;
   LOOM_ASSIGN_OR_RETURN(Trace broadcast, Capture(*node_plan_, call));
-  call.kind = Collective::kAllReduce;
-  call.algorithm = Algorithm::kRing;
-  LOOM_ASSIGN_OR_RETURN(Trace across, Capture(*leaders_plan_, call));
   Trace out;
-  out.ranks.resize(m.size());
-  out.handles.assign(m.size(), 0);
-  std::vector<int> members(per), leaders(m.nodes());
+  out.ranks.resize(n + extra);
+  out.handles.assign(n + extra, 0);
+  if (extra > 0) {
+    for (int r = 0; r < n; ++r) out.device.push_back(r);
+    out.device.insert(out.device.end(), extra_devices.begin(), extra_devices.end());
+  }
+  std::vector<int> members(per), middle_members;
   for (int k = 0; k < m.nodes(); ++k) {
     for (int d = 0; d < per; ++d) members[d] = k * per + d;
     if (per > 1) LOOM_RETURN_IF_ERROR(Append(out, reduce, members));
-    leaders[k] = k * per;
+    middle_members.push_back(k * per);
   }
-  LOOM_RETURN_IF_ERROR(Append(out, across, leaders));
+  for (int e = 0; e < extra; ++e) middle_members.push_back(n + e);
+  LOOM_RETURN_IF_ERROR(Append(out, middle, middle_members));
   for (int k = 0; k < m.nodes() && per > 1; ++k) {
     for (int d = 0; d < per; ++d) members[d] = k * per + d;
     LOOM_RETURN_IF_ERROR(Append(out, broadcast, members));
   }
   return out;
+}
+
+StatusOr<Trace> Simulator::Hierarchical(Collective kind, size_t bytes) const {
+  const Machine& m = *machine_;
+  LOOM_ENFORCE(kind == Collective::kAllReduce, "hierarchical runs allreduce only, not ",
+               CollectiveName(kind));
+  LOOM_ENFORCE(m.nodes() > 1, "hierarchical needs a cluster (", m.name(), " is one node)");
+  CallSpec call;
+  call.kind = Collective::kAllReduce;
+  call.bytes = bytes;
+  call.chunk_bytes = options_.chunk_bytes;
+  call.algorithm = Algorithm::kRing;
+  LOOM_ASSIGN_OR_RETURN(Trace across, Capture(*leaders_plan_, call));
+  return AroundNodes(bytes, across, {});
 }
 
 std::vector<int> Simulator::ChannelOrder(int c) const {
@@ -385,39 +400,10 @@ StatusOr<Trace> Simulator::ParameterServersMpi(Collective kind, size_t bytes) co
   LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
   // Each node's workers are one MPI client: a tree reduce to the node's first device (the
   // client's rank 0), which pushes and pulls for the client, then a tree broadcast back.
-  const int per = m.devices_per_node(), n = m.size();
-  const std::vector<int> server_devices = ServerDevices();
-  const int servers = static_cast<int>(server_devices.size());
-  CallSpec call;
-  call.bytes = bytes;
-  call.chunk_bytes = options_.chunk_bytes;
-  call.root = 0;
-  call.algorithm = Algorithm::kTree;
-  call.kind = Collective::kReduce;
-  LOOM_ASSIGN_OR_RETURN(Trace reduce, Capture(*node_plan_, call));
-  call.kind = Collective::kBroadcast;
-  LOOM_ASSIGN_OR_RETURN(Trace broadcast, Capture(*node_plan_, call));
   std::vector<int> leaders(m.nodes());
-  for (int k = 0; k < m.nodes(); ++k) leaders[k] = k * per;
-  const Trace push_pull = PushPull(leaders, server_devices, bytes);
-  Trace out;
-  out.ranks.resize(n + servers);
-  out.handles.assign(n + servers, 0);
-  for (int r = 0; r < n; ++r) out.device.push_back(r);
-  out.device.insert(out.device.end(), server_devices.begin(), server_devices.end());
-  std::vector<int> members(per);
-  for (int k = 0; k < m.nodes() && per > 1; ++k) {
-    for (int d = 0; d < per; ++d) members[d] = k * per + d;
-    LOOM_RETURN_IF_ERROR(Append(out, reduce, members));
-  }
-  std::vector<int> ps_members = leaders;
-  for (int s = 0; s < servers; ++s) ps_members.push_back(n + s);
-  LOOM_RETURN_IF_ERROR(Append(out, push_pull, ps_members));
-  for (int k = 0; k < m.nodes() && per > 1; ++k) {
-    for (int d = 0; d < per; ++d) members[d] = k * per + d;
-    LOOM_RETURN_IF_ERROR(Append(out, broadcast, members));
-  }
-  return out;
+  for (int k = 0; k < m.nodes(); ++k) leaders[k] = k * m.devices_per_node();
+  const std::vector<int> servers = ServerDevices();
+  return AroundNodes(bytes, PushPull(leaders, servers, bytes), servers);
 }
 
 StatusOr<Trace> Simulator::Exchange(Collective kind, size_t bytes) const {

@@ -105,6 +105,11 @@ class Simulator {
  private:
   Simulator() = default;
   StatusOr<Trace> Hierarchical(collective::Collective kind, size_t bytes) const;
+  // A node-local tree reduce to each node's first device, `middle` among those devices (its
+  // ranks: the nodes' first devices in node order, then ranks on `extra_devices`), and a
+  // node-local tree broadcast back: the hierarchical allreduce, and MPI clients of servers.
+  StatusOr<Trace> AroundNodes(size_t bytes, const Trace& middle,
+                              const std::vector<int>& extra_devices) const;
   StatusOr<Trace> NcclRing(collective::Collective kind, size_t bytes, int root) const;
   StatusOr<Trace> NcclTree(collective::Collective kind, size_t bytes) const;
   StatusOr<Trace> ParameterServers(collective::Collective kind, size_t bytes) const;

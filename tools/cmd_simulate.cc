@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/json_text.h"
 #include "collective/types.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
@@ -183,22 +184,7 @@ struct PlotSeries {
   std::vector<std::pair<double, double>> points;
 };
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string JsonString(const std::string& text) { return "\"" + JsonEscape(text) + "\""; }
 
 // Draws `series` into `out` (PNG) through loom.sim's plot helper: the points go to a JSON file
 // that `PYTHON -m loom.sim plot-json JSON OUT` reads. PYTHON is $LOOM_PYTHON, else Debian's
