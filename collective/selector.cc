@@ -37,10 +37,6 @@ LinkBound TreesBound(const Topology& t, const std::vector<Tree>& trees) {
 // Microseconds to move `bytes` at `gbps` GB/s.
 double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 
-}  // namespace
-
-namespace {
-
 std::mutex& FactoryMutex() {
   static std::mutex mu;
   return mu;

@@ -87,6 +87,20 @@ double BusFactor(Collective kind, int n) {
 }
 
 StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options) {
+  return Build(std::move(machine), options, nullptr);
+}
+
+StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
+                                       const SimOptions& options) {
+  LOOM_ENFORCE(machine.nodes() == 1, "a communicator's plan is for one machine, not a cluster of ",
+               machine.nodes(), " nodes");
+  LOOM_ENFORCE(plan.topology.size() == machine.size(), "a plan for ", plan.topology.size(),
+               " ranks on a machine of ", machine.size());
+  return Build(std::move(machine), options, &plan);
+}
+
+StatusOr<Simulator> Simulator::Build(Machine machine, const SimOptions& options,
+                                     const CommPlan* given) {
   LOOM_ENFORCE(options.chunk_bytes >= 1, "the pipeline chunk must be at least one byte");
   LOOM_ENFORCE(options.nccl_ll128_efficiency > 0 && options.nccl_ll128_efficiency <= 1,
                "NCCL's low-latency protocol efficiency must lie in (0, 1], got ",
@@ -98,6 +112,10 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
   sim.options_ = options;
   sim.machine_ = std::make_shared<const Machine>(std::move(machine));
   const Machine& m = *sim.machine_;
+  if (given != nullptr) {
+    sim.node_plan_ = sim.plan_ = std::make_shared<const CommPlan>(*given);
+    return sim;
+  }
   LOOM_ASSIGN_OR_RETURN(sim.node_plan_, CommPlan::Create(m.node_topology()));
   if (m.nodes() == 1) {
     sim.plan_ = sim.node_plan_;
@@ -105,17 +123,6 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
     sim.plan_ = ClusterPlan(m.nodes(), sim.node_plan_->ring_order, m.size() <= kMaxMultiTreeRanks);
     sim.leaders_plan_ = ClusterPlan(m.nodes(), {0}, false);
   }
-  return sim;
-}
-
-StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
-                                       const SimOptions& options) {
-  LOOM_ENFORCE(machine.nodes() == 1, "a communicator's plan is for one machine, not a cluster of ",
-               machine.nodes(), " nodes");
-  LOOM_ENFORCE(plan.topology.size() == machine.size(), "a plan for ", plan.topology.size(),
-               " ranks on a machine of ", machine.size());
-  LOOM_ASSIGN_OR_RETURN(Simulator sim, Create(std::move(machine), options));
-  sim.node_plan_ = sim.plan_ = std::make_shared<const CommPlan>(plan);
   return sim;
 }
 
@@ -529,10 +536,12 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     // The protocol's flags and synchronisation: its data crosses the links at its share of
     // their rate, as if that many more bytes moved.
     const auto [protocol, efficiency] = NcclProtocol(options_, bytes);
-    for (std::vector<TraceOp>& ops : trace.ranks) {
-      for (TraceOp& op : ops) {
-        if (op.kind <= TraceOp::kRecvReduce)
-          op.bytes = static_cast<uint64_t>(std::llround(op.bytes / efficiency));
+    if (efficiency < 1) {
+      for (std::vector<TraceOp>& ops : trace.ranks) {
+        for (TraceOp& op : ops) {
+          if (op.kind <= TraceOp::kRecvReduce)
+            op.bytes = static_cast<uint64_t>(std::llround(op.bytes / efficiency));
+        }
       }
     }
     trace.start_us = options_.nccl_launch_us;

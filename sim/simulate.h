@@ -104,6 +104,9 @@ class Simulator {
 
  private:
   Simulator() = default;
+  // Create and ForPlan: `given` null plans the machine as the communicator would.
+  static StatusOr<Simulator> Build(Machine machine, const SimOptions& options,
+                                   const collective::CommPlan* given);
   StatusOr<Trace> Hierarchical(collective::Collective kind, size_t bytes) const;
   // A node-local tree reduce to each node's first device, `middle` among those devices (its
   // ranks: the nodes' first devices in node order, then ranks on `extra_devices`), and a

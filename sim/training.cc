@@ -324,10 +324,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
-
-namespace {
-
 // An op as a step ran it: its name (type), outputs, and when it began and ended (µs).
 struct TimedOp {
   std::string name;
