@@ -91,10 +91,11 @@ class Schedule {
     return std::max<size_t>(1, options_->pipeline_chunk_bytes / elem);
   }
 
-  // Zeroed scratch of `bytes` bytes in the memory call buffers live in (the transport's, e.g. a
-  // GPU's), living as long as this Schedule.
+  // Scratch of `bytes` bytes in the memory call buffers live in (the transport's, e.g. a GPU's),
+  // living as long as this Schedule: uninitialized (a buffer of an earlier call, reused:
+  // Transport::ScratchBuffer), so a schedule writes it before it reads it.
   StatusOr<void*> Scratch(size_t bytes) {
-    std::shared_ptr<void> buffer = transport_->AllocateBuffer(bytes);
+    std::shared_ptr<void> buffer = transport_->ScratchBuffer(bytes);
     if (buffer == nullptr) {
       return Internal("could not allocate ", bytes, " bytes of scratch memory on the ",
                       transport_->name(), " transport");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace loom::collective {
@@ -65,6 +66,59 @@ std::shared_ptr<void> AllocateHostBuffer(size_t bytes) {
 }
 
 std::shared_ptr<void> Transport::AllocateBuffer(size_t bytes) { return AllocateHostBuffer(bytes); }
+
+struct Transport::ScratchPool {
+  std::mutex mu;
+  std::vector<std::pair<size_t, std::shared_ptr<void>>> idle;  // (bytes, buffer)
+  size_t idle_bytes = 0;
+};
+
+std::shared_ptr<Transport::ScratchPool> Transport::NewScratchPool() {
+  return std::make_shared<ScratchPool>();
+}
+
+std::shared_ptr<void> Transport::ScratchBuffer(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  std::shared_ptr<void> buffer;
+  size_t capacity = 0;
+  {
+    std::lock_guard<std::mutex> lock(scratch_pool_->mu);
+    auto& idle = scratch_pool_->idle;
+    auto best = idle.end();
+    for (auto it = idle.begin(); it != idle.end(); ++it) {
+      if (it->first >= bytes && (best == idle.end() || it->first < best->first)) best = it;
+    }
+    if (best != idle.end()) {
+      capacity = best->first;
+      buffer = std::move(best->second);
+      scratch_pool_->idle_bytes -= capacity;
+      idle.erase(best);
+    }
+  }
+  if (buffer == nullptr) {
+    buffer = AllocateBuffer(bytes);
+    if (buffer == nullptr) return nullptr;
+    capacity = bytes;
+  }
+  void* data = buffer.get();
+  std::weak_ptr<ScratchPool> home = scratch_pool_;
+  return std::shared_ptr<void>(data, [home, buffer, capacity](void*) mutable {
+    std::shared_ptr<ScratchPool> pool = home.lock();
+    if (pool == nullptr || capacity > kIdleScratchBytes) return;  // freed with the capture
+    std::vector<std::shared_ptr<void>> evicted;  // freed outside the lock
+    std::lock_guard<std::mutex> lock(pool->mu);
+    pool->idle.emplace_back(capacity, std::move(buffer));
+    pool->idle_bytes += capacity;
+    // Keep the largest: they serve every smaller request.
+    std::sort(pool->idle.begin(), pool->idle.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    while (pool->idle.size() > kIdleScratchBuffers || pool->idle_bytes > kIdleScratchBytes) {
+      pool->idle_bytes -= pool->idle.back().first;
+      evicted.push_back(std::move(pool->idle.back().second));
+      pool->idle.pop_back();
+    }
+  });
+}
 
 Status Transport::RunNative(const NativeCollective& call, Deadline deadline) {
   return Unimplemented("the ", name(), " transport has no native collectives");

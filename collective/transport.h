@@ -130,6 +130,15 @@ class Transport {
   virtual Status Copy(void* dst, const void* src, size_t bytes);
   virtual Status Finalize(const Reduction& reduction, void* buf, size_t count, int nranks);
   virtual std::shared_ptr<void> AllocateBuffer(size_t bytes);
+  // Scratch for the schedules (Schedule::Scratch): AllocateBuffer's memory, handed back to this
+  // transport when its last reference goes and reused by a later request it fits, so that a
+  // collective with a work buffer (reduce-scatter, a non-root's reduce) does not allocate and
+  // fault in a fresh one every call. At most kIdleScratchBuffers buffers and
+  // kIdleScratchBytes bytes wait idle per transport (the largest that fit). Reused memory is
+  // not zeroed. Thread-safe; a buffer may outlive the transport.
+  std::shared_ptr<void> ScratchBuffer(size_t bytes);
+  static constexpr size_t kIdleScratchBuffers = 2;
+  static constexpr size_t kIdleScratchBytes = size_t{256} << 20;
 
   // Ends the group's communication at once because a rank failed: every pending and later
   // send, receive and native collective of every rank of the group fails with `cause` (an
@@ -150,6 +159,11 @@ class Transport {
   // device memory, touched only through the transport). Small calls then travel inside the
   // signature exchange (communicator.cc).
   virtual bool host_buffers() const { return true; }
+
+ private:
+  struct ScratchPool;
+  static std::shared_ptr<ScratchPool> NewScratchPool();
+  std::shared_ptr<ScratchPool> scratch_pool_ = NewScratchPool();
 };
 
 }  // namespace loom::collective

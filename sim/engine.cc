@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
 #include <queue>
 #include <unordered_map>
 
@@ -85,7 +86,19 @@ class Engine {
     clock_.assign(n, options.call_us + trace.start_us);
     blocked_.assign(n, -1);
     done_.resize(n);
-    for (int r = 0; r < n; ++r) done_[r].assign(trace.handles[r], -1);
+    // A host's local copies are transfers of a rank to itself (they share the cores and the
+    // memory with every other copy): each gets a handle past the trace's own.
+    local_copies_ = machine.host() && options.copy_gbps == 0;
+    cores_busy_.resize(machine.host() ? machine.host_core_count() : 0);
+    next_local_.assign(n, 0);
+    for (int r = 0; r < n; ++r) {
+      size_t copies = 0;
+      if (local_copies_) {
+        for (const TraceOp& op : trace.ranks[r]) copies += op.kind == TraceOp::kCopy;
+      }
+      done_[r].assign(trace.handles[r] + copies, -1);
+      next_local_[r] = trace.handles[r];
+    }
   }
 
   StatusOr<Replay> Go() {
@@ -153,6 +166,21 @@ class Engine {
           break;
         }
         case TraceOp::kCopy:
+          if (local_copies_ && op.bytes > 0) {
+            const int handle = next_local_[r]++;
+            Flow f;
+            f.src = f.dst = r;
+            f.src_handle = f.dst_handle = handle;
+            f.bytes = static_cast<double>(op.bytes);
+            const int device = trace_.device_of(r);
+            Route route = RouteFor(device, device, false);
+            route.latency_us = 0;
+            f.cls = ClassFor(r, r, route, -1, false);
+            flows_.push_back(f);
+            events_.push(Event{clock_[r], 0, static_cast<int>(flows_.size()) - 1, 0});
+            blocked_[r] = handle;
+            return Status::OK();
+          }
           if (options_.copy_gbps > 0) clock_[r] += op.bytes / (options_.copy_gbps * 1e3);
           break;
         case TraceOp::kFinalize:
@@ -185,16 +213,39 @@ class Engine {
     Flow f;
     f.src = src;
     f.src_handle = s.handle;
+    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce);
+    const double ready = WakeUp(std::max(s.time, v.time), route.latency_us);
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
-    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce);
     flows_.push_back(f);
-    events_.push(Event{std::max(s.time, v.time) + route.latency_us, 0,
-                       static_cast<int>(flows_.size()) - 1, 0});
+    events_.push(Event{ready, 0, static_cast<int>(flows_.size()) - 1, 0});
     return Status::OK();
+  }
+
+  // When a transfer whose two sides are posted at `posted` can start. On a host the latency is
+  // a waiting rank's wake-up, which needs a core for that long: wake-ups beyond the core count
+  // queue (the earliest gap of `latency` on any core at or after `posted`), so steps in which
+  // every rank waits cost more than a chain where one does. Elsewhere: posted + latency.
+  double WakeUp(double posted, double latency) {
+    if (cores_busy_.empty() || latency <= 0) return posted + latency;
+    double best = kInf;
+    size_t best_core = 0;
+    for (size_t c = 0; c < cores_busy_.size(); ++c) {
+      const std::map<double, double>& busy = cores_busy_[c];  // start -> end
+      double at = posted;
+      auto it = busy.upper_bound(at);
+      if (it != busy.begin() && std::prev(it)->second > at) at = std::prev(it)->second;
+      for (; it != busy.end() && it->first < at + latency; ++it) at = std::max(at, it->second);
+      if (at < best) {
+        best = at;
+        best_core = c;
+      }
+    }
+    cores_busy_[best_core].emplace(best, best + latency);
+    return best + latency;
   }
 
   // Transfers between the same two trace ranks (same route, same reducer) form one class.
@@ -330,6 +381,9 @@ class Engine {
   std::vector<int> count_;               // active flows per resource
   std::vector<std::vector<int>> users_;  // classes per resource
   std::vector<double> busy_;             // microseconds of work per resource
+  bool local_copies_ = false;
+  std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
+  std::vector<int> next_local_;  // per rank: the handle of its next local copy
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> blocked_;

@@ -14,6 +14,11 @@
 //    on a shared resource. A receive that reduces also crosses the receiver's reduction engine
 //    (reduce_gbps) so that reductions overlap the transfers that feed them, as Loom's receive-
 //    and-reduce does.
+//  - On a host (Machine::host) the route's latency is a waiting rank's wake-up and takes one of
+//    the host's cores for that long: wake-ups beyond the core count queue for a core.
+//  - On a host (Machine::host) with no copy_gbps given, a rank's local copy is a transfer to
+//    itself through its own CPU and the shared cores, so that copies running at once share the
+//    memory's rate as transfers do.
 //  - Every resource accumulates its work (each transfer's bytes at the rate that kind of
 //    transfer runs on it alone); the busiest is reported as the bottleneck.
 // A trace whose ranks wait for messages nobody sends ends in an error naming the rank, the

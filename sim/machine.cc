@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -268,70 +270,177 @@ StatusOr<Machine> Machine::Preset(const std::string& name) {
 
 StatusOr<Machine> Machine::Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
                                 double latency_us) {
-  LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && copy_gbps > 0 &&
-                   reduce_gbps > 0 && latency_us >= 0 && std::isfinite(copy_gbps) &&
-                   std::isfinite(reduce_gbps) && std::isfinite(latency_us),
-               "host of ", ranks, " ranks, ", cores, " cores, copy ", copy_gbps, " GB/s, reduce ",
-               reduce_gbps, " GB/s, latency ", latency_us, " us: every value must be positive");
+  return Host(ranks, cores, latency_us, {HostRates{0, copy_gbps, reduce_gbps, 0, 0}});
+}
+
+namespace {
+
+// One level's rates at working set `ws` between levels lo and hi (geometric interpolation).
+HostRates Between(const HostRates& lo, const HostRates& hi, double ws) {
+  const double t = std::clamp(
+      std::log(ws / lo.working_set) / std::log(hi.working_set / lo.working_set), 0.0, 1.0);
+  auto mix = [t](double a, double b) {
+    return a > 0 && b > 0 ? std::exp((1 - t) * std::log(a) + t * std::log(b)) : 0.0;
+  };
+  return HostRates{ws, mix(lo.copy, hi.copy), mix(lo.reduce, hi.reduce),
+                   mix(lo.mem_copy, hi.mem_copy), mix(lo.mem_reduce, hi.mem_reduce)};
+}
+
+// "4194304", "64K", "4M", "1G" (binary units) into bytes; false if it is not one.
+bool ParseLevelBytes(const std::string& text, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0) || !std::isfinite(v)) return false;
+  const std::string unit = end;
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1024.0 * 1024
+                                                   : unit == "G" ? 1024.0 * 1024 * 1024 : 0;
+  *out = v * scale;
+  return scale > 0;
+}
+
+}  // namespace
+
+StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
+                                std::vector<HostRates> levels) {
+  LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && latency_us >= 0 &&
+                   std::isfinite(latency_us) && !levels.empty(),
+               "host of ", ranks, " ranks, ", cores, " cores, latency ", latency_us, " us, ",
+               levels.size(), " rate levels: ranks and cores 1-4096, latency not negative, at "
+               "least one level");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const HostRates& l = levels[i];
+    LOOM_ENFORCE(l.copy > 0 && l.reduce > 0 && l.mem_copy >= 0 && l.mem_reduce >= 0 &&
+                     std::isfinite(l.copy) && std::isfinite(l.reduce) &&
+                     std::isfinite(l.mem_copy) && std::isfinite(l.mem_reduce),
+                 "host rate level ", i, ": copy ", l.copy, " GB/s, reduce ", l.reduce,
+                 " GB/s, mem ", l.mem_copy, " / ", l.mem_reduce,
+                 " GB/s: copy and reduce must be positive, mem not negative");
+    if (levels.size() > 1) {
+      LOOM_ENFORCE(l.working_set > 0 && std::isfinite(l.working_set) &&
+                       (i == 0 || l.working_set > levels[i - 1].working_set),
+                   "host rate level ", i, ": working set ", l.working_set,
+                   " bytes: levels need positive working sets in increasing order");
+    }
+  }
+  const HostRates& rates = levels.front();
   Machine m;
-  m.name_ = StrCat("host:", ranks, ":cores=", cores, ":copy=", copy_gbps, ":reduce=", reduce_gbps,
-                   ":latency=", latency_us);
+  m.name_ = StrCat("host:", ranks, ":cores=", cores, ":copy=", rates.copy, ":reduce=",
+                   rates.reduce, ":latency=", latency_us);
   m.per_node_ = ranks;
   m.node_topology_ = std::make_shared<Topology>(Topology::Uniform(ranks, 1));
-  m.pair_link_.assign(size_t(ranks) * ranks, -1);
-  m.pair_latency_.assign(size_t(ranks) * ranks, latency_us);
   for (int r = 0; r < ranks; ++r) {
     // A transfer is copied by the receiving rank's thread; port_out_ is unused on hosts.
-    m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".cpu"), copy_gbps));
-    m.resources_.back().reduce_gbps = reduce_gbps;
+    m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".cpu"), rates.copy));
+    m.resources_.back().reduce_gbps = rates.reduce;
     m.port_out_.push_back(-1);
   }
-  m.host_cores_ = m.AddResource("host.cores", cores * copy_gbps);
-  m.resources_.back().reduce_gbps = cores * reduce_gbps;
-  m.host_reduce_gbps_ = reduce_gbps;
+  // Everything the ranks copy or reduce at once shares the cores and the memory behind them.
+  // (At least one rank's rate: what all give together is never below what one gets alone.)
+  m.host_cores_ = m.AddResource(
+      "host.cores", rates.mem_copy > 0 ? std::max(rates.mem_copy, rates.copy) : cores * rates.copy);
+  m.resources_.back().reduce_gbps = rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce)
+                                                         : cores * rates.reduce;
+  m.host_core_count_ = cores;
+  m.host_latency_us_ = latency_us;
   m.node_resources_ = static_cast<int>(m.resources_.size());
+  if (levels.size() > 1) {
+    m.host_at_lo_ = static_cast<int>(std::floor(std::log2(levels.front().working_set)));
+    const int hi = static_cast<int>(std::ceil(std::log2(levels.back().working_set)));
+    size_t next = 0;
+    for (int k = m.host_at_lo_; k <= hi; ++k) {
+      const double ws = std::ldexp(1.0, k);
+      while (next + 1 < levels.size() && levels[next + 1].working_set <= ws) ++next;
+      const HostRates at = next + 1 < levels.size() ? Between(levels[next], levels[next + 1], ws)
+                                                    : levels.back();
+      LOOM_ASSIGN_OR_RETURN(Machine one, Host(ranks, cores, latency_us, {at}));
+      m.host_at_.push_back(std::make_shared<const Machine>(std::move(one)));
+    }
+  }
+  m.host_levels_ = std::move(levels);
   return m;
 }
 
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   const std::vector<std::string> parts = Split(spec, ':');
-  auto bad = [&] {
-    return InvalidArgument("host '", spec,
-                           "' is not host:N:cores=C:copy=GBPS:reduce=GBPS:latency=US"
-                           "[:cache=BYTES:copy_cached=GBPS:reduce_cached=GBPS]");
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("host '", spec, "': ", why,
+                           " (host:N:cores=C:latency=US:copy=GBPS:reduce=GBPS[:mem=GBPS]"
+                           "[:mem_reduce=GBPS], or host:N:cores=C:latency=US:levels=WS/COPY/"
+                           "REDUCE[/MEM/MEM_REDUCE],...)");
   };
-  if ((parts.size() != 6 && parts.size() != 9) || parts[0] != "host") return bad();
+  if (parts.size() < 3 || parts[0] != "host") return bad("not a host spec");
   char* end = nullptr;
   const long ranks = std::strtol(parts[1].c_str(), &end, 10);
-  if (*end != '\0' || ranks < 1) return bad();
-  double values[7] = {0, 0, 0, 0, 0, 0, 0};
-  const char* keys[] = {
-      "cores=", "copy=", "reduce=", "latency=", "cache=", "copy_cached=", "reduce_cached="};
-  for (size_t i = 0; i + 2 < parts.size(); ++i) {
-    if (parts[i + 2].rfind(keys[i], 0) != 0) return bad();
-    const char* text = parts[i + 2].c_str() + std::strlen(keys[i]);
-    values[i] = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !std::isfinite(values[i])) return bad();
+  if (parts[1].empty() || *end != '\0' || ranks < 1 || ranks > 4096) {
+    return bad("rank count '" + parts[1] + "' is not 1-4096");
   }
-  if (values[0] != std::floor(values[0])) return bad();
-  LOOM_ASSIGN_OR_RETURN(Machine m, Host(static_cast<int>(ranks), static_cast<int>(values[0]),
-                                        values[1], values[2], values[3]));
-  if (parts.size() == 9) {
-    LOOM_ENFORCE(values[4] > 0, "host '", spec, "': cache must be positive");
-    LOOM_ASSIGN_OR_RETURN(Machine cached, Host(static_cast<int>(ranks), static_cast<int>(values[0]),
-                                               values[5], values[6], values[3]));
-    m.host_cache_bytes_ = values[4];
-    m.host_cached_ = std::make_shared<const Machine>(std::move(cached));
-    m.name_ = spec;
+  auto number = [](const std::string& text, double* out) {
+    char* e = nullptr;
+    *out = std::strtod(text.c_str(), &e);
+    return !text.empty() && *e == '\0' && std::isfinite(*out);
+  };
+  std::map<std::string, std::string> keys;
+  for (size_t i = 2; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
+    const std::string key = parts[i].substr(0, eq);
+    static const std::set<std::string> known = {"cores", "latency", "copy", "reduce",
+                                                "mem",   "mem_reduce", "levels"};
+    if (known.count(key) == 0) return bad("unknown key '" + key + "'");
+    if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
+  double cores = 0, latency = 0;
+  if (!keys.count("cores") || !number(keys["cores"], &cores) || cores < 1 ||
+      cores != std::floor(cores) || cores > 4096) {
+    return bad("cores must be a whole number 1-4096");
+  }
+  if (!keys.count("latency") || !number(keys["latency"], &latency) || latency < 0) {
+    return bad("latency must be a number of microseconds, not negative");
+  }
+  std::vector<HostRates> levels;
+  if (keys.count("levels")) {
+    if (keys.count("copy") || keys.count("reduce") || keys.count("mem") ||
+        keys.count("mem_reduce")) {
+      return bad("levels carry the rates: no copy, reduce, mem or mem_reduce beside them");
+    }
+    for (const std::string& level : Split(keys["levels"], ',')) {
+      const std::vector<std::string> f = Split(level, '/');
+      HostRates l;
+      if ((f.size() != 3 && f.size() != 5) || !ParseLevelBytes(f[0], &l.working_set) ||
+          !number(f[1], &l.copy) || !number(f[2], &l.reduce) ||
+          (f.size() == 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce)))) {
+        return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE]");
+      }
+      levels.push_back(l);
+    }
+  } else {
+    HostRates l;
+    if (!keys.count("copy") || !keys.count("reduce") || !number(keys["copy"], &l.copy) ||
+        !number(keys["reduce"], &l.reduce)) {
+      return bad("copy and reduce (GB/s) are required");
+    }
+    if (keys.count("mem") && !number(keys["mem"], &l.mem_copy)) return bad("mem is not a number");
+    if (keys.count("mem_reduce") && !number(keys["mem_reduce"], &l.mem_reduce)) {
+      return bad("mem_reduce is not a number");
+    }
+    levels.push_back(l);
+  }
+  StatusOr<Machine> m = Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels);
+  if (!m.ok()) return bad(m.status().message());
+  m->name_ = spec;
   return m;
 }
 
 const Machine& Machine::ForCall(size_t bytes) const {
-  if (host_cached_ == nullptr) return *this;
+  if (host_at_.empty()) return *this;
   // Every rank's send and receive buffer.
-  const double working_set = 2.0 * static_cast<double>(bytes) * size();
-  return working_set <= host_cache_bytes_ ? *host_cached_ : *this;
+  const double working_set = std::max(1.0, 2.0 * static_cast<double>(bytes) * size());
+  const int k = static_cast<int>(std::lround(std::log2(working_set))) - host_at_lo_;
+  return *host_at_[std::clamp(k, 0, static_cast<int>(host_at_.size()) - 1)];
+}
+
+double Machine::host_copy_gbps() const {
+  return host_cores_ >= 0 ? resources_[port_in_[0]].gbps : 0;
 }
 
 StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
@@ -412,11 +521,7 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   if (n == size()) return *this;
   LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
                "): give a node count instead");
-  if (host_cores_ >= 0) {
-    const double copy = resources_[port_in_[0]].gbps;
-    return Host(n, static_cast<int>(std::lround(resources_[host_cores_].gbps / copy)), copy,
-                host_reduce_gbps_, pair_latency_[1]);
-  }
+  if (host_cores_ >= 0) return Host(n, host_core_count_, host_latency_us_, host_levels_);
   Machine m;
   if (nvswitch_) {
     m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1],
@@ -446,12 +551,13 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
 
 Route Machine::NodeRoute(int a, int b, bool reduce) const {
   Route r;
-  const size_t pair = size_t(a) * per_node_ + b;
-  r.latency_us = pair_latency_[pair];
   if (host_cores_ >= 0) {
+    r.latency_us = host_latency_us_;
     r.resources = {port_in_[b], host_cores_};
     return r;
   }
+  const size_t pair = size_t(a) * per_node_ + b;
+  r.latency_us = pair_latency_[pair];
   if (pair_link_[pair] >= 0) {
     r.resources.push_back(pair_link_[pair]);
   } else {

@@ -70,6 +70,17 @@ struct ClusterSpec {
 // machine's device count; the servers' NIC defaults to the nodes' NIC class.
 StatusOr<ClusterSpec> ParseClusterSpec(const std::string& text);
 
+// A host's payload rates (GB/s) at one working set.
+struct HostRates {
+  double working_set = 0;  // bytes (Machine::Host's levels; ignored for a single level)
+  double copy = 0;         // one rank copying alone
+  double reduce = 0;       // one rank reducing alone (reads two operands, writes one)
+  // Every rank at once, all together: what the memory system gives concurrent copies and
+  // reductions (0: cores x copy / reduce, one stream per core).
+  double mem_copy = 0;
+  double mem_reduce = 0;
+};
+
 class Machine {
  public:
   // A machine preset (MachinePresetNames) or one of Topology's presets.
@@ -87,17 +98,26 @@ class Machine {
   // in-process or over MPI, calibrated by bench/sim/calibrate_host.py.
   static StatusOr<Machine> Host(int ranks, int cores, double copy_gbps, double reduce_gbps,
                                 double latency_us);
-  // "host:N:cores=C:copy=G:reduce=G:latency=US[:cache=BYTES:copy_cached=G:reduce_cached=G]":
-  // the first five keys required; with the cache keys, calls whose buffers (every rank's send
-  // and receive buffer) fit in `cache` bytes run at the cached bandwidths (CachedVariant).
+  // The same with rates that depend on how much memory a call touches: `levels` in increasing
+  // working set (every rank's send and receive buffer, 2 x bytes x ranks), each with its own
+  // rates; a call between two levels runs at rates interpolated geometrically in its working
+  // set (rounded to a power of two), beyond the ends at the nearest level's.
+  static StatusOr<Machine> Host(int ranks, int cores, double latency_us,
+                                std::vector<HostRates> levels);
+  // "host:N:cores=C:latency=US:copy=G:reduce=G[:mem=G][:mem_reduce=G]" (keys in any order) or
+  // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
+  // an optional K, M or G).
   static StatusOr<Machine> ParseHost(const std::string& spec);
-  // A host with a cache: the machine its calls of `bytes` per rank run on (itself when they do
-  // not fit, or it has no cache).
+  // A host with levels: the machine its calls of `bytes` per rank run on (itself otherwise).
   const Machine& ForCall(size_t bytes) const;
+  // A host's one-rank copy rate (GB/s): what a rank's local copy of its own buffers costs.
+  double host_copy_gbps() const;
   // A preset or topology file name (Preset, else Topology::FromFile), a host spec or a cluster
   // spec.
   static StatusOr<Machine> Load(const std::string& name_or_spec);
   bool host() const { return host_cores_ >= 0; }
+  // A host's CPU cores (0 for other machines).
+  int host_core_count() const { return host_core_count_; }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }
@@ -135,9 +155,12 @@ class Machine {
   std::shared_ptr<const collective::Topology> node_topology_;
   bool nvswitch_ = false;
   int host_cores_ = -1;  // host machines: the shared cores resource
-  double host_cache_bytes_ = 0;
-  double host_reduce_gbps_ = 0;
-  std::shared_ptr<const Machine> host_cached_;  // the same host at its cached bandwidths
+  int host_core_count_ = 0;
+  double host_latency_us_ = 0;
+  std::vector<HostRates> host_levels_;
+  // Hosts with several levels: the machine at working set 2^(host_at_lo_ + i).
+  std::vector<std::shared_ptr<const Machine>> host_at_;
+  int host_at_lo_ = 0;
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;

@@ -555,7 +555,8 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     LOOM_RETURN_IF_ERROR(Append(call, trace, everyone));
     trace = std::move(call);
   }
-  // A host with a cache runs calls that fit in it at its cached bandwidths.
+  // A host runs each call at the rates of the memory it touches (its ranks' local copies, a
+  // root's copy of its own buffer, are transfers there: engine.h).
   const Machine& on = machine_->ForCall(
       kind == Collective::kAllGather || kind == Collective::kReduceScatter ? bytes / n : bytes);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));

@@ -1,15 +1,22 @@
 #!/usr/bin/python3
 """Checks the simulator against this machine (docs/SIMULATOR.md, "Against this machine").
 
-1. Calibration: three one-message primitives measured with `loom bench collective` on 2 ranks
-   (a 4-byte broadcast, a 64 MiB broadcast, a 64 MiB reduce, tree schedule: one transfer per
-   pipeline piece) give the host model's latency, copy and reduce bandwidths, each fitted so
-   that the simulator replays that primitive in the measured time (bisection on the
-   simulator itself). The core count is the machine's.
+1. Calibration, from primitives measured with `loom bench collective` (never the allreduces
+   predicted below), each parameter fitted so that the simulator replays its primitive in the
+   measured time (bisection on the simulator itself):
+   - per rank count, the call's fixed cost and the per-message latency: a 1-rank call (no
+     message) and a one-message broadcast on 2 ranks; on 4 ranks, a small broadcast down the
+     tree (2 dependent messages) against one along the ring's chain (3);
+   - per working-set level (2-rank calls of 256 KiB-64 MiB: 1-256 MiB of buffers), the rates of
+     one rank copying (a broadcast: the root's copy of its own buffer, then the transfer) and
+     reducing (a reduce) alone, and of both ranks copying and reducing at once (the ring's
+     allgather and reduce-scatter), which the memory system shares.
+   The core count is the machine's.
 2. Prediction: allreduce with ring, tree, star and multi_tree on 2 and 4 ranks, 4 KiB-64 MiB,
-   measured (median of --runs runs) and simulated on `host:N:cores=C:copy=..:reduce=..:latency=..`
-   side by side, with the error, the share within +-25 %, and the fastest algorithm per size
-   measured vs predicted (a crossover predicted within one size step counts as met).
+   measured (median of --runs runs) and simulated on
+   `host:N:cores=C:latency=L:levels=WS/COPY/REDUCE/MEM/MEM_REDUCE,...` side by side, with the
+   error, the share within +-25 %, and the fastest algorithm per size measured vs predicted (a
+   crossover predicted within one size step counts as met).
 
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi
@@ -67,31 +74,17 @@ def median_bench(runs, *args):
 TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20}
 
 
-def simulate(ranks, cores, copy, reduce, latency, call, op, algo, size, chunk=None,
-             cache=None):
-    """One call on the host model. Posting is folded into the per-message latency (post_us 0).
-    cache: (bytes, copy_cached, reduce_cached) or None."""
-    spec = "host:%d:cores=%d:copy=%r:reduce=%r:latency=%r" % (ranks, cores, copy, reduce, latency)
-    if cache:
-        spec += ":cache=%d:copy_cached=%r:reduce_cached=%r" % cache
-    return sim.collectives(spec, [size], op=op, algorithm=algo, call_us=call, post_us=0,
-                           chunk_bytes=chunk or TRANSPORT["chunk"],
+def spec_of(ranks, cores, latency, levels):
+    """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce)."""
+    text = ",".join("%d/%r/%r/%r/%r" % level for level in levels)
+    return "host:%d:cores=%d:latency=%r:levels=%s" % (ranks, cores, latency, text)
+
+
+def simulate(ranks, cores, latency, call, levels, op, algo, size, chunk=None):
+    """One call on the host model. Posting is folded into the per-message latency (post_us 0)."""
+    return sim.collectives(spec_of(ranks, cores, latency, levels), [size], op=op, algorithm=algo,
+                           call_us=call, post_us=0, chunk_bytes=chunk or TRANSPORT["chunk"],
                            mpi_exchange=TRANSPORT["mpi_exchange"])[0]["time_us"]
-
-
-def llc_bytes():
-    """The last-level cache's size (sysfs), or 32 MiB."""
-    best = 0
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    for entry in (os.listdir(base) if os.path.isdir(base) else []):
-        try:
-            with open(os.path.join(base, entry, "size")) as f:
-                text = f.read().strip()
-            value = int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]]
-            best = max(best, value)
-        except (OSError, ValueError, KeyError, IndexError):
-            continue
-    return best or 32 << 20
 
 
 def bisect(f, target, lo, hi, increasing):
@@ -119,51 +112,63 @@ def main():
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10)
     big = 64 << 20
+    # Rates do not matter for the small calls that calibrate the latencies.
+    flat = [(1 << 20, 10.0, 10.0, 0.0, 0.0)]
 
-    # 1. Calibration. The per-message latency is a waiting thread's (or process's) wake-up: on
-    # 4 ranks, a 4-byte broadcast along the ring's chain (3 dependent messages) against one
-    # down the tree (2) gives it, and what the tree leaves over is the per-call cost. On 2 ranks
-    # every schedule is one message, so the latency is taken as 4 ranks' scaled by the ranks
-    # per core (2 / 4) and the call cost is what a 4-byte broadcast leaves over.
-    # On 2 ranks: a 64 MiB broadcast (one copy per piece) and reduce give the copy and reduce
-    # bandwidths from memory, 1 MiB ones the bandwidths within the last-level cache.
+    def small(ranks, op, algos):
+        # 4 and 64 bytes: the first row of a process absorbs its start; the 64-byte row is used.
+        m = median_bench(a.runs, a.loom, a.transport, ranks, op, algos, 4, 64, 2000, 200)
+        return {al: m[(al, 64)] for al in algos}
+
+    # 1a. Latency and call cost per rank count.
+    one = small(1, "broadcast", ["tree"])["tree"]
     timing = {}
-    small4 = median_bench(a.runs, a.loom, a.transport, 4, "broadcast", ["tree", "ring"], 4, 4,
-                          2000, 200)
-    tree4, chain4 = small4[("tree", 4)], small4[("ring", 4)]
-    latency4 = bisect(lambda x: simulate(4, cores, 10, 10, x, 0, "broadcast", "ring", 4) -
-                      simulate(4, cores, 10, 10, x, 0, "broadcast", "tree", 4),
+    two = small(2, "broadcast", ["tree"])["tree"]
+    call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
+    latency2 = bisect(lambda x: simulate(2, cores, x, call2, flat, "broadcast", "tree", 64),
+                      two, 0.0, 10000.0, increasing=True)
+    timing[2] = (latency2, call2)
+    print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f us "
+          "per message, call %.2f us" % (one, two, latency2, call2))
+    four = small(4, "broadcast", ["tree", "ring"])
+    tree4, chain4 = four["tree"], four["ring"]
+    latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
+                      simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
                       max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
-    call4 = max(0.0, tree4 - simulate(4, cores, 10, 10, latency4, 0, "broadcast", "tree", 4))
-    tree2 = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 4, 4, 2000,
-                         200)[("tree", 4)]
-    latency2 = latency4 * 2 / 4
-    call2 = max(0.0, tree2 - simulate(2, cores, 10, 10, latency2, 0, "broadcast", "tree", 4))
-    timing = {2: (latency2, call2), 4: (latency4, call4)}
-    print("# calibration, 4 ranks: 4-byte broadcast down the tree %.1f us, along the chain %.1f"
-          " us -> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
-    print("# calibration, 2 ranks: 4-byte broadcast %.1f us -> latency %.2f us (scaled), call "
-          "%.2f us" % (tree2, latency2, call2))
-    latency2, call2 = timing[2]
-    bw = {}
-    for size in (big, 1 << 20):
-        iters = 10 if size == big else 200
-        cp = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], size, size,
-                          iters, 2)[("tree", size)]
-        rd = median_bench(a.runs, a.loom, a.transport, 2, "reduce", ["tree"], size, size, iters,
-                          2)[("tree", size)]
-        copy = bisect(lambda g: simulate(2, cores, g, 10, latency2, call2, "broadcast", "tree",
-                                         size), cp, 0.01, 1000.0, increasing=False)
-        reduce = bisect(lambda g: simulate(2, cores, copy, g, latency2, call2, "reduce", "tree",
-                                           size), rd, 0.01, 1000.0, increasing=False)
-        bw[size] = (copy, reduce)
-        print("# calibration, 2 ranks, %d B: broadcast %.0f us, reduce %.0f us -> copy %.2f GB/s,"
-              " reduce %.2f GB/s" % (size, cp, rd, copy, reduce))
-    copy, reduce = bw[big]
-    cache = (llc_bytes(), bw[1 << 20][0], bw[1 << 20][1])
-    print("# host model (%s, %d cores): host:N:cores=%d:copy=%.2f:reduce=%.2f:latency=L"
-          ":cache=%d:copy_cached=%.2f:reduce_cached=%.2f with L and the call cost per rank count"
-          % (a.transport, cores, cores, copy, reduce, cache[0], cache[1], cache[2]))
+    call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
+    timing[4] = (latency4, call4)
+    print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us -> "
+          "latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
+
+    # 1b. Rates per working-set level, from 2-rank calls of s bytes (buffers of 4 s bytes).
+    levels = []
+    for s in (256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
+        iters = max(10, min(300, (64 << 20) // s * 10))
+
+        def meas(op, algo, size):
+            return median_bench(a.runs, a.loom, a.transport, 2, op, [algo], size, size, iters,
+                                2)[(algo, size)]
+
+        def fit(op, algo, size, measured, make):
+            return bisect(lambda g: simulate(2, cores, latency2, call2, [make(g)], op, algo, size),
+                          measured, 0.01, 1000.0, increasing=False)
+
+        ws = 4 * s
+        cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
+        ag, rs = meas("allgather", "ring", 2 * s), meas("reducescatter", "ring", 2 * s)
+        copy = fit("broadcast", "tree", s, cp, lambda g: (ws, g, 10.0, 0.0, 0.0))
+        reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, 0.0, 0.0))
+        # Both ranks at once: between one rank's rate and one stream per core.
+        mem = min(cores * copy, max(copy, fit("allgather", "ring", 2 * s, ag,
+                                              lambda g: (ws, copy, reduce, g, 0.0))))
+        mem_reduce = min(cores * reduce, max(reduce, fit("reducescatter", "ring", 2 * s, rs,
+                                                         lambda g: (ws, copy, reduce, mem, g))))
+        levels.append((ws, copy, reduce, mem, mem_reduce))
+        print("# calibration, 2 ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
+              "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
+              "%.2f / %.2f GB/s" % (s, ws, cp, rd, ag, rs, copy, reduce, mem, mem_reduce))
+    print("# host model (%s, %d cores): %s, latency and call per rank count above"
+          % (a.transport, cores, spec_of(0, cores, 0, levels).split(":", 2)[2]))
 
     # 2. Prediction.
     within = total = 0
@@ -181,8 +186,8 @@ def main():
         pred = {}
         for algo in ALGOS:
             for s in sizes:
-                pred[(algo, s)] = simulate(ranks, cores, copy, reduce, timing[ranks][0],
-                                           timing[ranks][1], "allreduce", algo, s, cache=cache)
+                pred[(algo, s)] = simulate(ranks, cores, timing[ranks][0], timing[ranks][1],
+                                           levels, "allreduce", algo, s)
                 err = pred[(algo, s)] / meas[(algo, s)] - 1
                 total += 1
                 within += abs(err) <= 0.25

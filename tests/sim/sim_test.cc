@@ -102,42 +102,69 @@ TEST(Engine, PostingCostBoundsSmallCalls) {
 }
 
 // A host (bench/sim/calibrate_host.py's model): a transfer is a copy by the receiving rank at
-// copy_gbps after the wake-up latency, a reducing receive runs at reduce_gbps, all copies share
-// cores x copy_gbps, and calls that fit the cache run at the cached rates.
-TEST(Engine, HostsCopyOnTheReceiversCoresAndCacheSmallCalls) {
+// copy_gbps after the wake-up latency, a reducing receive runs at reduce_gbps, a root's local
+// copy costs a copy, concurrent copies share the memory's rate, and each call runs at the rates
+// of its working set.
+TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   SimOptions options;
   options.engine.post_us = 0;
   options.chunk_bytes = size_t{1} << 30;  // one piece per message: the closed forms below
+  // 2 ranks: working sets of 2 x 2 x bytes. 1 MiB calls (4 MiB) run at 20 / 8 GB/s, 16 MiB
+  // calls (64 MiB) at 5 / 2, both ranks copying together at 6 GB/s there; 4 MiB calls
+  // (16 MiB) halfway, geometrically: 10 / 4 GB/s.
   StatusOr<Simulator> host = Simulator::Create(
-      Machine::Load("host:2:cores=1:copy=5:reduce=2:latency=3:cache=4194304:copy_cached=20:"
-                    "reduce_cached=8")
-          .value(),
-      options);
+      Machine::Load("host:2:cores=2:latency=3:levels=4M/20/8,64M/5/2/6/3").value(), options);
   ASSERT_TRUE(host.ok()) << host.status().ToString();
   EXPECT_TRUE(host->machine().host());
-  const size_t big = 16 << 20, small = 256 << 10;
-  // One 16 MiB message down the 2-rank tree: latency + S / copy (the call does not fit 4 MiB).
+  const size_t big = 16 << 20, small = 1 << 20, mid = 4 << 20;
+  // One 16 MiB message down the 2-rank tree: latency + S / copy, after the root's copy of its
+  // own buffer (S / copy).
   StatusOr<CollectiveResult> b = host->Simulate(Collective::kBroadcast, "tree", big);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_NEAR(b->time_us, 3 + big / 5e3, 0.01 * big / 5e3);
+  EXPECT_NEAR(b->time_us, 3 + 2 * big / 5e3, 0.01 * big / 5e3);
   // A reduce of the same: the receive reduces, at 2 GB/s.
   StatusOr<CollectiveResult> r = host->Simulate(Collective::kReduce, "tree", big);
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->time_us, 3 + big / 2e3, 0.01 * big / 2e3);
-  // 256 KiB fits: 4x the copy rate.
   StatusOr<CollectiveResult> c = host->Simulate(Collective::kBroadcast, "tree", small);
   ASSERT_TRUE(c.ok());
-  EXPECT_NEAR(c->time_us, 3 + small / 20e3, 0.02 * small / 20e3);
-  // Two ranks copying at once on one core share it: the 2-rank ring's allgather moves S/2 each
-  // way at once, as long as one copy of S at 5 GB/s.
-  StatusOr<CollectiveResult> ag = host->Simulate(Collective::kAllGather, "ring", big);
+  EXPECT_NEAR(c->time_us, 3 + 2 * small / 20e3, 0.02 * small / 20e3);
+  StatusOr<CollectiveResult> m = host->Simulate(Collective::kReduce, "tree", mid);
+  ASSERT_TRUE(m.ok());
+  EXPECT_NEAR(m->time_us, 3 + mid / 4e3, 0.02 * mid / 4e3);
+  // Both ranks copying at once share the memory's 6 GB/s: the 2-rank ring's allgather of
+  // 2 x 32 MiB copies each rank's own part locally and then moves 32 MiB each way, both ranks
+  // at once each time, 3 GB/s each (one rank alone would copy at 5).
+  const size_t part = 32 << 20;
+  StatusOr<CollectiveResult> ag = host->Simulate(Collective::kAllGather, "ring", 2 * part);
   ASSERT_TRUE(ag.ok());
-  EXPECT_NEAR(ag->time_us, 3 + big / 5e3 / 2 * 2, 0.02 * big / 5e3);
+  EXPECT_NEAR(ag->time_us, 3 + 2 * part / 3e3, 0.02 * part / 3e3);
+  // Without mem, one stream per core: 5 GB/s each.
+  StatusOr<Simulator> cores = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=3:copy=5:reduce=2").value(), options);
+  ASSERT_TRUE(cores.ok());
+  StatusOr<CollectiveResult> ag2 = cores->Simulate(Collective::kAllGather, "ring", 2 * part);
+  ASSERT_TRUE(ag2.ok());
+  EXPECT_NEAR(ag2->time_us, 3 + 2 * part / 5e3, 0.02 * part / 5e3);
+  // Each call of a 4-rank machine cut from it keeps the levels: 1 MiB calls touch 8 MiB.
+  StatusOr<Machine> four = Machine::Load("host:4:cores=2:latency=3:levels=4M/20/8,64M/5/2/6/3");
+  ASSERT_TRUE(four.ok());
+  StatusOr<Machine> first2 = four->FirstDevices(2);
+  ASSERT_TRUE(first2.ok());
+  EXPECT_NEAR(first2->ForCall(small).host_copy_gbps(), 20, 1e-9);
+  EXPECT_NEAR(four->ForCall(small).host_copy_gbps(), 20 * std::pow(5.0 / 20, 0.25), 1e-9);
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
-        "host:2:cores=1:copy=-5:reduce=2:latency=1",
-        "host:2:cores=1:copy=5:reduce=2:latency=1:cache=0:copy_cached=1:reduce_cached=1"}) {
-    EXPECT_FALSE(Machine::Load(bad).ok()) << bad;
+        "host:2:cores=1:copy=-5:reduce=2:latency=1", "host:2:cores=1:latency=1:copy=5",
+        "host:2:cores=1:latency=1:copy=5:reduce=2:speed=3",
+        "host:2:cores=1:latency=1:copy=5:reduce=2:copy=4",
+        "host:2:cores=1:latency=1:levels=4M/20/8,1M/5/2",
+        "host:2:cores=1:latency=1:levels=4M/20/8:copy=3",
+        "host:2:cores=1:latency=1:levels=4X/20/8", "host:2:cores=1:latency=1:levels=4M/20",
+        "host:0:cores=1:latency=1:copy=5:reduce=2"}) {
+    StatusOr<Machine> m = Machine::Load(bad);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find(bad), std::string::npos) << m.status().ToString();
   }
 }
 
