@@ -90,6 +90,7 @@ class Engine {
     // memory with every other copy): each gets a handle past the trace's own.
     local_copies_ = machine.host() && options.copy_gbps == 0;
     cores_busy_.resize(machine.host() ? machine.host_core_count() : 0);
+    awake_at_.assign(n, -kInf);
     next_local_.assign(n, 0);
     for (int r = 0; r < n; ++r) {
       size_t copies = 0;
@@ -213,24 +214,40 @@ class Engine {
     Flow f;
     f.src = src;
     f.src_handle = s.handle;
-    const Route& route = RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce);
-    const double ready = WakeUp(std::max(s.time, v.time), route.latency_us);
+    // Who copies: the receiver, or on hosts whose transport says so the rank posting now, whose
+    // post found the other's waiting (posted at the same instant: a race, the receiver).
+    const int copier = machine_.matcher_copies() && s.time != v.time ? r : dst;
+    const Route& route =
+        copier == dst ? RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce)
+                      : RouteFor(trace_.device_of(copier), trace_.device_of(copier), v.reduce);
+    // The side that posted first is the one waiting: the message wakes it.
+    const double ready =
+        WakeUp(std::max(s.time, v.time),
+               route.latency_us + (s.bytes > machine_.eager_bytes() ? machine_.rendezvous_us() : 0),
+               s.time <= v.time ? s.rank : v.rank);
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
-    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce);
+    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce,
+                     copier != dst);
     flows_.push_back(f);
     events_.push(Event{ready, 0, static_cast<int>(flows_.size()) - 1, 0});
     return Status::OK();
   }
 
   // When a transfer whose two sides are posted at `posted` can start. On a host the latency is
-  // a waiting rank's wake-up, which needs a core for that long: wake-ups beyond the core count
-  // queue (the earliest gap of `latency` on any core at or after `posted`), so steps in which
-  // every rank waits cost more than a chain where one does. Elsewhere: posted + latency.
-  double WakeUp(double posted, double latency) {
+  // the waiting rank's (`sleeper`'s) wake-up, which needs a core for that long: wake-ups beyond
+  // the core count queue (the earliest gap of `latency` on any core at or after `posted`), so
+  // steps in which every rank waits cost more than a chain where one does. Where the receiver
+  // copies (MPI), a message that is ready before a wake-up of its rank already under way ends
+  // is picked up by it: a process polling its progress engine finds every message that arrived
+  // meanwhile. Where the matcher copies (in-process), every request wakes its thread on its
+  // own. Elsewhere: posted + latency.
+  double WakeUp(double posted, double latency, int sleeper) {
     if (cores_busy_.empty() || latency <= 0) return posted + latency;
+    const bool polls = !machine_.matcher_copies();
+    if (polls && posted <= awake_at_[sleeper]) return awake_at_[sleeper];
     double best = kInf;
     size_t best_core = 0;
     for (size_t c = 0; c < cores_busy_.size(); ++c) {
@@ -245,14 +262,17 @@ class Engine {
       }
     }
     cores_busy_[best_core].emplace(best, best + latency);
+    awake_at_[sleeper] = best + latency;
     return best + latency;
   }
 
   // Transfers between the same two trace ranks (same route, same reducer) form one class.
   // `route_reduces`: the transfer reduces on arrival (whether or not a reducer is modelled).
-  int ClassFor(int src, int dst, const Route& route, int reducer_device, bool route_reduces) {
+  int ClassFor(int src, int dst, const Route& route, int reducer_device, bool route_reduces,
+               bool sender_copies = false) {
     const bool reduce = reducer_device >= 0;
-    const uint64_t key = (uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces;
+    const uint64_t key =
+        ((uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces) * 2 + sender_copies;
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;
     Class c;
@@ -383,6 +403,7 @@ class Engine {
   std::vector<double> busy_;             // microseconds of work per resource
   bool local_copies_ = false;
   std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
+  std::vector<double> awake_at_;  // hosts: per rank, when its latest wake-up ends
   std::vector<int> next_local_;  // per rank: the handle of its next local copy
   std::vector<size_t> pc_;
   std::vector<double> clock_;

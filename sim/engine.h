@@ -15,7 +15,13 @@
 //    (reduce_gbps) so that reductions overlap the transfers that feed them, as Loom's receive-
 //    and-reduce does.
 //  - On a host (Machine::host) the route's latency is a waiting rank's wake-up and takes one of
-//    the host's cores for that long: wake-ups beyond the core count queue for a core.
+//    the host's cores for that long: wake-ups beyond the core count queue for a core. Where the
+//    receiver copies (MPI), messages ready before a wake-up of their rank under way ends ride on
+//    it (one poll finds them all); in-process every request wakes its thread.
+//  - A host transfer is copied by the receiver's CPU, or by the CPU of the rank whose post made
+//    the match where the machine says so (Machine::matcher_copies: Loom's in-process transport).
+//  - A message larger than the machine's eager_bytes() also pays its rendezvous_us() (MPI's
+//    handshake before large messages).
 //  - On a host (Machine::host) with no copy_gbps given, a rank's local copy is a transfer to
 //    itself through its own CPU and the shared cores, so that copies running at once share the
 //    memory's rate as transfers do.

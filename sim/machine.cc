@@ -384,8 +384,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const size_t eq = parts[i].find('=');
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
-    static const std::set<std::string> known = {"cores", "latency", "copy", "reduce",
-                                                "mem",   "mem_reduce", "levels"};
+    static const std::set<std::string> known = {"cores", "latency",    "copy",   "reduce",
+                                                "mem",   "mem_reduce", "levels", "eager",
+                                                "rendezvous", "copier"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -427,8 +428,43 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   }
   StatusOr<Machine> m = Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels);
   if (!m.ok()) return bad(m.status().message());
+  if (keys.count("eager") != keys.count("rendezvous")) return bad("eager and rendezvous go together");
+  if (keys.count("eager")) {
+    double eager = 0, rendezvous = 0;
+    if (!ParseLevelBytes(keys["eager"], &eager)) return bad("eager is not a number of bytes");
+    if (!number(keys["rendezvous"], &rendezvous) || rendezvous < 0) {
+      return bad("rendezvous must be a number of microseconds, not negative");
+    }
+    m->set_rendezvous(eager, rendezvous);
+  }
+  if (keys.count("copier")) {
+    if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {
+      return bad("copier must be receiver or matcher");
+    }
+    m->set_matcher_copies(keys["copier"] == "matcher");
+  }
   m->name_ = spec;
   return m;
+}
+
+void Machine::set_matcher_copies(bool on) {
+  matcher_copies_ = on;
+  for (auto& at : host_at_) {
+    auto copy = std::make_shared<Machine>(*at);
+    copy->matcher_copies_ = on;
+    at = std::move(copy);
+  }
+}
+
+void Machine::set_rendezvous(double eager_bytes, double rendezvous_us) {
+  eager_bytes_ = eager_bytes;
+  rendezvous_us_ = rendezvous_us;
+  for (auto& at : host_at_) {
+    auto copy = std::make_shared<Machine>(*at);
+    copy->eager_bytes_ = eager_bytes;
+    copy->rendezvous_us_ = rendezvous_us;
+    at = std::move(copy);
+  }
 }
 
 const Machine& Machine::ForCall(size_t bytes) const {
@@ -521,7 +557,12 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   if (n == size()) return *this;
   LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
                "): give a node count instead");
-  if (host_cores_ >= 0) return Host(n, host_core_count_, host_latency_us_, host_levels_);
+  if (host_cores_ >= 0) {
+    LOOM_ASSIGN_OR_RETURN(Machine m, Host(n, host_core_count_, host_latency_us_, host_levels_));
+    m.set_rendezvous(eager_bytes_, rendezvous_us_);
+    m.set_matcher_copies(matcher_copies_);
+    return m;
+  }
   Machine m;
   if (nvswitch_) {
     m = NvSwitch(name_, n, resources_[port_out_[0]].gbps, pair_latency_[1],

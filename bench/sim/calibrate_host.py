@@ -7,7 +7,7 @@
    - per rank count, the call's fixed cost and the per-message latency: a 1-rank call (no
      message) and a one-message broadcast on 2 ranks; on 4 ranks, a small broadcast down the
      tree (2 dependent messages) against one along the ring's chain (3);
-   - per working-set level (2-rank calls of 256 KiB-64 MiB: 1-256 MiB of buffers), the rates of
+   - per working-set level (2-rank calls of 64 KiB-64 MiB: 256 KiB-256 MiB of buffers), the rates of
      one rank copying (a broadcast: the root's copy of its own buffer, then the transfer) and
      reducing (a reduce) alone, and of both ranks copying and reducing at once (the ring's
      allgather and reduce-scatter), which the memory system shares.
@@ -40,11 +40,11 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 ROUNDS = {"rounds": 5}
 
 
-def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None):
+def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None, factor=4):
     # Rows of one size run round-robin, ROUNDS times, each reported as its median: what is
     # compared is timed side by side.
     cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
-           "-e", str(hi), "-f", "4", "-n", str(iters), "-w", str(warmup),
+           "-e", str(hi), "-f", str(factor), "-n", str(iters), "-w", str(warmup),
            "--rounds", str(ROUNDS["rounds"])]
     if chunk:
         cmd += ["--chunk", str(chunk)]
@@ -63,21 +63,38 @@ def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None):
     return times
 
 
-def median_bench(runs, *args):
-    samples = [bench(*args) for _ in range(runs)]
+# (algorithm, size) -> (fastest, slowest) of the runs' medians, for the rows predicted.
+RANGE = {}
+
+
+def median_bench(runs, *args, **kwargs):
+    samples = [bench(*args, **kwargs) for _ in range(runs)]
+    for k in samples[0]:
+        RANGE[k] = (min(s[k] for s in samples), max(s[k] for s in samples))
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
 
 # What the transport runs that the host model must replay too: over MPI every call starts with
 # the communicator's signature round (an all-to-all of empty, tagged messages) and pipelines in
 # 256 KiB pieces; in-process calls pipeline in 1 MiB pieces (collective/transport_registry.cc).
-TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20}
+# In-process the rank whose post makes the match copies (collective/transport/inprocess.cc);
+# over MPI the receiver does.
+TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True}
+
+
+# Messages larger than EAGER["bytes"] pay EAGER["us"] more (found in step 1a; none in-process).
+EAGER = {"bytes": None, "us": 0.0}
 
 
 def spec_of(ranks, cores, latency, levels):
     """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce)."""
     text = ",".join("%d/%r/%r/%r/%r" % level for level in levels)
-    return "host:%d:cores=%d:latency=%r:levels=%s" % (ranks, cores, latency, text)
+    spec = "host:%d:cores=%d:latency=%r:levels=%s" % (ranks, cores, latency, text)
+    if EAGER["bytes"] is not None:
+        spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
+    if TRANSPORT["matcher_copies"]:
+        spec += ":copier=matcher"
+    return spec
 
 
 def simulate(ranks, cores, latency, call, levels, op, algo, size, chunk=None):
@@ -110,7 +127,7 @@ def main():
     cores = os.cpu_count() or 1
     ROUNDS["rounds"] = a.rounds
     if a.transport == "mpi":
-        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10)
+        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False)
     big = 64 << 20
     # Rates do not matter for the small calls that calibrate the latencies.
     flat = [(1 << 20, 10.0, 10.0, 0.0, 0.0)]
@@ -140,10 +157,32 @@ def main():
     print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us -> "
           "latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
 
+    # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
+    # microsecond and half the small call's (the largest such step), messages beyond the size
+    # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
+    sweep = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
+                         1000, 100, factor=2)
+    sizes = sorted(s for (_, s) in sweep)
+    # The step whose time grows the most against the one before (bytes alone at most double
+    # it), taken when it more than doubles, by more than a microsecond, and every larger size
+    # stays above it (a burst of noise in a few rows is not a protocol).
+    t = [sweep[("tree", size)] for size in sizes]
+    steps = [(t[i] / t[i - 1], t[i] - t[i - 1], i) for i in range(1, len(sizes))]
+    ratio, jump, at = max(steps)
+    before = sizes[at - 1]
+    if ratio > 2.2 and jump > 1.0 and min(t[at:]) > t[at - 1] + 0.75 * jump:
+        EAGER.update(bytes=before, us=jump)
+        print("# calibration: a 2-rank broadcast jumps %.2f us past %d B (%s) -> messages beyond "
+              "it pay a %.2f us rendezvous" % (jump, before, " ".join(
+                  "%d:%.1f" % (s, sweep[("tree", s)]) for s in sizes), jump))
+    else:
+        print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB (largest "
+              "step x%.2f, %.2f us)" % (ratio, jump))
+
     # 1b. Rates per working-set level, from 2-rank calls of s bytes (buffers of 4 s bytes).
     levels = []
-    for s in (256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
-        iters = max(10, min(300, (64 << 20) // s * 10))
+    for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
+        iters = max(10, min(1000, (64 << 20) // s * 10))
 
         def meas(op, algo, size):
             return median_bench(a.runs, a.loom, a.transport, 2, op, [algo], size, size, iters,
@@ -171,17 +210,22 @@ def main():
           % (a.transport, cores, spec_of(0, cores, 0, levels).split(":", 2)[2]))
 
     # 2. Prediction.
-    within = total = 0
+    within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
     curves = {}
-    print("# %5s %10s %11s %12s %12s %8s" % ("ranks", "algorithm", "size", "measured_us",
-                                             "simulated_us", "error"))
+    print("# %5s %10s %11s %12s %12s %8s   %s" % ("ranks", "algorithm", "size", "measured_us",
+                                                  "simulated_us", "error", "runs (us)"))
     for ranks in (2, 4):
-        # Small calls many times (they take microseconds), large ones a few.
+        # Small calls many times (they take microseconds), large ones a few: every row runs
+        # for tens of milliseconds, so that what a row's start costs (its barrier, a waiting
+        # thread's wake-up) does not count.
         meas = median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096,
                             256 << 10, 300, 30)
         meas.update(median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 1 << 20,
+                                 4 << 20, 100, 5))
+        meas.update(median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 16 << 20,
                                  big, 10, 2))
+        spread = {k: RANGE[k] for k in meas}
         sizes = sorted({s for (_, s) in meas})
         pred = {}
         for algo in ALGOS:
@@ -189,10 +233,17 @@ def main():
                 pred[(algo, s)] = simulate(ranks, cores, timing[ranks][0], timing[ranks][1],
                                            levels, "allreduce", algo, s)
                 err = pred[(algo, s)] / meas[(algo, s)] - 1
+                lo, hi = spread[(algo, s)]
+                # The measurement's own run-to-run range: wider than the +-25 % band (slowest
+                # run over 1.5 x the fastest) says the machine, not the model, sets the error.
+                noisy = hi > 1.5 * lo
                 total += 1
                 within += abs(err) <= 0.25
-                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%%" % (ranks, algo, s, meas[(algo, s)],
-                                                                 pred[(algo, s)], 100 * err))
+                steady += not noisy
+                steady_within += not noisy and abs(err) <= 0.25
+                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%%   %9.1f-%-9.1f%s"
+                      % (ranks, algo, s, meas[(algo, s)], pred[(algo, s)], 100 * err, lo, hi,
+                         " noisy" if noisy else ""))
             factor = 2 * (ranks - 1) / ranks
             curves["%s %d ranks measured" % (algo, ranks)] = [
                 s / meas[(algo, s)] / 1e3 * factor for s in sizes]
@@ -209,8 +260,9 @@ def main():
             print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s"
                   % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED"))
         curves.setdefault("_sizes", sizes)
-    print("# within +-25%%: %d of %d; fastest algorithm right (or one size step, or within 10%%"
-          " of the fastest): %d of %d" % (within, total, crossover_ok, crossover_total))
+    print("# within +-25%%: %d of %d (of the %d rows whose runs agree within 1.5x: %d); fastest "
+          "algorithm right (or one size step, or within 10%% of the fastest): %d of %d"
+          % (within, total, steady, steady_within, crossover_ok, crossover_total))
     if a.plot:
         plt = sim._pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)

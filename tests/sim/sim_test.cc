@@ -168,6 +168,56 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   }
 }
 
+// Two ranks exchange S bytes each way; rank 0 posts both sides first (rank 1 copies C bytes of
+// its own before). In-process the rank whose post makes the match copies: rank 1 copies both
+// messages, sharing its CPU (2 S / copy); where the receiver copies, each rank copies one at
+// once (S / copy).
+TEST(Engine, HostTransfersAreCopiedByTheMatcherWhereTheTransportSaysSo) {
+  const size_t bytes = 8'000'000;
+  Trace t;
+  t.ranks.resize(2);
+  t.handles = {2, 2};
+  t.parts = 1;
+  const size_t own = 1'000'000;
+  t.ranks[1].push_back(TraceOp{TraceOp::kCopy, -1, -1, 0, own});
+  for (int r : {0, 1}) {
+    t.ranks[r].push_back(TraceOp{TraceOp::kRecv, 1 - r, 0, uint64_t(1 - r), bytes});
+    t.ranks[r].push_back(TraceOp{TraceOp::kSend, 1 - r, 1, uint64_t(r), bytes});
+    t.ranks[r].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+    t.ranks[r].push_back(TraceOp{TraceOp::kWait, -1, 1, 0, 0});
+  }
+  EngineOptions options;
+  options.post_us = 0;
+  StatusOr<Machine> receiver = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2");
+  StatusOr<Machine> matcher =
+      Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:copier=matcher");
+  ASSERT_TRUE(receiver.ok() && matcher.ok());
+  EXPECT_TRUE(matcher->matcher_copies());
+  StatusOr<Replay> a = ReplayTrace(*receiver, t, options);
+  StatusOr<Replay> b = ReplayTrace(*matcher, t, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->time_us, own / 4e3 + bytes / 4e3, 1e-6 * bytes);
+  EXPECT_NEAR(b->time_us, own / 4e3 + 2 * bytes / 4e3, 1e-6 * bytes);
+  EXPECT_EQ(b->bottleneck_name, "rank1.cpu");
+  EXPECT_FALSE(Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:copier=sender").ok());
+}
+
+// Messages beyond the eager size pay the rendezvous; a second message a waiting rank receives
+// before its wake-up ends rides on that wake-up.
+TEST(Engine, HostMessagesPayTheRendezvousBeyondTheEagerSize) {
+  SimOptions options;
+  options.engine.post_us = 0;
+  StatusOr<Simulator> host = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=2:copy=1000:reduce=1000:eager=4K:rendezvous=5").value(),
+      options);
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  StatusOr<CollectiveResult> small = host->Simulate(Collective::kReduce, "tree", 4096);
+  StatusOr<CollectiveResult> big = host->Simulate(Collective::kReduce, "tree", 8192);
+  ASSERT_TRUE(small.ok() && big.ok());
+  EXPECT_NEAR(small->time_us, 2 + 4096 / 1e6, 1e-3);
+  EXPECT_NEAR(big->time_us, 2 + 5 + 8192 / 1e6, 1e-3);
+}
+
 // Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
 // over dedicated NVLinks they do not.
 Trace TwoIntoOne(size_t bytes) {
