@@ -105,7 +105,7 @@ std::shared_ptr<void> Transport::ScratchBuffer(size_t bytes) {
   return std::shared_ptr<void>(data, [home, buffer, capacity](void*) mutable {
     std::shared_ptr<ScratchPool> pool = home.lock();
     if (pool == nullptr || capacity > kIdleScratchBytes) return;  // freed with the capture
-    std::vector<std::shared_ptr<void>> evicted;  // freed outside the lock
+    std::vector<std::shared_ptr<void>> evicted;                   // freed outside the lock
     std::lock_guard<std::mutex> lock(pool->mu);
     pool->idle.emplace_back(capacity, std::move(buffer));
     pool->idle_bytes += capacity;

@@ -229,8 +229,7 @@ class Engine {
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
-    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce,
-                     copier != dst);
+    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst);
     flows_.push_back(f);
     events_.push(Event{ready, 0, static_cast<int>(flows_.size()) - 1, 0});
     return Status::OK();
@@ -404,7 +403,7 @@ class Engine {
   bool local_copies_ = false;
   std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
   std::vector<double> awake_at_;  // hosts: per rank, when its latest wake-up ends
-  std::vector<int> next_local_;  // per rank: the handle of its next local copy
+  std::vector<int> next_local_;   // per rank: the handle of its next local copy
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> blocked_;

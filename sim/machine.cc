@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 namespace loom::sim {
@@ -292,8 +292,11 @@ bool ParseLevelBytes(const std::string& text, double* out) {
   const double v = std::strtod(text.c_str(), &end);
   if (end == text.c_str() || !(v > 0) || !std::isfinite(v)) return false;
   const std::string unit = end;
-  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1024.0 * 1024
-                                                   : unit == "G" ? 1024.0 * 1024 * 1024 : 0;
+  const double scale = unit.empty()  ? 1
+                       : unit == "K" ? 1024.0
+                       : unit == "M" ? 1024.0 * 1024
+                       : unit == "G" ? 1024.0 * 1024 * 1024
+                                     : 0;
   *out = v * scale;
   return scale > 0;
 }
@@ -305,7 +308,8 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && latency_us >= 0 &&
                    std::isfinite(latency_us) && !levels.empty(),
                "host of ", ranks, " ranks, ", cores, " cores, latency ", latency_us, " us, ",
-               levels.size(), " rate levels: ranks and cores 1-4096, latency not negative, at "
+               levels.size(),
+               " rate levels: ranks and cores 1-4096, latency not negative, at "
                "least one level");
   for (size_t i = 0; i < levels.size(); ++i) {
     const HostRates& l = levels[i];
@@ -324,8 +328,8 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   }
   const HostRates& rates = levels.front();
   Machine m;
-  m.name_ = StrCat("host:", ranks, ":cores=", cores, ":copy=", rates.copy, ":reduce=",
-                   rates.reduce, ":latency=", latency_us);
+  m.name_ = StrCat("host:", ranks, ":cores=", cores, ":copy=", rates.copy, ":reduce=", rates.reduce,
+                   ":latency=", latency_us);
   m.per_node_ = ranks;
   m.node_topology_ = std::make_shared<Topology>(Topology::Uniform(ranks, 1));
   for (int r = 0; r < ranks; ++r) {
@@ -338,8 +342,8 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   // (At least one rank's rate: what all give together is never below what one gets alone.)
   m.host_cores_ = m.AddResource(
       "host.cores", rates.mem_copy > 0 ? std::max(rates.mem_copy, rates.copy) : cores * rates.copy);
-  m.resources_.back().reduce_gbps = rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce)
-                                                         : cores * rates.reduce;
+  m.resources_.back().reduce_gbps =
+      rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce) : cores * rates.reduce;
   m.host_core_count_ = cores;
   m.host_latency_us_ = latency_us;
   m.node_resources_ = static_cast<int>(m.resources_.size());
@@ -350,8 +354,8 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
     for (int k = m.host_at_lo_; k <= hi; ++k) {
       const double ws = std::ldexp(1.0, k);
       while (next + 1 < levels.size() && levels[next + 1].working_set <= ws) ++next;
-      const HostRates at = next + 1 < levels.size() ? Between(levels[next], levels[next + 1], ws)
-                                                    : levels.back();
+      const HostRates at =
+          next + 1 < levels.size() ? Between(levels[next], levels[next + 1], ws) : levels.back();
       LOOM_ASSIGN_OR_RETURN(Machine one, Host(ranks, cores, latency_us, {at}));
       m.host_at_.push_back(std::make_shared<const Machine>(std::move(one)));
     }
@@ -384,8 +388,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const size_t eq = parts[i].find('=');
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
-    static const std::set<std::string> known = {"cores", "latency",    "copy",   "reduce",
-                                                "mem",   "mem_reduce", "levels", "eager",
+    static const std::set<std::string> known = {"cores",      "latency",    "copy",   "reduce",
+                                                "mem",        "mem_reduce", "levels", "eager",
                                                 "rendezvous", "copier"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
@@ -428,7 +432,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   }
   StatusOr<Machine> m = Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels);
   if (!m.ok()) return bad(m.status().message());
-  if (keys.count("eager") != keys.count("rendezvous")) return bad("eager and rendezvous go together");
+  if (keys.count("eager") != keys.count("rendezvous")) {
+    return bad("eager and rendezvous go together");
+  }
   if (keys.count("eager")) {
     double eager = 0, rendezvous = 0;
     if (!ParseLevelBytes(keys["eager"], &eager)) return bad("eager is not a number of bytes");

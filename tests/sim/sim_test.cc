@@ -140,8 +140,8 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   ASSERT_TRUE(ag.ok());
   EXPECT_NEAR(ag->time_us, 3 + 2 * part / 3e3, 0.02 * part / 3e3);
   // Without mem, one stream per core: 5 GB/s each.
-  StatusOr<Simulator> cores = Simulator::Create(
-      Machine::Load("host:2:cores=2:latency=3:copy=5:reduce=2").value(), options);
+  StatusOr<Simulator> cores =
+      Simulator::Create(Machine::Load("host:2:cores=2:latency=3:copy=5:reduce=2").value(), options);
   ASSERT_TRUE(cores.ok());
   StatusOr<CollectiveResult> ag2 = cores->Simulate(Collective::kAllGather, "ring", 2 * part);
   ASSERT_TRUE(ag2.ok());
@@ -159,9 +159,8 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
         "host:2:cores=1:latency=1:copy=5:reduce=2:speed=3",
         "host:2:cores=1:latency=1:copy=5:reduce=2:copy=4",
         "host:2:cores=1:latency=1:levels=4M/20/8,1M/5/2",
-        "host:2:cores=1:latency=1:levels=4M/20/8:copy=3",
-        "host:2:cores=1:latency=1:levels=4X/20/8", "host:2:cores=1:latency=1:levels=4M/20",
-        "host:0:cores=1:latency=1:copy=5:reduce=2"}) {
+        "host:2:cores=1:latency=1:levels=4M/20/8:copy=3", "host:2:cores=1:latency=1:levels=4X/20/8",
+        "host:2:cores=1:latency=1:levels=4M/20", "host:0:cores=1:latency=1:copy=5:reduce=2"}) {
     StatusOr<Machine> m = Machine::Load(bad);
     ASSERT_FALSE(m.ok()) << bad;
     EXPECT_NE(m.status().message().find(bad), std::string::npos) << m.status().ToString();
