@@ -320,10 +320,10 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
                  " GB/s, mem ", l.mem_copy, " / ", l.mem_reduce,
                  " GB/s: copy and reduce must be positive, mem not negative");
     if (levels.size() > 1) {
-      LOOM_ENFORCE(l.working_set > 0 && std::isfinite(l.working_set) &&
+      LOOM_ENFORCE(l.working_set >= 1 && l.working_set <= std::ldexp(1.0, 50) &&
                        (i == 0 || l.working_set > levels[i - 1].working_set),
                    "host rate level ", i, ": working set ", l.working_set,
-                   " bytes: levels need positive working sets in increasing order");
+                   " bytes: levels need working sets of 1 B-1 PiB in increasing order");
     }
   }
   const HostRates& rates = levels.front();

@@ -160,7 +160,8 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
         "host:2:cores=1:latency=1:copy=5:reduce=2:copy=4",
         "host:2:cores=1:latency=1:levels=4M/20/8,1M/5/2",
         "host:2:cores=1:latency=1:levels=4M/20/8:copy=3", "host:2:cores=1:latency=1:levels=4X/20/8",
-        "host:2:cores=1:latency=1:levels=4M/20", "host:0:cores=1:latency=1:copy=5:reduce=2"}) {
+        "host:2:cores=1:latency=1:levels=4M/20", "host:0:cores=1:latency=1:copy=5:reduce=2",
+        "host:2:cores=1:latency=1:levels=4M/20/8,1e300/5/2"}) {
     StatusOr<Machine> m = Machine::Load(bad);
     ASSERT_FALSE(m.ok()) << bad;
     EXPECT_NE(m.status().message().find(bad), std::string::npos) << m.status().ToString();
