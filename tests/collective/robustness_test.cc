@@ -383,5 +383,57 @@ TEST(NativeInProcess, NotOfferedOverMemoryThatIsNotTheHosts) {
       CreateInProcessTransports(2)[0]->SupportsNative(Collective::kAllReduce, DataType::kFloat32));
 }
 
+// Schedules' scratch comes back to its transport and serves the next call it fits: no fresh
+// (zeroed, faulted-in) allocation per call. A reused buffer still holds what the last call left
+// (a fresh one is zeroed), which is how this test tells them apart. At most two buffers and
+// 256 MiB wait idle, the largest kept; a buffer may outlive its transport.
+TEST(Scratch, BuffersAreReusedByLaterCallsTheyFitAndTheIdleOnesBounded) {
+  auto transports = CreateInProcessTransports(1);
+  Transport& t = *transports[0];
+  auto mark = [](const std::shared_ptr<void>& b, char v) { static_cast<char*>(b.get())[0] = v; };
+  auto marked = [](const std::shared_ptr<void>& b) { return static_cast<char*>(b.get())[0]; };
+  std::shared_ptr<void> a = t.ScratchBuffer(1 << 20);
+  ASSERT_NE(a, nullptr);
+  mark(a, 7);
+  void* first = a.get();
+  a.reset();
+  std::shared_ptr<void> b = t.ScratchBuffer(512 << 10);  // fits the idle 1 MiB buffer
+  EXPECT_EQ(b.get(), first);
+  EXPECT_EQ(marked(b), 7);
+  std::shared_ptr<void> c = t.ScratchBuffer(512 << 10);  // the idle one is taken: a fresh one
+  EXPECT_EQ(marked(c), 0);
+  b.reset();
+  c.reset();
+  // Three returned (2 MiB, 1 MiB, 1 MiB after the two above): two stay, the largest.
+  std::shared_ptr<void> x = t.ScratchBuffer(2 << 20), y = t.ScratchBuffer(1 << 20),
+                        z = t.ScratchBuffer(1 << 20);
+  mark(x, 1);
+  mark(y, 2);
+  mark(z, 3);
+  x.reset();
+  y.reset();
+  z.reset();
+  std::vector<std::shared_ptr<void>> again;
+  int reused = 0;
+  bool got_big = false;
+  for (int i = 0; i < 3; ++i) {
+    again.push_back(t.ScratchBuffer(1 << 20));
+    reused += marked(again.back()) != 0;
+    got_big = got_big || marked(again.back()) == 1;
+  }
+  EXPECT_EQ(reused, 2);
+  EXPECT_TRUE(got_big);
+  again.clear();
+  // Larger than what may wait idle: freed, never pooled; outliving the transport is fine.
+  std::shared_ptr<void> huge = t.ScratchBuffer(Transport::kIdleScratchBytes + 1);
+  ASSERT_NE(huge, nullptr);
+  mark(huge, 9);
+  huge.reset();
+  huge = t.ScratchBuffer(Transport::kIdleScratchBytes + 1);
+  EXPECT_EQ(marked(huge), 0);
+  transports.clear();
+  huge.reset();
+}
+
 }  // namespace
 }  // namespace loom::collective
