@@ -18,8 +18,12 @@
    error, the share within +-25 %, and the fastest algorithm per size measured vs predicted (a
    crossover predicted within one size step counts as met).
 
+   With --paired every run calibrates and then measures at once, predicts from its own
+   calibration, and a row's error is the median of the runs' own errors: a slow period of
+   the machine (minutes long on a shared VM) then moves both sides of a run alike.
+
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
-    PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi
+    PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi --paired
 
 Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
 """
@@ -115,26 +119,15 @@ def bisect(f, target, lo, hi, increasing):
     return (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
-    p.add_argument("--loom", default=os.path.join(ROOT, "build", "tools", "loom"))
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=5,
-                   help="round-robin rounds within each run (loom bench --rounds)")
-    p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
-    a = p.parse_args()
-    cores = os.cpu_count() or 1
-    ROUNDS["rounds"] = a.rounds
-    if a.transport == "mpi":
-        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False)
+def calibrate(a, cores, runs):
+    """Step 1: the host model from primitives (medians of `runs` runs)."""
     big = 64 << 20
     # Rates do not matter for the small calls that calibrate the latencies.
     flat = [(1 << 20, 10.0, 10.0, 0.0, 0.0)]
 
     def small(ranks, op, algos):
         # 4 and 64 bytes: the first row of a process absorbs its start; the 64-byte row is used.
-        m = median_bench(a.runs, a.loom, a.transport, ranks, op, algos, 4, 64, 2000, 200)
+        m = median_bench(runs, a.loom, a.transport, ranks, op, algos, 4, 64, 2000, 200)
         return {al: m[(al, 64)] for al in algos}
 
     # 1a. Latency and call cost per rank count.
@@ -160,7 +153,7 @@ def main():
     # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
     # microsecond and half the small call's (the largest such step), messages beyond the size
     # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
-    sweep = median_bench(a.runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
+    sweep = median_bench(runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
                          1000, 100, factor=2)
     sizes = sorted(s for (_, s) in sweep)
     # The step whose time grows the most against the one before (bytes alone at most double
@@ -170,6 +163,7 @@ def main():
     steps = [(t[i] / t[i - 1], t[i] - t[i - 1], i) for i in range(1, len(sizes))]
     ratio, jump, at = max(steps)
     before = sizes[at - 1]
+    EAGER.update(bytes=None, us=0.0)
     if ratio > 2.2 and jump > 1.0 and min(t[at:]) > t[at - 1] + 0.75 * jump:
         EAGER.update(bytes=before, us=jump)
         print("# calibration: a 2-rank broadcast jumps %.2f us past %d B (%s) -> messages beyond "
@@ -185,7 +179,7 @@ def main():
         iters = max(10, min(1000, (64 << 20) // s * 10))
 
         def meas(op, algo, size):
-            return median_bench(a.runs, a.loom, a.transport, 2, op, [algo], size, size, iters,
+            return median_bench(runs, a.loom, a.transport, 2, op, [algo], size, size, iters,
                                 2)[(algo, size)]
 
         def fit(op, algo, size, measured, make):
@@ -208,31 +202,82 @@ def main():
               "%.2f / %.2f GB/s" % (s, ws, cp, rd, ag, rs, copy, reduce, mem, mem_reduce))
     print("# host model (%s, %d cores): %s, latency and call per rank count above"
           % (a.transport, cores, spec_of(0, cores, 0, levels).split(":", 2)[2]))
+    return {"timing": timing, "levels": levels, "eager": dict(EAGER)}
 
-    # 2. Prediction.
+
+
+def measure(a, ranks, runs):
+    """The allreduces predicted, measured (medians of `runs` runs) with each row's range."""
+    # Small calls many times (they take microseconds), large ones a few: every row runs for
+    # tens of milliseconds, so that what a row's start costs (its barrier, a waiting thread's
+    # wake-up) does not count.
+    meas = median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096, 256 << 10,
+                        300, 30)
+    meas.update(median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 1 << 20,
+                             4 << 20, 100, 5))
+    meas.update(median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 16 << 20,
+                             64 << 20, 10, 2))
+    return meas, {k: RANGE[k] for k in meas}
+
+
+def predict(model, cores, ranks, sizes):
+    """Every (algorithm, size) on the host model calibrated as `model`."""
+    EAGER.update(model["eager"])
+    latency, call = model["timing"][ranks]
+    return {(algo, s): simulate(ranks, cores, latency, call, model["levels"], "allreduce", algo, s)
+            for algo in ALGOS for s in sizes}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
+    p.add_argument("--loom", default=os.path.join(ROOT, "build", "tools", "loom"))
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="round-robin rounds within each run (loom bench --rounds)")
+    p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
+    p.add_argument("--paired", action="store_true",
+                   help="each run calibrates and measures at once; errors are the median of the "
+                        "runs' own errors")
+    a = p.parse_args()
+    cores = os.cpu_count() or 1
+    ROUNDS["rounds"] = a.rounds
+    if a.transport == "mpi":
+        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False)
+    # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions
+    # come from its own calibration, and a row's error is the median of the runs' errors (a
+    # slow period of the machine moves both sides of one run alike). Otherwise one calibration
+    # from the medians of every run predicts the medians of every run.
+    runs_data = []  # per run: (model, {ranks: (meas, spread)})
+    if a.paired:
+        for r in range(a.runs):
+            print("# run %d of %d" % (r + 1, a.runs))
+            model = calibrate(a, cores, 1)
+            runs_data.append((model, {ranks: measure(a, ranks, 1) for ranks in (2, 4)}))
+    else:
+        model = calibrate(a, cores, a.runs)
+        runs_data.append((model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)}))
     within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
     curves = {}
     print("# %5s %10s %11s %12s %12s %8s   %s" % ("ranks", "algorithm", "size", "measured_us",
                                                   "simulated_us", "error", "runs (us)"))
     for ranks in (2, 4):
-        # Small calls many times (they take microseconds), large ones a few: every row runs
-        # for tens of milliseconds, so that what a row's start costs (its barrier, a waiting
-        # thread's wake-up) does not count.
-        meas = median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096,
-                            256 << 10, 300, 30)
-        meas.update(median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 1 << 20,
-                                 4 << 20, 100, 5))
-        meas.update(median_bench(a.runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 16 << 20,
-                                 big, 10, 2))
-        spread = {k: RANGE[k] for k in meas}
+        per_run = [(runs[ranks][0], predict(model, cores, ranks,
+                                            sorted({s for (_, s) in runs[ranks][0]})))
+                   for model, runs in runs_data]
+        meas = {k: statistics.median(m[k] for m, _ in per_run) for k in per_run[0][0]}
+        pred = {k: statistics.median(q[k] for _, q in per_run) for k in per_run[0][0]}
+        errs = {k: statistics.median(q[k] / m[k] - 1 for m, q in per_run) for k in meas}
+        if a.paired:
+            spread = {k: (min(m[k] for m, _ in per_run), max(m[k] for m, _ in per_run))
+                      for k in meas}
+        else:
+            spread = runs_data[0][1][ranks][1]
         sizes = sorted({s for (_, s) in meas})
-        pred = {}
         for algo in ALGOS:
             for s in sizes:
-                pred[(algo, s)] = simulate(ranks, cores, timing[ranks][0], timing[ranks][1],
-                                           levels, "allreduce", algo, s)
-                err = pred[(algo, s)] / meas[(algo, s)] - 1
+                err = errs[(algo, s)]
                 lo, hi = spread[(algo, s)]
                 # The measurement's own run-to-run range: wider than the +-25 % band (slowest
                 # run over 1.5 x the fastest) says the machine, not the model, sets the error.
