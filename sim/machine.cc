@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "sim/simulate.h"  // ParseBytes
+
 namespace loom::sim {
 
 using collective::Link;
@@ -286,25 +288,10 @@ HostRates Between(const HostRates& lo, const HostRates& hi, double ws) {
                    mix(lo.mem_copy, hi.mem_copy), mix(lo.mem_reduce, hi.mem_reduce)};
 }
 
-// "4194304", "64K", "4M", "1G" (binary units) into bytes; false if it is not one.
-bool ParseLevelBytes(const std::string& text, double* out) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !(v > 0) || !std::isfinite(v)) return false;
-  const std::string unit = end;
-  const double scale = unit.empty()  ? 1
-                       : unit == "K" ? 1024.0
-                       : unit == "M" ? 1024.0 * 1024
-                       : unit == "G" ? 1024.0 * 1024 * 1024
-                                     : 0;
-  *out = v * scale;
-  return scale > 0;
-}
-
 }  // namespace
 
 StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
-                                std::vector<HostRates> levels) {
+                                std::vector<HostRates> levels, const HostProtocol& protocol) {
   LOOM_ENFORCE(ranks >= 1 && ranks <= 4096 && cores >= 1 && cores <= 4096 && latency_us >= 0 &&
                    std::isfinite(latency_us) && !levels.empty(),
                "host of ", ranks, " ranks, ", cores, " cores, latency ", latency_us, " us, ",
@@ -346,6 +333,7 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
       rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce) : cores * rates.reduce;
   m.host_core_count_ = cores;
   m.host_latency_us_ = latency_us;
+  m.host_protocol_ = protocol;
   m.node_resources_ = static_cast<int>(m.resources_.size());
   if (levels.size() > 1) {
     m.host_at_lo_ = static_cast<int>(std::floor(std::log2(levels.front().working_set)));
@@ -356,7 +344,7 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
       while (next + 1 < levels.size() && levels[next + 1].working_set <= ws) ++next;
       const HostRates at =
           next + 1 < levels.size() ? Between(levels[next], levels[next + 1], ws) : levels.back();
-      LOOM_ASSIGN_OR_RETURN(Machine one, Host(ranks, cores, latency_us, {at}));
+      LOOM_ASSIGN_OR_RETURN(Machine one, Host(ranks, cores, latency_us, {at}, protocol));
       m.host_at_.push_back(std::make_shared<const Machine>(std::move(one)));
     }
   }
@@ -411,8 +399,10 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     for (const std::string& level : Split(keys["levels"], ',')) {
       const std::vector<std::string> f = Split(level, '/');
       HostRates l;
-      if ((f.size() != 3 && f.size() != 5) || !ParseLevelBytes(f[0], &l.working_set) ||
-          !number(f[1], &l.copy) || !number(f[2], &l.reduce) ||
+      StatusOr<size_t> ws = ParseBytes(f[0]);
+      if (ws.ok()) l.working_set = static_cast<double>(*ws);
+      if ((f.size() != 3 && f.size() != 5) || !ws.ok() || !number(f[1], &l.copy) ||
+          !number(f[2], &l.reduce) ||
           (f.size() == 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce)))) {
         return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE]");
       }
@@ -430,47 +420,29 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     }
     levels.push_back(l);
   }
-  StatusOr<Machine> m = Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels);
-  if (!m.ok()) return bad(m.status().message());
+  HostProtocol protocol;
   if (keys.count("eager") != keys.count("rendezvous")) {
     return bad("eager and rendezvous go together");
   }
   if (keys.count("eager")) {
-    double eager = 0, rendezvous = 0;
-    if (!ParseLevelBytes(keys["eager"], &eager)) return bad("eager is not a number of bytes");
-    if (!number(keys["rendezvous"], &rendezvous) || rendezvous < 0) {
+    StatusOr<size_t> eager = ParseBytes(keys["eager"]);
+    if (!eager.ok()) return bad("eager is not a number of bytes");
+    protocol.eager_bytes = static_cast<double>(*eager);
+    if (!number(keys["rendezvous"], &protocol.rendezvous_us) || protocol.rendezvous_us < 0) {
       return bad("rendezvous must be a number of microseconds, not negative");
     }
-    m->set_rendezvous(eager, rendezvous);
   }
   if (keys.count("copier")) {
     if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {
       return bad("copier must be receiver or matcher");
     }
-    m->set_matcher_copies(keys["copier"] == "matcher");
+    protocol.matcher_copies = keys["copier"] == "matcher";
   }
+  StatusOr<Machine> m =
+      Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);
+  if (!m.ok()) return bad(m.status().message());
   m->name_ = spec;
   return m;
-}
-
-void Machine::set_matcher_copies(bool on) {
-  matcher_copies_ = on;
-  for (auto& at : host_at_) {
-    auto copy = std::make_shared<Machine>(*at);
-    copy->matcher_copies_ = on;
-    at = std::move(copy);
-  }
-}
-
-void Machine::set_rendezvous(double eager_bytes, double rendezvous_us) {
-  eager_bytes_ = eager_bytes;
-  rendezvous_us_ = rendezvous_us;
-  for (auto& at : host_at_) {
-    auto copy = std::make_shared<Machine>(*at);
-    copy->eager_bytes_ = eager_bytes;
-    copy->rendezvous_us_ = rendezvous_us;
-    at = std::move(copy);
-  }
 }
 
 const Machine& Machine::ForCall(size_t bytes) const {
@@ -564,10 +536,7 @@ StatusOr<Machine> Machine::FirstDevices(int n) const {
   LOOM_ENFORCE(nodes_ == 1, "the first ", n, " devices of a cluster (", name_,
                "): give a node count instead");
   if (host_cores_ >= 0) {
-    LOOM_ASSIGN_OR_RETURN(Machine m, Host(n, host_core_count_, host_latency_us_, host_levels_));
-    m.set_rendezvous(eager_bytes_, rendezvous_us_);
-    m.set_matcher_copies(matcher_copies_);
-    return m;
+    return Host(n, host_core_count_, host_latency_us_, host_levels_, host_protocol_);
   }
   Machine m;
   if (nvswitch_) {

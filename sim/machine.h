@@ -82,6 +82,17 @@ struct HostRates {
   double mem_reduce = 0;
 };
 
+// How a host's transport moves messages (beyond its rates).
+struct HostProtocol {
+  // Messages larger than this pay rendezvous_us more than the route's latency (MPI's
+  // rendezvous: a handshake before the data); none by default.
+  double eager_bytes = std::numeric_limits<double>::infinity();
+  double rendezvous_us = 0;
+  // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
+  // in-process transport) instead of the receiver (MPI).
+  bool matcher_copies = false;
+};
+
 class Machine {
  public:
   // A machine preset (MachinePresetNames) or one of Topology's presets.
@@ -104,12 +115,12 @@ class Machine {
   // rates; a call between two levels runs at rates interpolated geometrically in its working
   // set (rounded to a power of two), beyond the ends at the nearest level's.
   static StatusOr<Machine> Host(int ranks, int cores, double latency_us,
-                                std::vector<HostRates> levels);
+                                std::vector<HostRates> levels, const HostProtocol& protocol = {});
   // "host:N:cores=C:latency=US:copy=G:reduce=G[:mem=G][:mem_reduce=G]" (keys in any order) or
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
   // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data; set_rendezvous), and ":copier=receiver|matcher" (set_matcher_copies).
+  // data), and ":copier=receiver|matcher" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine its calls of `bytes` per rank run on (itself otherwise).
   const Machine& ForCall(size_t bytes) const;
@@ -121,15 +132,10 @@ class Machine {
   bool host() const { return host_cores_ >= 0; }
   // A host's CPU cores (0 for other machines).
   int host_core_count() const { return host_core_count_; }
-  // Messages larger than `eager_bytes` pay `rendezvous_us` more than the route's latency (a
-  // host's MPI transport; none by default).
-  void set_rendezvous(double eager_bytes, double rendezvous_us);
-  // Whether a host's transfers are copied by the rank whose post matched the other's (the later
-  // poster: Loom's in-process transport) instead of the receiver (MPI).
-  void set_matcher_copies(bool on);
-  bool matcher_copies() const { return matcher_copies_; }
-  double eager_bytes() const { return eager_bytes_; }
-  double rendezvous_us() const { return rendezvous_us_; }
+  // A host's transport (HostProtocol; the defaults for other machines).
+  bool matcher_copies() const { return host_protocol_.matcher_copies; }
+  double eager_bytes() const { return host_protocol_.eager_bytes; }
+  double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }
@@ -173,9 +179,7 @@ class Machine {
   // Hosts with several levels: the machine at working set 2^(host_at_lo_ + i).
   std::vector<std::shared_ptr<const Machine>> host_at_;
   int host_at_lo_ = 0;
-  double eager_bytes_ = std::numeric_limits<double>::infinity();
-  double rendezvous_us_ = 0;
-  bool matcher_copies_ = false;
+  HostProtocol host_protocol_;
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;

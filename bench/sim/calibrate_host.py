@@ -44,14 +44,12 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 ROUNDS = {"rounds": 5}
 
 
-def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, chunk=None, factor=4):
+def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
     # Rows of one size run round-robin, ROUNDS times, each reported as its median: what is
     # compared is timed side by side.
     cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
            "-e", str(hi), "-f", str(factor), "-n", str(iters), "-w", str(warmup),
            "--rounds", str(ROUNDS["rounds"])]
-    if chunk:
-        cmd += ["--chunk", str(chunk)]
     if transport == "mpi":
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
     else:
@@ -86,7 +84,7 @@ def median_bench(runs, *args, **kwargs):
 TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True}
 
 
-# Messages larger than EAGER["bytes"] pay EAGER["us"] more (found in step 1a; none in-process).
+# Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
 EAGER = {"bytes": None, "us": 0.0}
 
 
@@ -101,10 +99,10 @@ def spec_of(ranks, cores, latency, levels):
     return spec
 
 
-def simulate(ranks, cores, latency, call, levels, op, algo, size, chunk=None):
+def simulate(ranks, cores, latency, call, levels, op, algo, size):
     """One call on the host model. Posting is folded into the per-message latency (post_us 0)."""
     return sim.collectives(spec_of(ranks, cores, latency, levels), [size], op=op, algorithm=algo,
-                           call_us=call, post_us=0, chunk_bytes=chunk or TRANSPORT["chunk"],
+                           call_us=call, post_us=0, chunk_bytes=TRANSPORT["chunk"],
                            mpi_exchange=TRANSPORT["mpi_exchange"])[0]["time_us"]
 
 

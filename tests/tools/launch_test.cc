@@ -2,11 +2,8 @@
 // prefixed output, fail-fast with no process left behind, servers, --timeout, forwarded signals,
 // usage errors, and the --hostfile path through mpirun (skipped where there is none). Every
 // launch here ends in a few seconds; one that does not is killed and fails its test.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +17,7 @@
 #include <thread>
 
 #include "base/status.h"
+#include "runtime/launcher.h"
 
 namespace loom {
 namespace {
@@ -247,18 +245,12 @@ TEST_F(LaunchTest, ServersInheritASocketListeningOnTheirPort) {
 }
 
 TEST_F(LaunchTest, AFixedServerPortInUseFailsBeforeAnythingStarts) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
+  runtime::Listeners taken;  // a socket listening on a port the kernel picks
+  ASSERT_TRUE(taken.Open("127.0.0.1", 1, 0).ok());
+  const int port = taken.list()[0].port;
   Result r = Launch({"--workers", "1", "--servers", "1", "--port", std::to_string(port), "--", "sh",
                      "-c", "echo started"});
-  close(fd);
+  taken.Close();
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(r.out, "") << "no process may start";
   EXPECT_NE(r.err.find(StrCat("127.0.0.1:", port)), std::string::npos) << r.err;
