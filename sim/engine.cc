@@ -215,8 +215,10 @@ class Engine {
     f.src = src;
     f.src_handle = s.handle;
     // Who copies: the receiver, or on hosts whose transport says so the rank posting now, whose
-    // post found the other's waiting (posted at the same instant: a race, the receiver).
-    const int copier = machine_.matcher_copies() && s.time != v.time ? r : dst;
+    // post found the other's waiting (posted at the same instant: a race, the receiver), unless
+    // that is a send handing a large transfer to its receiver.
+    const bool handed = send && static_cast<double>(s.bytes) >= machine_.handoff_bytes();
+    const int copier = machine_.matcher_copies() && s.time != v.time && !handed ? r : dst;
     const Route& route =
         copier == dst ? RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce)
                       : RouteFor(trace_.device_of(copier), trace_.device_of(copier), v.reduce);

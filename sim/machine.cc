@@ -377,7 +377,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {"cores",      "latency",    "copy",   "reduce",
-                                                "mem",        "mem_reduce", "levels", "eager",
+                                                "mem",        "mem_reduce", "levels", "eager", "handoff",
                                                 "rendezvous", "copier"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
@@ -437,6 +437,12 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       return bad("copier must be receiver or matcher");
     }
     protocol.matcher_copies = keys["copier"] == "matcher";
+  }
+  if (keys.count("handoff")) {
+    if (!protocol.matcher_copies) return bad("handoff needs copier=matcher");
+    StatusOr<size_t> handoff = ParseBytes(keys["handoff"]);
+    if (!handoff.ok()) return bad("handoff is not a number of bytes");
+    protocol.handoff_bytes = static_cast<double>(*handoff);
   }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);

@@ -89,8 +89,11 @@ struct HostProtocol {
   double eager_bytes = std::numeric_limits<double>::infinity();
   double rendezvous_us = 0;
   // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
-  // in-process transport) instead of the receiver (MPI).
+  // in-process transport) instead of the receiver (MPI)...
   bool matcher_copies = false;
+  // ... except those of at least this many bytes whose send made the match: the sender hands
+  // them to the receiver (InProcessTransportOptions::handoff_bytes).
+  double handoff_bytes = std::numeric_limits<double>::infinity();
 };
 
 class Machine {
@@ -120,7 +123,7 @@ class Machine {
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
   // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data), and ":copier=receiver|matcher" (HostProtocol).
+  // data), and ":copier=receiver|matcher[:handoff=BYTES]" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine its calls of `bytes` per rank run on (itself otherwise).
   const Machine& ForCall(size_t bytes) const;
@@ -134,6 +137,7 @@ class Machine {
   int host_core_count() const { return host_core_count_; }
   // A host's transport (HostProtocol; the defaults for other machines).
   bool matcher_copies() const { return host_protocol_.matcher_copies; }
+  double handoff_bytes() const { return host_protocol_.handoff_bytes; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

@@ -41,15 +41,19 @@ ALGOS = ["ring", "tree", "star", "multi_tree"]
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 
 
-ROUNDS = {"rounds": 5}
+# Rounds per row, what a row reports of them (--stat), and a factor on every row's calls per
+# round (more rounds of fewer calls: the fastest round is then one the machine's other load
+# left alone).
+ROUNDS = {"rounds": 9, "stat": "min", "iters": 0.5}
 
 
 def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
-    # Rows of one size run round-robin, ROUNDS times, each reported as its median: what is
-    # compared is timed side by side.
+    # Rows of one size run round-robin, ROUNDS times, each reported as its median or fastest
+    # round: what is compared is timed side by side.
+    iters = max(2, int(iters * ROUNDS["iters"]))
     cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
            "-e", str(hi), "-f", str(factor), "-n", str(iters), "-w", str(warmup),
-           "--rounds", str(ROUNDS["rounds"])]
+           "--rounds", str(ROUNDS["rounds"]), "--stat", ROUNDS["stat"]]
     if transport == "mpi":
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
     else:
@@ -79,9 +83,11 @@ def median_bench(runs, *args, **kwargs):
 # What the transport runs that the host model must replay too: over MPI every call starts with
 # the communicator's signature round (an all-to-all of empty, tagged messages) and pipelines in
 # 256 KiB pieces; in-process calls pipeline in 1 MiB pieces (collective/transport_registry.cc).
-# In-process the rank whose post makes the match copies (collective/transport/inprocess.cc);
-# over MPI the receiver does.
-TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True}
+# In-process the rank whose post makes the match copies, except that a send hands transfers of
+# 256 KiB and more to their receiver (collective/transport/inprocess.cc, handoff_bytes); over
+# MPI the receiver copies.
+TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True,
+             "handoff": 256 << 10}
 
 
 # Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
@@ -95,7 +101,7 @@ def spec_of(ranks, cores, latency, levels):
     if EAGER["bytes"] is not None:
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
     if TRANSPORT["matcher_copies"]:
-        spec += ":copier=matcher"
+        spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     return spec
 
 
@@ -231,15 +237,18 @@ def main():
     p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
     p.add_argument("--loom", default=os.path.join(ROOT, "build", "tools", "loom"))
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=5,
+    p.add_argument("--rounds", type=int, default=9,
                    help="round-robin rounds within each run (loom bench --rounds)")
+    p.add_argument("--stat", choices=["min", "median"], default="min",
+                   help="what a row reports of its rounds (loom bench --stat): the fastest (the "
+                        "machine undisturbed, as the simulator models it) or the median")
     p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
     p.add_argument("--paired", action="store_true",
                    help="each run calibrates and measures at once; errors are the median of the "
                         "runs' own errors")
     a = p.parse_args()
     cores = os.cpu_count() or 1
-    ROUNDS["rounds"] = a.rounds
+    ROUNDS.update(rounds=a.rounds, stat=a.stat, iters=0.5 if a.stat == "min" else 1.0)
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False)
     # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions

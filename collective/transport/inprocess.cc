@@ -38,6 +38,14 @@ struct Posting {
   bool done = false;                  // guarded by mu
   Status status;                      // guarded by mu
   std::atomic<bool> finished{false};  // done, for waits that poll before they lock
+
+  // A handed transfer (InProcessTransportOptions::handoff_bytes). On the receive: the send it
+  // was matched with, until whoever claims it (the receiver, or the sender after its spin) moves
+  // the data; guarded by the receive's mu. On the send: the receive it was handed to (set before
+  // the send's request exists, read only by it).
+  std::shared_ptr<Posting> handed_send;
+  std::shared_ptr<Posting> handed_recv;
+  std::atomic<bool> handed{false};  // handed_send was set, for waits that poll
 };
 
 struct Key {
@@ -194,6 +202,12 @@ void Transfer(RankMemory& memory, int performer, Posting* send, Posting* recv) {
   MarkDone(send, status);
 }
 
+// Takes a handed transfer out of its receive: the send, or nullptr when it was claimed already.
+std::shared_ptr<Posting> Claim(Posting* recv) {
+  std::lock_guard<std::mutex> lock(recv->mu);
+  return std::move(recv->handed_send);
+}
+
 std::shared_ptr<Posting> PopFront(Queue& queue, const Key& key) {
   auto it = queue.find(key);
   if (it == queue.end()) return nullptr;
@@ -207,23 +221,56 @@ std::shared_ptr<Posting> PopFront(Queue& queue, const Key& key) {
 class InProcessRequest final : public Request {
  public:
   InProcessRequest(std::shared_ptr<Hub> hub, int mailbox, Key key, bool is_send,
-                   std::shared_ptr<Posting> posting)
+                   std::shared_ptr<Posting> posting, int rank)
       : hub_(std::move(hub)),
         mailbox_(mailbox),
         key_(key),
         is_send_(is_send),
-        posting_(std::move(posting)) {}
+        posting_(std::move(posting)),
+        rank_(rank) {}
+
+  // A request dropped without Wait or Cancel while its handed transfer is unclaimed: its
+  // buffers may be gone, so nothing moves and both sides end with an error.
+  ~InProcessRequest() override {
+    Posting* recv = is_send_ ? posting_->handed_recv.get() : posting_.get();
+    if (recv == nullptr) return;
+    if (std::shared_ptr<Posting> send = Claim(recv)) {
+      const Status abandoned = FailedPrecondition("a request of the transfer was dropped");
+      MarkDone(recv, abandoned);
+      MarkDone(send.get(), abandoned);
+    }
+  }
 
   Status Wait(Deadline deadline) override {
     Posting* p = posting_.get();
-    SpinUntil([p] { return p->finished.load(std::memory_order_acquire); }, kSpinBudget,
-              hub_->meeting.spin_pauses);
-    std::unique_lock<std::mutex> lock(p->mu);
-    if (!p->cv.wait_until(lock, deadline, [p] { return p->done; })) {
-      return Timeout(is_send_ ? "send to rank " : "receive from rank ",
-                     is_send_ ? mailbox_ : key_.src, " (tag ", key_.tag, ") did not complete");
+    if (is_send_) {
+      // A handed send: the receiver copies; one it has not started by the end of the spin is
+      // moved here.
+      SpinUntil([p] { return p->finished.load(std::memory_order_acquire); }, kSpinBudget,
+                hub_->meeting.spin_pauses);
+      if (p->handed_recv != nullptr && !p->finished.load(std::memory_order_acquire)) {
+        MoveIfUnclaimed(p->handed_recv.get());
+      }
+    } else {
+      SpinUntil(
+          [p] {
+            return p->finished.load(std::memory_order_acquire) ||
+                   p->handed.load(std::memory_order_acquire);
+          },
+          kSpinBudget, hub_->meeting.spin_pauses);
     }
-    return p->status;
+    std::unique_lock<std::mutex> lock(p->mu);
+    for (;;) {
+      if (!p->cv.wait_until(lock, deadline, [p] { return p->done || p->handed_send; })) {
+        return Timeout(is_send_ ? "send to rank " : "receive from rank ",
+                       is_send_ ? mailbox_ : key_.src, " (tag ", key_.tag, ") did not complete");
+      }
+      if (p->done) return p->status;
+      // A receive handed its transfer: move it on this rank's thread.
+      lock.unlock();
+      MoveIfUnclaimed(p);
+      lock.lock();
+    }
   }
 
   void Cancel() override {
@@ -243,17 +290,27 @@ class InProcessRequest final : public Request {
         return;
       }
     }
-    // Matched: the peer may be copying right now; the buffers are free once it is done.
+    // Matched: a handed transfer nobody started moves now (the buffers are still the caller's);
+    // otherwise the peer may be copying right now, and the buffers are free once it is done.
+    MoveIfUnclaimed(is_send_ ? posting_->handed_recv.get() : posting_.get());
     std::unique_lock<std::mutex> lock(posting_->mu);
     posting_->cv.wait(lock, [this] { return posting_->done; });
   }
 
  private:
+  void MoveIfUnclaimed(Posting* recv) {
+    if (recv == nullptr) return;
+    if (std::shared_ptr<Posting> send = Claim(recv)) {
+      Transfer(*hub_->memory, rank_, send.get(), recv);
+    }
+  }
+
   std::shared_ptr<Hub> hub_;
   int mailbox_;  // the receiving rank's mailbox that holds (or held) the posting
   Key key_;
   bool is_send_;
   std::shared_ptr<Posting> posting_;
+  int rank_;  // the rank that posted it
 };
 
 class InProcessTransport final : public Transport {
@@ -307,16 +364,28 @@ class InProcessTransport final : public Transport {
       if (hub_->aborted.load()) {
         p->queued = false;
         MarkDone(p.get(), AbortCause());
-        return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p));
+        return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p),
+                                                  rank_);
       }
       match = PopFront(mb.recvs, key);
       if (!match) mb.sends[key].push_back(p);
     }
     if (match) {
       p->queued = false;
-      Transfer(*hub_->memory, rank_, p.get(), match.get());
+      if (bytes >= options_.handoff_bytes && hub_->memory->host()) {
+        p->handed_recv = match;
+        {
+          std::lock_guard<std::mutex> lock(match->mu);
+          match->handed_send = p;
+        }
+        match->handed.store(true, std::memory_order_release);
+        match->cv.notify_all();
+      } else {
+        Transfer(*hub_->memory, rank_, p.get(), match.get());
+      }
     }
-    return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p));
+    return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p),
+                                              rank_);
   }
 
   bool Abort(const Status& cause) override {
@@ -392,7 +461,7 @@ class InProcessTransport final : public Transport {
         p->queued = false;
         MarkDone(p.get(), AbortCause());
         return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false,
-                                                  std::move(p));
+                                                  std::move(p), rank_);
       }
       match = PopFront(mb.sends, key);
       if (!match) mb.recvs[key].push_back(p);
@@ -401,7 +470,8 @@ class InProcessTransport final : public Transport {
       p->queued = false;
       Transfer(*hub_->memory, rank_, match.get(), p.get());
     }
-    return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p));
+    return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p),
+                                              rank_);
   }
 
   std::shared_ptr<Hub> hub_;

@@ -435,5 +435,104 @@ TEST(Scratch, BuffersAreReusedByLaterCallsTheyFitAndTheIdleOnesBounded) {
   huge.reset();
 }
 
+
+// Host memory that records which rank's thread moved each transfer.
+class RecordingMemory final : public RankMemory {
+ public:
+  const char* name() const override { return "recording"; }
+  bool host() const override { return true; }
+  Status Copy(int performer, int, void* dst, int, const void* src, size_t bytes) override {
+    performers.push_back(performer);
+    std::memmove(dst, src, bytes);
+    return Status::OK();
+  }
+  Status Reduce(int performer, const Reduction& reduction, int, void* dst, const void* local, int,
+                const void* remote, size_t count) override {
+    performers.push_back(performer);
+    collective::Reduce(reduction, dst, local, remote, count);
+    return Status::OK();
+  }
+  Status Finalize(int, const Reduction& reduction, void* buf, size_t count, int nranks) override {
+    collective::Finalize(reduction, buf, count, nranks);
+    return Status::OK();
+  }
+  std::shared_ptr<void> Allocate(int, size_t bytes) override { return AllocateHostBuffer(bytes); }
+  std::vector<int> performers;  // read after the threads that wrote it are joined
+};
+
+Deadline Soon() { return Clock::now() + std::chrono::seconds(10); }
+
+// A send that finds its receive posted hands a large transfer to the receiver, which moves it on
+// its own thread; a small one (below handoff_bytes) the sender moves at once.
+TEST(InProcessHandoff, TheReceiverMovesLargeTransfersAndTheSenderSmallOnes) {
+  for (size_t bytes : {size_t{64}, size_t{1} << 20}) {
+    auto memory = std::make_shared<RecordingMemory>();
+    InProcessTransportOptions options;
+    options.handoff_bytes = 4096;
+    auto t = CreateInProcessTransports(2, options, memory);
+    std::vector<char> src(bytes, 'x'), dst(bytes, 0);
+    auto recv = t[1]->Recv(0, 7, dst.data(), bytes);
+    auto send = t[0]->Send(1, 7, src.data(), bytes);
+    // The receiver waits first (here, before the sender ever waits): it moves a handed transfer.
+    ASSERT_TRUE(recv->Wait(Soon()).ok());
+    ASSERT_TRUE(send->Wait(Soon()).ok());
+    EXPECT_EQ(dst, src) << bytes;
+    EXPECT_EQ(memory->performers, std::vector<int>{bytes >= 4096 ? 1 : 0}) << bytes;
+  }
+}
+
+// Two ranks post a receive and a send to each other and then each waits for its send first: a
+// handed transfer the receiver has not started, the waiting sender moves itself (no deadlock),
+// with the reduction and the data exact.
+TEST(InProcessHandoff, SendersThatWaitFirstMoveTheirTransfersThemselves) {
+  InProcessTransportOptions options;
+  options.handoff_bytes = 0;
+  auto t = CreateInProcessTransports(2, options);
+  constexpr size_t n = 1 << 16;
+  std::vector<std::vector<double>> in(2, std::vector<double>(n)), out(2, std::vector<double>(n));
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < n; ++i) in[r][i] = double(r * 1000 + i % 101);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto recv = t[r]->RecvReduce(1 - r, 3, out[r].data(), in[r].data(), n * sizeof(double),
+                                   Reduction{DataType::kFloat64, ReduceOp::kSum});
+      auto send = t[r]->Send(1 - r, 3, in[r].data(), n * sizeof(double));
+      status[r] = send->Wait(Soon());
+      if (status[r].ok()) status[r] = recv->Wait(Soon());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[r][i], double(1000 + 2 * (i % 101))) << r << i;
+  }
+}
+
+// A handed transfer still moves when its receive is cancelled (the buffers are the caller's
+// until Cancel returns); one whose request is dropped unwaited moves nothing and its sender
+// gets an error instead of waiting for ever.
+TEST(InProcessHandoff, CancelMovesAHandedTransferAndADroppedRequestFailsItsPeer) {
+  InProcessTransportOptions options;
+  options.handoff_bytes = 0;
+  auto t = CreateInProcessTransports(2, options);
+  std::vector<char> src(1000, 'y'), dst(1000, 0);
+  auto recv = t[1]->Recv(0, 1, dst.data(), dst.size());
+  auto send = t[0]->Send(1, 1, src.data(), src.size());
+  recv->Cancel();
+  EXPECT_EQ(dst, src);
+  EXPECT_TRUE(send->Wait(Soon()).ok());
+
+  std::vector<char> lost(1000, 0);
+  auto dropped = t[1]->Recv(0, 2, lost.data(), lost.size());
+  auto orphan = t[0]->Send(1, 2, src.data(), src.size());
+  dropped.reset();
+  Status s = orphan->Wait(Soon());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("dropped"), std::string::npos) << s.message();
+  EXPECT_EQ(lost, std::vector<char>(1000, 0));
+}
+
 }  // namespace
 }  // namespace loom::collective

@@ -171,7 +171,8 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
 // Two ranks exchange S bytes each way; rank 0 posts both sides first (rank 1 copies C bytes of
 // its own before). In-process the rank whose post makes the match copies: rank 1 copies both
 // messages, sharing its CPU (2 S / copy); where the receiver copies, each rank copies one at
-// once (S / copy).
+// once (S / copy), and so they do in-process where a send hands transfers of S bytes to their
+// receiver (`handoff`): rank 1's receive copies, its send hands the other to rank 0.
 TEST(Engine, HostTransfersAreCopiedByTheMatcherWhereTheTransportSaysSo) {
   const size_t bytes = 8'000'000;
   Trace t;
@@ -200,6 +201,22 @@ TEST(Engine, HostTransfersAreCopiedByTheMatcherWhereTheTransportSaysSo) {
   EXPECT_NEAR(b->time_us, own / 4e3 + 2 * bytes / 4e3, 1e-6 * bytes);
   EXPECT_EQ(b->bottleneck_name, "rank1.cpu");
   EXPECT_FALSE(Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:copier=sender").ok());
+  for (const char* handoff : {"8000000", "4M", "16M"}) {
+    StatusOr<Machine> handing = Machine::Load(
+        std::string("host:2:cores=2:latency=0:copy=4:reduce=2:copier=matcher:handoff=") + handoff);
+    ASSERT_TRUE(handing.ok()) << handing.status().ToString();
+    StatusOr<Replay> c = ReplayTrace(*handing, t, options);
+    ASSERT_TRUE(c.ok());
+    const bool hands = std::string(handoff) != "16M";  // 16 MiB: above the message
+    EXPECT_NEAR(c->time_us, own / 4e3 + (hands ? 1 : 2) * bytes / 4e3, 1e-6 * bytes) << handoff;
+  }
+  StatusOr<Machine> unmatched =
+      Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:handoff=4M");
+  ASSERT_FALSE(unmatched.ok());
+  EXPECT_NE(unmatched.status().message().find("handoff needs copier=matcher"), std::string::npos)
+      << unmatched.status().message();
+  EXPECT_FALSE(
+      Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:copier=matcher:handoff=x").ok());
 }
 
 // Messages beyond the eager size pay the rendezvous; a second message a waiting rank receives

@@ -177,6 +177,14 @@ TEST(LoomBench, UsageErrors) {
       << unknown.err;
   EXPECT_EQ(Loom("bench collective --places cpu:2 --transport cuda_p2p").code, 2);
   EXPECT_EQ(Loom("bench collective --places cuda:0 --transport mpi").code, 2);
+  // A row reports the median of its rounds or, with --stat min, the fastest.
+  Result stat = Loom("bench collective --places cpu:2 -b 1K -e 1K --stat mean");
+  EXPECT_EQ(stat.code, 2);
+  EXPECT_NE(stat.err.find("--stat must be median or min, not 'mean'"), std::string::npos)
+      << stat.err;
+  Result fastest = Loom("bench collective --places cpu:2 -b 1K -e 4K --rounds 3 --stat min");
+  EXPECT_EQ(fastest.code, 0) << fastest.err;
+  EXPECT_NE(fastest.out.find("#wrong"), std::string::npos) << fastest.out;
 }
 
 }  // namespace
