@@ -451,11 +451,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   return m;
 }
 
-const Machine& Machine::ForCall(size_t bytes) const {
+const Machine& Machine::ForWorkingSet(double working_set) const {
   if (host_at_.empty()) return *this;
-  // Every rank's send and receive buffer.
-  const double working_set = std::max(1.0, 2.0 * static_cast<double>(bytes) * size());
-  const int k = static_cast<int>(std::lround(std::log2(working_set))) - host_at_lo_;
+  const int k = static_cast<int>(std::lround(std::log2(std::max(1.0, working_set)))) - host_at_lo_;
   return *host_at_[std::clamp(k, 0, static_cast<int>(host_at_.size()) - 1)];
 }
 

@@ -125,8 +125,9 @@ class Machine {
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
   // data), and ":copier=receiver|matcher[:handoff=BYTES]" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
-  // A host with levels: the machine its calls of `bytes` per rank run on (itself otherwise).
-  const Machine& ForCall(size_t bytes) const;
+  // A host with levels: the machine a call runs on whose ranks' send and receive buffers
+  // total `working_set` bytes (itself otherwise).
+  const Machine& ForWorkingSet(double working_set) const;
   // A host's one-rank copy rate (GB/s): what a rank's local copy of its own buffers costs.
   double host_copy_gbps() const;
   // A preset or topology file name (Preset, else Topology::FromFile), a host spec or a cluster

@@ -555,10 +555,14 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     LOOM_RETURN_IF_ERROR(Append(call, trace, everyone));
     trace = std::move(call);
   }
-  // A host runs each call at the rates of the memory it touches (its ranks' local copies, a
-  // root's copy of its own buffer, are transfers there: engine.h).
-  const Machine& on = machine_->ForCall(
-      kind == Collective::kAllGather || kind == Collective::kReduceScatter ? bytes / n : bytes);
+  // A host runs each call at the rates of the memory it touches, every rank's send and receive
+  // buffer (its ranks' local copies, a root's copy of its own buffer, are transfers there:
+  // engine.h). An allgather's output and a reduce-scatter's input are `bytes`, the other side
+  // bytes / n; the other collectives take bytes each way.
+  const double b = static_cast<double>(bytes);
+  const Machine& on = machine_->ForWorkingSet(
+      kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
+                                                                             : 2 * b * n);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
   CollectiveResult out;
   out.algorithm = label;

@@ -7,13 +7,15 @@
    - per rank count, the call's fixed cost and the per-message latency: a 1-rank call (no
      message) and a one-message broadcast on 2 ranks; on 4 ranks, a small broadcast down the
      tree (2 dependent messages) against one along the ring's chain (3);
-   - per working-set level (2-rank calls of 64 KiB-64 MiB: 256 KiB-256 MiB of buffers), the rates of
-     one rank copying (a broadcast: the root's copy of its own buffer, then the transfer) and
-     reducing (a reduce) alone, and of both ranks copying and reducing at once (the ring's
-     allgather and reduce-scatter), which the memory system shares.
-   The core count is the machine's.
+   - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
+     ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
+     root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),
+     and of all ranks copying and reducing at once (the ring's allgather and reduce-scatter),
+     which the cores and the memory system share.
+   The core count is the machine's. Each row reports the fastest of 9 rounds (--stat min: the
+   machine undisturbed by other load, as the simulator models it).
 2. Prediction: allreduce with ring, tree, star and multi_tree on 2 and 4 ranks, 4 KiB-64 MiB,
-   measured (median of --runs runs) and simulated on
+   measured (median of --runs runs) and simulated on the calibration of its rank count,
    `host:N:cores=C:latency=L:levels=WS/COPY/REDUCE/MEM/MEM_REDUCE,...` side by side, with the
    error, the share within +-25 %, and the fastest algorithm per size measured vs predicted (a
    crossover predicted within one size step counts as met).
@@ -177,35 +179,50 @@ def calibrate(a, cores, runs):
         print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB (largest "
               "step x%.2f, %.2f us)" % (ratio, jump))
 
-    # 1b. Rates per working-set level, from 2-rank calls of s bytes (buffers of 4 s bytes).
-    levels = []
-    for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
-        iters = max(10, min(1000, (64 << 20) // s * 10))
+    # 1b. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
+    # the predictions (buffers of 2 x ranks x s bytes): threads or processes sharing the cores
+    # share their caches and memory differently with 2 ranks than with 4.
+    levels = {}
+    for ranks in (2, 4):
+        latency, call = timing[ranks]
+        levels[ranks] = []
+        for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
+            iters = max(10, min(1000, (64 << 20) // s * 10))
 
-        def meas(op, algo, size):
-            return median_bench(runs, a.loom, a.transport, 2, op, [algo], size, size, iters,
-                                2)[(algo, size)]
+            def meas(op, algo, size):
+                return median_bench(runs, a.loom, a.transport, ranks, op, [algo], size, size,
+                                    iters, 2)[(algo, size)]
 
-        def fit(op, algo, size, measured, make):
-            return bisect(lambda g: simulate(2, cores, latency2, call2, [make(g)], op, algo, size),
-                          measured, 0.01, 1000.0, increasing=False)
+            def fit(op, algo, size, measured, make):
+                return bisect(lambda g: simulate(ranks, cores, latency, call, [make(g)], op, algo,
+                                                 size), measured, 0.01, 1000.0, increasing=False)
 
-        ws = 4 * s
-        cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
-        ag, rs = meas("allgather", "ring", 2 * s), meas("reducescatter", "ring", 2 * s)
-        copy = fit("broadcast", "tree", s, cp, lambda g: (ws, g, 10.0, 0.0, 0.0))
-        reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, 0.0, 0.0))
-        # Both ranks at once: between one rank's rate and one stream per core.
-        mem = min(cores * copy, max(copy, fit("allgather", "ring", 2 * s, ag,
-                                              lambda g: (ws, copy, reduce, g, 0.0))))
-        mem_reduce = min(cores * reduce, max(reduce, fit("reducescatter", "ring", 2 * s, rs,
-                                                         lambda g: (ws, copy, reduce, mem, g))))
-        levels.append((ws, copy, reduce, mem, mem_reduce))
-        print("# calibration, 2 ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
-              "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
-              "%.2f / %.2f GB/s" % (s, ws, cp, rd, ag, rs, copy, reduce, mem, mem_reduce))
-    print("# host model (%s, %d cores): %s, latency and call per rank count above"
-          % (a.transport, cores, spec_of(0, cores, 0, levels).split(":", 2)[2]))
+            ws = 2 * ranks * s
+            # The ring's allgather and reduce-scatter of `whole` bytes touch (ranks + 1) x whole
+            # (every rank's part and the whole): sized to the same working set.
+            whole = ws // (ranks + 1) // (64 * ranks) * (64 * ranks)
+            cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
+            ag = meas("allgather", "ring", whole)
+            rs = meas("reducescatter", "ring", whole)
+            # The one-rank rates first as if no copies overlapped, then again with the shared
+            # rates found (a tree of more than 2 ranks copies on several at once).
+            mem = mem_reduce = 0.0
+            for _ in range(2 if ranks > 2 else 1):
+                copy = fit("broadcast", "tree", s, cp,
+                           lambda g: (ws, g, 10.0, mem, mem_reduce))
+                reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, mem, mem_reduce))
+                # All ranks at once: between one rank's rate and one stream per core.
+                mem = min(cores * copy, max(copy, fit("allgather", "ring", whole, ag,
+                                                      lambda g: (ws, copy, reduce, g, mem_reduce))))
+                mem_reduce = min(cores * reduce, max(reduce, fit(
+                    "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g))))
+            levels[ranks].append((ws, copy, reduce, mem, mem_reduce))
+            print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
+                  "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
+                  "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
+                                        mem_reduce))
+        print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
+              % (a.transport, cores, ranks, spec_of(0, cores, 0, levels[ranks]).split(":", 2)[2]))
     return {"timing": timing, "levels": levels, "eager": dict(EAGER)}
 
 
@@ -228,7 +245,8 @@ def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
     latency, call = model["timing"][ranks]
-    return {(algo, s): simulate(ranks, cores, latency, call, model["levels"], "allreduce", algo, s)
+    return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
+                                algo, s)
             for algo in ALGOS for s in sizes}
 
 

@@ -151,8 +151,18 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   ASSERT_TRUE(four.ok());
   StatusOr<Machine> first2 = four->FirstDevices(2);
   ASSERT_TRUE(first2.ok());
-  EXPECT_NEAR(first2->ForCall(small).host_copy_gbps(), 20, 1e-9);
-  EXPECT_NEAR(four->ForCall(small).host_copy_gbps(), 20 * std::pow(5.0 / 20, 0.25), 1e-9);
+  EXPECT_NEAR(first2->ForWorkingSet(2 * 2 * small).host_copy_gbps(), 20, 1e-9);
+  EXPECT_NEAR(four->ForWorkingSet(2 * 4 * small).host_copy_gbps(), 20 * std::pow(5.0 / 20, 0.25),
+              1e-9);
+  // An allgather of S bytes on 2 ranks touches S / 2 + S per rank: 4 MiB, 12 MiB (rounded to
+  // 16 MiB: copy 10 GB/s, the memory 20, so that both ranks copy at 10). Each rank's local copy
+  // of its part and then S / 2 each way: 3 + S / 10 GB/s.
+  StatusOr<Simulator> wide = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=3:levels=4M/20/8/40/16,64M/5/2/10/4").value(), options);
+  ASSERT_TRUE(wide.ok());
+  StatusOr<CollectiveResult> ag4 = wide->Simulate(Collective::kAllGather, "ring", mid);
+  ASSERT_TRUE(ag4.ok());
+  EXPECT_NEAR(ag4->time_us, 3 + mid / 10e3, 0.01 * mid / 10e3);
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
         "host:2:cores=1:copy=-5:reduce=2:latency=1", "host:2:cores=1:latency=1:copy=5",
