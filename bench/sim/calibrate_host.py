@@ -125,8 +125,9 @@ def bisect(f, target, lo, hi, increasing):
     return (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
 
 
-def calibrate(a, cores, runs):
-    """Step 1: the host model from primitives (medians of `runs` runs)."""
+def calibrate(a, cores, runs, ranks):
+    """Step 1: the host model of `ranks` ranks from primitives (medians of `runs` runs). The
+    2-rank calibration also finds the transport's protocol step (EAGER), which 4 ranks use."""
     big = 64 << 20
     # Rates do not matter for the small calls that calibrate the latencies.
     flat = [(1 << 20, 10.0, 10.0, 0.0, 0.0)]
@@ -137,93 +138,94 @@ def calibrate(a, cores, runs):
         return {al: m[(al, 64)] for al in algos}
 
     # 1a. Latency and call cost per rank count.
-    one = small(1, "broadcast", ["tree"])["tree"]
     timing = {}
-    two = small(2, "broadcast", ["tree"])["tree"]
-    call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
-    latency2 = bisect(lambda x: simulate(2, cores, x, call2, flat, "broadcast", "tree", 64),
-                      two, 0.0, 10000.0, increasing=True)
-    timing[2] = (latency2, call2)
-    print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f us "
-          "per message, call %.2f us" % (one, two, latency2, call2))
-    four = small(4, "broadcast", ["tree", "ring"])
-    tree4, chain4 = four["tree"], four["ring"]
-    latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
-                      simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
-                      max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
-    call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
-    timing[4] = (latency4, call4)
-    print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us -> "
-          "latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
-
-    # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
-    # microsecond and half the small call's (the largest such step), messages beyond the size
-    # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
-    sweep = median_bench(runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
-                         1000, 100, factor=2)
-    sizes = sorted(s for (_, s) in sweep)
-    # The step whose time grows the most against the one before (bytes alone at most double
-    # it), taken when it more than doubles, by more than a microsecond, and every larger size
-    # stays above it (a burst of noise in a few rows is not a protocol).
-    t = [sweep[("tree", size)] for size in sizes]
-    steps = [(t[i] / t[i - 1], t[i] - t[i - 1], i) for i in range(1, len(sizes))]
-    ratio, jump, at = max(steps)
-    before = sizes[at - 1]
-    EAGER.update(bytes=None, us=0.0)
-    if ratio > 2.2 and jump > 1.0 and min(t[at:]) > t[at - 1] + 0.75 * jump:
-        EAGER.update(bytes=before, us=jump)
-        print("# calibration: a 2-rank broadcast jumps %.2f us past %d B (%s) -> messages beyond "
-              "it pay a %.2f us rendezvous" % (jump, before, " ".join(
-                  "%d:%.1f" % (s, sweep[("tree", s)]) for s in sizes), jump))
+    if ranks == 2:
+        one = small(1, "broadcast", ["tree"])["tree"]
+        two = small(2, "broadcast", ["tree"])["tree"]
+        call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
+        latency2 = bisect(lambda x: simulate(2, cores, x, call2, flat, "broadcast", "tree", 64),
+                          two, 0.0, 10000.0, increasing=True)
+        timing[2] = (latency2, call2)
+        print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f "
+              "us per message, call %.2f us" % (one, two, latency2, call2))
     else:
-        print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB (largest "
-              "step x%.2f, %.2f us)" % (ratio, jump))
+        four = small(4, "broadcast", ["tree", "ring"])
+        tree4, chain4 = four["tree"], four["ring"]
+        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
+                          simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
+                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+        call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
+        timing[4] = (latency4, call4)
+        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
+              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
+
+    if ranks == 2:
+        # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
+        # microsecond and half the small call's (the largest such step), messages beyond the size
+        # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
+        sweep = median_bench(runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
+                             1000, 100, factor=2)
+        sizes = sorted(s for (_, s) in sweep)
+        # The step whose time grows the most against the one before (bytes alone at most double
+        # it), taken when it more than doubles, by more than a microsecond, and every larger size
+        # stays above it (a burst of noise in a few rows is not a protocol).
+        t = [sweep[("tree", size)] for size in sizes]
+        steps = [(t[i] / t[i - 1], t[i] - t[i - 1], i) for i in range(1, len(sizes))]
+        ratio, jump, at = max(steps)
+        before = sizes[at - 1]
+        EAGER.update(bytes=None, us=0.0)
+        if ratio > 2.2 and jump > 1.0 and min(t[at:]) > t[at - 1] + 0.75 * jump:
+            EAGER.update(bytes=before, us=jump)
+            print("# calibration: a 2-rank broadcast jumps %.2f us past %d B (%s) -> messages "
+                  "beyond it pay a %.2f us rendezvous" % (jump, before, " ".join(
+                      "%d:%.1f" % (s, sweep[("tree", s)]) for s in sizes), jump))
+        else:
+            print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
+                  "(largest step x%.2f, %.2f us)" % (ratio, jump))
 
     # 1b. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
     # the predictions (buffers of 2 x ranks x s bytes): threads or processes sharing the cores
     # share their caches and memory differently with 2 ranks than with 4.
-    levels = {}
-    for ranks in (2, 4):
-        latency, call = timing[ranks]
-        levels[ranks] = []
-        for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
-            iters = max(10, min(1000, (64 << 20) // s * 10))
+    levels = []
+    latency, call = timing[ranks]
+    for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
+        iters = max(10, min(1000, (64 << 20) // s * 10))
 
-            def meas(op, algo, size):
-                return median_bench(runs, a.loom, a.transport, ranks, op, [algo], size, size,
-                                    iters, 2)[(algo, size)]
+        def meas(op, algo, size):
+            return median_bench(runs, a.loom, a.transport, ranks, op, [algo], size, size,
+                                iters, 2)[(algo, size)]
 
-            def fit(op, algo, size, measured, make):
-                return bisect(lambda g: simulate(ranks, cores, latency, call, [make(g)], op, algo,
-                                                 size), measured, 0.01, 1000.0, increasing=False)
+        def fit(op, algo, size, measured, make):
+            return bisect(lambda g: simulate(ranks, cores, latency, call, [make(g)], op, algo,
+                                             size), measured, 0.01, 1000.0, increasing=False)
 
-            ws = 2 * ranks * s
-            # The ring's allgather and reduce-scatter of `whole` bytes touch (ranks + 1) x whole
-            # (every rank's part and the whole): sized to the same working set.
-            whole = ws // (ranks + 1) // (64 * ranks) * (64 * ranks)
-            cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
-            ag = meas("allgather", "ring", whole)
-            rs = meas("reducescatter", "ring", whole)
-            # The one-rank rates first as if no copies overlapped, then again with the shared
-            # rates found (a tree of more than 2 ranks copies on several at once).
-            mem = mem_reduce = 0.0
-            for _ in range(2 if ranks > 2 else 1):
-                copy = fit("broadcast", "tree", s, cp,
-                           lambda g: (ws, g, 10.0, mem, mem_reduce))
-                reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, mem, mem_reduce))
-                # All ranks at once: between one rank's rate and one stream per core.
-                mem = min(cores * copy, max(copy, fit("allgather", "ring", whole, ag,
-                                                      lambda g: (ws, copy, reduce, g, mem_reduce))))
-                mem_reduce = min(cores * reduce, max(reduce, fit(
-                    "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g))))
-            levels[ranks].append((ws, copy, reduce, mem, mem_reduce))
-            print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
-                  "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
-                  "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
-                                        mem_reduce))
-        print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
-              % (a.transport, cores, ranks, spec_of(0, cores, 0, levels[ranks]).split(":", 2)[2]))
-    return {"timing": timing, "levels": levels, "eager": dict(EAGER)}
+        ws = 2 * ranks * s
+        # The ring's allgather and reduce-scatter of `whole` bytes touch (ranks + 1) x whole
+        # (every rank's part and the whole): sized to the same working set.
+        whole = ws // (ranks + 1) // (64 * ranks) * (64 * ranks)
+        cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
+        ag = meas("allgather", "ring", whole)
+        rs = meas("reducescatter", "ring", whole)
+        # The one-rank rates first as if no copies overlapped, then again with the shared
+        # rates found (a tree of more than 2 ranks copies on several at once).
+        mem = mem_reduce = 0.0
+        for _ in range(2 if ranks > 2 else 1):
+            copy = fit("broadcast", "tree", s, cp,
+                       lambda g: (ws, g, 10.0, mem, mem_reduce))
+            reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, mem, mem_reduce))
+            # All ranks at once: between one rank's rate and one stream per core.
+            mem = min(cores * copy, max(copy, fit("allgather", "ring", whole, ag,
+                                                  lambda g: (ws, copy, reduce, g, mem_reduce))))
+            mem_reduce = min(cores * reduce, max(reduce, fit(
+                "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g))))
+        levels.append((ws, copy, reduce, mem, mem_reduce))
+        print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
+              "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
+              "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
+                                    mem_reduce))
+    print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
+          % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
+    return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER)}
 
 
 
@@ -250,6 +252,20 @@ def predict(model, cores, ranks, sizes):
             for algo in ALGOS for s in sizes}
 
 
+def pooled_model(models):
+    """One model from several runs' calibrations: every parameter the median of the runs'; the
+    protocol step the one most runs found."""
+    med = statistics.median
+    timing = {r: tuple(med(m["timing"][r][i] for m in models) for i in (0, 1))
+              for r in models[0]["timing"]}
+    levels = {r: [tuple(med(m["levels"][r][j][i] for m in models) for i in range(5))
+                  for j in range(len(models[0]["levels"][r]))] for r in models[0]["levels"]}
+    found = [m["eager"]["bytes"] for m in models]
+    eager = max(set(found), key=found.count)
+    us = [m["eager"]["us"] for m in models if m["eager"]["bytes"] == eager]
+    return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)}}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--transport", choices=["inprocess", "mpi"], default="inprocess")
@@ -274,19 +290,35 @@ def main():
     # slow period of the machine moves both sides of one run alike). Otherwise one calibration
     # from the medians of every run predicts the medians of every run.
     runs_data = []  # per run: (model, {ranks: (meas, spread)})
+    def merged(parts):
+        return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
+                "levels": {k: v for p in parts for k, v in p["levels"].items()},
+                "eager": parts[0]["eager"]}
+
     if a.paired:
         for r in range(a.runs):
             print("# run %d of %d" % (r + 1, a.runs))
-            model = calibrate(a, cores, 1)
-            runs_data.append((model, {ranks: measure(a, ranks, 1) for ranks in (2, 4)}))
+            # Each rank count calibrated and then measured at once (the 2-rank part first: it
+            # finds the protocol step both use).
+            parts, meas = [], {}
+            for ranks in (2, 4):
+                parts.append(calibrate(a, cores, 1, ranks))
+                meas[ranks] = measure(a, ranks, 1)
+            runs_data.append((merged(parts), meas))
     else:
-        model = calibrate(a, cores, a.runs)
+        model = merged([calibrate(a, cores, a.runs, ranks) for ranks in (2, 4)])
         runs_data.append((model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)}))
     within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
+    # Paired runs also give one pooled model (each parameter the median of the runs') against
+    # the median measurement: a run whose calibration and measurement fell in different speeds
+    # of the machine then moves the model by no more than any other run.
+    pooled = pooled_model([model for model, _ in runs_data]) if a.paired else None
+    pooled_within = pooled_crossover_ok = 0
     curves = {}
-    print("# %5s %10s %11s %12s %12s %8s   %s" % ("ranks", "algorithm", "size", "measured_us",
-                                                  "simulated_us", "error", "runs (us)"))
+    print("# %5s %10s %11s %12s %12s %8s %8s   %s"
+          % ("ranks", "algorithm", "size", "measured_us", "simulated_us", "error",
+             "pooled" if pooled else "", "runs (us)"))
     for ranks in (2, 4):
         per_run = [(runs[ranks][0], predict(model, cores, ranks,
                                             sorted({s for (_, s) in runs[ranks][0]})))
@@ -300,9 +332,12 @@ def main():
         else:
             spread = runs_data[0][1][ranks][1]
         sizes = sorted({s for (_, s) in meas})
+        pooled_pred = predict(pooled, cores, ranks, sizes) if pooled else None
         for algo in ALGOS:
             for s in sizes:
                 err = errs[(algo, s)]
+                pooled_err = pooled_pred[(algo, s)] / meas[(algo, s)] - 1 if pooled else None
+                pooled_within += pooled is not None and abs(pooled_err) <= 0.25
                 lo, hi = spread[(algo, s)]
                 # The measurement's own run-to-run range: wider than the +-25 % band (slowest
                 # run over 1.5 x the fastest) says the machine, not the model, sets the error.
@@ -311,8 +346,9 @@ def main():
                 within += abs(err) <= 0.25
                 steady += not noisy
                 steady_within += not noisy and abs(err) <= 0.25
-                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%%   %9.1f-%-9.1f%s"
-                      % (ranks, algo, s, meas[(algo, s)], pred[(algo, s)], 100 * err, lo, hi,
+                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%% %8s   %9.1f-%-9.1f%s"
+                      % (ranks, algo, s, meas[(algo, s)], pred[(algo, s)], 100 * err,
+                         "%+.1f%%" % (100 * pooled_err) if pooled else "", lo, hi,
                          " noisy" if noisy else ""))
             factor = 2 * (ranks - 1) / ranks
             curves["%s %d ranks measured" % (algo, ranks)] = [
@@ -322,17 +358,30 @@ def main():
         # The fastest algorithm per size: predicted right, or right one size step away.
         best_m = [min(ALGOS, key=lambda al: meas[(al, s)]) for s in sizes]
         best_p = [min(ALGOS, key=lambda al: pred[(al, s)]) for s in sizes]
+        best_q = [min(ALGOS, key=lambda al: pooled_pred[(al, s)]) for s in sizes] if pooled \
+            else best_p
+
+        def crossover(best, i, s):
+            near = {best[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
+            return best_m[i] in near or meas[(best[i], s)] <= 1.1 * meas[(best_m[i], s)]
+
         for i, s in enumerate(sizes):
             crossover_total += 1
-            near = {best_p[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
-            ok = best_m[i] in near or meas[(best_p[i], s)] <= 1.1 * meas[(best_m[i], s)]
+            ok = crossover(best_p, i, s)
             crossover_ok += ok
-            print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s"
-                  % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED"))
+            pooled_crossover_ok += crossover(best_q, i, s)
+            print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s%s"
+                  % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED",
+                     "; pooled %s %s" % (best_q[i], "ok" if crossover(best_q, i, s) else "MISSED")
+                     if pooled else ""))
         curves.setdefault("_sizes", sizes)
     print("# within +-25%%: %d of %d (of the %d rows whose runs agree within 1.5x: %d); fastest "
           "algorithm right (or one size step, or within 10%% of the fastest): %d of %d"
           % (within, total, steady, steady_within, crossover_ok, crossover_total))
+    if pooled:
+        print("# pooled (each parameter the median of the runs', against the median "
+              "measurement): within +-25%%: %d of %d; fastest algorithm: %d of %d"
+              % (pooled_within, total, pooled_crossover_ok, crossover_total))
     if a.plot:
         plt = sim._pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
