@@ -6,7 +6,7 @@
    measured time (bisection on the simulator itself):
    - per rank count, the call's fixed cost and the per-message latency: a 1-rank call (no
      message) and a one-message broadcast on 2 ranks; on 4 ranks, a small broadcast down the
-     tree (2 dependent messages) against the ring's allgather (3 steps of 4 messages);
+     tree (2 dependent messages) against one along the ring's chain (3);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),
@@ -149,20 +149,15 @@ def calibrate(a, cores, runs, ranks):
         print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f "
               "us per message, call %.2f us" % (one, two, latency2, call2))
     else:
-        # The ring's allgather waits for 3 steps in which every rank waits (on 2 cores, 6
-        # queued wake-ups) where the tree's broadcast waits for 2 messages: the difference is
-        # several latencies, not one (a chain against the tree differs by one, less than the
-        # noise of either).
-        tree4 = small(4, "broadcast", ["tree"])["tree"]
-        ring4 = small(4, "allgather", ["ring"])["ring"]
-        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "allgather", "ring", 64) -
+        four = small(4, "broadcast", ["tree", "ring"])
+        tree4, chain4 = four["tree"], four["ring"]
+        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
                           simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
-                          max(ring4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
         call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
         timing[4] = (latency4, call4)
-        print("# calibration, 4 ranks: broadcast down the tree %.2f us, the ring's allgather "
-              "%.2f us -> latency %.2f us per message, call %.2f us"
-              % (tree4, ring4, latency4, call4))
+        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
+              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
 
     if ranks == 2:
         # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
