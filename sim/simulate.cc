@@ -562,7 +562,7 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
   const double b = static_cast<double>(bytes);
   const Machine& on = machine_->ForWorkingSet(
       kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
-                                                                             : 2 * b * n);
+                                                                           : 2 * b * n);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
   CollectiveResult out;
   out.algorithm = label;

@@ -512,8 +512,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                "-n, --inflight and --rounds (at most 1000) must be >= 1 and -w >= 0");
   c.rounds = static_cast<int>(rounds);
   const std::string stat = flags.Get("stat");
-  LOOM_ENFORCE(stat == "median" || stat == "min", "--stat must be median or min, not '", stat,
-               "'");
+  LOOM_ENFORCE(stat == "median" || stat == "min", "--stat must be median or min, not '", stat, "'");
   c.fastest = stat == "min";
   c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
   c.inflight = static_cast<int>(inflight);

@@ -460,8 +460,8 @@ class InProcessTransport final : public Transport {
       if (hub_->aborted.load()) {
         p->queued = false;
         MarkDone(p.get(), AbortCause());
-        return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false,
-                                                  std::move(p), rank_);
+        return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p),
+                                                  rank_);
       }
       match = PopFront(mb.sends, key);
       if (!match) mb.recvs[key].push_back(p);

@@ -435,7 +435,6 @@ TEST(Scratch, BuffersAreReusedByLaterCallsTheyFitAndTheIdleOnesBounded) {
   huge.reset();
 }
 
-
 // Host memory that records which rank's thread moved each transfer.
 class RecordingMemory final : public RankMemory {
  public:
