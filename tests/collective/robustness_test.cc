@@ -435,28 +435,31 @@ TEST(Scratch, BuffersAreReusedByLaterCallsTheyFitAndTheIdleOnesBounded) {
   huge.reset();
 }
 
-// Host memory that records which rank's thread moved each transfer.
+// Host memory (HostRankMemory) that records which rank's thread moved each transfer.
 class RecordingMemory final : public RankMemory {
  public:
   const char* name() const override { return "recording"; }
   bool host() const override { return true; }
-  Status Copy(int performer, int, void* dst, int, const void* src, size_t bytes) override {
+  Status Copy(int performer, int dst_rank, void* dst, int src_rank, const void* src,
+              size_t bytes) override {
     performers.push_back(performer);
-    std::memmove(dst, src, bytes);
-    return Status::OK();
+    return host_->Copy(performer, dst_rank, dst, src_rank, src, bytes);
   }
-  Status Reduce(int performer, const Reduction& reduction, int, void* dst, const void* local, int,
-                const void* remote, size_t count) override {
+  Status Reduce(int performer, const Reduction& reduction, int dst_rank, void* dst,
+                const void* local, int src_rank, const void* remote, size_t count) override {
     performers.push_back(performer);
-    collective::Reduce(reduction, dst, local, remote, count);
-    return Status::OK();
+    return host_->Reduce(performer, reduction, dst_rank, dst, local, src_rank, remote, count);
   }
-  Status Finalize(int, const Reduction& reduction, void* buf, size_t count, int nranks) override {
-    collective::Finalize(reduction, buf, count, nranks);
-    return Status::OK();
+  Status Finalize(int rank, const Reduction& r, void* buf, size_t count, int nranks) override {
+    return host_->Finalize(rank, r, buf, count, nranks);
   }
-  std::shared_ptr<void> Allocate(int, size_t bytes) override { return AllocateHostBuffer(bytes); }
+  std::shared_ptr<void> Allocate(int rank, size_t bytes) override {
+    return host_->Allocate(rank, bytes);
+  }
   std::vector<int> performers;  // read after the threads that wrote it are joined
+
+ private:
+  std::shared_ptr<RankMemory> host_ = HostRankMemory();
 };
 
 Deadline Soon() { return Clock::now() + std::chrono::seconds(10); }
