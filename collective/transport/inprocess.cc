@@ -233,7 +233,7 @@ class InProcessRequest final : public Request {
   // buffers may be gone, so nothing moves and both sides end with an error.
   ~InProcessRequest() override {
     Posting* recv = is_send_ ? posting_->handed_recv.get() : posting_.get();
-    if (recv == nullptr) return;
+    if (recv == nullptr || !recv->handed.load(std::memory_order_acquire)) return;
     if (std::shared_ptr<Posting> send = Claim(recv)) {
       const Status abandoned = FailedPrecondition("a request of the transfer was dropped");
       MarkDone(recv, abandoned);
