@@ -148,18 +148,7 @@ def calibrate(a, cores, runs, ranks):
         timing[2] = (latency2, call2)
         print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f "
               "us per message, call %.2f us" % (one, two, latency2, call2))
-    else:
-        four = small(4, "broadcast", ["tree", "ring"])
-        tree4, chain4 = four["tree"], four["ring"]
-        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
-                          simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
-                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
-        call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
-        timing[4] = (latency4, call4)
-        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
-              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
 
-    if ranks == 2:
         # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
         # microsecond and half the small call's (the largest such step), messages beyond the size
         # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
@@ -182,6 +171,16 @@ def calibrate(a, cores, runs, ranks):
         else:
             print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
                   "(largest step x%.2f, %.2f us)" % (ratio, jump))
+    else:
+        four = small(4, "broadcast", ["tree", "ring"])
+        tree4, chain4 = four["tree"], four["ring"]
+        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
+                          simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
+                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+        call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
+        timing[4] = (latency4, call4)
+        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
+              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
 
     # 1b. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
     # the predictions (buffers of 2 x ranks x s bytes): threads or processes sharing the cores
@@ -252,6 +251,13 @@ def predict(model, cores, ranks, sizes):
             for algo in ALGOS for s in sizes}
 
 
+def merged(parts):
+    """One model from the calibrations of each rank count (the first found the protocol step)."""
+    return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
+            "levels": {k: v for p in parts for k, v in p["levels"].items()},
+            "eager": parts[0]["eager"]}
+
+
 def pooled_model(models):
     """One model from several runs' calibrations: every parameter the median of the runs'; the
     protocol step the one most runs found."""
@@ -290,11 +296,6 @@ def main():
     # slow period of the machine moves both sides of one run alike). Otherwise one calibration
     # from the medians of every run predicts the medians of every run.
     runs_data = []  # per run: (model, {ranks: (meas, spread)})
-    def merged(parts):
-        return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
-                "levels": {k: v for p in parts for k, v in p["levels"].items()},
-                "eager": parts[0]["eager"]}
-
     if a.paired:
         for r in range(a.runs):
             print("# run %d of %d" % (r + 1, a.runs))
@@ -367,12 +368,12 @@ def main():
 
         for i, s in enumerate(sizes):
             crossover_total += 1
-            ok = crossover(best_p, i, s)
+            ok, pooled_ok = crossover(best_p, i, s), crossover(best_q, i, s)
             crossover_ok += ok
-            pooled_crossover_ok += crossover(best_q, i, s)
+            pooled_crossover_ok += pooled_ok
             print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s%s"
                   % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED",
-                     "; pooled %s %s" % (best_q[i], "ok" if crossover(best_q, i, s) else "MISSED")
+                     "; pooled %s %s" % (best_q[i], "ok" if pooled_ok else "MISSED")
                      if pooled else ""))
         curves.setdefault("_sizes", sizes)
     print("# within +-25%%: %d of %d (of the %d rows whose runs agree within 1.5x: %d); fastest "
