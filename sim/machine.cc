@@ -378,7 +378,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {"cores",      "latency",    "copy",   "reduce",
                                                 "mem",        "mem_reduce", "levels", "eager",
-                                                "rendezvous", "copier",     "handoff"};
+                                                "rendezvous", "copier",     "handoff",
+                                                "native"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -444,6 +445,10 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (!handoff.ok()) return bad("handoff is not a number of bytes");
     protocol.handoff_bytes = static_cast<double>(*handoff);
   }
+  if (keys.count("native")) {
+    if (keys["native"] != "pass" && keys["native"] != "none") return bad("native must be pass or none");
+    protocol.native_pass = keys["native"] == "pass";
+  }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);
   if (!m.ok()) return bad(m.status().message());
@@ -453,7 +458,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
 
 const Machine& Machine::ForWorkingSet(double working_set) const {
   if (host_at_.empty()) return *this;
-  const int k = static_cast<int>(std::lround(std::log2(std::max(1.0, working_set)))) - host_at_lo_;
+  // Beyond 2^62 bytes (infinity included): the largest level, the memory's rates.
+  const double ws = std::clamp(working_set, 1.0, std::ldexp(1.0, 62));
+  const int k = static_cast<int>(std::lround(std::log2(ws))) - host_at_lo_;
   return *host_at_[std::clamp(k, 0, static_cast<int>(host_at_.size()) - 1)];
 }
 

@@ -94,6 +94,10 @@ struct HostProtocol {
   // ... except those of at least this many bytes whose send made the match: the sender hands
   // them to the receiver (InProcessTransportOptions::handoff_bytes).
   double handoff_bytes = std::numeric_limits<double>::infinity();
+  // The transport's native collectives are one pass over the ranks' shared memory (Loom's
+  // in-process transport: every rank reads and writes every other's buffers); the simulator
+  // then replays "native" (simulate.h).
+  bool native_pass = false;
 };
 
 class Machine {
@@ -123,10 +127,10 @@ class Machine {
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
   // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data), and ":copier=receiver|matcher[:handoff=BYTES]" (HostProtocol).
+  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|none" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
-  // total `working_set` bytes (itself otherwise).
+  // total `working_set` bytes (itself otherwise; infinity: the largest level).
   const Machine& ForWorkingSet(double working_set) const;
   // A host's one-rank copy rate (GB/s): what a rank's local copy of its own buffers costs.
   double host_copy_gbps() const;
@@ -139,6 +143,7 @@ class Machine {
   // A host's transport (HostProtocol; the defaults for other machines).
   bool matcher_copies() const { return host_protocol_.matcher_copies; }
   double handoff_bytes() const { return host_protocol_.handoff_bytes; }
+  bool native_pass() const { return host_protocol_.native_pass; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

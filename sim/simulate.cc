@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
+#include "collective/transport/inprocess.h"
 #include "collective/tree_builder.h"
 
 namespace loom::sim {
@@ -73,8 +75,9 @@ Algorithm LoomAlgorithm(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring",         "tree", "multi_tree", "star",      "direct", "exchange", "split_exchange",
-          "hierarchical", "auto", "nccl_ring",  "nccl_tree", "nccl",   "ps",       "ps_mpi"};
+  return {"ring",      "tree",      "multi_tree", "star",         "direct",
+          "exchange",  "split_exchange", "native", "hierarchical", "auto",
+          "nccl_ring", "nccl_tree", "nccl",       "ps",           "ps_mpi"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -430,10 +433,100 @@ StatusOr<Trace> Simulator::Exchange(Collective kind, size_t bytes) const {
   return AllToAllRound(n, bytes, TraceOp::kRecvReduce);
 }
 
+// Whether the in-process native pass writes the outputs of a call of `kind` with `bytes`
+// (nccl-tests' size) on n ranks with streaming stores (InProcessTransport::RunNative).
+bool NativeStreams(Collective kind, size_t bytes, int n) {
+  const double out = kind == Collective::kReduce || kind == Collective::kReduceScatter
+                         ? static_cast<double>(bytes)
+                         : static_cast<double>(bytes) * n;
+  return out >= static_cast<double>(collective::kInProcessNativeStreamingBytes);
+}
+
+StatusOr<Trace> Simulator::NativePass(Collective kind, size_t bytes, int root) const {
+  const Machine& m = *machine_;
+  const int n = m.size();
+  if (!m.host() || !m.native_pass()) {
+    return Unimplemented(
+        "native is simulated on hosts whose transport runs it as one pass over shared memory "
+        "(a host spec with native=pass: Loom's in-process transport), not on ",
+        m.name(), "; NCCL's native collectives are nccl_ring, nccl_tree and nccl");
+  }
+  if (root < 0 || root >= n) return InvalidArgument("root ", root, " is not a rank of ", n);
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  LOOM_ENFORCE(bytes % elem == 0, "a ", bytes, "-byte call is not a whole number of fp32 elements");
+  const bool gathers = kind == Collective::kAllGather || kind == Collective::kReduceScatter;
+  if (gathers && bytes % (elem * n) != 0) {
+    return InvalidArgument("a ", bytes, "-byte ", CollectiveName(kind), " does not split into ", n,
+                           " equal parts of whole fp32 elements");
+  }
+  // Each rank's part of an allgather's output or a reduce-scatter's input; the buffer otherwise.
+  const double part = gathers ? static_cast<double>(bytes) / n : static_cast<double>(bytes);
+  auto input = [&](int r) {  // bytes of rank r's input
+    switch (kind) {
+      case Collective::kBroadcast: return r == root ? part : 0.0;
+      case Collective::kReduceScatter: return part * n;
+      default: return part;
+    }
+  };
+  // What one operand-sized piece of `len` bytes reads and writes, as a local copy moving that
+  // many bytes (a copy reads and writes each byte once): an allreduce reads N inputs and writes
+  // N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or allgather reads 1
+  // and writes N. Streaming stores (large outputs) skip the read of each written line that a
+  // copy's store makes: of the copy's memory traffic (a read, the written line's read, the
+  // write per byte) they leave (read + written) / (read + 2 written), and run at the memory's
+  // rates (Simulate: the host's largest working set), as their lines bypass the caches.
+  const double reads = kind == Collective::kBroadcast || kind == Collective::kAllGather ? 1 : n;
+  const double writes = kind == Collective::kAllReduce || reads == 1 ? n : 1;
+  const double streamed =
+      NativeStreams(kind, bytes, n) ? (reads + writes) / (reads + 2 * writes) : 1.0;
+  auto work = [&](double len) { return (reads + writes) * len / 2 * streamed; };
+  std::vector<double> share(n, 0);
+  std::vector<double> copy_in(n, 0);
+  bool from_copies = true;
+  for (int r = 0; r < n; ++r) from_copies &= input(r) <= collective::kInProcessNativeInlineBytes;
+  if (from_copies) {
+    // Every rank leaves its input in the meeting and then computes its own output from the
+    // copies (a reduce: the root alone): it reads every copy it needs and writes its output.
+    double read = 0, written = part;
+    switch (kind) {
+      case Collective::kBroadcast: read = part; break;
+      case Collective::kAllGather: read = written = part * n; break;
+      default: read = part * n; break;  // allreduce, reduce, reduce-scatter: n parts reduced
+    }
+    for (int r = 0; r < n; ++r) {
+      copy_in[r] = input(r);
+      if (kind != Collective::kReduce || r == root) share[r] = (read + written) / 2;
+    }
+  } else {
+    const double block = static_cast<double>(collective::kInProcessNativeBlockBytes);
+    const int parts = gathers ? n : 1;
+    const size_t per_part = static_cast<size_t>(std::ceil(part / block));
+    for (size_t b = 0; b < per_part * parts; ++b) {
+      const double len = std::min(block, part - static_cast<double>(b % per_part) * block);
+      share[b % n] += work(len);
+    }
+  }
+  Trace t;
+  t.ranks.resize(n);
+  t.handles.assign(n, 0);
+  t.parts = 1;
+  for (int r = 0; r < n; ++r) {
+    for (double bytes_r : {copy_in[r], share[r]}) {
+      if (bytes_r <= 0) continue;
+      TraceOp op;
+      op.kind = TraceOp::kCopy;
+      op.bytes = static_cast<uint64_t>(std::llround(bytes_r));
+      t.ranks[r].push_back(op);
+    }
+  }
+  return t;
+}
+
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
                                    int root) const {
   const int n = machine_->size();
   if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
+  if (algorithm == "native") return NativePass(kind, bytes, root);
   if (algorithm == "exchange") return Exchange(kind, bytes);
   if (algorithm == "split_exchange") {
     const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
@@ -559,10 +652,13 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
   // buffer (its ranks' local copies, a root's copy of its own buffer, are transfers there:
   // engine.h). An allgather's output and a reduce-scatter's input are `bytes`, the other side
   // bytes / n; the other collectives take bytes each way.
+  // The in-process native pass's streaming stores bypass the caches: the memory's rates.
   const double b = static_cast<double>(bytes);
   const Machine& on = machine_->ForWorkingSet(
-      kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
-                                                                           : 2 * b * n);
+      algorithm == "native" && NativeStreams(kind, bytes, n)
+          ? std::numeric_limits<double>::infinity()
+      : kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
+                                                                             : 2 * b * n);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
   CollectiveResult out;
   out.algorithm = label;

@@ -20,6 +20,17 @@
 //   split_exchange  block r of every rank's buffer to rank r, reduced there, then sent to every
 //                   rank: the direct algorithm's two rounds (blocks of at most 2 KiB)
 // They join "auto" when SimOptions::mpi_exchange says the ranks are MPI processes.
+// The native collectives of Loom's in-process transport, on hosts whose spec says so
+// (native=pass; they join "auto" there, as the communicator's auto runs them in-process):
+//   native          one pass over the ranks' shared memory (InProcessTransport::RunNative):
+//                   inputs of at most kInProcessNativeInlineBytes per rank are copied into the
+//                   meeting and every rank computes its own output from the copies; larger
+//                   calls are cut into blocks of kInProcessNativeBlockBytes per operand, dealt
+//                   round-robin to the ranks (they claim them from a shared counter), each a
+//                   local copy of what the block reads and writes (an allreduce block reads N
+//                   inputs and writes N outputs: a copy of N blocks; the reduction itself runs
+//                   on a block held in L1 and is not charged). The ranks' meeting is the
+//                   call's fixed cost (EngineOptions::call_us).
 // and a parameter server's push and pull ("ps", allreduce): one server per node, on the node
 // (as MXNet's dist_sync is usually deployed: the server process beside the node's workers,
 // reached through the node's first device's links and NIC); every worker pushes shard s of
@@ -121,6 +132,7 @@ class Simulator {
   // device (one server per node, beside its workers).
   std::vector<int> ServerDevices() const;
   StatusOr<Trace> Exchange(collective::Collective kind, size_t bytes) const;
+  StatusOr<Trace> NativePass(collective::Collective kind, size_t bytes, int root) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;
   int channels() const { return std::max(1, machine_->nics()); }

@@ -39,7 +39,9 @@ import sys
 import loom.sim as sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ALGOS = ["ring", "tree", "star", "multi_tree"]
+# Loom's schedules; in-process also the transport's native pass (what auto runs there).
+SCHEDULES = ["ring", "tree", "star", "multi_tree"]
+ALGOS = list(SCHEDULES)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 
 
@@ -87,9 +89,11 @@ def median_bench(runs, *args, **kwargs):
 # 256 KiB pieces; in-process calls pipeline in 1 MiB pieces (collective/transport_registry.cc).
 # In-process the rank whose post makes the match copies, except that a send hands transfers of
 # 256 KiB and more to their receiver (collective/transport/inprocess.cc, handoff_bytes); over
-# MPI the receiver copies.
+# MPI the receiver copies. In-process the native collectives are one pass over shared memory
+# (native=pass), and every call starts with the ranks' meeting (its fixed cost); over MPI
+# native is Open MPI's own collective, which the host model does not replay.
 TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True,
-             "handoff": 256 << 10}
+             "handoff": 256 << 10, "native": True}
 
 
 # Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
@@ -104,6 +108,8 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
+    if TRANSPORT["native"]:
+        spec += ":native=pass"
     return spec
 
 
@@ -139,7 +145,20 @@ def calibrate(a, cores, runs, ranks):
 
     # 1a. Latency and call cost per rank count.
     timing = {}
-    if ranks == 2:
+    if TRANSPORT["native"]:
+        # In-process every call starts with the ranks' meeting: a 64-byte native broadcast is
+        # that meeting and nothing else (its copies cost ~nothing), the call's fixed cost; a
+        # 64-byte broadcast down the tree adds its messages, whose latency it gives.
+        m = small(ranks, "broadcast", ["native", "tree"])
+        call = max(0.0, m["native"] - simulate(ranks, cores, 0.0, 0.0, flat, "broadcast",
+                                                  "native", 64))
+        latency = bisect(lambda x: simulate(ranks, cores, x, call, flat, "broadcast", "tree", 64),
+                         m["tree"], 0.0, 10000.0, increasing=True)
+        timing[ranks] = (latency, call)
+        print("# calibration, %d ranks: a native broadcast (the meeting) %.2f us, one down the "
+              "tree %.2f us -> latency %.2f us per message, call %.2f us"
+              % (ranks, m["native"], m["tree"], latency, call))
+    elif ranks == 2:
         one = small(1, "broadcast", ["tree"])["tree"]
         two = small(2, "broadcast", ["tree"])["tree"]
         call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
@@ -148,7 +167,17 @@ def calibrate(a, cores, runs, ranks):
         timing[2] = (latency2, call2)
         print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f "
               "us per message, call %.2f us" % (one, two, latency2, call2))
-
+    else:
+        four = small(4, "broadcast", ["tree", "ring"])
+        tree4, chain4 = four["tree"], four["ring"]
+        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
+                          simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
+                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+        call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
+        timing[4] = (latency4, call4)
+        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
+              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
+    if ranks == 2:
         # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
         # microsecond and half the small call's (the largest such step), messages beyond the size
         # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
@@ -171,16 +200,6 @@ def calibrate(a, cores, runs, ranks):
         else:
             print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
                   "(largest step x%.2f, %.2f us)" % (ratio, jump))
-    else:
-        four = small(4, "broadcast", ["tree", "ring"])
-        tree4, chain4 = four["tree"], four["ring"]
-        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
-                          simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
-                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
-        call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
-        timing[4] = (latency4, call4)
-        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
-              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
 
     # 1b. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
     # the predictions (buffers of 2 x ranks x s bytes): threads or processes sharing the cores
@@ -290,7 +309,9 @@ def main():
     cores = os.cpu_count() or 1
     ROUNDS.update(rounds=a.rounds, stat=a.stat, iters=0.5 if a.stat == "min" else 1.0)
     if a.transport == "mpi":
-        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False)
+        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False, native=False)
+    else:
+        ALGOS.append("native")
     # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions
     # come from its own calibration, and a row's error is the median of the runs' errors (a
     # slow period of the machine moves both sides of one run alike). Otherwise one calibration
@@ -311,6 +332,7 @@ def main():
         runs_data.append((model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)}))
     within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
+    schedules_ok = schedules_total = 0
     # Paired runs also give one pooled model (each parameter the median of the runs') against
     # the median measurement: a run whose calibration and measurement fell in different speeds
     # of the machine then moves the model by no more than any other run.
@@ -362,9 +384,17 @@ def main():
         best_q = [min(ALGOS, key=lambda al: pooled_pred[(al, s)]) for s in sizes] if pooled \
             else best_p
 
-        def crossover(best, i, s):
+        def crossover(best, i, s, fastest=best_m):
             near = {best[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
-            return best_m[i] in near or meas[(best[i], s)] <= 1.1 * meas[(best_m[i], s)]
+            return fastest[i] in near or meas[(best[i], s)] <= 1.1 * meas[(fastest[i], s)]
+
+        if ALGOS != SCHEDULES:
+            # The same among Loom's schedules alone (what auto weighs where native is off).
+            sched_m = [min(SCHEDULES, key=lambda al: meas[(al, s)]) for s in sizes]
+            sched_p = [min(SCHEDULES, key=lambda al: pred[(al, s)]) for s in sizes]
+            for i, s in enumerate(sizes):
+                schedules_total += 1
+                schedules_ok += crossover(sched_p, i, s, sched_m)
 
         for i, s in enumerate(sizes):
             crossover_total += 1
@@ -379,6 +409,9 @@ def main():
     print("# within +-25%%: %d of %d (of the %d rows whose runs agree within 1.5x: %d); fastest "
           "algorithm right (or one size step, or within 10%% of the fastest): %d of %d"
           % (within, total, steady, steady_within, crossover_ok, crossover_total))
+    if schedules_total:
+        print("# fastest of Loom's schedules alone (%s): %d of %d"
+              % (", ".join(SCHEDULES), schedules_ok, schedules_total))
     if pooled:
         print("# pooled (each parameter the median of the runs', against the median "
               "measurement): within +-25%%: %d of %d; fastest algorithm: %d of %d"

@@ -79,7 +79,7 @@ constexpr size_t kMeetSignatureBytes = 128;
 // Native calls whose input is at most this many bytes per rank run from copies in the slot:
 // after the meeting every rank computes its own output from the copies, so the call is one
 // rendezvous, not a rendezvous and then a wait until every rank's buffers are written.
-constexpr size_t kMeetInlineBytes = 4 << 10;
+constexpr size_t kMeetInlineBytes = kInProcessNativeInlineBytes;
 
 struct alignas(64) MeetEntry {
   const void* send = nullptr;
@@ -487,12 +487,12 @@ class InProcessTransport final : public Transport {
 };
 
 // A native collective's unit of work: this many bytes of each operand.
-constexpr size_t kNativeBlockBytes = 16 << 10;
+constexpr size_t kNativeBlockBytes = kInProcessNativeBlockBytes;
 
-// Outputs larger than this (all ranks' together) are written with streaming stores: they would
-// not stay in the caches anyway, and a streaming store skips reading each line before writing
-// it (a third of an allreduce's memory traffic otherwise).
-constexpr size_t kStreamingMinBytes = size_t{16} << 20;
+// Outputs at least this large (all ranks' together) are written with streaming stores: they
+// would not stay in the caches anyway, and a streaming store skips reading each line before
+// writing it (a third of an allreduce's memory traffic otherwise).
+constexpr size_t kStreamingMinBytes = kInProcessNativeStreamingBytes;
 
 // memcpy for a destination that will not be read again soon.
 void StreamCopy(char* dst, const char* src, size_t bytes) {

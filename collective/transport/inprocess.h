@@ -12,6 +12,7 @@
 // concurrently. The endpoints share a hub that must outlive no endpoint (they hold it).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -46,6 +47,18 @@ class RankMemory {
 
 // Host memory: memcpy and the host reduction kernels (reduce.h).
 std::shared_ptr<RankMemory> HostRankMemory();
+
+// The native collectives' pass over host memory (Transport::RunNative): calls whose input is at
+// most kInProcessNativeInlineBytes on every rank run from copies in the meeting (each rank copies
+// its input there and computes its own output from everyone's copies); larger calls are cut into
+// blocks of kInProcessNativeBlockBytes per operand, which the ranks claim from a shared counter.
+// The simulator replays the same cut (sim/simulate.h, "native").
+inline constexpr size_t kInProcessNativeInlineBytes = size_t{4} << 10;
+inline constexpr size_t kInProcessNativeBlockBytes = size_t{16} << 10;
+// Calls whose outputs (all ranks' together) are at least this large write them with streaming
+// stores: they would not stay in the caches, and a streaming store skips reading each line
+// before writing it.
+inline constexpr size_t kInProcessNativeStreamingBytes = size_t{16} << 20;
 
 struct InProcessTransportOptions {
   // When false, RecvReduce falls back to Transport's staging path (used to test that path; host

@@ -58,12 +58,14 @@ def collectives(machine, sizes, op="allreduce", algorithm="auto", root=0, chunk_
     Returns dicts with bytes, algorithm, time_us, algbw_gbps, busbw_gbps, bottleneck,
     bottleneck_utilization and transfers. ``post_us``: software cost per posted message;
     ``call_us``: per call before its first message; ``algorithm``: ring, tree, multi_tree, star,
-    direct, exchange, split_exchange, hierarchical, auto, nccl_ring, nccl_tree or nccl.
+    direct, exchange, split_exchange, native (a host spec with ``native=pass``: the in-process
+    transport's one pass over shared memory), hierarchical, auto, nccl_ring, nccl_tree or nccl.
     ``mpi_exchange``: the ranks are processes under Loom's MPI communicator (every schedule first
     pays its signature round; auto runs the small allreduces inside that round, as
     ``exchange`` or ``split_exchange``, like ``loom simulate --mpi-exchange``). Errors (unknown
     machine or algorithm, a size that is not whole float32 elements) raise ValueError naming
-    them; an exchange asked for outside its sizes raises NotImplementedError.
+    them; an exchange asked for outside its sizes, or native on a machine without the pass,
+    raises NotImplementedError.
     """
     return list(core.sim_collectives(machine, op, algorithm, [int(s) for s in sizes], root,
                                      chunk_bytes, post_us, reduce_gbps, efficiency, call_us,

@@ -44,6 +44,19 @@ def test_mpi_exchange_runs_small_allreduces_in_the_signature_round():
         sim.collectives("mesh4", [1 << 20], algorithm="exchange")
 
 
+def test_native_is_the_in_process_pass_over_shared_memory():
+    host = "host:2:cores=2:latency=3:copy=4:reduce=2:mem=8"
+    # 2 MiB on 2 ranks: each rank reads both inputs and writes both outputs of half the blocks,
+    # a copy of 2 MiB at 4 GB/s, plus the call; no message, so no latency
+    r = sim.collectives(host + ":native=pass", [2 << 20], algorithm="native", post_us=0,
+                        call_us=0.5)[0]
+    assert r["time_us"] == pytest.approx(0.5 + (2 << 20) / 4e3, rel=1e-9)
+    assert sim.collectives(host + ":native=pass", [2 << 20], post_us=0)[0]["algorithm"] == \
+        "auto:native"
+    with pytest.raises(NotImplementedError, match="native=pass"):
+        sim.collectives(host, [2 << 20], algorithm="native")
+
+
 def test_scaling_rows_and_weak_scaling():
     rows = sim.scaling("4x8:dgx-a100:4x100Gb", "resnet50", [1, 8, 32])
     assert [r["devices"] for r in rows] == [1, 8, 32]

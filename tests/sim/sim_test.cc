@@ -442,6 +442,84 @@ TEST(Simulate, AutoPicksTheFastest) {
   }
 }
 
+// The in-process transport's native collectives: one meeting (the call's fixed cost, no
+// message latency) and one pass over shared memory, cut into 16 KiB blocks dealt to the ranks,
+// each block a local copy of what it reads and writes; calls of at most 4 KiB per rank from
+// copies in the meeting. Copies of different ranks share the memory (`mem`).
+TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
+  SimOptions options;
+  options.engine.post_us = 0;
+  options.engine.call_us = 0;
+  auto host = [&](int n, const std::string& extra) {
+    StatusOr<Machine> m = Machine::Load("host:" + std::to_string(n) +
+                                        ":cores=4:latency=5:copy=4:reduce=2" + extra);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Simulator> sim = Simulator::Create(std::move(*m), options);
+    EXPECT_TRUE(sim.ok()) << sim.status().ToString();
+    return std::move(*sim);
+  };
+  const double mib = 1 << 20;
+  const Simulator four = host(4, ":mem=16:native=pass");
+  auto time = [](const Simulator& sim, Collective kind, size_t bytes) {
+    StatusOr<CollectiveResult> r = sim.Simulate(kind, "native", bytes);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us : -1;
+  };
+  // 1 MiB allreduce on 4 ranks: 64 blocks, 16 per rank, each reading 4 inputs and writing 4
+  // outputs: every rank copies 1 MiB's worth at 4 GB/s, no latency.
+  EXPECT_NEAR(time(four, Collective::kAllReduce, 1 << 20), mib / 4e3, 1e-6);
+  // Broadcast: each block read once, written 4 times: 5/8 of 1 MiB per rank.
+  EXPECT_NEAR(time(four, Collective::kBroadcast, 1 << 20), mib * 5 / 8 / 4e3, 1e-6);
+  // Allgather of 1 MiB (256 KiB per rank): as the broadcast, over the 4 parts.
+  EXPECT_NEAR(time(four, Collective::kAllGather, 1 << 20), mib * 5 / 8 / 4e3, 1e-6);
+  // The memory shared by 4 ranks copying at once at half their rates: twice the time.
+  EXPECT_NEAR(time(host(4, ":mem=8:native=pass"), Collective::kAllReduce, 1 << 20),
+              2 * mib / 4e3, 1e-6);
+  // From copies (4 KiB): each rank copies its input into the meeting, then reads all 4 copies
+  // and writes its output: 4 KiB + 10 KiB.
+  EXPECT_NEAR(time(four, Collective::kAllReduce, 4096), (4096 + 5 * 4096 / 2.0) / 4e3, 1e-6);
+  // 16 KiB on 2 ranks is one block: rank 0 reads both inputs and writes both outputs alone.
+  const Simulator two = host(2, ":mem=8:native=pass");
+  EXPECT_NEAR(time(two, Collective::kAllReduce, 16384), 2 * 16384 / 4e3, 1e-6);
+  // Outputs of 16 MiB and more (all ranks') are written with streaming stores: at the memory's
+  // rates (the largest level), a third less traffic than copies (an allreduce block: N reads
+  // and N writes without the N reads of the written lines).
+  StatusOr<Machine> leveled =
+      Machine::Load("host:4:cores=4:latency=5:levels=8M/8/8/32/32,1G/4/4/16/16:native=pass");
+  ASSERT_TRUE(leveled.ok()) << leveled.status().ToString();
+  StatusOr<Simulator> levels = Simulator::Create(std::move(*leveled), options);
+  ASSERT_TRUE(levels.ok());
+  EXPECT_NEAR(time(*levels, Collective::kAllReduce, 1 << 20), mib / 8e3, 1e-6);  // 8 MiB level
+  EXPECT_NEAR(time(*levels, Collective::kAllReduce, 4 << 20), 4 * mib * 2 / 3 / 4e3, 1e-3);
+  // auto runs it where it is fastest, as in-process auto does at every size.
+  StatusOr<CollectiveResult> best = four.Simulate(Collective::kAllReduce, "auto", 1 << 20);
+  ASSERT_TRUE(best.ok());
+  EXPECT_EQ(best->algorithm, "auto:native");
+  // Elsewhere it is not simulated, with a reason; auto then weighs the schedules alone.
+  for (const char* machine : {"host:4:cores=4:latency=5:copy=4:reduce=2", "p3.16xlarge"}) {
+    StatusOr<Machine> m = Machine::Load(machine);
+    ASSERT_TRUE(m.ok());
+    StatusOr<Simulator> sim = Simulator::Create(std::move(*m), options);
+    ASSERT_TRUE(sim.ok());
+    StatusOr<CollectiveResult> r = sim->Simulate(Collective::kAllReduce, "native", 1 << 20);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(r.status().message().find("native=pass"), std::string::npos)
+        << r.status().message();
+    StatusOr<CollectiveResult> a = sim->Simulate(Collective::kAllReduce, "auto", 1 << 20);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a->algorithm.find("native"), std::string::npos) << a->algorithm;
+  }
+  // Bad sizes and specs are errors that say what is wrong.
+  StatusOr<CollectiveResult> odd = four.Simulate(Collective::kAllGather, "native", 4 * 1001 * 2);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("4 equal parts"), std::string::npos)
+      << odd.status().message();
+  StatusOr<Machine> wrong = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:native=yes");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("native must be pass or none"), std::string::npos);
+}
+
 TEST(Simulate, EveryCollectiveRunsOnEveryLoomAlgorithmThatHasIt) {
   const Simulator sim = Make("dgx1-p100", 1);
   for (Collective kind : {Collective::kAllReduce, Collective::kReduce, Collective::kBroadcast,
