@@ -446,8 +446,13 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     protocol.handoff_bytes = static_cast<double>(*handoff);
   }
   if (keys.count("native")) {
-    if (keys["native"] != "pass" && keys["native"] != "none") return bad("native must be pass or none");
-    protocol.native_pass = keys["native"] == "pass";
+    const std::string& native = keys["native"];
+    if (native != "pass" && native != "libnbc" && native != "none") {
+      return bad("native must be pass, libnbc or none");
+    }
+    protocol.native = native == "pass"     ? HostProtocol::Native::kPass
+                      : native == "libnbc" ? HostProtocol::Native::kLibnbc
+                                           : HostProtocol::Native::kNone;
   }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);

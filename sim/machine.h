@@ -94,10 +94,12 @@ struct HostProtocol {
   // ... except those of at least this many bytes whose send made the match: the sender hands
   // them to the receiver (InProcessTransportOptions::handoff_bytes).
   double handoff_bytes = std::numeric_limits<double>::infinity();
-  // The transport's native collectives are one pass over the ranks' shared memory (Loom's
-  // in-process transport: every rank reads and writes every other's buffers); the simulator
-  // then replays "native" (simulate.h).
-  bool native_pass = false;
+  // What the transport's native collectives are, which the simulator replays as "native"
+  // (simulate.h): none; one pass over the ranks' shared memory (kPass: Loom's in-process
+  // transport, every rank reads and writes every other's buffers); or Open MPI's nonblocking
+  // collectives' schedules (kLibnbc: MPI_Iallreduce, Loom's MPI transport).
+  enum class Native { kNone, kPass, kLibnbc };
+  Native native = Native::kNone;
 };
 
 class Machine {
@@ -127,7 +129,8 @@ class Machine {
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
   // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|none" (HostProtocol).
+  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|libnbc|none"
+  // (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
@@ -143,7 +146,7 @@ class Machine {
   // A host's transport (HostProtocol; the defaults for other machines).
   bool matcher_copies() const { return host_protocol_.matcher_copies; }
   double handoff_bytes() const { return host_protocol_.handoff_bytes; }
-  bool native_pass() const { return host_protocol_.native_pass; }
+  HostProtocol::Native native() const { return host_protocol_.native; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

@@ -442,14 +442,138 @@ bool NativeStreams(Collective kind, size_t bytes, int n) {
   return out >= static_cast<double>(collective::kInProcessNativeStreamingBytes);
 }
 
-StatusOr<Trace> Simulator::NativePass(Collective kind, size_t bytes, int root) const {
+// Posts and waits of a hand-written schedule, one list per rank.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(int n) {
+    t_.ranks.resize(n);
+    t_.handles.assign(n, 0);
+    t_.parts = 1;
+  }
+  int Post(int rank, TraceOp::Kind kind, int peer, uint64_t tag, uint64_t bytes) {
+    TraceOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = bytes;
+    op.handle = t_.handles[rank]++;
+    t_.ranks[rank].push_back(op);
+    return op.handle;
+  }
+  void Wait(int rank, int handle) {
+    TraceOp op;
+    op.kind = TraceOp::kWait;
+    op.handle = handle;
+    t_.ranks[rank].push_back(op);
+  }
+  // A message from `from` to `to` that the receiver waits for; the sender's wait comes later
+  // (Wait) or at the end of its round.
+  int Send(int from, int to, uint64_t tag, uint64_t bytes) {
+    return Post(from, TraceOp::kSend, to, tag, bytes);
+  }
+  Trace Take() { return std::move(t_); }
+
+ private:
+  Trace t_;
+};
+
+// Open MPI's MPI_Iallreduce (coll/libnbc, nbc_iallreduce.c) on n ranks, `bytes` of fp32: below
+// 4 ranks or 64 KiB the binomial schedule (a binomial tree reduce to rank 0, each receive
+// reduced into the running sum, then a binomial broadcast), otherwise the reduce-scatter by
+// recursive halving and allgather by recursive doubling (power-of-two rank counts). Every
+// message is whole (no pipelining); a round's posts complete before the next round's.
+StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
+  const uint64_t b = bytes;
+  TraceBuilder t(n);
+  int maxr = 0;
+  while ((1 << maxr) < n) ++maxr;
+  if (n < 4 || bytes < (size_t{64} << 10)) {
+    for (int rank = 0; rank < n; ++rank) {
+      for (int r = 1; r <= maxr; ++r) {  // up: receive from vrank + 2^(r-1) or send and leave
+        if (rank % (1 << r) == 0) {
+          const int peer = rank + (1 << (r - 1));
+          if (peer < n) t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b));
+        } else {
+          t.Wait(rank, t.Send(rank, rank - (1 << (r - 1)), 1, b));
+          break;
+        }
+      }
+      if (rank != 0) {  // down: receive from the parent, then send to the children
+        for (int r = 0; r < maxr; ++r) {
+          if (rank >= (1 << r) && rank < (1 << (r + 1))) {
+            t.Wait(rank, t.Post(rank, TraceOp::kRecv, rank - (1 << r), 2, b));
+          }
+        }
+      }
+      std::vector<int> sends;
+      for (int r = 0; r < maxr; ++r) {
+        if ((rank + (1 << r) < n && rank < (1 << r)) || rank == 0) {
+          sends.push_back(t.Send(rank, rank + (1 << r), 2, b));
+        }
+      }
+      for (int h : sends) t.Wait(rank, h);
+    }
+    return t.Take();
+  }
+  if ((n & (n - 1)) != 0) {
+    return Unimplemented("Open MPI's allreduce on ", n,
+                         " ranks (not a power of two) is not simulated from 64 KiB on");
+  }
+  const uint64_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  const uint64_t count = b / elem;
+  for (int rank = 0; rank < n; ++rank) {
+    // Recursive halving: the window of elements this rank still reduces halves each step; the
+    // half it keeps is received (and reduced), the other half sent to the partner.
+    uint64_t lo = 0, hi = count;
+    std::vector<std::pair<uint64_t, uint64_t>> windows;
+    for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
+      const int peer = rank ^ mask;
+      const uint64_t mid = lo + (hi - lo) / 2;
+      const bool low = rank < peer;
+      const uint64_t keep = low ? mid - lo : hi - mid, give = (hi - lo) - keep;
+      const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem);
+      const int send = t.Send(rank, peer, 10 + step, give * elem);
+      t.Wait(rank, recv);
+      t.Wait(rank, send);
+      windows.emplace_back(lo, hi);
+      if (low) hi = mid; else lo = mid;
+    }
+    // Recursive doubling back: each step sends the window held and receives the partner's.
+    for (int mask = n >> 1, step = maxr - 1; mask >= 1; mask >>= 1, --step) {
+      const int peer = rank ^ mask;
+      const auto [wlo, whi] = windows[step];
+      const uint64_t held = hi - lo, other = (whi - wlo) - held;
+      const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem);
+      const int send = t.Send(rank, peer, 20 + step, held * elem);
+      t.Wait(rank, recv);
+      t.Wait(rank, send);
+      lo = wlo;
+      hi = whi;
+    }
+  }
+  return t.Take();
+}
+
+StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const {
   const Machine& m = *machine_;
   const int n = m.size();
-  if (!m.host() || !m.native_pass()) {
+  const HostProtocol::Native native = m.host() ? m.native() : HostProtocol::Native::kNone;
+  if (native == HostProtocol::Native::kNone) {
     return Unimplemented(
-        "native is simulated on hosts whose transport runs it as one pass over shared memory "
-        "(a host spec with native=pass: Loom's in-process transport), not on ",
+        "native is simulated on hosts whose spec says what the transport's native collectives "
+        "are (native=pass: Loom's in-process pass over shared memory; native=libnbc: Open "
+        "MPI's), not on ",
         m.name(), "; NCCL's native collectives are nccl_ring, nccl_tree and nccl");
+  }
+  if (native == HostProtocol::Native::kLibnbc) {
+    if (kind != Collective::kAllReduce) {
+      return Unimplemented("Open MPI's native ", CollectiveName(kind),
+                           " is not simulated (allreduce is)");
+    }
+    const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+    LOOM_ENFORCE(bytes % elem == 0, "a ", bytes,
+                 "-byte call is not a whole number of fp32 elements");
+    return LibnbcAllReduce(n, bytes);
   }
   if (root < 0 || root >= n) return InvalidArgument("root ", root, " is not a rank of ", n);
   const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
@@ -526,7 +650,7 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
                                    int root) const {
   const int n = machine_->size();
   if (algorithm == "hierarchical") return Hierarchical(kind, bytes);
-  if (algorithm == "native") return NativePass(kind, bytes, root);
+  if (algorithm == "native") return Native(kind, bytes, root);
   if (algorithm == "exchange") return Exchange(kind, bytes);
   if (algorithm == "split_exchange") {
     const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
@@ -640,8 +764,10 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     trace.start_us = options_.nccl_launch_us;
     label += "/" + protocol;
   }
-  if (options_.mpi_exchange && LoomAlgorithm(algorithm) != Algorithm::kAuto) {
-    // Loom's MPI communicator starts every call outside the exchange with its signature round.
+  if (options_.mpi_exchange &&
+      (LoomAlgorithm(algorithm) != Algorithm::kAuto || algorithm == "native")) {
+    // Loom's MPI communicator starts every call outside the exchange with its signature round
+    // (its native calls too).
     Trace call = AllToAllRound(n, 0, TraceOp::kRecv);
     std::vector<int> everyone(n);
     for (int r = 0; r < n; ++r) everyone[r] = r;

@@ -20,9 +20,10 @@
 //   split_exchange  block r of every rank's buffer to rank r, reduced there, then sent to every
 //                   rank: the direct algorithm's two rounds (blocks of at most 2 KiB)
 // They join "auto" when SimOptions::mpi_exchange says the ranks are MPI processes.
-// The native collectives of Loom's in-process transport, on hosts whose spec says so
-// (native=pass; they join "auto" there, as the communicator's auto runs them in-process):
-//   native          one pass over the ranks' shared memory (InProcessTransport::RunNative):
+// The transport's native collectives, on hosts whose spec says what they are (native=pass or
+// native=libnbc; they join "auto" there):
+//   native          on hosts with native=pass (Loom's in-process transport) one pass over
+//                   the ranks' shared memory (InProcessTransport::RunNative):
 //                   inputs of at most kInProcessNativeInlineBytes per rank are copied into the
 //                   meeting and every rank computes its own output from the copies; larger
 //                   calls are cut into blocks of kInProcessNativeBlockBytes per operand, dealt
@@ -30,7 +31,13 @@
 //                   local copy of what the block reads and writes (an allreduce block reads N
 //                   inputs and writes N outputs: a copy of N blocks; the reduction itself runs
 //                   on a block held in L1 and is not charged). The ranks' meeting is the
-//                   call's fixed cost (EngineOptions::call_us).
+//                   call's fixed cost (EngineOptions::call_us). Outputs of 16 MiB and more
+//                   are written with streaming stores: at the memory's rates, without the
+//                   read of each written line.
+//                   On hosts with native=libnbc (Loom's MPI transport): Open MPI's
+//                   MPI_Iallreduce schedules (allreduce only; coll/libnbc): binomial reduce
+//                   and broadcast below 4 ranks or 64 KiB, else recursive halving and
+//                   doubling; whole messages, after the communicator's signature round.
 // and a parameter server's push and pull ("ps", allreduce): one server per node, on the node
 // (as MXNet's dist_sync is usually deployed: the server process beside the node's workers,
 // reached through the node's first device's links and NIC); every worker pushes shard s of
@@ -132,7 +139,7 @@ class Simulator {
   // device (one server per node, beside its workers).
   std::vector<int> ServerDevices() const;
   StatusOr<Trace> Exchange(collective::Collective kind, size_t bytes) const;
-  StatusOr<Trace> NativePass(collective::Collective kind, size_t bytes, int root) const;
+  StatusOr<Trace> Native(collective::Collective kind, size_t bytes, int root) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;
   int channels() const { return std::max(1, machine_->nics()); }

@@ -4,9 +4,11 @@
 1. Calibration, from primitives measured with `loom bench collective` (never the allreduces
    predicted below), each parameter fitted so that the simulator replays its primitive in the
    measured time (bisection on the simulator itself):
-   - per rank count, the call's fixed cost and the per-message latency: a 1-rank call (no
-     message) and a one-message broadcast on 2 ranks; on 4 ranks, a small broadcast down the
-     tree (2 dependent messages) against one along the ring's chain (3);
+   - per rank count, the call's fixed cost and the per-message latency: in-process a 64-byte
+     native broadcast (the ranks' meeting, which every in-process call starts with, and no
+     message) and one down the tree; over MPI a 1-rank call (no message) and a one-message
+     broadcast on 2 ranks, and on 4 ranks a small broadcast down the tree (2 dependent
+     messages) against one along the ring's chain (3);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),
@@ -14,11 +16,13 @@
      which the cores and the memory system share.
    The core count is the machine's. Each row reports the fastest of 9 rounds (--stat min: the
    machine undisturbed by other load, as the simulator models it).
-2. Prediction: allreduce with ring, tree, star and multi_tree on 2 and 4 ranks, 4 KiB-64 MiB,
-   measured (median of --runs runs) and simulated on the calibration of its rank count,
+2. Prediction: allreduce with ring, tree, star, multi_tree and native (the transport's own:
+   in-process one pass over shared memory, over MPI Open MPI's MPI_Iallreduce) on 2 and 4
+   ranks, 4 KiB-64 MiB, measured (median of --runs runs) and simulated on the calibration of
+   its rank count,
    `host:N:cores=C:latency=L:levels=WS/COPY/REDUCE/MEM/MEM_REDUCE,...` side by side, with the
    error, the share within +-25 %, and the fastest algorithm per size measured vs predicted (a
-   crossover predicted within one size step counts as met).
+   crossover predicted within one size step counts as met), also among the schedules alone.
 
    With --paired every run calibrates and then measures at once, predicts from its own
    calibration, and a row's error is the median of the runs' own errors: a slow period of
@@ -39,7 +43,8 @@ import sys
 import loom.sim as sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Loom's schedules; in-process also the transport's native pass (what auto runs there).
+# Loom's schedules, and the transport's native collective (in-process its pass over shared
+# memory, what auto runs there at every size; over MPI Open MPI's, auto's from 128 KiB to 1 MiB).
 SCHEDULES = ["ring", "tree", "star", "multi_tree"]
 ALGOS = list(SCHEDULES)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
@@ -91,9 +96,9 @@ def median_bench(runs, *args, **kwargs):
 # 256 KiB and more to their receiver (collective/transport/inprocess.cc, handoff_bytes); over
 # MPI the receiver copies. In-process the native collectives are one pass over shared memory
 # (native=pass), and every call starts with the ranks' meeting (its fixed cost); over MPI
-# native is Open MPI's own collective, which the host model does not replay.
+# native is Open MPI's MPI_Iallreduce, whose schedules (coll/libnbc) the model replays.
 TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True,
-             "handoff": 256 << 10, "native": True}
+             "handoff": 256 << 10, "native": "pass"}
 
 
 # Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
@@ -108,8 +113,7 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
-    if TRANSPORT["native"]:
-        spec += ":native=pass"
+    spec += ":native=%s" % TRANSPORT["native"]
     return spec
 
 
@@ -145,7 +149,7 @@ def calibrate(a, cores, runs, ranks):
 
     # 1a. Latency and call cost per rank count.
     timing = {}
-    if TRANSPORT["native"]:
+    if TRANSPORT["native"] == "pass":
         # In-process every call starts with the ranks' meeting: a 64-byte native broadcast is
         # that meeting and nothing else (its copies cost ~nothing), the call's fixed cost; a
         # 64-byte broadcast down the tree adds its messages, whose latency it gives.
@@ -309,9 +313,9 @@ def main():
     cores = os.cpu_count() or 1
     ROUNDS.update(rounds=a.rounds, stat=a.stat, iters=0.5 if a.stat == "min" else 1.0)
     if a.transport == "mpi":
-        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False, native=False)
-    else:
-        ALGOS.append("native")
+        TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
+                         native="libnbc")
+    ALGOS.append("native")
     # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions
     # come from its own calibration, and a row's error is the median of the runs' errors (a
     # slow period of the machine moves both sides of one run alike). Otherwise one calibration
