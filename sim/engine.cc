@@ -222,11 +222,12 @@ class Engine {
     const Route& route =
         copier == dst ? RouteFor(trace_.device_of(src), trace_.device_of(dst), v.reduce)
                       : RouteFor(trace_.device_of(copier), trace_.device_of(copier), v.reduce);
-    // The side that posted first is the one waiting: the message wakes it.
+    // The side that posted first is the one waiting: the message wakes it. A rendezvous (the
+    // handshake before a large message's data) follows, even where the message rode on a
+    // wake-up already under way.
     const double ready =
-        WakeUp(std::max(s.time, v.time),
-               route.latency_us + (s.bytes > machine_.eager_bytes() ? machine_.rendezvous_us() : 0),
-               s.time <= v.time ? s.rank : v.rank);
+        WakeUp(std::max(s.time, v.time), route.latency_us, s.time <= v.time ? s.rank : v.rank) +
+        (s.bytes > machine_.eager_bytes() ? machine_.rendezvous_us() : 0);
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);

@@ -379,7 +379,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     static const std::set<std::string> known = {"cores",      "latency",    "copy",   "reduce",
                                                 "mem",        "mem_reduce", "levels", "eager",
                                                 "rendezvous", "copier",     "handoff",
-                                                "native"};
+                                                "native",     "stream"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -453,6 +453,12 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     protocol.native = native == "pass"     ? HostProtocol::Native::kPass
                       : native == "libnbc" ? HostProtocol::Native::kLibnbc
                                            : HostProtocol::Native::kNone;
+  }
+  if (keys.count("stream")) {
+    if (protocol.native != HostProtocol::Native::kPass) return bad("stream needs native=pass");
+    if (!number(keys["stream"], &protocol.stream) || protocol.stream <= 0) {
+      return bad("stream must be a positive number");
+    }
   }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);

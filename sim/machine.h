@@ -100,6 +100,10 @@ struct HostProtocol {
   // collectives' schedules (kLibnbc: MPI_Iallreduce, Loom's MPI transport).
   enum class Native { kNone, kPass, kLibnbc };
   Native native = Native::kNone;
+  // kPass: what the pass's streaming stores (outputs of 16 MiB and more) cost per byte a block
+  // reads and writes, against a copy's per byte it moves at the memory's rates; 0: the memory
+  // traffic they leave, (reads + writes) / (reads + 2 writes) (no read of the written lines).
+  double stream = 0;
 };
 
 class Machine {
@@ -129,8 +133,8 @@ class Machine {
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
   // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
   // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|libnbc|none"
-  // (HostProtocol).
+  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|libnbc|none" (with
+  // pass, ":stream=F") (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
@@ -147,6 +151,7 @@ class Machine {
   bool matcher_copies() const { return host_protocol_.matcher_copies; }
   double handoff_bytes() const { return host_protocol_.handoff_bytes; }
   HostProtocol::Native native() const { return host_protocol_.native; }
+  double stream() const { return host_protocol_.stream; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

@@ -597,12 +597,14 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
   // N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or allgather reads 1
   // and writes N. Streaming stores (large outputs) skip the read of each written line that a
   // copy's store makes: of the copy's memory traffic (a read, the written line's read, the
-  // write per byte) they leave (read + written) / (read + 2 written), and run at the memory's
-  // rates (Simulate: the host's largest working set), as their lines bypass the caches.
+  // write per byte) they leave (read + written) / (read + 2 written), unless the host says what
+  // they cost (HostProtocol::stream, calibrated), and run at the memory's rates (Simulate: the
+  // host's largest working set), as their lines bypass the caches.
   const double reads = kind == Collective::kBroadcast || kind == Collective::kAllGather ? 1 : n;
   const double writes = kind == Collective::kAllReduce || reads == 1 ? n : 1;
-  const double streamed =
-      NativeStreams(kind, bytes, n) ? (reads + writes) / (reads + 2 * writes) : 1.0;
+  const double streamed = !NativeStreams(kind, bytes, n) ? 1.0
+                          : m.stream() > 0               ? m.stream()
+                                                         : (reads + writes) / (reads + 2 * writes);
   auto work = [&](double len) { return (reads + writes) * len / 2 * streamed; };
   std::vector<double> share(n, 0);
   std::vector<double> copy_in(n, 0);

@@ -104,6 +104,10 @@ TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True,
 # Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
 EAGER = {"bytes": None, "us": 0.0}
 
+# In-process: what the native pass's streaming stores cost against copies at the memory's rates
+# (the spec's stream=F; None: the model's default), per rank count (found by calibrate()).
+STREAM = {"f": None}
+
 
 def spec_of(ranks, cores, latency, levels):
     """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce)."""
@@ -114,6 +118,8 @@ def spec_of(ranks, cores, latency, levels):
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     spec += ":native=%s" % TRANSPORT["native"]
+    if STREAM["f"] is not None:
+        spec += ":stream=%r" % STREAM["f"]
     return spec
 
 
@@ -245,9 +251,25 @@ def calibrate(a, cores, runs, ranks):
               "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
               "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
                                     mem_reduce))
+    # 1c. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
+    # native broadcast of the largest size (each block read once and written to every rank).
+    STREAM["f"] = None
+    if TRANSPORT["native"] == "pass":
+        nb = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"], big, big,
+                          10, 2)[("native", big)]
+
+        def streamed(f):
+            STREAM["f"] = f
+            return simulate(ranks, cores, latency, call, levels, "broadcast", "native", big)
+
+        stream = bisect(streamed, nb, 0.01, 100.0, increasing=True)
+        STREAM["f"] = stream
+        print("# calibration, %d ranks: a native broadcast of %d B %.0f us -> streaming stores "
+              "cost %.3f x a copy's bytes at the memory's rates" % (ranks, big, nb, stream))
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
-    return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER)}
+    return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
+            "stream": {ranks: STREAM["f"]}}
 
 
 
@@ -268,6 +290,7 @@ def measure(a, ranks, runs):
 def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
+    STREAM["f"] = model["stream"][ranks]
     latency, call = model["timing"][ranks]
     return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
                                 algo, s)
@@ -278,7 +301,8 @@ def merged(parts):
     """One model from the calibrations of each rank count (the first found the protocol step)."""
     return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
-            "eager": parts[0]["eager"]}
+            "eager": parts[0]["eager"],
+            "stream": {k: v for p in parts for k, v in p["stream"].items()}}
 
 
 def pooled_model(models):
@@ -292,7 +316,10 @@ def pooled_model(models):
     found = [m["eager"]["bytes"] for m in models]
     eager = max(set(found), key=found.count)
     us = [m["eager"]["us"] for m in models if m["eager"]["bytes"] == eager]
-    return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)}}
+    stream = {r: None if models[0]["stream"][r] is None else med(m["stream"][r] for m in models)
+              for r in models[0]["stream"]}
+    return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
+            "stream": stream}
 
 
 def main():

@@ -229,8 +229,8 @@ TEST(Engine, HostTransfersAreCopiedByTheMatcherWhereTheTransportSaysSo) {
       Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:copier=matcher:handoff=x").ok());
 }
 
-// Messages beyond the eager size pay the rendezvous; a second message a waiting rank receives
-// before its wake-up ends rides on that wake-up.
+// Messages beyond the eager size pay the rendezvous, also one that rides on a wake-up of its
+// receiver already under way.
 TEST(Engine, HostMessagesPayTheRendezvousBeyondTheEagerSize) {
   SimOptions options;
   options.engine.post_us = 0;
@@ -243,6 +243,17 @@ TEST(Engine, HostMessagesPayTheRendezvousBeyondTheEagerSize) {
   ASSERT_TRUE(small.ok() && big.ok());
   EXPECT_NEAR(small->time_us, 2 + 4096 / 1e6, 1e-3);
   EXPECT_NEAR(big->time_us, 2 + 5 + 8192 / 1e6, 1e-3);
+  // Under the MPI communicator the signature round's wake-up (2 us) is under way when the
+  // message is posted: the message rides on it, but its handshake still follows.
+  SimOptions mpi = options;
+  mpi.mpi_exchange = true;
+  StatusOr<Simulator> processes = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=2:copy=1000:reduce=1000:eager=4K:rendezvous=5").value(),
+      mpi);
+  ASSERT_TRUE(processes.ok());
+  StatusOr<CollectiveResult> rides = processes->Simulate(Collective::kReduce, "tree", 8192);
+  ASSERT_TRUE(rides.ok());
+  EXPECT_NEAR(rides->time_us, 2 + 5 + 8192 / 1e6, 1e-3);
 }
 
 // Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
@@ -491,6 +502,17 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   ASSERT_TRUE(levels.ok());
   EXPECT_NEAR(time(*levels, Collective::kAllReduce, 1 << 20), mib / 8e3, 1e-6);  // 8 MiB level
   EXPECT_NEAR(time(*levels, Collective::kAllReduce, 4 << 20), 4 * mib * 2 / 3 / 4e3, 1e-3);
+  // ... unless the host says what they cost (calibrated): half a copy's bytes here.
+  StatusOr<Machine> stated = Machine::Load(
+      "host:4:cores=4:latency=5:levels=8M/8/8/32/32,1G/4/4/16/16:native=pass:stream=0.5");
+  ASSERT_TRUE(stated.ok()) << stated.status().ToString();
+  StatusOr<Simulator> half = Simulator::Create(std::move(*stated), options);
+  ASSERT_TRUE(half.ok());
+  EXPECT_NEAR(time(*half, Collective::kAllReduce, 4 << 20), 4 * mib / 2 / 4e3, 1e-3);
+  EXPECT_NEAR(time(*half, Collective::kAllReduce, 1 << 20), mib / 8e3, 1e-6);  // no streaming
+  StatusOr<Machine> unstated = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:stream=1");
+  ASSERT_FALSE(unstated.ok());
+  EXPECT_NE(unstated.status().message().find("stream needs native=pass"), std::string::npos);
   // auto runs it where it is fastest, as in-process auto does at every size.
   StatusOr<CollectiveResult> best = four.Simulate(Collective::kAllReduce, "auto", 1 << 20);
   ASSERT_TRUE(best.ok());
