@@ -75,9 +75,9 @@ Algorithm LoomAlgorithm(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring",      "tree",      "multi_tree", "star",         "direct",
-          "exchange",  "split_exchange", "native", "hierarchical", "auto",
-          "nccl_ring", "nccl_tree", "nccl",       "ps",           "ps_mpi"};
+  return {"ring",      "tree",           "multi_tree", "star",         "direct",
+          "exchange",  "split_exchange", "native",     "hierarchical", "auto",
+          "nccl_ring", "nccl_tree",      "nccl",       "ps",           "ps_mpi"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -206,38 +206,64 @@ std::vector<size_t> SplitBytes(size_t bytes, int parts, size_t unit) {
   return out;
 }
 
+// Posts, waits and copies of a hand-written schedule, one list per rank.
+class TraceBuilder {
+ public:
+  explicit TraceBuilder(int n) {
+    t_.ranks.resize(n);
+    t_.handles.assign(n, 0);
+    t_.parts = 1;
+  }
+  // Posts a send, receive or receive-and-reduce; returns its handle.
+  int Post(int rank, TraceOp::Kind kind, int peer, uint64_t tag, uint64_t bytes) {
+    TraceOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.tag = tag;
+    op.bytes = bytes;
+    op.handle = t_.handles[rank]++;
+    t_.ranks[rank].push_back(op);
+    return op.handle;
+  }
+  void Wait(int rank, int handle) {
+    TraceOp op;
+    op.kind = TraceOp::kWait;
+    op.handle = handle;
+    t_.ranks[rank].push_back(op);
+  }
+  // Waits for every handle of `rank` from `from` on.
+  void WaitFrom(int rank, int from) {
+    for (int h = from; h < t_.handles[rank]; ++h) Wait(rank, h);
+  }
+  void Copy(int rank, uint64_t bytes) {
+    TraceOp op;
+    op.kind = TraceOp::kCopy;
+    op.bytes = bytes;
+    t_.ranks[rank].push_back(op);
+  }
+  int handles(int rank) const { return t_.handles[rank]; }
+  std::vector<int>& device() { return t_.device; }
+  Trace Take() { return std::move(t_); }
+
+ private:
+  Trace t_;
+};
+
 // One round in which every rank sends `bytes` to every other and receives (or receives and
 // reduces) as much from each: the MPI communicator's signature round (empty messages, as
 // signatures travel as tags) and its exchange of small calls.
 Trace AllToAllRound(int n, size_t bytes, TraceOp::Kind receive) {
-  Trace t;
-  t.ranks.resize(n);
-  t.handles.assign(n, 0);
-  t.parts = 1;
-  auto post = [&](int rank, TraceOp::Kind kind, int peer) {
-    TraceOp op;
-    op.kind = kind;
-    op.peer = peer;
-    op.tag = 1;
-    op.bytes = bytes;
-    op.handle = t.handles[rank]++;
-    t.ranks[rank].push_back(op);
-  };
+  TraceBuilder t(n);
   for (int r = 0; r < n; ++r) {
     for (int p = 0; p < n; ++p) {
-      if (p != r) post(r, receive, p);
+      if (p != r) t.Post(r, receive, p, 1, bytes);
     }
     for (int p = 0; p < n; ++p) {
-      if (p != r) post(r, TraceOp::kSend, p);
+      if (p != r) t.Post(r, TraceOp::kSend, p, 1, bytes);
     }
-    for (int h = 0; h < t.handles[r]; ++h) {
-      TraceOp op;
-      op.kind = TraceOp::kWait;
-      op.handle = h;
-      t.ranks[r].push_back(op);
-    }
+    t.WaitFrom(r, 0);
   }
-  return t;
+  return t.Take();
 }
 
 }  // namespace
@@ -334,49 +360,29 @@ Trace PushPull(const std::vector<int>& worker_devices, const std::vector<int>& s
   const int servers = static_cast<int>(server_devices.size());
   const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
   const std::vector<size_t> shard = SplitBytes(bytes, servers, elem);
-  Trace t;
-  t.ranks.resize(n + servers);
-  t.handles.assign(n + servers, 0);
-  t.parts = 1;
-  t.device = worker_devices;
-  t.device.insert(t.device.end(), server_devices.begin(), server_devices.end());
-  auto post = [&](int rank, TraceOp::Kind kind, int peer, uint64_t tag, size_t b) {
-    TraceOp op;
-    op.kind = kind;
-    op.peer = peer;
-    op.tag = tag;
-    op.bytes = b;
-    op.handle = t.handles[rank]++;
-    t.ranks[rank].push_back(op);
-  };
-  auto wait_all = [&](int rank, int from) {
-    for (int h = from; h < t.handles[rank]; ++h) {
-      TraceOp op;
-      op.kind = TraceOp::kWait;
-      op.handle = h;
-      t.ranks[rank].push_back(op);
-    }
-  };
+  TraceBuilder t(n + servers);
+  t.device() = worker_devices;
+  t.device().insert(t.device().end(), server_devices.begin(), server_devices.end());
   constexpr uint64_t kPush = 1, kPull = 2;
   for (int w = 0; w < n; ++w) {
     for (int s = 0; s < servers; ++s) {
-      if (shard[s] > 0) post(w, TraceOp::kSend, n + s, kPush, shard[s]);
+      if (shard[s] > 0) t.Post(w, TraceOp::kSend, n + s, kPush, shard[s]);
     }
     for (int s = 0; s < servers; ++s) {
-      if (shard[s] > 0) post(w, TraceOp::kRecv, n + s, kPull, shard[s]);
+      if (shard[s] > 0) t.Post(w, TraceOp::kRecv, n + s, kPull, shard[s]);
     }
-    wait_all(w, 0);
+    t.WaitFrom(w, 0);
   }
   for (int s = 0; s < servers; ++s) {
     if (shard[s] == 0) continue;
     const int rank = n + s;
-    for (int w = 0; w < n; ++w) post(rank, TraceOp::kRecvReduce, w, kPush, shard[s]);
-    wait_all(rank, 0);
-    const int sends = t.handles[rank];
-    for (int w = 0; w < n; ++w) post(rank, TraceOp::kSend, w, kPull, shard[s]);
-    wait_all(rank, sends);
+    for (int w = 0; w < n; ++w) t.Post(rank, TraceOp::kRecvReduce, w, kPush, shard[s]);
+    t.WaitFrom(rank, 0);
+    const int sends = t.handles(rank);
+    for (int w = 0; w < n; ++w) t.Post(rank, TraceOp::kSend, w, kPull, shard[s]);
+    t.WaitFrom(rank, sends);
   }
-  return t;
+  return t.Take();
 }
 
 }  // namespace
@@ -442,41 +448,6 @@ bool NativeStreams(Collective kind, size_t bytes, int n) {
   return out >= static_cast<double>(collective::kInProcessNativeStreamingBytes);
 }
 
-// Posts and waits of a hand-written schedule, one list per rank.
-class TraceBuilder {
- public:
-  explicit TraceBuilder(int n) {
-    t_.ranks.resize(n);
-    t_.handles.assign(n, 0);
-    t_.parts = 1;
-  }
-  int Post(int rank, TraceOp::Kind kind, int peer, uint64_t tag, uint64_t bytes) {
-    TraceOp op;
-    op.kind = kind;
-    op.peer = peer;
-    op.tag = tag;
-    op.bytes = bytes;
-    op.handle = t_.handles[rank]++;
-    t_.ranks[rank].push_back(op);
-    return op.handle;
-  }
-  void Wait(int rank, int handle) {
-    TraceOp op;
-    op.kind = TraceOp::kWait;
-    op.handle = handle;
-    t_.ranks[rank].push_back(op);
-  }
-  // A message from `from` to `to` that the receiver waits for; the sender's wait comes later
-  // (Wait) or at the end of its round.
-  int Send(int from, int to, uint64_t tag, uint64_t bytes) {
-    return Post(from, TraceOp::kSend, to, tag, bytes);
-  }
-  Trace Take() { return std::move(t_); }
-
- private:
-  Trace t_;
-};
-
 // Open MPI's MPI_Iallreduce (coll/libnbc, nbc_iallreduce.c) on n ranks, `bytes` of fp32: below
 // 4 ranks or 64 KiB the binomial schedule (a binomial tree reduce to rank 0, each receive
 // reduced into the running sum, then a binomial broadcast), otherwise the reduce-scatter by
@@ -494,7 +465,7 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
           const int peer = rank + (1 << (r - 1));
           if (peer < n) t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b));
         } else {
-          t.Wait(rank, t.Send(rank, rank - (1 << (r - 1)), 1, b));
+          t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b));
           break;
         }
       }
@@ -508,7 +479,7 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
       std::vector<int> sends;
       for (int r = 0; r < maxr; ++r) {
         if ((rank + (1 << r) < n && rank < (1 << r)) || rank == 0) {
-          sends.push_back(t.Send(rank, rank + (1 << r), 2, b));
+          sends.push_back(t.Post(rank, TraceOp::kSend, rank + (1 << r), 2, b));
         }
       }
       for (int h : sends) t.Wait(rank, h);
@@ -532,11 +503,11 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
       const bool low = rank < peer;
       const uint64_t keep = low ? mid - lo : hi - mid, give = (hi - lo) - keep;
       const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem);
-      const int send = t.Send(rank, peer, 10 + step, give * elem);
+      const int send = t.Post(rank, TraceOp::kSend, peer, 10 + step, give * elem);
       t.Wait(rank, recv);
       t.Wait(rank, send);
       windows.emplace_back(lo, hi);
-      if (low) hi = mid; else lo = mid;
+      (low ? hi : lo) = mid;  // the half this rank keeps
     }
     // Recursive doubling back: each step sends the window held and receives the partner's.
     for (int mask = n >> 1, step = maxr - 1; mask >= 1; mask >>= 1, --step) {
@@ -544,7 +515,7 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
       const auto [wlo, whi] = windows[step];
       const uint64_t held = hi - lo, other = (whi - wlo) - held;
       const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem);
-      const int send = t.Send(rank, peer, 20 + step, held * elem);
+      const int send = t.Post(rank, TraceOp::kSend, peer, 20 + step, held * elem);
       t.Wait(rank, recv);
       t.Wait(rank, send);
       lo = wlo;
@@ -632,20 +603,13 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
       share[b % n] += work(len);
     }
   }
-  Trace t;
-  t.ranks.resize(n);
-  t.handles.assign(n, 0);
-  t.parts = 1;
+  TraceBuilder t(n);
   for (int r = 0; r < n; ++r) {
     for (double bytes_r : {copy_in[r], share[r]}) {
-      if (bytes_r <= 0) continue;
-      TraceOp op;
-      op.kind = TraceOp::kCopy;
-      op.bytes = static_cast<uint64_t>(std::llround(bytes_r));
-      t.ranks[r].push_back(op);
+      if (bytes_r > 0) t.Copy(r, static_cast<uint64_t>(std::llround(bytes_r)));
     }
   }
-  return t;
+  return t.Take();
 }
 
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,

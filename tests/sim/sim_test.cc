@@ -462,8 +462,8 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   options.engine.post_us = 0;
   options.engine.call_us = 0;
   auto host = [&](int n, const std::string& extra) {
-    StatusOr<Machine> m = Machine::Load("host:" + std::to_string(n) +
-                                        ":cores=4:latency=5:copy=4:reduce=2" + extra);
+    StatusOr<Machine> m =
+        Machine::Load("host:" + std::to_string(n) + ":cores=4:latency=5:copy=4:reduce=2" + extra);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     StatusOr<Simulator> sim = Simulator::Create(std::move(*m), options);
     EXPECT_TRUE(sim.ok()) << sim.status().ToString();
@@ -484,8 +484,8 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   // Allgather of 1 MiB (256 KiB per rank): as the broadcast, over the 4 parts.
   EXPECT_NEAR(time(four, Collective::kAllGather, 1 << 20), mib * 5 / 8 / 4e3, 1e-6);
   // The memory shared by 4 ranks copying at once at half their rates: twice the time.
-  EXPECT_NEAR(time(host(4, ":mem=8:native=pass"), Collective::kAllReduce, 1 << 20),
-              2 * mib / 4e3, 1e-6);
+  EXPECT_NEAR(time(host(4, ":mem=8:native=pass"), Collective::kAllReduce, 1 << 20), 2 * mib / 4e3,
+              1e-6);
   // From copies (4 KiB): each rank copies its input into the meeting, then reads all 4 copies
   // and writes its output: 4 KiB + 10 KiB.
   EXPECT_NEAR(time(four, Collective::kAllReduce, 4096), (4096 + 5 * 4096 / 2.0) / 4e3, 1e-6);
@@ -526,8 +526,7 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
     StatusOr<CollectiveResult> r = sim->Simulate(Collective::kAllReduce, "native", 1 << 20);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(r.status().message().find("native=pass"), std::string::npos)
-        << r.status().message();
+    EXPECT_NE(r.status().message().find("native=pass"), std::string::npos) << r.status().message();
     StatusOr<CollectiveResult> a = sim->Simulate(Collective::kAllReduce, "auto", 1 << 20);
     ASSERT_TRUE(a.ok());
     EXPECT_EQ(a->algorithm.find("native"), std::string::npos) << a->algorithm;
@@ -539,7 +538,8 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
       << odd.status().message();
   StatusOr<Machine> wrong = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:native=yes");
   ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.status().message().find("native must be pass, libnbc or none"), std::string::npos);
+  EXPECT_NE(wrong.status().message().find("native must be pass, libnbc or none"),
+            std::string::npos);
 }
 
 // Over MPI, native is Open MPI's MPI_Iallreduce (coll/libnbc): whole messages, a binomial
