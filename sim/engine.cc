@@ -1,6 +1,7 @@
 #include "sim/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
@@ -11,6 +12,8 @@ namespace loom::sim {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+constexpr double kPageBytes = 4096;
 
 struct Post {
   int rank;
@@ -33,6 +36,8 @@ struct Flow {
 struct Class {
   std::vector<int> resources;  // machine resources, then the reduction engine if any
   bool reduce = false;         // its transfers reduce on arrival (bw_reduce_ applies)
+  bool local = false;          // a rank's copy of its own buffers (bw_local_ applies)
+  bool fault = false;          // a rank's pages mapped in by the kernel (bw_fault_ applies)
   double service = 0;
   double rate = 0;  // bytes per microsecond, per member
   double last = 0;  // when service was brought up to date
@@ -71,12 +76,29 @@ class Engine {
       bw_.push_back(r.gbps * r.efficiency * 1e3 * options.efficiency);
       bw_reduce_.push_back((r.reduce_gbps > 0 ? r.reduce_gbps : r.gbps) * r.efficiency * 1e3 *
                            options.efficiency);
+      bw_local_.push_back((r.local_gbps > 0 ? r.local_gbps : r.gbps) * r.efficiency * 1e3 *
+                          options.efficiency);
     }
     reducer_base_ = static_cast<int>(bw_.size());
     if (options.reduce_gbps > 0) {
       for (int d = 0; d < machine.endpoints(); ++d) {
         bw_.push_back(options.reduce_gbps * 1e3);
         bw_reduce_.push_back(options.reduce_gbps * 1e3);
+        bw_local_.push_back(options.reduce_gbps * 1e3);
+      }
+    }
+    // A page fault takes fault_us of one core: a rank alone maps pages in at kPageBytes per
+    // fault_us, all ranks together at that per core.
+    bw_fault_ = bw_;
+    if (machine.host() && machine.fault_us() > 0) {
+      const double one = kPageBytes / machine.fault_us();
+      for (int d = 0; d < machine.size(); ++d) {
+        const Route route = machine.RouteOf(d, d, false);
+        for (int res : route.resources) {
+          bw_fault_[res] = res == route.resources.back() && route.resources.size() > 1
+                               ? one * machine.host_core_count()
+                               : one;
+        }
       }
     }
     count_.assign(bw_.size(), 0);
@@ -95,7 +117,8 @@ class Engine {
     for (int r = 0; r < n; ++r) {
       size_t copies = 0;
       if (local_copies_) {
-        for (const TraceOp& op : trace.ranks[r]) copies += op.kind == TraceOp::kCopy;
+        for (const TraceOp& op : trace.ranks[r])
+          copies += op.kind == TraceOp::kCopy || op.kind == TraceOp::kFault;
       }
       done_[r].assign(trace.handles[r] + copies, -1);
       next_local_[r] = trace.handles[r];
@@ -187,6 +210,26 @@ class Engine {
         case TraceOp::kFinalize:
           if (options_.reduce_gbps > 0) clock_[r] += op.bytes / (options_.reduce_gbps * 1e3);
           break;
+        case TraceOp::kFault:
+          // The kernel's work of mapping in the pages runs on the rank's CPU and shares the
+          // cores with every copy and reduction: a local stream of the pages' bytes at the rate
+          // fault_us gives one core (bw_fault_).
+          if (local_copies_ && machine_.fault_us() > 0 && op.bytes > 0) {
+            const int handle = next_local_[r]++;
+            Flow f;
+            f.src = f.dst = r;
+            f.src_handle = f.dst_handle = handle;
+            f.bytes = std::ceil(static_cast<double>(op.bytes) / kPageBytes) * kPageBytes;
+            const int device = trace_.device_of(r);
+            Route route = RouteFor(device, device, false);
+            route.latency_us = 0;
+            f.cls = ClassFor(r, r, route, -1, false, false, /*fault=*/true);
+            flows_.push_back(f);
+            events_.push(Event{clock_[r], 0, static_cast<int>(flows_.size()) - 1, 0});
+            blocked_[r] = handle;
+            return Status::OK();
+          }
+          break;
       }
       ++pc_[r];
     }
@@ -250,42 +293,57 @@ class Engine {
     if (cores_busy_.empty() || latency <= 0) return posted + latency;
     const bool polls = !machine_.matcher_copies();
     if (polls && posted <= awake_at_[sleeper]) return awake_at_[sleeper];
+    awake_at_[sleeper] = OnCore(posted, latency);
+    return awake_at_[sleeper];
+  }
+
+  // Work of `us` on one of a host's cores from `at` on: the earliest gap that long on any core
+  // (wake-ups and kernel work queue for the cores); returns when it ends. Elsewhere at + us.
+  double OnCore(double at, double us) {
+    if (cores_busy_.empty()) return at + us;
     double best = kInf;
     size_t best_core = 0;
     for (size_t c = 0; c < cores_busy_.size(); ++c) {
       const std::map<double, double>& busy = cores_busy_[c];  // start -> end
-      double at = posted;
-      auto it = busy.upper_bound(at);
-      if (it != busy.begin() && std::prev(it)->second > at) at = std::prev(it)->second;
-      for (; it != busy.end() && it->first < at + latency; ++it) at = std::max(at, it->second);
-      if (at < best) {
-        best = at;
+      double start = at;
+      auto it = busy.upper_bound(start);
+      if (it != busy.begin() && std::prev(it)->second > start) start = std::prev(it)->second;
+      for (; it != busy.end() && it->first < start + us; ++it) start = std::max(start, it->second);
+      if (start < best) {
+        best = start;
         best_core = c;
       }
     }
-    cores_busy_[best_core].emplace(best, best + latency);
-    awake_at_[sleeper] = best + latency;
-    return best + latency;
+    cores_busy_[best_core].emplace(best, best + us);
+    return best + us;
   }
 
   // Transfers between the same two trace ranks (same route, same reducer) form one class.
   // `route_reduces`: the transfer reduces on arrival (whether or not a reducer is modelled).
   int ClassFor(int src, int dst, const Route& route, int reducer_device, bool route_reduces,
-               bool sender_copies = false) {
+               bool sender_copies = false, bool fault = false) {
     const bool reduce = reducer_device >= 0;
     const uint64_t key =
-        ((uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces) * 2 + sender_copies;
+        (((uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces) * 2 +
+         sender_copies) * 2 +
+        fault;
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;
     Class c;
     c.resources = route.resources;
     c.reduce = route_reduces;
+    c.local = src == dst;  // only a rank's local work streams from a rank to itself
+    c.fault = fault;
     if (reduce) c.resources.push_back(reducer_base_ + reducer_device);
     classes_.push_back(std::move(c));
     const int id = static_cast<int>(classes_.size()) - 1;
     for (int r : classes_[id].resources) users_[r].push_back(id);
     class_of_.emplace(key, id);
     return id;
+  }
+
+  const std::vector<double>& RatesOf(const Class& c) const {
+    return c.fault ? bw_fault_ : c.local ? bw_local_ : c.reduce ? bw_reduce_ : bw_;
   }
 
   const Route& RouteFor(int a, int b, bool reduce) {
@@ -299,7 +357,8 @@ class Engine {
     const Flow& f = flows_[id];
     Class& c = classes_[f.cls];
     // Busy time: the bytes at the rate this kind of transfer runs on the resource alone.
-    for (int r : c.resources) busy_[r] += f.bytes / (c.reduce ? bw_reduce_[r] : bw_[r]);
+    const std::vector<double>& bw = RatesOf(c);
+    for (int r : c.resources) busy_[r] += f.bytes / bw[r];
     Sync(c, now);
     c.members.push({c.service + f.bytes, id});
     Change(f.cls, +1, now);
@@ -366,7 +425,7 @@ class Engine {
         continue;
       }
       double rate = kInf;
-      const std::vector<double>& bw = c.reduce ? bw_reduce_ : bw_;
+      const std::vector<double>& bw = RatesOf(c);
       for (int r : c.resources) rate = std::min(rate, bw[r] / std::max(1, count_[r]));
       c.rate = rate;
       Reschedule(other, now);
@@ -399,6 +458,8 @@ class Engine {
   EngineOptions options_;
   std::vector<double> bw_;         // bytes per microsecond, per resource
   std::vector<double> bw_reduce_;  // the same for transfers that reduce on arrival
+  std::vector<double> bw_local_;   // ... for a rank's local copies
+  std::vector<double> bw_fault_;   // ... and for the pages the kernel maps in for a rank
   int reducer_base_ = 0;
   std::vector<int> count_;               // active flows per resource
   std::vector<std::vector<int>> users_;  // classes per resource

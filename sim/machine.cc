@@ -284,8 +284,12 @@ HostRates Between(const HostRates& lo, const HostRates& hi, double ws) {
   auto mix = [t](double a, double b) {
     return a > 0 && b > 0 ? std::exp((1 - t) * std::log(a) + t * std::log(b)) : 0.0;
   };
-  return HostRates{ws, mix(lo.copy, hi.copy), mix(lo.reduce, hi.reduce),
-                   mix(lo.mem_copy, hi.mem_copy), mix(lo.mem_reduce, hi.mem_reduce)};
+  return HostRates{ws,
+                   mix(lo.copy, hi.copy),
+                   mix(lo.reduce, hi.reduce),
+                   mix(lo.mem_copy, hi.mem_copy),
+                   mix(lo.mem_reduce, hi.mem_reduce),
+                   mix(lo.local, hi.local)};
 }
 
 }  // namespace
@@ -301,11 +305,12 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   for (size_t i = 0; i < levels.size(); ++i) {
     const HostRates& l = levels[i];
     LOOM_ENFORCE(l.copy > 0 && l.reduce > 0 && l.mem_copy >= 0 && l.mem_reduce >= 0 &&
-                     std::isfinite(l.copy) && std::isfinite(l.reduce) &&
-                     std::isfinite(l.mem_copy) && std::isfinite(l.mem_reduce),
+                     l.local >= 0 && std::isfinite(l.copy) && std::isfinite(l.reduce) &&
+                     std::isfinite(l.mem_copy) && std::isfinite(l.mem_reduce) &&
+                     std::isfinite(l.local),
                  "host rate level ", i, ": copy ", l.copy, " GB/s, reduce ", l.reduce,
-                 " GB/s, mem ", l.mem_copy, " / ", l.mem_reduce,
-                 " GB/s: copy and reduce must be positive, mem not negative");
+                 " GB/s, mem ", l.mem_copy, " / ", l.mem_reduce, " GB/s, local ", l.local,
+                 " GB/s: copy and reduce must be positive, mem and local not negative");
     if (levels.size() > 1) {
       LOOM_ENFORCE(l.working_set >= 1 && l.working_set <= std::ldexp(1.0, 50) &&
                        (i == 0 || l.working_set > levels[i - 1].working_set),
@@ -323,6 +328,7 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
     // A transfer is copied by the receiving rank's thread; port_out_ is unused on hosts.
     m.port_in_.push_back(m.AddResource(StrCat("rank", r, ".cpu"), rates.copy));
     m.resources_.back().reduce_gbps = rates.reduce;
+    m.resources_.back().local_gbps = rates.local;
     m.port_out_.push_back(-1);
   }
   // Everything the ranks copy or reduce at once shares the cores and the memory behind them.
@@ -331,6 +337,9 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
       "host.cores", rates.mem_copy > 0 ? std::max(rates.mem_copy, rates.copy) : cores * rates.copy);
   m.resources_.back().reduce_gbps =
       rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce) : cores * rates.reduce;
+  if (rates.local > 0) {
+    m.resources_.back().local_gbps = rates.local * m.resources_.back().gbps / rates.copy;
+  }
   m.host_core_count_ = cores;
   m.host_latency_us_ = latency_us;
   m.host_protocol_ = protocol;
@@ -358,7 +367,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     return InvalidArgument("host '", spec, "': ", why,
                            " (host:N:cores=C:latency=US:copy=GBPS:reduce=GBPS[:mem=GBPS]"
                            "[:mem_reduce=GBPS], or host:N:cores=C:latency=US:levels=WS/COPY/"
-                           "REDUCE[/MEM/MEM_REDUCE],...)");
+                           "REDUCE[/MEM/MEM_REDUCE[/LOCAL]],...)");
   };
   if (parts.size() < 3 || parts[0] != "host") return bad("not a host spec");
   char* end = nullptr;
@@ -378,7 +387,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
         "cores", "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
-        "eager", "rendezvous", "copier", "handoff", "native", "stream"};
+        "eager", "rendezvous", "copier", "handoff", "native", "stream", "fault"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -401,10 +410,11 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       HostRates l;
       StatusOr<size_t> ws = ParseBytes(f[0]);
       if (ws.ok()) l.working_set = static_cast<double>(*ws);
-      if ((f.size() != 3 && f.size() != 5) || !ws.ok() || !number(f[1], &l.copy) ||
-          !number(f[2], &l.reduce) ||
-          (f.size() == 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce)))) {
-        return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE]");
+      if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() ||
+          !number(f[1], &l.copy) || !number(f[2], &l.reduce) ||
+          (f.size() >= 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce))) ||
+          (f.size() == 6 && !number(f[5], &l.local))) {
+        return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]]");
       }
       levels.push_back(l);
     }
@@ -458,6 +468,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (!number(keys["stream"], &protocol.stream) || protocol.stream <= 0) {
       return bad("stream must be a positive number");
     }
+  }
+  if (keys.count("fault") && (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
+    return bad("fault must be a number of microseconds per page, not negative");
   }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);
@@ -515,7 +528,8 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   for (int k = 0; k < spec.nodes; ++k) {
     for (const Resource& r : node_resources) {
       m.resources_.push_back(
-          Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency, r.reduce_gbps});
+          Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency, r.reduce_gbps,
+                   r.local_gbps});
     }
   }
   m.nodes_ = spec.nodes;

@@ -40,6 +40,8 @@ struct Resource {
   // Transfers that reduce on arrival run at this rate instead (0: gbps): a host's CPU copies
   // and reduces at different speeds, and one thread does one or the other at a time.
   double reduce_gbps = 0;
+  // A host's local copies (a rank's memcpy of its own buffers) run at this rate (0: gbps).
+  double local_gbps = 0;
 };
 
 // What one transfer from a to b crosses.
@@ -80,6 +82,10 @@ struct HostRates {
   // reductions (0: cores x copy / reduce, one stream per core).
   double mem_copy = 0;
   double mem_reduce = 0;
+  // A rank's copy of its own buffers (memcpy), where it differs from a transfer between ranks
+  // (over MPI a transfer crosses the kernel: Open MPI's single-copy CMA); 0: the copy rate. All
+  // ranks at once get it scaled as transfers are (mem_copy / copy).
+  double local = 0;
 };
 
 // How a host's transport moves messages (beyond its rates).
@@ -104,6 +110,10 @@ struct HostProtocol {
   // reads and writes, against a copy's per byte it moves at the memory's rates; 0: the memory
   // traffic they leave, (reads + writes) / (reads + 2 writes) (no read of the written lines).
   double stream = 0;
+  // What the kernel takes to map in one 4 KiB page a rank touches for the first time (fault,
+  // zero, and the unmap that returns it), in microseconds of one core: Open MPI's temporary
+  // buffers beyond glibc's largest mmap threshold are fresh memory every call (0: not charged).
+  double fault_us = 0;
 };
 
 class Machine {
@@ -130,11 +140,11 @@ class Machine {
   static StatusOr<Machine> Host(int ranks, int cores, double latency_us,
                                 std::vector<HostRates> levels, const HostProtocol& protocol = {});
   // "host:N:cores=C:latency=US:copy=G:reduce=G[:mem=G][:mem_reduce=G]" (keys in any order) or
-  // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE],..." (WS in bytes, with
-  // an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages larger than
-  // `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake before the
-  // data), ":copier=receiver|matcher[:handoff=BYTES]" and ":native=pass|libnbc|none" (with
-  // pass, ":stream=F") (HostProtocol).
+  // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]],..." (WS in
+  // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
+  // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
+  // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
+  // (with pass, ":stream=F") and ":fault=US" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
@@ -152,6 +162,7 @@ class Machine {
   double handoff_bytes() const { return host_protocol_.handoff_bytes; }
   HostProtocol::Native native() const { return host_protocol_.native; }
   double stream() const { return host_protocol_.stream; }
+  double fault_us() const { return host_protocol_.fault_us; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

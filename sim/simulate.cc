@@ -241,6 +241,12 @@ class TraceBuilder {
     op.bytes = bytes;
     t_.ranks[rank].push_back(op);
   }
+  void Fault(int rank, uint64_t bytes) {
+    TraceOp op;
+    op.kind = TraceOp::kFault;
+    op.bytes = bytes;
+    t_.ranks[rank].push_back(op);
+  }
   int handles(int rank) const { return t_.handles[rank]; }
   std::vector<int>& device() { return t_.device; }
   Trace Take() { return std::move(t_); }
@@ -451,8 +457,19 @@ bool NativeStreams(Collective kind, size_t bytes, int n) {
 // Open MPI's MPI_Iallreduce (coll/libnbc, nbc_iallreduce.c) on n ranks, `bytes` of fp32: below
 // 4 ranks or 64 KiB the binomial schedule (a binomial tree reduce to rank 0, each receive
 // reduced into the running sum, then a binomial broadcast), otherwise the reduce-scatter by
-// recursive halving and allgather by recursive doubling (power-of-two rank counts). Every
-// message is whole (no pipelining); a round's posts complete before the next round's.
+// recursive halving and allgather by recursive doubling (power-of-two rank counts), which
+// first copies the input to the output. Every message is whole (no pipelining); a round's
+// posts complete before the next round's. Each call mallocs a temporary of the whole buffer;
+// beyond glibc's largest dynamic mmap threshold it is fresh memory every call, and the pages a
+// rank receives into are faulted in (kFault).
+bool LibnbcTemporaryIsFresh(size_t bytes) {
+  // glibc (malloc.c): a free()d mmapped chunk raises the mmap threshold to its size, so that
+  // later requests that size come from the heap, only up to DEFAULT_MMAP_THRESHOLD_MAX (32 MiB
+  // on 64-bit); a chunk is the request plus an 8-byte header, in whole pages.
+  constexpr double kMmapThresholdMax = 32.0 * 1024 * 1024;
+  return std::ceil((static_cast<double>(bytes) + 8) / 4096) * 4096 > kMmapThresholdMax;
+}
+
 StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   const uint64_t b = bytes;
   TraceBuilder t(n);
@@ -460,10 +477,17 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   while ((1 << maxr) < n) ++maxr;
   if (n < 4 || bytes < (size_t{64} << 10)) {
     for (int rank = 0; rank < n; ++rank) {
+      // The receives alternate between the temporary and the output, the temporary first where
+      // maxr is even (the result ends in the output).
+      int received = 0;
       for (int r = 1; r <= maxr; ++r) {  // up: receive from vrank + 2^(r-1) or send and leave
         if (rank % (1 << r) == 0) {
           const int peer = rank + (1 << (r - 1));
-          if (peer < n) t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b));
+          if (peer >= n) continue;
+          if (++received == (maxr % 2 == 0 ? 1 : 2) && LibnbcTemporaryIsFresh(bytes)) {
+            t.Fault(rank, b);
+          }
+          t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b));
         } else {
           t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b));
           break;
@@ -493,6 +517,11 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   const uint64_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
   const uint64_t count = b / elem;
   for (int rank = 0; rank < n; ++rank) {
+    // Out of place, the schedule starts with a copy of the whole input to the output, which
+    // the halving then reduces into.
+    t.Copy(rank, b);
+    // The first step receives half the buffer into the temporary; later steps reuse its pages.
+    if (LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, (count - count / 2) * elem);
     // Recursive halving: the window of elements this rank still reduces halves each step; the
     // half it keeps is received (and reduced), the other half sent to the partner.
     uint64_t lo = 0, hi = count;

@@ -14,6 +14,10 @@
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),
      and of all ranks copying and reducing at once (the ring's allgather and reduce-scatter),
      which the cores and the memory system share.
+   - over MPI, per working-set level, a rank's local copy (memcpy; a transfer crosses the
+     kernel instead) from 1-rank calls, and what the kernel takes per fresh page a process
+     touches (a new anonymous mapping written once and unmapped, against rewriting mapped
+     memory): Open MPI's temporaries from 32 MiB on are fresh every call.
    The core count is the machine's. Each row reports the fastest of 9 rounds (--stat min: the
    machine undisturbed by other load, as the simulator models it).
 2. Prediction: allreduce with ring, tree, star, multi_tree and native (the transport's own:
@@ -108,10 +112,39 @@ EAGER = {"bytes": None, "us": 0.0}
 # (the spec's stream=F; None: the model's default), per rank count (found by calibrate()).
 STREAM = {"f": None}
 
+# Over MPI: what the kernel takes per 4 KiB page of fresh memory a process touches (the spec's
+# fault=US; Open MPI's temporaries beyond glibc's largest mmap threshold), found by calibrate().
+FAULT = {"us": None}
+
+
+def fault_cost(reps=5, size=64 << 20):
+    """Microseconds of one core per 4 KiB page a process maps in: a fresh anonymous mapping
+    written once and unmapped, against writing memory already mapped (median of `reps`)."""
+    import mmap
+    import time
+    import numpy as np
+    warm = np.ones(size // 4, np.float32)
+    per_page = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        warm.fill(2)
+        mapped = time.perf_counter() - t
+        t = time.perf_counter()
+        m = mmap.mmap(-1, size)
+        fresh = np.frombuffer(m, np.float32)
+        fresh.fill(2)
+        del fresh
+        m.close()
+        per_page.append((time.perf_counter() - t - mapped) * 1e6 / (size / 4096))
+    return max(0.0, statistics.median(per_page))
+
 
 def spec_of(ranks, cores, latency, levels):
-    """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce)."""
-    text = ",".join("%d/%r/%r/%r/%r" % level for level in levels)
+    """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce[, local]);
+    a local rate of 0 is left out (local copies at the copy rate)."""
+    text = ",".join(("%d/%r/%r/%r/%r/%r" if len(level) > 5 and level[5] > 0 else
+                     "%d/%r/%r/%r/%r") % tuple(level[:6] if len(level) > 5 and level[5] > 0
+                                               else level[:5]) for level in levels)
     spec = "host:%d:cores=%d:latency=%r:levels=%s" % (ranks, cores, latency, text)
     if EAGER["bytes"] is not None:
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
@@ -120,6 +153,8 @@ def spec_of(ranks, cores, latency, levels):
     spec += ":native=%s" % TRANSPORT["native"]
     if STREAM["f"] is not None:
         spec += ":stream=%r" % STREAM["f"]
+    if FAULT["us"]:
+        spec += ":fault=%r" % FAULT["us"]
     return spec
 
 
@@ -211,7 +246,28 @@ def calibrate(a, cores, runs, ranks):
             print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
                   "(largest step x%.2f, %.2f us)" % (ratio, jump))
 
-    # 1b. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
+    # 1b. Over MPI: a rank's local copy (memcpy) is not a transfer (which crosses the kernel,
+    # Open MPI's single-copy CMA): its rate per working set from 1-rank calls (a copy of the
+    # input to the output) of the levels' working sets; and the kernel's cost per fresh page.
+    local = {}
+    FAULT["us"] = None
+    if TRANSPORT["native"] == "libnbc":
+        one = small(1, "allreduce", ["ring"])["ring"]
+        call1 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "allreduce", "ring", 64))
+        copies = median_bench(runs, a.loom, a.transport, 1, "allreduce", ["ring"],
+                              ranks * (64 << 10), ranks * big, 50, 2)
+        for (_, size), t in sorted(copies.items()):
+            local[2 * size] = bisect(
+                lambda g: simulate(1, cores, 0.0, call1, [(2 * size, 10.0, 10.0, 0.0, 0.0, g)],
+                                   "allreduce", "ring", size), t, 0.01, 1000.0, increasing=False)
+        fault = statistics.median(fault_cost() for _ in range(runs))
+        print("# calibration, %d ranks: 1-rank copies (a 64 B call %.2f us) %s -> local copy "
+              "%s GB/s; a fresh page %.2f us" % (
+                  ranks, one, " ".join("%d:%.0f" % (s, t) for (_, s), t in sorted(copies.items())),
+                  " ".join("%.1f" % g for _, g in sorted(local.items())), fault))
+        FAULT["us"] = fault
+
+    # 1c. Rates per working-set level and rank count, from calls of s bytes on as many ranks as
     # the predictions (buffers of 2 x ranks x s bytes): threads or processes sharing the cores
     # share their caches and memory differently with 2 ranks than with 4.
     levels = []
@@ -228,6 +284,7 @@ def calibrate(a, cores, runs, ranks):
                                              size), measured, 0.01, 1000.0, increasing=False)
 
         ws = 2 * ranks * s
+        loc = local.get(ws, 0.0)
         # The ring's allgather and reduce-scatter of `whole` bytes touch (ranks + 1) x whole
         # (every rank's part and the whole): sized to the same working set.
         whole = ws // (ranks + 1) // (64 * ranks) * (64 * ranks)
@@ -239,19 +296,21 @@ def calibrate(a, cores, runs, ranks):
         mem = mem_reduce = 0.0
         for _ in range(2 if ranks > 2 else 1):
             copy = fit("broadcast", "tree", s, cp,
-                       lambda g: (ws, g, 10.0, mem, mem_reduce))
-            reduce = fit("reduce", "tree", s, rd, lambda g: (ws, copy, g, mem, mem_reduce))
+                       lambda g: (ws, g, 10.0, mem, mem_reduce, loc))
+            reduce = fit("reduce", "tree", s, rd,
+                         lambda g: (ws, copy, g, mem, mem_reduce, loc))
             # All ranks at once: between one rank's rate and one stream per core.
-            mem = min(cores * copy, max(copy, fit("allgather", "ring", whole, ag,
-                                                  lambda g: (ws, copy, reduce, g, mem_reduce))))
+            mem = min(cores * copy, max(copy, fit(
+                "allgather", "ring", whole, ag,
+                lambda g: (ws, copy, reduce, g, mem_reduce, loc))))
             mem_reduce = min(cores * reduce, max(reduce, fit(
-                "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g))))
-        levels.append((ws, copy, reduce, mem, mem_reduce))
+                "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g, loc))))
+        levels.append((ws, copy, reduce, mem, mem_reduce, loc))
         print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
               "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
               "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
                                     mem_reduce))
-    # 1c. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
+    # 1d. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
     # native broadcast of the largest size (each block read once and written to every rank).
     STREAM["f"] = None
     if TRANSPORT["native"] == "pass":
@@ -269,7 +328,7 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "stream": {ranks: STREAM["f"]}}
+            "stream": {ranks: STREAM["f"]}, "fault": {ranks: FAULT["us"]}}
 
 
 
@@ -291,6 +350,7 @@ def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
     STREAM["f"] = model["stream"][ranks]
+    FAULT["us"] = model["fault"][ranks]
     latency, call = model["timing"][ranks]
     return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
                                 algo, s)
@@ -302,7 +362,8 @@ def merged(parts):
     return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
             "eager": parts[0]["eager"],
-            "stream": {k: v for p in parts for k, v in p["stream"].items()}}
+            "stream": {k: v for p in parts for k, v in p["stream"].items()},
+            "fault": {k: v for p in parts for k, v in p["fault"].items()}}
 
 
 def pooled_model(models):
@@ -311,15 +372,18 @@ def pooled_model(models):
     med = statistics.median
     timing = {r: tuple(med(m["timing"][r][i] for m in models) for i in (0, 1))
               for r in models[0]["timing"]}
-    levels = {r: [tuple(med(m["levels"][r][j][i] for m in models) for i in range(5))
+    levels = {r: [tuple(med(m["levels"][r][j][i] for m in models)
+                        for i in range(len(models[0]["levels"][r][j])))
                   for j in range(len(models[0]["levels"][r]))] for r in models[0]["levels"]}
     found = [m["eager"]["bytes"] for m in models]
     eager = max(set(found), key=found.count)
     us = [m["eager"]["us"] for m in models if m["eager"]["bytes"] == eager]
     stream = {r: None if models[0]["stream"][r] is None else med(m["stream"][r] for m in models)
               for r in models[0]["stream"]}
+    fault = {r: None if models[0]["fault"][r] is None else med(m["fault"][r] for m in models)
+             for r in models[0]["fault"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "stream": stream}
+            "stream": stream, "fault": fault}
 
 
 def main():
