@@ -6,6 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/host_memory.h"
+
 namespace loom::collective {
 namespace {
 
@@ -60,6 +62,11 @@ Status Transport::Finalize(const Reduction& reduction, void* buf, size_t count, 
 }
 
 std::shared_ptr<void> AllocateHostBuffer(size_t bytes) {
+  if (bytes >= kHugeHostBlockBytes && HugeHostBlocks()) {
+    void* p = AllocateHugeHostBlock(bytes);  // zeroed by the kernel
+    if (p == nullptr) return nullptr;
+    return std::shared_ptr<void>(p, [bytes](void* q) { FreeHugeHostBlock(q, bytes); });
+  }
   void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
   if (p == nullptr) return nullptr;
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });

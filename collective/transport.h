@@ -48,7 +48,8 @@ struct NativeCollective {
 };
 
 // Zeroed host memory of `bytes` bytes (at least 1), freed with the last reference; nullptr when
-// it cannot be allocated. The default Transport::AllocateBuffer and the in-process host memory.
+// it cannot be allocated; blocks of 2 MiB or more in huge pages (base/host_memory.h). The
+// default Transport::AllocateBuffer and the in-process host memory.
 std::shared_ptr<void> AllocateHostBuffer(size_t bytes);
 
 class Transport {

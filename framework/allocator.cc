@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/host_memory.h"
 #include "loom/config.h"
 
 namespace loom {
@@ -76,7 +77,7 @@ class CpuAllocator : public Allocator {
  public:
   ~CpuAllocator() override {
     for (auto& [bytes, blocks] : cache_)
-      for (void* p : blocks) std::free(p);
+      for (void* p : blocks) Release(p, bytes);
   }
 
   void* Allocate(size_t bytes) override {
@@ -92,6 +93,10 @@ class CpuAllocator : public Allocator {
         it->second.pop_back();
         g_cached_bytes.fetch_sub(rounded);
       }
+    }
+    if (p == nullptr && Huge(rounded)) {
+      p = AllocateHugeHostBlock(rounded);
+      if (p == nullptr) OutOfHostMemory(bytes, "mmap failed");
     }
     if (p == nullptr) {
       p = std::aligned_alloc(kCpuAlignment, rounded);
@@ -112,10 +117,20 @@ class CpuAllocator : public Allocator {
       return;
     }
     if (rounded >= kCacheMinBytes) g_cached_bytes.fetch_sub(rounded);
-    std::free(ptr);
+    Release(ptr, rounded);
   }
 
  private:
+  // Blocks of 2 MiB or more are mappings of their own in huge pages (base/host_memory.h).
+  static bool Huge(size_t rounded) { return rounded >= kHugeHostBlockBytes && HugeHostBlocks(); }
+  static void Release(void* p, size_t rounded) {
+    if (Huge(rounded)) {
+      FreeHugeHostBlock(p, rounded);
+    } else {
+      std::free(p);
+    }
+  }
+
   static size_t Rounded(size_t bytes) {
     size_t unit = bytes >= kCacheMinBytes ? kCacheRound : kCpuAlignment;
     if (bytes > SIZE_MAX - unit) OutOfHostMemory(bytes, "no such size");

@@ -118,11 +118,19 @@ FAULT = {"us": None}
 
 
 def fault_cost(reps=5, size=64 << 20):
-    """Microseconds of one core per 4 KiB page a process maps in: a fresh anonymous mapping
-    written once and unmapped, against writing memory already mapped (median of `reps`)."""
-    import mmap
+    """Microseconds of one core per 4 KiB page a process maps in: a fresh block of the C
+    library's malloc written once and freed, against writing memory already mapped (median of
+    `reps`). A block this large is a fresh mapping each time under glibc's defaults, as Open
+    MPI's temporary is; through malloc the measurement follows the allocator settings the ranks
+    inherit (GLIBC_TUNABLES=glibc.malloc.hugetlb=1 maps it in 2 MiB pages, and the cost per
+    4 KiB page falls accordingly)."""
+    import ctypes
     import time
     import numpy as np
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
     warm = np.ones(size // 4, np.float32)
     per_page = []
     for _ in range(reps):
@@ -130,11 +138,14 @@ def fault_cost(reps=5, size=64 << 20):
         warm.fill(2)
         mapped = time.perf_counter() - t
         t = time.perf_counter()
-        m = mmap.mmap(-1, size)
-        fresh = np.frombuffer(m, np.float32)
+        block = libc.malloc(size)
+        if not block:
+            sys.exit("calibrate_host: malloc(%d) failed" % size)
+        fresh = np.ctypeslib.as_array(ctypes.cast(block, ctypes.POINTER(ctypes.c_float)),
+                                      shape=(size // 4,))
         fresh.fill(2)
         del fresh
-        m.close()
+        libc.free(block)
         per_page.append((time.perf_counter() - t - mapped) * 1e6 / (size / 4096))
     return max(0.0, statistics.median(per_page))
 

@@ -3,9 +3,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 
+#include "base/host_memory.h"
 #include "framework/allocator.h"
 #include "framework/scope.h"
 #include "framework/tensor.h"
@@ -98,6 +102,63 @@ TEST(TensorTest, LargeFreedBlocksAreReused) {
   a->Free(q, big + 50);
   a->Free(r, big);
   EXPECT_EQ(a->bytes_in_use(), before);
+}
+
+// The VmFlags of the mapping holding `p` in /proc/self/smaps ("" when not found).
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') > line.find('-')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST(TensorTest, BlocksOfTwoMiBAreHugePageMappings) {
+  if (!HugeHostBlocks()) GTEST_SKIP() << "LOOM_HUGE_PAGES=0 in the environment";
+  Allocator* a = GetAllocator(Place::CPU(5));
+  const size_t big = (3 << 20) + 100;
+  auto* p = static_cast<unsigned char*>(a->Allocate(big));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugeHostBlockBytes, 0u);
+  std::memset(p, 7, big);
+  EXPECT_EQ(p[big - 1], 7);
+  // The kernel takes the advice where it has transparent huge pages at all.
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (thp) {
+    EXPECT_NE(VmFlagsOf(p).find(" hg"), std::string::npos) << VmFlagsOf(p);
+  }
+  a->Free(p, big);
+  void* q = a->Allocate(big);  // the cached block again, still a mapping of its own
+  EXPECT_EQ(q, p);
+  a->Free(q, big);
+  // Under 2 MiB: malloc's memory, 64-byte aligned, never advised.
+  void* small = a->Allocate((1 << 20) + 3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  a->Free(small, (1 << 20) + 3);
+}
+
+TEST(HostMemoryTest, HugeBlocksAreZeroedAlignedAndReturned) {
+  for (size_t bytes : {kHugeHostBlockBytes, kHugeHostBlockBytes + 1, size_t{9} << 20}) {
+    auto* p = static_cast<unsigned char*>(AllocateHugeHostBlock(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugeHostBlockBytes, 0u) << bytes;
+    size_t nonzero = 0;
+    for (size_t i = 0; i < bytes; i += 509) nonzero += p[i] != 0;
+    EXPECT_EQ(nonzero + p[bytes - 1], 0u) << bytes;
+    std::memset(p, 1, bytes);
+    FreeHugeHostBlock(p, bytes);
+    EXPECT_EQ(VmFlagsOf(p), "") << "the block is still mapped after FreeHugeHostBlock";
+  }
+  EXPECT_EQ(AllocateHugeHostBlock(0), nullptr);
+  EXPECT_EQ(AllocateHugeHostBlock(SIZE_MAX), nullptr);
 }
 
 TEST(Float16Test, RoundTripsRepresentableValues) {
