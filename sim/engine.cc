@@ -325,7 +325,8 @@ class Engine {
     const bool reduce = reducer_device >= 0;
     const uint64_t key =
         (((uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces) * 2 +
-         sender_copies) * 2 +
+         sender_copies) *
+            2 +
         fault;
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;

@@ -387,7 +387,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
         "cores", "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
-        "eager", "rendezvous", "copier", "handoff", "native", "stream", "fault"};
+        "eager", "rendezvous", "copier", "handoff", "native", "stream",     "fault"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -410,8 +410,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       HostRates l;
       StatusOr<size_t> ws = ParseBytes(f[0]);
       if (ws.ok()) l.working_set = static_cast<double>(*ws);
-      if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() ||
-          !number(f[1], &l.copy) || !number(f[2], &l.reduce) ||
+      if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() || !number(f[1], &l.copy) ||
+          !number(f[2], &l.reduce) ||
           (f.size() >= 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce))) ||
           (f.size() == 6 && !number(f[5], &l.local))) {
         return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]]");
@@ -469,7 +469,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       return bad("stream must be a positive number");
     }
   }
-  if (keys.count("fault") && (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
+  if (keys.count("fault") &&
+      (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
     return bad("fault must be a number of microseconds per page, not negative");
   }
   StatusOr<Machine> m =
@@ -527,9 +528,8 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   m.resources_.clear();
   for (int k = 0; k < spec.nodes; ++k) {
     for (const Resource& r : node_resources) {
-      m.resources_.push_back(
-          Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency, r.reduce_gbps,
-                   r.local_gbps});
+      m.resources_.push_back(Resource{StrCat("node", k, ".", r.name), r.gbps, r.efficiency,
+                                      r.reduce_gbps, r.local_gbps});
     }
   }
   m.nodes_ = spec.nodes;
