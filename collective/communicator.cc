@@ -1,5 +1,6 @@
 #include "collective/communicator.h"
 
+#include "base/copy.h"
 #include "collective/transport_registry.h"
 
 #include <cstring>
@@ -331,7 +332,7 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
   };
   const uint32_t my_tag = tagged ? SignatureTag(mine, s.transport().signature_tag_max()) : 0;
   if (mode == InExchange::kWhole && contributes && bytes > 0)
-    std::memcpy(all[me].payload, a.send, bytes);
+    CopyBytes(all[me].payload, a.send, bytes);
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     Packet* out = &all[me];
@@ -339,7 +340,7 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
       out = &split[r];
       const size_t block = blocks[r].count * elem;
       if (block > 0)
-        std::memcpy(split[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
+        CopyBytes(split[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
     }
     const size_t len = payload_bytes(me, r);
     if (tagged) {
@@ -377,11 +378,11 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
     const bool receives = a.kind != Collective::kReduce || me == a.root;
     if (receives && bytes > 0) {
       if (a.kind == Collective::kBroadcast) {
-        std::memcpy(a.recv, all[a.root].payload, bytes);
+        CopyBytes(a.recv, all[a.root].payload, bytes);
       } else {
         for (int r = 1; r < n; ++r)
           Reduce(red, all[0].payload, all[0].payload, all[r].payload, a.count);
-        std::memcpy(a.recv, all[0].payload, bytes);
+        CopyBytes(a.recv, all[0].payload, bytes);
         Finalize(red, a.recv, a.count, n);
       }
     }
@@ -394,10 +395,10 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
   const size_t own_bytes = own.count * elem;
   char* own_recv = internal::At(a.recv, own.offset, elem);
   if (own_bytes > 0) {
-    std::memcpy(all[me].payload, internal::At(a.send, own.offset, elem), own_bytes);
+    CopyBytes(all[me].payload, internal::At(a.send, own.offset, elem), own_bytes);
     for (int r = 1; r < n; ++r)
       Reduce(red, all[0].payload, all[0].payload, all[r].payload, own.count);
-    std::memcpy(own_recv, all[0].payload, own_bytes);
+    CopyBytes(own_recv, all[0].payload, own_bytes);
     Finalize(red, own_recv, own.count, n);
   }
   for (int r = 0; r < n; ++r) {

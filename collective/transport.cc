@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/copy.h"
 #include "base/host_memory.h"
 
 namespace loom::collective {
@@ -52,7 +53,7 @@ std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst
 }
 
 Status Transport::Copy(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+  if (dst != src && bytes > 0) CopyBytes(dst, src, bytes);
   return Status::OK();
 }
 
@@ -67,9 +68,15 @@ std::shared_ptr<void> AllocateHostBuffer(size_t bytes) {
     if (p == nullptr) return nullptr;
     return std::shared_ptr<void>(p, [bytes](void* q) { FreeHugeHostBlock(q, bytes); });
   }
-  void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
-  if (p == nullptr) return nullptr;
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  // On a cache line: zeroed lazily by calloc (fresh pages of a large block stay untouched until
+  // used), the block start moved up to the next 64 bytes. Two buffers whose starts differ by a
+  // multiple of 64 never fall in the copy slow band that CopyBytes steers around (base/copy.h),
+  // as malloc's 16-byte headers put consecutive page-multiple blocks.
+  constexpr size_t kLine = 64;
+  void* block = std::calloc(std::max<size_t>(bytes, 1) + kLine, 1);
+  if (block == nullptr) return nullptr;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(block) + kLine - 1) & ~uintptr_t{kLine - 1};
+  return std::shared_ptr<void>(reinterpret_cast<void*>(at), [block](void*) { std::free(block); });
 }
 
 std::shared_ptr<void> Transport::AllocateBuffer(size_t bytes) { return AllocateHostBuffer(bytes); }

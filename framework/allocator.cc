@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/copy.h"
 #include "base/host_memory.h"
 #include "loom/config.h"
 
@@ -181,7 +182,7 @@ void MemCopy(const Place& dst_place, void* dst, const Place& src_place, const vo
              size_t bytes) {
   if (bytes == 0) return;
   if (dst_place.is_cpu() && src_place.is_cpu()) {
-    std::memcpy(dst, src, bytes);
+    CopyBytes(dst, src, bytes);
     return;
   }
 #if LOOM_CUDA_ENABLED

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/copy.h"
 #include "framework/file_util.h"
 #include "framework/verifier.h"
 
@@ -288,7 +289,7 @@ StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source) {
     auto* out = static_cast<int32_t*>(dst);
     for (size_t i = 0; i < need; ++i) out[i] = static_cast<unsigned char>(bytes[data_at + i]);
   } else if (need) {
-    std::memcpy(dst, bytes.data() + data_at, need);
+    CopyBytes(dst, bytes.data() + data_at, need);
   }
   return t;
 }

@@ -7,6 +7,7 @@
 #include <deque>
 #include <set>
 
+#include "base/copy.h"
 #include "loom/config.h"
 #include "operators/distributed/ps_client.h"
 #include "rpc/client.h"
@@ -47,7 +48,7 @@ Tensor FromPayload(DataType dtype, const DDim& dims, zmq::message_t payload) {
   Tensor t(dtype, dims);
   if (payload.size() == 0 || reinterpret_cast<uintptr_t>(payload.data()) % 8 != 0) {
     void* dst = t.mutable_data(Place::CPU(), dtype);
-    if (payload.size()) std::memcpy(dst, payload.data(), payload.size());
+    if (payload.size()) CopyBytes(dst, payload.data(), payload.size());
     return t;
   }
   auto* msg = new zmq::message_t(std::move(payload));
@@ -157,11 +158,11 @@ class DistStore final : public KVStore {
         const Shard& s = *shards[i];
         if (r.payloads[i].size() != static_cast<size_t>(s.end - s.begin) * elem)
           return Internal("shard '", s.name, "' came back with a bad size");
-        std::memcpy(dst + s.begin * elem, r.payloads[i].data(), r.payloads[i].size());
+        CopyBytes(dst + s.begin * elem, r.payloads[i].data(), r.payloads[i].size());
       }
     }
     for (size_t i = 1; i < outs.size(); ++i)
-      std::memcpy(outs[i]->raw_data(), outs[0]->raw_data(), outs[0]->nbytes());
+      CopyBytes(outs[i]->raw_data(), outs[0]->raw_data(), outs[0]->nbytes());
     return Status::OK();
   }
 
@@ -328,7 +329,7 @@ class KVServer {
     DataType dtype = static_cast<DataType>(r.header.dtype());
     Tensor value(dtype, DDim({r.header.dims(0)}));
     void* dst = value.mutable_data(Place::CPU(), dtype);
-    if (value.nbytes()) std::memcpy(dst, r.payloads[0].data(), value.nbytes());
+    if (value.nbytes()) CopyBytes(dst, r.payloads[0].data(), value.nbytes());
     entries_[r.header.name()].value = std::move(value);
     server_->Reply(r, {});
     return Status::OK();
@@ -379,7 +380,7 @@ class KVServer {
     if (updater_) {
       LOOM_RETURN_IF_ERROR(updater_->Update(key, merged, parts, &e->value));
     } else {  // no optimizer: the merged sum replaces the value (MXNet's rule)
-      std::memcpy(e->value.raw_data(), merged.raw_data(), merged.nbytes());
+      CopyBytes(e->value.raw_data(), merged.raw_data(), merged.nbytes());
     }
     ++e->version;
     return Status::OK();
@@ -583,7 +584,7 @@ class MpiClientStore final : public KVStore {
     for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *value, *o, "a pull output"));
     if (leader_) LOOM_RETURN_IF_ERROR(leader_->Pull(key, {value}, priority));
     if (!replicated_) LOOM_RETURN_IF_ERROR(ClientBroadcast(value, 0));
-    for (Tensor* o : outs) std::memcpy(o->raw_data(), value->raw_data(), value->nbytes());
+    for (Tensor* o : outs) CopyBytes(o->raw_data(), value->raw_data(), value->nbytes());
     return Status::OK();
   }
 

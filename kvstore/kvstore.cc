@@ -3,6 +3,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/copy.h"
 #include "collective/world.h"
 #include "kvstore/dist.h"
 #include "operators/parallel.h"
@@ -24,10 +25,10 @@ void SumInto(const std::vector<Tensor>& values, T* out, const std::vector<T*>& e
     constexpr int64_t kChunk = 8192;
     for (int64_t b = begin; b < end; b += kChunk) {
       const int64_t e = std::min(end, b + kChunk);
-      std::memcpy(out + b, in[0] + b, static_cast<size_t>(e - b) * sizeof(T));
+      CopyBytes(out + b, in[0] + b, static_cast<size_t>(e - b) * sizeof(T));
       for (size_t k = 1; k < in.size(); ++k)
         for (int64_t i = b; i < e; ++i) out[i] += in[k][i];
-      for (T* x : extra) std::memcpy(x + b, out + b, static_cast<size_t>(e - b) * sizeof(T));
+      for (T* x : extra) CopyBytes(x + b, out + b, static_cast<size_t>(e - b) * sizeof(T));
     }
   });
 }
@@ -42,7 +43,7 @@ void CopyToAll(const Tensor& src, const std::vector<Tensor*>& outs) {
     constexpr int64_t kChunk = 32 << 10;
     for (int64_t b = begin; b < end; b += kChunk) {
       const size_t len = static_cast<size_t>(std::min(end, b + kChunk) - b);
-      for (char* t : to) std::memcpy(t + b, from + b, len);
+      for (char* t : to) CopyBytes(t + b, from + b, len);
     }
   });
 }
@@ -119,7 +120,7 @@ class DeviceStore final : public InProcessStore {
     for (auto& t : threads) t.join();
     for (const auto& s : st) LOOM_RETURN_IF_ERROR(s);
     if (per_rank_outs) {
-      std::memcpy(merged->raw_data(), extra[0]->raw_data(), merged->nbytes());
+      CopyBytes(merged->raw_data(), extra[0]->raw_data(), merged->nbytes());
     } else {
       CopyToAll(*merged, extra);
     }
@@ -194,7 +195,7 @@ Status KVStore::ClientAllReduce(const Tensor& in, Tensor* out) {
   if (in.dtype() != out->dtype() || in.dims() != out->dims())
     return InvalidArgument("client allreduce: the output is ", Describe(*out), ", the input ",
                            Describe(in));
-  if (out->raw_data() != in.raw_data()) std::memcpy(out->raw_data(), in.raw_data(), in.nbytes());
+  if (out->raw_data() != in.raw_data()) CopyBytes(out->raw_data(), in.raw_data(), in.nbytes());
   return Status::OK();
 }
 

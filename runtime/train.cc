@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/copy.h"
+
 namespace loom::runtime {
 namespace {
 
@@ -77,8 +79,8 @@ Tensor Minibatch(const Tensor& data, int64_t offset, int64_t batch) {
   const char* src = static_cast<const char*>(data.raw_data());
   const size_t row_bytes = data.nbytes() / static_cast<size_t>(rows);
   const size_t tail = static_cast<size_t>(rows - offset) * row_bytes;
-  std::memcpy(dst, src + static_cast<size_t>(offset) * row_bytes, tail);
-  std::memcpy(dst + tail, src, static_cast<size_t>(batch) * row_bytes - tail);
+  CopyBytes(dst, src + static_cast<size_t>(offset) * row_bytes, tail);
+  CopyBytes(dst + tail, src, static_cast<size_t>(batch) * row_bytes - tail);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "base/copy.h"
 #include "collective/schedule.h"
 #include "collective/transport_registry.h"
 
@@ -159,7 +160,7 @@ class HostMemory final : public RankMemory {
   const char* name() const override { return GetTransport(TransportId::kInProcess).display; }
   bool host() const override { return true; }
   Status Copy(int, int, void* dst, int, const void* src, size_t bytes) override {
-    if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+    if (dst != src && bytes > 0) CopyBytes(dst, src, bytes);
     return Status::OK();
   }
   Status Reduce(int, const Reduction& reduction, int, void* dst, const void* local, int,
@@ -528,7 +529,7 @@ void Store(char* out, const char* src, size_t bytes, bool streaming) {
   if (streaming) {
     StreamCopy(out, src, bytes);
   } else {
-    std::memcpy(out, src, bytes);
+    CopyBytes(out, src, bytes);
   }
 }
 
@@ -541,7 +542,7 @@ void ReduceInto(const Reduction& reduction, const std::vector<const char*>& inpu
   const size_t bytes = count * DataTypeSize(reduction.dtype);
   acc.resize(bytes);
   if (inputs.size() == 1) {
-    std::memcpy(acc.data(), inputs[0], bytes);
+    CopyBytes(acc.data(), inputs[0], bytes);
   } else {
     collective::Reduce(reduction, acc.data(), inputs[0], inputs[1], count);
     for (size_t i = 2; i < inputs.size(); ++i)
@@ -601,9 +602,9 @@ void RunFromCopies(const NativeCollective& call, const MeetEntry* entries, int r
       ReduceInto(reduction, inputs, {out}, call.count, n, /*streaming=*/false);
       return;
     case Collective::kAllGather:
-      for (int r = 0; r < n; ++r) std::memcpy(out + r * bytes, copy_of(r, 0), bytes);
+      for (int r = 0; r < n; ++r) CopyBytes(out + r * bytes, copy_of(r, 0), bytes);
       return;
-    case Collective::kBroadcast: std::memcpy(out, copy_of(call.root, 0), bytes); return;
+    case Collective::kBroadcast: CopyBytes(out, copy_of(call.root, 0), bytes); return;
     default:  // not a native collective (SupportsNative)
       return;
   }
@@ -649,7 +650,7 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
   mine.copied = from_copies;
   if (from_copies) {
     const size_t in = NativeInputBytes(*native, rank_, n);
-    if (in > 0) std::memcpy(mine.data, native->send, in);
+    if (in > 0) CopyBytes(mine.data, native->send, in);
   }
 
   // Arrive. A slot still holding an older generation was left by every rank (see Meeting).

@@ -1,5 +1,6 @@
 #include "collective/transport/mpi.h"
 
+#include "base/copy.h"
 #include "collective/transport_registry.h"
 
 #include <mpi.h>
@@ -437,7 +438,7 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
         break;
       case Collective::kBroadcast:
         what = "MPI_Ibcast";
-        if (rank_ == c.root && c.send != c.recv) std::memcpy(c.recv, c.send, c.count * elem);
+        if (rank_ == c.root && c.send != c.recv) CopyBytes(c.recv, c.send, c.count * elem);
         rc = MPI_Ibcast(c.recv, count, type, c.root, coll_, &request);
         break;
       case Collective::kAllGather: {
@@ -472,7 +473,7 @@ Status MpiTransport::RunNative(const NativeCollective& c, Deadline deadline) {
     abandoned_.push_back(std::move(staging));
     return Timeout(what, " did not complete on every rank");
   }
-  if (!staging->empty()) std::memcpy(c.recv, staging->data(), staging->size());
+  if (!staging->empty()) CopyBytes(c.recv, staging->data(), staging->size());
   if (c.op == ReduceOp::kAvg) {
     if (c.kind == Collective::kAllReduce || c.kind == Collective::kReduceScatter ||
         (c.kind == Collective::kReduce && rank_ == c.root)) {

@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 
+#include "base/copy.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "operators/common.h"
@@ -228,7 +229,7 @@ Status ParamServer::OnSend(rpc::Request& r) {
   // Async: this trainer's gradient alone updates the block now.
   b.grad_tensor->Resize(b.param_tensor->dims());
   void* dst = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
-  if (r.payloads[0].size()) std::memcpy(dst, r.payloads[0].data(), r.payloads[0].size());
+  if (r.payloads[0].size()) CopyBytes(dst, r.payloads[0].data(), r.payloads[0].size());
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
   return Status::OK();
@@ -277,7 +278,7 @@ void WeightedSum(const std::vector<std::pair<double, const void*>>& parts, int64
     const T* g = static_cast<const T*>(data);
     if (reinterpret_cast<uintptr_t>(data) % alignof(T) != 0) {
       copies.emplace_back(static_cast<size_t>(n));
-      std::memcpy(copies.back().data(), data, static_cast<size_t>(n) * sizeof(T));
+      CopyBytes(copies.back().data(), data, static_cast<size_t>(n) * sizeof(T));
       g = copies.back().data();
     }
     in.push_back({static_cast<T>(w), g});

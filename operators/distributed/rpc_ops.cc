@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 
+#include "base/copy.h"
 #include "operators/common.h"
 #include "operators/distributed/ps_client.h"
 
@@ -117,7 +118,7 @@ void TakePayload(const rpc::proto::TensorMeta& meta, zmq::message_t payload, Ten
   // any whose address does not suit the dtype) is copied into the tensor's own buffer instead.
   if (payload.size() == 0 || reinterpret_cast<uintptr_t>(payload.data()) % 8 != 0) {
     void* dst = out->mutable_data(Place::CPU(), out->dtype());
-    if (payload.size() > 0) std::memcpy(dst, payload.data(), payload.size());
+    if (payload.size() > 0) CopyBytes(dst, payload.data(), payload.size());
     return;
   }
   auto* msg = new zmq::message_t(std::move(payload));
