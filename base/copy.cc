@@ -1,5 +1,6 @@
 #include "base/copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -15,6 +16,21 @@ namespace {
 constexpr size_t kAliasingMinBytes = 2048;
 constexpr uintptr_t kPageMask = 4095;
 constexpr uintptr_t kAliasingBand = 64;  // destinations 1..63 bytes past the source
+
+#if defined(__SSE2__)
+// Moves the 64 bytes at src to dst: four loads, then four stores through `store`.
+template <typename Store>
+inline void Move64(char* dst, const char* src, Store store) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+  const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+  store(reinterpret_cast<__m128i*>(dst), a);
+  store(reinterpret_cast<__m128i*>(dst + 16), b);
+  store(reinterpret_cast<__m128i*>(dst + 32), c);
+  store(reinterpret_cast<__m128i*>(dst + 48), d);
+}
+#endif
 
 }  // namespace
 
@@ -39,22 +55,37 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
     char* d = static_cast<char*>(dst);
     const char* s = static_cast<const char*>(src);
     size_t i = bytes;
-    while (i >= 64) {
+    while (i >= 64) {  // backwards: each load lies below the stores just made
       i -= 64;
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+      Move64(d + i, s + i, [](__m128i* p, __m128i v) { _mm_storeu_si128(p, v); });
     }
     std::memcpy(d, s, i);  // the head, under 64 bytes
     return;
   }
 #endif
   std::memmove(dst, src, bytes);
+}
+
+void StreamCopyBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  // Streaming stores need 16-byte aligned destinations: the head up to that goes by memcpy.
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64)
+    Move64(d + i, s + i, [](__m128i* p, __m128i v) { _mm_stream_si128(p, v); });
+  std::memcpy(d + i, s + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+void StreamCopyFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace loom

@@ -25,4 +25,10 @@ void CopyBytes(void* dst, const void* src, size_t bytes);
 // Whether CopyBytes takes its own path for these buffers (for tests and benchmarks).
 bool CopyBytesAvoidsAliasing(const void* dst, const void* src, size_t bytes);
 
+// memcpy (disjoint buffers) with streaming stores: for a destination that will not be read
+// again soon, so that the stores skip reading each line into the caches first. Other threads
+// see the data only after StreamCopyFence on the writing thread.
+void StreamCopyBytes(void* dst, const void* src, size_t bytes);
+void StreamCopyFence();
+
 }  // namespace loom

@@ -28,25 +28,22 @@ void Args(benchmark::internal::Benchmark* b) {
     for (int64_t skew : {0, 16, 64}) b->Args({bytes, skew});
 }
 
-void BM_Memmove(benchmark::State& state) {
-  Buffers buf(state.range(0), state.range(1));
-  for (auto _ : state) {
-    std::memmove(buf.dst, buf.src, state.range(0));
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * state.range(0));
-}
-BENCHMARK(BM_Memmove)->Apply(Args)->ArgNames({"bytes", "skew"});
+void Memmove(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
 
-void BM_CopyBytes(benchmark::State& state) {
+template <void (*Copy)(void*, const void*, size_t)>
+void BM_Copy(benchmark::State& state) {
   Buffers buf(state.range(0), state.range(1));
   for (auto _ : state) {
-    loom::CopyBytes(buf.dst, buf.src, state.range(0));
+    Copy(buf.dst, buf.src, state.range(0));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_CopyBytes)->Apply(Args)->ArgNames({"bytes", "skew"});
+BENCHMARK_TEMPLATE(BM_Copy, Memmove)->Name("memmove")->Apply(Args)->ArgNames({"bytes", "skew"});
+BENCHMARK_TEMPLATE(BM_Copy, loom::CopyBytes)
+    ->Name("CopyBytes")
+    ->Apply(Args)
+    ->ArgNames({"bytes", "skew"});
 
 }  // namespace
 

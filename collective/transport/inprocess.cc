@@ -10,10 +10,6 @@
 #include <string>
 #include <unordered_map>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "base/copy.h"
 #include "collective/schedule.h"
 #include "collective/transport_registry.h"
@@ -495,39 +491,10 @@ constexpr size_t kNativeBlockBytes = kInProcessNativeBlockBytes;
 // writing it (a third of an allreduce's memory traffic otherwise).
 constexpr size_t kStreamingMinBytes = kInProcessNativeStreamingBytes;
 
-// memcpy for a destination that will not be read again soon.
-void StreamCopy(char* dst, const char* src, size_t bytes) {
-#if defined(__SSE2__)
-  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
-  std::memcpy(dst, src, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
-
-// Makes streaming stores visible to the other ranks' threads (before the finish barrier).
-void StreamFence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
 // Writes one block to an output: streaming stores for outputs that will not stay in cache.
 void Store(char* out, const char* src, size_t bytes, bool streaming) {
   if (streaming) {
-    StreamCopy(out, src, bytes);
+    StreamCopyBytes(out, src, bytes);
   } else {
     CopyBytes(out, src, bytes);
   }
@@ -788,7 +755,7 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
   }
   // Done when every block is written (by whichever ranks did them).
   if (done_here > 0) {
-    if (streaming) StreamFence();
+    if (streaming) StreamCopyFence();
     if (slot.blocks_done.fetch_add(done_here, std::memory_order_acq_rel) + done_here == blocks)
       meeting.Wake();
   }

@@ -86,6 +86,25 @@ TEST(CopyBytesTest, OverlapIsMemmove) {
   }
 }
 
+// Streaming copies at every destination alignment a 16-byte store cares about, with heads and
+// tails of every length.
+TEST(StreamCopyBytesTest, EveryAlignmentAndLength) {
+  Arena arena(2 * 70000);
+  for (size_t bytes : {0, 1, 15, 16, 17, 63, 64, 65, 129, 4096, 65536 + 7}) {
+    for (size_t align = 0; align < 16; ++align) {
+      unsigned char* src = arena.base + 3;
+      unsigned char* dst = arena.base + 70000 + align;
+      Fill(src, bytes, static_cast<unsigned>(align));
+      std::memset(dst - 1, 0xCD, bytes + 2);
+      StreamCopyBytes(dst, src, bytes);
+      StreamCopyFence();
+      ASSERT_EQ(std::memcmp(dst, src, bytes), 0) << bytes << " bytes, alignment " << align;
+      ASSERT_EQ(dst[-1], 0xCD);
+      ASSERT_EQ(dst[bytes], 0xCD);
+    }
+  }
+}
+
 TEST(CopyBytesTest, SameBufferAndEmptyCopyAreNoOps) {
   std::vector<unsigned char> a(5000);
   Fill(a.data(), a.size(), 9);
