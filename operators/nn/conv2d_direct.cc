@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/copy.h"
 #include "operators/parallel.h"
 
 namespace loom::ops::conv_direct {
@@ -57,8 +58,8 @@ void PadPlanes(const Conv& cv, int64_t planes, const float* x, float* xp) {
   if (y1 <= y0 || z1 <= z0) return;
   for (int64_t c = 0; c < planes; ++c)
     for (int64_t y = y0; y < y1; ++y)
-      std::memcpy(xp + (c * hp + y + cv.pt) * wp + z0 + cv.pl, x + (c * cv.h + y) * cv.w + z0,
-                  sizeof(float) * (z1 - z0));
+      CopyBytes(xp + (c * hp + y + cv.pt) * wp + z0 + cv.pl, x + (c * cv.h + y) * cv.w + z0,
+                sizeof(float) * (z1 - z0));
 }
 
 // Offset in the padded input of the first tap of each output pixel.

@@ -1,5 +1,6 @@
 // cast (element type conversion) and assign (copy). Their gradients are the same ops applied
 // to Out@GRAD: cast back to the input dtype, and a plain copy.
+#include "base/copy.h"
 #include "operators/shape/shape_util.h"
 
 namespace loom::ops {
@@ -61,7 +62,7 @@ std::vector<proto::OpDesc> CastGradMaker(const OpDesc& fwd) {
 template <typename T>
 void AssignCompute(const Tensor& x, Tensor* out, const Place& place) {
   T* o = out->mutable_data<T>(place);
-  if (x.numel() > 0) std::memcpy(o, x.data<T>(), static_cast<size_t>(x.numel()) * sizeof(T));
+  if (x.numel() > 0) CopyBytes(o, x.data<T>(), static_cast<size_t>(x.numel()) * sizeof(T));
 }
 
 template <typename T>

@@ -2,6 +2,7 @@
 // into a zero X@GRAD (repeated indices accumulate).
 #include <algorithm>
 
+#include "base/copy.h"
 #include "operators/shape/shape_util.h"
 
 namespace loom::ops {
@@ -49,7 +50,7 @@ Status GatherCompute(const Tensor& x, const Tensor& index, Tensor* out, const Pl
   T* o = out->mutable_data<T>(place);
   if (width == 0) return Status::OK();
   for (int64_t i = 0, i_end = index.numel(); i < i_end; ++i)
-    std::memcpy(o + i * width, in + idx[i] * width, static_cast<size_t>(width) * sizeof(T));
+    CopyBytes(o + i * width, in + idx[i] * width, static_cast<size_t>(width) * sizeof(T));
   return Status::OK();
 }
 

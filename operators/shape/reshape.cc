@@ -1,5 +1,6 @@
 // reshape, squeeze, unsqueeze and flatten: ops that change dims but not the data order. The
 // forward kernels copy X into Out; each gradient copies Out@GRAD into X@GRAD with X's dims.
+#include "base/copy.h"
 #include "operators/shape/shape_util.h"
 
 namespace loom::ops {
@@ -12,7 +13,7 @@ Status CopyReshaped(const Tensor& x, Tensor* out, const Place& place) {
     return InvalidArgument("output dims ", out->dims().ToString(), " hold ", out->numel(),
                            " elements, input dims ", x.dims().ToString(), " hold ", x.numel());
   T* o = out->mutable_data<T>(place);
-  if (x.numel() > 0) std::memcpy(o, x.data<T>(), static_cast<size_t>(x.numel()) * sizeof(T));
+  if (x.numel() > 0) CopyBytes(o, x.data<T>(), static_cast<size_t>(x.numel()) * sizeof(T));
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/copy.h"
 #include "operators/common.h"
 
 namespace loom::ops {
@@ -70,7 +71,7 @@ void StridedCopy(const DDim& dims, const T* src, const int64_t* src_strides, T* 
   int64_t so = 0, doff = 0;
   for (int64_t o = 0; o < outer; ++o) {
     if (si == 1 && di == 1) {
-      std::memcpy(dst + doff, src + so, static_cast<size_t>(inner) * sizeof(T));
+      CopyBytes(dst + doff, src + so, static_cast<size_t>(inner) * sizeof(T));
     } else {
       for (int64_t k = 0; k < inner; ++k) dst[doff + k * di] = src[so + k * si];
     }
@@ -97,8 +98,8 @@ void ConcatCompute(const std::vector<const T*>& pieces, const std::vector<int64_
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (inner[i] > 0) {
       for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(out + o * total + offset, pieces[i] + o * inner[i],
-                    static_cast<size_t>(inner[i]) * sizeof(T));
+        CopyBytes(out + o * total + offset, pieces[i] + o * inner[i],
+                  static_cast<size_t>(inner[i]) * sizeof(T));
     }
     offset += inner[i];
   }
@@ -114,8 +115,8 @@ void SplitCompute(const T* in, int64_t outer, const std::vector<int64_t>& inner,
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i] && inner[i] > 0) {
       for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(pieces[i] + o * inner[i], in + o * total + offset,
-                    static_cast<size_t>(inner[i]) * sizeof(T));
+        CopyBytes(pieces[i] + o * inner[i], in + o * total + offset,
+                  static_cast<size_t>(inner[i]) * sizeof(T));
     }
     offset += inner[i];
   }
