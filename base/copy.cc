@@ -11,9 +11,6 @@
 namespace loom {
 namespace {
 
-// Below this the C library copies with vector moves, never `rep movsb` (its threshold is
-// 2112 bytes and up).
-constexpr size_t kAliasingMinBytes = 2048;
 constexpr uintptr_t kPageMask = 4095;
 constexpr uintptr_t kAliasingBand = 64;  // destinations 1..63 bytes past the source
 
@@ -36,7 +33,7 @@ inline void Move64(char* dst, const char* src, Store store) {
 
 bool CopyBytesAvoidsAliasing(const void* dst, const void* src, size_t bytes) {
 #if defined(__SSE2__)
-  if (bytes < kAliasingMinBytes) return false;
+  if (bytes < internal::kCopyAliasingMinBytes) return false;
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t s = reinterpret_cast<uintptr_t>(src);
   const bool disjoint = d >= s ? d - s >= bytes : s - d >= bytes;
@@ -48,8 +45,8 @@ bool CopyBytesAvoidsAliasing(const void* dst, const void* src, size_t bytes) {
 #endif
 }
 
-void CopyBytes(void* dst, const void* src, size_t bytes) {
-  if (dst == src || bytes == 0) return;
+void internal::CopyBytesLarge(void* dst, const void* src, size_t bytes) {
+  if (dst == src) return;
 #if defined(__SSE2__)
   if (CopyBytesAvoidsAliasing(dst, src, bytes)) {
     char* d = static_cast<char*>(dst);

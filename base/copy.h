@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 namespace loom {
 
@@ -19,8 +20,20 @@ namespace loom {
 // the band. Copying backwards puts each load below the stores just made, so no load waits on a
 // store it merely aliases.
 //
-// Overlapping buffers keep memmove's meaning (they always go to memmove).
-void CopyBytes(void* dst, const void* src, size_t bytes);
+// Overlapping buffers keep memmove's meaning (they always go to memmove). Copies under 2 KiB
+// (which the C library never does with `rep movsb`) are plain memmove, inline.
+namespace internal {
+inline constexpr size_t kCopyAliasingMinBytes = 2048;
+void CopyBytesLarge(void* dst, const void* src, size_t bytes);
+}  // namespace internal
+
+inline void CopyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes < internal::kCopyAliasingMinBytes) {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+    return;
+  }
+  internal::CopyBytesLarge(dst, src, bytes);
+}
 
 // Whether CopyBytes takes its own path for these buffers (for tests and benchmarks).
 bool CopyBytesAvoidsAliasing(const void* dst, const void* src, size_t bytes);

@@ -53,7 +53,7 @@ std::unique_ptr<Request> Transport::RecvReduce(int peer, uint64_t tag, void* dst
 }
 
 Status Transport::Copy(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) CopyBytes(dst, src, bytes);
+  CopyBytes(dst, src, bytes);
   return Status::OK();
 }
 

@@ -156,7 +156,7 @@ class HostMemory final : public RankMemory {
   const char* name() const override { return GetTransport(TransportId::kInProcess).display; }
   bool host() const override { return true; }
   Status Copy(int, int, void* dst, int, const void* src, size_t bytes) override {
-    if (dst != src && bytes > 0) CopyBytes(dst, src, bytes);
+    CopyBytes(dst, src, bytes);
     return Status::OK();
   }
   Status Reduce(int, const Reduction& reduction, int, void* dst, const void* local, int,
