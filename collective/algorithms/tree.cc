@@ -4,8 +4,9 @@
 // (partial) range to its parent, which reduces it into its own. Broadcast phase: the levels run
 // from the first to the deepest; a parent sends its range to its child. Ranges are cut into pieces
 // and the outer loop runs over pieces, so piece j moves up one level while piece j + 1 starts below
-// it. Every rank walks (piece, level, job) in the same order and only waits for receives whose
-// sends come earlier or at the same point in that order, so the schedule cannot deadlock.
+// it. Every rank walks (piece, level) in the same order, posts a level's receives and sends
+// before it waits, and only waits for receives whose sends come earlier or at the same point in
+// that order, so the schedule cannot deadlock.
 #include <algorithm>
 
 #include "collective/algorithms/algorithms.h"
@@ -13,46 +14,57 @@
 namespace loom::collective::internal {
 namespace {
 
-// This rank's partner at each level of a tree (-1: none) and whether it is the parent there.
-struct Roles {
-  std::vector<int> partner;
-  std::vector<bool> is_parent;
+// What this rank does at each level: one step per job whose tree gives it a partner there. A
+// level's receives come before its sends: a send that finds its receive posted moves the data on
+// the sender's thread, so two ranks that exchange at one level (on 2 ranks the multi-tree's two
+// trees do) each move their own message at the same time; were one to send first, the later of
+// the two would find both postings waiting and move both messages itself.
+struct Step {
+  size_t job;
+  int partner;
+  bool parent;  // this rank is the partner's parent at this level
 };
 
-Roles RolesOf(const Tree& tree, int rank) {
-  Roles r;
-  r.partner.assign(tree.depth(), -1);
-  r.is_parent.assign(tree.depth(), false);
-  for (int l = 0; l < tree.depth(); ++l) {
-    for (const auto& [p, c] : tree.levels[l]) {
-      if (p == rank) {
-        r.partner[l] = c;
-        r.is_parent[l] = true;
-      } else if (c == rank) {
-        r.partner[l] = p;
+class Plan {
+ public:
+  // `reduce`: the receiving side is the parent (reduce phase), else the child (broadcast).
+  Plan(Schedule& s, const std::vector<TreeJob>& jobs, size_t elem, bool reduce)
+      : piece_(s.piece_elems(elem)) {
+    int depth = 0;
+    for (const TreeJob& job : jobs) {
+      max_pieces_ = std::max(max_pieces_, (job.range.count + piece_ - 1) / piece_);
+      depth = std::max(depth, job.tree->depth());
+    }
+    begin_.push_back(0);
+    std::vector<Step> sends;
+    for (int l = 0; l < depth; ++l) {
+      sends.clear();
+      for (size_t t = 0; t < jobs.size(); ++t) {
+        const Tree& tree = *jobs[t].tree;
+        if (l >= tree.depth()) continue;
+        for (const auto& [p, c] : tree.levels[l]) {
+          if (p != s.rank() && c != s.rank()) continue;
+          const Step step{t, p == s.rank() ? c : p, p == s.rank()};
+          (step.parent == reduce ? steps_ : sends).push_back(step);
+        }
       }
+      steps_.insert(steps_.end(), sends.begin(), sends.end());
+      begin_.push_back(steps_.size());
     }
   }
-  return r;
-}
+  size_t piece() const { return piece_; }
+  size_t max_pieces() const { return max_pieces_; }
+  int depth() const { return static_cast<int>(begin_.size()) - 1; }
+  // This rank's steps at level l, receives first.
+  const Step* begin(int l) const { return steps_.data() + begin_[l]; }
+  const Step* end(int l) const { return steps_.data() + begin_[l + 1]; }
 
-struct Plan {
-  std::vector<Roles> roles;
-  size_t piece = 1;
-  size_t max_pieces = 0;
-  int max_depth = 0;
+ private:
+  size_t piece_;
+  size_t max_pieces_ = 0;
+  std::vector<Step> steps_;
+  std::vector<size_t> begin_;  // level l's steps are [begin_[l], begin_[l + 1])
 };
-
-Plan MakePlan(Schedule& s, const std::vector<TreeJob>& jobs, size_t elem) {
-  Plan plan;
-  plan.piece = s.piece_elems(elem);
-  for (const TreeJob& job : jobs) {
-    plan.roles.push_back(RolesOf(*job.tree, s.rank()));
-    plan.max_pieces = std::max(plan.max_pieces, (job.range.count + plan.piece - 1) / plan.piece);
-    plan.max_depth = std::max(plan.max_depth, job.tree->depth());
-  }
-  return plan;
-}
 
 // Piece j of a range, or an empty range past its end.
 Range PieceOf(const Range& range, size_t piece, size_t j) {
@@ -66,27 +78,26 @@ Range PieceOf(const Range& range, size_t piece, size_t j) {
 Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in, void* work,
                    const Reduction& reduction) {
   const size_t elem = DataTypeSize(reduction.dtype);
-  const Plan plan = MakePlan(s, jobs, elem);
-  // touched[t][j]: work already holds this rank's partial result for piece j of job t.
-  std::vector<std::vector<bool>> touched(jobs.size(), std::vector<bool>(plan.max_pieces, false));
+  const Plan plan(s, jobs, elem, /*reduce=*/true);
+  // touched[t]: work already holds this rank's partial result for job t's current piece.
+  std::vector<char> touched(jobs.size());
   std::vector<int> receives;
-  for (size_t j = 0; j < plan.max_pieces; ++j) {
-    for (int l = plan.max_depth - 1; l >= 0; --l) {
+  for (size_t j = 0; j < plan.max_pieces(); ++j) {
+    std::fill(touched.begin(), touched.end(), 0);
+    for (int l = plan.depth() - 1; l >= 0; --l) {
       receives.clear();
-      for (size_t t = 0; t < jobs.size(); ++t) {
-        const Roles& roles = plan.roles[t];
-        if (l >= static_cast<int>(roles.partner.size()) || roles.partner[l] < 0) continue;
-        const Range piece = PieceOf(jobs[t].range, plan.piece, j);
+      for (const Step* step = plan.begin(l); step != plan.end(l); ++step) {
+        const Range piece = PieceOf(jobs[step->job].range, plan.piece(), j);
         if (piece.count == 0) continue;
         const void* mine =
-            touched[t][j] ? At(work, piece.offset, elem) : At(in, piece.offset, elem);
-        if (roles.is_parent[l]) {
-          receives.push_back(s.PostRecvReduce(roles.partner[l], kReducePhase,
+            touched[step->job] ? At(work, piece.offset, elem) : At(in, piece.offset, elem);
+        if (step->parent) {
+          receives.push_back(s.PostRecvReduce(step->partner, kReducePhase,
                                               At(work, piece.offset, elem), mine,
                                               piece.count * elem, reduction));
-          touched[t][j] = true;
+          touched[step->job] = 1;
         } else {
-          s.PostSend(roles.partner[l], kReducePhase, mine, piece.count * elem);
+          s.PostSend(step->partner, kReducePhase, mine, piece.count * elem);
         }
       }
       for (int h : receives) LOOM_RETURN_IF_ERROR(s.Wait(h));
@@ -104,21 +115,19 @@ Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in
 
 Status TreesBroadcast(Schedule& s, const std::vector<TreeJob>& jobs, void* buf) {
   // Broadcast moves bytes; any element size works, so plan in bytes.
-  const Plan plan = MakePlan(s, jobs, 1);
+  const Plan plan(s, jobs, 1, /*reduce=*/false);
   std::vector<int> receives;
-  for (size_t j = 0; j < plan.max_pieces; ++j) {
-    for (int l = 0; l < plan.max_depth; ++l) {
+  for (size_t j = 0; j < plan.max_pieces(); ++j) {
+    for (int l = 0; l < plan.depth(); ++l) {
       receives.clear();
-      for (size_t t = 0; t < jobs.size(); ++t) {
-        const Roles& roles = plan.roles[t];
-        if (l >= static_cast<int>(roles.partner.size()) || roles.partner[l] < 0) continue;
-        const Range piece = PieceOf(jobs[t].range, plan.piece, j);
+      for (const Step* step = plan.begin(l); step != plan.end(l); ++step) {
+        const Range piece = PieceOf(jobs[step->job].range, plan.piece(), j);
         if (piece.count == 0) continue;
-        if (roles.is_parent[l]) {
-          s.PostSend(roles.partner[l], kBroadcastPhase, At(buf, piece.offset, 1), piece.count);
+        if (step->parent) {
+          s.PostSend(step->partner, kBroadcastPhase, At(buf, piece.offset, 1), piece.count);
         } else {
           receives.push_back(
-              s.PostRecv(roles.partner[l], kBroadcastPhase, At(buf, piece.offset, 1), piece.count));
+              s.PostRecv(step->partner, kBroadcastPhase, At(buf, piece.offset, 1), piece.count));
         }
       }
       for (int h : receives) LOOM_RETURN_IF_ERROR(s.Wait(h));

@@ -37,9 +37,10 @@ struct Posting {
   std::atomic<bool> finished{false};  // done, for waits that poll before they lock
 
   // A handed transfer (InProcessTransportOptions::handoff_bytes). On the receive: the send it
-  // was matched with, until whoever claims it (the receiver, or the sender after its spin) moves
-  // the data; guarded by the receive's mu. On the send: the receive it was handed to (set before
-  // the send's request exists, read only by it).
+  // was matched with, until whoever claims it (the receiver when it waits, or the sender after
+  // its spin) moves the data; guarded by the receive's mu. On the send: the receive it was
+  // handed to; guarded by the send's mu (set by the sender that made the match before its
+  // request exists, or later by a receive that found the send queued).
   std::shared_ptr<Posting> handed_send;
   std::shared_ptr<Posting> handed_recv;
   std::atomic<bool> handed{false};  // handed_send was set, for waits that poll
@@ -205,6 +206,12 @@ std::shared_ptr<Posting> Claim(Posting* recv) {
   return std::move(recv->handed_send);
 }
 
+// The receive a send was handed to, or nullptr.
+std::shared_ptr<Posting> HandedRecv(Posting* send) {
+  std::lock_guard<std::mutex> lock(send->mu);
+  return send->handed_recv;
+}
+
 std::shared_ptr<Posting> PopFront(Queue& queue, const Key& key) {
   auto it = queue.find(key);
   if (it == queue.end()) return nullptr;
@@ -229,7 +236,8 @@ class InProcessRequest final : public Request {
   // A request dropped without Wait or Cancel while its handed transfer is unclaimed: its
   // buffers may be gone, so nothing moves and both sides end with an error.
   ~InProcessRequest() override {
-    Posting* recv = is_send_ ? posting_->handed_recv.get() : posting_.get();
+    const std::shared_ptr<Posting> handed = is_send_ ? HandedRecv(posting_.get()) : nullptr;
+    Posting* recv = is_send_ ? handed.get() : posting_.get();
     if (recv == nullptr || !recv->handed.load(std::memory_order_acquire)) return;
     if (std::shared_ptr<Posting> send = Claim(recv)) {
       const Status abandoned = FailedPrecondition("a request of the transfer was dropped");
@@ -241,13 +249,10 @@ class InProcessRequest final : public Request {
   Status Wait(Deadline deadline) override {
     Posting* p = posting_.get();
     if (is_send_) {
-      // A handed send: the receiver copies; one it has not started by the end of the spin is
-      // moved here.
+      // A handed send: the receiver moves it when it waits; one it has not started by the end
+      // of the spin (or handed while this wait sleeps) is moved here.
       SpinUntil([p] { return p->finished.load(std::memory_order_acquire); }, kSpinBudget,
                 hub_->meeting.spin_pauses);
-      if (p->handed_recv != nullptr && !p->finished.load(std::memory_order_acquire)) {
-        MoveIfUnclaimed(p->handed_recv.get());
-      }
     } else {
       SpinUntil(
           [p] {
@@ -257,15 +262,22 @@ class InProcessRequest final : public Request {
           kSpinBudget, hub_->meeting.spin_pauses);
     }
     std::unique_lock<std::mutex> lock(p->mu);
+    bool claimed = false;  // a send: it tried to move its handed receive
+    const auto ready = [&] {
+      return p->done ||
+             (is_send_ ? p->handed_recv != nullptr && !claimed : p->handed_send != nullptr);
+    };
     for (;;) {
-      if (!p->cv.wait_until(lock, deadline, [p] { return p->done || p->handed_send; })) {
+      if (!p->cv.wait_until(lock, deadline, ready)) {
         return Timeout(is_send_ ? "send to rank " : "receive from rank ",
                        is_send_ ? mailbox_ : key_.src, " (tag ", key_.tag, ") did not complete");
       }
       if (p->done) return p->status;
-      // A receive handed its transfer: move it on this rank's thread.
+      // A handed transfer nobody started: move it on this rank's thread.
+      const std::shared_ptr<Posting> recv = is_send_ ? p->handed_recv : posting_;
+      claimed = true;
       lock.unlock();
-      MoveIfUnclaimed(p);
+      MoveIfUnclaimed(recv.get());
       lock.lock();
     }
   }
@@ -289,7 +301,8 @@ class InProcessRequest final : public Request {
     }
     // Matched: a handed transfer nobody started moves now (the buffers are still the caller's);
     // otherwise the peer may be copying right now, and the buffers are free once it is done.
-    MoveIfUnclaimed(is_send_ ? posting_->handed_recv.get() : posting_.get());
+    const std::shared_ptr<Posting> recv = is_send_ ? HandedRecv(posting_.get()) : posting_;
+    MoveIfUnclaimed(recv.get());
     std::unique_lock<std::mutex> lock(posting_->mu);
     posting_->cv.wait(lock, [this] { return posting_->done; });
   }
@@ -465,7 +478,23 @@ class InProcessTransport final : public Transport {
     }
     if (match) {
       p->queued = false;
-      Transfer(*hub_->memory, rank_, match.get(), p.get());
+      if (bytes >= options_.handoff_bytes && hub_->memory->host()) {
+        // A large transfer moves when this receive waits (or when the waiting sender takes
+        // it), not here: a rank that posts its receives before its sends must not keep its own
+        // sends, which the peer may be waiting for, behind a copy of this one.
+        {
+          std::lock_guard<std::mutex> lock(p->mu);
+          p->handed_send = match;
+        }
+        p->handed.store(true, std::memory_order_release);
+        {
+          std::lock_guard<std::mutex> lock(match->mu);
+          match->handed_recv = p;
+        }
+        match->cv.notify_all();
+      } else {
+        Transfer(*hub_->memory, rank_, match.get(), p.get());
+      }
     }
     return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p),
                                               rank_);
