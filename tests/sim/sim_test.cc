@@ -1277,7 +1277,7 @@ TEST(CostModel, InstalledAsTheDefaultEverySelectorAsksTheSimulator) {
   same.engine.reduce_gbps = options.reduce_gbps;
   const Simulator sim = Simulator::ForPlan(*machine, **plan, same).value();
   std::set<Algorithm> chosen;
-  for (size_t bytes : {size_t{64} << 10, size_t{4} << 20, size_t{16} << 20}) {
+  for (size_t bytes : {size_t{4} << 10, size_t{64} << 10, size_t{4} << 20, size_t{16} << 20}) {
     // The fastest of the four schedules the selector weighs, as the simulator replays them.
     Algorithm fastest = Algorithm::kAuto;
     double fastest_us = 1e300;
