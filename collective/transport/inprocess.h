@@ -64,13 +64,15 @@ struct InProcessTransportOptions {
   // When false, RecvReduce falls back to Transport's staging path (used to test that path; host
   // memory only).
   bool direct_reduce = true;
-  // Host memory: a send that finds its receive posted hands transfers of at least this many
-  // bytes to the receiver, which copies (or reduces) on its own thread while the sender goes
-  // on; smaller ones the sender moves at once. Two ranks that post to each other then copy at
-  // the same time instead of the later one copying both ways. A handed transfer the receiver has
-  // not started within the sender's spin budget when the sender waits, the sender moves itself
-  // (so neither side's order of waits can deadlock). 0: always the receiver; SIZE_MAX: always
-  // whoever makes the match. Device memory: always whoever makes the match.
+  // Host memory: transfers of at least this many bytes are moved by the receiver when it waits,
+  // on its own thread: a send that finds its receive posted hands the transfer over and goes on,
+  // and a receive that finds its send queued takes it without copying inside the post (so the
+  // rank's own sends, posted next, are not held behind the copy). Smaller ones whoever makes
+  // the match moves at once. Two ranks that post to each other then copy at the same time
+  // instead of the later one copying both ways. A handed transfer the receiver has not started
+  // within the sender's spin budget when the sender waits (or handed while it sleeps), the
+  // sender moves itself (so neither side's order of waits can deadlock). 0: always the receiver;
+  // SIZE_MAX: always whoever makes the match. Device memory: always whoever makes the match.
   size_t handoff_bytes = size_t{256} << 10;
 };
 

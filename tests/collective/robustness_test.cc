@@ -483,6 +483,82 @@ TEST(InProcessHandoff, TheReceiverMovesLargeTransfersAndTheSenderSmallOnes) {
   }
 }
 
+// A receive that finds its send already queued moves a small transfer inside the post, but a large
+// one only when it waits: posting it does no copy, so the rank's next posts (its own sends) are
+// not held behind one.
+TEST(InProcessHandoff, AReceiveThatFindsALargeSendQueuedMovesItWhenItWaits) {
+  for (size_t bytes : {size_t{64}, size_t{1} << 20}) {
+    auto memory = std::make_shared<RecordingMemory>();
+    InProcessTransportOptions options;
+    options.handoff_bytes = 4096;
+    auto t = CreateInProcessTransports(2, options, memory);
+    std::vector<char> src(bytes, 'q'), dst(bytes, 0);
+    auto send = t[0]->Send(1, 9, src.data(), bytes);
+    auto recv = t[1]->Recv(0, 9, dst.data(), bytes);
+    EXPECT_EQ(memory->performers.size(), bytes >= 4096 ? 0u : 1u) << bytes;
+    ASSERT_TRUE(recv->Wait(Soon()).ok());
+    ASSERT_TRUE(send->Wait(Soon()).ok());
+    EXPECT_EQ(dst, src) << bytes;
+    EXPECT_EQ(memory->performers, std::vector<int>{1}) << bytes;
+  }
+}
+
+// The sender of a transfer a receive took without moving waits first: after its spin it moves the
+// transfer itself, whether the receive took it before the sender began waiting or while it slept.
+TEST(InProcessHandoff, ASenderMovesATransferItsReceiveTookButHasNotStarted) {
+  for (const bool receive_first : {true, false}) {
+    auto memory = std::make_shared<RecordingMemory>();
+    InProcessTransportOptions options;
+    options.handoff_bytes = 0;
+    auto t = CreateInProcessTransports(2, options, memory);
+    std::vector<char> src(5000, 'z'), dst(5000, 0);
+    auto send = t[0]->Send(1, 4, src.data(), src.size());
+    std::unique_ptr<Request> recv;
+    if (receive_first) recv = t[1]->Recv(0, 4, dst.data(), dst.size());
+    std::thread late;
+    if (!receive_first) {
+      late = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        recv = t[1]->Recv(0, 4, dst.data(), dst.size());
+      });
+    }
+    Status sent = send->Wait(Soon());
+    if (late.joinable()) late.join();
+    ASSERT_TRUE(sent.ok()) << sent.ToString();
+    EXPECT_EQ(dst, src) << receive_first;
+    EXPECT_EQ(memory->performers, std::vector<int>{0}) << receive_first;
+    ASSERT_TRUE(recv->Wait(Soon()).ok());
+  }
+}
+
+// Two ranks post a send and then a receive to each other (the receives find the sends queued and
+// take them without moving) and each waits for its send first: the waiting senders move them.
+TEST(InProcessHandoff, RanksThatSendFirstAndWaitForTheirSendsDoNotDeadlock) {
+  InProcessTransportOptions options;
+  options.handoff_bytes = 0;
+  auto t = CreateInProcessTransports(2, options);
+  constexpr size_t n = 1 << 15;
+  std::vector<std::vector<float>> in(2, std::vector<float>(n)), out(2, std::vector<float>(n));
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < n; ++i) in[r][i] = float(r * 100 + i % 7);
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto send = t[r]->Send(1 - r, 5, in[r].data(), n * sizeof(float));
+      auto recv = t[r]->RecvReduce(1 - r, 5, out[r].data(), in[r].data(), n * sizeof(float),
+                                   Reduction{DataType::kFloat32, ReduceOp::kSum});
+      status[r] = send->Wait(Soon());
+      if (status[r].ok()) status[r] = recv->Wait(Soon());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[r][i], float(100 + 2 * (i % 7))) << r << i;
+  }
+}
+
 // Two ranks post a receive and a send to each other and then each waits for its send first: a
 // handed transfer the receiver has not started, the waiting sender moves itself (no deadlock),
 // with the reduction and the data exact.
@@ -534,6 +610,21 @@ TEST(InProcessHandoff, CancelMovesAHandedTransferAndADroppedRequestFailsItsPeer)
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("dropped"), std::string::npos) << s.message();
   EXPECT_EQ(lost, std::vector<char>(1000, 0));
+
+  // The same when the send came first and the receive took it without moving it.
+  std::vector<char> taken(1000, 0);
+  auto early = t[0]->Send(1, 3, src.data(), src.size());
+  auto late = t[1]->Recv(0, 3, taken.data(), taken.size());
+  late->Cancel();
+  EXPECT_EQ(taken, src);
+  EXPECT_TRUE(early->Wait(Soon()).ok());
+  std::vector<char> lost_again(1000, 0);
+  auto first = t[0]->Send(1, 4, src.data(), src.size());
+  auto unwaited = t[1]->Recv(0, 4, lost_again.data(), lost_again.size());
+  unwaited.reset();
+  s = first->Wait(Soon());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_EQ(lost_again, std::vector<char>(1000, 0));
 }
 
 }  // namespace
