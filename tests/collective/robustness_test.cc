@@ -464,42 +464,33 @@ class RecordingMemory final : public RankMemory {
 
 Deadline Soon() { return Clock::now() + std::chrono::seconds(10); }
 
-// A send that finds its receive posted hands a large transfer to the receiver, which moves it on
-// its own thread; a small one (below handoff_bytes) the sender moves at once.
-TEST(InProcessHandoff, TheReceiverMovesLargeTransfersAndTheSenderSmallOnes) {
-  for (size_t bytes : {size_t{64}, size_t{1} << 20}) {
-    auto memory = std::make_shared<RecordingMemory>();
-    InProcessTransportOptions options;
-    options.handoff_bytes = 4096;
-    auto t = CreateInProcessTransports(2, options, memory);
-    std::vector<char> src(bytes, 'x'), dst(bytes, 0);
-    auto recv = t[1]->Recv(0, 7, dst.data(), bytes);
-    auto send = t[0]->Send(1, 7, src.data(), bytes);
-    // The receiver waits first (here, before the sender ever waits): it moves a handed transfer.
-    ASSERT_TRUE(recv->Wait(Soon()).ok());
-    ASSERT_TRUE(send->Wait(Soon()).ok());
-    EXPECT_EQ(dst, src) << bytes;
-    EXPECT_EQ(memory->performers, std::vector<int>{bytes >= 4096 ? 1 : 0}) << bytes;
-  }
-}
-
-// A receive that finds its send already queued moves a small transfer inside the post, but a large
-// one only when it waits: posting it does no copy, so the rank's next posts (its own sends) are
-// not held behind one.
-TEST(InProcessHandoff, AReceiveThatFindsALargeSendQueuedMovesItWhenItWaits) {
-  for (size_t bytes : {size_t{64}, size_t{1} << 20}) {
-    auto memory = std::make_shared<RecordingMemory>();
-    InProcessTransportOptions options;
-    options.handoff_bytes = 4096;
-    auto t = CreateInProcessTransports(2, options, memory);
-    std::vector<char> src(bytes, 'q'), dst(bytes, 0);
-    auto send = t[0]->Send(1, 9, src.data(), bytes);
-    auto recv = t[1]->Recv(0, 9, dst.data(), bytes);
-    EXPECT_EQ(memory->performers.size(), bytes >= 4096 ? 0u : 1u) << bytes;
-    ASSERT_TRUE(recv->Wait(Soon()).ok());
-    ASSERT_TRUE(send->Wait(Soon()).ok());
-    EXPECT_EQ(dst, src) << bytes;
-    EXPECT_EQ(memory->performers, std::vector<int>{1}) << bytes;
+// Large transfers (handoff_bytes and up) are moved by the receiver when it waits, on its own
+// thread, whichever side posted first: a send that finds its receive posted hands the transfer
+// over, and a receive that finds its send queued takes it without copying inside the post (so
+// the rank's next posts, its own sends, are not held behind one). A small one whoever made the
+// match moves at once.
+TEST(InProcessHandoff, TheReceiverMovesLargeTransfersAndTheMatcherSmallOnes) {
+  for (const bool receive_first : {true, false}) {
+    for (size_t bytes : {size_t{64}, size_t{1} << 20}) {
+      auto memory = std::make_shared<RecordingMemory>();
+      InProcessTransportOptions options;
+      options.handoff_bytes = 4096;
+      auto t = CreateInProcessTransports(2, options, memory);
+      std::vector<char> src(bytes, 'x'), dst(bytes, 0);
+      std::unique_ptr<Request> recv, send;
+      if (receive_first) recv = t[1]->Recv(0, 7, dst.data(), bytes);
+      send = t[0]->Send(1, 7, src.data(), bytes);
+      if (!receive_first) recv = t[1]->Recv(0, 7, dst.data(), bytes);
+      const int matcher = receive_first ? 0 : 1;
+      EXPECT_EQ(memory->performers, bytes >= 4096 ? std::vector<int>{} : std::vector<int>{matcher})
+          << receive_first << " " << bytes;
+      // The receiver waits first (here, before the sender ever waits).
+      ASSERT_TRUE(recv->Wait(Soon()).ok());
+      ASSERT_TRUE(send->Wait(Soon()).ok());
+      EXPECT_EQ(dst, src) << bytes;
+      EXPECT_EQ(memory->performers, std::vector<int>{bytes >= 4096 ? 1 : matcher})
+          << receive_first << " " << bytes;
+    }
   }
 }
 
@@ -531,100 +522,72 @@ TEST(InProcessHandoff, ASenderMovesATransferItsReceiveTookButHasNotStarted) {
   }
 }
 
-// Two ranks post a send and then a receive to each other (the receives find the sends queued and
-// take them without moving) and each waits for its send first: the waiting senders move them.
-TEST(InProcessHandoff, RanksThatSendFirstAndWaitForTheirSendsDoNotDeadlock) {
-  InProcessTransportOptions options;
-  options.handoff_bytes = 0;
-  auto t = CreateInProcessTransports(2, options);
-  constexpr size_t n = 1 << 15;
-  std::vector<std::vector<float>> in(2, std::vector<float>(n)), out(2, std::vector<float>(n));
-  for (int r = 0; r < 2; ++r)
-    for (size_t i = 0; i < n; ++i) in[r][i] = float(r * 100 + i % 7);
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto send = t[r]->Send(1 - r, 5, in[r].data(), n * sizeof(float));
-      auto recv = t[r]->RecvReduce(1 - r, 5, out[r].data(), in[r].data(), n * sizeof(float),
-                                   Reduction{DataType::kFloat32, ReduceOp::kSum});
-      status[r] = send->Wait(Soon());
-      if (status[r].ok()) status[r] = recv->Wait(Soon());
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[r][i], float(100 + 2 * (i % 7))) << r << i;
-  }
-}
-
-// Two ranks post a receive and a send to each other and then each waits for its send first: a
+// Two ranks post a receive and a send to each other (or a send and then a receive: the receives
+// find the sends queued and take them without moving) and then each waits for its send first: a
 // handed transfer the receiver has not started, the waiting sender moves itself (no deadlock),
 // with the reduction and the data exact.
 TEST(InProcessHandoff, SendersThatWaitFirstMoveTheirTransfersThemselves) {
-  InProcessTransportOptions options;
-  options.handoff_bytes = 0;
-  auto t = CreateInProcessTransports(2, options);
-  constexpr size_t n = 1 << 16;
-  std::vector<std::vector<double>> in(2, std::vector<double>(n)), out(2, std::vector<double>(n));
-  for (int r = 0; r < 2; ++r)
-    for (size_t i = 0; i < n; ++i) in[r][i] = double(r * 1000 + i % 101);
-  std::vector<Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto recv = t[r]->RecvReduce(1 - r, 3, out[r].data(), in[r].data(), n * sizeof(double),
-                                   Reduction{DataType::kFloat64, ReduceOp::kSum});
-      auto send = t[r]->Send(1 - r, 3, in[r].data(), n * sizeof(double));
-      status[r] = send->Wait(Soon());
-      if (status[r].ok()) status[r] = recv->Wait(Soon());
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[r][i], double(1000 + 2 * (i % 101))) << r << i;
+  for (const bool send_first : {false, true}) {
+    InProcessTransportOptions options;
+    options.handoff_bytes = 0;
+    auto t = CreateInProcessTransports(2, options);
+    constexpr size_t n = 1 << 16;
+    std::vector<std::vector<double>> in(2, std::vector<double>(n)), out(2, std::vector<double>(n));
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < n; ++i) in[r][i] = double(r * 1000 + i % 101);
+    std::vector<Status> status(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        std::unique_ptr<Request> send;
+        if (send_first) send = t[r]->Send(1 - r, 3, in[r].data(), n * sizeof(double));
+        auto recv = t[r]->RecvReduce(1 - r, 3, out[r].data(), in[r].data(), n * sizeof(double),
+                                     Reduction{DataType::kFloat64, ReduceOp::kSum});
+        if (!send_first) send = t[r]->Send(1 - r, 3, in[r].data(), n * sizeof(double));
+        status[r] = send->Wait(Soon());
+        if (status[r].ok()) status[r] = recv->Wait(Soon());
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(status[r].ok()) << send_first << r << ": " << status[r].ToString();
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[r][i], double(1000 + 2 * (i % 101))) << send_first << r << i;
+    }
   }
 }
 
 // A handed transfer still moves when its receive is cancelled (the buffers are the caller's
 // until Cancel returns); one whose request is dropped unwaited moves nothing and its sender
-// gets an error instead of waiting for ever.
+// gets an error instead of waiting for ever. Either side may have posted first (a receive that
+// finds its send queued takes the transfer without moving it).
 TEST(InProcessHandoff, CancelMovesAHandedTransferAndADroppedRequestFailsItsPeer) {
-  InProcessTransportOptions options;
-  options.handoff_bytes = 0;
-  auto t = CreateInProcessTransports(2, options);
-  std::vector<char> src(1000, 'y'), dst(1000, 0);
-  auto recv = t[1]->Recv(0, 1, dst.data(), dst.size());
-  auto send = t[0]->Send(1, 1, src.data(), src.size());
-  recv->Cancel();
-  EXPECT_EQ(dst, src);
-  EXPECT_TRUE(send->Wait(Soon()).ok());
+  for (const bool send_first : {false, true}) {
+    InProcessTransportOptions options;
+    options.handoff_bytes = 0;
+    auto t = CreateInProcessTransports(2, options);
+    // Posts a receive into `dst` and a send of `src` on `tag`, in this round's order.
+    const auto pair = [&](uint64_t tag, std::vector<char>& dst, const std::vector<char>& src) {
+      std::pair<std::unique_ptr<Request>, std::unique_ptr<Request>> p;
+      if (send_first) p.second = t[0]->Send(1, tag, src.data(), src.size());
+      p.first = t[1]->Recv(0, tag, dst.data(), dst.size());
+      if (!send_first) p.second = t[0]->Send(1, tag, src.data(), src.size());
+      return p;
+    };
+    std::vector<char> src(1000, 'y'), dst(1000, 0);
+    auto [recv, send] = pair(1, dst, src);
+    recv->Cancel();
+    EXPECT_EQ(dst, src) << send_first;
+    EXPECT_TRUE(send->Wait(Soon()).ok()) << send_first;
 
-  std::vector<char> lost(1000, 0);
-  auto dropped = t[1]->Recv(0, 2, lost.data(), lost.size());
-  auto orphan = t[0]->Send(1, 2, src.data(), src.size());
-  dropped.reset();
-  Status s = orphan->Wait(Soon());
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_NE(s.message().find("dropped"), std::string::npos) << s.message();
-  EXPECT_EQ(lost, std::vector<char>(1000, 0));
-
-  // The same when the send came first and the receive took it without moving it.
-  std::vector<char> taken(1000, 0);
-  auto early = t[0]->Send(1, 3, src.data(), src.size());
-  auto late = t[1]->Recv(0, 3, taken.data(), taken.size());
-  late->Cancel();
-  EXPECT_EQ(taken, src);
-  EXPECT_TRUE(early->Wait(Soon()).ok());
-  std::vector<char> lost_again(1000, 0);
-  auto first = t[0]->Send(1, 4, src.data(), src.size());
-  auto unwaited = t[1]->Recv(0, 4, lost_again.data(), lost_again.size());
-  unwaited.reset();
-  s = first->Wait(Soon());
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_EQ(lost_again, std::vector<char>(1000, 0));
+    std::vector<char> lost(1000, 0);
+    auto [dropped, orphan] = pair(2, lost, src);
+    dropped.reset();
+    Status s = orphan->Wait(Soon());
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << send_first << s.ToString();
+    EXPECT_NE(s.message().find("dropped"), std::string::npos) << s.message();
+    EXPECT_EQ(lost, std::vector<char>(1000, 0)) << send_first;
+  }
 }
 
 }  // namespace
