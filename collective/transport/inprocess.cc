@@ -382,17 +382,7 @@ class InProcessTransport final : public Transport {
     }
     if (match) {
       p->queued = false;
-      if (bytes >= options_.handoff_bytes && hub_->memory->host()) {
-        p->handed_recv = match;
-        {
-          std::lock_guard<std::mutex> lock(match->mu);
-          match->handed_send = p;
-        }
-        match->handed.store(true, std::memory_order_release);
-        match->cv.notify_all();
-      } else {
-        Transfer(*hub_->memory, rank_, p.get(), match.get());
-      }
+      Matched(p, match);
     }
     return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p),
                                               rank_);
@@ -478,26 +468,33 @@ class InProcessTransport final : public Transport {
     }
     if (match) {
       p->queued = false;
-      if (bytes >= options_.handoff_bytes && hub_->memory->host()) {
-        // A large transfer moves when this receive waits (or when the waiting sender takes
-        // it), not here: a rank that posts its receives before its sends must not keep its own
-        // sends, which the peer may be waiting for, behind a copy of this one.
-        {
-          std::lock_guard<std::mutex> lock(p->mu);
-          p->handed_send = match;
-        }
-        p->handed.store(true, std::memory_order_release);
-        {
-          std::lock_guard<std::mutex> lock(match->mu);
-          match->handed_recv = p;
-        }
-        match->cv.notify_all();
-      } else {
-        Transfer(*hub_->memory, rank_, match.get(), p.get());
-      }
+      Matched(match, p);
     }
     return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p),
                                               rank_);
+  }
+
+  // A send and a receive this rank's post just matched: a small transfer moves now, on this
+  // thread; a large one (handoff_bytes, host memory) is handed to the receive, which moves it
+  // when it waits (or the waiting sender takes it). Handing it also where this rank posted the
+  // receive keeps the rank's own sends, posted next and perhaps awaited by the peer, from
+  // queueing behind a copy.
+  void Matched(const std::shared_ptr<Posting>& send, const std::shared_ptr<Posting>& recv) {
+    if (send->bytes < options_.handoff_bytes || !hub_->memory->host()) {
+      Transfer(*hub_->memory, rank_, send.get(), recv.get());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(recv->mu);
+      recv->handed_send = send;
+    }
+    recv->handed.store(true, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(send->mu);
+      send->handed_recv = recv;
+    }
+    recv->cv.notify_all();
+    send->cv.notify_all();
   }
 
   std::shared_ptr<Hub> hub_;
