@@ -31,6 +31,13 @@ constexpr std::chrono::microseconds kSpinBudget{50};
 constexpr int kSpinPauses = 32;
 constexpr int kOversubscribedSpinPauses = 4;
 
+// How many of a group's `threads` busy threads run at once on this machine: all of them, or
+// its cores.
+inline int WorkersFor(int threads) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 0 && static_cast<unsigned>(threads) > cores ? static_cast<int>(cores) : threads;
+}
+
 // The pauses for a group of `threads` busy threads on this machine.
 inline int SpinPausesFor(int threads) {
   const unsigned cores = std::thread::hardware_concurrency();

@@ -267,10 +267,12 @@ class Engine {
                       : RouteFor(trace_.device_of(copier), trace_.device_of(copier), v.reduce);
     // The side that posted first is the one waiting: the message wakes it. A rendezvous (the
     // handshake before a large message's data) follows, even where the message rode on a
-    // wake-up already under way.
-    const double ready =
-        WakeUp(std::max(s.time, v.time), route.latency_us, s.time <= v.time ? s.rank : v.rank) +
-        (s.bytes > machine_.eager_bytes() ? machine_.rendezvous_us() : 0);
+    // wake-up already under way; on a host its processes answer it on a core, so it queues for
+    // the cores as wake-ups do.
+    double ready =
+        WakeUp(std::max(s.time, v.time), route.latency_us, s.time <= v.time ? s.rank : v.rank);
+    if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
+      ready = OnCore(ready, machine_.rendezvous_us());
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);

@@ -624,8 +624,13 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
       if (kind != Collective::kReduce || r == root) share[r] = (read + written) / 2;
     }
   } else {
-    const double block = static_cast<double>(collective::kInProcessNativeBlockBytes);
+    // The transport's cut (NativeBlockElements: smaller blocks where a call has fewer than the
+    // ranks that run at once), the blocks dealt round-robin.
     const int parts = gathers ? n : 1;
+    const size_t count = static_cast<size_t>(part) / elem;
+    const int workers = m.host() ? std::min(n, m.host_core_count()) : n;
+    const double block =
+        static_cast<double>(collective::NativeBlockElements(count, elem, parts, workers) * elem);
     const size_t per_part = static_cast<size_t>(std::ceil(part / block));
     for (size_t b = 0; b < per_part * parts; ++b) {
       const double len = std::min(block, part - static_cast<double>(b % per_part) * block);

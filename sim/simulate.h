@@ -26,8 +26,9 @@
 //                   the ranks' shared memory (InProcessTransport::RunNative):
 //                   inputs of at most kInProcessNativeInlineBytes per rank are copied into the
 //                   meeting and every rank computes its own output from the copies; larger
-//                   calls are cut into blocks of kInProcessNativeBlockBytes per operand, dealt
-//                   round-robin to the ranks (they claim them from a shared counter), each a
+//                   calls are cut into blocks of at most kInProcessNativeBlockBytes per
+//                   operand (NativeBlockElements), dealt round-robin to the ranks (they claim
+//                   them from a shared counter), each a
 //                   local copy of what the block reads and writes (an allreduce block reads N
 //                   inputs and writes N outputs: a copy of N blocks; the reduction itself runs
 //                   on a block held in L1 and is not charged). The ranks' meeting is the

@@ -36,9 +36,15 @@
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi --paired
 
+3. Record and replay: --record FILE writes every measurement of the run to FILE (JSON); --replay
+   FILE runs the same calibration and predictions on those measurements instead of the machine
+   (the same options: it names any measurement that differs), in seconds, so that a change of
+   the model is judged against the very timings the last run took.
+
 Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -61,10 +67,53 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
 # With --stat min every measurement is also the fastest of `launches` launches of its command:
 # on a shared VM a whole launch can run in a slow mode (over MPI every call of 16 KiB-4 MiB of
 # one mpirun 2.5-3x slower than in the next, in all of its rounds).
-ROUNDS = {"rounds": 9, "stat": "min", "iters": 0.5, "launches": 2}
+ROUNDS = {"rounds": 9, "stat": "min", "iters": 0.5, "launches": 2, "small_launches": 5}
+# Commands whose calls are all at most this large take the fastest of `small_launches` launches
+# (with --stat min): they take a second, and a launch's slow mode moves a call of microseconds
+# the most.
+SMALL_BYTES = 256 << 10
+
+
+# --record FILE keeps every measurement (in the order taken) and --replay FILE takes them from
+# such a file instead of the machine: a change of the model is then checked against the same
+# measurements in seconds. A replay must ask for the same measurements in the same order.
+TAPE = {"mode": None, "entries": [], "at": 0}
+
+
+def taped(key, take):
+    """take() measured, recorded or replayed under `key` (a JSON-able list)."""
+    if TAPE["mode"] == "replay":
+        if TAPE["at"] >= len(TAPE["entries"]):
+            sys.exit("calibrate_host: the replayed file ends before measurement %r" % (key,))
+        want, value = TAPE["entries"][TAPE["at"]]
+        if want != key:
+            sys.exit("calibrate_host: measurement %d of the replayed file is %r, this run asks "
+                     "for %r (recorded with other options or another version)"
+                     % (TAPE["at"], want, key))
+        TAPE["at"] += 1
+        return value
+    value = take()
+    if TAPE["mode"] == "record":
+        TAPE["entries"].append((key, value))
+    return value
 
 
 def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
+    # Calls of at most SMALL_BYTES cost little to repeat: the fastest of more launches.
+    launches = ROUNDS["launches"]
+    if hi <= SMALL_BYTES:
+        launches = max(launches, ROUNDS["small_launches"])
+    rounds = {k: v for k, v in ROUNDS.items() if k != "small_launches"}
+    key = [transport, ranks, op, list(algos), lo, hi, iters, warmup, factor, rounds]
+    if launches != ROUNDS["launches"]:
+        key.append(launches)
+    rows = taped(key, lambda: [[al, s, t] for (al, s), t in sorted(
+        _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor,
+               launches).items())])
+    return {(al, s): t for al, s, t in rows}
+
+
+def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, launches):
     # Rows of one size run round-robin, ROUNDS times, each reported as its median or fastest
     # round: what is compared is timed side by side.
     iters = max(2, int(iters * ROUNDS["iters"]))
@@ -76,7 +125,7 @@ def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
     else:
         cmd += ["--places", "cpu:%d" % ranks]
     times = {}
-    for _ in range(ROUNDS["launches"] if ROUNDS["stat"] == "min" else 1):
+    for _ in range(launches if ROUNDS["stat"] == "min" else 1):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
             sys.exit("calibrate_host: %s failed:\n%s" % (" ".join(cmd), out.stderr[-2000:]))
@@ -124,6 +173,10 @@ FAULT = {"us": None}
 
 
 def fault_cost(reps=5, size=64 << 20):
+    return taped(["fault", reps, size], lambda: _fault_cost(reps, size))
+
+
+def _fault_cost(reps, size):
     """Microseconds of one core per 4 KiB page a process maps in: a fresh block of the C
     library's malloc written once and freed, against writing memory already mapped (median of
     `reps`). A block this large is a fresh mapping each time under glibc's defaults, as Open
@@ -416,16 +469,36 @@ def main():
     p.add_argument("--launches", type=int, default=2,
                    help="with --stat min, each measurement is the fastest of this many launches "
                         "of its command (a launch of a shared VM can run slow throughout)")
+    p.add_argument("--small-launches", type=int, default=5,
+                   help="with --stat min, commands of calls up to 256 KiB (the latency and "
+                        "protocol primitives, the smaller levels, the smaller predicted rows) "
+                        "take the fastest of this many launches (at least --launches)")
     p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
     p.add_argument("--paired", action="store_true",
                    help="each run calibrates and measures at once; errors are the median of the "
                         "runs' own errors")
+    p.add_argument("--record", metavar="FILE",
+                   help="also write every measurement taken to this JSON file")
+    p.add_argument("--replay", metavar="FILE",
+                   help="take the measurements from a --record file of a run with the same "
+                        "options instead of the machine (to check a change of the model)")
+    p.add_argument("--cores", type=int,
+                   help="the machine's core count (default: this machine's, or the recorded)")
     a = p.parse_args()
-    cores = os.cpu_count() or 1
+    if a.record and a.replay:
+        p.error("--record and --replay exclude each other")
+    cores = a.cores or os.cpu_count() or 1
+    if a.replay:
+        with open(a.replay) as f:
+            tape = json.load(f)
+        TAPE.update(mode="replay", entries=tape["measurements"])
+        cores = a.cores or tape["cores"]
+    elif a.record:
+        TAPE.update(mode="record")
     if a.launches < 1:
         p.error("--launches must be at least 1")
     ROUNDS.update(rounds=a.rounds, stat=a.stat, iters=0.5 if a.stat == "min" else 1.0,
-                  launches=a.launches)
+                  launches=a.launches, small_launches=a.small_launches)
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
                          native="libnbc")
@@ -448,6 +521,16 @@ def main():
     else:
         model = merged([calibrate(a, cores, a.runs, ranks) for ranks in (2, 4)])
         runs_data.append((model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)}))
+    if TAPE["mode"] == "record":
+        tmp = a.record + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"transport": a.transport, "cores": cores, "argv": sys.argv[1:],
+                       "measurements": TAPE["entries"]}, f)
+        os.replace(tmp, a.record)
+        print("# recorded %d measurements in %s" % (len(TAPE["entries"]), a.record))
+    elif TAPE["mode"] == "replay" and TAPE["at"] != len(TAPE["entries"]):
+        sys.exit("calibrate_host: this run used %d of the replayed file's %d measurements "
+                 "(recorded with other options?)" % (TAPE["at"], len(TAPE["entries"])))
     within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
     schedules_ok = schedules_total = 0

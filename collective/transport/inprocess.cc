@@ -106,7 +106,8 @@ struct MeetSlot {
 };
 
 struct Meeting {
-  explicit Meeting(int n) : slots(new MeetSlot[kMeetSlots]), spin_pauses(SpinPausesFor(n)) {
+  explicit Meeting(int n)
+      : slots(new MeetSlot[kMeetSlots]), spin_pauses(SpinPausesFor(n)), workers(WorkersFor(n)) {
     for (uint64_t i = 0; i < kMeetSlots; ++i) slots[i].entries.reset(new MeetEntry[n]);
   }
   std::unique_ptr<MeetSlot[]> slots;
@@ -116,6 +117,7 @@ struct Meeting {
   std::condition_variable cv;
   std::atomic<int> sleepers{0};
   const int spin_pauses;  // the group's rank threads against this machine's cores
+  const int workers;      // how many of them run at once (NativeBlockElements)
 
   void Wake() {
     if (sleepers.load() > 0) {
@@ -726,13 +728,15 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
                            : call.kind == Collective::kAllGather ? call.count * elem * n * n
                                                                  : call.count * elem * n;
   const bool streaming = total_out >= kStreamingMinBytes;
-  // The work is cut into blocks of kNativeBlockBytes per operand; part p of the collective
-  // (reducescatter: output block p; allgather: input of rank p; otherwise the whole buffer)
-  // has `per_part` blocks. Ranks claim blocks from a shared counter until none is left, so the
-  // ranks whose threads are running do the work and none waits for a descheduled peer's share.
-  const size_t block = std::max<size_t>(1, kNativeBlockBytes / elem);
+  // The work is cut into blocks of at most kNativeBlockBytes per operand, smaller where the
+  // call has fewer blocks than ranks that run at once (NativeBlockElements); part p of the
+  // collective (reducescatter: output block p; allgather: input of rank p; otherwise the whole
+  // buffer) has `per_part` blocks. Ranks claim blocks from a shared counter until none is left,
+  // so the ranks whose threads are running do the work and none waits for a descheduled peer's
+  // share.
   const int parts =
       call.kind == Collective::kReduceScatter || call.kind == Collective::kAllGather ? n : 1;
+  const size_t block = NativeBlockElements(call.count, elem, parts, meeting.workers);
   const size_t per_part = (call.count + block - 1) / block;
   const size_t blocks = per_part * parts;
   auto in_at = [&](int rank, size_t element) {

@@ -12,6 +12,7 @@
 // concurrently. The endpoints share a hub that must outlive no endpoint (they hold it).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -51,10 +52,26 @@ std::shared_ptr<RankMemory> HostRankMemory();
 // The native collectives' pass over host memory (Transport::RunNative): calls whose input is at
 // most kInProcessNativeInlineBytes on every rank run from copies in the meeting (each rank copies
 // its input there and computes its own output from everyone's copies); larger calls are cut into
-// blocks of kInProcessNativeBlockBytes per operand, which the ranks claim from a shared counter.
-// The simulator replays the same cut (sim/simulate.h, "native").
+// blocks of at most kInProcessNativeBlockBytes per operand (NativeBlockElements), which the
+// ranks claim from a shared counter. The simulator replays the same cut (sim/simulate.h,
+// "native").
 inline constexpr size_t kInProcessNativeInlineBytes = size_t{4} << 10;
 inline constexpr size_t kInProcessNativeBlockBytes = size_t{16} << 10;
+
+// Elements per block of a native call of `count` elements of `elem` bytes per part, in `parts`
+// parts, where `workers` ranks run at once (the ranks, or fewer where they outnumber the cores):
+// kInProcessNativeBlockBytes, or less (in whole 64-byte lines) where the call has fewer blocks
+// than workers, so that every worker gets one.
+inline size_t NativeBlockElements(size_t count, size_t elem, int parts, int workers) {
+  const size_t full = std::max<size_t>(1, kInProcessNativeBlockBytes / elem);
+  const size_t per_part = (count + full - 1) / full;
+  if (per_part * static_cast<size_t>(parts) >= static_cast<size_t>(workers) || count == 0)
+    return full;
+  // Split each part into enough blocks that all parts together give every worker one.
+  const size_t want = (static_cast<size_t>(workers) + parts - 1) / parts;
+  const size_t line = std::max<size_t>(1, 64 / elem);
+  return std::min(full, std::max(line, count / want / line * line));
+}
 // Calls whose outputs (all ranks' together) are at least this large write them with streaming
 // stores: they would not stay in the caches, and a streaming store skips reading each line
 // before writing it.

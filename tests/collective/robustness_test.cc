@@ -254,14 +254,48 @@ TEST(NativeInProcess, ARankThatNeverCallsEndsInTimeoutAndALateOneTouchesNothing)
   EXPECT_EQ(b, std::vector<float>(64, 2.0f));
 }
 
+// The native pass's cut: blocks of at most 16 KiB, cut smaller (in whole lines) only so that
+// every worker (a rank that runs at once with the others) gets one.
+TEST(NativeInProcess, SmallCallsAreCutSoThatEveryWorkerGetsABlock) {
+  for (int n = 1; n <= 9; ++n) {
+    for (size_t elem : {size_t{2}, size_t{4}, size_t{8}}) {
+      for (int parts : {1, n}) {
+        const int workers = std::min(n, 2 + parts % 3);
+        for (size_t count : {size_t{1}, size_t{7}, size_t{600}, size_t{2048}, size_t{4096},
+                             size_t{4097}, size_t{20000}, size_t{1} << 20}) {
+          const size_t block = NativeBlockElements(count, elem, parts, workers);
+          ASSERT_GE(block, 1u);
+          ASSERT_LE(block * elem, kInProcessNativeBlockBytes);
+          const size_t per_part = (count + block - 1) / block;
+          const size_t blocks = per_part * parts;
+          const bool whole = block * elem == kInProcessNativeBlockBytes;
+          // A smaller block only where full ones would leave a rank idle, in whole lines.
+          if (!whole) {
+            EXPECT_LT(((count * elem + kInProcessNativeBlockBytes - 1) / kInProcessNativeBlockBytes) *
+                          parts,
+                      static_cast<size_t>(workers))
+                << count << " x " << elem << " B, " << parts << " parts, " << n << " ranks";
+            EXPECT_EQ(block * elem % 64, 0u);
+          }
+          // Every worker gets work wherever the call has a line for each.
+          if (count * elem * parts >= 64 * static_cast<size_t>(workers)) {
+            EXPECT_GE(blocks, static_cast<size_t>(workers));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Small native calls run from copies in the meeting slot, larger ones on the ranks' buffers; many
 // consecutive calls of both kinds (more than the slots a group reuses) each give the exact
 // result of every collective, in place and not.
 TEST(NativeInProcess, CallsOnBothSidesOfTheCopyThresholdAreExact) {
   constexpr int n = 3;
   auto world = MakeWorld(n, 30000);
-  // Per-rank input sizes around 4 KiB (the copy threshold) in doubles.
-  const std::vector<size_t> counts = {1, 511, 512, 513, 2000};
+  // Per-rank input sizes around 4 KiB (the copy threshold) in doubles; 2000 is less than one
+  // 16 KiB block, cut for the ranks that run at once, 10000 five blocks.
+  const std::vector<size_t> counts = {1, 511, 512, 513, 2000, 10000};
   RunRanks(*world, [&](int rank, Communicator& comm) {
     const CallOptions native{Algorithm::kNative};
     auto value = [](int r, size_t i, int call) { return double((r + 1) * 1000 + i % 97 + call); };

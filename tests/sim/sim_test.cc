@@ -256,6 +256,31 @@ TEST(Engine, HostMessagesPayTheRendezvousBeyondTheEagerSize) {
   EXPECT_NEAR(rides->time_us, 2 + 5 + 8192 / 1e6, 1e-3);
 }
 
+// A rendezvous is answered on a core: handshakes beyond the host's core count queue as wake-ups
+// do (two pairs' messages at once take one handshake on 2 cores, two after another on 1).
+TEST(Engine, HostRendezvousQueueForTheCores) {
+  Trace t;
+  t.ranks.resize(4);
+  t.handles = {1, 1, 1, 1};
+  t.parts = 1;
+  for (int src : {0, 2}) {
+    t.ranks[src].push_back(TraceOp{TraceOp::kSend, src + 1, 0, 3, 8192});
+    t.ranks[src].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+    t.ranks[src + 1].push_back(TraceOp{TraceOp::kRecv, src, 0, 3, 8192});
+    t.ranks[src + 1].push_back(TraceOp{TraceOp::kWait, -1, 0, 0, 0});
+  }
+  EngineOptions options;
+  options.post_us = 0;
+  for (int cores : {1, 2, 4}) {
+    StatusOr<Machine> m = Machine::Load("host:4:cores=" + std::to_string(cores) +
+                                        ":latency=0:copy=1000:reduce=1000:eager=4K:rendezvous=5");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Replay> r = ReplayTrace(*m, t, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NEAR(r->time_us, (cores == 1 ? 10 : 5) + 8192 / 1e6, 1e-3) << cores << " cores";
+  }
+}
+
 // Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
 // over dedicated NVLinks they do not.
 Trace TwoIntoOne(size_t bytes) {
@@ -489,9 +514,17 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   // From copies (4 KiB): each rank copies its input into the meeting, then reads all 4 copies
   // and writes its output: 4 KiB + 10 KiB.
   EXPECT_NEAR(time(four, Collective::kAllReduce, 4096), (4096 + 5 * 4096 / 2.0) / 4e3, 1e-6);
-  // 16 KiB on 2 ranks is one block: rank 0 reads both inputs and writes both outputs alone.
+  // 16 KiB on 2 ranks is less than two full blocks: the transport cuts it into two of 8 KiB, one
+  // per rank (NativeBlockElements), each reading both inputs and writing both outputs.
   const Simulator two = host(2, ":mem=8:native=pass");
-  EXPECT_NEAR(time(two, Collective::kAllReduce, 16384), 2 * 16384 / 4e3, 1e-6);
+  EXPECT_NEAR(time(two, Collective::kAllReduce, 16384), 2 * 8192 / 4e3, 1e-6);
+  // With one core the ranks cannot run at once: one 16 KiB block, done by rank 0 alone.
+  StatusOr<Machine> one_core =
+      Machine::Load("host:2:cores=1:latency=5:copy=4:reduce=2:mem=4:native=pass");
+  ASSERT_TRUE(one_core.ok()) << one_core.status().ToString();
+  StatusOr<Simulator> single = Simulator::Create(std::move(*one_core), options);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  EXPECT_NEAR(time(*single, Collective::kAllReduce, 16384), 2 * 16384 / 4e3, 1e-6);
   // Outputs of 16 MiB and more (all ranks') are written with streaming stores: at the memory's
   // rates (the largest level), a third less traffic than copies (an allreduce block: N reads
   // and N writes without the N reads of the written lines).
