@@ -118,7 +118,8 @@ class Engine {
       size_t copies = 0;
       if (local_copies_) {
         for (const TraceOp& op : trace.ranks[r])
-          copies += op.kind == TraceOp::kCopy || op.kind == TraceOp::kFault;
+          copies += op.kind == TraceOp::kCopy || op.kind == TraceOp::kFault ||
+                    op.kind == TraceOp::kReduce;
       }
       done_[r].assign(trace.handles[r] + copies, -1);
       next_local_[r] = trace.handles[r];
@@ -190,6 +191,8 @@ class Engine {
           break;
         }
         case TraceOp::kCopy:
+        case TraceOp::kReduce: {
+          const bool reduce = op.kind == TraceOp::kReduce;
           if (local_copies_ && op.bytes > 0) {
             const int handle = next_local_[r]++;
             Flow f;
@@ -197,16 +200,18 @@ class Engine {
             f.src_handle = f.dst_handle = handle;
             f.bytes = static_cast<double>(op.bytes);
             const int device = trace_.device_of(r);
-            Route route = RouteFor(device, device, false);
+            Route route = RouteFor(device, device, reduce);
             route.latency_us = 0;
-            f.cls = ClassFor(r, r, route, -1, false);
+            f.cls = ClassFor(r, r, route, -1, reduce);
             flows_.push_back(f);
             events_.push(Event{clock_[r], 0, static_cast<int>(flows_.size()) - 1, 0});
             blocked_[r] = handle;
             return Status::OK();
           }
-          if (options_.copy_gbps > 0) clock_[r] += op.bytes / (options_.copy_gbps * 1e3);
+          const double gbps = reduce ? options_.reduce_gbps : options_.copy_gbps;
+          if (gbps > 0) clock_[r] += op.bytes / (gbps * 1e3);
           break;
+        }
         case TraceOp::kFinalize:
           if (options_.reduce_gbps > 0) clock_[r] += op.bytes / (options_.reduce_gbps * 1e3);
           break;
@@ -346,7 +351,8 @@ class Engine {
   }
 
   const std::vector<double>& RatesOf(const Class& c) const {
-    return c.fault ? bw_fault_ : c.local ? bw_local_ : c.reduce ? bw_reduce_ : bw_;
+    // A rank's local copies run at the local rate; its local reductions at the reduce rates.
+    return c.fault ? bw_fault_ : c.reduce ? bw_reduce_ : c.local ? bw_local_ : bw_;
   }
 
   const Route& RouteFor(int a, int b, bool reduce) {

@@ -241,6 +241,12 @@ class TraceBuilder {
     op.bytes = bytes;
     t_.ranks[rank].push_back(op);
   }
+  void Reduce(int rank, uint64_t bytes) {
+    TraceOp op;
+    op.kind = TraceOp::kReduce;
+    op.bytes = bytes;
+    t_.ranks[rank].push_back(op);
+  }
   void Fault(int rank, uint64_t bytes) {
     TraceOp op;
     op.kind = TraceOp::kFault;
@@ -592,36 +598,56 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
       default: return part;
     }
   };
-  // What one operand-sized piece of `len` bytes reads and writes, as a local copy moving that
-  // many bytes (a copy reads and writes each byte once): an allreduce reads N inputs and writes
-  // N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or allgather reads 1
-  // and writes N. Streaming stores (large outputs) skip the read of each written line that a
-  // copy's store makes: of the copy's memory traffic (a read, the written line's read, the
-  // write per byte) they leave (read + written) / (read + 2 written), unless the host says what
-  // they cost (HostProtocol::stream, calibrated), and run at the memory's rates (Simulate: the
-  // host's largest working set), as their lines bypass the caches.
+  // What one operand-sized piece of `len` bytes reads and writes: an allreduce reads N inputs
+  // and writes N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or
+  // allgather reads 1 and writes N; as local copies, (reads + writes) / 2 pieces (a copy reads
+  // and writes each byte once). A reduction sums its piece in L1 (the first two inputs, then
+  // each further one into the sum) and stores the sum to each output: where its data comes
+  // from the caches the summing is priced as one reduction of the piece at the reduce rates
+  // (which price reading two operands and writing one: the reduce kernel, slower than a copy
+  // there) and the further inputs and the outputs as copies. Streaming stores (outputs beyond
+  // the caches) skip the read of each written line that a copy's store makes: of the copy's
+  // memory traffic (a read, the written line's read, the write per byte) they leave
+  // (read + written) / (read + 2 written), unless the host says what they cost
+  // (HostProtocol::stream, calibrated), and run at the memory's rates (Simulate: the host's
+  // largest working set), as their lines bypass the caches; the memory then bounds the pass,
+  // and the summing is priced as the traffic it makes.
   const double reads = kind == Collective::kBroadcast || kind == Collective::kAllGather ? 1 : n;
   const double writes = kind == Collective::kAllReduce || reads == 1 ? n : 1;
-  const double streamed = !NativeStreams(kind, bytes, n) ? 1.0
-                          : m.stream() > 0               ? m.stream()
-                                                         : (reads + writes) / (reads + 2 * writes);
-  auto work = [&](double len) { return (reads + writes) * len / 2 * streamed; };
-  std::vector<double> share(n, 0);
+  const bool streams = NativeStreams(kind, bytes, n);
+  const double reductions = reads > 1 && !streams ? 1 : 0;
+  const double stored = reductions > 0 ? writes + reads - 2 : reads + writes;
+  const double streamed = !streams        ? 1.0
+                          : m.stream() > 0 ? m.stream()
+                                           : (reads + writes) / (reads + 2 * writes);
+  std::vector<double> share(n, 0);    // copy bytes per rank
+  std::vector<double> reduced(n, 0);  // reduce bytes per rank
+  auto work = [&](int r, double len) {
+    share[r] += stored * len / 2 * streamed;
+    reduced[r] += reductions * len;
+  };
   std::vector<double> copy_in(n, 0);
   bool from_copies = true;
   for (int r = 0; r < n; ++r) from_copies &= input(r) <= collective::kInProcessNativeInlineBytes;
   if (from_copies) {
     // Every rank leaves its input in the meeting and then computes its own output from the
     // copies (a reduce: the root alone): it reads every copy it needs and writes its output.
-    double read = 0, written = part;
+    // allreduce, reduce, reduce-scatter: n parts summed as above, one output written.
+    double read = part * n, written = part;
     switch (kind) {
       case Collective::kBroadcast: read = part; break;
       case Collective::kAllGather: read = written = part * n; break;
-      default: read = part * n; break;  // allreduce, reduce, reduce-scatter: n parts reduced
+      default: break;
     }
     for (int r = 0; r < n; ++r) {
       copy_in[r] = input(r);
-      if (kind != Collective::kReduce || r == root) share[r] = (read + written) / 2;
+      if (kind == Collective::kReduce && r != root) continue;
+      if (reductions > 0) {
+        reduced[r] = part;
+        share[r] = (read - 2 * part + written) / 2;
+      } else {
+        share[r] = (read + written) / 2;
+      }
     }
   } else {
     // The transport's cut (NativeBlockElements: smaller blocks where a call has fewer than the
@@ -634,14 +660,14 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
     const size_t per_part = static_cast<size_t>(std::ceil(part / block));
     for (size_t b = 0; b < per_part * parts; ++b) {
       const double len = std::min(block, part - static_cast<double>(b % per_part) * block);
-      share[b % n] += work(len);
+      work(static_cast<int>(b % n), len);
     }
   }
   TraceBuilder t(n);
   for (int r = 0; r < n; ++r) {
-    for (double bytes_r : {copy_in[r], share[r]}) {
-      if (bytes_r > 0) t.Copy(r, static_cast<uint64_t>(std::llround(bytes_r)));
-    }
+    if (copy_in[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(copy_in[r])));
+    if (reduced[r] > 0) t.Reduce(r, static_cast<uint64_t>(std::llround(reduced[r])));
+    if (share[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(share[r])));
   }
   return t.Take();
 }

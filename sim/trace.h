@@ -24,12 +24,14 @@ namespace loom::sim {
 struct TraceOp {
   // kFault: `bytes` of fresh memory the rank touches for the first time (the kernel maps it
   // in page by page: a host's fault_us per 4 KiB page, on one of its cores).
-  enum Kind : uint8_t { kSend, kRecv, kRecvReduce, kWait, kCopy, kFinalize, kFault };
+  // kReduce: the rank reduces `bytes` of operands in its own memory (two read, one written per
+  // element, as a receive that reduces: the in-process native pass), at the reduce rates.
+  enum Kind : uint8_t { kSend, kRecv, kRecvReduce, kWait, kCopy, kFinalize, kFault, kReduce };
   Kind kind = kSend;
   int peer = -1;       // kSend / kRecv / kRecvReduce: the other rank (global after Append)
   int handle = -1;     // posts: the handle they create; kWait: the handle waited on
   uint64_t tag = 0;    // posts: matched with the peer's post of the same tag, in order
-  uint64_t bytes = 0;  // posts, kCopy, kFinalize, kFault
+  uint64_t bytes = 0;  // posts, kCopy, kFinalize, kFault, kReduce
 };
 
 // One trace per rank; handles count from 0 per rank.
