@@ -46,11 +46,12 @@ def test_mpi_exchange_runs_small_allreduces_in_the_signature_round():
 
 def test_native_is_the_in_process_pass_over_shared_memory():
     host = "host:2:cores=2:latency=3:copy=4:reduce=2:mem=8"
-    # 2 MiB on 2 ranks: each rank reads both inputs and writes both outputs of half the blocks,
-    # a copy of 2 MiB at 4 GB/s, plus the call; no message, so no latency
+    # 2 MiB on 2 ranks: each rank sums both inputs of half the blocks (1 MiB) in L1, one
+    # reduction at 2 GB/s, and stores the sums to both outputs (half a copy each: 1 MiB at
+    # 4 GB/s), plus the call; no message, so no latency
     r = sim.collectives(host + ":native=pass", [2 << 20], algorithm="native", post_us=0,
                         call_us=0.5)[0]
-    assert r["time_us"] == pytest.approx(0.5 + (2 << 20) / 4e3, rel=1e-9)
+    assert r["time_us"] == pytest.approx(0.5 + (1 << 20) / 2e3 + (1 << 20) / 4e3, rel=1e-9)
     assert sim.collectives(host + ":native=pass", [2 << 20], post_us=0)[0]["algorithm"] == \
         "auto:native"
     with pytest.raises(NotImplementedError, match="native=pass"):
