@@ -617,7 +617,7 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
   const bool streams = NativeStreams(kind, bytes, n);
   const double reductions = reads > 1 && !streams ? 1 : 0;
   const double stored = reductions > 0 ? writes + reads - 2 : reads + writes;
-  const double streamed = !streams        ? 1.0
+  const double streamed = !streams         ? 1.0
                           : m.stream() > 0 ? m.stream()
                                            : (reads + writes) / (reads + 2 * writes);
   std::vector<double> share(n, 0);    // copy bytes per rank

@@ -271,9 +271,10 @@ TEST(NativeInProcess, SmallCallsAreCutSoThatEveryWorkerGetsABlock) {
           const bool whole = block * elem == kInProcessNativeBlockBytes;
           // A smaller block only where full ones would leave a rank idle, in whole lines.
           if (!whole) {
-            EXPECT_LT(((count * elem + kInProcessNativeBlockBytes - 1) / kInProcessNativeBlockBytes) *
-                          parts,
-                      static_cast<size_t>(workers))
+            EXPECT_LT(
+                ((count * elem + kInProcessNativeBlockBytes - 1) / kInProcessNativeBlockBytes) *
+                    parts,
+                static_cast<size_t>(workers))
                 << count << " x " << elem << " B, " << parts << " parts, " << n << " ranks";
             EXPECT_EQ(block * elem % 64, 0u);
           }

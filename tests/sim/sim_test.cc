@@ -504,8 +504,7 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   // 1 MiB allreduce on 4 ranks: 64 blocks, 16 per rank (256 KiB), each summed in L1 (the
   // first two inputs one reduction at 2 GB/s, the other two read as half copies at 4 GB/s) and
   // stored to 4 outputs (half a copy each), no latency.
-  EXPECT_NEAR(time(four, Collective::kAllReduce, 1 << 20), mib / 4 / 2e3 + 3 * mib / 4 / 4e3,
-              1e-6);
+  EXPECT_NEAR(time(four, Collective::kAllReduce, 1 << 20), mib / 4 / 2e3 + 3 * mib / 4 / 4e3, 1e-6);
   // Broadcast: each block read once, written 4 times: 5/8 of 1 MiB per rank.
   EXPECT_NEAR(time(four, Collective::kBroadcast, 1 << 20), mib * 5 / 8 / 4e3, 1e-6);
   // Allgather of 1 MiB (256 KiB per rank): as the broadcast, over the 4 parts.
