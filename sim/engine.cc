@@ -294,12 +294,13 @@ class Engine {
   // steps in which every rank waits cost more than a chain where one does. Where the receiver
   // copies (MPI), a message that is ready before a wake-up of its rank already under way ends
   // is picked up by it: a process polling its progress engine finds every message that arrived
-  // meanwhile. Where the matcher copies (in-process), every request wakes its thread on its
-  // own. Elsewhere: posted + latency.
+  // meanwhile; one posted when that wake-up has ended (the next round of an exchange) is a
+  // message of its own and pays its latency. Where the matcher copies (in-process), every request
+  // wakes its thread on its own. Elsewhere: posted + latency.
   double WakeUp(double posted, double latency, int sleeper) {
     if (cores_busy_.empty() || latency <= 0) return posted + latency;
     const bool polls = !machine_.matcher_copies();
-    if (polls && posted <= awake_at_[sleeper]) return awake_at_[sleeper];
+    if (polls && posted < awake_at_[sleeper]) return awake_at_[sleeper];
     awake_at_[sleeper] = OnCore(posted, latency);
     return awake_at_[sleeper];
   }
