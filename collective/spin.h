@@ -40,9 +40,7 @@ inline int WorkersFor(int threads) {
 
 // The pauses for a group of `threads` busy threads on this machine.
 inline int SpinPausesFor(int threads) {
-  const unsigned cores = std::thread::hardware_concurrency();
-  return cores > 0 && static_cast<unsigned>(threads) > cores ? kOversubscribedSpinPauses
-                                                             : kSpinPauses;
+  return WorkersFor(threads) < threads ? kOversubscribedSpinPauses : kSpinPauses;
 }
 
 // Polls ready() for at most `budget` (`pauses` pauses, then yields); true once it holds.
