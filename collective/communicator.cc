@@ -1,6 +1,7 @@
 #include "collective/communicator.h"
 
 #include "base/copy.h"
+#include "base/cpu_affinity.h"
 #include "collective/transport_registry.h"
 
 #include <cstring>
@@ -625,6 +626,10 @@ Work Communicator::Issue(Call call) {
   Work work(state);
   Remember(work);
   return work;
+}
+
+Status Communicator::PinWorkerToCpu(int cpu) {
+  return PinThreadToCpu(worker_.native_handle(), cpu);
 }
 
 void Communicator::WorkerLoop() {

@@ -227,6 +227,10 @@ class Communicator {
   const CommPlan& plan() const { return *plan_; }
   const CommunicatorOptions& options() const { return options_; }
 
+  // Restricts the worker thread that runs this communicator's handed-off calls to `cpu` (see
+  // base/cpu_affinity.h): a caller that pins its rank threads pins their workers beside them.
+  Status PinWorkerToCpu(int cpu);
+
   // recv[i] = send[i] reduced over all ranks, count elements.
   Work AllReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                  const CallOptions& options = {});

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/cpu_affinity.h"
 #include "collective/reduce.h"
 #include "collective/selector.h"
 #include "collective/transport.h"
@@ -52,6 +53,12 @@ Flags BenchFlags() {
            "cpu:N (in-process devices, one rank thread each) or cuda:D0,D1,... (one rank per "
            "listed GPU; a GPU listed several times holds several virtual devices)",
            "cpu:4"},
+          {"bind", "B",
+           "in-process CPU places: none (the OS places the rank threads) or core (rank r's "
+           "thread and its communicator's worker pinned to the r-th CPU this process may use, "
+           "round-robin: steadier small calls, slower handed-off ones; docs/PERF.md); over MPI, "
+           "mpirun's --bind-to decides",
+           "none"},
           {"transport", "T",
            "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); "
            "cuda_p2p (CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default "
@@ -166,6 +173,7 @@ struct Config {
   const collective::TransportInfo* transport = nullptr;
   bool mpi = false, selector = false, peer_mpi = false;
   bool fastest = false;  // --stat min: a row reports its fastest round, else its median
+  bool bind = false;     // --bind core: in-process rank threads and workers pinned to CPUs
   CommunicatorOptions options;
 };
 
@@ -518,6 +526,9 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   c.fastest = stat == "min";
   c.iters = static_cast<int>(iters), c.warmup = static_cast<int>(warmup);
   c.inflight = static_cast<int>(inflight);
+  const std::string bind = flags.Get("bind");
+  LOOM_ENFORCE(bind == "core" || bind == "none", "--bind must be core or none, not '", bind, "'");
+  c.bind = bind == "core";
   const std::string places = flags.Get("places");
   if (places.compare(0, 5, "cuda:") == 0) {
     LOOM_ASSIGN_OR_RETURN(c.cuda_devices, ParseCudaDevices(places));
@@ -591,6 +602,13 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   return c;
 }
 
+void WarnUnpinned(const Status& pinned, int rank, const char* what) {
+  if (!pinned.ok()) {
+    std::fprintf(stderr, "loom bench: warning: rank %d's %s runs unpinned (%s)\n", rank, what,
+                 pinned.message().c_str());
+  }
+}
+
 Status Bench(const Config& c, int* argc, char*** argv) {
   if (c.mpi) {
     return RunOnMpiWorld(argc, argv, c.options, [&](Communicator& comm) {
@@ -608,6 +626,7 @@ Status Bench(const Config& c, int* argc, char*** argv) {
     for (int r = 0; r < world->size(); ++r) {
       comms.push_back(&world->comm(r));
       memory.push_back(HostBenchMemory());
+      if (c.bind) WarnUnpinned(world->comm(r).PinWorkerToCpu(CpuForIndex(r)), r, "worker");
     }
   } else {
     LOOM_ASSIGN_OR_RETURN(gpus, MakeCudaBenchGroup(c.cuda_devices, *c.transport, c.options));
@@ -621,6 +640,10 @@ Status Bench(const Config& c, int* argc, char*** argv) {
     threads.emplace_back([&, r] {
       Status s;
       try {
+        // Rank r's thread beside its communicator's worker (pinned above). Pinning only places
+        // the threads: where it fails the rank runs where the OS puts it, as with --bind none.
+        if (c.bind && c.cuda_devices.empty())
+          WarnUnpinned(PinCurrentThreadToCpu(CpuForIndex(r)), static_cast<int>(r), "thread");
         s = RankSweep(*comms[r], *memory[r], c);
       } catch (...) {  // nothing may escape a thread
         s = StatusOfException(std::current_exception());

@@ -182,6 +182,17 @@ TEST(LoomBench, UsageErrors) {
   EXPECT_EQ(stat.code, 2);
   EXPECT_NE(stat.err.find("--stat must be median or min, not 'mean'"), std::string::npos)
       << stat.err;
+  // --bind core pins in-process rank threads (and their workers) to CPUs; none (the default)
+  // leaves them to the OS.
+  Result bind = Loom("bench collective --places cpu:2 -b 1K -e 1K --bind socket");
+  EXPECT_EQ(bind.code, 2);
+  EXPECT_NE(bind.err.find("--bind must be core or none, not 'socket'"), std::string::npos)
+      << bind.err;
+  for (const char* how : {"core", "none"}) {
+    Result bound = Loom(std::string("bench collective --places cpu:4 -b 1K -e 1K --bind ") + how);
+    EXPECT_EQ(bound.code, 0) << how << ": " << bound.err;
+    EXPECT_EQ(bound.err.find("unpinned"), std::string::npos) << how << ": " << bound.err;
+  }
   Result fastest = Loom("bench collective --places cpu:2 -b 1K -e 4K --rounds 3 --stat min");
   EXPECT_EQ(fastest.code, 0) << fastest.err;
   EXPECT_NE(fastest.out.find("#wrong"), std::string::npos) << fastest.out;
