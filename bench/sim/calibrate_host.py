@@ -39,7 +39,8 @@
 3. Record and replay: --record FILE writes every measurement of the run to FILE (JSON); --replay
    FILE runs the same calibration and predictions on those measurements instead of the machine
    (the same options: it names any measurement that differs), in seconds, so that a change of
-   the model is judged against the very timings the last run took.
+   the model is judged against the very timings the last run took. bench/sim/records/ keeps the
+   latest recorded run of each transport (docs/SIMULATOR.md gives the command that replays it).
 
 Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
 """
