@@ -59,8 +59,7 @@ TEST(CpuAffinity, ImpossibleCpusAreErrorsNamingTheCpu) {
   std::thread t([&] {
     Status s = PinCurrentThreadToCpu(outside);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(s.message().find("CPU " + std::to_string(outside)), std::string::npos)
-        << s.message();
+    EXPECT_NE(s.message().find("CPU " + std::to_string(outside)), std::string::npos) << s.message();
     EXPECT_EQ(AllowedCpus(), cpus);
   });
   t.join();
