@@ -1,13 +1,14 @@
 // Pinning threads to CPUs (Linux; elsewhere the calls report Unimplemented).
 //
-// Why: threads that poll for each other (Loom's in-process ranks spin, then yield) can be left
-// on one core by the scheduler while another core idles. Linux places new threads where the
-// creating thread's core looked busy and then does not move a thread that ran within the last
-// half millisecond (it counts as cache-hot), and a polling thread always has. Two in-process
-// ranks then take turns on one core through sched_yield: a 2-rank 64 KiB allgather took 10 us
-// that way against 2.6 us on two cores (2-core AMD EPYC VM; `taskset -c 0` reproduces it), and
-// which of the two a launch got decided its every row. Open MPI binds small jobs to cores for
-// the same reason.
+// Why: Loom's in-process ranks poll for each other (pause, then sched_yield), and a polling rank
+// thread that shares its core with another runnable thread takes turns with it through
+// sched_yield for as long as both stay there (Linux does not move a thread that ran within the
+// last half millisecond: it counts as cache-hot, and a polling thread always has). Seen on a
+// 2-core AMD EPYC VM (docs/PERF.md, "Rank threads on cores"): a rank thread and the BLAS
+// library's pool thread, which spins after it starts, alternated on one core 2,000 times in a
+// 2-rank allgather launch while the other core ran the other rank. Pinning each rank thread
+// (and its communicator's worker) to a core of its own keeps two ranks from landing together
+// (where the ranks are no more than the cores).
 #pragma once
 
 #include <thread>

@@ -56,8 +56,8 @@ Flags BenchFlags() {
           {"bind", "B",
            "in-process CPU places: none (the OS places the rank threads) or core (rank r's "
            "thread and its communicator's worker pinned to the r-th CPU this process may use, "
-           "round-robin: steadier small calls, slower handed-off ones; docs/PERF.md); over MPI, "
-           "mpirun's --bind-to decides",
+           "round-robin: ranks no more than CPUs never share one; calls handed to the worker "
+           "share the rank's; docs/PERF.md); over MPI, mpirun's --bind-to decides",
            "none"},
           {"transport", "T",
            "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); "
