@@ -1,9 +1,8 @@
 #include "framework/cpu_threads.h"
 
-#include <dlfcn.h>
-#include <sched.h>
+#include "base/cpu_affinity.h"
 
-#include <thread>
+#include <dlfcn.h>
 
 namespace loom {
 namespace {
@@ -42,11 +41,6 @@ void SetBlasThreads(int n) {
   if (SetFn fn = SetThreadsFn()) fn(n < 1 ? 1 : n);
 }
 
-int CpuCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  unsigned n = std::thread::hardware_concurrency();
-  return n ? static_cast<int>(n) : 1;
-}
+int CpuCores() { return static_cast<int>(AllowedCpus().size()); }
 
 }  // namespace loom
