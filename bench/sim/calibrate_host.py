@@ -386,27 +386,34 @@ def calibrate(a, cores, runs, ranks):
                 "allgather", "ring", whole, ag,
                 lambda g: (ws, copy, reduce, g, mem_reduce, loc))))
             mem_reduce = min(cores * reduce, max(reduce, fit(
-                "reducescatter", "ring", whole, rs, lambda g: (ws, copy, reduce, mem, g, loc))))
+                "reducescatter", "ring", whole, rs,
+                lambda g: (ws, copy, reduce, mem, g, loc))))
         levels.append((ws, copy, reduce, mem, mem_reduce, loc))
         print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
               "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
               "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
                                     mem_reduce))
     # 1d. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
-    # native broadcast of the largest size (each block read once and written to every rank).
+    # native broadcast (each block read once and written to every rank) and a native reduce
+    # (every rank's block read, one written) of the largest size, fitted to their sum: the pass
+    # reads its inputs at another rate than it streams its outputs, and an allreduce's n reads
+    # and n writes per block are in proportion to the sum's n + 1 and n + 1, so that one factor
+    # fitted to the sum prices the allreduce whatever the two rates are.
     STREAM["f"] = None
     if TRANSPORT["native"] == "pass":
-        nb = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"], big, big,
-                          10, 2)[("native", big)]
+        native = {op: median_bench(runs, a.loom, a.transport, ranks, op, ["native"], big, big,
+                                   10, 2)[("native", big)] for op in ("broadcast", "reduce")}
 
         def streamed(f):
             STREAM["f"] = f
-            return simulate(ranks, cores, latency, call, levels, "broadcast", "native", big)
+            return sum(simulate(ranks, cores, latency, call, levels, op, "native", big)
+                       for op in native)
 
-        stream = bisect(streamed, nb, 0.01, 100.0, increasing=True)
+        stream = bisect(streamed, sum(native.values()), 0.01, 100.0, increasing=True)
         STREAM["f"] = stream
-        print("# calibration, %d ranks: a native broadcast of %d B %.0f us -> streaming stores "
-              "cost %.3f x a copy's bytes at the memory's rates" % (ranks, big, nb, stream))
+        print("# calibration, %d ranks: a native broadcast and reduce of %d B %.0f + %.0f us -> "
+              "streaming stores cost %.3f x a copy's bytes at the memory's rates"
+              % (ranks, big, native["broadcast"], native["reduce"], stream))
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
