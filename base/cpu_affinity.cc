@@ -5,6 +5,7 @@
 #include <sched.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -64,6 +65,26 @@ Status PinCurrentThreadToCpu(int cpu) {
 #else
   return Unimplemented("pinning threads to CPUs (CPU ", cpu, ") needs Linux");
 #endif
+}
+
+int CurrentCpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+bool CrowdedCpus(const std::vector<int>& threads_on, int available) {
+  long long total = 0;
+  int busiest = 0;
+  for (int n : threads_on) {
+    if (n <= 0) continue;
+    total += n;
+    busiest = std::max(busiest, n);
+  }
+  const long long spread = std::max(available, 1);
+  return busiest > (total + spread - 1) / spread;
 }
 
 }  // namespace loom

@@ -31,4 +31,15 @@ Status PinThreadToCpu(std::thread::native_handle_type thread, int cpu);
 // Restricts the calling thread to `cpu`.
 Status PinCurrentThreadToCpu(int cpu);
 
+// The CPU the calling thread runs on at this moment (-1 where the system does not say).
+int CurrentCpu();
+
+// Whether a group of threads found on CPUs as counted in `threads_on` (index: CPU number, value:
+// how many of the threads ran there) crowds a CPU: one holds more of them than an even spread
+// over `available` CPUs puts on any (ceil(threads / available)). Two polling rank threads
+// crowded onto one core while another is free take turns there through sched_yield, each call
+// several times slower, for as long as the OS leaves them (docs/PERF.md, "Rank threads on
+// cores"). `available` below 1 counts as 1.
+bool CrowdedCpus(const std::vector<int>& threads_on, int available);
+
 }  // namespace loom

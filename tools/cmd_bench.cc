@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "base/cpu_affinity.h"
 #include "collective/reduce.h"
 #include "collective/selector.h"
@@ -306,11 +308,67 @@ StatusOr<double> ReduceScalar(Communicator& comm, BenchMemory& memory, double v,
   return v;
 }
 
+// `v` summed (or combined with `op`) element-wise over every rank, through the ranks' memory.
+StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memory,
+                                           std::vector<double> v, ReduceOp op) {
+  const size_t bytes = v.size() * sizeof(double);
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> buf, memory.Allocate(bytes));
+  LOOM_RETURN_IF_ERROR(memory.Upload(buf.get(), v.data(), bytes));
+  LOOM_RETURN_IF_ERROR(
+      comm.AllReduce(buf.get(), buf.get(), v.size(), DataType::kFloat64, op).Wait());
+  LOOM_RETURN_IF_ERROR(memory.Download(v.data(), buf.get(), bytes));
+  return v;
+}
+
+// Where a CPU transport's ranks run: after every timed round each rank says which CPU it is on,
+// and a round whose ranks crowd a CPU while the CPUs they may use would spread them
+// (CrowdedCpus: two polling ranks taking turns on one core, the other idle) is counted. The OS
+// places the threads; it rarely moves a polling one, so a launch that starts crowded tends to
+// stay so, every round several times slower (docs/PERF.md, "Rank threads on cores").
+class Placement {
+ public:
+  static StatusOr<Placement> Start(Communicator& comm, BenchMemory& memory, bool cpu) {
+    Placement p;
+    if (!cpu) return p;
+    long conf = sysconf(_SC_NPROCESSORS_CONF);
+    const std::vector<int> allowed = AllowedCpus();
+    p.slots_ = static_cast<int>(std::max<long>({conf, 1L, allowed.back() + 1L}));
+    // The CPUs any rank may run on: the union of their masks (MPI binds each process to its
+    // own; in-process the ranks share one).
+    std::vector<double> mine(p.slots_, 0);
+    for (int cpu : allowed) mine[cpu] = 1;
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> any,
+                          ReduceVector(comm, memory, std::move(mine), ReduceOp::kMax));
+    p.available_ = static_cast<int>(std::count(any.begin(), any.end(), 1.0));
+    return p;
+  }
+  // One round's check (collective: every rank calls it); true where the ranks crowded a CPU.
+  StatusOr<bool> Crowded(Communicator& comm, BenchMemory& memory) const {
+    if (slots_ == 0) return false;
+    std::vector<double> here(slots_, 0);
+    const int cpu = CurrentCpu();
+    if (cpu >= 0 && cpu < slots_) here[cpu] = 1;
+    LOOM_ASSIGN_OR_RETURN(std::vector<double> on,
+                          ReduceVector(comm, memory, std::move(here), ReduceOp::kSum));
+    return CrowdedCpus(std::vector<int>(on.begin(), on.end()), available_);
+  }
+  bool checked() const { return slots_ > 0; }
+  int available() const { return available_; }
+
+ private:
+  int slots_ = 0;  // CPU numbers 0..slots_-1; 0: not checked (GPU transports)
+  int available_ = 0;
+};
+
 // One rank's sweep; rank 0 prints. Every rank runs the same calls in the same order.
 Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   const int rank = comm.rank(), n = comm.nranks();
   const size_t elem = DataTypeSize(c.dtype);
   const bool print = rank == 0;
+  LOOM_ASSIGN_OR_RETURN(
+      const Placement placement,
+      Placement::Start(comm, memory, c.transport->device == collective::DeviceKind::kCpu));
+  int rounds_timed = 0, rounds_crowded = 0, rows_timed = 0, rows_crowded = 0;
   // What auto runs is what the communicator's selector picks (native only where the transport
   // has it; a transport without schedules, NCCL, always runs native).
   const Selector selector(comm.plan(), collective::SelectorOptionsOf(c.options));
@@ -410,6 +468,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     // other processes falls on all of them alike; each row reports its median (or fastest)
     // round.
     std::vector<std::vector<double>> times(entries);
+    std::vector<int> crowded_rounds(entries, 0);
     for (int round = 0; round < c.rounds; ++round) {
       for (size_t e = 0; e < entries; ++e) {
         double us = 0;
@@ -434,7 +493,15 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         // buffers).
         LOOM_ASSIGN_OR_RETURN(us, ReduceScalar(comm, memory, us, ReduceOp::kMax));
         times[e].push_back(us);
+        LOOM_ASSIGN_OR_RETURN(const bool crowded, placement.Crowded(comm, memory));
+        crowded_rounds[e] += crowded ? 1 : 0;
       }
+    }
+    for (size_t e = 0; e < entries; ++e) {
+      rounds_timed += c.rounds;
+      rounds_crowded += crowded_rounds[e];
+      ++rows_timed;
+      rows_crowded += crowded_rounds[e] == c.rounds ? 1 : 0;
     }
     for (size_t e = 0; e < entries; ++e) {
       // Every rank's wrong elements.
@@ -481,6 +548,14 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     if (size == 0) size = 1;  // a sweep from 0 continues with 1 byte
   }
   if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
+  if (print && placement.checked() && rounds_timed > 0) {
+    // Read by bench/sim/calibrate_host.py, which launches again when a row was crowded
+    // throughout.
+    std::printf(
+        "# Placement            : %d ranks on %d CPUs; crowded onto fewer CPUs in %d of %d "
+        "timed rounds, throughout in %d of %d rows\n",
+        n, placement.available(), rounds_crowded, rounds_timed, rows_crowded, rows_timed);
+  }
   if (print && c.selector) {
     std::printf(
         "\n%s",

@@ -65,5 +65,36 @@ TEST(CpuAffinity, ImpossibleCpusAreErrorsNamingTheCpu) {
   t.join();
 }
 
+TEST(CpuAffinity, CurrentCpuIsWhereAPinnedThreadRuns) {
+  const std::vector<int> cpus = AllowedCpus();
+  for (int target : {cpus.front(), cpus.back()}) {
+    std::thread t([&] {
+      ASSERT_TRUE(PinCurrentThreadToCpu(target).ok());
+      std::this_thread::yield();
+      EXPECT_EQ(CurrentCpu(), target);
+    });
+    t.join();
+  }
+}
+
+TEST(CpuAffinity, CrowdedMeansMoreThreadsOnOneCpuThanAnEvenSpread) {
+  // 2 threads, 2 CPUs: together on one is crowded, one each is not.
+  EXPECT_TRUE(CrowdedCpus({0, 2}, 2));
+  EXPECT_FALSE(CrowdedCpus({1, 1}, 2));
+  // 4 threads on 2 CPUs: 2 and 2 is the even spread, 3 and 1 or 4 on one crowd.
+  EXPECT_FALSE(CrowdedCpus({2, 2}, 2));
+  EXPECT_TRUE(CrowdedCpus({3, 1}, 2));
+  EXPECT_TRUE(CrowdedCpus({0, 4}, 2));
+  // 3 threads on 2 CPUs: 2 and 1 is as even as it gets.
+  EXPECT_FALSE(CrowdedCpus({2, 1}, 2));
+  // One CPU available: nothing to spread over; where CPUs are many, two on one still crowd.
+  EXPECT_FALSE(CrowdedCpus({0, 0, 2}, 1));
+  EXPECT_FALSE(CrowdedCpus({2}, 0));
+  EXPECT_TRUE(CrowdedCpus({0, 1, 0, 2, 0, 0, 0, 1}, 8));
+  // No threads counted (CPUs unknown): not crowded.
+  EXPECT_FALSE(CrowdedCpus({}, 2));
+  EXPECT_FALSE(CrowdedCpus({0, 0}, 2));
+}
+
 }  // namespace
 }  // namespace loom

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "base/cpu_affinity.h"
+
 namespace {
 
 struct Result {
@@ -147,6 +149,20 @@ TEST(LoomBench, CollectiveTableHasNcclTestsColumnsAndNoWrongElements) {
     }
     EXPECT_GE(rows, 2) << r.out;
   }
+}
+
+TEST(LoomBench, PlacementLineCountsTheRoundsAndRowsWhereRanksCrowdedACpu) {
+  // Pinned (--bind core) to a CPU each, two ranks never share one where two are allowed: 2 sizes
+  // x 2 algorithms = 4 rows of 3 rounds, none crowded.
+  const int cpus = static_cast<int>(loom::AllowedCpus().size());
+  Result r = Loom(
+      "bench collective --places cpu:2 --algo ring,tree -b 1K -e 4K -f 4 -n 2 -w 1 --rounds 3 "
+      "--bind core");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string want = "# Placement            : 2 ranks on " + std::to_string(cpus) +
+                           " CPUs; crowded onto fewer CPUs in 0 of 12 timed rounds, throughout "
+                           "in 0 of 4 rows";
+  EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
 }
 
 TEST(LoomBench, UsageErrors) {
