@@ -469,6 +469,11 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     // round.
     std::vector<std::vector<double>> times(entries);
     std::vector<int> crowded_rounds(entries, 0);
+    // Placement is checked where the rank threads run the calls themselves (one in flight, at
+    // most --inline-max-bytes): a larger call runs on the communicator's worker while the rank
+    // thread sleeps, and where a woken thread lands says nothing of where the work ran.
+    const bool placed = c.inflight == 1 && c.options.inline_max_bytes >= 0 &&
+                        bytes <= static_cast<size_t>(c.options.inline_max_bytes);
     for (int round = 0; round < c.rounds; ++round) {
       for (size_t e = 0; e < entries; ++e) {
         double us = 0;
@@ -493,11 +498,12 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         // buffers).
         LOOM_ASSIGN_OR_RETURN(us, ReduceScalar(comm, memory, us, ReduceOp::kMax));
         times[e].push_back(us);
+        if (!placed) continue;
         LOOM_ASSIGN_OR_RETURN(const bool crowded, placement.Crowded(comm, memory));
         crowded_rounds[e] += crowded ? 1 : 0;
       }
     }
-    for (size_t e = 0; e < entries; ++e) {
+    for (size_t e = 0; e < entries && placed; ++e) {
       rounds_timed += c.rounds;
       rounds_crowded += crowded_rounds[e];
       ++rows_timed;
@@ -550,7 +556,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
   if (print && placement.checked() && rounds_timed > 0) {
     // Read by bench/sim/calibrate_host.py, which launches again when a row was crowded
-    // throughout.
+    // throughout. Rows of calls handed to the worker are not counted (above).
     std::printf(
         "# Placement            : %d ranks on %d CPUs; crowded onto fewer CPUs in %d of %d "
         "timed rounds, throughout in %d of %d rows\n",
