@@ -320,9 +320,9 @@ StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memo
   return v;
 }
 
-// Where a CPU transport's ranks run: after every timed round each rank says which CPU it is on,
-// and a round whose ranks crowd a CPU while the CPUs they may use would spread them
-// (CrowdedCpus: two polling ranks taking turns on one core, the other idle) is counted. The OS
+// Where a CPU transport's ranks run, where they are no more than the CPUs they may use: after
+// every timed round each rank says which CPU it is on, and a round in which two share one
+// (CrowdedCpus: two polling ranks taking turns on one core, another idle) is counted. The OS
 // places the threads; it rarely moves a polling one, so a launch that starts crowded tends to
 // stay so, every round several times slower (docs/PERF.md, "Rank threads on cores").
 class Placement {
@@ -340,13 +340,18 @@ class Placement {
     LOOM_ASSIGN_OR_RETURN(std::vector<double> any,
                           ReduceVector(comm, memory, std::move(mine), ReduceOp::kMax));
     p.available_ = static_cast<int>(std::count(any.begin(), any.end(), 1.0));
+    // More ranks than CPUs take turns on them whatever the placement (and 3 of 4 ranks on one
+    // of 2 cores timed no slower than 2 and 2): checked only where each rank can have a CPU.
+    if (comm.nranks() > p.available_) p.slots_ = 0;
     return p;
   }
-  // One round's check (collective: every rank calls it); true where the ranks crowded a CPU.
-  StatusOr<bool> Crowded(Communicator& comm, BenchMemory& memory) const {
+  // One round's check (collective: every rank calls it) on the CPU each rank sampled halfway
+  // through the round's calls (the calls are collective, so the samples are nearly
+  // simultaneous; a sample after the round would find where the reduction of the times woke the
+  // thread); true where two ranks shared one.
+  StatusOr<bool> Crowded(Communicator& comm, BenchMemory& memory, int cpu) const {
     if (slots_ == 0) return false;
     std::vector<double> here(slots_, 0);
-    const int cpu = CurrentCpu();
     if (cpu >= 0 && cpu < slots_) here[cpu] = 1;
     LOOM_ASSIGN_OR_RETURN(std::vector<double> on,
                           ReduceVector(comm, memory, std::move(here), ReduceOp::kSum));
@@ -477,9 +482,11 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     for (int round = 0; round < c.rounds; ++round) {
       for (size_t e = 0; e < entries; ++e) {
         double us = 0;
+        int cpu = -1;  // this rank's CPU halfway through the round (Placement)
         if (e == algos.size()) {
           LOOM_ASSIGN_OR_RETURN(
               us, TimeMpiAllreduce(send, recv_dev, count, c.dtype, c.op, 0, c.iters * c.inflight));
+          cpu = CurrentCpu();
         } else {
           LOOM_RETURN_IF_ERROR(comm.Barrier().Wait());
           const auto start = Clock::now();
@@ -489,6 +496,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
               works[k] = Issue(comm, c, algos[e], send, recv_dev, count);
             }
             for (const Work& w : works) LOOM_RETURN_IF_ERROR(w.Wait());
+            if (placed && i == c.iters / 2) cpu = CurrentCpu();  // tens of ns
           }
           LOOM_RETURN_IF_ERROR(comm.WaitAll());
           us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
@@ -499,7 +507,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
         LOOM_ASSIGN_OR_RETURN(us, ReduceScalar(comm, memory, us, ReduceOp::kMax));
         times[e].push_back(us);
         if (!placed) continue;
-        LOOM_ASSIGN_OR_RETURN(const bool crowded, placement.Crowded(comm, memory));
+        LOOM_ASSIGN_OR_RETURN(const bool crowded, placement.Crowded(comm, memory, cpu));
         crowded_rounds[e] += crowded ? 1 : 0;
       }
     }
@@ -507,7 +515,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
       rounds_timed += c.rounds;
       rounds_crowded += crowded_rounds[e];
       ++rows_timed;
-      rows_crowded += crowded_rounds[e] == c.rounds ? 1 : 0;
+      rows_crowded += 2 * crowded_rounds[e] > c.rounds ? 1 : 0;
     }
     for (size_t e = 0; e < entries; ++e) {
       // Every rank's wrong elements.
@@ -555,11 +563,11 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   }
   if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
   if (print && placement.checked() && rounds_timed > 0) {
-    // Read by bench/sim/calibrate_host.py, which launches again when a row was crowded
-    // throughout. Rows of calls handed to the worker are not counted (above).
+    // Read by bench/sim/calibrate_host.py, which launches again when a row was crowded in
+    // most of its rounds. Rows of calls handed to the worker are not counted (above).
     std::printf(
         "# Placement            : %d ranks on %d CPUs; crowded onto fewer CPUs in %d of %d "
-        "timed rounds, throughout in %d of %d rows\n",
+        "timed rounds, in most rounds of %d of %d rows\n",
         n, placement.available(), rounds_crowded, rounds_timed, rows_crowded, rows_timed);
   }
   if (print && c.selector) {

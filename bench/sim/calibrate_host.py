@@ -17,10 +17,14 @@
    - over MPI, per working-set level, a rank's local copy (memcpy; a transfer crosses the
      kernel instead) from 1-rank calls, and what the kernel takes per fresh page a process
      touches (a fresh malloc block written once and freed, against rewriting mapped memory):
-     Open MPI's temporaries from 32 MiB on are fresh every call.
+     Open MPI's temporaries from 32 MiB on are fresh every call;
+   - in-process, what the native pass's streaming stores cost, from a native broadcast and a
+     native reduce of 64 MiB fitted to their sum (an allreduce reads and writes in its
+     proportion).
    The core count is the machine's. Each row reports the fastest of 9 rounds in the fastest of
    2 launches (--stat min, --launches: the machine undisturbed by other load, as the simulator
-   models it).
+   models it); a launch in which the OS kept two ranks on one CPU while another was free in most
+   rounds of a row (loom bench's Placement line) is launched again.
 2. Prediction: allreduce with ring, tree, star, multi_tree and native (the transport's own:
    in-process one pass over shared memory, over MPI Open MPI's MPI_Iallreduce) on 2 and 4
    ranks, 4 KiB-64 MiB, measured (median of --runs runs) and simulated on the calibration of
@@ -60,7 +64,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCHEDULES = ["ring", "tree", "star", "multi_tree"]
 ALGOS = list(SCHEDULES)
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\w+\s+\w+\s+(\S+)\s+([0-9.]+)")
-PLACEMENT = re.compile(r"^# Placement\s*:.*throughout in (\d+) of (\d+) rows", re.M)
+PLACEMENT = re.compile(r"^# Placement\s*:.*in most rounds of (\d+) of (\d+) rows", re.M)
 # Launches passed over because the OS crowded the ranks (bench()), and commands whose every
 # launch was.
 CROWDED = {"launches": 0, "kept": 0}
@@ -140,9 +144,9 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
     else:
         cmd += ["--places", "cpu:%d" % ranks]
-    # A launch in which the OS left the ranks crowded onto fewer CPUs than they may use for the
-    # whole of some row (loom bench's "# Placement" line: two polling ranks taking turns on one
-    # core while the other idles, every call several times slower) measures the OS's placement,
+    # A launch in which the OS left two ranks on one CPU while another was free in most rounds
+    # of some row (loom bench's "# Placement" line: two polling ranks taking turns on one core
+    # while the other idles, every call several times slower) measures the OS's placement,
     # not the transport: it is launched again, at most `launches` more times, and its timings
     # are used only where every launch was crowded.
     want = launches if ROUNDS["stat"] == "min" else 1
@@ -166,8 +170,9 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
                 into[key] = min(t, into.get(key, t))
     if not times:
         CROWDED["kept"] += 1
-        print("# calibrate_host: every launch of %s left ranks crowded onto fewer CPUs in some "
-              "row; its timings are used" % " ".join(cmd[cmd.index("bench"):]), file=sys.stderr)
+        print("# calibrate_host: every launch of %s left two ranks on one CPU in most rounds "
+              "of some row; its timings are used" % " ".join(cmd[cmd.index("bench"):]),
+              file=sys.stderr)
         return crowded_times
     return times
 
