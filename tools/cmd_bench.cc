@@ -320,9 +320,10 @@ StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memo
   return v;
 }
 
-// Where a CPU transport's ranks run, where they are no more than the CPUs they may use: after
-// every timed round each rank says which CPU it is on, and a round in which two share one
-// (CrowdedCpus: two polling ranks taking turns on one core, another idle) is counted. The OS
+// Where a CPU transport's ranks run, where they are no more than the CPUs they may use: in every
+// timed round each rank notes the CPU it is on halfway through the calls, and a round in which
+// two shared one (CrowdedCpus: two polling ranks taking turns on one core, another idle) is
+// counted. The OS
 // places the threads; it rarely moves a polling one, so a launch that starts crowded tends to
 // stay so, every round several times slower (docs/PERF.md, "Rank threads on cores").
 class Placement {
@@ -330,7 +331,7 @@ class Placement {
   static StatusOr<Placement> Start(Communicator& comm, BenchMemory& memory, bool cpu) {
     Placement p;
     if (!cpu) return p;
-    long conf = sysconf(_SC_NPROCESSORS_CONF);
+    const long conf = sysconf(_SC_NPROCESSORS_CONF);
     const std::vector<int> allowed = AllowedCpus();
     p.slots_ = static_cast<int>(std::max<long>({conf, 1L, allowed.back() + 1L}));
     // The CPUs any rank may run on: the union of their masks (MPI binds each process to its
