@@ -43,4 +43,13 @@ void SetBlasThreads(int n) {
 
 int CpuCores() { return static_cast<int>(AllowedCpus().size()); }
 
+bool ReleaseBlasThreads() {
+  // OpenBLAS's own fork handler (pthread_atfork) calls it: the pool is rebuilt on demand.
+  using ShutdownFn = int (*)();
+  static ShutdownFn fn = reinterpret_cast<ShutdownFn>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
+  if (fn == nullptr) return false;
+  fn();
+  return true;
+}
+
 }  // namespace loom

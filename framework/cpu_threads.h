@@ -12,6 +12,13 @@ int BlasThreads();
 void SetBlasThreads(int n);
 // Number of cores this process may use.
 int CpuCores();
+// Stops the BLAS library's pool of worker threads where the library can (OpenBLAS:
+// blas_thread_shutdown_); its next multithreaded call starts them again. OpenBLAS starts the
+// pool when it loads, and a pool thread polls (sched_yield) for about 0.1 s before it sleeps:
+// long enough for the OS to put two rank threads started meanwhile on one core and leave them
+// there (docs/PERF.md, "Rank threads on cores"). For processes whose threads do no BLAS work
+// (loom bench collective); false where there was nothing to stop.
+bool ReleaseBlasThreads();
 
 // Threads a kernel running on the calling thread may use for its own loops; 0 when no budget
 // was set (then the kernel's default applies). Per thread: each rank of an in-process

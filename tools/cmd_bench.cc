@@ -20,6 +20,7 @@
 #include "collective/transport_registry.h"
 #include "collective/world.h"
 #include "framework/allocator.h"
+#include "framework/cpu_threads.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -700,6 +701,10 @@ void WarnUnpinned(const Status& pinned, int rank, const char* what) {
 }
 
 Status Bench(const Config& c, int* argc, char*** argv) {
+  // Nothing here calls BLAS; its pool threads, which OpenBLAS starts when it loads and which
+  // poll for about 0.1 s, would only crowd the ranks while the OS places them (2-rank 4 KiB ring,
+  // 40 alternating launches each: 9 slow with the pool, none without; docs/PERF.md).
+  ReleaseBlasThreads();
   if (c.mpi) {
     return RunOnMpiWorld(argc, argv, c.options, [&](Communicator& comm) {
       return RankSweep(comm, *HostBenchMemory(), c);
