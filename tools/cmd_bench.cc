@@ -298,17 +298,6 @@ StatusOr<std::vector<int>> ParseCudaDevices(const std::string& spec) {
   return out;
 }
 
-// `v` reduced over every rank with `op`, through the ranks' memory (a GPU transport reduces
-// device buffers).
-StatusOr<double> ReduceScalar(Communicator& comm, BenchMemory& memory, double v, ReduceOp op) {
-  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> scalar, memory.Allocate(sizeof v));
-  LOOM_RETURN_IF_ERROR(memory.Upload(scalar.get(), &v, sizeof v));
-  LOOM_RETURN_IF_ERROR(
-      comm.AllReduce(scalar.get(), scalar.get(), 1, DataType::kFloat64, op).Wait());
-  LOOM_RETURN_IF_ERROR(memory.Download(&v, scalar.get(), sizeof v));
-  return v;
-}
-
 // `v` summed (or combined with `op`) element-wise over every rank, through the ranks' memory.
 StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memory,
                                            std::vector<double> v, ReduceOp op) {
@@ -321,12 +310,19 @@ StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memo
   return v;
 }
 
+// `v` reduced over every rank with `op`, through the ranks' memory (a GPU transport reduces
+// device buffers).
+StatusOr<double> ReduceScalar(Communicator& comm, BenchMemory& memory, double v, ReduceOp op) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<double> all, ReduceVector(comm, memory, {v}, op));
+  return all[0];
+}
+
 // Where a CPU transport's ranks run, where they are no more than the CPUs they may use: in every
 // timed round each rank notes the CPU it is on halfway through the calls, and a round in which
 // two shared one (CrowdedCpus: two polling ranks taking turns on one core, another idle) is
-// counted. The OS
-// places the threads; it rarely moves a polling one, so a launch that starts crowded tends to
-// stay so, every round several times slower (docs/PERF.md, "Rank threads on cores").
+// counted. The OS places the threads; it rarely moves a polling one, so a launch that starts
+// crowded tends to stay so, every round several times slower (docs/PERF.md, "Rank threads on
+// cores").
 class Placement {
  public:
   static StatusOr<Placement> Start(Communicator& comm, BenchMemory& memory, bool cpu) {
@@ -375,7 +371,7 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   LOOM_ASSIGN_OR_RETURN(
       const Placement placement,
       Placement::Start(comm, memory, c.transport->device == collective::DeviceKind::kCpu));
-  int rounds_timed = 0, rounds_crowded = 0, rows_timed = 0, rows_crowded = 0;
+  int rounds_crowded = 0, rows_timed = 0, rows_crowded = 0;
   // What auto runs is what the communicator's selector picks (native only where the transport
   // has it; a transport without schedules, NCCL, always runs native).
   const Selector selector(comm.plan(), collective::SelectorOptionsOf(c.options));
@@ -514,7 +510,6 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
       }
     }
     for (size_t e = 0; e < entries && placed; ++e) {
-      rounds_timed += c.rounds;
       rounds_crowded += crowded_rounds[e];
       ++rows_timed;
       rows_crowded += 2 * crowded_rounds[e] > c.rounds ? 1 : 0;
@@ -564,13 +559,13 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     if (size == 0) size = 1;  // a sweep from 0 continues with 1 byte
   }
   if (print && rows > 0) std::printf("# Avg bus bandwidth    : %.3f\n", busbw_sum / rows);
-  if (print && placement.checked() && rounds_timed > 0) {
+  if (print && placement.checked() && rows_timed > 0) {
     // Read by bench/sim/calibrate_host.py, which launches again when a row was crowded in
     // most of its rounds. Rows of calls handed to the worker are not counted (above).
     std::printf(
         "# Placement            : %d ranks on %d CPUs; crowded onto fewer CPUs in %d of %d "
         "timed rounds, in most rounds of %d of %d rows\n",
-        n, placement.available(), rounds_crowded, rounds_timed, rows_crowded, rows_timed);
+        n, placement.available(), rounds_crowded, rows_timed * c.rounds, rows_crowded, rows_timed);
   }
   if (print && c.selector) {
     std::printf(

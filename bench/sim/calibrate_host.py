@@ -160,9 +160,10 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
         placed = PLACEMENT.search(out.stdout)
         crowded = placed is not None and int(placed.group(1)) > 0
         into = crowded_times if crowded else times
-        good += 0 if crowded else 1
         if crowded:
             CROWDED["launches"] += 1
+        else:
+            good += 1
         for line in out.stdout.splitlines():
             m = ROW.match(line)
             if m:
