@@ -21,6 +21,7 @@ struct Post {
   double time;  // when it was posted
   uint64_t bytes;
   bool reduce;
+  bool paired;  // the rank posts a send and a receive before it waits (an exchange)
 };
 
 struct Flow {
@@ -112,8 +113,25 @@ class Engine {
     // memory with every other copy): each gets a handle past the trace's own.
     local_copies_ = machine.host() && options.copy_gbps == 0;
     cores_busy_.resize(machine.host() ? machine.host_core_count() : 0);
+    oversubscribed_ = machine.host() && machine.size() > machine.host_core_count();
     awake_at_.assign(n, -kInf);
     next_local_.assign(n, 0);
+    // Each run of posts between two waits (or copies) is one batch: its posts are paired when
+    // it holds both a send and a receive.
+    paired_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<TraceOp>& ops = trace.ranks[r];
+      paired_[r].assign(ops.size(), 0);
+      for (size_t i = 0; i < ops.size();) {
+        size_t end = i;
+        bool sends = false, receives = false;
+        for (; end < ops.size() && ops[end].kind <= TraceOp::kRecvReduce; ++end) {
+          (ops[end].kind == TraceOp::kSend ? sends : receives) = true;
+        }
+        for (size_t k = i; k < end; ++k) paired_[r][k] = sends && receives;
+        i = std::max(end, i + 1);
+      }
+    }
     for (int r = 0; r < n; ++r) {
       size_t copies = 0;
       if (local_copies_) {
@@ -245,7 +263,8 @@ class Engine {
     const bool send = op.kind == TraceOp::kSend;
     const int src = send ? r : op.peer, dst = send ? op.peer : r;
     auto key = std::make_tuple(src, dst, op.tag);
-    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce};
+    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce,
+              paired_[r][pc_[r]] != 0};
     auto& waiting = send ? recvs_[key] : sends_[key];
     if (waiting.empty()) {
       (send ? sends_[key] : recvs_[key]).push_back(mine);
@@ -274,8 +293,12 @@ class Engine {
     // handshake before a large message's data) follows, even where the message rode on a
     // wake-up already under way; on a host its processes answer it on a core, so it queues for
     // the cores as wake-ups do.
-    double ready =
-        WakeUp(std::max(s.time, v.time), route.latency_us, s.time <= v.time ? s.rank : v.rank);
+    // A host's receiver that posted a send of its own with this receive (an exchange step)
+    // pays the exchange latency where the machine gives one.
+    const double latency =
+        machine_.host() && machine_.exchange_us() >= 0 && v.paired ? machine_.exchange_us()
+                                                                   : route.latency_us;
+    double ready = WakeUp(std::max(s.time, v.time), latency, s.time <= v.time ? s.rank : v.rank);
     if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
       ready = OnCore(ready, machine_.rendezvous_us());
     f.dst = dst;
@@ -295,11 +318,14 @@ class Engine {
   // copies (MPI), a message that is ready before a wake-up of its rank already under way ends
   // is picked up by it: a process polling its progress engine finds every message that arrived
   // meanwhile; one posted when that wake-up has ended (the next round of an exchange) is a
-  // message of its own and pays its latency. Where the matcher copies (in-process), every request
-  // wakes its thread on its own. Elsewhere: posted + latency.
+  // message of its own and pays its latency. Where the matcher copies (in-process), or where
+  // processes outnumber the cores (a process that found its message yields the core before it
+  // polls again, as Open MPI's do when oversubscribed: 4 processes on 2 cores ran the multi-tree,
+  // each rank receiving on several trees at once, no faster than the ring), every request wakes
+  // its rank on its own. Elsewhere: posted + latency.
   double WakeUp(double posted, double latency, int sleeper) {
     if (cores_busy_.empty() || latency <= 0) return posted + latency;
-    const bool polls = !machine_.matcher_copies();
+    const bool polls = !machine_.matcher_copies() && !oversubscribed_;
     if (polls && posted < awake_at_[sleeper]) return awake_at_[sleeper];
     awake_at_[sleeper] = OnCore(posted, latency);
     return awake_at_[sleeper];
@@ -369,6 +395,14 @@ class Engine {
     // Busy time: the bytes at the rate this kind of transfer runs on the resource alone.
     const std::vector<double>& bw = RatesOf(c);
     for (int r : c.resources) busy_[r] += f.bytes / bw[r];
+    // Where ranks outnumber the cores, a copy holds one of them for as long as it takes alone,
+    // and wake-ups and handshakes wait for a free one (4 ranks on 2 cores: a ring step of 16 KiB
+    // pieces costs its copies on top of its wake-ups, not beside them).
+    if (oversubscribed_ && f.bytes > 0) {
+      double alone = kInf;
+      for (int r : c.resources) alone = std::min(alone, bw[r]);
+      if (alone < kInf) OnCore(now, f.bytes / alone);
+    }
     Sync(c, now);
     c.members.push({c.service + f.bytes, id});
     Change(f.cls, +1, now);
@@ -477,7 +511,9 @@ class Engine {
   bool local_copies_ = false;
   std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
   std::vector<double> awake_at_;  // hosts: per rank, when its latest wake-up ends
+  bool oversubscribed_ = false;   // hosts: more ranks than cores
   std::vector<int> next_local_;   // per rank: the handle of its next local copy
+  std::vector<std::vector<char>> paired_;  // per rank and op: a post of an exchange (Post)
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> blocked_;

@@ -16,8 +16,13 @@
 //    and-reduce does.
 //  - On a host (Machine::host) the route's latency is a waiting rank's wake-up and takes one of
 //    the host's cores for that long: wake-ups beyond the core count queue for a core. Where the
-//    receiver copies (MPI), messages ready before a wake-up of their rank under way ends ride on
-//    it (one poll finds them all); in-process every request wakes its thread.
+//    receiver copies (MPI) on no more ranks than cores, messages ready before a wake-up of their
+//    rank under way ends ride on it (one poll finds them all); in-process, and where processes
+//    outnumber the cores, every request wakes its rank. There a copy also holds a core for as
+//    long as it takes alone: wake-ups and handshakes queue behind copies.
+//  - On a host whose machine gives an exchange latency (HostProtocol::exchange_us), a message
+//    whose receiving rank posted a send in the same batch of posts (no wait between: a ring
+//    step, every rank sending and receiving at once) pays that instead of the route's latency.
 //  - A host transfer is copied by the receiver's CPU, or by the CPU of the rank whose post made
 //    the match where the machine says so (Machine::matcher_copies: Loom's in-process transport).
 //  - A message larger than the machine's eager_bytes() also pays its rendezvous_us() (MPI's

@@ -387,7 +387,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
         "cores", "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
-        "eager", "rendezvous", "copier", "handoff", "native", "stream",     "fault"};
+        "eager", "rendezvous", "copier", "handoff", "native", "stream",     "fault",
+        "exchange"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -472,6 +473,10 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   if (keys.count("fault") &&
       (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
     return bad("fault must be a number of microseconds per page, not negative");
+  }
+  if (keys.count("exchange") &&
+      (!number(keys["exchange"], &protocol.exchange_us) || protocol.exchange_us < 0)) {
+    return bad("exchange must be a number of microseconds, not negative");
   }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);

@@ -110,6 +110,10 @@ struct HostProtocol {
   // reads and writes, against a copy's per byte it moves at the memory's rates; 0: the memory
   // traffic they leave, (reads + writes) / (reads + 2 writes) (no read of the written lines).
   double stream = 0;
+  // The latency of a message whose receiving rank also posts a send before it waits (a ring
+  // step: every rank sends and receives at once, and a rank busy with its own send finds its
+  // message without being woken from a wait); negative: the host's latency, as any message.
+  double exchange_us = -1;
   // What the kernel takes to map in one 4 KiB page a rank touches for the first time (fault,
   // zero, and the unmap that returns it), in microseconds of one core: Open MPI's temporary
   // buffers beyond glibc's largest mmap threshold are fresh memory every call (0: not charged).
@@ -144,7 +148,7 @@ class Machine {
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
-  // (with pass, ":stream=F") and ":fault=US" (HostProtocol).
+  // (with pass, ":stream=F"), ":fault=US" and ":exchange=US" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
@@ -163,6 +167,7 @@ class Machine {
   HostProtocol::Native native() const { return host_protocol_.native; }
   double stream() const { return host_protocol_.stream; }
   double fault_us() const { return host_protocol_.fault_us; }
+  double exchange_us() const { return host_protocol_.exchange_us; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

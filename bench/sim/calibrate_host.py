@@ -212,6 +212,11 @@ STREAM = {"f": None}
 # fault=US; Open MPI's temporaries beyond glibc's largest mmap threshold), found by calibrate().
 FAULT = {"us": None}
 
+# The latency of a message in an exchange (its receiver posts a send with it: a ring step), where
+# it is not the latency of a lone message (the spec's exchange=US; None: the latency), per rank
+# count (found by calibrate()).
+EXCHANGE = {"us": None}
+
 
 def fault_cost(reps=5, size=64 << 20):
     return taped(["fault", reps, size], lambda: _fault_cost(reps, size))
@@ -266,6 +271,8 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":stream=%r" % STREAM["f"]
     if FAULT["us"]:
         spec += ":fault=%r" % FAULT["us"]
+    if EXCHANGE["us"] is not None:
+        spec += ":exchange=%r" % EXCHANGE["us"]
     return spec
 
 
@@ -308,15 +315,28 @@ def calibrate(a, cores, runs, ranks):
         m = small(ranks, "broadcast", ["native", "tree"])
         call = max(0.0, m["native"] - simulate(ranks, cores, 0.0, 0.0, flat, "broadcast",
                                                   "native", 64))
+        EXCHANGE["us"] = None
         latency = bisect(lambda x: simulate(ranks, cores, x, call, flat, "broadcast", "tree", 64),
                          m["tree"], 0.0, 10000.0, increasing=True)
+        # A 64-byte allgather around the ring: every step an exchange, each rank's thread busy
+        # with its own send when its message arrives (2 ranks: 0.8-0.9 us a step against
+        # 1.1-1.3 us for a message down the tree).
+        gather = small(ranks, "allgather", ["ring"])["ring"]
+
+        def gathered(x):
+            EXCHANGE["us"] = x
+            return simulate(ranks, cores, latency, call, flat, "allgather", "ring", 64)
+        exchange = bisect(gathered, gather, 0.0, 10000.0, increasing=True)
+        EXCHANGE["us"] = exchange
         timing[ranks] = (latency, call)
         print("# calibration, %d ranks: a native broadcast (the meeting) %.2f us, one down the "
-              "tree %.2f us -> latency %.2f us per message, call %.2f us"
-              % (ranks, m["native"], m["tree"], latency, call))
+              "tree %.2f us, an allgather around the ring %.2f us -> latency %.2f us per "
+              "message, %.2f in an exchange, call %.2f us"
+              % (ranks, m["native"], m["tree"], gather, latency, exchange, call))
     elif ranks == 2:
         one = small(1, "broadcast", ["tree"])["tree"]
         two = small(2, "broadcast", ["tree"])["tree"]
+        EXCHANGE["us"] = None
         call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
         latency2 = bisect(lambda x: simulate(2, cores, x, call2, flat, "broadcast", "tree", 64),
                           two, 0.0, 10000.0, increasing=True)
@@ -324,15 +344,22 @@ def calibrate(a, cores, runs, ranks):
         print("# calibration: a 1-rank call %.2f us; a 2-rank broadcast %.2f us -> latency %.2f "
               "us per message, call %.2f us" % (one, two, latency2, call2))
     else:
-        four = small(4, "broadcast", ["tree", "ring"])
-        tree4, chain4 = four["tree"], four["ring"]
-        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "broadcast", "ring", 64) -
+        # A ring step (every rank sends and receives at once) against a message down the tree:
+        # 4 processes on 2 cores take turns on the cores, and a step in which all of them wait
+        # costs more than a hop in which one does (64 B: the ring's allgather, 3 steps, 12.5 us
+        # against the tree's broadcast, 2 hops, 7.9; a broadcast along the chain, 3 hops, costs
+        # no more than the tree's and cannot tell the latency from the call).
+        gather4 = small(4, "allgather", ["ring"])["ring"]
+        tree4 = small(4, "broadcast", ["tree"])["tree"]
+        EXCHANGE["us"] = None
+        latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "allgather", "ring", 64) -
                           simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
-                          max(chain4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
+                          max(gather4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
         call4 = max(0.0, tree4 - simulate(4, cores, latency4, 0, flat, "broadcast", "tree", 64))
         timing[4] = (latency4, call4)
-        print("# calibration, 4 ranks: broadcast down the tree %.2f us, along the chain %.2f us "
-              "-> latency %.2f us per message, call %.2f us" % (tree4, chain4, latency4, call4))
+        print("# calibration, 4 ranks: an allgather around the ring %.2f us, a broadcast down "
+              "the tree %.2f us -> latency %.2f us per message, call %.2f us"
+              % (gather4, tree4, latency4, call4))
     if ranks == 2:
         # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
         # microsecond and half the small call's (the largest such step), messages beyond the size
@@ -446,7 +473,8 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "stream": {ranks: STREAM["f"]}, "fault": {ranks: FAULT["us"]}}
+            "stream": {ranks: STREAM["f"]}, "fault": {ranks: FAULT["us"]},
+            "exchange": {ranks: EXCHANGE["us"]}}
 
 
 
@@ -469,6 +497,7 @@ def predict(model, cores, ranks, sizes):
     EAGER.update(model["eager"])
     STREAM["f"] = model["stream"][ranks]
     FAULT["us"] = model["fault"][ranks]
+    EXCHANGE["us"] = model["exchange"][ranks]
     latency, call = model["timing"][ranks]
     return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
                                 algo, s)
@@ -481,7 +510,8 @@ def merged(parts):
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
             "eager": parts[0]["eager"],
             "stream": {k: v for p in parts for k, v in p["stream"].items()},
-            "fault": {k: v for p in parts for k, v in p["fault"].items()}}
+            "fault": {k: v for p in parts for k, v in p["fault"].items()},
+            "exchange": {k: v for p in parts for k, v in p["exchange"].items()}}
 
 
 def pooled_model(models):
@@ -500,8 +530,10 @@ def pooled_model(models):
               for r in models[0]["stream"]}
     fault = {r: None if models[0]["fault"][r] is None else med(m["fault"][r] for m in models)
              for r in models[0]["fault"]}
+    exchange = {r: None if models[0]["exchange"][r] is None
+                else med(m["exchange"][r] for m in models) for r in models[0]["exchange"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "stream": stream, "fault": fault}
+            "stream": stream, "fault": fault, "exchange": exchange}
 
 
 def main():

@@ -321,6 +321,94 @@ TEST(Engine, HostMessagesAfterAWakeUpEndedPayTheirOwnLatency) {
   StatusOr<Replay> r = ReplayTrace(*m, two, options);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NEAR(r->time_us, 1, 1e-9);
+  // With more processes than cores each message wakes its rank on its own: the two wake-ups
+  // queue for the one core.
+  StatusOr<Machine> one = Machine::Load("host:2:cores=1:latency=1:copy=1000:reduce=1000");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  StatusOr<Replay> crowded = ReplayTrace(*one, two, options);
+  ASSERT_TRUE(crowded.ok()) << crowded.status().ToString();
+  EXPECT_NEAR(crowded->time_us, 2, 1e-9);
+}
+
+// A host's exchange latency prices a message whose receiver posted a send in the same batch (a
+// ring step); a message to a rank that only receives before it waits pays the latency.
+TEST(Engine, HostExchangeLatencyPricesMessagesWhoseReceiverAlsoSends) {
+  StatusOr<Machine> m =
+      Machine::Load("host:2:cores=2:latency=1:exchange=0.25:copy=1000:reduce=1000:copier=matcher");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EngineOptions options;
+  options.post_us = 0;
+  auto post = [](TraceOp::Kind kind, int peer, int handle, uint64_t tag) {
+    return TraceOp{kind, peer, handle, tag, 0};
+  };
+  auto wait = [](int handle) { return TraceOp{TraceOp::kWait, -1, handle, 0, 0}; };
+  // Two exchanges: each rank receives and sends, then waits.
+  Trace ring;
+  ring.ranks.resize(2);
+  ring.handles = {4, 4};
+  ring.parts = 1;
+  for (uint64_t k = 0; k < 2; ++k) {
+    for (int r = 0; r < 2; ++r) {
+      const int h = static_cast<int>(2 * k);
+      ring.ranks[r].insert(ring.ranks[r].end(),
+                           {post(TraceOp::kRecv, 1 - r, h, k), post(TraceOp::kSend, 1 - r, h + 1, k),
+                            wait(h), wait(h + 1)});
+    }
+  }
+  // The same two messages each way as lone hops: rank 0 sends, then receives the answer.
+  Trace hops;
+  hops.ranks.resize(2);
+  hops.handles = {2, 2};
+  hops.parts = 1;
+  hops.ranks[0] = {post(TraceOp::kSend, 1, 0, 0), wait(0), post(TraceOp::kRecv, 1, 1, 1), wait(1)};
+  hops.ranks[1] = {post(TraceOp::kRecv, 0, 0, 0), wait(0), post(TraceOp::kSend, 0, 1, 1), wait(1)};
+  StatusOr<Replay> exchanged = ReplayTrace(*m, ring, options);
+  StatusOr<Replay> lone = ReplayTrace(*m, hops, options);
+  ASSERT_TRUE(exchanged.ok() && lone.ok());
+  EXPECT_NEAR(exchanged->time_us, 0.5, 1e-9);
+  EXPECT_NEAR(lone->time_us, 2, 1e-9);
+  // Without an exchange latency every message pays the latency.
+  StatusOr<Machine> plain =
+      Machine::Load("host:2:cores=2:latency=1:copy=1000:reduce=1000:copier=matcher");
+  ASSERT_TRUE(plain.ok());
+  StatusOr<Replay> same = ReplayTrace(*plain, ring, options);
+  ASSERT_TRUE(same.ok());
+  EXPECT_NEAR(same->time_us, 2, 1e-9);
+  StatusOr<Machine> bad = Machine::Load("host:2:cores=2:latency=1:exchange=-1:copy=1:reduce=1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("exchange must be"), std::string::npos)
+      << bad.status().message();
+}
+
+// Where ranks outnumber the cores, a copy holds a core: a wake-up due while the only core copies
+// waits for the copy to end (with as many cores as ranks it does not).
+TEST(Engine, OversubscribedHostWakeUpsWaitForCopiesOnTheCores) {
+  Trace t;
+  t.ranks.resize(4);
+  t.handles = {2, 1, 2, 1};
+  t.parts = 1;
+  // Rank 0 wakes rank 2 with an empty message and sends 8,000 bytes to rank 1 (a copy of 8 us);
+  // rank 2 then wakes rank 3, while that copy runs.
+  t.ranks[0] = {TraceOp{TraceOp::kSend, 2, 0, 2, 0}, TraceOp{TraceOp::kSend, 1, 1, 0, 8000},
+                TraceOp{TraceOp::kWait, -1, 0, 0, 0}, TraceOp{TraceOp::kWait, -1, 1, 0, 0}};
+  t.ranks[1] = {TraceOp{TraceOp::kRecv, 0, 0, 0, 8000}, TraceOp{TraceOp::kWait, -1, 0, 0, 0}};
+  t.ranks[2] = {TraceOp{TraceOp::kRecv, 0, 0, 2, 0}, TraceOp{TraceOp::kWait, -1, 0, 0, 0},
+                TraceOp{TraceOp::kSend, 3, 1, 1, 0}, TraceOp{TraceOp::kWait, -1, 1, 0, 0}};
+  t.ranks[3] = {TraceOp{TraceOp::kRecv, 2, 0, 1, 0}, TraceOp{TraceOp::kWait, -1, 0, 0, 0}};
+  EngineOptions options;
+  options.post_us = 0;
+  for (int cores : {1, 4}) {
+    StatusOr<Machine> m = Machine::Load("host:4:cores=" + std::to_string(cores) +
+                                        ":latency=1:copy=1:reduce=1");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Replay> r = ReplayTrace(*m, t, options);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // 1 core: the wake-ups of ranks 1 and 2 take 0-1 and 1-2 us, the copy holds the core
+    // 2-10 us (it runs 1-9), so rank 3 wakes at 10-11; 4 cores: both wake at 0-1, the copy
+    // holds one core, rank 3 wakes on another at 1-2.
+    EXPECT_NEAR(r->rank_end_us[3], cores == 1 ? 11 : 2, 1e-9) << cores << " cores";
+    EXPECT_NEAR(r->rank_end_us[1], 9, 1e-9) << cores << " cores";
+  }
 }
 
 // Two senders into one receiver: over PCIe they share the receiver's port (half rate each);
