@@ -263,8 +263,7 @@ class Engine {
     const bool send = op.kind == TraceOp::kSend;
     const int src = send ? r : op.peer, dst = send ? op.peer : r;
     auto key = std::make_tuple(src, dst, op.tag);
-    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce,
-              paired_[r][pc_[r]] != 0};
+    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce, paired_[r][pc_[r]] != 0};
     auto& waiting = send ? recvs_[key] : sends_[key];
     if (waiting.empty()) {
       (send ? sends_[key] : recvs_[key]).push_back(mine);
@@ -295,9 +294,9 @@ class Engine {
     // the cores as wake-ups do.
     // A host's receiver that posted a send of its own with this receive (an exchange step)
     // pays the exchange latency where the machine gives one.
-    const double latency =
-        machine_.host() && machine_.exchange_us() >= 0 && v.paired ? machine_.exchange_us()
-                                                                   : route.latency_us;
+    const double latency = machine_.host() && machine_.exchange_us() >= 0 && v.paired
+                               ? machine_.exchange_us()
+                               : route.latency_us;
     double ready = WakeUp(std::max(s.time, v.time), latency, s.time <= v.time ? s.rank : v.rank);
     if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
       ready = OnCore(ready, machine_.rendezvous_us());
@@ -510,9 +509,9 @@ class Engine {
   std::vector<double> busy_;             // microseconds of work per resource
   bool local_copies_ = false;
   std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
-  std::vector<double> awake_at_;  // hosts: per rank, when its latest wake-up ends
-  bool oversubscribed_ = false;   // hosts: more ranks than cores
-  std::vector<int> next_local_;   // per rank: the handle of its next local copy
+  std::vector<double> awake_at_;           // hosts: per rank, when its latest wake-up ends
+  bool oversubscribed_ = false;            // hosts: more ranks than cores
+  std::vector<int> next_local_;            // per rank: the handle of its next local copy
   std::vector<std::vector<char>> paired_;  // per rank and op: a post of an exchange (Post)
   std::vector<size_t> pc_;
   std::vector<double> clock_;

@@ -6,9 +6,10 @@
    measured time (bisection on the simulator itself):
    - per rank count, the call's fixed cost and the per-message latency: in-process a 64-byte
      native broadcast (the ranks' meeting, which every in-process call starts with, and no
-     message) and one down the tree; over MPI a 1-rank call (no message) and a one-message
-     broadcast on 2 ranks, and on 4 ranks a small broadcast down the tree (2 dependent
-     messages) against one along the ring's chain (3);
+     message), one down the tree, and an allgather around the ring (exchanges: the exchange
+     latency); over MPI a 1-rank call (no message) and a one-message broadcast on 2 ranks, and
+     on 4 ranks a 64-byte allgather around the ring (3 exchanges) against a broadcast down the
+     tree (2 messages);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),

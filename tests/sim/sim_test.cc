@@ -351,8 +351,8 @@ TEST(Engine, HostExchangeLatencyPricesMessagesWhoseReceiverAlsoSends) {
     for (int r = 0; r < 2; ++r) {
       const int h = static_cast<int>(2 * k);
       ring.ranks[r].insert(ring.ranks[r].end(),
-                           {post(TraceOp::kRecv, 1 - r, h, k), post(TraceOp::kSend, 1 - r, h + 1, k),
-                            wait(h), wait(h + 1)});
+                           {post(TraceOp::kRecv, 1 - r, h, k),
+                            post(TraceOp::kSend, 1 - r, h + 1, k), wait(h), wait(h + 1)});
     }
   }
   // The same two messages each way as lone hops: rank 0 sends, then receives the answer.
@@ -398,8 +398,8 @@ TEST(Engine, OversubscribedHostWakeUpsWaitForCopiesOnTheCores) {
   EngineOptions options;
   options.post_us = 0;
   for (int cores : {1, 4}) {
-    StatusOr<Machine> m = Machine::Load("host:4:cores=" + std::to_string(cores) +
-                                        ":latency=1:copy=1:reduce=1");
+    StatusOr<Machine> m =
+        Machine::Load("host:4:cores=" + std::to_string(cores) + ":latency=1:copy=1:reduce=1");
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     StatusOr<Replay> r = ReplayTrace(*m, t, options);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
