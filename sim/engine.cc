@@ -508,7 +508,8 @@ class Engine {
   std::vector<std::vector<int>> users_;  // classes per resource
   std::vector<double> busy_;             // microseconds of work per resource
   bool local_copies_ = false;
-  std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups (start -> end)
+  std::vector<std::map<double, double>> cores_busy_;  // hosts: per core, wake-ups, handshakes and
+                                                      // (oversubscribed) copies: start -> end
   std::vector<double> awake_at_;           // hosts: per rank, when its latest wake-up ends
   bool oversubscribed_ = false;            // hosts: more ranks than cores
   std::vector<int> next_local_;            // per rank: the handle of its next local copy
