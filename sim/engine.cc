@@ -117,9 +117,9 @@ class Engine {
     awake_at_.assign(n, -kInf);
     next_local_.assign(n, 0);
     // Each run of posts between two waits (or copies) is one batch: its posts are paired when
-    // it holds both a send and a receive.
-    paired_.resize(n);
-    for (int r = 0; r < n; ++r) {
+    // it holds both a send and a receive (only a machine with an exchange latency asks).
+    if (machine.exchange_us() >= 0) paired_.resize(n);
+    for (int r = 0; r < n && !paired_.empty(); ++r) {
       const std::vector<TraceOp>& ops = trace.ranks[r];
       paired_[r].assign(ops.size(), 0);
       for (size_t i = 0; i < ops.size();) {
@@ -263,7 +263,12 @@ class Engine {
     const bool send = op.kind == TraceOp::kSend;
     const int src = send ? r : op.peer, dst = send ? op.peer : r;
     auto key = std::make_tuple(src, dst, op.tag);
-    Post mine{r, op.handle, at, op.bytes, op.kind == TraceOp::kRecvReduce, paired_[r][pc_[r]] != 0};
+    Post mine{r,
+              op.handle,
+              at,
+              op.bytes,
+              op.kind == TraceOp::kRecvReduce,
+              !paired_.empty() && paired_[r][pc_[r]] != 0};
     auto& waiting = send ? recvs_[key] : sends_[key];
     if (waiting.empty()) {
       (send ? sends_[key] : recvs_[key]).push_back(mine);
@@ -294,9 +299,7 @@ class Engine {
     // the cores as wake-ups do.
     // A host's receiver that posted a send of its own with this receive (an exchange step)
     // pays the exchange latency where the machine gives one.
-    const double latency = machine_.host() && machine_.exchange_us() >= 0 && v.paired
-                               ? machine_.exchange_us()
-                               : route.latency_us;
+    const double latency = v.paired ? machine_.exchange_us() : route.latency_us;
     double ready = WakeUp(std::max(s.time, v.time), latency, s.time <= v.time ? s.rank : v.rank);
     if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
       ready = OnCore(ready, machine_.rendezvous_us());
@@ -393,15 +396,15 @@ class Engine {
     Class& c = classes_[f.cls];
     // Busy time: the bytes at the rate this kind of transfer runs on the resource alone.
     const std::vector<double>& bw = RatesOf(c);
-    for (int r : c.resources) busy_[r] += f.bytes / bw[r];
+    double alone_us = 0;  // at the slowest of them
+    for (int r : c.resources) {
+      busy_[r] += f.bytes / bw[r];
+      alone_us = std::max(alone_us, f.bytes / bw[r]);
+    }
     // Where ranks outnumber the cores, a copy holds one of them for as long as it takes alone,
     // and wake-ups and handshakes wait for a free one (4 ranks on 2 cores: a ring step of 16 KiB
     // pieces costs its copies on top of its wake-ups, not beside them).
-    if (oversubscribed_ && f.bytes > 0) {
-      double alone = kInf;
-      for (int r : c.resources) alone = std::min(alone, bw[r]);
-      if (alone < kInf) OnCore(now, f.bytes / alone);
-    }
+    if (oversubscribed_ && alone_us > 0) OnCore(now, alone_us);
     Sync(c, now);
     c.members.push({c.service + f.bytes, id});
     Change(f.cls, +1, now);

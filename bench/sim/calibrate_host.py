@@ -307,8 +307,9 @@ def calibrate(a, cores, runs, ranks):
         m = median_bench(runs, a.loom, a.transport, ranks, op, algos, 4, 64, 2000, 200)
         return {al: m[(al, 64)] for al in algos}
 
-    # 1a. Latency and call cost per rank count.
+    # 1a. Latency and call cost per rank count (in-process also the exchange latency).
     timing = {}
+    EXCHANGE["us"] = None
     if TRANSPORT["native"] == "pass":
         # In-process every call starts with the ranks' meeting: a 64-byte native broadcast is
         # that meeting and nothing else (its copies cost ~nothing), the call's fixed cost; a
@@ -316,7 +317,6 @@ def calibrate(a, cores, runs, ranks):
         m = small(ranks, "broadcast", ["native", "tree"])
         call = max(0.0, m["native"] - simulate(ranks, cores, 0.0, 0.0, flat, "broadcast",
                                                   "native", 64))
-        EXCHANGE["us"] = None
         latency = bisect(lambda x: simulate(ranks, cores, x, call, flat, "broadcast", "tree", 64),
                          m["tree"], 0.0, 10000.0, increasing=True)
         # A 64-byte allgather around the ring: every step an exchange, each rank's thread busy
@@ -337,7 +337,6 @@ def calibrate(a, cores, runs, ranks):
     elif ranks == 2:
         one = small(1, "broadcast", ["tree"])["tree"]
         two = small(2, "broadcast", ["tree"])["tree"]
-        EXCHANGE["us"] = None
         call2 = max(0.0, one - simulate(1, cores, 0.0, 0.0, flat, "broadcast", "tree", 64))
         latency2 = bisect(lambda x: simulate(2, cores, x, call2, flat, "broadcast", "tree", 64),
                           two, 0.0, 10000.0, increasing=True)
@@ -352,7 +351,6 @@ def calibrate(a, cores, runs, ranks):
         # no more than the tree's and cannot tell the latency from the call).
         gather4 = small(4, "allgather", ["ring"])["ring"]
         tree4 = small(4, "broadcast", ["tree"])["tree"]
-        EXCHANGE["us"] = None
         latency4 = bisect(lambda x: simulate(4, cores, x, 0, flat, "allgather", "ring", 64) -
                           simulate(4, cores, x, 0, flat, "broadcast", "tree", 64),
                           max(gather4 - tree4, 0.0), 0.0, 10000.0, increasing=True)
