@@ -106,7 +106,7 @@ class DistStore final : public KVStore {
         rpc::Payload p = Slice(value, s);
         tickets.push_back(client_->Post(s.server, h, &p));
       }
-      for (auto& t : tickets) LOOM_RETURN_IF_ERROR(client_->Wait(t).status());
+      LOOM_RETURN_IF_ERROR(client_->WaitAll(tickets).status());
     }
     meta_[key] = std::move(m);
     return Barrier();
@@ -146,10 +146,15 @@ class DistStore final : public KVStore {
       for (const Shard* s : shards) h.add_tensors()->set_name(s->name);
       tickets.push_back({server, client_->Post(server, h)});
     }
+    std::vector<rpc::Client::Ticket> waits;
+    for (const auto& st : tickets) waits.push_back(st.second);
+    // Every shard, or the first failure (not a later one it caused).
+    LOOM_ASSIGN_OR_RETURN(std::vector<rpc::Reply> replies, client_->WaitAll(waits));
     const size_t elem = SizeOf(m->dtype);
     char* dst = static_cast<char*>(outs[0]->raw_data());
-    for (auto& [server, ticket] : tickets) {
-      LOOM_ASSIGN_OR_RETURN(rpc::Reply r, client_->Wait(ticket));
+    for (size_t k = 0; k < tickets.size(); ++k) {
+      const int server = tickets[k].first;
+      const rpc::Reply& r = replies[k];
       const auto& shards = by_server[server];
       if (r.payloads.size() != shards.size())
         return Internal("server ", client_->endpoints()[server], " answered ", r.payloads.size(),

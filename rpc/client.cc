@@ -16,6 +16,7 @@ struct Client::Pending {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  Clock::time_point when;  // when done
   Status status;
   Reply reply;
   std::string what;  // "GET 'w' to 127.0.0.1:6174", for a wait that times out
@@ -29,6 +30,7 @@ void Complete(const Client::Ticket& t, Status status, Reply reply = {}) {
   std::lock_guard<std::mutex> lock(t->mu);
   t->status = std::move(status);
   t->reply = std::move(reply);
+  t->when = Clock::now();
   t->done = true;
   t->cv.notify_all();
 }
@@ -248,16 +250,49 @@ void Client::PostOneWay(int server, Header header, const Payload* payload, int p
   Wake();
 }
 
+StatusOr<std::vector<Reply>> Client::WaitAll(const std::vector<Ticket>& tickets) {
+  // Waits on the first unanswered ticket a slice at a time and looks at the others between
+  // slices: a failure elsewhere is seen within a slice, a reply ends the slice at once.
+  constexpr milliseconds kSlice(20);
+  const Deadline deadline = DeadlineAfter(options_.call_timeout);
+  for (;;) {
+    Ticket failed, open;
+    Clock::time_point failed_at;
+    for (const auto& t : tickets) {
+      std::lock_guard<std::mutex> lock(t->mu);
+      if (!t->done) {
+        if (!open) open = t;
+      } else if (!t->status.ok() && (!failed || t->when < failed_at)) {
+        failed = t;
+        failed_at = t->when;
+      }
+    }
+    if (failed) {
+      std::lock_guard<std::mutex> lock(failed->mu);
+      return failed->status;
+    }
+    if (!open) break;
+    if (Clock::now() >= deadline)
+      return Timeout("trainer ", trainer_id_, ": no answer to ", open->what, " within ",
+                     options_.call_timeout.count(), " ms (LOOM_PS_CALL_TIMEOUT_MS)");
+    std::unique_lock<std::mutex> lock(open->mu);
+    open->cv.wait_for(lock, std::min<milliseconds>(kSlice, TimeLeft(deadline)),
+                      [&] { return open->done; });
+  }
+  std::vector<Reply> replies;
+  replies.reserve(tickets.size());
+  for (const auto& t : tickets) {
+    std::lock_guard<std::mutex> lock(t->mu);
+    replies.push_back(std::move(t->reply));
+  }
+  return replies;
+}
+
 Status Client::CallAll(const Header& header) {
   std::vector<Ticket> tickets;
   for (size_t s = 0; s < endpoints_.size(); ++s)
     tickets.push_back(Post(static_cast<int>(s), header));
-  Status first;
-  for (auto& t : tickets) {
-    auto r = Wait(t);
-    if (!r.ok() && first.ok()) first = r.status();
-  }
-  return first;
+  return WaitAll(tickets).status();
 }
 
 void Client::Loop() {

@@ -56,7 +56,12 @@ class Client {
   void PostOneWay(int server, Header header, const Payload* payload = nullptr, int priority = 0);
   // The reply to a posted request; a server's ERROR reply is an error carrying its text.
   StatusOr<Reply> Wait(const Ticket& ticket);
-  // Posts to every server and waits for all replies (the first error wins).
+  // The replies to several requests, in their order. Returns as soon as one fails, with the
+  // failure that came first: a later one is often its consequence (a server that waited for a
+  // trainer that stopped on the first), so the caller learns the cause, not the echo. Requests
+  // still unanswered then stay posted; their replies are dropped.
+  StatusOr<std::vector<Reply>> WaitAll(const std::vector<Ticket>& tickets);
+  // Posts to every server and waits for all replies (WaitAll: the first failure wins).
   Status CallAll(const Header& header);
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }

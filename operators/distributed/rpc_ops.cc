@@ -143,28 +143,27 @@ Status RecvKernel(const KernelContext& ctx) {
     for (int i : outs) h.add_tensors()->set_name(names[i]);
     tickets.push_back({server, conn->client->Post(server, std::move(h))});
   }
-  Status first;
-  for (auto& [server, ticket] : tickets) {
-    auto r = conn->client->Wait(ticket);
+  std::vector<rpc::Client::Ticket> waits;
+  for (const auto& st : tickets) waits.push_back(st.second);
+  // Every reply, or the first failure: a server that answers with an error because another
+  // trainer stopped must not hide why this one stopped (a dead server here).
+  auto replies = conn->client->WaitAll(waits);
+  if (!replies.ok()) return replies.status().WithContext(ctx.Where());
+  for (size_t k = 0; k < tickets.size(); ++k) {
+    const int server = tickets[k].first;
+    rpc::Reply& r = (*replies)[k];
     const std::vector<int>& outs = outs_of[server];
-    if (r.ok() && r->payloads.size() != outs.size())
-      r = Status(ctx.Error("the reply of ", ctx.Attr<StrList>("endpoints")[server], " carries ",
-                           r->payloads.size(), " blocks for ", outs.size(), " asked"));
-    if (!r.ok()) {
-      if (first.ok()) first = r.status().WithContext(ctx.Where());
-      continue;
-    }
+    if (r.payloads.size() != outs.size())
+      return ctx.Error("the reply of ", ctx.Attr<StrList>("endpoints")[server], " carries ",
+                       r.payloads.size(), " blocks for ", outs.size(), " asked");
     for (size_t j = 0; j < outs.size(); ++j) {
-      const auto& meta = r->header.tensors(static_cast<int>(j));
-      if (meta.name() != names[outs[j]]) {
-        if (first.ok())
-          first = ctx.Error("asked for '", names[outs[j]], "', got '", meta.name(), "'");
-        continue;
-      }
-      TakePayload(meta, std::move(r->payloads[j]), ctx.Output("Out", outs[j]));
+      const auto& meta = r.header.tensors(static_cast<int>(j));
+      if (meta.name() != names[outs[j]])
+        return ctx.Error("asked for '", names[outs[j]], "', got '", meta.name(), "'");
+      TakePayload(meta, std::move(r.payloads[j]), ctx.Output("Out", outs[j]));
     }
   }
-  return first;
+  return Status::OK();
 }
 
 Status FetchBarrierKernel(const KernelContext& ctx) {

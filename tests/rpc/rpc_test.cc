@@ -341,6 +341,49 @@ TEST(RpcTest, AServerThatNeverAnswersEndsTheWaitAtTheCallTimeout) {
   EXPECT_NE(r.status().message().find(s.endpoint), std::string::npos) << r.status().ToString();
 }
 
+TEST(RpcTest, WaitAllReturnsEveryReplyInTheOrderAsked) {
+  EchoServer a, b;
+  auto c = Client::Connect({a.endpoint, b.endpoint}, 0, "fp", TestOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->WaitAll(
+      {(*c)->Post(1, Get("v")), (*c)->Post(0, Get("w")), (*c)->Post(1, Get("x"))});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].header.tensors(0).name(), "v");
+  EXPECT_EQ((*r)[1].header.tensors(0).name(), "w");
+  EXPECT_EQ((*r)[2].header.tensors(0).name(), "x");
+  EXPECT_EQ(a.delivered.load(), 1);
+  EXPECT_EQ(b.delivered.load(), 2);
+}
+
+// A trainer waits on two servers: one alive but not answering (it waits for another trainer),
+// one dead. The wait ends with the dead one's failure at its silence timeout, not at the call
+// timeout behind the first server's request, and names the dead server.
+TEST(RpcTest, WaitAllEndsAtTheFirstFailureWhileOtherRequestsAreStillOpen) {
+  EchoServer waiting("s3cret", "fp", /*answer=*/false);
+  auto dead = std::make_unique<EchoServer>();
+  Options o = TestOptions();
+  o.call_timeout = milliseconds(20000);
+  auto c = Client::Connect({waiting.endpoint, dead->endpoint}, 0, "fp", o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string ep = dead->endpoint;
+  dead->Stop();
+  auto begin = std::chrono::steady_clock::now();
+  auto r = (*c)->WaitAll({(*c)->Post(0, Get("w")), (*c)->Post(1, Get("v"))});
+  auto took = std::chrono::steady_clock::now() - begin;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(r.status().message().find(ep), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("sent nothing"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_LT(took, milliseconds(10000));
+  // CallAll waits the same way.
+  Header h;
+  h.set_kind(Header::COMPLETE);
+  Status st = (*c)->CallAll(h);
+  EXPECT_NE(st.message().find(ep), std::string::npos) << st.ToString();
+}
+
 TEST(RpcTest, NoServerAtAllIsATimeoutNamingTheEndpoint) {
   Options o = TestOptions();
   o.connect_timeout = milliseconds(300);
