@@ -345,8 +345,8 @@ TEST(RpcTest, WaitAllReturnsEveryReplyInTheOrderAsked) {
   EchoServer a, b;
   auto c = Client::Connect({a.endpoint, b.endpoint}, 0, "fp", TestOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto r = (*c)->WaitAll(
-      {(*c)->Post(1, Get("v")), (*c)->Post(0, Get("w")), (*c)->Post(1, Get("x"))});
+  auto r =
+      (*c)->WaitAll({(*c)->Post(1, Get("v")), (*c)->Post(0, Get("w")), (*c)->Post(1, Get("x"))});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->size(), 3u);
   EXPECT_EQ((*r)[0].header.tensors(0).name(), "v");
@@ -374,8 +374,7 @@ TEST(RpcTest, WaitAllEndsAtTheFirstFailureWhileOtherRequestsAreStillOpen) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
   EXPECT_NE(r.status().message().find(ep), std::string::npos) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("sent nothing"), std::string::npos)
-      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("sent nothing"), std::string::npos) << r.status().ToString();
   EXPECT_LT(took, milliseconds(10000));
   // CallAll waits the same way.
   Header h;
