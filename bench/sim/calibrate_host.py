@@ -34,12 +34,9 @@
    error, the share within +-25 %, and the fastest algorithm per size measured vs predicted (a
    crossover predicted within one size step counts as met), also among the schedules alone.
 
-   The rows are measured as the calibration goes: 4 and 16 KiB right after the latencies,
-   each larger size right after the primitives of its level (the level whose working set it
-   has), so that the two sides of a row are taken within seconds of each other. With --paired
-   every run calibrates and measures so, predicts from its own calibration, and a row's error
-   is the median of the runs' own errors: a slow period of the machine (a minute or more on a
-   shared VM) then moves both sides of a row alike.
+   With --paired every run calibrates and then measures at once, predicts from its own
+   calibration, and a row's error is the median of the runs' own errors: a slow period of
+   the machine (minutes long on a shared VM) then moves both sides of a run alike.
 
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi --paired
@@ -182,11 +179,6 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
     return times
 
 
-# The allreduce sizes predicted, and the calls per rank whose working sets (2 x ranks x that)
-# are the levels calibrated: each level's size is predicted right after its primitives.
-SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
-LEVELS = [s for s in SIZES if s >= 64 << 10]
-
 # (algorithm, size) -> (fastest, slowest) of the runs' medians, for the rows predicted.
 RANGE = {}
 
@@ -303,12 +295,9 @@ def bisect(f, target, lo, hi, increasing):
     return (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
 
 
-def calibrate(a, cores, runs, ranks, rows=None):
+def calibrate(a, cores, runs, ranks):
     """Step 1: the host model of `ranks` ranks from primitives (medians of `runs` runs). The
-    2-rank calibration also finds the transport's protocol step (EAGER), which 4 ranks use.
-    With `rows` (a dict), the allreduces predicted are measured into it as the calibration goes
-    (measure_rows): each size right after the primitives its prediction rests on, so that a slow
-    period of the machine (a minute or more on a shared VM) falls on both or on neither."""
+    2-rank calibration also finds the transport's protocol step (EAGER), which 4 ranks use."""
     big = 64 << 20
     # Rates do not matter for the small calls that calibrate the latencies.
     flat = [(1 << 20, 10.0, 10.0, 0.0, 0.0)]
@@ -393,9 +382,6 @@ def calibrate(a, cores, runs, ranks, rows=None):
         else:
             print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
                   "(largest step x%.2f, %.2f us)" % (ratio, jump))
-    if rows is not None:
-        # The sizes below the levels rest on the latencies just found.
-        rows.update(measure_rows(a, ranks, runs, [s for s in SIZES if s < LEVELS[0]]))
 
     # 1b. Over MPI: a rank's local copy (memcpy) is not a transfer (which crosses the kernel,
     # Open MPI's single-copy CMA): its rate per working set from 1-rank calls (a copy of the
@@ -423,7 +409,7 @@ def calibrate(a, cores, runs, ranks, rows=None):
     # share their caches and memory differently with 2 ranks than with 4.
     levels = []
     latency, call = timing[ranks]
-    for s in LEVELS:
+    for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
 
         def meas(op, algo, size):
@@ -462,8 +448,6 @@ def calibrate(a, cores, runs, ranks, rows=None):
               "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
               "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
                                     mem_reduce))
-        if rows is not None:
-            rows.update(measure_rows(a, ranks, runs, [s]))
     # 1d. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
     # native broadcast (each block read once and written to every rank) and a native reduce
     # (every rank's block read, one written) of the largest size, fitted to their sum: the pass
@@ -493,28 +477,18 @@ def calibrate(a, cores, runs, ranks, rows=None):
 
 
 
-def measure_rows(a, ranks, runs, sizes):
-    """The allreduces predicted at `sizes` (consecutive sizes of SIZES), measured (medians of
-    `runs` runs): one launch for them all."""
+def measure(a, ranks, runs):
+    """The allreduces predicted, measured (medians of `runs` runs) with each row's range."""
     # Small calls many times (they take microseconds), large ones a few: every row runs for
     # tens of milliseconds, so that what a row's start costs (its barrier, a waiting thread's
     # wake-up) does not count.
-    iters, warmup = (300, 30) if sizes[-1] <= 256 << 10 else (100, 5) if sizes[-1] <= 4 << 20 \
-        else (10, 2)
-    return median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, sizes[0], sizes[-1],
-                        iters, warmup)
-
-
-def calibrate_and_measure(a, cores, runs):
-    """(model, {ranks: (measured rows, their ranges)}) for 2 and 4 ranks: each rank count
-    calibrated with its allreduces measured as the calibration goes (the 2-rank part first: it
-    finds the protocol step both use)."""
-    parts, meas = [], {}
-    for ranks in (2, 4):
-        rows = {}
-        parts.append(calibrate(a, cores, runs, ranks, rows))
-        meas[ranks] = (rows, {k: RANGE[k] for k in rows})
-    return merged(parts), meas
+    meas = median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 4096, 256 << 10,
+                        300, 30)
+    meas.update(median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 1 << 20,
+                             4 << 20, 100, 5))
+    meas.update(median_bench(runs, a.loom, a.transport, ranks, "allreduce", ALGOS, 16 << 20,
+                             64 << 20, 10, 2))
+    return meas, {k: RANGE[k] for k in meas}
 
 
 def predict(model, cores, ranks, sizes):
@@ -608,7 +582,7 @@ def main():
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
                          native="libnbc")
     ALGOS.append("native")
-    # 2. Prediction. Paired: each run calibrates and measures at once, its predictions
+    # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions
     # come from its own calibration, and a row's error is the median of the runs' errors (a
     # slow period of the machine moves both sides of one run alike). Otherwise one calibration
     # from the medians of every run predicts the medians of every run.
@@ -616,9 +590,16 @@ def main():
     if a.paired:
         for r in range(a.runs):
             print("# run %d of %d" % (r + 1, a.runs))
-            runs_data.append(calibrate_and_measure(a, cores, 1))
+            # Each rank count calibrated and then measured at once (the 2-rank part first: it
+            # finds the protocol step both use).
+            parts, meas = [], {}
+            for ranks in (2, 4):
+                parts.append(calibrate(a, cores, 1, ranks))
+                meas[ranks] = measure(a, ranks, 1)
+            runs_data.append((merged(parts), meas))
     else:
-        runs_data.append(calibrate_and_measure(a, cores, a.runs))
+        model = merged([calibrate(a, cores, a.runs, ranks) for ranks in (2, 4)])
+        runs_data.append((model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)}))
     if TAPE["mode"] != "replay":
         print("# launches passed over because the OS crowded the ranks onto fewer CPUs "
               "(loom bench's Placement line): %d; commands whose every launch was: %d"
