@@ -78,6 +78,8 @@ CROWDED = {"launches": 0, "kept": 0}
 # on a shared VM a whole launch can run in a slow mode (over MPI every call of 16 KiB-4 MiB of
 # one mpirun 2.5-3x slower than in the next, in all of its rounds).
 ROUNDS = {"rounds": 9, "stat": "min", "iters": 0.5, "launches": 2, "small_launches": 5}
+# What a measurement taken in several runs reports of them (--across; not part of its key).
+ACROSS = {"pick": "median"}
 # Commands whose calls are all at most this large take the fastest of `small_launches` launches
 # (with --stat min): they take a second, and a launch's slow mode moves a call of microseconds
 # the most.
@@ -87,13 +89,21 @@ SMALL_BYTES = 256 << 10
 # --record FILE keeps every measurement (in the order taken) and --replay FILE takes them from
 # such a file instead of the machine: a change of the model is then checked against the same
 # measurements in seconds. A replay must ask for the same measurements in the same order (or
-# for fewer: a few the file holds beyond them are passed over).
-TAPE = {"mode": None, "entries": [], "at": 0}
+# for fewer: a few the file holds beyond them are passed over). A file of paired runs replayed
+# unpaired gives each measurement its runs' values in their order (by key, "regroup"): the runs
+# pooled per measurement (--across) instead of paired.
+TAPE = {"mode": None, "entries": [], "at": 0, "regroup": None}
 SKIPPABLE = 4
 
 
 def taped(key, take):
     """take() measured, recorded or replayed under `key` (a JSON-able list)."""
+    if TAPE["mode"] == "replay" and TAPE["regroup"] is not None:
+        queue = TAPE["regroup"].get(json.dumps(key))
+        if not queue:
+            sys.exit("calibrate_host: the replayed file has no more measurements %r" % (key,))
+        TAPE["at"] += 1
+        return queue.pop(0)
     if TAPE["mode"] == "replay":
         if TAPE["at"] >= len(TAPE["entries"]):
             sys.exit("calibrate_host: the replayed file ends before measurement %r" % (key,))
@@ -114,8 +124,7 @@ def taped(key, take):
         TAPE["at"] += 1
         return value
     value = take()
-    if TAPE["mode"] == "record":
-        TAPE["entries"].append((key, value))
+    TAPE["entries"].append((key, value))  # kept for --record and for the fastest-runs view
     return value
 
 
@@ -184,10 +193,13 @@ RANGE = {}
 
 
 def median_bench(runs, *args, **kwargs):
+    """A measurement taken `runs` times: each row's median across them, or with --across min
+    its fastest (ACROSS)."""
     samples = [bench(*args, **kwargs) for _ in range(runs)]
     for k in samples[0]:
         RANGE[k] = (min(s[k] for s in samples), max(s[k] for s in samples))
-    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    pick = min if ACROSS["pick"] == "min" else statistics.median
+    return {k: pick(s[k] for s in samples) for k in samples[0]}
 
 
 # What the transport runs that the host model must replay too: over MPI every call starts with
@@ -552,6 +564,11 @@ def main():
                    help="with --stat min, commands of calls up to 256 KiB (the latency and "
                         "protocol primitives, the smaller levels, the smaller predicted rows) "
                         "take the fastest of this many launches (at least --launches)")
+    p.add_argument("--across", choices=["median", "min"], default="median",
+                   help="without --paired, what a measurement reports of its --runs runs (the "
+                        "calibration's primitives and the rows alike): their median, or the "
+                        "fastest (the machine at its fastest on both sides, as --stat min takes "
+                        "within a run)")
     p.add_argument("--plot", help="write predicted vs measured busbw curves to this PNG")
     p.add_argument("--paired", action="store_true",
                    help="each run calibrates and measures at once; errors are the median of the "
@@ -572,12 +589,19 @@ def main():
             tape = json.load(f)
         TAPE.update(mode="replay", entries=tape["measurements"])
         cores = a.cores or tape["cores"]
+        if "--paired" in tape.get("argv", []) and not a.paired:
+            TAPE["regroup"] = {}
+            for key, value in TAPE["entries"]:
+                TAPE["regroup"].setdefault(json.dumps(key), []).append(value)
     elif a.record:
         TAPE.update(mode="record")
     if a.launches < 1:
         p.error("--launches must be at least 1")
+    if a.paired and a.across != "median":
+        p.error("--across pools the runs of each measurement: not with --paired")
     ROUNDS.update(rounds=a.rounds, stat=a.stat, iters=0.5 if a.stat == "min" else 1.0,
                   launches=a.launches, small_launches=a.small_launches)
+    ACROSS["pick"] = a.across
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
                          native="libnbc")
@@ -611,9 +635,28 @@ def main():
                        "measurements": TAPE["entries"]}, f)
         os.replace(tmp, a.record)
         print("# recorded %d measurements in %s" % (len(TAPE["entries"]), a.record))
+    elif TAPE["mode"] == "replay" and TAPE["regroup"] is not None:
+        print("# replayed %d of the file's %d measurements, pooled per measurement across its "
+              "paired runs" % (TAPE["at"], len(TAPE["entries"])))
     elif TAPE["mode"] == "replay" and TAPE["at"] != len(TAPE["entries"]):
         sys.exit("calibrate_host: this run used %d of the replayed file's %d measurements "
                  "(recorded with other options?)" % (TAPE["at"], len(TAPE["entries"])))
+    # Paired runs also give the *fastest* view: each primitive and each row the fastest of its
+    # runs (the machine at its fastest on both sides, as --stat min takes a row's fastest round
+    # and --launches its fastest launch): one calibration from those against those rows.
+    fastest = None
+    if a.paired and a.runs > 1:
+        print("# the fastest of the %d runs: each measurement the fastest of its runs" % a.runs)
+        saved = dict(TAPE)
+        TAPE.update(mode="replay", at=0, regroup={})
+        for key, value in saved["entries"]:
+            TAPE["regroup"].setdefault(json.dumps(key), []).append(value)
+        ACROSS["pick"] = "min"
+        model = merged([calibrate(a, cores, a.runs, ranks) for ranks in (2, 4)])
+        fastest = (model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)})
+        ACROSS["pick"] = a.across
+        TAPE.clear()
+        TAPE.update(saved)
     within = total = steady = steady_within = 0
     crossover_ok = crossover_total = 0
     schedules_ok = schedules_total = 0
@@ -622,10 +665,11 @@ def main():
     # of the machine then moves the model by no more than any other run.
     pooled = pooled_model([model for model, _ in runs_data]) if a.paired else None
     pooled_within = pooled_crossover_ok = 0
+    fastest_within = fastest_crossover_ok = 0
     curves = {}
-    print("# %5s %10s %11s %12s %12s %8s %8s   %s"
+    print("# %5s %10s %11s %12s %12s %8s %8s %8s   %s"
           % ("ranks", "algorithm", "size", "measured_us", "simulated_us", "error",
-             "pooled" if pooled else "", "runs (us)"))
+             "pooled" if pooled else "", "fastest" if fastest else "", "runs (us)"))
     for ranks in (2, 4):
         per_run = [(runs[ranks][0], predict(model, cores, ranks,
                                             sorted({s for (_, s) in runs[ranks][0]})))
@@ -640,11 +684,16 @@ def main():
             spread = runs_data[0][1][ranks][1]
         sizes = sorted({s for (_, s) in meas})
         pooled_pred = predict(pooled, cores, ranks, sizes) if pooled else None
+        if fastest:
+            fast_meas = fastest[1][ranks][0]
+            fast_pred = predict(fastest[0], cores, ranks, sizes)
         for algo in ALGOS:
             for s in sizes:
                 err = errs[(algo, s)]
                 pooled_err = pooled_pred[(algo, s)] / meas[(algo, s)] - 1 if pooled else None
                 pooled_within += pooled is not None and abs(pooled_err) <= 0.25
+                fast_err = fast_pred[(algo, s)] / fast_meas[(algo, s)] - 1 if fastest else None
+                fastest_within += fastest is not None and abs(fast_err) <= 0.25
                 lo, hi = spread[(algo, s)]
                 # The measurement's own run-to-run range: wider than the +-25 % band (slowest
                 # run over 1.5 x the fastest) says the machine, not the model, sets the error.
@@ -653,9 +702,10 @@ def main():
                 within += abs(err) <= 0.25
                 steady += not noisy
                 steady_within += not noisy and abs(err) <= 0.25
-                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%% %8s   %9.1f-%-9.1f%s"
+                print("  %5d %10s %11d %12.1f %12.1f %+7.1f%% %8s %8s   %9.1f-%-9.1f%s"
                       % (ranks, algo, s, meas[(algo, s)], pred[(algo, s)], 100 * err,
-                         "%+.1f%%" % (100 * pooled_err) if pooled else "", lo, hi,
+                         "%+.1f%%" % (100 * pooled_err) if pooled else "",
+                         "%+.1f%%" % (100 * fast_err) if fastest else "", lo, hi,
                          " noisy" if noisy else ""))
             factor = 2 * (ranks - 1) / ranks
             curves["%s %d ranks measured" % (algo, ranks)] = [
@@ -680,6 +730,14 @@ def main():
                 schedules_total += 1
                 schedules_ok += crossover(sched_p, i, s, sched_m)
 
+        if fastest:
+            fast_m = [min(ALGOS, key=lambda al: fast_meas[(al, s)]) for s in sizes]
+            fast_p = [min(ALGOS, key=lambda al: fast_pred[(al, s)]) for s in sizes]
+            for i, s in enumerate(sizes):
+                near = {fast_p[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
+                fastest_crossover_ok += (fast_m[i] in near or fast_meas[(fast_p[i], s)] <=
+                                         1.1 * fast_meas[(fast_m[i], s)])
+
         for i, s in enumerate(sizes):
             crossover_total += 1
             ok, pooled_ok = crossover(best_p, i, s), crossover(best_q, i, s)
@@ -700,6 +758,10 @@ def main():
         print("# pooled (each parameter the median of the runs', against the median "
               "measurement): within +-25%%: %d of %d; fastest algorithm: %d of %d"
               % (pooled_within, total, pooled_crossover_ok, crossover_total))
+    if fastest:
+        print("# fastest (each primitive and each row the fastest of its %d runs): within +-25%%: "
+              "%d of %d; fastest algorithm: %d of %d"
+              % (a.runs, fastest_within, total, fastest_crossover_ok, crossover_total))
     if a.plot:
         plt = sim._pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
