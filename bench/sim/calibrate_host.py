@@ -36,7 +36,11 @@
 
    With --paired every run calibrates and then measures at once, predicts from its own
    calibration, and a row's error is the median of the runs' own errors: a slow period of
-   the machine (minutes long on a shared VM) then moves both sides of a run alike.
+   the machine (minutes long on a shared VM) then moves both sides of a run alike. Paired runs
+   also print a pooled column (each parameter the median of the runs') and a fastest one
+   (each primitive and each row the fastest of its runs: the machine at its fastest on both
+   sides, which a run whose calibration and rows fell in different speeds does not move).
+   Unpaired, --across says how each measurement's runs are pooled (median or min).
 
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport inprocess [--plot out.png]
     PYTHONPATH=build/python bench/sim/calibrate_host.py --transport mpi --paired
@@ -45,7 +49,9 @@
    FILE runs the same calibration and predictions on those measurements instead of the machine
    (the same options: it names any measurement that differs), in seconds, so that a change of
    the model is judged against the very timings the last run took. bench/sim/records/ keeps the
-   latest recorded run of each transport (docs/SIMULATOR.md gives the command that replays it).
+   recorded runs docs/SIMULATOR.md reports (it gives the command that replays them). A paired
+   record replayed without --paired gives each measurement its runs' values (--across pools
+   them).
 
 Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
 """
