@@ -57,6 +57,11 @@ std::vector<zmq::message_t> RecvFrames(zmq::socket_t& socket) {
   return frames;
 }
 
+Status CallTimeout(int trainer, const std::string& what, milliseconds timeout) {
+  return Timeout("trainer ", trainer, ": no answer to ", what, " within ", timeout.count(),
+                 " ms (LOOM_PS_CALL_TIMEOUT_MS)");
+}
+
 Status ErrorOf(const Header& h, const std::string& endpoint) {
   int code = h.code();
   if (code <= 0 || code > static_cast<int>(StatusCode::kAborted))
@@ -234,8 +239,7 @@ StatusOr<Reply> Client::Wait(const Ticket& t) {
   // after its silence timeout. A server that is alive but never answers (it waits for a stuck
   // trainer) is bounded by the call timeout.
   if (!t->cv.wait_for(lock, options_.call_timeout, [&] { return t->done; }))
-    return Timeout("trainer ", trainer_id_, ": no answer to ", t->what, " within ",
-                   options_.call_timeout.count(), " ms (LOOM_PS_CALL_TIMEOUT_MS)");
+    return CallTimeout(trainer_id_, t->what, options_.call_timeout);
   if (!t->status.ok()) return t->status;
   return std::move(t->reply);
 }
@@ -273,8 +277,7 @@ StatusOr<std::vector<Reply>> Client::WaitAll(const std::vector<Ticket>& tickets)
     }
     if (!open) break;
     if (Clock::now() >= deadline)
-      return Timeout("trainer ", trainer_id_, ": no answer to ", open->what, " within ",
-                     options_.call_timeout.count(), " ms (LOOM_PS_CALL_TIMEOUT_MS)");
+      return CallTimeout(trainer_id_, open->what, options_.call_timeout);
     std::unique_lock<std::mutex> lock(open->mu);
     open->cv.wait_for(lock, std::min<milliseconds>(kSlice, TimeLeft(deadline)),
                       [&] { return open->done; });

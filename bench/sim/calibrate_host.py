@@ -53,7 +53,8 @@
    record replayed without --paired gives each measurement its runs' values (--across pools
    them).
 
-Nothing here is asserted in a test: timings on a shared 2-core VM are a benchmark.
+No timing here is asserted in a test: timings on a shared 2-core VM are a benchmark
+(tests/python/test_calibrate_replay.py checks the replay and its views on a recorded run).
 """
 import argparse
 import json
@@ -100,6 +101,14 @@ SMALL_BYTES = 256 << 10
 # pooled per measurement (--across) instead of paired.
 TAPE = {"mode": None, "entries": [], "at": 0, "regroup": None}
 SKIPPABLE = 4
+
+
+def regrouped(entries):
+    """A tape's (key, value) entries as key -> its values in the order taken (its runs)."""
+    out = {}
+    for key, value in entries:
+        out.setdefault(json.dumps(key), []).append(value)
+    return out
 
 
 def taped(key, take):
@@ -596,9 +605,7 @@ def main():
         TAPE.update(mode="replay", entries=tape["measurements"])
         cores = a.cores or tape["cores"]
         if "--paired" in tape.get("argv", []) and not a.paired:
-            TAPE["regroup"] = {}
-            for key, value in TAPE["entries"]:
-                TAPE["regroup"].setdefault(json.dumps(key), []).append(value)
+            TAPE["regroup"] = regrouped(TAPE["entries"])
     elif a.record:
         TAPE.update(mode="record")
     if a.launches < 1:
@@ -654,9 +661,7 @@ def main():
     if a.paired and a.runs > 1:
         print("# the fastest of the %d runs: each measurement the fastest of its runs" % a.runs)
         saved = dict(TAPE)
-        TAPE.update(mode="replay", at=0, regroup={})
-        for key, value in saved["entries"]:
-            TAPE["regroup"].setdefault(json.dumps(key), []).append(value)
+        TAPE.update(mode="replay", at=0, regroup=regrouped(saved["entries"]))
         ACROSS["pick"] = "min"
         model = merged([calibrate(a, cores, a.runs, ranks) for ranks in (2, 4)])
         fastest = (model, {ranks: measure(a, ranks, a.runs) for ranks in (2, 4)})
@@ -724,9 +729,10 @@ def main():
         best_q = [min(ALGOS, key=lambda al: pooled_pred[(al, s)]) for s in sizes] if pooled \
             else best_p
 
-        def crossover(best, i, s, fastest=best_m):
+        def crossover(best, i, s, fastest=best_m, measured=meas):
             near = {best[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
-            return fastest[i] in near or meas[(best[i], s)] <= 1.1 * meas[(fastest[i], s)]
+            return (fastest[i] in near or
+                    measured[(best[i], s)] <= 1.1 * measured[(fastest[i], s)])
 
         if ALGOS != SCHEDULES:
             # The same among Loom's schedules alone (what auto weighs where native is off).
@@ -740,9 +746,7 @@ def main():
             fast_m = [min(ALGOS, key=lambda al: fast_meas[(al, s)]) for s in sizes]
             fast_p = [min(ALGOS, key=lambda al: fast_pred[(al, s)]) for s in sizes]
             for i, s in enumerate(sizes):
-                near = {fast_p[j] for j in range(max(0, i - 1), min(len(sizes), i + 2))}
-                fastest_crossover_ok += (fast_m[i] in near or fast_meas[(fast_p[i], s)] <=
-                                         1.1 * fast_meas[(fast_m[i], s)])
+                fastest_crossover_ok += crossover(fast_p, i, s, fast_m, fast_meas)
 
         for i, s in enumerate(sizes):
             crossover_total += 1
