@@ -387,7 +387,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
         "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",  "eager",
-        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange"};
+        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange",
+        "cache"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -469,6 +470,12 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       return bad("stream must be a positive number");
     }
   }
+  if (keys.count("cache")) {
+    if (protocol.native != HostProtocol::Native::kPass) return bad("cache needs native=pass");
+    StatusOr<size_t> cache = ParseBytes(keys["cache"]);
+    if (!cache.ok()) return bad("cache is not a number of bytes");
+    protocol.cache_bytes = static_cast<double>(*cache);
+  }
   if (keys.count("fault") &&
       (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
     return bad("fault must be a number of microseconds per page, not negative");
@@ -494,6 +501,10 @@ const Machine& Machine::ForWorkingSet(double working_set) const {
 
 double Machine::host_copy_gbps() const {
   return host_cores_ >= 0 ? resources_[port_in_[0]].gbps : 0;
+}
+
+double Machine::host_shared_copy_gbps() const {
+  return host_cores_ >= 0 ? resources_[host_cores_].gbps : 0;
 }
 
 StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {

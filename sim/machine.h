@@ -118,6 +118,10 @@ struct HostProtocol {
   // zero, and the unmap that returns it), in microseconds of one core: Open MPI's temporary
   // buffers beyond glibc's largest mmap threshold are fresh memory every call (0: not charged).
   double fault_us = 0;
+  // The last-level cache the ranks share (bytes; 0: not known). kPass: a streaming pass whose
+  // inputs (every rank's together) take at most half of it reads them from there, at their
+  // working set's rates; the streamed outputs do not displace them.
+  double cache_bytes = 0;
 };
 
 class Machine {
@@ -148,13 +152,15 @@ class Machine {
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
-  // (with pass, ":stream=F"), ":fault=US" and ":exchange=US" (HostProtocol).
+  // (with pass, ":stream=F" and ":cache=BYTES"), ":fault=US" and ":exchange=US" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
   const Machine& ForWorkingSet(double working_set) const;
   // A host's one-rank copy rate (GB/s): what a rank's local copy of its own buffers costs.
   double host_copy_gbps() const;
+  // A host's copy rate with every rank copying at once, all together (GB/s; 0 elsewhere).
+  double host_shared_copy_gbps() const;
   // A preset or topology file name (Preset, else Topology::FromFile), a host spec or a cluster
   // spec.
   static StatusOr<Machine> Load(const std::string& name_or_spec);
@@ -168,6 +174,7 @@ class Machine {
   double stream() const { return host_protocol_.stream; }
   double fault_us() const { return host_protocol_.fault_us; }
   double exchange_us() const { return host_protocol_.exchange_us; }
+  double cache_bytes() const { return host_protocol_.cache_bytes; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

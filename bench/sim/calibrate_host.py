@@ -236,6 +236,31 @@ EAGER = {"bytes": None, "us": 0.0}
 # (the spec's stream=F; None: the model's default), per rank count (found by calibrate()).
 STREAM = {"f": None}
 
+# In-process: the last-level cache the ranks share, in bytes (the spec's cache=BYTES: a native
+# pass whose inputs take at most half of it reads them from there; None: not known).
+CACHE = {"bytes": None}
+
+
+def last_level_cache():
+    """The largest data or unified cache of CPU 0 in bytes (Linux sysfs), or None."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for index in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, index, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, index, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        m = re.match(r"^(\d+)([KMG]?)$", size)
+        if kind == "Instruction" or not m:
+            continue
+        got = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+        best = max(best or 0, got)
+    return best
+
+
 # Over MPI: what the kernel takes per 4 KiB page of fresh memory a process touches (the spec's
 # fault=US; Open MPI's temporaries beyond glibc's largest mmap threshold), found by calibrate().
 FAULT = {"us": None}
@@ -297,6 +322,8 @@ def spec_of(ranks, cores, latency, levels):
     spec += ":native=%s" % TRANSPORT["native"]
     if STREAM["f"] is not None:
         spec += ":stream=%r" % STREAM["f"]
+    if TRANSPORT["native"] == "pass" and CACHE["bytes"]:
+        spec += ":cache=%d" % CACHE["bytes"]
     if FAULT["us"]:
         spec += ":fault=%r" % FAULT["us"]
     if EXCHANGE["us"] is not None:
@@ -595,15 +622,20 @@ def main():
                         "options instead of the machine (to check a change of the model)")
     p.add_argument("--cores", type=int,
                    help="the machine's core count (default: this machine's, or the recorded)")
+    p.add_argument("--cache", type=int, metavar="BYTES",
+                   help="the last-level cache the cores share, in bytes (default: this "
+                        "machine's, from /sys, or the recorded)")
     a = p.parse_args()
     if a.record and a.replay:
         p.error("--record and --replay exclude each other")
     cores = a.cores or os.cpu_count() or 1
+    CACHE["bytes"] = a.cache or last_level_cache()
     if a.replay:
         with open(a.replay) as f:
             tape = json.load(f)
         TAPE.update(mode="replay", entries=tape["measurements"])
         cores = a.cores or tape["cores"]
+        CACHE["bytes"] = a.cache or tape.get("cache") or CACHE["bytes"]
         if "--paired" in tape.get("argv", []) and not a.paired:
             TAPE["regroup"] = regrouped(TAPE["entries"])
     elif a.record:
@@ -644,7 +676,8 @@ def main():
     if TAPE["mode"] == "record":
         tmp = a.record + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"transport": a.transport, "cores": cores, "argv": sys.argv[1:],
+            json.dump({"transport": a.transport, "cores": cores, "cache": CACHE["bytes"],
+                       "argv": sys.argv[1:],
                        "measurements": TAPE["entries"]}, f)
         os.replace(tmp, a.record)
         print("# recorded %d measurements in %s" % (len(TAPE["entries"]), a.record))
@@ -742,21 +775,25 @@ def main():
                 schedules_total += 1
                 schedules_ok += crossover(sched_p, i, s, sched_m)
 
+        fast_ok = []
         if fastest:
             fast_m = [min(ALGOS, key=lambda al: fast_meas[(al, s)]) for s in sizes]
             fast_p = [min(ALGOS, key=lambda al: fast_pred[(al, s)]) for s in sizes]
-            for i, s in enumerate(sizes):
-                fastest_crossover_ok += crossover(fast_p, i, s, fast_m, fast_meas)
+            fast_ok = [crossover(fast_p, i, s, fast_m, fast_meas) for i, s in enumerate(sizes)]
+            fastest_crossover_ok += sum(fast_ok)
 
         for i, s in enumerate(sizes):
             crossover_total += 1
             ok, pooled_ok = crossover(best_p, i, s), crossover(best_q, i, s)
             crossover_ok += ok
             pooled_crossover_ok += pooled_ok
-            print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s%s"
+            print("# %d ranks, %9d B: fastest measured %-10s predicted %-10s %s%s%s"
                   % (ranks, s, best_m[i], best_p[i], "ok" if ok else "MISSED",
                      "; pooled %s %s" % (best_q[i], "ok" if pooled_ok else "MISSED")
-                     if pooled else ""))
+                     if pooled else "",
+                     "; fastest view: measured %s predicted %s %s"
+                     % (fast_m[i], fast_p[i], "ok" if fast_ok[i] else "MISSED")
+                     if fast_ok else ""))
         curves.setdefault("_sizes", sizes)
     print("# within +-25%%: %d of %d (of the %d rows whose runs agree within 1.5x: %d); fastest "
           "algorithm right (or one size step, or within 10%% of the fastest): %d of %d"

@@ -677,6 +677,24 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   ASSERT_TRUE(half.ok());
   EXPECT_NEAR(time(*half, Collective::kAllReduce, 4 << 20), 4 * mib / 2 / 4e3, 1e-3);
   EXPECT_NEAR(time(*half, Collective::kAllReduce, 1 << 20), mib / 8e3, 1e-6);  // no streaming
+  // A streaming pass whose inputs (4 x 4 MiB here) take at most half the last-level cache
+  // reads them from there, at their working set's shared copy rate (16 MiB: 32 GB/s, against
+  // the memory's 16): its 4 reads per block cost half, 4 x 0.5 + 4 writes of the 8.
+  auto cached = [&](const char* cache) {
+    StatusOr<Machine> m = Machine::Load(
+        StrCat("host:4:cores=4:latency=5:levels=16M/8/8/32/32,1G/4/4/16/16:native=pass:stream=0.5",
+               cache));
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Simulator> s = Simulator::Create(std::move(*m), options);
+    EXPECT_TRUE(s.ok());
+    return time(*s, Collective::kAllReduce, 4 << 20);
+  };
+  EXPECT_NEAR(cached(":cache=32M"), 4 * mib / 2 / 4e3 * 6 / 8, 1e-3);
+  EXPECT_NEAR(cached(":cache=24M"), 4 * mib / 2 / 4e3, 1e-3);  // 16 MiB is beyond half of it
+  EXPECT_NEAR(cached(""), 4 * mib / 2 / 4e3, 1e-3);            // not known: from the memory
+  StatusOr<Machine> no_pass = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:cache=1M");
+  ASSERT_FALSE(no_pass.ok());
+  EXPECT_NE(no_pass.status().message().find("cache needs native=pass"), std::string::npos);
   StatusOr<Machine> unstated = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:stream=1");
   ASSERT_FALSE(unstated.ok());
   EXPECT_NE(unstated.status().message().find("stream needs native=pass"), std::string::npos);
