@@ -75,7 +75,8 @@ class ParamServer {
   std::map<std::string, int> by_param_, by_grad_;
   std::vector<int> lr_blocks_;
   Scope* scope_ = nullptr;
-  int64_t step_done_ = 0;
+  int64_t step_done_ = 0;    // sync: the steps run
+  int64_t async_steps_ = 0;  // async: the trainers' steps (barriers), all together
   std::set<int> closed_, dead_;
   std::map<int, int64_t> barrier_, samples_;
   std::optional<Clock::time_point> step_begun_;  // sync: when the pending step's first barrier came
@@ -152,9 +153,10 @@ Status ParamServer::Serve() {
     LOOM_RETURN_IF_ERROR(CheckTrainers());
   }
   std::fprintf(stderr,
-               "loom %s: every trainer closed after %lld %s steps; %lld messages "
+               "loom %s: every trainer closed after %lld %s; %lld messages "
                "refused\n",
-               name_.c_str(), static_cast<long long>(step_done_), sync_ ? "sync" : "async",
+               name_.c_str(), static_cast<long long>(sync_ ? step_done_ : async_steps_),
+               sync_ ? "sync steps" : "async trainer steps",
                static_cast<long long>(server_->refused() + refused_));
   return Status::OK();
 }
@@ -238,6 +240,7 @@ Status ParamServer::OnSend(rpc::Request& r) {
 Status ParamServer::OnBarrier(rpc::Request& r) {
   const int t = r.trainer_id;
   if (!sync_) {
+    ++async_steps_;
     for (int lr : lr_blocks_) {
       Status st = ctx_.RunBlock(lr, scope_);
       if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": the learning-rate block")));

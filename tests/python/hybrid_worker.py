@@ -23,6 +23,16 @@ def shares(workers):
     return sizes + [ROWS - sum(sizes)]
 
 
+def batches_of(steps, learnable):
+    """The global batches every worker takes its rows of: (x, y) float64, ROWS rows each; with
+    `learnable` the targets are a fixed linear map of x."""
+    data = batches(steps, ROWS, "float64", seed=5)
+    if learnable:
+        w = np.random.RandomState(1).randn(4, 1)
+        data = [(x, x @ w) for x, _ in data]
+    return data
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -30,10 +40,11 @@ def main():
     ap.add_argument("--opt", default="adam")
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--learnable", action="store_true", help="targets a linear map of x")
+    ap.add_argument("--lr", type=float, default=0.1, help="SGD's and Momentum's learning rate")
     a = ap.parse_args()
     workers = int(os.environ["PADDLE_TRAINERS_NUM"])
     worker = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    main_prog, startup, loss, params = build(opt=a.opt, dtype="float64")
+    main_prog, startup, loss, params = build(opt=a.opt, dtype="float64", lr=a.lr)
     cfg = fluid.DistributeTranspilerConfig()
     cfg.mode = "hybrid"
     cfg.min_block_size = 4  # sliced parameters
@@ -53,11 +64,7 @@ def main():
     sizes = shares(workers)
     begin = sum(sizes[:worker])
     losses = []
-    data = batches(a.steps, ROWS, "float64", seed=5)
-    if a.learnable:
-        w = np.random.RandomState(1).randn(4, 1)
-        data = [(x, x @ w) for x, _ in data]
-    for x, y in data:
+    for x, y in batches_of(a.steps, a.learnable):
         rows = slice(begin, begin + sizes[worker])
         out = exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss])
         losses.append(float(out[0][0]))

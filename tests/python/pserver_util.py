@@ -30,8 +30,9 @@ def free_ports(n):
     return ["127.0.0.1:%d" % p for p in ports]
 
 
-def build(opt="sgd", dtype="float32", decay=False, hidden=6):
-    """An MLP regression: (main, startup, loss, param names). Same names on every call."""
+def build(opt="sgd", dtype="float32", decay=False, hidden=6, lr=0.1):
+    """An MLP regression: (main, startup, loss, param names). Same names on every call. `lr`:
+    SGD's and Momentum's learning rate (the decay's start)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
@@ -40,7 +41,7 @@ def build(opt="sgd", dtype="float32", decay=False, hidden=6):
         h = fluid.layers.fc(x, size=hidden, act="relu")
         p = fluid.layers.fc(h, size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
-        lr = fluid.layers.exponential_decay(0.1, decay_steps=2, decay_rate=0.5) if decay else 0.1
+        lr = fluid.layers.exponential_decay(lr, decay_steps=2, decay_rate=0.5) if decay else lr
         if opt == "sgd":
             o = fluid.optimizer.SGD(lr)
         elif opt == "momentum":
