@@ -1,7 +1,8 @@
 """bench/sim/calibrate_host.py replayed from a recorded run (no timing here: the measurements come
 from the record): the paired run's fastest view and an unpaired replay of the same record with
 --across min pool the same runs the same way, through two code paths, and must agree row by row;
-a record replayed with other options names the measurement that differs."""
+a record replayed with other options names the measurement that differs; the record's cache size
+reaches the model."""
 import os
 import re
 import subprocess
@@ -17,10 +18,10 @@ RECORD = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30.jso
 ROW = re.compile(r"^\s+(\d)\s+(\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)%(.*)$")
 
 
-def replay(*args):
+def replay(*args, record=RECORD):
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(loom.__file__)))
     out = subprocess.run([sys.executable, SCRIPT, "--transport", "inprocess", "--runs", "5",
-                          "--launches", "2", "--replay", RECORD] + list(args),
+                          "--launches", "2", "--replay", record] + list(args),
                          capture_output=True, text=True, timeout=300, env=env)
     return out.returncode, out.stdout + out.stderr
 
@@ -57,3 +58,23 @@ def test_replay_with_other_options_names_the_measurement():
     code, out = replay("--paired", "--rounds", "3")
     assert code != 0
     assert "this run asks for" in out or "no more measurements" in out, out
+
+
+CACHED = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30-0421.json")
+
+
+@pytest.mark.skipif(not os.path.exists(CACHED), reason="no recorded run")
+def test_the_recorded_cache_prices_the_streaming_pass_reads():
+    """The record's last-level cache (32 MiB) lets the 4-rank native pass of 4 MiB (streamed
+    outputs, 16 MiB of inputs: half the cache) read its inputs from there; with a 1-byte cache
+    stated instead only that row is slower, every other row the same."""
+    code, recorded = replay("--paired", record=CACHED)
+    assert code == 0, recorded
+    code, uncached = replay("--paired", "--cache", "1", record=CACHED)
+    assert code == 0, uncached
+    r, u = rows(recorded), rows(uncached)
+    assert len(r) == 80 and set(r) == set(u)
+    changed = {key for key in r if r[key][0] != u[key][0]}
+    assert changed == {(4, "native", 4 << 20)}, changed
+    key = (4, "native", 4 << 20)
+    assert float(u[key][0]) > 1.2 * float(r[key][0]), (r[key], u[key])
