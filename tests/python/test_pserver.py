@@ -170,11 +170,10 @@ def test_hybrid_async_trains(tmp_path):
     steps = 30
     got, err = _launch_hybrid(tmp_path, 4, 2, 2, "--async", "--opt", "sgd", "--steps",
                               str(steps), "--learnable", "--lr", "0.05")
-    # Each server applied both clients' 30 steps (a client's ranks send as one trainer).
+    # Each server applied both clients' steps (a client's ranks send as one trainer).
     for server in range(2):
-        assert ("loom pserver %d " % server) in err and \
-            re.search(r"pserver %d \(.*\): every trainer closed after 60 async trainer steps"
-                      % server, err), err
+        assert re.search(r"pserver %d \(.*\): every trainer closed after %d async trainer steps"
+                         % (server, 2 * steps), err), err
     sizes = shares(4)
     union = sum(got[w]["losses"] * sizes[w] for w in range(4)) / ROWS  # each step's batch
     assert np.mean(union[-5:]) < 0.5 * np.mean(union[:5]), union
