@@ -386,8 +386,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
-        "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",   "eager",
-        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange", "cache"};
+        "cores",  "latency", "copy",       "reduce", "mem",     "mem_reduce",
+        "levels", "eager",   "rendezvous", "copier", "handoff", "native",
+        "stream", "fault",   "exchange",   "cache",  "pass"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -483,10 +484,39 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       (!number(keys["exchange"], &protocol.exchange_us) || protocol.exchange_us < 0)) {
     return bad("exchange must be a number of microseconds, not negative");
   }
+  // The pass's own rates: all ranks together, on as many cores as run at once, each of which
+  // gets its share.
+  std::vector<HostRates> pass;
+  if (keys.count("pass")) {
+    if (protocol.native != HostProtocol::Native::kPass) return bad("pass needs native=pass");
+    const double workers = std::min<double>(ranks, cores);
+    for (const std::string& level : Split(keys["pass"], ',')) {
+      const std::vector<std::string> f = Split(level, '/');
+      HostRates l;
+      if (f.size() != 3) return bad("pass level '" + level + "' is not WS/COPY/REDUCE");
+      StatusOr<size_t> ws = ParseBytes(f[0]);
+      if (!ws.ok() || !number(f[1], &l.mem_copy) || !number(f[2], &l.mem_reduce) ||
+          l.mem_copy <= 0 || l.mem_reduce <= 0) {
+        return bad("pass level '" + level + "' is not WS/COPY/REDUCE (positive GB/s)");
+      }
+      l.working_set = static_cast<double>(*ws);
+      l.copy = l.mem_copy / workers;
+      l.reduce = l.mem_reduce / workers;
+      pass.push_back(l);
+    }
+    if (pass.empty()) return bad("pass has no levels");
+  }
   StatusOr<Machine> m =
       Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);
   if (!m.ok()) return bad(m.status().message());
   m->name_ = spec;
+  if (!pass.empty()) {
+    StatusOr<Machine> own =
+        Host(static_cast<int>(ranks), static_cast<int>(cores), latency, pass, protocol);
+    if (!own.ok()) return bad("pass: " + std::string(own.status().message()));
+    own->name_ = spec;
+    m->native_pass_ = std::make_shared<const Machine>(std::move(own).value());
+  }
   return m;
 }
 

@@ -152,8 +152,16 @@ class Machine {
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
-  // (with pass, ":stream=F" and ":cache=BYTES"), ":fault=US" and ":exchange=US" (HostProtocol).
+  // (with pass, ":stream=F", ":cache=BYTES" and ":pass=WS/COPY/REDUCE,...": native_pass()),
+  // ":fault=US" and ":exchange=US" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
+  // A native=pass host whose spec gives the pass rates of its own (pass=WS/COPY/REDUCE,...: per
+  // working set, what all ranks together copy and reduce in the pass): the host the pass runs
+  // on where it writes through the caches (no streaming stores); null otherwise. The pass
+  // reads inputs that no rank writes during the call and each rank writes its own blocks, where
+  // a transfer between ranks reads what another core has just written: the ring's and the
+  // tree's rates do not price it.
+  const Machine* native_pass() const { return native_pass_.get(); }
   // A host with levels: the machine a call runs on whose ranks' send and receive buffers
   // total `working_set` bytes (itself otherwise; infinity: the largest level).
   const Machine& ForWorkingSet(double working_set) const;
@@ -221,6 +229,7 @@ class Machine {
   std::vector<std::shared_ptr<const Machine>> host_at_;
   int host_at_lo_ = 0;
   HostProtocol host_protocol_;
+  std::shared_ptr<const Machine> native_pass_;  // native_pass()
   std::vector<Resource> resources_;
   // Within a node (resources of node 0; node k's are offset by k * node_resources_).
   int node_resources_ = 0;

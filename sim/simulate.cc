@@ -460,6 +460,13 @@ bool NativeStreams(Collective kind, size_t bytes, int n) {
   return out >= static_cast<double>(collective::kInProcessNativeStreamingBytes);
 }
 
+// Whether the in-process native pass runs a call of `kind` with `bytes` on n ranks from copies
+// in the meeting (every rank's input at most kInProcessNativeInlineBytes: RunsFromCopies).
+bool NativeFromCopies(Collective kind, size_t bytes, int n) {
+  const size_t input = kind == Collective::kAllGather ? bytes / n : bytes;
+  return input <= collective::kInProcessNativeInlineBytes;
+}
+
 // Open MPI's MPI_Iallreduce (coll/libnbc, nbc_iallreduce.c) on n ranks, `bytes` of fp32: below
 // 4 ranks or 64 KiB the binomial schedule (a binomial tree reduce to rank 0, each receive
 // reduced into the running sum, then a binomial broadcast), otherwise the reduce-scatter by
@@ -822,10 +829,17 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
   // engine.h). An allgather's output and a reduce-scatter's input are `bytes`, the other side
   // bytes / n; the other collectives take bytes each way.
   // The in-process native pass's streaming stores bypass the caches: the memory's rates.
+  // A pass of blocks through the caches runs at the pass's own rates where the host states
+  // them. A call from copies in the meeting reads copies the other ranks have just written, as
+  // a transfer does: the levels' rates.
   const double b = static_cast<double>(bytes);
-  const Machine& on = machine_->ForWorkingSet(
-      algorithm == "native" && NativeStreams(kind, bytes, n)
-          ? std::numeric_limits<double>::infinity()
+  const bool streams = algorithm == "native" && NativeStreams(kind, bytes, n);
+  const Machine& host = algorithm == "native" && !streams && !NativeFromCopies(kind, bytes, n) &&
+                                machine_->native_pass() != nullptr
+                            ? *machine_->native_pass()
+                            : *machine_;
+  const Machine& on = host.ForWorkingSet(
+      streams ? std::numeric_limits<double>::infinity()
       : kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
                                                                              : 2 * b * n);
   LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));

@@ -85,6 +85,9 @@ CROWDED = {"launches": 0, "kept": 0}
 # on a shared VM a whole launch can run in a slow mode (over MPI every call of 16 KiB-4 MiB of
 # one mpirun 2.5-3x slower than in the next, in all of its rounds).
 ROUNDS = {"rounds": 9, "stat": "min", "iters": 0.5, "launches": 2, "small_launches": 5}
+# The in-process native pass writes outputs of this many bytes and more (all ranks') with
+# streaming stores (collective/transport/inprocess.h, kInProcessNativeStreamingBytes).
+STREAMING_BYTES = 16 << 20
 # What a measurement taken in several runs reports of them (--across; not part of its key).
 ACROSS = {"pick": "median"}
 # Commands whose calls are all at most this large take the fastest of `small_launches` launches
@@ -143,7 +146,8 @@ def taped(key, take):
     return value
 
 
-def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
+def bench_key(transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
+    """A bench() measurement's key on the tape, and its launches."""
     # Calls of at most SMALL_BYTES cost little to repeat: the fastest of more launches.
     launches = ROUNDS["launches"]
     if hi <= SMALL_BYTES:
@@ -152,6 +156,20 @@ def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
     key = [transport, ranks, op, list(algos), lo, hi, iters, warmup, factor, rounds]
     if launches != ROUNDS["launches"]:
         key.append(launches)
+    return key, launches
+
+
+def on_tape(*args, **kwargs):
+    """Whether bench(loom, *args) can be taken: always from the machine, in a replay where the
+    file holds that measurement (a record of an earlier version may not)."""
+    if TAPE["mode"] != "replay":
+        return True
+    key = json.dumps(bench_key(*args, **kwargs)[0])
+    return any(json.dumps(k) == key for k, _ in TAPE["entries"])
+
+
+def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
+    key, launches = bench_key(transport, ranks, op, algos, lo, hi, iters, warmup, factor)
     rows = taped(key, lambda: [[al, s, t] for (al, s), t in sorted(
         _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor,
                launches).items())])
@@ -235,6 +253,10 @@ EAGER = {"bytes": None, "us": 0.0}
 # In-process: what the native pass's streaming stores cost against copies at the memory's rates
 # (the spec's stream=F; None: the model's default), per rank count (found by calibrate()).
 STREAM = {"f": None}
+
+# In-process: the native pass's own rates where it writes through the caches (the spec's
+# pass=WS/COPY/REDUCE,...; None: the levels' rates), per rank count (found by calibrate()).
+PASS = {"levels": None}
 
 # In-process: the last-level cache the ranks share, in bytes (the spec's cache=BYTES: a native
 # pass whose inputs take at most half of it reads them from there; None: not known).
@@ -322,6 +344,8 @@ def spec_of(ranks, cores, latency, levels):
     spec += ":native=%s" % TRANSPORT["native"]
     if STREAM["f"] is not None:
         spec += ":stream=%r" % STREAM["f"]
+    if PASS["levels"]:
+        spec += ":pass=" + ",".join("%d/%r/%r" % level for level in PASS["levels"])
     if TRANSPORT["native"] == "pass" and CACHE["bytes"]:
         spec += ":cache=%d" % CACHE["bytes"]
     if FAULT["us"]:
@@ -463,6 +487,8 @@ def calibrate(a, cores, runs, ranks):
     # share their caches and memory differently with 2 ranks than with 4.
     levels = []
     latency, call = timing[ranks]
+    PASS["levels"] = None
+    passes = []
     for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
 
@@ -502,6 +528,31 @@ def calibrate(a, cores, runs, ranks):
               "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
               "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
                                     mem_reduce))
+        # In-process, where the native pass writes through the caches (outputs below
+        # STREAMING_BYTES): its own rates, all ranks together, from a native broadcast (each
+        # block read once and written to every rank: copies) and a native reduce (every rank's
+        # block summed, one written). The pass reads inputs no rank writes during the call and
+        # each rank writes its own blocks; a ring's or tree's transfer reads what another core
+        # has just written, at other rates. (A record of an earlier version without these
+        # measurements replays with the levels' rates.)
+        if (TRANSPORT["native"] == "pass" and s * ranks < STREAMING_BYTES and
+                on_tape(a.transport, ranks, "broadcast", ["native"], s, s, iters, 2)):
+            nb, nr = meas("broadcast", "native", s), meas("reduce", "native", s)
+
+            def fit_pass(op, measured, make):
+                def f(g):
+                    PASS["levels"] = [make(g)]
+                    return simulate(ranks, cores, latency, call, levels[-1:], op, "native", s)
+                return bisect(f, measured, 0.01, 1000.0, increasing=False)
+
+            pass_copy = fit_pass("broadcast", nb, lambda g: (ws, g, 10.0))
+            pass_reduce = fit_pass("reduce", nr, lambda g: (ws, pass_copy, g))
+            PASS["levels"] = None
+            passes.append((ws, pass_copy, pass_reduce))
+            print("# calibration, %d ranks, %d B: the native pass: broadcast %.1f, reduce %.1f "
+                  "us -> copy %.2f, reduce %.2f GB/s all ranks together"
+                  % (ranks, s, nb, nr, pass_copy, pass_reduce))
+    PASS["levels"] = passes or None
     # 1d. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
     # native broadcast (each block read once and written to every rank) and a native reduce
     # (every rank's block read, one written) of the largest size, fitted to their sum: the pass
@@ -526,7 +577,8 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "stream": {ranks: STREAM["f"]}, "fault": {ranks: FAULT["us"]},
+            "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
+            "fault": {ranks: FAULT["us"]},
             "exchange": {ranks: EXCHANGE["us"]}}
 
 
@@ -549,6 +601,7 @@ def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
     STREAM["f"] = model["stream"][ranks]
+    PASS["levels"] = model["pass"][ranks]
     FAULT["us"] = model["fault"][ranks]
     EXCHANGE["us"] = model["exchange"][ranks]
     latency, call = model["timing"][ranks]
@@ -563,6 +616,7 @@ def merged(parts):
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
             "eager": parts[0]["eager"],
             "stream": {k: v for p in parts for k, v in p["stream"].items()},
+            "pass": {k: v for p in parts for k, v in p["pass"].items()},
             "fault": {k: v for p in parts for k, v in p["fault"].items()},
             "exchange": {k: v for p in parts for k, v in p["exchange"].items()}}
 
@@ -583,10 +637,13 @@ def pooled_model(models):
               for r in models[0]["stream"]}
     fault = {r: None if models[0]["fault"][r] is None else med(m["fault"][r] for m in models)
              for r in models[0]["fault"]}
+    passes = {r: None if models[0]["pass"][r] is None else
+              [tuple(med(m["pass"][r][j][i] for m in models) for i in range(3))
+               for j in range(len(models[0]["pass"][r]))] for r in models[0]["pass"]}
     exchange = {r: None if models[0]["exchange"][r] is None
                 else med(m["exchange"][r] for m in models) for r in models[0]["exchange"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "stream": stream, "fault": fault, "exchange": exchange}
+            "stream": stream, "pass": passes, "fault": fault, "exchange": exchange}
 
 
 def main():

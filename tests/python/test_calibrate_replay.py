@@ -78,3 +78,48 @@ def test_the_recorded_cache_prices_the_streaming_pass_reads():
     assert changed == {(4, "native", 4 << 20)}, changed
     key = (4, "native", 4 << 20)
     assert float(u[key][0]) > 1.2 * float(r[key][0]), (r[key], u[key])
+
+
+PASSES = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30-0633.json")
+PASS_LINE = re.compile(r"^# calibration, (\d) ranks, (\d+) B: the native pass: broadcast ([\d.]+), "
+                       r"reduce ([\d.]+) us", re.M)
+CALL_LINE = re.compile(r"^# calibration, (\d) ranks: a native broadcast \(the meeting\).* call "
+                       r"([\d.]+) us$", re.M)
+MODEL_LINE = re.compile(r"^# host model \(inprocess, (\d+) cores, (\d) ranks\): (\S+), latency",
+                        re.M)
+
+
+@pytest.mark.skipif(not os.path.exists(PASSES), reason="no recorded run")
+def test_the_native_pass_rates_replay_their_primitives():
+    """A record with the native pass's own primitives (a native broadcast and reduce per level,
+    where the pass writes through the caches): the fitted pass=... levels replay them, one level
+    per size below the streaming outputs (2 ranks 64 KiB-4 MiB, 4 ranks 64 KiB-1 MiB), and the
+    2-rank native allreduce at 64-256 KiB, which the levels' rates priced 25-52 % slow in every
+    earlier record, is within +-25 % in all three views."""
+    import loom.sim as sim
+    code, out = replay("--paired", record=PASSES)
+    assert code == 0, out
+    fastest = out[out.index("# the fastest of the 5 runs"):]
+    calls = {int(r): float(c) for r, c in CALL_LINE.findall(fastest)}
+    models = {int(r): (int(c), spec) for c, r, spec in MODEL_LINE.findall(fastest)}
+    measured = {}
+    for r, s, b, d in PASS_LINE.findall(fastest):
+        measured.setdefault(int(r), {})[int(s)] = (float(b), float(d))
+    assert sorted(measured[2]) == [64 << 10, 256 << 10, 1 << 20, 4 << 20]
+    assert sorted(measured[4]) == [64 << 10, 256 << 10, 1 << 20]
+    for ranks in (2, 4):
+        cores, spec = models[ranks]
+        host = "host:%d:%s" % (ranks, spec)
+        levels = re.search(r":pass=([^:]+)", host).group(1).split(",")
+        assert len(levels) == len(measured[ranks]), levels
+        for size, times in measured[ranks].items():
+            for op, want in zip(("broadcast", "reduce"), times):
+                got = sim.collectives(host, [size], op=op, algorithm="native",
+                                      call_us=calls[ranks], post_us=0)[0]["time_us"]
+                # The printed times and call are rounded (0.1 and 0.01 us).
+                assert abs(got - want) <= 0.06 + 0.005 * want, (ranks, size, op, got, want)
+    r = rows(out)
+    for size in (64 << 10, 256 << 10):
+        paired, pooled, best = r[(2, "native", size)][1:4]
+        for error in (paired, pooled, best):
+            assert abs(float(error.rstrip("%"))) <= 25, (size, r[(2, "native", size)])

@@ -692,6 +692,42 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   EXPECT_NEAR(cached(":cache=32M"), 4 * mib / 2 / 4e3 * 6 / 8, 1e-3);
   EXPECT_NEAR(cached(":cache=24M"), 4 * mib / 2 / 4e3, 1e-3);  // 16 MiB is beyond half of it
   EXPECT_NEAR(cached(""), 4 * mib / 2 / 4e3, 1e-3);            // not known: from the memory
+  // pass=WS/COPY/REDUCE,...: the pass's own rates (all ranks together, each running rank its
+  // share) where it writes through the caches. 1 MiB on 4 ranks (working set 8 MiB): per rank a
+  // reduction of 256 KiB at 16 / 4 GB/s and 3 copies of it at 64 / 4; the streaming 4 MiB as
+  // before; unstated, the levels' rates.
+  auto own = [&](const char* pass, size_t bytes) {
+    StatusOr<Machine> m = Machine::Load(
+        StrCat("host:4:cores=4:latency=5:levels=8M/8/8/32/32,1G/4/4/16/16:native=pass", pass));
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Simulator> s = Simulator::Create(std::move(*m), options);
+    EXPECT_TRUE(s.ok());
+    return time(*s, Collective::kAllReduce, bytes);
+  };
+  EXPECT_NEAR(own(":pass=8M/64/16", 1 << 20), mib / 4 / 4e3 + 3 * mib / 4 / 16e3, 1e-6);
+  EXPECT_NEAR(own(":pass=8M/64/16", 4 << 20), 4 * mib * 2 / 3 / 4e3, 1e-3);
+  EXPECT_NEAR(own("", 1 << 20), mib / 8e3, 1e-6);
+  // A call from copies in the meeting (4 KiB) reads what the other ranks have just written
+  // there, as a transfer does: the levels' rates, pass or not.
+  EXPECT_NEAR(own(":pass=8M/64/16", 4096), own("", 4096), 1e-9);
+  EXPECT_NEAR(own("", 4096), (4096 + 6144) / 8e3 + 4096 / 8e3, 1e-6);
+  // Between two levels the rates are interpolated as the levels' are (geometrically): 16 MiB of
+  // working set halfway from 8M to 32M, at 32 / 8 GB/s.
+  EXPECT_NEAR(own(":pass=8M/64/16,32M/16/4", 2 << 20), 2 * mib / 4 / 2e3 + 3 * 2 * mib / 4 / 8e3,
+              1e-6);
+  for (const auto& [spec, why] : std::vector<std::pair<std::string, std::string>>{
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:pass=1M/4/2", "pass needs native=pass"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=1M/4",
+            "pass level '1M/4' is not WS/COPY/REDUCE"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=1M/4/0",
+            "pass level '1M/4/0' is not WS/COPY/REDUCE (positive GB/s)"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=", "pass has no levels"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=4M/4/2,1M/4/2",
+            "in increasing order"}}) {
+    StatusOr<Machine> bad = Machine::Load(spec);
+    ASSERT_FALSE(bad.ok()) << spec;
+    EXPECT_NE(bad.status().message().find(why), std::string::npos) << bad.status().message();
+  }
   StatusOr<Machine> no_pass = Machine::Load("host:2:cores=2:latency=0:copy=4:reduce=2:cache=1M");
   ASSERT_FALSE(no_pass.ok());
   EXPECT_NE(no_pass.status().message().find("cache needs native=pass"), std::string::npos);
