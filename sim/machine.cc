@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "collective/transport/inprocess.h"
 #include "sim/simulate.h"  // ParseBytes
 
 namespace loom::sim {
@@ -386,9 +387,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
-        "cores",  "latency", "copy",       "reduce", "mem",     "mem_reduce",
-        "levels", "eager",   "rendezvous", "copier", "handoff", "native",
-        "stream", "fault",   "exchange",   "cache",  "pass"};
+        "cores",    "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
+        "eager",    "rendezvous", "copier", "handoff", "native", "stream",     "fault",
+        "exchange", "cache",      "pass",   "inline",  "wait"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -476,6 +477,18 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (!cache.ok()) return bad("cache is not a number of bytes");
     protocol.cache_bytes = static_cast<double>(*cache);
   }
+  if (keys.count("inline")) {
+    if (protocol.native != HostProtocol::Native::kPass) return bad("inline needs native=pass");
+    StatusOr<size_t> bytes = ParseBytes(keys["inline"]);
+    if (!bytes.ok()) return bad("inline is not a number of bytes");
+    protocol.inline_bytes = static_cast<double>(*bytes);
+  }
+  if (keys.count("wait")) {
+    if (protocol.native != HostProtocol::Native::kPass) return bad("wait needs native=pass");
+    if (!number(keys["wait"], &protocol.wait_us) || protocol.wait_us < 0) {
+      return bad("wait must be a number of microseconds, not negative");
+    }
+  }
   if (keys.count("fault") &&
       (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
     return bad("fault must be a number of microseconds per page, not negative");
@@ -526,6 +539,12 @@ const Machine& Machine::ForWorkingSet(double working_set) const {
   const double ws = std::clamp(working_set, 1.0, std::ldexp(1.0, 62));
   const int k = static_cast<int>(std::lround(std::log2(ws))) - host_at_lo_;
   return *host_at_[std::clamp(k, 0, static_cast<int>(host_at_.size()) - 1)];
+}
+
+double Machine::native_inline_bytes() const {
+  return host_protocol_.inline_bytes >= 0
+             ? host_protocol_.inline_bytes
+             : static_cast<double>(collective::kInProcessNativeInlineBytes);
 }
 
 double Machine::host_copy_gbps() const {

@@ -122,6 +122,12 @@ struct HostProtocol {
   // inputs (every rank's together) take at most half of it reads them from there, at their
   // working set's rates; the streamed outputs do not displace them.
   double cache_bytes = 0;
+  // kPass: calls whose input is at most this many bytes on every rank run from copies in the
+  // meeting (negative: the transport's kInProcessNativeInlineBytes; a record of an earlier
+  // transport states its own), and what a pass of blocks adds to the meeting, in microseconds:
+  // its second wait, until every rank's blocks are written (0: nothing).
+  double inline_bytes = -1;
+  double wait_us = 0;
 };
 
 class Machine {
@@ -152,7 +158,8 @@ class Machine {
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
-  // (with pass, ":stream=F", ":cache=BYTES" and ":pass=WS/COPY/REDUCE,...": native_pass()),
+  // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
+  // ":pass=WS/COPY/REDUCE,...": native_pass()),
   // ":fault=US" and ":exchange=US" (HostProtocol).
   static StatusOr<Machine> ParseHost(const std::string& spec);
   // A native=pass host whose spec gives the pass rates of its own (pass=WS/COPY/REDUCE,...: per
@@ -183,6 +190,9 @@ class Machine {
   double fault_us() const { return host_protocol_.fault_us; }
   double exchange_us() const { return host_protocol_.exchange_us; }
   double cache_bytes() const { return host_protocol_.cache_bytes; }
+  // kPass: the largest per-rank input run from copies (HostProtocol::inline_bytes, resolved).
+  double native_inline_bytes() const;
+  double native_wait_us() const { return host_protocol_.wait_us; }
   double eager_bytes() const { return host_protocol_.eager_bytes; }
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
 

@@ -460,11 +460,12 @@ bool NativeStreams(Collective kind, size_t bytes, int n) {
   return out >= static_cast<double>(collective::kInProcessNativeStreamingBytes);
 }
 
-// Whether the in-process native pass runs a call of `kind` with `bytes` on n ranks from copies
-// in the meeting (every rank's input at most kInProcessNativeInlineBytes: RunsFromCopies).
-bool NativeFromCopies(Collective kind, size_t bytes, int n) {
-  const size_t input = kind == Collective::kAllGather ? bytes / n : bytes;
-  return input <= collective::kInProcessNativeInlineBytes;
+// Whether the in-process native pass on host m runs a call of `kind` with `bytes` from copies
+// in the meeting (every rank's input at most its inline bytes: the transport's RunsFromCopies).
+bool NativeFromCopies(const Machine& m, Collective kind, size_t bytes) {
+  const double input = kind == Collective::kAllGather ? static_cast<double>(bytes) / m.size()
+                                                      : static_cast<double>(bytes);
+  return input <= m.native_inline_bytes();
 }
 
 // Open MPI's MPI_Iallreduce (coll/libnbc, nbc_iallreduce.c) on n ranks, `bytes` of fp32: below
@@ -652,7 +653,7 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
   };
   std::vector<double> copy_in(n, 0);
   bool from_copies = true;
-  for (int r = 0; r < n; ++r) from_copies &= input(r) <= collective::kInProcessNativeInlineBytes;
+  for (int r = 0; r < n; ++r) from_copies &= input(r) <= m.native_inline_bytes();
   if (from_copies) {
     // Every rank leaves its input in the meeting and then computes its own output from the
     // copies (a reduce: the root alone): it reads every copy it needs and writes its output.
@@ -693,7 +694,10 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
     if (reduced[r] > 0) t.Reduce(r, static_cast<uint64_t>(std::llround(reduced[r])));
     if (share[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(share[r])));
   }
-  return t.Take();
+  Trace out = t.Take();
+  // A pass of blocks waits, after the meeting, until every rank's blocks are written.
+  if (!from_copies) out.start_us = m.native_wait_us();
+  return out;
 }
 
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
@@ -834,7 +838,8 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
   // a transfer does: the levels' rates.
   const double b = static_cast<double>(bytes);
   const bool streams = algorithm == "native" && NativeStreams(kind, bytes, n);
-  const Machine& host = algorithm == "native" && !streams && !NativeFromCopies(kind, bytes, n) &&
+  const Machine& host = algorithm == "native" && !streams &&
+                                !NativeFromCopies(*machine_, kind, bytes) &&
                                 machine_->native_pass() != nullptr
                             ? *machine_->native_pass()
                             : *machine_;

@@ -258,6 +258,14 @@ STREAM = {"f": None}
 # pass=WS/COPY/REDUCE,...; None: the levels' rates), per rank count (found by calibrate()).
 PASS = {"levels": None}
 
+# In-process: native calls of at most NATIVE["inline"] bytes per rank run from copies in the
+# meeting (the transport's kInProcessNativeInlineBytes, collective/transport/inprocess.h: the
+# spec's inline=BYTES; a record keeps it, one without it was taken at 4 KiB), and what a pass
+# of blocks waits after the meeting (the spec's wait=US; None: nothing), per rank count (found
+# by calibrate()).
+NATIVE = {"inline": 1 << 10}
+WAIT = {"us": None}
+
 # In-process: the last-level cache the ranks share, in bytes (the spec's cache=BYTES: a native
 # pass whose inputs take at most half of it reads them from there; None: not known).
 CACHE = {"bytes": None}
@@ -344,6 +352,10 @@ def spec_of(ranks, cores, latency, levels):
     spec += ":native=%s" % TRANSPORT["native"]
     if STREAM["f"] is not None:
         spec += ":stream=%r" % STREAM["f"]
+    if TRANSPORT["native"] == "pass":
+        spec += ":inline=%d" % NATIVE["inline"]
+    if WAIT["us"] is not None:
+        spec += ":wait=%r" % WAIT["us"]
     if PASS["levels"]:
         spec += ":pass=" + ",".join("%d/%r/%r" % level for level in PASS["levels"])
     if TRANSPORT["native"] == "pass" and CACHE["bytes"]:
@@ -371,6 +383,20 @@ def bisect(f, target, lo, hi, increasing):
         else:
             hi = mid
     return (lo * hi) ** 0.5 if lo > 0 else (lo + hi) / 2
+
+
+def fit_pass(ranks, cores, latency, call, levels, s, ws, broadcast, reduce):
+    """The native pass's rates at one level, (ws, copy, reduce) all ranks together: the copy
+    rate replays a native broadcast of s bytes (copies only), the reduce rate then its native
+    reduce."""
+    def fit(op, measured, make):
+        def f(g):
+            PASS["levels"] = [make(g)]
+            return simulate(ranks, cores, latency, call, levels, op, "native", s)
+        return bisect(f, measured, 0.01, 1000.0, increasing=False)
+
+    copy = fit("broadcast", broadcast, lambda g: (ws, g, 10.0))
+    return (ws, copy, fit("reduce", reduce, lambda g: (ws, copy, g)))
 
 
 def calibrate(a, cores, runs, ranks):
@@ -487,7 +513,6 @@ def calibrate(a, cores, runs, ranks):
     # share their caches and memory differently with 2 ranks than with 4.
     levels = []
     latency, call = timing[ranks]
-    PASS["levels"] = None
     passes = []
     for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
@@ -537,22 +562,33 @@ def calibrate(a, cores, runs, ranks):
         # measurements replays with the levels' rates.)
         if (TRANSPORT["native"] == "pass" and s * ranks < STREAMING_BYTES and
                 on_tape(a.transport, ranks, "broadcast", ["native"], s, s, iters, 2)):
-            nb, nr = meas("broadcast", "native", s), meas("reduce", "native", s)
-
-            def fit_pass(op, measured, make):
-                def f(g):
-                    PASS["levels"] = [make(g)]
-                    return simulate(ranks, cores, latency, call, levels[-1:], op, "native", s)
-                return bisect(f, measured, 0.01, 1000.0, increasing=False)
-
-            pass_copy = fit_pass("broadcast", nb, lambda g: (ws, g, 10.0))
-            pass_reduce = fit_pass("reduce", nr, lambda g: (ws, pass_copy, g))
-            PASS["levels"] = None
-            passes.append((ws, pass_copy, pass_reduce))
-            print("# calibration, %d ranks, %d B: the native pass: broadcast %.1f, reduce %.1f "
-                  "us -> copy %.2f, reduce %.2f GB/s all ranks together"
-                  % (ranks, s, nb, nr, pass_copy, pass_reduce))
-    PASS["levels"] = passes or None
+            passes.append((s, ws, meas("broadcast", "native", s), meas("reduce", "native", s)))
+    # In-process: the pass of blocks' second wait (every rank's blocks written), from a native
+    # broadcast of twice the inline size (the smallest pass of blocks, whose copies take
+    # little) against the same on the model without it; then each level's pass rates with it.
+    # The wait is fitted on the pass rates and they on the wait: twice round. (A record of the
+    # version before the wait fits the pass rates alone.)
+    PASS["levels"], WAIT["us"] = None, None
+    blocks = 2 * NATIVE["inline"]
+    smallest = None
+    if passes and on_tape(a.transport, ranks, "broadcast", ["native"], blocks, blocks, 2000,
+                          200):
+        smallest = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"],
+                                blocks, blocks, 2000, 200)[("native", blocks)]
+    for _ in range(2 if smallest is not None else 1 if passes else 0):
+        if smallest is not None:
+            WAIT["us"] = 0.0
+            WAIT["us"] = max(0.0, smallest - simulate(ranks, cores, latency, call, levels,
+                                                      "broadcast", "native", blocks))
+        PASS["levels"] = [fit_pass(ranks, cores, latency, call, levels, s, ws, nb, nr)
+                          for s, ws, nb, nr in passes]
+    if smallest is not None:
+        print("# calibration, %d ranks: a native broadcast of %d B (a pass of blocks) %.2f us "
+              "-> the pass waits %.2f us for its blocks" % (ranks, blocks, smallest, WAIT["us"]))
+    for (s, _, nb, nr), (_, pass_copy, pass_reduce) in zip(passes, PASS["levels"] or []):
+        print("# calibration, %d ranks, %d B: the native pass: broadcast %.1f, reduce %.1f "
+              "us -> copy %.2f, reduce %.2f GB/s all ranks together"
+              % (ranks, s, nb, nr, pass_copy, pass_reduce))
     # 1d. In-process: the native pass's streaming stores (outputs of 16 MiB and more), from a
     # native broadcast (each block read once and written to every rank) and a native reduce
     # (every rank's block read, one written) of the largest size, fitted to their sum: the pass
@@ -577,7 +613,7 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
+            "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]}, "wait": {ranks: WAIT["us"]},
             "fault": {ranks: FAULT["us"]},
             "exchange": {ranks: EXCHANGE["us"]}}
 
@@ -602,6 +638,7 @@ def predict(model, cores, ranks, sizes):
     EAGER.update(model["eager"])
     STREAM["f"] = model["stream"][ranks]
     PASS["levels"] = model["pass"][ranks]
+    WAIT["us"] = model["wait"][ranks]
     FAULT["us"] = model["fault"][ranks]
     EXCHANGE["us"] = model["exchange"][ranks]
     latency, call = model["timing"][ranks]
@@ -617,6 +654,7 @@ def merged(parts):
             "eager": parts[0]["eager"],
             "stream": {k: v for p in parts for k, v in p["stream"].items()},
             "pass": {k: v for p in parts for k, v in p["pass"].items()},
+            "wait": {k: v for p in parts for k, v in p["wait"].items()},
             "fault": {k: v for p in parts for k, v in p["fault"].items()},
             "exchange": {k: v for p in parts for k, v in p["exchange"].items()}}
 
@@ -640,10 +678,13 @@ def pooled_model(models):
     passes = {r: None if models[0]["pass"][r] is None else
               [tuple(med(m["pass"][r][j][i] for m in models) for i in range(3))
                for j in range(len(models[0]["pass"][r]))] for r in models[0]["pass"]}
+    wait = {r: None if models[0]["wait"][r] is None else med(m["wait"][r] for m in models)
+            for r in models[0]["wait"]}
     exchange = {r: None if models[0]["exchange"][r] is None
                 else med(m["exchange"][r] for m in models) for r in models[0]["exchange"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "stream": stream, "pass": passes, "fault": fault, "exchange": exchange}
+            "stream": stream, "pass": passes, "wait": wait, "fault": fault,
+            "exchange": exchange}
 
 
 def main():
@@ -693,6 +734,7 @@ def main():
         TAPE.update(mode="replay", entries=tape["measurements"])
         cores = a.cores or tape["cores"]
         CACHE["bytes"] = a.cache or tape.get("cache") or CACHE["bytes"]
+        NATIVE["inline"] = tape.get("inline", 4 << 10)
         if "--paired" in tape.get("argv", []) and not a.paired:
             TAPE["regroup"] = regrouped(TAPE["entries"])
     elif a.record:
@@ -734,6 +776,7 @@ def main():
         tmp = a.record + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"transport": a.transport, "cores": cores, "cache": CACHE["bytes"],
+                       "inline": NATIVE["inline"],
                        "argv": sys.argv[1:],
                        "measurements": TAPE["entries"]}, f)
         os.replace(tmp, a.record)

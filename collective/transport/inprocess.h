@@ -54,8 +54,12 @@ std::shared_ptr<RankMemory> HostRankMemory();
 // its input there and computes its own output from everyone's copies); larger calls are cut into
 // blocks of at most kInProcessNativeBlockBytes per operand (NativeBlockElements), which the
 // ranks claim from a shared counter. The simulator replays the same cut (sim/simulate.h,
-// "native").
-inline constexpr size_t kInProcessNativeInlineBytes = size_t{4} << 10;
+// "native"). From copies a rank reads every other rank's copy just after that rank wrote it
+// (cross-core misses, line by line) where the blocks read inputs at rest, at the cost of a second
+// wait (every block written): measured on 2 cores, the 2-rank allreduce of 2 / 4 KiB took 0.87 /
+// 1.29 us from copies and 0.73 / 0.79 us in blocks, 1 KiB 0.70 either way, 512 B 0.59 from
+// copies and 0.70 in blocks; on 4 ranks 4 KiB 9.8-10.4 against 5.8-6.1 us (docs/PERF.md).
+inline constexpr size_t kInProcessNativeInlineBytes = size_t{1} << 10;
 inline constexpr size_t kInProcessNativeBlockBytes = size_t{16} << 10;
 
 // Elements per block of a native call of `count` elements of `elem` bytes per part, in `parts`

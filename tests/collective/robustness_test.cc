@@ -2,6 +2,7 @@
 // bad arguments.
 #include <gtest/gtest.h>
 
+#include "collective/transport/inprocess.h"
 #include "tests/collective/test_util.h"
 
 namespace loom::collective {
@@ -294,9 +295,11 @@ TEST(NativeInProcess, SmallCallsAreCutSoThatEveryWorkerGetsABlock) {
 TEST(NativeInProcess, CallsOnBothSidesOfTheCopyThresholdAreExact) {
   constexpr int n = 3;
   auto world = MakeWorld(n, 30000);
-  // Per-rank input sizes around 4 KiB (the copy threshold) in doubles; 2000 is less than one
-  // 16 KiB block, cut for the ranks that run at once, 10000 five blocks.
-  const std::vector<size_t> counts = {1, 511, 512, 513, 2000, 10000};
+  // Per-rank input sizes around 1 KiB (the copy threshold, kInProcessNativeInlineBytes) in
+  // doubles; 512 and 2000 are less than one 16 KiB block, cut for the ranks that run at once,
+  // 10000 five blocks.
+  static_assert(kInProcessNativeInlineBytes == 128 * sizeof(double), "threshold moved");
+  const std::vector<size_t> counts = {1, 127, 128, 129, 512, 2000, 10000};
   RunRanks(*world, [&](int rank, Communicator& comm) {
     const CallOptions native{Algorithm::kNative};
     auto value = [](int r, size_t i, int call) { return double((r + 1) * 1000 + i % 97 + call); };

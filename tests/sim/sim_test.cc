@@ -296,8 +296,9 @@ TEST(Engine, HostMessagesAfterAWakeUpEndedPayTheirOwnLatency) {
     t.parts = 1;
     for (int k = 0; k < rounds; ++k) {
       for (int r = 0; r < 2; ++r) {
-        t.ranks[r].push_back(TraceOp{TraceOp::kRecv, 1 - r, 2 * k, k, 0});
-        t.ranks[r].push_back(TraceOp{TraceOp::kSend, 1 - r, 2 * k + 1, k, 0});
+        t.ranks[r].push_back(TraceOp{TraceOp::kRecv, 1 - r, 2 * k, static_cast<uint64_t>(k), 0});
+        t.ranks[r].push_back(
+            TraceOp{TraceOp::kSend, 1 - r, 2 * k + 1, static_cast<uint64_t>(k), 0});
         t.ranks[r].push_back(TraceOp{TraceOp::kWait, -1, 2 * k, 0, 0});
         t.ranks[r].push_back(TraceOp{TraceOp::kWait, -1, 2 * k + 1, 0, 0});
       }
@@ -312,8 +313,8 @@ TEST(Engine, HostMessagesAfterAWakeUpEndedPayTheirOwnLatency) {
   two.handles = {2, 2};
   two.parts = 1;
   for (int k = 0; k < 2; ++k) {
-    two.ranks[0].push_back(TraceOp{TraceOp::kSend, 1, k, k, 0});
-    two.ranks[1].push_back(TraceOp{TraceOp::kRecv, 0, k, k, 0});
+    two.ranks[0].push_back(TraceOp{TraceOp::kSend, 1, k, static_cast<uint64_t>(k), 0});
+    two.ranks[1].push_back(TraceOp{TraceOp::kRecv, 0, k, static_cast<uint64_t>(k), 0});
   }
   for (int r = 0; r < 2; ++r) {
     for (int k = 0; k < 2; ++k) two.ranks[r].push_back(TraceOp{TraceOp::kWait, -1, k, 0, 0});
@@ -643,10 +644,21 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   // time (the reductions share mem_reduce, 4 x 2 GB/s by default: no slower).
   EXPECT_NEAR(time(host(4, ":mem=8:native=pass"), Collective::kAllReduce, 1 << 20),
               mib / 4 / 2e3 + 2 * 3 * mib / 4 / 4e3, 1e-6);
-  // From copies (4 KiB): each rank copies its input into the meeting, then sums all 4 copies
-  // (one reduction, two half copies) and writes its output: 4 KiB copied, 4 KiB reduced, 6 KiB
-  // copied.
-  EXPECT_NEAR(time(four, Collective::kAllReduce, 4096), (4096 + 6144) / 4e3 + 4096 / 2e3, 1e-6);
+  // From copies (1 KiB, the transport's inline size): each rank copies its input into the
+  // meeting, then sums all 4 copies (one reduction, two half copies) and writes its output:
+  // 1 KiB copied, 1 KiB reduced, 1.5 KiB copied.
+  EXPECT_NEAR(time(four, Collective::kAllReduce, 1024), (1024 + 1536) / 4e3 + 1024 / 2e3, 1e-6);
+  // inline=BYTES states another (a record of an earlier transport): 4 KiB then from copies too,
+  // where the transport's 4 KiB is a pass of blocks (4 of 1 KiB, one per rank: a reduction and
+  // 3 copies of it each).
+  const Simulator inline4k = host(4, ":mem=16:native=pass:inline=4K");
+  EXPECT_NEAR(time(inline4k, Collective::kAllReduce, 4096), (4096 + 6144) / 4e3 + 4096 / 2e3, 1e-6);
+  EXPECT_NEAR(time(four, Collective::kAllReduce, 4096), 1024 / 2e3 + 3 * 1024 / 4e3, 1e-6);
+  // wait=US: a pass of blocks waits that long after the meeting for every rank's blocks; a call
+  // from copies does not.
+  const Simulator waits = host(4, ":mem=16:native=pass:wait=0.3");
+  EXPECT_NEAR(time(waits, Collective::kAllReduce, 4096), 0.3 + 1024 / 2e3 + 3 * 1024 / 4e3, 1e-6);
+  EXPECT_NEAR(time(waits, Collective::kAllReduce, 1024), (1024 + 1536) / 4e3 + 1024 / 2e3, 1e-6);
   // 16 KiB on 2 ranks is less than two full blocks: the transport cuts it into two of 8 KiB, one
   // per rank (NativeBlockElements), each summing both inputs and storing to both outputs.
   const Simulator two = host(2, ":mem=8:native=pass");
@@ -707,10 +719,10 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
   EXPECT_NEAR(own(":pass=8M/64/16", 1 << 20), mib / 4 / 4e3 + 3 * mib / 4 / 16e3, 1e-6);
   EXPECT_NEAR(own(":pass=8M/64/16", 4 << 20), 4 * mib * 2 / 3 / 4e3, 1e-3);
   EXPECT_NEAR(own("", 1 << 20), mib / 8e3, 1e-6);
-  // A call from copies in the meeting (4 KiB) reads what the other ranks have just written
+  // A call from copies in the meeting (1 KiB) reads what the other ranks have just written
   // there, as a transfer does: the levels' rates, pass or not.
-  EXPECT_NEAR(own(":pass=8M/64/16", 4096), own("", 4096), 1e-9);
-  EXPECT_NEAR(own("", 4096), (4096 + 6144) / 8e3 + 4096 / 8e3, 1e-6);
+  EXPECT_NEAR(own(":pass=8M/64/16", 1024), own("", 1024), 1e-9);
+  EXPECT_NEAR(own("", 1024), (1024 + 1536) / 8e3 + 1024 / 8e3, 1e-6);
   // Between two levels the rates are interpolated as the levels' are (geometrically): 16 MiB of
   // working set halfway from 8M to 32M, at 32 / 8 GB/s.
   EXPECT_NEAR(own(":pass=8M/64/16,32M/16/4", 2 << 20), 2 * mib / 4 / 2e3 + 3 * 2 * mib / 4 / 8e3,
@@ -722,6 +734,12 @@ TEST(Simulate, NativeIsOnePassOverTheRanksSharedMemory) {
            {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=1M/4/0",
             "pass level '1M/4/0' is not WS/COPY/REDUCE (positive GB/s)"},
            {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=", "pass has no levels"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:inline=1K", "inline needs native=pass"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:inline=x",
+            "inline is not a number of bytes"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:wait=1", "wait needs native=pass"},
+           {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:wait=-1",
+            "wait must be a number of microseconds, not negative"},
            {"host:2:cores=2:latency=0:copy=4:reduce=2:native=pass:pass=4M/4/2,1M/4/2",
             "in increasing order"}}) {
     StatusOr<Machine> bad = Machine::Load(spec);
