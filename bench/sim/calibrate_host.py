@@ -21,7 +21,13 @@
      Open MPI's temporaries from 32 MiB on are fresh every call;
    - in-process, what the native pass's streaming stores cost, from a native broadcast and a
      native reduce of 64 MiB fitted to their sum (an allreduce reads and writes in its
-     proportion).
+     proportion);
+   - in-process, the native pass's own rates where it writes through the caches (it reads
+     inputs at rest, where a transfer reads what another core has just written), per level
+     below the streaming outputs from a native broadcast (copy) and a native reduce (reduce),
+     and its wait for every rank's blocks from a native broadcast of twice the size that runs
+     from copies in the meeting (the smallest pass of blocks) against a 64-byte one in the
+     same launches.
    The core count is the machine's. Each row reports the fastest of 9 rounds in the fastest of
    2 launches (--stat min, --launches: the machine undisturbed by other load, as the simulator
    models it); a launch in which the OS kept two ranks on one CPU while another was free in most
@@ -565,26 +571,31 @@ def calibrate(a, cores, runs, ranks):
             passes.append((s, ws, meas("broadcast", "native", s), meas("reduce", "native", s)))
     # In-process: the pass of blocks' second wait (every rank's blocks written), from a native
     # broadcast of twice the inline size (the smallest pass of blocks, whose copies take
-    # little) against the same on the model without it; then each level's pass rates with it.
-    # The wait is fitted on the pass rates and they on the wait: twice round. (A record of the
-    # version before the wait fits the pass rates alone.)
+    # little) against a 64-byte one (the meeting alone) in the same launches, their rounds
+    # alternating (this VM's slow mode, which triples a call of a microsecond for seconds to
+    # minutes, then falls on both); then each level's pass rates with it. The wait is fitted on
+    # the pass rates and they on the wait: twice round. (A record of the version before the
+    # wait fits the pass rates alone.)
     PASS["levels"], WAIT["us"] = None, None
     blocks = 2 * NATIVE["inline"]
-    smallest = None
-    if passes and on_tape(a.transport, ranks, "broadcast", ["native"], blocks, blocks, 2000,
-                          200):
-        smallest = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"],
-                                blocks, blocks, 2000, 200)[("native", blocks)]
-    for _ in range(2 if smallest is not None else 1 if passes else 0):
-        if smallest is not None:
+    pair = None
+    if passes and on_tape(a.transport, ranks, "broadcast", ["native"], 64, blocks, 2000, 200,
+                          blocks // 64):
+        pair = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"], 64,
+                            blocks, 2000, 200, blocks // 64)
+    for _ in range(2 if pair is not None else 1 if passes else 0):
+        if pair is not None:
             WAIT["us"] = 0.0
-            WAIT["us"] = max(0.0, smallest - simulate(ranks, cores, latency, call, levels,
-                                                      "broadcast", "native", blocks))
+            met = max(0.0, pair[("native", 64)] - simulate(ranks, cores, latency, 0.0, levels,
+                                                           "broadcast", "native", 64))
+            WAIT["us"] = max(0.0, pair[("native", blocks)] - simulate(
+                ranks, cores, latency, met, levels, "broadcast", "native", blocks))
         PASS["levels"] = [fit_pass(ranks, cores, latency, call, levels, s, ws, nb, nr)
                           for s, ws, nb, nr in passes]
-    if smallest is not None:
-        print("# calibration, %d ranks: a native broadcast of %d B (a pass of blocks) %.2f us "
-              "-> the pass waits %.2f us for its blocks" % (ranks, blocks, smallest, WAIT["us"]))
+    if pair is not None:
+        print("# calibration, %d ranks: a native broadcast of %d B (a pass of blocks) %.2f us, "
+              "of 64 B %.2f us -> the pass waits %.2f us for its blocks"
+              % (ranks, blocks, pair[("native", blocks)], pair[("native", 64)], WAIT["us"]))
     for (s, _, nb, nr), (_, pass_copy, pass_reduce) in zip(passes, PASS["levels"] or []):
         print("# calibration, %d ranks, %d B: the native pass: broadcast %.1f, reduce %.1f "
               "us -> copy %.2f, reduce %.2f GB/s all ranks together"
