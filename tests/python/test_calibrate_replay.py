@@ -80,11 +80,14 @@ def test_the_recorded_cache_prices_the_streaming_pass_reads():
     assert float(u[key][0]) > 1.2 * float(r[key][0]), (r[key], u[key])
 
 
-PASSES = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30-0633.json")
+PASSES = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30-0710.json")
 PASS_LINE = re.compile(r"^# calibration, (\d) ranks, (\d+) B: the native pass: broadcast ([\d.]+), "
                        r"reduce ([\d.]+) us", re.M)
 CALL_LINE = re.compile(r"^# calibration, (\d) ranks: a native broadcast \(the meeting\).* call "
                        r"([\d.]+) us$", re.M)
+WAIT_LINE = re.compile(r"^# calibration, (\d) ranks: a native broadcast of (\d+) B \(a pass of "
+                       r"blocks\) ([\d.]+) us, of 64 B ([\d.]+) us -> the pass waits ([\d.]+) us",
+                       re.M)
 MODEL_LINE = re.compile(r"^# host model \(inprocess, (\d+) cores, (\d) ranks\): (\S+), latency",
                         re.M)
 
@@ -92,10 +95,12 @@ MODEL_LINE = re.compile(r"^# host model \(inprocess, (\d+) cores, (\d) ranks\): 
 @pytest.mark.skipif(not os.path.exists(PASSES), reason="no recorded run")
 def test_the_native_pass_rates_replay_their_primitives():
     """A record with the native pass's own primitives (a native broadcast and reduce per level,
-    where the pass writes through the caches): the fitted pass=... levels replay them, one level
-    per size below the streaming outputs (2 ranks 64 KiB-4 MiB, 4 ranks 64 KiB-1 MiB), and the
-    2-rank native allreduce at 64-256 KiB, which the levels' rates priced 25-52 % slow in every
-    earlier record, is within +-25 % in all three views."""
+    where the pass writes through the caches, and a 2 KiB against a 64-byte native broadcast
+    for its wait): the fitted pass=... levels and wait replay them, one level per size below
+    the streaming outputs (2 ranks 64 KiB-4 MiB, 4 ranks 64 KiB-1 MiB), the record's inline
+    size (1 KiB) reaches the spec, and the 2-rank native allreduce at 4-256 KiB, which the
+    levels' rates priced 25-52 % slow at 64-256 KiB and 24-34 % fast at 4 KiB in every earlier
+    record, is within +-25 % in all three views."""
     import loom.sim as sim
     code, out = replay("--paired", record=PASSES)
     assert code == 0, out
@@ -107,9 +112,27 @@ def test_the_native_pass_rates_replay_their_primitives():
         measured.setdefault(int(r), {})[int(s)] = (float(b), float(d))
     assert sorted(measured[2]) == [64 << 10, 256 << 10, 1 << 20, 4 << 20]
     assert sorted(measured[4]) == [64 << 10, 256 << 10, 1 << 20]
+    waits = {int(r): (int(b), float(t), float(t64), float(w))
+             for r, b, t, t64, w in WAIT_LINE.findall(fastest)}
+    assert sorted(waits) == [2, 4]
     for ranks in (2, 4):
         cores, spec = models[ranks]
         host = "host:%d:%s" % (ranks, spec)
+        assert ":inline=1024:" in host + ":", host
+        blocks, t, t64, wait = waits[ranks]
+        assert blocks == 2048 and re.search(r":wait=([\d.e-]+)", host), host
+        assert abs(float(re.search(r":wait=([\d.e-]+)", host).group(1)) - wait) <= 0.005
+        # The wait replays the 2 KiB broadcast on the 64-byte one's meeting (where it came out
+        # negative, none: the model is then at least as slow).
+        def native_broadcast(size, call):
+            return sim.collectives(host, [size], op="broadcast", algorithm="native",
+                                   call_us=call, post_us=0)[0]["time_us"]
+        met = max(0.0, t64 - native_broadcast(64, 0.0))
+        got = native_broadcast(2048, met)
+        if wait > 0.005:
+            assert abs(got - t) <= 0.03, (ranks, got, t, wait)
+        else:
+            assert got >= t - 0.03, (ranks, got, t)
         levels = re.search(r":pass=([^:]+)", host).group(1).split(",")
         assert len(levels) == len(measured[ranks]), levels
         for size, times in measured[ranks].items():
@@ -119,7 +142,7 @@ def test_the_native_pass_rates_replay_their_primitives():
                 # The printed times and call are rounded (0.1 and 0.01 us).
                 assert abs(got - want) <= 0.06 + 0.005 * want, (ranks, size, op, got, want)
     r = rows(out)
-    for size in (64 << 10, 256 << 10):
+    for size in (4 << 10, 64 << 10, 256 << 10):
         paired, pooled, best = r[(2, "native", size)][1:4]
         for error in (paired, pooled, best):
             assert abs(float(error.rstrip("%"))) <= 25, (size, r[(2, "native", size)])
