@@ -837,9 +837,10 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
   // them. A call from copies in the meeting reads copies the other ranks have just written, as
   // a transfer does: the levels' rates.
   const double b = static_cast<double>(bytes);
-  const bool streams = algorithm == "native" && NativeStreams(kind, bytes, n);
-  const Machine& host = algorithm == "native" && !streams &&
-                                !NativeFromCopies(*machine_, kind, bytes) &&
+  const bool pass = algorithm == "native" && machine_->host() &&
+                    machine_->native() == HostProtocol::Native::kPass;
+  const bool streams = pass && NativeStreams(kind, bytes, n);
+  const Machine& host = pass && !streams && !NativeFromCopies(*machine_, kind, bytes) &&
                                 machine_->native_pass() != nullptr
                             ? *machine_->native_pass()
                             : *machine_;

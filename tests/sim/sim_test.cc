@@ -832,6 +832,19 @@ TEST(Simulate, NativeOverMpiReplaysOpenMpisSchedules) {
   ASSERT_FALSE(six.ok());
   EXPECT_NE(six.status().message().find("not a power of two"), std::string::npos);
   EXPECT_GT(time(host(6), 4096), 0);  // binomial below 64 KiB on any count
+  // Open MPI writes no streaming stores: a 4 MiB call on 4 ranks (outputs of 16 MiB, which the
+  // in-process pass streams) runs at the rates of its working set (2 x 4 MiB x 4 = 32 MiB),
+  // not the memory's (the largest level); a level beyond it changes nothing.
+  auto leveled = [&](const std::string& levels) {
+    StatusOr<Machine> m =
+        Machine::Load("host:4:cores=4:latency=3:levels=" + levels + ":native=libnbc");
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Simulator> sim = Simulator::Create(std::move(*m), options);
+    EXPECT_TRUE(sim.ok()) << sim.status().ToString();
+    return time(*sim, 4 << 20);
+  };
+  EXPECT_NEAR(leveled("32M/4/2/16/8,1G/1/0.5/4/2"), leveled("32M/4/2/16/8"), 1e-9);
+  EXPECT_GT(leveled("32M/1/0.5/4/2"), 3 * leveled("32M/4/2/16/8"));
 }
 
 // A rank's copy of its own buffers runs at the host's local rate where it has one (over MPI a
