@@ -652,8 +652,7 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
     reduced[r] += reductions * len;
   };
   std::vector<double> copy_in(n, 0);
-  bool from_copies = true;
-  for (int r = 0; r < n; ++r) from_copies &= input(r) <= m.native_inline_bytes();
+  const bool from_copies = NativeFromCopies(m, kind, bytes);
   if (from_copies) {
     // Every rank leaves its input in the meeting and then computes its own output from the
     // copies (a reduce: the root alone): it reads every copy it needs and writes its output.

@@ -583,11 +583,13 @@ def calibrate(a, cores, runs, ranks):
                           blocks // 64):
         pair = median_bench(runs, a.loom, a.transport, ranks, "broadcast", ["native"], 64,
                             blocks, 2000, 200, blocks // 64)
+    if pair is not None:
+        # The meeting of these launches (a call from copies: no wait, no pass rates).
+        met = max(0.0, pair[("native", 64)] - simulate(ranks, cores, latency, 0.0, levels,
+                                                       "broadcast", "native", 64))
     for _ in range(2 if pair is not None else 1 if passes else 0):
         if pair is not None:
             WAIT["us"] = 0.0
-            met = max(0.0, pair[("native", 64)] - simulate(ranks, cores, latency, 0.0, levels,
-                                                           "broadcast", "native", 64))
             WAIT["us"] = max(0.0, pair[("native", blocks)] - simulate(
                 ranks, cores, latency, met, levels, "broadcast", "native", blocks))
         PASS["levels"] = [fit_pass(ranks, cores, latency, call, levels, s, ws, nb, nr)
@@ -624,8 +626,8 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]}, "wait": {ranks: WAIT["us"]},
-            "fault": {ranks: FAULT["us"]},
+            "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
+            "wait": {ranks: WAIT["us"]}, "fault": {ranks: FAULT["us"]},
             "exchange": {ranks: EXCHANGE["us"]}}
 
 
@@ -682,20 +684,16 @@ def pooled_model(models):
     found = [m["eager"]["bytes"] for m in models]
     eager = max(set(found), key=found.count)
     us = [m["eager"]["us"] for m in models if m["eager"]["bytes"] == eager]
-    stream = {r: None if models[0]["stream"][r] is None else med(m["stream"][r] for m in models)
-              for r in models[0]["stream"]}
-    fault = {r: None if models[0]["fault"][r] is None else med(m["fault"][r] for m in models)
-             for r in models[0]["fault"]}
+    def scalar(name):  # per rank count: the runs' median, or None where the runs have none
+        return {r: None if models[0][name][r] is None else med(m[name][r] for m in models)
+                for r in models[0][name]}
+
     passes = {r: None if models[0]["pass"][r] is None else
               [tuple(med(m["pass"][r][j][i] for m in models) for i in range(3))
                for j in range(len(models[0]["pass"][r]))] for r in models[0]["pass"]}
-    wait = {r: None if models[0]["wait"][r] is None else med(m["wait"][r] for m in models)
-            for r in models[0]["wait"]}
-    exchange = {r: None if models[0]["exchange"][r] is None
-                else med(m["exchange"][r] for m in models) for r in models[0]["exchange"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "stream": stream, "pass": passes, "wait": wait, "fault": fault,
-            "exchange": exchange}
+            "stream": scalar("stream"), "pass": passes, "wait": scalar("wait"),
+            "fault": scalar("fault"), "exchange": scalar("exchange")}
 
 
 def main():
