@@ -12,9 +12,11 @@
      tree (2 messages);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
-     root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce),
-     and of all ranks copying and reducing at once (the ring's allgather and reduce-scatter),
-     which the cores and the memory system share.
+     root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce:
+     on 2 ranks the tree's, on 4 a star's, whose root reduces alone), and of all ranks copying
+     and reducing at once (the ring's allgather and reduce-scatter, each sized to the level's
+     working set; on 4 ranks the shared reduce rate at least what the tree's reduce, two ranks
+     at once, shows), which the cores and the memory system share.
    - over MPI, per working-set level, a rank's local copy (memcpy; a transfer crosses the
      kernel instead) from 1-rank calls, and what the kernel takes per fresh page a process
      touches (a fresh malloc block written once and freed, against rewriting mapped memory):
@@ -533,32 +535,60 @@ def calibrate(a, cores, runs, ranks):
 
         ws = 2 * ranks * s
         loc = local.get(ws, 0.0)
-        # The ring's allgather and reduce-scatter of `whole` bytes touch (ranks + 1) x whole
-        # (every rank's part and the whole): sized to the same working set.
+        # The ring's allgather of `whole` bytes touches (ranks + 1) x whole (every rank's part
+        # and the whole): sized to the same working set. Its reduce-scatter of `whole` touches
+        # 2 x whole per rank (the input, the scratch it reduces the other ranks' parts into, its
+        # part of the result), so the same working set is a reduce-scatter of s. (A record of
+        # the version before sized both as the allgather: on 4 ranks 1.6 x the level's working
+        # set, where 4 ranks of 4 MiB fill this VM's 32 MiB L3.)
         whole = ws // (ranks + 1) // (64 * ranks) * (64 * ranks)
+        rs_whole = s // (64 * ranks) * (64 * ranks)
+        if not on_tape(a.transport, ranks, "reducescatter", ["ring"], rs_whole, rs_whole, iters,
+                       2):
+            rs_whole = whole
         cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
+        # On more than 2 ranks one rank reducing alone is a star's reduce (its root reduces
+        # every other rank's buffer in turn while they wait); a tree's reduce reduces on two
+        # ranks at once from 4 ranks on, which on 2 cores cannot tell one rank's rate from the
+        # cores' together (the star's root then came out as fast as the tree's: the 4-rank star
+        # allreduce at 4 MiB -40 %). On 2 ranks the tree is the star. (A record of the version
+        # before has no star reduce: the tree's then.)
+        rd_star = None
+        if ranks > 2 and on_tape(a.transport, ranks, "reduce", ["star"], s, s, iters, 2):
+            rd_star = meas("reduce", "star", s)
         ag = meas("allgather", "ring", whole)
-        rs = meas("reducescatter", "ring", whole)
+        rs = meas("reducescatter", "ring", rs_whole)
         # The one-rank rates first as if no copies overlapped, then again with the shared
         # rates found (a tree of more than 2 ranks copies on several at once).
         mem = mem_reduce = 0.0
         for _ in range(2 if ranks > 2 else 1):
             copy = fit("broadcast", "tree", s, cp,
                        lambda g: (ws, g, 10.0, mem, mem_reduce, loc))
-            reduce = fit("reduce", "tree", s, rd,
-                         lambda g: (ws, copy, g, mem, mem_reduce, loc))
+            if rd_star is None:
+                reduce = fit("reduce", "tree", s, rd,
+                             lambda g: (ws, copy, g, mem, mem_reduce, loc))
+            else:
+                reduce = fit("reduce", "star", s, rd_star,
+                             lambda g: (ws, copy, g, mem, mem_reduce, loc))
             # All ranks at once: between one rank's rate and one stream per core.
             mem = min(cores * copy, max(copy, fit(
                 "allgather", "ring", whole, ag,
                 lambda g: (ws, copy, reduce, g, mem_reduce, loc))))
-            mem_reduce = min(cores * reduce, max(reduce, fit(
-                "reducescatter", "ring", whole, rs,
-                lambda g: (ws, copy, reduce, mem, g, loc))))
+            # The ring's reduce-scatter reduces on every rank at once; with a star's one-rank
+            # rate, a tree's reduce (two ranks at once from 4 ranks on) also shows what ranks
+            # reducing together get: at least what either shows.
+            shared = fit("reducescatter", "ring", rs_whole, rs,
+                         lambda g: (ws, copy, reduce, mem, g, loc))
+            if rd_star is not None:
+                shared = max(shared, fit("reduce", "tree", s, rd,
+                                         lambda g: (ws, copy, reduce, mem, g, loc)))
+            mem_reduce = min(cores * reduce, max(reduce, shared))
         levels.append((ws, copy, reduce, mem, mem_reduce, loc))
-        print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f, "
-              "allgather %.0f, reduce-scatter %.0f us -> copy %.2f, reduce %.2f, together "
-              "%.2f / %.2f GB/s" % (ranks, s, ws, cp, rd, ag, rs, copy, reduce, mem,
-                                    mem_reduce))
+        print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f%s, "
+              "allgather %.0f, reduce-scatter of %d B %.0f us -> copy %.2f, reduce %.2f, "
+              "together %.2f / %.2f GB/s"
+              % (ranks, s, ws, cp, rd, "" if rd_star is None else " (star %.0f)" % rd_star, ag,
+                 rs_whole, rs, copy, reduce, mem, mem_reduce))
         # In-process, where the native pass writes through the caches (outputs below
         # STREAMING_BYTES): its own rates, all ranks together, from a native broadcast (each
         # block read once and written to every rank: copies) and a native reduce (every rank's

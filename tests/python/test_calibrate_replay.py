@@ -146,3 +146,53 @@ def test_the_native_pass_rates_replay_their_primitives():
         paired, pooled, best = r[(2, "native", size)][1:4]
         for error in (paired, pooled, best):
             assert abs(float(error.rstrip("%"))) <= 25, (size, r[(2, "native", size)])
+
+
+STARS = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-12-01-1957.json")
+LEVEL_LINE = re.compile(r"^# calibration, (\d) ranks, (\d+) B \(buffers \d+ B\): broadcast \d+, "
+                        r"reduce \d+(?: \(star (\d+)\))?, allgather \d+, reduce-scatter of (\d+) "
+                        r"B \d+ us -> copy [\d.]+, reduce ([\d.]+), together [\d.]+ / ([\d.]+) "
+                        r"GB/s$", re.M)
+LATENCY_LINE = re.compile(r"^# calibration, (\d) ranks: a native broadcast \(the meeting\).* -> "
+                          r"latency ([\d.]+) us per message.* call ([\d.]+) us$", re.M)
+
+
+@pytest.mark.skipif(not os.path.exists(STARS), reason="no recorded run")
+def test_a_star_reduce_prices_one_rank_reducing_alone():
+    """A record with a star reduce per level on 4 ranks and the reduce-scatter sized to its
+    level's working set: the 4-rank one-rank reduce rate replays the star's reduce (its root
+    reducing every other rank's buffer alone), the ranks' shared reduce rate at 4 MiB (32 MiB
+    of buffers) comes out above it (a tree's reduce, two ranks at once, could not tell them
+    apart: every earlier record fitted the two equal there), and the 4-rank star allreduce at
+    4 MiB, -38 to -44 % in every earlier record, is within +-25 % paired and pooled."""
+    import loom.sim as sim
+    code, out = replay("--paired", record=STARS)
+    assert code == 0, out
+    fastest = out[out.index("# the fastest of the 5 runs"):]
+    models = {int(r): (int(c), spec) for c, r, spec in MODEL_LINE.findall(fastest)}
+    timing = {int(r): (float(lat), float(call)) for r, lat, call in LATENCY_LINE.findall(fastest)}
+    levels = LEVEL_LINE.findall(fastest)
+    sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    assert [(int(r), int(s)) for r, s, *_ in levels] == [(2, s) for s in sizes] + \
+        [(4, s) for s in sizes], levels
+    for ranks, size, star, scattered, reduce, together in levels:
+        ranks, size = int(ranks), int(size)
+        # The reduce-scatter touches 2 x its size per rank: the level's s, rounded to whole
+        # lines per rank.
+        assert int(scattered) == size // (64 * ranks) * (64 * ranks), (ranks, size, scattered)
+        assert (star != "") == (ranks == 4), (ranks, size, star)
+        if ranks != 4:
+            continue
+        assert float(reduce) <= float(together) + 0.01, (size, reduce, together)
+        cores, spec = models[4]
+        latency, call = timing[4]
+        host = "host:4:" + spec.replace("latency=0:", "latency=%r:" % latency, 1)
+        got = sim.collectives(host, [size], op="reduce", algorithm="star", call_us=call,
+                              post_us=0)[0]["time_us"]
+        # The printed time is rounded to 1 us, the latency and call to 0.01 us.
+        assert abs(got - float(star)) <= 1 + 0.005 * float(star), (size, got, star)
+    at = {int(s): (float(rd), float(tg)) for r, s, _, _, rd, tg in levels if r == "4"}
+    assert at[4 << 20][0] < 0.85 * at[4 << 20][1], at[4 << 20]
+    paired, pooled = rows(out)[(4, "star", 4 << 20)][1:3]
+    for error in (paired, pooled):
+        assert abs(float(error.rstrip("%"))) <= 25, rows(out)[(4, "star", 4 << 20)]
