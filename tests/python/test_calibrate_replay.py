@@ -149,6 +149,10 @@ def test_the_native_pass_rates_replay_their_primitives():
 
 
 STARS = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-12-01-1957.json")
+# A second run with the star reduce, in which the tree's reduce for the one-rank rate (and the
+# reduce-scatter at its level) put the 4-rank star at 4 MiB at -31 / -25 / -40 % and at 256 KiB
+# at +31 / +26 / +31 % (paired / pooled / fastest).
+STARS_AGAIN = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-12-01-2056.json")
 LEVEL_LINE = re.compile(r"^# calibration, (\d) ranks, (\d+) B \(buffers \d+ B\): broadcast \d+, "
                         r"reduce \d+(?: \(star (\d+)\))?, allgather \d+, reduce-scatter of (\d+) "
                         r"B \d+ us -> copy [\d.]+, reduce ([\d.]+), together [\d.]+ / ([\d.]+) "
@@ -196,3 +200,15 @@ def test_a_star_reduce_prices_one_rank_reducing_alone():
     paired, pooled = rows(out)[(4, "star", 4 << 20)][1:3]
     for error in (paired, pooled):
         assert abs(float(error.rstrip("%"))) <= 25, rows(out)[(4, "star", 4 << 20)]
+
+
+@pytest.mark.skipif(not os.path.exists(STARS_AGAIN), reason="no recorded run")
+def test_every_4_rank_star_row_of_a_star_record_is_within_25_percent():
+    """The second record with the star reduce: every 4-rank star row, 4 KiB-64 MiB, within
+    +-25 % in all three views."""
+    code, out = replay("--paired", record=STARS_AGAIN)
+    assert code == 0, out
+    r = rows(out)
+    for size in [(4 << 10) << (2 * k) for k in range(8)]:
+        for error in r[(4, "star", size)][1:4]:
+            assert abs(float(error.rstrip("%"))) <= 25, (size, r[(4, "star", size)])
