@@ -564,12 +564,9 @@ def calibrate(a, cores, runs, ranks):
         for _ in range(2 if ranks > 2 else 1):
             copy = fit("broadcast", "tree", s, cp,
                        lambda g: (ws, g, 10.0, mem, mem_reduce, loc))
-            if rd_star is None:
-                reduce = fit("reduce", "tree", s, rd,
-                             lambda g: (ws, copy, g, mem, mem_reduce, loc))
-            else:
-                reduce = fit("reduce", "star", s, rd_star,
-                             lambda g: (ws, copy, g, mem, mem_reduce, loc))
+            alone, alone_us = ("tree", rd) if rd_star is None else ("star", rd_star)
+            reduce = fit("reduce", alone, s, alone_us,
+                         lambda g: (ws, copy, g, mem, mem_reduce, loc))
             # All ranks at once: between one rank's rate and one stream per core.
             mem = min(cores * copy, max(copy, fit(
                 "allgather", "ring", whole, ag,

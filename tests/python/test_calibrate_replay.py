@@ -179,6 +179,8 @@ def test_a_star_reduce_prices_one_rank_reducing_alone():
     sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
     assert [(int(r), int(s)) for r, s, *_ in levels] == [(2, s) for s in sizes] + \
         [(4, s) for s in sizes], levels
+    latency, call = timing[4]
+    host = "host:4:" + models[4][1].replace("latency=0:", "latency=%r:" % latency, 1)
     for ranks, size, star, scattered, reduce, together in levels:
         ranks, size = int(ranks), int(size)
         # The reduce-scatter touches 2 x its size per rank: the level's s, rounded to whole
@@ -188,9 +190,6 @@ def test_a_star_reduce_prices_one_rank_reducing_alone():
         if ranks != 4:
             continue
         assert float(reduce) <= float(together) + 0.01, (size, reduce, together)
-        cores, spec = models[4]
-        latency, call = timing[4]
-        host = "host:4:" + spec.replace("latency=0:", "latency=%r:" % latency, 1)
         got = sim.collectives(host, [size], op="reduce", algorithm="star", call_us=call,
                               post_us=0)[0]["time_us"]
         # The printed time is rounded to 1 us, the latency and call to 0.01 us.
