@@ -79,6 +79,7 @@ class Engine {
                            options.efficiency);
       bw_local_.push_back((r.local_gbps > 0 ? r.local_gbps : r.gbps) * r.efficiency * 1e3 *
                           options.efficiency);
+      shared_only_.push_back(r.shared_only);
     }
     reducer_base_ = static_cast<int>(bw_.size());
     if (options.reduce_gbps > 0) {
@@ -86,6 +87,7 @@ class Engine {
         bw_.push_back(options.reduce_gbps * 1e3);
         bw_reduce_.push_back(options.reduce_gbps * 1e3);
         bw_local_.push_back(options.reduce_gbps * 1e3);
+        shared_only_.push_back(false);
       }
     }
     // A page fault takes fault_us of one core: a rank alone maps pages in at kPageBytes per
@@ -399,7 +401,7 @@ class Engine {
     double alone_us = 0;  // at the slowest of them
     for (int r : c.resources) {
       busy_[r] += f.bytes / bw[r];
-      alone_us = std::max(alone_us, f.bytes / bw[r]);
+      if (!shared_only_[r]) alone_us = std::max(alone_us, f.bytes / bw[r]);
     }
     // Where ranks outnumber the cores, a copy holds one of them for as long as it takes alone,
     // and wake-ups and handshakes wait for a free one (4 ranks on 2 cores: a ring step of 16 KiB
@@ -472,7 +474,11 @@ class Engine {
       }
       double rate = kInf;
       const std::vector<double>& bw = RatesOf(c);
-      for (int r : c.resources) rate = std::min(rate, bw[r] / std::max(1, count_[r]));
+      for (int r : c.resources) {
+        // A capacity that binds only shared transfers leaves one alone at its other rates.
+        if (shared_only_[r] && count_[r] < 2) continue;
+        rate = std::min(rate, bw[r] / std::max(1, count_[r]));
+      }
       c.rate = rate;
       Reschedule(other, now);
     }
@@ -506,6 +512,7 @@ class Engine {
   std::vector<double> bw_reduce_;  // the same for transfers that reduce on arrival
   std::vector<double> bw_local_;   // ... for a rank's local copies
   std::vector<double> bw_fault_;   // ... and for the pages the kernel maps in for a rank
+  std::vector<char> shared_only_;  // per resource: binds only transfers that share it
   int reducer_base_ = 0;
   std::vector<int> count_;               // active flows per resource
   std::vector<std::vector<int>> users_;  // classes per resource

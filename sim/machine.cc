@@ -332,12 +332,13 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
     m.resources_.back().local_gbps = rates.local;
     m.port_out_.push_back(-1);
   }
-  // Everything the ranks copy or reduce at once shares the cores and the memory behind them.
-  // (At least one rank's rate: what all give together is never below what one gets alone.)
-  m.host_cores_ = m.AddResource(
-      "host.cores", rates.mem_copy > 0 ? std::max(rates.mem_copy, rates.copy) : cores * rates.copy);
-  m.resources_.back().reduce_gbps =
-      rates.mem_reduce > 0 ? std::max(rates.mem_reduce, rates.reduce) : cores * rates.reduce;
+  // Everything the ranks copy or reduce at once shares the cores and the memory behind them;
+  // it binds only transfers that share it (one alone runs at its rank's rate), so that what
+  // all give together may be less than what one gets alone.
+  m.host_cores_ = m.AddResource("host.cores",
+                                rates.mem_copy > 0 ? rates.mem_copy : cores * rates.copy);
+  m.resources_.back().reduce_gbps = rates.mem_reduce > 0 ? rates.mem_reduce : cores * rates.reduce;
+  m.resources_.back().shared_only = true;
   if (rates.local > 0) {
     m.resources_.back().local_gbps = rates.local * m.resources_.back().gbps / rates.copy;
   }

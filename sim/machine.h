@@ -42,6 +42,11 @@ struct Resource {
   double reduce_gbps = 0;
   // A host's local copies (a rank's memcpy of its own buffers) run at this rate (0: gbps).
   double local_gbps = 0;
+  // The capacity binds only transfers that share it: one transfer alone runs at its other
+  // resources' rates. A host's cores and memory together can give concurrent copies less than
+  // one rank gets alone (cache lines another core has just written, threads contending for
+  // them): what two ranks copying at once get is then no bound on one.
+  bool shared_only = false;
 };
 
 // What one transfer from a to b crosses.
@@ -79,7 +84,9 @@ struct HostRates {
   double copy = 0;         // one rank copying alone
   double reduce = 0;       // one rank reducing alone (reads two operands, writes one)
   // Every rank at once, all together: what the memory system gives concurrent copies and
-  // reductions (0: cores x copy / reduce, one stream per core).
+  // reductions (0: cores x copy / reduce, one stream per core). It binds only transfers that
+  // share it and may be below one rank's rate (cores contending for lines another has just
+  // written); one transfer alone runs at copy / reduce.
   double mem_copy = 0;
   double mem_reduce = 0;
   // A rank's copy of its own buffers (memcpy), where it differs from a transfer between ranks

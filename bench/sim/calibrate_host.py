@@ -16,7 +16,9 @@
      on 2 ranks the tree's, on 4 a star's, whose root reduces alone), and of all ranks copying
      and reducing at once (the ring's allgather and reduce-scatter, each sized to the level's
      working set; on 4 ranks the shared reduce rate at least what the tree's reduce, two ranks
-     at once, shows), which the cores and the memory system share.
+     at once, shows), which the cores and the memory system share (at least one rank's
+     rates, except in-process on 2 ranks at the levels where the native pass has rates of its
+     own: there both ranks at once can get less than one alone).
    - over MPI, per working-set level, a rank's local copy (memcpy; a transfer crosses the
      kernel instead) from 1-rank calls, and what the kernel takes per fresh page a process
      touches (a fresh malloc block written once and freed, against rewriting mapped memory):
@@ -560,15 +562,28 @@ def calibrate(a, cores, runs, ranks):
         rs = meas("reducescatter", "ring", rs_whole)
         # The one-rank rates first as if no copies overlapped, then again with the shared
         # rates found (a tree of more than 2 ranks copies on several at once).
+        # In-process, where the native pass has rates of its own at this level (outputs below
+        # STREAMING_BYTES), the levels' shared rates price transfers alone: there, with a core
+        # per rank, what both ranks get at once may be less than what one gets alone (2 ranks,
+        # 64 KiB per rank: an allgather of 43 KiB parts 10 us where a broadcast of 64 KiB takes
+        # 4; the ring's and the multi-tree's allreduce at 16-64 KiB then read -20 to -31 %
+        # with the shared rates at least one rank's). Elsewhere at least one rank's rate: on 4
+        # ranks on 2 cores the shared rates are what 4 at once get, not 2, and over MPI a
+        # launch's slow mode falls on the allgather the most (2 ranks, 1 MiB: 408 us in one
+        # run, 96-111 in the others).
+        own_pass = (TRANSPORT["native"] == "pass" and s * ranks < STREAMING_BYTES and
+                    on_tape(a.transport, ranks, "broadcast", ["native"], s, s, iters, 2))
+        floor = 0.0 if own_pass and ranks <= cores else 1.0
         mem = mem_reduce = 0.0
         for _ in range(2 if ranks > 2 else 1):
             copy = fit("broadcast", "tree", s, cp,
-                       lambda g: (ws, g, 10.0, mem, mem_reduce, loc))
+                       lambda g: (ws, g, 10.0, mem and max(mem, floor * g), mem_reduce, loc))
             alone, alone_us = ("tree", rd) if rd_star is None else ("star", rd_star)
             reduce = fit("reduce", alone, s, alone_us,
-                         lambda g: (ws, copy, g, mem, mem_reduce, loc))
-            # All ranks at once: between one rank's rate and one stream per core.
-            mem = min(cores * copy, max(copy, fit(
+                         lambda g: (ws, copy, g, mem, mem_reduce and max(mem_reduce, floor * g), loc))
+            # All ranks at once: at most one stream per core, and at least one rank's rate
+            # where `floor` says so.
+            mem = min(cores * copy, max(floor * copy, fit(
                 "allgather", "ring", whole, ag,
                 lambda g: (ws, copy, reduce, g, mem_reduce, loc))))
             # The ring's reduce-scatter reduces on every rank at once; with a star's one-rank
@@ -579,7 +594,7 @@ def calibrate(a, cores, runs, ranks):
             if rd_star is not None:
                 shared = max(shared, fit("reduce", "tree", s, rd,
                                          lambda g: (ws, copy, reduce, mem, g, loc)))
-            mem_reduce = min(cores * reduce, max(reduce, shared))
+            mem_reduce = min(cores * reduce, max(floor * reduce, shared))
         levels.append((ws, copy, reduce, mem, mem_reduce, loc))
         print("# calibration, %d ranks, %d B (buffers %d B): broadcast %.0f, reduce %.0f%s, "
               "allgather %.0f, reduce-scatter of %d B %.0f us -> copy %.2f, reduce %.2f, "
@@ -593,8 +608,7 @@ def calibrate(a, cores, runs, ranks):
         # each rank writes its own blocks; a ring's or tree's transfer reads what another core
         # has just written, at other rates. (A record of an earlier version without these
         # measurements replays with the levels' rates.)
-        if (TRANSPORT["native"] == "pass" and s * ranks < STREAMING_BYTES and
-                on_tape(a.transport, ranks, "broadcast", ["native"], s, s, iters, 2)):
+        if own_pass:
             passes.append((s, ws, meas("broadcast", "native", s), meas("reduce", "native", s)))
     # In-process: the pass of blocks' second wait (every rank's blocks written), from a native
     # broadcast of twice the inline size (the smallest pass of blocks, whose copies take

@@ -163,6 +163,22 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   StatusOr<CollectiveResult> ag4 = wide->Simulate(Collective::kAllGather, "ring", mid);
   ASSERT_TRUE(ag4.ok());
   EXPECT_NEAR(ag4->time_us, 3 + mid / 10e3, 0.01 * mid / 10e3);
+  // What both ranks get at once may be less than one alone (5 GB/s alone, 4 together): the
+  // shared rate binds only transfers that share it. The broadcast's one message runs at 5 GB/s
+  // (its root's local copy first, alone too), the allgather's two at once at 2 each.
+  StatusOr<Simulator> slow = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=3:levels=64M/5/2/4/1").value(), options);
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  StatusOr<CollectiveResult> lone = slow->Simulate(Collective::kBroadcast, "tree", big);
+  ASSERT_TRUE(lone.ok());
+  EXPECT_NEAR(lone->time_us, 3 + 2 * big / 5e3, 0.01 * big / 5e3);
+  StatusOr<CollectiveResult> both = slow->Simulate(Collective::kAllGather, "ring", 2 * part);
+  ASSERT_TRUE(both.ok());
+  EXPECT_NEAR(both->time_us, 3 + 2 * part / 2e3, 0.02 * part / 2e3);
+  // A reduce's one reducing receive alone at 2 GB/s, not the shared 1.
+  StatusOr<CollectiveResult> lone_reduce = slow->Simulate(Collective::kReduce, "tree", big);
+  ASSERT_TRUE(lone_reduce.ok());
+  EXPECT_NEAR(lone_reduce->time_us, 3 + big / 2e3, 0.01 * big / 2e3);
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
         "host:2:cores=1:copy=-5:reduce=2:latency=1", "host:2:cores=1:latency=1:copy=5",
