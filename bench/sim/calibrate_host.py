@@ -580,7 +580,8 @@ def calibrate(a, cores, runs, ranks):
                        lambda g: (ws, g, 10.0, mem and max(mem, floor * g), mem_reduce, loc))
             alone, alone_us = ("tree", rd) if rd_star is None else ("star", rd_star)
             reduce = fit("reduce", alone, s, alone_us,
-                         lambda g: (ws, copy, g, mem, mem_reduce and max(mem_reduce, floor * g), loc))
+                         lambda g: (ws, copy, g, mem, mem_reduce and max(mem_reduce, floor * g),
+                                    loc))
             # All ranks at once: at most one stream per core, and at least one rank's rate
             # where `floor` says so.
             mem = min(cores * copy, max(floor * copy, fit(
