@@ -335,8 +335,8 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   // Everything the ranks copy or reduce at once shares the cores and the memory behind them;
   // it binds only transfers that share it (one alone runs at its rank's rate), so that what
   // all give together may be less than what one gets alone.
-  m.host_cores_ = m.AddResource("host.cores",
-                                rates.mem_copy > 0 ? rates.mem_copy : cores * rates.copy);
+  m.host_cores_ =
+      m.AddResource("host.cores", rates.mem_copy > 0 ? rates.mem_copy : cores * rates.copy);
   m.resources_.back().reduce_gbps = rates.mem_reduce > 0 ? rates.mem_reduce : cores * rates.reduce;
   m.resources_.back().shared_only = true;
   if (rates.local > 0) {
