@@ -303,6 +303,8 @@ class Engine {
     // pays the exchange latency where the machine gives one.
     const double latency = v.paired ? machine_.exchange_us() : route.latency_us;
     double ready = WakeUp(std::max(s.time, v.time), latency, s.time <= v.time ? s.rank : v.rank);
+    if (s.bytes > machine_.step_bytes() && machine_.step_us() > 0)
+      ready = OnCore(ready, machine_.step_us());
     if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
       ready = OnCore(ready, machine_.rendezvous_us());
     f.dst = dst;

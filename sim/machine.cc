@@ -390,7 +390,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     static const std::set<std::string> known = {
         "cores",    "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
         "eager",    "rendezvous", "copier", "handoff", "native", "stream",     "fault",
-        "exchange", "cache",      "pass",   "inline",  "wait"};
+        "exchange", "cache",      "pass",   "inline",  "wait",   "step"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -444,6 +444,14 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (!number(keys["rendezvous"], &protocol.rendezvous_us) || protocol.rendezvous_us < 0) {
       return bad("rendezvous must be a number of microseconds, not negative");
     }
+  }
+  if (keys.count("step")) {
+    const std::vector<std::string> f = Split(keys["step"], '/');
+    StatusOr<size_t> at = f.size() == 2 ? ParseBytes(f[0]) : StatusOr<size_t>(InvalidArgument(""));
+    if (!at.ok() || !number(f[1], &protocol.step_us) || protocol.step_us < 0) {
+      return bad("step must be BYTES/US (microseconds, not negative)");
+    }
+    protocol.step_bytes = static_cast<double>(*at);
   }
   if (keys.count("copier")) {
     if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {

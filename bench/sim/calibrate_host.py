@@ -305,6 +305,10 @@ def last_level_cache():
 # fault=US; Open MPI's temporaries beyond glibc's largest mmap threshold), found by calibrate().
 FAULT = {"us": None}
 
+# Over MPI, a protocol step below the eager size, per rank count (the spec's step=BYTES/US):
+# messages beyond `bytes` pay `us` more (None: no step), found by calibrate().
+STEP = {"bytes": None, "us": None}
+
 # The latency of a message in an exchange (its receiver posts a send with it: a ring step), where
 # it is not the latency of a lone message (the spec's exchange=US; None: the latency), per rank
 # count (found by calibrate()).
@@ -357,6 +361,8 @@ def spec_of(ranks, cores, latency, levels):
     spec = "host:%d:cores=%d:latency=%r:levels=%s" % (ranks, cores, latency, text)
     if EAGER["bytes"] is not None:
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
+    if STEP["bytes"] is not None:
+        spec += ":step=%d/%r" % (STEP["bytes"], STEP["us"])
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     spec += ":native=%s" % TRANSPORT["native"]
@@ -424,6 +430,7 @@ def calibrate(a, cores, runs, ranks):
     # 1a. Latency and call cost per rank count (in-process also the exchange latency).
     timing = {}
     EXCHANGE["us"] = None
+    STEP.update(bytes=None, us=None)
     if TRANSPORT["native"] == "pass":
         # In-process every call starts with the ranks' meeting: a 64-byte native broadcast is
         # that meeting and nothing else (its copies cost ~nothing), the call's fixed cost; a
@@ -496,6 +503,43 @@ def calibrate(a, cores, runs, ranks):
         else:
             print("# calibration: no rendezvous step in a 2-rank broadcast of 64 B-64 KiB "
                   "(largest step x%.2f, %.2f us)" % (ratio, jump))
+
+    # 1a'. Over MPI where processes outnumber the cores: a step below the eager size. A ring's
+    # allgather of messages of 64 B up to the eager size (every process sending and receiving
+    # at once, as in a ring allreduce's steps); where its time grows by more than a microsecond
+    # and half the size before's, and every larger size stays above it, messages beyond the
+    # size before pay that step, fitted to the jump (4 processes on 2 cores: +3 us for the 3
+    # steps past 256 B messages, where a 2-rank broadcast grows by 0.1 us; the 4-rank ring and
+    # multi_tree allreduce of 4 KiB, messages of 1 KiB, came out -20 to -31 % without it). (A
+    # record of the version before has no such sweep: no step.)
+    eager = EAGER["bytes"] or 2048
+    if (TRANSPORT["native"] == "libnbc" and ranks > cores and
+            on_tape(a.transport, ranks, "allgather", ["ring"], 64 * ranks, eager * ranks, 1000,
+                    100, 2)):
+        sweep = median_bench(runs, a.loom, a.transport, ranks, "allgather", ["ring"],
+                             64 * ranks, eager * ranks, 1000, 100, factor=2)
+        sizes = sorted(s for (_, s) in sweep)
+        t = [sweep[("ring", size)] for size in sizes]
+        jump, at = max((t[i] - t[i - 1], i) for i in range(1, len(sizes)))
+        shown = " ".join("%d:%.1f" % (size // ranks, x) for size, x in zip(sizes, t))
+        if jump > 1.0 and jump > 0.05 * t[at - 1] and min(t[at:]) > t[at - 1] + 0.75 * jump:
+            before = sizes[at - 1] // ranks
+            STEP.update(bytes=before, us=0.0)
+
+            def stepped(x):
+                STEP["us"] = x
+                return (simulate(ranks, cores, *timing[ranks], flat, "allgather", "ring",
+                                 sizes[at]) -
+                        simulate(ranks, cores, *timing[ranks], flat, "allgather", "ring",
+                                 sizes[at - 1]))
+            STEP["us"] = bisect(stepped, jump, 0.0, 1000.0, increasing=True)
+            print("# calibration, %d ranks: a ring allgather's messages (%s) jump %.2f us past "
+                  "%d B -> messages beyond it pay %.2f us" % (ranks, shown, jump, before,
+                                                             STEP["us"]))
+        else:
+            STEP.update(bytes=None, us=None)
+            print("# calibration, %d ranks: no step in a ring allgather's messages (%s)"
+                  % (ranks, shown))
 
     # 1b. Over MPI: a rank's local copy (memcpy) is not a transfer (which crosses the kernel,
     # Open MPI's single-copy CMA): its rate per working set from 1-rank calls (a copy of the
@@ -670,7 +714,8 @@ def calibrate(a, cores, runs, ranks):
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
             "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
             "wait": {ranks: WAIT["us"]}, "fault": {ranks: FAULT["us"]},
-            "exchange": {ranks: EXCHANGE["us"]}}
+            "exchange": {ranks: EXCHANGE["us"]},
+            "step": {ranks: None if STEP["bytes"] is None else (STEP["bytes"], STEP["us"])}}
 
 
 
@@ -696,6 +741,8 @@ def predict(model, cores, ranks, sizes):
     WAIT["us"] = model["wait"][ranks]
     FAULT["us"] = model["fault"][ranks]
     EXCHANGE["us"] = model["exchange"][ranks]
+    step = model["step"][ranks]
+    STEP.update(bytes=None if step is None else step[0], us=None if step is None else step[1])
     latency, call = model["timing"][ranks]
     return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
                                 algo, s)
@@ -711,7 +758,8 @@ def merged(parts):
             "pass": {k: v for p in parts for k, v in p["pass"].items()},
             "wait": {k: v for p in parts for k, v in p["wait"].items()},
             "fault": {k: v for p in parts for k, v in p["fault"].items()},
-            "exchange": {k: v for p in parts for k, v in p["exchange"].items()}}
+            "exchange": {k: v for p in parts for k, v in p["exchange"].items()},
+            "step": {k: v for p in parts for k, v in p["step"].items()}}
 
 
 def pooled_model(models):
@@ -730,12 +778,19 @@ def pooled_model(models):
         return {r: None if models[0][name][r] is None else med(m[name][r] for m in models)
                 for r in models[0][name]}
 
+    def most_steps(r):  # the step most runs found, its time the median of theirs
+        found = [None if m["step"][r] is None else m["step"][r][0] for m in models]
+        at = max(set(found), key=found.count)
+        return None if at is None else (at, med(m["step"][r][1] for m in models
+                                                if m["step"][r] and m["step"][r][0] == at))
+
+    steps = {r: most_steps(r) for r in models[0]["step"]}
     passes = {r: None if models[0]["pass"][r] is None else
               [tuple(med(m["pass"][r][j][i] for m in models) for i in range(3))
                for j in range(len(models[0]["pass"][r]))] for r in models[0]["pass"]}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
             "stream": scalar("stream"), "pass": passes, "wait": scalar("wait"),
-            "fault": scalar("fault"), "exchange": scalar("exchange")}
+            "fault": scalar("fault"), "exchange": scalar("exchange"), "step": steps}
 
 
 def main():
