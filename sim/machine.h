@@ -170,7 +170,8 @@ class Machine {
   // "host:N:cores=C:latency=US:levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]],..." (WS in
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
-  // before the data), ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
+  // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
+  // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
   // ":pass=WS/COPY/REDUCE,...": native_pass()),
   // ":fault=US" and ":exchange=US" (HostProtocol).

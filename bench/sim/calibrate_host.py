@@ -9,7 +9,8 @@
      message), one down the tree, and an allgather around the ring (exchanges: the exchange
      latency); over MPI a 1-rank call (no message) and a one-message broadcast on 2 ranks, and
      on 4 ranks a 64-byte allgather around the ring (3 exchanges) against a broadcast down the
-     tree (2 messages);
+     tree (2 messages); over MPI where processes outnumber the cores, a protocol step below
+     the eager size from a ring allgather of 64 B up to eager-size messages (step=BYTES/US);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce:

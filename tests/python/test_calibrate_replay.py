@@ -18,9 +18,9 @@ RECORD = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-11-30.jso
 ROW = re.compile(r"^\s+(\d)\s+(\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)%(.*)$")
 
 
-def replay(*args, record=RECORD):
+def replay(*args, record=RECORD, transport="inprocess"):
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(loom.__file__)))
-    out = subprocess.run([sys.executable, SCRIPT, "--transport", "inprocess", "--runs", "5",
+    out = subprocess.run([sys.executable, SCRIPT, "--transport", transport, "--runs", "5",
                           "--launches", "2", "--replay", record] + list(args),
                          capture_output=True, text=True, timeout=300, env=env)
     return out.returncode, out.stdout + out.stderr
@@ -246,3 +246,43 @@ def test_both_ranks_at_once_may_copy_slower_than_one_alone():
         for size in (16 << 10, 64 << 10):
             row = r[(2, algo, size)]
             assert abs(float(row[1].rstrip("%"))) <= 25, (algo, size, row)
+
+
+STEPPED = os.path.join(ROOT, "bench", "sim", "records", "mpi-2026-12-02-0007.json")
+STEP_LINE = re.compile(r"^# calibration, (\d) ranks: a ring allgather's messages \((.*)\) jump "
+                       r"([\d.]+) us past (\d+) B -> messages beyond it pay ([\d.]+) us$", re.M)
+MPI_MODEL_LINE = re.compile(r"^# host model \(mpi, (\d+) cores, (\d) ranks\): (\S+), latency", re.M)
+MPI_LATENCY_LINE = re.compile(r"^# calibration, 4 ranks: an allgather around the ring .* -> "
+                              r"latency ([\d.]+) us per message, call ([\d.]+) us$", re.M)
+
+
+@pytest.mark.skipif(not os.path.exists(STEPPED), reason="no recorded run")
+def test_a_protocol_step_below_the_eager_size_over_mpi():
+    """Over MPI with 4 processes on 2 cores a ring allgather's time jumps past 256 B messages,
+    well below the eager size (a 2-rank broadcast grows by 0.1 us there): every run of the
+    record finds that step on 4 ranks, none on 2, the fitted host replays the jump, and the
+    4-rank ring and multi_tree allreduce of 4 KiB (messages of 1 KiB), -20 to -31 % in every
+    earlier MPI record, are within +-25 % in every view."""
+    import loom.sim as sim
+    code, out = replay("--paired", record=STEPPED, transport="mpi")
+    assert code == 0, out
+    steps = STEP_LINE.findall(out)
+    assert len(steps) == 6 and all(r == "4" and at == "256" for r, _, _, at, _ in steps), steps
+    assert "a ring allgather's messages" not in out.replace("4 ranks: a ring allgather's", "")
+    fastest = out[out.index("# the fastest of the 5 runs"):]
+    spec = {int(r): s for _, r, s in MPI_MODEL_LINE.findall(fastest)}[4]
+    latency, call = map(float, MPI_LATENCY_LINE.search(fastest).groups())
+    _, shown, jump, _, us = STEP_LINE.search(fastest).groups()
+    assert ":step=256/" in spec, spec
+    host = "host:4:" + spec.replace("latency=0:", "latency=%r:" % latency, 1)
+
+    def gather(message):
+        return sim.collectives(host, [4 * message], op="allgather", algorithm="ring",
+                               call_us=call, post_us=0, chunk_bytes=256 << 10,
+                               mpi_exchange=True)[0]["time_us"]
+    # The step is fitted where the bytes cost nothing; the levels' rates add a few hundredths.
+    assert abs(gather(512) - gather(256) - float(jump)) < 0.1, (shown, jump, us)
+    r = rows(out)
+    for algo in ("ring", "multi_tree"):
+        for error in r[(4, algo, 4096)][1:4]:
+            assert abs(float(error.rstrip("%"))) <= 25, (algo, r[(4, algo, 4096)])

@@ -179,8 +179,26 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   StatusOr<CollectiveResult> lone_reduce = slow->Simulate(Collective::kReduce, "tree", big);
   ASSERT_TRUE(lone_reduce.ok());
   EXPECT_NEAR(lone_reduce->time_us, 3 + big / 2e3, 0.01 * big / 2e3);
+  // A protocol step below the eager size: a message beyond 1 KiB pays 4 us more (on a core,
+  // after its latency), one beyond the eager size also the rendezvous.
+  StatusOr<Simulator> stepped = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=3:copy=5:reduce=2:step=1K/4:eager=4K:rendezvous=2")
+          .value(),
+      options);
+  ASSERT_TRUE(stepped.ok()) << stepped.status().ToString();
+  EXPECT_EQ(stepped->machine().step_bytes(), 1024);
+  auto bcast = [&](size_t bytes) {
+    StatusOr<CollectiveResult> r = stepped->Simulate(Collective::kBroadcast, "tree", bytes);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us - 2 * bytes / 5e3 : 0.0;  // less the root's copy and the transfer
+  };
+  EXPECT_NEAR(bcast(1024), 3, 1e-6);
+  EXPECT_NEAR(bcast(2048), 3 + 4, 1e-6);
+  EXPECT_NEAR(bcast(8192), 3 + 4 + 2, 1e-6);
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
+        "host:2:cores=1:latency=1:copy=5:reduce=2:step=1K", "host:2:cores=1:latency=1:copy=5:"
+        "reduce=2:step=1K/-1", "host:2:cores=1:latency=1:copy=5:reduce=2:step=x/1",
         "host:2:cores=1:copy=-5:reduce=2:latency=1", "host:2:cores=1:latency=1:copy=5",
         "host:2:cores=1:latency=1:copy=5:reduce=2:speed=3",
         "host:2:cores=1:latency=1:copy=5:reduce=2:copy=4",
