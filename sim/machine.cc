@@ -447,10 +447,10 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   }
   if (keys.count("step")) {
     const std::vector<std::string> f = Split(keys["step"], '/');
-    StatusOr<size_t> at = f.size() == 2 ? ParseBytes(f[0]) : StatusOr<size_t>(InvalidArgument(""));
-    if (!at.ok() || !number(f[1], &protocol.step_us) || protocol.step_us < 0) {
-      return bad("step must be BYTES/US (microseconds, not negative)");
-    }
+    const std::string why = "step must be BYTES/US (microseconds, not negative)";
+    if (f.size() != 2) return bad(why);
+    StatusOr<size_t> at = ParseBytes(f[0]);
+    if (!at.ok() || !number(f[1], &protocol.step_us) || protocol.step_us < 0) return bad(why);
     protocol.step_bytes = static_cast<double>(*at);
   }
   if (keys.count("copier")) {

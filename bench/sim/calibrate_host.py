@@ -508,11 +508,12 @@ def calibrate(a, cores, runs, ranks):
     # 1a'. Over MPI where processes outnumber the cores: a step below the eager size. A ring's
     # allgather of messages of 64 B up to the eager size (every process sending and receiving
     # at once, as in a ring allreduce's steps); where its time grows by more than a microsecond
-    # and half the size before's, and every larger size stays above it, messages beyond the
-    # size before pay that step, fitted to the jump (4 processes on 2 cores: +3 us for the 3
+    # and 5 % of the size before's, and every larger size stays above it, messages beyond the
+    # size before pay that step, fitted to the jump (4 processes on 2 cores: +3-5 us for the 3
     # steps past 256 B messages, where a 2-rank broadcast grows by 0.1 us; the 4-rank ring and
-    # multi_tree allreduce of 4 KiB, messages of 1 KiB, came out -20 to -31 % without it). (A
-    # record of the version before has no such sweep: no step.)
+    # multi_tree allreduce of 4 KiB, messages of 1 KiB, came out -20 to -42 % without it). (A
+    # record of the version before has no such sweep: no step. Without a rendezvous found, the
+    # sweep ends at Open MPI's 2 KiB seen here.)
     eager = EAGER["bytes"] or 2048
     if (TRANSPORT["native"] == "libnbc" and ranks > cores and
             on_tape(a.transport, ranks, "allgather", ["ring"], 64 * ranks, eager * ranks, 1000,
@@ -538,7 +539,6 @@ def calibrate(a, cores, runs, ranks):
                   "%d B -> messages beyond it pay %.2f us" % (ranks, shown, jump, before,
                                                              STEP["us"]))
         else:
-            STEP.update(bytes=None, us=None)
             print("# calibration, %d ranks: no step in a ring allgather's messages (%s)"
                   % (ranks, shown))
 
@@ -605,8 +605,6 @@ def calibrate(a, cores, runs, ranks):
             rd_star = meas("reduce", "star", s)
         ag = meas("allgather", "ring", whole)
         rs = meas("reducescatter", "ring", rs_whole)
-        # The one-rank rates first as if no copies overlapped, then again with the shared
-        # rates found (a tree of more than 2 ranks copies on several at once).
         # In-process, where the native pass has rates of its own at this level (outputs below
         # STREAMING_BYTES), the levels' shared rates price transfers alone: there, with a core
         # per rank, what both ranks get at once may be less than what one gets alone (2 ranks,
@@ -619,6 +617,8 @@ def calibrate(a, cores, runs, ranks):
         own_pass = (TRANSPORT["native"] == "pass" and s * ranks < STREAMING_BYTES and
                     on_tape(a.transport, ranks, "broadcast", ["native"], s, s, iters, 2))
         floor = 0.0 if own_pass and ranks <= cores else 1.0
+        # The one-rank rates first as if no copies overlapped, then again with the shared
+        # rates found (a tree of more than 2 ranks copies on several at once).
         mem = mem_reduce = 0.0
         for _ in range(2 if ranks > 2 else 1):
             copy = fit("broadcast", "tree", s, cp,
@@ -742,8 +742,7 @@ def predict(model, cores, ranks, sizes):
     WAIT["us"] = model["wait"][ranks]
     FAULT["us"] = model["fault"][ranks]
     EXCHANGE["us"] = model["exchange"][ranks]
-    step = model["step"][ranks]
-    STEP.update(bytes=None if step is None else step[0], us=None if step is None else step[1])
+    STEP["bytes"], STEP["us"] = model["step"][ranks] or (None, None)
     latency, call = model["timing"][ranks]
     return {(algo, s): simulate(ranks, cores, latency, call, model["levels"][ranks], "allreduce",
                                 algo, s)

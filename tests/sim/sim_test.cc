@@ -197,8 +197,10 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   EXPECT_NEAR(bcast(8192), 3 + 4 + 2, 1e-6);
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
-        "host:2:cores=1:latency=1:copy=5:reduce=2:step=1K", "host:2:cores=1:latency=1:copy=5:"
-        "reduce=2:step=1K/-1", "host:2:cores=1:latency=1:copy=5:reduce=2:step=x/1",
+        "host:2:cores=1:latency=1:copy=5:reduce=2:step=1K",
+        "host:2:cores=1:latency=1:copy=5:"
+        "reduce=2:step=1K/-1",
+        "host:2:cores=1:latency=1:copy=5:reduce=2:step=x/1",
         "host:2:cores=1:copy=-5:reduce=2:latency=1", "host:2:cores=1:latency=1:copy=5",
         "host:2:cores=1:latency=1:copy=5:reduce=2:speed=3",
         "host:2:cores=1:latency=1:copy=5:reduce=2:copy=4",
