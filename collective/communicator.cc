@@ -319,9 +319,8 @@ Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signat
   const int n = s.nranks(), me = s.rank();
   Packet* split = all + n;  // split[r]: what peer r gets (split calls)
   const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
-  const std::vector<internal::Range> blocks = mode == InExchange::kSplit
-                                                  ? internal::SplitEvenly(a.count, n)
-                                                  : std::vector<internal::Range>();
+  const internal::Ranges blocks =
+      mode == InExchange::kSplit ? internal::SplitEvenly(a.count, n) : internal::Ranges();
   const Reduction red{a.dtype, a.op};
   all[me].sig = mine;
   const bool contributes = a.kind != Collective::kBroadcast || me == a.root;

@@ -47,8 +47,8 @@ void Schedule::CancelPending() {
   }
 }
 
-std::vector<Range> SplitEvenly(size_t count, int n) {
-  std::vector<Range> out(n);
+Ranges SplitEvenly(size_t count, int n) {
+  Ranges out(n);
   const size_t base = count / n, extra = count % n;
   size_t offset = 0;
   for (int i = 0; i < n; ++i) {

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "collective/communicator.h"
 #include "collective/reduce.h"
 #include "collective/transport.h"
@@ -155,8 +157,14 @@ struct Range {
   size_t offset = 0;
   size_t count = 0;
 };
+// A list that keeps its first N elements in place: the bookkeeping of a call (its ranges, pieces,
+// request handles, tree steps) allocates nothing for the few peers and pieces of a small call,
+// where a heap allocation and its free cost as much as a message's matching.
+template <typename T, size_t N = 8>
+using SmallVector = boost::container::small_vector<T, N>;
+using Ranges = SmallVector<Range>;
 // Splits count elements into n near-equal ranges (the first count % n get one more).
-std::vector<Range> SplitEvenly(size_t count, int n);
+Ranges SplitEvenly(size_t count, int n);
 
 inline const char* At(const void* base, size_t elem_offset, size_t elem) {
   return static_cast<const char*>(base) + elem_offset * elem;

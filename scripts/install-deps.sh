@@ -8,7 +8,7 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libgflags-dev libgoogle-glog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libeigen3-dev libopenblas-dev
+  libeigen3-dev libopenblas-dev libboost-dev
   libopenmpi-dev openmpi-bin libgloo-dev nlohmann-json3-dev
   libzmq3-dev cppzmq-dev libsodium-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-venv python3-pip

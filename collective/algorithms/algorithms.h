@@ -33,15 +33,16 @@ struct TreeJob {
   const Tree* tree;
   Range range;
 };
+using TreeJobs = SmallVector<TreeJob>;
 // Reduces each job's range to its tree's root. Leaves send from `in`; a rank with children
 // accumulates into `work` (which then holds, on each job's root, the job's unscaled result).
-Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in, void* work,
+Status TreesReduce(Schedule& s, const TreeJobs& jobs, const void* in, void* work,
                    const Reduction& reduction);
 // Sends each job's range of `buf` from its tree's root down to every rank.
-Status TreesBroadcast(Schedule& s, const std::vector<TreeJob>& jobs, void* buf);
+Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf);
 
 // Collectives over trees, shared by tree, multi_tree, star and ring (chain).
-Status TreesAllReduce(Schedule& s, const CallArgs& args, const std::vector<TreeJob>& jobs);
+Status TreesAllReduce(Schedule& s, const CallArgs& args, const TreeJobs& jobs);
 Status TreeRootedReduce(Schedule& s, const CallArgs& args, const Tree& tree);
 Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree);
 

@@ -22,7 +22,7 @@ Status ReduceOwnBlock(Schedule& s, const void* in, void* dst, const Range& own,
   const int n = s.nranks(), me = s.rank();
   const bool together = s.transport().reduces_at_wait();
   const void* acc = At(in, own.offset, elem);
-  std::vector<int> posted;
+  SmallVector<int> posted;
   for (int k = 1; k < n; ++k) {
     const int r = (me + k) % n;
     posted.push_back(s.PostRecvReduce(r, kScatterPhase, dst, acc, own.count * elem, reduction));
@@ -39,7 +39,7 @@ bool PostDirectSends(Schedule& s, const CallArgs& args) {
   const int n = s.nranks(), me = s.rank();
   const size_t elem = DataTypeSize(args.dtype);
   if (args.kind == Collective::kAllReduce) {
-    const std::vector<Range> blocks = SplitEvenly(args.count, n);
+    const Ranges blocks = SplitEvenly(args.count, n);
     for (int r = 0; r < n; ++r) {
       if (r != me)
         s.PostSend(r, kScatterPhase, At(args.send, blocks[r].offset, elem), blocks[r].count * elem);
@@ -63,7 +63,7 @@ Status RunDirect(Schedule& s, const CallArgs& args, bool sends_posted) {
   const Reduction reduction{args.dtype, args.op};
   switch (args.kind) {
     case Collective::kAllReduce: {
-      const std::vector<Range> blocks = SplitEvenly(args.count, n);
+      const Ranges blocks = SplitEvenly(args.count, n);
       const Range own = blocks[me];
       char* own_recv = At(args.recv, own.offset, elem);
       if (!sends_posted) PostDirectSends(s, args);

@@ -10,8 +10,8 @@
 namespace loom::collective::internal {
 namespace {
 
-std::vector<TreeJob> SliceJobs(const Schedule& s, const std::vector<Range>& slices) {
-  std::vector<TreeJob> jobs;
+TreeJobs SliceJobs(const Schedule& s, const Ranges& slices) {
+  TreeJobs jobs;
   for (int r = 0; r < s.nranks(); ++r) jobs.push_back(TreeJob{&s.plan().multi_trees[r], slices[r]});
   return jobs;
 }
@@ -19,7 +19,7 @@ std::vector<TreeJob> SliceJobs(const Schedule& s, const std::vector<Range>& slic
 Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
-  const std::vector<Range> slices = SplitEvenly(args.count, s.nranks());
+  const Ranges slices = SplitEvenly(args.count, s.nranks());
   void* work = args.recv;
   if (s.rank() != args.root) {
     LOOM_ASSIGN_OR_RETURN(work, s.Scratch(args.count * elem));
@@ -42,7 +42,7 @@ Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
 
 Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
-  const std::vector<Range> slices = SplitEvenly(bytes, s.nranks());
+  const Ranges slices = SplitEvenly(bytes, s.nranks());
   if (s.rank() == args.root) {
     LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
     for (int r = 0; r < s.nranks(); ++r) {
@@ -60,7 +60,7 @@ Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
 Status MultiTreeReduceScatter(Schedule& s, const CallArgs& args) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
-  std::vector<Range> blocks(s.nranks());
+  Ranges blocks(s.nranks());
   for (int r = 0; r < s.nranks(); ++r) blocks[r] = Range{r * args.count, args.count};
   LOOM_ASSIGN_OR_RETURN(void* work, s.Scratch(s.nranks() * args.count * elem));
   LOOM_RETURN_IF_ERROR(TreesReduce(s, SliceJobs(s, blocks), args.send, work, reduction));

@@ -27,8 +27,8 @@ Ring RingOf(const Schedule& s) {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-std::vector<Range> Pieces(const Range& chunk, size_t piece) {
-  std::vector<Range> out;
+Ranges Pieces(const Range& chunk, size_t piece) {
+  Ranges out;
   for (size_t begin = 0; begin < chunk.count; begin += piece) {
     out.push_back(Range{chunk.offset + begin, std::min(piece, chunk.count - begin)});
   }
@@ -36,12 +36,12 @@ std::vector<Range> Pieces(const Range& chunk, size_t piece) {
 }
 
 // chunks[q] is the chunk that ends at ring position q.
-Status ReduceScatterPhase(Schedule& s, const std::vector<Range>& chunks, const void* in, void* work,
+Status ReduceScatterPhase(Schedule& s, const Ranges& chunks, const void* in, void* work,
                           const Reduction& reduction) {
   const Ring ring = RingOf(s);
   const size_t elem = DataTypeSize(reduction.dtype);
   const size_t piece = s.piece_elems(elem);
-  std::vector<int> previous, current;
+  SmallVector<int> previous, current;
   for (int k = 0; k < ring.n - 1; ++k) {
     const Range& recv_chunk = chunks[Mod(ring.p - k - 2, ring.n)];
     const Range& send_chunk = chunks[Mod(ring.p - k - 1, ring.n)];
@@ -51,7 +51,7 @@ Status ReduceScatterPhase(Schedule& s, const std::vector<Range>& chunks, const v
                                          At(in, r.offset, elem), r.count * elem, reduction));
     }
     const void* src = k == 0 ? in : work;  // the first step sends the rank's own data
-    const std::vector<Range> send_pieces = Pieces(send_chunk, piece);
+    const Ranges send_pieces = Pieces(send_chunk, piece);
     for (size_t i = 0; i < send_pieces.size(); ++i) {
       if (k > 0) LOOM_RETURN_IF_ERROR(s.Wait(previous[i]));
       s.PostSend(ring.next, kReducePhase, At(src, send_pieces[i].offset, elem),
@@ -63,10 +63,10 @@ Status ReduceScatterPhase(Schedule& s, const std::vector<Range>& chunks, const v
 }
 
 // chunks[q] is final at ring position q before the phase; afterwards everywhere. Works in bytes.
-Status AllGatherPhase(Schedule& s, const std::vector<Range>& chunks, void* buf) {
+Status AllGatherPhase(Schedule& s, const Ranges& chunks, void* buf) {
   const Ring ring = RingOf(s);
   const size_t piece = s.piece_elems(1);
-  std::vector<int> previous, current;
+  SmallVector<int> previous, current;
   for (int k = 0; k < ring.n - 1; ++k) {
     const Range& recv_chunk = chunks[Mod(ring.p - k - 1, ring.n)];
     const Range& send_chunk = chunks[Mod(ring.p - k, ring.n)];
@@ -74,7 +74,7 @@ Status AllGatherPhase(Schedule& s, const std::vector<Range>& chunks, void* buf) 
     for (const Range& r : Pieces(recv_chunk, piece)) {
       current.push_back(s.PostRecv(ring.prev, kBroadcastPhase, At(buf, r.offset, 1), r.count));
     }
-    const std::vector<Range> send_pieces = Pieces(send_chunk, piece);
+    const Ranges send_pieces = Pieces(send_chunk, piece);
     for (size_t i = 0; i < send_pieces.size(); ++i) {
       if (k > 0) LOOM_RETURN_IF_ERROR(s.Wait(previous[i]));
       s.PostSend(ring.next, kBroadcastPhase, At(buf, send_pieces[i].offset, 1),
@@ -85,14 +85,14 @@ Status AllGatherPhase(Schedule& s, const std::vector<Range>& chunks, void* buf) 
   return s.WaitAll();
 }
 
-std::vector<Range> ToBytes(std::vector<Range> ranges, size_t elem) {
+Ranges ToBytes(Ranges ranges, size_t elem) {
   for (Range& r : ranges) r = Range{r.offset * elem, r.count * elem};
   return ranges;
 }
 
 // Chunk q = the block of the rank at ring position q.
-std::vector<Range> BlocksInRingOrder(const Schedule& s, size_t count) {
-  std::vector<Range> chunks;
+Ranges BlocksInRingOrder(const Schedule& s, size_t count) {
+  Ranges chunks;
   for (int rank : s.plan().ring_order) chunks.push_back(Range{rank * count, count});
   return chunks;
 }
@@ -101,7 +101,7 @@ Status RingAllReduce(Schedule& s, const CallArgs& args) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
   if (s.nranks() == 1) return s.Copy(args.recv, args.send, args.count * elem);
-  const std::vector<Range> chunks = SplitEvenly(args.count, s.nranks());
+  const Ranges chunks = SplitEvenly(args.count, s.nranks());
   LOOM_RETURN_IF_ERROR(ReduceScatterPhase(s, chunks, args.send, args.recv, reduction));
   const Range& mine = chunks[RingOf(s).p];
   LOOM_RETURN_IF_ERROR(

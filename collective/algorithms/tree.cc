@@ -28,27 +28,26 @@ struct Step {
 class Plan {
  public:
   // `reduce`: the receiving side is the parent (reduce phase), else the child (broadcast).
-  Plan(Schedule& s, const std::vector<TreeJob>& jobs, size_t elem, bool reduce)
-      : piece_(s.piece_elems(elem)) {
+  Plan(Schedule& s, const TreeJobs& jobs, size_t elem, bool reduce) : piece_(s.piece_elems(elem)) {
     int depth = 0;
     for (const TreeJob& job : jobs) {
       max_pieces_ = std::max(max_pieces_, (job.range.count + piece_ - 1) / piece_);
       depth = std::max(depth, job.tree->depth());
     }
     begin_.push_back(0);
-    std::vector<Step> sends;
     for (int l = 0; l < depth; ++l) {
-      sends.clear();
-      for (size_t t = 0; t < jobs.size(); ++t) {
-        const Tree& tree = *jobs[t].tree;
-        if (l >= tree.depth()) continue;
-        for (const auto& [p, c] : tree.levels[l]) {
-          if (p != s.rank() && c != s.rank()) continue;
-          const Step step{t, p == s.rank() ? c : p, p == s.rank()};
-          (step.parent == reduce ? steps_ : sends).push_back(step);
+      // The level's receives (parent == reduce), then its sends.
+      for (const bool receives : {true, false}) {
+        for (size_t t = 0; t < jobs.size(); ++t) {
+          const Tree& tree = *jobs[t].tree;
+          if (l >= tree.depth()) continue;
+          for (const auto& [p, c] : tree.levels[l]) {
+            if (p != s.rank() && c != s.rank()) continue;
+            const Step step{t, p == s.rank() ? c : p, p == s.rank()};
+            if ((step.parent == reduce) == receives) steps_.push_back(step);
+          }
         }
       }
-      steps_.insert(steps_.end(), sends.begin(), sends.end());
       begin_.push_back(steps_.size());
     }
   }
@@ -62,8 +61,8 @@ class Plan {
  private:
   size_t piece_;
   size_t max_pieces_ = 0;
-  std::vector<Step> steps_;
-  std::vector<size_t> begin_;  // level l's steps are [begin_[l], begin_[l + 1])
+  SmallVector<Step, 16> steps_;
+  SmallVector<size_t> begin_;  // level l's steps are [begin_[l], begin_[l + 1])
 };
 
 // Piece j of a range, or an empty range past its end.
@@ -75,13 +74,13 @@ Range PieceOf(const Range& range, size_t piece, size_t j) {
 
 }  // namespace
 
-Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in, void* work,
+Status TreesReduce(Schedule& s, const TreeJobs& jobs, const void* in, void* work,
                    const Reduction& reduction) {
   const size_t elem = DataTypeSize(reduction.dtype);
   const Plan plan(s, jobs, elem, /*reduce=*/true);
   // touched[t]: work already holds this rank's partial result for job t's current piece.
-  std::vector<char> touched(jobs.size());
-  std::vector<int> receives;
+  SmallVector<char> touched(jobs.size());
+  SmallVector<int> receives;
   for (size_t j = 0; j < plan.max_pieces(); ++j) {
     std::fill(touched.begin(), touched.end(), 0);
     for (int l = plan.depth() - 1; l >= 0; --l) {
@@ -113,10 +112,10 @@ Status TreesReduce(Schedule& s, const std::vector<TreeJob>& jobs, const void* in
   return s.WaitAll();
 }
 
-Status TreesBroadcast(Schedule& s, const std::vector<TreeJob>& jobs, void* buf) {
+Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf) {
   // Broadcast moves bytes; any element size works, so plan in bytes.
   const Plan plan(s, jobs, 1, /*reduce=*/false);
-  std::vector<int> receives;
+  SmallVector<int> receives;
   for (size_t j = 0; j < plan.max_pieces(); ++j) {
     for (int l = 0; l < plan.depth(); ++l) {
       receives.clear();
@@ -137,14 +136,14 @@ Status TreesBroadcast(Schedule& s, const std::vector<TreeJob>& jobs, void* buf) 
 }
 
 namespace {
-std::vector<TreeJob> InBytes(const std::vector<TreeJob>& jobs, size_t elem) {
-  std::vector<TreeJob> out = jobs;
+TreeJobs InBytes(const TreeJobs& jobs, size_t elem) {
+  TreeJobs out = jobs;
   for (TreeJob& job : out) job.range = Range{job.range.offset * elem, job.range.count * elem};
   return out;
 }
 }  // namespace
 
-Status TreesAllReduce(Schedule& s, const CallArgs& args, const std::vector<TreeJob>& jobs) {
+Status TreesAllReduce(Schedule& s, const CallArgs& args, const TreeJobs& jobs) {
   const Reduction reduction{args.dtype, args.op};
   const size_t elem = DataTypeSize(args.dtype);
   LOOM_RETURN_IF_ERROR(TreesReduce(s, jobs, args.send, args.recv, reduction));

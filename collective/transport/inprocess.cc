@@ -5,10 +5,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "base/copy.h"
 #include "collective/schedule.h"
@@ -49,20 +48,20 @@ struct Posting {
 struct Key {
   int src;
   uint64_t tag;
-  bool operator==(const Key& o) const { return src == o.src && tag == o.tag; }
 };
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    return std::hash<uint64_t>()(k.tag * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(k.src));
-  }
-};
-using Queue = std::unordered_map<Key, std::deque<std::shared_ptr<Posting>>, KeyHash>;
+// The unmatched postings of one pair of ranks in one direction, in the order they were posted
+// (matched by tag, first posted first, as MPI matches within one source). A call has a few
+// postings outstanding per peer, so a scan of the list finds one; the list keeps its capacity
+// from call to call, so matching allocates nothing (a map keyed by tag allocated its entry
+// for every message: every call's tags are new).
+using Pending = std::vector<std::shared_ptr<Posting>>;
 
-// Everything addressed to one rank: unmatched sends to it and its unmatched receives.
+// Everything addressed to one rank: unmatched sends to it and its unmatched receives, per peer
+// (sends[r]: from rank r; recvs[r]: from rank r).
 struct Mailbox {
   std::mutex mu;
-  Queue sends;
-  Queue recvs;
+  std::vector<Pending> sends;
+  std::vector<Pending> recvs;
 };
 
 // Where the ranks meet once per collective (Meet, RunNative). A group has kMeetSlots slots,
@@ -145,7 +144,12 @@ struct Meeting {
 
 struct Hub {
   Hub(int n, std::shared_ptr<RankMemory> memory)
-      : mailboxes(n), memory(std::move(memory)), meeting(n) {}
+      : mailboxes(n), memory(std::move(memory)), meeting(n) {
+    for (Mailbox& mb : mailboxes) {
+      mb.sends.resize(n);
+      mb.recvs.resize(n);
+    }
+  }
   std::vector<Mailbox> mailboxes;
   std::shared_ptr<RankMemory> memory;
   Meeting meeting;
@@ -214,12 +218,13 @@ std::shared_ptr<Posting> HandedRecv(Posting* send) {
   return send->handed_recv;
 }
 
-std::shared_ptr<Posting> PopFront(Queue& queue, const Key& key) {
-  auto it = queue.find(key);
-  if (it == queue.end()) return nullptr;
-  std::shared_ptr<Posting> p = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) queue.erase(it);
+// The first posting of `tag` in `pending`, taken out of it; nullptr when there is none.
+std::shared_ptr<Posting> PopFirst(Pending& pending, uint64_t tag) {
+  auto it = std::find_if(pending.begin(), pending.end(),
+                         [tag](const std::shared_ptr<Posting>& p) { return p->tag == tag; });
+  if (it == pending.end()) return nullptr;
+  std::shared_ptr<Posting> p = std::move(*it);
+  pending.erase(it);
   p->queued = false;
   return p;
 }
@@ -289,13 +294,8 @@ class InProcessRequest final : public Request {
     {
       std::lock_guard<std::mutex> lock(mb.mu);
       if (posting_->queued) {
-        Queue& queue = is_send_ ? mb.sends : mb.recvs;
-        auto it = queue.find(key_);
-        if (it != queue.end()) {
-          auto& dq = it->second;
-          dq.erase(std::remove(dq.begin(), dq.end(), posting_), dq.end());
-          if (dq.empty()) queue.erase(it);
-        }
+        Pending& pending = (is_send_ ? mb.sends : mb.recvs)[key_.src];
+        pending.erase(std::remove(pending.begin(), pending.end(), posting_), pending.end());
         posting_->queued = false;
         MarkDone(posting_.get(), FailedPrecondition("cancelled"));
         return;
@@ -379,8 +379,8 @@ class InProcessTransport final : public Transport {
         return std::make_unique<InProcessRequest>(hub_, peer, key, /*is_send=*/true, std::move(p),
                                                   rank_);
       }
-      match = PopFront(mb.recvs, key);
-      if (!match) mb.sends[key].push_back(p);
+      match = PopFirst(mb.recvs[rank_], tag);
+      if (!match) mb.sends[rank_].push_back(p);
     }
     if (match) {
       p->queued = false;
@@ -402,13 +402,14 @@ class InProcessTransport final : public Transport {
       std::vector<std::shared_ptr<Posting>> pending;
       {
         std::lock_guard<std::mutex> lock(mb.mu);
-        for (Queue* q : {&mb.sends, &mb.recvs}) {
-          for (auto& [key, postings] : *q)
+        for (std::vector<Pending>* lists : {&mb.sends, &mb.recvs}) {
+          for (Pending& postings : *lists) {
             for (auto& p : postings) {
               p->queued = false;
               pending.push_back(p);
             }
-          q->clear();
+            postings.clear();
+          }
         }
       }
       for (auto& p : pending) MarkDone(p.get(), cause);
@@ -465,8 +466,8 @@ class InProcessTransport final : public Transport {
         return std::make_unique<InProcessRequest>(hub_, rank_, key, /*is_send=*/false, std::move(p),
                                                   rank_);
       }
-      match = PopFront(mb.sends, key);
-      if (!match) mb.recvs[key].push_back(p);
+      match = PopFirst(mb.sends[peer], tag);
+      if (!match) mb.recvs[peer].push_back(p);
     }
     if (match) {
       p->queued = false;
