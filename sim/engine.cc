@@ -307,6 +307,8 @@ class Engine {
       ready = OnCore(ready, machine_.step_us());
     if (s.bytes > machine_.eager_bytes() && machine_.rendezvous_us() > 0)
       ready = OnCore(ready, machine_.rendezvous_us());
+    if (const double extra = machine_.message_us(static_cast<double>(s.bytes)); extra > 0)
+      ready = OnCore(ready, extra);
     f.dst = dst;
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);

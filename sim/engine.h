@@ -26,7 +26,8 @@
 //  - A host transfer is copied by the receiver's CPU, or by the CPU of the rank whose post made
 //    the match where the machine says so (Machine::matcher_copies: Loom's in-process transport).
 //  - A message larger than the machine's eager_bytes() also pays its rendezvous_us() (MPI's
-//    handshake before large messages).
+//    handshake before large messages), and every message what the machine's message_us() gives
+//    its size (a host's measured cost of small messages beyond their latency and rates).
 //  - On a host (Machine::host) with no copy_gbps given, a rank's local copy is a transfer to
 //    itself through its own CPU and the shared cores, so that copies running at once share the
 //    memory's rate as transfers do.

@@ -363,6 +363,20 @@ StatusOr<Machine> Machine::Host(int ranks, int cores, double latency_us,
   return m;
 }
 
+double HostProtocol::MessageUs(double bytes) const {
+  if (message_us.empty() || bytes <= 0 || bytes > message_us.back().first) return 0;
+  if (bytes <= message_us.front().first) {
+    return message_us.front().second * bytes / message_us.front().first;
+  }
+  for (size_t i = 1; i < message_us.size(); ++i) {
+    const auto& [hi, hi_us] = message_us[i];
+    if (bytes > hi) continue;
+    const auto& [lo, lo_us] = message_us[i - 1];
+    return lo_us + (hi_us - lo_us) * (bytes - lo) / (hi - lo);
+  }
+  return 0;
+}
+
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   const std::vector<std::string> parts = Split(spec, ':');
   auto bad = [&](const std::string& why) {
@@ -390,7 +404,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     static const std::set<std::string> known = {
         "cores",    "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
         "eager",    "rendezvous", "copier", "handoff", "native", "stream",     "fault",
-        "exchange", "cache",      "pass",   "inline",  "wait",   "step"};
+        "exchange", "cache",      "pass",   "inline",  "wait",   "step",       "msg"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -452,6 +466,22 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     StatusOr<size_t> at = ParseBytes(f[0]);
     if (!at.ok() || !number(f[1], &protocol.step_us) || protocol.step_us < 0) return bad(why);
     protocol.step_bytes = static_cast<double>(*at);
+  }
+  if (keys.count("msg")) {
+    const std::string why =
+        "msg must be BYTES/US,... (sizes increasing, microseconds not negative)";
+    for (const std::string& point : Split(keys["msg"], ',')) {
+      const std::vector<std::string> f = Split(point, '/');
+      if (f.size() != 2) return bad(why);
+      StatusOr<size_t> at = ParseBytes(f[0]);
+      double us = 0;
+      if (!at.ok() || *at == 0 || !number(f[1], &us) || us < 0) return bad(why);
+      if (!protocol.message_us.empty() &&
+          static_cast<double>(*at) <= protocol.message_us.back().first) {
+        return bad(why);
+      }
+      protocol.message_us.emplace_back(static_cast<double>(*at), us);
+    }
   }
   if (keys.count("copier")) {
     if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {

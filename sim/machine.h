@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -107,6 +108,16 @@ struct HostProtocol {
   // more than one of smaller messages; none by default.
   double step_bytes = std::numeric_limits<double>::infinity();
   double step_us = 0;
+  // What a message of a given size pays beyond its latency, its protocol steps and its bytes at
+  // the rates, on a core as a rendezvous: (bytes, microseconds) in increasing bytes, linear
+  // between two sizes, below the first size that size's in proportion, none beyond the last.
+  // Measured over MPI on a host whose cores keep what they write in caches of their own: a
+  // message of a few KiB costs the receiver more per byte than the rates a 64 KiB call gives
+  // (Open MPI's eager path copies it in and out of a shared fragment; the receiver reads what
+  // the sender's core has just written). Empty: none.
+  std::vector<std::pair<double, double>> message_us;
+  // The first of those for a message of `bytes`.
+  double MessageUs(double bytes) const;
   // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
   // in-process transport) instead of the receiver (MPI)...
   bool matcher_copies = false;
@@ -171,6 +182,7 @@ class Machine {
   // bytes, with an optional K, M or G), either with ":eager=BYTES:rendezvous=US": messages
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
+  // ":msg=BYTES/US,..." (what a message of each size pays beyond that: HostProtocol::message_us),
   // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
   // ":pass=WS/COPY/REDUCE,...": native_pass()),
@@ -211,6 +223,7 @@ class Machine {
   double rendezvous_us() const { return host_protocol_.rendezvous_us; }
   double step_bytes() const { return host_protocol_.step_bytes; }
   double step_us() const { return host_protocol_.step_us; }
+  double message_us(double bytes) const { return host_protocol_.MessageUs(bytes); }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }

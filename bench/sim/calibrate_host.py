@@ -11,6 +11,9 @@
      on 4 ranks a 64-byte allgather around the ring (3 exchanges) against a broadcast down the
      tree (2 messages); over MPI where processes outnumber the cores, a protocol step below
      the eager size from a ring allgather of 64 B up to eager-size messages (step=BYTES/US);
+     over MPI, from a 2-rank broadcast of 64 B-64 KiB (which also finds the rendezvous step),
+     what a message of each size below 64 KiB pays beyond the model's latency and rates
+     (msg=BYTES/US,...; the sweep's growth scaled down to the model's, fit_messages);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
      ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
      root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce:
@@ -260,6 +263,9 @@ TRANSPORT = {"mpi_exchange": False, "chunk": 1 << 20, "matcher_copies": True,
 
 # Messages larger than EAGER["bytes"] pay EAGER["us"] more (found by calibrate(); none in-process).
 EAGER = {"bytes": None, "us": 0.0}
+# What a message of each size below the smallest level's pays beyond its latency, protocol and
+# rates: [(bytes, us), ...] from the 2-rank broadcast sweep (calibrate(); MSG_TRANSPORTS), or None.
+MSG = {"points": None}
 
 # In-process: what the native pass's streaming stores cost against copies at the memory's rates
 # (the spec's stream=F; None: the model's default), per rank count (found by calibrate()).
@@ -364,6 +370,8 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":eager=%d:rendezvous=%r" % (EAGER["bytes"], EAGER["us"])
     if STEP["bytes"] is not None:
         spec += ":step=%d/%r" % (STEP["bytes"], STEP["us"])
+    if MSG["points"]:
+        spec += ":msg=" + ",".join("%d/%r" % point for point in MSG["points"])
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     spec += ":native=%s" % TRANSPORT["native"]
@@ -416,6 +424,46 @@ def fit_pass(ranks, cores, latency, call, levels, s, ws, broadcast, reduce):
     return (ws, copy, fit("reduce", reduce, lambda g: (ws, copy, g)))
 
 
+# The transports whose small messages' own cost the broadcast sweep prices (MSG): over MPI a
+# message of a few KiB costs the receiver more per byte than the 64 KiB level's rates give on a
+# host whose cores keep what they write in caches of their own (Open MPI's eager path: the
+# sender writes the payload into a shared fragment, the receiver reads it from the sender's
+# core); in-process the sweep's broadcasts are what its latency and rates already give.
+MSG_TRANSPORTS = ("libnbc",)
+
+
+def fit_messages(ranks, cores, latency, call, sweep, level_bytes, level):
+    """MSG from a 2-rank broadcast sweep (one message of each size, up to the smallest level's
+    per-rank size): what each size below that level's took beyond what the model gives it at
+    the level's rates (never negative), none at the level's own size. The sweep is one command
+    of its own, taken minutes from the level's broadcast and from the latency's, and on this VM
+    a command can run in a slow mode throughout (every call 1.7-3x): so its growth from its
+    smallest size is scaled to the model's growth over the same sizes, and only its shape (a
+    message of a few KiB dearer per byte than one of 64 KiB) is priced, not its offset or its
+    speed (a sweep slower than the model only scaled down)."""
+    sizes = sorted(sz for (_, sz) in sweep)
+    if len(sizes) < 3 or sizes[-1] != level_bytes:
+        return
+    MSG["points"] = None
+    base = {sz: simulate(ranks, cores, latency, call, [level], "broadcast", "tree", sz)
+            for sz in sizes}
+    t = {sz: sweep[("tree", sz)] for sz in sizes}
+    lo, hi = sizes[0], sizes[-1]
+    if t[hi] <= t[lo] or base[hi] <= base[lo]:
+        return
+    # Never scaled up: a sweep faster than the level's broadcast is the level's slow mode, and
+    # its shape scaled up read as microseconds a message no run paid (2026-12-01 20:16).
+    k = min(1.0, (base[hi] - base[lo]) / (t[hi] - t[lo]))
+    points = [(sz, max(0.0, base[lo] + k * (t[sz] - t[lo]) - base[sz])) for sz in sizes[:-1]]
+    if not any(us > 0 for _, us in points):
+        return
+    MSG["points"] = points + [(hi, 0.0)]
+    print("# calibration, %d ranks: a broadcast's one message beyond the model's latency and "
+          "rates, the sweep scaled by %.2f to the model's growth from %d B to %d B (%s) -> "
+          "messages pay that, linear between the sizes" % (ranks, k, lo, hi, " ".join(
+              "%d:%.2f" % point for point in points)))
+
+
 def calibrate(a, cores, runs, ranks):
     """Step 1: the host model of `ranks` ranks from primitives (medians of `runs` runs). The
     2-rank calibration also finds the transport's protocol step (EAGER), which 4 ranks use."""
@@ -430,6 +478,7 @@ def calibrate(a, cores, runs, ranks):
 
     # 1a. Latency and call cost per rank count (in-process also the exchange latency).
     timing = {}
+    msg_sweep = None
     EXCHANGE["us"] = None
     STEP.update(bytes=None, us=None)
     if TRANSPORT["native"] == "pass":
@@ -496,6 +545,8 @@ def calibrate(a, cores, runs, ranks):
         ratio, jump, at = max(steps)
         before = sizes[at - 1]
         EAGER.update(bytes=None, us=0.0)
+        MSG["points"] = None
+        msg_sweep = sweep if TRANSPORT["native"] in MSG_TRANSPORTS else None
         if ratio > 2.2 and jump > 1.0 and min(t[at:]) > t[at - 1] + 0.75 * jump:
             EAGER.update(bytes=before, us=jump)
             print("# calibration: a 2-rank broadcast jumps %.2f us past %d B (%s) -> messages "
@@ -627,6 +678,9 @@ def calibrate(a, cores, runs, ranks):
             reduce = fit("reduce", alone, s, alone_us,
                          lambda g: (ws, copy, g, mem, mem_reduce and max(mem_reduce, floor * g),
                                     loc))
+            if msg_sweep is not None and MSG["points"] is None:
+                fit_messages(ranks, cores, latency, call, msg_sweep, s,
+                             (ws, copy, reduce, mem, mem_reduce, loc))
             # All ranks at once: at most one stream per core, and at least one rank's rate
             # where `floor` says so.
             mem = min(cores * copy, max(floor * copy, fit(
@@ -713,6 +767,7 @@ def calibrate(a, cores, runs, ranks):
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
+            "msg": MSG["points"],
             "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
             "wait": {ranks: WAIT["us"]}, "fault": {ranks: FAULT["us"]},
             "exchange": {ranks: EXCHANGE["us"]},
@@ -737,6 +792,7 @@ def measure(a, ranks, runs):
 def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
+    MSG["points"] = model.get("msg")
     STREAM["f"] = model["stream"][ranks]
     PASS["levels"] = model["pass"][ranks]
     WAIT["us"] = model["wait"][ranks]
@@ -754,6 +810,7 @@ def merged(parts):
     return {"timing": {k: v for p in parts for k, v in p["timing"].items()},
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
             "eager": parts[0]["eager"],
+            "msg": parts[0].get("msg"),
             "stream": {k: v for p in parts for k, v in p["stream"].items()},
             "pass": {k: v for p in parts for k, v in p["pass"].items()},
             "wait": {k: v for p in parts for k, v in p["wait"].items()},
@@ -788,7 +845,12 @@ def pooled_model(models):
     passes = {r: None if models[0]["pass"][r] is None else
               [tuple(med(m["pass"][r][j][i] for m in models) for i in range(3))
                for j in range(len(models[0]["pass"][r]))] for r in models[0]["pass"]}
+    msgs = [m.get("msg") for m in models]
+    msg = None
+    if all(msgs) and len(set(tuple(b for b, _ in m) for m in msgs)) == 1:
+        msg = [(b, med(m[i][1] for m in msgs)) for i, (b, _) in enumerate(msgs[0])]
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
+            "msg": msg,
             "stream": scalar("stream"), "pass": passes, "wait": scalar("wait"),
             "fault": scalar("fault"), "exchange": scalar("exchange"), "step": steps}
 

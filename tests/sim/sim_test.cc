@@ -195,6 +195,33 @@ TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   EXPECT_NEAR(bcast(1024), 3, 1e-6);
   EXPECT_NEAR(bcast(2048), 3 + 4, 1e-6);
   EXPECT_NEAR(bcast(8192), 3 + 4 + 2, 1e-6);
+  // What a message of each size pays beyond that (msg): linear between the sizes given, below
+  // the first in proportion, none beyond the last; on top of its latency and protocol steps.
+  StatusOr<Simulator> priced = Simulator::Create(
+      Machine::Load("host:2:cores=2:latency=3:copy=5:reduce=2:msg=1K/1,4K/4,64K/0").value(),
+      options);
+  ASSERT_TRUE(priced.ok()) << priced.status().ToString();
+  auto priced_bcast = [&](size_t bytes) {
+    StatusOr<CollectiveResult> r = priced->Simulate(Collective::kBroadcast, "tree", bytes);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us - 2 * bytes / 5e3 - 3 : 0.0;  // what the message pays beyond
+  };
+  EXPECT_NEAR(priced_bcast(512), 0.5, 1e-6);
+  EXPECT_NEAR(priced_bcast(1024), 1, 1e-6);
+  EXPECT_NEAR(priced_bcast(2048), 2, 1e-6);
+  EXPECT_NEAR(priced_bcast(4096), 4, 1e-6);
+  EXPECT_NEAR(priced_bcast(34 << 10), 2, 1e-6);
+  EXPECT_NEAR(priced_bcast(64 << 10), 0, 1e-6);
+  EXPECT_NEAR(priced_bcast(1 << 20), 0, 1e-6);
+  EXPECT_NEAR(priced->machine().message_us(3072), 3, 1e-9);
+  for (const char* bad : {"host:2:cores=1:latency=1:copy=5:reduce=2:msg=4K/1,1K/2",
+                          "host:2:cores=1:latency=1:copy=5:reduce=2:msg=1K/-1",
+                          "host:2:cores=1:latency=1:copy=5:reduce=2:msg=0/1",
+                          "host:2:cores=1:latency=1:copy=5:reduce=2:msg=1K"}) {
+    StatusOr<Machine> m = Machine::Load(bad);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find("msg must be"), std::string::npos) << m.status().ToString();
+  }
   for (const char* bad :
        {"host:2:cores=1:copy=5:reduce=2", "host:2:cores=1.5:copy=5:reduce=2:latency=1",
         "host:2:cores=1:latency=1:copy=5:reduce=2:step=1K",
