@@ -116,7 +116,7 @@ struct HostProtocol {
   // (Open MPI's eager path copies it in and out of a shared fragment; the receiver reads what
   // the sender's core has just written). Empty: none.
   std::vector<std::pair<double, double>> message_us;
-  // The first of those for a message of `bytes`.
+  // What a message of `bytes` pays, from those points (0 where none apply).
   double MessageUs(double bytes) const;
   // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
   // in-process transport) instead of the receiver (MPI)...

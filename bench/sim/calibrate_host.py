@@ -678,9 +678,10 @@ def calibrate(a, cores, runs, ranks):
             reduce = fit("reduce", alone, s, alone_us,
                          lambda g: (ws, copy, g, mem, mem_reduce and max(mem_reduce, floor * g),
                                     loc))
-            if msg_sweep is not None and MSG["points"] is None:
+            if msg_sweep is not None:  # once, at the smallest level (the sweep's top size)
                 fit_messages(ranks, cores, latency, call, msg_sweep, s,
                              (ws, copy, reduce, mem, mem_reduce, loc))
+                msg_sweep = None
             # All ranks at once: at most one stream per core, and at least one rank's rate
             # where `floor` says so.
             mem = min(cores * copy, max(floor * copy, fit(
