@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
@@ -22,6 +23,7 @@ struct Post {
   uint64_t bytes;
   bool reduce;
   bool paired;  // the rank posts a send and a receive before it waits (an exchange)
+  uint64_t addr, addr2;  // TraceOp::addr / addr2
 };
 
 struct Flow {
@@ -39,6 +41,9 @@ struct Class {
   bool reduce = false;         // its transfers reduce on arrival (bw_reduce_ applies)
   bool local = false;          // a rank's copy of its own buffers (bw_local_ applies)
   bool fault = false;          // a rank's pages mapped in by the kernel (bw_fault_ applies)
+  // Microseconds per byte its copier spends on top of its share of the resources: cache lines
+  // another core wrote last (HostProtocol::dirty).
+  double extra = 0;
   double service = 0;
   double rate = 0;  // bytes per microsecond, per member
   double last = 0;  // when service was brought up to date
@@ -60,6 +65,20 @@ struct Event {
   }
 };
 
+// Which rank's core wrote each range of a rank's memory last (start -> end, writer), per rank;
+// a range no op has written is its own rank's.
+struct Segment {
+  uint64_t end;
+  int writer;
+};
+using Written = std::vector<std::map<uint64_t, Segment>>;
+
+struct ClassKeyHash {
+  size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+    return std::hash<uint64_t>()(k.first ^ (k.second * 0x9E3779B97F4A7C15ull));
+  }
+};
+
 struct KeyHash {
   size_t operator()(const std::tuple<int, int, uint64_t>& k) const {
     const auto& [a, b, t] = k;
@@ -70,7 +89,10 @@ struct KeyHash {
 
 class Engine {
  public:
-  Engine(const Machine& machine, const Trace& trace, const EngineOptions& options)
+  // `written`: which core wrote what last before the call (the end of the same call before it:
+  // ReplayTrace); null: every rank's memory its own.
+  Engine(const Machine& machine, const Trace& trace, const EngineOptions& options,
+         const Written* written = nullptr)
       : machine_(machine), trace_(trace), options_(options) {
     const int n = trace.nranks();
     for (const Resource& r : machine.resources()) {
@@ -114,6 +136,16 @@ class Engine {
     // A host's local copies are transfers of a rank to itself (they share the cores and the
     // memory with every other copy): each gets a handle past the trace's own.
     local_copies_ = machine.host() && options.copy_gbps == 0;
+    // Copies of lines another core wrote last: priced where the host gives their rates and the
+    // ranks' copies are modelled. Where ranks outnumber the cores, another rank shares a core
+    // with the copier part of the time: of the other ranks, ranks / cores - 1 on its own core.
+    dirty_ = local_copies_ && machine.prices_dirty();
+    if (dirty_) {
+      const double ranks = machine.size(), cores = machine.host_core_count();
+      dirty_share_ = ranks > cores && ranks > 1 ? (ranks - ranks / cores) / (ranks - 1) : 1.0;
+      written_ = written != nullptr ? *written : Written(n);
+      written_.resize(n);
+    }
     cores_busy_.resize(machine.host() ? machine.host_core_count() : 0);
     oversubscribed_ = machine.host() && machine.size() > machine.host_core_count();
     awake_at_.assign(n, -kInf);
@@ -145,6 +177,9 @@ class Engine {
       next_local_[r] = trace.handles[r];
     }
   }
+
+  bool prices_dirty() const { return dirty_; }
+  const Written& written() const { return written_; }
 
   StatusOr<Replay> Go() {
     const int n = trace_.nranks();
@@ -222,7 +257,13 @@ class Engine {
             const int device = trace_.device_of(r);
             Route route = RouteFor(device, device, reduce);
             route.latency_us = 0;
-            f.cls = ClassFor(r, r, route, -1, reduce);
+            double extra = 0;
+            if (dirty_ && !reduce) {
+              extra = Dirty(Foreign(r, op.addr2, op.bytes, device),
+                            Foreign(r, op.addr, op.bytes, device), op.bytes);
+              Write(r, op.addr, op.bytes, device);
+            }
+            f.cls = ClassFor(r, r, route, -1, reduce, false, false, extra);
             flows_.push_back(f);
             events_.push(Event{clock_[r], 0, static_cast<int>(flows_.size()) - 1, 0});
             blocked_[r] = handle;
@@ -270,7 +311,9 @@ class Engine {
               at,
               op.bytes,
               op.kind == TraceOp::kRecvReduce,
-              !paired_.empty() && paired_[r][pc_[r]] != 0};
+              !paired_.empty() && paired_[r][pc_[r]] != 0,
+              op.addr,
+              op.addr2};
     auto& waiting = send ? recvs_[key] : sends_[key];
     if (waiting.empty()) {
       (send ? sends_[key] : recvs_[key]).push_back(mine);
@@ -313,7 +356,18 @@ class Engine {
     f.dst_handle = v.handle;
     f.bytes = static_cast<double>(s.bytes);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
-    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst);
+    // The copier's core reads the sender's source (and, reducing, the receiver's operand) and
+    // writes the receiver's destination: lines another core wrote last cost it more.
+    double extra = 0;
+    if (dirty_) {
+      const int cpu = trace_.device_of(copier);
+      double read = Foreign(src, s.addr, s.bytes, cpu);
+      if (v.reduce) read += Foreign(dst, v.addr2, s.bytes, cpu);
+      extra = Dirty(read, Foreign(dst, v.addr, s.bytes, cpu), s.bytes);
+      Write(dst, v.addr, s.bytes, cpu);
+    }
+    f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
+                     false, extra);
     flows_.push_back(f);
     events_.push(Event{ready, 0, static_cast<int>(flows_.size()) - 1, 0});
     return Status::OK();
@@ -360,16 +414,82 @@ class Engine {
     return best + us;
   }
 
-  // Transfers between the same two trace ranks (same route, same reducer) form one class.
-  // `route_reduces`: the transfer reduces on arrival (whether or not a reducer is modelled).
+  // The share of [addr, addr + bytes) of `rank`'s memory another core than `cpu` wrote last
+  // (0 for an op that records no address).
+  double Foreign(int rank, uint64_t addr, uint64_t bytes, int cpu) const {
+    if (addr == 0 || bytes == 0) return 0;
+    const std::map<uint64_t, Segment>& w = written_[rank];
+    const uint64_t end = addr + bytes;
+    const int own = trace_.device_of(rank);
+    uint64_t foreign = 0, at = addr;
+    auto it = w.upper_bound(addr);
+    if (it != w.begin()) --it;
+    for (; it != w.end() && it->first < end; ++it) {
+      if (it->second.end <= at) continue;
+      const uint64_t lo = std::max(at, it->first), hi = std::min(end, it->second.end);
+      if (lo > at && own != cpu) foreign += lo - at;  // a gap: the rank's own
+      if (it->second.writer != cpu) foreign += hi - lo;
+      at = hi;
+    }
+    if (at < end && own != cpu) foreign += end - at;
+    return static_cast<double>(foreign) / static_cast<double>(bytes);
+  }
+
+  // `cpu` writes [addr, addr + bytes) of `rank`'s memory.
+  void Write(int rank, uint64_t addr, uint64_t bytes, int cpu) {
+    if (addr == 0 || bytes == 0) return;
+    std::map<uint64_t, Segment>& w = written_[rank];
+    const uint64_t end = addr + bytes;
+    auto it = w.upper_bound(addr);
+    if (it != w.begin() && std::prev(it)->second.end > addr) {
+      --it;
+      if (it->first < addr) {  // keep its head
+        const Segment tail = it->second;
+        it->second.end = addr;
+        it = w.emplace_hint(std::next(it), addr, tail);
+      }
+    }
+    while (it != w.end() && it->first < end) {
+      if (it->second.end > end) {  // keep its tail
+        const Segment tail = it->second;
+        w.erase(it);
+        w.emplace(end, tail);
+        break;
+      }
+      it = w.erase(it);
+    }
+    w.emplace(addr, Segment{end, cpu});
+  }
+
+  // Microseconds per byte a copy of `bytes` adds whose reads are `read` (0-2: two operands of a
+  // reduction) and whose writes `write` (0-1) another core's, rounded to 2 % steps (classes of
+  // the same cost stay one).
+  double Dirty(double read, double write, uint64_t bytes) const {
+    if (read <= 0 && write <= 0) return 0;
+    const HostProtocol::DirtyCost c = machine_.dirty_us(static_cast<double>(bytes));
+    // Source and destination both foreign overlap: `both` for the part where both are.
+    const double both = std::min(std::min(read, 1.0), write);
+    const double x =
+        dirty_share_ * (read * c.src + write * c.dst - both * (c.src + c.dst - c.both));
+    if (x <= 0) return 0;
+    return std::exp(std::round(std::log(x) * 50) / 50);
+  }
+
+  // Transfers between the same two trace ranks (same route, same reducer, same cost of other
+  // cores' lines) form one class. `route_reduces`: the transfer reduces on arrival (whether or
+  // not a reducer is modelled).
   int ClassFor(int src, int dst, const Route& route, int reducer_device, bool route_reduces,
-               bool sender_copies = false, bool fault = false) {
+               bool sender_copies = false, bool fault = false, double extra = 0) {
     const bool reduce = reducer_device >= 0;
-    const uint64_t key =
+    uint64_t bits = 0;
+    static_assert(sizeof(bits) == sizeof(extra));
+    std::memcpy(&bits, &extra, sizeof(bits));
+    const std::pair<uint64_t, uint64_t> key{
         (((uint64_t(uint32_t(src)) << 32 | uint32_t(dst)) * 2 + route_reduces) * 2 +
          sender_copies) *
-            2 +
-        fault;
+                2 +
+            fault,
+        bits};
     auto it = class_of_.find(key);
     if (it != class_of_.end()) return it->second;
     Class c;
@@ -377,6 +497,7 @@ class Engine {
     c.reduce = route_reduces;
     c.local = src == dst;  // only a rank's local work streams from a rank to itself
     c.fault = fault;
+    c.extra = extra;
     if (reduce) c.resources.push_back(reducer_base_ + reducer_device);
     classes_.push_back(std::move(c));
     const int id = static_cast<int>(classes_.size()) - 1;
@@ -407,6 +528,7 @@ class Engine {
       busy_[r] += f.bytes / bw[r];
       if (!shared_only_[r]) alone_us = std::max(alone_us, f.bytes / bw[r]);
     }
+    alone_us += f.bytes * c.extra;
     // Where ranks outnumber the cores, a copy holds one of them for as long as it takes alone,
     // and wake-ups and handshakes wait for a free one (4 ranks on 2 cores: a ring step of 16 KiB
     // pieces costs its copies on top of its wake-ups, not beside them).
@@ -483,7 +605,8 @@ class Engine {
         if (shared_only_[r] && count_[r] < 2) continue;
         rate = std::min(rate, bw[r] / std::max(1, count_[r]));
       }
-      c.rate = rate;
+      // The copier's own stalls on other cores' lines come on top of its share.
+      c.rate = c.extra > 0 ? 1 / (1 / rate + c.extra) : rate;
       Reschedule(other, now);
     }
   }
@@ -534,7 +657,10 @@ class Engine {
   std::vector<std::vector<double>> done_;
   std::vector<Flow> flows_;
   std::vector<Class> classes_;
-  std::unordered_map<uint64_t, int> class_of_;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, int, ClassKeyHash> class_of_;
+  bool dirty_ = false;        // copies of other cores' lines priced (HostProtocol::dirty)
+  double dirty_share_ = 1.0;  // of another rank's writes, the share on another core
+  Written written_;
   std::vector<int> touched_, ended_;
   std::unordered_map<uint64_t, Route> routes_;
   std::unordered_map<std::tuple<int, int, uint64_t>, std::deque<Post>, KeyHash> sends_, recvs_;
@@ -562,7 +688,12 @@ StatusOr<Replay> ReplayTrace(const Machine& machine, const Trace& trace,
                    options.call_us >= 0,
                "negative engine costs");
   Engine engine(machine, trace, options);
-  return engine.Go();
+  StatusOr<Replay> first = engine.Go();
+  if (!first.ok() || !engine.prices_dirty()) return first;
+  // A call is timed in a loop over the same buffers: the one measured starts where the one
+  // before ended, each range written last by the core that wrote it then.
+  Engine steady(machine, trace, options, &engine.written());
+  return steady.Go();
 }
 
 }  // namespace loom::sim

@@ -377,6 +377,27 @@ double HostProtocol::MessageUs(double bytes) const {
   return 0;
 }
 
+HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
+  DirtyCost out;
+  if (dirty.empty() || bytes <= 0) return out;
+  // Bytes per microsecond from GB/s; what a rate slower than the clean copy adds per byte.
+  auto extra = [](double clean, double rate) {
+    return std::max(0.0, 1 / (rate * 1e3) - 1 / (clean * 1e3));
+  };
+  auto at = [&](const DirtyRates& p) {
+    return DirtyCost{extra(p.clean, p.src), extra(p.clean, p.dst), extra(p.clean, p.both)};
+  };
+  if (bytes <= dirty.front().bytes) return at(dirty.front());
+  if (bytes >= dirty.back().bytes) return at(dirty.back());
+  size_t i = 1;
+  while (dirty[i].bytes < bytes) ++i;
+  const DirtyCost lo = at(dirty[i - 1]), hi = at(dirty[i]);
+  const double t =
+      std::log(bytes / dirty[i - 1].bytes) / std::log(dirty[i].bytes / dirty[i - 1].bytes);
+  return DirtyCost{lo.src + t * (hi.src - lo.src), lo.dst + t * (hi.dst - lo.dst),
+                   lo.both + t * (hi.both - lo.both)};
+}
+
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   const std::vector<std::string> parts = Split(spec, ':');
   auto bad = [&](const std::string& why) {
@@ -404,7 +425,8 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     static const std::set<std::string> known = {
         "cores",    "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
         "eager",    "rendezvous", "copier", "handoff", "native", "stream",     "fault",
-        "exchange", "cache",      "pass",   "inline",  "wait",   "step",       "msg"};
+        "exchange", "cache",      "pass",   "inline",  "wait",   "step",       "msg",
+        "dirty"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -481,6 +503,24 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
         return bad(why);
       }
       protocol.message_us.emplace_back(static_cast<double>(*at), us);
+    }
+  }
+  if (keys.count("dirty")) {
+    const std::string why =
+        "dirty must be BYTES/CLEAN/SRC/DST/BOTH,... (sizes increasing, rates positive GB/s)";
+    for (const std::string& point : Split(keys["dirty"], ',')) {
+      const std::vector<std::string> f = Split(point, '/');
+      if (f.size() != 5) return bad(why);
+      StatusOr<size_t> at = ParseBytes(f[0]);
+      HostProtocol::DirtyRates d;
+      if (!at.ok() || *at == 0 || !number(f[1], &d.clean) || !number(f[2], &d.src) ||
+          !number(f[3], &d.dst) || !number(f[4], &d.both) || d.clean <= 0 || d.src <= 0 ||
+          d.dst <= 0 || d.both <= 0) {
+        return bad(why);
+      }
+      d.bytes = static_cast<double>(*at);
+      if (!protocol.dirty.empty() && d.bytes <= protocol.dirty.back().bytes) return bad(why);
+      protocol.dirty.push_back(d);
     }
   }
   if (keys.count("copier")) {

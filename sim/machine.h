@@ -118,6 +118,23 @@ struct HostProtocol {
   std::vector<std::pair<double, double>> message_us;
   // What a message of `bytes` pays, from those points (0 where none apply).
   double MessageUs(double bytes) const;
+  // What a copy pays for cache lines another core wrote last (in-process, where the ranks are
+  // threads on cores of their own and a transfer is one core's memcpy between two ranks'
+  // buffers): per copy size, the rates (GB/s) one core copies at with both buffers last written
+  // by itself, the source by another core, the destination by another core, both (`loom bench
+  // copies`). The engine keeps which rank wrote each range of every rank's buffers last and
+  // charges a copy the difference per byte (DirtyUs). Empty: not priced.
+  struct DirtyRates {
+    double bytes = 0, clean = 0, src = 0, dst = 0, both = 0;
+  };
+  std::vector<DirtyRates> dirty;
+  // Extra microseconds per byte for a copy of `bytes` whose source, destination or both were
+  // written last by another core: each point's 1 / rate - 1 / clean (never negative),
+  // interpolated in log(bytes) between two sizes, the nearest size's beyond the ends.
+  struct DirtyCost {
+    double src = 0, dst = 0, both = 0;
+  };
+  DirtyCost DirtyUs(double bytes) const;
   // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
   // in-process transport) instead of the receiver (MPI)...
   bool matcher_copies = false;
@@ -183,6 +200,7 @@ class Machine {
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
   // ":msg=BYTES/US,..." (what a message of each size pays beyond that: HostProtocol::message_us),
+  // ":dirty=BYTES/CLEAN/SRC/DST/BOTH,..." (copies of lines another core wrote: HostProtocol::dirty),
   // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
   // ":pass=WS/COPY/REDUCE,...": native_pass()),
@@ -224,6 +242,8 @@ class Machine {
   double step_bytes() const { return host_protocol_.step_bytes; }
   double step_us() const { return host_protocol_.step_us; }
   double message_us(double bytes) const { return host_protocol_.MessageUs(bytes); }
+  bool prices_dirty() const { return !host_protocol_.dirty.empty(); }
+  HostProtocol::DirtyCost dirty_us(double bytes) const { return host_protocol_.DirtyUs(bytes); }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }

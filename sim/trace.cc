@@ -59,20 +59,25 @@ class RecordingTransport : public collective::Transport {
   int nranks() const override { return nranks_; }
   const char* name() const override { return "simulated"; }
 
-  std::unique_ptr<collective::Request> Send(int peer, uint64_t tag, const void*,
+  std::unique_ptr<collective::Request> Send(int peer, uint64_t tag, const void* src,
                                             size_t bytes) override {
-    return Post(TraceOp::kSend, peer, tag, bytes);
+    return Post(TraceOp::kSend, peer, tag, bytes, src);
   }
-  std::unique_ptr<collective::Request> Recv(int peer, uint64_t tag, void*, size_t bytes) override {
-    return Post(TraceOp::kRecv, peer, tag, bytes);
+  std::unique_ptr<collective::Request> Recv(int peer, uint64_t tag, void* dst,
+                                            size_t bytes) override {
+    return Post(TraceOp::kRecv, peer, tag, bytes, dst);
   }
-  std::unique_ptr<collective::Request> RecvReduce(int peer, uint64_t tag, void*, const void*,
-                                                  size_t bytes,
+  std::unique_ptr<collective::Request> RecvReduce(int peer, uint64_t tag, void* dst,
+                                                  const void* local, size_t bytes,
                                                   const collective::Reduction&) override {
-    return Post(TraceOp::kRecvReduce, peer, tag, bytes);
+    return Post(TraceOp::kRecvReduce, peer, tag, bytes, dst, local);
   }
   Status Copy(void* dst, const void* src, size_t bytes) override {
-    if (dst != src && bytes > 0) Record(TraceOp::kCopy, bytes);
+    if (dst != src && bytes > 0) {
+      Record(TraceOp::kCopy, bytes);
+      ops_->back().addr = Address(dst);
+      ops_->back().addr2 = Address(src);
+    }
     return Status::OK();
   }
   Status Finalize(const collective::Reduction& reduction, void*, size_t count, int) override {
@@ -84,13 +89,17 @@ class RecordingTransport : public collective::Transport {
   }
 
  private:
+  static uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
   std::unique_ptr<collective::Request> Post(TraceOp::Kind kind, int peer, uint64_t tag,
-                                            size_t bytes) {
+                                            size_t bytes, const void* addr,
+                                            const void* addr2 = nullptr) {
     TraceOp op;
     op.kind = kind;
     op.peer = peer;
     op.tag = tag;
     op.bytes = bytes;
+    op.addr = Address(addr);
+    op.addr2 = Address(addr2);
     op.handle = next_handle_++;
     ops_->push_back(op);
     return std::make_unique<RecordingRequest>(ops_, op.handle);

@@ -32,6 +32,12 @@ struct TraceOp {
   int handle = -1;     // posts: the handle they create; kWait: the handle waited on
   uint64_t tag = 0;    // posts: matched with the peer's post of the same tag, in order
   uint64_t bytes = 0;  // posts, kCopy, kFinalize, kFault, kReduce
+  // The rank's own memory the op touches (0: not recorded): a send's source, a receive's
+  // destination, a receive-and-reduce's destination with its local operand in `addr2`, a copy's
+  // destination with its source in `addr2`. Addresses are the recording's own (each of the
+  // call's buffers at a distance of its own), meaningful per rank: the engine keeps which rank
+  // wrote each range last (engine.h, HostProtocol::dirty).
+  uint64_t addr = 0, addr2 = 0;
 };
 
 // One trace per rank; handles count from 0 per rank.

@@ -21,6 +21,7 @@
 #include "collective/world.h"
 #include "framework/allocator.h"
 #include "framework/cpu_threads.h"
+#include "tools/bench_copies.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -34,7 +35,9 @@ using namespace loom::collective;
 
 Flags BenchFlags() {
   return Flags(
-      "bench", "loom bench collective [flags]   (under mpirun: one rank per process)",
+      "bench",
+      "loom bench collective [flags]   (under mpirun: one rank per process)\n"
+      "       loom bench copies [flags]      (a core's copies of what another wrote: --help)",
       "Times one collective over a range of message sizes and prints a table with the\n"
       "conventions of nccl-tests: size is the whole buffer (allgather: the gathered output,\n"
       "reducescatter: the input), time is per call (max over ranks), algbw = size / time and\n"
@@ -128,25 +131,6 @@ std::vector<std::string> TranslateShortFlags(int argc, char** argv) {
     out.push_back(arg);
   }
   return out;
-}
-
-StatusOr<size_t> ParseSize(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  size_t mult = 1;
-  std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "k")
-    mult = size_t{1} << 10;
-  else if (suffix == "M" || suffix == "m")
-    mult = size_t{1} << 20;
-  else if (suffix == "G" || suffix == "g")
-    mult = size_t{1} << 30;
-  else if (!suffix.empty())
-    mult = 0;
-  if (v.empty() || mult == 0 || !std::isfinite(x) || x < 0 || x * mult > 1e18) {
-    return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
-  }
-  return static_cast<size_t>(x * static_cast<double>(mult));
 }
 
 StatusOr<DataType> ParseDtype(const std::string& v) {
@@ -596,8 +580,8 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   }
   LOOM_ASSIGN_OR_RETURN(c.dtype, ParseDtype(flags.Get("datatype")));
   LOOM_ASSIGN_OR_RETURN(c.op, ParseRedop(flags.Get("redop")));
-  LOOM_ASSIGN_OR_RETURN(c.min_bytes, ParseSize("minbytes", flags.Get("minbytes")));
-  LOOM_ASSIGN_OR_RETURN(c.max_bytes, ParseSize("maxbytes", flags.Get("maxbytes")));
+  LOOM_ASSIGN_OR_RETURN(c.min_bytes, ParseSizeFlag("minbytes", flags.Get("minbytes")));
+  LOOM_ASSIGN_OR_RETURN(c.max_bytes, ParseSizeFlag("maxbytes", flags.Get("maxbytes")));
   LOOM_ENFORCE(c.min_bytes <= c.max_bytes, "-b ", c.min_bytes, " is larger than -e ", c.max_bytes);
   LOOM_ASSIGN_OR_RETURN(c.factor, flags.GetDouble("stepfactor", 1.0001, 1024));
   LOOM_ASSIGN_OR_RETURN(int64_t iters, flags.GetInt("iters"));
@@ -663,7 +647,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     *field = value;
   }
   if (flags.Has("chunk")) {
-    LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSize("chunk", flags.Get("chunk")));
+    LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSizeFlag("chunk", flags.Get("chunk")));
   }
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
@@ -755,6 +739,9 @@ int BenchCommand(int argc, char** argv) {
   std::vector<std::string> args = TranslateShortFlags(argc, argv);
   std::vector<char*> ptrs;
   for (auto& a : args) ptrs.push_back(a.data());
+  if (IsBenchCopies(static_cast<int>(ptrs.size()), ptrs.data())) {
+    return BenchCopiesCommand(static_cast<int>(ptrs.size()), ptrs.data());
+  }
   Status parsed = flags.Parse(static_cast<int>(ptrs.size()), ptrs.data());
   if (flags.help()) {
     std::fputs(flags.Help().c_str(), stdout);

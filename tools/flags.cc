@@ -166,4 +166,23 @@ int RunSubcommand(Flags& flags, int argc, char** argv,
   return kExitOk;
 }
 
+StatusOr<size_t> ParseSizeFlag(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  size_t mult = 1;
+  std::string suffix = end ? end : "";
+  if (suffix == "K" || suffix == "k")
+    mult = size_t{1} << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = size_t{1} << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = size_t{1} << 30;
+  else if (!suffix.empty())
+    mult = 0;
+  if (v.empty() || mult == 0 || !std::isfinite(x) || x < 0 || x * mult > 1e18) {
+    return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
+  }
+  return static_cast<size_t>(x * static_cast<double>(mult));
+}
+
 }  // namespace loom::cli

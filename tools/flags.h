@@ -66,4 +66,7 @@ int RunSubcommand(Flags& flags, int argc, char** argv,
                   const std::function<Status(const Flags&)>& body,
                   const std::function<Status(const Flags&)>& check = nullptr);
 
+// A size flag's value: bytes with an optional K, M or G (powers of 1024), e.g. 4096, 64K, 1M.
+StatusOr<size_t> ParseSizeFlag(const std::string& flag, const std::string& v);
+
 }  // namespace loom::cli

@@ -173,6 +173,14 @@ def bench_key(transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
     return key, launches
 
 
+def on_tape_copies(size, rounds=5):
+    """Whether copies(size) can be taken (a record of an earlier version has none)."""
+    if TAPE["mode"] != "replay":
+        return True
+    key = json.dumps(["copies", size, rounds])
+    return any(json.dumps(k) == key for k, _ in TAPE["entries"])
+
+
 def on_tape(*args, **kwargs):
     """Whether bench(loom, *args) can be taken: always from the machine, in a replay where the
     file holds that measurement (a record of an earlier version may not)."""
@@ -359,6 +367,45 @@ def _fault_cost(reps, size):
     return max(0.0, statistics.median(per_page))
 
 
+# In-process: what one core's copy costs where another core wrote its source, its destination or
+# both last (the spec's dirty=BYTES/CLEAN/SRC/DST/BOTH,...: GB/s per copy size; None: not priced),
+# per rank count, from `loom bench copies` (found by calibrate()).
+DIRTY = {"points": None}
+# The copy sizes below the levels' that copies() measures too (calls of 4-16 KiB move pieces of
+# a few KiB); each level adds its own per-rank size.
+DIRTY_SMALL = (4 << 10, 16 << 10)
+COPIES_ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
+
+
+def copies(loom, size, rounds=5):
+    """`loom bench copies` of one size: the microseconds of a copy whose buffers were written
+    last by the copying core (clean), the source by another (src), the destination (dst), both,
+    each the fastest of `rounds` rounds' medians."""
+    return taped(["copies", size, rounds], lambda: _copies(loom, size, rounds))
+
+
+def _copies(loom, size, rounds):
+    cmd = [loom, "bench", "copies", "-b", str(size), "-e", str(size), "--rounds", str(rounds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        sys.exit("calibrate_host: %s failed:\n%s" % (" ".join(cmd), out.stderr[-2000:]))
+    for line in out.stdout.splitlines():
+        m = COPIES_ROW.match(line)
+        if m and int(m.group(1)) == size:
+            return [float(m.group(i)) for i in range(2, 6)]
+    sys.exit("calibrate_host: %s printed no row of %d bytes:\n%s"
+             % (" ".join(cmd), size, out.stdout[-2000:]))
+
+
+def median_copies(runs, loom, size):
+    """copies() taken `runs` times: each case's median across them, or with --across min its
+    fastest (ACROSS); as GB/s, the spec's (bytes, clean, src, dst, both)."""
+    samples = [copies(loom, size) for _ in range(runs)]
+    pick = min if ACROSS["pick"] == "min" else statistics.median
+    us = [pick(sample[i] for sample in samples) for i in range(4)]
+    return (size,) + tuple(size / max(t, 1e-3) / 1e3 for t in us)
+
+
 def spec_of(ranks, cores, latency, levels):
     """The host spec: levels are (working_set, copy, reduce, mem_copy, mem_reduce[, local]);
     a local rate of 0 is left out (local copies at the copy rate)."""
@@ -372,6 +419,8 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":step=%d/%r" % (STEP["bytes"], STEP["us"])
     if MSG["points"]:
         spec += ":msg=" + ",".join("%d/%r" % point for point in MSG["points"])
+    if DIRTY["points"]:
+        spec += ":dirty=" + ",".join("%d/%r/%r/%r/%r" % point for point in DIRTY["points"])
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     spec += ":native=%s" % TRANSPORT["native"]
@@ -479,6 +528,7 @@ def calibrate(a, cores, runs, ranks):
     # 1a. Latency and call cost per rank count (in-process also the exchange latency).
     timing = {}
     msg_sweep = None
+    DIRTY["points"] = None  # until the levels' copies are measured (below)
     EXCHANGE["us"] = None
     STEP.update(bytes=None, us=None)
     if TRANSPORT["native"] == "pass":
@@ -620,8 +670,18 @@ def calibrate(a, cores, runs, ranks):
     levels = []
     latency, call = timing[ranks]
     passes = []
+    # 1c'. In-process: one core's copies of lines another core wrote last, per copy size, taken
+    # beside each level's primitives (this VM's cross-core line transfers have a slow mode that
+    # comes and goes: 64 KiB from the other core 1.5 us in one minute, 4.3 in another). (A
+    # record of the version before has none: not priced.)
+    DIRTY["points"] = None
+    dirty = TRANSPORT["native"] == "pass" and on_tape_copies(DIRTY_SMALL[0])
+    if dirty:
+        DIRTY["points"] = [median_copies(runs, a.loom, size) for size in DIRTY_SMALL]
     for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
+        if dirty:
+            DIRTY["points"] = DIRTY["points"] + [median_copies(runs, a.loom, s)]
 
         def meas(op, algo, size):
             return median_bench(runs, a.loom, a.transport, ranks, op, [algo], size, size,
@@ -767,8 +827,12 @@ def calibrate(a, cores, runs, ranks):
               % (ranks, big, native["broadcast"], native["reduce"], stream))
     print("# host model (%s, %d cores, %d ranks): %s, latency and call above"
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
+    if DIRTY["points"]:
+        print("# calibration, %d ranks: one core's copies (GB/s clean / source / destination / "
+              "both another core's) %s" % (ranks, " ".join(
+                  "%d:%.1f/%.1f/%.1f/%.1f" % point for point in DIRTY["points"])))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
-            "msg": MSG["points"],
+            "msg": MSG["points"], "dirty": {ranks: DIRTY["points"]},
             "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
             "wait": {ranks: WAIT["us"]}, "fault": {ranks: FAULT["us"]},
             "exchange": {ranks: EXCHANGE["us"]},
@@ -794,6 +858,7 @@ def predict(model, cores, ranks, sizes):
     """Every (algorithm, size) on the host model calibrated as `model`."""
     EAGER.update(model["eager"])
     MSG["points"] = model.get("msg")
+    DIRTY["points"] = model.get("dirty", {}).get(ranks)
     STREAM["f"] = model["stream"][ranks]
     PASS["levels"] = model["pass"][ranks]
     WAIT["us"] = model["wait"][ranks]
@@ -812,6 +877,7 @@ def merged(parts):
             "levels": {k: v for p in parts for k, v in p["levels"].items()},
             "eager": parts[0]["eager"],
             "msg": parts[0].get("msg"),
+            "dirty": {k: v for p in parts for k, v in p.get("dirty", {}).items()},
             "stream": {k: v for p in parts for k, v in p["stream"].items()},
             "pass": {k: v for p in parts for k, v in p["pass"].items()},
             "wait": {k: v for p in parts for k, v in p["wait"].items()},
@@ -850,8 +916,11 @@ def pooled_model(models):
     msg = None
     if all(msgs) and len(set(tuple(b for b, _ in m) for m in msgs)) == 1:
         msg = [(b, med(m[i][1] for m in msgs)) for i, (b, _) in enumerate(msgs[0])]
+    dirty = {r: None if not models[0].get("dirty", {}).get(r) else
+             [tuple(med(m["dirty"][r][j][i] for m in models) for i in range(5))
+              for j in range(len(models[0]["dirty"][r]))] for r in models[0].get("dirty", {})}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
-            "msg": msg,
+            "msg": msg, "dirty": dirty,
             "stream": scalar("stream"), "pass": passes, "wait": scalar("wait"),
             "fault": scalar("fault"), "exchange": scalar("exchange"), "step": steps}
 

@@ -105,6 +105,93 @@ TEST(Engine, PostingCostBoundsSmallCalls) {
 // copy_gbps after the wake-up latency, a reducing receive runs at reduce_gbps, a root's local
 // copy costs a copy, concurrent copies share the memory's rate, and each call runs at the rates
 // of its working set.
+// Two messages of N bytes between 2 ranks, both priced by which core wrote their buffers last:
+// rank 1 sends its Y to rank 0's X (both post at once: the receiver, rank 0, copies, reading
+// what rank 1's core wrote), then rank 0 sends X back into rank 1's Z, which rank 1 waits on.
+Trace PingBack(uint64_t bytes) {
+  const uint64_t x = uint64_t{1} << 40, y = uint64_t{2} << 40, z = uint64_t{3} << 40;
+  auto op = [&](TraceOp::Kind kind, int peer, int handle, uint64_t tag, uint64_t addr) {
+    TraceOp o;
+    o.kind = kind;
+    o.peer = peer;
+    o.handle = handle;
+    o.tag = tag;
+    o.bytes = kind == TraceOp::kWait ? 0 : bytes;
+    o.addr = addr;
+    return o;
+  };
+  Trace t;
+  t.ranks = {{op(TraceOp::kRecv, 1, 0, 1, x), op(TraceOp::kWait, -1, 0, 0, 0),
+              op(TraceOp::kSend, 1, 1, 2, x), op(TraceOp::kWait, -1, 1, 0, 0)},
+             {op(TraceOp::kSend, 0, 0, 1, y), op(TraceOp::kRecv, 0, 1, 2, z),
+              op(TraceOp::kWait, -1, 0, 0, 0), op(TraceOp::kWait, -1, 1, 0, 0)}};
+  t.handles = {2, 2};
+  t.parts = 1;
+  return t;
+}
+
+TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
+  const uint64_t n = 64 << 10;
+  EngineOptions options;
+  options.post_us = 0;
+  // One core copies at 10 GB/s; lines another core wrote cost it 50 -> 10 GB/s for a source,
+  // 50 -> 20 for a destination: 1 / 10e3 - 1 / 50e3 us per byte more for a foreign source.
+  const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5:copier=matcher";
+  const std::string dirty = ":dirty=64K/50/10/20/8";
+  const double copy = n / 10e3, extra = n * (1 / 10e3 - 1 / 50e3);
+  auto replay = [&](const std::string& spec) {
+    StatusOr<Machine> m = Machine::Load(spec);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Replay> r = ReplayTrace(*m, PingBack(n), options);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us : 0.0;
+  };
+  // Unpriced: each message its wake-up and its bytes, whoever copies.
+  EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
+  EXPECT_NEAR(replay(host + ":handoff=1K"), 2 * (1 + copy), 1e-6);
+  // Priced, the sender copies the second message (its post made the match): it reads X, which
+  // its own core wrote, into Z, which it wrote in the call before (the engine replays the call
+  // that follows another): only the first message reads foreign lines (rounded to 2 % steps).
+  EXPECT_NEAR(replay(host + dirty), 2 * (1 + copy) + extra, 0.011 * extra);
+  // Handed to its receiver (handoff below N), rank 1 reads X from rank 0's core: both pay.
+  EXPECT_NEAR(replay(host + ":handoff=1K" + dirty), 2 * (1 + copy) + 2 * extra, 0.022 * extra);
+  // Foreign sources and destinations and both, interpolated in log(bytes) between sizes.
+  StatusOr<Machine> m =
+      Machine::Load(host + ":dirty=4K/50/25/25/10,64K/50/10/20/8");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->prices_dirty());
+  EXPECT_NEAR(m->dirty_us(64 << 10).dst, 1 / 20e3 - 1 / 50e3, 1e-12);
+  EXPECT_NEAR(m->dirty_us(64 << 10).both, 1 / 8e3 - 1 / 50e3, 1e-12);
+  EXPECT_NEAR(m->dirty_us(16 << 10).src, ((1 / 25e3 - 1 / 50e3) + (1 / 10e3 - 1 / 50e3)) / 2,
+              1e-12);
+  EXPECT_NEAR(m->dirty_us(1 << 10).src, 1 / 25e3 - 1 / 50e3, 1e-12);
+  EXPECT_NEAR(m->dirty_us(1 << 30).src, 1 / 10e3 - 1 / 50e3, 1e-12);
+  EXPECT_FALSE(Machine::Load(host).value().prices_dirty());
+  for (const char* bad : {":dirty=64K/50/10/20", ":dirty=64K/50/10/20/0", ":dirty=64K/50/10/20/x",
+                          ":dirty=64K/50/10/20/8,4K/50/25/25/10", ":dirty=0/50/10/20/8"}) {
+    StatusOr<Machine> b = Machine::Load(host + bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("dirty must be"), std::string::npos)
+        << b.status().ToString();
+  }
+  // A schedule's trace carries its buffers: the 2-rank tree allreduce's broadcast copies the
+  // sum the reduce wrote on the other core, where a broadcast alone copies what its root wrote.
+  SimOptions sim;
+  sim.engine.post_us = 0;
+  StatusOr<Simulator> plain =
+      Simulator::Create(Machine::Load(host + ":handoff=256K").value(), sim);
+  StatusOr<Simulator> priced =
+      Simulator::Create(Machine::Load(host + ":handoff=256K" + dirty).value(), sim);
+  ASSERT_TRUE(plain.ok() && priced.ok());
+  auto time = [&](Simulator& s, Collective kind) {
+    StatusOr<CollectiveResult> r = s.Simulate(kind, "tree", n);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us : 0.0;
+  };
+  EXPECT_NEAR(time(*priced, Collective::kBroadcast), time(*plain, Collective::kBroadcast), 1e-6);
+  EXPECT_GT(time(*priced, Collective::kAllReduce), time(*plain, Collective::kAllReduce) + extra);
+}
+
 TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   SimOptions options;
   options.engine.post_us = 0;
