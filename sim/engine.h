@@ -28,6 +28,11 @@
 //  - A message larger than the machine's eager_bytes() also pays its rendezvous_us() (MPI's
 //    handshake before large messages), and every message what the machine's message_us() gives
 //    its size (a host's measured cost of small messages beyond their latency and rates).
+//  - On a host whose machine prices them (HostProtocol::dirty), a copy whose source or
+//    destination another rank's core wrote last (the traces carry the buffers; the engine keeps
+//    each range's last writer) pays the machine's extra per byte on top of its share, and the
+//    call is replayed twice, the second (reported) starting from the writers the first left: a
+//    call timed in a loop over the same buffers.
 //  - On a host (Machine::host) with no copy_gbps given, a rank's local copy is a transfer to
 //    itself through its own CPU and the shared cores, so that copies running at once share the
 //    memory's rate as transfers do.

@@ -74,19 +74,33 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   return us[iters / 2];
 }
 
-Status Run(const Flags& flags) {
+struct Config {
+  size_t lo = 0, hi = 0;
+  double factor = 4;
+  int64_t iters = 0, rounds = 5;
+};
+
+StatusOr<Config> MakeConfig(const Flags& flags) {
   if (flags.positional()[0] != "copies") {
     return InvalidArgument("unknown benchmark '", flags.positional()[0], "'");
   }
-  LOOM_ASSIGN_OR_RETURN(size_t lo, ParseSizeFlag("minbytes", flags.Get("minbytes")));
-  LOOM_ASSIGN_OR_RETURN(size_t hi, ParseSizeFlag("maxbytes", flags.Get("maxbytes")));
-  LOOM_ENFORCE(lo >= 64 && lo <= hi && hi <= (size_t{1} << 32), "-b ", lo, " and -e ", hi,
-               ": sizes of 64 B-4 GiB, -b at most -e");
-  LOOM_ASSIGN_OR_RETURN(double factor, flags.GetDouble("stepfactor", 1.0001, 1024));
-  LOOM_ASSIGN_OR_RETURN(int64_t iters_flag, flags.GetInt("iters"));
-  LOOM_ASSIGN_OR_RETURN(int64_t rounds, flags.GetInt("rounds"));
-  LOOM_ENFORCE(iters_flag >= 0 && iters_flag <= 1000000 && rounds >= 1 && rounds <= 1000,
+  Config c;
+  LOOM_ASSIGN_OR_RETURN(c.lo, ParseSizeFlag("minbytes", flags.Get("minbytes")));
+  LOOM_ASSIGN_OR_RETURN(c.hi, ParseSizeFlag("maxbytes", flags.Get("maxbytes")));
+  LOOM_ENFORCE(c.lo >= 64 && c.lo <= c.hi && c.hi <= (size_t{1} << 32), "-b ", c.lo, " and -e ",
+               c.hi, ": sizes of 64 B-4 GiB, -b at most -e");
+  LOOM_ASSIGN_OR_RETURN(c.factor, flags.GetDouble("stepfactor", 1.0001, 1024));
+  LOOM_ASSIGN_OR_RETURN(c.iters, flags.GetInt("iters"));
+  LOOM_ASSIGN_OR_RETURN(c.rounds, flags.GetInt("rounds"));
+  LOOM_ENFORCE(c.iters >= 0 && c.iters <= 1000000 && c.rounds >= 1 && c.rounds <= 1000,
                "-n must be 0-1000000 and --rounds 1-1000");
+  return c;
+}
+
+Status Run(const Config& c) {
+  const size_t lo = c.lo, hi = c.hi;
+  const double factor = c.factor;
+  const int64_t iters_flag = c.iters, rounds = c.rounds;
   const std::vector<int> cpus = AllowedCpus();
   LOOM_ENFORCE(cpus.size() >= 2, "loom bench copies needs two CPUs; this process may use ",
                cpus.size());
@@ -146,11 +160,12 @@ int BenchCopiesCommand(int argc, char** argv) {
     std::fputs(flags.Help().c_str(), stdout);
     return kExitOk;
   }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "loom bench copies: %s\n", parsed.message().c_str());
+  StatusOr<Config> config = parsed.ok() ? MakeConfig(flags) : StatusOr<Config>(parsed);
+  if (!config.ok()) {
+    std::fprintf(stderr, "loom bench copies: %s\n", config.status().message().c_str());
     return kExitUsage;
   }
-  Status st = Run(flags);
+  Status st = Run(*config);
   if (!st.ok()) {
     std::fprintf(stderr, "loom bench copies: error: %s\n", st.message().c_str());
     return kExitError;

@@ -165,6 +165,43 @@ TEST(LoomBench, PlacementLineCountsTheRoundsAndRowsWhereRanksSharedACpu) {
   EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
 }
 
+TEST(LoomBench, CopiesTimesEachCaseOfWhichCoreWroteTheBuffersLast) {
+  Result r = Loom("bench copies -b 4K -e 16K -f 4 -n 20 --rounds 2");
+  if (loom::AllowedCpus().size() < 2) {
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("needs two CPUs"), std::string::npos) << r.err;
+    return;
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("clean(us)    src(us)    dst(us)   both(us)"), std::string::npos) << r.out;
+  int rows = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream row(line);
+    double bytes = 0, us[4], gbps[4];
+    row >> bytes;
+    for (double& u : us) row >> u;
+    for (double& g : gbps) row >> g;
+    ASSERT_FALSE(row.fail()) << line;
+    EXPECT_EQ(bytes, rows == 0 ? 4096 : 16384) << line;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_GT(us[i], 0) << line;
+      // The rate is the size over the time (both printed rounded).
+      EXPECT_NEAR(gbps[i], bytes / us[i] / 1e3, 0.01 * gbps[i] + 0.01) << line;
+    }
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << r.out;
+  EXPECT_EQ(Loom("bench copies -b 16").code, 2);
+  EXPECT_EQ(Loom("bench copies -b 1M -e 1K").code, 2);
+  EXPECT_EQ(Loom("bench copies --rounds 0").code, 2);
+  EXPECT_EQ(Loom("bench copies --op allreduce").code, 2);
+  Result help = Loom("bench copies --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("--rounds"), std::string::npos) << help.out;
+}
+
 TEST(LoomBench, UsageErrors) {
   EXPECT_EQ(Loom("bench collective -b 1X").code, 2);
   EXPECT_EQ(Loom("bench collective --op allscatter").code, 2);
