@@ -65,11 +65,12 @@ struct Event {
   }
 };
 
-// Which rank's core wrote each range of a rank's memory last (start -> end, writer), per rank;
-// a range no op has written is its own rank's.
+// Which rank's core wrote each range of a rank's memory last and which have read it since (start
+// -> end, writer, readers), per rank; a range no op has written is its own rank's.
 struct Segment {
   uint64_t end;
   int writer;
+  uint64_t readers;  // the cores (bit cpu % 64) that have read it since
 };
 using Written = std::vector<std::map<uint64_t, Segment>>;
 
@@ -259,9 +260,8 @@ class Engine {
             route.latency_us = 0;
             double extra = 0;
             if (dirty_ && !reduce) {
-              extra = Dirty(Foreign(r, op.addr2, op.bytes, device),
-                            Foreign(r, op.addr, op.bytes, device), op.bytes);
-              Write(r, op.addr, op.bytes, device);
+              const double read = Read(r, op.addr2, op.bytes, device);
+              extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes);
             }
             f.cls = ClassFor(r, r, route, -1, reduce, false, false, extra);
             flows_.push_back(f);
@@ -361,10 +361,9 @@ class Engine {
     double extra = 0;
     if (dirty_) {
       const int cpu = trace_.device_of(copier);
-      double read = Foreign(src, s.addr, s.bytes, cpu);
-      if (v.reduce) read += Foreign(dst, v.addr2, s.bytes, cpu);
-      extra = Dirty(read, Foreign(dst, v.addr, s.bytes, cpu), s.bytes);
-      Write(dst, v.addr, s.bytes, cpu);
+      double read = Read(src, s.addr, s.bytes, cpu);
+      if (v.reduce) read += Read(dst, v.addr2, s.bytes, cpu);
+      extra = Dirty(read, Write(dst, v.addr, s.bytes, cpu), s.bytes);
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
                      false, extra);
@@ -414,51 +413,68 @@ class Engine {
     return best + us;
   }
 
-  // The share of [addr, addr + bytes) of `rank`'s memory another core than `cpu` wrote last
-  // (0 for an op that records no address).
-  double Foreign(int rank, uint64_t addr, uint64_t bytes, int cpu) const {
-    if (addr == 0 || bytes == 0) return 0;
-    const std::map<uint64_t, Segment>& w = written_[rank];
-    const uint64_t end = addr + bytes;
-    const int own = trace_.device_of(rank);
-    uint64_t foreign = 0, at = addr;
+  // Splits `rank`'s segments so that whole ones cover [addr, end), a range no op has written
+  // becoming the rank's own; returns the first of them.
+  std::map<uint64_t, Segment>::iterator Cover(int rank, uint64_t addr, uint64_t end) {
+    std::map<uint64_t, Segment>& w = written_[rank];
     auto it = w.upper_bound(addr);
-    if (it != w.begin()) --it;
-    for (; it != w.end() && it->first < end; ++it) {
-      if (it->second.end <= at) continue;
-      const uint64_t lo = std::max(at, it->first), hi = std::min(end, it->second.end);
-      if (lo > at && own != cpu) foreign += lo - at;  // a gap: the rank's own
-      if (it->second.writer != cpu) foreign += hi - lo;
-      at = hi;
+    if (it != w.begin()) {
+      const auto prev = std::prev(it);
+      if (prev->first == addr) {
+        it = prev;
+      } else if (prev->second.end > addr) {  // keep its head
+        const Segment tail = prev->second;
+        prev->second.end = addr;
+        it = w.emplace_hint(it, addr, tail);
+      }
     }
-    if (at < end && own != cpu) foreign += end - at;
+    auto first = w.end();
+    for (uint64_t at = addr; at < end; at = it->second.end, ++it) {
+      if (it == w.end() || it->first > at) {  // a gap: the rank's own
+        const uint64_t gap_end = it == w.end() ? end : std::min(end, it->first);
+        it = w.emplace_hint(it, at, Segment{gap_end, trace_.device_of(rank), 0});
+      }
+      if (it->second.end > end) {  // keep its tail
+        const Segment tail = it->second;
+        it->second.end = end;
+        w.emplace_hint(std::next(it), end, tail);
+      }
+      if (first == w.end()) first = it;
+    }
+    return first;
+  }
+
+  // `cpu` reads [addr, addr + bytes) of `rank`'s memory: the share another core wrote last
+  // that `cpu` has not read since (its lines are then in `cpu`'s caches too: a read-only
+  // buffer, a send buffer the schedule never writes, costs a foreign read once, not every
+  // call). 0 for an op that records no address.
+  double Read(int rank, uint64_t addr, uint64_t bytes, int cpu) {
+    if (addr == 0 || bytes == 0) return 0;
+    const uint64_t end = addr + bytes, bit = uint64_t{1} << (cpu % 64);
+    uint64_t foreign = 0;
+    for (auto it = Cover(rank, addr, end); it != written_[rank].end() && it->first < end; ++it) {
+      if (it->second.writer != cpu && (it->second.readers & bit) == 0)
+        foreign += it->second.end - it->first;
+      it->second.readers |= bit;
+    }
     return static_cast<double>(foreign) / static_cast<double>(bytes);
   }
 
-  // `cpu` writes [addr, addr + bytes) of `rank`'s memory.
-  void Write(int rank, uint64_t addr, uint64_t bytes, int cpu) {
-    if (addr == 0 || bytes == 0) return;
+  // `cpu` writes [addr, addr + bytes) of `rank`'s memory: the share another core wrote last
+  // (whose lines it takes from that core's caches).
+  double Write(int rank, uint64_t addr, uint64_t bytes, int cpu) {
+    if (addr == 0 || bytes == 0) return 0;
     std::map<uint64_t, Segment>& w = written_[rank];
     const uint64_t end = addr + bytes;
-    auto it = w.upper_bound(addr);
-    if (it != w.begin() && std::prev(it)->second.end > addr) {
-      --it;
-      if (it->first < addr) {  // keep its head
-        const Segment tail = it->second;
-        it->second.end = addr;
-        it = w.emplace_hint(std::next(it), addr, tail);
-      }
+    uint64_t foreign = 0;
+    auto it = Cover(rank, addr, end);
+    const auto first = it;
+    for (; it != w.end() && it->first < end; ++it) {
+      if (it->second.writer != cpu) foreign += it->second.end - it->first;
     }
-    while (it != w.end() && it->first < end) {
-      if (it->second.end > end) {  // keep its tail
-        const Segment tail = it->second;
-        w.erase(it);
-        w.emplace(end, tail);
-        break;
-      }
-      it = w.erase(it);
-    }
-    w.emplace(addr, Segment{end, cpu});
+    w.erase(first, it);
+    w.emplace(addr, Segment{end, cpu, 0});
+    return static_cast<double>(foreign) / static_cast<double>(bytes);
   }
 
   // Microseconds per byte a copy of `bytes` adds whose reads are `read` (0-2: two operands of a

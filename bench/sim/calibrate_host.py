@@ -675,9 +675,12 @@ def calibrate(a, cores, runs, ranks):
     # comes and goes: 64 KiB from the other core 1.5 us in one minute, 4.3 in another). (A
     # record of the version before has none: not priced.)
     DIRTY["points"] = None
-    dirty = TRANSPORT["native"] == "pass" and on_tape_copies(DIRTY_SMALL[0])
+    dirty = (TRANSPORT["native"] == "pass" and a.copies != "off" and
+             on_tape_copies(DIRTY_SMALL[0]))
     if dirty:
         DIRTY["points"] = [median_copies(runs, a.loom, size) for size in DIRTY_SMALL]
+    elif TRANSPORT["native"] == "pass" and a.copies and a.copies != "off":
+        DIRTY["points"] = a.copies
     for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
         if dirty:
@@ -958,10 +961,25 @@ def main():
                         "options instead of the machine (to check a change of the model)")
     p.add_argument("--cores", type=int,
                    help="the machine's core count (default: this machine's, or the recorded)")
+    p.add_argument("--copies", metavar="BYTES/CLEAN/SRC/DST/BOTH,...|off",
+                   help="in-process, where the run (or the replayed record) measures no `loom "
+                        "bench copies`: one core's copy rates (GB/s) with both buffers its own, "
+                        "the source, the destination and both another core's, per size, taken "
+                        "some other way (the spec's dirty=); off: copies of other cores' lines "
+                        "not priced, nor measured (a record's replayed without them)")
     p.add_argument("--cache", type=int, metavar="BYTES",
                    help="the last-level cache the cores share, in bytes (default: this "
                         "machine's, from /sys, or the recorded)")
     a = p.parse_args()
+    if a.copies and a.copies != "off":
+        try:
+            a.copies = [tuple([int(f[0])] + [float(x) for x in f[1:]])
+                        for f in (point.split("/") for point in a.copies.split(","))]
+        except ValueError:
+            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH,... (bytes and GB/s)")
+        if any(len(point) != 5 or min(point) <= 0 for point in a.copies) or \
+                [pt[0] for pt in a.copies] != sorted({pt[0] for pt in a.copies}):
+            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH,... (sizes increasing, positive)")
     if a.record and a.replay:
         p.error("--record and --replay exclude each other")
     cores = a.cores or os.cpu_count() or 1

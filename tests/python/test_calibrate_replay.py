@@ -317,3 +317,43 @@ def test_small_messages_pay_what_the_broadcast_sweep_shows_over_mpi():
             paired, pooled = r[(2, algo, size)][1:3]
             for error in (paired, pooled):
                 assert abs(float(error.rstrip("%"))) <= 25, (algo, size, r[(2, algo, size)])
+
+
+COPIES = os.path.join(ROOT, "bench", "sim", "records", "inprocess-2026-12-03-0959.json")
+COPIES_LINE = re.compile(r"^# calibration, (\d) ranks: one core's copies \(GB/s clean / source / "
+                         r"destination / both another core's\) (.*)$", re.M)
+
+
+@pytest.mark.skipif(not os.path.exists(COPIES), reason="no recorded run")
+def test_copies_of_another_cores_lines_are_priced_from_loom_bench_copies():
+    """An in-process record with `loom bench copies` beside each level: every run and view
+    prices one core's copies per size (4 KiB-64 MiB: the levels' sizes and two below them) in
+    the model's spec (dirty=), at the recorded rates. The 2-rank tree and star allreduce of
+    16-64 KiB, whose reduce writes the root's buffer from the other core and whose broadcast
+    then copies it out, come out closer to the measurement, paired and pooled, than the same
+    record replayed with the copies not priced (--copies off), which leaves no dirty= in any
+    spec."""
+    code, out = replay("--paired", record=COPIES)
+    assert code == 0, out
+    tables = COPIES_LINE.findall(out)
+    assert len(tables) == 12, tables  # 2 rank counts x (5 runs + the fastest view)
+    for ranks, table in tables:
+        points = [tuple(float(x) for x in p.replace(":", "/").split("/")) for p in table.split()]
+        assert [int(p[0]) for p in points] == [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                                               4 << 20, 16 << 20, 64 << 20], table
+        assert all(0 < g < 1000 for p in points for g in p[1:]), table
+        # 4 KiB of the other core's lines: slower than of the copier's own, in every run.
+        assert points[0][2] < points[0][1] and points[0][4] < points[0][1], table
+    specs = MODEL_LINE.findall(out)
+    assert specs and all(":dirty=4096/" in spec for _, _, spec in specs), specs
+    code, off = replay("--paired", "--copies", "off", record=COPIES)
+    assert code == 0, off
+    assert not COPIES_LINE.search(off) and ":dirty=" not in off
+    priced, unpriced = rows(out), rows(off)
+    for algo in ("tree", "star"):
+        for size in (16 << 10, 64 << 10):
+            for column in (1, 2):  # paired, pooled
+                got = abs(float(priced[(2, algo, size)][column].rstrip("%")))
+                before = abs(float(unpriced[(2, algo, size)][column].rstrip("%")))
+                assert got < before, (algo, size, priced[(2, algo, size)],
+                                      unpriced[(2, algo, size)])

@@ -106,8 +106,8 @@ TEST(Engine, PostingCostBoundsSmallCalls) {
 // copy costs a copy, concurrent copies share the memory's rate, and each call runs at the rates
 // of its working set.
 // Two messages of N bytes between 2 ranks, both priced by which core wrote their buffers last:
-// rank 1 sends its Y to rank 0's X (both post at once: the receiver, rank 0, copies, reading
-// what rank 1's core wrote), then rank 0 sends X back into rank 1's Z, which rank 1 waits on.
+// rank 1 sends its Y to rank 0's X (both post at once: the receiver, rank 0, copies), then rank 0
+// sends X back into rank 1's Z, which rank 1 waits on.
 Trace PingBack(uint64_t bytes) {
   const uint64_t x = uint64_t{1} << 40, y = uint64_t{2} << 40, z = uint64_t{3} << 40;
   auto op = [&](TraceOp::Kind kind, int peer, int handle, uint64_t tag, uint64_t addr) {
@@ -149,12 +149,15 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   // Unpriced: each message its wake-up and its bytes, whoever copies.
   EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
   EXPECT_NEAR(replay(host + ":handoff=1K"), 2 * (1 + copy), 1e-6);
-  // Priced, the sender copies the second message (its post made the match): it reads X, which
-  // its own core wrote, into Z, which it wrote in the call before (the engine replays the call
-  // that follows another): only the first message reads foreign lines (rounded to 2 % steps).
-  EXPECT_NEAR(replay(host + dirty), 2 * (1 + copy) + extra, 0.011 * extra);
-  // Handed to its receiver (handoff below N), rank 1 reads X from rank 0's core: both pay.
-  EXPECT_NEAR(replay(host + ":handoff=1K" + dirty), 2 * (1 + copy) + 2 * extra, 0.022 * extra);
+  // Priced, in the call that follows another (the engine replays that one): rank 0 reads Y,
+  // which rank 1 wrote once and never since, and which rank 0 read in the call before (its
+  // lines are in both cores' caches), into its own X; the sender copies the second message
+  // (its post made the match), reading the X it wrote into the Z it wrote the call before: no
+  // foreign lines.
+  EXPECT_NEAR(replay(host + dirty), 2 * (1 + copy), 1e-6);
+  // Handed to its receiver (handoff below N), rank 1 reads X, which rank 0's core rewrote in
+  // this call, into its own Z: a foreign source (rounded to 2 % steps).
+  EXPECT_NEAR(replay(host + ":handoff=1K" + dirty), 2 * (1 + copy) + extra, 0.011 * extra);
   // Foreign sources and destinations and both, interpolated in log(bytes) between sizes.
   StatusOr<Machine> m =
       Machine::Load(host + ":dirty=4K/50/25/25/10,64K/50/10/20/8");
@@ -189,7 +192,7 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
     return r.ok() ? r->time_us : 0.0;
   };
   EXPECT_NEAR(time(*priced, Collective::kBroadcast), time(*plain, Collective::kBroadcast), 1e-6);
-  EXPECT_GT(time(*priced, Collective::kAllReduce), time(*plain, Collective::kAllReduce) + extra);
+  EXPECT_GT(time(*priced, Collective::kAllReduce), time(*plain, Collective::kAllReduce) + 0.9 * extra);
 }
 
 TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
