@@ -27,6 +27,11 @@
      kernel instead) from 1-rank calls, and what the kernel takes per fresh page a process
      touches (a fresh malloc block written once and freed, against rewriting mapped memory):
      Open MPI's temporaries from 32 MiB on are fresh every call;
+   - in-process, beside each level's primitives (and at 4 and 16 KiB before them), what one
+     core's copy costs where another core wrote its source, destination or both last (`loom
+     bench copies`; the spec's dirty=, with which the levels' rates are then fitted: the engine
+     keeps which core wrote each range of the ranks' buffers last; --copies gives the table
+     for a record that has none, or `off` replays without it);
    - in-process, what the native pass's streaming stores cost, from a native broadcast and a
      native reduce of 64 MiB fitted to their sum (an allreduce reads and writes in its
      proportion);
