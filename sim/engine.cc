@@ -22,7 +22,7 @@ struct Post {
   double time;  // when it was posted
   uint64_t bytes;
   bool reduce;
-  bool paired;  // the rank posts a send and a receive before it waits (an exchange)
+  bool paired;           // the rank posts a send and a receive before it waits (an exchange)
   uint64_t addr, addr2;  // TraceOp::addr / addr2
 };
 

@@ -423,10 +423,9 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
     const std::string key = parts[i].substr(0, eq);
     static const std::set<std::string> known = {
-        "cores",    "latency",    "copy",   "reduce",  "mem",    "mem_reduce", "levels",
-        "eager",    "rendezvous", "copier", "handoff", "native", "stream",     "fault",
-        "exchange", "cache",      "pass",   "inline",  "wait",   "step",       "msg",
-        "dirty"};
+        "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",   "eager",
+        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange", "cache",
+        "pass",       "inline",  "wait",    "step",   "msg",    "dirty"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }

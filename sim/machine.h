@@ -200,7 +200,7 @@ class Machine {
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
   // ":msg=BYTES/US,..." (what a message of each size pays beyond that: HostProtocol::message_us),
-  // ":dirty=BYTES/CLEAN/SRC/DST/BOTH,..." (copies of lines another core wrote: HostProtocol::dirty),
+  // ":dirty=BYTES/CLEAN/SRC/DST/BOTH,..." (copies of other cores' lines: HostProtocol::dirty),
   // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
   // ":pass=WS/COPY/REDUCE,...": native_pass()),

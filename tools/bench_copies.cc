@@ -115,23 +115,23 @@ Status Run(const Config& c) {
   for (double size = static_cast<double>(lo); size <= static_cast<double>(hi) * 1.0000001;
        size *= factor) {
     const size_t bytes = std::max<size_t>(64, static_cast<size_t>(size) / 64 * 64);
-    const int iters = iters_flag > 0 ? static_cast<int>(iters_flag)
-                                     : static_cast<int>(std::clamp<size_t>(
-                                           (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20,
-                                           2000));
+    const int iters = iters_flag > 0
+                          ? static_cast<int>(iters_flag)
+                          : static_cast<int>(std::clamp<size_t>(
+                                (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20, 2000));
     // Page-aligned and apart: neither buffer shares a line or a page with the other.
     const size_t stride = (bytes + 4095) / 4096 * 4096 + 4096;
     std::unique_ptr<char[]> memory(new char[2 * stride + 4096]);
-    char* base = reinterpret_cast<char*>(
-        (reinterpret_cast<uintptr_t>(memory.get()) + 4095) / 4096 * 4096);
+    char* base =
+        reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory.get()) + 4095) / 4096 * 4096);
     char* src = base;
     char* dst = base + stride;
     std::memset(base, 1, 2 * stride);
     double best[4] = {1e300, 1e300, 1e300, 1e300};
     for (int64_t r = 0; r < rounds; ++r) {
       for (int kind = 0; kind < 4; ++kind) {
-        best[kind] = std::min(best[kind], TimeCase(kind, src, dst, bytes, iters, writer_cpu,
-                                                    copier_cpu, &pinned));
+        best[kind] = std::min(
+            best[kind], TimeCase(kind, src, dst, bytes, iters, writer_cpu, copier_cpu, &pinned));
       }
     }
     LOOM_RETURN_IF_ERROR(pinned);

@@ -647,7 +647,8 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
     *field = value;
   }
   if (flags.Has("chunk")) {
-    LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes, ParseSizeFlag("chunk", flags.Get("chunk")));
+    LOOM_ASSIGN_OR_RETURN(c.options.pipeline_chunk_bytes,
+                          ParseSizeFlag("chunk", flags.Get("chunk")));
   }
   LOOM_ENFORCE(c.options.pipeline_chunk_bytes > 0, "--chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));

@@ -159,8 +159,7 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   // this call, into its own Z: a foreign source (rounded to 2 % steps).
   EXPECT_NEAR(replay(host + ":handoff=1K" + dirty), 2 * (1 + copy) + extra, 0.011 * extra);
   // Foreign sources and destinations and both, interpolated in log(bytes) between sizes.
-  StatusOr<Machine> m =
-      Machine::Load(host + ":dirty=4K/50/25/25/10,64K/50/10/20/8");
+  StatusOr<Machine> m = Machine::Load(host + ":dirty=4K/50/25/25/10,64K/50/10/20/8");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_TRUE(m->prices_dirty());
   EXPECT_NEAR(m->dirty_us(64 << 10).dst, 1 / 20e3 - 1 / 50e3, 1e-12);
@@ -181,8 +180,7 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   // sum the reduce wrote on the other core, where a broadcast alone copies what its root wrote.
   SimOptions sim;
   sim.engine.post_us = 0;
-  StatusOr<Simulator> plain =
-      Simulator::Create(Machine::Load(host + ":handoff=256K").value(), sim);
+  StatusOr<Simulator> plain = Simulator::Create(Machine::Load(host + ":handoff=256K").value(), sim);
   StatusOr<Simulator> priced =
       Simulator::Create(Machine::Load(host + ":handoff=256K" + dirty).value(), sim);
   ASSERT_TRUE(plain.ok() && priced.ok());
@@ -192,7 +190,8 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
     return r.ok() ? r->time_us : 0.0;
   };
   EXPECT_NEAR(time(*priced, Collective::kBroadcast), time(*plain, Collective::kBroadcast), 1e-6);
-  EXPECT_GT(time(*priced, Collective::kAllReduce), time(*plain, Collective::kAllReduce) + 0.9 * extra);
+  EXPECT_GT(time(*priced, Collective::kAllReduce),
+            time(*plain, Collective::kAllReduce) + 0.9 * extra);
 }
 
 TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {

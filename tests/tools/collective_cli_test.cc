@@ -193,10 +193,9 @@ TEST(LoomBench, CopiesTimesEachCaseOfWhichCoreWroteTheBuffersLast) {
     ++rows;
   }
   EXPECT_EQ(rows, 2) << r.out;
-  EXPECT_EQ(Loom("bench copies -b 16").code, 2);
-  EXPECT_EQ(Loom("bench copies -b 1M -e 1K").code, 2);
-  EXPECT_EQ(Loom("bench copies --rounds 0").code, 2);
-  EXPECT_EQ(Loom("bench copies --op allreduce").code, 2);
+  for (const char* bad : {"-b 16", "-b 1M -e 1K", "--rounds 0", "--op allreduce"}) {
+    EXPECT_EQ(Loom(std::string("bench copies ") + bad).code, 2) << bad;
+  }
   Result help = Loom("bench copies --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("--rounds"), std::string::npos) << help.out;
