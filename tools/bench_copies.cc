@@ -34,7 +34,7 @@ Flags CopiesFlags() {
           {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
           {"maxbytes", "SIZE", "-e: largest size", "64M"},
           {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
-          {"iters", "N", "-n: timed copies per case and round (0: enough for ~20 ms)", "0"},
+          {"iters", "N", "-n: timed copies per case and round (0: 2^28 / size, 20-2000)", "0"},
           {"rounds", "R", "rounds per size, round-robin over the cases", "5"},
       },
       1, 1);
@@ -47,9 +47,9 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   const bool foreign_src = kind == 1 || kind == 3, foreign_dst = kind == 2 || kind == 3;
   std::atomic<int> turn{0};
   std::vector<double> us(iters);
+  Status writer_pinned;  // the writer's own: merged once it has joined
   std::thread writer([&] {
-    Status s = PinCurrentThreadToCpu(writer_cpu);
-    if (!s.ok()) *pinned = s;
+    writer_pinned = PinCurrentThreadToCpu(writer_cpu);
     for (int i = 0; i < iters; ++i) {
       while (turn.load(std::memory_order_acquire) != 2 * i) std::this_thread::yield();
       if (foreign_src) std::memset(src, i & 0x7f, bytes);
@@ -70,6 +70,7 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
     turn.store(2 * i + 2, std::memory_order_release);
   }
   writer.join();
+  if (!writer_pinned.ok()) *pinned = writer_pinned;
   std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
   return us[iters / 2];
 }
@@ -98,9 +99,6 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
 }
 
 Status Run(const Config& c) {
-  const size_t lo = c.lo, hi = c.hi;
-  const double factor = c.factor;
-  const int64_t iters_flag = c.iters, rounds = c.rounds;
   const std::vector<int> cpus = AllowedCpus();
   LOOM_ENFORCE(cpus.size() >= 2, "loom bench copies needs two CPUs; this process may use ",
                cpus.size());
@@ -112,13 +110,12 @@ Status Run(const Config& c) {
       copier_cpu, writer_cpu, "bytes", "clean(us)", "src(us)", "dst(us)", "both(us)", "clean",
       "src", "dst", "both(GB/s)");
   Status pinned;
-  for (double size = static_cast<double>(lo); size <= static_cast<double>(hi) * 1.0000001;
-       size *= factor) {
+  for (double size = static_cast<double>(c.lo); size <= static_cast<double>(c.hi) * 1.0000001;
+       size *= c.factor) {
     const size_t bytes = std::max<size_t>(64, static_cast<size_t>(size) / 64 * 64);
-    const int iters = iters_flag > 0
-                          ? static_cast<int>(iters_flag)
-                          : static_cast<int>(std::clamp<size_t>(
-                                (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20, 2000));
+    const int iters = c.iters > 0 ? static_cast<int>(c.iters)
+                                  : static_cast<int>(std::clamp<size_t>(
+                                        (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20, 2000));
     // Page-aligned and apart: neither buffer shares a line or a page with the other.
     const size_t stride = (bytes + 4095) / 4096 * 4096 + 4096;
     std::unique_ptr<char[]> memory(new char[2 * stride + 4096]);
@@ -128,7 +125,7 @@ Status Run(const Config& c) {
     char* dst = base + stride;
     std::memset(base, 1, 2 * stride);
     double best[4] = {1e300, 1e300, 1e300, 1e300};
-    for (int64_t r = 0; r < rounds; ++r) {
+    for (int64_t r = 0; r < c.rounds; ++r) {
       for (int kind = 0; kind < 4; ++kind) {
         best[kind] = std::min(
             best[kind], TimeCase(kind, src, dst, bytes, iters, writer_cpu, copier_cpu, &pinned));

@@ -178,21 +178,23 @@ def bench_key(transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
     return key, launches
 
 
-def on_tape_copies(size, rounds=5):
-    """Whether copies(size) can be taken (a record of an earlier version has none)."""
+def can_take(key):
+    """Whether the measurement under `key` can be taken: always from the machine, in a replay
+    where the file holds it (a record of an earlier version may not)."""
     if TAPE["mode"] != "replay":
         return True
-    key = json.dumps(["copies", size, rounds])
+    key = json.dumps(key)
     return any(json.dumps(k) == key for k, _ in TAPE["entries"])
+
+
+def on_tape_copies(size, rounds=5):
+    """Whether copies(size) can be taken."""
+    return can_take(["copies", size, rounds])
 
 
 def on_tape(*args, **kwargs):
-    """Whether bench(loom, *args) can be taken: always from the machine, in a replay where the
-    file holds that measurement (a record of an earlier version may not)."""
-    if TAPE["mode"] != "replay":
-        return True
-    key = json.dumps(bench_key(*args, **kwargs)[0])
-    return any(json.dumps(k) == key for k, _ in TAPE["entries"])
+    """Whether bench(loom, *args) can be taken."""
+    return can_take(bench_key(*args, **kwargs)[0])
 
 
 def bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor=4):
@@ -679,7 +681,6 @@ def calibrate(a, cores, runs, ranks):
     # beside each level's primitives (this VM's cross-core line transfers have a slow mode that
     # comes and goes: 64 KiB from the other core 1.5 us in one minute, 4.3 in another). (A
     # record of the version before has none: not priced.)
-    DIRTY["points"] = None
     dirty = (TRANSPORT["native"] == "pass" and a.copies != "off" and
              on_tape_copies(DIRTY_SMALL[0]))
     if dirty:
