@@ -139,6 +139,7 @@ StatusOr<Trace> Simulator::AroundNodes(size_t bytes, const Trace& middle,
   call.chunk_bytes = options_.chunk_bytes;
   call.root = 0;
   call.algorithm = Algorithm::kTree;
+  call.root_copy_first = options_.root_copy_first;
   call.kind = Collective::kReduce;
   LOOM_ASSIGN_OR_RETURN(Trace reduce, Capture(*node_plan_, call));
   call.kind = Collective::kBroadcast;
@@ -751,6 +752,7 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
   call.root = root;
   call.algorithm = a;
   call.chunk_bytes = options_.chunk_bytes;
+  call.root_copy_first = options_.root_copy_first;
   return Capture(*plan_, call);
 }
 

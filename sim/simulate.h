@@ -69,6 +69,11 @@ struct SimOptions {
   // The ranks are processes under Loom's MPI communicator: "auto" also weighs exchange and
   // split_exchange for the allreduce calls that communicator runs inside its signature round.
   bool mpi_exchange = false;
+  // Loom's rooted broadcasts (tree, star, ring's chain, multi_tree; hierarchical's node-local
+  // step) as they ran before they sent from the root's send buffer: the root first copies send
+  // into recv and sends from recv (CallSpec::root_copy_first). For measurements taken with that
+  // schedule (bench/sim/records without "schedule": 2).
+  bool root_copy_first = false;
   // NCCL's calls (nccl_ring, nccl_tree, nccl) as its tuner runs them on A100 machines: calls
   // of at most nccl_ll128_max_bytes run a low-latency protocol (LL / LL128: flags travel with
   // the data) at nccl_ll128_efficiency of the link rate, larger ones Simple at the full rate;

@@ -137,6 +137,7 @@ StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& ca
   args.op = collective::ReduceOp::kSum;
   args.algorithm = call.algorithm;
   args.count = call.bytes / elem;
+  args.root_copy_first = call.root_copy_first;
   if (call.kind == Collective::kAllGather || call.kind == Collective::kReduceScatter) {
     LOOM_ENFORCE(args.count % n == 0, "a ", CollectiveName(call.kind), " of ", call.bytes,
                  " bytes does not split into ", n, " equal parts of whole elements");

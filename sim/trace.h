@@ -67,6 +67,8 @@ struct CallSpec {
   // ring, tree, multi_tree or star: Loom's schedules over `plan`.
   collective::Algorithm algorithm = collective::Algorithm::kRing;
   size_t chunk_bytes = size_t{1} << 20;  // CommunicatorOptions::pipeline_chunk_bytes
+  // The rooted broadcasts' older order (collective::internal::CallArgs::root_copy_first).
+  bool root_copy_first = false;
 };
 
 // Runs the schedule of `call` for every rank of `plan` over a recording transport.

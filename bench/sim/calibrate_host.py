@@ -70,7 +70,8 @@
    the model is judged against the very timings the last run took. bench/sim/records/ keeps the
    recorded runs docs/SIMULATOR.md reports (it gives the command that replays them). A paired
    record replayed without --paired gives each measurement its runs' values (--across pools
-   them).
+   them). A record names the schedules it measured ("schedule"): one without it measured the
+   rooted broadcasts whose root copied send into recv before sending, and replays with them.
 
 No timing here is asserted in a test: timings on a shared 2-core VM are a benchmark
 (tests/python/test_calibrate_replay.py checks the replay and its views on a recorded run).
@@ -122,6 +123,10 @@ SMALL_BYTES = 256 << 10
 # unpaired gives each measurement its runs' values in their order (by key, "regroup"): the runs
 # pooled per measurement (--across) instead of paired.
 TAPE = {"mode": None, "entries": [], "at": 0, "regroup": None}
+# The schedules a record measured: 2 from when the rooted broadcasts (tree, star, the ring's
+# chain, multi_tree) send from the root's send buffer; a record without "schedule" measured
+# the older order, whose root first copied send into recv, and replays with it.
+SCHEDULE = {"version": 2, "root_copy_first": False}
 SKIPPABLE = 4
 
 
@@ -452,7 +457,8 @@ def simulate(ranks, cores, latency, call, levels, op, algo, size):
     """One call on the host model. Posting is folded into the per-message latency (post_us 0)."""
     return sim.collectives(spec_of(ranks, cores, latency, levels), [size], op=op, algorithm=algo,
                            call_us=call, post_us=0, chunk_bytes=TRANSPORT["chunk"],
-                           mpi_exchange=TRANSPORT["mpi_exchange"])[0]["time_us"]
+                           mpi_exchange=TRANSPORT["mpi_exchange"],
+                           root_copy_first=SCHEDULE["root_copy_first"])[0]["time_us"]
 
 
 def bisect(f, target, lo, hi, increasing):
@@ -997,6 +1003,10 @@ def main():
         cores = a.cores or tape["cores"]
         CACHE["bytes"] = a.cache or tape.get("cache") or CACHE["bytes"]
         NATIVE["inline"] = tape.get("inline", 4 << 10)
+        SCHEDULE["root_copy_first"] = tape.get("schedule", 1) < 2
+        if SCHEDULE["root_copy_first"]:
+            print("# the record measured the rooted broadcasts whose root copied send into recv "
+                  "first: replayed with that schedule")
         if "--paired" in tape.get("argv", []) and not a.paired:
             TAPE["regroup"] = regrouped(TAPE["entries"])
     elif a.record:
@@ -1038,7 +1048,7 @@ def main():
         tmp = a.record + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"transport": a.transport, "cores": cores, "cache": CACHE["bytes"],
-                       "inline": NATIVE["inline"],
+                       "inline": NATIVE["inline"], "schedule": SCHEDULE["version"],
                        "argv": sys.argv[1:],
                        "measurements": TAPE["entries"]}, f)
         os.replace(tmp, a.record)

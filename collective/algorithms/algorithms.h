@@ -38,8 +38,10 @@ using TreeJobs = SmallVector<TreeJob>;
 // accumulates into `work` (which then holds, on each job's root, the job's unscaled result).
 Status TreesReduce(Schedule& s, const TreeJobs& jobs, const void* in, void* work,
                    const Reduction& reduction);
-// Sends each job's range of `buf` from its tree's root down to every rank.
-Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf);
+// Sends each job's range of `buf` from its tree's root down to every rank. A root that roots a
+// job sends it from `root_src` when given (its send buffer: lines no rank has just written),
+// and copies it into `buf` after its sends are posted, off the path of its children.
+Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf, const void* root_src = nullptr);
 
 // Collectives over trees, shared by tree, multi_tree, star and ring (chain).
 Status TreesAllReduce(Schedule& s, const CallArgs& args, const TreeJobs& jobs);

@@ -43,18 +43,26 @@ Status MultiTreeReduce(Schedule& s, const CallArgs& args) {
 Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
   const Ranges slices = SplitEvenly(bytes, s.nranks());
-  if (s.rank() == args.root) {
+  // The root sends from its send buffer and copies its own slice into recv at the end (the
+  // tree engine's root_src), unless the call asks for the older order (CallArgs).
+  const bool root = s.rank() == args.root;
+  const void* src = args.recv;
+  if (root && args.root_copy_first) {
     LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
+  } else if (root) {
+    src = args.send;
+  }
+  if (root) {
     for (int r = 0; r < s.nranks(); ++r) {
       if (r != args.root)
-        s.PostSend(r, kScatterPhase, At(args.recv, slices[r].offset, 1), slices[r].count);
+        s.PostSend(r, kScatterPhase, At(src, slices[r].offset, 1), slices[r].count);
     }
   } else {
     const Range& mine = slices[s.rank()];
     s.PostRecv(args.root, kScatterPhase, At(args.recv, mine.offset, 1), mine.count);
   }
   LOOM_RETURN_IF_ERROR(s.WaitAll());
-  return TreesBroadcast(s, SliceJobs(s, slices), args.recv);
+  return TreesBroadcast(s, SliceJobs(s, slices), args.recv, src == args.recv ? nullptr : src);
 }
 
 Status MultiTreeReduceScatter(Schedule& s, const CallArgs& args) {

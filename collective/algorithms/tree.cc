@@ -112,7 +112,7 @@ Status TreesReduce(Schedule& s, const TreeJobs& jobs, const void* in, void* work
   return s.WaitAll();
 }
 
-Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf) {
+Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf, const void* root_src) {
   // Broadcast moves bytes; any element size works, so plan in bytes.
   const Plan plan(s, jobs, 1, /*reduce=*/false);
   SmallVector<int> receives;
@@ -123,13 +123,22 @@ Status TreesBroadcast(Schedule& s, const TreeJobs& jobs, void* buf) {
         const Range piece = PieceOf(jobs[step->job].range, plan.piece(), j);
         if (piece.count == 0) continue;
         if (step->parent) {
-          s.PostSend(step->partner, kBroadcastPhase, At(buf, piece.offset, 1), piece.count);
+          const bool root = root_src != nullptr && jobs[step->job].tree->root == s.rank();
+          s.PostSend(step->partner, kBroadcastPhase,
+                     root ? At(root_src, piece.offset, 1) : At(buf, piece.offset, 1), piece.count);
         } else {
           receives.push_back(
               s.PostRecv(step->partner, kBroadcastPhase, At(buf, piece.offset, 1), piece.count));
         }
       }
       for (int h : receives) LOOM_RETURN_IF_ERROR(s.Wait(h));
+    }
+  }
+  if (root_src != nullptr && root_src != buf) {
+    for (const TreeJob& job : jobs) {
+      if (job.tree->root != s.rank()) continue;
+      LOOM_RETURN_IF_ERROR(
+          s.Copy(At(buf, job.range.offset, 1), At(root_src, job.range.offset, 1), job.range.count));
     }
   }
   return s.WaitAll();
@@ -173,8 +182,10 @@ Status TreeRootedReduce(Schedule& s, const CallArgs& args, const Tree& tree) {
 
 Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
+  const TreeJobs jobs{TreeJob{&tree, Range{0, bytes}}};
+  if (!args.root_copy_first) return TreesBroadcast(s, jobs, args.recv, args.send);
   if (s.rank() == args.root) LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
-  return TreesBroadcast(s, {TreeJob{&tree, Range{0, bytes}}}, args.recv);
+  return TreesBroadcast(s, jobs, args.recv);
 }
 
 Status UnsupportedAlgorithm(const CallArgs& args) {

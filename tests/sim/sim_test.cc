@@ -61,6 +61,64 @@ TEST(Trace, TreeAllReduceMovesEveryByteUpAndDownEachEdge) {
   EXPECT_EQ(trace->posts(), size_t{2} * 2 * 7 * 3);
 }
 
+// The rooted broadcasts send from the root's send buffer and copy it into recv after their sends
+// are posted; root_copy_first replays the older order (copy first, send from recv). The
+// recording's buffers: send at 1 << 40, recv at 2 << 40 (each a region of its own).
+TEST(Trace, RootedBroadcastsSendFromTheRootsSendBufferUnlessAskedForTheOlderOrder) {
+  const uint64_t send = uint64_t{1} << 40, recv = uint64_t{2} << 40;
+  auto in = [](uint64_t addr, uint64_t base) { return addr >= base && addr < base + (base >> 1); };
+  for (const bool old : {false, true}) {
+    SimOptions options;
+    options.root_copy_first = old;
+    StatusOr<Simulator> sim = Simulator::Create(Machine::Load("mesh4").value(), options);
+    ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+    for (const char* algo : {"tree", "star", "ring", "multi_tree"}) {
+      const std::string what = StrCat(algo, old ? " root_copy_first" : "");
+      StatusOr<Trace> trace = sim->TraceOf(Collective::kBroadcast, algo, 3 << 20, /*root=*/1);
+      ASSERT_TRUE(trace.ok()) << what << ": " << trace.status().ToString();
+      const std::vector<TraceOp>& root = trace->ranks[1];
+      int copies = 0, sends = 0;
+      uint64_t from_send = 0, from_recv = 0;
+      size_t first_copy = root.size(), last_send = 0;
+      for (size_t i = 0; i < root.size(); ++i) {
+        if (root[i].kind == TraceOp::kCopy) {
+          ++copies;
+          first_copy = std::min(first_copy, i);
+          EXPECT_TRUE(in(root[i].addr, recv) && in(root[i].addr2, send)) << what;
+        } else if (root[i].kind == TraceOp::kSend) {
+          ++sends;
+          if (in(root[i].addr, send)) last_send = i;
+          (in(root[i].addr, send) ? from_send : from_recv) += root[i].bytes;
+        }
+      }
+      EXPECT_EQ(copies, 1) << what;
+      ASSERT_GT(sends, 0) << what;
+      if (old) {
+        EXPECT_EQ(from_send, 0u) << what;
+      } else {
+        EXPECT_GT(from_send, 0u) << what;
+        // multi_tree's root also relays the slices of the trees it is inside of.
+        if (std::string(algo) != "multi_tree") EXPECT_EQ(from_recv, 0u) << what;
+      }
+      if (old) {
+        EXPECT_EQ(first_copy, 0u) << what;
+      } else {
+        EXPECT_GT(first_copy, last_send) << what;
+      }
+      // Every other rank ends with the whole buffer in recv.
+      for (int r = 0; r < 4; ++r) {
+        if (r == 1) continue;
+        uint64_t got = 0;
+        for (const TraceOp& op : trace->ranks[r]) {
+          if (op.kind == TraceOp::kRecv && in(op.addr, recv)) got += op.bytes;
+          EXPECT_NE(op.kind, TraceOp::kCopy) << what << " rank " << r;
+        }
+        EXPECT_EQ(got, uint64_t{3} << 20) << what << " rank " << r;
+      }
+    }
+  }
+}
+
 TEST(Trace, UnknownAlgorithmAndUnsupportedCollectiveAreErrors) {
   const Simulator sim = Make("mesh4");
   StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "butterfly", 1024);
