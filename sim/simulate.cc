@@ -753,6 +753,7 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
   call.algorithm = a;
   call.chunk_bytes = options_.chunk_bytes;
   call.root_copy_first = options_.root_copy_first;
+  call.in_place = options_.in_place;
   return Capture(*plan_, call);
 }
 

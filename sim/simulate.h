@@ -74,6 +74,9 @@ struct SimOptions {
   // into recv and sends from recv (CallSpec::root_copy_first). For measurements taken with that
   // schedule (bench/sim/records without "schedule": 2).
   bool root_copy_first = false;
+  // Loom's schedules run in place (allreduce, reduce, broadcast: send and receive one buffer;
+  // a broadcast's root then copies nothing). Not for NCCL's calls nor native ones.
+  bool in_place = false;
   // NCCL's calls (nccl_ring, nccl_tree, nccl) as its tuner runs them on A100 machines: calls
   // of at most nccl_ll128_max_bytes run a low-latency protocol (LL / LL128: flags travel with
   // the data) at nccl_ll128_efficiency of the link rate, larger ones Simple at the full rate;

@@ -138,6 +138,10 @@ StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& ca
   args.algorithm = call.algorithm;
   args.count = call.bytes / elem;
   args.root_copy_first = call.root_copy_first;
+  LOOM_ENFORCE(!call.in_place || call.kind == Collective::kAllReduce ||
+                   call.kind == Collective::kReduce || call.kind == Collective::kBroadcast,
+               CollectiveName(call.kind), " does not run in place (allreduce, reduce and ",
+               "broadcast do)");
   if (call.kind == Collective::kAllGather || call.kind == Collective::kReduceScatter) {
     LOOM_ENFORCE(args.count % n == 0, "a ", CollectiveName(call.kind), " of ", call.bytes,
                  " bytes does not split into ", n, " equal parts of whole elements");
@@ -157,7 +161,7 @@ StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& ca
     RecordingTransport transport(r, n, &trace.ranks[r]);
     collective::internal::CallArgs a = args;
     a.send = FakeAddress(0);
-    a.recv = FakeAddress(1);
+    a.recv = call.in_place ? FakeAddress(0) : FakeAddress(1);
     Status status;
     {
       collective::internal::Schedule s(&transport, &plan, &options, uint64_t{1} << 8,

@@ -69,6 +69,8 @@ struct CallSpec {
   size_t chunk_bytes = size_t{1} << 20;  // CommunicatorOptions::pipeline_chunk_bytes
   // The rooted broadcasts' older order (collective::internal::CallArgs::root_copy_first).
   bool root_copy_first = false;
+  // Allreduce, reduce and broadcast in place: every rank's send buffer is its receive buffer.
+  bool in_place = false;
 };
 
 // Runs the schedule of `call` for every rank of `plan` over a recording transport.

@@ -13,10 +13,12 @@ namespace loom::python {
 namespace {
 
 sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency,
-                        double call_us, bool mpi_exchange, bool root_copy_first = false) {
+                        double call_us, bool mpi_exchange, bool root_copy_first = false,
+                        bool in_place = false) {
   sim::SimOptions o;
   o.mpi_exchange = mpi_exchange;
   o.root_copy_first = root_copy_first;
+  o.in_place = in_place;
   o.engine.call_us = call_us;
   o.chunk_bytes = chunk_bytes;
   o.engine.post_us = post_us;
@@ -28,7 +30,7 @@ sim::SimOptions Options(size_t chunk_bytes, double post_us, double reduce_gbps, 
 py::list Collectives(const std::string& machine, const std::string& op,
                      const std::string& algorithm, const std::vector<size_t>& sizes, int root,
                      size_t chunk_bytes, double post_us, double reduce_gbps, double efficiency,
-                     double call_us, bool mpi_exchange, bool root_copy_first) {
+                     double call_us, bool mpi_exchange, bool root_copy_first, bool in_place) {
   const collective::Collective kind = ValueOrThrow(collective::ParseCollective(op));
   if (!(efficiency > 0 && efficiency <= 1)) {
     Throw(InvalidArgument("efficiency ", efficiency, " is outside (0, 1]"));
@@ -36,10 +38,10 @@ py::list Collectives(const std::string& machine, const std::string& op,
   if (!(post_us >= 0) || !(reduce_gbps >= 0) || !(call_us >= 0) || chunk_bytes < 1) {
     Throw(InvalidArgument("post_us, call_us and reduce_gbps must be >= 0 and chunk_bytes >= 1"));
   }
-  sim::Simulator s =
-      ValueOrThrow(sim::Simulator::Create(ValueOrThrow(sim::Machine::Load(machine)),
-                                          Options(chunk_bytes, post_us, reduce_gbps, efficiency,
-                                                  call_us, mpi_exchange, root_copy_first)));
+  sim::Simulator s = ValueOrThrow(
+      sim::Simulator::Create(ValueOrThrow(sim::Machine::Load(machine)),
+                             Options(chunk_bytes, post_us, reduce_gbps, efficiency, call_us,
+                                     mpi_exchange, root_copy_first, in_place)));
   if (root < 0 || root >= s.machine().size()) {
     Throw(InvalidArgument("root ", root, " is outside 0..", s.machine().size() - 1));
   }
@@ -113,7 +115,7 @@ void RegisterSim(py::module_& m) {
         py::arg("sizes"), py::arg("root") = 0, py::arg("chunk_bytes") = size_t{1} << 20,
         py::arg("post_us") = 1.0, py::arg("reduce_gbps") = 0.0, py::arg("efficiency") = 1.0,
         py::arg("call_us") = 0.0, py::arg("mpi_exchange") = false,
-        py::arg("root_copy_first") = false);
+        py::arg("root_copy_first") = false, py::arg("in_place") = false);
   m.def("sim_scaling", &Scaling, py::arg("machine"), py::arg("model"), py::arg("scale"),
         py::arg("algorithm") = "auto", py::arg("fusion_mb") = 32.0,
         py::arg("chunk_bytes") = size_t{1} << 20, py::arg("post_us") = 1.0,

@@ -53,7 +53,7 @@ def sweep(min_bytes, max_bytes, factor=2):
 
 def collectives(machine, sizes, op="allreduce", algorithm="auto", root=0, chunk_bytes=1 << 20,
                 post_us=1.0, reduce_gbps=0.0, efficiency=1.0, call_us=0.0, mpi_exchange=False,
-                root_copy_first=False):
+                root_copy_first=False, in_place=False):
     """Simulates one call of ``op`` per size (bytes; nccl-tests' size) on ``machine``.
 
     Returns dicts with bytes, algorithm, time_us, algbw_gbps, busbw_gbps, bottleneck,
@@ -69,10 +69,12 @@ def collectives(machine, sizes, op="allreduce", algorithm="auto", root=0, chunk_
     raises NotImplementedError. ``root_copy_first``: the rooted broadcasts (tree, star, ring's
     chain, multi_tree) as Loom ran them before they sent from the root's send buffer (the root
     first copied send into recv and sent from there), to replay measurements of that schedule.
+    ``in_place``: Loom's schedules with one buffer for send and receive (allreduce, reduce and
+    broadcast only; a broadcast's root then copies nothing).
     """
     return list(core.sim_collectives(machine, op, algorithm, [int(s) for s in sizes], root,
                                      chunk_bytes, post_us, reduce_gbps, efficiency, call_us,
-                                     mpi_exchange, bool(root_copy_first)))
+                                     mpi_exchange, bool(root_copy_first), bool(in_place)))
 
 
 def scaling(machine, model, scale, algorithm="auto", fusion_mb=32.0, chunk_bytes=1 << 20,

@@ -44,6 +44,25 @@ def test_mpi_exchange_runs_small_allreduces_in_the_signature_round():
         sim.collectives("mesh4", [1 << 20], algorithm="exchange")
 
 
+def test_broadcast_orders_and_in_place():
+    # 2 ranks sharing 4 GB/s: a 1 MiB broadcast down the tree moves 1 MiB to the child and,
+    # out of place, the root copies 1 MiB into its own buffer as well
+    host = "host:2:cores=2:latency=3:copy=4:reduce=2:mem=4"
+    mib = (1 << 20) / 4e3  # us for 1 MiB at 4 GB/s
+
+    def bcast(**kw):
+        return sim.collectives(host, [1 << 20], op="broadcast", algorithm="tree", post_us=0,
+                               **kw)[0]["time_us"]
+
+    # in place: the message alone; out of place: the root's copy beside it, the shared 4 GB/s
+    # busy with both from the start; the older order: the copy, then the message
+    assert bcast(in_place=True) == pytest.approx(3 + mib, rel=1e-9)
+    assert bcast() == pytest.approx(2 * mib, rel=1e-9)
+    assert bcast(root_copy_first=True) == pytest.approx(3 + 2 * mib, rel=1e-9)
+    with pytest.raises(ValueError, match="allgather does not run in place"):
+        sim.collectives(host, [1 << 20], op="allgather", algorithm="ring", in_place=True)
+
+
 def test_native_is_the_in_process_pass_over_shared_memory():
     host = "host:2:cores=2:latency=3:copy=4:reduce=2:mem=8"
     # 2 MiB on 2 ranks: each rank sums both inputs of half the blocks (1 MiB) in L1, one

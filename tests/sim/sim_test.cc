@@ -119,6 +119,32 @@ TEST(Trace, RootedBroadcastsSendFromTheRootsSendBufferUnlessAskedForTheOlderOrde
   }
 }
 
+// In place (one buffer for send and receive) a broadcast's root copies nothing and every rank's
+// posts touch that one buffer; allgather and reduce-scatter do not run in place.
+TEST(Trace, InPlaceBroadcastsCopyNothingAndSplitCollectivesRefuseIt) {
+  SimOptions options;
+  options.in_place = true;
+  StatusOr<Simulator> sim = Simulator::Create(Machine::Load("mesh4").value(), options);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  const uint64_t buffer = uint64_t{1} << 40;
+  for (const char* algo : {"tree", "star", "ring", "multi_tree"}) {
+    StatusOr<Trace> trace = sim->TraceOf(Collective::kBroadcast, algo, 3 << 20, /*root=*/2);
+    ASSERT_TRUE(trace.ok()) << algo << ": " << trace.status().ToString();
+    for (int r = 0; r < 4; ++r) {
+      for (const TraceOp& op : trace->ranks[r]) {
+        EXPECT_NE(op.kind, TraceOp::kCopy) << algo << " rank " << r;
+        if (op.kind == TraceOp::kSend || op.kind == TraceOp::kRecv) {
+          EXPECT_TRUE(op.addr >= buffer && op.addr < buffer + (buffer >> 1)) << algo;
+        }
+      }
+    }
+  }
+  StatusOr<Trace> gather = sim->TraceOf(Collective::kAllGather, "ring", 4 << 10);
+  ASSERT_FALSE(gather.ok());
+  EXPECT_NE(gather.status().message().find("in place"), std::string::npos)
+      << gather.status().message();
+}
+
 TEST(Trace, UnknownAlgorithmAndUnsupportedCollectiveAreErrors) {
   const Simulator sim = Make("mesh4");
   StatusOr<Trace> t = sim.TraceOf(Collective::kAllReduce, "butterfly", 1024);
