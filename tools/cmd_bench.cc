@@ -106,6 +106,12 @@ Flags BenchFlags() {
            "messages instead of as their MPI tag (the round of transports without tags; for "
            "comparison)",
            ""},
+          {"in-place", "",
+           "allreduce, reduce and broadcast with one buffer for send and receive (nccl-tests' "
+           "in-place columns; a broadcast's root then copies nothing): each size's checked call "
+           "starts from the rank's input, the timed calls from what the call before left "
+           "(floating-point types only: sums grow from call to call)",
+           ""},
           {"timeout-ms", "MS", "per-call timeout", "60000"},
           {"selector", "", "also print the cost model's table for these sizes", ""},
           {"peer-mpi", "",
@@ -159,8 +165,9 @@ struct Config {
   std::vector<int> cuda_devices;  // --places cuda:...
   const collective::TransportInfo* transport = nullptr;
   bool mpi = false, selector = false, peer_mpi = false;
-  bool fastest = false;  // --stat min: a row reports its fastest round, else its median
-  bool bind = false;     // --bind core: in-process rank threads and workers pinned to CPUs
+  bool fastest = false;   // --stat min: a row reports its fastest round, else its median
+  bool in_place = false;  // --in-place: send and receive one buffer
+  bool bind = false;      // --bind core: in-process rank threads and workers pinned to CPUs
   CommunicatorOptions options;
 };
 
@@ -360,8 +367,9 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
   // has it; a transport without schedules, NCCL, always runs native).
   const Selector selector(comm.plan(), collective::SelectorOptionsOf(c.options));
   if (print) {
-    std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d\n",
-                CollectiveName(c.kind), n, c.transport->display, c.inflight, c.iters, c.warmup);
+    std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d%s\n",
+                CollectiveName(c.kind), n, c.transport->display, c.inflight, c.iters, c.warmup,
+                c.in_place ? ", in place" : "");
     std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                 "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -380,9 +388,9 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     }
     LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> send_buf, memory.Allocate(send_host.size()));
     LOOM_ASSIGN_OR_RETURN(std::shared_ptr<void> recv_buf, memory.Allocate(recv.size()));
-    void* send = send_buf.get();
     void* recv_dev = recv_buf.get();
-    LOOM_RETURN_IF_ERROR(memory.Upload(send, send_host.data(), send_host.size()));
+    void* send = c.in_place ? recv_dev : send_buf.get();  // --in-place: one buffer
+    LOOM_RETURN_IF_ERROR(memory.Upload(send_buf.get(), send_host.data(), send_host.size()));
     // The rows of this size: each algorithm that runs here, then the MPI peer.
     std::vector<Algorithm> algos;
     for (Algorithm a : c.algorithms) {
@@ -406,7 +414,10 @@ Status RankSweep(Communicator& comm, BenchMemory& memory, const Config& c) {
     // One checked call and the warmup of every row, before any timing.
     for (size_t e = 0; e < entries; ++e) {
       std::fill(recv.begin(), recv.end(), 0);
-      LOOM_RETURN_IF_ERROR(memory.Upload(recv_dev, recv.data(), recv.size()));
+      // In place the one buffer starts as the rank's input (send and receive sizes agree for
+      // the collectives that run in place).
+      LOOM_RETURN_IF_ERROR(
+          memory.Upload(recv_dev, c.in_place ? send_host.data() : recv.data(), recv.size()));
       if (e == algos.size()) {  // Open MPI's blocking allreduce, out of place as Loom's rows
         LOOM_RETURN_IF_ERROR(TimeMpiAllreduce(send, recv_dev, count, c.dtype, c.op, 0, 1).status());
       } else {
@@ -657,6 +668,16 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   c.options.tagged_signatures = !flags.Switch("packet-signatures");
   c.selector = flags.Switch("selector");
   c.peer_mpi = flags.Switch("peer-mpi");
+  c.in_place = flags.Switch("in-place");
+  LOOM_ENFORCE(!c.in_place || c.kind == Collective::kAllReduce || c.kind == Collective::kReduce ||
+                   c.kind == Collective::kBroadcast,
+               "--in-place runs allreduce, reduce and broadcast, not ", CollectiveName(c.kind));
+  LOOM_ENFORCE(!c.in_place || c.kind == Collective::kBroadcast || c.dtype == DataType::kFloat32 ||
+                   c.dtype == DataType::kFloat64 || c.dtype == DataType::kFloat16,
+               "--in-place ", CollectiveName(c.kind), " of ", collective::DataTypeName(c.dtype),
+               ": the timed calls reduce what the call before left, so integer sums would "
+               "overflow; use a floating-point -d");
+  LOOM_ENFORCE(!c.in_place || !c.peer_mpi, "--in-place and --peer-mpi exclude each other");
   LOOM_ENFORCE(!c.peer_mpi || (c.mpi && c.kind == Collective::kAllReduce),
                "--peer-mpi compares allreduce over MPI: use it with --transport mpi under mpirun "
                "and --op allreduce");

@@ -151,6 +151,40 @@ TEST(LoomBench, CollectiveTableHasNcclTestsColumnsAndNoWrongElements) {
   }
 }
 
+// --in-place: one buffer for send and receive; the checked call of every row still gets the
+// reference result, and what cannot run in place is a usage error naming why.
+TEST(LoomBench, InPlaceRowsAreCheckedAndTheirLimitsAreUsageErrors) {
+  for (const std::string op : {"allreduce", "broadcast", "reduce"}) {
+    Result r = Loom("bench collective --in-place --op " + op +
+                    " --algo all -b 1K -e 64K -f 8 -n 2 -w 1 --places cpu:3 -d fp64");
+    ASSERT_EQ(r.code, 0) << op << ": " << r.err;
+    EXPECT_NE(r.out.find(", in place"), std::string::npos) << r.out;
+    std::istringstream in(r.out);
+    std::string line;
+    int rows = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#' || line.find("size(B)") != std::string::npos) continue;
+      ++rows;
+      std::istringstream cells(line);
+      std::string cell, last;
+      while (cells >> cell) last = cell;
+      EXPECT_EQ(last, "0") << op << ": " << line;
+    }
+    EXPECT_GE(rows, 2) << r.out;
+  }
+  Result gather = Loom("bench collective --in-place --op allgather -b 1K -e 1K");
+  EXPECT_EQ(gather.code, 2);
+  EXPECT_NE(gather.err.find("allreduce, reduce and broadcast"), std::string::npos) << gather.err;
+  Result ints = Loom("bench collective --in-place -d int32 -b 1K -e 1K");
+  EXPECT_EQ(ints.code, 2);
+  EXPECT_NE(ints.err.find("overflow"), std::string::npos) << ints.err;
+  // A broadcast moves bytes: any type runs in place.
+  EXPECT_EQ(Loom("bench collective --in-place --op broadcast -d int32 -b 1K -e 1K -n 1 -w 0 "
+                 "--places cpu:2")
+                .code,
+            0);
+}
+
 TEST(LoomBench, PlacementLineCountsTheRoundsAndRowsWhereRanksSharedACpu) {
   // Pinned (--bind core) to a CPU each, two ranks never share one where two are allowed: 2 sizes
   // x 2 algorithms = 4 rows of 3 rounds, none crowded.
