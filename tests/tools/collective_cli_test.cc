@@ -126,6 +126,23 @@ TEST(LoomTopo, HelpUsageErrorsAndSelectorTable) {
   EXPECT_NE(table.out.find("67108864"), std::string::npos) << table.out;
 }
 
+// Every data row of a loom bench collective table ends in its #wrong count, which must be 0;
+// the table has at least two rows.
+void ExpectEveryRowRight(const std::string& out, const std::string& what) {
+  std::istringstream in(out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.find("size(B)") != std::string::npos) continue;
+    ++rows;
+    std::istringstream cells(line);
+    std::string cell, last;
+    while (cells >> cell) last = cell;
+    EXPECT_EQ(last, "0") << what << ": " << line;
+  }
+  EXPECT_GE(rows, 2) << out;
+}
+
 TEST(LoomBench, CollectiveTableHasNcclTestsColumnsAndNoWrongElements) {
   for (const std::string op : {"allreduce", "broadcast", "reduce", "allgather", "reducescatter"}) {
     Result r = Loom("bench collective --op " + op +
@@ -135,19 +152,7 @@ TEST(LoomBench, CollectiveTableHasNcclTestsColumnsAndNoWrongElements) {
     EXPECT_NE(r.out.find("busbw(GB/s)"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("#wrong"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("auto:"), std::string::npos) << r.out;
-    // Every data row ends in its #wrong count, which must be 0.
-    std::istringstream in(r.out);
-    std::string line;
-    int rows = 0;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#' || line.find("size(B)") != std::string::npos) continue;
-      ++rows;
-      std::istringstream cells(line);
-      std::string cell, last;
-      while (cells >> cell) last = cell;
-      EXPECT_EQ(last, "0") << op << ": " << line;
-    }
-    EXPECT_GE(rows, 2) << r.out;
+    ExpectEveryRowRight(r.out, op);
   }
 }
 
@@ -159,18 +164,7 @@ TEST(LoomBench, InPlaceRowsAreCheckedAndTheirLimitsAreUsageErrors) {
                     " --algo all -b 1K -e 64K -f 8 -n 2 -w 1 --places cpu:3 -d fp64");
     ASSERT_EQ(r.code, 0) << op << ": " << r.err;
     EXPECT_NE(r.out.find(", in place"), std::string::npos) << r.out;
-    std::istringstream in(r.out);
-    std::string line;
-    int rows = 0;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#' || line.find("size(B)") != std::string::npos) continue;
-      ++rows;
-      std::istringstream cells(line);
-      std::string cell, last;
-      while (cells >> cell) last = cell;
-      EXPECT_EQ(last, "0") << op << ": " << line;
-    }
-    EXPECT_GE(rows, 2) << r.out;
+    ExpectEveryRowRight(r.out, op);
   }
   Result gather = Loom("bench collective --in-place --op allgather -b 1K -e 1K");
   EXPECT_EQ(gather.code, 2);
