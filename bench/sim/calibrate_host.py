@@ -127,6 +127,12 @@ TAPE = {"mode": None, "entries": [], "at": 0, "regroup": None}
 # chain, multi_tree) send from the root's send buffer; a record without "schedule" measured
 # the older order, whose root first copied send into recv, and replays with it.
 SCHEDULE = {"version": 2, "root_copy_first": False}
+# The broadcast that calibrates the 2-rank message sweep and each level's copy rate. Over MPI
+# in place ("broadcast:inplace", loom bench --in-place): with the root sending from its send
+# buffer its memcpy into its own buffer runs beside the transfer, and out of place the
+# broadcast times whichever of the two is slower; in place it is the transfer alone. A record
+# that holds none replays with the broadcast out of place.
+BROADCAST = {"op": "broadcast"}
 SKIPPABLE = 4
 
 
@@ -214,9 +220,12 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
     # Rows of one size run round-robin, ROUNDS times, each reported as its median or fastest
     # round: what is compared is timed side by side.
     iters = max(2, int(iters * ROUNDS["iters"]))
-    cmd = [loom, "bench", "collective", "--op", op, "--algo", ",".join(algos), "-b", str(lo),
-           "-e", str(hi), "-f", str(factor), "-n", str(iters), "-w", str(warmup),
+    in_place = op.endswith(":inplace")
+    cmd = [loom, "bench", "collective", "--op", op.split(":")[0], "--algo", ",".join(algos),
+           "-b", str(lo), "-e", str(hi), "-f", str(factor), "-n", str(iters), "-w", str(warmup),
            "--rounds", str(ROUNDS["rounds"]), "--stat", ROUNDS["stat"]]
+    if in_place:
+        cmd.append("--in-place")
     if transport == "mpi":
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
     else:
@@ -455,7 +464,10 @@ def spec_of(ranks, cores, latency, levels):
 
 def simulate(ranks, cores, latency, call, levels, op, algo, size, in_place=False):
     """One call on the host model. Posting is folded into the per-message latency (post_us 0).
-    in_place: send and receive one buffer (a broadcast's root copies nothing)."""
+    in_place: send and receive one buffer (a broadcast's root copies nothing; an op named
+    "...:inplace" says the same)."""
+    if op.endswith(":inplace"):
+        op, in_place = op.split(":")[0], True
     return sim.collectives(spec_of(ranks, cores, latency, levels), [size], op=op, algorithm=algo,
                            call_us=call, post_us=0, chunk_bytes=TRANSPORT["chunk"],
                            mpi_exchange=TRANSPORT["mpi_exchange"],
@@ -509,7 +521,7 @@ def fit_messages(ranks, cores, latency, call, sweep, level_bytes, level):
     if len(sizes) < 3 or sizes[-1] != level_bytes:
         return
     MSG["points"] = None
-    base = {sz: simulate(ranks, cores, latency, call, [level], "broadcast", "tree", sz)
+    base = {sz: simulate(ranks, cores, latency, call, [level], BROADCAST["op"], "tree", sz)
             for sz in sizes}
     t = {sz: sweep[("tree", sz)] for sz in sizes}
     lo, hi = sizes[0], sizes[-1]
@@ -599,7 +611,7 @@ def calibrate(a, cores, runs, ranks):
         # The eager limit: a 2-rank broadcast of 64 B-64 KiB; where its time jumps by more than a
         # microsecond and half the small call's (the largest such step), messages beyond the size
         # before it pay the step (a rendezvous handshake; the bytes themselves cost ~nothing here).
-        sweep = median_bench(runs, a.loom, a.transport, 2, "broadcast", ["tree"], 64, 64 << 10,
+        sweep = median_bench(runs, a.loom, a.transport, 2, BROADCAST["op"], ["tree"], 64, 64 << 10,
                              1000, 100, factor=2)
         sizes = sorted(s for (_, s) in sweep)
         # The step whose time grows the most against the one before (bytes alone at most double
@@ -722,7 +734,7 @@ def calibrate(a, cores, runs, ranks):
         if not on_tape(a.transport, ranks, "reducescatter", ["ring"], rs_whole, rs_whole, iters,
                        2):
             rs_whole = whole
-        cp, rd = meas("broadcast", "tree", s), meas("reduce", "tree", s)
+        cp, rd = meas(BROADCAST["op"], "tree", s), meas("reduce", "tree", s)
         # On more than 2 ranks one rank reducing alone is a star's reduce (its root reduces
         # every other rank's buffer in turn while they wait); a tree's reduce reduces on two
         # ranks at once from 4 ranks on, which on 2 cores cannot tell one rank's rate from the
@@ -751,7 +763,7 @@ def calibrate(a, cores, runs, ranks):
         mem = mem_reduce = 0.0
         for _ in range(2 if ranks > 2 else 1):
             level = lambda g: (ws, g, 10.0, mem and max(mem, floor * g), mem_reduce, loc)
-            copy = fit("broadcast", "tree", s, cp, level)
+            copy = fit(BROADCAST["op"], "tree", s, cp, level)
             if copy > 0.99 * 1000.0 and not SCHEDULE["root_copy_first"]:
                 # The root's memcpy into its own buffer runs beside the transfer (over MPI the
                 # child copies the message): a broadcast no longer than that memcpy bounds the
@@ -1029,6 +1041,10 @@ def main():
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
                          native="libnbc")
+        if TAPE["mode"] != "replay" or any(key[2] == "broadcast:inplace"
+                                           for key, _ in TAPE["entries"]
+                                           if isinstance(key, list) and len(key) > 2):
+            BROADCAST["op"] = "broadcast:inplace"
     ALGOS.append("native")
     # 2. Prediction. Paired: each run calibrates and then measures at once, its predictions
     # come from its own calibration, and a row's error is the median of the runs' errors (a
