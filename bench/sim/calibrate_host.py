@@ -11,12 +11,15 @@
      on 4 ranks a 64-byte allgather around the ring (3 exchanges) against a broadcast down the
      tree (2 messages); over MPI where processes outnumber the cores, a protocol step below
      the eager size from a ring allgather of 64 B up to eager-size messages (step=BYTES/US);
-     over MPI, from a 2-rank broadcast of 64 B-64 KiB (which also finds the rendezvous step),
+     over MPI, from a 2-rank broadcast of 64 B-64 KiB in place (which also finds the
+     rendezvous step),
      what a message of each size below 64 KiB pays beyond the model's latency and rates
      (msg=BYTES/US,...; the sweep's growth scaled down to the model's, fit_messages);
    - per rank count and working-set level (calls of 64 KiB-64 MiB per rank on 2 and on 4
-     ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast: the
-     root's copy of its own buffer, then the transfers down the tree) and reducing (a reduce:
+     ranks: buffers of 2 x ranks x that), the rates of one rank copying (a broadcast:
+     in-process the transfers down the tree from the root's send buffer and the root's copy
+     into its own, one after the other on the root's thread; over MPI in place, the transfers
+     alone, since the root's copy would run beside them) and reducing (a reduce:
      on 2 ranks the tree's, on 4 a star's, whose root reduces alone), and of all ranks copying
      and reducing at once (the ring's allgather and reduce-scatter, each sized to the level's
      working set; on 4 ranks the shared reduce rate at least what the tree's reduce, two ranks
