@@ -136,6 +136,8 @@ SCHEDULE = {"version": 2, "root_copy_first": False}
 # broadcast times whichever of the two is slower; in place it is the transfer alone. A record
 # that holds none replays with the broadcast out of place.
 BROADCAST = {"op": "broadcast"}
+# The largest rate (GB/s) a level's fit tries: a fit that ends there found no rate slow enough.
+FIT_MAX_GBPS = 1000.0
 SKIPPABLE = 4
 
 
@@ -721,7 +723,7 @@ def calibrate(a, cores, runs, ranks):
 
         def fit(op, algo, size, measured, make, in_place=False):
             return bisect(lambda g: simulate(ranks, cores, latency, call, [make(g)], op, algo,
-                                             size, in_place), measured, 0.01, 1000.0,
+                                             size, in_place), measured, 0.01, FIT_MAX_GBPS,
                           increasing=False)
 
         ws = 2 * ranks * s
@@ -767,7 +769,7 @@ def calibrate(a, cores, runs, ranks):
         for _ in range(2 if ranks > 2 else 1):
             level = lambda g: (ws, g, 10.0, mem and max(mem, floor * g), mem_reduce, loc)
             copy = fit(BROADCAST["op"], "tree", s, cp, level)
-            if copy > 0.99 * 1000.0 and not SCHEDULE["root_copy_first"]:
+            if copy > 0.99 * FIT_MAX_GBPS and not SCHEDULE["root_copy_first"]:
                 # The root's memcpy into its own buffer runs beside the transfer (over MPI the
                 # child copies the message): a broadcast no longer than that memcpy bounds the
                 # transfer from above only, so its rate is the one that takes the whole time.

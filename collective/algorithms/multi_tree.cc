@@ -46,12 +46,8 @@ Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
   // The root sends from its send buffer and copies its own slice into recv at the end (the
   // tree engine's root_src), unless the call asks for the older order (CallArgs).
   const bool root = s.rank() == args.root;
-  const void* src = args.recv;
-  if (root && args.root_copy_first) {
-    LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
-  } else if (root) {
-    src = args.send;
-  }
+  const void* src = root && !args.root_copy_first ? args.send : args.recv;
+  if (root && args.root_copy_first) LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
   if (root) {
     for (int r = 0; r < s.nranks(); ++r) {
       if (r != args.root)
