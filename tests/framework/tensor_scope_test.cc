@@ -1,6 +1,9 @@
 // Tensor, Variable, Scope, Place, allocators and DDim.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -155,10 +158,33 @@ TEST(HostMemoryTest, HugeBlocksAreZeroedAlignedAndReturned) {
     EXPECT_EQ(nonzero + p[bytes - 1], 0u) << bytes;
     std::memset(p, 1, bytes);
     FreeHugeHostBlock(p, bytes);
-    EXPECT_EQ(VmFlagsOf(p), "") << "the block is still mapped after FreeHugeHostBlock";
   }
   EXPECT_EQ(AllocateHugeHostBlock(0), nullptr);
   EXPECT_EQ(AllocateHugeHostBlock(SIZE_MAX), nullptr);
+}
+
+TEST(HostMemoryTest, FreedHugeBlocksAreUnmapped) {
+  // Checked in a child process, whose only thread is this one: in the test process another
+  // thread may map the freed range again between the munmap and the read of smaps.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    for (size_t bytes : {kHugeHostBlockBytes, kHugeHostBlockBytes + 1, size_t{9} << 20}) {
+      auto* p = static_cast<unsigned char*>(AllocateHugeHostBlock(bytes));
+      if (p == nullptr) _exit(2);
+      p[bytes - 1] = 1;
+      if (VmFlagsOf(p).empty() || VmFlagsOf(p + bytes - 1).empty()) _exit(3);
+      FreeHugeHostBlock(p, bytes);
+      if (!VmFlagsOf(p).empty() || !VmFlagsOf(p + bytes - 1).empty()) _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid) << std::strerror(errno);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "2: no memory for a block; 3: a block not mapped while held; 4: a block still mapped "
+         "after FreeHugeHostBlock";
 }
 
 TEST(Float16Test, RoundTripsRepresentableValues) {
