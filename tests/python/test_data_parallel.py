@@ -401,6 +401,9 @@ def test_frozen_params_and_embeddings_match_single_device():
     # that each batch uses only a few rows of.
     def build_emb():
         main, startup = fluid.Program(), fluid.Program()
+        # Seeded as build() is: over random starts Adam's difference from one device has a long
+        # tail past the tolerance (1,440 starts: 3e-7 typical, 3.6e-5 the worst).
+        startup.random_seed = 7
         with fluid.program_guard(main, startup), fluid.unique_name.guard():
             ids = fluid.layers.data("ids", [3], dtype="int64")
             emb = fluid.layers.embedding(ids, size=[50, 8])
