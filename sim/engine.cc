@@ -358,12 +358,16 @@ class Engine {
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
     // The copier's core reads the sender's source (and, reducing, the receiver's operand) and
     // writes the receiver's destination: lines another core wrote last cost it more.
+    // A message small enough to go through the transport's own fragments pays what they cost
+    // (message_us) whoever wrote the buffers; the writers are kept all the same.
     double extra = 0;
     if (dirty_) {
       const int cpu = trace_.device_of(copier);
       double read = Read(src, s.addr, s.bytes, cpu);
       if (v.reduce) read += Read(dst, v.addr2, s.bytes, cpu);
-      extra = Dirty(read, Write(dst, v.addr, s.bytes, cpu), s.bytes);
+      const double write = Write(dst, v.addr, s.bytes, cpu);
+      if (static_cast<double>(s.bytes) > machine_.fragment_bytes())
+        extra = Dirty(read, write, s.bytes);
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
                      false, extra);

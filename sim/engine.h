@@ -32,7 +32,8 @@
 //    destination another rank's core wrote last (the traces carry the buffers; the engine keeps
 //    each range's last writer) pays the machine's extra per byte on top of its share, and the
 //    call is replayed twice, the second (reported) starting from the writers the first left: a
-//    call timed in a loop over the same buffers.
+//    call timed in a loop over the same buffers. Messages no larger than the machine's
+//    fragment_bytes() (copied through the transport's own buffers) are not priced so.
 //  - On a host (Machine::host) with no copy_gbps given, a rank's local copy is a transfer to
 //    itself through its own CPU and the shared cores, so that copies running at once share the
 //    memory's rate as transfers do.

@@ -425,7 +425,7 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
     static const std::set<std::string> known = {
         "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",   "eager",
         "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange", "cache",
-        "pass",       "inline",  "wait",    "step",   "msg",    "dirty"};
+        "pass",       "inline",  "wait",    "step",   "msg",    "dirty",      "fragment"};
     if (known.count(key) == 0) return bad("unknown key '" + key + "'");
     if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
   }
@@ -521,6 +521,12 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
       if (!protocol.dirty.empty() && d.bytes <= protocol.dirty.back().bytes) return bad(why);
       protocol.dirty.push_back(d);
     }
+  }
+  if (keys.count("fragment")) {
+    StatusOr<size_t> bytes = ParseBytes(keys["fragment"]);
+    if (!bytes.ok()) return bad("fragment is not a number of bytes");
+    if (protocol.dirty.empty()) return bad("fragment needs dirty (the messages it exempts)");
+    protocol.fragment_bytes = static_cast<double>(*bytes);
   }
   if (keys.count("copier")) {
     if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {

@@ -135,6 +135,14 @@ struct HostProtocol {
     double src = 0, dst = 0, both = 0;
   };
   DirtyCost DirtyUs(double bytes) const;
+  // Messages of at most this many bytes go through buffers of the transport's own (Open MPI's
+  // shared-memory BTL sends a message whose payload and headers fit its eager limit, 4 KiB, in
+  // a fragment: the sender copies it in, the receiver out): who wrote the sender's or the
+  // receiver's buffer last does not change what they cost (the fragment's lines are always
+  // the sender's: message_us prices them). Larger ones the receiver copies from the sender's
+  // buffer (single-copy CMA, as an in-process transfer copies between the ranks' buffers):
+  // those the dirty table prices. 0: every message reads the sender's buffer.
+  double fragment_bytes = 0;
   // Transfers are copied by the rank whose post matched the other's (the later poster: Loom's
   // in-process transport) instead of the receiver (MPI)...
   bool matcher_copies = false;
@@ -201,6 +209,7 @@ class Machine {
   // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
   // ":msg=BYTES/US,..." (what a message of each size pays beyond that: HostProtocol::message_us),
   // ":dirty=BYTES/CLEAN/SRC/DST/BOTH,..." (copies of other cores' lines: HostProtocol::dirty),
+  // ":fragment=BYTES" (messages that size and smaller not priced by it: fragment_bytes),
   // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and
   // ":pass=WS/COPY/REDUCE,...": native_pass()),
@@ -244,6 +253,7 @@ class Machine {
   double message_us(double bytes) const { return host_protocol_.MessageUs(bytes); }
   bool prices_dirty() const { return !host_protocol_.dirty.empty(); }
   HostProtocol::DirtyCost dirty_us(double bytes) const { return host_protocol_.DirtyUs(bytes); }
+  double fragment_bytes() const { return host_protocol_.fragment_bytes; }
 
   const std::string& name() const { return name_; }
   int size() const { return nodes_ * per_node_; }

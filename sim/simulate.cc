@@ -215,13 +215,17 @@ class TraceBuilder {
     t_.handles.assign(n, 0);
     t_.parts = 1;
   }
-  // Posts a send, receive or receive-and-reduce; returns its handle.
-  int Post(int rank, TraceOp::Kind kind, int peer, uint64_t tag, uint64_t bytes) {
+  // Posts a send, receive or receive-and-reduce; returns its handle. `addr` and `addr2` as
+  // TraceOp's (0: not recorded).
+  int Post(int rank, TraceOp::Kind kind, int peer, uint64_t tag, uint64_t bytes, uint64_t addr = 0,
+           uint64_t addr2 = 0) {
     TraceOp op;
     op.kind = kind;
     op.peer = peer;
     op.tag = tag;
     op.bytes = bytes;
+    op.addr = addr;
+    op.addr2 = addr2;
     op.handle = t_.handles[rank]++;
     t_.ranks[rank].push_back(op);
     return op.handle;
@@ -236,10 +240,12 @@ class TraceBuilder {
   void WaitFrom(int rank, int from) {
     for (int h = from; h < t_.handles[rank]; ++h) Wait(rank, h);
   }
-  void Copy(int rank, uint64_t bytes) {
+  void Copy(int rank, uint64_t bytes, uint64_t dst = 0, uint64_t src = 0) {
     TraceOp op;
     op.kind = TraceOp::kCopy;
     op.bytes = bytes;
+    op.addr = dst;
+    op.addr2 = src;
     t_.ranks[rank].push_back(op);
   }
   void Reduce(int rank, uint64_t bytes) {
@@ -485,6 +491,11 @@ bool LibnbcTemporaryIsFresh(size_t bytes) {
   return std::ceil((static_cast<double>(bytes) + 8) / 4096) * 4096 > kMmapThresholdMax;
 }
 
+// The libnbc trace's buffers on every rank (TraceOp::addr: meaningful per rank): the input,
+// the output and the temporary, each at a distance of its own.
+constexpr uint64_t kLibnbcInput = uint64_t{1} << 40, kLibnbcOutput = uint64_t{2} << 40,
+                   kLibnbcTemporary = uint64_t{3} << 40;
+
 StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   const uint64_t b = bytes;
   TraceBuilder t(n);
@@ -493,32 +504,35 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   if (n < 4 || bytes < (size_t{64} << 10)) {
     for (int rank = 0; rank < n; ++rank) {
       // The receives alternate between the temporary and the output, the temporary first where
-      // maxr is even (the result ends in the output).
+      // maxr is even (the result ends in the output); each reduces into itself the sum so far
+      // (the input before the first), and a rank sends up the sum it holds.
       int received = 0;
+      uint64_t sum = kLibnbcInput;
       for (int r = 1; r <= maxr; ++r) {  // up: receive from vrank + 2^(r-1) or send and leave
         if (rank % (1 << r) == 0) {
           const int peer = rank + (1 << (r - 1));
           if (peer >= n) continue;
-          if (++received == (maxr % 2 == 0 ? 1 : 2) && LibnbcTemporaryIsFresh(bytes)) {
-            t.Fault(rank, b);
-          }
-          t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b));
+          const bool temporary = (++received % 2 == 1) == (maxr % 2 == 0);
+          if (temporary && received <= 2 && LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, b);
+          const uint64_t into = temporary ? kLibnbcTemporary : kLibnbcOutput;
+          t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b, into, sum));
+          sum = into;
         } else {
-          t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b));
+          t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b, sum));
           break;
         }
       }
       if (rank != 0) {  // down: receive from the parent, then send to the children
         for (int r = 0; r < maxr; ++r) {
           if (rank >= (1 << r) && rank < (1 << (r + 1))) {
-            t.Wait(rank, t.Post(rank, TraceOp::kRecv, rank - (1 << r), 2, b));
+            t.Wait(rank, t.Post(rank, TraceOp::kRecv, rank - (1 << r), 2, b, kLibnbcOutput));
           }
         }
       }
       std::vector<int> sends;
       for (int r = 0; r < maxr; ++r) {
         if ((rank + (1 << r) < n && rank < (1 << r)) || rank == 0) {
-          sends.push_back(t.Post(rank, TraceOp::kSend, rank + (1 << r), 2, b));
+          sends.push_back(t.Post(rank, TraceOp::kSend, rank + (1 << r), 2, b, kLibnbcOutput));
         }
       }
       for (int h : sends) t.Wait(rank, h);
@@ -534,11 +548,12 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   for (int rank = 0; rank < n; ++rank) {
     // Out of place, the schedule starts with a copy of the whole input to the output, which
     // the halving then reduces into.
-    t.Copy(rank, b);
+    t.Copy(rank, b, kLibnbcOutput, kLibnbcInput);
     // The first step receives half the buffer into the temporary; later steps reuse its pages.
     if (LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, (count - count / 2) * elem);
     // Recursive halving: the window of elements this rank still reduces halves each step; the
-    // half it keeps is received (and reduced), the other half sent to the partner.
+    // half it keeps is received (and reduced into the output), the other half sent to the
+    // partner from the output.
     uint64_t lo = 0, hi = count;
     std::vector<std::pair<uint64_t, uint64_t>> windows;
     for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
@@ -546,8 +561,10 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
       const uint64_t mid = lo + (hi - lo) / 2;
       const bool low = rank < peer;
       const uint64_t keep = low ? mid - lo : hi - mid, give = (hi - lo) - keep;
-      const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem);
-      const int send = t.Post(rank, TraceOp::kSend, peer, 10 + step, give * elem);
+      const uint64_t kept = kLibnbcOutput + (low ? lo : mid) * elem;
+      const uint64_t given = kLibnbcOutput + (low ? mid : lo) * elem;
+      const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem, kept, kept);
+      const int send = t.Post(rank, TraceOp::kSend, peer, 10 + step, give * elem, given);
       t.Wait(rank, recv);
       t.Wait(rank, send);
       windows.emplace_back(lo, hi);
@@ -558,8 +575,11 @@ StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
       const int peer = rank ^ mask;
       const auto [wlo, whi] = windows[step];
       const uint64_t held = hi - lo, other = (whi - wlo) - held;
-      const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem);
-      const int send = t.Post(rank, TraceOp::kSend, peer, 20 + step, held * elem);
+      // The partner's part of the window: the other side of the part held.
+      const uint64_t other_at = kLibnbcOutput + (lo == wlo ? hi : wlo) * elem;
+      const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem, other_at);
+      const int send =
+          t.Post(rank, TraceOp::kSend, peer, 20 + step, held * elem, kLibnbcOutput + lo * elem);
       t.Wait(rank, recv);
       t.Wait(rank, send);
       lo = wlo;

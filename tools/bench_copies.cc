@@ -4,17 +4,31 @@
 // alone. The four cases (both buffers the copier's own, the source the writer's, the
 // destination the writer's, both the writer's) are what an in-process transfer meets: a rank's
 // thread copying between two ranks' buffers, which the other rank's thread may have just
-// written. The simulator's host model prices them from this table (HostProtocol::dirty).
+// written. With --processes the writer is a second process and the copier reads the source
+// from the writer's address space with process_vm_readv, as Open MPI's single-copy transfers
+// between the processes of one host do (CMA). The simulator's host model prices them from this
+// table (HostProtocol::dirty).
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
 #include "base/cpu_affinity.h"
+#include "base/deadline.h"
 #include "tools/bench_copies.h"
 #include "tools/flags.h"
 
@@ -29,13 +43,16 @@ Flags CopiesFlags() {
       "this process may use, taking turns). Prints per size the time of each case (the median\n"
       "of a round's copies, the fastest of --rounds rounds taken round-robin over the cases)\n"
       "and its rate in GB/s: clean (both buffers written by the copying core), src (the source\n"
-      "by the other), dst (the destination by the other), both.",
+      "by the other), dst (the destination by the other), both. --processes: the writer is a\n"
+      "second process and the copier reads the source from its address space with\n"
+      "process_vm_readv (Open MPI's single-copy transfers between processes, CMA).",
       {
           {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
           {"maxbytes", "SIZE", "-e: largest size", "64M"},
           {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
           {"iters", "N", "-n: timed copies per case and round (0: 2^28 / size, 20-2000)", "0"},
           {"rounds", "R", "rounds per size, round-robin over the cases", "5"},
+          {"processes", "", "the writer a second process, the copies process_vm_readv", ""},
       },
       1, 1);
 }
@@ -75,10 +92,119 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   return us[iters / 2];
 }
 
+// How long one side waits for the other's turn before it gives up (a side that died).
+constexpr std::chrono::seconds kTurnTimeout{30};
+
+// Waits until `turn` holds `want`; false at the deadline.
+bool AwaitTurn(const std::atomic<int>& turn, int want, Deadline deadline) {
+  for (uint32_t spins = 0; turn.load(std::memory_order_acquire) != want; ++spins) {
+    if ((spins & 1023) == 0 && Clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// The same case with the writer a child process (forked for the case) and the copier reading
+// the source from the child's mapping with process_vm_readv. `src`, `dst` and `turn` lie in a
+// shared mapping, so both processes write the same lines: the copier's own writes go through
+// its mapping, the writer's through the child's. Returns the median copy in microseconds.
+StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t bytes, int iters,
+                                          int writer_cpu, int copier_cpu, std::atomic<int>* turn) {
+  const bool foreign_src = kind == 1 || kind == 3, foreign_dst = kind == 2 || kind == 3;
+  turn->store(0, std::memory_order_release);
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child < 0) return Internal("fork: ", std::strerror(errno));
+  if (child == 0) {
+    // The writer: ends with the parent, and by the same deadline as it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(3);
+    if (!PinCurrentThreadToCpu(writer_cpu).ok()) _exit(4);
+    for (int i = 0; i < iters; ++i) {
+      if (!AwaitTurn(*turn, 2 * i, DeadlineAfter(kTurnTimeout))) _exit(3);
+      if (foreign_src) std::memset(src, i & 0x7f, bytes);
+      if (foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      turn->store(2 * i + 1, std::memory_order_release);
+    }
+    // Alive until the last copy has read its mapping.
+    _exit(AwaitTurn(*turn, 2 * iters, DeadlineAfter(kTurnTimeout)) ? 0 : 3);
+  }
+  Status st = PinCurrentThreadToCpu(copier_cpu);
+  std::vector<double> us(iters);
+  for (int i = 0; i < iters && st.ok(); ++i) {
+    if (!AwaitTurn(*turn, 2 * i + 1, DeadlineAfter(kTurnTimeout))) {
+      st = Timeout("the writer process ", child, " did not write its buffers within ",
+                   kTurnTimeout.count(), " s");
+      break;
+    }
+    if (!foreign_src) std::memset(src, i & 0x7f, bytes);
+    if (!foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+    iovec local{dst, bytes}, remote{src, bytes};
+    const auto t0 = std::chrono::steady_clock::now();
+    const ssize_t got = process_vm_readv(child, &local, 1, &remote, 1, 0);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (got != static_cast<ssize_t>(bytes)) {
+      st = got < 0 ? FailedPrecondition("process_vm_readv from process ", child, ": ",
+                                        std::strerror(errno))
+                   : Internal("process_vm_readv copied ", got, " of ", bytes, " bytes");
+      break;
+    }
+    us[i] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    turn->store(2 * i + 2, std::memory_order_release);
+  }
+  if (!st.ok()) kill(child, SIGKILL);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  LOOM_RETURN_IF_ERROR(st);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Internal("the writer process ", child,
+                    WIFEXITED(status) && WEXITSTATUS(status) == 4
+                        ? StrCat(" could not be pinned to CPU ", writer_cpu)
+                        : StrCat(" ended with status ", status));
+  }
+  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
+  return us[iters / 2];
+}
+
+// Memory for one size's buffers: two page-aligned buffers of `bytes`, apart (neither shares a
+// line or a page with the other), and with `shared` a page for the turn after them, in a
+// mapping a forked child shares (MAP_SHARED).
+class CaseMemory {
+ public:
+  static StatusOr<std::unique_ptr<CaseMemory>> Map(size_t bytes, bool shared) {
+    auto m = std::unique_ptr<CaseMemory>(new CaseMemory);
+    m->stride_ = (bytes + 4095) / 4096 * 4096 + 4096;
+    m->size_ = 2 * m->stride_ + 4096;
+    void* p = mmap(nullptr, m->size_, PROT_READ | PROT_WRITE,
+                   (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      return ResourceExhausted("mmap of ", m->size_, " bytes: ", std::strerror(errno));
+    }
+    m->base_ = static_cast<char*>(p);
+    std::memset(m->base_, 1, 2 * m->stride_);
+    m->turn_ = new (m->base_ + 2 * m->stride_) std::atomic<int>(0);
+    return m;
+  }
+  ~CaseMemory() {
+    if (base_ != nullptr) munmap(base_, size_);
+  }
+  char* src() const { return base_; }
+  char* dst() const { return base_ + stride_; }
+  std::atomic<int>* turn() const { return turn_; }
+
+ private:
+  CaseMemory() = default;
+  char* base_ = nullptr;
+  size_t stride_ = 0, size_ = 0;
+  std::atomic<int>* turn_ = nullptr;
+};
+
 struct Config {
   size_t lo = 0, hi = 0;
   double factor = 4;
   int64_t iters = 0, rounds = 5;
+  bool processes = false;
 };
 
 StatusOr<Config> MakeConfig(const Flags& flags) {
@@ -95,6 +221,7 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(c.rounds, flags.GetInt("rounds"));
   LOOM_ENFORCE(c.iters >= 0 && c.iters <= 1000000 && c.rounds >= 1 && c.rounds <= 1000,
                "-n must be 0-1000000 and --rounds 1-1000");
+  c.processes = flags.Switch("processes");
   return c;
 }
 
@@ -104,11 +231,12 @@ Status Run(const Config& c) {
                cpus.size());
   const int writer_cpu = cpus[0], copier_cpu = cpus[1];
   std::printf(
-      "# loom bench copies: CPU %d copies SIZE bytes; CPU %d wrote the source (src), the "
+      "# loom bench copies: CPU %d copies SIZE bytes%s; CPU %d wrote the source (src), the "
       "destination (dst), both or neither (clean) last\n"
       "# %10s %10s %10s %10s %10s %8s %8s %8s %8s\n",
-      copier_cpu, writer_cpu, "bytes", "clean(us)", "src(us)", "dst(us)", "both(us)", "clean",
-      "src", "dst", "both(GB/s)");
+      copier_cpu, c.processes ? " with process_vm_readv from a second process (CMA)" : "",
+      writer_cpu, "bytes", "clean(us)", "src(us)", "dst(us)", "both(us)", "clean", "src", "dst",
+      "both(GB/s)");
   Status pinned;
   for (double size = static_cast<double>(c.lo); size <= static_cast<double>(c.hi) * 1.0000001;
        size *= c.factor) {
@@ -116,19 +244,20 @@ Status Run(const Config& c) {
     const int iters = c.iters > 0 ? static_cast<int>(c.iters)
                                   : static_cast<int>(std::clamp<size_t>(
                                         (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20, 2000));
-    // Page-aligned and apart: neither buffer shares a line or a page with the other.
-    const size_t stride = (bytes + 4095) / 4096 * 4096 + 4096;
-    std::unique_ptr<char[]> memory(new char[2 * stride + 4096]);
-    char* base =
-        reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory.get()) + 4095) / 4096 * 4096);
-    char* src = base;
-    char* dst = base + stride;
-    std::memset(base, 1, 2 * stride);
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CaseMemory> memory, CaseMemory::Map(bytes, c.processes));
     double best[4] = {1e300, 1e300, 1e300, 1e300};
     for (int64_t r = 0; r < c.rounds; ++r) {
       for (int kind = 0; kind < 4; ++kind) {
-        best[kind] = std::min(
-            best[kind], TimeCase(kind, src, dst, bytes, iters, writer_cpu, copier_cpu, &pinned));
+        double us = 0;
+        if (c.processes) {
+          LOOM_ASSIGN_OR_RETURN(
+              us, TimeCaseBetweenProcesses(kind, memory->src(), memory->dst(), bytes, iters,
+                                           writer_cpu, copier_cpu, memory->turn()));
+        } else {
+          us = TimeCase(kind, memory->src(), memory->dst(), bytes, iters, writer_cpu, copier_cpu,
+                        &pinned);
+        }
+        best[kind] = std::min(best[kind], us);
       }
     }
     LOOM_RETURN_IF_ERROR(pinned);

@@ -203,9 +203,9 @@ def can_take(key):
     return any(json.dumps(k) == key for k, _ in TAPE["entries"])
 
 
-def on_tape_copies(size, rounds=5):
+def on_tape_copies(size, rounds=5, processes=False):
     """Whether copies(size) can be taken."""
-    return can_take(["copies", size, rounds])
+    return can_take(copies_key(size, rounds, processes))
 
 
 def on_tape(*args, **kwargs):
@@ -393,25 +393,59 @@ def _fault_cost(reps, size):
     return max(0.0, statistics.median(per_page))
 
 
-# In-process: what one core's copy costs where another core wrote its source, its destination or
-# both last (the spec's dirty=BYTES/CLEAN/SRC/DST/BOTH,...: GB/s per copy size; None: not priced),
-# per rank count, from `loom bench copies` (found by calibrate()).
+# What one core's copy costs where another core wrote its source, its destination or both last
+# (the spec's dirty=BYTES/CLEAN/SRC/DST/BOTH,...: GB/s per copy size; None: not priced), per rank
+# count, from `loom bench copies` (found by calibrate()): in-process a thread's memcpy, over MPI
+# (--processes) a process's process_vm_readv from another's memory, as Open MPI's single-copy
+# transfers (CMA) are.
 DIRTY = {"points": None}
+# Over MPI: messages of at most this many bytes travel through Open MPI's shared-memory
+# fragments (the sender copies in, the receiver out: who wrote the buffers last does not change
+# their cost), larger ones by CMA from the sender's buffer (the spec's fragment=BYTES). The
+# eager limit (btl_vader_eager_limit, ompi_info) counts the headers too: with the default 4 KiB,
+# a 4,032-byte payload went through a fragment and a 4,064-byte one by process_vm_readv
+# (strace). Found by main() from ompi_info; a record keeps it.
+FRAGMENT = {"bytes": None}
+FRAGMENT_HEADERS = 64
+
+
+def vader_fragment_bytes():
+    """The largest payload Open MPI's shared-memory BTL sends in a fragment: its eager limit
+    (ompi_info) less the headers; the default limit's where ompi_info does not say."""
+    limit = 4096
+    try:
+        out = subprocess.run(["ompi_info", "--parsable", "--param", "btl", "vader", "--level",
+                              "9"], capture_output=True, text=True, timeout=60).stdout
+        m = re.search(r"btl_vader_eager_limit:value:(\d+)", out)
+        if m:
+            limit = int(m.group(1))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return max(0, limit - FRAGMENT_HEADERS)
 # The copy sizes below the levels' that copies() measures too (calls of 4-16 KiB move pieces of
 # a few KiB); each level adds its own per-rank size.
 DIRTY_SMALL = (4 << 10, 16 << 10)
 COPIES_ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
 
 
-def copies(loom, size, rounds=5):
+def copies_key(size, rounds=5, processes=False):
+    """copies()' key on the tape."""
+    return ["copies", size, rounds] + (["processes"] if processes else [])
+
+
+def copies(loom, size, rounds=5, processes=False):
     """`loom bench copies` of one size: the microseconds of a copy whose buffers were written
     last by the copying core (clean), the source by another (src), the destination (dst), both,
-    each the fastest of `rounds` rounds' medians."""
-    return taped(["copies", size, rounds], lambda: _copies(loom, size, rounds))
+    each the fastest of `rounds` rounds' medians; with `processes` between two processes
+    (--processes: process_vm_readv)."""
+    return taped(copies_key(size, rounds, processes),
+                 lambda: _copies(loom, size, rounds, processes))
 
 
-def _copies(loom, size, rounds):
+def _copies(loom, size, rounds, processes):
     cmd = [loom, "bench", "copies", "-b", str(size), "-e", str(size), "--rounds", str(rounds)]
+    if processes:
+        cmd.append("--processes")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         sys.exit("calibrate_host: %s failed:\n%s" % (" ".join(cmd), out.stderr[-2000:]))
@@ -423,10 +457,10 @@ def _copies(loom, size, rounds):
              % (" ".join(cmd), size, out.stdout[-2000:]))
 
 
-def median_copies(runs, loom, size):
+def median_copies(runs, loom, size, processes=False):
     """copies() taken `runs` times: each case's median across them, or with --across min its
     fastest (ACROSS); as GB/s, the spec's (bytes, clean, src, dst, both)."""
-    samples = [copies(loom, size) for _ in range(runs)]
+    samples = [copies(loom, size, processes=processes) for _ in range(runs)]
     pick = min if ACROSS["pick"] == "min" else statistics.median
     us = [pick(sample[i] for sample in samples) for i in range(4)]
     return (size,) + tuple(size / max(t, 1e-3) / 1e3 for t in us)
@@ -447,6 +481,8 @@ def spec_of(ranks, cores, latency, levels):
         spec += ":msg=" + ",".join("%d/%r" % point for point in MSG["points"])
     if DIRTY["points"]:
         spec += ":dirty=" + ",".join("%d/%r/%r/%r/%r" % point for point in DIRTY["points"])
+        if FRAGMENT["bytes"]:
+            spec += ":fragment=%d" % FRAGMENT["bytes"]
     if TRANSPORT["matcher_copies"]:
         spec += ":copier=matcher:handoff=%d" % TRANSPORT["handoff"]
     spec += ":native=%s" % TRANSPORT["native"]
@@ -702,20 +738,23 @@ def calibrate(a, cores, runs, ranks):
     levels = []
     latency, call = timing[ranks]
     passes = []
-    # 1c'. In-process: one core's copies of lines another core wrote last, per copy size, taken
-    # beside each level's primitives (this VM's cross-core line transfers have a slow mode that
-    # comes and goes: 64 KiB from the other core 1.5 us in one minute, 4.3 in another). (A
-    # record of the version before has none: not priced.)
-    dirty = (TRANSPORT["native"] == "pass" and a.copies != "off" and
-             on_tape_copies(DIRTY_SMALL[0]))
+    # 1c'. One core's copies of lines another core wrote last, per copy size, taken beside each
+    # level's primitives (this VM's cross-core line transfers have a slow mode that comes and
+    # goes: 64 KiB from the other core 1.5 us in one minute, 4.3 in another): in-process a
+    # thread's memcpy, over MPI a process's process_vm_readv (an allreduce's message carries
+    # what the sending process has just written; the calibrating broadcast in place sends lines
+    # nobody rewrites). (A record of an earlier version has none: not priced.)
+    processes = TRANSPORT["native"] == "libnbc"
+    dirty = a.copies != "off" and on_tape_copies(DIRTY_SMALL[0], processes=processes)
     if dirty:
-        DIRTY["points"] = [median_copies(runs, a.loom, size) for size in DIRTY_SMALL]
-    elif TRANSPORT["native"] == "pass" and a.copies and a.copies != "off":
+        DIRTY["points"] = [median_copies(runs, a.loom, size, processes)
+                           for size in DIRTY_SMALL]
+    elif a.copies and a.copies != "off":
         DIRTY["points"] = a.copies
     for s in (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, big):
         iters = max(10, min(1000, (64 << 20) // s * 10))
         if dirty:
-            DIRTY["points"] = DIRTY["points"] + [median_copies(runs, a.loom, s)]
+            DIRTY["points"] = DIRTY["points"] + [median_copies(runs, a.loom, s, processes)]
 
         def meas(op, algo, size):
             return median_bench(runs, a.loom, a.transport, ranks, op, [algo], size, size,
@@ -999,11 +1038,12 @@ def main():
     p.add_argument("--cores", type=int,
                    help="the machine's core count (default: this machine's, or the recorded)")
     p.add_argument("--copies", metavar="BYTES/CLEAN/SRC/DST/BOTH,...|off",
-                   help="in-process, where the run (or the replayed record) measures no `loom "
-                        "bench copies`: one core's copy rates (GB/s) with both buffers its own, "
-                        "the source, the destination and both another core's, per size, taken "
-                        "some other way (the spec's dirty=); off: copies of other cores' lines "
-                        "not priced, nor measured (a record's replayed without them)")
+                   help="where the run (or the replayed record) measures no `loom bench "
+                        "copies`: one core's copy rates (GB/s) with both buffers its own, the "
+                        "source, the destination and both another core's, per size, taken some "
+                        "other way (the spec's dirty=; over MPI between processes, `loom bench "
+                        "copies --processes`); off: copies of other cores' lines not priced, nor "
+                        "measured (a record's replayed without them)")
     p.add_argument("--cache", type=int, metavar="BYTES",
                    help="the last-level cache the cores share, in bytes (default: this "
                         "machine's, from /sys, or the recorded)")
@@ -1028,6 +1068,7 @@ def main():
         cores = a.cores or tape["cores"]
         CACHE["bytes"] = a.cache or tape.get("cache") or CACHE["bytes"]
         NATIVE["inline"] = tape.get("inline", 4 << 10)
+        FRAGMENT["bytes"] = tape.get("fragment")
         SCHEDULE["root_copy_first"] = tape.get("schedule", 1) < 2
         if SCHEDULE["root_copy_first"]:
             print("# the record measured the rooted broadcasts whose root copied send into recv "
@@ -1046,6 +1087,8 @@ def main():
     if a.transport == "mpi":
         TRANSPORT.update(mpi_exchange=True, chunk=256 << 10, matcher_copies=False,
                          native="libnbc")
+        if FRAGMENT["bytes"] is None:
+            FRAGMENT["bytes"] = vader_fragment_bytes()
         if TAPE["mode"] != "replay" or any(key[2] == "broadcast:inplace"
                                            for key, _ in TAPE["entries"]
                                            if isinstance(key, list) and len(key) > 2):
@@ -1077,7 +1120,8 @@ def main():
         tmp = a.record + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"transport": a.transport, "cores": cores, "cache": CACHE["bytes"],
-                       "inline": NATIVE["inline"], "schedule": SCHEDULE["version"],
+                       "inline": NATIVE["inline"], "fragment": FRAGMENT["bytes"],
+                       "schedule": SCHEDULE["version"],
                        "argv": sys.argv[1:],
                        "measurements": TAPE["entries"]}, f)
         os.replace(tmp, a.record)

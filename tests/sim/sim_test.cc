@@ -278,6 +278,49 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
             time(*plain, Collective::kAllReduce) + 0.9 * extra);
 }
 
+TEST(Engine, MessagesThroughTheTransportsFragmentsAreNotPricedByTheirWriters) {
+  // Over MPI the receiver copies; a message of at most `fragment` bytes goes through Open MPI's
+  // shared fragments, whose cost message_us prices whoever wrote the buffers, a larger one the
+  // receiver reads from the sender's buffer (CMA), which the dirty table prices.
+  const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5:native=libnbc";
+  const std::string dirty = ":dirty=64K/50/10/20/8";
+  SimOptions sim;
+  sim.engine.post_us = 0;
+  sim.chunk_bytes = 256 << 10;
+  auto time = [&](const std::string& spec, const char* algo, size_t bytes) {
+    StatusOr<Machine> m = Machine::Load(spec);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Simulator> s = Simulator::Create(*m, sim);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    StatusOr<CollectiveResult> r = s->Simulate(Collective::kAllReduce, algo, bytes);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us : 0.0;
+  };
+  const double per_byte = 1 / 10e3 - 1 / 50e3;  // a foreign source's extra
+  // The tree's and Open MPI's binomial allreduce (2 ranks: rank 1 sends its input up, rank 0
+  // sends down the sum it has just written): the message down reads a foreign source.
+  for (const char* algo : {"tree", "native"}) {
+    const size_t big = 64 << 10, small = 2 << 10;
+    EXPECT_GT(time(host + dirty + ":fragment=4032", algo, big),
+              time(host, algo, big) + 0.9 * per_byte * big)
+        << algo;
+    EXPECT_NEAR(time(host + dirty + ":fragment=4032", algo, small), time(host, algo, small), 1e-9)
+        << algo;
+    EXPECT_GT(time(host + dirty, algo, small), time(host, algo, small) + 0.9 * per_byte * small)
+        << algo;
+  }
+  // 4 ranks from 64 KiB: Open MPI's recursive halving sends from the output it reduced into.
+  const std::string four = "host:4:cores=4:latency=1:copy=10:reduce=5:native=libnbc";
+  EXPECT_GT(time(four + dirty + ":fragment=4032", "native", 256 << 10),
+            time(four, "native", 256 << 10) + 0.9 * per_byte * (64 << 10));
+  for (const char* bad : {":fragment=4032", ":fragment=x"}) {
+    StatusOr<Machine> b =
+        Machine::Load(host + (std::string(bad) == ":fragment=x" ? dirty : "") + bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("fragment"), std::string::npos) << b.status().ToString();
+  }
+}
+
 TEST(Engine, HostsCopyOnTheReceiversCoresAtTheRatesOfTheirWorkingSet) {
   SimOptions options;
   options.engine.post_us = 0;

@@ -193,17 +193,13 @@ TEST(LoomBench, PlacementLineCountsTheRoundsAndRowsWhereRanksSharedACpu) {
   EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
 }
 
-TEST(LoomBench, CopiesTimesEachCaseOfWhichCoreWroteTheBuffersLast) {
-  Result r = Loom("bench copies -b 4K -e 16K -f 4 -n 20 --rounds 2");
-  if (loom::AllowedCpus().size() < 2) {
-    EXPECT_EQ(r.code, 1);
-    EXPECT_NE(r.err.find("needs two CPUs"), std::string::npos) << r.err;
-    return;
-  }
-  ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("clean(us)    src(us)    dst(us)   both(us)"), std::string::npos) << r.out;
+// Checks `loom bench copies -b 4K -e 16K -f 4` output: its header, and two rows of four
+// positive times and the rates they give.
+void CheckCopiesTable(const std::string& out, bool processes) {
+  EXPECT_NE(out.find("clean(us)    src(us)    dst(us)   both(us)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("process_vm_readv") != std::string::npos, processes) << out;
   int rows = 0;
-  std::istringstream lines(r.out);
+  std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream row(line);
@@ -220,13 +216,29 @@ TEST(LoomBench, CopiesTimesEachCaseOfWhichCoreWroteTheBuffersLast) {
     }
     ++rows;
   }
-  EXPECT_EQ(rows, 2) << r.out;
+  EXPECT_EQ(rows, 2) << out;
+}
+
+TEST(LoomBench, CopiesTimesEachCaseOfWhichCoreWroteTheBuffersLast) {
+  // Threads of one process (memcpy), and two processes (process_vm_readv).
+  for (const std::string mode : {"", " --processes"}) {
+    SCOPED_TRACE(mode);
+    Result r = Loom("bench copies -b 4K -e 16K -f 4 -n 20 --rounds 2" + mode);
+    if (loom::AllowedCpus().size() < 2) {
+      EXPECT_EQ(r.code, 1);
+      EXPECT_NE(r.err.find("needs two CPUs"), std::string::npos) << r.err;
+      return;
+    }
+    ASSERT_EQ(r.code, 0) << r.err;
+    CheckCopiesTable(r.out, !mode.empty());
+  }
   for (const char* bad : {"-b 16", "-b 1M -e 1K", "--rounds 0", "--op allreduce"}) {
     EXPECT_EQ(Loom(std::string("bench copies ") + bad).code, 2) << bad;
   }
   Result help = Loom("bench copies --help");
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("--rounds"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--processes"), std::string::npos) << help.out;
 }
 
 TEST(LoomBench, UsageErrors) {
