@@ -66,13 +66,21 @@ struct Event {
 };
 
 // Which rank's core wrote each range of a rank's memory last and which have read it since (start
-// -> end, writer, readers), per rank; a range no op has written is its own rank's.
+// -> end, writer, readers), per rank; a range no op has written is its own rank's. Each core's
+// traffic (bytes it has read and written) is counted: how much a core has touched since it
+// wrote or read a range says how much of it its caches may still hold.
 struct Segment {
   uint64_t end;
   int writer;
-  uint64_t readers;  // the cores (bit cpu % 64) that have read it since
+  uint64_t readers = 0;   // the cores (bit cpu % 64) that have read it since
+  double written_at = 0;  // the writer's traffic when it wrote the range
+  int reader = -1;        // the last core other than the writer to read it since
+  double read_at = 0;     // that core's traffic then
 };
-using Written = std::vector<std::map<uint64_t, Segment>>;
+struct Written {
+  std::vector<std::map<uint64_t, Segment>> ranks;
+  std::vector<double> traffic;  // per core
+};
 
 struct ClassKeyHash {
   size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
@@ -144,8 +152,9 @@ class Engine {
     if (dirty_) {
       const double ranks = machine.size(), cores = machine.host_core_count();
       dirty_share_ = ranks > cores && ranks > 1 ? (ranks - ranks / cores) / (ranks - 1) : 1.0;
-      written_ = written != nullptr ? *written : Written(n);
-      written_.resize(n);
+      if (written != nullptr) written_ = *written;
+      written_.ranks.resize(n);
+      written_.traffic.resize(std::max(machine.endpoints(), n), 0.0);
     }
     cores_busy_.resize(machine.host() ? machine.host_core_count() : 0);
     oversubscribed_ = machine.host() && machine.size() > machine.host_core_count();
@@ -260,7 +269,7 @@ class Engine {
             route.latency_us = 0;
             double extra = 0;
             if (dirty_ && !reduce) {
-              const double read = Read(r, op.addr2, op.bytes, device);
+              const Found read = Read(r, op.addr2, op.bytes, device);
               extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes);
             }
             f.cls = ClassFor(r, r, route, -1, reduce, false, false, extra);
@@ -360,14 +369,21 @@ class Engine {
     // writes the receiver's destination: lines another core wrote last cost it more.
     // A message small enough to go through the transport's own fragments pays what they cost
     // (message_us) whoever wrote the buffers; the writers are kept all the same.
+    // (The sender's core copies such a message's payload into the fragment: it reads the
+    // sender's buffer.)
     double extra = 0;
     if (dirty_) {
       const int cpu = trace_.device_of(copier);
-      double read = Read(src, s.addr, s.bytes, cpu);
-      if (v.reduce) read += Read(dst, v.addr2, s.bytes, cpu);
-      const double write = Write(dst, v.addr, s.bytes, cpu);
-      if (static_cast<double>(s.bytes) > machine_.fragment_bytes())
-        extra = Dirty(read, write, s.bytes);
+      const bool fragment = static_cast<double>(s.bytes) <= machine_.fragment_bytes();
+      Found read = Read(src, s.addr, s.bytes, fragment ? trace_.device_of(src) : cpu);
+      if (v.reduce) {
+        const Found local = Read(dst, v.addr2, s.bytes, cpu);
+        const double share = read.share + local.share;
+        if (share > 0) read.age = (read.share * read.age + local.share * local.age) / share;
+        read.share = share;
+      }
+      const WriteFinds write = Write(dst, v.addr, s.bytes, cpu);
+      if (!fragment) extra = Dirty(read, write, s.bytes);
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
                      false, extra);
@@ -420,7 +436,7 @@ class Engine {
   // Splits `rank`'s segments so that whole ones cover [addr, end), a range no op has written
   // becoming the rank's own; returns the first of them.
   std::map<uint64_t, Segment>::iterator Cover(int rank, uint64_t addr, uint64_t end) {
-    std::map<uint64_t, Segment>& w = written_[rank];
+    std::map<uint64_t, Segment>& w = written_.ranks[rank];
     auto it = w.upper_bound(addr);
     if (it != w.begin()) {
       const auto prev = std::prev(it);
@@ -436,7 +452,7 @@ class Engine {
     for (uint64_t at = addr; at < end; at = it->second.end, ++it) {
       if (it == w.end() || it->first > at) {  // a gap: the rank's own
         const uint64_t gap_end = it == w.end() ? end : std::min(end, it->first);
-        it = w.emplace_hint(it, at, Segment{gap_end, trace_.device_of(rank), 0});
+        it = w.emplace_hint(it, at, Segment{gap_end, trace_.device_of(rank)});
       }
       if (it->second.end > end) {  // keep its tail
         const Segment tail = it->second;
@@ -448,49 +464,93 @@ class Engine {
     return first;
   }
 
+  // What a copy finds in the lines it reads or writes: the share another core wrote last (for a
+  // write also: the share the copier wrote itself that another core has read since), and that
+  // other core's traffic since then, byte-weighted (the more it has touched since, the fewer of
+  // those lines its caches still hold).
+  struct Found {
+    double share = 0, age = 0;
+  };
+  struct WriteFinds {
+    Found foreign, reread;
+  };
+
+  static Found Share(double bytes, double weighted_age, uint64_t total) {
+    if (bytes <= 0) return {};
+    return {bytes / static_cast<double>(total), weighted_age / bytes};
+  }
+
   // `cpu` reads [addr, addr + bytes) of `rank`'s memory: the share another core wrote last
   // that `cpu` has not read since (its lines are then in `cpu`'s caches too: a read-only
   // buffer, a send buffer the schedule never writes, costs a foreign read once, not every
-  // call). 0 for an op that records no address.
-  double Read(int rank, uint64_t addr, uint64_t bytes, int cpu) {
-    if (addr == 0 || bytes == 0) return 0;
+  // call). Nothing for an op that records no address.
+  Found Read(int rank, uint64_t addr, uint64_t bytes, int cpu) {
+    if (addr == 0 || bytes == 0) return {};
     const uint64_t end = addr + bytes, bit = uint64_t{1} << (cpu % 64);
-    uint64_t foreign = 0;
-    for (auto it = Cover(rank, addr, end); it != written_[rank].end() && it->first < end; ++it) {
-      if (it->second.writer != cpu && (it->second.readers & bit) == 0)
-        foreign += it->second.end - it->first;
-      it->second.readers |= bit;
+    std::vector<double>& traffic = written_.traffic;
+    double foreign = 0, age = 0;
+    for (auto it = Cover(rank, addr, end); it != written_.ranks[rank].end() && it->first < end;
+         ++it) {
+      Segment& seg = it->second;
+      const double length = static_cast<double>(seg.end - it->first);
+      if (seg.writer != cpu && (seg.readers & bit) == 0) {
+        foreign += length;
+        age += length * (traffic[seg.writer] - seg.written_at);
+      }
+      seg.readers |= bit;
+      if (seg.writer != cpu) {
+        seg.reader = cpu;
+        seg.read_at = traffic[cpu];
+      }
     }
-    return static_cast<double>(foreign) / static_cast<double>(bytes);
+    traffic[cpu] += static_cast<double>(bytes);
+    return Share(foreign, age, bytes);
   }
 
-  // `cpu` writes [addr, addr + bytes) of `rank`'s memory: the share another core wrote last
-  // (whose lines it takes from that core's caches).
-  double Write(int rank, uint64_t addr, uint64_t bytes, int cpu) {
-    if (addr == 0 || bytes == 0) return 0;
-    std::map<uint64_t, Segment>& w = written_[rank];
-    const uint64_t end = addr + bytes;
-    uint64_t foreign = 0;
+  // `cpu` writes [addr, addr + bytes) of `rank`'s memory.
+  WriteFinds Write(int rank, uint64_t addr, uint64_t bytes, int cpu) {
+    if (addr == 0 || bytes == 0) return {};
+    std::map<uint64_t, Segment>& w = written_.ranks[rank];
+    std::vector<double>& traffic = written_.traffic;
+    const uint64_t end = addr + bytes, bit = uint64_t{1} << (cpu % 64);
+    double foreign = 0, foreign_age = 0, reread = 0, reread_age = 0;
     auto it = Cover(rank, addr, end);
     const auto first = it;
     for (; it != w.end() && it->first < end; ++it) {
-      if (it->second.writer != cpu) foreign += it->second.end - it->first;
+      const Segment& seg = it->second;
+      const double length = static_cast<double>(seg.end - it->first);
+      if (seg.writer != cpu) {
+        foreign += length;
+        foreign_age += length * (traffic[seg.writer] - seg.written_at);
+      } else if ((seg.readers & ~bit) != 0 && seg.reader >= 0) {
+        reread += length;
+        reread_age += length * (traffic[seg.reader] - seg.read_at);
+      }
     }
     w.erase(first, it);
-    w.emplace(addr, Segment{end, cpu, 0});
-    return static_cast<double>(foreign) / static_cast<double>(bytes);
+    traffic[cpu] += static_cast<double>(bytes);
+    Segment mine{end, cpu};
+    mine.written_at = traffic[cpu];
+    w.emplace(addr, mine);
+    return {Share(foreign, foreign_age, bytes), Share(reread, reread_age, bytes)};
   }
 
-  // Microseconds per byte a copy of `bytes` adds whose reads are `read` (0-2: two operands of a
-  // reduction) and whose writes `write` (0-1) another core's, rounded to 2 % steps (classes of
-  // the same cost stay one).
-  double Dirty(double read, double write, uint64_t bytes) const {
-    if (read <= 0 && write <= 0) return 0;
-    const HostProtocol::DirtyCost c = machine_.dirty_us(static_cast<double>(bytes));
+  // Microseconds per byte a copy of `bytes` adds whose reads find `read` (a share of 0-2: two
+  // operands of a reduction) and whose writes find `write`, rounded to 2 % steps (classes of the
+  // same cost stay one). Each part is priced at the table's size of the copy plus the other
+  // core's traffic since (lines it has since pushed out of its caches cost what clean ones do).
+  double Dirty(const Found& read, const WriteFinds& write, uint64_t bytes) const {
+    if (read.share <= 0 && write.foreign.share <= 0 && write.reread.share <= 0) return 0;
+    const double b = static_cast<double>(bytes);
+    auto at = [&](const Found& f) { return machine_.dirty_us(b + std::max(0.0, f.age)); };
+    const HostProtocol::DirtyCost src = at(read), dst = at(write.foreign), again = at(write.reread);
     // Source and destination both foreign overlap: `both` for the part where both are.
-    const double both = std::min(std::min(read, 1.0), write);
+    const double both = std::min(std::min(read.share, 1.0), write.foreign.share);
+    const HostProtocol::DirtyCost pair =
+        machine_.dirty_us(b + std::max(0.0, std::max(read.age, write.foreign.age)));
     const double x =
-        dirty_share_ * (read * c.src + write * c.dst - both * (c.src + c.dst - c.both));
+        dirty_share_ * (read.share * src.src + write.foreign.share * dst.dst +
+                        write.reread.share * again.read - both * (src.src + dst.dst - pair.both));
     if (x <= 0) return 0;
     return std::exp(std::round(std::log(x) * 50) / 50);
   }

@@ -385,7 +385,8 @@ HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
     return std::max(0.0, 1 / (rate * 1e3) - 1 / (clean * 1e3));
   };
   auto at = [&](const DirtyRates& p) {
-    return DirtyCost{extra(p.clean, p.src), extra(p.clean, p.dst), extra(p.clean, p.both)};
+    return DirtyCost{extra(p.clean, p.src), extra(p.clean, p.dst), extra(p.clean, p.both),
+                     p.read > 0 ? extra(p.clean, p.read) : 0.0};
   };
   if (bytes <= dirty.front().bytes) return at(dirty.front());
   if (bytes >= dirty.back().bytes) return at(dirty.back());
@@ -395,7 +396,7 @@ HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
   const double t =
       std::log(bytes / dirty[i - 1].bytes) / std::log(dirty[i].bytes / dirty[i - 1].bytes);
   return DirtyCost{lo.src + t * (hi.src - lo.src), lo.dst + t * (hi.dst - lo.dst),
-                   lo.both + t * (hi.both - lo.both)};
+                   lo.both + t * (hi.both - lo.both), lo.read + t * (hi.read - lo.read)};
 }
 
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
@@ -506,15 +507,17 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   }
   if (keys.count("dirty")) {
     const std::string why =
-        "dirty must be BYTES/CLEAN/SRC/DST/BOTH,... (sizes increasing, rates positive GB/s)";
+        "dirty must be BYTES/CLEAN/SRC/DST/BOTH[/READ],... (sizes increasing, rates positive "
+        "GB/s, READ on every point or none)";
     for (const std::string& point : Split(keys["dirty"], ',')) {
       const std::vector<std::string> f = Split(point, '/');
-      if (f.size() != 5) return bad(why);
+      if (f.size() != 5 && f.size() != 6) return bad(why);
       StatusOr<size_t> at = ParseBytes(f[0]);
       HostProtocol::DirtyRates d;
       if (!at.ok() || *at == 0 || !number(f[1], &d.clean) || !number(f[2], &d.src) ||
           !number(f[3], &d.dst) || !number(f[4], &d.both) || d.clean <= 0 || d.src <= 0 ||
-          d.dst <= 0 || d.both <= 0) {
+          d.dst <= 0 || d.both <= 0 || (f.size() == 6 && (!number(f[5], &d.read) || d.read <= 0)) ||
+          (!protocol.dirty.empty() && (protocol.dirty.back().read > 0) != (f.size() == 6))) {
         return bad(why);
       }
       d.bytes = static_cast<double>(*at);

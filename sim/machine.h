@@ -120,19 +120,22 @@ struct HostProtocol {
   double MessageUs(double bytes) const;
   // What a copy pays for cache lines another core wrote last (in-process, where the ranks are
   // threads on cores of their own and a transfer is one core's memcpy between two ranks'
-  // buffers): per copy size, the rates (GB/s) one core copies at with both buffers last written
-  // by itself, the source by another core, the destination by another core, both (`loom bench
-  // copies`). The engine keeps which rank wrote each range of every rank's buffers last and
-  // charges a copy the difference per byte (DirtyUs). Empty: not priced.
+  // buffers; over MPI a single-copy transfer, the receiver's process_vm_readv): per copy size,
+  // the rates (GB/s) one core copies at with both buffers last written by itself, the source by
+  // another core, the destination by another core, both, and (`read`, 0: not priced) the
+  // destination written by itself and copied from by another core since (`loom bench copies`:
+  // rewriting lines another core has taken costs as much as reading another's). The engine
+  // keeps which rank wrote each range of every rank's buffers last, and which read it since,
+  // and charges a copy the difference per byte (DirtyUs). Empty: not priced.
   struct DirtyRates {
-    double bytes = 0, clean = 0, src = 0, dst = 0, both = 0;
+    double bytes = 0, clean = 0, src = 0, dst = 0, both = 0, read = 0;
   };
   std::vector<DirtyRates> dirty;
   // Extra microseconds per byte for a copy of `bytes` whose source, destination or both were
   // written last by another core: each point's 1 / rate - 1 / clean (never negative),
   // interpolated in log(bytes) between two sizes, the nearest size's beyond the ends.
   struct DirtyCost {
-    double src = 0, dst = 0, both = 0;
+    double src = 0, dst = 0, both = 0, read = 0;
   };
   DirtyCost DirtyUs(double bytes) const;
   // Messages of at most this many bytes go through buffers of the transport's own (Open MPI's
@@ -208,7 +211,8 @@ class Machine {
   // larger than `eager` bytes pay `rendezvous` more (MPI's rendezvous protocol: a handshake
   // before the data), ":step=BYTES/US" (a smaller step below it: HostProtocol::step_bytes),
   // ":msg=BYTES/US,..." (what a message of each size pays beyond that: HostProtocol::message_us),
-  // ":dirty=BYTES/CLEAN/SRC/DST/BOTH,..." (copies of other cores' lines: HostProtocol::dirty),
+  // ":dirty=BYTES/CLEAN/SRC/DST/BOTH[/READ],..." (copies of other cores' lines:
+  // HostProtocol::dirty),
   // ":fragment=BYTES" (messages that size and smaller not priced by it: fragment_bytes),
   // ":copier=receiver|matcher[:handoff=BYTES]", ":native=pass|libnbc|none"
   // (with pass, ":stream=F", ":cache=BYTES", ":inline=BYTES", ":wait=US" and

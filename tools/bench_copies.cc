@@ -1,11 +1,13 @@
 // loom bench copies: what one core's memcpy costs when the lines it reads or writes were
 // written last by another core. Two threads pinned to two CPUs take turns: the writer writes
 // the buffers the case gives it, then the copier copies the source into the destination, timed
-// alone. The four cases (both buffers the copier's own, the source the writer's, the
-// destination the writer's, both the writer's) are what an in-process transfer meets: a rank's
-// thread copying between two ranks' buffers, which the other rank's thread may have just
-// written. With --processes the writer is a second process and the copier reads the source
-// from the writer's address space with process_vm_readv, as Open MPI's single-copy transfers
+// alone. The cases (both buffers the copier's own, the source the writer's, the destination
+// the writer's, both the writer's, and the destination the copier's own but read since by the
+// other core) are what an in-process transfer meets: a rank's thread copying between two
+// ranks' buffers, which the other rank's thread may have just written, or just read (a buffer
+// the peer received from in the call before: rewriting lines another core holds costs that
+// core's copies of them). With --processes the writer is a second process and the copier reads the
+// source from the writer's address space with process_vm_readv, as Open MPI's single-copy transfers
 // between the processes of one host do (CMA). The simulator's host model prices them from this
 // table (HostProtocol::dirty).
 #include <signal.h>
@@ -43,9 +45,11 @@ Flags CopiesFlags() {
       "this process may use, taking turns). Prints per size the time of each case (the median\n"
       "of a round's copies, the fastest of --rounds rounds taken round-robin over the cases)\n"
       "and its rate in GB/s: clean (both buffers written by the copying core), src (the source\n"
-      "by the other), dst (the destination by the other), both. --processes: the writer is a\n"
-      "second process and the copier reads the source from its address space with\n"
-      "process_vm_readv (Open MPI's single-copy transfers between processes, CMA).",
+      "by the other), dst (the destination by the other), both, read (the destination written\n"
+      "by the copying core and copied from by the other since). --processes: the other is a\n"
+      "second process, the copier reads the source from its address space with\n"
+      "process_vm_readv (Open MPI's single-copy transfers between processes, CMA), and in the\n"
+      "read case the other reads the destination so.",
       {
           {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
           {"maxbytes", "SIZE", "-e: largest size", "64M"},
@@ -57,20 +61,38 @@ Flags CopiesFlags() {
       1, 1);
 }
 
+// The cases, in the order printed: which buffers the other core wrote (or, kRead, copied the
+// destination out after the copier's last copy wrote it) before each timed copy.
+enum CopyCase { kClean, kSource, kDestination, kBoth, kRead, kCases };
+
+struct CaseWrites {
+  bool other_src, other_dst;  // the other core writes the source / the destination
+  bool own_src, own_dst;      // the copier writes them itself (before it copies)
+  bool other_reads_dst;       // the other core copies the destination out
+};
+
+CaseWrites WritesOf(int kind) {
+  const bool src = kind == kSource || kind == kBoth, dst = kind == kDestination || kind == kBoth;
+  // kRead: the destination's last writer is the copier's previous copy, read since.
+  return {src, dst, !src, !dst && kind != kRead, kind == kRead};
+}
+
 // One case of one size: `iters` copies, each after the writer wrote what the case gives it.
 // Returns the median copy in microseconds.
 double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int writer_cpu,
                 int copier_cpu, Status* pinned) {
-  const bool foreign_src = kind == 1 || kind == 3, foreign_dst = kind == 2 || kind == 3;
+  const CaseWrites w = WritesOf(kind);
   std::atomic<int> turn{0};
   std::vector<double> us(iters);
   Status writer_pinned;  // the writer's own: merged once it has joined
   std::thread writer([&] {
     writer_pinned = PinCurrentThreadToCpu(writer_cpu);
+    std::vector<char> scratch(w.other_reads_dst ? bytes : 0);
     for (int i = 0; i < iters; ++i) {
       while (turn.load(std::memory_order_acquire) != 2 * i) std::this_thread::yield();
-      if (foreign_src) std::memset(src, i & 0x7f, bytes);
-      if (foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      if (w.other_src) std::memset(src, i & 0x7f, bytes);
+      if (w.other_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      if (w.other_reads_dst) std::memcpy(scratch.data(), dst, bytes);
       turn.store(2 * i + 1, std::memory_order_release);
     }
   });
@@ -78,8 +100,8 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   if (!s.ok()) *pinned = s;
   for (int i = 0; i < iters; ++i) {
     while (turn.load(std::memory_order_acquire) != 2 * i + 1) std::this_thread::yield();
-    if (!foreign_src) std::memset(src, i & 0x7f, bytes);
-    if (!foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+    if (w.own_src) std::memset(src, i & 0x7f, bytes);
+    if (w.own_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(dst, src, bytes);
     const auto t1 = std::chrono::steady_clock::now();
@@ -110,7 +132,7 @@ bool AwaitTurn(const std::atomic<int>& turn, int want, Deadline deadline) {
 // its mapping, the writer's through the child's. Returns the median copy in microseconds.
 StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t bytes, int iters,
                                           int writer_cpu, int copier_cpu, std::atomic<int>* turn) {
-  const bool foreign_src = kind == 1 || kind == 3, foreign_dst = kind == 2 || kind == 3;
+  const CaseWrites w = WritesOf(kind);
   turn->store(0, std::memory_order_release);
   const pid_t parent = getpid();
   const pid_t child = fork();
@@ -120,10 +142,18 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(3);
     if (!PinCurrentThreadToCpu(writer_cpu).ok()) _exit(4);
+    std::vector<char> scratch(w.other_reads_dst ? bytes : 0);
     for (int i = 0; i < iters; ++i) {
       if (!AwaitTurn(*turn, 2 * i, DeadlineAfter(kTurnTimeout))) _exit(3);
-      if (foreign_src) std::memset(src, i & 0x7f, bytes);
-      if (foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      if (w.other_src) std::memset(src, i & 0x7f, bytes);
+      if (w.other_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      if (w.other_reads_dst) {
+        // As a peer's single-copy receive reads it: from the copier's address space.
+        iovec into{scratch.data(), bytes}, from{dst, bytes};
+        if (process_vm_readv(parent, &into, 1, &from, 1, 0) != static_cast<ssize_t>(bytes)) {
+          _exit(5);
+        }
+      }
       turn->store(2 * i + 1, std::memory_order_release);
     }
     // Alive until the last copy has read its mapping.
@@ -137,8 +167,8 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
                    kTurnTimeout.count(), " s");
       break;
     }
-    if (!foreign_src) std::memset(src, i & 0x7f, bytes);
-    if (!foreign_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+    if (w.own_src) std::memset(src, i & 0x7f, bytes);
+    if (w.own_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
     iovec local{dst, bytes}, remote{src, bytes};
     const auto t0 = std::chrono::steady_clock::now();
     const ssize_t got = process_vm_readv(child, &local, 1, &remote, 1, 0);
@@ -158,9 +188,11 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
   }
   LOOM_RETURN_IF_ERROR(st);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return Internal("the writer process ", child,
-                    WIFEXITED(status) && WEXITSTATUS(status) == 4
-                        ? StrCat(" could not be pinned to CPU ", writer_cpu)
+                    code == 4 ? StrCat(" could not be pinned to CPU ", writer_cpu)
+                    : code == 5
+                        ? StrCat(" could not read process ", parent, " with process_vm_readv")
                         : StrCat(" ended with status ", status));
   }
   std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
@@ -232,11 +264,12 @@ Status Run(const Config& c) {
   const int writer_cpu = cpus[0], copier_cpu = cpus[1];
   std::printf(
       "# loom bench copies: CPU %d copies SIZE bytes%s; CPU %d wrote the source (src), the "
-      "destination (dst), both or neither (clean) last\n"
-      "# %10s %10s %10s %10s %10s %8s %8s %8s %8s\n",
+      "destination (dst), both or neither (clean) last, or read the destination since the "
+      "copier wrote it (read)\n"
+      "# %10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %8s\n",
       copier_cpu, c.processes ? " with process_vm_readv from a second process (CMA)" : "",
-      writer_cpu, "bytes", "clean(us)", "src(us)", "dst(us)", "both(us)", "clean", "src", "dst",
-      "both(GB/s)");
+      writer_cpu, "bytes", "clean(us)", "src(us)", "dst(us)", "both(us)", "read(us)", "clean",
+      "src", "dst", "both", "read(GB/s)");
   Status pinned;
   for (double size = static_cast<double>(c.lo); size <= static_cast<double>(c.hi) * 1.0000001;
        size *= c.factor) {
@@ -245,9 +278,10 @@ Status Run(const Config& c) {
                                   : static_cast<int>(std::clamp<size_t>(
                                         (size_t{1} << 28) / std::max<size_t>(bytes, 1), 20, 2000));
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CaseMemory> memory, CaseMemory::Map(bytes, c.processes));
-    double best[4] = {1e300, 1e300, 1e300, 1e300};
+    double best[kCases];
+    std::fill(best, best + kCases, 1e300);
     for (int64_t r = 0; r < c.rounds; ++r) {
-      for (int kind = 0; kind < 4; ++kind) {
+      for (int kind = 0; kind < kCases; ++kind) {
         double us = 0;
         if (c.processes) {
           LOOM_ASSIGN_OR_RETURN(
@@ -262,9 +296,10 @@ Status Run(const Config& c) {
     }
     LOOM_RETURN_IF_ERROR(pinned);
     auto rate = [&](double us) { return us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0.0; };
-    std::printf("  %10zu %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f %8.2f %8.2f\n", bytes, best[0],
-                best[1], best[2], best[3], rate(best[0]), rate(best[1]), rate(best[2]),
-                rate(best[3]));
+    std::printf("  %10zu", bytes);
+    for (double us : best) std::printf(" %10.3f", us);
+    for (double us : best) std::printf(" %8.2f", rate(us));
+    std::printf("\n");
     std::fflush(stdout);
   }
   return Status::OK();

@@ -393,9 +393,10 @@ def _fault_cost(reps, size):
     return max(0.0, statistics.median(per_page))
 
 
-# What one core's copy costs where another core wrote its source, its destination or both last
-# (the spec's dirty=BYTES/CLEAN/SRC/DST/BOTH,...: GB/s per copy size; None: not priced), per rank
-# count, from `loom bench copies` (found by calibrate()): in-process a thread's memcpy, over MPI
+# What one core's copy costs where another core wrote its source, its destination or both last,
+# or read the destination since the copier wrote it (the spec's dirty=BYTES/CLEAN/SRC/DST/BOTH
+# [/READ],...: GB/s per copy size; None: not priced), per rank count, from `loom bench copies`
+# (found by calibrate()): in-process a thread's memcpy, over MPI
 # (--processes) a process's process_vm_readv from another's memory, as Open MPI's single-copy
 # transfers (CMA) are.
 DIRTY = {"points": None}
@@ -425,7 +426,18 @@ def vader_fragment_bytes():
 # The copy sizes below the levels' that copies() measures too (calls of 4-16 KiB move pieces of
 # a few KiB); each level adds its own per-rank size.
 DIRTY_SMALL = (4 << 10, 16 << 10)
-COPIES_ROW = re.compile(r"^\s*(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s")
+def copies_row(line):
+    """A row of `loom bench copies` as (bytes, [its times]): the size, then as many times
+    (clean, src, dst, both and read; an earlier version printed no read) as rates; None for
+    any other line."""
+    fields = line.split()
+    try:
+        numbers = [float(x) for x in fields]
+    except ValueError:
+        return None
+    if len(numbers) < 9 or len(numbers) % 2 == 0:
+        return None
+    return int(numbers[0]), numbers[1:1 + (len(numbers) - 1) // 2]
 
 
 def copies_key(size, rounds=5, processes=False):
@@ -450,19 +462,19 @@ def _copies(loom, size, rounds, processes):
     if out.returncode != 0:
         sys.exit("calibrate_host: %s failed:\n%s" % (" ".join(cmd), out.stderr[-2000:]))
     for line in out.stdout.splitlines():
-        m = COPIES_ROW.match(line)
-        if m and int(m.group(1)) == size:
-            return [float(m.group(i)) for i in range(2, 6)]
+        row = copies_row(line)
+        if row and row[0] == size:
+            return row[1]
     sys.exit("calibrate_host: %s printed no row of %d bytes:\n%s"
              % (" ".join(cmd), size, out.stdout[-2000:]))
 
 
 def median_copies(runs, loom, size, processes=False):
     """copies() taken `runs` times: each case's median across them, or with --across min its
-    fastest (ACROSS); as GB/s, the spec's (bytes, clean, src, dst, both)."""
+    fastest (ACROSS); as GB/s, the spec's (bytes, clean, src, dst, both[, read])."""
     samples = [copies(loom, size, processes=processes) for _ in range(runs)]
     pick = min if ACROSS["pick"] == "min" else statistics.median
-    us = [pick(sample[i] for sample in samples) for i in range(4)]
+    us = [pick(sample[i] for sample in samples) for i in range(len(samples[0]))]
     return (size,) + tuple(size / max(t, 1e-3) / 1e3 for t in us)
 
 
@@ -480,7 +492,8 @@ def spec_of(ranks, cores, latency, levels):
     if MSG["points"]:
         spec += ":msg=" + ",".join("%d/%r" % point for point in MSG["points"])
     if DIRTY["points"]:
-        spec += ":dirty=" + ",".join("%d/%r/%r/%r/%r" % point for point in DIRTY["points"])
+        spec += ":dirty=" + ",".join("/".join(["%d" % point[0]] + ["%r" % x for x in point[1:]])
+                                     for point in DIRTY["points"])
         if FRAGMENT["bytes"]:
             spec += ":fragment=%d" % FRAGMENT["bytes"]
     if TRANSPORT["matcher_copies"]:
@@ -908,8 +921,10 @@ def calibrate(a, cores, runs, ranks):
           % (a.transport, cores, ranks, spec_of(0, cores, 0, levels).split(":", 2)[2]))
     if DIRTY["points"]:
         print("# calibration, %d ranks: one core's copies (GB/s clean / source / destination / "
-              "both another core's) %s" % (ranks, " ".join(
-                  "%d:%.1f/%.1f/%.1f/%.1f" % point for point in DIRTY["points"])))
+              "both another core's%s) %s" % (ranks, " / read since" if len(
+                  DIRTY["points"][0]) > 5 else "", " ".join(
+                  "%d:" % point[0] + "/".join("%.1f" % x for x in point[1:])
+                  for point in DIRTY["points"])))
     return {"timing": timing, "levels": {ranks: levels}, "eager": dict(EAGER),
             "msg": MSG["points"], "dirty": {ranks: DIRTY["points"]},
             "stream": {ranks: STREAM["f"]}, "pass": {ranks: PASS["levels"]},
@@ -996,7 +1011,8 @@ def pooled_model(models):
     if all(msgs) and len(set(tuple(b for b, _ in m) for m in msgs)) == 1:
         msg = [(b, med(m[i][1] for m in msgs)) for i, (b, _) in enumerate(msgs[0])]
     dirty = {r: None if not models[0].get("dirty", {}).get(r) else
-             [tuple(med(m["dirty"][r][j][i] for m in models) for i in range(5))
+             [tuple(med(m["dirty"][r][j][i] for m in models)
+                    for i in range(len(models[0]["dirty"][r][j])))
               for j in range(len(models[0]["dirty"][r]))] for r in models[0].get("dirty", {})}
     return {"timing": timing, "levels": levels, "eager": {"bytes": eager, "us": med(us)},
             "msg": msg, "dirty": dirty,
@@ -1037,10 +1053,11 @@ def main():
                         "options instead of the machine (to check a change of the model)")
     p.add_argument("--cores", type=int,
                    help="the machine's core count (default: this machine's, or the recorded)")
-    p.add_argument("--copies", metavar="BYTES/CLEAN/SRC/DST/BOTH,...|off",
+    p.add_argument("--copies", metavar="BYTES/CLEAN/SRC/DST/BOTH[/READ],...|off",
                    help="where the run (or the replayed record) measures no `loom bench "
                         "copies`: one core's copy rates (GB/s) with both buffers its own, the "
-                        "source, the destination and both another core's, per size, taken some "
+                        "source, the destination and both another core's, and optionally the "
+                        "destination its own but read by another core since, per size, taken some "
                         "other way (the spec's dirty=; over MPI between processes, `loom bench "
                         "copies --processes`); off: copies of other cores' lines not priced, nor "
                         "measured (a record's replayed without them)")
@@ -1053,10 +1070,11 @@ def main():
             a.copies = [tuple([int(f[0])] + [float(x) for x in f[1:]])
                         for f in (point.split("/") for point in a.copies.split(","))]
         except ValueError:
-            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH,... (bytes and GB/s)")
-        if any(len(point) != 5 or min(point) <= 0 for point in a.copies) or \
+            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH[/READ],... (bytes and GB/s)")
+        if any(len(point) not in (5, 6) or min(point) <= 0 for point in a.copies) or \
                 [pt[0] for pt in a.copies] != sorted({pt[0] for pt in a.copies}):
-            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH,... (sizes increasing, positive)")
+            p.error("--copies is BYTES/CLEAN/SRC/DST/BOTH[/READ],... (sizes increasing, "
+                    "positive)")
     if a.record and a.replay:
         p.error("--record and --replay exclude each other")
     cores = a.cores or os.cpu_count() or 1

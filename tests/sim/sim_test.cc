@@ -278,6 +278,41 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
             time(*plain, Collective::kAllReduce) + 0.9 * extra);
 }
 
+TEST(Engine, RewritingLinesAnotherCoreReadCostsAsTheCoresTrafficSinceLeavesThem) {
+  // The receiver copies (MPI). In the call timed (the second of two), rank 0 receives Y into X,
+  // which rank 1 read in the call before (a rewrite of lines another core holds: `read`), and
+  // rank 1 then reads X, which rank 0 has just written (a foreign source: `src`).
+  const uint64_t n = 64 << 10;
+  EngineOptions options;
+  options.post_us = 0;
+  const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5";
+  auto replay = [&](const std::string& spec) {
+    StatusOr<Machine> m = Machine::Load(spec);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    StatusOr<Replay> r = ReplayTrace(*m, PingBack(n), options);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->time_us : 0.0;
+  };
+  const double copy = n / 10e3, src = n * (1 / 10e3 - 1 / 50e3), reread = n * (1 / 20e3 - 1 / 50e3);
+  EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
+  // Without the read column only the foreign source is priced.
+  EXPECT_NEAR(replay(host + ":dirty=64K/50/10/50/50"), 2 * (1 + copy) + src, 0.011 * src);
+  EXPECT_NEAR(replay(host + ":dirty=64K/50/10/50/50/20"), 2 * (1 + copy) + src + reread,
+              0.011 * (src + reread));
+  // Each part is priced at the copy's size plus the other core's traffic since: rank 1 read X
+  // and wrote Z after it (2 N), so the rewrite of X is priced at 3 N, a third of the way (in
+  // log(bytes)) from 64 KiB, where `read` is 20 GB/s, to 16 MiB, where it is clean; the foreign
+  // source, read as soon as written, at N.
+  const double t = std::log(3.0) / std::log(256.0);
+  EXPECT_NEAR(replay(host + ":dirty=64K/50/10/50/50/20,16M/50/10/50/50/50"),
+              2 * (1 + copy) + src + (1 - t) * reread, 0.011 * (src + reread));
+  // The read column is on every point or none.
+  StatusOr<Machine> mixed = Machine::Load(host + ":dirty=64K/50/10/50/50/20,16M/50/10/50/50");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("READ on every point or none"), std::string::npos)
+      << mixed.status().ToString();
+}
+
 TEST(Engine, MessagesThroughTheTransportsFragmentsAreNotPricedByTheirWriters) {
   // Over MPI the receiver copies; a message of at most `fragment` bytes goes through Open MPI's
   // shared fragments, whose cost message_us prices whoever wrote the buffers, a larger one the

@@ -193,23 +193,25 @@ TEST(LoomBench, PlacementLineCountsTheRoundsAndRowsWhereRanksSharedACpu) {
   EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
 }
 
-// Checks `loom bench copies -b 4K -e 16K -f 4` output: its header, and two rows of four
-// positive times and the rates they give.
+// Checks `loom bench copies -b 4K -e 16K -f 4` output: its header, and two rows of five
+// positive times (clean, src, dst, both, read) and the rates they give.
 void CheckCopiesTable(const std::string& out, bool processes) {
-  EXPECT_NE(out.find("clean(us)    src(us)    dst(us)   both(us)"), std::string::npos) << out;
+  EXPECT_NE(out.find("clean(us)    src(us)    dst(us)   both(us)   read(us)"), std::string::npos)
+      << out;
   EXPECT_EQ(out.find("process_vm_readv") != std::string::npos, processes) << out;
   int rows = 0;
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream row(line);
-    double bytes = 0, us[4], gbps[4];
+    double bytes = 0, us[5], gbps[5], more = 0;
     row >> bytes;
     for (double& u : us) row >> u;
     for (double& g : gbps) row >> g;
     ASSERT_FALSE(row.fail()) << line;
+    EXPECT_FALSE(row >> more) << line;  // nothing after the rates
     EXPECT_EQ(bytes, rows == 0 ? 4096 : 16384) << line;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 5; ++i) {
       EXPECT_GT(us[i], 0) << line;
       // The rate is the size over the time (both printed rounded).
       EXPECT_NEAR(gbps[i], bytes / us[i] / 1e3, 0.01 * gbps[i] + 0.01) << line;
