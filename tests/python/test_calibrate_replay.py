@@ -357,3 +357,43 @@ def test_copies_of_another_cores_lines_are_priced_from_loom_bench_copies():
                 before = abs(float(unpriced[(2, algo, size)][column].rstrip("%")))
                 assert got < before, (algo, size, priced[(2, algo, size)],
                                       unpriced[(2, algo, size)])
+
+
+PROCESSES = os.path.join(ROOT, "bench", "sim", "records", "mpi-2026-12-04-2156.json")
+PROCESS_COPIES_LINE = re.compile(
+    r"^# calibration, (\d) ranks: one core's copies \(GB/s clean / source / destination / both "
+    r"another core's / read since\) (.*)$", re.M)
+
+
+@pytest.mark.skipif(not os.path.exists(PROCESSES), reason="no recorded run")
+def test_messages_of_what_another_process_wrote_are_priced_over_mpi():
+    """An MPI record with `loom bench copies --processes` beside each level: every run and view
+    prices a copy of another process's lines, and a rewrite of lines another process read, per
+    size (dirty= with its read column), exempting the messages that go through Open MPI's
+    fragments (fragment=); and the 2-rank tree allreduce of 16-256 KiB, whose message down
+    carries the sum the root has just written (and whose reduce rewrites what the child read
+    the call before), is within +-25 % paired and pooled, where the same record replayed with
+    the copies not priced (--copies off) puts it 30-45 % fast."""
+    code, out = replay("--paired", record=PROCESSES, transport="mpi")
+    assert code == 0, out
+    tables = PROCESS_COPIES_LINE.findall(out)
+    assert len(tables) == 12, tables  # 2 rank counts x (5 runs + the fastest view)
+    for ranks, table in tables:
+        points = [tuple(float(x) for x in p.replace(":", "/").split("/")) for p in table.split()]
+        assert len(points) == 8 and all(len(p) == 6 for p in points), table
+        # 64 KiB of the other process's lines, read or rewritten: slower than clean.
+        at = dict((int(p[0]), p) for p in points)[64 << 10]
+        assert at[2] < at[1] and at[5] < at[1], table
+    specs = MPI_MODEL_LINE.findall(out)
+    assert specs and all(":dirty=4096/" in spec and ":fragment=4032:" in spec + ":"
+                         for _, _, spec in specs), specs
+    code, off = replay("--paired", "--copies", "off", record=PROCESSES, transport="mpi")
+    assert code == 0, off
+    assert ":dirty=" not in off
+    priced, unpriced = rows(out), rows(off)
+    for size in (16 << 10, 64 << 10, 256 << 10):
+        for column in (1, 2):  # paired, pooled
+            assert abs(float(priced[(2, "tree", size)][column].rstrip("%"))) <= 25, \
+                (size, priced[(2, "tree", size)])
+        assert float(unpriced[(2, "tree", size)][1].rstrip("%")) < -25, \
+            (size, unpriced[(2, "tree", size)])
