@@ -214,6 +214,16 @@ Trace PingBack(uint64_t bytes) {
   return t;
 }
 
+// PingBack(bytes) replayed on the host `spec`: its time (0 after a failed expectation).
+double ReplayPingBack(const std::string& spec, uint64_t bytes, const EngineOptions& options) {
+  StatusOr<Machine> m = Machine::Load(spec);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return 0;
+  StatusOr<Replay> r = ReplayTrace(*m, PingBack(bytes), options);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->time_us : 0.0;
+}
+
 TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   const uint64_t n = 64 << 10;
   EngineOptions options;
@@ -223,13 +233,7 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5:copier=matcher";
   const std::string dirty = ":dirty=64K/50/10/20/8";
   const double copy = n / 10e3, extra = n * (1 / 10e3 - 1 / 50e3);
-  auto replay = [&](const std::string& spec) {
-    StatusOr<Machine> m = Machine::Load(spec);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    StatusOr<Replay> r = ReplayTrace(*m, PingBack(n), options);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->time_us : 0.0;
-  };
+  auto replay = [&](const std::string& spec) { return ReplayPingBack(spec, n, options); };
   // Unpriced: each message its wake-up and its bytes, whoever copies.
   EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
   EXPECT_NEAR(replay(host + ":handoff=1K"), 2 * (1 + copy), 1e-6);
@@ -286,13 +290,7 @@ TEST(Engine, RewritingLinesAnotherCoreReadCostsAsTheCoresTrafficSinceLeavesThem)
   EngineOptions options;
   options.post_us = 0;
   const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5";
-  auto replay = [&](const std::string& spec) {
-    StatusOr<Machine> m = Machine::Load(spec);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    StatusOr<Replay> r = ReplayTrace(*m, PingBack(n), options);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->time_us : 0.0;
-  };
+  auto replay = [&](const std::string& spec) { return ReplayPingBack(spec, n, options); };
   const double copy = n / 10e3, src = n * (1 / 10e3 - 1 / 50e3), reread = n * (1 / 20e3 - 1 / 50e3);
   EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
   // Without the read column only the foreign source is priced.
