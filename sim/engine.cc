@@ -366,11 +366,10 @@ class Engine {
     f.bytes = static_cast<double>(s.bytes);
     const bool reduce = v.reduce && options_.reduce_gbps > 0;
     // The copier's core reads the sender's source (and, reducing, the receiver's operand) and
-    // writes the receiver's destination: lines another core wrote last cost it more.
-    // A message small enough to go through the transport's own fragments pays what they cost
-    // (message_us) whoever wrote the buffers; the writers are kept all the same.
-    // (The sender's core copies such a message's payload into the fragment: it reads the
-    // sender's buffer.)
+    // writes the receiver's destination: lines another core wrote last cost it more. A message
+    // small enough to go through the transport's own fragments pays what they cost (message_us)
+    // whoever wrote the buffers; the writers are kept all the same (the sender's core reads its
+    // buffer into the fragment).
     double extra = 0;
     if (dirty_) {
       const int cpu = trace_.device_of(copier);

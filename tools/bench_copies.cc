@@ -77,6 +77,19 @@ CaseWrites WritesOf(int kind) {
   return {src, dst, !src, !dst && kind != kRead, kind == kRead};
 }
 
+// The writes of copy i that fall to the other side (`theirs`) or to the copier: the buffers
+// rewritten with values of their own each time.
+void CaseWritesFor(const CaseWrites& w, bool theirs, char* src, char* dst, size_t bytes, int i) {
+  if (theirs ? w.other_src : w.own_src) std::memset(src, i & 0x7f, bytes);
+  if (theirs ? w.other_dst : w.own_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+}
+
+// The median of `us` (reordered).
+double Median(std::vector<double>& us) {
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
 // One case of one size: `iters` copies, each after the writer wrote what the case gives it.
 // Returns the median copy in microseconds.
 double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int writer_cpu,
@@ -90,8 +103,7 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
     std::vector<char> scratch(w.other_reads_dst ? bytes : 0);
     for (int i = 0; i < iters; ++i) {
       while (turn.load(std::memory_order_acquire) != 2 * i) std::this_thread::yield();
-      if (w.other_src) std::memset(src, i & 0x7f, bytes);
-      if (w.other_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      CaseWritesFor(w, true, src, dst, bytes, i);
       if (w.other_reads_dst) std::memcpy(scratch.data(), dst, bytes);
       turn.store(2 * i + 1, std::memory_order_release);
     }
@@ -100,8 +112,7 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   if (!s.ok()) *pinned = s;
   for (int i = 0; i < iters; ++i) {
     while (turn.load(std::memory_order_acquire) != 2 * i + 1) std::this_thread::yield();
-    if (w.own_src) std::memset(src, i & 0x7f, bytes);
-    if (w.own_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+    CaseWritesFor(w, false, src, dst, bytes, i);
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(dst, src, bytes);
     const auto t1 = std::chrono::steady_clock::now();
@@ -110,8 +121,7 @@ double TimeCase(int kind, char* src, char* dst, size_t bytes, int iters, int wri
   }
   writer.join();
   if (!writer_pinned.ok()) *pinned = writer_pinned;
-  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
-  return us[iters / 2];
+  return Median(us);
 }
 
 // How long one side waits for the other's turn before it gives up (a side that died).
@@ -145,8 +155,7 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
     std::vector<char> scratch(w.other_reads_dst ? bytes : 0);
     for (int i = 0; i < iters; ++i) {
       if (!AwaitTurn(*turn, 2 * i, DeadlineAfter(kTurnTimeout))) _exit(3);
-      if (w.other_src) std::memset(src, i & 0x7f, bytes);
-      if (w.other_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+      CaseWritesFor(w, true, src, dst, bytes, i);
       if (w.other_reads_dst) {
         // As a peer's single-copy receive reads it: from the copier's address space.
         iovec into{scratch.data(), bytes}, from{dst, bytes};
@@ -167,8 +176,7 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
                    kTurnTimeout.count(), " s");
       break;
     }
-    if (w.own_src) std::memset(src, i & 0x7f, bytes);
-    if (w.own_dst) std::memset(dst, (i + 1) & 0x7f, bytes);
+    CaseWritesFor(w, false, src, dst, bytes, i);
     iovec local{dst, bytes}, remote{src, bytes};
     const auto t0 = std::chrono::steady_clock::now();
     const ssize_t got = process_vm_readv(child, &local, 1, &remote, 1, 0);
@@ -195,8 +203,7 @@ StatusOr<double> TimeCaseBetweenProcesses(int kind, char* src, char* dst, size_t
                         ? StrCat(" could not read process ", parent, " with process_vm_readv")
                         : StrCat(" ended with status ", status));
   }
-  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
-  return us[iters / 2];
+  return Median(us);
 }
 
 // Memory for one size's buffers: two page-aligned buffers of `bytes`, apart (neither shares a
