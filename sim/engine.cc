@@ -270,7 +270,8 @@ class Engine {
             double extra = 0;
             if (dirty_ && !reduce) {
               const Found read = Read(r, op.addr2, op.bytes, device);
-              extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes);
+              extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes,
+                            AloneRate(route.resources, bw_local_));
             }
             f.cls = ClassFor(r, r, route, -1, reduce, false, false, extra);
             flows_.push_back(f);
@@ -382,7 +383,10 @@ class Engine {
         read.share = share;
       }
       const WriteFinds write = Write(dst, v.addr, s.bytes, cpu);
-      if (!fragment) extra = Dirty(read, write, s.bytes);
+      if (!fragment) {
+        extra = Dirty(read, write, s.bytes,
+                      AloneRate(route.resources, v.reduce ? bw_reduce_ : src == dst ? bw_local_ : bw_));
+      }
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
                      false, extra);
@@ -534,11 +538,32 @@ class Engine {
     return {Share(foreign, foreign_age, bytes), Share(reread, reread_age, bytes)};
   }
 
+  // The rate (bytes per microsecond) a transfer over `resources` gets alone at `bw`: the
+  // slowest of them that binds a transfer alone.
+  double AloneRate(const std::vector<int>& resources, const std::vector<double>& bw) const {
+    double rate = kInf;
+    for (int r : resources) {
+      if (!shared_only_[r]) rate = std::min(rate, bw[r]);
+    }
+    return rate;
+  }
+
   // Microseconds per byte a copy of `bytes` adds whose reads find `read` (a share of 0-2: two
   // operands of a reduction) and whose writes find `write`, rounded to 2 % steps (classes of the
   // same cost stay one). Each part is priced at the table's size of the copy plus the other
   // core's traffic since (lines it has since pushed out of its caches cost what clean ones do).
-  double Dirty(const Found& read, const WriteFinds& write, uint64_t bytes) const {
+  // In-process (the matcher copies) the table prices a bare memcpy between two threads, not
+  // the transport's transfer: other cores' lines make the copy cost the table's clean rate
+  // plus their extra per byte in all, of which a transfer that runs slower than that clean
+  // copy anyway (`alone`: its rate alone, bytes per microsecond; the transport's own work
+  // beside the copy) pays only what goes beyond its own rate. Over MPI the table times the
+  // transport's own copy (process_vm_readv, Open MPI's single-copy path), so its extras are
+  // the transfer's own and come on top of its rate. The stalls on the other
+  // core's lines overlap that work (in-process, a 2-rank tree allreduce of 256 KiB, whose
+  // broadcast copies the result the other core has just reduced, took less than a reduce and
+  // a broadcast of lines at rest, 32 against 39 us, where the broadcast's rate, 19 GB/s, was
+  // already the table's foreign one, 17, against its clean 35).
+  double Dirty(const Found& read, const WriteFinds& write, uint64_t bytes, double alone) const {
     if (read.share <= 0 && write.foreign.share <= 0 && write.reread.share <= 0) return 0;
     const double b = static_cast<double>(bytes);
     auto at = [&](const Found& f) { return machine_.dirty_us(b + std::max(0.0, f.age)); };
@@ -550,8 +575,10 @@ class Engine {
     const double x =
         dirty_share_ * (read.share * src.src + write.foreign.share * dst.dst +
                         write.reread.share * again.read - both * (src.src + dst.dst - pair.both));
-    if (x <= 0) return 0;
-    return std::exp(std::round(std::log(x) * 50) / 50);
+    const double beyond =
+        alone < kInf && machine_.matcher_copies() ? x + machine_.dirty_us(b).clean - 1 / alone : x;
+    if (beyond <= 0) return 0;
+    return std::exp(std::round(std::log(beyond) * 50) / 50);
   }
 
   // Transfers between the same two trace ranks (same route, same reducer, same cost of other

@@ -386,7 +386,7 @@ HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
   };
   auto at = [&](const DirtyRates& p) {
     return DirtyCost{extra(p.clean, p.src), extra(p.clean, p.dst), extra(p.clean, p.both),
-                     p.read > 0 ? extra(p.clean, p.read) : 0.0};
+                     p.read > 0 ? extra(p.clean, p.read) : 0.0, 1 / (p.clean * 1e3)};
   };
   if (bytes <= dirty.front().bytes) return at(dirty.front());
   if (bytes >= dirty.back().bytes) return at(dirty.back());
@@ -396,7 +396,8 @@ HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
   const double t =
       std::log(bytes / dirty[i - 1].bytes) / std::log(dirty[i].bytes / dirty[i - 1].bytes);
   return DirtyCost{lo.src + t * (hi.src - lo.src), lo.dst + t * (hi.dst - lo.dst),
-                   lo.both + t * (hi.both - lo.both), lo.read + t * (hi.read - lo.read)};
+                   lo.both + t * (hi.both - lo.both), lo.read + t * (hi.read - lo.read),
+                   lo.clean + t * (hi.clean - lo.clean)};
 }
 
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {

@@ -136,6 +136,7 @@ struct HostProtocol {
   // interpolated in log(bytes) between two sizes, the nearest size's beyond the ends.
   struct DirtyCost {
     double src = 0, dst = 0, both = 0, read = 0;
+    double clean = 0;  // microseconds per byte of the clean copy itself
   };
   DirtyCost DirtyUs(double bytes) const;
   // Messages of at most this many bytes go through buffers of the transport's own (Open MPI's

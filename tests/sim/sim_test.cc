@@ -228,11 +228,12 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   const uint64_t n = 64 << 10;
   EngineOptions options;
   options.post_us = 0;
-  // One core copies at 10 GB/s; lines another core wrote cost it 50 -> 10 GB/s for a source,
-  // 50 -> 20 for a destination: 1 / 10e3 - 1 / 50e3 us per byte more for a foreign source.
+  // The transport moves 10 GB/s; one core's bare copy runs at 50, of lines another core wrote
+  // at 5 for a source, 20 for a destination: in-process (the matcher copies) a foreign source
+  // costs 1 / 5e3 us per byte in all, 1 / 5e3 - 1 / 10e3 more than the transfer's own rate.
   const std::string host = "host:2:cores=2:latency=1:copy=10:reduce=5:copier=matcher";
-  const std::string dirty = ":dirty=64K/50/10/20/8";
-  const double copy = n / 10e3, extra = n * (1 / 10e3 - 1 / 50e3);
+  const std::string dirty = ":dirty=64K/50/5/20/4";
+  const double copy = n / 10e3, extra = n * (1 / 5e3 - 1 / 10e3);
   auto replay = [&](const std::string& spec) { return ReplayPingBack(spec, n, options); };
   // Unpriced: each message its wake-up and its bytes, whoever copies.
   EXPECT_NEAR(replay(host), 2 * (1 + copy), 1e-6);
@@ -246,6 +247,18 @@ TEST(Engine, HostsPriceCopiesOfLinesAnotherCoreWroteLast) {
   // Handed to its receiver (handoff below N), rank 1 reads X, which rank 0's core rewrote in
   // this call, into its own Z: a foreign source (rounded to 2 % steps).
   EXPECT_NEAR(replay(host + ":handoff=1K" + dirty), 2 * (1 + copy) + extra, 0.011 * extra);
+  // A transfer already as slow as the foreign copy pays nothing more (the stalls on the other
+  // core's lines overlap the transport's own work); one between pays what goes beyond it.
+  EXPECT_NEAR(replay(host + ":handoff=1K:dirty=64K/50/10/20/4"), 2 * (1 + copy), 1e-6);
+  EXPECT_NEAR(replay(host + ":handoff=1K:dirty=64K/50/12/20/4"), 2 * (1 + copy), 1e-6);
+  const double partial = n * (1 / 8e3 - 1 / 10e3);
+  EXPECT_NEAR(replay(host + ":handoff=1K:dirty=64K/50/8/20/4"), 2 * (1 + copy) + partial,
+              0.011 * partial);
+  // Over MPI (the receiver copies) the table times the transport's own copy: its extras come on
+  // top of the transfer's rate.
+  const std::string receiver = "host:2:cores=2:latency=1:copy=10:reduce=5";
+  EXPECT_NEAR(ReplayPingBack(receiver + ":dirty=64K/50/10/20/4", n, options),
+              2 * (1 + copy) + n * (1 / 10e3 - 1 / 50e3), 0.011 * n * (1 / 10e3 - 1 / 50e3));
   // Foreign sources and destinations and both, interpolated in log(bytes) between sizes.
   StatusOr<Machine> m = Machine::Load(host + ":dirty=4K/50/25/25/10,64K/50/10/20/8");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
