@@ -384,8 +384,8 @@ class Engine {
       }
       const WriteFinds write = Write(dst, v.addr, s.bytes, cpu);
       if (!fragment) {
-        extra = Dirty(read, write, s.bytes,
-                      AloneRate(route.resources, v.reduce ? bw_reduce_ : src == dst ? bw_local_ : bw_));
+        const std::vector<double>& bw = v.reduce ? bw_reduce_ : src == dst ? bw_local_ : bw_;
+        extra = Dirty(read, write, s.bytes, AloneRate(route.resources, bw));
       }
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
