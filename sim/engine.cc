@@ -270,8 +270,8 @@ class Engine {
             double extra = 0;
             if (dirty_ && !reduce) {
               const Found read = Read(r, op.addr2, op.bytes, device);
-              extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes,
-                            AloneRate(route.resources, bw_local_));
+              extra = Dirty(read, Write(r, op.addr, op.bytes, device), op.bytes, route.resources,
+                            bw_local_);
             }
             f.cls = ClassFor(r, r, route, -1, reduce, false, false, extra);
             flows_.push_back(f);
@@ -384,8 +384,10 @@ class Engine {
       }
       const WriteFinds write = Write(dst, v.addr, s.bytes, cpu);
       if (!fragment) {
-        const std::vector<double>& bw = v.reduce ? bw_reduce_ : src == dst ? bw_local_ : bw_;
-        extra = Dirty(read, write, s.bytes, AloneRate(route.resources, bw));
+        extra = Dirty(read, write, s.bytes, route.resources,
+                      v.reduce     ? bw_reduce_
+                      : src == dst ? bw_local_
+                                   : bw_);
       }
     }
     f.cls = ClassFor(src, dst, route, reduce ? trace_.device_of(dst) : -1, v.reduce, copier != dst,
@@ -555,15 +557,15 @@ class Engine {
   // In-process (the matcher copies) the table prices a bare memcpy between two threads, not
   // the transport's transfer: other cores' lines make the copy cost the table's clean rate
   // plus their extra per byte in all, of which a transfer that runs slower than that clean
-  // copy anyway (`alone`: its rate alone, bytes per microsecond; the transport's own work
-  // beside the copy) pays only what goes beyond its own rate. Over MPI the table times the
-  // transport's own copy (process_vm_readv, Open MPI's single-copy path), so its extras are
-  // the transfer's own and come on top of its rate. The stalls on the other
-  // core's lines overlap that work (in-process, a 2-rank tree allreduce of 256 KiB, whose
-  // broadcast copies the result the other core has just reduced, took less than a reduce and
-  // a broadcast of lines at rest, 32 against 39 us, where the broadcast's rate, 19 GB/s, was
-  // already the table's foreign one, 17, against its clean 35).
-  double Dirty(const Found& read, const WriteFinds& write, uint64_t bytes, double alone) const {
+  // copy anyway (the transport's own work beside the copy: its rate alone over `resources`
+  // at `bw`) pays only what goes beyond its own rate: the stalls on the other core's lines overlap
+  // that work (a 2-rank tree allreduce of 256 KiB, whose broadcast copies the result the other core
+  // has just reduced, took less than a reduce and a broadcast of lines at rest, 32 against 39 us,
+  // where the broadcast's rate, 19 GB/s, was already the table's foreign one, 17, against its clean
+  // 35). Over MPI the table times the transport's own copy (process_vm_readv, Open MPI's
+  // single-copy path), so its extras are the transfer's own and come on top of its rate.
+  double Dirty(const Found& read, const WriteFinds& write, uint64_t bytes,
+               const std::vector<int>& resources, const std::vector<double>& bw) const {
     if (read.share <= 0 && write.foreign.share <= 0 && write.reread.share <= 0) return 0;
     const double b = static_cast<double>(bytes);
     auto at = [&](const Found& f) { return machine_.dirty_us(b + std::max(0.0, f.age)); };
@@ -575,8 +577,11 @@ class Engine {
     const double x =
         dirty_share_ * (read.share * src.src + write.foreign.share * dst.dst +
                         write.reread.share * again.read - both * (src.src + dst.dst - pair.both));
-    const double beyond =
-        alone < kInf && machine_.matcher_copies() ? x + machine_.dirty_us(b).clean - 1 / alone : x;
+    double beyond = x;
+    if (machine_.matcher_copies()) {
+      const double alone = AloneRate(resources, bw);
+      if (alone < kInf) beyond += machine_.dirty_us(b).clean - 1 / alone;
+    }
     if (beyond <= 0) return 0;
     return std::exp(std::round(std::log(beyond) * 50) / 50);
   }
