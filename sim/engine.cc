@@ -641,14 +641,16 @@ class Engine {
     alone_us += f.bytes * c.extra;
     // Where ranks outnumber the cores, a copy holds one of them for as long as it takes alone,
     // and wake-ups and handshakes wait for a free one (4 ranks on 2 cores: a ring step of 16 KiB
-    // pieces costs its copies on top of its wake-ups, not beside them); so does the copy itself,
-    // its rank's thread runs only on a core (`booked`: the core already taken for it). Four
-    // trees' copies at once then take the two cores in turn: in-process, 4 ranks, the
-    // multi-tree ran no faster than the ring at 64-256 KiB (42 / 97 us against 40 / 93), where
-    // copies beside each other put it 10 % ahead.
+    // pieces costs its copies on top of its wake-ups, not beside them). In-process the copy
+    // itself waits for a free core too, its rank's thread runs only on one (`booked`: the core
+    // already taken for it): four trees' copies at once take the two cores in turn (4 ranks, the
+    // multi-tree ran no faster than the ring at 64-256 KiB, 42 / 97 us against 40 / 93, where
+    // copies beside each other put it 10 % ahead). Over MPI the same rule put the multi-tree
+    // level with the ring at 4 ranks, 1 and 16 MiB, where the ring ran 10 % ahead (the fastest
+    // algorithm missed in six of the fourteen records): not applied there.
     if (oversubscribed_ && alone_us > 0 && !booked) {
       const double start = OnCore(now, alone_us) - alone_us;
-      if (start > now) {
+      if (start > now && machine_.matcher_copies()) {
         events_.push(Event{start, 0, id, 1});
         return;
       }
