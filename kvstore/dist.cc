@@ -303,6 +303,7 @@ class KVServer {
         return Status::OK();
       case rpc::Header::COMPLETE:
         closed_.insert(w);
+        server_->EndSession(w);
         server_->Reply(r, {});
         return Progress();
       default:

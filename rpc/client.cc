@@ -85,6 +85,7 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>
   std::unique_ptr<Client> c(new Client(endpoints, trainer_id, options));
   for (const auto& ep : endpoints) {
     LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(ep));
+    c->addresses_.push_back(addr);
     c->sockets_.push_back(c->NewSocket(addr));
   }
   std::vector<size_t> all(endpoints.size());
@@ -133,6 +134,7 @@ Status Client::MoveToUnixSockets(const std::string& fingerprint,
     if (ipc[s].empty() || !options_.ipc || IpcAddress(endpoints_[s], options_) != ipc[s]) continue;
     struct stat st;
     if (::stat(ipc[s].c_str() + 6, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    addresses_[s] = ipc[s];
     sockets_[s] = NewSocket(ipc[s]);
     moved.push_back(s);
   }
@@ -142,61 +144,90 @@ Status Client::MoveToUnixSockets(const std::string& fingerprint,
 }
 
 // HELLO -> CHALLENGE (the server proves the secret) -> AUTH (this trainer proves it) -> REPLY,
-// with every server at once, within the connect timeout.
+// with every server at once, within the connect timeout. A server that does not answer within
+// the retry interval (its HELLO went to a server instance that ended before reading it: a job
+// that just finished on the same endpoint) is asked again on a fresh connection, the interval
+// doubling up to 2 s; so is a server that refuses for now (an ERROR with `retry`: its session
+// with this trainer ended, a later job's server may come). Any other refusal ends the handshake.
 Status Client::Handshake(const std::string& fingerprint, const std::vector<size_t>& servers,
                          std::vector<std::string>* ipc) {
   const size_t n = sockets_.size();
-  std::vector<std::string> nonce(n);
-  std::vector<int> state(n, 2);  // 0: hello sent, 1: auth sent, 2: done (or not asked)
-  for (size_t s : servers) {
-    state[s] = 0;
-    nonce[s] = NewNonce();
+  enum State { kHelloSent, kAuthSent, kDone, kRetryLater };
+  struct Attempt {
+    State state = kDone;  // servers not asked are done
+    std::string nonce;
+    Clock::time_point next;  // kHelloSent / kAuthSent: when to ask again; kRetryLater: when to
+    milliseconds interval{250};
+    std::string refused;  // the last transient refusal, for the timeout's message
+  };
+  std::vector<Attempt> at(n);
+  auto hello = [&](size_t s, bool fresh) {
+    if (fresh) sockets_[s] = NewSocket(addresses_[s]);  // a stale connection's replies go with it
+    Attempt& a = at[s];
+    a.state = kHelloSent;
+    a.nonce = NewNonce();
+    a.next = Clock::now() + a.interval;
+    a.interval = std::min(a.interval * 2, milliseconds(2000));
     Header h;
     h.set_kind(Header::HELLO);
     h.set_trainer_id(trainer_id_);
     h.set_fingerprint(fingerprint);
-    h.set_nonce(nonce[s]);
+    h.set_nonce(a.nonce);
     auto frames = Encode(h);
     SendFrames(sockets_[s], frames);
-  }
+  };
+  for (size_t s : servers) hello(s, false);
   Deadline deadline = DeadlineAfter(options_.connect_timeout);
   size_t done = n - servers.size();
   while (done < n) {
-    if (Clock::now() >= deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
       for (size_t s = 0; s < n; ++s)
-        if (state[s] != 2)
+        if (at[s].state != kDone)
           return Timeout("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
-                         " did not answer within ", options_.connect_timeout.count(),
-                         " ms (not started, or a wrong endpoint? LOOM_PS_CONNECT_TIMEOUT_MS)");
+                         " did not answer within ", options_.connect_timeout.count(), " ms",
+                         at[s].refused.empty() ? " (not started, or a wrong endpoint?"
+                                               : StrCat(" (it last said: ", at[s].refused, ";"),
+                         " LOOM_PS_CONNECT_TIMEOUT_MS)");
     }
+    for (size_t s = 0; s < n; ++s)
+      if (at[s].state != kDone && now >= at[s].next) hello(s, true);
     std::vector<zmq::pollitem_t> items;
     for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::min(milliseconds(100), TimeLeft(deadline)));
+    zmq::poll(items.data(), items.size(), std::min(milliseconds(50), TimeLeft(deadline)));
     for (size_t s = 0; s < n; ++s) {
       if (!(items[s].revents & ZMQ_POLLIN)) continue;
       auto frames = RecvFrames(sockets_[s]);
       if (frames.empty()) continue;
+      Attempt& a = at[s];
       auto m = Decode(&frames);
       if (!m.ok())
         return m.status().WithContext(StrCat("parameter server ", endpoints_[s], " handshake"));
       const Header& h = m->header;
+      if (h.kind() == Header::ERROR && h.retry() && a.state != kDone) {
+        a.refused = h.text();
+        a.state = kRetryLater;
+        a.next = Clock::now() + a.interval;
+        continue;
+      }
       if (h.kind() == Header::ERROR) return ErrorOf(h, endpoints_[s]);
-      if (state[s] == 0 && h.kind() == Header::CHALLENGE) {
+      if (a.state == kHelloSent && h.kind() == Header::CHALLENGE) {
         bool server_ok =
-            ProofMatches(h.mac(), Proof(options_.secret, "server", nonce[s], trainer_id_));
-        Header a;
-        a.set_kind(Header::AUTH);
-        a.set_trainer_id(trainer_id_);
-        a.set_mac(Proof(options_.secret, "trainer", h.nonce(), trainer_id_));
-        auto frames2 = Encode(a);
+            ProofMatches(h.mac(), Proof(options_.secret, "server", a.nonce, trainer_id_));
+        Header auth;
+        auth.set_kind(Header::AUTH);
+        auth.set_trainer_id(trainer_id_);
+        auth.set_mac(Proof(options_.secret, "trainer", h.nonce(), trainer_id_));
+        auto frames2 = Encode(auth);
         SendFrames(sockets_[s], frames2);
         if (!server_ok)
           return FailedPrecondition("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
                                     " could not prove LOOM_PS_SECRET (the secrets differ)");
-        state[s] = 1;
+        a.state = kAuthSent;
+        a.next = Clock::now() + a.interval;
         (*ipc)[s] = h.text();
-      } else if (state[s] == 1 && h.kind() == Header::REPLY) {
-        state[s] = 2;
+      } else if (a.state == kAuthSent && h.kind() == Header::REPLY) {
+        a.state = kDone;
         ++done;
       }
     }
@@ -223,6 +254,7 @@ Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
              InvalidArgument("no parameter server ", server, " (", endpoints_.size(), " servers)"));
     return ticket;
   }
+  if (header.step() > 0) ticket->what += StrCat(" of step ", header.step());
   ticket->what += " to parameter server " + endpoints_[server];
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -94,6 +94,7 @@ class Client {
   int trainer_id_;
   Options options_;
   zmq::context_t ctx_;
+  std::vector<std::string> addresses_;  // per server: what its socket connects to (tcp or ipc)
   std::vector<zmq::socket_t> sockets_;  // one DEALER per server
   int wake_fd_ = -1;                    // eventfd: Post() wakes the I/O thread
   std::thread io_;

@@ -176,22 +176,21 @@ void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* o
 }
 
 void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
-  auto error = [&](const std::string& why, StatusCode code) {
-    Refuse(peer, p->address, p->trainer_id, why);
-    Header e;
-    e.set_kind(Header::ERROR);
-    e.set_id(h.id());
-    e.set_text(why);
-    e.set_code(static_cast<int>(code));
-    Send(peer, Encode(e));
-  };
   if (h.kind() == Header::HELLO) {
-    if (h.trainer_id() >= options_.trainers)
-      return error(StrCat("trainer id ", h.trainer_id(), " is out of range: this job has ",
-                          options_.trainers, " trainers"),
-                   StatusCode::kInvalidArgument);
+    if (h.trainer_id() < 0 || h.trainer_id() >= options_.trainers)
+      return RefuseWithError(peer, *p, h.id(),
+                             StrCat("trainer id ", h.trainer_id(), " is out of range: this job has ",
+                                    options_.trainers, " trainers"),
+                             StatusCode::kInvalidArgument);
+    if (ended_.count(h.trainer_id()))
+      return RefuseWithError(
+          peer, *p, h.id(),
+          StrCat(options_.name, " already ended its session with trainer ", h.trainer_id(),
+                 " (it closed) and serves the job's other trainers until they close"),
+          StatusCode::kFailedPrecondition, /*retry=*/true);
     if (h.fingerprint() != options_.fingerprint)
-      return error(
+      return RefuseWithError(
+          peer, *p, h.id(),
           StrCat("trainer ", h.trainer_id(), "'s program (fingerprint ", h.fingerprint(),
                  ") is not the one ", options_.name, " serves (fingerprint ", options_.fingerprint,
                  "): trainers and servers must come from one transpile"),
@@ -211,8 +210,9 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
   if (h.kind() == Header::AUTH && !p->nonce.empty()) {
     if (!ProofMatches(h.mac(), Proof(options_.rpc.secret, "trainer", p->nonce, p->trainer_id))) {
       p->nonce.clear();
-      return error("authentication failed: the trainer does not know LOOM_PS_SECRET",
-                   StatusCode::kFailedPrecondition);
+      return RefuseWithError(peer, *p, h.id(),
+                             "authentication failed: the trainer does not know LOOM_PS_SECRET",
+                             StatusCode::kFailedPrecondition);
     }
     p->authenticated = true;
     // A trainer's newest connection is the one replies go to (it may move to the Unix socket).
@@ -223,9 +223,29 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
     Send(peer, Encode(r));
     return;
   }
-  Refuse(peer, p->address, p->trainer_id,
-         StrCat("a ", KindName(h.kind()), " from a peer that has not authenticated"));
+  // Anything else from a connection that never authenticated here: a trainer whose server was
+  // restarted on this endpoint (its connection came back to the new one), or whose session
+  // ended. Told at once, so that it stops with this reason instead of waiting for replies.
+  RefuseWithError(peer, *p, h.id(),
+                  StrCat("a ", KindName(h.kind()), " on a connection that never authenticated with ",
+                         options_.name,
+                         " (was the server restarted, or did this trainer's session end?)"),
+                  StatusCode::kFailedPrecondition);
 }
+
+void Server::RefuseWithError(const std::string& peer, const Peer& p, uint64_t id,
+                             const std::string& why, StatusCode code, bool retry) {
+  if (!retry) Refuse(peer, p.address, p.trainer_id, why);  // a retry is expected: not logged
+  Header e;
+  e.set_kind(Header::ERROR);
+  e.set_id(id);
+  e.set_text(why);
+  e.set_code(static_cast<int>(code));
+  if (retry) e.set_retry(true);
+  Send(peer, Encode(e));
+}
+
+void Server::EndSession(int trainer) { ended_.insert(trainer); }
 
 void Server::Refuse(const std::string& peer, const std::string& address, int trainer,
                     const std::string& why) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ class Server {
   std::optional<std::chrono::steady_clock::time_point> LastHeard(int trainer) const;
   // "127.0.0.1:45122" of trainer t's connection (empty if unknown).
   std::string PeerAddress(int trainer) const;
+  // Trainer `trainer` has ended its session with this server (it closed): a later HELLO with
+  // its id comes from a later job meant for the next server on this endpoint, and is refused
+  // for now (the trainer retries until its connect deadline), never served.
+  void EndSession(int trainer);
   // Messages refused so far (any thread may read it).
   int64_t refused() const { return refused_.load(); }
   const std::string& endpoint() const { return endpoint_; }
@@ -68,6 +73,9 @@ class Server {
   void Handshake(const std::string& peer, Peer* p, const Header& h);
   void Refuse(const std::string& peer, const std::string& address, int trainer,
               const std::string& why);
+  // Refuses and tells the peer why (an ERROR; `retry`: for now only).
+  void RefuseWithError(const std::string& peer, const Peer& p, uint64_t id, const std::string& why,
+                       StatusCode code, bool retry = false);
   void Send(const std::string& peer, std::vector<zmq::message_t> frames);
 
   std::string endpoint_;
@@ -78,6 +86,7 @@ class Server {
   std::map<std::string, Peer> peers_;  // by routing id
   std::map<int, std::string> trainer_peer_;
   std::map<int, std::chrono::steady_clock::time_point> last_heard_;
+  std::set<int> ended_;  // trainers whose session ended (EndSession)
   std::atomic<int64_t> refused_{0};
 };
 

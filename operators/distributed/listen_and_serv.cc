@@ -178,6 +178,7 @@ Status ParamServer::Handle(rpc::Request& r) {
       return Status::OK();
     case rpc::Header::COMPLETE:
       closed_.insert(t);
+      server_->EndSession(t);
       server_->Reply(r, {});
       if (sync_) LOOM_RETURN_IF_ERROR(TryStep());
       AnswerWaiters();

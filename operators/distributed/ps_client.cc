@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
 
 namespace loom::ops {
 namespace {
@@ -11,10 +12,19 @@ std::mutex& RegistryMutex() {
   return mu;
 }
 
+// One trainer's (id, endpoints) entry. Its own mutex is held while it connects, so that the
+// registry's is never held across a network wait: another trainer of this process may need
+// it meanwhile (to close, which is what a server still serving an earlier job waits for
+// before this connection can go through).
+struct Slot {
+  std::mutex mu;
+  TrainerConnection* conn = nullptr;
+};
+
 // Connections live until CloseTrainer; ones left open at exit are never destroyed (their I/O
 // threads end with the process; servers notice the silence), so exit order cannot deadlock.
-std::map<std::string, TrainerConnection*>& Registry() {
-  static auto* r = new std::map<std::string, TrainerConnection*>();
+std::map<std::string, std::shared_ptr<Slot>>& Registry() {
+  static auto* r = new std::map<std::string, std::shared_ptr<Slot>>();
   return *r;
 }
 
@@ -75,29 +85,41 @@ StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
                                             const std::vector<std::string>& endpoints,
                                             const std::string& fingerprint) {
   LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  std::string key = Key(trainer_id, resolved);
-  auto it = Registry().find(key);
-  if (it != Registry().end()) return it->second;
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    auto& entry = Registry()[Key(trainer_id, resolved)];
+    if (!entry) entry = std::make_shared<Slot>();
+    slot = entry;
+  }
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (slot->conn) return slot->conn;
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   LOOM_ASSIGN_OR_RETURN(auto client,
                         rpc::Client::Connect(resolved, trainer_id, fingerprint, options));
   auto* conn = new TrainerConnection();
   conn->client = std::move(client);
-  Registry()[key] = conn;
+  slot->conn = conn;
   return conn;
 }
 
 Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints) {
   LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
-  TrainerConnection* conn = nullptr;
+  std::shared_ptr<Slot> slot;
   {
     std::lock_guard<std::mutex> lock(RegistryMutex());
     auto it = Registry().find(Key(trainer_id, resolved));
     if (it == Registry().end()) return Status::OK();
-    conn = it->second;
+    slot = it->second;
     Registry().erase(it);
   }
+  TrainerConnection* conn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    conn = slot->conn;
+    slot->conn = nullptr;
+  }
+  if (conn == nullptr) return Status::OK();  // it never connected
   std::unique_ptr<TrainerConnection> owned(conn);
   // The servers take this after the trainer's earlier one-way messages; a refusal of one of
   // those fails this call.

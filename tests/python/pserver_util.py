@@ -3,6 +3,7 @@ and trainers) run as threads of this process, each with its own scope and execut
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 
@@ -110,9 +111,11 @@ def run_job(servers, trainers, feeds, config=None, sync=True, model=None, timeou
     threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(trainers)]
     for th in threads:
         th.start()
+    deadline = time.monotonic() + timeout
     for th in threads:
-        th.join(timeout)
-        assert not th.is_alive(), "the job did not finish within %d s" % timeout
+        th.join(max(0.0, deadline - time.monotonic()))
+        assert not th.is_alive(), ("the job did not finish within %d s; errors so far: %r"
+                                   % (timeout, errors))
     return losses, init, final, errors
 
 

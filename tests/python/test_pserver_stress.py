@@ -1,0 +1,131 @@
+"""Sync parameter-server jobs run many times over, alone and beside busy loops, never hang; and
+jobs run back to back on the same endpoints (a server started again on its port while the
+last job's trainers move on at once, as bench/ps/loom_ps_bench.py does) never wait for
+trainers that already came and went. Each job has a deadline; a job that misses it fails the
+test with the errors seen so far."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import loom as fluid
+from pserver_util import batches, build, free_ports, run_job, train_reference
+
+DEADLINE_S = 60
+
+
+def _busy_loops(n):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def _stop(procs):
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait(timeout=10)
+
+
+def _split(x, y, trainers):
+    sizes = [len(x) // trainers + (k < len(x) % trainers) for k in range(trainers)]
+    out, begin = [], 0
+    for s in sizes:
+        out.append((x[begin:begin + s], y[begin:begin + s]))
+        begin += s
+    return out
+
+
+@pytest.mark.parametrize("busy", [0, 2])
+def test_sync_job_many_times_never_hangs(busy):
+    """The case that once hung in CI (2 servers, 3 trainers with unequal shares, sliced, bytes
+    placement, float64 Adam), 12 times, each checked against one process on the union."""
+    cfg = fluid.DistributeTranspilerConfig()
+    cfg.slice_var_up, cfg.split_method, cfg.min_block_size = True, "bytes", 4
+    model = {"opt": "adam", "dtype": "float64"}
+    loops = _busy_loops(busy)
+    try:
+        for run in range(12):
+            steps = batches(4, 7, "float64", seed=run)
+            feeds = [[] for _ in range(3)]
+            for x, y in steps:
+                for k, part in enumerate(_split(x, y, 3)):
+                    feeds[k].append(part)
+            _, init, final, errors = run_job(2, 3, feeds, cfg, model=model, timeout=DEADLINE_S)
+            assert not errors, (run, errors)
+            ref, _ = train_reference(init, steps, model)
+            for name, want in ref.items():
+                np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12,
+                                           err_msg="%s (run %d)" % (name, run))
+    finally:
+        _stop(loops)
+
+
+def _back_to_back(eps, trainers, phases, errors, results):
+    """Every server runs one job per phase on its endpoint, started again as soon as the last
+    one ends; every trainer closes a phase and starts the next at once (another model: another
+    fingerprint)."""
+
+    def server(i):
+        for hidden in phases:
+            try:
+                main, startup, _, _ = build(hidden=hidden)
+                t = fluid.DistributeTranspiler()
+                t.transpile(0, program=main, pservers=",".join(eps), trainers=trainers,
+                            startup_program=startup)
+                prog, pstart = t.get_pserver_programs(eps[i])
+                exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+                exe.run(pstart, scope=scope)
+                exe.run(prog, scope=scope)
+            except Exception as e:  # noqa: BLE001 - reported to the test
+                errors.append(("server %d, hidden %d" % (i, hidden), e))
+                return
+
+    def trainer(k):
+        for hidden in phases:
+            try:
+                main, startup, loss, _ = build(hidden=hidden)
+                t = fluid.DistributeTranspiler()
+                t.transpile(k, program=main, pservers=",".join(eps), trainers=trainers,
+                            startup_program=startup)
+                exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+                exe.run(startup, scope=scope)
+                prog = t.get_trainer_program()
+                for x, y in batches(3, 4 * trainers, seed=hidden):
+                    rows = slice(4 * k, 4 * k + 4)
+                    exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss],
+                            scope=scope)
+                exe.close()
+                results.append((k, hidden))
+            except Exception as e:  # noqa: BLE001
+                errors.append(("trainer %d, hidden %d" % (k, hidden), e))
+                return
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(len(eps))]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True)
+                for k in range(trainers)]
+    for th in threads:
+        th.start()
+    return threads
+
+
+@pytest.mark.parametrize("busy", [0, 2])
+def test_back_to_back_jobs_on_one_endpoint_never_wait_for_trainers_gone(busy):
+    os.environ.setdefault("LOOM_PS_SECRET", "test-secret")
+    phases = [6, 9, 5, 12, 7, 6]  # hidden sizes: every phase another program
+    loops = _busy_loops(busy)
+    try:
+        for run in range(3):
+            eps, errors, results = free_ports(2), [], []
+            threads = _back_to_back(eps, 2, phases, errors, results)
+            deadline = time.monotonic() + DEADLINE_S
+            for th in threads:
+                th.join(max(0.0, deadline - time.monotonic()))
+                assert not th.is_alive(), ("run %d did not finish within %d s; errors so far: "
+                                           "%r" % (run, DEADLINE_S, errors))
+            assert not errors, (run, errors)
+            assert sorted(results) == sorted((k, h) for k in range(2) for h in phases)
+    finally:
+        _stop(loops)
