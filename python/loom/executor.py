@@ -4,26 +4,27 @@ import contextlib
 import numpy as np
 
 from . import core
+from ._per_thread import PerThread
 from .framework import Program, Variable, default_main_program
 
 Scope = core.Scope
-_global_scope = core.Scope()
+_global_scope = PerThread(core.Scope())
 
 
 def global_scope():
     """The scope executors use when run() is given none."""
-    return _global_scope
+    return _global_scope.get()
 
 
 @contextlib.contextmanager
 def scope_guard(scope):
-    """Makes scope the global scope inside the with-block."""
-    global _global_scope
-    saved, _global_scope = _global_scope, scope
+    """Makes scope the global scope inside the with-block (in a thread other than the main one:
+    for that thread alone)."""
+    token = _global_scope.set(scope)
     try:
         yield
     finally:
-        _global_scope = saved
+        _global_scope.restore(token)
 
 
 def _fetch_name(v):

@@ -4,6 +4,7 @@ import contextlib
 import numpy as np
 
 from . import core, unique_name
+from ._per_thread import PerThread
 
 _DTYPES = {
     "float32": core.DataType.FP32, "float64": core.DataType.FP64, "float16": core.DataType.FP16,
@@ -391,43 +392,48 @@ class Program:
         return Program(core.ProgramDesc.parse_from_string(binary))
 
 
-_main_program = Program()
-_startup_program = Program()
+# The default programs: per thread where a worker thread switched them (_per_thread.py).
+_main_program = PerThread(Program())
+_startup_program = PerThread(Program())
 
 
 def default_main_program():
-    return _main_program
+    return _main_program.get()
 
 
 def default_startup_program():
-    return _startup_program
+    return _startup_program.get()
 
 
 def switch_main_program(program):
-    global _main_program
-    prev, _main_program = _main_program, program
+    """Makes program the default main program (of this thread, or in the main thread of the
+    process); returns the one it replaces."""
+    prev = _main_program.get()
+    _main_program.set(program)
     return prev
 
 
 def switch_startup_program(program):
-    global _startup_program
-    prev, _startup_program = _startup_program, program
+    """As switch_main_program, for the startup program."""
+    prev = _startup_program.get()
+    _startup_program.set(program)
     return prev
 
 
 @contextlib.contextmanager
 def program_guard(main_program, startup_program=None):
-    """Builds into main_program (and startup_program) inside the with-block."""
+    """Builds into main_program (and startup_program) inside the with-block. In a thread other
+    than the main one the guard holds for that thread alone."""
     if not isinstance(main_program, Program):
         raise TypeError("program_guard: main_program must be a loom.Program")
-    prev_main = switch_main_program(main_program)
-    prev_startup = switch_startup_program(startup_program) if startup_program is not None else None
+    main_token = _main_program.set(main_program)
+    startup_token = _startup_program.set(startup_program) if startup_program is not None else None
     try:
         yield
     finally:
-        switch_main_program(prev_main)
-        if prev_startup is not None:
-            switch_startup_program(prev_startup)
+        _main_program.restore(main_token)
+        if startup_token is not None:
+            _startup_program.restore(startup_token)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
 """LayerHelper: creates a layer's parameters (with startup initializers) and output vars."""
+import threading
 import weakref
 
 from . import unique_name
@@ -13,7 +14,12 @@ from .param_attr import ParamAttr
 # of the step function replays its first call: the layers it builds get the first call's
 # layer names (so the name counters move as in Fluid, and the layers built after the loop are
 # named as Fluid names them) and its parameters are the first call's, in creation order.
-_SHARING = []  # frames of the calls in progress (see call_sharing_parameters)
+class _Frames(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_FRAMES = _Frames()  # each thread's frames of the calls in progress (call_sharing_parameters)
 _RECORDED = weakref.WeakKeyDictionary()  # function (or cell) -> its first call's record
 
 
@@ -30,20 +36,20 @@ def call_sharing_parameters(fn, *args, **kwargs):
     frame = {"replay": record is not None, "pos": 0, "hpos": 0,
              "params": record["params"] if record else [],
              "helpers": record["helpers"] if record else []}
-    _SHARING.append(frame)
+    _FRAMES.stack.append(frame)
     try:
         out = fn(*args, **kwargs)
     finally:
-        _SHARING.pop()
+        _FRAMES.stack.pop()
     if record is None:
         _RECORDED[key] = {"params": frame["params"], "helpers": frame["helpers"]}
     return out
 
 
 def _layer_name(layer_type):
-    if not _SHARING:
+    if not _FRAMES.stack:
         return unique_name.generate(layer_type)
-    frame = _SHARING[-1]
+    frame = _FRAMES.stack[-1]
     helpers = frame["helpers"]
     if not frame["replay"]:
         name = unique_name.generate(layer_type)
@@ -57,9 +63,9 @@ def _layer_name(layer_type):
 
 
 def _shared_name(layer, name, shape, named):
-    if not _SHARING or named:
+    if not _FRAMES.stack or named:
         return name
-    frame = _SHARING[-1]
+    frame = _FRAMES.stack[-1]
     shape = [int(s) for s in shape]
     if not frame["replay"]:
         frame["params"].append((name, shape))

@@ -1,24 +1,31 @@
-"""Unique names for variables and parameters: ``generate("fc")`` -> ``fc_0``, ``fc_1``, ..."""
+"""Unique names for variables and parameters: ``generate("fc")`` -> ``fc_0``, ``fc_1``, ...
+
+The counters are the process's, except in a thread (not the main one) inside its own
+``guard()``: those counters are that thread's alone (_per_thread.py)."""
 import collections
 import contextlib
+import threading
 
-_counters = collections.defaultdict(int)
+from ._per_thread import PerThread
+
+_counters = PerThread(collections.defaultdict(int))
+_lock = threading.Lock()  # threads that share the process's counters take numbers one at a time
 
 
 def generate(key):
     """Returns ``key_N`` with N counting up per key."""
-    n = _counters[key]
-    _counters[key] += 1
+    counters = _counters.get()
+    with _lock:
+        n = counters[key]
+        counters[key] += 1
     return "%s_%d" % (key, n)
 
 
 @contextlib.contextmanager
 def guard():
     """Restarts the counters inside the block (and restores them after)."""
-    global _counters
-    saved = _counters
-    _counters = collections.defaultdict(int)
+    token = _counters.set(collections.defaultdict(int))
     try:
         yield
     finally:
-        _counters = saved
+        _counters.restore(token)
