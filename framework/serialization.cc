@@ -347,8 +347,8 @@ std::string ParamFileName(const std::string& var_name) {
 
 namespace {
 
-// DIR/CHECKPOINT: written last by SaveParams and removed first, so that a directory whose save
-// was interrupted has none; one line per file with its size and CRC-32, so that a mix of files
+// DIR/CHECKPOINT: written last by SaveParams into the directory it swaps in whole, so that a
+// directory without one was not written by SaveParams; one line per file with its size and CRC-32, so that a mix of files
 // from two saves is found before anything is loaded.
 constexpr const char* kCheckpointFile = "CHECKPOINT";
 constexpr const char* kCheckpointHeader = "loom-checkpoint 1";
@@ -405,25 +405,26 @@ Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::str
                                 "': it has no value in the scope (run the startup program first)");
     tensors.push_back({v.Name(), &var->Get<Tensor>()});
   }
-  LOOM_RETURN_IF_ERROR(MakeDirs(dir));
-  const std::string manifest = JoinPath(dir, kCheckpointFile);
-  if (FileExists(manifest) && ::unlink(manifest.c_str()) != 0)
-    return IOError("cannot replace '", manifest, "': ", std::strerror(errno));
-  std::string text = std::string(kCheckpointHeader) + "\n";
-  for (const auto& [name, tensor] : tensors) {
-    const std::string file = ParamFileName(name);
-    const std::string bytes = SerializeTensor(*tensor);
-    LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, file), bytes));
-    char crc[16];
-    std::snprintf(crc, sizeof(crc), "%08x", Crc32Of(bytes));
-    text += StrCat(name, "\t", file, "\t", bytes.size(), " ", crc, "\n");
-  }
-  return WriteFileAtomic(manifest, text);
+  // The whole directory is written beside the old one and swapped in (file_util.h): the
+  // previous checkpoint stays loadable until this one is complete.
+  return ReplaceDirectory(dir, [&](const std::string& staging) -> Status {
+    std::string text = std::string(kCheckpointHeader) + "\n";
+    for (const auto& [name, tensor] : tensors) {
+      const std::string file = ParamFileName(name);
+      const std::string bytes = SerializeTensor(*tensor);
+      LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(staging, file), bytes));
+      char crc[16];
+      std::snprintf(crc, sizeof(crc), "%08x", Crc32Of(bytes));
+      text += StrCat(name, "\t", file, "\t", bytes.size(), " ", crc, "\n");
+    }
+    return WriteFileAtomic(JoinPath(staging, kCheckpointFile), text);
+  });
 }
 
 Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& dir,
                   const Place& place) {
   if (dir.empty()) return InvalidArgument("load_params: an empty directory name");
+  LOOM_RETURN_IF_ERROR(RecoverDirectory(dir));  // a save that crashed between its two renames
   if (!IsDirectory(dir)) return NotFound("parameter directory '", dir, "' does not exist");
   LOOM_ASSIGN_OR_RETURN(auto entries, ReadCheckpoint(dir));
   // Every file is read and checked before the scope changes: a failed load leaves it as it was.

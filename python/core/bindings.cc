@@ -4,6 +4,7 @@
 
 #include "executor/executor.h"
 #include "framework/backward.h"
+#include "framework/file_util.h"
 #include "framework/op_registry.h"
 #include "framework/serialization.h"
 #include "framework/verifier.h"
@@ -506,7 +507,12 @@ PYBIND11_MODULE(core, m) {
           py::arg("fetch_list") = std::vector<std::string>{});
 
   m.def("save_params", [](const ProgramDesc& p, const Scope& s, const std::string& dir) {
-    ThrowIfError(SaveParams(p, s, dir));
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = SaveParams(p, s, dir);
+    }
+    ThrowIfError(st);
   });
   m.def(
       "load_params",
@@ -514,6 +520,29 @@ PYBIND11_MODULE(core, m) {
         ThrowIfError(LoadParams(p, &s, dir, place));
       },
       py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
+  m.def(
+      "stage_directory",
+      [](const std::string& dir) { return ValueOrThrow(StageDirectory(dir)); },
+      py::arg("dir"),
+      "A fresh staging directory beside dir to write dir's new contents into; "
+      "commit_directory swaps it in atomically (framework/file_util.h).");
+  m.def(
+      "commit_directory",
+      [](const std::string& staging, const std::string& dir) {
+        py::gil_scoped_release release;
+        ThrowIfError(CommitDirectory(staging, dir));
+      },
+      py::arg("staging"), py::arg("dir"),
+      "Swaps the staging directory in for dir in one step (entries of the old dir it lacks are "
+      "carried over), then removes the old contents.");
+  m.def(
+      "recover_directory", [](const std::string& dir) { ThrowIfError(RecoverDirectory(dir)); },
+      py::arg("dir"),
+      "Puts back what a save interrupted between its two renames left aside (file systems "
+      "without an atomic exchange); removes dead processes' staging directories.");
+  m.def(
+      "discard_directory", [](const std::string& staging) { DiscardDirectory(staging); },
+      py::arg("staging"), "Removes a staging directory that will not be committed.");
   m.def("save_tensor",
         [](const Tensor& t, const std::string& path) { ThrowIfError(SaveTensor(t, path)); });
   m.def("load_tensor", [](const std::string& path) { return ValueOrThrow(LoadTensor(path)); });

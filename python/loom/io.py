@@ -15,7 +15,9 @@ def _program(main_program):
 
 def save_params(executor, dirname, main_program=None, filename=None):
     """Writes every persistable variable (parameters and optimizer state) of the program to
-    dirname, one LOOMTNSR file per variable (docs/FORMATS.md)."""
+    dirname, one LOOMTNSR file per variable (docs/FORMATS.md). The directory is written beside
+    dirname and swapped in whole: an interrupted save leaves the checkpoint saved there before
+    (other files in dirname are kept)."""
     core.save_params(_program(main_program).desc, global_scope(), dirname)
 
 
@@ -86,7 +88,8 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
                          model_filename=None, params_filename=None):
     """Saves the forward part of the program that computes target_vars (test mode, pruned of
     loss and optimizer ops) as DIR/main.pb, its parameters under DIR/params and a manifest
-    naming feeds and fetches."""
+    naming feeds and fetches. The directory is written beside DIR and swapped in whole: an
+    interrupted save leaves the model saved there before."""
     source = _program(main_program)
     block = source.global_block()
     for name in _names(feeded_var_names):
@@ -100,15 +103,23 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     if not dirname:
         raise ValueError("save_inference_model: an empty directory name")
     program = _prune_to_targets(source.clone(for_test=True), _names(target_vars))
-    os.makedirs(dirname, exist_ok=True)
-    program.desc.save(os.path.join(dirname, model_filename or "main.pb"))
-    core.save_params(program.desc, global_scope(), os.path.join(dirname, "params"))
-    _write_manifest(dirname, _names(feeded_var_names), _names(target_vars))
+    # Written whole beside dirname and swapped in: the model saved there before stays loadable
+    # until this one is complete (files of the user's in dirname are kept).
+    staging = core.stage_directory(dirname)
+    try:
+        program.desc.save(os.path.join(staging, model_filename or "main.pb"))
+        core.save_params(program.desc, global_scope(), os.path.join(staging, "params"))
+        _write_manifest(staging, _names(feeded_var_names), _names(target_vars))
+        core.commit_directory(staging, dirname)
+    except BaseException:
+        core.discard_directory(staging)
+        raise
     return _names(target_vars)
 
 
 def load_inference_model(dirname, executor, model_filename=None, params_filename=None):
     """Returns (program, feed names, fetch Variables) and loads the parameters."""
+    core.recover_directory(dirname)  # a save interrupted between its two renames
     program = Program(core.ProgramDesc.load(os.path.join(dirname, model_filename or "main.pb")))
     core.load_params(program.desc, global_scope(), os.path.join(dirname, "params"), executor.place)
     feeds, fetches = [], []
