@@ -30,6 +30,12 @@ const std::vector<Pass<DataParallelState>>& Pipeline() {
        InsertCommInit},
       {{"broadcast-params", "broadcasts every parameter from rank 0 after initialization", true},
        BroadcastParams},
+      {{"check-persistables",
+        "ends startup with a check that every rank holds the same value of every persistable "
+        "the main program reads (learning rates, optimizer state, counters, parameters): ranks "
+        "that differ fail, naming the first variable",
+        true},
+       CheckPersistables},
       {{"insert-grad-sync",
         "right after a bucket's last gradient: its allreduce (owner mode: reduce to the owner, "
         "and the owner's broadcast of the updated parameter); algorithm auto resolved per "

@@ -124,6 +124,34 @@ StatusOr<bool> BroadcastParams(DataParallelState& s) {
   return changed;
 }
 
+StatusOr<bool> CheckPersistables(DataParallelState& s) {
+  // Every persistable dense tensor some op of main reads, in name order (the same list on
+  // every rank): parameters (after their broadcast), learning rates, optimizer state, counters.
+  std::set<std::string> read;
+  for (int b = 0; b < s.main.NumBlocks(); ++b) {
+    BlockDesc* block = s.main.Block(b);
+    for (int i = 0; i < block->OpSize(); ++i)
+      for (const auto& name : block->Op(i).InputArgumentNames()) read.insert(name);
+  }
+  BlockDesc* mb = s.main.GlobalBlock();
+  BlockDesc* sb = s.startup.GlobalBlock();
+  std::vector<std::string> vars;
+  for (const auto& name : read) {
+    if (!mb->HasVar(name)) continue;
+    VarDesc v = mb->Var(name);
+    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    if (!sb->HasVar(name)) DeclareLike(sb, v);
+    vars.push_back(name);
+  }
+  if (vars.empty()) return false;
+  // `vars` is the list every rank compares; X, what this rank holds of it (split-per-rank
+  // drops the optimizer state a rank does not own), orders the check after their initializers.
+  OpDesc op = sb->AppendOp("check_persistables", {{"X", vars}, {"Comm", {kCommVar}}}, {},
+                           {{"vars", vars}});
+  op.SetRole(kOpRoleCommunication);
+  return true;
+}
+
 namespace {
 
 // sample_weight first, and the weight input of every gradient collective.
@@ -256,6 +284,14 @@ StatusOr<bool> SplitPerRank(DataParallelState& s) {
         auto it = s.owner.find(served[0]);
         return it != s.owner.end() && it->second != r;
       });
+      for (int i = 0; i < sb->OpSize(); ++i) {
+        OpDesc op = sb->Op(i);
+        if (op.Type() != "check_persistables") continue;
+        std::vector<std::string> held;
+        for (const auto& v : op.Input("X"))
+          if (sb->HasVar(v)) held.push_back(v);
+        op.SetInput("X", held);
+      }
     }
     s.rank_startup.push_back(std::move(startup));
     s.rank_main.push_back(std::move(main));

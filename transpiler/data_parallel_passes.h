@@ -46,6 +46,7 @@ StatusOr<bool> AssignOwners(DataParallelState& s);
 StatusOr<bool> PlanGradBuckets(DataParallelState& s);
 StatusOr<bool> InsertCommInit(DataParallelState& s);
 StatusOr<bool> BroadcastParams(DataParallelState& s);
+StatusOr<bool> CheckPersistables(DataParallelState& s);
 StatusOr<bool> InsertGradSync(DataParallelState& s);
 StatusOr<bool> SplitPerRank(DataParallelState& s);
 

@@ -6,9 +6,13 @@
 // later op touches one of the op's variables (KernelContext::SetAsync), so gradients are
 // exchanged while the rest of backward computes. Ranks must run the same collective ops in the
 // same order (the transpiler guarantees it); calls that differ end in an error naming both ranks.
+#include <zlib.h>
+
+#include <algorithm>
 #include <atomic>
 
 #include "loom/config.h"
+#include "framework/scope.h"
 #include "operators/collective/comm.h"
 #include "operators/collective/stats.h"
 #include "operators/common.h"
@@ -355,6 +359,96 @@ Status CoalesceKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// ---- check_persistables ----
+
+// A digest of a tensor's dtype, dims and bytes: equal tensors give equal digests on every rank.
+uint64_t StateDigest(const Tensor& t) {
+  const std::string shape = StrCat(static_cast<int>(t.dtype()), ":", t.dims().ToString());
+  const uLong meta =
+      crc32(0L, reinterpret_cast<const Bytef*>(shape.data()), static_cast<uInt>(shape.size()));
+  uLong data = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(t.raw_data());
+  for (size_t left = t.nbytes(); left > 0;) {  // crc32 takes at most 4 GiB at a time
+    const size_t n = std::min<size_t>(left, size_t{1} << 30);
+    data = crc32(data, p, static_cast<uInt>(n));
+    p += n;
+    left -= n;
+  }
+  // Bit 63 set: present (0 stands for a variable this rank does not hold).
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(meta & 0x7fffffff) << 32) |
+         (data & 0xffffffff);
+}
+
+std::string Leading(const double* v, int64_t numel) {
+  std::string out = "[";
+  for (int64_t i = 0; i < std::min<int64_t>(numel, 4); ++i) out += StrCat(i ? ", " : "", v[i]);
+  return out + (numel > 4 ? ", ...]" : "]");
+}
+
+// Every rank holds the same value of every X (learning rates, optimizer state, counters,
+// parameters after their broadcast). The digests of all ranks are gathered, so every rank finds
+// the same first difference and fails with the same error, naming the variable, the ranks and
+// their leading values (gathered by a second call, which every rank then makes too).
+Status CheckPersistablesKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
+  const auto& vars = ctx.Attr<std::vector<std::string>>("vars");
+  const int nranks = comm->nranks(), n = static_cast<int>(vars.size());
+  if (nranks < 2 || n == 0 || !ctx.place().is_cpu()) return Status::OK();
+  auto held = [&](int i) -> const Tensor* {
+    const Variable* v = ctx.scope() ? ctx.scope()->FindVar(vars[i]) : nullptr;
+    if (v == nullptr || !v->IsType<Tensor>()) return nullptr;
+    const Tensor* t = &v->Get<Tensor>();
+    return t->initialized() && t->place().is_cpu() ? t : nullptr;
+  };
+  std::vector<uint64_t> mine(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i)
+    if (const Tensor* t = held(i)) mine[i] = StateDigest(*t);
+  std::vector<uint64_t> all(static_cast<size_t>(n) * nranks);
+  LOOM_RETURN_IF_ERROR(
+      comm->AllGather(mine.data(), all.data(), static_cast<size_t>(n), collective::DataType::kInt64)
+          .Wait()
+          .WithContext(ctx.Where()));
+  for (int i = 0; i < n; ++i) {
+    int first = -1, other = -1;  // the first rank holding it, and the first that differs
+    for (int r = 0; r < nranks && other < 0; ++r) {
+      const uint64_t d = all[static_cast<size_t>(r) * n + i];
+      if (d == 0) continue;
+      if (first < 0)
+        first = r;
+      else if (d != all[static_cast<size_t>(first) * n + i])
+        other = r;
+    }
+    if (other < 0) continue;
+    constexpr int kLead = 4;
+    std::vector<double> lead(kLead, 0.0), leads(static_cast<size_t>(kLead) * nranks);
+    int64_t numel = 0;
+    if (const Tensor* t = held(i)) {
+      numel = t->numel();
+      for (int64_t k = 0; k < std::min<int64_t>(numel, kLead); ++k) {
+        switch (t->dtype()) {
+          case proto::FP32: lead[k] = t->data<float>()[k]; break;
+          case proto::FP64: lead[k] = t->data<double>()[k]; break;
+          case proto::INT32: lead[k] = t->data<int32_t>()[k]; break;
+          case proto::INT64: lead[k] = static_cast<double>(t->data<int64_t>()[k]); break;
+          default: break;
+        }
+      }
+    }
+    LOOM_RETURN_IF_ERROR(
+        comm->AllGather(lead.data(), leads.data(), kLead, collective::DataType::kFloat64)
+            .Wait()
+            .WithContext(ctx.Where()));
+    const int64_t shown = numel;  // this rank's count (the ranks' dims agree or the digest says)
+    return ctx.Error("rank ", other, " holds another value of persistable variable '",
+                     vars[i], "' than rank ", first, " (rank ", first, ": ",
+                     Leading(&leads[static_cast<size_t>(first) * kLead], shown), ", rank ", other,
+                     ": ", Leading(&leads[static_cast<size_t>(other) * kLead], shown),
+                     "): every rank must start from the same state (the same optimizer "
+                     "settings, startup program and loaded checkpoint), or the ranks train apart");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // Registered kernels: every dtype the collectives library moves, on CPU places (in-process or
@@ -450,6 +544,20 @@ LOOM_REGISTER_OP(allgather)
     .KernelDtypeFrom("X")
     .InferShape(AllGatherInferShape)
     .LOOM_COLLECTIVE_KERNELS(AllGatherKernel);
+
+LOOM_REGISTER_OP(check_persistables)
+    .Doc(
+        "Fails on every rank, naming the first variable and the ranks that differ, unless every "
+        "rank holds the same value of every variable of `vars` (the persistable state the main program reads: "
+        "compared by a digest of dtype, dims and bytes; CPU places). A variable a rank does not "
+        "hold is compared among the ranks that do.")
+    .Input("X", "what this rank holds of `vars` (orders the check after their initializers)",
+           /*duplicable=*/true)
+    .Input("Comm", "the communicator (from comm_init)")
+    .RequiredAttr<std::vector<std::string>>(
+        "vars", "the persistable variables to compare, in the same order on every rank")
+    .KernelDtypeFrom("Comm")
+    .Kernel(Place::kCPU, proto::FP32, CheckPersistablesKernel);
 
 LOOM_REGISTER_OP(barrier)
     .Doc("Returns once every rank has reached it.")

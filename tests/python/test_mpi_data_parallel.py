@@ -100,3 +100,23 @@ def test_an_uncaught_exception_on_one_rank_ends_the_job_at_once():
     assert proc.returncode != 0
     assert "rank 1 cannot read its data" in proc.stderr, proc.stderr[-3000:]
     assert "rank 1: uncaught RuntimeError: ending the MPI job" in proc.stderr, proc.stderr[-3000:]
+
+
+@needs_mpi
+@pytest.mark.parametrize("n", [2, 3])
+def test_ranks_with_different_learning_rates_fail_naming_the_variable(n):
+    """Identical main programs, the learning rate in startup's fill_constant: rank 0 SGD(0.1),
+    the others SGD(0.9). Every rank fails before its first step, naming the variable and the
+    ranks; the same job with equal rates trains."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
+           os.path.join(HERE, "mpi_lr_worker.py")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    for r in range(n):
+        line = [l for l in proc.stdout.splitlines() if l.startswith("rank %d " % r)]
+        assert line and "failed" in line[0], proc.stdout + proc.stderr[-2000:]
+        assert ("rank 1 holds another value of persistable variable 'learning_rate_0' than "
+                "rank 0 (rank 0: [0.1], rank 1: [0.9])") in line[0], line[0]
+    proc = subprocess.run(cmd + ["same"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.count("trained") == n

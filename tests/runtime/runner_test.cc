@@ -177,6 +177,43 @@ TEST(Runner, AFailingRankStopsItsPeersAndReportsTheFirstCause) {
   EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
 }
 
+// Ranks as threads whose learning rates differ (rank 2's startup fills 0.9, the others 0.1):
+// startup fails with the variable and the ranks named, before any step; equal rates start.
+TEST(Runner, RanksWhosePersistableStateDiffersFailAtStartup) {
+  Net n = Mlp();
+  for (const bool differ : {true, false}) {
+    transpiler::DataParallelConfig c;
+    c.nranks = 3;
+    c.group = differ ? "runner-test-lr-differs" : "runner-test-lr-same";
+    auto r = transpiler::TranspileDataParallel(n.startup, n.main, c).value();
+    std::vector<RankProgram> ranks(3);
+    int changed = 0;
+    for (int k = 0; k < 3; ++k) {
+      ranks[k].startup = r.startup[k];
+      ranks[k].main = r.main[k];
+      BlockDesc* sb = ranks[k].startup.GlobalBlock();
+      for (int i = 0; i < sb->OpSize() && differ && k == 2; ++i) {
+        OpDesc op = sb->Op(i);
+        if (op.Type() != "fill_constant" || op.Output("Out")[0] != "learning_rate_0") continue;
+        op.SetAttr("value", 0.9f);
+        ++changed;
+      }
+    }
+    ASSERT_EQ(changed, differ ? 1 : 0);
+    auto runner = Runner::Create(std::move(ranks), 0, 3).value();
+    Status st = runner->Startup();
+    if (!differ) {
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      continue;
+    }
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("rank 2 holds another value of persistable variable "
+                                "'learning_rate_0' than rank 0 (rank 0: [0.1], rank 2: [0.9])"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 TEST(RankFeed, VariablesWithoutABatchDimGoWholeToEveryRank) {
   FeedMap global = {{"x", Rows(5, 2)}, {"flag", Rows(1, 1, 42)}};
   auto r1 = RankFeed(global, 1, 2, {"flag"});

@@ -142,11 +142,11 @@ TEST(DataParallelPipeline, DumpsEveryRanksProgramsAfterTheSplit) {
   c.pass_options.dump_after = {"insert-grad-sync", "split-per-rank"};
   c.pass_options.dump_dir = dir;
   ASSERT_TRUE(TranspileDataParallel(n.startup, n.main, c).ok());
-  auto sync = ReadFile(dir + "/07-insert-grad-sync/main.txt");
+  auto sync = ReadFile(dir + "/08-insert-grad-sync/main.txt");
   ASSERT_TRUE(sync.ok()) << sync.status().ToString();
   EXPECT_NE(sync.value().find("allreduce"), std::string::npos);
-  EXPECT_TRUE(FileExists(dir + "/08-split-per-rank/rank1.startup.txt"));
-  EXPECT_TRUE(FileExists(dir + "/08-split-per-rank/rank1.main.txt"));
+  EXPECT_TRUE(FileExists(dir + "/09-split-per-rank/rank1.startup.txt"));
+  EXPECT_TRUE(FileExists(dir + "/09-split-per-rank/rank1.main.txt"));
 }
 
 // docs/CLI.md's pass table is the pipeline's declaration, rendered. LOOM_UPDATE_DOCS=1 rewrites
