@@ -82,8 +82,11 @@ StatusOr<collective::DataType> CollectiveType(DataType t) {
 
 namespace {
 
-// The list entries are the places' tensors: entry r is rank r of an in-process group (one per
-// list length), and the allreduce leaves the sum in every rank's output.
+// The list entries are the places' tensors: entry r is rank r of an in-process group (one group
+// per list length, made on first use), and the allreduce leaves the sum in every rank's output.
+// As in MXNet, any list is reduced, whatever the lengths of the key's earlier pushes: the
+// stored value is the only state a key keeps between calls, and each call's group is the one
+// of its own length, so lengths may change freely (a single array is its own sum).
 class DeviceStore final : public InProcessStore {
  public:
   DeviceStore() : InProcessStore("device") {}
@@ -127,16 +130,6 @@ class DeviceStore final : public InProcessStore {
     return Status::OK();
   }
 
- protected:
-  // A key's list entries are its devices: the first push fixes how many.
-  Status CheckDevices(const Key& key, size_t n) override {
-    auto [it, first] = devices_.emplace(key, n);
-    if (!first && it->second != n)
-      return InvalidArgument("key ", key.ToString(), " was pushed from ", it->second,
-                             " devices (list entries); this push has ", n);
-    return Status::OK();
-  }
-
  private:
   StatusOr<collective::InProcessWorld*> World(int n) {
     auto it = worlds_.find(n);
@@ -146,7 +139,6 @@ class DeviceStore final : public InProcessStore {
   }
 
   std::map<int, std::unique_ptr<collective::InProcessWorld>> worlds_;
-  std::map<Key, size_t> devices_;
 };
 
 }  // namespace
@@ -237,7 +229,6 @@ Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, i
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "push"));
   if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
-  LOOM_RETURN_IF_ERROR(CheckDevices(key, values.size()));
   if (!updater_) return Merge(values, stored, {});
   merged_.Resize(stored->dims());
   merged_.mutable_data(Place::CPU(), stored->dtype());
@@ -263,7 +254,6 @@ Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& value
   if (values.empty()) return InvalidArgument("pushpull of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
-  LOOM_RETURN_IF_ERROR(CheckDevices(key, values.size()));
   return Merge(values, stored, outs);
 }
 

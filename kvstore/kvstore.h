@@ -104,9 +104,6 @@ class InProcessStore : public KVStore {
 
  protected:
   explicit InProcessStore(std::string type) : KVStore(std::move(type)) {}
-  // A store whose list entries stand for devices checks that a key's pushes keep the length of
-  // its first (the device store); others take any length.
-  virtual Status CheckDevices(const Key& key, size_t n) { return Status::OK(); }
   // merged = sum of values; also written to every extra out when given.
   virtual Status Merge(const std::vector<Tensor>& values, Tensor* merged,
                        const std::vector<Tensor*>& extra) = 0;
