@@ -283,6 +283,12 @@ class MpiTransport final : public Transport {
     half_ops_[3] = MakeOp(&HalfOp<ReduceOp::kMin>);
   }
   ~MpiTransport() override {
+    // After MPI_Finalize (a Python store destroyed at interpreter teardown, after the exit
+    // handler finalized MPI) MPI has released everything, and any MPI call would abort the
+    // process: nothing to free.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
     MpiGuard guard;
     for (MPI_Op& op : half_ops_) MPI_Op_free(&op);
     // Native collectives that timed out stay pending; their requests are never completed.

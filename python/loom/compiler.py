@@ -204,6 +204,30 @@ def _merge_place_feeds(feeds, mpi):
     return {n: np.concatenate([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
 
 
+_abort_installed = False
+
+
+def abort_mpi_job_on_uncaught_exception():
+    """An exception nobody catches on one rank ends the whole MPI job at once with that rank's
+    error (as `loom run` does), instead of leaving the other ranks waiting in their collectives
+    until the timeout. Installed once (sys.excepthook), by the first MPI user of the process."""
+    global _abort_installed
+    if _abort_installed:
+        return
+    _abort_installed = True
+    previous = sys.excepthook
+
+    def abort_job(kind, value, tb):
+        previous(kind, value, tb)
+        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
+        sys.stderr.write("loom: rank %s: uncaught %s: ending the MPI job\n"
+                         % (rank, kind.__name__))
+        sys.stderr.flush()
+        core.mpi_abort(1)
+
+    sys.excepthook = abort_job
+
+
 class _MpiCleanup:
     """At exit: drops the MPI communicators (scope variables) of compiled programs, then
     finalizes MPI, so that mpirun sees every rank end cleanly."""
@@ -216,25 +240,8 @@ class _MpiCleanup:
         self._comms.append((scope, list(names)))
         if not self._registered:
             atexit.register(self.finalize)
-            self._install_excepthook()
+            abort_mpi_job_on_uncaught_exception()
             self._registered = True
-
-    @staticmethod
-    def _install_excepthook():
-        """An exception nobody catches on one rank ends the whole MPI job at once with that
-        rank's error (as `loom run` does), instead of leaving the other ranks waiting in their
-        collectives until the timeout."""
-        previous = sys.excepthook
-
-        def abort_job(kind, value, tb):
-            previous(kind, value, tb)
-            rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
-            sys.stderr.write("loom: rank %s: uncaught %s: ending the MPI job\n"
-                             % (rank, kind.__name__))
-            sys.stderr.flush()
-            core.mpi_abort(1)
-
-        sys.excepthook = abort_job
 
     def finalize(self):
         for scope, names in self._comms:

@@ -67,8 +67,14 @@ class _Client:
     """The worker's MPI client (dist_sync_mpi / dist_async_mpi): its workers' rank and size and
     collectives over them (Loom's collectives over MPI). Outside those types, a client of one."""
 
-    def __init__(self, store):
-        self._store = store
+    def __init__(self, kv):
+        self._kv = kv  # the KVStore, whose _store is the one reference to the C++ store
+
+    @property
+    def _store(self):
+        if self._kv._store is None:
+            raise RuntimeError("the KVStore is closed")
+        return self._kv._store
 
     @property
     def rank(self):
@@ -104,7 +110,7 @@ def _check_array(v, what):
 class KVStore:
     def __init__(self, store):
         self._store = store
-        self.client = _Client(store)
+        self.client = _Client(self)
 
     @property
     def type(self):
@@ -196,6 +202,8 @@ def create(name="local"):
     if name.endswith("_mpi"):
         global _mpi_used
         _mpi_used = True
+        from .compiler import abort_mpi_job_on_uncaught_exception
+        abort_mpi_job_on_uncaught_exception()
     if name.startswith("dist"):
         _open_stores.add(kv)
     return kv

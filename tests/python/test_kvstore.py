@@ -120,13 +120,30 @@ def test_device_equals_local_on_large_random_lists():
         np.testing.assert_allclose(o, want, rtol=1e-6, atol=1e-6)
 
 
-def test_a_device_list_keeps_its_length():
+def test_a_device_store_reduces_any_list_as_mxnet_does():
+    """A key pushed from 4 devices may be pushed from 3, and pushpulled as one array with one
+    output (MXNet's device store reduces whatever list it is given)."""
+    rng = np.random.RandomState(0)
     kv = kvs.create("device")
-    kv.init(1, np.zeros(3, "float32"))
-    kv.push(1, [np.ones(3, "float32")] * 4)
-    with pytest.raises(core.InvalidArgumentError, match="pushed from 4 devices.*this push has 3"):
-        kv.push(1, [np.ones(3, "float32")] * 3)
-    kv.pull(1, out=[np.empty(3, "float32")] * 2)  # a pull fills any number of outputs
+    kv.init(1, np.zeros(5, "float64"))
+    four = [rng.randn(5) for _ in range(4)]
+    kv.push(1, four)
+    out = np.empty(5)
+    kv.pull(1, out=out)
+    np.testing.assert_allclose(out, np.sum(four, axis=0), rtol=1e-12)
+    three = [rng.randn(5) for _ in range(3)]
+    kv.push(1, three)
+    kv.pull(1, out=[out] * 2)  # a pull fills any number of outputs
+    np.testing.assert_allclose(out, np.sum(three, axis=0), rtol=1e-12)
+    one, o = rng.randn(5), np.empty(5)
+    kv.pushpull(1, one, out=o)
+    np.testing.assert_array_equal(o, one)
+    outs = [np.empty(5) for _ in range(4)]
+    kv.pushpull(1, four, out=outs)  # back to four devices: the sum lands in every output
+    for x in outs:
+        np.testing.assert_allclose(x, np.sum(four, axis=0), rtol=1e-12)
+    kv.pull(1, out=o)
+    np.testing.assert_allclose(o, np.sum(four, axis=0), rtol=1e-12)
     local = kvs.create("local")  # a local store's list is only summed: any length
     local.init(1, np.zeros(3, "float32"))
     local.push(1, [np.ones(3, "float32")] * 4)
@@ -271,4 +288,46 @@ def test_a_client_rank_dying_ends_the_job_naming_it():
         os.unlink(path)  # the stopped servers' Unix sockets (a SIGTERM skips their cleanup)
     assert proc.returncode != 0
     assert "worker 3 killed by signal 9" in proc.stderr and "client 1" in proc.stderr, proc.stderr
+    assert time.time() - begin < 60
+
+
+def _launch_exit_worker(kind, *extra):
+    import os
+    import subprocess
+    import sys
+    if not core.is_compiled_with_mpi() or subprocess.run("command -v mpirun",
+                                                         shell=True).returncode != 0:
+        pytest.skip("no MPI: the MPI-client stores are not tested")
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build, "tools", "loom"))
+    import loom as fluid
+    path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    env = dict(os.environ, PYTHONPATH=path, LOOM_PS_CONNECT_TIMEOUT_MS="30000")
+    return subprocess.run([loom, "launch", "--workers", "4", "--servers", "2", "--clients", "2",
+                           "--timeout", "120", "--", sys.executable,
+                           os.path.join(here, "kvstore_exit_worker.py"), kind] + list(extra),
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.mark.parametrize("kind", ["dist_sync_mpi", "dist_async_mpi"])
+def test_an_mpi_client_script_that_passes_and_calls_sys_exit_0_exits_0(kind):
+    """The store and kv.client held by globals to the end, then sys.exit(0): whatever order the
+    exit handler, the interpreter's teardown and the store's destructor run in, no MPI call
+    comes after MPI_Finalize, and the job exits 0."""
+    proc = _launch_exit_worker(kind)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "MPI_FINALIZE" not in out and "abort" not in out.lower(), out
+    for w in range(4):
+        assert "worker %d checked" % w in proc.stdout, out
+
+
+def test_an_uncaught_error_on_one_mpi_client_worker_ends_the_job_at_once():
+    import time
+    begin = time.time()
+    proc = _launch_exit_worker("dist_sync_mpi", "fail")
+    assert proc.returncode != 0
+    assert "worker 1 found its data unreadable" in proc.stderr + proc.stdout
+    assert "rank 1: uncaught RuntimeError: ending the MPI job" in proc.stderr + proc.stdout
     assert time.time() - begin < 60
