@@ -54,8 +54,8 @@ Options TestOptions(const std::string& secret = "s3cret") {
 class EchoServer {
  public:
   explicit EchoServer(const std::string& secret = "s3cret", std::string fingerprint = "fp",
-                      bool answer = true) {
-    endpoint = FreeEndpoint();
+                      bool answer = true, std::string at = "", int ended_trainer = -1) {
+    endpoint = at.empty() ? FreeEndpoint() : at;
     ServerOptions so;
     so.rpc = TestOptions(secret);
     so.trainers = 4;
@@ -63,6 +63,7 @@ class EchoServer {
     so.max_payload_bytes = 1 << 20;
     so.name = "test server";
     server = std::move(Server::Bind(endpoint, so).value());
+    if (ended_trainer >= 0) server->EndSession(ended_trainer);
     thread = std::thread([this, answer] {
       while (!stop) {
         for (auto& r : server->Poll(milliseconds(20))) {
@@ -326,6 +327,67 @@ TEST(RpcTest, ADeadServerEndsEveryWaitWithinTheTimeout) {
   EXPECT_LT(took, milliseconds(3000));
   // Later requests fail at once.
   EXPECT_FALSE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+}
+
+TEST(RpcTest, AServerRestartedOnItsEndpointRefusesTheOldConnection) {
+  auto s = std::make_unique<EchoServer>();
+  const std::string ep = s->endpoint;
+  auto c = Client::Connect({ep}, 0, "fp", TestOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+  s.reset();
+  EchoServer again("s3cret", "fp", true, ep);
+  // The connection comes back to the new server, which never authenticated it: its next
+  // message (a heartbeat or this GET) is refused with the reason, well before the silence
+  // timeout.
+  auto begin = std::chrono::steady_clock::now();
+  StatusOr<Reply> r = Status::OK();
+  do {
+    r = (*c)->Wait((*c)->Post(0, Get("w")));
+  } while (r.ok() && std::chrono::steady_clock::now() - begin < milliseconds(3000));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("never authenticated"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(again.delivered.load(), 0);
+}
+
+// A trainer whose session with the server on its endpoint ended (the last job's server, still
+// serving that job's other trainers) is refused for now and asks again until the next server
+// binds the endpoint; that one serves it, the old one never does.
+TEST(RpcTest, ASessionThatEndedIsRefusedForNowAndTheTrainerWaitsForTheNextServer) {
+  auto old = std::make_unique<EchoServer>("s3cret", "fp", true, "", /*ended_trainer=*/1);
+  const std::string ep = old->endpoint;
+  std::thread restart([&] {
+    std::this_thread::sleep_for(milliseconds(600));  // the trainer is refused meanwhile
+    old.reset();
+  });
+  std::unique_ptr<EchoServer> next;
+  std::thread start([&] {
+    restart.join();
+    next = std::make_unique<EchoServer>("s3cret", "fp", true, ep);
+  });
+  Options o = TestOptions();
+  o.connect_timeout = milliseconds(10000);
+  auto c = Client::Connect({ep}, 1, "fp", o);
+  start.join();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
+  EXPECT_EQ(next->delivered.load(), 1);
+}
+
+TEST(RpcTest, ARefusalForNowThatLastsEndsAtTheConnectTimeoutQuotingIt) {
+  EchoServer s("s3cret", "fp", true, "", /*ended_trainer=*/2);
+  Options o = TestOptions();
+  o.connect_timeout = milliseconds(1200);
+  auto c = Client::Connect({s.endpoint}, 2, "fp", o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(c.status().message().find("already ended its session with trainer 2"),
+            std::string::npos)
+      << c.status().ToString();
+  // Another trainer id is served meanwhile.
+  auto other = Client::Connect({s.endpoint}, 3, "fp", o);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
 }
 
 TEST(RpcTest, AServerThatNeverAnswersEndsTheWaitAtTheCallTimeout) {
