@@ -1,5 +1,7 @@
 #include "rpc/client.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <cstdio>
 
 #include "base/deadline.h"
+#include "base/interrupt.h"
 #include "rpc/auth.h"
 
 namespace loom::rpc {
@@ -192,9 +195,11 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     }
     for (size_t s = 0; s < n; ++s)
       if (at[s].state != kDone && now >= at[s].next) hello(s, true);
+    if (InterruptRequested())
+      return Interrupted(StrCat("trainer ", trainer_id_, " connected to its parameter servers"));
     std::vector<zmq::pollitem_t> items;
     for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::min(milliseconds(50), TimeLeft(deadline)));
+    PollSockets(&items, std::min(milliseconds(50), TimeLeft(deadline)));
     for (size_t s = 0; s < n; ++s) {
       if (!(items[s].revents & ZMQ_POLLIN)) continue;
       auto frames = RecvFrames(sockets_[s]);
@@ -269,9 +274,14 @@ StatusOr<Reply> Client::Wait(const Ticket& t) {
   std::unique_lock<std::mutex> lock(t->mu);
   // The I/O thread completes every request: by its reply, or by declaring its server dead
   // after its silence timeout. A server that is alive but never answers (it waits for a stuck
-  // trainer) is bounded by the call timeout.
-  if (!t->cv.wait_for(lock, options_.call_timeout, [&] { return t->done; }))
-    return CallTimeout(trainer_id_, t->what, options_.call_timeout);
+  // trainer) is bounded by the call timeout; Ctrl-C is asked about between slices.
+  const Deadline deadline = DeadlineAfter(options_.call_timeout);
+  while (!t->cv.wait_for(lock, std::min(milliseconds(100), TimeLeft(deadline)),
+                         [&] { return t->done; })) {
+    if (Clock::now() >= deadline) return CallTimeout(trainer_id_, t->what, options_.call_timeout);
+    if (InterruptRequested())
+      return Interrupted(StrCat("trainer ", trainer_id_, " waited for ", t->what));
+  }
   if (!t->status.ok()) return t->status;
   return std::move(t->reply);
 }
@@ -310,6 +320,8 @@ StatusOr<std::vector<Reply>> Client::WaitAll(const std::vector<Ticket>& tickets)
     if (!open) break;
     if (Clock::now() >= deadline)
       return CallTimeout(trainer_id_, open->what, options_.call_timeout);
+    if (InterruptRequested())
+      return Interrupted(StrCat("trainer ", trainer_id_, " waited for ", open->what));
     std::unique_lock<std::mutex> lock(open->mu);
     open->cv.wait_for(lock, std::min<milliseconds>(kSlice, TimeLeft(deadline)),
                       [&] { return open->done; });
@@ -331,11 +343,15 @@ Status Client::CallAll(const Header& header) {
 }
 
 void Client::Loop() {
+  // Signals go to the threads that wait for them (Python's main thread), never to this one.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   while (!stop_) {
     std::vector<zmq::pollitem_t> items;
     for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::min(options_.heartbeat, milliseconds(100)));
+    PollSockets(&items, std::min(options_.heartbeat, milliseconds(100)));
     if (items.back().revents & ZMQ_POLLIN) {
       uint64_t count;
       ssize_t r = read(wake_fd_, &count, sizeof(count));

@@ -1,5 +1,7 @@
 #include "rpc/message.h"
 
+#include <cerrno>
+
 #include <limits>
 
 namespace loom::rpc {
@@ -154,6 +156,15 @@ std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Paylo
     }
   }
   return frames;
+}
+
+void PollSockets(std::vector<zmq::pollitem_t>* items, std::chrono::milliseconds timeout) {
+  try {
+    zmq::poll(items->data(), items->size(), timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (auto& item : *items) item.revents = 0;
+  }
 }
 
 }  // namespace loom::rpc

@@ -7,6 +7,7 @@
 
 #include <zmq.hpp>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,5 +51,9 @@ StatusOr<Message> Decode(std::vector<zmq::message_t>* frames);
 std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Payload>& payloads = {});
 
 const char* KindName(int kind);
+
+// zmq::poll, except that a signal arriving meanwhile (EINTR: Ctrl-C, which the caller then
+// checks for) returns as a timeout instead of throwing.
+void PollSockets(std::vector<zmq::pollitem_t>* items, std::chrono::milliseconds timeout);
 
 }  // namespace loom::rpc

@@ -120,9 +120,9 @@ StatusOr<std::unique_ptr<Server>> Server::Bind(const std::string& endpoint, Serv
 
 std::vector<Request> Server::Poll(std::chrono::milliseconds wait) {
   std::vector<Request> out;
-  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, wait);
-  if (!(item.revents & ZMQ_POLLIN)) return out;
+  std::vector<zmq::pollitem_t> items{{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+  PollSockets(&items, wait);
+  if (!(items[0].revents & ZMQ_POLLIN)) return out;
   for (;;) {
     std::vector<zmq::message_t> frames;
     zmq::message_t m;

@@ -24,6 +24,7 @@
 #include <set>
 
 #include "base/copy.h"
+#include "base/interrupt.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "operators/common.h"
@@ -148,6 +149,8 @@ std::set<int> ParamServer::Live() const {
 
 Status ParamServer::Serve() {
   while (!Live().empty()) {
+    if (InterruptRequested())
+      return Fail(Interrupted(StrCat(name_, " served step ", step_done_ + 1)));
     auto requests = server_->Poll(std::chrono::milliseconds(100));
     for (auto& r : requests) LOOM_RETURN_IF_ERROR(Handle(r));
     LOOM_RETURN_IF_ERROR(CheckTrainers());

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "executor/executor.h"
+#include "base/interrupt.h"
 #include "framework/backward.h"
 #include "framework/file_util.h"
 #include "framework/op_registry.h"
@@ -24,6 +25,23 @@ PyObject* MakeError(py::module_& m, const char* name, PyObject* builtin, PyObjec
   Py_DECREF(bases);
   m.add_object(name, py::handle(cls));
   return cls;
+}
+
+}  // namespace
+
+namespace {
+
+unsigned long g_main_thread = 0;
+
+bool PythonInterrupted() {
+  if (PyThread_get_thread_ident() != g_main_thread || !Py_IsInitialized()) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  if (Py_IsFinalizing()) return false;
+#else
+  if (_Py_IsFinalizing()) return false;
+#endif
+  py::gil_scoped_acquire gil;
+  return PyOS_InterruptOccurred() != 0;  // takes the SIGINT (KeyboardInterrupt is raised for it)
 }
 
 }  // namespace
@@ -50,10 +68,21 @@ void RegisterErrors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
+      if (IsInterrupted(e.status())) {  // Ctrl-C during a wait: what Python raises for it
+        PyErr_SetString(PyExc_KeyboardInterrupt, e.status().message().c_str());
+        return;
+      }
       PyObject* cls = g_errors[static_cast<int>(e.status().code())];
       PyErr_SetString(cls ? cls : g_errors[0], e.status().message().c_str());
     }
   });
+  // Ctrl-C in Python's main thread while Loom waits there (base/interrupt.h): SIGINT only sets
+  // a flag that Python reads between bytecodes, so the waits ask for it.
+  g_main_thread = py::module_::import("threading")
+                      .attr("main_thread")()
+                      .attr("ident")
+                      .cast<unsigned long>();
+  SetInterruptCheck(&PythonInterrupted);
 }
 
 namespace {

@@ -57,6 +57,7 @@ def main():
         if step == a.hang_at:
             time.sleep(60)
         rows = slice(4 * trainer_id, 4 * trainer_id + 4)
+        print("begin step", step, flush=True)
         out = exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss])
         print("step", step, float(out[0][0]), flush=True)
     if a.checkpoint and trainer_id == 0:

@@ -232,3 +232,37 @@ def test_a_fluid_pserver_script_runs_under_loom_launch(tmp_path):
     assert proc.stdout.count("trainer done") == 2, proc.stdout
     assert proc.stdout.count("server done") == 2, proc.stdout
     assert "[worker 1] step 4" in proc.stdout and out.exists()
+
+
+def _read_until(proc, text, timeout=60):
+    """Lines of proc's output until one holds text (bounded in time: the job's processes are
+    killed by the fixture)."""
+    deadline, seen = time.time() + timeout, []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError("no %r in %r" % (text, seen))
+
+
+def test_ctrl_c_ends_a_waiting_trainer_and_a_serving_server_at_once(job_factory):
+    """SIGINT reaches Python as KeyboardInterrupt even while Loom waits in C++: a sync trainer
+    waiting for a step that the job's second trainer (never started) never ends, and its server
+    serving it, both end within seconds, long before any timeout."""
+    job = job_factory(1, 2, env=dict(FAST, LOOM_PS_TIMEOUT_MS="60000",
+                                     LOOM_PS_CONNECT_TIMEOUT_MS="60000"))
+    job.start("server0", "PSERVER", 0)
+    job.start("trainer0", "TRAINER", 0, ["--steps", "3"])
+    # The trainer's startup fetched the parameters from the server: the server is serving.
+    _read_until(job.procs["trainer0"], "begin step 0")
+    outs = {}
+    for name in ("trainer0", "server0"):
+        begin = time.time()
+        job.procs[name].send_signal(signal.SIGINT)
+        code, outs[name] = job.wait(name, timeout=20)
+        assert code != 0 and "KeyboardInterrupt" in outs[name], outs[name]
+        assert time.time() - begin < 10, outs[name]
+    assert "interrupted (SIGINT) while pserver 0" in outs["server0"], outs["server0"]
