@@ -66,7 +66,7 @@ def test_sync_job_many_times_never_hangs(busy):
 def _back_to_back(eps, trainers, phases, errors, results):
     """Every server runs one job per phase on its endpoint, started again as soon as the last
     one ends; every trainer closes a phase and starts the next at once (another model: another
-    fingerprint)."""
+    fingerprint), the first while the old server still serves the second."""
 
     def server(i):
         for hidden in phases:
@@ -93,7 +93,9 @@ def _back_to_back(eps, trainers, phases, errors, results):
                 exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
                 exe.run(startup, scope=scope)
                 prog = t.get_trainer_program()
-                for x, y in batches(3, 4 * trainers, seed=hidden):
+                # Trainer k runs 2 + 2k steps: trainer 0 closes and moves on to the next job
+                # while the old server still serves trainer 1.
+                for x, y in batches(2 + 2 * k, 4 * trainers, seed=hidden):
                     rows = slice(4 * k, 4 * k + 4)
                     exe.run(prog, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss],
                             scope=scope)
