@@ -348,8 +348,8 @@ std::string ParamFileName(const std::string& var_name) {
 namespace {
 
 // DIR/CHECKPOINT: written last by SaveParams into the directory it swaps in whole, so that a
-// directory without one was not written by SaveParams; one line per file with its size and CRC-32, so that a mix of files
-// from two saves is found before anything is loaded.
+// directory without one was not written by SaveParams; one line per file with its size and CRC-32,
+// so that a mix of files from two saves is found before anything is loaded.
 constexpr const char* kCheckpointFile = "CHECKPOINT";
 constexpr const char* kCheckpointHeader = "loom-checkpoint 1";
 

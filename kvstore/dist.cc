@@ -263,7 +263,8 @@ class KVServer {
     server_ = std::move(server);
     started_ = Clock::now();
     while (Live().size() > 0) {
-      if (InterruptRequested()) return Interrupted(StrCat("kvstore ", name_, " served its workers"));
+      if (InterruptRequested())
+        return Interrupted(StrCat("kvstore ", name_, " served its workers"));
       for (auto& r : server_->Poll(std::chrono::milliseconds(100))) LOOM_RETURN_IF_ERROR(Handle(r));
       LOOM_RETURN_IF_ERROR(CheckWorkers());
     }

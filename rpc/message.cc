@@ -7,8 +7,8 @@
 namespace loom::rpc {
 namespace {
 
-Status CheckTensor(int dtype, const google::protobuf::RepeatedField<int64_t>& dims,
-                   int64_t nbytes, int64_t payload_bytes) {
+Status CheckTensor(int dtype, const google::protobuf::RepeatedField<int64_t>& dims, int64_t nbytes,
+                   int64_t payload_bytes) {
   int64_t elem = DtypeBytes(dtype);
   if (elem < 0) return InvalidArgument("dtype ", dtype, " is not a tensor type");
   if (dims.size() > kMaxDims) return InvalidArgument(dims.size(), " dims (at most ", kMaxDims, ")");
@@ -73,8 +73,7 @@ Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
       if (h.mac().size() != 32) return InvalidArgument("AUTH proof is not 32 bytes");
       break;
     case Header::SEND:
-    case Header::INIT:
-      return CheckName(h.name(), KindName(k));
+    case Header::INIT: return CheckName(h.name(), KindName(k));
     case Header::OPTIMIZER:
       if (h.text().empty()) return InvalidArgument("OPTIMIZER without a name");
       break;
@@ -89,8 +88,7 @@ Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
     case Header::CHECKPOINT:
       if (h.text().empty()) return InvalidArgument("CHECKPOINT without a directory");
       break;
-    default:
-      break;
+    default: break;
   }
   return Status::OK();
 }
@@ -149,8 +147,7 @@ std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Paylo
       auto* hold = new std::shared_ptr<const void>(payload.keepalive);
       frames.emplace_back(
           const_cast<void*>(payload.data), payload.nbytes,
-          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
-          hold);
+          [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, hold);
     } else {
       frames.emplace_back(payload.data, payload.nbytes);
     }

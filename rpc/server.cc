@@ -178,10 +178,11 @@ void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* o
 void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
   if (h.kind() == Header::HELLO) {
     if (h.trainer_id() < 0 || h.trainer_id() >= options_.trainers)
-      return RefuseWithError(peer, *p, h.id(),
-                             StrCat("trainer id ", h.trainer_id(), " is out of range: this job has ",
-                                    options_.trainers, " trainers"),
-                             StatusCode::kInvalidArgument);
+      return RefuseWithError(
+          peer, *p, h.id(),
+          StrCat("trainer id ", h.trainer_id(), " is out of range: this job has ",
+                 options_.trainers, " trainers"),
+          StatusCode::kInvalidArgument);
     if (ended_.count(h.trainer_id()))
       return RefuseWithError(
           peer, *p, h.id(),
@@ -226,11 +227,11 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
   // Anything else from a connection that never authenticated here: a trainer whose server was
   // restarted on this endpoint (its connection came back to the new one), or whose session
   // ended. Told at once, so that it stops with this reason instead of waiting for replies.
-  RefuseWithError(peer, *p, h.id(),
-                  StrCat("a ", KindName(h.kind()), " on a connection that never authenticated with ",
-                         options_.name,
-                         " (was the server restarted, or did this trainer's session end?)"),
-                  StatusCode::kFailedPrecondition);
+  RefuseWithError(
+      peer, *p, h.id(),
+      StrCat("a ", KindName(h.kind()), " on a connection that never authenticated with ",
+             options_.name, " (was the server restarted, or did this trainer's session end?)"),
+      StatusCode::kFailedPrecondition);
 }
 
 void Server::RefuseWithError(const std::string& peer, const Peer& p, uint64_t id,

@@ -146,8 +146,8 @@ StatusOr<bool> CheckPersistables(DataParallelState& s) {
   if (vars.empty()) return false;
   // `vars` is the list every rank compares; X, what this rank holds of it (split-per-rank
   // drops the optimizer state a rank does not own), orders the check after their initializers.
-  OpDesc op = sb->AppendOp("check_persistables", {{"X", vars}, {"Comm", {kCommVar}}}, {},
-                           {{"vars", vars}});
+  OpDesc op =
+      sb->AppendOp("check_persistables", {{"X", vars}, {"Comm", {kCommVar}}}, {}, {{"vars", vars}});
   op.SetRole(kOpRoleCommunication);
   return true;
 }

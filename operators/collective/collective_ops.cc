@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "loom/config.h"
 #include "framework/scope.h"
+#include "loom/config.h"
 #include "operators/collective/comm.h"
 #include "operators/collective/stats.h"
 #include "operators/common.h"
@@ -439,8 +439,8 @@ Status CheckPersistablesKernel(const KernelContext& ctx) {
             .Wait()
             .WithContext(ctx.Where()));
     const int64_t shown = numel;  // this rank's count (the ranks' dims agree or the digest says)
-    return ctx.Error("rank ", other, " holds another value of persistable variable '",
-                     vars[i], "' than rank ", first, " (rank ", first, ": ",
+    return ctx.Error("rank ", other, " holds another value of persistable variable '", vars[i],
+                     "' than rank ", first, " (rank ", first, ": ",
                      Leading(&leads[static_cast<size_t>(first) * kLead], shown), ", rank ", other,
                      ": ", Leading(&leads[static_cast<size_t>(other) * kLead], shown),
                      "): every rank must start from the same state (the same optimizer "
@@ -548,7 +548,8 @@ LOOM_REGISTER_OP(allgather)
 LOOM_REGISTER_OP(check_persistables)
     .Doc(
         "Fails on every rank, naming the first variable and the ranks that differ, unless every "
-        "rank holds the same value of every variable of `vars` (the persistable state the main program reads: "
+        "rank holds the same value of every variable of `vars` (the persistable state the main "
+        "program reads: "
         "compared by a digest of dtype, dims and bytes; CPU places). A variable a rank does not "
         "hold is compared among the ranks that do.")
     .Input("X", "what this rank holds of `vars` (orders the check after their initializers)",

@@ -2,8 +2,8 @@
 // keep their ProgramDesc alive; Status errors become Python exceptions in one place.
 #include <pybind11/stl.h>
 
-#include "executor/executor.h"
 #include "base/interrupt.h"
+#include "executor/executor.h"
 #include "framework/backward.h"
 #include "framework/file_util.h"
 #include "framework/op_registry.h"
@@ -78,10 +78,8 @@ void RegisterErrors(py::module_& m) {
   });
   // Ctrl-C in Python's main thread while Loom waits there (base/interrupt.h): SIGINT only sets
   // a flag that Python reads between bytecodes, so the waits ask for it.
-  g_main_thread = py::module_::import("threading")
-                      .attr("main_thread")()
-                      .attr("ident")
-                      .cast<unsigned long>();
+  g_main_thread =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   SetInterruptCheck(&PythonInterrupted);
 }
 
@@ -550,8 +548,7 @@ PYBIND11_MODULE(core, m) {
       },
       py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
   m.def(
-      "stage_directory",
-      [](const std::string& dir) { return ValueOrThrow(StageDirectory(dir)); },
+      "stage_directory", [](const std::string& dir) { return ValueOrThrow(StageDirectory(dir)); },
       py::arg("dir"),
       "A fresh staging directory beside dir to write dir's new contents into; "
       "commit_directory swaps it in atomically (framework/file_util.h).");
