@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -455,6 +456,22 @@ Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& d
   for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(t);
   scope->AdvancePersistablesGeneration();
   return Status::OK();
+}
+
+uint64_t TensorDigest(const Tensor& t) {
+  const std::string shape = StrCat(static_cast<int>(t.dtype()), ":", t.dims().ToString());
+  const uLong meta =
+      crc32(0L, reinterpret_cast<const Bytef*>(shape.data()), static_cast<uInt>(shape.size()));
+  uLong data = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(t.raw_data());
+  for (size_t left = t.nbytes(); left > 0;) {  // crc32 takes at most 4 GiB at a time
+    const size_t n = std::min<size_t>(left, size_t{1} << 30);
+    data = crc32(data, p, static_cast<uInt>(n));
+    p += n;
+    left -= n;
+  }
+  return (uint64_t{1} << 63) | (static_cast<uint64_t>(meta & 0x7fffffff) << 32) |
+         (data & 0xffffffff);
 }
 
 }  // namespace loom

@@ -40,4 +40,9 @@ Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& d
                   const Place& place = Place::CPU());
 std::string ParamFileName(const std::string& var_name);
 
+// A digest of a CPU tensor's dtype, dims and bytes (CRC-32s; bit 63 always set, so 0 can stand
+// for "no tensor"): equal tensors give equal digests in every process, different ones differ
+// but by a 2^-32 chance. For checks that ranks or servers start from the same state.
+uint64_t TensorDigest(const Tensor& t);
+
 }  // namespace loom

@@ -162,6 +162,8 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     Clock::time_point next;  // kHelloSent / kAuthSent: when to ask again; kRetryLater: when to
     milliseconds interval{250};
     std::string refused;  // the last transient refusal, for the timeout's message
+    std::map<std::string, uint64_t> shared;  // the CHALLENGE's state digests
+    std::map<std::string, double> values;    // and their first values
   };
   std::vector<Attempt> at(n);
   auto hello = [&](size_t s, bool fresh) {
@@ -231,13 +233,52 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
         a.state = kAuthSent;
         a.next = Clock::now() + a.interval;
         (*ipc)[s] = h.text();
+        a.shared = std::map<std::string, uint64_t>(h.state().begin(), h.state().end());
+        a.values.insert(h.params().begin(), h.params().end());
       } else if (a.state == kAuthSent && h.kind() == Header::REPLY) {
         a.state = kDone;
         ++done;
       }
     }
   }
+  // Servers of one job hold their shared state alike from the start (a learning rate lives in
+  // each server's startup program, so servers started with other settings pass the program
+  // fingerprint): the first difference between two servers is an error naming both.
+  std::map<std::string, size_t> first;  // name -> the first server reporting it
+  for (size_t s : servers) {
+    for (const auto& [name, digest] : at[s].shared) {
+      auto [it, inserted] = first.emplace(name, s);
+      if (inserted || at[it->second].shared.at(name) == digest) continue;
+      auto value = [&](size_t k) {
+        auto v = at[k].values.find(name);
+        return v == at[k].values.end() ? std::string("?") : StrCat(v->second);
+      };
+      Status why = FailedPrecondition(
+          "trainer ", trainer_id_, ": parameter servers ", endpoints_[it->second], " and ",
+          endpoints_[s], " hold different values of '", name, "' (", value(it->second), " and ",
+          value(s),
+          "): every server must start from the same state (the same optimizer settings and "
+          "startup program), or the blocks they hold train apart");
+      AbortSessions(why);
+      return why;
+    }
+  }
   return Status::OK();
+}
+
+// Tells every server this trainer stops and why (one way; the sockets get a second to send it
+// before they close), so that a sync job ends at once with the reason instead of waiting for
+// this trainer's silence.
+void Client::AbortSessions(const Status& why) {
+  Header h;
+  h.set_kind(Header::ABORT);
+  h.set_trainer_id(trainer_id_);
+  h.set_text(why.message());
+  for (auto& socket : sockets_) {
+    auto frames = Encode(h);
+    SendFrames(socket, frames);
+    socket.set(zmq::sockopt::linger, 1000);
+  }
 }
 
 void Client::Wake() {

@@ -83,6 +83,8 @@ class Client {
                    std::vector<std::string>* ipc);
   // Moves the connections to servers on this machine onto the Unix sockets they offer.
   Status MoveToUnixSockets(const std::string& fingerprint, const std::vector<std::string>& ipc);
+  // Before the I/O thread runs: an ABORT to every server.
+  void AbortSessions(const Status& why);
   void Loop();
   void SendQueued();
   void ReadReplies(int server);

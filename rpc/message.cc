@@ -88,6 +88,9 @@ Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
     case Header::CHECKPOINT:
       if (h.text().empty()) return InvalidArgument("CHECKPOINT without a directory");
       break;
+    case Header::ABORT:
+      if (h.text().empty()) return InvalidArgument("ABORT without a reason");
+      break;
     default: break;
   }
   return Status::OK();

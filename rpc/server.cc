@@ -205,6 +205,8 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
     c.set_mac(Proof(options_.rpc.secret, "server", p->client_nonce, p->trainer_id));
     if (!ipc_path_.empty())
       c.set_text("ipc://" + ipc_path_);  // trainers on this machine move there
+    for (const auto& [name, digest] : options_.state) (*c.mutable_state())[name] = digest;
+    for (const auto& [name, v] : options_.state_values) (*c.mutable_params())[name] = v;
     Send(peer, Encode(c));
     return;
   }

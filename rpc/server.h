@@ -35,6 +35,10 @@ struct ServerOptions {
   std::string fingerprint;       // trainers must present the same
   size_t max_payload_bytes = 0;  // larger messages are dropped by ZeroMQ before they are read
   std::string name;              // for logs, e.g. "pserver 0 (127.0.0.1:6174)"
+  // The server's initial state that other servers hold alike (name -> digest, and its first
+  // value for messages), sent in every CHALLENGE for the trainer to compare.
+  std::map<std::string, uint64_t> state;
+  std::map<std::string, double> state_values;
 };
 
 class Server {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "framework/op_role.h"
@@ -338,6 +339,25 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
     s.pserver_main.push_back(std::move(sb.main));
     s.pserver_startup.push_back(std::move(sb.startup));
   }
+  // The state several servers hold alike from the start (learning rates, the schedule's
+  // counters, accumulators of equal shape): each server reports it at the handshake and the
+  // trainer compares, so servers started with different settings are found before a step.
+  std::map<std::string, std::pair<int, std::string>> seen;  // name -> (servers, dims)
+  for (const auto& main : s.pserver_main) {
+    const OpDesc serve = main.GlobalBlock()->Op(main.GlobalBlock()->OpSize() - 1);
+    const auto blocks = serve.Attr<StrList>("param_blocks", {});
+    for (const auto& name : serve.Attr<StrList>("checkpoint_vars", {})) {
+      if (std::find(blocks.begin(), blocks.end(), name) != blocks.end()) continue;
+      const std::string dims = main.GlobalBlock()->FindVar(name).Dims().ToString();
+      auto [it, first] = seen.emplace(name, std::make_pair(0, dims));
+      it->second.first += it->second.second == dims ? 1 : -servers;  // other dims: never shared
+    }
+  }
+  StrList shared;
+  for (const auto& [name, count] : seen)
+    if (count.first >= 2) shared.push_back(name);
+  for (auto& main : s.pserver_main)
+    main.GlobalBlock()->Op(main.GlobalBlock()->OpSize() - 1).SetAttr("shared_state", shared);
   return true;
 }
 

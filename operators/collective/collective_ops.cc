@@ -6,12 +6,11 @@
 // later op touches one of the op's variables (KernelContext::SetAsync), so gradients are
 // exchanged while the rest of backward computes. Ranks must run the same collective ops in the
 // same order (the transpiler guarantees it); calls that differ end in an error naming both ranks.
-#include <zlib.h>
-
 #include <algorithm>
 #include <atomic>
 
 #include "framework/scope.h"
+#include "framework/serialization.h"
 #include "loom/config.h"
 #include "operators/collective/comm.h"
 #include "operators/collective/stats.h"
@@ -361,24 +360,6 @@ Status CoalesceKernel(const KernelContext& ctx) {
 
 // ---- check_persistables ----
 
-// A digest of a tensor's dtype, dims and bytes: equal tensors give equal digests on every rank.
-uint64_t StateDigest(const Tensor& t) {
-  const std::string shape = StrCat(static_cast<int>(t.dtype()), ":", t.dims().ToString());
-  const uLong meta =
-      crc32(0L, reinterpret_cast<const Bytef*>(shape.data()), static_cast<uInt>(shape.size()));
-  uLong data = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(t.raw_data());
-  for (size_t left = t.nbytes(); left > 0;) {  // crc32 takes at most 4 GiB at a time
-    const size_t n = std::min<size_t>(left, size_t{1} << 30);
-    data = crc32(data, p, static_cast<uInt>(n));
-    p += n;
-    left -= n;
-  }
-  // Bit 63 set: present (0 stands for a variable this rank does not hold).
-  return (uint64_t{1} << 63) | (static_cast<uint64_t>(meta & 0x7fffffff) << 32) |
-         (data & 0xffffffff);
-}
-
 std::string Leading(const double* v, int64_t numel) {
   std::string out = "[";
   for (int64_t i = 0; i < std::min<int64_t>(numel, 4); ++i) out += StrCat(i ? ", " : "", v[i]);
@@ -402,7 +383,7 @@ Status CheckPersistablesKernel(const KernelContext& ctx) {
   };
   std::vector<uint64_t> mine(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i)
-    if (const Tensor* t = held(i)) mine[i] = StateDigest(*t);
+    if (const Tensor* t = held(i)) mine[i] = TensorDigest(*t);
   std::vector<uint64_t> all(static_cast<size_t>(n) * nranks);
   LOOM_RETURN_IF_ERROR(
       comm->AllGather(mine.data(), all.data(), static_cast<size_t>(n), collective::DataType::kInt64)

@@ -133,6 +133,16 @@ Status ParamServer::Init() {
   so.fingerprint = ctx_.Attr<std::string>("fingerprint");
   so.max_payload_bytes = max_bytes;
   so.name = name_;
+  for (const auto& name : ctx_.Attr<StrList>("shared_state")) {
+    Variable* v = scope_->FindVar(name);
+    if (!v || !v->IsType<Tensor>() || !v->Get<Tensor>().initialized()) continue;
+    const Tensor& t = v->Get<Tensor>();
+    so.state[name] = TensorDigest(t);
+    if (t.numel() > 0 && t.dtype() == proto::FP32) so.state_values[name] = t.data<float>()[0];
+    if (t.numel() > 0 && t.dtype() == proto::FP64) so.state_values[name] = t.data<double>()[0];
+    if (t.numel() > 0 && t.dtype() == proto::INT64)
+      so.state_values[name] = static_cast<double>(t.data<int64_t>()[0]);
+  }
   auto server = rpc::Server::Bind(ep[0], so);
   if (!server.ok()) return server.status().WithContext(ctx_.Where());
   server_ = std::move(*server);
@@ -186,6 +196,14 @@ Status ParamServer::Handle(rpc::Request& r) {
       if (sync_) LOOM_RETURN_IF_ERROR(TryStep());
       AnswerWaiters();
       return Status::OK();
+    case rpc::Header::ABORT: {  // the trainer stops (one way)
+      Status why = FailedPrecondition(name_, ": trainer ", t, " stopped: ", r.header.text());
+      if (sync_) return Fail(why);
+      std::fprintf(stderr, "loom %s (async): %s; serving the other trainers\n", name_.c_str(),
+                   why.message().c_str());
+      dead_.insert(t);
+      return Status::OK();
+    }
     case rpc::Header::CHECKPOINT: {
       Status st = Checkpoint(r.header.text());
       if (st.ok())
@@ -479,6 +497,9 @@ LOOM_REGISTER_OP(listen_and_serv)
     .Attr<std::vector<int>>("lr_blocks", {}, "sub-block of the learning-rate schedule (0 or 1)")
     .Attr<StrList>("checkpoint_vars", {}, "persistables CHECKPOINT saves")
     .Attr<std::string>("fingerprint", "", "trainers must present the same")
+    .Attr<StrList>("shared_state", {},
+                   "persistables other servers hold alike from the start: their digests go to "
+                   "every trainer, which compares them across servers")
     .SubBlocksAttr("optimize_blocks")
     .SubBlocksAttr("lr_blocks")
     .Kernel(Place::kCPU, proto::FP32, ListenAndServKernel);

@@ -227,3 +227,58 @@ def test_hybrid_outside_a_launched_job_says_how_to_start_one(monkeypatch):
     monkeypatch.setenv("LOOM_NUM_CLIENTS", "3")
     with pytest.raises(ValueError, match="3 clients for 2 workers"):
         t.transpile(0, program=main, pservers="127.0.0.1:1", trainers=2, startup_program=startup)
+
+
+def test_servers_started_with_different_learning_rates_are_found_at_the_handshake(monkeypatch):
+    """The learning rate lives in each server's startup program, so a server built with
+    SGD(0.9) beside one built with SGD(0.1) passes the program fingerprint; every trainer then
+    fails at its handshake, naming the variable, both servers and both values. Servers built
+    alike train (the other tests)."""
+    import threading
+    from pserver_util import build, free_ports
+    monkeypatch.setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "5000")
+    eps, errors = free_ports(2), []
+
+    def transpiled(k, lr):
+        main, startup, loss, _ = build(lr=lr)
+        t = fluid.DistributeTranspiler()
+        t.transpile(k, program=main, pservers=",".join(eps), trainers=2, startup_program=startup)
+        return t, startup, loss
+
+    def server(i):
+        try:
+            t, _, _ = transpiled(0, 0.1 if i == 0 else 0.9)
+            prog, pstart = t.get_pserver_programs(eps[i])
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(pstart, scope=scope)
+            exe.run(prog, scope=scope)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(("server %d" % i, str(e)))
+
+    def trainer(k):
+        try:
+            t, startup, _ = transpiled(k, 0.1)
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+        except Exception as e:  # noqa: BLE001
+            errors.append(("trainer %d" % k, str(e)))
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+        assert not th.is_alive(), errors
+    said = dict(errors)
+    # A trainer that completes its handshakes first finds the difference and tells the servers,
+    # which end; a trainer still connecting then waits for them until its connect timeout.
+    want = ("parameter servers %s and %s hold different values of 'learning_rate_0' "
+            "(0.1 and 0.9)" % (eps[0], eps[1]))
+    found = [k for k in range(2) if want in said.get("trainer %d" % k, "")]
+    assert found, errors
+    for k in set(range(2)) - set(found):
+        assert "did not answer within 5000 ms" in said.get("trainer %d" % k, ""), errors
+    for i in range(2):  # each trainer tells its servers why it stops: they end at once with it
+        assert "stopped: trainer" in said.get("server %d" % i, ""), errors
+        assert "hold different values of 'learning_rate_0'" in said["server %d" % i], errors
