@@ -1,5 +1,6 @@
 #include "rpc/client.h"
 
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -88,6 +89,17 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>
   std::unique_ptr<Client> c(new Client(endpoints, trainer_id, options));
   for (const auto& ep : endpoints) {
     LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(ep));
+    // A host name that does not resolve is a typo, not a server still starting: said at once.
+    std::string host = ep.substr(0, ep.rfind(':'));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);  // IPv6
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (host != "*" && getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0)
+      return InvalidArgument("trainer ", trainer_id, ": parameter server endpoint '", ep,
+                             "': cannot resolve host '", host, "'");
+    if (found) freeaddrinfo(found);
     c->addresses_.push_back(addr);
     c->sockets_.push_back(c->NewSocket(addr));
   }

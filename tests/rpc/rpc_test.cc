@@ -256,6 +256,16 @@ TEST(RpcTest, QueuedSendsGoByPriorityWithinTheirRun) {
   EXPECT_TRUE(SendOrder({}).empty());
 }
 
+TEST(RpcTest, AHostThatDoesNotResolveIsAnErrorAtOnce) {
+  // An error of its own kind (not the connect timeout's).
+  auto c = Client::Connect({"no-such-host.invalid:6174"}, 0, "fp", TestOptions());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("cannot resolve host 'no-such-host.invalid'"),
+            std::string::npos)
+      << c.status().ToString();
+}
+
 TEST(RpcTest, BadEndpointsAreErrors) {
   EXPECT_FALSE(TcpAddress("localhost").ok());
   EXPECT_FALSE(TcpAddress("h:0").ok());
