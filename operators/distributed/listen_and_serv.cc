@@ -13,12 +13,16 @@
 //   FETCH_BARRIER  the trainer has the step's parameters (taken; one way)
 //   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
 //   COMPLETE       the trainer is done; sync mode computes later steps from the others
+// Sync mode takes a trainer's gradients and barrier of a step after the pending one (it may be
+// a step ahead of this server: nothing holds it back on a server that owns none of its blocks)
+// when that step comes, in the trainer's order; its GETs are answered meanwhile.
 // A trainer silent for LOOM_PS_TIMEOUT_MS is dead: sync mode ends with an error naming it (and
 // sends that error to every trainer waiting here); async mode logs it and serves the rest. A
 // trainer that never shows up within LOOM_PS_CONNECT_TIMEOUT_MS ends the server likewise.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -53,6 +57,11 @@ class ParamServer {
 
  private:
   Status Handle(rpc::Request& r);
+  // Sync: whether r belongs to a step after the pending one (or a message of its trainer
+  // waits already), so that it must wait until the step is done.
+  bool Later(const rpc::Request& r);
+  // Sync: handles the messages that waited for the steps now done, in each trainer's order.
+  Status HandleDeferred();
   Status OnSend(rpc::Request& r);
   Status OnBarrier(rpc::Request& r);
   void OnGet(rpc::Request& r);
@@ -82,6 +91,11 @@ class ParamServer {
   std::map<int, int64_t> barrier_, samples_;
   std::optional<Clock::time_point> step_begun_;  // sync: when the pending step's first barrier came
   std::vector<rpc::Request> gets_;               // sync: GETs of a step not done yet
+  // Sync: each trainer's messages of a later step than the pending one, in arrival order. A
+  // trainer's gradients and barrier of step s+1 may reach this server before another
+  // trainer's barrier of step s does: nothing holds a trainer back on a server that owns none
+  // of its blocks (its recv asks others), and servers are reached over separate connections.
+  std::map<int, std::deque<rpc::Request>> deferred_;
   Clock::time_point started_;
   int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
 };
@@ -162,7 +176,14 @@ Status ParamServer::Serve() {
     if (InterruptRequested())
       return Fail(Interrupted(StrCat(name_, " served step ", step_done_ + 1)));
     auto requests = server_->Poll(std::chrono::milliseconds(100));
-    for (auto& r : requests) LOOM_RETURN_IF_ERROR(Handle(r));
+    for (auto& r : requests) {
+      if (sync_ && Later(r)) {
+        deferred_[r.trainer_id].push_back(std::move(r));
+        continue;
+      }
+      LOOM_RETURN_IF_ERROR(Handle(r));
+    }
+    if (sync_) LOOM_RETURN_IF_ERROR(HandleDeferred());
     LOOM_RETURN_IF_ERROR(CheckTrainers());
   }
   std::fprintf(stderr,
@@ -171,6 +192,36 @@ Status ParamServer::Serve() {
                name_.c_str(), static_cast<long long>(sync_ ? step_done_ : async_steps_),
                sync_ ? "sync steps" : "async trainer steps",
                static_cast<long long>(server_->refused() + refused_));
+  return Status::OK();
+}
+
+bool ParamServer::Later(const rpc::Request& r) {
+  const auto kind = r.header.kind();
+  // A GET's answer depends on the steps done only (one of a later step waits for it anyway);
+  // a fetch barrier changes nothing.
+  if (kind == rpc::Header::GET || kind == rpc::Header::FETCH_BARRIER) return false;
+  auto q = deferred_.find(r.trainer_id);
+  if (q != deferred_.end() && !q->second.empty()) return true;  // keeps the trainer's order
+  return (kind == rpc::Header::SEND || kind == rpc::Header::BARRIER) &&
+         r.header.step() > step_done_ + 1;
+}
+
+Status ParamServer::HandleDeferred() {
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (auto& [t, q] : deferred_) {
+      while (!q.empty()) {
+        const auto kind = q.front().header.kind();
+        if ((kind == rpc::Header::SEND || kind == rpc::Header::BARRIER) &&
+            q.front().header.step() > step_done_ + 1)
+          break;  // still a later step
+        rpc::Request r = std::move(q.front());
+        q.pop_front();
+        LOOM_RETURN_IF_ERROR(Handle(r));  // may run the step, letting more through
+        progress = true;
+      }
+    }
+  }
   return Status::OK();
 }
 

@@ -131,3 +131,78 @@ def test_back_to_back_jobs_on_one_endpoint_never_wait_for_trainers_gone(busy):
             assert sorted(results) == sorted((k, h) for k in range(2) for h in phases)
     finally:
         _stop(loops)
+
+
+def _one_parameter_job(eps, trainers, steps, errors, done):
+    """A model of one small parameter, so that the second server owns no block: nothing holds a
+    trainer back on it, and a trainer's barrier of step s+1 can reach it before another
+    trainer's barrier of step s (it was refused once: 'barrier of step 69 while the server is
+    at step 68', seen in bench/ps/loom_ps_bench.py)."""
+
+    def build_one():
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+            x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+            w = fluid.layers.create_parameter([4, 1], "float32", name="w")
+            loss = fluid.layers.mean(fluid.layers.matmul(x, w))
+            fluid.optimizer.SGD(0.01).minimize(loss)
+        return main, startup, loss
+
+    def transpiled(k):
+        main, startup, loss = build_one()
+        cfg = fluid.DistributeTranspilerConfig()
+        cfg.slice_var_up = False
+        t = fluid.DistributeTranspiler(cfg)
+        t.transpile(k, program=main, pservers=",".join(eps), trainers=trainers,
+                    startup_program=startup)
+        return t, startup, loss
+
+    def server(i):
+        try:
+            t, _, _ = transpiled(0)
+            prog, pstart = t.get_pserver_programs(eps[i])
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(pstart, scope=scope)
+            exe.run(prog, scope=scope)
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            errors.append(("server %d" % i, e))
+
+    def trainer(k):
+        try:
+            t, startup, loss = transpiled(k)
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+            prog = t.get_trainer_program()
+            x = np.ones([2, 4], "float32")
+            for _ in range(steps):
+                exe.run(prog, feed={"x": x}, fetch_list=[loss], scope=scope)
+            exe.close()
+            done.append(k)
+        except Exception as e:  # noqa: BLE001
+            errors.append(("trainer %d" % k, e))
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(len(eps))]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True)
+                for k in range(trainers)]
+    for th in threads:
+        th.start()
+    return threads
+
+
+@pytest.mark.parametrize("busy", [0, 2])
+def test_a_server_owning_no_block_keeps_up_with_trainers_a_step_ahead(busy):
+    os.environ.setdefault("LOOM_PS_SECRET", "test-secret")
+    loops = _busy_loops(busy)
+    try:
+        for run in range(3):
+            errors, done = [], []
+            threads = _one_parameter_job(free_ports(2), 3, 150, errors, done)
+            deadline = time.monotonic() + DEADLINE_S
+            for th in threads:
+                th.join(max(0.0, deadline - time.monotonic()))
+                assert not th.is_alive(), ("run %d did not finish within %d s; errors so far: "
+                                           "%r" % (run, DEADLINE_S, errors))
+            assert not errors, (run, errors)
+            assert sorted(done) == [0, 1, 2]
+    finally:
+        _stop(loops)

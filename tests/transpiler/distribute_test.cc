@@ -305,5 +305,81 @@ TEST(DistributePipeline, DocsTableListsThePasses) {
                         "<!-- end of pserver passes -->", table);
 }
 
+// Sync: one trainer's gradients and barrier of step 2 reach the server before the other
+// trainer's barrier of step 1 (servers are reached over separate connections, and nothing holds
+// a trainer back on a server that owns none of its blocks). They wait for step 1 to end, and
+// both steps run; they were refused once ("gradient of step 2 while the server is at step 1").
+TEST(DistributeTest, MessagesOfALaterStepWaitForTheStepInsteadOfBeingRefused) {
+  Net n = Mlp();
+  DistributeConfig c = Config(1, 2, "round_robin", 1 << 20);
+  int port = 20000 + (getpid() + 7919) % 20000;
+  c.pservers = {StrCat("127.0.0.1:", port)};
+  auto r = TranspileDistribute(n.startup, n.main, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  setenv("LOOM_PS_SECRET", "unit", 1);
+  setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
+  Scope scope;
+  Executor exe;
+  ASSERT_TRUE(exe.Run(r->pserver_startup[0], &scope).ok());
+  Status served;
+  std::thread server([&] { served = exe.Run(r->pserver_main[0], &scope); });
+  const std::string fp = r->manifest.fingerprint();
+  auto opts = rpc::OptionsFromEnv().value();
+  std::vector<std::unique_ptr<rpc::Client>> trainers;
+  for (int t : {0, 1}) {
+    auto cl = rpc::Client::Connect(c.pservers, t, fp, opts);
+    ASSERT_TRUE(cl.ok()) << cl.status().ToString();
+    trainers.push_back(std::move(*cl));
+  }
+  const BlockDesc* sb = r->pserver_main[0].GlobalBlock();
+  std::vector<std::vector<float>> ones;  // kept alive until sent
+  auto step = [&](rpc::Client& cl, int64_t s) {
+    for (const auto& b : r->manifest.blocks()) {
+      const int64_t numel = sb->FindVar(b.name()).Dims().numel();
+      ones.emplace_back(static_cast<size_t>(numel), 0.5f);
+      rpc::Header h;
+      h.set_kind(rpc::Header::SEND);
+      h.set_name(b.grad());
+      h.set_dtype(proto::FP32);
+      for (int64_t d : sb->FindVar(b.name()).Dims().vec()) h.add_dims(d);
+      h.set_nbytes(numel * 4);
+      h.set_step(s);
+      rpc::Payload p{ones.back().data(), static_cast<size_t>(numel * 4), nullptr};
+      cl.PostOneWay(0, h, &p);
+    }
+    rpc::Header b;
+    b.set_kind(rpc::Header::BARRIER);
+    b.set_step(s);
+    b.set_samples(2);
+    cl.PostOneWay(0, b);
+  };
+  auto get = [&](rpc::Client& cl, int64_t s) {
+    rpc::Header h;
+    h.set_kind(rpc::Header::GET);
+    h.set_step(s);
+    h.add_tensors()->set_name(r->manifest.blocks(0).name());
+    return cl.Wait(cl.Post(0, h));
+  };
+  step(*trainers[0], 1);
+  step(*trainers[0], 2);  // a step ahead of the server
+  // Trainer 0's messages are taken in order: once this answers, its step 2 reached the server.
+  ASSERT_TRUE(get(*trainers[0], 0).ok());
+  step(*trainers[1], 1);
+  auto one = get(*trainers[1], 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->header.step(), 1);
+  step(*trainers[1], 2);
+  for (auto& t : trainers) {
+    auto two = get(*t, 2);
+    ASSERT_TRUE(two.ok()) << two.status().ToString();
+    EXPECT_EQ(two->header.step(), 2);
+    rpc::Header done;
+    done.set_kind(rpc::Header::COMPLETE);
+    EXPECT_TRUE(t->CallAll(done).ok());
+  }
+  server.join();
+  EXPECT_TRUE(served.ok()) << served.ToString();
+}
+
 }  // namespace
 }  // namespace loom::transpiler
