@@ -29,6 +29,25 @@ def _stop(procs):
         p.wait(timeout=10)
 
 
+def _start(server, servers, trainer, trainers):
+    """Threads running server(i) and trainer(k), started."""
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(servers)]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True)
+                for k in range(trainers)]
+    for th in threads:
+        th.start()
+    return threads
+
+
+def _join(threads, run, errors):
+    """Every thread ends within the run's deadline, or the run fails with the errors seen."""
+    deadline = time.monotonic() + DEADLINE_S
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+        assert not th.is_alive(), ("run %d did not finish within %d s; errors so far: %r"
+                                   % (run, DEADLINE_S, errors))
+
+
 def _split(x, y, trainers):
     sizes = [len(x) // trainers + (k < len(x) % trainers) for k in range(trainers)]
     out, begin = [], 0
@@ -105,12 +124,7 @@ def _back_to_back(eps, trainers, phases, errors, results):
                 errors.append(("trainer %d, hidden %d" % (k, hidden), e))
                 return
 
-    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(len(eps))]
-    threads += [threading.Thread(target=trainer, args=(k,), daemon=True)
-                for k in range(trainers)]
-    for th in threads:
-        th.start()
-    return threads
+    return _start(server, len(eps), trainer, trainers)
 
 
 @pytest.mark.parametrize("busy", [0, 2])
@@ -122,11 +136,7 @@ def test_back_to_back_jobs_on_one_endpoint_never_wait_for_trainers_gone(busy):
         for run in range(3):
             eps, errors, results = free_ports(2), [], []
             threads = _back_to_back(eps, 2, phases, errors, results)
-            deadline = time.monotonic() + DEADLINE_S
-            for th in threads:
-                th.join(max(0.0, deadline - time.monotonic()))
-                assert not th.is_alive(), ("run %d did not finish within %d s; errors so far: "
-                                           "%r" % (run, DEADLINE_S, errors))
+            _join(threads, run, errors)
             assert not errors, (run, errors)
             assert sorted(results) == sorted((k, h) for k in range(2) for h in phases)
     finally:
@@ -181,12 +191,7 @@ def _one_parameter_job(eps, trainers, steps, errors, done):
         except Exception as e:  # noqa: BLE001
             errors.append(("trainer %d" % k, e))
 
-    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(len(eps))]
-    threads += [threading.Thread(target=trainer, args=(k,), daemon=True)
-                for k in range(trainers)]
-    for th in threads:
-        th.start()
-    return threads
+    return _start(server, len(eps), trainer, trainers)
 
 
 @pytest.mark.parametrize("busy", [0, 2])
@@ -197,11 +202,7 @@ def test_a_server_owning_no_block_keeps_up_with_trainers_a_step_ahead(busy):
         for run in range(3):
             errors, done = [], []
             threads = _one_parameter_job(free_ports(2), 3, 150, errors, done)
-            deadline = time.monotonic() + DEADLINE_S
-            for th in threads:
-                th.join(max(0.0, deadline - time.monotonic()))
-                assert not th.is_alive(), ("run %d did not finish within %d s; errors so far: "
-                                           "%r" % (run, DEADLINE_S, errors))
+            _join(threads, run, errors)
             assert not errors, (run, errors)
             assert sorted(done) == [0, 1, 2]
     finally:

@@ -234,22 +234,37 @@ TEST(DistributeTest, DumpAfterWritesEveryRolesProgram) {
 }
 
 // A live server: a gradient of the wrong shape is refused, and the parameters stay as they were.
-TEST(DistributeTest, ServerRefusesAWrongShapeGradientAndChangesNothing) {
-  Net n = Mlp();
-  DistributeConfig c = Config(1, 2, "round_robin", 1 << 20);
-  int port = 20000 + getpid() % 20000;
-  c.pservers = {StrCat("127.0.0.1:", port)};
-  auto r = TranspileDistribute(n.startup, n.main, c);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  setenv("LOOM_PS_SECRET", "unit", 1);
-  setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
+// The MLP transpiled for one server and two trainers, its server serving on a thread (a port
+// from the pid and `salt`).
+struct LiveServer {
+  explicit LiveServer(int salt) {
+    Net n = Mlp();
+    c = Config(1, 2, "round_robin", 1 << 20);
+    c.pservers = {StrCat("127.0.0.1:", 20000 + (getpid() + salt) % 20000)};
+    auto transpiled = TranspileDistribute(n.startup, n.main, c);
+    EXPECT_TRUE(transpiled.ok()) << transpiled.status().ToString();
+    r = std::move(transpiled).value();
+    setenv("LOOM_PS_SECRET", "unit", 1);
+    setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
+    EXPECT_TRUE(exe.Run(r.pserver_startup[0], &scope).ok());
+    thread = std::thread([this] { served = exe.Run(r.pserver_main[0], &scope); });
+    opts = rpc::OptionsFromEnv().value();
+  }
+  DistributeConfig c;
+  DistributeResult r;
   Scope scope;
   Executor exe;
-  ASSERT_TRUE(exe.Run(r->pserver_startup[0], &scope).ok());
   Status served;
-  std::thread server([&] { served = exe.Run(r->pserver_main[0], &scope); });
+  std::thread thread;
+  rpc::Options opts;
+};
+
+TEST(DistributeTest, ServerRefusesAWrongShapeGradientAndChangesNothing) {
+  LiveServer live(0);
+  const DistributeConfig& c = live.c;
+  const DistributeResult* r = &live.r;
   const std::string fp = r->manifest.fingerprint();
-  auto opts = rpc::OptionsFromEnv().value();
+  const rpc::Options& opts = live.opts;
   auto get = [&](rpc::Client& cl) {
     rpc::Header h;
     h.set_kind(rpc::Header::GET);
@@ -292,8 +307,8 @@ TEST(DistributeTest, ServerRefusesAWrongShapeGradientAndChangesNothing) {
     done.set_kind(rpc::Header::COMPLETE);
     EXPECT_TRUE((*cl)->CallAll(done).ok());
   }
-  server.join();
-  EXPECT_TRUE(served.ok()) << served.ToString();
+  live.thread.join();
+  EXPECT_TRUE(live.served.ok()) << live.served.ToString();
 }
 
 TEST(DistributePipeline, DocsTableListsThePasses) {
@@ -310,21 +325,11 @@ TEST(DistributePipeline, DocsTableListsThePasses) {
 // a trainer back on a server that owns none of its blocks). They wait for step 1 to end, and
 // both steps run; they were refused once ("gradient of step 2 while the server is at step 1").
 TEST(DistributeTest, MessagesOfALaterStepWaitForTheStepInsteadOfBeingRefused) {
-  Net n = Mlp();
-  DistributeConfig c = Config(1, 2, "round_robin", 1 << 20);
-  int port = 20000 + (getpid() + 7919) % 20000;
-  c.pservers = {StrCat("127.0.0.1:", port)};
-  auto r = TranspileDistribute(n.startup, n.main, c);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  setenv("LOOM_PS_SECRET", "unit", 1);
-  setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
-  Scope scope;
-  Executor exe;
-  ASSERT_TRUE(exe.Run(r->pserver_startup[0], &scope).ok());
-  Status served;
-  std::thread server([&] { served = exe.Run(r->pserver_main[0], &scope); });
+  LiveServer live(7919);
+  const DistributeConfig& c = live.c;
+  const DistributeResult* r = &live.r;
   const std::string fp = r->manifest.fingerprint();
-  auto opts = rpc::OptionsFromEnv().value();
+  const rpc::Options& opts = live.opts;
   std::vector<std::unique_ptr<rpc::Client>> trainers;
   for (int t : {0, 1}) {
     auto cl = rpc::Client::Connect(c.pservers, t, fp, opts);
@@ -377,8 +382,8 @@ TEST(DistributeTest, MessagesOfALaterStepWaitForTheStepInsteadOfBeingRefused) {
     done.set_kind(rpc::Header::COMPLETE);
     EXPECT_TRUE(t->CallAll(done).ok());
   }
-  server.join();
-  EXPECT_TRUE(served.ok()) << served.ToString();
+  live.thread.join();
+  EXPECT_TRUE(live.served.ok()) << live.served.ToString();
 }
 
 }  // namespace
