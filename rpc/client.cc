@@ -258,9 +258,10 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
   // fingerprint): the first difference between two servers is an error naming both.
   std::map<std::string, size_t> first;  // name -> the first server reporting it
   for (size_t s : servers) {
-    for (const auto& [name, digest] : at[s].shared) {
+    for (const auto& entry : at[s].shared) {
+      const std::string& name = entry.first;  // (clang 14 lambdas take no structured binding)
       auto [it, inserted] = first.emplace(name, s);
-      if (inserted || at[it->second].shared.at(name) == digest) continue;
+      if (inserted || at[it->second].shared.at(name) == entry.second) continue;
       auto value = [&](size_t k) {
         auto v = at[k].values.find(name);
         return v == at[k].values.end() ? std::string("?") : StrCat(v->second);
