@@ -84,9 +84,11 @@ Client::Client(std::vector<std::string> endpoints, int trainer_id, Options optio
 
 StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>& endpoints,
                                                   int trainer_id, const std::string& fingerprint,
-                                                  const Options& options) {
+                                                  const Options& options,
+                                                  const StateDigests& state) {
   if (endpoints.empty()) return InvalidArgument("no parameter server endpoints");
   std::unique_ptr<Client> c(new Client(endpoints, trainer_id, options));
+  c->state_ = state;
   for (const auto& ep : endpoints) {
     LOOM_ASSIGN_OR_RETURN(std::string addr, TcpAddress(ep));
     // A host name that does not resolve is a typo, not a server still starting: said at once.
@@ -106,7 +108,12 @@ StatusOr<std::unique_ptr<Client>> Client::Connect(const std::vector<std::string>
   std::vector<size_t> all(endpoints.size());
   for (size_t s = 0; s < all.size(); ++s) all[s] = s;
   std::vector<std::string> ipc(endpoints.size());
-  LOOM_RETURN_IF_ERROR(c->Handshake(fingerprint, all, &ipc));
+  if (Status hs = c->Handshake(fingerprint, all, &ipc); !hs.ok()) {
+    // The hellos still queued go out as the sockets close: a server that refuses this trainer
+    // (its state differs) then ends its job with the reason too, instead of waiting for it.
+    for (auto& socket : c->sockets_) socket.set(zmq::sockopt::linger, 1000);
+    return hs;
+  }
   LOOM_RETURN_IF_ERROR(c->MoveToUnixSockets(fingerprint, ipc));
   size_t n = endpoints.size();
   c->dead_.assign(n, Status::OK());
@@ -161,9 +168,9 @@ Status Client::MoveToUnixSockets(const std::string& fingerprint,
 // HELLO -> CHALLENGE (the server proves the secret) -> AUTH (this trainer proves it) -> REPLY,
 // with every server at once, within the connect timeout. A server that does not answer within
 // the retry interval (its HELLO went to a server instance that ended before reading it: a job
-// that just finished on the same endpoint) is asked again on a fresh connection, the interval
-// doubling up to 2 s; so is a server that refuses for now (an ERROR with `retry`: its session
-// with this trainer ended, a later job's server may come). Any other refusal ends the handshake.
+// that just finished on the same endpoint) is sent the hello again, the interval doubling up to
+// 2 s; so is a server that refuses for now (an ERROR with `retry`: its session with this
+// trainer ended, a later job's server may come). Any other refusal ends the handshake.
 Status Client::Handshake(const std::string& fingerprint, const std::vector<size_t>& servers,
                          std::vector<std::string>* ipc) {
   const size_t n = sockets_.size();
@@ -178,11 +185,13 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     std::map<std::string, double> values;    // and their first values
   };
   std::vector<Attempt> at(n);
-  auto hello = [&](size_t s, bool fresh) {
-    if (fresh) sockets_[s] = NewSocket(addresses_[s]);  // a stale connection's replies go with it
+  // The same hello (one nonce per server) each time: a server that gets it twice answers
+  // alike, and a resent one goes wherever the socket is connected by then (ZeroMQ reconnects
+  // to the next server on the endpoint by itself).
+  auto hello = [&](size_t s) {
     Attempt& a = at[s];
     a.state = kHelloSent;
-    a.nonce = NewNonce();
+    if (a.nonce.empty()) a.nonce = NewNonce();
     a.next = Clock::now() + a.interval;
     a.interval = std::min(a.interval * 2, milliseconds(2000));
     Header h;
@@ -190,10 +199,12 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     h.set_trainer_id(trainer_id_);
     h.set_fingerprint(fingerprint);
     h.set_nonce(a.nonce);
+    for (const auto& [name, digest] : state_.digest) (*h.mutable_state())[name] = digest;
+    for (const auto& [name, v] : state_.first) (*h.mutable_params())[name] = v;
     auto frames = Encode(h);
     SendFrames(sockets_[s], frames);
   };
-  for (size_t s : servers) hello(s, false);
+  for (size_t s : servers) hello(s);
   Deadline deadline = DeadlineAfter(options_.connect_timeout);
   size_t done = n - servers.size();
   while (done < n) {
@@ -208,7 +219,7 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
                          " LOOM_PS_CONNECT_TIMEOUT_MS)");
     }
     for (size_t s = 0; s < n; ++s)
-      if (at[s].state != kDone && now >= at[s].next) hello(s, true);
+      if (at[s].state != kDone && now >= at[s].next) hello(s);
     if (InterruptRequested())
       return Interrupted(StrCat("trainer ", trainer_id_, " connected to its parameter servers"));
     std::vector<zmq::pollitem_t> items;

@@ -39,9 +39,12 @@ class Client {
   struct Pending;
   using Ticket = std::shared_ptr<Pending>;
 
+  // `state`: this trainer's own state, sent in every HELLO; the servers compare it across
+  // trainers (a difference is refused, naming the variable and both trainers).
   static StatusOr<std::unique_ptr<Client>> Connect(const std::vector<std::string>& endpoints,
                                                    int trainer_id, const std::string& fingerprint,
-                                                   const Options& options);
+                                                   const Options& options,
+                                                   const StateDigests& state = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -77,6 +80,7 @@ class Client {
     int priority = 0;
   };
   Client(std::vector<std::string> endpoints, int trainer_id, Options options);
+  StateDigests state_;  // sent in every HELLO
   zmq::socket_t NewSocket(const std::string& addr);
   // Authenticates the sockets of `servers`; ipc[s] receives the Unix socket a server offers.
   Status Handshake(const std::string& fingerprint, const std::vector<size_t>& servers,

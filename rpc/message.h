@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ StatusOr<Message> Decode(std::vector<zmq::message_t>* frames);
 std::vector<zmq::message_t> Encode(const Header& header, const std::vector<Payload>& payloads = {});
 
 const char* KindName(int kind);
+
+// State compared at the handshake: name -> digest (framework/serialization.h TensorDigest), and
+// each one's first value for the messages that name a difference.
+struct StateDigests {
+  std::map<std::string, uint64_t> digest;
+  std::map<std::string, double> first;
+  bool empty() const { return digest.empty(); }
+};
 
 // zmq::poll, except that a signal arriving meanwhile (EINTR: Ctrl-C, which the caller then
 // checks for) returns as a timeout instead of throwing.

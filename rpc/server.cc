@@ -154,6 +154,13 @@ void Server::Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* o
   if (!m.ok()) return Refuse(peer, p.address, p.trainer_id, m.status().message());
   const Header& h = m->header;
   if (!p.authenticated) return Handshake(peer, &p, h);
+  if (h.kind() == Header::HELLO && h.nonce() == p.client_nonce) return;  // a resent hello
+  if (h.kind() == Header::AUTH && h.mac() == p.auth_mac) {  // a resent proof: answered alike
+    Header r;
+    r.set_kind(Header::REPLY);
+    Send(peer, Encode(r));
+    return;
+  }
   if (h.kind() == Header::HELLO || h.kind() == Header::AUTH)
     return Refuse(peer, p.address, p.trainer_id, "handshake message after the handshake");
   if (h.trainer_id() != p.trainer_id)
@@ -196,9 +203,14 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
                  ") is not the one ", options_.name, " serves (fingerprint ", options_.fingerprint,
                  "): trainers and servers must come from one transpile"),
           StatusCode::kFailedPrecondition);
+    if (Status differs = CompareTrainerState(h); !differs.ok()) {
+      if (fatal_.ok()) fatal_ = differs;
+      return RefuseWithError(peer, *p, h.id(), differs.message(), differs.code());
+    }
     p->trainer_id = h.trainer_id();
+    // The same hello again (the trainer resends one that went unanswered): the same challenge.
+    if (p->nonce.empty() || p->client_nonce != h.nonce()) p->nonce = NewNonce();
     p->client_nonce = h.nonce();
-    p->nonce = NewNonce();
     Header c;
     c.set_kind(Header::CHALLENGE);
     c.set_nonce(p->nonce);
@@ -218,6 +230,7 @@ void Server::Handshake(const std::string& peer, Peer* p, const Header& h) {
                              StatusCode::kFailedPrecondition);
     }
     p->authenticated = true;
+    p->auth_mac = h.mac();
     // A trainer's newest connection is the one replies go to (it may move to the Unix socket).
     trainer_peer_[p->trainer_id] = peer;
     last_heard_[p->trainer_id] = std::chrono::steady_clock::now();
@@ -249,6 +262,35 @@ void Server::RefuseWithError(const std::string& peer, const Peer& p, uint64_t id
 }
 
 void Server::EndSession(int trainer) { ended_.insert(trainer); }
+
+// Trainers of one job start from the same state: the first trainer to report its own is the
+// reference, and a later one that holds another value of one of its variables is an error
+// naming the variable, both trainers and both values.
+Status Server::CompareTrainerState(const Header& h) {
+  if (h.state().empty()) return Status::OK();
+  if (state_trainer_ < 0 || state_trainer_ == h.trainer_id()) {
+    state_trainer_ = h.trainer_id();
+    trainer_state_.digest = std::map<std::string, uint64_t>(h.state().begin(), h.state().end());
+    trainer_state_.first = std::map<std::string, double>(h.params().begin(), h.params().end());
+    return Status::OK();
+  }
+  for (const auto& entry : h.state()) {
+    auto it = trainer_state_.digest.find(entry.first);
+    if (it == trainer_state_.digest.end() || it->second == entry.second) continue;
+    auto value = [](const auto& values, const std::string& name) {
+      auto v = values.find(name);
+      return v == values.end() ? std::string("?") : StrCat(v->second);
+    };
+    return FailedPrecondition(options_.name, ": trainer ", h.trainer_id(),
+                              " holds another value of '", entry.first, "' than trainer ",
+                              state_trainer_, " (trainer ", state_trainer_, ": ",
+                              value(trainer_state_.first, entry.first), ", trainer ",
+                              h.trainer_id(), ": ", value(h.params(), entry.first),
+                              "): every trainer must start from the same state (the same "
+                              "startup program and settings), or the trainers train apart");
+  }
+  return Status::OK();
+}
 
 void Server::Refuse(const std::string& peer, const std::string& address, int trainer,
                     const std::string& why) {

@@ -60,6 +60,9 @@ class Server {
   // its id comes from a later job meant for the next server on this endpoint, and is refused
   // for now (the trainer retries until its connect deadline), never served.
   void EndSession(int trainer);
+  // Why the job cannot go on, found at a handshake (trainers whose own state differs); OK
+  // otherwise. The owner ends with it.
+  const Status& fatal() const { return fatal_; }
   // Messages refused so far (any thread may read it).
   int64_t refused() const { return refused_.load(); }
   const std::string& endpoint() const { return endpoint_; }
@@ -70,11 +73,13 @@ class Server {
     std::string nonce;  // the challenge sent
     std::string client_nonce;
     bool authenticated = false;
+    std::string auth_mac;  // the proof it authenticated with (a resent one is answered alike)
     std::string address;
   };
   Server(std::string endpoint, ServerOptions options);
   void Handle(std::vector<zmq::message_t>* frames, std::vector<Request>* out);
   void Handshake(const std::string& peer, Peer* p, const Header& h);
+  Status CompareTrainerState(const Header& h);
   void Refuse(const std::string& peer, const std::string& address, int trainer,
               const std::string& why);
   // Refuses and tells the peer why (an ERROR; `retry`: for now only).
@@ -90,7 +95,10 @@ class Server {
   std::map<std::string, Peer> peers_;  // by routing id
   std::map<int, std::string> trainer_peer_;
   std::map<int, std::chrono::steady_clock::time_point> last_heard_;
-  std::set<int> ended_;  // trainers whose session ended (EndSession)
+  std::set<int> ended_;         // trainers whose session ended (EndSession)
+  int state_trainer_ = -1;      // the first trainer that reported its own state
+  StateDigests trainer_state_;  // what it reported
+  Status fatal_;
   std::atomic<int64_t> refused_{0};
 };
 

@@ -463,11 +463,30 @@ StatusOr<bool> BuildTrainerPrograms(DistributeState& s) {
         std::all_of(outs.begin(), outs.end(), [&](auto& o) { return served.count(o) > 0; }))
       sb->RemoveOp(i);
   }
+  // The state a trainer holds itself (persistables its main program reads that the servers do
+  // not serve: batch-norm statistics, a scale kept in a global variable): the startup's fetch
+  // reports its digests in the handshake, and the servers compare them across trainers.
+  std::set<std::string> read;
+  for (int b = 0; b < main.NumBlocks(); ++b)
+    for (int i = 0; i < main.Block(b)->OpSize(); ++i)
+      for (const auto& v : main.Block(b)->Op(i).InputArgumentNames()) read.insert(v);
+  StrList own;
+  for (const auto& v : read) {
+    VarDesc d = mb->FindVar(v);
+    if (d && d.Persistable() && d.Type() == proto::VarType::DENSE_TENSOR && !served.count(v))
+      own.push_back(v);
+  }
   for (int t = 0; t < s.config.trainers; ++t) {
     ProgramDesc ts = startup;
     Insertions ins;
-    for (auto& op : FetchParams(s, t, ts.GlobalBlock()))
+    for (auto& op : FetchParams(s, t, ts.GlobalBlock())) {
+      if (op.type() == "recv" && !own.empty()) {
+        OpDesc(&op).SetAttr("trainer_state", own);
+        for (const auto& v : own)
+          if (!ts.GlobalBlock()->HasVar(v)) DeclareLike(ts.GlobalBlock(), mb->FindVar(v));
+      }
       ins[ts.GlobalBlock()->OpSize() - 1].push_back(std::move(op));
+    }
     InsertOps(ts.GlobalBlock(), std::move(ins));
     s.trainer_startup.push_back(std::move(ts));
     s.trainer_main.push_back(TrainerMain(s, main, t));

@@ -175,6 +175,7 @@ Status ParamServer::Serve() {
   while (!Live().empty()) {
     if (InterruptRequested())
       return Fail(Interrupted(StrCat(name_, " served step ", step_done_ + 1)));
+    if (!server_->fatal().ok()) return Fail(server_->fatal());
     auto requests = server_->Poll(std::chrono::milliseconds(100));
     for (auto& r : requests) {
       if (sync_ && Later(r)) {

@@ -83,7 +83,8 @@ StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::strin
 
 StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
                                             const std::vector<std::string>& endpoints,
-                                            const std::string& fingerprint) {
+                                            const std::string& fingerprint,
+                                            const rpc::StateDigests& state) {
   LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
   std::shared_ptr<Slot> slot;
   {
@@ -96,7 +97,7 @@ StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
   if (slot->conn) return slot->conn;
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   LOOM_ASSIGN_OR_RETURN(auto client,
-                        rpc::Client::Connect(resolved, trainer_id, fingerprint, options));
+                        rpc::Client::Connect(resolved, trainer_id, fingerprint, options, state));
   auto* conn = new TrainerConnection();
   conn->client = std::move(client);
   slot->conn = conn;

@@ -30,10 +30,12 @@ std::vector<std::string> JobServerEndpoints();
 // Resolves "pserver:I" entries (see above); other entries are returned as they are.
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints);
 
-// The connection of trainer `trainer_id` to `endpoints` (resolved), connecting on first use.
+// The connection of trainer `trainer_id` to `endpoints` (resolved), connecting on first use;
+// `state` (the trainer's own state: name -> digest and first value) goes with the handshake then.
 StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
                                             const std::vector<std::string>& endpoints,
-                                            const std::string& fingerprint);
+                                            const std::string& fingerprint,
+                                            const rpc::StateDigests& state = {});
 
 // Tells every server this trainer is done (COMPLETE) and drops the connection; a trainer that
 // never connected is a no-op.

@@ -15,6 +15,8 @@
 #include <map>
 
 #include "base/copy.h"
+#include "framework/scope.h"
+#include "framework/serialization.h"
 #include "operators/common.h"
 #include "operators/distributed/ps_client.h"
 
@@ -23,9 +25,25 @@ namespace {
 
 using StrList = std::vector<std::string>;
 
+// The trainer's own state its startup's fetch reports (attribute trainer_state), from the scope.
+rpc::StateDigests TrainerState(const KernelContext& ctx) {
+  rpc::StateDigests state;
+  if (!ctx.Attrs().count("trainer_state") || ctx.scope() == nullptr) return state;
+  for (const auto& name : ctx.Attr<StrList>("trainer_state")) {
+    const Variable* v = ctx.scope()->FindVar(name);
+    if (!v || !v->IsType<Tensor>() || !v->Get<Tensor>().initialized()) continue;
+    const Tensor& t = v->Get<Tensor>();
+    if (!t.place().is_cpu()) continue;
+    state.digest[name] = TensorDigest(t);
+    if (t.numel() > 0 && t.dtype() == proto::FP32) state.first[name] = t.data<float>()[0];
+    if (t.numel() > 0 && t.dtype() == proto::FP64) state.first[name] = t.data<double>()[0];
+  }
+  return state;
+}
+
 StatusOr<TrainerConnection*> Connection(const KernelContext& ctx) {
   auto conn = ConnectTrainer(ctx.Attr<int>("trainer_id"), ctx.Attr<StrList>("endpoints"),
-                             ctx.Attr<std::string>("fingerprint"));
+                             ctx.Attr<std::string>("fingerprint"), TrainerState(ctx));
   if (!conn.ok()) return conn.status().WithContext(ctx.Where());
   return conn;
 }
@@ -259,6 +277,9 @@ LOOM_REGISTER_OP(recv)
     .Output("Out", "parameter blocks", /*duplicable=*/true)
     .RequiredAttr<StrList>("epmap", "the server of each Out")
     .RequiredAttr<StrList>("recv_varnames", "the block name of each Out on its server")
+    .Attr<StrList>("trainer_state", {},
+                   "the startup's fetch: persistables the trainer holds itself, whose digests "
+                   "its handshake reports for the servers to compare across trainers")
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
     .Attr<std::string>("fingerprint", "", "the transpile both sides come from")

@@ -103,7 +103,15 @@ def test_async_converges():
     x = np.concatenate([x for x, _ in steps])
     y = np.concatenate([y for _, y in steps])
     assert set(final) == set(init) == {"fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"}
-    start, end = mlp_loss(init, x, y), mlp_loss(final, x, y)
+    # The start is the servers' initial values (their startup: the same seeded initializers),
+    # not what trainer 0 fetched: in async mode trainer 1 may have trained, even to its end,
+    # before trainer 0's startup fetched.
+    from pserver_util import build, value
+    main, startup, _, params = build()
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    start = mlp_loss({n: value(scope, n) for n in params}, x, y)
+    end = mlp_loss(final, x, y)
     assert end < 0.25 * start, (start, end)
 
 
@@ -282,3 +290,70 @@ def test_servers_started_with_different_learning_rates_are_found_at_the_handshak
     for i in range(2):  # each trainer tells its servers why it stops: they end at once with it
         assert "stopped: trainer" in said.get("server %d" % i, ""), errors
         assert "hold different values of 'learning_rate_0'" in said["server %d" % i], errors
+
+
+def test_trainers_started_from_different_state_are_found_at_the_handshake(monkeypatch):
+    """A persistable the trainer's main program reads and the servers do not serve (a scale in
+    a global variable: 1.0 on trainer 0, 3.0 on trainer 1) passes the fingerprint (its value
+    lives in the startup program). The servers compare what each trainer's startup reports:
+    the later trainer is refused, naming the variable, both trainers and both values, and the
+    servers end with that reason."""
+    import threading
+    from pserver_util import free_ports
+    monkeypatch.setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "5000")
+    monkeypatch.setenv("LOOM_PS_HEARTBEAT_MS", "200")
+    monkeypatch.setenv("LOOM_PS_TIMEOUT_MS", "2000")
+    eps, errors = free_ports(2), []
+    first_connected = threading.Event()
+
+    def transpiled(k, scale):
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 3
+        with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+            x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+            s = fluid.layers.create_global_var([1], scale, "float32", persistable=True,
+                                               name="scale")
+            h = fluid.layers.elementwise_mul(fluid.layers.fc(x, size=6), s)
+            loss = fluid.layers.mean(fluid.layers.fc(h, size=1))
+            fluid.optimizer.SGD(0.1).minimize(loss)
+        t = fluid.DistributeTranspiler()
+        t.transpile(k, program=main, pservers=",".join(eps), trainers=2, startup_program=startup)
+        return t, startup
+
+    def server(i):
+        try:
+            t, _ = transpiled(0, 1.0)
+            prog, pstart = t.get_pserver_programs(eps[i])
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(pstart, scope=scope)
+            exe.run(prog, scope=scope)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(("server %d" % i, str(e)))
+
+    def trainer(k):
+        try:
+            t, startup = transpiled(k, 1.0 if k == 0 else 3.0)
+            if k == 1:  # trainer 0 is the reference: it connects first
+                assert first_connected.wait(30)
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+            if k == 0:
+                first_connected.set()
+        except Exception as e:  # noqa: BLE001
+            errors.append(("trainer %d" % k, str(e)))
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+        assert not th.is_alive(), errors
+    said = dict(errors)
+    want = "trainer 1 holds another value of 'scale' than trainer 0 (trainer 0: 1, trainer 1: 3)"
+    assert want in said.get("trainer 1", ""), errors
+    # The server that refused trainer 1 ends with the reason; so does the other when trainer
+    # 1's hello reached it before trainer 1 gave up, else it ends at its connect timeout.
+    ends = [said.get("server %d" % i, "") for i in range(2)]
+    assert any(want in e for e in ends), errors
+    assert all(want in e or "trainer(s) 1 never connected" in e for e in ends), errors
