@@ -180,7 +180,8 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     std::string nonce;
     Clock::time_point next;  // kHelloSent / kAuthSent: when to ask again; kRetryLater: when to
     milliseconds interval{250};
-    std::string refused;  // the last transient refusal, for the timeout's message
+    std::string refused;     // the last transient refusal, for the timeout's message
+    bool auth_sent = false;  // its REPLY may come after the hello was sent again
     std::map<std::string, uint64_t> shared;  // the CHALLENGE's state digests
     std::map<std::string, double> values;    // and their first values
   };
@@ -254,11 +255,12 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
           return FailedPrecondition("trainer ", trainer_id_, ": parameter server ", endpoints_[s],
                                     " could not prove LOOM_PS_SECRET (the secrets differ)");
         a.state = kAuthSent;
+        a.auth_sent = true;
         a.next = Clock::now() + a.interval;
         (*ipc)[s] = h.text();
         a.shared = std::map<std::string, uint64_t>(h.state().begin(), h.state().end());
         a.values.insert(h.params().begin(), h.params().end());
-      } else if (a.state == kAuthSent && h.kind() == Header::REPLY) {
+      } else if (a.state != kDone && a.auth_sent && h.kind() == Header::REPLY) {
         a.state = kDone;
         ++done;
       }

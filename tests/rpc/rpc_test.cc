@@ -54,7 +54,8 @@ Options TestOptions(const std::string& secret = "s3cret") {
 class EchoServer {
  public:
   explicit EchoServer(const std::string& secret = "s3cret", std::string fingerprint = "fp",
-                      bool answer = true, std::string at = "", int ended_trainer = -1) {
+                      bool answer = true, std::string at = "", int ended_trainer = -1,
+                      int pause_ms = 0) {
     endpoint = at.empty() ? FreeEndpoint() : at;
     ServerOptions so;
     so.rpc = TestOptions(secret);
@@ -64,8 +65,10 @@ class EchoServer {
     so.name = "test server";
     server = std::move(Server::Bind(endpoint, so).value());
     if (ended_trainer >= 0) server->EndSession(ended_trainer);
-    thread = std::thread([this, answer] {
+    thread = std::thread([this, answer, pause_ms] {
       while (!stop) {
+        // A slow server: between its polls the trainer's handshake waits.
+        if (pause_ms > 0) std::this_thread::sleep_for(milliseconds(pause_ms));
         for (auto& r : server->Poll(milliseconds(20))) {
           ++delivered;
           {
@@ -383,6 +386,24 @@ TEST(RpcTest, ASessionThatEndedIsRefusedForNowAndTheTrainerWaitsForTheNextServer
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
   EXPECT_EQ(next->delivered.load(), 1);
+}
+
+// A server slower than the trainer's retry interval: the trainer sends its hello again while
+// its proof waits to be read; the server ignores the hello it already answered, and the
+// trainer takes the reply to its proof (it once waited for a second challenge until its
+// connect timeout, while the server counted it silent).
+TEST(RpcTest, ASlowServersReplyEndsTheHandshakeAfterTheHelloWasSentAgain) {
+  // Its challenge comes after the trainer's third resent hello, when the interval reached its
+  // 2 s cap; its reply to the proof 2.5 s later, after the next resend.
+  EchoServer s("s3cret", "fp", true, "", -1, /*pause_ms=*/2500);
+  Options o = TestOptions();
+  o.heartbeat = milliseconds(1000);
+  o.timeout = milliseconds(10000);
+  o.connect_timeout = milliseconds(15000);
+  o.ipc = false;
+  auto c = Client::Connect({s.endpoint}, 0, "fp", o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE((*c)->Wait((*c)->Post(0, Get("w"))).ok());
 }
 
 TEST(RpcTest, ARefusalForNowThatLastsEndsAtTheConnectTimeoutQuotingIt) {
