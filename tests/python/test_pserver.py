@@ -237,12 +237,36 @@ def test_hybrid_outside_a_launched_job_says_how_to_start_one(monkeypatch):
         t.transpile(0, program=main, pservers="127.0.0.1:1", trainers=2, startup_program=startup)
 
 
+def _serve(transpiler, endpoint, who, errors):
+    """Runs the server of `endpoint` from a transpiler; its error goes to errors."""
+    try:
+        prog, pstart = transpiler.get_pserver_programs(endpoint)
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(pstart, scope=scope)
+        exe.run(prog, scope=scope)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        errors.append((who, str(e)))
+
+
+def _run_two_and_two(server, trainer, errors):
+    """server(0..1) and trainer(0..1) as threads, each ending within a minute; returns
+    {who: error}."""
+    import threading
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+        assert not th.is_alive(), errors
+    return dict(errors)
+
+
 def test_servers_started_with_different_learning_rates_are_found_at_the_handshake(monkeypatch):
     """The learning rate lives in each server's startup program, so a server built with
-    SGD(0.9) beside one built with SGD(0.1) passes the program fingerprint; every trainer then
-    fails at its handshake, naming the variable, both servers and both values. Servers built
+    SGD(0.9) beside one built with SGD(0.1) passes the program fingerprint; a trainer then fails
+    at its handshake, naming the variable, both servers and both values. Servers built
     alike train (the other tests)."""
-    import threading
     from pserver_util import build, free_ports
     monkeypatch.setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "5000")
     eps, errors = free_ports(2), []
@@ -254,14 +278,7 @@ def test_servers_started_with_different_learning_rates_are_found_at_the_handshak
         return t, startup, loss
 
     def server(i):
-        try:
-            t, _, _ = transpiled(0, 0.1 if i == 0 else 0.9)
-            prog, pstart = t.get_pserver_programs(eps[i])
-            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-            exe.run(pstart, scope=scope)
-            exe.run(prog, scope=scope)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(("server %d" % i, str(e)))
+        _serve(transpiled(0, 0.1 if i == 0 else 0.9)[0], eps[i], "server %d" % i, errors)
 
     def trainer(k):
         try:
@@ -271,14 +288,7 @@ def test_servers_started_with_different_learning_rates_are_found_at_the_handshak
         except Exception as e:  # noqa: BLE001
             errors.append(("trainer %d" % k, str(e)))
 
-    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
-    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-        assert not th.is_alive(), errors
-    said = dict(errors)
+    said = _run_two_and_two(server, trainer, errors)
     # A trainer that completes its handshakes first finds the difference and tells the servers,
     # which end; a trainer still connecting then waits for them until its connect timeout.
     want = ("parameter servers %s and %s hold different values of 'learning_rate_0' "
@@ -321,14 +331,7 @@ def test_trainers_started_from_different_state_are_found_at_the_handshake(monkey
         return t, startup
 
     def server(i):
-        try:
-            t, _ = transpiled(0, 1.0)
-            prog, pstart = t.get_pserver_programs(eps[i])
-            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-            exe.run(pstart, scope=scope)
-            exe.run(prog, scope=scope)
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(("server %d" % i, str(e)))
+        _serve(transpiled(0, 1.0)[0], eps[i], "server %d" % i, errors)
 
     def trainer(k):
         try:
@@ -342,14 +345,7 @@ def test_trainers_started_from_different_state_are_found_at_the_handshake(monkey
         except Exception as e:  # noqa: BLE001
             errors.append(("trainer %d" % k, str(e)))
 
-    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
-    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-        assert not th.is_alive(), errors
-    said = dict(errors)
+    said = _run_two_and_two(server, trainer, errors)
     want = "trainer 1 holds another value of 'scale' than trainer 0 (trainer 0: 1, trainer 1: 3)"
     assert want in said.get("trainer 1", ""), errors
     # The server that refused trainer 1 ends with the reason; so does the other when trainer
