@@ -36,6 +36,13 @@ const char* ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+StatusOr<ReduceOp> ParseReduceOp(const std::string& name) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg})
+    if (name == ReduceOpName(op)) return op;
+  return InvalidArgument("reduce_type '", name, "' is not one of sum, prod, max, min, avg");
+}
+
 const char* AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kAuto: return "auto";

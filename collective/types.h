@@ -57,6 +57,8 @@ const char* DataTypeName(DataType dtype);
 // Accepts DataTypeName's names (fp32, ...) and the long ones of the floats (float32, ...).
 StatusOr<DataType> ParseDataType(const std::string& name);
 const char* ReduceOpName(ReduceOp op);
+// Accepts ReduceOpName's names (sum, prod, max, min, avg).
+StatusOr<ReduceOp> ParseReduceOp(const std::string& name);
 const char* AlgorithmName(Algorithm algorithm);
 // Accepts the names AlgorithmName prints ("ring", "multi_tree", ...).
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name);

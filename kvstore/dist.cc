@@ -10,8 +10,8 @@
 #include <set>
 
 #include "base/copy.h"
+#include "base/job_env.h"
 #include "loom/config.h"
-#include "operators/distributed/ps_client.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
 #if LOOM_MPI_ENABLED
@@ -24,19 +24,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-StatusOr<int> EnvInt(const char* name, int min) {
-  const std::string v = Env(name);
-  char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < min)
-    return FailedPrecondition(name, "='", v, "' is not a number >= ", min,
+// A count the launcher must have set (`value` is JobEnv's, < min when unset).
+StatusOr<int> Launched(const char* name, int value, int min) {
+  if (value < min)
+    return FailedPrecondition(name, " is not set to a number >= ", min,
                               " (start the job with `loom launch`)");
-  return static_cast<int>(x);
+  return value;
 }
 
 uint64_t Fnv(const std::string& s) {
@@ -510,28 +503,29 @@ bool IsSyncType(const std::string& type) { return type.rfind("dist_sync", 0) == 
 
 }  // namespace
 
-std::string LaunchRole() {
-  std::string role = Env("PADDLE_TRAINING_ROLE");
-  if (role.empty()) role = Env("TRAINING_ROLE");
-  if (role == "PSERVER") return "server";
-  if (role == "TRAINER") return "worker";
-  return "";
+StatusOr<std::string> LaunchRole() {
+  LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
+  if (job.role == JobRole::kServer) return std::string("server");
+  if (job.role == JobRole::kTrainer) return std::string("worker");
+  return std::string();
 }
 
 namespace {
 
 // A store connected to the servers as peer `rank` of `workers` (a worker, or a client's rank 0).
-StatusOr<std::unique_ptr<DistStore>> ConnectDistStore(const std::string& type, int rank,
-                                                      int workers) {
-  std::vector<std::string> servers = ops::JobServerEndpoints();
+StatusOr<std::unique_ptr<DistStore>> ConnectDistStore(const JobEnv& job, const std::string& type,
+                                                      int rank, int workers) {
+  const std::vector<std::string>& servers = job.server_endpoints;
   if (servers.empty())
     return FailedPrecondition("a ", type,
                               " KVStore needs servers: PADDLE_PSERVER_ENDPOINTS is "
                               "empty (loom launch --servers S with S >= 1)");
-  int64_t bound = 1000000;
-  if (!Env("LOOM_KVSTORE_BIGARRAY_BOUND").empty()) {
-    LOOM_ASSIGN_OR_RETURN(int b, EnvInt("LOOM_KVSTORE_BIGARRAY_BOUND", 1));
-    bound = b;
+  int64_t bound = 1000000;  // MXNet's MXNET_KVSTORE_BIGARRAY_BOUND default
+  if (const char* v = std::getenv("LOOM_KVSTORE_BIGARRAY_BOUND"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    bound = std::strtoll(v, &end, 10);
+    if (*end != '\0' || bound < 1)
+      return InvalidArgument("LOOM_KVSTORE_BIGARRAY_BOUND='", v, "' is not a number >= 1");
   }
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   LOOM_ASSIGN_OR_RETURN(auto client,
@@ -646,19 +640,19 @@ class MpiClientStore final : public KVStore {
 };
 #endif
 
-StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type, int rank,
-                                                        int workers) {
+StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const JobEnv& job, const std::string& type,
+                                                        int rank, int workers) {
 #if LOOM_MPI_ENABLED
   if (!collective::LaunchedByMpirun())
     return FailedPrecondition("a ", type,
                               " KVStore's workers are MPI clients: start the job with "
                               "`loom launch --workers N --servers S --clients C -- ...`");
   LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
-  LOOM_ASSIGN_OR_RETURN(int client, EnvInt("LOOM_CLIENT_ID", 0));
-  LOOM_ASSIGN_OR_RETURN(int clients, EnvInt("LOOM_NUM_CLIENTS", 1));
+  LOOM_ASSIGN_OR_RETURN(int client, Launched("LOOM_CLIENT_ID", job.client_id, 0));
+  LOOM_ASSIGN_OR_RETURN(int clients, Launched("LOOM_NUM_CLIENTS", job.clients, 1));
   LOOM_ASSIGN_OR_RETURN(auto comm, collective::CreateMpiCommunicator());
   std::unique_ptr<KVStore> leader;
-  const bool pure_mpi = ops::JobServerEndpoints().empty();
+  const bool pure_mpi = job.server_endpoints.empty();
   if (pure_mpi) {  // --servers 0: one client is the whole job, and pushpull is the allreduce
     if (clients != 1)
       return FailedPrecondition("a ", type,
@@ -667,7 +661,7 @@ StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type,
                                 clients);
     LOOM_ASSIGN_OR_RETURN(leader, KVStore::Create("local"));
   } else if (comm->rank() == 0) {
-    LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(type, client, clients));
+    LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(job, type, client, clients));
     leader = std::move(store);
   }
   return std::unique_ptr<KVStore>(
@@ -683,34 +677,37 @@ StatusOr<std::unique_ptr<KVStore>> CreateMpiClientStore(const std::string& type,
 
 StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type) {
   LOOM_RETURN_IF_ERROR(CheckType(type));
-  if (LaunchRole() != "worker")
+  LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
+  if (job.role != JobRole::kTrainer)
     return FailedPrecondition("a ", type,
                               " KVStore is made by the workers of a job started with "
                               "`loom launch --workers N --servers S",
                               IsMpiType(type) ? " --clients C" : "",
                               " -- python3 train.py` (this process has no "
                               "PADDLE_TRAINING_ROLE=TRAINER)");
-  LOOM_ASSIGN_OR_RETURN(int rank, EnvInt("PADDLE_TRAINER_ID", 0));
-  LOOM_ASSIGN_OR_RETURN(int workers, EnvInt("PADDLE_TRAINERS_NUM", 1));
-  if (IsMpiType(type)) return CreateMpiClientStore(type, rank, workers);
-  LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(type, rank, workers));
+  LOOM_ASSIGN_OR_RETURN(int rank, Launched("PADDLE_TRAINER_ID", job.trainer_id, 0));
+  LOOM_ASSIGN_OR_RETURN(int workers, Launched("PADDLE_TRAINERS_NUM", job.trainers, 1));
+  if (IsMpiType(type)) return CreateMpiClientStore(job, type, rank, workers);
+  LOOM_ASSIGN_OR_RETURN(auto store, ConnectDistStore(job, type, rank, workers));
   return std::unique_ptr<KVStore>(std::move(store));
 }
 
 Status RunKVServer(const std::string& type) {
   LOOM_RETURN_IF_ERROR(CheckType(type));
-  if (LaunchRole() != "server")
+  LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
+  if (job.role != JobRole::kServer)
     return FailedPrecondition("this process is not a server of a launched job");
   // With MPI clients the servers' peers are the clients (each one's rank 0), not the workers.
-  LOOM_ASSIGN_OR_RETURN(int workers, IsMpiType(type) ? EnvInt("LOOM_NUM_CLIENTS", 1)
-                                                     : EnvInt("PADDLE_TRAINERS_NUM", 1));
-  const std::string endpoint = Env("PADDLE_CURRENT_ENDPOINT");
+  LOOM_ASSIGN_OR_RETURN(int workers, IsMpiType(type)
+                                         ? Launched("LOOM_NUM_CLIENTS", job.clients, 1)
+                                         : Launched("PADDLE_TRAINERS_NUM", job.trainers, 1));
+  const std::string& endpoint = job.current_endpoint;
   LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
   rpc::ServerOptions so;
   so.rpc = options;
   so.trainers = workers;
   so.fingerprint = Fingerprint(type);
-  so.name = "server " + Env("PADDLE_PSERVER_ID") + " (" + endpoint + ")";
+  so.name = StrCat("server ", job.server_id, " (", endpoint, ")");
   LOOM_ASSIGN_OR_RETURN(auto server, rpc::Server::Bind(endpoint, so));
   KVServer s(IsSyncType(type), workers, so.name, options);
   return s.Serve(std::move(server));

@@ -21,7 +21,7 @@
 namespace loom::kvstore {
 
 // "server", "worker", or "" when the environment names no parameter-server role.
-std::string LaunchRole();
+StatusOr<std::string> LaunchRole();
 
 // A worker's store; outside a launched job an error saying how to start one.
 StatusOr<std::unique_ptr<KVStore>> CreateDistStore(const std::string& type);

@@ -5,8 +5,8 @@
 
 #include "base/copy.h"
 #include "collective/world.h"
+#include "framework/parallel.h"
 #include "kvstore/dist.h"
-#include "operators/parallel.h"
 
 namespace loom::kvstore {
 namespace {
@@ -21,7 +21,7 @@ template <typename T>
 void SumInto(const std::vector<Tensor>& values, T* out, const std::vector<T*>& extra, int64_t n) {
   std::vector<const T*> in;
   for (const auto& v : values) in.push_back(v.data<T>());
-  ops::ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
+  ParallelFor(n, 1 << 16, [&](int64_t begin, int64_t end) {
     constexpr int64_t kChunk = 8192;
     for (int64_t b = begin; b < end; b += kChunk) {
       const int64_t e = std::min(end, b + kChunk);
@@ -39,7 +39,7 @@ void CopyToAll(const Tensor& src, const std::vector<Tensor*>& outs) {
   const auto* from = static_cast<const char*>(src.raw_data());
   std::vector<char*> to;
   for (Tensor* o : outs) to.push_back(static_cast<char*>(o->raw_data()));
-  ops::ParallelFor(static_cast<int64_t>(src.nbytes()), 1 << 18, [&](int64_t begin, int64_t end) {
+  ParallelFor(static_cast<int64_t>(src.nbytes()), 1 << 18, [&](int64_t begin, int64_t end) {
     constexpr int64_t kChunk = 32 << 10;
     for (int64_t b = begin; b < end; b += kChunk) {
       const size_t len = static_cast<size_t>(std::min(end, b + kChunk) - b);

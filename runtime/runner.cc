@@ -4,18 +4,18 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/job_env.h"
 #include "collective/communicator.h"
+#include "framework/comm_var.h"
 #include "framework/cpu_threads.h"
 #include "framework/serialization.h"
-#include "operators/collective/comm.h"
-#include "transpiler/data_parallel.h"
 
 namespace loom::runtime {
 namespace {
 
 // The communicator comm_init left in a rank's scope (null before its startup ran).
 collective::Communicator* CommOfScope(const Scope& scope) {
-  return ops::CommunicatorIn(scope.FindVar(transpiler::kCommVar));
+  return CommunicatorIn(scope.FindVar(kCommVar));
 }
 
 }  // namespace
@@ -97,11 +97,8 @@ StatusOr<std::unique_ptr<Runner>> Runner::Create(std::vector<RankProgram> ranks,
   // `loom launch`) the processes started on this machine.
   int sharing = local;
   if (local < nranks) {
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-      sharing = std::atoi(v);
-    } else if (const char* l = std::getenv("LOOM_LOCAL_PROCESSES")) {
-      sharing = std::atoi(l);
-    }
+    LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
+    if (job.local_processes > 0) sharing = job.local_processes;
   }
   r->threads_ = std::max(1, CpuCores() / std::max(1, sharing));
   r->ranks_.resize(local);
@@ -254,7 +251,7 @@ StatusOr<collective::Communicator*> Runner::Communicator() const {
   collective::Communicator* comm = CommOfScope(*ranks_[0].scope);
   if (!comm)
     return FailedPrecondition("rank ", first_rank_, ": the startup program made no communicator ('",
-                              transpiler::kCommVar, "')");
+                              kCommVar, "')");
   return comm;
 }
 

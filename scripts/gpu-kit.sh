@@ -43,7 +43,7 @@ command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
   die "nvcc not found: the kit needs a CUDA build (install the CUDA toolkit)"
 if [ "${LOOM_KIT_NO_BUILD:-0}" = 1 ]; then
   # Pack an existing CUDA build as it is (the kit's own test does this after the normal build).
-  grep -q '^LOOM_CUDA_ENABLED:.*=ON$\|#define LOOM_CUDA_ENABLED 1' "$BUILD/loom/config.h" \
+  grep -q '^LOOM_CUDA_ENABLED:.*=ON$\|#define LOOM_CUDA_ENABLED 1' "$BUILD/generated/config/loom/config.h" \
     "$BUILD/CMakeCache.txt" 2>/dev/null || die "$BUILD is not a CUDA build"
 else
   bash "$ROOT/scripts/install-deps.sh"

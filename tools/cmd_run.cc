@@ -4,13 +4,14 @@
 #include <memory>
 #include <set>
 
+#include "base/job_env.h"
 #include "collective/transport/mpi.h"
 #include "collective/transport_registry.h"
 #include "executor/executor.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "loom/config.h"
-#include "operators/distributed/ps_client.h"
+#include "rpc/ps_client.h"
 #include "runtime/runner.h"
 #include "runtime/train.h"
 #include "tools/commands.h"
@@ -306,43 +307,32 @@ struct PsRole {
   int index = 0;
 };
 
-std::string Env(const char* a, const char* b = nullptr) {
-  const char* v = std::getenv(a);
-  if ((!v || !*v) && b) v = std::getenv(b);
-  return v ? v : "";
-}
-
-StatusOr<int> EnvIndex(const std::string& name, const std::string& value, int count) {
-  char* end = nullptr;
-  long i = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || i < 0 || i >= count)
-    return InvalidArgument(name, "='", value, "' is not in 0..", count - 1);
-  return static_cast<int>(i);
+// `index` (JobEnv's: -1 when unset) as an index of `count`.
+StatusOr<int> JobIndex(const char* name, int index, int count) {
+  if (index < 0) return InvalidArgument(name, " is not set (`loom launch` sets it)");
+  if (index >= count) return InvalidArgument(name, "='", index, "' is not in 0..", count - 1);
+  return index;
 }
 
 StatusOr<PsRole> PsRoleFromEnv(const proto::DistributeManifest& m) {
-  const std::string role = Env("PADDLE_TRAINING_ROLE", "TRAINING_ROLE");
+  LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
   PsRole r;
-  if (role == "TRAINER") {
-    LOOM_ASSIGN_OR_RETURN(r.index,
-                          EnvIndex("PADDLE_TRAINER_ID", Env("PADDLE_TRAINER_ID"), m.trainers()));
+  if (job.role == JobRole::kTrainer) {
+    LOOM_ASSIGN_OR_RETURN(r.index, JobIndex("PADDLE_TRAINER_ID", job.trainer_id, m.trainers()));
     return r;
   }
-  if (role != "PSERVER")
+  if (job.role != JobRole::kServer)
     return FailedPrecondition(
         "a parameter-server bundle runs as one role of the job: set "
-        "PADDLE_TRAINING_ROLE to PSERVER or TRAINER (`loom launch` does), "
-        "it is '",
-        role, "'");
+        "PADDLE_TRAINING_ROLE to PSERVER or TRAINER (`loom launch` does)");
   r.server = true;
-  if (!Env("PADDLE_PSERVER_ID").empty()) {
-    LOOM_ASSIGN_OR_RETURN(
-        r.index, EnvIndex("PADDLE_PSERVER_ID", Env("PADDLE_PSERVER_ID"), m.pservers_size()));
+  if (job.server_id >= 0) {
+    LOOM_ASSIGN_OR_RETURN(r.index, JobIndex("PADDLE_PSERVER_ID", job.server_id, m.pservers_size()));
     return r;
   }
-  const std::string current = Env("PADDLE_CURRENT_ENDPOINT");
+  const std::string& current = job.current_endpoint;
   LOOM_ASSIGN_OR_RETURN(auto eps,
-                        ops::ResolveEndpoints({m.pservers().begin(), m.pservers().end()}));
+                        rpc::ResolveEndpoints({m.pservers().begin(), m.pservers().end()}));
   for (size_t i = 0; i < eps.size(); ++i)
     if (eps[i] == current) {
       r.index = static_cast<int>(i);
@@ -417,10 +407,10 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
   if (!save.empty() && index == 0) {
     LOOM_RETURN_IF_ERROR(runner->SaveParams(save).status());
     LOOM_RETURN_IF_ERROR(
-        ops::CheckpointServers(target.trainer, target.endpoints, target.fingerprint, save));
+        rpc::CheckpointServers(target.trainer, target.endpoints, target.fingerprint, save));
     std::printf("saved parameters and every server's blocks to %s\n", save.c_str());
   }
-  return ops::CloseTrainer(target.trainer, target.endpoints);
+  return rpc::CloseTrainer(target.trainer, target.endpoints);
 }
 
 Status RunPserverJob(const Flags& flags, const std::string& dir, const std::string& path) {

@@ -10,9 +10,9 @@
 
 #include "base/json_text.h"
 #include "collective/types.h"
+#include "framework/comm_var.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
-#include "operators/collective/comm.h"
 #include "sim/simulate.h"
 #include "sim/training.h"
 #include "tools/commands.h"
@@ -142,8 +142,7 @@ StatusOr<sim::ModelSpec> ProgramModel(const Flags& flags) {
   if (gradients.empty())
     return InvalidArgument("--program ", path,
                            ": no parameter is updated (not a training program)");
-  LOOM_ASSIGN_OR_RETURN(collective::DataType cdtype,
-                        ops::CollectiveDtype(dtype, "--program " + path));
+  LOOM_ASSIGN_OR_RETURN(collective::DataType cdtype, CollectiveDtype(dtype, "--program " + path));
   LOOM_ASSIGN_OR_RETURN(int64_t batch, flags.GetInt("batch"));
   if (batch < 1 || batch > (1 << 24))
     return InvalidArgument("--batch must be in 1..16777216, got ", batch);

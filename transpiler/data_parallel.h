@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "collective/transport_registry.h"
+#include "framework/comm_var.h"
 #include "framework/framework.pb.h"
 #include "framework/program_desc.h"
 #include "transpiler/pass.h"
@@ -73,8 +74,7 @@ StatusOr<GradScale> ParseGradScale(const std::string& name);
 const char* SyncModeName(SyncMode mode);
 const char* GradScaleName(GradScale scale);
 
-// Variable names the transpiler introduces.
-inline constexpr const char* kCommVar = "@LOOM_COMM@";
+// Variable names the transpiler introduces (and kCommVar: framework/comm_var.h).
 inline constexpr const char* kSampleWeightVar = "@LOOM_SAMPLE_WEIGHT@";
 
 }  // namespace loom::transpiler

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "collective/groups.h"
 #include "framework/scope.h"
 #include "framework/serialization.h"
 #include "loom/config.h"
@@ -60,13 +61,13 @@ void WaitOn(const KernelContext& ctx, std::vector<Work> works) {
 // started with another learning rate or bundle would train on without a word). Checked over the
 // new communicator on host memory (the CPU transports; GPU groups are formed from one process's
 // own places, which one transpile made).
-Status CheckFingerprints(const KernelContext& ctx, const CommHandle& h, int nranks,
+Status CheckFingerprints(const KernelContext& ctx, collective::Communicator* comm, int nranks,
                          const collective::TransportInfo& t) {
   const std::string& fp = ctx.Attr<std::string>("fingerprint");
   if (fp.empty() || nranks < 2 || t.device != collective::DeviceKind::kCpu) return Status::OK();
   const uint64_t mine = std::strtoull(fp.c_str(), nullptr, 16);
   std::vector<uint64_t> all(static_cast<size_t>(nranks));
-  LOOM_RETURN_IF_ERROR(h.comm->AllGather(&mine, all.data(), 1, collective::DataType::kInt64)
+  LOOM_RETURN_IF_ERROR(comm->AllGather(&mine, all.data(), 1, collective::DataType::kInt64)
                            .Wait()
                            .WithContext(ctx.Where()));
   for (int r = 0; r < nranks; ++r)
@@ -84,7 +85,7 @@ Status CommInitKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(const collective::TransportInfo* t,
                         collective::FindTransport(ctx.Attr<std::string>("transport")));
   const std::string transport = t->name;
-  GroupOptions o;
+  collective::GroupOptions o;
   o.timeout_ms = ctx.Attr<int>("timeout_ms");
   o.topology = ctx.Attr<std::string>("topology");
   o.tree_max_bytes = ctx.Attr<int>("tree_max_bytes");
@@ -96,11 +97,11 @@ Status CommInitKernel(const KernelContext& ctx) {
                      ctx.place().is_cpu() ? StrCat(" (", transport, " needs CUDA places)")
                                           : " (CUDA places need transport nccl or cuda_p2p)");
   const std::string& group = ctx.Attr<std::string>("group");
-  StatusOr<CommHandle> joined = JoinGroup(*t, group, nranks, rank, ctx.place().device, o);
+  StatusOr<collective::GroupComm> joined =
+      collective::JoinGroup(*t, group, nranks, rank, ctx.place().device, o);
   if (!joined.ok()) return joined.status().WithContext(ctx.Where());
-  CommHandle h = std::move(joined).value();
-  LOOM_RETURN_IF_ERROR(CheckFingerprints(ctx, h, nranks, *t));
-  *out->GetMutable<CommHandle>() = std::move(h);
+  LOOM_RETURN_IF_ERROR(CheckFingerprints(ctx, joined->get(), nranks, *t));
+  out->GetMutable<CommHandle>()->comm = std::move(joined).value();
   return Status::OK();
 }
 
@@ -151,8 +152,7 @@ void ComputeDone(const KernelContext& ctx) {
 Status AllReduceKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
   LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
-  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op,
-                        ParseReduceOp(ctx.Attr<std::string>("reduce_type"), ctx.Where()));
+  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op, ReduceTypeAttr(ctx));
   int n = ctx.InputSize("X");
   std::vector<Tensor*> xs(n);
   for (int i = 0; i < n; ++i) {
@@ -213,8 +213,7 @@ Status InPlaceInferShape(InferShapeContext* ctx) {
 Status ReduceKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
   LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
-  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op,
-                        ParseReduceOp(ctx.Attr<std::string>("reduce_type"), ctx.Where()));
+  LOOM_ASSIGN_OR_RETURN(collective::ReduceOp op, ReduceTypeAttr(ctx));
   int root = ctx.Attr<int>("root");
   if (root >= comm->nranks()) return ctx.Error("root ", root, " >= nranks ", comm->nranks());
   Tensor* x = ctx.Output("Out");

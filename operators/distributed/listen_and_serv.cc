@@ -32,7 +32,7 @@
 #include "framework/file_util.h"
 #include "framework/serialization.h"
 #include "operators/common.h"
-#include "operators/distributed/ps_client.h"
+#include "rpc/ps_client.h"
 #include "rpc/server.h"
 
 namespace loom::ops {
@@ -133,7 +133,7 @@ Status ParamServer::Init() {
   }
   lr_blocks_ = ctx_.Attr<std::vector<int>>("lr_blocks");
   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> ep,
-                        ResolveEndpoints({ctx_.Attr<std::string>("endpoint")}));
+                        rpc::ResolveEndpoints({ctx_.Attr<std::string>("endpoint")}));
   LOOM_ASSIGN_OR_RETURN(options_, rpc::OptionsFromEnv());
   name_ = StrCat("pserver ", ctx_.Attr<int>("pserver_id"), " (", ep[0], ")");
   if (options_.secret.empty())

@@ -18,7 +18,7 @@
 #include "framework/scope.h"
 #include "framework/serialization.h"
 #include "operators/common.h"
-#include "operators/distributed/ps_client.h"
+#include "rpc/ps_client.h"
 
 namespace loom::ops {
 namespace {
@@ -41,9 +41,9 @@ rpc::StateDigests TrainerState(const KernelContext& ctx) {
   return state;
 }
 
-StatusOr<TrainerConnection*> Connection(const KernelContext& ctx) {
-  auto conn = ConnectTrainer(ctx.Attr<int>("trainer_id"), ctx.Attr<StrList>("endpoints"),
-                             ctx.Attr<std::string>("fingerprint"), TrainerState(ctx));
+StatusOr<rpc::TrainerConnection*> Connection(const KernelContext& ctx) {
+  auto conn = rpc::ConnectTrainer(ctx.Attr<int>("trainer_id"), ctx.Attr<StrList>("endpoints"),
+                                  ctx.Attr<std::string>("fingerprint"), TrainerState(ctx));
   if (!conn.ok()) return conn.status().WithContext(ctx.Where());
   return conn;
 }
@@ -53,7 +53,7 @@ StatusOr<TrainerConnection*> Connection(const KernelContext& ctx) {
 struct Targets {
   std::vector<int> server;
   const StrList* names = nullptr;
-  TrainerConnection* conn = nullptr;
+  rpc::TrainerConnection* conn = nullptr;
   int64_t step = 0;  // the trainer's last step whose barrier was sent
 };
 
@@ -100,7 +100,7 @@ Status SendKernel(const KernelContext& ctx) {
 }
 
 Status SendBarrierKernel(const KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  LOOM_ASSIGN_OR_RETURN(rpc::TrainerConnection * conn, Connection(ctx));
   int64_t samples = 1;
   if (ctx.InputSize("SampleCount") > 0) {
     const Tensor& c = ctx.Input("SampleCount");
@@ -149,7 +149,7 @@ Status RecvKernel(const KernelContext& ctx) {
   const int n = ctx.OutputSize("Out");
   LOOM_ASSIGN_OR_RETURN(Targets t, TargetsOf(ctx, n, "recv_varnames"));
   const StrList& names = *t.names;
-  TrainerConnection* conn = t.conn;
+  rpc::TrainerConnection* conn = t.conn;
   // One GET per server, naming all of its blocks this op receives.
   std::map<int, std::vector<int>> outs_of;  // server -> output indices, in order
   for (int i = 0; i < n; ++i) outs_of[t.server[i]].push_back(i);
@@ -185,7 +185,7 @@ Status RecvKernel(const KernelContext& ctx) {
 }
 
 Status FetchBarrierKernel(const KernelContext& ctx) {
-  LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn, Connection(ctx));
+  LOOM_ASSIGN_OR_RETURN(rpc::TrainerConnection * conn, Connection(ctx));
   rpc::Header h;
   h.set_kind(rpc::Header::FETCH_BARRIER);
   std::lock_guard<std::mutex> lock(conn->mu);

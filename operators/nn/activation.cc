@@ -1,6 +1,6 @@
 // relu and its gradient (which needs only Out, so X can be freed early).
+#include "framework/parallel.h"
 #include "operators/common.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -7,10 +7,10 @@
 #include <cmath>
 #include <vector>
 
+#include "framework/parallel.h"
 #include "operators/math/vec_math.h"
 #include "operators/nn/batch_norm_geom.h"
 #include "operators/nn/nn_util.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -5,10 +5,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "framework/parallel.h"
 #include "operators/nn/conv2d_direct.h"
 #include "operators/nn/conv_geom.h"
 #include "operators/nn/nn_util.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/copy.h"
-#include "operators/parallel.h"
+#include "framework/parallel.h"
 
 namespace loom::ops::conv_direct {
 namespace {

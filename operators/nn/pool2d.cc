@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "framework/parallel.h"
 #include "operators/nn/nn_util.h"
 #include "operators/nn/pool_geom.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -2,10 +2,10 @@
 #include <cmath>
 #include <vector>
 
+#include "framework/parallel.h"
 #include "operators/common.h"
 #include "operators/math/vec_math.h"
 #include "operators/nn/softmax_geom.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -3,9 +3,9 @@
 // numerically stable way (max subtracted, log-sum-exp).
 #include <cmath>
 
+#include "framework/parallel.h"
 #include "operators/common.h"
 #include "operators/math/vec_math.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/parallel.h"
 #include "operators/common.h"
 #include "operators/optimizers/optimizer_checks.h"
-#include "operators/parallel.h"
 
 namespace loom::ops {
 namespace {
@@ -157,23 +157,23 @@ LOOM_REGISTER_OP(momentum)
     .Kernel(Place::kCPU, proto::FP32, MomentumKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, MomentumKernel<double>);
 
-#define LOOM_ADAM_SLOTS                                           \
-  .Input("Param", "parameter")                                    \
-      .Input("Grad", "its gradient")                              \
-      .Input("LearningRate", "learning rate, one element")        \
-      .Input("Moment1", "first moment")                           \
-      .Input("Moment2", "second moment")                          \
-      .Input("Beta1Pow", "beta1^t, one element")                  \
-      .Input("Beta2Pow", "beta2^t, one element")                  \
-      .Output("ParamOut", "updated parameter")                    \
-      .Output("Moment1Out", "updated first moment")               \
-      .Output("Moment2Out", "updated second moment")              \
-      .Output("Beta1PowOut", "beta1^(t+1)")                       \
-      .Output("Beta2PowOut", "beta2^(t+1)")                       \
-      .Attr<float>("beta1", 0.9f, "decay of the first moment")    \
-      .Attr<float>("beta2", 0.999f, "decay of the second moment") \
-      .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")      \
-      .Attr<bool>("lazy_mode", false,                               \
+#define LOOM_ADAM_SLOTS                                                                 \
+  .Input("Param", "parameter")                                                          \
+      .Input("Grad", "its gradient")                                                    \
+      .Input("LearningRate", "learning rate, one element")                              \
+      .Input("Moment1", "first moment")                                                 \
+      .Input("Moment2", "second moment")                                                \
+      .Input("Beta1Pow", "beta1^t, one element")                                        \
+      .Input("Beta2Pow", "beta2^t, one element")                                        \
+      .Output("ParamOut", "updated parameter")                                          \
+      .Output("Moment1Out", "updated first moment")                                     \
+      .Output("Moment2Out", "updated second moment")                                    \
+      .Output("Beta1PowOut", "beta1^(t+1)")                                             \
+      .Output("Beta2PowOut", "beta2^(t+1)")                                             \
+      .Attr<float>("beta1", 0.9f, "decay of the first moment")                          \
+      .Attr<float>("beta2", 0.999f, "decay of the second moment")                       \
+      .Attr<float>("epsilon", 1e-8f, "numerical stabilizer")                            \
+      .Attr<bool>("lazy_mode", false,                                                   \
                   "only rows (dim 0) with a nonzero gradient move (Fluid's lazy Adam)") \
       .InferShape(AdamInferShape)
 

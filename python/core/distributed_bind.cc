@@ -3,13 +3,18 @@
 #include <google/protobuf/text_format.h>
 #include <pybind11/stl.h>
 
-#include "operators/distributed/ps_client.h"
+#include "base/job_env.h"
 #include "python/core/common.h"
+#include "rpc/ps_client.h"
 #include "transpiler/distribute.h"
 
 namespace loom::python {
 
 void RegisterDistributed(py::module_& m) {
+  m.def(
+      "job_role", [] { return std::string(JobRoleName(ValueOrThrow(ReadJobEnv()).role)); },
+      "This process's role in a launched job, from the launcher's environment "
+      "(PADDLE_TRAINING_ROLE): 'TRAINER', 'PSERVER', or '' outside a parameter-server job.");
   m.def(
       "transpile_pserver",
       [](const ProgramDesc& startup, const ProgramDesc& main, int trainers,
@@ -48,7 +53,7 @@ void RegisterDistributed(py::module_& m) {
       "ps_close",
       [](int trainer_id, const std::vector<std::string>& endpoints) {
         py::gil_scoped_release release;
-        ThrowIfError(ops::CloseTrainer(trainer_id, endpoints));
+        ThrowIfError(rpc::CloseTrainer(trainer_id, endpoints));
       },
       py::arg("trainer_id"), py::arg("endpoints"),
       "Tells every server this trainer is done and closes its connections (exe.close()).");
@@ -57,7 +62,7 @@ void RegisterDistributed(py::module_& m) {
       [](int trainer_id, const std::vector<std::string>& endpoints, const std::string& fingerprint,
          const std::string& dir) {
         py::gil_scoped_release release;
-        ThrowIfError(ops::CheckpointServers(trainer_id, endpoints, fingerprint, dir));
+        ThrowIfError(rpc::CheckpointServers(trainer_id, endpoints, fingerprint, dir));
       },
       py::arg("trainer_id"), py::arg("endpoints"), py::arg("fingerprint"), py::arg("dir"),
       "Makes every server save its blocks and optimizer state under dir/pserver_<id>.");

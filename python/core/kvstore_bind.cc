@@ -111,8 +111,9 @@ void RegisterKVStore(py::module_& m) {
         py::gil_scoped_release release;
         ThrowIfError(s.Close());
       });
-  m.def("kvstore_launch_role", &kvstore::LaunchRole,
-        "'server', 'worker' or '' (no parameter-server role in the environment)");
+  m.def(
+      "kvstore_launch_role", [] { return ValueOrThrow(kvstore::LaunchRole()); },
+      "'server', 'worker' or '' (no parameter-server role in the environment)");
   m.def(
       "kvstore_serve",
       [](const std::string& type) {

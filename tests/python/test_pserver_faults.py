@@ -4,6 +4,7 @@ SIGKILL (sync: everyone ends with an error naming it; async: the rest carry on),
 transpiles, a port in use; and checkpoints: training resumed from save_persistables equals
 training that never stopped. Every process is bounded in time and killed by pid at the end."""
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ class Job:
         self.secret = secret
         self.env = dict(env or FAST)
         self.procs = {}
+        self.read = {}  # output already read by wait_for_line, per process
 
     def _env(self, role, index, secret=None):
         env = dict(os.environ, PYTHONPATH=LOOM_PATH)
@@ -62,7 +64,27 @@ class Job:
     def wait(self, name, timeout=60):
         p = self.procs[name]
         out, _ = p.communicate(timeout=timeout)
-        return p.returncode, out
+        return p.returncode, self.read.pop(name, "") + out
+
+    def wait_for_line(self, name, prefix, timeout=60):
+        """Reads the process's output until a line starts with prefix (kept for wait())."""
+        p = self.procs[name]
+        fd = p.stdout.fileno()
+        deadline = time.time() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                seen = self.read.get(name, "")
+                if seen.startswith(prefix) or ("\n" + prefix) in seen:
+                    return
+                left = deadline - time.time()
+                assert left > 0, "%s printed no line starting %r in %d s:\n%s" % (
+                    name, prefix, timeout, seen)
+                if not sel.select(left):
+                    continue
+                chunk = os.read(fd, 65536)
+                assert chunk, "%s ended before printing %r:\n%s" % (name, prefix, seen)
+                self.read[name] = seen + chunk.decode(errors="replace")
 
     def stop(self):
         for p in self.procs.values():
@@ -132,7 +154,8 @@ def test_async_trainer_killed_the_rest_carry_on(job_factory):
 def test_server_killed_every_trainer_errors_naming_it(job_factory):
     job = job_factory(2, 2)
     job.start_all(trainer_args=["--steps", "100000"])
-    time.sleep(1.5)
+    for k in (0, 1):  # both trainers connected and through a step
+        job.wait_for_line("trainer%d" % k, "step 0 ")
     job.procs["server1"].kill()
     begin = time.time()
     for k in (0, 1):

@@ -1,4 +1,4 @@
-#include "operators/parallel.h"
+#include "framework/parallel.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -11,7 +11,7 @@
 
 #include "framework/cpu_threads.h"
 
-namespace loom::ops {
+namespace loom {
 
 int DefaultThreads();
 
@@ -120,4 +120,4 @@ void RunOnPool(int64_t n, int64_t threads, const std::function<void(int64_t, int
 }
 
 }  // namespace internal
-}  // namespace loom::ops
+}  // namespace loom

@@ -1,10 +1,12 @@
-#include "operators/distributed/ps_client.h"
+#include "rpc/ps_client.h"
 
 #include <cstdlib>
 #include <map>
 #include <memory>
 
-namespace loom::ops {
+#include "base/job_env.h"
+
+namespace loom::rpc {
 namespace {
 
 std::mutex& RegistryMutex() {
@@ -34,25 +36,7 @@ std::string Key(int trainer_id, const std::vector<std::string>& endpoints) {
   return key;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > start) out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
-
-std::vector<std::string> JobServerEndpoints() {
-  const char* v = std::getenv("PADDLE_PSERVER_ENDPOINTS");
-  if (!v || !*v) v = std::getenv("PADDLE_PSERVERS_IP_PORT_LIST");
-  return v ? Split(v) : std::vector<std::string>{};
-}
 
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints) {
   std::vector<std::string> env;
@@ -64,7 +48,8 @@ StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::strin
       continue;
     }
     if (!env_read) {
-      env = JobServerEndpoints();
+      LOOM_ASSIGN_OR_RETURN(JobEnv job, ReadJobEnv());
+      env = std::move(job.server_endpoints);
       if (env.empty())
         return FailedPrecondition("the program names parameter server '", e,
                                   "' by index, but PADDLE_PSERVER_ENDPOINTS is not set (start "
@@ -84,7 +69,7 @@ StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::strin
 StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
                                             const std::vector<std::string>& endpoints,
                                             const std::string& fingerprint,
-                                            const rpc::StateDigests& state) {
+                                            const StateDigests& state) {
   LOOM_ASSIGN_OR_RETURN(auto resolved, ResolveEndpoints(endpoints));
   std::shared_ptr<Slot> slot;
   {
@@ -95,9 +80,9 @@ StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
   }
   std::lock_guard<std::mutex> lock(slot->mu);
   if (slot->conn) return slot->conn;
-  LOOM_ASSIGN_OR_RETURN(rpc::Options options, rpc::OptionsFromEnv());
+  LOOM_ASSIGN_OR_RETURN(Options options, OptionsFromEnv());
   LOOM_ASSIGN_OR_RETURN(auto client,
-                        rpc::Client::Connect(resolved, trainer_id, fingerprint, options, state));
+                        Client::Connect(resolved, trainer_id, fingerprint, options, state));
   auto* conn = new TrainerConnection();
   conn->client = std::move(client);
   slot->conn = conn;
@@ -124,8 +109,8 @@ Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints) {
   std::unique_ptr<TrainerConnection> owned(conn);
   // The servers take this after the trainer's earlier one-way messages; a refusal of one of
   // those fails this call.
-  rpc::Header h;
-  h.set_kind(rpc::Header::COMPLETE);
+  Header h;
+  h.set_kind(Header::COMPLETE);
   return conn->client->CallAll(h);
 }
 
@@ -133,10 +118,10 @@ Status CheckpointServers(int trainer_id, const std::vector<std::string>& endpoin
                          const std::string& fingerprint, const std::string& dir) {
   LOOM_ASSIGN_OR_RETURN(TrainerConnection * conn,
                         ConnectTrainer(trainer_id, endpoints, fingerprint));
-  rpc::Header h;
-  h.set_kind(rpc::Header::CHECKPOINT);
+  Header h;
+  h.set_kind(Header::CHECKPOINT);
   h.set_text(dir);
   return conn->client->CallAll(h);
 }
 
-}  // namespace loom::ops
+}  // namespace loom::rpc

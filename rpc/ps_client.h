@@ -15,19 +15,16 @@
 #include "base/status.h"
 #include "rpc/client.h"
 
-namespace loom::ops {
+namespace loom::rpc {
 
 struct TrainerConnection {
-  std::unique_ptr<rpc::Client> client;
+  std::unique_ptr<Client> client;
   std::mutex mu;     // guards step
   int64_t step = 0;  // the last step whose barrier was sent
 };
 
-// The job's server endpoints from the launcher's environment: PADDLE_PSERVER_ENDPOINTS, or the
-// later spelling PADDLE_PSERVERS_IP_PORT_LIST ("host:port,..."); empty when neither is set.
-std::vector<std::string> JobServerEndpoints();
-
-// Resolves "pserver:I" entries (see above); other entries are returned as they are.
+// Resolves "pserver:I" entries (see above; base/job_env.h reads the environment); other entries
+// are returned as they are.
 StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::string>& endpoints);
 
 // The connection of trainer `trainer_id` to `endpoints` (resolved), connecting on first use;
@@ -35,7 +32,7 @@ StatusOr<std::vector<std::string>> ResolveEndpoints(const std::vector<std::strin
 StatusOr<TrainerConnection*> ConnectTrainer(int trainer_id,
                                             const std::vector<std::string>& endpoints,
                                             const std::string& fingerprint,
-                                            const rpc::StateDigests& state = {});
+                                            const StateDigests& state = {});
 
 // Tells every server this trainer is done (COMPLETE) and drops the connection; a trainer that
 // never connected is a no-op.
@@ -46,4 +43,4 @@ Status CloseTrainer(int trainer_id, const std::vector<std::string>& endpoints);
 Status CheckpointServers(int trainer_id, const std::vector<std::string>& endpoints,
                          const std::string& fingerprint, const std::string& dir);
 
-}  // namespace loom::ops
+}  // namespace loom::rpc

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace loom::ops {
+namespace loom {
 
 // Elements per range for memory-bound elementwise loops: below 2x this, one thread is faster
 // than waking another.
@@ -41,4 +41,4 @@ void ParallelFor(int64_t n, int64_t grain, F&& f) {
   internal::RunOnPool(n, threads, std::function<void(int64_t, int64_t)>(std::ref(f)));
 }
 
-}  // namespace loom::ops
+}  // namespace loom
