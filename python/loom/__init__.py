@@ -8,7 +8,8 @@ from . import core
 from .framework import (Program, Block, Variable, Parameter, program_guard, name_scope,
                         default_main_program, default_startup_program, CPUPlace, CUDAPlace,
                         cpu_places, cuda_places, is_compiled_with_cuda)
-from .executor import Executor, global_scope, scope_guard, Scope
+from .executor import Executor
+from .scope import Scope, global_scope, scope_guard
 from .param_attr import ParamAttr
 from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
