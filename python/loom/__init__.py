@@ -8,7 +8,8 @@ from . import core
 from .framework import (Program, Block, Variable, Parameter, program_guard, name_scope,
                         default_main_program, default_startup_program, CPUPlace, CUDAPlace,
                         cpu_places, cuda_places, is_compiled_with_cuda)
-from .executor import Executor, global_scope, scope_guard, Scope
+from .executor import Executor
+from .scope import Scope, global_scope, scope_guard
 from .param_attr import ParamAttr
 from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
@@ -17,10 +18,13 @@ from . import clip, initializer, layers, optimizer, io, reader, regularizer, uni
 from . import nets, metrics
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
-from .layers import _data as data
+from .layers.io import _data as data
+from .layers.nn import _embedding_v2 as embedding
 from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor
+from .io import save, load
+
 Tensor = core.Tensor
-from .io import save, load  # noqa: E402
+__version__ = core.__version__
 
 
 def one_hot(input, depth, allow_out_of_range=False):
@@ -29,9 +33,7 @@ def one_hot(input, depth, allow_out_of_range=False):
     shape = list(input.shape)
     out = layers.one_hot(layers.unsqueeze(input, [len(shape)]), depth, allow_out_of_range)
     return out
-from .layers import _embedding_v2 as embedding
 
-__version__ = core.__version__
 
 __all__ = [
     "core", "Program", "Block", "Variable", "Parameter", "program_guard", "name_scope",
@@ -39,9 +41,10 @@ __all__ = [
     "cuda_places", "is_compiled_with_cuda", "Executor", "global_scope", "scope_guard", "Scope",
     "ParamAttr", "append_backward", "gradients", "DataFeeder", "initializer", "layers",
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
-    "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler",
-    "DistributeTranspiler", "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor", "save", "load", "LoDTensor", "create_lod_tensor",
-    "create_random_int_lodtensor", "memory_optimize", "release_memory",
+    "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler", "DistributeTranspiler",
+    "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor",
+    "save", "load", "LoDTensor", "create_lod_tensor", "create_random_int_lodtensor",
+    "memory_optimize", "release_memory"
 ]
 
 

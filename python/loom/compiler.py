@@ -8,16 +8,16 @@ saved from it (``io.save_params``) are the trained ones; the other ranks get cop
 caller's initialized persistables on the first run. With ``BuildStrategy.transport = "mpi"`` the
 ranks are processes started by mpirun instead (one place each, Horovod-style).
 """
-import atexit
-import gc
 import itertools
-import os
-import sys
 
 import numpy as np
 
 from . import core
-from .framework import Program
+from ._mpi import mpi_cleanup
+from .executor import Executor, _fetch_name
+from .framework import (Program, Variable, _check_place_count, cpu_places, cuda_places,
+                        default_main_program)
+from .scope import global_scope
 
 _group_ids = itertools.count()
 
@@ -137,7 +137,7 @@ class _RankState:
                     "transport 'mpi' runs one place per process, got places=%r: start one "
                     "process per rank with mpirun -np N instead" % (compiled._places,))
             rank, n = core.mpi_init()
-            _mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
+            mpi_cleanup.track(scope, [])  # MPI_Finalize at exit even if the setup below fails
             if trainers > 1 and (n != trainers or rank != int(getattr(bs, "trainer_id", rank))):
                 raise ValueError(
                     "num_trainers %d / trainer_id %d, but this process is MPI rank %d of %d: "
@@ -176,9 +176,9 @@ class _RankState:
                                   ranks[0], n)
         if self.mpi:
             block = startups[ranks[0]].block(0)
-            _mpi_cleanup.track(scope, [block.op(i).output("Comm")[0]
-                                       for i in range(block.op_size())
-                                       if block.op(i).type() == "comm_init"])
+            mpi_cleanup.track(scope, [block.op(i).output("Comm")[0]
+                                      for i in range(block.op_size())
+                                      if block.op(i).type() == "comm_init"])
         # comm_init and the broadcast of every parameter from rank 0.
         self.runner.startup()
         self.generation = scope.persistables_generation()
@@ -188,7 +188,6 @@ def _merge_place_feeds(feeds, mpi):
     """One global batch from per-place feed dicts (a DataLoader's step): each variable's
     arrays concatenated along dim 0, in place order (the runner splits it over the places
     again). Under MPI a process feeds its own rank: one dict."""
-    import numpy as np
     if mpi and len(feeds) != 1:
         raise ValueError("transport 'mpi': pass this process's feed as one dict, not %d"
                          % len(feeds))
@@ -202,57 +201,6 @@ def _merge_place_feeds(feeds, mpi):
     if len(feeds) == 1:
         return feeds[0]
     return {n: np.concatenate([np.asarray(f[n]) for f in feeds]) for n in feeds[0]}
-
-
-_abort_installed = False
-
-
-def abort_mpi_job_on_uncaught_exception():
-    """An exception nobody catches on one rank ends the whole MPI job at once with that rank's
-    error (as `loom run` does), instead of leaving the other ranks waiting in their collectives
-    until the timeout. Installed once (sys.excepthook), by the first MPI user of the process."""
-    global _abort_installed
-    if _abort_installed:
-        return
-    _abort_installed = True
-    previous = sys.excepthook
-
-    def abort_job(kind, value, tb):
-        previous(kind, value, tb)
-        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
-        sys.stderr.write("loom: rank %s: uncaught %s: ending the MPI job\n"
-                         % (rank, kind.__name__))
-        sys.stderr.flush()
-        core.mpi_abort(1)
-
-    sys.excepthook = abort_job
-
-
-class _MpiCleanup:
-    """At exit: drops the MPI communicators (scope variables) of compiled programs, then
-    finalizes MPI, so that mpirun sees every rank end cleanly."""
-
-    def __init__(self):
-        self._comms = []
-        self._registered = False
-
-    def track(self, scope, names):
-        self._comms.append((scope, list(names)))
-        if not self._registered:
-            atexit.register(self.finalize)
-            abort_mpi_job_on_uncaught_exception()
-            self._registered = True
-
-    def finalize(self):
-        for scope, names in self._comms:
-            for name in names:
-                scope.erase_local_var(name)
-        self._comms = []
-        gc.collect()
-        core.mpi_finalize()
-
-
-_mpi_cleanup = _MpiCleanup()
 
 
 class CompiledProgram:
@@ -279,14 +227,12 @@ class CompiledProgram:
     def with_data_parallel(self, loss_name=None, build_strategy=None, exec_strategy=None,
                            share_vars_from=None, places=None):
         """Runs the program on ``places`` (default: ``cpu_places()``, CPU_NUM of them)."""
-        from .framework import cpu_places
         if build_strategy is not None:
             self._build_strategy = build_strategy
         self._places_given = places is not None
         if places is None:
             places = cpu_places()
         places = list(places)
-        from .framework import _check_place_count
         _check_place_count(len(places), "with_data_parallel")
         kinds = {p.is_cpu_place() for p in places}
         if len(kinds) > 1:
@@ -323,7 +269,6 @@ class CompiledProgram:
     def local_scopes(self, scope=None):
         """The per-place scopes (place 0's is scope itself) after the first run in scope; e.g. to
         change a learning-rate variable on every place."""
-        from .executor import global_scope
         st = self._states.get(id(scope or global_scope()))
         if st is None:
             raise RuntimeError("local_scopes: the compiled program has not run in this scope yet")
@@ -342,8 +287,6 @@ class CompiledProgram:
         return st
 
     def _run_with(self, exe, feed, fetch_list, scope, return_numpy, return_merged=True):
-        from .executor import global_scope, _fetch_name
-        from .framework import Variable
         if self._places is None:
             self.with_data_parallel()
         scope = scope or global_scope()
@@ -386,10 +329,7 @@ class ParallelExecutor:
 
     def __init__(self, use_cuda=False, loss_name=None, main_program=None, build_strategy=None,
                  exec_strategy=None, places=None, scope=None, share_vars_from=None):
-        from .executor import Executor
-        from .framework import default_main_program
         if use_cuda and places is None:
-            from .framework import cuda_places
             places = cuda_places()
         self._scope = scope
         self._compiled = CompiledProgram(main_program or default_main_program()).with_data_parallel(

@@ -1,7 +1,8 @@
 """DataFeeder: turns a minibatch (list of sample tuples) into the executor's feed dict."""
 import numpy as np
 
-from .framework import Variable, dtype_name
+from . import core
+from .framework import CPUPlace, Variable, dtype_name
 
 
 class DataFeeder:
@@ -43,7 +44,6 @@ class DataFeeder:
     def _lod_feed(self, var, col):
         """Each sample's field is a sequence (of rows; of sequences for lod_level 2): the rows
         are concatenated and the lengths become the LoD."""
-        from . import core
         lengths = [[] for _ in range(var.lod_level)]
 
         def walk(seq, level):
@@ -67,7 +67,6 @@ class DataFeeder:
         if tail and all(s > 0 for s in tail):
             arr = arr.reshape([len(rows)] + tail)
         t = core.Tensor()
-        from .framework import CPUPlace
         t.set(np.ascontiguousarray(arr), self.place or CPUPlace())
         t.set_recursive_sequence_lengths(lengths)
         return t

@@ -24,9 +24,12 @@ dicts); CompiledProgram runs them as one global batch, split back over the place
 import queue
 import threading
 
+import numpy as np
+
 from . import core
 from .data_feeder import DataFeeder
 from .framework import Variable, default_main_program
+from .reader import batch
 
 
 class EOFException(Exception):
@@ -77,7 +80,6 @@ class GeneratorLoader:
         if int(batch_size) <= 0:
             raise ValueError("set_sample_generator: batch_size must be > 0, got %r"
                              % (batch_size,))
-        from .reader import batch
         return self.set_sample_list_generator(batch(reader, int(batch_size), drop_last), places)
 
     def set_sample_list_generator(self, reader, places=None):
@@ -94,7 +96,6 @@ class GeneratorLoader:
         names = [v.name for v in self._feed_list]
 
         def batches():
-            import numpy as np
             for i, b in enumerate(reader()):
                 if isinstance(b, dict):
                     yield b

@@ -1,30 +1,12 @@
-"""Executor, scopes and feeding (Fluid's ``fluid.Executor``)."""
-import contextlib
-
+"""Executor and feeding (Fluid's ``fluid.Executor``); the scopes it runs in are scope.py's."""
 import numpy as np
 
 from . import core
-from ._per_thread import PerThread
 from .framework import Program, Variable, default_main_program
+from .scope import Scope, global_scope, scope_guard
+from .transpiler import rpc_ops
 
-Scope = core.Scope
-_global_scope = PerThread(core.Scope())
-
-
-def global_scope():
-    """The scope executors use when run() is given none."""
-    return _global_scope.get()
-
-
-@contextlib.contextmanager
-def scope_guard(scope):
-    """Makes scope the global scope inside the with-block (in a thread other than the main one:
-    for that thread alone)."""
-    token = _global_scope.set(scope)
-    try:
-        yield
-    finally:
-        _global_scope.restore(token)
+__all__ = ["Executor", "global_scope", "scope_guard", "Scope"]
 
 
 def _fetch_name(v):
@@ -55,7 +37,6 @@ class Executor:
         if entry is None or entry[1] != fingerprint:
             entry = (self._exe.prepare(program.desc, 0), fingerprint, program.desc)
             self._prepared[key] = entry
-            from .transpiler import rpc_ops
             rpc = rpc_ops(program)
             if rpc is not None:
                 self._trainers.add((rpc[0], tuple(rpc[1])))

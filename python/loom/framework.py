@@ -1,5 +1,7 @@
 """Programs, blocks and variables: thin Python views over the C++ descs in ``loom.core``."""
 import contextlib
+import math
+import os
 
 import numpy as np
 
@@ -27,8 +29,30 @@ def dtype_name(dtype):
     return _NAMES[convert_dtype(dtype)]
 
 
+def _fill_value_attrs(value, dtype):
+    """fill_constant's value attributes: integers go through str_value (exact for any int64,
+    as Fluid's str_value; the float `value` is exact only up to 2**24), float64 values too; a
+    value the dtype cannot hold is refused here, where the user gave it."""
+    dt = convert_dtype(dtype)
+    if dt in (core.DataType.INT32, core.DataType.INT64, core.DataType.BOOL):
+        if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+            raise ValueError("fill value %r is not an integer %s can hold" % (value, dtype_name(dt)))
+        iv = int(value)
+        lo, hi = {core.DataType.INT32: (-2 ** 31, 2 ** 31 - 1),
+                  core.DataType.INT64: (-2 ** 63, 2 ** 63 - 1),
+                  core.DataType.BOOL: (0, 1)}[dt]
+        if not lo <= iv <= hi:
+            raise ValueError("fill value %d does not fit %s" % (iv, dtype_name(dt)))
+        return {"value": float(iv), "str_value": str(iv), "dtype": int(dt)}
+    attrs = {"value": float(value), "dtype": int(dt)}
+    if dt == core.DataType.FP64:
+        attrs["str_value"] = repr(float(value))
+    return attrs
+
+
 class Variable:
-    """A variable of a block (Fluid's ``framework.Variable``)."""
+    """A variable of a block (Fluid's ``framework.Variable``). Its arithmetic and comparison
+    operators build ops; loom.layers adds them (layers/math_op_patch.py)."""
 
     def __init__(self, block, name):
         self.block = block
@@ -71,43 +95,6 @@ class Variable:
         return "Variable(%s, shape=%s, dtype=%s%s)" % (
             self.name, list(self.shape), dtype_name(self.dtype),
             ", persistable" if self.persistable else "")
-
-    # Arithmetic builds ops, like Fluid's monkey-patched variables.
-    def _binary(self, other, op, reverse=False):
-        from . import layers
-        if not isinstance(other, Variable):
-            other = layers.fill_constant(shape=[1], dtype=dtype_name(self.dtype), value=other)
-        x, y = (other, self) if reverse else (self, other)
-        return getattr(layers, op)(x, y)
-
-    def __add__(self, o):
-        return self._binary(o, "elementwise_add")
-
-    def __radd__(self, o):
-        return self._binary(o, "elementwise_add", True)
-
-    def __sub__(self, o):
-        return self._binary(o, "elementwise_sub")
-
-    def __mul__(self, o):
-        return self._binary(o, "elementwise_mul")
-
-    def __truediv__(self, o):
-        return self._binary(o, "elementwise_div")
-
-    # Comparisons build bool variables (== and != keep Python's identity semantics, so
-    # variables stay usable as dict keys and in lists; use layers.equal / not_equal).
-    def __lt__(self, o):
-        return self._binary(o, "less_than")
-
-    def __le__(self, o):
-        return self._binary(o, "less_equal")
-
-    def __gt__(self, o):
-        return self._binary(o, "greater_than")
-
-    def __ge__(self, o):
-        return self._binary(o, "greater_equal")
 
 
 class Parameter(Variable):
@@ -475,7 +462,6 @@ def _check_place_count(n, what):
 
 def cpu_places(device_count=None):
     """device_count CPU places (default: the CPU_NUM environment variable, else 1)."""
-    import os
     if device_count is None:
         env = os.environ.get("CPU_NUM", "1")
         try:

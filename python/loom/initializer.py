@@ -1,8 +1,10 @@
 """Initializers: each appends one op to the startup program that fills a parameter."""
 import math
 
+import numpy as np
+
 from . import core
-from .framework import dtype_name
+from .framework import _fill_value_attrs
 
 
 class Initializer:
@@ -19,7 +21,6 @@ class ConstantInitializer(Initializer):
         self.value = float(value)
 
     def __call__(self, var, block):
-        from .layers import _fill_value_attrs
         attrs = {"shape": _shape(var)}
         attrs.update(_fill_value_attrs(self.value, var.dtype))
         return block.append_op("fill_constant", outputs={"Out": var}, attrs=attrs)
@@ -117,11 +118,9 @@ class NumpyArrayInitializer(Initializer):
     """The given numpy array's values (its shape must be the variable's)."""
 
     def __init__(self, value):
-        import numpy as np
         self.value = np.asarray(value)
 
     def __call__(self, var, block):
-        import numpy as np
         shape = _shape(var)
         if list(self.value.shape) != list(shape):
             raise ValueError("NumpyArrayInitializer: value is %s, '%s' is %s"
@@ -144,8 +143,6 @@ class BilinearInitializer(Initializer):
     by (k + 1) // 2 (Fluid's Bilinear)."""
 
     def __call__(self, var, block):
-        import math
-        import numpy as np
         shape = _shape(var)
         if len(shape) != 4 or shape[2] != shape[3]:
             raise ValueError("BilinearInitializer: '%s' must be a 4-D filter with square "

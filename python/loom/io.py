@@ -1,12 +1,15 @@
 """Saving and loading parameters, inference models and program bundles for `loom run`."""
 import os
 
+import numpy as np
+
 from . import core
 from .data_loader import DataLoader, PyReader  # noqa: F401
 from .reader import (batch, buffered, cache, chain, compose, firstn, map_readers,  # noqa: F401
                      shuffle, xmap_readers)
-from .executor import global_scope
 from .framework import Program, Variable, default_main_program
+from .scope import global_scope
+from .transpiler import pserver_id, rpc_ops
 
 
 def _program(main_program):
@@ -25,7 +28,6 @@ def save_persistables(executor, dirname, main_program=None, filename=None):
     """save_params; for a parameter-server trainer's program (call it on trainer 0 between
     steps) every server also saves its blocks and optimizer state to dirname/pserver_<id>,
     atomically (Fluid's checkpoint_notify)."""
-    from .transpiler import rpc_ops
     program = _program(main_program)
     rpc = rpc_ops(program)
     if rpc is not None:
@@ -41,7 +43,6 @@ def load_params(executor, dirname, main_program=None, filename=None):
 def load_persistables(executor, dirname, main_program=None, filename=None):
     """load_params; for a parameter server's program (after its startup, before it serves)
     what that server saved to dirname/pserver_<id>, so a restarted server resumes."""
-    from .transpiler import pserver_id
     program = _program(main_program)
     sid = pserver_id(program)
     if sid is not None:
@@ -138,7 +139,6 @@ def save_program_bundle(dirname, main_program, startup_program, feeds, fetches, 
                         batch_size=None, description=None):
     """Writes exactly what `loom run DIR` reads: startup.pb, main.pb, bundle.pbtxt and, when
     data maps feed names to numpy arrays, data/<name>.npy."""
-    import numpy as np
     os.makedirs(dirname, exist_ok=True)
     main_program.desc.save(os.path.join(dirname, "main.pb"))
     startup_program.desc.save(os.path.join(dirname, "startup.pb"))
@@ -236,7 +236,6 @@ def load(program, model_path, executor=None, var_list=None):
 def load_program_state(model_path, var_list=None):
     """{name: numpy array} of what fluid.save (model_path.pdparams / .pdopt) or save_params
     (the directory model_path) wrote, read through each directory's CHECKPOINT."""
-    import numpy as np
     dirs = [d for d in (model_path + ".pdparams", model_path + ".pdopt") if os.path.isdir(d)]
     if not dirs and os.path.isdir(model_path):
         dirs = [model_path]
@@ -263,7 +262,6 @@ def load_program_state(model_path, var_list=None):
 def set_program_state(program, state_dict):
     """Sets the program's persistable variables found in state_dict (numpy arrays) in the
     global scope; a shape mismatch is an error naming the variable, before anything is set."""
-    import numpy as np
     todo = []
     for v in get_program_persistable_vars(program):
         if v.name not in state_dict:

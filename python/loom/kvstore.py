@@ -22,12 +22,14 @@ clients; a push is summed inside the client (allreduce over MPI) and the client'
 the sum to the servers; a pull is rank 0's, broadcast in the client; `kv.client` is the client.
 """
 import atexit
+import gc
 import sys
 import weakref
 
 import numpy as np
 
 from . import core
+from ._mpi import abort_mpi_job_on_uncaught_exception
 
 _BUILT = ("local", "device", "dist_sync", "dist_async", "dist_sync_mpi", "dist_async_mpi")
 _PLANNED = ("dist_device_sync",)
@@ -185,7 +187,6 @@ def _close_stores():
             pass
         kv._store = None  # an MPI client's communicator goes before MPI_Finalize
     if _mpi_used:
-        import gc
         gc.collect()
         core.mpi_finalize()
 
@@ -202,7 +203,6 @@ def create(name="local"):
     if name.endswith("_mpi"):
         global _mpi_used
         _mpi_used = True
-        from .compiler import abort_mpi_job_on_uncaught_exception
         abort_mpi_job_on_uncaught_exception()
     if name.startswith("dist"):
         _open_stores.add(kv)

@@ -1,8 +1,10 @@
 """Optimizers: ``opt.minimize(loss)`` appends backward and one update op per parameter.
 Every update op gets op_role = optimize and op_role_var = [param, grad]."""
-from . import core, unique_name
+from . import clip, core, unique_name
 from .backward import append_backward
-from .framework import Variable, _op_role_guard, convert_dtype, default_startup_program
+from .framework import (Variable, _fill_value_attrs, _op_role_guard, convert_dtype,
+                        default_startup_program)
+from .layers.tensor import cast
 
 
 class Optimizer:
@@ -26,7 +28,6 @@ class Optimizer:
                                stop_gradient=True)
         sblock = startup.global_block()
         sv = sblock.create_var(name=name, shape=list(shape), dtype=dtype, persistable=True)
-        from .layers import _fill_value_attrs
         attrs = {"shape": [int(s) for s in shape]}
         attrs.update(_fill_value_attrs(value, sv.dtype))
         sblock.append_op("fill_constant", outputs={"Out": sv}, attrs=attrs)
@@ -42,9 +43,8 @@ class Optimizer:
                 # A schedule (computed in float32, as Fluid's) drives a float64 program: cast once
                 # per step, as part of the schedule (a transpiler moves it with the schedule's
                 # ops). Any other learning-rate variable must have the parameters' dtype.
-                from . import layers
                 with _op_role_guard(program, core.kOpRoleLRSched):
-                    lr = layers.cast(lr, dtype)
+                    lr = cast(lr, dtype)
             return lr
         if self._lr_var is None:
             self._lr_var = self._create_global_var(
@@ -74,7 +74,6 @@ class Optimizer:
             if int(dtype) == int(core.DataType.FP16):
                 dtype = "float32"  # mixed precision: the optimizer's scalars stay float32
             lr = self._lr(program, startup, dtype)
-            from . import clip
             grad_clip = self._grad_clip or clip._current_clip()
             if grad_clip is not None:
                 grad_clip.append_ops(block, params_grads)

@@ -1,4 +1,5 @@
 """ParamAttr: how a layer creates its parameter (name, initializer, regularizer, ...)."""
+from .initializer import Initializer
 
 
 class ParamAttr:
@@ -23,7 +24,6 @@ class ParamAttr:
             return ParamAttr(name=arg)
         if arg is False:
             return False
-        from .initializer import Initializer
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
         raise TypeError("expected ParamAttr, str, Initializer, None, True or False, got %r"

@@ -1,6 +1,9 @@
 """Reader decorators (Fluid's ``paddle.batch`` / ``paddle.reader.shuffle``). A reader is a
 function returning an iterator over samples."""
+import queue
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 
 def batch(reader, batch_size, drop_last=False):
@@ -86,8 +89,6 @@ def compose(*readers, check_alignment=True):
 
 def buffered(reader, size):
     """The same samples, read ahead by a thread into a buffer of size."""
-    import queue
-    import threading
     end = object()
 
     def read_ahead():
@@ -117,7 +118,6 @@ def buffered(reader, size):
 def xmap_readers(mapper, reader, process_num, buffer_size, order=False):
     """mapper applied to every sample by process_num threads (in the reader's order with
     order=True, else as they finish)."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def xmapped():
         with ThreadPoolExecutor(max_workers=max(1, int(process_num))) as pool:

@@ -1,6 +1,13 @@
 """Weight decay, applied by the optimizer as ops on the gradient."""
 
 
+def _append_simple(block, op_type, inputs, attrs=None, dtype="float32", shape=None,
+                   out_slot="Out", name=None):
+    out = block.create_var(name=name, dtype=dtype, shape=shape)
+    block.append_op(op_type, inputs=inputs, outputs={out_slot: out}, attrs=attrs)
+    return out
+
+
 class WeightDecayRegularizer:
     pass
 
@@ -12,7 +19,6 @@ class L2DecayRegularizer(WeightDecayRegularizer):
         self.coeff = float(regularization_coeff)
 
     def append_ops(self, block, param, grad):
-        from .layers import _append_simple
         decay = _append_simple(block, "scale", {"X": param}, {"scale": self.coeff},
                                dtype=param.dtype, shape=param.shape)
         block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": grad})
@@ -26,7 +32,6 @@ class L1DecayRegularizer(WeightDecayRegularizer):
         self.coeff = float(regularization_coeff)
 
     def append_ops(self, block, param, grad):
-        from .layers import _append_simple
         sign = _append_simple(block, "sign", {"X": param}, {}, dtype=param.dtype,
                               shape=param.shape)
         decay = _append_simple(block, "scale", {"X": sign}, {"scale": self.coeff},

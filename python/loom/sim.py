@@ -11,6 +11,10 @@ Machines are presets (``machines()``), topology files, or cluster specs
 ``NODESxGPUS:NODE:NICSxSPEED[:oversub=K][:servers=S[xSPEED]]``. Results are lists of dicts, one per size or device
 count, with the columns ``loom simulate`` prints.
 """
+import json
+import os
+import sys
+
 from . import core
 
 __all__ = ["auto_cost_model", "collectives", "scaling", "sweep", "machines", "models", "algorithms",
@@ -100,7 +104,6 @@ def _pyplot():
 
 
 def _save(fig, path):
-    import os
     tmp = "%s.tmp%d.png" % (path, os.getpid())
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
     os.replace(tmp, path)  # atomic: an earlier plot survives a failed one
@@ -142,7 +145,6 @@ def plot_json(data_path, path):
     """Draws what ``loom simulate --plot`` wrote to ``data_path`` (JSON: ``kind`` "busbw" or
     "scaling", ``title``, ``series``: a list of ``{"name", "points": [[x, y], ...]}``) into
     ``path`` (PNG)."""
-    import json
     with open(data_path) as f:
         data = json.load(f)
     kind = data.get("kind")
@@ -162,7 +164,6 @@ def main(argv=None):
     ``python3 -m loom.sim scaling MACHINE MODEL[,MODEL] OUT.png N,N,... [ALGO]`` or
     ``python3 -m loom.sim plot-json DATA.json OUT.png`` (what ``loom simulate --plot`` runs):
     the plots ``loom simulate`` cannot draw itself."""
-    import sys
     args = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: python3 -m loom.sim busbw MACHINE ALGO[,ALGO...] OUT.png [MIN MAX]\n"
              "       python3 -m loom.sim scaling MACHINE MODEL[,MODEL...] OUT.png N,N,... [ALGO]\n"
@@ -199,5 +200,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import sys
     sys.exit(main())

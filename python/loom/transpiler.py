@@ -12,8 +12,12 @@ initializes the parameters but fetches them from the servers, so every trainer s
 servers' values (the single-device startup's initializers, run on the servers). Servers and
 trainers prove the shared secret LOOM_PS_SECRET to each other (``loom launch`` sets it).
 """
+import os
+
 from . import core
+from ._mpi import mpi_cleanup
 from .framework import Program, default_main_program, default_startup_program
+from .scope import global_scope
 
 
 class RoundRobin:
@@ -60,7 +64,6 @@ class DistributeTranspilerConfig:
 
 
 def _env_int(name, where):
-    import os
     value = os.environ.get(name)
     if value is None:
         raise RuntimeError("DistributeTranspiler (hybrid): %s is unset; %s" % (name, where))
@@ -74,7 +77,6 @@ def _env_int(name, where):
 def _client_layout(workers):
     """(servers' trainers, this client, client size, rank in it) of a hybrid job from the
     launcher's variables; in a server process only the first is known."""
-    import os
     how = ("hybrid mode runs under `loom launch --workers N --servers S --clients C -- "
            "python3 train.py`")
     clients = _env_int("LOOM_NUM_CLIENTS", how)
@@ -147,9 +149,7 @@ class DistributeTranspiler:
         if client_size > 1:
             # The client's communicator (a persistable variable of the scope the programs run
             # in) goes before MPI is finalized at exit.
-            from .compiler import _mpi_cleanup
-            from .executor import global_scope
-            _mpi_cleanup.track(global_scope(), ["@LOOM_CLIENT_COMM@"])
+            mpi_cleanup.track(global_scope(), ["@LOOM_CLIENT_COMM@"])
 
     def _transpile_nccl2(self, trainer_id, main, trainers):
         """nccl2: trainers is their count or their endpoints ("host:port,..."); the program is

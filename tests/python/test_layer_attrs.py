@@ -19,14 +19,19 @@ import loom as fluid
 from loom import clip, core, initializer, layers, optimizer, regularizer
 from loom.framework import Block, Operator
 
-LAYER_MODULES = ("loom.layers", "loom.control_flow", "loom.rnn", "loom.static_rnn", "loom.decode",
-                 "loom.dynamic_rnn")
+# The modules of loom.layers whose public callables are layers (tensor arrays and learning-rate
+# schedules aside).
+LAYER_MODULES = tuple("loom.layers." + m for m in (
+    "activation", "tensor", "control_flow", "math", "nn", "loss", "metric", "sequence", "io",
+    "recurrent", "static_rnn", "dynamic_rnn", "decode"))
 
 # Public names of the layer modules that build no op, with the reason.
 SKIP = {
     "data": "declares a feed variable; builds no op",
     "RNNCell": "an interface (its subclasses have cases)",
     "Decoder": "an interface (BeamSearchDecoder has a case)",
+    "create_tensor": "declares a variable to assign to later; builds no op",
+    "double_buffer": "accepted; returns its reader and builds no op",
 }
 
 
@@ -392,6 +397,40 @@ CASES = {
         v.x, [-1, 4], mean=1.0, std=2.0, seed=3),
     "sequence_unpad": lambda v: layers.sequence_unpad(
         *layers.sequence_pad(v.seq, layers.fill_constant([1], "float32", 0.0))),
+    # layers built from other layers
+    "ones_like": lambda v: layers.ones_like(v.x),
+    "reduce_min": lambda v: layers.reduce_min(v.x, dim=1, keep_dim=True),
+    "mse_loss": lambda v: layers.mse_loss(v.x, v.x),
+    "l2_normalize": lambda v: layers.l2_normalize(v.x, axis=1),
+    "huber_loss": lambda v: layers.huber_loss(v.x, v.x, 1.0),
+    "smooth_l1": lambda v: layers.smooth_l1(v.x, v.x, inside_weight=v.x, outside_weight=v.x,
+                                            sigma=2.0),
+    "log_loss": lambda v: layers.log_loss(layers.sigmoid(v.x), v.x),
+    "margin_rank_loss": lambda v: layers.margin_rank_loss(v.x, v.x, v.x, margin=0.2),
+    "rank_loss": lambda v: layers.rank_loss(v.x, v.x, v.x),
+    "kldiv_loss": lambda v: layers.kldiv_loss(v.x, layers.softmax(v.x), reduction="batchmean"),
+    "prelu": lambda v: layers.prelu(v.img, "channel"),
+    "maxout": lambda v: layers.maxout(layers.concat([v.img, v.img], axis=1), groups=2),
+    "pixel_shuffle": lambda v: layers.pixel_shuffle(layers.reshape(v.img, [-1, 12, 3, 3]), 2),
+    "unstack": lambda v: layers.unstack(v.w, axis=1),
+    "expand_as": lambda v: layers.expand_as(layers.fill_constant([1, 4], "float32", 1.0), v.w),
+    "has_nan": lambda v: layers.has_nan(v.x),
+    "has_inf": lambda v: layers.has_inf(v.x),
+    "isfinite": lambda v: layers.isfinite(v.x),
+    "rank": lambda v: layers.rank(v.img),
+    "size": lambda v: layers.size(v.w),
+    "elementwise_floordiv": lambda v: layers.elementwise_floordiv(v.ids, v.ids),
+    "elementwise_mod": lambda v: layers.elementwise_mod(v.x, v.x),
+    "autoincreased_step_counter": lambda v: layers.autoincreased_step_counter(begin=0, step=2),
+    "crop": lambda v: layers.crop(v.img, shape=[-1, 2, 4, 4], offsets=[0, 1, 1, 2]),
+    "crop_tensor": lambda v: layers.crop_tensor(v.x, shape=[-1, 4], offsets=[0, 2]),
+    "pad": lambda v: layers.pad(v.w, [0, 0, 1, 2], pad_value=1.0),
+    "pad_constant_like": lambda v: layers.pad_constant_like(
+        v.w, layers.fill_constant([6, 3], "float32", 1.0), 0.5),
+    "multiplex": lambda v: layers.multiplex([v.x, v.x], v.ids),
+    "instance_norm": lambda v: layers.instance_norm(v.img),
+    "group_norm": lambda v: layers.group_norm(v.img, 3, act="relu"),
+    "lrn": lambda v: layers.lrn(layers.data("img4", [2, 3, 4, 4], append_batch_size=False), n=3),
 }
 
 

@@ -1,4 +1,4 @@
-"""Fluid layers composed of other layers (layers_composed.py) against NumPy formulas."""
+"""Fluid layers built from other layers (no op of their own) against NumPy formulas."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
-"""Control flow and the layers that feed it: comparisons, logical ops and ``cond`` (Fluid's
-``layers.control_flow``). Re-exported by ``loom.layers``.
+"""Control flow and the layers that feed it (Fluid's ``layers.control_flow``): comparisons and
+logical ops, ``cond``, ``case``, ``switch_case``, ``while_loop``, ``While``, ``Switch``,
+``increment`` and step counters, and ``Print``.
 
 ``cond`` builds each branch in a sub-block of the program run by a ``conditional_block`` op;
 ``append_backward`` differentiates through it (the gradient of a branch is a gradient block run
@@ -8,25 +9,20 @@ parameters used inside branches like any other.
 """
 import contextlib
 
-from . import core, unique_name
-from .framework import Variable, default_main_program, dtype_name
-from .layer_helper import LayerHelper
+from .. import core, unique_name
+from ..framework import Variable, default_main_program, dtype_name
+from ..layer_helper import LayerHelper
+from .common import _check_var
+from .tensor import assign, create_global_var, fill_constant
 
-__all__ = [
-    "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
-    "while_loop", "While",
-]
-
-
-def _check(x, what, layer):
-    if not isinstance(x, Variable):
-        raise TypeError("%s: %s must be a Variable, got %r" % (layer, what, x))
+__all__ = ["less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
+           "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
+           "while_loop", "While", "Switch", "increment", "autoincreased_step_counter", "Print"]
 
 
 def _binary_bool(op_type, x, y, cond, axis=-1):
-    _check(x, "x", op_type)
-    _check(y, "y", op_type)
+    _check_var(x, "x", op_type)
+    _check_var(y, "y", op_type)
     helper = LayerHelper(op_type)
     out = cond if cond is not None else helper.create_variable_for_type_inference(
         "bool", stop_gradient=True)
@@ -83,7 +79,7 @@ def logical_xor(x, y, out=None, name=None):
 
 def logical_not(x, out=None, name=None):
     """Element-wise not of a bool Variable."""
-    _check(x, "x", "logical_not")
+    _check_var(x, "x", "logical_not")
     helper = LayerHelper("logical_not", name=name)
     out = out if out is not None else helper.create_variable_for_type_inference(
         "bool", stop_gradient=True)
@@ -163,7 +159,7 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     other branch gets a zero gradient, so every rank of a data-parallel run has one to
     synchronize even when ranks take different branches.
     """
-    _check(pred, "pred", "cond")
+    _check_var(pred, "pred", "cond")
     if pred.dtype != core.DataType.BOOL:
         raise TypeError("cond: pred '%s' must be bool, got %s (compare with layers.less_than, "
                         "greater_than, ...)" % (pred.name, dtype_name(pred.dtype)))
@@ -229,7 +225,7 @@ def case(pred_fn_pairs, default=None, name=None):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not callable(pair[1]):
             raise TypeError("case: pred_fn_pairs[%d] must be a (pred, fn) pair with a callable "
                             "fn, got %r" % (i, pair))
-        _check(pair[0], "pred_fn_pairs[%d][0]" % i, "case")
+        _check_var(pair[0], "pred_fn_pairs[%d][0]" % i, "case")
     if default is None:
         default = pred_fn_pairs[-1][1]
     elif not callable(default):
@@ -251,7 +247,7 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     (indices 0, 1, ...), or a dict or list of (index, fn) pairs. default: run when the index
     matches none; None: the function with the largest index.
     """
-    _check(branch_index, "branch_index", "switch_case")
+    _check_var(branch_index, "branch_index", "switch_case")
     if branch_index.dtype not in (core.DataType.INT32, core.DataType.INT64):
         raise TypeError("switch_case: branch_index '%s' must be int32 or int64, got %s"
                         % (branch_index.name, dtype_name(branch_index.dtype)))
@@ -277,8 +273,7 @@ def switch_case(branch_index, branch_fns, default=None, name=None):
     items.sort(key=lambda kv: kv[0])
     if default is None:
         default = items[-1][1]
-    from . import layers
-    pairs = [(equal(branch_index, layers.fill_constant([1], dtype_name(branch_index.dtype), k)),
+    pairs = [(equal(branch_index, fill_constant([1], dtype_name(branch_index.dtype), k)),
               fn) for k, fn in items]
     return case(pairs, default, name=name)
 
@@ -305,13 +300,12 @@ def while_loop(cond, body, loop_vars, is_test=False, max_iterations=1000000, nam
         raise TypeError("while_loop: loop_vars must be a non-empty list or tuple of Variables, "
                         "got %r" % (loop_vars,))
     for i, v in enumerate(loop_vars):
-        _check(v, "loop_vars[%d]" % i, "while_loop")
+        _check_var(v, "loop_vars[%d]" % i, "while_loop")
     # The loop overwrites its state: start from copies, so the values the caller passed in
     # (which ops before the loop may need for their gradients) stay as they were.
-    from . import layers
-    loop_vars = [layers.assign(v) for v in loop_vars]
+    loop_vars = [assign(v) for v in loop_vars]
     pre_cond = cond(*loop_vars)
-    _check(pre_cond, "cond(*loop_vars)", "while_loop")
+    _check_var(pre_cond, "cond(*loop_vars)", "while_loop")
     if pre_cond.dtype != core.DataType.BOOL:
         raise TypeError("while_loop: cond must return a bool Variable, got %s"
                         % dtype_name(pre_cond.dtype))
@@ -364,7 +358,7 @@ class While:
     """
 
     def __init__(self, cond, is_test=False, name=None, max_iterations=1000000):
-        _check(cond, "cond", "While")
+        _check_var(cond, "cond", "While")
         if cond.dtype != core.DataType.BOOL:
             raise TypeError("While: cond '%s' must be bool, got %s"
                             % (cond.name, dtype_name(cond.dtype)))
@@ -433,7 +427,7 @@ class Switch:
             raise RuntimeError("Switch.case must be used inside `with Switch() as switch:`")
         if self._default_seen:
             raise RuntimeError("Switch.case after Switch.default")
-        _check(condition, "condition", "Switch.case")
+        _check_var(condition, "condition", "Switch.case")
         if condition.dtype != core.DataType.BOOL:
             raise TypeError("Switch.case: condition '%s' must be bool" % condition.name)
         if self._taken is None:
@@ -450,9 +444,52 @@ class Switch:
             raise RuntimeError("Switch.default must be used inside `with Switch() as switch:`")
         self._default_seen = True
         if self._taken is None:
-            from .layers import fill_constant
             pred = fill_constant([1], "bool", 1)
         else:
             pred = logical_not(self._taken)
         yield from self._branch(pred)
 
+
+def increment(x, value=1.0, in_place=True):
+    """x + value; with in_place (the default) written back into x (Fluid's increment)."""
+    _check_var(x, "x", "increment")
+    helper = LayerHelper("increment")
+    out = x if in_place else helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("scale", inputs={"X": x}, outputs={"Out": out},
+                     attrs={"scale": 1.0, "bias": float(value)})
+    return out
+
+
+def autoincreased_step_counter(counter_name=None, begin=1, step=1):
+    """A persistable int64 counter that is `begin` on the first run and grows by step each run
+    (created once per program and name)."""
+    name = counter_name or "@STEP_COUNTER@"
+    block = default_main_program().global_block()
+    if block.has_var(name):
+        return block.var(name)
+    counter = create_global_var([1], int(begin) - int(step), "int64", persistable=True,
+                                name=name)
+    increment(counter, float(step))
+    counter.stop_gradient = True
+    return counter
+
+
+def Print(input, first_n=-1, message=None, summarize=20, print_tensor_name=True,
+          print_tensor_type=True, print_tensor_shape=True, print_tensor_lod=True,
+          print_phase="both"):
+    """Writes input (and, in the backward phase, its gradient) to stderr when the program
+    runs; returns input unchanged (use the result so the op is not dropped)."""
+    if print_phase not in ("forward", "backward", "both"):
+        raise ValueError("Print: print_phase %r is not forward, backward or both"
+                         % (print_phase,))
+    helper = LayerHelper("print")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("print", inputs={"In": input}, outputs={"Out": out},
+                     attrs={"first_n": int(first_n), "message": message or "",
+                            "summarize": int(summarize),
+                            "print_tensor_name": bool(print_tensor_name),
+                            "print_tensor_type": bool(print_tensor_type),
+                            "print_tensor_shape": bool(print_tensor_shape),
+                            "print_tensor_lod": bool(print_tensor_lod),
+                            "print_phase": print_phase})
+    return out

@@ -20,9 +20,14 @@ the body is built once (a sub-block), so its layers make one set of parameters.
 """
 import contextlib
 
-from . import layers
-from .framework import default_main_program
-from .layer_helper import LayerHelper
+from .. import core, unique_name
+from ..framework import default_main_program
+from ..layer_helper import LayerHelper
+from .control_flow import _outer_reads_writes, greater_than, increment, less_than
+from .math import elementwise_add, elementwise_mul, elementwise_sub, reduce_max, reduce_sum, scale
+from .sequence import sequence_pad, sequence_unpad
+from .tensor import (assign, cast, expand, fill_constant, fill_constant_batch_size_like, gather,
+                     scatter, squeeze, transpose, unsqueeze)
 
 __all__ = ["DynamicRNN"]
 
@@ -64,7 +69,7 @@ class DynamicRNN:
             raise ValueError("DynamicRNN.block() may be entered once")
         self._program = default_main_program()
         self._parent = self._program.current_block()
-        self._step = layers.fill_constant([1], "int64", 0)
+        self._step = fill_constant([1], "int64", 0)
         self._body = self._program._create_block()
         self.status = DynamicRNN.IN_RNN
         ok = False
@@ -86,15 +91,15 @@ class DynamicRNN:
             raise ValueError("DynamicRNN.step_input: only level 0 (the top-level sequences) is "
                              "supported, got level %r" % (level,))
         with self._in_parent():
-            pad = layers.fill_constant([1], x.dtype, 0.0)
-            padded, length = layers.sequence_pad(x, pad)
+            pad = fill_constant([1], x.dtype, 0.0)
+            padded, length = sequence_pad(x, pad)
             rank = len(padded.shape)
-            time_major = layers.transpose(padded, [1, 0] + list(range(2, rank)))
+            time_major = transpose(padded, [1, 0] + list(range(2, rank)))
             if self._length is None:
                 self._length, self._padded = length, padded
-                self._longest = layers.reduce_max(length)
-        row = layers.gather(time_major, self._step)  # [1, batch, ...]
-        return layers.squeeze(row, [0])
+                self._longest = reduce_max(length)
+        row = gather(time_major, self._step)  # [1, batch, ...]
+        return squeeze(row, [0])
 
     def static_input(self, x):
         """x [batch, ...], read as it is at every step (rows in input order)."""
@@ -107,7 +112,7 @@ class DynamicRNN:
         self._check_in("memory")
         with self._in_parent():
             if init is not None:
-                mem = layers.assign(init)  # a copy: the loop overwrites it
+                mem = assign(init)  # a copy: the loop overwrites it
             else:
                 if shape is None:
                     raise ValueError("DynamicRNN.memory: give init or shape")
@@ -115,7 +120,7 @@ class DynamicRNN:
                     raise ValueError("DynamicRNN.memory(shape=...) must come after a "
                                      "step_input (which sets the batch size)")
                 # assigned: a variable of its own that takes gradients (the fill's does not)
-                mem = layers.assign(layers.fill_constant_batch_size_like(
+                mem = assign(fill_constant_batch_size_like(
                     self._padded, [-1] + [int(s) for s in shape], dtype, value))
         self._memories.append([mem, None])
         return mem
@@ -146,12 +151,12 @@ class DynamicRNN:
             with self._in_parent():
                 # zeros [time, batch] + rest: the padded input's [batch, time] summed away
                 padded = self._padded
-                tb = layers.transpose(layers.scale(layers.reduce_sum(
+                tb = transpose(scale(reduce_sum(
                     padded, dim=list(range(2, len(padded.shape)))) if len(padded.shape) > 2
                     else padded, 0.0), [1, 0])
-                tb = layers.cast(tb, o.dtype)
-                zeros = layers.expand(layers.unsqueeze(tb, list(range(2, 2 + len(rest)))),
-                                      [1, 1] + rest) if rest else tb
+                tb = cast(tb, o.dtype)
+                zeros = expand(unsqueeze(tb, list(range(2, 2 + len(rest)))),
+                               [1, 1] + rest) if rest else tb
             self._outputs.append([zeros, o])
 
     def _finish(self):
@@ -170,23 +175,20 @@ class DynamicRNN:
         # The end of the step, in the body: masked memory updates, outputs, the next step.
         program.current_block_idx = body.idx
         try:
-            alive = layers.greater_than(self._length, self._step)  # [batch] bool
+            alive = greater_than(self._length, self._step)  # [batch] bool
             for mem, upd in self._memories:
-                keep = layers.cast(alive, upd.dtype)
-                moved = layers.elementwise_add(layers.elementwise_mul(
-                    layers.elementwise_sub(upd, mem), keep, axis=0), mem)
-                layers.assign(moved, mem)
+                keep = cast(alive, upd.dtype)
+                moved = elementwise_add(
+                    elementwise_mul(elementwise_sub(upd, mem), keep, axis=0), mem)
+                assign(moved, mem)
             for entry in self._outputs:
                 acc, value = entry
-                layers.assign(layers.scatter(acc, self._step, layers.unsqueeze(value, [0])),
-                              acc)
-            layers.increment(self._step, 1.0)
-            cond_now = layers.less_than(self._step, self._longest)
+                assign(scatter(acc, self._step, unsqueeze(value, [0])), acc)
+            increment(self._step, 1.0)
+            cond_now = less_than(self._step, self._longest)
         finally:
             program._rollback()
-        from .control_flow import _outer_reads_writes
-        from . import core, unique_name
-        cond = layers.less_than(self._step, self._longest)
+        cond = less_than(self._step, self._longest)
         body.append_op("assign", inputs={"X": cond_now}, outputs={"Out": cond})
         reads, writes = _outer_reads_writes(body)
         steps = self._parent.create_var(name=unique_name.generate(self.helper.name + ".steps"),
@@ -198,8 +200,8 @@ class DynamicRNN:
         results = []
         for acc, _ in self._outputs:
             rank = len(acc.shape)
-            batch_major = layers.transpose(acc, [1, 0] + list(range(2, rank)))
-            results.append(layers.sequence_unpad(batch_major, self._length))
+            batch_major = transpose(acc, [1, 0] + list(range(2, rank)))
+            results.append(sequence_unpad(batch_major, self._length))
         self._results = results
         self.status = DynamicRNN.AFTER_RNN
 

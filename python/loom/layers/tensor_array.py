@@ -1,4 +1,4 @@
-"""Tensor arrays and Fluid 1.x's LoD beam search (re-exported by ``loom.layers``).
+"""Tensor arrays and Fluid 1.x's LoD beam search.
 
 A tensor array (Fluid's LoDTensorArray) is a variable holding a list of tensors indexed by an
 int64: ``create_array`` declares it, ``array_write`` stores a copy of a tensor at an index (the
@@ -28,21 +28,17 @@ collecting a loop's outputs); training loops differentiate through ``while_loop`
 ``StaticRNN`` or ``DynamicRNN``. The beam search rules are in operators/nn/beam_search.cc and
 docs/PYTHON.md.
 """
-from . import core, unique_name
-from .framework import Variable, convert_dtype
-from .layer_helper import LayerHelper
+from .. import core, unique_name
+from ..framework import convert_dtype
+from ..layer_helper import LayerHelper
+from .common import _check_var
 
 __all__ = ["create_array", "array_write", "array_read", "array_length", "is_empty",
            "tensor_array_to_tensor", "beam_search", "beam_search_decode"]
 
 
-def _check(x, what, layer):
-    if not isinstance(x, Variable):
-        raise TypeError("%s: %s must be a Variable, got %r" % (layer, what, x))
-
-
 def _check_array(a, layer):
-    _check(a, "array", layer)
+    _check_var(a, "array", layer)
     if a.desc.type() != core.VarType.LOD_TENSOR_ARRAY:
         raise TypeError("%s: '%s' is not a tensor array (create it with layers.create_array)"
                         % (layer, a.name))
@@ -59,8 +55,8 @@ def create_array(dtype, name=None):
 def array_write(x, i, array=None):
     """Stores a copy of ``x`` (dims and LoD) at index ``i`` (a one-element int64 Variable) of
     ``array``, created when None; returns the array."""
-    _check(x, "x", "array_write")
-    _check(i, "i", "array_write")
+    _check_var(x, "x", "array_write")
+    _check_var(i, "i", "array_write")
     if array is None:
         array = create_array(x.dtype)
     _check_array(array, "array_write")
@@ -82,7 +78,7 @@ def array_read(array, i):
     """A copy of element ``i`` (a one-element int64 Variable) of ``array``; reading past the
     end is an error that names the array and its length."""
     _check_array(array, "array_read")
-    _check(i, "i", "array_read")
+    _check_var(i, "i", "array_read")
     helper = LayerHelper("array_read")
     out = helper.create_variable_for_type_inference(array.dtype)
     helper.append_op("read_from_array", inputs={"X": array, "I": i}, outputs={"Out": out})
@@ -101,7 +97,7 @@ def array_length(array):
 def is_empty(x, cond=None):
     """A one-element bool Variable: whether ``x`` has no elements (written into ``cond`` when
     given)."""
-    _check(x, "x", "is_empty")
+    _check_var(x, "x", "is_empty")
     helper = LayerHelper("is_empty")
     out = cond if cond is not None else helper.create_variable_for_type_inference(
         "bool", stop_gradient=True)
@@ -141,9 +137,9 @@ def beam_search(pre_ids, pre_scores, ids, scores, beam_size, end_id, level=0,
     ``return_parent_idx``.
     """
     for v, what in ((pre_ids, "pre_ids"), (pre_scores, "pre_scores"), (scores, "scores")):
-        _check(v, what, "beam_search")
+        _check_var(v, what, "beam_search")
     if ids is not None:
-        _check(ids, "ids", "beam_search")
+        _check_var(ids, "ids", "beam_search")
     helper = LayerHelper("beam_search", name=name)
     sel_ids = helper.create_variable_for_type_inference("int64", stop_gradient=True)
     sel_scores = helper.create_variable_for_type_inference(scores.dtype, stop_gradient=True)

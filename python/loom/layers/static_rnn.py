@@ -17,8 +17,11 @@ the unrolled ops like any others.
 """
 import contextlib
 
-from . import layers, unique_name
-from .framework import Variable, default_main_program
+from .. import unique_name
+from ..framework import default_main_program
+from .tensor import fill_constant_batch_size_like, slice, squeeze, stack
+
+__all__ = ["StaticRNN"]
 
 
 class StaticRNN:
@@ -128,8 +131,8 @@ class StaticRNN:
         for t in range(self._steps):
             rename = {}
             for ph, x in self._inputs:
-                s = layers.slice(x, axes=[0], starts=[t], ends=[t + 1])
-                rename[ph.name] = layers.squeeze(s, [0]).name
+                s = slice(x, axes=[0], starts=[t], ends=[t + 1])
+                rename[ph.name] = squeeze(s, [0]).name
             for m in self._memories:
                 if t == 0:
                     if m["init"] is not None:
@@ -137,7 +140,7 @@ class StaticRNN:
                     else:
                         ref = m["batch_ref"]
                         ref = block.var(rename.get(ref.name, ref.name))
-                        boot = layers.fill_constant_batch_size_like(
+                        boot = fill_constant_batch_size_like(
                             ref, list(m["shape"]), ref.dtype, m["value"],
                             input_dim_idx=m["dim"], output_dim_idx=0)
                     rename[m["ph"].name] = boot.name
@@ -166,4 +169,4 @@ class StaticRNN:
                 state[m["ph"].name] = rename.get(m["updated"], m["updated"])
             for name in self._outputs:
                 per_step_outputs[name].append(block.var(rename.get(name, name)))
-        self._results = [layers.stack(per_step_outputs[n], axis=0) for n in self._outputs]
+        self._results = [stack(per_step_outputs[n], axis=0) for n in self._outputs]

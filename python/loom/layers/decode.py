@@ -16,11 +16,17 @@ import collections
 
 import numpy as np
 
-from . import layers
-from .framework import dtype_name
-from .layer_helper import call_sharing_parameters
+from ..framework import dtype_name
+from ..layer_helper import LayerHelper, call_sharing_parameters
+from .activation import log_softmax
+from .control_flow import equal, logical_or
+from .math import (cumsum, elementwise_add, elementwise_floordiv, elementwise_max, elementwise_mod,
+                   elementwise_mul, elementwise_sub, scale)
+from .tensor import (assign, cast, expand, fill_constant, fill_constant_batch_size_like, gather,
+                     reshape, stack, topk, transpose, unsqueeze, zeros_like)
 
-__all__ = ["Decoder", "BeamSearchDecoder", "dynamic_decode", "gather_tree"]
+__all__ = ["gather_tree", "Decoder", "BeamSearchDecoder", "dynamic_decode"]
+
 
 _NEG_INF = -1e9  # the score of a continuation that must never be chosen (Fluid's kinf)
 
@@ -29,7 +35,6 @@ def gather_tree(ids, parents):
     """Backtraces beam search: ids and parents are [time, batch, beam] int tensors (the token
     chosen at each step and the beam of the previous step it extends); returns the full path
     ending in each final beam, [time, batch, beam]."""
-    from .layer_helper import LayerHelper
     helper = LayerHelper("gather_tree")
     out = helper.create_variable_for_type_inference(ids.dtype, stop_gradient=True)
     helper.append_op("gather_tree", inputs={"Ids": ids, "Parents": parents},
@@ -98,39 +103,39 @@ class BeamSearchDecoder(Decoder):
         if any(d < 0 for d in rest):
             raise ValueError("tile_beam_merge_with_batch: only the batch dim of %s may be "
                              "unknown, got shape %r" % (x.name, list(x.shape)))
-        tiled = layers.expand(layers.unsqueeze(x, [1]), [1, int(beam_size)] + [1] * len(rest))
-        return layers.reshape(tiled, [-1] + rest)
+        tiled = expand(unsqueeze(x, [1]), [1, int(beam_size)] + [1] * len(rest))
+        return reshape(tiled, [-1] + rest)
 
     # ---- helpers on [batch, beam, ...] <-> [batch * beam, ...]
 
     def _merge(self, x):
-        return layers.reshape(x, [-1] + [int(d) for d in x.shape[2:]])
+        return reshape(x, [-1] + [int(d) for d in x.shape[2:]])
 
     def _split(self, x):
-        return layers.reshape(x, [-1, self.beam_size] + [int(d) for d in x.shape[1:]])
+        return reshape(x, [-1, self.beam_size] + [int(d) for d in x.shape[1:]])
 
     def _rows(self, beam_indices):
         """The rows of [batch * beam, ...] holding the beams chosen per batch row."""
-        return layers.reshape(layers.elementwise_add(beam_indices, self._row_base), [-1])
+        return reshape(elementwise_add(beam_indices, self._row_base), [-1])
 
     def _gather(self, x, beam_indices):
         """x [batch * beam, ...]: the rows of the chosen beams."""
-        return layers.gather(x, self._rows(beam_indices))
+        return gather(x, self._rows(beam_indices))
 
     def _gather_beams(self, x, beam_indices):
         """x [batch, beam]: the entries of the chosen beams."""
-        return layers.reshape(layers.gather(layers.reshape(x, [-1]), self._rows(beam_indices)),
-                              [-1, self.beam_size])
+        return reshape(gather(reshape(x, [-1]), self._rows(beam_indices)),
+                       [-1, self.beam_size])
 
     def _beam_var(self, ref, value, dtype):
-        return layers.fill_constant_batch_size_like(ref, [-1, self.beam_size], dtype, value)
+        return fill_constant_batch_size_like(ref, [-1, self.beam_size], dtype, value)
 
     def _embed(self, ids):
         """The cell's next inputs from ids [batch, beam]: embedding_fn's [batch, beam, ...]
         merged to [batch * beam, ...] (an embedding_fn that already merged is kept as is);
         without embedding_fn the ids themselves, [batch * beam]."""
         if self.embedding_fn is None:
-            return layers.reshape(ids, [-1])
+            return reshape(ids, [-1])
         emb = call_sharing_parameters(self.embedding_fn, ids)
         return self._merge(emb) if len(emb.shape) >= 3 else emb
 
@@ -143,18 +148,17 @@ class BeamSearchDecoder(Decoder):
         # Row b's beams start at b * beam in the merged [batch * beam, ...] layout.
         ones = self._beam_var(ref, 1.0, "float32")
         dtype = dtype_name(ref.dtype)  # the scores' dtype: the cell states' (float32 / 64)
-        self._row_base = layers.cast(layers.scale(
-            layers.scale(layers.cumsum(ones, axis=0), bias=-1.0), float(self.beam_size)),
-            "int64")
+        self._row_base = cast(scale(scale(cumsum(ones, axis=0), bias=-1.0),
+                                    float(self.beam_size)), "int64")
         first_only = np.array([0.0] + [_NEG_INF] * (self.beam_size - 1), "float32")
-        log_probs = layers.elementwise_add(self._beam_var(ref, 0.0, dtype),
-                                           layers.cast(layers.assign(first_only), dtype), axis=1)
+        log_probs = elementwise_add(self._beam_var(ref, 0.0, dtype),
+                                    cast(assign(first_only), dtype), axis=1)
         finished = self._beam_var(ref, 0.0, dtype)  # 0 / 1 (gathered like the rest)
         lengths = self._beam_var(ref, 0, "int64")
         start = self._beam_var(ref, self.start_token, "int64")
         state = self.StateWrapper(_like(initial_cell_states, tiled), log_probs, finished,
                                   lengths)
-        return self._embed(start), state, layers.cast(finished, "bool")
+        return self._embed(start), state, cast(finished, "bool")
 
     def step(self, time, inputs, states, **kwargs):
         cell_out, cell_states = call_sharing_parameters(self.cell, inputs, states.cell_states,
@@ -165,32 +169,29 @@ class BeamSearchDecoder(Decoder):
         if not 0 <= self.end_token < vocab:
             raise ValueError("BeamSearchDecoder: end_token %d is outside the %d-word output"
                              % (self.end_token, vocab))
-        step_lp = self._split(layers.log_softmax(logits))  # [batch, beam, vocab]
+        step_lp = self._split(log_softmax(logits))  # [batch, beam, vocab]
         # A finished beam may only add end_token, at no cost.
         noend = np.full(vocab, _NEG_INF, "float32")
         noend[self.end_token] = 0.0
-        noend_full = layers.elementwise_add(
-            layers.scale(step_lp, 0.0), layers.cast(layers.assign(noend), step_lp.dtype), axis=2)
-        step_lp = layers.elementwise_add(step_lp, layers.elementwise_mul(
-            layers.elementwise_sub(noend_full, step_lp), states.finished, axis=0))
-        total = layers.elementwise_add(step_lp, states.log_probs, axis=0)
-        scores, flat_idx = layers.topk(layers.reshape(total, [-1, self.beam_size * vocab]),
-                                       self.beam_size)
-        beam_idx = layers.elementwise_floordiv(flat_idx, layers.fill_constant([1], "int64",
-                                                                              vocab))
-        token = layers.elementwise_mod(flat_idx, layers.fill_constant([1], "int64", vocab))
+        noend_full = elementwise_add(
+            scale(step_lp, 0.0), cast(assign(noend), step_lp.dtype), axis=2)
+        step_lp = elementwise_add(step_lp, elementwise_mul(
+            elementwise_sub(noend_full, step_lp), states.finished, axis=0))
+        total = elementwise_add(step_lp, states.log_probs, axis=0)
+        scores, flat_idx = topk(reshape(total, [-1, self.beam_size * vocab]), self.beam_size)
+        beam_idx = elementwise_floordiv(flat_idx, fill_constant([1], "int64", vocab))
+        token = elementwise_mod(flat_idx, fill_constant([1], "int64", vocab))
         next_cells = _like(cell_states, [self._gather(s, beam_idx) for s in _flat(cell_states)])
         was_finished = self._gather_beams(states.finished, beam_idx)
-        lengths = layers.elementwise_add(
+        lengths = elementwise_add(
             self._gather_beams(states.lengths, beam_idx),
-            layers.cast(layers.scale(was_finished, -1.0, bias=1.0), "int64"))
-        is_end = layers.cast(layers.equal(token, layers.fill_constant([1], "int64",
-                                                                       self.end_token)),
-                             was_finished.dtype)
-        finished = layers.elementwise_max(was_finished, is_end)
+            cast(scale(was_finished, -1.0, bias=1.0), "int64"))
+        is_end = cast(equal(token, fill_constant([1], "int64", self.end_token)),
+                      was_finished.dtype)
+        finished = elementwise_max(was_finished, is_end)
         next_state = self.StateWrapper(next_cells, scores, finished, lengths)
         outputs = self.OutputWrapper(scores, token, beam_idx)
-        return outputs, next_state, self._embed(token), layers.cast(finished, "bool")
+        return outputs, next_state, self._embed(token), cast(finished, "bool")
 
     def finalize(self, outputs, final_states, sequence_lengths):
         """outputs stacked time-major ([time, batch, beam]): the predicted ids backtraced
@@ -210,36 +211,35 @@ def dynamic_decode(decoder, inits=None, max_step_num=None, output_time_major=Fal
                          "the decoding loop when building the program), got %r"
                          % (max_step_num,))
     inputs, states, finished = decoder.initialize(inits)
-    lengths = layers.cast(layers.zeros_like(layers.cast(finished, "float32")), "int64")
+    lengths = cast(zeros_like(cast(finished, "float32")), "int64")
     steps = []
     for t in range(int(max_step_num)):
-        time = layers.fill_constant([1], "int64", t)
+        time = fill_constant([1], "int64", t)
         outputs, next_states, inputs, next_finished = call_sharing_parameters(
             decoder.step, time, inputs, states, **kwargs)
-        done = layers.cast(finished, "float32")
+        done = cast(finished, "float32")
         # A sequence not yet finished before this step grows by one.
-        lengths = layers.elementwise_add(
-            lengths, layers.cast(layers.scale(done, -1.0, bias=1.0), "int64"))
+        lengths = elementwise_add(lengths, cast(scale(done, -1.0, bias=1.0), "int64"))
         if impute_finished and not isinstance(decoder, BeamSearchDecoder):
-            keep = layers.reshape(done, [-1])  # 1 where finished: the old state stays
-            mixed = [layers.elementwise_add(layers.elementwise_mul(
-                layers.elementwise_sub(o, n), layers.cast(keep, n.dtype), axis=0), n)
+            keep = reshape(done, [-1])  # 1 where finished: the old state stays
+            mixed = [elementwise_add(elementwise_mul(
+                elementwise_sub(o, n), cast(keep, n.dtype), axis=0), n)
                 for n, o in zip(_flat(next_states), _flat(states))]
             next_states = _like(next_states, mixed)
         steps.append(outputs)
         states = next_states
-        finished = layers.logical_or(finished, next_finished) \
+        finished = logical_or(finished, next_finished) \
             if not isinstance(decoder, BeamSearchDecoder) else next_finished
     if isinstance(decoder, BeamSearchDecoder):
         lengths = states.lengths
     template = steps[0]
-    stacked = _like(template, [layers.stack([_flat(o)[i] for o in steps], axis=0)
+    stacked = _like(template, [stack([_flat(o)[i] for o in steps], axis=0)
                                for i in range(len(_flat(template)))])
     final_outputs, final_states = decoder.finalize(stacked, states, lengths)
     if not output_time_major:
         def batch_major(x):
             perm = [1, 0] + list(range(2, len(x.shape)))
-            return layers.transpose(x, perm)
+            return transpose(x, perm)
         final_outputs = _like(final_outputs, [batch_major(x) for x in _flat(final_outputs)])
     if return_length:
         return final_outputs, final_states, lengths

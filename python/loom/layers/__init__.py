@@ -1,0 +1,57 @@
+"""Layers: Fluid 1.x names and signatures, as ``fluid.layers.X``. Each builds op descs into the
+default programs; shapes are inferred by the C++ shape inference as ops are added, so a bad
+argument fails at the line that builds the layer, with the op and the vars named.
+
+The layers live in modules by kind, listed here so that each imports only modules listed
+before it:
+
+    common          argument checks and the one-op layer (private helpers)
+    activation      activations and other element-wise functions of one input
+    tensor          constants, parameters, casts, shapes, indexing, ranges
+    control_flow    comparisons, logical ops, cond / case / switch_case / while_loop, While,
+                    Switch, increment, Print
+    math            element-wise ops of two inputs, products, reductions, scale, clip
+    nn              fc, embedding, convolutions, pooling, normalizations, dropout, py_func, ...
+    loss            cross entropies and other losses
+    metric          accuracy, chunk_eval
+    sequence        layers over LoD sequences, the linear-chain CRF
+    io              feed variables (data)
+    tensor_array    tensor arrays and LoD beam search
+    recurrent       dynamic_lstm / dynamic_gru, gru_unit / lstm_unit, RNNCell and rnn / birnn
+    static_rnn      StaticRNN
+    dynamic_rnn     DynamicRNN
+    decode          Decoder, BeamSearchDecoder, dynamic_decode, gather_tree
+    learning_rate_scheduler   the learning-rate schedules
+
+Every public name of these modules is a name of ``loom.layers``; math_op_patch gives Variable
+its operators (``a + b``, ``a < b``, ...) when the package is imported.
+"""
+# The framework names layers are written with, reachable as layers.X too.
+from .. import core  # noqa: F401
+from ..framework import Variable, convert_dtype, default_main_program, dtype_name  # noqa: F401
+from ..layer_helper import LayerHelper  # noqa: F401
+from . import (activation, control_flow, decode, dynamic_rnn, io, learning_rate_scheduler, loss,
+               math, math_op_patch, metric, nn, recurrent, sequence, static_rnn, tensor,
+               tensor_array)
+from .activation import *  # noqa: F401,F403
+from .control_flow import *  # noqa: F401,F403
+from .decode import *  # noqa: F401,F403
+from .dynamic_rnn import *  # noqa: F401,F403
+from .io import *  # noqa: F401,F403
+from .learning_rate_scheduler import *  # noqa: F401,F403
+from .loss import *  # noqa: F401,F403
+from .math import *  # noqa: F401,F403
+from .metric import *  # noqa: F401,F403
+from .nn import *  # noqa: F401,F403
+from .recurrent import *  # noqa: F401,F403
+from .sequence import *  # noqa: F401,F403
+from .static_rnn import *  # noqa: F401,F403
+from .tensor import *  # noqa: F401,F403
+from .tensor_array import *  # noqa: F401,F403
+
+__all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
+           nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
+           tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
+           decode.__all__ + learning_rate_scheduler.__all__)
+
+math_op_patch.monkey_patch_variable()

@@ -1,0 +1,321 @@
+"""Recurrences unrolled or run by an op: Fluid 1.8's cell-based RNN API (fluid.layers.rnn,
+RNNCell, GRUCell, LSTMCell, birnn), the LSTM and GRU over LoD sequences (dynamic_lstm,
+dynamic_gru, each one op) and their single steps (lstm_unit, gru_unit).
+
+    cell = fluid.layers.GRUCell(hidden_size=32)
+    outputs, final = fluid.layers.rnn(cell, inputs, sequence_length=lengths)
+
+`inputs` is a padded batch [batch, time, ...] (or [time, batch, ...] with time_major). Loom
+unrolls the recurrence over the static time dimension when the program is built: every step is
+the cell's ops again, sharing the parameters the first step made (a user cell's fc included),
+so backward needs nothing special. With sequence_length ([batch] int64), a sequence's states
+stop changing past its length and its outputs there are zeros, as Fluid's. The time dimension
+must be static (known when building).
+"""
+from .. import unique_name
+from ..layer_helper import LayerHelper, call_sharing_parameters
+from ..param_attr import ParamAttr
+from .activation import sigmoid, tanh
+from .control_flow import greater_than
+from .math import elementwise_add, elementwise_mul, elementwise_sub, matmul, scale
+from .nn import fc
+from .tensor import (cast, concat, fill_constant, fill_constant_batch_size_like, slice, split,
+                     squeeze, stack)
+
+__all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn", "dynamic_lstm", "dynamic_gru",
+           "gru_unit", "lstm_unit"]
+
+
+class RNNCell:
+    """A cell: call(inputs, states) -> (outputs, new_states); get_initial_states builds zeros
+    shaped like state_shape for a batch."""
+
+    def call(self, inputs, states, **kwargs):
+        raise NotImplementedError("%s.call" % self.__class__.__name__)
+
+    def __call__(self, inputs, states, **kwargs):
+        return self.call(inputs, states, **kwargs)
+
+    @property
+    def state_shape(self):
+        raise NotImplementedError("%s.state_shape" % self.__class__.__name__)
+
+    def get_initial_states(self, batch_ref, shape=None, dtype="float32", init_value=0.0,
+                           batch_dim_idx=0):
+        shapes = shape if shape is not None else self.state_shape
+
+        def build(s):
+            return fill_constant_batch_size_like(
+                batch_ref, [-1] + list(s), dtype, init_value, input_dim_idx=batch_dim_idx)
+        if isinstance(shapes, (list, tuple)) and shapes and isinstance(shapes[0], (list, tuple)):
+            return [build(s) for s in shapes]
+        return build(shapes)
+
+
+class _GatedCell(RNNCell):
+    """Shared by GRUCell and LSTMCell: the parameters are made on the first call (their input
+    width is known then) and reused by every later step."""
+
+    def __init__(self, hidden_size, param_attr, bias_attr, dtype, name):
+        self.hidden_size = int(hidden_size)
+        if self.hidden_size <= 0:
+            raise ValueError("%s: hidden_size must be > 0, got %r"
+                             % (self.__class__.__name__, hidden_size))
+        self._param_attr, self._bias_attr = param_attr, bias_attr
+        self._dtype = dtype
+        self._name = name or unique_name.generate(self.__class__.__name__.lower())
+        self._params = None
+
+    def _weights(self, name, shape, attr, is_bias=False):
+        attr = ParamAttr._to_attr(attr)
+        if attr is False:
+            return None
+        if not attr.name:
+            attr = ParamAttr(name="%s.%s" % (self._name, name), initializer=attr.initializer,
+                             learning_rate=getattr(attr, "learning_rate", 1.0),
+                             regularizer=getattr(attr, "regularizer", None),
+                             trainable=getattr(attr, "trainable", True))
+        helper = LayerHelper(self._name)
+        return helper.create_parameter(attr, shape, self._dtype, is_bias=is_bias)
+
+
+class GRUCell(_GatedCell):
+    """h' = (1 - u) h + u c with u, r = gate_activation([x, h] W_g + b_g) and c =
+    activation([x, r h] W_c + b_c)."""
+
+    def __init__(self, hidden_size, param_attr=None, bias_attr=None, gate_activation=None,
+                 activation=None, dtype="float32", name="GRUCell"):
+        super().__init__(hidden_size, param_attr, bias_attr, dtype,
+                         None if name == "GRUCell" else name)
+        self._gate_act = gate_activation or sigmoid
+        self._act = activation or tanh
+
+    @property
+    def state_shape(self):
+        return [self.hidden_size]
+
+    def call(self, inputs, states):
+        h = states
+        d = self.hidden_size
+        if self._params is None:
+            width = inputs.shape[-1] + d
+            self._params = (self._weights("gate_w", [width, 2 * d], self._param_attr),
+                            self._weights("gate_b", [2 * d], self._bias_attr, True),
+                            self._weights("cand_w", [width, d], self._param_attr),
+                            self._weights("cand_b", [d], self._bias_attr, True))
+        gw, gb, cw, cb = self._params
+        gates = matmul(concat([inputs, h], axis=1), gw)
+        if gb is not None:
+            gates = elementwise_add(gates, gb)
+        u, r = split(self._gate_act(gates), 2, dim=1)
+        cand = matmul(concat([inputs, elementwise_mul(r, h)], axis=1), cw)
+        if cb is not None:
+            cand = elementwise_add(cand, cb)
+        c = self._act(cand)
+        new_h = elementwise_add(elementwise_mul(u, elementwise_sub(c, h)), h)
+        return new_h, new_h
+
+
+class LSTMCell(_GatedCell):
+    """[i, j, f, o] = [x, h] W + b; c' = c sigmoid(f + forget_bias) + sigmoid(i) tanh(j);
+    h' = sigmoid(o) tanh(c'); states [h, c]."""
+
+    def __init__(self, hidden_size, param_attr=None, bias_attr=None, gate_activation=None,
+                 activation=None, forget_bias=1.0, dtype="float32", name="LSTMCell"):
+        super().__init__(hidden_size, param_attr, bias_attr, dtype,
+                         None if name == "LSTMCell" else name)
+        self._gate_act = gate_activation or sigmoid
+        self._act = activation or tanh
+        self._forget_bias = float(forget_bias)
+
+    @property
+    def state_shape(self):
+        return [[self.hidden_size], [self.hidden_size]]
+
+    def call(self, inputs, states):
+        h, c = states
+        d = self.hidden_size
+        if self._params is None:
+            width = inputs.shape[-1] + d
+            self._params = (self._weights("w", [width, 4 * d], self._param_attr),
+                            self._weights("b", [4 * d], self._bias_attr, True))
+        w, b = self._params
+        gates = matmul(concat([inputs, h], axis=1), w)
+        if b is not None:
+            gates = elementwise_add(gates, b)
+        i, j, f, o = split(gates, 4, dim=1)
+        new_c = elementwise_add(
+            elementwise_mul(c, self._gate_act(scale(f, bias=self._forget_bias))),
+            elementwise_mul(self._gate_act(i), self._act(j)))
+        new_h = elementwise_mul(self._act(new_c), self._gate_act(o))
+        return new_h, [new_h, new_c]
+
+
+def _flatten(states):
+    return list(states) if isinstance(states, (list, tuple)) else [states]
+
+
+def _pack(template, flat):
+    return list(flat) if isinstance(template, (list, tuple)) else flat[0]
+
+
+def rnn(cell, inputs, initial_states=None, sequence_length=None, time_major=False,
+        is_reverse=False, **kwargs):
+    """Runs cell over the time dimension of inputs (unrolled when built); returns (outputs
+    [batch, time, ...] (or time-major), final states)."""
+    t_axis = 0 if time_major else 1
+    steps = inputs.shape[t_axis]
+    if steps is None or steps <= 0:
+        raise ValueError("rnn: the time dimension of inputs must be static, got shape %r"
+                         % (list(inputs.shape),))
+    b_axis = 1 if time_major else 0
+    states = initial_states if initial_states is not None else \
+        cell.get_initial_states(inputs, dtype=inputs.dtype, batch_dim_idx=b_axis)
+    mask_src = None
+    if sequence_length is not None:
+        mask_src = cast(sequence_length, inputs.dtype)
+    outputs = [None] * steps
+    order = range(steps - 1, -1, -1) if is_reverse else range(steps)
+    for t in order:
+        x = squeeze(slice(inputs, axes=[t_axis], starts=[t], ends=[t + 1]), [t_axis])
+        # every step shares the parameters the first step's layers made (an fc in a cell)
+        out, new_states = call_sharing_parameters(cell, x, states, **kwargs)
+        if mask_src is not None:
+            # 1 while t < length: the state moves on and the output counts; else they stay.
+            keep = cast(greater_than(
+                mask_src, fill_constant([1], inputs.dtype, float(t))), inputs.dtype)
+            flat_new, flat_old = _flatten(new_states), _flatten(states)
+            mixed = [elementwise_add(elementwise_mul(elementwise_sub(n, o), keep, axis=0), o)
+                     for n, o in zip(flat_new, flat_old)]
+            new_states = _pack(new_states, mixed)
+            out = elementwise_mul(out, keep, axis=0)
+        outputs[t] = out
+        states = new_states
+    return stack(outputs, axis=t_axis), states
+
+
+def birnn(cell_fw, cell_bw, inputs, initial_states=None, sequence_length=None,
+          time_major=False, **kwargs):
+    """A forward and a reversed rnn; returns (outputs concatenated on the last dim,
+    (forward final states, backward final states))."""
+    fw_init, bw_init = initial_states if initial_states is not None else (None, None)
+    out_fw, st_fw = rnn(cell_fw, inputs, fw_init, sequence_length, time_major, **kwargs)
+    out_bw, st_bw = rnn(cell_bw, inputs, bw_init, sequence_length, time_major, is_reverse=True,
+                        **kwargs)
+    return concat([out_fw, out_bw], axis=-1), (st_fw, st_bw)
+
+
+def dynamic_lstm(input, size, h_0=None, c_0=None, param_attr=None, bias_attr=None,
+                 use_peepholes=True, is_reverse=False, gate_activation="sigmoid",
+                 cell_activation="tanh", candidate_activation="tanh", dtype="float32",
+                 name=None):
+    """An LSTM over LoD sequences (Fluid's dynamic_lstm): input [rows, size] holds the four
+    gates' projected inputs (an fc of size 4 * D before it), size = 4 * D; returns (hidden,
+    cell), each [rows, D] with input's LoD. Gate order c~, i, f, o; with use_peepholes the
+    bias is [1, 7 * D] (4 * D biases, then W_ic, W_fc, W_oc)."""
+    if int(size) % 4 or int(size) <= 0:
+        raise ValueError("dynamic_lstm: size must be 4 * hidden width, got %r" % (size,))
+    if len(input.shape) != 2 or (input.shape[1] > 0 and input.shape[1] != int(size)):
+        raise ValueError("dynamic_lstm: input must be [rows, size=%d], got %r"
+                         % (size, list(input.shape)))
+    d = int(size) // 4
+    helper = LayerHelper("lstm", name=name)
+    w = helper.create_parameter(param_attr, [d, 4 * d], dtype)
+    b = helper.create_parameter(bias_attr, [1, (7 if use_peepholes else 4) * d], dtype,
+                                is_bias=True)
+    if b is None:
+        raise ValueError("dynamic_lstm: bias_attr=False is not supported (the op needs Bias)")
+    hidden = helper.create_variable_for_type_inference(dtype)
+    cell = helper.create_variable_for_type_inference(dtype)
+    gate = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    inputs = {"Input": input, "Weight": w, "Bias": b}
+    if h_0 is not None:
+        inputs["H0"] = h_0
+    if c_0 is not None:
+        inputs["C0"] = c_0
+    helper.append_op("lstm", inputs=inputs,
+                     outputs={"Hidden": hidden, "Cell": cell, "BatchGate": gate,
+                              "BatchCellPreAct": pre},
+                     attrs={"use_peepholes": bool(use_peepholes), "is_reverse": bool(is_reverse),
+                            "gate_activation": gate_activation,
+                            "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation})
+    return hidden, cell
+
+
+def dynamic_gru(input, size, param_attr=None, bias_attr=None, is_reverse=False,
+                gate_activation="sigmoid", candidate_activation="tanh", h_0=None,
+                origin_mode=False):
+    """A GRU over LoD sequences (Fluid's dynamic_gru): input [rows, 3 * size] holds the
+    projected inputs of the update gate, the reset gate and the candidate; returns hidden
+    [rows, size] with input's LoD."""
+    d = int(size)
+    if d <= 0 or len(input.shape) != 2 or (input.shape[1] > 0 and input.shape[1] != 3 * d):
+        raise ValueError("dynamic_gru: input must be [rows, 3 * size = %d], got %r"
+                         % (3 * d, list(input.shape)))
+    helper = LayerHelper("gru")
+    w = helper.create_parameter(param_attr, [d, 3 * d], input.dtype)
+    b = helper.create_parameter(bias_attr, [1, 3 * d], input.dtype, is_bias=True)
+    hidden = helper.create_variable_for_type_inference(input.dtype)
+    gate = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    reset = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    inputs = {"Input": input, "Weight": w}
+    if b is not None:
+        inputs["Bias"] = b
+    if h_0 is not None:
+        inputs["H0"] = h_0
+    helper.append_op("gru", inputs=inputs,
+                     outputs={"Hidden": hidden, "BatchGate": gate,
+                              "BatchResetHiddenPrev": reset},
+                     attrs={"is_reverse": bool(is_reverse), "gate_activation": gate_activation,
+                            "activation": candidate_activation,
+                            "origin_mode": bool(origin_mode)})
+    return hidden
+
+
+_ACT_CODES = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
+
+
+def gru_unit(input, hidden, size, param_attr=None, bias_attr=None, activation="tanh",
+             gate_activation="sigmoid", origin_mode=False):
+    """One GRU step (Fluid's gru_unit): input [N, size] (size = 3 * D, the projected inputs),
+    hidden [N, D]; returns (updated hidden, reset hidden prev, gate)."""
+    if int(size) % 3:
+        raise ValueError("gru_unit: size must be 3 * hidden width, got %r" % (size,))
+    for what, act in (("activation", activation), ("gate_activation", gate_activation)):
+        if act not in _ACT_CODES:
+            raise ValueError("gru_unit: %s %r is not identity, sigmoid, tanh or relu"
+                             % (what, act))
+    d = int(size) // 3
+    helper = LayerHelper("gru_unit")
+    w = helper.create_parameter(param_attr, [d, 3 * d], input.dtype)
+    b = helper.create_parameter(bias_attr, [1, 3 * d], input.dtype, is_bias=True)
+    gate = helper.create_variable_for_type_inference(input.dtype)
+    reset = helper.create_variable_for_type_inference(input.dtype)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    inputs = {"Input": input, "HiddenPrev": hidden, "Weight": w}
+    if b is not None:
+        inputs["Bias"] = b
+    helper.append_op("gru_unit", inputs=inputs,
+                     outputs={"Gate": gate, "ResetHiddenPrev": reset, "Hidden": out},
+                     attrs={"activation": _ACT_CODES[activation],
+                            "gate_activation": _ACT_CODES[gate_activation],
+                            "origin_mode": bool(origin_mode)})
+    return out, reset, gate
+
+
+def lstm_unit(x_t, hidden_t_prev, cell_t_prev, forget_bias=0.0, param_attr=None,
+              bias_attr=None, name=None):
+    """One LSTM step (Fluid's lstm_unit): an fc of [x_t, hidden_t_prev] to 4 * D, then the
+    lstm_unit op; returns (hidden, cell)."""
+    d = cell_t_prev.shape[-1]
+    if d <= 0:
+        raise ValueError("lstm_unit: cell_t_prev needs a static width")
+    pre = fc([x_t, hidden_t_prev], 4 * d, param_attr=param_attr, bias_attr=bias_attr)
+    helper = LayerHelper("lstm_unit", name=name)
+    c = helper.create_variable_for_type_inference(x_t.dtype)
+    h = helper.create_variable_for_type_inference(x_t.dtype)
+    helper.append_op("lstm_unit", inputs={"X": pre, "C_prev": cell_t_prev},
+                     outputs={"C": c, "H": h}, attrs={"forget_bias": float(forget_bias)})
+    return h, c
