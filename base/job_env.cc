@@ -64,6 +64,8 @@ StatusOr<JobEnv> ReadJobEnv() {
   LOOM_RETURN_IF_ERROR(ReadCount("PADDLE_TRAINERS_NUM", &env.trainers));
   LOOM_RETURN_IF_ERROR(ReadCount("LOOM_CLIENT_ID", &env.client_id));
   LOOM_RETURN_IF_ERROR(ReadCount("LOOM_NUM_CLIENTS", &env.clients));
+  LOOM_RETURN_IF_ERROR(ReadCount("LOOM_CLIENT_RANK", &env.client_rank));
+  LOOM_RETURN_IF_ERROR(ReadCount("LOOM_CLIENT_SIZE", &env.client_size));
   LOOM_RETURN_IF_ERROR(ReadCount("OMPI_COMM_WORLD_LOCAL_SIZE", &env.local_processes));
   if (env.local_processes == 0)
     LOOM_RETURN_IF_ERROR(ReadCount("LOOM_LOCAL_PROCESSES", &env.local_processes));

@@ -24,9 +24,13 @@ struct JobEnv {
   int trainer_id = -1;                         // PADDLE_TRAINER_ID; -1 when unset
   int server_id = -1;                          // PADDLE_PSERVER_ID; -1 when unset
   int trainers = 0;                            // PADDLE_TRAINERS_NUM; 0 when unset
-  // MPI clients of a KVStore job (loom launch --clients C): LOOM_CLIENT_ID and LOOM_NUM_CLIENTS.
+  // MPI clients of a KVStore or hybrid job (loom launch --clients C): this process's client
+  // (LOOM_CLIENT_ID; -1 when unset) of LOOM_NUM_CLIENTS, and its rank in that client's MPI world
+  // (LOOM_CLIENT_RANK; -1 when unset) of LOOM_CLIENT_SIZE.
   int client_id = -1;
   int clients = 0;
+  int client_rank = -1;
+  int client_size = 0;
   // The processes of this job on this host: OMPI_COMM_WORLD_LOCAL_SIZE under mpirun, else
   // LOOM_LOCAL_PROCESSES (`loom launch`); 0 when neither is set.
   int local_processes = 0;

@@ -16,6 +16,10 @@
 // Sync mode takes a trainer's gradients and barrier of a step after the pending one (it may be
 // a step ahead of this server: nothing holds it back on a server that owns none of its blocks)
 // when that step comes, in the trainer's order; its GETs are answered meanwhile.
+// When every trainer has closed, the server writes the gradient blocks it applied from each
+// trainer into the variable kUpdatesVar (INT64 [Fanin]; sync mode counts a trainer's block in
+// every step it contributed to) of the scope it runs in, so that a caller that made the variable
+// in its scope beforehand can check that none was lost.
 // A trainer silent for LOOM_PS_TIMEOUT_MS is dead: sync mode ends with an error naming it (and
 // sends that error to every trainer waiting here); async mode logs it and serves the rest. A
 // trainer that never shows up within LOOM_PS_CONNECT_TIMEOUT_MS ends the server likewise.
@@ -97,8 +101,12 @@ class ParamServer {
   // of its blocks (its recv asks others), and servers are reached over separate connections.
   std::map<int, std::deque<rpc::Request>> deferred_;
   Clock::time_point started_;
-  int64_t refused_ = 0;  // gradients refused here (the transport counts its own refusals)
+  int64_t refused_ = 0;           // gradients refused here (the transport counts its own refusals)
+  std::vector<int64_t> applied_;  // gradient blocks applied, per trainer
 };
+
+// Where a server leaves the gradient blocks it applied per trainer.
+constexpr const char* kUpdatesVar = "@LOOM_PS_UPDATES@";
 
 Tensor* ScopeTensor(Scope* scope, const std::string& name) {
   Variable* v = scope->FindVar(name);
@@ -109,6 +117,7 @@ Status ParamServer::Init() {
   scope_ = ctx_.scope();
   sync_ = ctx_.Attr<bool>("sync_mode");
   trainers_ = ctx_.Attr<int>("Fanin");
+  applied_.assign(static_cast<size_t>(trainers_), 0);
   const StrList& params = ctx_.Attr<StrList>("param_blocks");
   const StrList& grads = ctx_.Attr<StrList>("grad_blocks");
   const auto& opt = ctx_.Attr<std::vector<int>>("optimize_blocks");
@@ -193,6 +202,10 @@ Status ParamServer::Serve() {
                name_.c_str(), static_cast<long long>(sync_ ? step_done_ : async_steps_),
                sync_ ? "sync steps" : "async trainer steps",
                static_cast<long long>(server_->refused() + refused_));
+  Tensor* updates = ScopeTensor(scope_, kUpdatesVar);
+  updates->Resize(DDim({trainers_}));
+  int64_t* counts = updates->mutable_data<int64_t>(Place::CPU());
+  std::copy(applied_.begin(), applied_.end(), counts);
   return Status::OK();
 }
 
@@ -308,6 +321,7 @@ Status ParamServer::OnSend(rpc::Request& r) {
   if (r.payloads[0].size()) CopyBytes(dst, r.payloads[0].data(), r.payloads[0].size());
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
+  ++applied_[r.trainer_id];
   return Status::OK();
 }
 
@@ -389,6 +403,7 @@ Status ParamServer::RunStep() {
     for (int t : live) {  // in trainer order: the same sum on every run
       double w = total > 0 ? static_cast<double>(samples_[t]) / total : 1.0 / live.size();
       parts.push_back({w, b.received[t].data()});
+      ++applied_[t];
     }
     b.grad_tensor->Resize(b.param_tensor->dims());
     void* out = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());

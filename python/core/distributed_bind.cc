@@ -12,9 +12,27 @@ namespace loom::python {
 
 void RegisterDistributed(py::module_& m) {
   m.def(
-      "job_role", [] { return std::string(JobRoleName(ValueOrThrow(ReadJobEnv()).role)); },
-      "This process's role in a launched job, from the launcher's environment "
-      "(PADDLE_TRAINING_ROLE): 'TRAINER', 'PSERVER', or '' outside a parameter-server job.");
+      "job_env",
+      [] {
+        const JobEnv job = ValueOrThrow(ReadJobEnv());
+        py::dict d;
+        d["role"] = std::string(JobRoleName(job.role));
+        d["server_endpoints"] = job.server_endpoints;
+        d["trainer_endpoints"] = job.trainer_endpoints;
+        d["current_endpoint"] = job.current_endpoint;
+        d["trainer_id"] = job.trainer_id;
+        d["server_id"] = job.server_id;
+        d["trainers"] = job.trainers;
+        d["client_id"] = job.client_id;
+        d["clients"] = job.clients;
+        d["client_rank"] = job.client_rank;
+        d["client_size"] = job.client_size;
+        d["local_processes"] = job.local_processes;
+        return d;
+      },
+      "The job the launcher describes in this process's environment (base/job_env.h, the one "
+      "reader of PADDLE_TRAINING_ROLE, PADDLE_TRAINER_ID, ...): a dict; role is 'TRAINER', "
+      "'PSERVER' or '', unset indices are -1 and unset counts 0. Malformed values raise.");
   m.def(
       "transpile_pserver",
       [](const ProgramDesc& startup, const ProgramDesc& main, int trainers,

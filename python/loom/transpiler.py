@@ -12,7 +12,6 @@ initializes the parameters but fetches them from the servers, so every trainer s
 servers' values (the single-device startup's initializers, run on the servers). Servers and
 trainers prove the shared secret LOOM_PS_SECRET to each other (``loom launch`` sets it).
 """
-import os
 
 from . import core
 from ._mpi import mpi_cleanup
@@ -63,15 +62,11 @@ class DistributeTranspilerConfig:
         return name
 
 
-def _env_int(name, where):
-    value = os.environ.get(name)
-    if value is None:
+def _job_int(job, key, name, where, unset):
+    value = job[key]
+    if value == unset:
         raise RuntimeError("DistributeTranspiler (hybrid): %s is unset; %s" % (name, where))
-    try:
-        return int(value)
-    except ValueError:
-        raise RuntimeError("DistributeTranspiler (hybrid): %s=%r is not an integer"
-                           % (name, value)) from None
+    return value
 
 
 def _client_layout(workers):
@@ -79,15 +74,16 @@ def _client_layout(workers):
     launcher's variables; in a server process only the first is known."""
     how = ("hybrid mode runs under `loom launch --workers N --servers S --clients C -- "
            "python3 train.py`")
-    clients = _env_int("LOOM_NUM_CLIENTS", how)
+    job = core.job_env()
+    clients = _job_int(job, "clients", "LOOM_NUM_CLIENTS", how, 0)
     if clients < 1 or (isinstance(workers, int) and clients > workers):
         raise ValueError("DistributeTranspiler (hybrid): %d clients for %r workers"
                          % (clients, workers))
-    if os.environ.get("PADDLE_TRAINING_ROLE", "TRAINER").upper() == "PSERVER":
+    if job["role"] == "PSERVER":
         return clients, 0, 1, 0
-    client = _env_int("LOOM_CLIENT_ID", how)
-    size = _env_int("LOOM_CLIENT_SIZE", how)
-    rank = _env_int("LOOM_CLIENT_RANK", how)
+    client = _job_int(job, "client_id", "LOOM_CLIENT_ID", how, -1)
+    size = _job_int(job, "client_size", "LOOM_CLIENT_SIZE", how, 0)
+    rank = _job_int(job, "client_rank", "LOOM_CLIENT_RANK", how, -1)
     if not 0 <= client < clients or not 0 <= rank < size:
         raise ValueError("DistributeTranspiler (hybrid): client %d rank %d is not in %d clients "
                          "of %d" % (client, rank, clients, size))

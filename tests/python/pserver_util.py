@@ -64,9 +64,12 @@ def value(scope, name):
     return np.array(scope.find_var(name).get_tensor())
 
 
-def run_job(servers, trainers, feeds, config=None, sync=True, model=None, timeout=60):
+def run_job(servers, trainers, feeds, config=None, sync=True, model=None, timeout=60,
+            applied=None):
     """Runs a job: feeds[k] is trainer k's list of (x, y) batches. Returns (per-trainer losses,
-    trainer 0's initial parameters (fetched at startup), trainer 0's final parameters, errors)."""
+    trainer 0's initial parameters (fetched at startup), trainer 0's final parameters, errors).
+    applied, when a dict, gets per server i (blocks: the gradient blocks server i owns,
+    per_trainer: the gradient blocks it applied from each trainer, as listen_and_serv counts)."""
     model = model or {}
     eps = free_ports(servers)
     cfg = config or fluid.DistributeTranspilerConfig()
@@ -81,7 +84,12 @@ def run_job(servers, trainers, feeds, config=None, sync=True, model=None, timeou
             prog, pstart = t.get_pserver_programs(eps[i])
             exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
             exe.run(pstart, scope=scope)
+            scope.var("@LOOM_PS_UPDATES@")  # where listen_and_serv leaves its update counts
             exe.run(prog, scope=scope)
+            if applied is not None:
+                serv = prog.global_block().ops[0]
+                applied[i] = {"blocks": len(serv.attr("grad_blocks")),
+                              "per_trainer": value(scope, "@LOOM_PS_UPDATES@").tolist()}
         except Exception as e:  # noqa: BLE001 - reported to the test
             errors.append(("server %d" % i, e))
 

@@ -48,9 +48,12 @@ def test_sync_equals_single_process_on_the_union(servers, trainers, sliced, spli
     for x, y in steps:
         for k, part in enumerate(split_rows(x, y, trainers)):
             feeds[k].append(part)
+    applied = {}
     losses, init, final, errors = run_job(servers, trainers, feeds,
-                                          config(sliced, split), model=model)
+                                          config(sliced, split), model=model, applied=applied)
     assert not errors, errors
+    for i, a in applied.items():  # every trainer's every block, in every step
+        assert a["per_trainer"] == [len(steps) * a["blocks"]] * trainers, (i, a)
     ref, ref_losses = train_reference(init, steps, model)
     rtol = 1e-12 if dtype == "float64" else 1e-5
     for name, want in ref.items():
@@ -97,9 +100,16 @@ def test_async_converges():
     w = np.random.RandomState(1).randn(4, 1).astype("float32")
     steps = [(x, x @ w) for x, _ in steps]
     feeds = [[(x[:4], y[:4]) for x, y in steps], [(x[4:], y[4:]) for x, y in steps]]
-    losses, init, final, errors = run_job(2, 2, feeds, config(), sync=False)
+    applied = {}
+    losses, init, final, errors = run_job(2, 2, feeds, config(), sync=False, applied=applied)
     assert not errors, errors
     assert len(losses[0]) == len(losses[1]) == len(steps)
+    # Every gradient block of every step of both trainers was applied: a server that dropped
+    # some of a trainer's updates would still see the loss fall.
+    assert sorted(applied) == [0, 1]
+    assert sum(a["blocks"] for a in applied.values()) >= 4
+    for i, a in applied.items():
+        assert a["per_trainer"] == [len(steps) * a["blocks"]] * 2, (i, a)
     x = np.concatenate([x for x, _ in steps])
     y = np.concatenate([y for _, y in steps])
     assert set(final) == set(init) == {"fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0"}
