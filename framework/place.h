@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -30,6 +31,18 @@ struct Place {
 const char* PlaceKindName(Place::Kind kind);
 // Parses "cpu", "cpu:2", "cuda:0", "gpu:1".
 StatusOr<Place> ParsePlace(const std::string& text);
+
+// A set of places as the CLI's --places gives it: "cpu:N" is N CPU places (cpu:0 .. cpu:N-1),
+// "cuda:D0,D1,..." one CUDA place per listed GPU (a GPU may repeat: virtual devices). At most
+// max_places; errors name `what` (where the text came from, e.g. "--places") and quote the text.
+StatusOr<std::vector<Place>> ParsePlaceSet(const std::string& text, int max_places,
+                                           const std::string& what);
+// How ParsePlaceSet's syntax reads in help texts.
+inline constexpr const char* kPlaceSetSyntax = "cpu:N or cuda:D0,D1,...";
+// "cpu:n": n CPU places in ParsePlaceSet's syntax.
+std::string CpuPlaceSet(int n);
+// How ParsePlace's syntax reads in help texts.
+inline constexpr const char* kPlaceSyntax = "cpu:i or cuda:i";
 
 }  // namespace loom
 

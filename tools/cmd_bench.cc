@@ -21,6 +21,7 @@
 #include "collective/world.h"
 #include "framework/allocator.h"
 #include "framework/cpu_threads.h"
+#include "framework/place.h"
 #include "tools/bench_copies.h"
 #include "tools/bench_mpi.h"
 #include "tools/commands.h"
@@ -56,9 +57,10 @@ Flags BenchFlags() {
           {"datatype", "T", "-d: fp32, fp64, fp16, int32, int64", "fp32"},
           {"redop", "OP", "-o: sum, prod, max, min, avg", "sum"},
           {"places", "PLACES",
-           "cpu:N (in-process devices, one rank thread each) or cuda:D0,D1,... (one rank per "
-           "listed GPU; a GPU listed several times holds several virtual devices)",
-           "cpu:4"},
+           StrCat(kPlaceSetSyntax,
+                  ": N in-process devices, one rank thread each, or one rank per listed GPU (a "
+                  "GPU listed several times holds several virtual devices)"),
+           CpuPlaceSet(4)},
           {"bind", "B",
            "in-process CPU places: none (the OS places the rank threads) or core (rank r's "
            "thread and its communicator's worker pinned to the r-th CPU this process may use, "
@@ -266,29 +268,6 @@ class HostMemory final : public BenchMemory {
 };
 
 // cuda:D0,D1,... -> device ordinals (repeats allowed).
-StatusOr<std::vector<int>> ParseCudaDevices(const std::string& spec) {
-  std::vector<int> out;
-  const std::string list = spec.substr(5);
-  size_t start = 0;
-  while (true) {
-    const size_t comma = list.find(',', start);
-    const std::string item =
-        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    const long d = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || d < 0 || d > 1023) {
-      return InvalidArgument("--places '", spec, "': '", item,
-                             "' is not a GPU number (expected cuda:D0,D1,...)");
-    }
-    out.push_back(static_cast<int>(d));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  LOOM_ENFORCE(static_cast<int>(out.size()) <= collective::kMaxWorldSize, "--places '", spec,
-               "': at most ", collective::kMaxWorldSize, " ranks");
-  return out;
-}
-
 // `v` summed (or combined with `op`) element-wise over every rank, through the ranks' memory.
 StatusOr<std::vector<double>> ReduceVector(Communicator& comm, BenchMemory& memory,
                                            std::vector<double> v, ReduceOp op) {
@@ -610,10 +589,11 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
   const std::string bind = flags.Get("bind");
   LOOM_ENFORCE(bind == "core" || bind == "none", "--bind must be core or none, not '", bind, "'");
   c.bind = bind == "core";
-  const std::string places = flags.Get("places");
-  if (places.compare(0, 5, "cuda:") == 0) {
-    LOOM_ASSIGN_OR_RETURN(c.cuda_devices, ParseCudaDevices(places));
-    c.places = static_cast<int>(c.cuda_devices.size());
+  LOOM_ASSIGN_OR_RETURN(std::vector<Place> places,
+                        ParsePlaceSet(flags.Get("places"), collective::kMaxWorldSize, "--places"));
+  c.places = static_cast<int>(places.size());
+  if (places[0].is_cuda()) {
+    for (const Place& p : places) c.cuda_devices.push_back(p.device);
     LOOM_ASSIGN_OR_RETURN(
         c.transport, collective::FindTransport(
                          flags.Has("transport")
@@ -623,7 +603,6 @@ StatusOr<Config> MakeConfig(const Flags& flags) {
                  "--transport for CUDA places expects cuda_p2p or nccl, got '", c.transport->name,
                  "'");
   } else {
-    LOOM_ASSIGN_OR_RETURN(c.places, ParseCpuPlaces(places, collective::kMaxWorldSize));
     using collective::TransportId;
     LOOM_ASSIGN_OR_RETURN(
         c.transport, collective::FindTransport(

@@ -45,7 +45,7 @@ Flags RunFlags() {
           {"feed", "NAME=FILE.npy", "feed variable NAME from a .npy file", "", true},
           {"fetch", "NAME", "variable to fetch and print each step", "", true},
           {"print-every", "K", "print a progress line every K steps", "10"},
-          {"place", "PLACE", "where to run: cpu:i or cuda:i", "cpu:0"},
+          {"place", "PLACE", StrCat("where to run: ", kPlaceSyntax), Place::CPU(0).ToString()},
           {"load-params", "DIR", "load parameters from DIR instead of running startup.pb", ""},
           {"save-params", "DIR", "save the persistable variables to DIR at the end", ""},
           {"timeline", "FILE",

@@ -8,6 +8,7 @@
 
 #include "collective/transport_registry.h"
 #include "framework/file_util.h"
+#include "framework/place.h"
 #include "framework/serialization.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -38,10 +39,10 @@ Flags TranspileFlags() {
       {
           {"output", "OUT_DIR", "where to write the per-rank bundles (also -o)", ""},
           {"places", "PLACES",
-           "the devices: cpu:N, N CPU places (threads of one process, or "
-           "with --transport mpi one process each), or cuda:D0,D1,... one "
-           "rank per listed GPU (threads of one process)",
-           "cpu:2"},
+           StrCat("the devices: ", kPlaceSetSyntax,
+                  ": N CPU places (threads of one process, or with --transport mpi one process "
+                  "each), or one rank per listed GPU (threads of one process)"),
+           CpuPlaceSet(2)},
           {"transport", "T",
            "how the ranks meet: inprocess (`loom run OUT_DIR` runs all ranks) "
            "or mpi (`mpirun -np N loom run OUT_DIR`, one rank per process); "
@@ -84,35 +85,6 @@ Flags TranspileFlags() {
           {"dump-dir", "DIR", "where --dump-after writes (default OUT_DIR/passes)", ""},
       },
       1, 1);
-}
-
-// cpu:N (N CPU places) or cuda:D0,D1,... (one rank per listed GPU).
-StatusOr<int> ParsePlaces(const std::string& spec, std::vector<std::string>* places) {
-  if (spec.compare(0, 5, "cuda:") == 0) {
-    std::string list = spec.substr(5);
-    size_t start = 0;
-    while (start <= list.size()) {
-      size_t comma = list.find(',', start);
-      std::string item =
-          list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      auto place = ParsePlace("cuda:" + item);
-      if (!place.ok())
-        return InvalidArgument("--places '", spec, "': '", item,
-                               "' is not a GPU number (expected cuda:D0,D1,...)");
-      places->push_back(place.value().ToString());
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-    if (static_cast<int>(places->size()) > collective::kMaxWorldSize)
-      return InvalidArgument("--places '", spec, "': ", places->size(), " GPUs, at most ",
-                             collective::kMaxWorldSize, " ranks");
-    return static_cast<int>(places->size());
-  }
-  if (spec.compare(0, 4, "cpu:") != 0)
-    return InvalidArgument("--places '", spec, "': expected cpu:N or cuda:D0,D1,...");
-  LOOM_ASSIGN_OR_RETURN(int n, ParseCpuPlaces(spec, collective::kMaxWorldSize));
-  for (int i = 0; i < n; ++i) places->push_back(StrCat("cpu:", i));
-  return n;
 }
 
 // Loads IN_DIR's programs and bundle manifest.
@@ -226,20 +198,23 @@ Status Transpile(const Flags& flags) {
   }
   if (flags.Get("mode") == "pserver") return TranspilePserver(flags, in, out);
   transpiler::DataParallelConfig config;
-  LOOM_ASSIGN_OR_RETURN(config.nranks, ParsePlaces(flags.Get("places"), &config.places));
+  LOOM_ASSIGN_OR_RETURN(config.places, ParsePlaceSet(flags.Get("places"),
+                                                     collective::kMaxWorldSize, "--places"));
+  config.nranks = static_cast<int>(config.places.size());
   LOOM_ASSIGN_OR_RETURN(config.mode, transpiler::ParseSyncMode(flags.Get("mode")));
   LOOM_ASSIGN_OR_RETURN(config.grad_scale, transpiler::ParseGradScale(flags.Get("grad-scale")));
-  config.algorithm = flags.Get("algo");
-  config.owner_policy = flags.Get("owner-policy");
+  LOOM_ASSIGN_OR_RETURN(config.algorithm, collective::ParseAlgorithm(flags.Get("algo")));
+  LOOM_ASSIGN_OR_RETURN(config.owner_policy,
+                        transpiler::ParsePlacementPolicy(flags.Get("owner-policy")));
   config.topology = flags.Get("topology");
-  config.transport = flags.Get("transport");
+  LOOM_ASSIGN_OR_RETURN(const collective::TransportInfo* transport,
+                        collective::FindTransport(flags.Get("transport")));
+  config.transport = transport->id;
   // CUDA places meet over NCCL unless another transport was asked for (which the transpiler
   // then refuses, naming the place).
-  using collective::GetTransport;
-  using collective::TransportId;
-  if (!config.places.empty() && config.places[0].compare(0, 5, "cuda:") == 0 &&
-      config.transport == GetTransport(TransportId::kInProcess).name)
-    config.transport = GetTransport(TransportId::kNccl).name;
+  if (!config.places.empty() && config.places[0].is_cuda() &&
+      config.transport == collective::TransportId::kInProcess)
+    config.transport = collective::TransportId::kNccl;
   LOOM_ASSIGN_OR_RETURN(config.fuse_grad_size_mb, flags.GetDouble("fuse-mb", 0, 1 << 20));
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");

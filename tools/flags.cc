@@ -129,17 +129,6 @@ StatusOr<double> Flags::GetDouble(const std::string& name, double min, double ma
   return x;
 }
 
-StatusOr<int> ParseCpuPlaces(const std::string& spec, int max_places) {
-  const std::string prefix = "cpu:";
-  if (spec.compare(0, prefix.size(), prefix) != 0)
-    return InvalidArgument("--places '", spec, "': expected cpu:N");
-  char* end = nullptr;
-  long n = std::strtol(spec.c_str() + prefix.size(), &end, 10);
-  if (end == spec.c_str() + prefix.size() || *end != '\0' || n < 1 || n > max_places)
-    return InvalidArgument("--places '", spec, "': N must be an integer in [1, ", max_places, "]");
-  return static_cast<int>(n);
-}
-
 int RunSubcommand(Flags& flags, int argc, char** argv,
                   const std::function<Status(const Flags&)>& body,
                   const std::function<Status(const Flags&)>& check) {

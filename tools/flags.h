@@ -55,8 +55,6 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 
-// Parses "cpu:N" (N in-process CPU places, 1 <= N <= max_places) as given to --places.
-StatusOr<int> ParseCpuPlaces(const std::string& spec, int max_places);
 
 // The shape of every subcommand's entry point: parses argv into flags; --help prints the help
 // (exit 0); a parse error or an error from `check` (extra usage rules) prints

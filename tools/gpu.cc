@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "collective/transport/cuda_p2p.h"
+#include "framework/place.h"
 #include "loom/config.h"
 #include "tools/gpu.h"
 #if LOOM_NCCL_ENABLED
@@ -76,7 +77,7 @@ GpuReport DescribeGpus() {
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
-  r.text = StrCat("cuda: runtime ", version(runtime), ", driver ",
+  r.text = StrCat(PlaceKindName(Place::kCUDA), ": runtime ", version(runtime), ", driver ",
                   driver > 0 ? version(driver) : std::string("none"), "\n");
 #if LOOM_NCCL_ENABLED
   int nccl = 0;

@@ -1,5 +1,7 @@
 #include "tools/gpu.h"
 
+#include "framework/place.h"
+
 namespace loom::cli {
 
 StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&,
@@ -11,7 +13,9 @@ StatusOr<CudaBenchGroup> MakeCudaBenchGroup(const std::vector<int>&,
 }
 
 GpuReport DescribeGpus() {
-  return {0, "cuda: not in this build (no nvcc found at configure time)\ncuda devices: 0\n"};
+  const char* cuda = PlaceKindName(Place::kCUDA);
+  return {0, StrCat(cuda, ": not in this build (no nvcc found at configure time)\n", cuda,
+                    " devices: 0\n")};
 }
 
 StatusOr<collective::Topology> DetectGpuTopology() {

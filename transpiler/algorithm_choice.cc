@@ -8,17 +8,17 @@ namespace loom::transpiler {
 StatusOr<std::unique_ptr<AlgorithmChooser>> AlgorithmChooser::Create(const CollectiveSetup& setup) {
   std::unique_ptr<AlgorithmChooser> c(new AlgorithmChooser());
   c->asked_ = setup.algorithm;
-  LOOM_ASSIGN_OR_RETURN(c->transport_, collective::FindTransport(setup.transport));
+  c->transport_ = &collective::GetTransport(setup.transport);
   const collective::TransportInfo& t = *c->transport_;
-  if (setup.algorithm != "auto") {
-    LOOM_ASSIGN_OR_RETURN(collective::Algorithm a, collective::ParseAlgorithm(setup.algorithm));
+  if (setup.algorithm != collective::Algorithm::kAuto) {
+    const collective::Algorithm a = setup.algorithm;
     if (a == collective::Algorithm::kNative && !t.native)
       return InvalidArgument(
           "algorithm 'native' needs a transport with collectives of its own; "
           "the ",
           t.name, " transport offers ring, tree, multi_tree, star, direct and auto");
     if (a != collective::Algorithm::kNative && !t.schedules)
-      return InvalidArgument("algorithm '", setup.algorithm,
+      return InvalidArgument("algorithm '", collective::AlgorithmName(setup.algorithm),
                              "' is one of Loom's schedules; transport ", t.name,
                              " runs its own collectives: use native or auto, or transport "
                              "cuda_p2p for Loom's schedules on the GPUs");
@@ -41,34 +41,33 @@ StatusOr<std::unique_ptr<AlgorithmChooser>> AlgorithmChooser::Create(const Colle
 std::string AlgorithmChooser::Resolve(collective::Collective kind, int64_t bytes) const {
   // A transport without Loom's schedules (NCCL) runs its own collectives.
   if (!transport_->schedules) return "native";
-  if (asked_ == "native") return asked_;  // the transport's own (Create: it has one)
-  if (asked_ != "auto") {
-    auto a = collective::ParseAlgorithm(asked_);
-    if (a.ok() && collective::AlgorithmSupports(a.value(), kind)) return asked_;
-  }
+  if (asked_ == collective::Algorithm::kNative)  // the transport's own (Create: it has one)
+    return collective::AlgorithmName(asked_);
+  if (asked_ != collective::Algorithm::kAuto && collective::AlgorithmSupports(asked_, kind))
+    return collective::AlgorithmName(asked_);
   // The selector picks native collectives only where the transport has them, from its native
   // crossover on (in-process: one pass over shared memory).
   return collective::AlgorithmName(selector_->Choose(
       kind, static_cast<size_t>(std::max<int64_t>(bytes, 0)), 1, transport_->native));
 }
 
-Status CheckPlacesFit(const std::vector<std::string>& places, int nranks,
+Status CheckPlacesFit(const std::vector<Place>& places, int nranks,
                       const collective::TransportInfo& t) {
   if (places.empty()) return Status::OK();
   if (static_cast<int>(places.size()) != nranks)
     return InvalidArgument(places.size(), " places for ", nranks, " ranks");
   const bool gpu_transport = t.device == collective::DeviceKind::kCuda;
-  std::set<std::string> distinct;
-  for (const auto& p : places) {
-    bool cuda = p.compare(0, 5, "cuda:") == 0;
+  std::set<Place> distinct;
+  for (const Place& p : places) {
+    const bool cuda = p.is_cuda();
     if (cuda != gpu_transport)
-      return InvalidArgument("place '", p, "' does not fit transport '", t.name,
+      return InvalidArgument("place '", p.ToString(), "' does not fit transport '", t.name,
                              cuda ? "' (CUDA places meet over transport nccl or cuda_p2p)"
                                   : StrCat("' (transport ", t.name, " needs CUDA places)"));
     // NCCL refuses two ranks on one GPU; the CUDA P2P transport takes a GPU listed several
     // times as virtual devices sharing its memory (how one GPU checks a multi-rank group).
     if (cuda && !t.shared_devices && !distinct.insert(p).second)
-      return InvalidArgument("place '", p, "' is given twice: transport ", t.name,
+      return InvalidArgument("place '", p.ToString(), "' is given twice: transport ", t.name,
                              " needs a GPU of its own for each rank (transport cuda_p2p takes "
                              "a GPU several times)");
   }

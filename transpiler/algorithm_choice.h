@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "framework/place.h"
 #include "collective/communicator.h"
 #include "collective/selector.h"
 #include "collective/transport_registry.h"
@@ -18,16 +19,16 @@ namespace loom::transpiler {
 
 struct CollectiveSetup {
   int nranks = 1;
-  std::string transport;           // a registered transport's name
-  std::string algorithm = "auto";  // ring, tree, multi_tree, star, native or auto
+  collective::TransportId transport = collective::TransportId::kInProcess;
+  collective::Algorithm algorithm = collective::Algorithm::kAuto;
   std::string topology;            // preset name; empty: uniform
   int tree_max_bytes = -1;         // -1: the transport's measured crossover
 };
 
 class AlgorithmChooser {
  public:
-  // Errors: unknown transport, algorithm or topology; an algorithm the transport cannot run; a
-  // topology whose size is not nranks.
+  // Errors: an unknown topology; an algorithm the transport cannot run; a topology whose size is
+  // not nranks.
   static StatusOr<std::unique_ptr<AlgorithmChooser>> Create(const CollectiveSetup& setup);
 
   // The algorithm name written on a collective op of `kind` moving `bytes` (never "auto").
@@ -37,15 +38,15 @@ class AlgorithmChooser {
 
  private:
   AlgorithmChooser() = default;
-  std::string asked_;
+  collective::Algorithm asked_ = collective::Algorithm::kAuto;
   const collective::TransportInfo* transport_ = nullptr;
   std::shared_ptr<const collective::CommPlan> plan_;
   std::unique_ptr<collective::Selector> selector_;
 };
 
-// Places ("cpu:0", "cuda:1"), when given, must be one per rank and fit the transport: CUDA
-// places exactly when it is a CUDA transport, distinct unless it shares devices.
-Status CheckPlacesFit(const std::vector<std::string>& places, int nranks,
+// Places, when given, must be one per rank and fit the transport: CUDA places exactly when it is
+// a CUDA transport, distinct unless it shares devices.
+Status CheckPlacesFit(const std::vector<Place>& places, int nranks,
                       const collective::TransportInfo& transport);
 
 }  // namespace loom::transpiler

@@ -54,13 +54,13 @@ void FillManifest(const DataParallelState& s, const std::vector<PassRecord>& rec
                   proto::DataParallelManifest* m) {
   const auto& c = s.config;
   m->set_nranks(c.nranks);
-  for (const auto& p : c.places) m->add_places(p);
+  for (const Place& p : c.places) m->add_places(p.ToString());
   m->set_mode(SyncModeName(c.mode));
-  m->set_algorithm(c.algorithm);
+  m->set_algorithm(collective::AlgorithmName(c.algorithm));
   m->set_grad_scale(GradScaleName(c.grad_scale));
   m->set_fuse_grad_size_mb(c.fuse_grad_size_mb);
   m->set_group(c.group);
-  m->set_transport(c.transport);
+  m->set_transport(collective::GetTransport(c.transport).name);
   if (c.grad_scale == GradScale::kSample) m->set_batch_var(s.grads.batch_var);
   for (const auto& r : records) m->add_passes(r.name);
   if (s.owner_mode()) {

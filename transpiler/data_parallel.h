@@ -15,8 +15,10 @@
 #include "collective/transport_registry.h"
 #include "framework/comm_var.h"
 #include "framework/framework.pb.h"
+#include "framework/place.h"
 #include "framework/program_desc.h"
 #include "transpiler/pass.h"
+#include "transpiler/placement.h"
 
 namespace loom::transpiler {
 
@@ -29,20 +31,20 @@ enum class GradScale { kSample, kAvg, kOne };
 
 struct DataParallelConfig {
   int nranks = 1;
-  // Recorded in the manifest, e.g. "cpu:0"; when given, one per rank, and CUDA places
-  // ("cuda:N", distinct) exactly when the transport is nccl or cuda_p2p.
-  std::vector<std::string> places;
+  // Recorded in the manifest; when given, one per rank, and CUDA places (distinct) exactly when
+  // the transport is nccl or cuda_p2p.
+  std::vector<Place> places;
   SyncMode mode = SyncMode::kAllReduce;
-  std::string algorithm = "auto";  // ring, tree, multi_tree, star or auto
-  double fuse_grad_size_mb = 32;   // 0: no fusion
+  collective::Algorithm algorithm = collective::Algorithm::kAuto;
+  double fuse_grad_size_mb = 32;  // 0: no fusion
   GradScale grad_scale = GradScale::kSample;
-  std::string owner_policy = "bytes";  // bytes | hash
-  std::string group = "loom_dp";       // name the ranks' communicators meet under
-  // How the ranks meet: "inprocess" (one process, a thread per rank: Executor::RunRanks),
-  // "mpi" (one process per rank under mpirun; the MPI world is the group), "nccl" (CUDA
-  // places, a thread per rank, one GPU each; every collective is NCCL's own: "native") or
-  // "cuda_p2p" (CUDA places like nccl, running Loom's ring/tree/multi_tree/star on the GPUs).
-  std::string transport = collective::GetTransport(collective::TransportId::kInProcess).name;
+  PlacementPolicy owner_policy = PlacementPolicy::kBytes;
+  std::string group = "loom_dp";  // name the ranks' communicators meet under
+  // How the ranks meet: in-process (one process, a thread per rank: Executor::RunRanks), mpi
+  // (one process per rank under mpirun; the MPI world is the group), nccl (CUDA places, a thread
+  // per rank, one GPU each; every collective is NCCL's own: "native") or cuda_p2p (CUDA places
+  // like nccl, running Loom's ring/tree/multi_tree/star on the GPUs).
+  collective::TransportId transport = collective::TransportId::kInProcess;
   std::string topology;  // preset name for comm_init; empty: uniform
   int timeout_ms = 30000;
   // "auto" is resolved per bucket by the collectives' cost model (collective/selector.h):

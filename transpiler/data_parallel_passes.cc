@@ -34,9 +34,11 @@ namespace {
 std::string Fingerprint(const DataParallelState& s) {
   const auto& c = s.config;
   return ProgramFingerprint(
-      s.main, StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", c.algorithm, "|",
-                     c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|", c.owner_policy,
-                     "|", c.transport, "|", c.topology, "|", c.tree_max_bytes));
+      s.main, StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|",
+                     collective::AlgorithmName(c.algorithm), "|", c.fuse_grad_size_mb, "|",
+                     GradScaleName(c.grad_scale), "|", PlacementPolicyName(c.owner_policy), "|",
+                     collective::GetTransport(c.transport).name, "|", c.topology, "|",
+                     c.tree_max_bytes));
 }
 
 }  // namespace
@@ -52,7 +54,6 @@ StatusOr<bool> CheckProgram(DataParallelState& s) {
   LOOM_RETURN_IF_ERROR(CheckPlacesFit(c.places, c.nranks, s.chooser->transport()));
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);
-  LOOM_RETURN_IF_ERROR(ParsePlacementPolicy(c.owner_policy).status());
   s.fingerprint = Fingerprint(s);
   LOOM_RETURN_IF_ERROR(CheckSingleDeviceInput(s.startup, s.main));
   return false;
@@ -66,7 +67,7 @@ StatusOr<bool> FindGradients(DataParallelState& s) {
 StatusOr<bool> AssignOwners(DataParallelState& s) {
   if (!s.owner_mode()) return false;
   LOOM_ASSIGN_OR_RETURN(bool changed, TagOptimizerOps(&s.main, s.grads));
-  LOOM_ASSIGN_OR_RETURN(PlacementPolicy policy, ParsePlacementPolicy(s.config.owner_policy));
+  const PlacementPolicy policy = s.config.owner_policy;
   std::vector<PlacementItem> items;
   for (const auto& p : s.grads.params) items.push_back({p.param, p.bytes});
   Placement placement = PlaceItems(items, s.config.nranks, policy);
@@ -98,7 +99,7 @@ StatusOr<bool> InsertCommInit(DataParallelState& s) {
   op.SetAttr("nranks", c.nranks);
   op.SetAttr("rank", 0);  // set per rank by split-per-rank
   op.SetAttr("group", c.group);
-  op.SetAttr("transport", c.transport);
+  op.SetAttr("transport", std::string(collective::GetTransport(c.transport).name));
   op.SetAttr("topology", c.topology);
   op.SetAttr("timeout_ms", c.timeout_ms);
   op.SetAttr("tree_max_bytes", c.tree_max_bytes);

@@ -242,16 +242,10 @@ FeedMap FeedsFromPy(const py::dict& feed, const Place& place) {
   return feeds;
 }
 
-PYBIND11_MODULE(core, m) {
-  m.doc() = "Loom's C++ core: program descs, scopes, tensors, the executor.";
-  RegisterErrors(m);
-  RegisterTensor(m);
-  RegisterParallel(m);
-  RegisterDistributed(m);
-  RegisterKVStore(m);
-  RegisterPyFunc(m);
-  RegisterSim(m);
+namespace {
 
+// The element types, variable types and op roles, and the build's facts.
+void RegisterTypes(py::module_& m) {
   py::enum_<proto::DataType>(m, "DataType")
       .value("BOOL", proto::BOOL)
       .value("INT32", proto::INT32)
@@ -277,7 +271,10 @@ PYBIND11_MODULE(core, m) {
       .value("LOD_TENSOR_ARRAY", proto::VarType::LOD_TENSOR_ARRAY)
       .value("RAW", proto::VarType::RAW)
       .value("COMMUNICATOR", proto::VarType::COMMUNICATOR);
+}
 
+// VarDesc and OpDesc: views into a program that keep it alive.
+void RegisterVarAndOpDescs(py::module_& m) {
   py::class_<PyVar>(m, "VarDesc")
       .def("name", [](const PyVar& v) { return v.desc.Name(); })
       .def("type", [](const PyVar& v) { return v.desc.Type(); })
@@ -336,7 +333,10 @@ PYBIND11_MODULE(core, m) {
            "Sets an attribute; for registered ops the value is converted to the declared type.")
       .def("remove_attr", [](PyOp& o, const std::string& n) { o.desc.RemoveAttr(n); })
       .def("attr_names", [](const PyOp& o) { return o.desc.AttrNames(); });
+}
 
+// BlockDesc: a view into a program that keeps it alive.
+void RegisterBlockDesc(py::module_& m) {
   py::class_<PyBlock>(m, "BlockDesc")
       .def_property_readonly("idx", [](const PyBlock& b) { return b.idx; })
       .def_property_readonly("parent_idx", [](const PyBlock& b) { return b.get()->ParentIdx(); })
@@ -390,7 +390,10 @@ PYBIND11_MODULE(core, m) {
           "infer_shape",
           [](PyBlock& b, int i) { ThrowIfError(InferShapeAtCompileTime(b.get(), i)); },
           "Runs compile-time shape inference of op i, updating its output vars.");
+}
 
+// ProgramDesc: the IR a program is built in, saved and loaded as.
+void RegisterProgramDesc(py::module_& m) {
   py::class_<ProgramDesc, ProgramPtr>(m, "ProgramDesc")
       .def(py::init<>())
       .def("clone", [](const ProgramDesc& p) { return std::make_shared<ProgramDesc>(p); })
@@ -426,7 +429,10 @@ PYBIND11_MODULE(core, m) {
       .def_static("load", [](const std::string& path) {
         return std::make_shared<ProgramDesc>(ValueOrThrow(LoadProgram(path)));
       });
+}
 
+// Functions over programs: backward, verification, inference, the registry.
+void RegisterProgramFunctions(py::module_& m) {
   m.def(
       "append_backward",
       [](ProgramDesc& p, const std::string& loss, const std::set<std::string>& no_grad) {
@@ -485,7 +491,10 @@ PYBIND11_MODULE(core, m) {
       },
       "The attributes every op accepts (op_role, op_role_var, op_namescope) as "
       "[{name, type, doc}].");
+}
 
+// Scope and Variable: where a run's variables live.
+void RegisterScope(py::module_& m) {
   py::class_<Scope, std::shared_ptr<Scope>>(m, "Scope")
       .def(py::init<>())
       .def(
@@ -507,7 +516,10 @@ PYBIND11_MODULE(core, m) {
       .def("is_initialized", &Variable::IsInitialized);
 
   py::class_<PreparedBlock>(m, "PreparedBlock");
+}
 
+// The one Executor: prepares and runs programs on a place.
+void RegisterExecutor(py::module_& m) {
   py::class_<Executor>(m, "Executor")
       .def(py::init<Place>())
       .def(
@@ -532,7 +544,10 @@ PYBIND11_MODULE(core, m) {
           },
           py::arg("prepared"), py::arg("scope"), py::arg("feed") = py::dict(),
           py::arg("fetch_list") = std::vector<std::string>{});
+}
 
+// Saving and loading parameters, programs and tensors.
+void RegisterSaveLoad(py::module_& m) {
   m.def("save_params", [](const ProgramDesc& p, const Scope& s, const std::string& dir) {
     Status st;
     {
@@ -572,6 +587,27 @@ PYBIND11_MODULE(core, m) {
   m.def("save_tensor",
         [](const Tensor& t, const std::string& path) { ThrowIfError(SaveTensor(t, path)); });
   m.def("load_tensor", [](const std::string& path) { return ValueOrThrow(LoadTensor(path)); });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(core, m) {
+  m.doc() = "Loom's C++ core: program descs, scopes, tensors, the executor.";
+  RegisterErrors(m);
+  RegisterTensor(m);
+  RegisterParallel(m);
+  RegisterDistributed(m);
+  RegisterKVStore(m);
+  RegisterPyFunc(m);
+  RegisterSim(m);
+  RegisterTypes(m);
+  RegisterVarAndOpDescs(m);
+  RegisterBlockDesc(m);
+  RegisterProgramDesc(m);
+  RegisterProgramFunctions(m);
+  RegisterScope(m);
+  RegisterExecutor(m);
+  RegisterSaveLoad(m);
 }
 
 }  // namespace loom::python

@@ -27,18 +27,18 @@ void RegisterParallel(py::module_& m) {
         transpiler::DataParallelConfig c;
         c.nranks = nranks;
         c.mode = ValueOrThrow(transpiler::ParseSyncMode(mode));
-        c.algorithm = algorithm;
+        c.algorithm = ValueOrThrow(collective::ParseAlgorithm(algorithm));
         c.fuse_grad_size_mb = fuse_mb;
         c.grad_scale = ValueOrThrow(transpiler::ParseGradScale(grad_scale));
-        c.owner_policy = owner_policy;
+        c.owner_policy = ValueOrThrow(transpiler::ParsePlacementPolicy(owner_policy));
         c.group = group;
         c.keep_startup_init = keep_startup_init;
         c.timeout_ms = timeout_ms;
         c.pass_options.disabled = disabled_passes;
-        c.transport = transport;
-        c.places = places;
+        c.transport = ValueOrThrow(collective::FindTransport(transport))->id;
+        for (const std::string& p : places) c.places.push_back(ValueOrThrow(ParsePlace(p)));
         if (c.places.empty())
-          for (int r = 0; r < nranks; ++r) c.places.push_back("cpu:" + std::to_string(r));
+          for (int r = 0; r < nranks; ++r) c.places.push_back(Place::CPU(r));
         auto result = ValueOrThrow(transpiler::TranspileDataParallel(startup, main, c));
         std::vector<std::shared_ptr<ProgramDesc>> starts, mains;
         for (auto& p : result.startup) starts.push_back(std::make_shared<ProgramDesc>(p));

@@ -18,6 +18,18 @@
 namespace loom::transpiler {
 namespace {
 
+collective::Algorithm Algo(const std::string& name) {
+  return collective::ParseAlgorithm(name).value();
+}
+collective::TransportId Transport(const std::string& name) {
+  return collective::FindTransport(name).value()->id;
+}
+std::vector<Place> Places(const std::vector<std::string>& names) {
+  std::vector<Place> out;
+  for (const auto& n : names) out.push_back(ParsePlace(n).value());
+  return out;
+}
+
 std::vector<std::string> OpTypes(const ProgramDesc& p) {
   std::vector<std::string> t;
   for (int i = 0; i < p.GlobalBlock()->OpSize(); ++i) t.push_back(p.GlobalBlock()->Op(i).Type());
@@ -95,7 +107,7 @@ TEST(DataParallelTranspiler, NoFusionSyncsEachGradientAsSoonAsItExists) {
   DataParallelConfig c;
   c.nranks = 2;
   c.fuse_grad_size_mb = 0;
-  c.algorithm = "ring";
+  c.algorithm = Algo("ring");
   c.grad_scale = GradScale::kAvg;
   auto r = TranspileDataParallel(n.startup, n.main, c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -166,7 +178,7 @@ TEST(DataParallelTranspiler, HashOwnersAreDeterministic) {
   DataParallelConfig c;
   c.nranks = 4;
   c.mode = SyncMode::kOwner;
-  c.owner_policy = "hash";
+  c.owner_policy = ParsePlacementPolicy("hash").value();
   auto a = TranspileDataParallel(n.startup, n.main, c);
   auto b = TranspileDataParallel(n.startup, n.main, c);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -210,27 +222,26 @@ TEST(DataParallelTranspiler, ClearErrors) {
       TranspileDataParallel(fwd.startup, fwd.main, c).status().message().find("no optimizer ops"),
       std::string::npos);
   // In-process ranks have native collectives (one pass over shared memory): kept as asked.
-  c.algorithm = "native";
+  c.algorithm = Algo("native");
   {
     auto r = TranspileDataParallel(n.startup, n.main, c);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (const auto& b : r.value().manifest.buckets()) EXPECT_EQ(b.algorithm(), "native");
   }
-  c.algorithm = "bogus";
-  EXPECT_FALSE(TranspileDataParallel(n.startup, n.main, c).ok());
-  c.algorithm = "auto";
-  c.transport = "carrier-pigeon";
+  // Names are parsed where they enter (the CLI, Python): unknown ones fail there.
+  EXPECT_FALSE(collective::ParseAlgorithm("bogus").ok());
+  c.algorithm = Algo("auto");
   EXPECT_NE(
-      TranspileDataParallel(n.startup, n.main, c)
+      collective::FindTransport("carrier-pigeon")
           .status()
           .message()
           .find("unknown transport 'carrier-pigeon' (registered: inprocess, mpi, nccl, cuda_p2p)"),
       std::string::npos);
-  c.transport = "mpi";
-  c.algorithm = "native";  // MPI has its own allreduce
+  c.transport = Transport("mpi");
+  c.algorithm = Algo("native");  // MPI has its own allreduce
   EXPECT_TRUE(TranspileDataParallel(n.startup, n.main, c).ok());
-  c.algorithm = "auto";
-  c.transport = "inprocess";
+  c.algorithm = Algo("auto");
+  c.transport = Transport("inprocess");
   // A gradient written inside a sub-block (control flow) is refused, naming it.
   {
     Net sub = Mlp();
@@ -253,8 +264,8 @@ TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
   Net n = Mlp();
   DataParallelConfig c;
   c.nranks = 2;
-  c.transport = "nccl";
-  c.places = {"cuda:0", "cuda:1"};
+  c.transport = Transport("nccl");
+  c.places = Places({"cuda:0", "cuda:1"});
   for (SyncMode mode : {SyncMode::kAllReduce, SyncMode::kOwner}) {
     c.mode = mode;
     auto r = TranspileDataParallel(n.startup, n.main, c);
@@ -276,27 +287,27 @@ TEST(DataParallelTranspiler, CudaPlacesMeetOverNcclWithItsOwnCollectives) {
     }
     for (const auto& b : r.value().manifest.buckets()) EXPECT_EQ(b.algorithm(), "native");
   }
-  c.algorithm = "ring";
+  c.algorithm = Algo("ring");
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
                 .status()
                 .message()
                 .find("algorithm 'ring' is one of Loom's schedules; transport nccl"),
             std::string::npos);
-  c.algorithm = "auto";
-  c.places = {"cuda:0", "cuda:0"};
+  c.algorithm = Algo("auto");
+  c.places = Places({"cuda:0", "cuda:0"});
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
                 .status()
                 .message()
                 .find("'cuda:0' is given twice"),
             std::string::npos);
-  c.places = {"cpu:0", "cpu:1"};
+  c.places = Places({"cpu:0", "cpu:1"});
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
                 .status()
                 .message()
                 .find("transport nccl needs CUDA places"),
             std::string::npos);
-  c.transport = "inprocess";
-  c.places = {"cuda:0", "cuda:1"};
+  c.transport = Transport("inprocess");
+  c.places = Places({"cuda:0", "cuda:1"});
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
                 .status()
                 .message()
@@ -308,11 +319,11 @@ TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
   Net n = Mlp();
   DataParallelConfig c;
   c.nranks = 3;
-  c.transport = "cuda_p2p";
-  c.places = {"cuda:0", "cuda:1", "cuda:2"};
+  c.transport = Transport("cuda_p2p");
+  c.places = Places({"cuda:0", "cuda:1", "cuda:2"});
   c.fuse_grad_size_mb = 0;  // one bucket per gradient: small ones
   for (const char* algorithm : {"ring", "tree", "multi_tree", "star", "auto"}) {
-    c.algorithm = algorithm;
+    c.algorithm = Algo(algorithm);
     auto r = TranspileDataParallel(n.startup, n.main, c);
     ASSERT_TRUE(r.ok()) << algorithm << ": " << r.status().ToString();
     const BlockDesc* s = r.value().startup[1].GlobalBlock();
@@ -325,22 +336,22 @@ TEST(DataParallelTranspiler, CudaPlacesOverCudaP2PRunLoomsSchedules) {
       EXPECT_EQ(b.algorithm(), std::string(algorithm) == "auto" ? "tree" : algorithm);
     }
   }
-  c.algorithm = "native";
+  c.algorithm = Algo("native");
   EXPECT_NE(
       TranspileDataParallel(n.startup, n.main, c)
           .status()
           .message()
           .find("the cuda_p2p transport offers ring, tree, multi_tree, star, direct and auto"),
       std::string::npos);
-  c.algorithm = "auto";
-  c.places = {"cpu:0", "cpu:1", "cpu:2"};
+  c.algorithm = Algo("auto");
+  c.places = Places({"cpu:0", "cpu:1", "cpu:2"});
   EXPECT_NE(TranspileDataParallel(n.startup, n.main, c)
                 .status()
                 .message()
                 .find("transport cuda_p2p needs CUDA places"),
             std::string::npos);
   // A GPU listed several times holds several virtual devices (one GPU checks a 3-rank group).
-  c.places = {"cuda:0", "cuda:1", "cuda:1"};
+  c.places = Places({"cuda:0", "cuda:1", "cuda:1"});
   auto virtual_devices = TranspileDataParallel(n.startup, n.main, c);
   ASSERT_TRUE(virtual_devices.ok()) << virtual_devices.status().ToString();
   EXPECT_EQ(virtual_devices.value().manifest.places(2), "cuda:1");
