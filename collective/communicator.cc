@@ -307,6 +307,119 @@ InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
   return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks());
 }
 
+// What the parts of one signature round share (ExchangeSignatures).
+struct SignatureRound {
+  internal::Schedule& s;
+  const CallArgs& a;
+  const Signature& mine;
+  InExchange mode;
+  Transport::TaggedPeer* peers;  // null where signatures travel in the packets
+  Packet* all;
+  int n, me;
+  size_t elem, bytes;
+  internal::Ranges blocks;  // split calls: rank r's block
+
+  // What rank `from`'s message to rank `to` holds besides the signature.
+  size_t PayloadBytes(int from, int to) const {
+    if (mode == InExchange::kSplit) return blocks[to].count * elem;
+    if (mode == InExchange::kNo) return 0;
+    return a.kind != Collective::kBroadcast || from == a.root ? bytes : 0;
+  }
+};
+
+// Posts this rank's signature (and the data that travels with it) to every peer, and the
+// receives of theirs (untagged rounds; a tagged round only fills `peers`).
+void PostSignatures(SignatureRound& r) {
+  const CallArgs& a = r.a;
+  Packet* split = r.all + r.n;  // split[p]: what peer p gets (split calls)
+  r.all[r.me].sig = r.mine;
+  const bool contributes = a.kind != Collective::kBroadcast || r.me == a.root;
+  if (r.mode == InExchange::kWhole && contributes && r.bytes > 0)
+    CopyBytes(r.all[r.me].payload, a.send, r.bytes);
+  for (int p = 0; p < r.n; ++p) {
+    if (p == r.me) continue;
+    Packet* out = &r.all[r.me];
+    if (r.mode == InExchange::kSplit) {
+      out = &split[p];
+      const size_t block = r.blocks[p].count * r.elem;
+      if (block > 0)
+        CopyBytes(split[p].payload, internal::At(a.send, r.blocks[p].offset, r.elem), block);
+    }
+    const size_t len = r.PayloadBytes(r.me, p);
+    if (r.peers != nullptr) {
+      r.peers[p] = Transport::TaggedPeer{out->payload, len, r.all[p].payload, kInExchangeBytes};
+    } else {
+      out->sig = r.mine;
+      r.s.PostRecvUpTo(p, internal::kSignature, &r.all[p], sizeof(Packet));
+      r.s.PostSend(p, internal::kSignature, out, sizeof(Signature) + len);
+    }
+  }
+}
+
+// Runs the tagged round, or waits for the first `signatures` handles of an untagged one, and
+// checks that every rank called the same collective.
+Status CheckSignatures(SignatureRound& r, uint32_t my_tag, int signatures) {
+  if (r.peers == nullptr) {
+    for (int h = 0; h < signatures; ++h) LOOM_RETURN_IF_ERROR(r.s.Wait(h));
+    for (int p = 1; p < r.n; ++p)
+      if (!(r.all[p].sig == r.all[0].sig))
+        return Mismatch(r.mine.seq, r.all[0].sig, p, r.all[p].sig);
+    return Status::OK();
+  }
+  LOOM_RETURN_IF_ERROR(r.s.transport().TaggedRound(my_tag, r.peers, r.s.deadline()));
+  r.peers[r.me].tag = my_tag;
+  for (int p = 1; p < r.n; ++p)
+    if (r.peers[p].tag != r.peers[0].tag) return NameMismatch(r.s, r.mine, r.peers);
+  for (int p = 0; p < r.n; ++p) {
+    if (p != r.me && r.peers[p].bytes != r.PayloadBytes(p, r.me)) {
+      return Internal("collective #", r.mine.seq, ": rank ", p, " sent ", r.peers[p].bytes,
+                      " bytes in the signature round where ", r.PayloadBytes(p, r.me),
+                      " were due (two different calls with the same signature tag)");
+    }
+  }
+  return Status::OK();
+}
+
+// A call whose whole data travelled with the signatures: every rank computes its result.
+void FinishWholeExchange(const SignatureRound& r) {
+  const CallArgs& a = r.a;
+  const bool receives = a.kind != Collective::kReduce || r.me == a.root;
+  if (!receives || r.bytes == 0) return;
+  if (a.kind == Collective::kBroadcast) {
+    CopyBytes(a.recv, r.all[a.root].payload, r.bytes);
+    return;
+  }
+  const Reduction red{a.dtype, a.op};
+  for (int p = 1; p < r.n; ++p)
+    Reduce(red, r.all[0].payload, r.all[0].payload, r.all[p].payload, a.count);
+  CopyBytes(a.recv, r.all[0].payload, r.bytes);
+  Finalize(red, a.recv, a.count, r.n);
+}
+
+// Split: this rank's block, reduced by this rank alone (every element by one rank, so every
+// rank ends with the same bits), then sent to every rank.
+Status FinishSplitExchange(SignatureRound& r) {
+  const CallArgs& a = r.a;
+  const Reduction red{a.dtype, a.op};
+  const internal::Range own = r.blocks[r.me];
+  const size_t own_bytes = own.count * r.elem;
+  char* own_recv = internal::At(a.recv, own.offset, r.elem);
+  if (own_bytes > 0) {
+    CopyBytes(r.all[r.me].payload, internal::At(a.send, own.offset, r.elem), own_bytes);
+    for (int p = 1; p < r.n; ++p)
+      Reduce(red, r.all[0].payload, r.all[0].payload, r.all[p].payload, own.count);
+    CopyBytes(own_recv, r.all[0].payload, own_bytes);
+    Finalize(red, own_recv, own.count, r.n);
+  }
+  for (int p = 0; p < r.n; ++p) {
+    if (p == r.me) continue;
+    r.s.PostRecv(p, internal::kGatherPhase, internal::At(a.recv, r.blocks[p].offset, r.elem),
+                 r.blocks[p].count * r.elem);
+    r.s.PostSend(p, internal::kGatherPhase, own_recv, own_bytes);
+  }
+  return r.s.WaitAll();
+}
+
 // Runs the round in `all` (2n packets, reused from call to call: only what the round writes is
 // read; all[r] receives from rank r and all[me] goes to every peer, or with a split call
 // all[n + r] to rank r); `mode` says whether and how the call's data travels with it. `peers`
@@ -315,99 +428,34 @@ InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
 Status ExchangeSignatures(internal::Schedule& s, const CallArgs& a, const Signature& mine,
                           InExchange mode, Transport::TaggedPeer* peers, Packet* all, bool* done,
                           bool* direct_sends) {
-  const bool tagged = peers != nullptr;
-  const int n = s.nranks(), me = s.rank();
-  Packet* split = all + n;  // split[r]: what peer r gets (split calls)
-  const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
-  const internal::Ranges blocks =
-      mode == InExchange::kSplit ? internal::SplitEvenly(a.count, n) : internal::Ranges();
-  const Reduction red{a.dtype, a.op};
-  all[me].sig = mine;
-  const bool contributes = a.kind != Collective::kBroadcast || me == a.root;
-  // What this rank's message to peer r holds besides the signature, and what r's holds.
-  auto payload_bytes = [&](int from, int to) -> size_t {
-    if (mode == InExchange::kSplit) return blocks[to].count * elem;
-    if (mode == InExchange::kNo) return 0;
-    return a.kind != Collective::kBroadcast || from == a.root ? bytes : 0;
-  };
-  const uint32_t my_tag = tagged ? SignatureTag(mine, s.transport().signature_tag_max()) : 0;
-  if (mode == InExchange::kWhole && contributes && bytes > 0)
-    CopyBytes(all[me].payload, a.send, bytes);
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    Packet* out = &all[me];
-    if (mode == InExchange::kSplit) {
-      out = &split[r];
-      const size_t block = blocks[r].count * elem;
-      if (block > 0)
-        CopyBytes(split[r].payload, internal::At(a.send, blocks[r].offset, elem), block);
-    }
-    const size_t len = payload_bytes(me, r);
-    if (tagged) {
-      peers[r] = Transport::TaggedPeer{out->payload, len, all[r].payload, kInExchangeBytes};
-    } else {
-      out->sig = mine;
-      s.PostRecvUpTo(r, internal::kSignature, &all[r], sizeof(Packet));
-      s.PostSend(r, internal::kSignature, out, sizeof(Signature) + len);
-    }
-  }
+  const size_t elem = DataTypeSize(a.dtype);
+  SignatureRound r{
+      s,
+      a,
+      mine,
+      mode,
+      peers,
+      all,
+      s.nranks(),
+      s.rank(),
+      elem,
+      a.count * elem,
+      mode == InExchange::kSplit ? internal::SplitEvenly(a.count, s.nranks()) : internal::Ranges()};
+  const uint32_t my_tag =
+      peers != nullptr ? SignatureTag(mine, s.transport().signature_tag_max()) : 0;
+  PostSignatures(r);
   // A direct call's first-round sends leave beside the signatures (its receives wait for the
   // verdict, algorithms/direct.cc); a call that disagrees cancels them with the Schedule.
   const int signatures = s.posted();
   if (mode == InExchange::kNo && a.algorithm == Algorithm::kDirect)
     *direct_sends = internal::PostDirectSends(s, a);
-  if (tagged) {
-    LOOM_RETURN_IF_ERROR(s.transport().TaggedRound(my_tag, peers, s.deadline()));
-    peers[me].tag = my_tag;
-    for (int r = 1; r < n; ++r)
-      if (peers[r].tag != peers[0].tag) return NameMismatch(s, mine, peers);
-    for (int r = 0; r < n; ++r) {
-      if (r != me && peers[r].bytes != payload_bytes(r, me)) {
-        return Internal("collective #", mine.seq, ": rank ", r, " sent ", peers[r].bytes,
-                        " bytes in the signature round where ", payload_bytes(r, me),
-                        " were due (two different calls with the same signature tag)");
-      }
-    }
-  } else {
-    for (int h = 0; h < signatures; ++h) LOOM_RETURN_IF_ERROR(s.Wait(h));
-    for (int r = 1; r < n; ++r)
-      if (!(all[r].sig == all[0].sig)) return Mismatch(mine.seq, all[0].sig, r, all[r].sig);
-  }
+  LOOM_RETURN_IF_ERROR(CheckSignatures(r, my_tag, signatures));
   if (mode == InExchange::kNo) return Status::OK();
   if (mode == InExchange::kWhole) {
-    const bool receives = a.kind != Collective::kReduce || me == a.root;
-    if (receives && bytes > 0) {
-      if (a.kind == Collective::kBroadcast) {
-        CopyBytes(a.recv, all[a.root].payload, bytes);
-      } else {
-        for (int r = 1; r < n; ++r)
-          Reduce(red, all[0].payload, all[0].payload, all[r].payload, a.count);
-        CopyBytes(a.recv, all[0].payload, bytes);
-        Finalize(red, a.recv, a.count, n);
-      }
-    }
-    *done = true;
-    return Status::OK();
+    FinishWholeExchange(r);
+  } else {
+    LOOM_RETURN_IF_ERROR(FinishSplitExchange(r));
   }
-  // Split: this rank's block, reduced by this rank alone (every element by one rank, so every
-  // rank ends with the same bits), then sent to every rank.
-  const internal::Range own = blocks[me];
-  const size_t own_bytes = own.count * elem;
-  char* own_recv = internal::At(a.recv, own.offset, elem);
-  if (own_bytes > 0) {
-    CopyBytes(all[me].payload, internal::At(a.send, own.offset, elem), own_bytes);
-    for (int r = 1; r < n; ++r)
-      Reduce(red, all[0].payload, all[0].payload, all[r].payload, own.count);
-    CopyBytes(own_recv, all[0].payload, own_bytes);
-    Finalize(red, own_recv, own.count, n);
-  }
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    s.PostRecv(r, internal::kGatherPhase, internal::At(a.recv, blocks[r].offset, elem),
-               blocks[r].count * elem);
-    s.PostSend(r, internal::kGatherPhase, own_recv, own_bytes);
-  }
-  LOOM_RETURN_IF_ERROR(s.WaitAll());
   *done = true;
   return Status::OK();
 }
@@ -534,25 +582,24 @@ void Communicator::Remember(const Work& work) {
   outstanding_.push_back(work);
 }
 
-Work Communicator::Issue(Call call) {
+Status Communicator::PrepareCall(Call& call) {
   CallArgs& a = call.args;
   const char* kind = CollectiveCallName(a.kind);
-  auto fail = [&](Status s) { return Failed(s.WithContext(StrCat(kind, " on rank ", rank_))); };
   const bool p2p = a.kind == Collective::kSend || a.kind == Collective::kRecv;
   if (a.kind != Collective::kBarrier && !p2p) {
     if (!transport_->runs_schedules()) {
       // The schedules cannot run here; the transport's own collectives can.
       if (a.algorithm == Algorithm::kAuto) a.algorithm = Algorithm::kNative;
       if (a.algorithm != Algorithm::kNative) {
-        return fail(Unimplemented("the ", transport_->name(),
-                                  " transport runs only algorithm 'native' (its point-to-point "
-                                  "calls cannot reduce on receipt), not '",
-                                  AlgorithmName(a.algorithm), "'"));
+        return Unimplemented("the ", transport_->name(),
+                             " transport runs only algorithm 'native' (its point-to-point "
+                             "calls cannot reduce on receipt), not '",
+                             AlgorithmName(a.algorithm), "'");
       }
     }
     if (a.algorithm == Algorithm::kNative && !transport_->SupportsNative(a.kind, a.dtype)) {
-      return fail(Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
-                                " transport for ", kind, " of ", DataTypeName(a.dtype)));
+      return Unimplemented("algorithm 'native' is not available on the ", transport_->name(),
+                           " transport for ", kind, " of ", DataTypeName(a.dtype));
     }
     if (a.algorithm == Algorithm::kAuto) {
       call.from_auto = true;
@@ -569,28 +616,35 @@ Work Communicator::Issue(Call call) {
                                       transport_->SupportsNative(a.kind, a.dtype));
     }
     if (a.algorithm != Algorithm::kNative && !AlgorithmSupports(a.algorithm, a.kind)) {
-      return fail(Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm"));
+      return Unimplemented(kind, " has no '", AlgorithmName(a.algorithm), "' algorithm");
     }
   }
   if (HasRoot(a.kind) && (a.root < 0 || a.root >= nranks_)) {
-    return fail(InvalidArgument("root ", a.root, " is outside 0..", nranks_ - 1));
+    return InvalidArgument("root ", a.root, " is outside 0..", nranks_ - 1);
   }
   if (p2p) {
     if (a.peer < 0 || a.peer >= nranks_ || a.peer == rank_) {
-      return fail(InvalidArgument("peer ", a.peer, " is not another rank of 0..", nranks_ - 1));
+      return InvalidArgument("peer ", a.peer, " is not another rank of 0..", nranks_ - 1);
     }
     if (a.tag < 0 || a.tag > (1 << 30))
-      return fail(InvalidArgument("tag ", a.tag, " is outside 0..2^30"));
+      return InvalidArgument("tag ", a.tag, " is outside 0..2^30");
   }
   if (a.count > 0 && a.kind != Collective::kBarrier) {
     const bool needs_send =
         a.kind != Collective::kRecv && !(a.kind == Collective::kBroadcast && rank_ != a.root);
     const bool needs_recv =
         a.kind != Collective::kSend && !(a.kind == Collective::kReduce && rank_ != a.root);
-    if (needs_send && a.send == nullptr) return fail(InvalidArgument("send buffer is null"));
-    if (needs_recv && a.recv == nullptr) return fail(InvalidArgument("recv buffer is null"));
+    if (needs_send && a.send == nullptr) return InvalidArgument("send buffer is null");
+    if (needs_recv && a.recv == nullptr) return InvalidArgument("recv buffer is null");
   }
-  if (!p2p) call.seq = next_seq_++;
+  return Status::OK();
+}
+
+Work Communicator::Issue(Call call) {
+  CallArgs& a = call.args;
+  if (Status st = PrepareCall(call); !st.ok())
+    return Failed(st.WithContext(StrCat(CollectiveCallName(a.kind), " on rank ", rank_)));
+  if (a.kind != Collective::kSend && a.kind != Collective::kRecv) call.seq = next_seq_++;
   call.step = step_.load();
 
   auto state = std::make_shared<internal::WorkState>(spin_handoff_);

@@ -271,6 +271,8 @@ class Communicator {
  private:
   struct Call;
   Work Issue(Call call);
+  // Resolves kAuto (and kNative where only it runs) and checks the call's arguments.
+  Status PrepareCall(Call& call);
   Work Failed(Status status);
   void Remember(const Work& work);
   void WorkerLoop();

@@ -99,106 +99,106 @@ Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
 // children, then send to the parent), while the ring sends and receives at the same time; so
 // tree-shaped algorithms count a rank's sent and received bytes together.
 double Selector::Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const {
-  if (options_.cost_model != nullptr) {
-    size_t bucket = 1;
-    while (bucket < bytes) bucket <<= 1;
-    const auto key = std::make_tuple(static_cast<int>(kind), static_cast<int>(algorithm), bucket);
-    double t = -1;
-    bool cached = false;
-    {
-      std::lock_guard<std::mutex> lock(cache_->mu);
-      auto it = cache_->times.find(key);
-      if (it != cache_->times.end()) t = it->second, cached = true;
-    }
-    if (!cached) {
-      // Outside the lock: a model may take a while; two threads may both compute one bucket.
-      t = options_.cost_model->TimeUs(kind, algorithm, bucket);
-      std::lock_guard<std::mutex> lock(cache_->mu);
-      cache_->times.emplace(key, t);
-    }
-    if (t >= 0) return t;
-    // The model cannot say: the formulas below (which also know what does not run at all).
-  }
-  const double n = n_, d = depth_, s = static_cast<double>(bytes);
-  const double msg = options_.message_us, gamma = options_.reduce_gbps;
+  if (const double t = ModelTime(kind, algorithm, bytes); t >= 0) return t;
+  // No model, or it cannot say: the formulas (which also know what does not run at all).
+  const double n = n_, msg = options_.message_us;
   const double call = options_.call_us / std::max(1, inflight) + ring_us_ + 2 * (n - 1) * msg;
   if (n_ == 1 || bytes == 0) return call;
-  const double chunk = static_cast<double>(std::max<size_t>(options_.chunk_bytes, 1));
+  const double s = static_cast<double>(bytes);
   const bool reduces = kind != Collective::kBroadcast && kind != Collective::kAllGather;
-  auto pieces = [&](double b) { return std::max(1.0, std::ceil(b / chunk)); };
-  // Overlapped transfers: a tree rank's sends and receives share the time instead of adding up.
-  const double tb = options_.overlapped_transfers ? 0.5 : 1.0;
-  double t = 0;
+  double t = 0;  // send, recv and the barrier: the call alone
   switch (kind) {
-    case Collective::kAllReduce:
-      switch (algorithm) {
-        case Algorithm::kRing:
-          t = 2 * (n - 1) * ring_us_ + 4 * (n - 1) * pieces(s / n) * msg +
-              Us(2 * (n - 1) / n * s, ring_gbps_) + Us((n - 1) / n * s, gamma);
-          break;
-        case Algorithm::kTree:
-          t = 2 * d * tree_us_ + 4 * d * pieces(s) * msg + Us(2 * d * s * tb, tree_gbps_) +
-              Us(d * s, gamma);
-          break;
-        case Algorithm::kMultiTree:
-          t = 2 * d * multi_us_ + 4 * (n - 1) * pieces(s / n) * msg +
-              Us(4 * (n - 1) / n * s * tb, multi_gbps_) + Us((n - 1) / n * s, gamma);
-          break;
-        case Algorithm::kStar:  // overlapped: the root meets all peers in one round trip
-          t = 2 * (options_.overlapped_transfers ? 1 : n - 1) * star_us_ +
-              4 * (n - 1) * pieces(s) * msg + Us(2 * (n - 1) * s * tb, star_gbps_) +
-              Us((n - 1) * s, gamma);
-          break;
-        case Algorithm::kDirect:  // two rounds with every peer, over every pair's link
-          t = 2 * star_us_ + 4 * (n - 1) * msg + Us(4 * (n - 1) / n * s * tb, star_gbps_) +
-              Us((n - 1) / n * s, gamma);
-          break;
-        default: return -1;
-      }
-      break;
+    case Collective::kAllReduce: t = AllReduceTime(algorithm, s); break;
     case Collective::kReduce:
-    case Collective::kBroadcast: {
-      const double g = reduces ? 1.0 : 0.0;
-      switch (algorithm) {
-        case Algorithm::kRing:  // pipelined chain
-          t = (n - 1 + pieces(s) - 1) * ring_us_ + 2 * pieces(s) * msg + Us(s, ring_gbps_) +
-              g * Us(s, gamma);
-          break;
-        case Algorithm::kTree:
-          t = d * tree_us_ + 2 * d * pieces(s) * msg + Us(d * s, tree_gbps_) + g * Us(d * s, gamma);
-          break;
-        case Algorithm::kMultiTree:
-          t = (d + 1) * multi_us_ + 2 * (n - 1) * pieces(s / n) * msg +
-              Us(3 * (n - 1) / n * s, multi_gbps_) + g * Us((n - 1) / n * s, gamma);
-          break;
-        case Algorithm::kStar:
-          t = (n - 1) * star_us_ + 2 * (n - 1) * pieces(s) * msg + Us((n - 1) * s, star_gbps_) +
-              g * Us((n - 1) * s, gamma);
-          break;
-        default: return -1;
-      }
-      break;
-    }
+    case Collective::kBroadcast: t = RootedTime(algorithm, s, reduces); break;
     case Collective::kAllGather:
-    case Collective::kReduceScatter: {
-      // S is the whole buffer (nranks blocks), as in nccl-tests.
-      const double g = reduces ? 1.0 : 0.0;
-      if (algorithm == Algorithm::kRing) {
-        t = (n - 1) * ring_us_ + 2 * (n - 1) * pieces(s / n) * msg +
-            Us((n - 1) / n * s, ring_gbps_) + g * Us((n - 1) / n * s, gamma);
-      } else if (algorithm == Algorithm::kMultiTree && reduces) {
-        t = d * multi_us_ + 2 * (n - 1) * pieces(s / n) * msg +
-            Us(2 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
-      } else if (algorithm == Algorithm::kDirect) {
-        t = star_us_ + 2 * (n - 1) * msg + Us(2 * (n - 1) / n * s * tb, star_gbps_) +
-            g * Us((n - 1) / n * s, gamma);
-      } else {
-        return -1;
-      }
-      break;
-    }
+    case Collective::kReduceScatter: t = GatherScatterTime(algorithm, s, reduces); break;
+    default: break;
   }
-  return call + t;
+  return t < 0 ? -1 : call + t;
+}
+
+double Selector::ModelTime(Collective kind, Algorithm algorithm, size_t bytes) const {
+  if (options_.cost_model == nullptr) return -1;
+  size_t bucket = 1;
+  while (bucket < bytes) bucket <<= 1;
+  const auto key = std::make_tuple(static_cast<int>(kind), static_cast<int>(algorithm), bucket);
+  {
+    std::lock_guard<std::mutex> lock(cache_->mu);
+    auto it = cache_->times.find(key);
+    if (it != cache_->times.end()) return it->second;
+  }
+  // Outside the lock: a model may take a while; two threads may both compute one bucket.
+  const double t = options_.cost_model->TimeUs(kind, algorithm, bucket);
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  cache_->times.emplace(key, t);
+  return t;
+}
+
+double Selector::Pieces(double bytes) const {
+  const double chunk = static_cast<double>(std::max<size_t>(options_.chunk_bytes, 1));
+  return std::max(1.0, std::ceil(bytes / chunk));
+}
+
+double Selector::Overlap() const { return options_.overlapped_transfers ? 0.5 : 1.0; }
+
+double Selector::AllReduceTime(Algorithm algorithm, double s) const {
+  const double n = n_, d = depth_, msg = options_.message_us, gamma = options_.reduce_gbps;
+  const double tb = Overlap();
+  switch (algorithm) {
+    case Algorithm::kRing:
+      return 2 * (n - 1) * ring_us_ + 4 * (n - 1) * Pieces(s / n) * msg +
+             Us(2 * (n - 1) / n * s, ring_gbps_) + Us((n - 1) / n * s, gamma);
+    case Algorithm::kTree:
+      return 2 * d * tree_us_ + 4 * d * Pieces(s) * msg + Us(2 * d * s * tb, tree_gbps_) +
+             Us(d * s, gamma);
+    case Algorithm::kMultiTree:
+      return 2 * d * multi_us_ + 4 * (n - 1) * Pieces(s / n) * msg +
+             Us(4 * (n - 1) / n * s * tb, multi_gbps_) + Us((n - 1) / n * s, gamma);
+    case Algorithm::kStar:  // overlapped: the root meets all peers in one round trip
+      return 2 * (options_.overlapped_transfers ? 1 : n - 1) * star_us_ +
+             4 * (n - 1) * Pieces(s) * msg + Us(2 * (n - 1) * s * tb, star_gbps_) +
+             Us((n - 1) * s, gamma);
+    case Algorithm::kDirect:  // two rounds with every peer, over every pair's link
+      return 2 * star_us_ + 4 * (n - 1) * msg + Us(4 * (n - 1) / n * s * tb, star_gbps_) +
+             Us((n - 1) / n * s, gamma);
+    default: return -1;
+  }
+}
+
+double Selector::RootedTime(Algorithm algorithm, double s, bool reduces) const {
+  const double n = n_, d = depth_, msg = options_.message_us, gamma = options_.reduce_gbps;
+  const double g = reduces ? 1.0 : 0.0;
+  switch (algorithm) {
+    case Algorithm::kRing:  // pipelined chain
+      return (n - 1 + Pieces(s) - 1) * ring_us_ + 2 * Pieces(s) * msg + Us(s, ring_gbps_) +
+             g * Us(s, gamma);
+    case Algorithm::kTree:
+      return d * tree_us_ + 2 * d * Pieces(s) * msg + Us(d * s, tree_gbps_) + g * Us(d * s, gamma);
+    case Algorithm::kMultiTree:
+      return (d + 1) * multi_us_ + 2 * (n - 1) * Pieces(s / n) * msg +
+             Us(3 * (n - 1) / n * s, multi_gbps_) + g * Us((n - 1) / n * s, gamma);
+    case Algorithm::kStar:
+      return (n - 1) * star_us_ + 2 * (n - 1) * Pieces(s) * msg + Us((n - 1) * s, star_gbps_) +
+             g * Us((n - 1) * s, gamma);
+    default: return -1;
+  }
+}
+
+// S is the whole buffer (nranks blocks), as in nccl-tests.
+double Selector::GatherScatterTime(Algorithm algorithm, double s, bool reduces) const {
+  const double n = n_, d = depth_, msg = options_.message_us, gamma = options_.reduce_gbps;
+  const double g = reduces ? 1.0 : 0.0;
+  if (algorithm == Algorithm::kRing)
+    return (n - 1) * ring_us_ + 2 * (n - 1) * Pieces(s / n) * msg +
+           Us((n - 1) / n * s, ring_gbps_) + g * Us((n - 1) / n * s, gamma);
+  if (algorithm == Algorithm::kMultiTree && reduces)
+    return d * multi_us_ + 2 * (n - 1) * Pieces(s / n) * msg +
+           Us(2 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
+  if (algorithm == Algorithm::kDirect)
+    return star_us_ + 2 * (n - 1) * msg + Us(2 * (n - 1) / n * s * Overlap(), star_gbps_) +
+           g * Us((n - 1) / n * s, gamma);
+  return -1;
 }
 
 std::vector<Estimate> Selector::Estimates(Collective kind, size_t bytes, int inflight) const {

@@ -106,6 +106,14 @@ class Selector {
 
  private:
   double Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const;
+  // Time's parts: the cost model's time (cached per power-of-two bucket; < 0 when there is no
+  // model or it cannot say), and the formulas' transfer time per kind (< 0: no such schedule).
+  double ModelTime(Collective kind, Algorithm algorithm, size_t bytes) const;
+  double AllReduceTime(Algorithm algorithm, double s) const;
+  double RootedTime(Algorithm algorithm, double s, bool reduces) const;
+  double GatherScatterTime(Algorithm algorithm, double s, bool reduces) const;
+  double Pieces(double bytes) const;  // pipeline pieces of `bytes`
+  double Overlap() const;             // a tree rank's sends and receives: 0.5 overlapped, else 1
 
   int n_;
   SelectorOptions options_;

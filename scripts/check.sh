@@ -5,8 +5,9 @@
 #   tsan    ThreadSanitizer build in build-tsan/ (CUDA, MPI and Python off), then the tests of
 #           what runs threads: collectives, device groups, executor, data-parallel transpiler, CLI
 #   asan    AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/, then every ctest
-# Not in CI: each sanitizer build is a full build (about 15 minutes on 2 cores) and the tests run
-# several times slower under it. Prints one line per check and exits non-zero on any failure.
+# CI runs its own, leaner sanitizer stage (scripts/ci-sanitizers.sh: -O1, no debug info, TSan
+# over the collective, rpc, kvstore and runtime suites). Prints one line per check and exits
+# non-zero on any failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (the program loader + verifier, and the parameter-server message
 # decoder) with clang and runs each.
-# Usage: scripts/fuzz.sh [SECONDS]   (default 30). Skips, with a message, when clang is absent.
+# Usage: scripts/fuzz.sh [SECONDS]   (default 30). Fails when clang is absent
+# (scripts/install-deps.sh installs it), so that a test run cannot lose the fuzzers silently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${1:-30}
 if ! command -v clang++ >/dev/null 2>&1; then
-  echo "fuzz: clang++ not found; skipping the fuzzer run"
-  exit 0
+  echo "fuzz: clang++ not found (scripts/install-deps.sh installs clang)" >&2
+  exit 1
 fi
 BUILD=build-fuzz
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -13,9 +13,10 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-venv python3-pip
   dataset-fashion-mnist python3-matplotlib
+  clang libclang-rt-14-dev
 )
-# Optional extras: clang for the libFuzzer target.
-OPTIONAL=(clang libclang-rt-14-dev)
+# Optional extras (none today).
+OPTIONAL=()
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -508,6 +508,10 @@ class InProcessTransport final : public Transport {
   // given (and, with a signature, when every rank's signature equals rank 0's).
   Status RunSlot(const NativeCollective* native, const void* signature, size_t bytes, void* all,
                  Deadline deadline);
+  // RunSlot's phases: this rank's arrival at the slot of generation `gen`; the wait for the
+  // others (an error when the meeting failed: deadline, abort, or a peer that gave up).
+  void Arrive(MeetSlot& slot, uint64_t gen);
+  Status AwaitMeeting(MeetSlot& slot, bool with_signature, Deadline deadline);
 
   uint64_t native_calls_ = 0;
 };
@@ -625,105 +629,88 @@ void RunFromCopies(const NativeCollective& call, const MeetEntry* entries, int r
 // abandoned, unless every rank arrived meanwhile, so that no late rank touches the buffers of
 // one that gave up (the count and the mark share one word). The wait for the blocks has no
 // deadline: it only waits for memory copies in progress.
-Status InProcessTransport::RunSlot(const NativeCollective* native, const void* signature,
-                                   size_t sig_bytes, void* all, Deadline deadline) {
-  const int n = nranks_;
-  const uint64_t seq = native_calls_++;
-  Meeting& meeting = hub_->meeting;
-  MeetSlot& slot = meeting.slots[seq % kMeetSlots];
-  const uint64_t gen = seq & kGenMask;
-  if (signature && sig_bytes > kMeetSignatureBytes) {
-    return Internal("call signature of ", sig_bytes, " bytes is larger than the ",
-                    kMeetSignatureBytes, " a meeting holds");
-  }
-  const bool from_copies = native && hub_->memory->host() && RunsFromCopies(*native, n);
-
-  MeetEntry& mine = slot.entries[rank_];
+// This rank's entry: its buffers, its signature, and its input when the call runs from copies.
+void Publish(MeetEntry& mine, const NativeCollective* native, const void* signature,
+             size_t sig_bytes, bool from_copies, int rank, int n) {
   mine.send = native ? native->send : nullptr;
   mine.recv = native ? native->recv : nullptr;
   mine.signature_bytes = signature ? sig_bytes : 0;
   if (signature) std::memcpy(mine.signature, signature, sig_bytes);
   mine.copied = from_copies;
   if (from_copies) {
-    const size_t in = NativeInputBytes(*native, rank_, n);
+    const size_t in = NativeInputBytes(*native, rank, n);
     if (in > 0) CopyBytes(mine.data, native->send, in);
   }
+}
 
-  // Arrive. A slot still holding an older generation was left by every rank (see Meeting).
-  uint64_t state = slot.state.load();
-  for (;;) {
-    uint64_t next;
-    if ((state >> kGenShift) != gen) {
-      slot.next_block.store(0, std::memory_order_relaxed);
-      slot.blocks_done.store(0, std::memory_order_relaxed);
-      next = (gen << kGenShift) | 1;
-    } else {
-      next = state + 1;
+// Every rank's signature into all[r * sig_bytes] (zeros for a rank that published none of this
+// size); InvalidArgument unless they all equal rank 0's.
+Status GatherSignatures(const MeetEntry* entries, int n, size_t sig_bytes, void* all) {
+  bool same = true;
+  for (int r = 0; r < n; ++r) {
+    const MeetEntry& e = entries[r];
+    char* dst = static_cast<char*>(all) + r * sig_bytes;
+    if (e.signature_bytes != sig_bytes) {
+      same = false;
+      std::memset(dst, 0, sig_bytes);
+      continue;
     }
-    if (slot.state.compare_exchange_weak(state, next)) {
-      state = next;
-      break;
-    }
+    std::memcpy(dst, e.signature, sig_bytes);
+    same &= std::memcmp(e.signature, entries[0].signature, sig_bytes) == 0;
   }
-  if ((state & kCountMask) == static_cast<uint64_t>(n)) meeting.Wake();
+  if (!same) return InvalidArgument("the ranks' call signatures differ");
+  return Status::OK();
+}
 
-  auto complete = [&](uint64_t s) {
-    return (s & kCountMask) == static_cast<uint64_t>(n) && !(s & kAbandonedBit);
-  };
-  bool met = meeting.WaitUntil(
-      [&] {
-        const uint64_t s = slot.state.load();
-        return complete(s) || (s & kAbandonedBit) || hub_->aborted.load();
-      },
-      deadline);
-  state = slot.state.load();
-  if (!complete(state)) {
-    // Give up (deadline or abort) unless every rank arrived meanwhile; the mark is set only
-    // while the count is short, so no rank can have started on the buffers.
-    while (!complete(state) && !(state & kAbandonedBit)) {
-      if (slot.state.compare_exchange_weak(state, state | kAbandonedBit)) {
-        meeting.Wake();
-        break;
-      }
-    }
-  }
-  if (!complete(state)) {
-    const uint64_t arrived = state & kCountMask;
-    if (hub_->aborted.load()) return AbortCause();
-    if (!met)
-      return Timeout(signature ? "collective" : "native collective", ": only ", arrived, " of ", n,
-                     " ranks arrived");
-    // At a meeting a peer that gave up timed out waiting for the same missing rank.
-    if (signature)
-      return Timeout("collective: only ", arrived, " of ", n,
-                     " ranks arrived (another rank gave up waiting first)");
-    return FailedPrecondition("native collective: a peer gave up waiting for the others");
-  }
-
-  const MeetEntry* entries = slot.entries.get();
-  if (signature) {
-    bool same = true;
-    for (int r = 0; r < n; ++r) {
-      const MeetEntry& e = entries[r];
-      char* dst = static_cast<char*>(all) + r * sig_bytes;
-      if (e.signature_bytes != sig_bytes) {
-        same = false;
-        std::memset(dst, 0, sig_bytes);
-        continue;
-      }
-      std::memcpy(dst, e.signature, sig_bytes);
-      same &= std::memcmp(e.signature, entries[0].signature, sig_bytes) == 0;
-    }
-    if (!same) return InvalidArgument("the ranks' call signatures differ");
-    if (native == nullptr) return Status::OK();
-  }
-  const NativeCollective& call = *native;
-  if (from_copies) {
-    RunFromCopies(call, entries, rank_, n);
-    return Status::OK();
-  }
+// One block of a large native call: elements [begin, begin + len) of part `part`, read from the
+// ranks' inputs and written into their outputs (the ways are described above RunSlot).
+void RunNativeBlock(const NativeCollective& call, const MeetEntry* entries, int n, int part,
+                    size_t begin, size_t len, bool streaming, std::vector<const char*>* inputs,
+                    std::vector<char*>* outputs) {
   const size_t elem = DataTypeSize(call.dtype);
   const Reduction reduction{call.dtype, call.op};
+  auto in_at = [&](int rank, size_t element) {
+    return static_cast<const char*>(entries[rank].send) + element * elem;
+  };
+  auto out_at = [&](int rank, size_t element) {
+    return static_cast<char*>(entries[rank].recv) + element * elem;
+  };
+  inputs->clear();
+  outputs->clear();
+  switch (call.kind) {
+    case Collective::kAllReduce:
+    case Collective::kReduce:
+      for (int p = 0; p < n; ++p) inputs->push_back(in_at(p, begin));
+      if (call.kind == Collective::kAllReduce) {
+        for (int p = 0; p < n; ++p) outputs->push_back(out_at(p, begin));
+      } else {
+        outputs->push_back(out_at(call.root, begin));
+      }
+      ReduceInto(reduction, *inputs, *outputs, len, n, streaming);
+      break;
+    case Collective::kReduceScatter:
+      for (int p = 0; p < n; ++p) inputs->push_back(in_at(p, part * call.count + begin));
+      outputs->push_back(out_at(part, begin));
+      ReduceInto(reduction, *inputs, *outputs, len, n, streaming);
+      break;
+    case Collective::kAllGather:
+      for (int p = 0; p < n; ++p) outputs->push_back(out_at(p, part * call.count + begin));
+      CopyInto(in_at(part, begin), *outputs, len * elem, streaming);
+      break;
+    case Collective::kBroadcast:
+      for (int p = 0; p < n; ++p) outputs->push_back(out_at(p, begin));
+      CopyInto(in_at(call.root, begin), *outputs, len * elem, streaming);
+      break;
+    default:  // not a native collective (SupportsNative)
+      break;
+  }
+}
+
+// A large native call on every rank's memory: this rank claims blocks from the slot's counter
+// until none is left, then waits until every block is written (by whichever ranks did them).
+void RunNativeBlocks(const NativeCollective& call, MeetSlot& slot, Meeting& meeting, int n) {
+  const MeetEntry* entries = slot.entries.get();
+  const size_t elem = DataTypeSize(call.dtype);
   // All ranks' outputs together, as the caches see them.
   const size_t total_out = call.kind == Collective::kReduce      ? call.count * elem
                            : call.kind == Collective::kAllGather ? call.count * elem * n * n
@@ -740,49 +727,14 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
   const size_t block = NativeBlockElements(call.count, elem, parts, meeting.workers);
   const size_t per_part = (call.count + block - 1) / block;
   const size_t blocks = per_part * parts;
-  auto in_at = [&](int rank, size_t element) {
-    return static_cast<const char*>(entries[rank].send) + element * elem;
-  };
-  auto out_at = [&](int rank, size_t element) {
-    return static_cast<char*>(entries[rank].recv) + element * elem;
-  };
   std::vector<const char*> inputs;
   std::vector<char*> outputs;
   size_t done_here = 0;
   for (size_t b = slot.next_block.fetch_add(1); b < blocks; b = slot.next_block.fetch_add(1)) {
     ++done_here;
-    const int part = static_cast<int>(b / per_part);
     const size_t begin = (b % per_part) * block;
-    const size_t len = std::min(block, call.count - begin);
-    inputs.clear();
-    outputs.clear();
-    switch (call.kind) {
-      case Collective::kAllReduce:
-      case Collective::kReduce:
-        for (int p = 0; p < n; ++p) inputs.push_back(in_at(p, begin));
-        if (call.kind == Collective::kAllReduce) {
-          for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, begin));
-        } else {
-          outputs.push_back(out_at(call.root, begin));
-        }
-        ReduceInto(reduction, inputs, outputs, len, n, streaming);
-        break;
-      case Collective::kReduceScatter:
-        for (int p = 0; p < n; ++p) inputs.push_back(in_at(p, part * call.count + begin));
-        outputs.push_back(out_at(part, begin));
-        ReduceInto(reduction, inputs, outputs, len, n, streaming);
-        break;
-      case Collective::kAllGather:
-        for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, part * call.count + begin));
-        CopyInto(in_at(part, begin), outputs, len * elem, streaming);
-        break;
-      case Collective::kBroadcast:
-        for (int p = 0; p < n; ++p) outputs.push_back(out_at(p, begin));
-        CopyInto(in_at(call.root, begin), outputs, len * elem, streaming);
-        break;
-      default:  // not a native collective (SupportsNative)
-        break;
-    }
+    RunNativeBlock(call, entries, n, static_cast<int>(b / per_part), begin,
+                   std::min(block, call.count - begin), streaming, &inputs, &outputs);
   }
   // Done when every block is written (by whichever ranks did them).
   if (done_here > 0) {
@@ -791,7 +743,106 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
       meeting.Wake();
   }
   meeting.WaitUntil([&] { return slot.blocks_done.load(std::memory_order_acquire) == blocks; });
+}
+
+// The in-process meeting and native collectives. Each rank publishes its entry in the call's
+// slot (Meeting) and waits until all have. Signatures are compared first. A small native call
+// (RunsFromCopies) is then computed by every rank from the copies in the slot, and the call is
+// over. A larger one works directly on every rank's memory: the ranks claim blocks of the whole
+// collective from a shared counter and wait until every block is written (a peer may be writing
+// into this rank's buffers until then; a rank that found no block left does not wait for the
+// others to be scheduled). Per block:
+//   allreduce:     reduce the block of all N inputs and write it into all N outputs: N·S bytes
+//                  read and N·S written in total, the minimum for any allreduce (the ring and
+//                  the tree move about 15·S for N = 4);
+//   reducescatter: reduce the block of all inputs into the output of the rank that owns it;
+//   reduce:        reduce the block of all inputs into the root's output;
+//   allgather:     copy the block of rank p's input into every output;
+//   broadcast:     copy the block of the root's input into every output.
+// Outputs too large for the caches are written with streaming stores.
+// The meeting ends at the deadline (a rank that never calls): the rank then marks the slot
+// abandoned, unless every rank arrived meanwhile, so that no late rank touches the buffers of
+// one that gave up (the count and the mark share one word). The wait for the blocks has no
+// deadline: it only waits for memory copies in progress.
+Status InProcessTransport::RunSlot(const NativeCollective* native, const void* signature,
+                                   size_t sig_bytes, void* all, Deadline deadline) {
+  const int n = nranks_;
+  const uint64_t seq = native_calls_++;
+  MeetSlot& slot = hub_->meeting.slots[seq % kMeetSlots];
+  if (signature && sig_bytes > kMeetSignatureBytes) {
+    return Internal("call signature of ", sig_bytes, " bytes is larger than the ",
+                    kMeetSignatureBytes, " a meeting holds");
+  }
+  const bool from_copies = native && hub_->memory->host() && RunsFromCopies(*native, n);
+  Publish(slot.entries[rank_], native, signature, sig_bytes, from_copies, rank_, n);
+  Arrive(slot, seq & kGenMask);
+  LOOM_RETURN_IF_ERROR(AwaitMeeting(slot, signature != nullptr, deadline));
+  const MeetEntry* entries = slot.entries.get();
+  if (signature) {
+    LOOM_RETURN_IF_ERROR(GatherSignatures(entries, n, sig_bytes, all));
+    if (native == nullptr) return Status::OK();
+  }
+  if (from_copies) {
+    RunFromCopies(*native, entries, rank_, n);
+    return Status::OK();
+  }
+  RunNativeBlocks(*native, slot, hub_->meeting, n);
   return Status::OK();
+}
+
+void InProcessTransport::Arrive(MeetSlot& slot, uint64_t gen) {
+  // A slot still holding an older generation was left by every rank (see Meeting).
+  uint64_t state = slot.state.load();
+  for (;;) {
+    uint64_t next;
+    if ((state >> kGenShift) != gen) {
+      slot.next_block.store(0, std::memory_order_relaxed);
+      slot.blocks_done.store(0, std::memory_order_relaxed);
+      next = (gen << kGenShift) | 1;
+    } else {
+      next = state + 1;
+    }
+    if (slot.state.compare_exchange_weak(state, next)) {
+      state = next;
+      break;
+    }
+  }
+  if ((state & kCountMask) == static_cast<uint64_t>(nranks_)) hub_->meeting.Wake();
+}
+
+Status InProcessTransport::AwaitMeeting(MeetSlot& slot, bool with_signature, Deadline deadline) {
+  const int n = nranks_;
+  Meeting& meeting = hub_->meeting;
+  auto complete = [&](uint64_t s) {
+    return (s & kCountMask) == static_cast<uint64_t>(n) && !(s & kAbandonedBit);
+  };
+  bool met = meeting.WaitUntil(
+      [&] {
+        const uint64_t s = slot.state.load();
+        return complete(s) || (s & kAbandonedBit) || hub_->aborted.load();
+      },
+      deadline);
+  uint64_t state = slot.state.load();
+  if (complete(state)) return Status::OK();
+  // Give up (deadline or abort) unless every rank arrived meanwhile; the mark is set only while
+  // the count is short, so no rank can have started on the buffers.
+  while (!complete(state) && !(state & kAbandonedBit)) {
+    if (slot.state.compare_exchange_weak(state, state | kAbandonedBit)) {
+      meeting.Wake();
+      break;
+    }
+  }
+  if (complete(state)) return Status::OK();
+  const uint64_t arrived = state & kCountMask;
+  if (hub_->aborted.load()) return AbortCause();
+  if (!met)
+    return Timeout(with_signature ? "collective" : "native collective", ": only ", arrived, " of ",
+                   n, " ranks arrived");
+  // At a meeting a peer that gave up timed out waiting for the same missing rank.
+  if (with_signature)
+    return Timeout("collective: only ", arrived, " of ", n,
+                   " ranks arrived (another rank gave up waiting first)");
+  return FailedPrecondition("native collective: a peer gave up waiting for the others");
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 
 namespace loom::python {
 
-void RegisterParallel(py::module_& m) {
+namespace {
+
+// The data-parallel transpiler and the registered transports.
+void RegisterTranspile(py::module_& m) {
   m.def(
       "transpile_data_parallel",
       [](const ProgramDesc& startup, const ProgramDesc& main, int nranks, const std::string& mode,
@@ -80,7 +83,10 @@ void RegisterParallel(py::module_& m) {
       "The registered transports (collective/transport_registry.h), one dict each: name, device "
       "('cpu' or 'cuda'), processes (one process per rank), schedules (Loom's ring/tree/...), "
       "native (collectives of its own), shared_devices, built, summary.");
+}
 
+// The runner of a transpiled job's ranks.
+void RegisterRunner(py::module_& m) {
   py::class_<runtime::Runner>(m, "Runner",
                               "The runner of per-rank programs (runtime/runner.h): the ranks "
                               "this process runs of a job, their prepared programs and scopes.")
@@ -142,6 +148,10 @@ void RegisterParallel(py::module_& m) {
           "tensors.")
       .def_property_readonly("nranks", &runtime::Runner::nranks)
       .def_property_readonly("local_ranks", &runtime::Runner::local_ranks);
+}
+
+// The batch split rule and copying persistables between ranks' scopes.
+void RegisterRankHelpers(py::module_& m) {
   m.def("batch_shares", &runtime::BatchShares, py::arg("batch"), py::arg("nranks"),
         "Rows of a global minibatch per rank: the first batch % nranks ranks get one more.");
 
@@ -167,7 +177,10 @@ void RegisterParallel(py::module_& m) {
       py::arg("program"), py::arg("src"), py::arg("dst"), py::arg("place"),
       "Deep-copies the program's initialized persistable tensors from src into dst on place "
       "(src may be dst: moves them to place); returns how many.");
+}
 
+// MPI for data parallelism across processes, and the collective ops' counters.
+void RegisterMpi(py::module_& m) {
   // MPI for data parallelism across processes (BuildStrategy.transport = "mpi").
   m.def("is_compiled_with_mpi", [] { return static_cast<bool>(LOOM_MPI_ENABLED); });
   m.def(
@@ -215,6 +228,15 @@ void RegisterParallel(py::module_& m) {
     return d;
   });
   m.def("reset_collective_op_stats", [] { ops::CollectiveOpStats::Get().Reset(); });
+}
+
+}  // namespace
+
+void RegisterParallel(py::module_& m) {
+  RegisterTranspile(m);
+  RegisterRunner(m);
+  RegisterRankHelpers(m);
+  RegisterMpi(m);
 }
 
 }  // namespace loom::python
