@@ -1,5 +1,5 @@
-// Ops along an axis of a tensor, as Fluid's layers use them: arg_min, cumsum (with gradient)
-// and reverse (with gradient).
+// Ops along an axis of a tensor, as Fluid's layers use them: arg_min, cumsum (with gradient),
+// reverse (with gradient) and argsort (stable).
 #include <algorithm>
 #include <numeric>
 
@@ -135,6 +135,55 @@ Status ReverseKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// ---- argsort ----
+Status ArgsortInferShape(InferShapeContext* ctx) {
+  DDim x = ctx->InputDim("X");
+  int axis = ctx->Attr<int>("axis");
+  if (axis < 0) axis += x.size();
+  if (axis < 0 || axis >= x.size())
+    return ctx->Error("axis ", ctx->Attr<int>("axis"), " is not a dim of ",
+                      ctx->DescribeInput("X"));
+  ctx->ShareDimAndDtype("X", "Out");
+  ctx->SetOutputDim("Indices", x);
+  ctx->SetOutputDtype("Indices", proto::INT64);
+  return Status::OK();
+}
+
+template <typename T>
+Status ArgsortKernel(const KernelContext& ctx) {
+  const Tensor& xt = ctx.Input("X");
+  const DDim& d = xt.dims();
+  int axis = ctx.Attr<int>("axis");
+  if (axis < 0) axis += d.size();
+  const bool desc = ctx.Attr<bool>("descending");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; ++i) outer *= d[i];
+  for (int i = axis + 1; i < d.size(); ++i) inner *= d[i];
+  const int64_t len = d[axis];
+  const T* x = xt.data<T>();
+  T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  int64_t* idx = ctx.Output("Indices")->mutable_data<int64_t>(ctx.place());
+  std::vector<int64_t> order(static_cast<size_t>(len));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      const int64_t base = o * len * inner + in;
+      std::iota(order.begin(), order.end(), 0);
+      // Stable: equal values keep their order, so the result is the same on every run.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        const T va = x[base + a * inner], vb = x[base + b * inner];
+        return desc ? va > vb : va < vb;
+      });
+      for (int64_t k = 0; k < len; ++k) {
+        out[base + k * inner] = x[base + order[k] * inner];
+        idx[base + k * inner] = order[k];
+      }
+    }
+  return Status::OK();
+}
+
+#define LOOM_FLOAT_KERNELS(fn) \
+  Kernel(Place::kCPU, proto::FP32, fn<float>).Kernel(Place::kCPU, proto::FP64, fn<double>)
+
 }  // namespace
 
 LOOM_REGISTER_OP(arg_min)
@@ -195,5 +244,19 @@ LOOM_REGISTER_OP(reverse_grad)
     .InferShape(GradInferShape)
     .Kernel(Place::kCPU, proto::FP32, ReverseKernel<float, true>)
     .Kernel(Place::kCPU, proto::FP64, ReverseKernel<double, true>);
+
+LOOM_REGISTER_OP(argsort)
+    .Doc(
+        "Out = X sorted along axis (stable; descending if asked), Indices = the positions the "
+        "sorted values came from.")
+    .Input("X", "the tensor to sort")
+    .Output("Out", "sorted values")
+    .Output("Indices", "int64 source positions along axis")
+    .Attr<int>("axis", -1, "the dim to sort along (negative: from the end)")
+    .Attr<bool>("descending", false, "largest first")
+    .InferShape(ArgsortInferShape)
+    .LOOM_FLOAT_KERNELS(ArgsortKernel)
+    .Kernel(Place::kCPU, proto::INT32, ArgsortKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, ArgsortKernel<int64_t>);
 
 }  // namespace loom::ops

@@ -1,7 +1,8 @@
 // Ops that create values: fill_constant, fill_zeros_like, uniform_random, gaussian_random,
 // truncated_gaussian_random (normal values, redrawn until they lie within two standard
-// deviations of the mean) and assign_value (Out = the values in the op's attributes: how a
-// program holds a constant array, e.g. NumpyArrayInitializer).
+// deviations of the mean), assign_value (Out = the values in the op's attributes: how a program
+// holds a constant array, e.g. NumpyArrayInitializer) and fill_constant_batch_size_like (its
+// batch dim from another tensor).
 #include <random>
 #include <type_traits>
 
@@ -166,6 +167,52 @@ Status TruncatedKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// ---- fill_constant_batch_size_like ----
+Status FillBatchLikeInferShape(InferShapeContext* ctx) {
+  std::vector<int64_t> shape = ctx->Attr<std::vector<int64_t>>("shape");
+  const int in_idx = ctx->Attr<int>("input_dim_idx"), out_idx = ctx->Attr<int>("output_dim_idx");
+  DDim in = ctx->InputDim("Input");
+  if (out_idx < 0 || out_idx >= static_cast<int>(shape.size()))
+    return ctx->Error("output_dim_idx ", out_idx, " is not a dim of shape (rank ", shape.size(),
+                      ")");
+  if (in_idx < 0 || in_idx >= in.size())
+    return ctx->Error("input_dim_idx ", in_idx, " is not a dim of ", ctx->DescribeInput("Input"));
+  auto v = ResolveFillValue(ctx->Attr<std::string>("str_value"), ctx->Attr<float>("value"),
+                            static_cast<DataType>(ctx->Attr<int>("dtype")));
+  if (!v.ok()) return ctx->Error(v.status().message());
+  shape[out_idx] = in[in_idx];
+  ctx->SetOutputDim("Out", DDim(shape));
+  ctx->SetOutputDtype("Out", static_cast<DataType>(ctx->Attr<int>("dtype")));
+  return Status::OK();
+}
+
+// One kernel for every dtype of Input: Out's dtype is the attribute's.
+Status FillBatchLikeKernel(const KernelContext& ctx) {
+  std::vector<int64_t> shape = ctx.Attr<std::vector<int64_t>>("shape");
+  const Tensor& in = ctx.Input("Input");
+  shape[ctx.Attr<int>("output_dim_idx")] = in.dims()[ctx.Attr<int>("input_dim_idx")];
+  const auto dtype = static_cast<DataType>(ctx.Attr<int>("dtype"));
+  auto value =
+      ResolveFillValue(ctx.Attr<std::string>("str_value"), ctx.Attr<float>("value"), dtype);
+  if (!value.ok()) return ctx.Error(value.status().message());
+  Tensor* out = ctx.Output("Out");
+  out->Resize(DDim(shape));
+  auto fill = [&](auto* o) {
+    using T = std::remove_pointer_t<decltype(o)>;
+    const T v = std::is_integral_v<T> ? static_cast<T>(value.value().integer)
+                                      : static_cast<T>(value.value().real);
+    std::fill(o, o + out->numel(), v);
+    return Status::OK();
+  };
+  switch (dtype) {
+    case proto::FP32: return fill(out->mutable_data<float>(ctx.place()));
+    case proto::FP64: return fill(out->mutable_data<double>(ctx.place()));
+    case proto::INT32: return fill(out->mutable_data<int32_t>(ctx.place()));
+    case proto::INT64: return fill(out->mutable_data<int64_t>(ctx.place()));
+    default: return ctx.Error("dtype ", DataTypeName(dtype), " is not float or int");
+  }
+}
+
 }  // namespace
 
 LOOM_REGISTER_OP(fill_constant)
@@ -243,5 +290,24 @@ LOOM_REGISTER_OP(truncated_gaussian_random)
     .InferShape(TruncatedInferShape)
     .Kernel(Place::kCPU, proto::FP32, TruncatedKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, TruncatedKernel<double>);
+
+LOOM_REGISTER_OP(fill_constant_batch_size_like)
+    .Doc(
+        "Out = a tensor of `shape`, with dim output_dim_idx taken from dim input_dim_idx of "
+        "Input (its batch size), filled with value.")
+    .Input("Input", "the tensor whose batch size Out takes")
+    .Output("Out", "the filled tensor")
+    .Attr<std::vector<int64_t>>("shape", {1}, "dims of Out (one of them replaced)")
+    .Attr<float>("value", 0.0f, "the fill value")
+    .Attr<std::string>("str_value", "", "the fill value as text (exact), used when set")
+    .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
+    .Attr<int>("input_dim_idx", 0, "the dim of Input to copy")
+    .Attr<int>("output_dim_idx", 0, "the dim of Out it replaces")
+    .Attr<bool>("force_cpu", false, "accepted (Out is on the op's place)")
+    .InferShape(FillBatchLikeInferShape)
+    .Kernel(Place::kCPU, proto::FP32, FillBatchLikeKernel)
+    .Kernel(Place::kCPU, proto::FP64, FillBatchLikeKernel)
+    .Kernel(Place::kCPU, proto::INT32, FillBatchLikeKernel)
+    .Kernel(Place::kCPU, proto::INT64, FillBatchLikeKernel);
 
 }  // namespace loom::ops
