@@ -106,11 +106,11 @@ Status Adam(const KernelContext& ctx) {
   T* m2o = ctx.Output("Moment2Out")->mutable_data<T>(ctx.place());
   if (n > 0 && ctx.Attr<bool>("lazy_mode") && param.dims().size() >= 2) {
     const int64_t rows = param.dims()[0];
-    LazyAdamK<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0,
-                   Stream(ctx)>>>(
-        param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
-        ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o, m2o,
-        rows, n / rows, b1, b2, eps, coeff);
+    LazyAdamK<T>
+        <<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, Stream(ctx)>>>(
+            param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
+            ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o,
+            m2o, rows, n / rows, b1, b2, eps, coeff);
   } else if (n > 0) {
     AdamK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
         param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
