@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# scripts/check.sh [format|tsan|asan|all]...: the checks run before every stop (default: all).
+# scripts/check.sh [format|kernels|tsan|asan|all]...: the checks run before every stop (default:
+# all).
 #   format  C++ lines at most 100 columns, and clang-format (.clang-format) clean on the C++
 #           files changed since CHECK_BASE (default: the merge base with origin/main, else HEAD~1)
+#   kernels every kernel registered apart from its op (LOOM_REGISTER_KERNEL, e.g. the CUDA
+#           kernels of a *_cuda.cu) sits in the operators/ folder of the op's LOOM_REGISTER_OP,
+#           and no operators/ file is named *_extra* or *_more* (files are named for their
+#           ops). Reads the sources only (expanding the macros each file defines): a second.
 #   tsan    ThreadSanitizer build in build-tsan/ (CUDA, MPI and Python off), then the tests of
 #           what runs threads: collectives, device groups, executor, data-parallel transpiler, CLI
 #   asan    AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/, then every ctest
@@ -13,8 +18,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 JOBS=${LOOM_JOBS:-2}
 checks=("$@")
-[ ${#checks[@]} -eq 0 ] && checks=(format tsan asan)
-[ "${checks[0]}" = all ] && checks=(format tsan asan)
+[ ${#checks[@]} -eq 0 ] && checks=(format kernels tsan asan)
+[ "${checks[0]}" = all ] && checks=(format kernels tsan asan)
 failed=0
 result() { printf 'check.sh: %-7s %s\n' "$1" "$2"; [ "$2" = PASS ] || failed=1; }
 
@@ -48,6 +53,96 @@ for f in sys.stdin.read().split():
       else
         result format PASS
       fi ;;
+    kernels)
+      # Prints one line per offender; the registrations are found after expanding the
+      # function-like macros each file defines (LOOM_COMPARE_CUDA(NAME, FN) and the like).
+      offenders=$(/usr/bin/python3 - <<'PY'
+import os, re
+from collections import defaultdict
+
+lexed = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.S)
+define = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)[ \t]*(.*)$", re.M)
+directive = re.compile(r"^[ \t]*#.*$", re.M)
+register = re.compile(r"\bLOOM_REGISTER_(OP|KERNEL)\s*\(\s*(\w+)\s*(?:,\s*(\w+))?")
+
+
+def arguments(text, i):  # text[i] is "(": the call's arguments and the index after ")"
+    depth, args, cur = 0, [], ""
+    for j in range(i, len(text)):
+        c = text[j]
+        if c == "(":
+            depth += 1
+            if depth == 1:
+                continue
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return args + [cur.strip()], j + 1
+        elif c == "," and depth == 1:
+            args, cur = args + [cur.strip()], ""
+            continue
+        cur += c
+    return None, len(text)
+
+
+def expand(text, macros, depth=0):  # every definition of a macro (#if branches alike)
+    if depth > 8 or not macros:
+        return text
+    calls = re.compile(r"\b(%s)\s*(?=\()" % "|".join(map(re.escape, macros)))
+    out, pos = [], 0
+    for m in calls.finditer(text):
+        if m.start() < pos:
+            continue
+        args, end = arguments(text, m.end())
+        if args is None:
+            continue
+        out.append(text[pos:m.start()])
+        for params, body in macros[m.group(1)]:
+            bound = dict(zip(params, args))
+            body = re.sub(r"\w+", lambda t: bound.get(t.group(0), t.group(0)), body)
+            out.append(" %s " % expand(re.sub(r"\s*##\s*", "", body), macros, depth + 1))
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+ops, kernels, offenders = defaultdict(set), [], []
+for folder, _, files in sorted(os.walk("operators")):
+    for f in sorted(files):
+        path = os.path.join(folder, f)
+        if "_extra" in f or "_more" in f:
+            offenders.append("%s: named *_extra*/*_more*; name files for the ops they hold" % path)
+        if not f.endswith((".cc", ".cu", ".h", ".cuh")):
+            continue
+        with open(path, encoding="utf-8") as src:
+            text = lexed.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else " ", src.read())
+        text = text.replace("\\\n", " ")
+        macros = defaultdict(list)
+        for m in define.finditer(text):
+            macros[m.group(1)].append(([p.strip() for p in m.group(2).split(",")], m.group(3)))
+        for kind, op, place in register.findall(expand(directive.sub(" ", text), macros)):
+            if kind == "OP":
+                ops[op].add(folder)
+            elif (op, place, path) not in kernels:
+                kernels.append((op, place, path))
+if not ops:
+    offenders.append("operators/: no LOOM_REGISTER_OP found")
+for op, place, path in kernels:
+    home = ops.get(op)
+    if not home:
+        offenders.append("%s: %s kernel of '%s', an op registered nowhere" % (path, place, op))
+    elif os.path.dirname(path) not in home:
+        offenders.append("%s: %s kernel of '%s', whose op is registered in %s/" %
+                         (path, place, op, ", ".join(sorted(home))))
+print("\n".join(offenders))
+PY
+)
+      if [ -n "$offenders" ]; then
+        echo "$offenders" | sed 's/^/  /'
+        result kernels "FAIL: $(echo "$offenders" | wc -l) offenders above (each kernel goes in its \
+op's folder; files are named for their ops)"
+      else
+        result kernels PASS
+      fi ;;
     tsan)
       if sanitized_build build-tsan thread; then
         supp="$PWD/scripts/tsan.supp"
@@ -68,7 +163,7 @@ for f in sys.stdin.read().split():
       else
         result asan "FAIL: build, see build-asan/ninja.log"
       fi ;;
-    *) echo "check.sh: unknown check '$c' (format, tsan, asan, all)" >&2; exit 2 ;;
+    *) echo "check.sh: unknown check '$c' (format, kernels, tsan, asan, all)" >&2; exit 2 ;;
   esac
 done
 exit $failed

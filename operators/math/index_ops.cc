@@ -1,5 +1,6 @@
-// Indexing ops of Fluid: gather_nd and scatter (with gradients), unique, and the
-// uniform / gaussian random ops whose batch dim comes from another tensor.
+// Indexing ops of Fluid: gather_nd and scatter (with gradients), unique, gather_tree, one_hot,
+// where_index, and the uniform / gaussian random ops whose batch dim comes from another tensor.
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -258,6 +259,82 @@ Status RandomLikeKernel(const KernelContext& ctx) {
   }
 }
 
+// ---- one_hot ----
+Status OneHotInferShape(InferShapeContext* ctx) {
+  DDim x = ctx->InputDim("X");
+  if (x.size() < 1 || (x[x.size() - 1] >= 0 && x[x.size() - 1] != 1))
+    return ctx->Error(ctx->DescribeInput("X"), " must end in a dim of 1 (ids [..., 1])");
+  const int depth = ctx->Attr<int>("depth");
+  if (depth < 1) return ctx->Error("depth must be >= 1, got ", depth);
+  DDim out = x;
+  out[x.size() - 1] = depth;
+  ctx->SetOutputDim("Out", out);
+  ctx->SetOutputDtype("Out", static_cast<DataType>(ctx->Attr<int>("dtype")));
+  return Status::OK();
+}
+
+template <typename I>
+Status OneHotKernel(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  const int64_t depth = ctx.Attr<int>("depth");
+  const bool allow = ctx.Attr<bool>("allow_out_of_range");
+  const I* ids = x.data<I>();
+  Tensor* out = ctx.Output("Out");
+  DDim d = x.dims();
+  d[d.size() - 1] = depth;
+  out->Resize(d);
+  const int64_t n = x.numel();
+  const auto dtype = static_cast<DataType>(ctx.Attr<int>("dtype"));
+  auto fill = [&](auto* o) {
+    using T = std::remove_pointer_t<decltype(o)>;
+    std::fill(o, o + n * depth, T(0));
+    for (int64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= depth) {
+        if (allow) continue;
+        return ctx.Error("id ", static_cast<int64_t>(ids[i]), " at ", i,
+                         " is outside [0, depth = ", depth, ")");
+      }
+      o[i * depth + static_cast<int64_t>(ids[i])] = T(1);
+    }
+    return Status::OK();
+  };
+  switch (dtype) {
+    case proto::FP32: return fill(out->mutable_data<float>(ctx.place()));
+    case proto::FP64: return fill(out->mutable_data<double>(ctx.place()));
+    case proto::INT32: return fill(out->mutable_data<int32_t>(ctx.place()));
+    case proto::INT64: return fill(out->mutable_data<int64_t>(ctx.place()));
+    default: return ctx.Error("dtype ", DataTypeName(dtype), " is not float or int");
+  }
+}
+
+// ---- where_index ----
+Status WhereIndexInferShape(InferShapeContext* ctx) {
+  ctx->SetOutputDim("Out", DDim({-1, static_cast<int64_t>(ctx->InputDim("Condition").size())}));
+  ctx->SetOutputDtype("Out", proto::INT64);
+  return Status::OK();
+}
+
+template <typename T>
+Status WhereIndexKernel(const KernelContext& ctx) {
+  const Tensor& c = ctx.Input("Condition");
+  const DDim& d = c.dims();
+  const T* v = c.data<T>();
+  std::vector<int64_t> hits;
+  for (int64_t i = 0; i < c.numel(); ++i)
+    if (v[i] != T(0)) hits.push_back(i);
+  Tensor* out = ctx.Output("Out");
+  out->Resize(DDim({static_cast<int64_t>(hits.size()), static_cast<int64_t>(d.size())}));
+  int64_t* o = out->mutable_data<int64_t>(ctx.place());
+  for (size_t h = 0; h < hits.size(); ++h) {
+    int64_t rest = hits[h];
+    for (int a = d.size() - 1; a >= 0; --a) {
+      o[h * d.size() + a] = rest % d[a];
+      rest /= d[a];
+    }
+  }
+  return Status::OK();
+}
+
 #define LOOM_INDEX_KERNELS(fn) \
   Kernel(Place::kCPU, proto::FP32, fn<float>).Kernel(Place::kCPU, proto::FP64, fn<double>)
 
@@ -386,5 +463,28 @@ LOOM_REGISTER_OP(gather_tree)
     })
     .Kernel(Place::kCPU, proto::INT32, GatherTreeKernel<int32_t>)
     .Kernel(Place::kCPU, proto::INT64, GatherTreeKernel<int64_t>);
+
+LOOM_REGISTER_OP(one_hot)
+    .Doc(
+        "Out[..., j] = 1 if X[..., 0] == j else 0, for j < depth (X holds int ids, last dim 1). "
+        "An id outside [0, depth) is an error, or a row of zeros with allow_out_of_range.")
+    .Input("X", "ids [..., 1], int32 or int64")
+    .Output("Out", "[..., depth]")
+    .Attr<int>("depth", 1, "the number of classes")
+    .Attr<int>("dtype", proto::FP32, "DataType code of Out", ValidDtype())
+    .Attr<bool>("allow_out_of_range", false, "zeros for ids outside [0, depth)")
+    .InferShape(OneHotInferShape)
+    .Kernel(Place::kCPU, proto::INT64, OneHotKernel<int64_t>)
+    .Kernel(Place::kCPU, proto::INT32, OneHotKernel<int32_t>);
+
+LOOM_REGISTER_OP(where_index)
+    .Doc("Out = the coordinates [K, rank] of the K non-zero (true) elements of Condition.")
+    .Input("Condition", "a bool (or numeric) tensor")
+    .Output("Out", "int64 coordinates, one row per hit, in row-major order")
+    .InferShape(WhereIndexInferShape)
+    .Kernel(Place::kCPU, proto::BOOL, WhereIndexKernel<bool>)
+    .Kernel(Place::kCPU, proto::INT32, WhereIndexKernel<int32_t>)
+    .Kernel(Place::kCPU, proto::INT64, WhereIndexKernel<int64_t>)
+    .LOOM_INDEX_KERNELS(WhereIndexKernel);
 
 }  // namespace loom::ops

@@ -1,5 +1,5 @@
 // mul's operands as the 2-D matrices it multiplies (X flattened at x_num_col_dims, Y at
-// y_num_col_dims), shared by the CPU kernels (mul.cc) and the CUDA kernels (nn_cuda.cu). Host
+// y_num_col_dims), shared by the CPU kernels (mul.cc) and the CUDA kernels (mul_cuda.cu). Host
 // code only.
 #pragma once
 

@@ -1,8 +1,7 @@
-// CUDA kernels of cross_entropy(+grad), square_error_cost(+grad) (operators/nn/loss_metrics.cc)
-// and squared_l2_norm(+grad) (operators/optimizers/momentum_adam.cc), fp32 and fp64, with the
-// CPU semantics: hard labels int64 or int32 with ignore_index, or soft labels; an out-of-range
-// hard label is an error (reported after the kernel, which flags it). squared_l2_norm sums in
-// double in one block.
+// CUDA kernels of cross_entropy(+grad) and square_error_cost(+grad)
+// (operators/nn/loss_metrics.cc), fp32 and fp64, with the CPU semantics: hard labels int64 or
+// int32 with ignore_index, or soft labels; an out-of-range hard label is an error (reported
+// after the kernel, which flags it).
 #include <cmath>
 
 #include "operators/cuda_util.cuh"
@@ -150,42 +149,6 @@ Status SquareErrorGrad(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
-template <typename T>
-__global__ void SquaredL2NormK(const T* x, int64_t n, T* out) {
-  __shared__ double buf[kThreads];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  acc = BlockSum(acc, buf);
-  if (threadIdx.x == 0) out[0] = static_cast<T>(acc);
-}
-
-template <typename T>
-Status SquaredL2Norm(const KernelContext& ctx) {
-  const Tensor& x = ctx.Input("X");
-  SquaredL2NormK<T><<<1, kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), x.numel(), ctx.Output("Out")->mutable_data<T>(ctx.place()));
-  return LaunchStatus(ctx);
-}
-
-template <typename T>
-__global__ void SquaredL2NormGradK(const T* x, const T* g, T* o, int64_t n) {
-  const T gv = g[0];
-  LOOM_GRID_STRIDE(i, n) o[i] = T(2) * x[i] * gv;
-}
-
-template <typename T>
-Status SquaredL2NormGrad(const KernelContext& ctx) {
-  Tensor* dx = ctx.OutputOrNull("X@GRAD");
-  if (!dx) return Status::OK();
-  const Tensor& x = ctx.Input("X");
-  T* o = dx->mutable_data<T>(ctx.place());
-  if (x.numel() == 0) return Status::OK();
-  SquaredL2NormGradK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(
-      x.data<T>(), ctx.Input("Out@GRAD").data<T>(), o, x.numel());
-  return LaunchStatus(ctx);
-}
-
 }  // namespace
 
 LOOM_REGISTER_KERNEL(cross_entropy, kCUDA, FP32, CrossEntropy<float>);
@@ -196,9 +159,5 @@ LOOM_REGISTER_KERNEL(square_error_cost, kCUDA, FP32, SquareError<float>);
 LOOM_REGISTER_KERNEL(square_error_cost, kCUDA, FP64, SquareError<double>);
 LOOM_REGISTER_KERNEL(square_error_cost_grad, kCUDA, FP32, SquareErrorGrad<float>);
 LOOM_REGISTER_KERNEL(square_error_cost_grad, kCUDA, FP64, SquareErrorGrad<double>);
-LOOM_REGISTER_KERNEL(squared_l2_norm, kCUDA, FP32, SquaredL2Norm<float>);
-LOOM_REGISTER_KERNEL(squared_l2_norm, kCUDA, FP64, SquaredL2Norm<double>);
-LOOM_REGISTER_KERNEL(squared_l2_norm_grad, kCUDA, FP32, SquaredL2NormGrad<float>);
-LOOM_REGISTER_KERNEL(squared_l2_norm_grad, kCUDA, FP64, SquaredL2NormGrad<double>);
 
 }  // namespace loom::ops::cuda

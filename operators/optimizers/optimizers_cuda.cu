@@ -1,8 +1,10 @@
-// CUDA kernels of momentum (with Nesterov) and adam / adamw, fp32, fp64 and fp16. The learning
+// CUDA kernels of momentum (with Nesterov) and adam / adamw, fp32, fp64 and fp16, and of
+// squared_l2_norm(+grad), fp32 and fp64 (operators/optimizers/momentum_adam.cc). The learning
 // rate and the beta powers stay on the device: kernels read them through pointers, and the beta
 // powers advance in a one-thread kernel queued after the update (the outputs may alias them).
 // fp16 (Param, Grad and the optimizer state in fp16; the CPU has no fp16 kernels) computes in
 // float and takes the learning rate and beta powers in fp16 or fp32, whichever they are.
+// squared_l2_norm sums in double in one block.
 #include <algorithm>
 #include <cmath>
 
@@ -104,11 +106,11 @@ Status Adam(const KernelContext& ctx) {
   T* m2o = ctx.Output("Moment2Out")->mutable_data<T>(ctx.place());
   if (n > 0 && ctx.Attr<bool>("lazy_mode") && param.dims().size() >= 2) {
     const int64_t rows = param.dims()[0];
-    LazyAdamK<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0,
-                   Stream(ctx)>>>(
-        param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
-        ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o, m2o,
-        rows, n / rows, b1, b2, eps, coeff);
+    LazyAdamK<T>
+        <<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, Stream(ctx)>>>(
+            param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
+            ctx.Input("Moment2").data<T>(), ctx.Input("LearningRate").data<T>(), b1p, b2p, po, m1o,
+            m2o, rows, n / rows, b1, b2, eps, coeff);
   } else if (n > 0) {
     AdamK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(
         param.data<T>(), ctx.Input("Grad").data<T>(), ctx.Input("Moment1").data<T>(),
@@ -226,6 +228,42 @@ Status AdamHalf(const KernelContext& ctx) {
   return LaunchStatus(ctx);
 }
 
+template <typename T>
+__global__ void SquaredL2NormK(const T* x, int64_t n, T* out) {
+  __shared__ double buf[kThreads];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  acc = BlockSum(acc, buf);
+  if (threadIdx.x == 0) out[0] = static_cast<T>(acc);
+}
+
+template <typename T>
+Status SquaredL2Norm(const KernelContext& ctx) {
+  const Tensor& x = ctx.Input("X");
+  SquaredL2NormK<T><<<1, kThreads, 0, Stream(ctx)>>>(
+      x.data<T>(), x.numel(), ctx.Output("Out")->mutable_data<T>(ctx.place()));
+  return LaunchStatus(ctx);
+}
+
+template <typename T>
+__global__ void SquaredL2NormGradK(const T* x, const T* g, T* o, int64_t n) {
+  const T gv = g[0];
+  LOOM_GRID_STRIDE(i, n) o[i] = T(2) * x[i] * gv;
+}
+
+template <typename T>
+Status SquaredL2NormGrad(const KernelContext& ctx) {
+  Tensor* dx = ctx.OutputOrNull("X@GRAD");
+  if (!dx) return Status::OK();
+  const Tensor& x = ctx.Input("X");
+  T* o = dx->mutable_data<T>(ctx.place());
+  if (x.numel() == 0) return Status::OK();
+  SquaredL2NormGradK<T><<<Blocks(x.numel()), kThreads, 0, Stream(ctx)>>>(
+      x.data<T>(), ctx.Input("Out@GRAD").data<T>(), o, x.numel());
+  return LaunchStatus(ctx);
+}
+
 }  // namespace
 
 LOOM_REGISTER_KERNEL(momentum, kCUDA, FP16, MomentumHalf);
@@ -238,4 +276,8 @@ LOOM_REGISTER_KERNEL(adam, kCUDA, FP64, (Adam<double, false>));
 LOOM_REGISTER_KERNEL(adamw, kCUDA, FP32, (Adam<float, true>));
 LOOM_REGISTER_KERNEL(adamw, kCUDA, FP64, (Adam<double, true>));
 
+LOOM_REGISTER_KERNEL(squared_l2_norm, kCUDA, FP32, SquaredL2Norm<float>);
+LOOM_REGISTER_KERNEL(squared_l2_norm, kCUDA, FP64, SquaredL2Norm<double>);
+LOOM_REGISTER_KERNEL(squared_l2_norm_grad, kCUDA, FP32, SquaredL2NormGrad<float>);
+LOOM_REGISTER_KERNEL(squared_l2_norm_grad, kCUDA, FP64, SquaredL2NormGrad<double>);
 }  // namespace loom::ops::cuda

@@ -1,5 +1,5 @@
-// The CUDA kernels of gru and gru_unit (operators/nn/gru_cuda.cu) against the CPU ones
-// (operators/nn/gru.cc) on random inputs: the forward outputs (Hidden, BatchGate,
+// The CUDA kernels of gru and gru_unit (operators/rnn/gru_cuda.cu) against the CPU ones
+// (operators/rnn/gru.cc) on random inputs: the forward outputs (Hidden, BatchGate,
 // BatchResetHiddenPrev / Gate, ResetHiddenPrev) with their dims and LoD, and the gradients of
 // every input (Input, H0 / HiddenPrev, Weight, Bias) with their LoD; fp32 and fp64, forward and
 // reverse, both update rules (origin_mode), with and without H0 and Bias, only some gradients

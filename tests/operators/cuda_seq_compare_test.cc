@@ -1,6 +1,6 @@
 // The CUDA kernels of sequence_conv, sequence_expand, sequence_expand_as, sequence_pad and
-// sequence_unpad (operators/nn/sequence_more_cuda.cu) against the CPU ones
-// (operators/nn/sequence_ops.cc, operators/nn/sequence_more.cc) on random inputs: the forward
+// sequence_unpad (operators/sequence/sequence_rows_cuda.cu) against the CPU ones
+// (operators/sequence/sequence_ops.cc, sequence_lod.cc) on random inputs: the forward
 // outputs with their dims and LoD, and the gradients of every float input (with their dims and
 // LoD); fp32 and fp64 (and int64 X for the expands' forward), sequences of unequal lengths with
 // single-row and empty ones, and every attribute variant: sequence_conv with contextStart

@@ -1,5 +1,7 @@
-// The ops of operators/nn/fluid_extra.cc against naive references, with numeric gradient
-// checks where they have gradients, and their shape errors.
+// Ops Fluid's book models use beside the core set (sigmoid_cross_entropy_with_logits,
+// fill_constant_batch_size_like, one_hot, shape, expand, cos_sim, argsort, where_index,
+// clip_by_norm) against naive references, with numeric gradient checks where they have
+// gradients, and their shape errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -423,7 +423,7 @@ INSTANTIATE_TEST_SUITE_P(
                                 [](double x) { return std::log(1 + std::exp(x)); }},
                       UnaryCase{"softsign", -3, 3,
                                 [](double x) { return x / (1 + std::abs(x)); }},
-                      // activations_extra.cc, at Fluid's default attributes
+                      // unary_activations.cc, at Fluid's default attributes
                       UnaryCase{"elu", -3, 3,
                                 [](double x) { return x > 0 ? x : std::expm1(x); }},
                       UnaryCase{"relu6", -3, 8,

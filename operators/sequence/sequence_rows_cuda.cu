@@ -1,6 +1,6 @@
 // CUDA kernels (fp32, fp64) of sequence_conv, sequence_expand, sequence_expand_as,
 // sequence_pad and sequence_unpad and their gradients, with the semantics of the CPU kernels
-// in operators/nn/sequence_ops.cc and operators/nn/sequence_more.cc: the same output dims,
+// in operators/sequence/sequence_ops.cc and sequence_lod.cc: the same output dims,
 // values and LoD, and the same errors. sequence_expand and sequence_expand_as also run on
 // int64 X, as on the CPU.
 //
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
-#include "operators/nn/sequence_util.h"
+#include "operators/sequence/sequence_util.h"
 
 namespace loom::ops::cuda {
 namespace {

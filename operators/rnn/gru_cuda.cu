@@ -1,5 +1,5 @@
 // CUDA kernels of gru, gru_grad, gru_unit and gru_unit_grad, fp32 and fp64, with the semantics
-// (layouts, outputs, errors) of the CPU kernels in operators/nn/gru.cc: per step
+// (layouts, outputs, errors) of the CPU kernels in operators/rnn/gru.cc: per step
 //   u = act_gate(x_u + h W_u + b_u),  r = act_gate(x_r + h W_r + b_r)
 //   c = act_node(x_c + (r h) W_c + b_c)
 //   h' = (1 - u) h + u c   (origin_mode: u h + (1 - u) c)
@@ -28,7 +28,7 @@
 
 #include "framework/lod.h"
 #include "operators/cuda_util.cuh"
-#include "operators/nn/rnn_activations.h"
+#include "operators/rnn/rnn_activations.h"
 
 namespace loom::ops::cuda {
 namespace {

@@ -14,35 +14,21 @@
 #include "operators/common.h"
 #include "operators/math/blas.h"
 #include "operators/nn/nn_util.h"
-#include "operators/nn/rnn_activations.h"
+#include "operators/rnn/rnn_activations.h"
+#include "operators/rnn/rnn_util.h"
 
 namespace loom::ops {
 namespace {
 
 using rnn::Act;
+using rnn::ActiveAt;
 using rnn::Apply;
 using rnn::Derive;
 using rnn::GruAttrs;
+using rnn::LongestOf;
 using rnn::ParseAct;
 using rnn::ReadGruAttrs;
-
-inline int64_t RowAt(const std::vector<int64_t>& off, size_t s, int64_t k, bool reverse) {
-  return reverse ? off[s + 1] - 1 - k : off[s] + k;
-}
-
-// The sequences of `off` still running at step k, in index order; the longest length.
-std::vector<int64_t> ActiveAt(const std::vector<int64_t>& off, int64_t k) {
-  std::vector<int64_t> active;
-  for (size_t s = 0; s + 1 < off.size(); ++s)
-    if (off[s + 1] - off[s] > k) active.push_back(static_cast<int64_t>(s));
-  return active;
-}
-
-int64_t LongestOf(const std::vector<int64_t>& off) {
-  int64_t n = 0;
-  for (size_t s = 0; s + 1 < off.size(); ++s) n = std::max(n, off[s + 1] - off[s]);
-  return n;
-}
+using rnn::RowAt;
 
 // The recurrence over the sequences `off` of x [rows, 3D], one time step of every sequence at
 // once (a GEMM per gate block over the running sequences): gate [rows, 3D] (activated u, r,

@@ -1,4 +1,4 @@
-// CUDA kernels of lstm and lstm_grad (fp32, fp64), as operators/nn/lstm.cc: the same gate
+// CUDA kernels of lstm and lstm_grad (fp32, fp64), as operators/rnn/lstm.cc: the same gate
 // order (c~, i, f, o), peepholes, reverse, H0 / C0, outputs and intermediate outputs.
 //
 // As on the CPU, time step k of every sequence runs at once. The LoD is on the host, so the
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
-#include "operators/nn/rnn_activations.h"
+#include "operators/rnn/rnn_activations.h"
 
 namespace loom::ops::cuda {
 namespace {

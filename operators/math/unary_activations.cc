@@ -1,8 +1,8 @@
-// More of Fluid's element-wise activations, each with its attributes and Fluid's defaults:
-// elu, relu6, selu, hard_sigmoid, hard_swish, swish, softshrink, hard_shrink, tanh_shrink,
-// thresholded_relu, logsigmoid, sign, erf, acos, asin, atan, brelu, soft_relu, stanh, pow.
-// Forward f(x) and derivative f'(x, y) per op, as in unary.cc; the attributes are read only by
-// these ops (unary.cc's hot ops keep their smaller set).
+// Fluid's other element-wise activations (beside unary.cc's table), each with its attributes
+// and Fluid's defaults: elu, relu6, selu, hard_sigmoid, hard_swish, swish, softshrink,
+// hard_shrink, tanh_shrink, thresholded_relu, logsigmoid, sign, erf, acos, asin, atan, brelu,
+// soft_relu, stanh, pow. Forward f(x) and derivative f'(x, y) per op, as in unary.cc; the
+// attributes are read only by these ops (unary.cc's hot ops keep their smaller set).
 #include <cmath>
 
 #include "operators/common.h"

@@ -14,16 +14,20 @@
 #include "operators/common.h"
 #include "operators/math/blas.h"
 #include "operators/nn/nn_util.h"
-#include "operators/nn/rnn_activations.h"
+#include "operators/rnn/rnn_activations.h"
+#include "operators/rnn/rnn_util.h"
 
 namespace loom::ops {
 namespace {
 
 using rnn::Act;
+using rnn::ActiveAt;
 using rnn::Apply;
 using rnn::Derive;
+using rnn::LongestOf;
 using rnn::LstmAttrs;
 using rnn::ParseAct;
+using rnn::RowAt;
 
 Status LstmInferShape(InferShapeContext* ctx) {
   DDim in = ctx->InputDim("Input"), w = ctx->InputDim("Weight"), b = ctx->InputDim("Bias");
@@ -52,11 +56,6 @@ Status LstmInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-// The rows of sequence s in processing order.
-inline int64_t RowAt(const std::vector<int64_t>& off, size_t s, int64_t k, bool reverse) {
-  return reverse ? off[s + 1] - 1 - k : off[s] + k;
-}
-
 Status LstmGradInferShape(InferShapeContext* ctx) {
   for (const char* slot : {"Input", "H0", "C0", "Weight", "Bias"}) {
     const std::string grad = StrCat(slot, "@GRAD");
@@ -65,20 +64,6 @@ Status LstmGradInferShape(InferShapeContext* ctx) {
     ctx->SetOutputDtype(grad, ctx->InputDtype(slot));
   }
   return Status::OK();
-}
-
-// The sequences of `off` still running at step k (longer than k), in index order.
-std::vector<int64_t> ActiveAt(const std::vector<int64_t>& off, int64_t k) {
-  std::vector<int64_t> active;
-  for (size_t s = 0; s + 1 < off.size(); ++s)
-    if (off[s + 1] - off[s] > k) active.push_back(static_cast<int64_t>(s));
-  return active;
-}
-
-int64_t LongestOf(const std::vector<int64_t>& off) {
-  int64_t n = 0;
-  for (size_t s = 0; s + 1 < off.size(); ++s) n = std::max(n, off[s + 1] - off[s]);
-  return n;
 }
 
 // Step k of every sequence at once: one GEMM of the running sequences' previous hidden states

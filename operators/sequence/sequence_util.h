@@ -1,5 +1,5 @@
 // Host-side planning shared by the CPU and CUDA kernels of the sequence ops
-// (sequence_ops.cc, sequence_more.cc, sequence_cuda.cu, sequence_more_cuda.cu): the offsets of
+// (sequence_ops.cc, sequence_lod.cc, sequence_cuda.cu, sequence_rows_cuda.cu): the offsets of
 // an input's sequences, a row's width, the LoD above the last level, and sequence_expand's
 // plan. One definition, so the two places check and plan alike.
 #pragma once

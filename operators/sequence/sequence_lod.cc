@@ -1,4 +1,4 @@
-// More sequence ops over LoD tensors (Fluid 1.x semantics): sequence_expand,
+// Sequence ops that rebuild their input's sequences (Fluid 1.x semantics): sequence_expand,
 // sequence_expand_as, sequence_reshape, sequence_concat, sequence_slice, sequence_enumerate
 // and lod_reset. Sequences are a tensor's last LoD level; a tensor without LoD counts each row
 // as a sequence where an op allows it.
@@ -6,7 +6,7 @@
 
 #include "operators/common.h"
 #include "operators/nn/nn_util.h"
-#include "operators/nn/sequence_util.h"
+#include "operators/sequence/sequence_util.h"
 
 namespace loom::ops {
 namespace {

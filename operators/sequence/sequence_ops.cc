@@ -9,7 +9,7 @@
 #include "operators/common.h"
 #include "operators/math/blas.h"
 #include "operators/nn/nn_util.h"
-#include "operators/nn/sequence_util.h"
+#include "operators/sequence/sequence_util.h"
 
 namespace loom::ops {
 namespace {

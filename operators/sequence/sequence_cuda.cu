@@ -1,5 +1,5 @@
 // CUDA kernels of sequence_pool and sequence_softmax and their gradients (fp32, fp64), as
-// operators/nn/sequence_ops.cc: the sequences are the input's last LoD level, whose offsets
+// operators/sequence/sequence_ops.cc: the sequences are the input's last LoD level, whose offsets
 // (on the host) are copied to the device once per call. sequence_pool gives each (sequence,
 // column) a thread that walks the sequence's rows (consecutive threads read consecutive
 // columns); its gradient writes every row of the sequence (zeros where the pooling did not
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
-#include "operators/nn/sequence_util.h"
+#include "operators/sequence/sequence_util.h"
 
 namespace loom::ops::cuda {
 namespace {
