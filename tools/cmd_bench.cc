@@ -34,6 +34,105 @@ namespace {
 
 using namespace loom::collective;
 
+// What each call is and the sizes it sweeps (nccl-tests' short flags).
+std::vector<FlagSpec> BenchCallFlags() {
+  return {
+      {"op", "COLL", "allreduce, broadcast, reduce, allgather or reducescatter", "allreduce"},
+      {"algo", "LIST",
+       "comma-separated: auto, ring, tree, multi_tree, star, direct, native, or all", "auto"},
+      {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
+      {"maxbytes", "SIZE", "-e: largest size", "64M"},
+      {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
+      {"iters", "N", "-n: timed iterations per size", "20"},
+      {"warmup_iters", "N", "-w: untimed iterations per size", "5"},
+      {"datatype", "T", "-d: fp32, fp64, fp16, int32, int64", "fp32"},
+      {"redop", "OP", "-o: sum, prod, max, min, avg", "sum"},
+  };
+}
+
+// Where the ranks run and how each row is timed.
+std::vector<FlagSpec> BenchRankFlags() {
+  return {
+      {"places", "PLACES",
+       StrCat(kPlaceSetSyntax,
+              ": N in-process devices, one rank thread each, or one rank per listed GPU (a "
+              "GPU listed several times holds several virtual devices)"),
+       CpuPlaceSet(4)},
+      {"bind", "B",
+       "in-process CPU places: none (the OS places the rank threads) or core (rank r's "
+       "thread and its communicator's worker pinned to the r-th CPU this process may use, "
+       "round-robin: ranks no more than CPUs never share one; calls handed to the worker "
+       "share the rank's; docs/PERF.md); over MPI, mpirun's --bind-to decides",
+       "none"},
+      {"transport", "T",
+       "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); "
+       "cuda_p2p (CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default "
+       "cuda_p2p)",
+       ""},
+      {"inflight", "K", "calls issued before each WaitAll", "1"},
+      {"rounds", "R",
+       "time each row R times, round-robin over the rows of a size (so that load from other "
+       "processes falls on all alike), and report each row's median",
+       "1"},
+      {"stat", "S",
+       "what a row reports of its rounds: median, or min (its fastest round: the machine "
+       "undisturbed by other load)",
+       "median"},
+  };
+}
+
+// The communicator's tuning: auto's crossovers, the pipeline's pieces, inline calls.
+std::vector<FlagSpec> BenchTuningFlags() {
+  return {
+      {"tree-max-bytes", "B",
+       "auto's allreduce tree/ring crossover (negative: model only; default: the "
+       "transport's measured one, in-process every size, mpi 256K)",
+       ""},
+      {"native-min-bytes", "B",
+       "auto runs the transport's native collective from B bytes on (negative: never; "
+       "default: in-process 0 (every size), mpi 128K, otherwise never)",
+       ""},
+      {"native-max-bytes", "B",
+       "... and up to B bytes (negative: no bound; default: mpi 1M, otherwise none)", ""},
+      {"direct-min-bytes", "B",
+       "auto runs allreduce from B bytes on with the direct algorithm (negative: never; "
+       "default: mpi 128K, otherwise never)",
+       ""},
+      {"direct-max-bytes", "B",
+       "... and up to B bytes (negative: no bound; default: mpi 16M, otherwise none)", ""},
+      {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
+      {"inline-max-bytes", "B",
+       "calls of at most B bytes issued with nothing in flight run on the caller's thread "
+       "(negative: never; default: 64K; every rank here has its own thread, as the ranks of "
+       "a comm_init group do)",
+       ""},
+  };
+}
+
+// How the calls are issued and checked, and what else is timed or printed.
+std::vector<FlagSpec> BenchRunFlags() {
+  return {
+      {"packet-signatures", "",
+       "over MPI: the signature round sends each call's 48-byte signature inside its "
+       "messages instead of as their MPI tag (the round of transports without tags; for "
+       "comparison)",
+       ""},
+      {"in-place", "",
+       "allreduce, reduce and broadcast with one buffer for send and receive (nccl-tests' "
+       "in-place columns; a broadcast's root then copies nothing): each size's checked call "
+       "starts from the rank's input, the timed calls from what the call before left "
+       "(floating-point types only: sums grow from call to call)",
+       ""},
+      {"timeout-ms", "MS", "per-call timeout", "60000"},
+      {"selector", "", "also print the cost model's table for these sizes", ""},
+      {"peer-mpi", "",
+       "over MPI (allreduce): beside Loom's rows at each size, time Open MPI's blocking "
+       "MPI_Allreduce on the same buffers, out of place, in the same processes (a row named "
+       "MPI_Allreduce, one call at a time; in the round-robin of --rounds)",
+       ""},
+  };
+}
+
 Flags BenchFlags() {
   return Flags(
       "bench",
@@ -45,84 +144,7 @@ Flags BenchFlags() {
       "busbw = algbw x factor (allreduce 2(N-1)/N; allgather, reducescatter (N-1)/N; reduce,\n"
       "broadcast 1). #wrong counts elements that differ from a locally computed reference\n"
       "after one checked call per size. Short flags as nccl-tests: -b -e -f -n -w -d -o.",
-      {
-          {"op", "COLL", "allreduce, broadcast, reduce, allgather or reducescatter", "allreduce"},
-          {"algo", "LIST",
-           "comma-separated: auto, ring, tree, multi_tree, star, direct, native, or all", "auto"},
-          {"minbytes", "SIZE", "-b: smallest size (K/M/G suffixes)", "4K"},
-          {"maxbytes", "SIZE", "-e: largest size", "64M"},
-          {"stepfactor", "F", "-f: multiply the size by F each step", "4"},
-          {"iters", "N", "-n: timed iterations per size", "20"},
-          {"warmup_iters", "N", "-w: untimed iterations per size", "5"},
-          {"datatype", "T", "-d: fp32, fp64, fp16, int32, int64", "fp32"},
-          {"redop", "OP", "-o: sum, prod, max, min, avg", "sum"},
-          {"places", "PLACES",
-           StrCat(kPlaceSetSyntax,
-                  ": N in-process devices, one rank thread each, or one rank per listed GPU (a "
-                  "GPU listed several times holds several virtual devices)"),
-           CpuPlaceSet(4)},
-          {"bind", "B",
-           "in-process CPU places: none (the OS places the rank threads) or core (rank r's "
-           "thread and its communicator's worker pinned to the r-th CPU this process may use, "
-           "round-robin: ranks no more than CPUs never share one; calls handed to the worker "
-           "share the rank's; docs/PERF.md); over MPI, mpirun's --bind-to decides",
-           "none"},
-          {"transport", "T",
-           "inprocess or mpi for CPU places (default: mpi under mpirun, else inprocess); "
-           "cuda_p2p (CUDA P2P: Loom's schedules on the GPUs) or nccl for CUDA places (default "
-           "cuda_p2p)",
-           ""},
-          {"inflight", "K", "calls issued before each WaitAll", "1"},
-          {"rounds", "R",
-           "time each row R times, round-robin over the rows of a size (so that load from other "
-           "processes falls on all alike), and report each row's median",
-           "1"},
-          {"stat", "S",
-           "what a row reports of its rounds: median, or min (its fastest round: the machine "
-           "undisturbed by other load)",
-           "median"},
-          {"tree-max-bytes", "B",
-           "auto's allreduce tree/ring crossover (negative: model only; default: the "
-           "transport's measured one, in-process every size, mpi 256K)",
-           ""},
-          {"native-min-bytes", "B",
-           "auto runs the transport's native collective from B bytes on (negative: never; "
-           "default: in-process 0 (every size), mpi 128K, otherwise never)",
-           ""},
-          {"native-max-bytes", "B",
-           "... and up to B bytes (negative: no bound; default: mpi 1M, otherwise none)", ""},
-          {"direct-min-bytes", "B",
-           "auto runs allreduce from B bytes on with the direct algorithm (negative: never; "
-           "default: mpi 128K, otherwise never)",
-           ""},
-          {"direct-max-bytes", "B",
-           "... and up to B bytes (negative: no bound; default: mpi 16M, otherwise none)", ""},
-          {"chunk", "SIZE", "pipeline piece size (default: 1M in-process, 256K over MPI)", ""},
-          {"inline-max-bytes", "B",
-           "calls of at most B bytes issued with nothing in flight run on the caller's thread "
-           "(negative: never; default: 64K; every rank here has its own thread, as the ranks of "
-           "a comm_init group do)",
-           ""},
-          {"packet-signatures", "",
-           "over MPI: the signature round sends each call's 48-byte signature inside its "
-           "messages instead of as their MPI tag (the round of transports without tags; for "
-           "comparison)",
-           ""},
-          {"in-place", "",
-           "allreduce, reduce and broadcast with one buffer for send and receive (nccl-tests' "
-           "in-place columns; a broadcast's root then copies nothing): each size's checked call "
-           "starts from the rank's input, the timed calls from what the call before left "
-           "(floating-point types only: sums grow from call to call)",
-           ""},
-          {"timeout-ms", "MS", "per-call timeout", "60000"},
-          {"selector", "", "also print the cost model's table for these sizes", ""},
-          {"peer-mpi", "",
-           "over MPI (allreduce): beside Loom's rows at each size, time Open MPI's blocking "
-           "MPI_Allreduce on the same buffers, out of place, in the same processes (a row named "
-           "MPI_Allreduce, one call at a time; in the round-robin of --rounds)",
-           ""},
-      },
-      1, 1);
+      JoinFlags({BenchCallFlags(), BenchRankFlags(), BenchTuningFlags(), BenchRunFlags()}), 1, 1);
 }
 
 // "-b 8" -> "--minbytes 8" and so on; everything else passes through.
