@@ -400,6 +400,275 @@ HostProtocol::DirtyCost HostProtocol::DirtyUs(double bytes) const {
                    lo.clean + t * (hi.clean - lo.clean)};
 }
 
+namespace {
+
+// A host spec's KEY=VALUE parts by key. The parsers below return only what is wrong (ParseHost
+// names the spec and its syntax around it) and check in the order the keys are documented.
+using HostKeys = std::map<std::string, std::string>;
+
+// The whole of `text` as a finite number.
+bool ParseHostNumber(const std::string& text, double* out) {
+  char* e = nullptr;
+  *out = std::strtod(text.c_str(), &e);
+  return !text.empty() && *e == '\0' && std::isfinite(*out);
+}
+
+// parts[2...]: each a known key, given once.
+StatusOr<HostKeys> ParseHostKeys(const std::vector<std::string>& parts) {
+  HostKeys keys;
+  for (size_t i = 2; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) return InvalidArgument("'", parts[i], "' is not KEY=VALUE");
+    const std::string key = parts[i].substr(0, eq);
+    static const std::set<std::string> known = {
+        "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",   "eager",
+        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange", "cache",
+        "pass",       "inline",  "wait",    "step",   "msg",    "dirty",      "fragment"};
+    if (known.count(key) == 0) return InvalidArgument("unknown key '", key, "'");
+    if (!keys.emplace(key, parts[i].substr(eq + 1)).second) {
+      return InvalidArgument("'", key, "' twice");
+    }
+  }
+  return keys;
+}
+
+// cores=C and latency=US, both required.
+Status ParseHostCores(const HostKeys& keys, double* cores, double* latency) {
+  if (!keys.count("cores") || !ParseHostNumber(keys.at("cores"), cores) || *cores < 1 ||
+      *cores != std::floor(*cores) || *cores > 4096) {
+    return InvalidArgument("cores must be a whole number 1-4096");
+  }
+  if (!keys.count("latency") || !ParseHostNumber(keys.at("latency"), latency) || *latency < 0) {
+    return InvalidArgument("latency must be a number of microseconds, not negative");
+  }
+  return Status::OK();
+}
+
+// The rates: levels=WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]],..., or one level of copy=, reduce=
+// and the optional mem= and mem_reduce=.
+StatusOr<std::vector<HostRates>> ParseHostLevels(const HostKeys& keys) {
+  std::vector<HostRates> levels;
+  if (keys.count("levels")) {
+    if (keys.count("copy") || keys.count("reduce") || keys.count("mem") ||
+        keys.count("mem_reduce")) {
+      return InvalidArgument(
+          "levels carry the rates: no copy, reduce, mem or mem_reduce beside them");
+    }
+    for (const std::string& level : Split(keys.at("levels"), ',')) {
+      const std::vector<std::string> f = Split(level, '/');
+      HostRates l;
+      StatusOr<size_t> ws = ParseBytes(f[0]);
+      if (ws.ok()) l.working_set = static_cast<double>(*ws);
+      if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() ||
+          !ParseHostNumber(f[1], &l.copy) || !ParseHostNumber(f[2], &l.reduce) ||
+          (f.size() >= 5 &&
+           (!ParseHostNumber(f[3], &l.mem_copy) || !ParseHostNumber(f[4], &l.mem_reduce))) ||
+          (f.size() == 6 && !ParseHostNumber(f[5], &l.local))) {
+        return InvalidArgument("level '", level,
+                               "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]]");
+      }
+      levels.push_back(l);
+    }
+    return levels;
+  }
+  HostRates l;
+  if (!keys.count("copy") || !keys.count("reduce") || !ParseHostNumber(keys.at("copy"), &l.copy) ||
+      !ParseHostNumber(keys.at("reduce"), &l.reduce)) {
+    return InvalidArgument("copy and reduce (GB/s) are required");
+  }
+  if (keys.count("mem") && !ParseHostNumber(keys.at("mem"), &l.mem_copy)) {
+    return InvalidArgument("mem is not a number");
+  }
+  if (keys.count("mem_reduce") && !ParseHostNumber(keys.at("mem_reduce"), &l.mem_reduce)) {
+    return InvalidArgument("mem_reduce is not a number");
+  }
+  levels.push_back(l);
+  return levels;
+}
+
+// What messages pay beyond the rates: eager=BYTES with rendezvous=US, step=BYTES/US and
+// msg=BYTES/US,...
+Status ParseHostMessages(const HostKeys& keys, HostProtocol* protocol) {
+  if (keys.count("eager") != keys.count("rendezvous")) {
+    return InvalidArgument("eager and rendezvous go together");
+  }
+  if (keys.count("eager")) {
+    StatusOr<size_t> eager = ParseBytes(keys.at("eager"));
+    if (!eager.ok()) return InvalidArgument("eager is not a number of bytes");
+    protocol->eager_bytes = static_cast<double>(*eager);
+    if (!ParseHostNumber(keys.at("rendezvous"), &protocol->rendezvous_us) ||
+        protocol->rendezvous_us < 0) {
+      return InvalidArgument("rendezvous must be a number of microseconds, not negative");
+    }
+  }
+  if (keys.count("step")) {
+    const std::vector<std::string> f = Split(keys.at("step"), '/');
+    const std::string why = "step must be BYTES/US (microseconds, not negative)";
+    if (f.size() != 2) return InvalidArgument(why);
+    StatusOr<size_t> at = ParseBytes(f[0]);
+    if (!at.ok() || !ParseHostNumber(f[1], &protocol->step_us) || protocol->step_us < 0) {
+      return InvalidArgument(why);
+    }
+    protocol->step_bytes = static_cast<double>(*at);
+  }
+  if (keys.count("msg")) {
+    const std::string why =
+        "msg must be BYTES/US,... (sizes increasing, microseconds not negative)";
+    for (const std::string& point : Split(keys.at("msg"), ',')) {
+      const std::vector<std::string> f = Split(point, '/');
+      if (f.size() != 2) return InvalidArgument(why);
+      StatusOr<size_t> at = ParseBytes(f[0]);
+      double us = 0;
+      if (!at.ok() || *at == 0 || !ParseHostNumber(f[1], &us) || us < 0) {
+        return InvalidArgument(why);
+      }
+      if (!protocol->message_us.empty() &&
+          static_cast<double>(*at) <= protocol->message_us.back().first) {
+        return InvalidArgument(why);
+      }
+      protocol->message_us.emplace_back(static_cast<double>(*at), us);
+    }
+  }
+  return Status::OK();
+}
+
+// Copies of lines other cores wrote: dirty=BYTES/CLEAN/SRC/DST/BOTH[/READ],... and the
+// fragment=BYTES below which messages are exempt.
+Status ParseHostDirty(const HostKeys& keys, HostProtocol* protocol) {
+  if (keys.count("dirty")) {
+    const std::string why =
+        "dirty must be BYTES/CLEAN/SRC/DST/BOTH[/READ],... (sizes increasing, rates positive "
+        "GB/s, READ on every point or none)";
+    for (const std::string& point : Split(keys.at("dirty"), ',')) {
+      const std::vector<std::string> f = Split(point, '/');
+      if (f.size() != 5 && f.size() != 6) return InvalidArgument(why);
+      StatusOr<size_t> at = ParseBytes(f[0]);
+      HostProtocol::DirtyRates d;
+      if (!at.ok() || *at == 0 || !ParseHostNumber(f[1], &d.clean) ||
+          !ParseHostNumber(f[2], &d.src) || !ParseHostNumber(f[3], &d.dst) ||
+          !ParseHostNumber(f[4], &d.both) || d.clean <= 0 || d.src <= 0 || d.dst <= 0 ||
+          d.both <= 0 || (f.size() == 6 && (!ParseHostNumber(f[5], &d.read) || d.read <= 0)) ||
+          (!protocol->dirty.empty() && (protocol->dirty.back().read > 0) != (f.size() == 6))) {
+        return InvalidArgument(why);
+      }
+      d.bytes = static_cast<double>(*at);
+      if (!protocol->dirty.empty() && d.bytes <= protocol->dirty.back().bytes) {
+        return InvalidArgument(why);
+      }
+      protocol->dirty.push_back(d);
+    }
+  }
+  if (keys.count("fragment")) {
+    StatusOr<size_t> bytes = ParseBytes(keys.at("fragment"));
+    if (!bytes.ok()) return InvalidArgument("fragment is not a number of bytes");
+    if (protocol->dirty.empty()) {
+      return InvalidArgument("fragment needs dirty (the messages it exempts)");
+    }
+    protocol->fragment_bytes = static_cast<double>(*bytes);
+  }
+  return Status::OK();
+}
+
+// Who copies a transfer: copier=receiver|matcher and, with matcher, handoff=BYTES.
+Status ParseHostCopier(const HostKeys& keys, HostProtocol* protocol) {
+  if (keys.count("copier")) {
+    const std::string& copier = keys.at("copier");
+    if (copier != "receiver" && copier != "matcher") {
+      return InvalidArgument("copier must be receiver or matcher");
+    }
+    protocol->matcher_copies = copier == "matcher";
+  }
+  if (keys.count("handoff")) {
+    if (!protocol->matcher_copies) return InvalidArgument("handoff needs copier=matcher");
+    StatusOr<size_t> handoff = ParseBytes(keys.at("handoff"));
+    if (!handoff.ok()) return InvalidArgument("handoff is not a number of bytes");
+    protocol->handoff_bytes = static_cast<double>(*handoff);
+  }
+  return Status::OK();
+}
+
+// The native collectives: native=pass|libnbc|none and what only the pass takes: stream=F,
+// cache=BYTES, inline=BYTES and wait=US.
+Status ParseHostNative(const HostKeys& keys, HostProtocol* protocol) {
+  if (keys.count("native")) {
+    const std::string& native = keys.at("native");
+    if (native != "pass" && native != "libnbc" && native != "none") {
+      return InvalidArgument("native must be pass, libnbc or none");
+    }
+    protocol->native = native == "pass"     ? HostProtocol::Native::kPass
+                       : native == "libnbc" ? HostProtocol::Native::kLibnbc
+                                            : HostProtocol::Native::kNone;
+  }
+  const bool pass = protocol->native == HostProtocol::Native::kPass;
+  if (keys.count("stream")) {
+    if (!pass) return InvalidArgument("stream needs native=pass");
+    if (!ParseHostNumber(keys.at("stream"), &protocol->stream) || protocol->stream <= 0) {
+      return InvalidArgument("stream must be a positive number");
+    }
+  }
+  if (keys.count("cache")) {
+    if (!pass) return InvalidArgument("cache needs native=pass");
+    StatusOr<size_t> cache = ParseBytes(keys.at("cache"));
+    if (!cache.ok()) return InvalidArgument("cache is not a number of bytes");
+    protocol->cache_bytes = static_cast<double>(*cache);
+  }
+  if (keys.count("inline")) {
+    if (!pass) return InvalidArgument("inline needs native=pass");
+    StatusOr<size_t> bytes = ParseBytes(keys.at("inline"));
+    if (!bytes.ok()) return InvalidArgument("inline is not a number of bytes");
+    protocol->inline_bytes = static_cast<double>(*bytes);
+  }
+  if (keys.count("wait")) {
+    if (!pass) return InvalidArgument("wait needs native=pass");
+    if (!ParseHostNumber(keys.at("wait"), &protocol->wait_us) || protocol->wait_us < 0) {
+      return InvalidArgument("wait must be a number of microseconds, not negative");
+    }
+  }
+  return Status::OK();
+}
+
+// The kernel's and the exchange's costs: fault=US (per page) and exchange=US.
+Status ParseHostCosts(const HostKeys& keys, HostProtocol* protocol) {
+  if (keys.count("fault") &&
+      (!ParseHostNumber(keys.at("fault"), &protocol->fault_us) || protocol->fault_us < 0)) {
+    return InvalidArgument("fault must be a number of microseconds per page, not negative");
+  }
+  if (keys.count("exchange") && (!ParseHostNumber(keys.at("exchange"), &protocol->exchange_us) ||
+                                 protocol->exchange_us < 0)) {
+    return InvalidArgument("exchange must be a number of microseconds, not negative");
+  }
+  return Status::OK();
+}
+
+// pass=WS/COPY/REDUCE,... (native=pass only): the pass's own rates, all ranks together, on
+// `workers` cores (as many as run at once), each of which gets its share. Empty: none given.
+StatusOr<std::vector<HostRates>> ParseHostPass(const HostKeys& keys, const HostProtocol& protocol,
+                                               double workers) {
+  std::vector<HostRates> pass;
+  if (!keys.count("pass")) return pass;
+  if (protocol.native != HostProtocol::Native::kPass) {
+    return InvalidArgument("pass needs native=pass");
+  }
+  for (const std::string& level : Split(keys.at("pass"), ',')) {
+    const std::vector<std::string> f = Split(level, '/');
+    HostRates l;
+    if (f.size() != 3) return InvalidArgument("pass level '", level, "' is not WS/COPY/REDUCE");
+    StatusOr<size_t> ws = ParseBytes(f[0]);
+    if (!ws.ok() || !ParseHostNumber(f[1], &l.mem_copy) || !ParseHostNumber(f[2], &l.mem_reduce) ||
+        l.mem_copy <= 0 || l.mem_reduce <= 0) {
+      return InvalidArgument("pass level '", level, "' is not WS/COPY/REDUCE (positive GB/s)");
+    }
+    l.working_set = static_cast<double>(*ws);
+    l.copy = l.mem_copy / workers;
+    l.reduce = l.mem_reduce / workers;
+    pass.push_back(l);
+  }
+  if (pass.empty()) return InvalidArgument("pass has no levels");
+  return pass;
+}
+
+}  // namespace
+
 StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   const std::vector<std::string> parts = Split(spec, ':');
   auto bad = [&](const std::string& why) {
@@ -414,206 +683,30 @@ StatusOr<Machine> Machine::ParseHost(const std::string& spec) {
   if (parts[1].empty() || *end != '\0' || ranks < 1 || ranks > 4096) {
     return bad("rank count '" + parts[1] + "' is not 1-4096");
   }
-  auto number = [](const std::string& text, double* out) {
-    char* e = nullptr;
-    *out = std::strtod(text.c_str(), &e);
-    return !text.empty() && *e == '\0' && std::isfinite(*out);
-  };
-  std::map<std::string, std::string> keys;
-  for (size_t i = 2; i < parts.size(); ++i) {
-    const size_t eq = parts[i].find('=');
-    if (eq == std::string::npos) return bad("'" + parts[i] + "' is not KEY=VALUE");
-    const std::string key = parts[i].substr(0, eq);
-    static const std::set<std::string> known = {
-        "cores",      "latency", "copy",    "reduce", "mem",    "mem_reduce", "levels",   "eager",
-        "rendezvous", "copier",  "handoff", "native", "stream", "fault",      "exchange", "cache",
-        "pass",       "inline",  "wait",    "step",   "msg",    "dirty",      "fragment"};
-    if (known.count(key) == 0) return bad("unknown key '" + key + "'");
-    if (!keys.emplace(key, parts[i].substr(eq + 1)).second) return bad("'" + key + "' twice");
-  }
+  StatusOr<HostKeys> keys = ParseHostKeys(parts);
+  if (!keys.ok()) return bad(keys.status().message());
   double cores = 0, latency = 0;
-  if (!keys.count("cores") || !number(keys["cores"], &cores) || cores < 1 ||
-      cores != std::floor(cores) || cores > 4096) {
-    return bad("cores must be a whole number 1-4096");
-  }
-  if (!keys.count("latency") || !number(keys["latency"], &latency) || latency < 0) {
-    return bad("latency must be a number of microseconds, not negative");
-  }
-  std::vector<HostRates> levels;
-  if (keys.count("levels")) {
-    if (keys.count("copy") || keys.count("reduce") || keys.count("mem") ||
-        keys.count("mem_reduce")) {
-      return bad("levels carry the rates: no copy, reduce, mem or mem_reduce beside them");
-    }
-    for (const std::string& level : Split(keys["levels"], ',')) {
-      const std::vector<std::string> f = Split(level, '/');
-      HostRates l;
-      StatusOr<size_t> ws = ParseBytes(f[0]);
-      if (ws.ok()) l.working_set = static_cast<double>(*ws);
-      if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() || !number(f[1], &l.copy) ||
-          !number(f[2], &l.reduce) ||
-          (f.size() >= 5 && (!number(f[3], &l.mem_copy) || !number(f[4], &l.mem_reduce))) ||
-          (f.size() == 6 && !number(f[5], &l.local))) {
-        return bad("level '" + level + "' is not WS/COPY/REDUCE[/MEM/MEM_REDUCE[/LOCAL]]");
-      }
-      levels.push_back(l);
-    }
-  } else {
-    HostRates l;
-    if (!keys.count("copy") || !keys.count("reduce") || !number(keys["copy"], &l.copy) ||
-        !number(keys["reduce"], &l.reduce)) {
-      return bad("copy and reduce (GB/s) are required");
-    }
-    if (keys.count("mem") && !number(keys["mem"], &l.mem_copy)) return bad("mem is not a number");
-    if (keys.count("mem_reduce") && !number(keys["mem_reduce"], &l.mem_reduce)) {
-      return bad("mem_reduce is not a number");
-    }
-    levels.push_back(l);
-  }
+  const Status shape = ParseHostCores(*keys, &cores, &latency);
+  if (!shape.ok()) return bad(shape.message());
+  StatusOr<std::vector<HostRates>> levels = ParseHostLevels(*keys);
+  if (!levels.ok()) return bad(levels.status().message());
   HostProtocol protocol;
-  if (keys.count("eager") != keys.count("rendezvous")) {
-    return bad("eager and rendezvous go together");
+  using ProtocolParser = Status (*)(const HostKeys&, HostProtocol*);
+  for (ProtocolParser parse :
+       {ParseHostMessages, ParseHostDirty, ParseHostCopier, ParseHostNative, ParseHostCosts}) {
+    const Status parsed = parse(*keys, &protocol);
+    if (!parsed.ok()) return bad(parsed.message());
   }
-  if (keys.count("eager")) {
-    StatusOr<size_t> eager = ParseBytes(keys["eager"]);
-    if (!eager.ok()) return bad("eager is not a number of bytes");
-    protocol.eager_bytes = static_cast<double>(*eager);
-    if (!number(keys["rendezvous"], &protocol.rendezvous_us) || protocol.rendezvous_us < 0) {
-      return bad("rendezvous must be a number of microseconds, not negative");
-    }
-  }
-  if (keys.count("step")) {
-    const std::vector<std::string> f = Split(keys["step"], '/');
-    const std::string why = "step must be BYTES/US (microseconds, not negative)";
-    if (f.size() != 2) return bad(why);
-    StatusOr<size_t> at = ParseBytes(f[0]);
-    if (!at.ok() || !number(f[1], &protocol.step_us) || protocol.step_us < 0) return bad(why);
-    protocol.step_bytes = static_cast<double>(*at);
-  }
-  if (keys.count("msg")) {
-    const std::string why =
-        "msg must be BYTES/US,... (sizes increasing, microseconds not negative)";
-    for (const std::string& point : Split(keys["msg"], ',')) {
-      const std::vector<std::string> f = Split(point, '/');
-      if (f.size() != 2) return bad(why);
-      StatusOr<size_t> at = ParseBytes(f[0]);
-      double us = 0;
-      if (!at.ok() || *at == 0 || !number(f[1], &us) || us < 0) return bad(why);
-      if (!protocol.message_us.empty() &&
-          static_cast<double>(*at) <= protocol.message_us.back().first) {
-        return bad(why);
-      }
-      protocol.message_us.emplace_back(static_cast<double>(*at), us);
-    }
-  }
-  if (keys.count("dirty")) {
-    const std::string why =
-        "dirty must be BYTES/CLEAN/SRC/DST/BOTH[/READ],... (sizes increasing, rates positive "
-        "GB/s, READ on every point or none)";
-    for (const std::string& point : Split(keys["dirty"], ',')) {
-      const std::vector<std::string> f = Split(point, '/');
-      if (f.size() != 5 && f.size() != 6) return bad(why);
-      StatusOr<size_t> at = ParseBytes(f[0]);
-      HostProtocol::DirtyRates d;
-      if (!at.ok() || *at == 0 || !number(f[1], &d.clean) || !number(f[2], &d.src) ||
-          !number(f[3], &d.dst) || !number(f[4], &d.both) || d.clean <= 0 || d.src <= 0 ||
-          d.dst <= 0 || d.both <= 0 || (f.size() == 6 && (!number(f[5], &d.read) || d.read <= 0)) ||
-          (!protocol.dirty.empty() && (protocol.dirty.back().read > 0) != (f.size() == 6))) {
-        return bad(why);
-      }
-      d.bytes = static_cast<double>(*at);
-      if (!protocol.dirty.empty() && d.bytes <= protocol.dirty.back().bytes) return bad(why);
-      protocol.dirty.push_back(d);
-    }
-  }
-  if (keys.count("fragment")) {
-    StatusOr<size_t> bytes = ParseBytes(keys["fragment"]);
-    if (!bytes.ok()) return bad("fragment is not a number of bytes");
-    if (protocol.dirty.empty()) return bad("fragment needs dirty (the messages it exempts)");
-    protocol.fragment_bytes = static_cast<double>(*bytes);
-  }
-  if (keys.count("copier")) {
-    if (keys["copier"] != "receiver" && keys["copier"] != "matcher") {
-      return bad("copier must be receiver or matcher");
-    }
-    protocol.matcher_copies = keys["copier"] == "matcher";
-  }
-  if (keys.count("handoff")) {
-    if (!protocol.matcher_copies) return bad("handoff needs copier=matcher");
-    StatusOr<size_t> handoff = ParseBytes(keys["handoff"]);
-    if (!handoff.ok()) return bad("handoff is not a number of bytes");
-    protocol.handoff_bytes = static_cast<double>(*handoff);
-  }
-  if (keys.count("native")) {
-    const std::string& native = keys["native"];
-    if (native != "pass" && native != "libnbc" && native != "none") {
-      return bad("native must be pass, libnbc or none");
-    }
-    protocol.native = native == "pass"     ? HostProtocol::Native::kPass
-                      : native == "libnbc" ? HostProtocol::Native::kLibnbc
-                                           : HostProtocol::Native::kNone;
-  }
-  if (keys.count("stream")) {
-    if (protocol.native != HostProtocol::Native::kPass) return bad("stream needs native=pass");
-    if (!number(keys["stream"], &protocol.stream) || protocol.stream <= 0) {
-      return bad("stream must be a positive number");
-    }
-  }
-  if (keys.count("cache")) {
-    if (protocol.native != HostProtocol::Native::kPass) return bad("cache needs native=pass");
-    StatusOr<size_t> cache = ParseBytes(keys["cache"]);
-    if (!cache.ok()) return bad("cache is not a number of bytes");
-    protocol.cache_bytes = static_cast<double>(*cache);
-  }
-  if (keys.count("inline")) {
-    if (protocol.native != HostProtocol::Native::kPass) return bad("inline needs native=pass");
-    StatusOr<size_t> bytes = ParseBytes(keys["inline"]);
-    if (!bytes.ok()) return bad("inline is not a number of bytes");
-    protocol.inline_bytes = static_cast<double>(*bytes);
-  }
-  if (keys.count("wait")) {
-    if (protocol.native != HostProtocol::Native::kPass) return bad("wait needs native=pass");
-    if (!number(keys["wait"], &protocol.wait_us) || protocol.wait_us < 0) {
-      return bad("wait must be a number of microseconds, not negative");
-    }
-  }
-  if (keys.count("fault") &&
-      (!number(keys["fault"], &protocol.fault_us) || protocol.fault_us < 0)) {
-    return bad("fault must be a number of microseconds per page, not negative");
-  }
-  if (keys.count("exchange") &&
-      (!number(keys["exchange"], &protocol.exchange_us) || protocol.exchange_us < 0)) {
-    return bad("exchange must be a number of microseconds, not negative");
-  }
-  // The pass's own rates: all ranks together, on as many cores as run at once, each of which
-  // gets its share.
-  std::vector<HostRates> pass;
-  if (keys.count("pass")) {
-    if (protocol.native != HostProtocol::Native::kPass) return bad("pass needs native=pass");
-    const double workers = std::min<double>(ranks, cores);
-    for (const std::string& level : Split(keys["pass"], ',')) {
-      const std::vector<std::string> f = Split(level, '/');
-      HostRates l;
-      if (f.size() != 3) return bad("pass level '" + level + "' is not WS/COPY/REDUCE");
-      StatusOr<size_t> ws = ParseBytes(f[0]);
-      if (!ws.ok() || !number(f[1], &l.mem_copy) || !number(f[2], &l.mem_reduce) ||
-          l.mem_copy <= 0 || l.mem_reduce <= 0) {
-        return bad("pass level '" + level + "' is not WS/COPY/REDUCE (positive GB/s)");
-      }
-      l.working_set = static_cast<double>(*ws);
-      l.copy = l.mem_copy / workers;
-      l.reduce = l.mem_reduce / workers;
-      pass.push_back(l);
-    }
-    if (pass.empty()) return bad("pass has no levels");
-  }
+  StatusOr<std::vector<HostRates>> pass =
+      ParseHostPass(*keys, protocol, std::min<double>(ranks, cores));
+  if (!pass.ok()) return bad(pass.status().message());
   StatusOr<Machine> m =
-      Host(static_cast<int>(ranks), static_cast<int>(cores), latency, levels, protocol);
+      Host(static_cast<int>(ranks), static_cast<int>(cores), latency, *levels, protocol);
   if (!m.ok()) return bad(m.status().message());
   m->name_ = spec;
-  if (!pass.empty()) {
+  if (!pass->empty()) {
     StatusOr<Machine> own =
-        Host(static_cast<int>(ranks), static_cast<int>(cores), latency, pass, protocol);
+        Host(static_cast<int>(ranks), static_cast<int>(cores), latency, *pass, protocol);
     if (!own.ok()) return bad("pass: " + std::string(own.status().message()));
     own->name_ = spec;
     m->native_pass_ = std::make_shared<const Machine>(std::move(own).value());

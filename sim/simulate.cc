@@ -496,98 +496,261 @@ bool LibnbcTemporaryIsFresh(size_t bytes) {
 constexpr uint64_t kLibnbcInput = uint64_t{1} << 40, kLibnbcOutput = uint64_t{2} << 40,
                    kLibnbcTemporary = uint64_t{3} << 40;
 
-StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
+namespace {
+
+// Rank `rank`'s part of the binomial schedule (below 4 ranks or 64 KiB) on n ranks, maxr
+// rounds.
+void LibnbcBinomialRank(TraceBuilder& t, int rank, int n, int maxr, size_t bytes) {
   const uint64_t b = bytes;
+  // The receives alternate between the temporary and the output, the temporary first where
+  // maxr is even (the result ends in the output); each reduces into itself the sum so far
+  // (the input before the first), and a rank sends up the sum it holds.
+  int received = 0;
+  uint64_t sum = kLibnbcInput;
+  for (int r = 1; r <= maxr; ++r) {  // up: receive from vrank + 2^(r-1) or send and leave
+    if (rank % (1 << r) == 0) {
+      const int peer = rank + (1 << (r - 1));
+      if (peer >= n) continue;
+      const bool temporary = (++received % 2 == 1) == (maxr % 2 == 0);
+      if (temporary && received <= 2 && LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, b);
+      const uint64_t into = temporary ? kLibnbcTemporary : kLibnbcOutput;
+      t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b, into, sum));
+      sum = into;
+    } else {
+      t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b, sum));
+      break;
+    }
+  }
+  if (rank != 0) {  // down: receive from the parent, then send to the children
+    for (int r = 0; r < maxr; ++r) {
+      if (rank >= (1 << r) && rank < (1 << (r + 1))) {
+        t.Wait(rank, t.Post(rank, TraceOp::kRecv, rank - (1 << r), 2, b, kLibnbcOutput));
+      }
+    }
+  }
+  std::vector<int> sends;
+  for (int r = 0; r < maxr; ++r) {
+    if ((rank + (1 << r) < n && rank < (1 << r)) || rank == 0) {
+      sends.push_back(t.Post(rank, TraceOp::kSend, rank + (1 << r), 2, b, kLibnbcOutput));
+    }
+  }
+  for (int h : sends) t.Wait(rank, h);
+}
+
+// Rank `rank`'s part of the reduce-scatter by recursive halving and allgather by recursive
+// doubling on n ranks (a power of two, 2^maxr).
+void LibnbcHalvingDoublingRank(TraceBuilder& t, int rank, int n, int maxr, size_t bytes) {
+  const uint64_t b = bytes;
+  const uint64_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  const uint64_t count = b / elem;
+  // Out of place, the schedule starts with a copy of the whole input to the output, which
+  // the halving then reduces into.
+  t.Copy(rank, b, kLibnbcOutput, kLibnbcInput);
+  // The first step receives half the buffer into the temporary; later steps reuse its pages.
+  if (LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, (count - count / 2) * elem);
+  // Recursive halving: the window of elements this rank still reduces halves each step; the
+  // half it keeps is received (and reduced into the output), the other half sent to the
+  // partner from the output.
+  uint64_t lo = 0, hi = count;
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
+    const int peer = rank ^ mask;
+    const uint64_t mid = lo + (hi - lo) / 2;
+    const bool low = rank < peer;
+    const uint64_t keep = low ? mid - lo : hi - mid, give = (hi - lo) - keep;
+    const uint64_t kept = kLibnbcOutput + (low ? lo : mid) * elem;
+    const uint64_t given = kLibnbcOutput + (low ? mid : lo) * elem;
+    const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem, kept, kept);
+    const int send = t.Post(rank, TraceOp::kSend, peer, 10 + step, give * elem, given);
+    t.Wait(rank, recv);
+    t.Wait(rank, send);
+    windows.emplace_back(lo, hi);
+    (low ? hi : lo) = mid;  // the half this rank keeps
+  }
+  // Recursive doubling back: each step sends the window held and receives the partner's.
+  for (int mask = n >> 1, step = maxr - 1; mask >= 1; mask >>= 1, --step) {
+    const int peer = rank ^ mask;
+    const auto [wlo, whi] = windows[step];
+    const uint64_t held = hi - lo, other = (whi - wlo) - held;
+    // The partner's part of the window: the other side of the part held.
+    const uint64_t other_at = kLibnbcOutput + (lo == wlo ? hi : wlo) * elem;
+    const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem, other_at);
+    const int send =
+        t.Post(rank, TraceOp::kSend, peer, 20 + step, held * elem, kLibnbcOutput + lo * elem);
+    t.Wait(rank, recv);
+    t.Wait(rank, send);
+    lo = wlo;
+    hi = whi;
+  }
+}
+
+}  // namespace
+
+StatusOr<Trace> LibnbcAllReduce(int n, size_t bytes) {
   TraceBuilder t(n);
   int maxr = 0;
   while ((1 << maxr) < n) ++maxr;
   if (n < 4 || bytes < (size_t{64} << 10)) {
-    for (int rank = 0; rank < n; ++rank) {
-      // The receives alternate between the temporary and the output, the temporary first where
-      // maxr is even (the result ends in the output); each reduces into itself the sum so far
-      // (the input before the first), and a rank sends up the sum it holds.
-      int received = 0;
-      uint64_t sum = kLibnbcInput;
-      for (int r = 1; r <= maxr; ++r) {  // up: receive from vrank + 2^(r-1) or send and leave
-        if (rank % (1 << r) == 0) {
-          const int peer = rank + (1 << (r - 1));
-          if (peer >= n) continue;
-          const bool temporary = (++received % 2 == 1) == (maxr % 2 == 0);
-          if (temporary && received <= 2 && LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, b);
-          const uint64_t into = temporary ? kLibnbcTemporary : kLibnbcOutput;
-          t.Wait(rank, t.Post(rank, TraceOp::kRecvReduce, peer, 1, b, into, sum));
-          sum = into;
-        } else {
-          t.Wait(rank, t.Post(rank, TraceOp::kSend, rank - (1 << (r - 1)), 1, b, sum));
-          break;
-        }
-      }
-      if (rank != 0) {  // down: receive from the parent, then send to the children
-        for (int r = 0; r < maxr; ++r) {
-          if (rank >= (1 << r) && rank < (1 << (r + 1))) {
-            t.Wait(rank, t.Post(rank, TraceOp::kRecv, rank - (1 << r), 2, b, kLibnbcOutput));
-          }
-        }
-      }
-      std::vector<int> sends;
-      for (int r = 0; r < maxr; ++r) {
-        if ((rank + (1 << r) < n && rank < (1 << r)) || rank == 0) {
-          sends.push_back(t.Post(rank, TraceOp::kSend, rank + (1 << r), 2, b, kLibnbcOutput));
-        }
-      }
-      for (int h : sends) t.Wait(rank, h);
-    }
+    for (int rank = 0; rank < n; ++rank) LibnbcBinomialRank(t, rank, n, maxr, bytes);
     return t.Take();
   }
   if ((n & (n - 1)) != 0) {
     return Unimplemented("Open MPI's allreduce on ", n,
                          " ranks (not a power of two) is not simulated from 64 KiB on");
   }
-  const uint64_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
-  const uint64_t count = b / elem;
-  for (int rank = 0; rank < n; ++rank) {
-    // Out of place, the schedule starts with a copy of the whole input to the output, which
-    // the halving then reduces into.
-    t.Copy(rank, b, kLibnbcOutput, kLibnbcInput);
-    // The first step receives half the buffer into the temporary; later steps reuse its pages.
-    if (LibnbcTemporaryIsFresh(bytes)) t.Fault(rank, (count - count / 2) * elem);
-    // Recursive halving: the window of elements this rank still reduces halves each step; the
-    // half it keeps is received (and reduced into the output), the other half sent to the
-    // partner from the output.
-    uint64_t lo = 0, hi = count;
-    std::vector<std::pair<uint64_t, uint64_t>> windows;
-    for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
-      const int peer = rank ^ mask;
-      const uint64_t mid = lo + (hi - lo) / 2;
-      const bool low = rank < peer;
-      const uint64_t keep = low ? mid - lo : hi - mid, give = (hi - lo) - keep;
-      const uint64_t kept = kLibnbcOutput + (low ? lo : mid) * elem;
-      const uint64_t given = kLibnbcOutput + (low ? mid : lo) * elem;
-      const int recv = t.Post(rank, TraceOp::kRecvReduce, peer, 10 + step, keep * elem, kept, kept);
-      const int send = t.Post(rank, TraceOp::kSend, peer, 10 + step, give * elem, given);
-      t.Wait(rank, recv);
-      t.Wait(rank, send);
-      windows.emplace_back(lo, hi);
-      (low ? hi : lo) = mid;  // the half this rank keeps
-    }
-    // Recursive doubling back: each step sends the window held and receives the partner's.
-    for (int mask = n >> 1, step = maxr - 1; mask >= 1; mask >>= 1, --step) {
-      const int peer = rank ^ mask;
-      const auto [wlo, whi] = windows[step];
-      const uint64_t held = hi - lo, other = (whi - wlo) - held;
-      // The partner's part of the window: the other side of the part held.
-      const uint64_t other_at = kLibnbcOutput + (lo == wlo ? hi : wlo) * elem;
-      const int recv = t.Post(rank, TraceOp::kRecv, peer, 20 + step, other * elem, other_at);
-      const int send =
-          t.Post(rank, TraceOp::kSend, peer, 20 + step, held * elem, kLibnbcOutput + lo * elem);
-      t.Wait(rank, recv);
-      t.Wait(rank, send);
-      lo = wlo;
-      hi = whi;
-    }
-  }
+  for (int rank = 0; rank < n; ++rank) LibnbcHalvingDoublingRank(t, rank, n, maxr, bytes);
   return t.Take();
 }
+
+namespace {
+
+// A checked call of the in-process native pass (native=pass) on n ranks.
+struct NativeCall {
+  Collective kind;
+  size_t bytes;
+  int n, root;
+  bool gathers;  // allgather or reduce-scatter: the buffer is n parts
+  // Each rank's part of an allgather's output or a reduce-scatter's input; the buffer otherwise.
+  double part;
+  double Input(int r) const {  // bytes of rank r's input
+    switch (kind) {
+      case Collective::kBroadcast: return r == root ? part : 0.0;
+      case Collective::kReduceScatter: return part * n;
+      default: return part;
+    }
+  }
+};
+
+// What the pass prices per byte of an operand-sized piece (NativePieceCost).
+struct NativePiece {
+  double reductions = 0;  // 1: summed as one reduction of the piece; 0: no sum, or as traffic
+  double stored = 0;      // piece-sized reads and writes priced as copies (two to a copy)
+  double streamed = 1;    // what the pass's stores cost against a copy's (streaming stores)
+};
+
+// A streaming pass reads its inputs from the last-level cache where every rank's inputs
+// together take at most half of it (the streamed outputs do not displace them; a larger
+// share is evicted by what else runs, measured: 4 MiB on 4 ranks, inputs 16 MiB of a 32 MiB
+// cache, runs 1.4x the memory's rates, 16 MiB on 2 ranks, 32 MiB, at them): its reads
+// cost the inputs' working set's shared copy rate against the memory's, at which the pass
+// is priced.
+double NativeStreamedReadCost(const Machine& m, double inputs) {
+  if (inputs > m.cache_bytes() / 2) return 1;
+  const double memory =
+      m.ForWorkingSet(std::numeric_limits<double>::infinity()).host_shared_copy_gbps();
+  const double cached = m.ForWorkingSet(inputs).host_shared_copy_gbps();
+  return memory > 0 && cached > memory ? memory / cached : 1;
+}
+
+// What one operand-sized piece of `len` bytes reads and writes: an allreduce reads N inputs
+// and writes N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or
+// allgather reads 1 and writes N; as local copies, (reads + writes) / 2 pieces (a copy reads
+// and writes each byte once). A reduction sums its piece in L1 (the first two inputs, then
+// each further one into the sum) and stores the sum to each output: where its data comes
+// from the caches the summing is priced as one reduction of the piece at the reduce rates
+// (which price reading two operands and writing one: the reduce kernel, slower than a copy
+// there) and the further inputs and the outputs as copies. Streaming stores (outputs beyond
+// the caches) skip the read of each written line that a copy's store makes: of the copy's
+// memory traffic (a read, the written line's read, the write per byte) they leave
+// (read + written) / (read + 2 written), unless the host says what they cost
+// (HostProtocol::stream, calibrated), and run at the memory's rates (Simulate: the host's
+// largest working set), as their lines bypass the caches; the memory then bounds the pass,
+// and the summing is priced as the traffic it makes.
+NativePiece NativePieceCost(const Machine& m, const NativeCall& call) {
+  const Collective kind = call.kind;
+  const int n = call.n;
+  const double reads = kind == Collective::kBroadcast || kind == Collective::kAllGather ? 1 : n;
+  const double writes = kind == Collective::kAllReduce || reads == 1 ? n : 1;
+  const bool streams = NativeStreams(kind, call.bytes, n);
+  NativePiece piece;
+  piece.reductions = reads > 1 && !streams ? 1 : 0;
+  double read_cost = 1;
+  if (streams && m.host()) {
+    double inputs = 0;
+    for (int r = 0; r < n; ++r) inputs += call.Input(r);
+    read_cost = NativeStreamedReadCost(m, inputs);
+  }
+  piece.stored = piece.reductions > 0 ? writes + reads - 2 : reads * read_cost + writes;
+  piece.streamed = !streams         ? 1.0
+                   : m.stream() > 0 ? m.stream()
+                                    : (reads + writes) / (reads + 2 * writes);
+  return piece;
+}
+
+// What each rank of the pass does, in bytes.
+struct NativeWork {
+  explicit NativeWork(int n) : copy_in(n, 0), reduced(n, 0), share(n, 0) {}
+  std::vector<double> copy_in;  // its input copied into the meeting
+  std::vector<double> reduced;  // reduce bytes
+  std::vector<double> share;    // copy bytes
+};
+
+// Every rank leaves its input in the meeting and then computes its own output from the
+// copies (a reduce: the root alone): it reads every copy it needs and writes its output.
+void NativeFromCopiesWork(const NativeCall& call, const NativePiece& piece, NativeWork* work) {
+  const double part = call.part;
+  // allreduce, reduce, reduce-scatter: n parts summed as above, one output written.
+  double read = part * call.n, written = part;
+  switch (call.kind) {
+    case Collective::kBroadcast: read = part; break;
+    case Collective::kAllGather: read = written = part * call.n; break;
+    default: break;
+  }
+  for (int r = 0; r < call.n; ++r) {
+    work->copy_in[r] = call.Input(r);
+    if (call.kind == Collective::kReduce && r != call.root) continue;
+    if (piece.reductions > 0) {
+      work->reduced[r] = part;
+      work->share[r] = (read - 2 * part + written) / 2;
+    } else {
+      work->share[r] = (read + written) / 2;
+    }
+  }
+}
+
+// The transport's cut (NativeBlockElements: smaller blocks where a call has fewer than the
+// ranks that run at once), the blocks dealt round-robin.
+void NativeBlocksWork(const Machine& m, const NativeCall& call, const NativePiece& piece,
+                      NativeWork* work) {
+  const size_t elem = collective::DataTypeSize(collective::DataType::kFloat32);
+  const int n = call.n;
+  const int parts = call.gathers ? n : 1;
+  const size_t count = static_cast<size_t>(call.part) / elem;
+  const int workers = m.host() ? std::min(n, m.host_core_count()) : n;
+  const double block =
+      static_cast<double>(collective::NativeBlockElements(count, elem, parts, workers) * elem);
+  const size_t per_part = static_cast<size_t>(std::ceil(call.part / block));
+  for (size_t b = 0; b < per_part * parts; ++b) {
+    const double len = std::min(block, call.part - static_cast<double>(b % per_part) * block);
+    const int r = static_cast<int>(b % n);
+    work->share[r] += piece.stored * len / 2 * piece.streamed;
+    work->reduced[r] += piece.reductions * len;
+  }
+}
+
+// The in-process native pass of `call` on host m.
+Trace NativePassTrace(const Machine& m, const NativeCall& call) {
+  const NativePiece piece = NativePieceCost(m, call);
+  NativeWork work(call.n);
+  const bool from_copies = NativeFromCopies(m, call.kind, call.bytes);
+  if (from_copies) {
+    NativeFromCopiesWork(call, piece, &work);
+  } else {
+    NativeBlocksWork(m, call, piece, &work);
+  }
+  TraceBuilder t(call.n);
+  for (int r = 0; r < call.n; ++r) {
+    if (work.copy_in[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(work.copy_in[r])));
+    if (work.reduced[r] > 0) t.Reduce(r, static_cast<uint64_t>(std::llround(work.reduced[r])));
+    if (work.share[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(work.share[r])));
+  }
+  Trace out = t.Take();
+  // A pass of blocks waits, after the meeting, until every rank's blocks are written.
+  if (!from_copies) out.start_us = m.native_wait_us();
+  return out;
+}
+
+}  // namespace
 
 StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const {
   const Machine& m = *machine_;
@@ -618,106 +781,8 @@ StatusOr<Trace> Simulator::Native(Collective kind, size_t bytes, int root) const
     return InvalidArgument("a ", bytes, "-byte ", CollectiveName(kind), " does not split into ", n,
                            " equal parts of whole fp32 elements");
   }
-  // Each rank's part of an allgather's output or a reduce-scatter's input; the buffer otherwise.
   const double part = gathers ? static_cast<double>(bytes) / n : static_cast<double>(bytes);
-  auto input = [&](int r) {  // bytes of rank r's input
-    switch (kind) {
-      case Collective::kBroadcast: return r == root ? part : 0.0;
-      case Collective::kReduceScatter: return part * n;
-      default: return part;
-    }
-  };
-  // What one operand-sized piece of `len` bytes reads and writes: an allreduce reads N inputs
-  // and writes N outputs, a reduce or reduce-scatter reads N and writes 1, a broadcast or
-  // allgather reads 1 and writes N; as local copies, (reads + writes) / 2 pieces (a copy reads
-  // and writes each byte once). A reduction sums its piece in L1 (the first two inputs, then
-  // each further one into the sum) and stores the sum to each output: where its data comes
-  // from the caches the summing is priced as one reduction of the piece at the reduce rates
-  // (which price reading two operands and writing one: the reduce kernel, slower than a copy
-  // there) and the further inputs and the outputs as copies. Streaming stores (outputs beyond
-  // the caches) skip the read of each written line that a copy's store makes: of the copy's
-  // memory traffic (a read, the written line's read, the write per byte) they leave
-  // (read + written) / (read + 2 written), unless the host says what they cost
-  // (HostProtocol::stream, calibrated), and run at the memory's rates (Simulate: the host's
-  // largest working set), as their lines bypass the caches; the memory then bounds the pass,
-  // and the summing is priced as the traffic it makes.
-  const double reads = kind == Collective::kBroadcast || kind == Collective::kAllGather ? 1 : n;
-  const double writes = kind == Collective::kAllReduce || reads == 1 ? n : 1;
-  const bool streams = NativeStreams(kind, bytes, n);
-  const double reductions = reads > 1 && !streams ? 1 : 0;
-  // A streaming pass reads its inputs from the last-level cache where every rank's inputs
-  // together take at most half of it (the streamed outputs do not displace them; a larger
-  // share is evicted by what else runs, measured: 4 MiB on 4 ranks, inputs 16 MiB of a 32 MiB
-  // cache, runs 1.4x the memory's rates, 16 MiB on 2 ranks, 32 MiB, at them): its reads
-  // cost the inputs' working set's shared copy rate against the memory's, at which the pass
-  // is priced.
-  double read_cost = 1;
-  if (streams && m.host()) {
-    double inputs = 0;
-    for (int r = 0; r < n; ++r) inputs += input(r);
-    if (inputs <= m.cache_bytes() / 2) {
-      const double memory =
-          m.ForWorkingSet(std::numeric_limits<double>::infinity()).host_shared_copy_gbps();
-      const double cached = m.ForWorkingSet(inputs).host_shared_copy_gbps();
-      if (memory > 0 && cached > memory) read_cost = memory / cached;
-    }
-  }
-  const double stored = reductions > 0 ? writes + reads - 2 : reads * read_cost + writes;
-  const double streamed = !streams         ? 1.0
-                          : m.stream() > 0 ? m.stream()
-                                           : (reads + writes) / (reads + 2 * writes);
-  std::vector<double> share(n, 0);    // copy bytes per rank
-  std::vector<double> reduced(n, 0);  // reduce bytes per rank
-  auto work = [&](int r, double len) {
-    share[r] += stored * len / 2 * streamed;
-    reduced[r] += reductions * len;
-  };
-  std::vector<double> copy_in(n, 0);
-  const bool from_copies = NativeFromCopies(m, kind, bytes);
-  if (from_copies) {
-    // Every rank leaves its input in the meeting and then computes its own output from the
-    // copies (a reduce: the root alone): it reads every copy it needs and writes its output.
-    // allreduce, reduce, reduce-scatter: n parts summed as above, one output written.
-    double read = part * n, written = part;
-    switch (kind) {
-      case Collective::kBroadcast: read = part; break;
-      case Collective::kAllGather: read = written = part * n; break;
-      default: break;
-    }
-    for (int r = 0; r < n; ++r) {
-      copy_in[r] = input(r);
-      if (kind == Collective::kReduce && r != root) continue;
-      if (reductions > 0) {
-        reduced[r] = part;
-        share[r] = (read - 2 * part + written) / 2;
-      } else {
-        share[r] = (read + written) / 2;
-      }
-    }
-  } else {
-    // The transport's cut (NativeBlockElements: smaller blocks where a call has fewer than the
-    // ranks that run at once), the blocks dealt round-robin.
-    const int parts = gathers ? n : 1;
-    const size_t count = static_cast<size_t>(part) / elem;
-    const int workers = m.host() ? std::min(n, m.host_core_count()) : n;
-    const double block =
-        static_cast<double>(collective::NativeBlockElements(count, elem, parts, workers) * elem);
-    const size_t per_part = static_cast<size_t>(std::ceil(part / block));
-    for (size_t b = 0; b < per_part * parts; ++b) {
-      const double len = std::min(block, part - static_cast<double>(b % per_part) * block);
-      work(static_cast<int>(b % n), len);
-    }
-  }
-  TraceBuilder t(n);
-  for (int r = 0; r < n; ++r) {
-    if (copy_in[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(copy_in[r])));
-    if (reduced[r] > 0) t.Reduce(r, static_cast<uint64_t>(std::llround(reduced[r])));
-    if (share[r] > 0) t.Copy(r, static_cast<uint64_t>(std::llround(share[r])));
-  }
-  Trace out = t.Take();
-  // A pass of blocks waits, after the meeting, until every rank's blocks are written.
-  if (!from_copies) out.start_us = m.native_wait_us();
-  return out;
+  return NativePassTrace(m, NativeCall{kind, bytes, n, root, gathers, part});
 }
 
 StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm, size_t bytes,
@@ -777,19 +842,19 @@ StatusOr<Trace> Simulator::TraceOf(Collective kind, const std::string& algorithm
   return Capture(*plan_, call);
 }
 
-StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::string& algorithm,
-                                               size_t bytes, int root) const {
+StatusOr<CollectiveResult> Simulator::SimulateNccl(Collective kind, size_t bytes, int root) const {
+  StatusOr<CollectiveResult> ring = Simulate(kind, "nccl_ring", bytes, root);
+  if (!ring.ok() || kind != Collective::kAllReduce) return ring;
+  StatusOr<CollectiveResult> tree = Simulate(kind, "nccl_tree", bytes, root);
+  if (!tree.ok()) return tree;
+  StatusOr<CollectiveResult> best = tree->time_us < ring->time_us ? tree : ring;
+  best->algorithm = "nccl:" + best->algorithm.substr(5);
+  return best;
+}
+
+StatusOr<CollectiveResult> Simulator::SimulateAuto(Collective kind, size_t bytes, int root) const {
   const int n = machine_->size();
-  if (algorithm == "nccl") {
-    StatusOr<CollectiveResult> ring = Simulate(kind, "nccl_ring", bytes, root);
-    if (!ring.ok() || kind != Collective::kAllReduce) return ring;
-    StatusOr<CollectiveResult> tree = Simulate(kind, "nccl_tree", bytes, root);
-    if (!tree.ok()) return tree;
-    StatusOr<CollectiveResult> best = tree->time_us < ring->time_us ? tree : ring;
-    best->algorithm = "nccl:" + best->algorithm.substr(5);
-    return best;
-  }
-  if (algorithm == "auto" && options_.mpi_exchange && kind == Collective::kAllReduce &&
+  if (options_.mpi_exchange && kind == Collective::kAllReduce &&
       bytes % collective::DataTypeSize(collective::DataType::kFloat32) == 0) {
     // Loom's MPI communicator runs these calls inside its signature round, whatever else
     // might be faster.
@@ -803,26 +868,56 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
       return r;
     }
   }
-  if (algorithm == "auto") {
-    StatusOr<CollectiveResult> best =
-        InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
-    for (const std::string& name : SimAlgorithmNames()) {
-      if (name == "auto" || name.rfind("ps", 0) == 0 || name.rfind("nccl", 0) == 0) continue;
-      if (name == "exchange" || name == "split_exchange") continue;  // above
-      if ((name == "star" || name == "direct") && n > 64) continue;
-      if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
-      if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
-        continue;
-      StatusOr<CollectiveResult> r = Simulate(kind, name, bytes, root);
-      if (!r.ok()) {
-        if (r.status().code() == StatusCode::kUnimplemented) continue;  // e.g. tree allgather
-        return r.status();
-      }
-      if (!best.ok() || r->time_us < best->time_us) best = std::move(r);
+  StatusOr<CollectiveResult> best =
+      InvalidArgument("no algorithm runs ", CollectiveName(kind), " here");
+  for (const std::string& name : SimAlgorithmNames()) {
+    if (name == "auto" || name.rfind("ps", 0) == 0 || name.rfind("nccl", 0) == 0) continue;
+    if (name == "exchange" || name == "split_exchange") continue;  // above
+    if ((name == "star" || name == "direct") && n > 64) continue;
+    if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
+    if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
+      continue;
+    StatusOr<CollectiveResult> r = Simulate(kind, name, bytes, root);
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kUnimplemented) continue;  // e.g. tree allgather
+      return r.status();
     }
-    if (best.ok()) best->algorithm = "auto:" + best->algorithm;
-    return best;
+    if (!best.ok() || r->time_us < best->time_us) best = std::move(r);
   }
+  if (best.ok()) best->algorithm = "auto:" + best->algorithm;
+  return best;
+}
+
+const Machine& Simulator::MachineFor(Collective kind, const std::string& algorithm,
+                                     size_t bytes) const {
+  const int n = machine_->size();
+  // A host runs each call at the rates of the memory it touches, every rank's send and receive
+  // buffer (its ranks' local copies, a root's copy of its own buffer, are transfers there:
+  // engine.h). An allgather's output and a reduce-scatter's input are `bytes`, the other side
+  // bytes / n; the other collectives take bytes each way.
+  // The in-process native pass's streaming stores bypass the caches: the memory's rates.
+  // A pass of blocks through the caches runs at the pass's own rates where the host states
+  // them. A call from copies in the meeting reads copies the other ranks have just written, as
+  // a transfer does: the levels' rates.
+  const double b = static_cast<double>(bytes);
+  const bool pass = algorithm == "native" && machine_->host() &&
+                    machine_->native() == HostProtocol::Native::kPass;
+  const bool streams = pass && NativeStreams(kind, bytes, n);
+  const Machine& host = pass && !streams && !NativeFromCopies(*machine_, kind, bytes) &&
+                                machine_->native_pass() != nullptr
+                            ? *machine_->native_pass()
+                            : *machine_;
+  return host.ForWorkingSet(streams ? std::numeric_limits<double>::infinity()
+                            : kind == Collective::kAllGather || kind == Collective::kReduceScatter
+                                ? b * (n + 1)
+                                : 2 * b * n);
+}
+
+StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::string& algorithm,
+                                               size_t bytes, int root) const {
+  const int n = machine_->size();
+  if (algorithm == "nccl") return SimulateNccl(kind, bytes, root);
+  if (algorithm == "auto") return SimulateAuto(kind, bytes, root);
   LOOM_ASSIGN_OR_RETURN(Trace trace, TraceOf(kind, algorithm, bytes, root));
   std::string label = algorithm;
   if (algorithm == "nccl_ring" || algorithm == "nccl_tree") {
@@ -850,27 +945,8 @@ StatusOr<CollectiveResult> Simulator::Simulate(Collective kind, const std::strin
     LOOM_RETURN_IF_ERROR(Append(call, trace, everyone));
     trace = std::move(call);
   }
-  // A host runs each call at the rates of the memory it touches, every rank's send and receive
-  // buffer (its ranks' local copies, a root's copy of its own buffer, are transfers there:
-  // engine.h). An allgather's output and a reduce-scatter's input are `bytes`, the other side
-  // bytes / n; the other collectives take bytes each way.
-  // The in-process native pass's streaming stores bypass the caches: the memory's rates.
-  // A pass of blocks through the caches runs at the pass's own rates where the host states
-  // them. A call from copies in the meeting reads copies the other ranks have just written, as
-  // a transfer does: the levels' rates.
-  const double b = static_cast<double>(bytes);
-  const bool pass = algorithm == "native" && machine_->host() &&
-                    machine_->native() == HostProtocol::Native::kPass;
-  const bool streams = pass && NativeStreams(kind, bytes, n);
-  const Machine& host = pass && !streams && !NativeFromCopies(*machine_, kind, bytes) &&
-                                machine_->native_pass() != nullptr
-                            ? *machine_->native_pass()
-                            : *machine_;
-  const Machine& on = host.ForWorkingSet(
-      streams ? std::numeric_limits<double>::infinity()
-      : kind == Collective::kAllGather || kind == Collective::kReduceScatter ? b * (n + 1)
-                                                                             : 2 * b * n);
-  LOOM_ASSIGN_OR_RETURN(Replay replay, ReplayTrace(on, trace, options_.engine));
+  LOOM_ASSIGN_OR_RETURN(Replay replay,
+                        ReplayTrace(MachineFor(kind, algorithm, bytes), trace, options_.engine));
   CollectiveResult out;
   out.algorithm = label;
   out.bytes = bytes;

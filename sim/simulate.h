@@ -149,6 +149,16 @@ class Simulator {
   std::vector<int> ServerDevices() const;
   StatusOr<Trace> Exchange(collective::Collective kind, size_t bytes) const;
   StatusOr<Trace> Native(collective::Collective kind, size_t bytes, int root) const;
+  // Simulate's "nccl": the faster of nccl_ring and nccl_tree (allreduce; nccl_ring otherwise).
+  StatusOr<CollectiveResult> SimulateNccl(collective::Collective kind, size_t bytes,
+                                          int root) const;
+  // Simulate's "auto": under options_.mpi_exchange the calls Loom's MPI communicator runs in
+  // its signature round, otherwise the fastest of Loom's algorithms that run the call.
+  StatusOr<CollectiveResult> SimulateAuto(collective::Collective kind, size_t bytes,
+                                          int root) const;
+  // The machine a call by `algorithm` replays on: a host's at the memory the call touches.
+  const Machine& MachineFor(collective::Collective kind, const std::string& algorithm,
+                            size_t bytes) const;
   // Channel c's order of one node's devices: the node's ring rotated to start on NIC c.
   std::vector<int> ChannelOrder(int c) const;
   int channels() const { return std::max(1, machine_->nics()); }

@@ -23,11 +23,85 @@ namespace loom::cli {
 
 namespace {
 
+// What to simulate: the machine, the collective and its sizes.
+std::vector<FlagSpec> SimulateCallFlags() {
+  std::string algos;
+  for (const auto& a : sim::SimAlgorithmNames()) algos += (algos.empty() ? "" : ", ") + a;
+  return {
+      {"topology", "NAME|FILE", "one machine: a preset or a topology file", ""},
+      {"cluster", "SPEC", "nodes joined by NICs (see above)", ""},
+      {"op", "COLL", "allreduce, reduce, broadcast, allgather, reducescatter", "allreduce"},
+      {"algo", "A[,A...]", "algorithms to simulate: " + algos, "auto"},
+      {"sizes", "MIN:MAX", "sizes in bytes (K, M, G: binary units), nccl-tests' -b:-e", "8:1G"},
+      {"factor", "F", "each size is F times the last (nccl-tests' -f)", "2"},
+      {"dtype", "T", "float32, float64, float16, int32, int64 (or fp32, fp64, fp16)", "float32"},
+      {"root", "R", "root of reduce and broadcast", "0"},
+  };
+}
+
+// The cost model's software costs and rates, and NCCL's protocols.
+std::vector<FlagSpec> SimulateCostFlags() {
+  return {
+      {"chunk-bytes", "N", "pipeline piece of the schedules", "1048576"},
+      {"post-us", "US", "software cost of posting one message, microseconds", "1"},
+      {"call-us", "US", "cost of one call before its first message (hand-off), microseconds", "0"},
+      {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
+      {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
+      {"mpi-exchange", "",
+       "the ranks are processes under Loom's MPI communicator: auto runs the allreduce calls "
+       "it sends inside its signature round as it does (exchange up to 2K, split_exchange "
+       "for blocks up to 2K)",
+       ""},
+      {"nccl-ll128-max", "BYTES",
+       "NCCL's calls (nccl_ring, nccl_tree, nccl) up to this size run its low-latency "
+       "protocol (LL/LL128), larger ones Simple (K, M, G; 0: Simple always)",
+       "128M"},
+      {"nccl-ll128-efficiency", "E",
+       "share of the link rate NCCL's low-latency protocol reaches, (0, 1]", "0.75"},
+      {"nccl-launch-us", "US",
+       "cost of launching one NCCL call's kernel and seeing it end, microseconds", "15"},
+  };
+}
+
+// Training steps instead of a sweep, and the plot of either.
+std::vector<FlagSpec> SimulateTrainingFlags() {
+  return {
+      {"model", "NAME|FILE",
+       "simulate training steps of a model (resnet50, vgg16, inception-v3, bert-large, or a "
+       "JSON file) "
+       "instead of a collective sweep",
+       ""},
+      {"scale", "N,N,...",
+       "device counts for --model (default: 1, one node, then doubling nodes up to the "
+       "machine)",
+       ""},
+      {"fusion-mb", "MB", "gradient bucket limit for --model (the transpiler's)", "32"},
+      {"plot", "OUT.png",
+       "also draw the table: busbw against size per algorithm, or scaling efficiency "
+       "against devices (through `python3 -m loom.sim`, matplotlib; LOOM_PYTHON names "
+       "the interpreter)",
+       ""},
+      {"timeline", "FILE",
+       "simulate training steps of a model measured by Loom: a one-device `loom run "
+       "--timeline` trace (needs --program; instead of --model)",
+       ""},
+      {"op-costs", "FILE",
+       "simulate training steps of a program priced per op: a JSON cost table "
+       "({\"ops\": {\"mul\": 12.5, ...}, \"default_us\": 5, \"grad_factor\": 2}; needs "
+       "--program; instead of --model)",
+       ""},
+      {"program", "FILE|DIR",
+       "the main program of --timeline or --op-costs (main.pb, or the directory holding "
+       "it): its ops, and its parameters' gradients and their sizes",
+       ""},
+      {"batch", "N", "samples per device in the traced or priced run", "1"},
+  };
+}
+
 Flags SimulateFlags() {
-  std::string presets, algos, classes;
+  std::string presets, classes;
   for (const auto& p : sim::Machine::MachinePresetNames())
     presets += (presets.empty() ? "" : ", ") + p;
-  for (const auto& a : sim::SimAlgorithmNames()) algos += (algos.empty() ? "" : ", ") + a;
   for (const auto& c : sim::LinkClasses()) classes += (classes.empty() ? "" : ", ") + c.name;
   return Flags(
       "simulate",
@@ -46,66 +120,7 @@ Flags SimulateFlags() {
           "each, for ps and ps_mpi);\n"
           "SPEED is a rate (100Gb, 12.5GB) or a link class: " +
           classes + ".",
-      {
-          {"topology", "NAME|FILE", "one machine: a preset or a topology file", ""},
-          {"cluster", "SPEC", "nodes joined by NICs (see above)", ""},
-          {"op", "COLL", "allreduce, reduce, broadcast, allgather, reducescatter", "allreduce"},
-          {"algo", "A[,A...]", "algorithms to simulate: " + algos, "auto"},
-          {"sizes", "MIN:MAX", "sizes in bytes (K, M, G: binary units), nccl-tests' -b:-e", "8:1G"},
-          {"factor", "F", "each size is F times the last (nccl-tests' -f)", "2"},
-          {"dtype", "T", "float32, float64, float16, int32, int64 (or fp32, fp64, fp16)",
-           "float32"},
-          {"root", "R", "root of reduce and broadcast", "0"},
-          {"chunk-bytes", "N", "pipeline piece of the schedules", "1048576"},
-          {"post-us", "US", "software cost of posting one message, microseconds", "1"},
-          {"call-us", "US", "cost of one call before its first message (hand-off), microseconds",
-           "0"},
-          {"reduce-gbps", "G", "reduction throughput per device, GB/s (0: free)", "0"},
-          {"efficiency", "E", "share of a link's bandwidth a stream reaches, (0, 1]", "1"},
-          {"mpi-exchange", "",
-           "the ranks are processes under Loom's MPI communicator: auto runs the allreduce calls "
-           "it sends inside its signature round as it does (exchange up to 2K, split_exchange "
-           "for blocks up to 2K)",
-           ""},
-          {"nccl-ll128-max", "BYTES",
-           "NCCL's calls (nccl_ring, nccl_tree, nccl) up to this size run its low-latency "
-           "protocol (LL/LL128), larger ones Simple (K, M, G; 0: Simple always)",
-           "128M"},
-          {"nccl-ll128-efficiency", "E",
-           "share of the link rate NCCL's low-latency protocol reaches, (0, 1]", "0.75"},
-          {"nccl-launch-us", "US",
-           "cost of launching one NCCL call's kernel and seeing it end, microseconds", "15"},
-          {"model", "NAME|FILE",
-           "simulate training steps of a model (resnet50, vgg16, inception-v3, bert-large, or a "
-           "JSON file) "
-           "instead of a collective sweep",
-           ""},
-          {"scale", "N,N,...",
-           "device counts for --model (default: 1, one node, then doubling nodes up to the "
-           "machine)",
-           ""},
-          {"fusion-mb", "MB", "gradient bucket limit for --model (the transpiler's)", "32"},
-          {"plot", "OUT.png",
-           "also draw the table: busbw against size per algorithm, or scaling efficiency "
-           "against devices (through `python3 -m loom.sim`, matplotlib; LOOM_PYTHON names "
-           "the interpreter)",
-           ""},
-          {"timeline", "FILE",
-           "simulate training steps of a model measured by Loom: a one-device `loom run "
-           "--timeline` trace (needs --program; instead of --model)",
-           ""},
-          {"op-costs", "FILE",
-           "simulate training steps of a program priced per op: a JSON cost table "
-           "({\"ops\": {\"mul\": 12.5, ...}, \"default_us\": 5, \"grad_factor\": 2}; needs "
-           "--program; instead of --model)",
-           ""},
-          {"program", "FILE|DIR",
-           "the main program of --timeline or --op-costs (main.pb, or the directory holding "
-           "it): its ops, and its parameters' gradients and their sizes",
-           ""},
-          {"batch", "N", "samples per device in the traced or priced run", "1"},
-      },
-      0, 0);
+      JoinFlags({SimulateCallFlags(), SimulateCostFlags(), SimulateTrainingFlags()}), 0, 0);
 }
 
 StatusOr<collective::DataType> ParseDtype(const std::string& name) {

@@ -19,6 +19,14 @@ Flags::Flags(std::string command, std::string synopsis, std::string description,
       min_positional_(min_positional),
       max_positional_(max_positional) {}
 
+std::vector<FlagSpec> JoinFlags(std::vector<std::vector<FlagSpec>> groups) {
+  std::vector<FlagSpec> out;
+  for (std::vector<FlagSpec>& group : groups) {
+    for (FlagSpec& spec : group) out.push_back(std::move(spec));
+  }
+  return out;
+}
+
 const FlagSpec* Flags::Find(const std::string& name) const {
   for (const auto& s : specs_)
     if (s.name == name) return &s;

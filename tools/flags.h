@@ -50,11 +50,13 @@ class Flags {
   std::vector<std::string> positional_;
 };
 
+// A flag table kept in groups: every group's flags, in order.
+std::vector<FlagSpec> JoinFlags(std::vector<std::vector<FlagSpec>> groups);
+
 // Exit codes of the loom tool.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
-
 
 // The shape of every subcommand's entry point: parses argv into flags; --help prints the help
 // (exit 0); a parse error or an error from `check` (extra usage rules) prints
