@@ -206,7 +206,9 @@ TEST(TreeBuilder, SixteenDevicesGetATreePerRootExactlyWhenEachExists) {
     auto trees = BuildTrees(t);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (g == 0) ASSERT_TRUE(trees.ok()) << trees.status().ToString();
+    if (g == 0) {
+      ASSERT_TRUE(trees.ok()) << trees.status().ToString();
+    }
     ASSERT_EQ(trees.ok(), every_root) << "graph " << g << ": " << trees.status().ToString();
     if (trees.ok()) {
       ASSERT_EQ(trees->size(), 16u);
