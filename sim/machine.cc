@@ -9,8 +9,9 @@
 #include <set>
 #include <sstream>
 
+#include "base/byte_size.h"
 #include "collective/transport/inprocess.h"
-#include "sim/simulate.h"  // ParseBytes
+#include "sim/simulate.h"
 
 namespace loom::sim {
 
@@ -457,7 +458,7 @@ StatusOr<std::vector<HostRates>> ParseHostLevels(const HostKeys& keys) {
     for (const std::string& level : Split(keys.at("levels"), ',')) {
       const std::vector<std::string> f = Split(level, '/');
       HostRates l;
-      StatusOr<size_t> ws = ParseBytes(f[0]);
+      StatusOr<size_t> ws = ParseByteSize(f[0]);
       if (ws.ok()) l.working_set = static_cast<double>(*ws);
       if ((f.size() != 3 && f.size() != 5 && f.size() != 6) || !ws.ok() ||
           !ParseHostNumber(f[1], &l.copy) || !ParseHostNumber(f[2], &l.reduce) ||
@@ -493,7 +494,7 @@ Status ParseHostMessages(const HostKeys& keys, HostProtocol* protocol) {
     return InvalidArgument("eager and rendezvous go together");
   }
   if (keys.count("eager")) {
-    StatusOr<size_t> eager = ParseBytes(keys.at("eager"));
+    StatusOr<size_t> eager = ParseByteSize(keys.at("eager"));
     if (!eager.ok()) return InvalidArgument("eager is not a number of bytes");
     protocol->eager_bytes = static_cast<double>(*eager);
     if (!ParseHostNumber(keys.at("rendezvous"), &protocol->rendezvous_us) ||
@@ -505,7 +506,7 @@ Status ParseHostMessages(const HostKeys& keys, HostProtocol* protocol) {
     const std::vector<std::string> f = Split(keys.at("step"), '/');
     const std::string why = "step must be BYTES/US (microseconds, not negative)";
     if (f.size() != 2) return InvalidArgument(why);
-    StatusOr<size_t> at = ParseBytes(f[0]);
+    StatusOr<size_t> at = ParseByteSize(f[0]);
     if (!at.ok() || !ParseHostNumber(f[1], &protocol->step_us) || protocol->step_us < 0) {
       return InvalidArgument(why);
     }
@@ -517,7 +518,7 @@ Status ParseHostMessages(const HostKeys& keys, HostProtocol* protocol) {
     for (const std::string& point : Split(keys.at("msg"), ',')) {
       const std::vector<std::string> f = Split(point, '/');
       if (f.size() != 2) return InvalidArgument(why);
-      StatusOr<size_t> at = ParseBytes(f[0]);
+      StatusOr<size_t> at = ParseByteSize(f[0]);
       double us = 0;
       if (!at.ok() || *at == 0 || !ParseHostNumber(f[1], &us) || us < 0) {
         return InvalidArgument(why);
@@ -542,7 +543,7 @@ Status ParseHostDirty(const HostKeys& keys, HostProtocol* protocol) {
     for (const std::string& point : Split(keys.at("dirty"), ',')) {
       const std::vector<std::string> f = Split(point, '/');
       if (f.size() != 5 && f.size() != 6) return InvalidArgument(why);
-      StatusOr<size_t> at = ParseBytes(f[0]);
+      StatusOr<size_t> at = ParseByteSize(f[0]);
       HostProtocol::DirtyRates d;
       if (!at.ok() || *at == 0 || !ParseHostNumber(f[1], &d.clean) ||
           !ParseHostNumber(f[2], &d.src) || !ParseHostNumber(f[3], &d.dst) ||
@@ -559,7 +560,7 @@ Status ParseHostDirty(const HostKeys& keys, HostProtocol* protocol) {
     }
   }
   if (keys.count("fragment")) {
-    StatusOr<size_t> bytes = ParseBytes(keys.at("fragment"));
+    StatusOr<size_t> bytes = ParseByteSize(keys.at("fragment"));
     if (!bytes.ok()) return InvalidArgument("fragment is not a number of bytes");
     if (protocol->dirty.empty()) {
       return InvalidArgument("fragment needs dirty (the messages it exempts)");
@@ -580,7 +581,7 @@ Status ParseHostCopier(const HostKeys& keys, HostProtocol* protocol) {
   }
   if (keys.count("handoff")) {
     if (!protocol->matcher_copies) return InvalidArgument("handoff needs copier=matcher");
-    StatusOr<size_t> handoff = ParseBytes(keys.at("handoff"));
+    StatusOr<size_t> handoff = ParseByteSize(keys.at("handoff"));
     if (!handoff.ok()) return InvalidArgument("handoff is not a number of bytes");
     protocol->handoff_bytes = static_cast<double>(*handoff);
   }
@@ -608,13 +609,13 @@ Status ParseHostNative(const HostKeys& keys, HostProtocol* protocol) {
   }
   if (keys.count("cache")) {
     if (!pass) return InvalidArgument("cache needs native=pass");
-    StatusOr<size_t> cache = ParseBytes(keys.at("cache"));
+    StatusOr<size_t> cache = ParseByteSize(keys.at("cache"));
     if (!cache.ok()) return InvalidArgument("cache is not a number of bytes");
     protocol->cache_bytes = static_cast<double>(*cache);
   }
   if (keys.count("inline")) {
     if (!pass) return InvalidArgument("inline needs native=pass");
-    StatusOr<size_t> bytes = ParseBytes(keys.at("inline"));
+    StatusOr<size_t> bytes = ParseByteSize(keys.at("inline"));
     if (!bytes.ok()) return InvalidArgument("inline is not a number of bytes");
     protocol->inline_bytes = static_cast<double>(*bytes);
   }
@@ -653,7 +654,7 @@ StatusOr<std::vector<HostRates>> ParseHostPass(const HostKeys& keys, const HostP
     const std::vector<std::string> f = Split(level, '/');
     HostRates l;
     if (f.size() != 3) return InvalidArgument("pass level '", level, "' is not WS/COPY/REDUCE");
-    StatusOr<size_t> ws = ParseBytes(f[0]);
+    StatusOr<size_t> ws = ParseByteSize(f[0]);
     if (!ws.ok() || !ParseHostNumber(f[1], &l.mem_copy) || !ParseHostNumber(f[2], &l.mem_reduce) ||
         l.mem_copy <= 0 || l.mem_reduce <= 0) {
       return InvalidArgument("pass level '", level, "' is not WS/COPY/REDUCE (positive GB/s)");

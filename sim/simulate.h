@@ -172,8 +172,7 @@ class Simulator {
 
 // Sizes from `min` to `max` bytes, each `factor` times the last (nccl-tests' -b -e -f).
 StatusOr<std::vector<size_t>> SizeSweep(size_t min, size_t max, double factor);
-// "8", "64K", "1M", "1G" (binary units) into bytes.
-StatusOr<size_t> ParseBytes(const std::string& text);
+// Byte sizes: ParseByteSize (base/byte_size.h).
 
 // A table in nccl-tests' layout, one row per result (+ the algorithm and the bottleneck).
 std::string FormatTable(const Machine& machine, collective::Collective kind,

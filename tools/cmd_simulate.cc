@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/byte_size.h"
 #include "base/json_text.h"
 #include "collective/types.h"
 #include "framework/comm_var.h"
@@ -366,7 +367,7 @@ StatusOr<sim::SimOptions> Options(const Flags& flags) {
   LOOM_ASSIGN_OR_RETURN(options.engine.reduce_gbps, flags.GetDouble("reduce-gbps", 0, 1e6));
   LOOM_ASSIGN_OR_RETURN(options.engine.efficiency, flags.GetDouble("efficiency", 1e-6, 1));
   options.mpi_exchange = flags.Switch("mpi-exchange");
-  StatusOr<size_t> ll128_max = sim::ParseBytes(flags.Get("nccl-ll128-max"));
+  StatusOr<size_t> ll128_max = ParseByteSize(flags.Get("nccl-ll128-max"));
   if (!ll128_max.ok()) return InvalidArgument("--nccl-ll128-max: ", ll128_max.status().message());
   options.nccl_ll128_max_bytes = *ll128_max;
   LOOM_ASSIGN_OR_RETURN(options.nccl_ll128_efficiency,
@@ -383,8 +384,8 @@ Status Sweep(const Flags& flags, const sim::SimOptions& options) {
   const std::string& sizes = flags.Get("sizes");
   const size_t colon = sizes.find(':');
   if (colon == std::string::npos) return InvalidArgument("--sizes '", sizes, "' is not MIN:MAX");
-  LOOM_ASSIGN_OR_RETURN(size_t min, sim::ParseBytes(sizes.substr(0, colon)));
-  LOOM_ASSIGN_OR_RETURN(size_t max, sim::ParseBytes(sizes.substr(colon + 1)));
+  LOOM_ASSIGN_OR_RETURN(size_t min, ParseByteSize(sizes.substr(0, colon)));
+  LOOM_ASSIGN_OR_RETURN(size_t max, ParseByteSize(sizes.substr(colon + 1)));
   LOOM_ASSIGN_OR_RETURN(std::vector<size_t> sweep, sim::SizeSweep(min, max, factor));
 
   LOOM_ASSIGN_OR_RETURN(

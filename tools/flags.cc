@@ -1,12 +1,12 @@
 #include "tools/flags.h"
 
-#include <cmath>
-
-#include <cstdio>
-
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
+
+#include "base/byte_size.h"
 
 namespace loom::cli {
 
@@ -164,22 +164,10 @@ int RunSubcommand(Flags& flags, int argc, char** argv,
 }
 
 StatusOr<size_t> ParseSizeFlag(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  size_t mult = 1;
-  std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "k")
-    mult = size_t{1} << 10;
-  else if (suffix == "M" || suffix == "m")
-    mult = size_t{1} << 20;
-  else if (suffix == "G" || suffix == "g")
-    mult = size_t{1} << 30;
-  else if (!suffix.empty())
-    mult = 0;
-  if (v.empty() || mult == 0 || !std::isfinite(x) || x < 0 || x * mult > 1e18) {
+  StatusOr<size_t> size = ParseByteSize(v);
+  if (!size.ok())
     return InvalidArgument("--", flag, " expects a size like 4096, 64K, 1M or 2G, got '", v, "'");
-  }
-  return static_cast<size_t>(x * static_cast<double>(mult));
+  return size;
 }
 
 }  // namespace loom::cli

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "base/byte_size.h"
 #include "collective/selector.h"
 #include "collective/topology.h"
 #include "collective/transport_registry.h"
@@ -1324,11 +1325,11 @@ TEST(Machine, NvLinkPairsAreDedicatedAndPciePairsShareThePort) {
 }
 
 TEST(Sizes, ParseAndSweep) {
-  EXPECT_EQ(*ParseBytes("8"), 8u);
-  EXPECT_EQ(*ParseBytes("64K"), 65536u);
-  EXPECT_EQ(*ParseBytes("1G"), size_t{1} << 30);
-  EXPECT_FALSE(ParseBytes("12Q").ok());
-  EXPECT_FALSE(ParseBytes("-1").ok());
+  EXPECT_EQ(*ParseByteSize("8"), 8u);
+  EXPECT_EQ(*ParseByteSize("64K"), 65536u);
+  EXPECT_EQ(*ParseByteSize("1G"), size_t{1} << 30);
+  EXPECT_FALSE(ParseByteSize("12Q").ok());
+  EXPECT_FALSE(ParseByteSize("-1").ok());
   StatusOr<std::vector<size_t>> sweep = SizeSweep(8, 1024, 2);
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->size(), 8u);
