@@ -32,10 +32,6 @@ struct CallArgs {
   int peer = -1;                           // kSend, kRecv
   int tag = -1;                            // kSend, kRecv
   Algorithm algorithm = Algorithm::kAuto;  // resolved (never kAuto) before the call runs
-  // The rooted broadcasts (tree, star, chain, multi_tree) as they ran before they sent from the
-  // root's send buffer: the root first copies send into recv and sends from recv. Communicators
-  // never set it; the simulator does, to replay records measured with that schedule.
-  bool root_copy_first = false;
 };
 
 // Transport tags: collectives use (seq << 8 | phase); point-to-point calls set the top bit and

@@ -124,6 +124,33 @@ namespace {
 using Runner =
     std::function<Status(collective::internal::Schedule&, const collective::internal::CallArgs&)>;
 
+bool RootedBroadcastAlgorithm(Algorithm algorithm) {
+  return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree ||
+         algorithm == Algorithm::kStar || algorithm == Algorithm::kMultiTree;
+}
+
+// The rooted broadcasts as they ran before they sent from the root's send buffer, for records
+// measured then (CallSpec::root_copy_first): the root first copies its send buffer into recv and
+// sends from recv, so its sends read recv, and the copies of its own data into recv that now end
+// the call are that first copy.
+void CopyFirstAtRoot(std::vector<TraceOp>* ops, uint64_t send, uint64_t recv, uint64_t bytes) {
+  auto in = [bytes](uint64_t addr, uint64_t base) { return addr >= base && addr < base + bytes; };
+  std::vector<TraceOp> out;
+  out.reserve(ops->size() + 1);
+  TraceOp copy;
+  copy.kind = TraceOp::kCopy;
+  copy.bytes = bytes;
+  copy.addr = recv;
+  copy.addr2 = send;
+  out.push_back(copy);
+  for (TraceOp op : *ops) {
+    if (op.kind == TraceOp::kCopy && in(op.addr, recv) && in(op.addr2, send)) continue;
+    if (op.kind == TraceOp::kSend && in(op.addr, send)) op.addr = op.addr - send + recv;
+    out.push_back(op);
+  }
+  *ops = std::move(out);
+}
+
 StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& call,
                             const Runner& run) {
   const int n = plan.topology.size();
@@ -137,7 +164,6 @@ StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& ca
   args.op = collective::ReduceOp::kSum;
   args.algorithm = call.algorithm;
   args.count = call.bytes / elem;
-  args.root_copy_first = call.root_copy_first;
   LOOM_ENFORCE(!call.in_place || call.kind == Collective::kAllReduce ||
                    call.kind == Collective::kReduce || call.kind == Collective::kBroadcast,
                CollectiveName(call.kind), " does not run in place (allreduce, reduce and ",
@@ -169,6 +195,10 @@ StatusOr<Trace> CaptureWith(const collective::CommPlan& plan, const CallSpec& ca
       status = run(s, a);
     }
     LOOM_RETURN_IF_ERROR(status);
+    if (call.root_copy_first && call.kind == Collective::kBroadcast && r == call.root &&
+        a.send != a.recv && RootedBroadcastAlgorithm(call.algorithm))
+      CopyFirstAtRoot(&trace.ranks[r], reinterpret_cast<uintptr_t>(a.send),
+                      reinterpret_cast<uintptr_t>(a.recv), call.bytes);
     for (const TraceOp& op : trace.ranks[r]) {
       if (op.kind <= TraceOp::kRecvReduce)
         trace.handles[r] = std::max(trace.handles[r], op.handle + 1);

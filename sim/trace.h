@@ -67,7 +67,8 @@ struct CallSpec {
   // ring, tree, multi_tree or star: Loom's schedules over `plan`.
   collective::Algorithm algorithm = collective::Algorithm::kRing;
   size_t chunk_bytes = size_t{1} << 20;  // CommunicatorOptions::pipeline_chunk_bytes
-  // The rooted broadcasts' older order (collective::internal::CallArgs::root_copy_first).
+  // The rooted broadcasts' older order, for records measured then: the root copies its send
+  // buffer into recv first and sends from recv (the capture rewrites the root's trace so).
   bool root_copy_first = false;
   // Allreduce, reduce and broadcast in place: every rank's send buffer is its receive buffer.
   bool in_place = false;

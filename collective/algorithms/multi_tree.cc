@@ -44,10 +44,9 @@ Status MultiTreeBroadcast(Schedule& s, const CallArgs& args) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
   const Ranges slices = SplitEvenly(bytes, s.nranks());
   // The root sends from its send buffer and copies its own slice into recv at the end (the
-  // tree engine's root_src), unless the call asks for the older order (CallArgs).
+  // tree engine's root_src).
   const bool root = s.rank() == args.root;
-  const void* src = root && !args.root_copy_first ? args.send : args.recv;
-  if (root && args.root_copy_first) LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
+  const void* src = root ? args.send : args.recv;
   if (root) {
     for (int r = 0; r < s.nranks(); ++r) {
       if (r != args.root)

@@ -183,9 +183,7 @@ Status TreeRootedReduce(Schedule& s, const CallArgs& args, const Tree& tree) {
 Status TreeRootedBroadcast(Schedule& s, const CallArgs& args, const Tree& tree) {
   const size_t bytes = args.count * DataTypeSize(args.dtype);
   const TreeJobs jobs{TreeJob{&tree, Range{0, bytes}}};
-  if (!args.root_copy_first) return TreesBroadcast(s, jobs, args.recv, args.send);
-  if (s.rank() == args.root) LOOM_RETURN_IF_ERROR(s.Copy(args.recv, args.send, bytes));
-  return TreesBroadcast(s, jobs, args.recv);
+  return TreesBroadcast(s, jobs, args.recv, args.send);
 }
 
 Status UnsupportedAlgorithm(const CallArgs& args) {
