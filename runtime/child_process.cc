@@ -1,6 +1,7 @@
 #include "runtime/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -30,31 +31,54 @@ void WriteSignalByte(int sig) {
 }
 
 // In the child between fork and exec: only async-signal-safe calls, then exec or _exit.
-[[noreturn]] void ExecChild(char* const* argv, char* const* envp, int stdin_fd, int stdout_fd,
-                            int stderr_fd, const int* keep, size_t keep_count, pid_t parent) {
+// Says why the child cannot run its command, then ends it.
+[[noreturn]] void FailChild(const char* what, const char* command) {
+  // strerror is not on the async-signal-safe list, but this process is about to exit and runs
+  // no other thread: the message is worth it.
+  const char* parts[] = {"loom launch: cannot run '", command, "': ", what, strerror(errno), "\n"};
+  for (const char* p : parts) {
+    if (write(STDERR_FILENO, p, strlen(p)) < 0) break;
+  }
+  _exit(127);
+}
+
+// The process a child spec describes: its namespaces, pid, argv and environment, built before
+// fork (the child may not allocate).
+struct ChildPlan {
+  char* const* argv;
+  char* const* envp;
+  int netns_fd;          // -1: the supervisor's network namespace
+  const char* hostname;  // with netns_fd: the node's name
+  const int* keep;
+  size_t keep_count;
+  pid_t parent;
+};
+
+[[noreturn]] void ExecChild(const ChildPlan& plan, int stdin_fd, int stdout_fd, int stderr_fd) {
+  char* const* argv = plan.argv;
   setpgid(0, 0);
 #ifdef __linux__
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // the supervisor died before prctl took effect
+  if (getppid() != plan.parent) _exit(127);  // the supervisor died before prctl took effect
+  if (plan.netns_fd >= 0) {
+    if (setns(plan.netns_fd, CLONE_NEWNET) != 0)
+      FailChild("entering its node's network: ", argv[0]);
+    if (unshare(CLONE_NEWUTS) != 0 || sethostname(plan.hostname, strlen(plan.hostname)) != 0)
+      FailChild("naming its node: ", argv[0]);
+  }
 #endif
   dup2(stdin_fd, STDIN_FILENO);
   dup2(stdout_fd, STDOUT_FILENO);
   dup2(stderr_fd, STDERR_FILENO);
-  for (size_t i = 0; i < keep_count; ++i) fcntl(keep[i], F_SETFD, 0);  // survives the exec
+  for (size_t i = 0; i < plan.keep_count; ++i) fcntl(plan.keep[i], F_SETFD, 0);  // survives exec
   // The command starts with the default dispositions and an empty mask, not the supervisor's
   // (an ignored SIGPIPE would survive exec).
   for (int sig : kHandledSignals) signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execvpe(argv[0], argv, envp);
-  // strerror is not on the async-signal-safe list, but this process is about to exit and runs
-  // no other thread: the message is worth it.
-  const char* parts[] = {"loom launch: cannot run '", argv[0], "': ", strerror(errno), "\n"};
-  for (const char* p : parts) {
-    if (write(STDERR_FILENO, p, strlen(p)) < 0) break;
-  }
-  _exit(127);
+  execvpe(argv[0], argv, plan.envp);
+  FailChild("", argv[0]);
 }
 
 }  // namespace
@@ -69,13 +93,28 @@ StatusOr<pid_t> SpawnChild(const ChildSpec& spec, int stdout_fd, int stderr_fd) 
   envp.push_back(nullptr);
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0) return IOError("cannot open /dev/null: ", strerror(errno));
-  const pid_t parent = getpid();
+  int netns_fd = -1;
+  if (!spec.netns.empty()) {
+    netns_fd = open(spec.netns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (netns_fd < 0) {
+      const int e = errno;
+      close(devnull);
+      return NotFound("cannot start ", spec.name, ": its network namespace '", spec.netns,
+                      "': ", strerror(e));
+    }
+  }
+  const ChildPlan plan{argv.data(),
+                       envp.data(),
+                       netns_fd,
+                       spec.hostname.c_str(),
+                       spec.inherit_fds.data(),
+                       spec.inherit_fds.size(),
+                       getpid()};
   const pid_t pid = fork();
-  if (pid == 0)
-    ExecChild(argv.data(), envp.data(), devnull, stdout_fd, stderr_fd, spec.inherit_fds.data(),
-              spec.inherit_fds.size(), parent);
+  if (pid == 0) ExecChild(plan, devnull, stdout_fd, stderr_fd);
   const int fork_errno = errno;
   close(devnull);
+  if (netns_fd >= 0) close(netns_fd);
   if (pid < 0)
     return ResourceExhausted("cannot start ", spec.name, ": fork: ", strerror(fork_errno));
   // Also here, so the group exists before anyone signals it, whichever of the two runs first

@@ -57,7 +57,10 @@ const std::vector<std::string>& LaunchVariables() {
                                                   "LOOM_CLIENT_RANK",
                                                   "LOOM_CLIENT_SIZE",
                                                   "LOOM_PS_SECRET",
-                                                  "LOOM_PS_LISTEN_FD"};
+                                                  "LOOM_PS_LISTEN_FD",
+                                                  "LOOM_EMULATE_NODE",
+                                                  "LOOM_EMULATE_NODES",
+                                                  "LOOM_EMULATE_NETNS"};
   return kNames;
 }
 
@@ -194,26 +197,30 @@ void Listeners::Close() {
 
 Status Listeners::Open(const std::string& host, int count, int base_port) {
   Close();
-  LOOM_ASSIGN_OR_RETURN(addrinfo * found, ResolveHost(host));
   Status status;
-  for (int i = 0; i < count && status.ok(); ++i) {
-    const int want = base_port > 0 ? base_port + i : 0;
-    Listener l;
-    l.fd = BindTcp(found, want, true, &l.port);
-    if (l.fd >= 0) {
-      list_.push_back(l);
-    } else if (want > 0) {
-      status = Status(
-          errno == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
-          StrCat("cannot listen on ", host, ":", want, " for server ", i, ": ", strerror(errno),
-                 errno == EADDRINUSE ? " (the port is in use; choose another --port)" : ""));
-    } else {
-      status = IOError("cannot listen on a TCP port of --host '", host, "': ", strerror(errno));
-    }
-  }
-  freeaddrinfo(found);
+  for (int i = 0; i < count && status.ok(); ++i)
+    status = Add(host, base_port > 0 ? base_port + i : 0, i);
   if (!status.ok()) Close();
   return status;
+}
+
+Status Listeners::Add(const std::string& host, int port, int server) {
+  LOOM_ASSIGN_OR_RETURN(addrinfo * found, ResolveHost(host));
+  Listener l;
+  l.fd = BindTcp(found, port, true, &l.port);
+  const int e = errno;
+  freeaddrinfo(found);
+  if (l.fd >= 0) {
+    list_.push_back(l);
+    return Status::OK();
+  }
+  if (port > 0)
+    return Status(
+        e == EADDRINUSE ? StatusCode::kAlreadyExists : StatusCode::kIOError,
+        StrCat("cannot listen on ", host, ":", port, " for server ", server, ": ", strerror(e),
+               e == EADDRINUSE ? " (the port is in use; choose another --port)" : ""));
+  return IOError("cannot listen on a TCP port of '", host, "' for server ", server, ": ",
+                 strerror(e));
 }
 
 StatusOr<std::vector<HostSlots>> ParseHostfile(const std::string& text, const std::string& path) {

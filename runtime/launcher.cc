@@ -1,5 +1,6 @@
 #include "runtime/launcher.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,8 +17,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
+#include "runtime/emulate.h"
 #include "runtime/supervisor.h"
 
 namespace loom::runtime {
@@ -73,12 +76,12 @@ std::vector<std::string> ChildEnvironment(
 
 ChildSpec RoleSpec(const JobLayout& layout, bool server, int rank,
                    const std::vector<std::string>& command) {
-  return ChildSpec{StrCat(server ? "server " : "worker ", rank),
-                   server,
-                   command,
-                   ChildEnvironment(RoleEnvironment(layout, server, rank)),
-                   true,
-                   {}};
+  ChildSpec spec;
+  spec.name = StrCat(server ? "server " : "worker ", rank);
+  spec.server = server;
+  spec.argv = command;
+  spec.env = ChildEnvironment(RoleEnvironment(layout, server, rank));
+  return spec;
 }
 
 // Prints why the job ended (one line on stderr, nothing when it went well) and returns the
@@ -186,8 +189,10 @@ StatusOr<int> LaunchThroughMpirun(const LaunchOptions& o, const std::string& sec
                                    {"--hostfile", o.hostfile, "--map-by", "slot", "-np",
                                     std::to_string(o.servers + o.workers)},
                                    endpoints, {}));
-  std::vector<ChildSpec> specs = {
-      {"mpirun", false, argv, ChildEnvironment({{"LOOM_PS_SECRET", secret}}), true, {}}};
+  std::vector<ChildSpec> specs(1);
+  specs[0].name = "mpirun";
+  specs[0].argv = argv;
+  specs[0].env = ChildEnvironment({{"LOOM_PS_SECRET", secret}});
   SuperviseOptions s = SupervisorOptions(o);
   s.prefix = false;  // each rank prefixes its own lines
   LOOM_ASSIGN_OR_RETURN(JobOutcome outcome, Supervise(specs, s));
@@ -202,13 +207,71 @@ std::pair<int, int> ClientWorkers(int workers, int clients, int c) {
   return {first, base + (c < extra ? 1 : 0)};
 }
 
+// Where an emulated job runs (null for loopback): the network and each worker's node.
+struct EmulatedJob {
+  const EmulatedNetwork* net = nullptr;
+  std::vector<int> server_node, worker_node;
+};
+
+// Puts a process on `node` of the emulated cluster: its network namespace, its node's name, and
+// the variables that say where it is. LOOM_LOCAL_PROCESSES stays the whole job: every node
+// shares this machine's cores.
+void PlaceOnNode(ChildSpec* spec, const EmulatedNetwork& net, int node, int processes) {
+  spec->netns = net.NodeNetnsPath(node);
+  spec->hostname = EmulatedNetwork::NodeHostname(node);
+  for (std::string& e : spec->env)
+    if (e.rfind("LOOM_LOCAL_PROCESSES=", 0) == 0) e = StrCat("LOOM_LOCAL_PROCESSES=", processes);
+  for (const std::string& e :
+       {StrCat("LOOM_EMULATE_NODE=", node), StrCat("LOOM_EMULATE_NODES=", net.cluster().nodes),
+        StrCat("LOOM_EMULATE_NETNS=", net.NodeNetns(node))})
+    spec->env.push_back(e);
+}
+
+// The mpirun arguments that spread client c's ranks over the nodes of its workers: a hostfile of
+// node addresses (written to `session`), the agent that reaches a node's namespace in ssh's
+// place, and Open MPI's TCP traffic kept on the nodes' rails.
+StatusOr<std::vector<std::string>> EmulatedMpirunArgs(const LaunchOptions& o,
+                                                      const EmulatedJob& emu, int first, int count,
+                                                      const std::string& session) {
+  std::string hosts;
+  for (int w = first; w < first + count;) {
+    int node = emu.worker_node[w], slots = 0;
+    for (; w < first + count && emu.worker_node[w] == node; ++w) ++slots;
+    hosts += StrCat(EmulatedNetwork::Address(node, 0), " slots=", slots, "\n");
+  }
+  const std::string hostfile = session + "/hosts";
+  {
+    std::ofstream out(hostfile);
+    out << hosts;
+    if (!out) return IOError("cannot write '", hostfile, "': ", std::strerror(errno));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
+  return std::vector<std::string>{"--hostfile",
+                                  hostfile,
+                                  "--map-by",
+                                  "slot",
+                                  "--mca",
+                                  "plm_rsh_agent",
+                                  StrCat(self, " launch --netns-agent ", getpid()),
+                                  "--mca",
+                                  "plm_rsh_no_tree_spawn",
+                                  "1",
+                                  "--mca",
+                                  "oob_tcp_if_include",
+                                  "10.77.0.0/24",
+                                  "--mca",
+                                  "btl_tcp_if_include",
+                                  "10.77.0.0/16"};
+}
+
 // Client c's mpirun: its workers are its MPI world; each rank runs `loom launch --rank-exec`,
 // which sets the worker's environment and prefixes its own lines.
 // Concurrent mpiruns on one machine race to create Open MPI's session directory
 // ($TMPDIR/ompi.<host>.<uid>), and the loser fails at start ("File exists"): each client's
 // mpirun gets a session-directory base of its own (orte_tmpdir_base) under session_base.
+// On an emulated cluster the mpirun runs on the node of the client's first worker.
 StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, int c,
-                               const std::string& session_base) {
+                               const std::string& session_base, const EmulatedJob& emu) {
   auto [first, count] = ClientWorkers(o.workers, o.clients, c);
   std::vector<std::string> endpoints = layout.servers;
   endpoints.insert(endpoints.end(), layout.workers.begin(), layout.workers.end());
@@ -216,17 +279,76 @@ StatusOr<ChildSpec> ClientSpec(const LaunchOptions& o, const JobLayout& layout, 
   if (::mkdir(session.c_str(), 0700) != 0)
     return Internal("cannot create '", session, "' for client ", c,
                     "'s mpirun: ", std::strerror(errno));
-  LOOM_ASSIGN_OR_RETURN(
-      std::vector<std::string> argv,
-      MpirunArgv(
-          o, {"--mca", "orte_tmpdir_base", session, "-np", std::to_string(count)}, endpoints,
-          {"--clients", std::to_string(o.clients), "--client-first", std::to_string(first)}));
-  return ChildSpec{StrCat("client ", c),
-                   false,
-                   argv,
-                   ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}}),
-                   false,
-                   {}};
+  std::vector<std::string> mpirun_args = {"--mca", "orte_tmpdir_base", session, "-np",
+                                          std::to_string(count)};
+  if (emu.net != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<std::string> more,
+                          EmulatedMpirunArgs(o, emu, first, count, session));
+    mpirun_args.insert(mpirun_args.end(), more.begin(), more.end());
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> argv,
+                        MpirunArgv(o, mpirun_args, endpoints,
+                                   {"--clients", std::to_string(o.clients), "--client-first",
+                                    std::to_string(first)}));
+  ChildSpec spec;
+  spec.name = StrCat("client ", c);
+  spec.argv = argv;
+  spec.env = ChildEnvironment({{"LOOM_PS_SECRET", layout.secret}});
+  spec.prefixed = false;
+  if (emu.net != nullptr)
+    PlaceOnNode(&spec, *emu.net, emu.worker_node[first], o.servers + o.workers);
+  return spec;
+}
+
+// Every process's endpoint, with the servers' sockets listening (see Listeners); the workers'
+// ports are only names in their environment (nothing binds them). Locally all are on o.host,
+// servers on free ports (or --port); on an emulated cluster each is on its node's first address,
+// at --port (or kDefaultBasePort) + its rank, as on separate machines.
+StatusOr<JobLayout> PlanEndpoints(const LaunchOptions& o, const EmulatedJob& emu,
+                                  Listeners* listeners) {
+  const int nprocs = o.servers + o.workers;
+  std::vector<std::string> hosts(
+      nprocs, o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host);
+  std::vector<int> ports;
+  if (emu.net != nullptr) {
+    const int base = o.base_port > 0 ? o.base_port : kDefaultBasePort;
+    for (int r = 0; r < nprocs; ++r) {
+      const int node = r < o.servers ? emu.server_node[r] : emu.worker_node[r - o.servers];
+      hosts[r] = EmulatedNetwork::Address(node, 0);
+      ports.push_back(base + r);
+      if (r >= o.servers) continue;
+      LOOM_ASSIGN_OR_RETURN(auto scope, NetnsScope::Enter(emu.net->NodeNetnsPath(node)));
+      LOOM_RETURN_IF_ERROR(listeners->Add(hosts[r], base + r, r));
+    }
+  } else {
+    LOOM_RETURN_IF_ERROR(listeners->Open(o.host, o.servers, o.base_port));
+    for (const Listener& l : listeners->list()) ports.push_back(l.port);
+    if (o.base_port > 0) {
+      for (int r = o.servers; r < nprocs; ++r) ports.push_back(o.base_port + r);
+    } else {
+      LOOM_ASSIGN_OR_RETURN(std::vector<int> free, PickFreePorts(o.host, o.workers));
+      ports.insert(ports.end(), free.begin(), free.end());
+    }
+  }
+  JobLayout layout;
+  for (int r = 0; r < nprocs; ++r)
+    (r < o.servers ? layout.servers : layout.workers).push_back(StrCat(hosts[r], ":", ports[r]));
+  return layout;
+}
+
+// Builds the emulated cluster of o.emulate (after removing what SIGKILLed launchers left), and
+// places the job's processes on its nodes.
+StatusOr<std::unique_ptr<EmulatedNetwork>> BuildCluster(const LaunchOptions& o, EmulatedJob* emu) {
+  LOOM_RETURN_IF_ERROR(CheckEmulationAllowed());
+  LOOM_ASSIGN_OR_RETURN(int stale, RemoveStaleNetworks());
+  if (stale > 0)
+    std::fprintf(stderr, "loom launch: removed %d network namespaces of launchers that are gone\n",
+                 stale);
+  LOOM_ASSIGN_OR_RETURN(auto net, EmulatedNetwork::Create(*o.emulate, getpid()));
+  emu->net = net.get();
+  emu->server_node = PlaceOnNodes(o.servers, o.emulate->nodes);
+  emu->worker_node = PlaceOnNodes(o.workers, o.emulate->nodes);
+  return net;
 }
 
 }  // namespace
@@ -236,23 +358,14 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   LOOM_ASSIGN_OR_RETURN(std::string secret, JobSecret());
   if (!o.hostfile.empty()) return LaunchThroughMpirun(o, secret);
   const int nprocs = o.servers + o.workers;
-  // The servers' sockets listen from here on (see Listeners); the workers' ports are only
-  // names in their environment (nothing binds them), picked while the servers' are held.
-  Listeners listeners;
-  LOOM_RETURN_IF_ERROR(listeners.Open(o.host, o.servers, o.base_port));
-  std::vector<int> ports;
-  for (const Listener& l : listeners.list()) ports.push_back(l.port);
-  if (o.base_port > 0) {
-    for (int r = o.servers; r < nprocs; ++r) ports.push_back(o.base_port + r);
-  } else {
-    LOOM_ASSIGN_OR_RETURN(std::vector<int> free, PickFreePorts(o.host, o.workers));
-    ports.insert(ports.end(), free.begin(), free.end());
+  EmulatedJob emu;
+  std::unique_ptr<EmulatedNetwork> net;  // removed when Launch returns, however it returns
+  if (o.emulate) {
+    LOOM_ASSIGN_OR_RETURN(net, BuildCluster(o, &emu));
   }
-  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
-  JobLayout layout;
+  Listeners listeners;
+  LOOM_ASSIGN_OR_RETURN(JobLayout layout, PlanEndpoints(o, emu, &listeners));
   layout.secret = secret;
-  for (int r = 0; r < nprocs; ++r)
-    (r < o.servers ? layout.servers : layout.workers).push_back(StrCat(host, ":", ports[r]));
   // Servers first: workers usually connect to them as they start.
   std::vector<ChildSpec> specs;
   specs.reserve(nprocs);
@@ -261,6 +374,7 @@ StatusOr<int> Launch(const LaunchOptions& o) {
     const int fd = listeners.list()[i].fd;
     specs.back().env.push_back(StrCat("LOOM_PS_LISTEN_FD=", fd));
     specs.back().inherit_fds.push_back(fd);
+    if (net) PlaceOnNode(&specs.back(), *net, emu.server_node[i], nprocs);
   }
   std::string session_base;  // the clients' mpirun session directories, removed at the end
   if (o.clients > 0) {
@@ -278,7 +392,7 @@ StatusOr<int> Launch(const LaunchOptions& o) {
   if (o.clients > 0) {
     for (auto& server : specs) server.env.push_back(StrCat("LOOM_NUM_CLIENTS=", o.clients));
     for (int c = 0; c < o.clients; ++c) {
-      StatusOr<ChildSpec> spec = ClientSpec(o, layout, c, session_base);
+      StatusOr<ChildSpec> spec = ClientSpec(o, layout, c, session_base, emu);
       if (!spec.ok()) {
         remove_sessions();
         return spec.status();
@@ -286,7 +400,10 @@ StatusOr<int> Launch(const LaunchOptions& o) {
       specs.push_back(std::move(spec).value());
     }
   } else {
-    for (int j = 0; j < o.workers; ++j) specs.push_back(RoleSpec(layout, false, j, o.command));
+    for (int j = 0; j < o.workers; ++j) {
+      specs.push_back(RoleSpec(layout, false, j, o.command));
+      if (net) PlaceOnNode(&specs.back(), *net, emu.worker_node[j], nprocs);
+    }
   }
   StatusOr<JobOutcome> outcome = Supervise(specs, SupervisorOptions(o));
   remove_sessions();
@@ -367,6 +484,26 @@ StatusOr<int> RankExec(const LaunchOptions& o, const std::vector<std::string>& e
   const bool server = rank < o.servers;
   return RunRank(
       RoleSpec(layout, server, static_cast<int>(server ? rank : rank - o.servers), o.command), o);
+}
+
+}  // namespace loom::runtime
+
+namespace loom::runtime {
+
+Status RunNetnsAgent(int launcher_pid, const std::string& host,
+                     const std::vector<std::string>& command) {
+  const int node = NodeOfAddress(host);
+  LOOM_ENFORCE(node >= 0, "--netns-agent: '", host, "' is not an emulated node's address");
+  LOOM_ENFORCE(!command.empty(), "--netns-agent: no command for ", host);
+  const std::string path = StrCat("/var/run/netns/loom-", launcher_pid, "-n", node);
+  LOOM_ASSIGN_OR_RETURN(auto scope, NetnsScope::Enter(path));
+  const std::string name = EmulatedNetwork::NodeHostname(node);
+  if (unshare(CLONE_NEWUTS) != 0 || sethostname(name.c_str(), name.size()) != 0)
+    return FailedPrecondition("--netns-agent: cannot name node ", node, ": ", strerror(errno));
+  // As sshd runs a command: its words joined by spaces, read by a shell.
+  const std::string line = Join(command, " ");
+  execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+  return Internal("--netns-agent: cannot run /bin/sh: ", strerror(errno));
 }
 
 }  // namespace loom::runtime

@@ -10,11 +10,13 @@
 // processes they started: call them from one thread of a process that runs no other launch.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "runtime/emulate_spec.h"
 
 namespace loom::runtime {
 
@@ -37,6 +39,10 @@ struct LaunchOptions {
   int clients = 0;
   int client_first = -1;  // --rank-exec of a client: the global id of the client's rank 0
   std::string self_exe;   // with a hostfile: the loom binary; empty: /proc/self/exe
+  // Local launches: run the job on this emulated cluster (runtime/emulate.h) instead of
+  // loopback; servers and workers are placed on its nodes by PlaceOnNodes, each in its node's
+  // network namespace, and each client's mpirun spans the nodes of its workers.
+  std::optional<EmulatedCluster> emulate;
 };
 
 inline constexpr int kDefaultBasePort = 6170;
@@ -54,6 +60,13 @@ StatusOr<int> Launch(const LaunchOptions& options);
 // signal that killed it). `endpoints` holds every rank's "host:port", in rank order. In a
 // client's mpirun (options.client_first >= 0) every rank is a worker: client_first + its rank.
 StatusOr<int> RankExec(const LaunchOptions& options, const std::vector<std::string>& endpoints);
+
+// `loom launch --netns-agent PID HOST CMD...`: how the mpirun of an emulated job reaches a node
+// (Open MPI's plm_rsh_agent, in ssh's place): enters the network namespace of the node of launcher
+// PID whose address is HOST, names the node, and runs CMD's words through /bin/sh -c, as sshd
+// would. Returns only on error (the exec failed, HOST is no node).
+Status RunNetnsAgent(int launcher_pid, const std::string& host,
+                     const std::vector<std::string>& command);
 
 // --- The parts below are exposed for tests and for the CLI. ---
 
@@ -97,6 +110,9 @@ class Listeners {
   // `count` sockets listening on `host`: at base_port, base_port + 1, ... when base_port > 0
   // (AlreadyExists naming the port when one is taken), else on ports the kernel picks.
   Status Open(const std::string& host, int count, int base_port);
+  // One more socket, listening on host:port (port 0: one the kernel picks), for server `server`
+  // (named in errors). It belongs to the calling thread's network namespace.
+  Status Add(const std::string& host, int port, int server);
   void Close();
   const std::vector<Listener>& list() const { return list_; }
 

@@ -27,6 +27,11 @@ struct ChildSpec {
   // Descriptors the command keeps open (the rest of the supervisor's are close-on-exec); the
   // caller owns them and closes its copies when it likes.
   std::vector<int> inherit_fds;
+  // Non-empty: the command runs in this network namespace (a path such as
+  // /var/run/netns/loom-7-n1) and in a UTS namespace of its own named `hostname` (an emulated
+  // node; see emulate.h).
+  std::string netns;
+  std::string hostname;
 };
 
 struct SuperviseOptions {

@@ -14,6 +14,7 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-venv python3-pip
   dataset-fashion-mnist python3-matplotlib
   clang libclang-rt-14-dev
+  iproute2 nftables
 )
 # Optional extras (none today).
 OPTIONAL=()

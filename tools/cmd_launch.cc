@@ -1,6 +1,8 @@
 // loom launch --workers N --servers S [flags] -- CMD ARGS...: starts a parameter-server job of
 // S servers and N workers, each running CMD with Paddle's launch environment (runtime/launcher.h).
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,6 +31,11 @@ Flags LaunchFlags() {
            "start the processes through mpirun on the hosts of this Open MPI hostfile "
            "('host slots=K' lines), filling slots in order",
            ""},
+          {"emulate", "SPEC",
+           "run the job on an emulated cluster on this machine: NODES[xNICS]:RATE[:delay=D]"
+           "[:loss=P][:jitter=J], e.g. 4x2:1gbit (one network namespace per node, NICS shaped "
+           "links each; needs root; see docs/CLUSTER.md)",
+           ""},
           {"host", "ADDR", "local launches: the address servers listen on", "127.0.0.1"},
           {"port", "BASE",
            "server i listens on BASE+i, worker j gets BASE+S+j (default: free ports locally, "
@@ -45,6 +52,7 @@ Flags LaunchFlags() {
           {"mpirun", "PROG", "with --hostfile or --clients: the mpirun to run", "mpirun"},
           {"client-first", "W", "internal: the first worker of this client, for --rank-exec", ""},
           {"rank-exec", "", "internal: one rank under the mpirun of --hostfile", ""},
+          {"netns-agent", "PID", "internal: mpirun's agent into an emulated node (first flag)", ""},
           {"endpoints", "LIST", "internal: every rank's host:port, for --rank-exec", ""},
       },
       // Words before "--" are refused by CheckLaunchFlags, which can say why.
@@ -75,6 +83,12 @@ Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words
                "], got ", clients);
   LOOM_ENFORCE(clients == 0 || !f.Has("hostfile"),
                "--clients starts each client's mpirun on this machine: not with --hostfile");
+  if (f.Has("emulate")) {
+    LOOM_RETURN_IF_ERROR(runtime::ParseEmulatedCluster(f.Get("emulate")).status());
+    LOOM_ENFORCE(!f.Has("hostfile"),
+                 "--emulate runs every node on this machine: not with --hostfile");
+    LOOM_ENFORCE(!f.Has("host"), "--emulate gives each node its own address: not with --host");
+  }
   LOOM_ENFORCE(f.Switch("rank-exec") == f.Has("endpoints"),
                "--rank-exec and --endpoints go together (loom launch --hostfile passes both)");
   return Status::OK();
@@ -104,12 +118,20 @@ runtime::LaunchOptions OptionsOf(const Flags& f, std::vector<std::string> comman
   o.mpirun = f.Get("mpirun");
   o.clients = static_cast<int>(f.GetInt("clients").value());
   o.client_first = f.Has("client-first") ? static_cast<int>(f.GetInt("client-first").value()) : -1;
+  if (f.Has("emulate")) o.emulate = runtime::ParseEmulatedCluster(f.Get("emulate")).value();
   return o;
 }
 
 }  // namespace
 
 int LaunchCommand(int argc, char** argv) {
+  // mpirun's agent is called as ssh is, `AGENT HOST WORDS...`: no flags to parse after it.
+  if (argc >= 3 && std::strcmp(argv[0], "--netns-agent") == 0) {
+    Status failed = runtime::RunNetnsAgent(std::atoi(argv[1]), argv[2],
+                                           std::vector<std::string>(argv + 3, argv + argc));
+    std::fprintf(stderr, "loom launch: %s\n", failed.ToString().c_str());
+    return kExitError;
+  }
   // Everything after the first "--" is the command, flags of its own included.
   int separator = 0;
   while (separator < argc && std::strcmp(argv[separator], "--") != 0) ++separator;

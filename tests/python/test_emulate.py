@@ -1,0 +1,185 @@
+"""`loom launch --emulate`: jobs on an emulated cluster (one network namespace per node, shaped
+veth NICs) run unchanged and give their one-machine results; every namespace is gone when the
+job ends, fails, is stopped, or its launcher was SIGKILLed (the next launcher removes those);
+bad input is a clear error. Needs root (the CI machine runs as root); skips where namespaces
+cannot be made, saying why."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import core
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("LOOM_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+LOOM = os.path.abspath(os.path.join(BUILD, "tools", "loom"))
+PYPATH = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__))),
+                          HERE])
+
+
+def launch(args, timeout=180, **kw):
+    return subprocess.run([LOOM, "launch"] + args, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=PYPATH), **kw)
+
+
+def namespaces_of(pid):
+    try:
+        names = os.listdir("/var/run/netns")
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith("loom-%d-" % pid))
+
+
+@pytest.fixture(scope="module")
+def emulation():
+    """Skips the module's cluster tests where this machine cannot make namespaces."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("iproute2 (ip, tc) is not installed: no emulated cluster")
+    probe = launch(["--emulate", "1:1gbit", "--", "true"], timeout=60)
+    if probe.returncode != 0:
+        pytest.skip("cannot make an emulated cluster here: " + probe.stderr.strip())
+
+
+needs_mpi = pytest.mark.skipif(
+    not core.is_compiled_with_mpi() or shutil.which("mpirun") is None,
+    reason="Loom built without MPI or no mpirun on PATH")
+
+
+def test_every_process_runs_on_its_node(emulation):
+    """Servers and workers are spread over the nodes in blocks, each in its node's namespace
+    with its node's name and addresses (one per NIC, one subnet per rail) and nothing else."""
+    script = ('echo "$LOOM_ROLE $LOOM_RANK $(hostname) $LOOM_EMULATE_NODE $POD_IP '
+              '$PADDLE_CURRENT_ENDPOINT $LOOM_LOCAL_PROCESSES"; ip -o -4 addr | '
+              'sed -n "s/.* inet \\([0-9.]*\\).*/addr \\1/p"')
+    proc = launch(["--emulate", "2x2:1gbit", "--workers", "4", "--servers", "2", "--", "sh",
+                   "-c", script])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for role, rank, node in [("server", 0, 0), ("server", 1, 1), ("worker", 0, 0),
+                             ("worker", 1, 0), ("worker", 2, 1), ("worker", 3, 1)]:
+        who = "[%s %d] " % (role, rank)
+        port = 6170 + rank + (2 if role == "worker" else 0)
+        assert who + "%s %d node%d %d 10.77.0.%d 10.77.0.%d:%d 6" % (
+            role, rank, node, node, node + 1, node + 1, port) in lines, proc.stdout
+        addrs = sorted(l[len(who) + 5:] for l in lines if l.startswith(who + "addr "))
+        assert addrs == ["10.77.0.%d" % (node + 1), "10.77.1.%d" % (node + 1), "127.0.0.1"]
+
+
+@needs_mpi
+def test_data_parallel_across_four_nodes_equals_one_process(emulation, tmp_path):
+    """Fluid's nccl2 mode, four trainers on four emulated nodes, one MPI world whose mpirun
+    reaches the other nodes through the namespace agent: every trainer ends with the weights of
+    one process training on the union of the batches (float64, 1e-12)."""
+    from nccl2_worker import batches, build
+    proc = launch(["--emulate", "4x1:1gbit", "--workers", "4", "--clients", "1", "--timeout",
+                   "150", "--", sys.executable, os.path.join(HERE, "nccl2_worker.py"),
+                   str(tmp_path)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    main, startup, loss = build()
+    with fluid.scope_guard(fluid.Scope()):
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(startup)
+        for x, y in batches(4):
+            exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])
+        scope = fluid.global_scope()
+        for t in range(4):
+            got = np.load(tmp_path / ("trainer%d.npz" % t))
+            for n in got.files:
+                np.testing.assert_allclose(got[n], np.array(scope.find_var(n).get_tensor()),
+                                           rtol=1e-12, atol=1e-14,
+                                           err_msg="%s, trainer %d" % (n, t))
+
+
+@needs_mpi
+def test_hybrid_job_across_two_nodes_equals_one_process(emulation, tmp_path):
+    """Parameter servers on both nodes and one MPI client of four workers spanning them
+    (float64): the weights of one process training on the union, to 1e-12."""
+    from hybrid_worker import ROWS, STEPS
+    from pserver_util import batches, train_reference
+    proc = launch(["--emulate", "2x1:1gbit", "--workers", "4", "--servers", "2", "--clients",
+                   "1", "--timeout", "150", "--", sys.executable,
+                   os.path.join(HERE, "hybrid_worker.py"), str(tmp_path), "--opt", "adam"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for server in range(2):
+        assert re.search(r"pserver %d \(10\.77\.0\.%d:%d\)" % (server, server + 1, 6170 + server),
+                         proc.stderr), proc.stderr
+    got = [np.load(tmp_path / ("worker%d.npz" % w)) for w in range(4)]
+    init = {k[5:]: got[0][k] for k in got[0].files if k.startswith("init/")}
+    ref, _ = train_reference(init, batches(STEPS, ROWS, "float64", seed=5),
+                             {"opt": "adam", "dtype": "float64"})
+    for w in range(4):
+        for n, want in ref.items():
+            np.testing.assert_allclose(got[w]["final/" + n], want, rtol=1e-12, atol=1e-12,
+                                       err_msg="%s of worker %d" % (n, w))
+
+
+def test_a_failed_job_and_a_stopped_one_leave_no_namespace(emulation):
+    proc = subprocess.Popen([LOOM, "launch", "--emulate", "3:100mbit", "--workers", "3", "--",
+                             "sh", "-c", 'test "$LOOM_RANK" != 1 || exit 7; sleep 60'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out + err
+    assert "worker 1 exited with code 7" in err
+    assert namespaces_of(proc.pid) == []
+    # SIGTERM to the launcher: the job is stopped, the cluster removed.
+    proc = subprocess.Popen([LOOM, "launch", "--emulate", "2:100mbit", "--workers", "2", "--",
+                             "sh", "-c", "echo up; sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().endswith("up\n")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert namespaces_of(proc.pid) == []
+
+
+def test_a_sigkilled_launchers_cluster_is_removed_by_the_next(emulation):
+    proc = subprocess.Popen([LOOM, "launch", "--emulate", "2:100mbit", "--workers", "2", "--",
+                             "sh", "-c", "echo up; sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().endswith("up\n")
+        assert namespaces_of(proc.pid) == ["loom-%d-n0" % proc.pid, "loom-%d-n1" % proc.pid,
+                                           "loom-%d-sw" % proc.pid]
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(namespaces_of(proc.pid)) == 3  # what a SIGKILLed launcher leaves
+    nxt = launch(["--emulate", "1:1gbit", "--", "true"], timeout=60)
+    assert nxt.returncode == 0, nxt.stderr
+    assert re.search(r"removed \d+ network namespaces of launchers that are gone", nxt.stderr)
+    assert namespaces_of(proc.pid) == []
+
+
+@pytest.mark.parametrize("spec,field", [
+    ("0x1:1gbit", "nodes '0'"), ("2x9:1gbit", "nics '9'"), ("2:fast", "rate 'fast'"),
+    ("2:1gbit:loss=101", "loss '101'"), ("2:1gbit:delay=-1us", "delay '-1us'"),
+    ("2", "expected NODES[xNICS]:RATE"),
+    ("2:1gbit:colour=red", "colour")])
+def test_a_malformed_spec_is_an_error_naming_the_field(spec, field):
+    proc = launch(["--emulate", spec, "--", "true"], timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert field in proc.stderr and spec in proc.stderr, proc.stderr
+
+
+def test_without_root_it_says_what_is_missing(tmp_path):
+    if os.geteuid() != 0:
+        proc = launch(["--emulate", "2:1gbit", "--", "true"], timeout=30)
+    else:
+        def drop():  # nobody, with no capabilities left
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+        proc = launch(["--emulate", "2:1gbit", "--", "true"], timeout=30, preexec_fn=drop,
+                      cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    assert "needs CAP_NET_ADMIN and CAP_SYS_ADMIN" in proc.stderr, proc.stderr
+    assert "run loom launch as root" in proc.stderr
