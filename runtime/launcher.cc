@@ -84,6 +84,11 @@ ChildSpec RoleSpec(const JobLayout& layout, bool server, int rank,
   return spec;
 }
 
+// "worker 1", or "worker 1 on node1" on an emulated cluster.
+std::string Who(const ChildSpec& spec) {
+  return spec.hostname.empty() ? spec.name : StrCat(spec.name, " on ", spec.hostname);
+}
+
 // Prints why the job ended (one line on stderr, nothing when it went well) and returns the
 // launcher's exit code.
 int Report(const JobOutcome& outcome, const std::vector<ChildSpec>& specs, const LaunchOptions& o) {
@@ -93,7 +98,7 @@ int Report(const JobOutcome& outcome, const std::vector<ChildSpec>& specs, const
   switch (outcome.kind) {
     case Kind::kAllExited: code = 0; break;
     case Kind::kFailed:
-      why = StrCat(specs[outcome.culprit].name, " ", Describe(outcome.exits[outcome.culprit]),
+      why = StrCat(Who(specs[outcome.culprit]), " ", Describe(outcome.exits[outcome.culprit]),
                    specs.size() > 1 ? "; stopped the others" : "");
       break;
     case Kind::kServersRemained:
@@ -345,6 +350,10 @@ StatusOr<std::unique_ptr<EmulatedNetwork>> BuildCluster(const LaunchOptions& o, 
     std::fprintf(stderr, "loom launch: removed %d network namespaces of launchers that are gone\n",
                  stale);
   LOOM_ASSIGN_OR_RETURN(auto net, EmulatedNetwork::Create(*o.emulate, getpid()));
+  std::fprintf(stderr,
+               "loom launch: emulated cluster %s: node<i> has 10.77.<nic>.<i+1> (network "
+               "namespace loom-%d-n<i>)\n",
+               ToString(*o.emulate).c_str(), static_cast<int>(getpid()));
   emu->net = net.get();
   emu->server_node = PlaceOnNodes(o.servers, o.emulate->nodes);
   emu->worker_node = PlaceOnNodes(o.workers, o.emulate->nodes);

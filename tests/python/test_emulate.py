@@ -126,7 +126,7 @@ def test_a_failed_job_and_a_stopped_one_leave_no_namespace(emulation):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err
-    assert "worker 1 exited with code 7" in err
+    assert "worker 1 on node1 exited with code 7" in err
     assert namespaces_of(proc.pid) == []
     # SIGTERM to the launcher: the job is stopped, the cluster removed.
     proc = subprocess.Popen([LOOM, "launch", "--emulate", "2:100mbit", "--workers", "2", "--",
