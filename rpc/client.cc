@@ -207,6 +207,7 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
   };
   for (size_t s : servers) hello(s);
   Deadline deadline = DeadlineAfter(options_.connect_timeout);
+  Clock::time_point last_beat = Clock::now();
   size_t done = n - servers.size();
   while (done < n) {
     const auto now = Clock::now();
@@ -221,6 +222,19 @@ Status Client::Handshake(const std::string& fingerprint, const std::vector<size_
     }
     for (size_t s = 0; s < n; ++s)
       if (at[s].state != kDone && now >= at[s].next) hello(s);
+    // A server done with its handshake counts this trainer's silence from then on: it hears a
+    // heartbeat while slower servers (a far node, a long link) are still answering.
+    if (now - last_beat >= options_.heartbeat) {
+      for (size_t s = 0; s < n; ++s) {
+        if (at[s].state != kDone) continue;
+        Header beat;
+        beat.set_kind(Header::HEARTBEAT);
+        beat.set_trainer_id(trainer_id_);
+        auto frames = Encode(beat);
+        SendFrames(sockets_[s], frames);
+      }
+      last_beat = now;
+    }
     if (InterruptRequested())
       return Interrupted(StrCat("trainer ", trainer_id_, " connected to its parameter servers"));
     std::vector<zmq::pollitem_t> items;

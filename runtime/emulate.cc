@@ -41,12 +41,6 @@ std::string TbfArgs(uint64_t rate_bps) {
   return StrCat("tbf rate ", rate_bps, "bit burst ", burst, " latency 10ms");
 }
 
-std::string NetemArgs(const EmulatedCluster& c) {
-  std::string args = StrCat("netem delay ", c.delay_us, "us");
-  if (c.jitter_us > 0) args += StrCat(" ", c.jitter_us, "us");
-  return args + " limit 100000";
-}
-
 }  // namespace
 
 Status CheckEmulationAllowed() {
@@ -191,13 +185,26 @@ std::string EmulatedNetwork::NodeHostname(int node) { return StrCat("node", node
 
 Status EmulatedNetwork::Build() {
   const EmulatedCluster& c = cluster_;
-  const std::string sw = SwitchNetns();
-  // Namespaces first, each recorded as soon as it exists.
-  for (int i = -1; i < c.nodes; ++i) {
-    const std::string name = i < 0 ? sw : NodeNetns(i);
+  const bool delayed = c.delay_us > 0 || c.jitter_us > 0;
+  // Namespaces first, each recorded as soon as it exists. A delayed cluster's switch is a
+  // thread of this process (DelayLine), not a namespace.
+  for (int i = delayed ? 0 : -1; i < c.nodes; ++i) {
+    const std::string name = i < 0 ? SwitchNetns() : NodeNetns(i);
     LOOM_RETURN_IF_ERROR(RunTool({"ip", "netns", "add", name}, "").status());
     made_.push_back(name);
   }
+  if (delayed) {
+    LOOM_RETURN_IF_ERROR(StartDelayLine());
+  } else {
+    LOOM_RETURN_IF_ERROR(BuildBridges());
+  }
+  for (int i = 0; i < c.nodes; ++i) LOOM_RETURN_IF_ERROR(SetUpNode(i));
+  return Status::OK();
+}
+
+Status EmulatedNetwork::BuildBridges() {
+  const EmulatedCluster& c = cluster_;
+  const std::string sw = SwitchNetns();
   std::string links, shaping;
   for (int j = 0; j < c.nics; ++j) links += StrCat("link add br", j, " type bridge\n");
   for (int i = 0; i < c.nodes; ++i) {
@@ -206,52 +213,62 @@ Status EmulatedNetwork::Build() {
       links +=
           StrCat("link add ", port, " type veth peer name ", Interface(j), " netns ", NodeNetns(i),
                  "\nlink set ", port, " master br", j, "\nlink set ", port, " up\n");
-      if (c.rate_bps > 0)
-        shaping += StrCat("qdisc add dev ", port, " root ", TbfArgs(c.rate_bps), "\n");
+      shaping += StrCat("qdisc add dev ", port, " root ", TbfArgs(c.rate_bps), "\n");
     }
   }
   for (int j = 0; j < c.nics; ++j) links += StrCat("link set br", j, " up\n");
   LOOM_RETURN_IF_ERROR(RunTool({"ip", "-n", sw, "-batch", "-"}, links).status());
-  if (!shaping.empty())
-    LOOM_RETURN_IF_ERROR(RunTool({"tc", "-n", sw, "-batch", "-"}, shaping).status());
-  const bool netem = c.delay_us > 0 || c.jitter_us > 0;
-  for (int i = 0; i < c.nodes; ++i) {
-    std::string node = "link set lo up\n", qdiscs;
-    for (int j = 0; j < c.nics; ++j) {
-      const std::string dev = Interface(j);
-      node += StrCat("link set ", dev, " up\naddr add ", Address(i, j), "/24 dev ", dev, "\n");
-      if (netem) {
-        qdiscs += StrCat("qdisc add dev ", dev, " root handle 1: ", NetemArgs(c), "\n");
-        if (c.rate_bps > 0)
-          qdiscs +=
-              StrCat("qdisc add dev ", dev, " parent 1:1 handle 10: ", TbfArgs(c.rate_bps), "\n");
-      } else if (c.rate_bps > 0) {
-        qdiscs += StrCat("qdisc add dev ", dev, " root ", TbfArgs(c.rate_bps), "\n");
-      }
-    }
-    LOOM_RETURN_IF_ERROR(RunTool({"ip", "-n", NodeNetns(i), "-batch", "-"}, node).status());
-    if (!qdiscs.empty()) {
-      Status shaped = RunTool({"tc", "-n", NodeNetns(i), "-batch", "-"}, qdiscs).status();
-      if (!shaped.ok() && netem &&
-          shaped.message().find("qdisc kind is unknown") != std::string::npos)
-        return FailedPrecondition("delay= and jitter= need the kernel's netem queueing discipline ",
-                                  "(sch_netem), which this kernel does not have");
-      LOOM_RETURN_IF_ERROR(shaped);
-    }
-    if (c.loss_percent > 0) {
-      // A share of every packet the node sends through its NICs, in millionths.
-      const long threshold = std::lround(c.loss_percent * 10000);
-      const std::string rules =
-          StrCat("table inet loom {\n  chain loss {\n    type filter hook output priority 0;\n",
-                 "    oifname \"eth*\" numgen random mod 1000000 < ", threshold, " drop\n  }\n}\n");
-      LOOM_RETURN_IF_ERROR(
-          RunTool({"ip", "netns", "exec", NodeNetns(i), "nft", "-f", "-"}, rules).status());
+  return RunTool({"tc", "-n", sw, "-batch", "-"}, shaping).status();
+}
+
+Status EmulatedNetwork::StartDelayLine() {
+  const EmulatedCluster& c = cluster_;
+  std::vector<std::vector<int>> taps(c.nodes);
+  Status status;
+  for (int i = 0; i < c.nodes && status.ok(); ++i) {
+    StatusOr<std::unique_ptr<NetnsScope>> in = NetnsScope::Enter(NodeNetnsPath(i));
+    status = in.status();
+    for (int j = 0; j < c.nics && status.ok(); ++j) {
+      StatusOr<int> fd = OpenTap(Interface(j));
+      status = fd.status();
+      if (fd.ok()) taps[i].push_back(*fd);
     }
   }
+  if (!status.ok()) {
+    for (auto& node : taps)
+      for (int fd : node) close(fd);
+    return status;
+  }
+  DelayLineOptions options;
+  options.delay_us = c.delay_us;
+  options.jitter_us = c.jitter_us;
+  options.rate_bps = c.rate_bps;
+  LOOM_ASSIGN_OR_RETURN(delay_line_, DelayLine::Start(std::move(taps), options));
   return Status::OK();
 }
 
+// A node's loopback and NICs up, its addresses, what it sends shaped, and its loss.
+Status EmulatedNetwork::SetUpNode(int i) {
+  const EmulatedCluster& c = cluster_;
+  std::string node = "link set lo up\n", qdiscs;
+  for (int j = 0; j < c.nics; ++j) {
+    const std::string dev = Interface(j);
+    node += StrCat("link set ", dev, " up\naddr add ", Address(i, j), "/24 dev ", dev, "\n");
+    qdiscs += StrCat("qdisc add dev ", dev, " root ", TbfArgs(c.rate_bps), "\n");
+  }
+  LOOM_RETURN_IF_ERROR(RunTool({"ip", "-n", NodeNetns(i), "-batch", "-"}, node).status());
+  LOOM_RETURN_IF_ERROR(RunTool({"tc", "-n", NodeNetns(i), "-batch", "-"}, qdiscs).status());
+  if (c.loss_percent <= 0) return Status::OK();
+  // A share of every packet the node sends through its NICs, in millionths.
+  const long threshold = std::lround(c.loss_percent * 10000);
+  const std::string rules =
+      StrCat("table inet loom {\n  chain loss {\n    type filter hook output priority 0;\n",
+             "    oifname \"eth*\" numgen random mod 1000000 < ", threshold, " drop\n  }\n}\n");
+  return RunTool({"ip", "netns", "exec", NodeNetns(i), "nft", "-f", "-"}, rules).status();
+}
+
 void EmulatedNetwork::Remove() {
+  delay_line_.reset();  // closes the TAPs
   if (made_.empty()) return;
   std::string batch;
   for (const std::string& name : made_) batch += "netns del " + name + "\n";

@@ -5,9 +5,11 @@
 // bridge br<j> of the switch namespace, and rail j is the subnet 10.77.<j>.0/24, where node i
 // has 10.77.<j>.<i+1> on its interface eth<j>. Both directions of every NIC are shaped to the
 // spec's rate with tbf (the node side shapes what it sends, the switch side what it receives);
-// loss drops that share of the packets each NIC sends (nftables' random numbers); delay and
-// jitter need the kernel's netem. Nothing is routed outside these namespaces, and no address is
-// added anywhere else.
+// loss drops that share of the packets each NIC sends (nftables' random numbers). With delay or
+// jitter the NICs are TAP devices and the switch is a thread of the launcher (delay_line.h),
+// which delays every frame and serializes each node's incoming traffic at the rate; there is no
+// switch namespace then. Nothing is routed outside these namespaces, and no address is added
+// anywhere else.
 //
 // Names: the namespaces of launcher PID are "loom-PID-sw" and "loom-PID-n<i>". RemoveStale
 // deletes those of launchers that no longer run (one SIGKILLed leaves them behind).
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "runtime/delay_line.h"
 #include "runtime/emulate_spec.h"
 
 namespace loom::runtime {
@@ -52,11 +55,15 @@ class EmulatedNetwork {
  private:
   EmulatedNetwork(const EmulatedCluster& cluster, int pid) : cluster_(cluster), pid_(pid) {}
   Status Build();
+  Status BuildBridges();
+  Status StartDelayLine();
+  Status SetUpNode(int node);
   void Remove();
 
   EmulatedCluster cluster_;
   int pid_;
-  std::vector<std::string> made_;  // namespaces created so far, for Remove
+  std::vector<std::string> made_;          // namespaces created so far, for Remove
+  std::unique_ptr<DelayLine> delay_line_;  // the switch of a cluster with delay or jitter
 };
 
 // The node (0-based) each of `count` processes of one role lands on: consecutive blocks, as even

@@ -125,8 +125,9 @@ StatusOr<EmulatedCluster> ParseEmulatedCluster(const std::string& text) {
     }
   }
   if (has_jitter && (!has_delay || c.jitter_us > c.delay_us))
-    return InvalidArgument("--emulate '", text,
-                           "': jitter needs a delay at least as large (tc varies the delay)");
+    return InvalidArgument(
+        "--emulate '", text,
+        "': jitter needs a delay at least as large (each frame waits delay +- jitter)");
   return c;
 }
 

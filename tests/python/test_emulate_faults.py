@@ -1,8 +1,8 @@
 """Network faults on an emulated cluster (`loom launch --emulate`), each injected into a running
 parameter-server job (pserver_worker.py, sync, 2 servers and 2 trainers): a NIC going down, a
 partition between two nodes, and a node's processes SIGKILLed end the job within its deadline
-with errors that name the node and the address cut off; 1% packet loss only slows it, and the
-result equals the lossless one exactly. Every job is bounded in time and its namespaces are gone
+with errors that name the node and the address cut off; 1% packet loss and 200 ms of jitter
+only slow it, and the result equals the undisturbed one exactly. Every job is bounded in time and its namespaces are gone
 afterwards. Needs root; skips where namespaces cannot be made."""
 import os
 import re
@@ -141,15 +141,20 @@ def test_a_nodes_processes_killed_end_the_job_naming_the_node(emulation):
     assert namespaces_of(job.proc.pid) == []
 
 
-def test_one_percent_loss_only_slows_the_job_and_changes_nothing(emulation, tmp_path):
+@pytest.mark.parametrize("faulty,steps", [
+    ("2:100mbit:loss=1", 30),
+    # Every frame waits 0-400 ms, drawn anew each time (heartbeats too: peers still hear each
+    # other within the 1.5 s timeout).
+    ("2:100mbit:delay=200ms:jitter=200ms", 3)])
+def test_loss_and_jitter_only_slow_the_job_and_change_nothing(emulation, tmp_path, faulty, steps):
     got = {}
-    for spec in ("2:100mbit", "2:100mbit:loss=1"):
+    for spec in ("2:100mbit", faulty):
         out = tmp_path / (spec.replace(":", "_") + ".npz")
-        job = Launch(spec, 30, ["--out", str(out)])
+        job = Launch(spec, steps, ["--out", str(out)])
         rc, err, _ = job.finish(timeout=150)
         assert rc == 0, "".join(job.lines) + err
         got[spec] = np.load(out)
-    clean, lossy = got["2:100mbit"], got["2:100mbit:loss=1"]
-    assert sorted(clean.files) == sorted(lossy.files)
+    clean, slowed = got["2:100mbit"], got[faulty]
+    assert sorted(clean.files) == sorted(slowed.files)
     for n in clean.files:  # sync training is deterministic: TCP delivered every byte
-        np.testing.assert_array_equal(lossy[n], clean[n], err_msg=n)
+        np.testing.assert_array_equal(slowed[n], clean[n], err_msg=n)
