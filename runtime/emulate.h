@@ -1,4 +1,4 @@
-// The emulated cluster of `loom launch --emulate` (see emulate_spec.h for its spec): one Linux
+// The emulated cluster of `loom launch --emulate` (base/emulated_cluster.h has its spec): one Linux
 // network namespace per node and one "switch" namespace, built with iproute2 and nftables.
 //
 // Layout (rail-optimized, as multi-NIC clusters are cabled): NIC j of every node plugs into
@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "base/emulated_cluster.h"
 #include "base/status.h"
 #include "runtime/delay_line.h"
-#include "runtime/emulate_spec.h"
 
 namespace loom::runtime {
 

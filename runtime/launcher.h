@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/emulated_cluster.h"
 #include "base/status.h"
-#include "runtime/emulate_spec.h"
 
 namespace loom::runtime {
 

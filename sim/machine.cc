@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/byte_size.h"
+#include "base/emulated_cluster.h"
 #include "collective/transport/inprocess.h"
 #include "sim/simulate.h"
 
@@ -739,6 +740,10 @@ double Machine::host_shared_copy_gbps() const {
 
 StatusOr<Machine> Machine::Load(const std::string& name_or_spec) {
   if (name_or_spec.rfind("host:", 0) == 0) return ParseHost(name_or_spec);
+  // NODES[xNICS]:RATE...: a cluster `loom launch --emulate` builds (its second field a rate,
+  // where a cluster spec's names a machine).
+  if (StatusOr<EmulatedCluster> emulated = ParseEmulatedCluster(name_or_spec); emulated.ok())
+    return Emulated(*emulated);
   if (name_or_spec.find(':') != std::string::npos) {
     LOOM_ASSIGN_OR_RETURN(ClusterSpec spec, ParseClusterSpec(name_or_spec));
     return Cluster(spec);
@@ -767,6 +772,28 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   if (want >= 0 && want != m.per_node_) {
     return InvalidArgument("cluster node '", node, "' has ", m.per_node_, " devices, not ", want);
   }
+  return JoinNodes(std::move(m), spec);
+}
+
+StatusOr<Machine> Machine::Emulated(const EmulatedCluster& c) {
+  Topology one = Topology::Uniform(1);
+  LOOM_ASSIGN_OR_RETURN(Machine node, FromTopology(one));
+  node.name_ = "process";
+  ClusterSpec spec;
+  spec.nodes = c.nodes;
+  spec.nics = 1;
+  // Open MPI's TCP transport stripes a message over every rail: one NIC of their sum.
+  spec.nic.gbps = static_cast<double>(c.rate_bps) * c.nics / 8e9;
+  spec.nic.latency_us = c.delay_us + kEmulatedStackUs;
+  spec.nic.efficiency = kEmulatedTcpEfficiency;
+  spec.nic.name = ToString(c);
+  spec.nic.source = "loom launch --emulate (docs/CLUSTER.md)";
+  LOOM_ASSIGN_OR_RETURN(Machine m, JoinNodes(std::move(node), spec));
+  m.name_ = StrCat(ToString(c), " (emulated; one process per node)");
+  return m;
+}
+
+StatusOr<Machine> Machine::JoinNodes(Machine m, const ClusterSpec& spec) {
   LOOM_ENFORCE(spec.nodes >= 1 && spec.nics >= 1 && spec.nic.gbps > 0 && spec.oversubscription >= 1,
                "a cluster needs at least one node and one NIC of positive bandwidth");
   const std::vector<Resource> node_resources = m.resources_;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/emulated_cluster.h"
 #include "base/status.h"
 #include "collective/topology.h"
 
@@ -183,6 +184,12 @@ struct HostProtocol {
   double wait_us = 0;
 };
 
+// What an emulated cluster's links give (Machine::Emulated), measured on the emulated cluster
+// (docs/SIMULATOR.md): TCP's payload over the bytes tbf shapes (1448 of every 1514 with
+// timestamps), and what a message pays in the kernels and MPI on top of the link's delay.
+inline constexpr double kEmulatedTcpEfficiency = 1448.0 / 1514.0;
+inline constexpr double kEmulatedStackUs = 30;
+
 class Machine {
  public:
   // A machine preset (MachinePresetNames) or one of Topology's presets.
@@ -193,6 +200,12 @@ class Machine {
   static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us,
                           double efficiency = 1);
   static StatusOr<Machine> Cluster(const ClusterSpec& spec);
+  // The cluster `loom launch --emulate` builds on one host, one process per node: every node's
+  // NICs together as one NIC (Open MPI's TCP transport stripes a message over every rail), of
+  // the spec's rate at TCP's efficiency over Ethernet (kEmulatedTcpEfficiency), each message
+  // waiting the link's delay plus the host's network stack (kEmulatedStackUs). Loss and jitter
+  // are not modelled.
+  static StatusOr<Machine> Emulated(const EmulatedCluster& cluster);
   // A host whose ranks are threads or processes sharing `cores` CPU cores: every transfer is a
   // copy done by a CPU (the receiver's thread, at copy_gbps) and all of them share the cores
   // (cores x copy_gbps); a receive that reduces runs at reduce_gbps; each message waits
@@ -290,6 +303,8 @@ class Machine {
   Machine() = default;
   int AddResource(std::string name, double gbps, double efficiency = 1);
   Route NodeRoute(int a, int b, bool reduce) const;  // within one node, local device ids
+  // `spec.nodes` copies of the node machine m joined by the spec's NICs.
+  static StatusOr<Machine> JoinNodes(Machine m, const ClusterSpec& spec);
 
   std::string name_;
   int nodes_ = 1, per_node_ = 1;

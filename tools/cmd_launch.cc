@@ -84,7 +84,7 @@ Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words
   LOOM_ENFORCE(clients == 0 || !f.Has("hostfile"),
                "--clients starts each client's mpirun on this machine: not with --hostfile");
   if (f.Has("emulate")) {
-    LOOM_RETURN_IF_ERROR(runtime::ParseEmulatedCluster(f.Get("emulate")).status());
+    LOOM_RETURN_IF_ERROR(ParseEmulatedCluster(f.Get("emulate")).status());
     LOOM_ENFORCE(!f.Has("hostfile"),
                  "--emulate runs every node on this machine: not with --hostfile");
     LOOM_ENFORCE(!f.Has("host"), "--emulate gives each node its own address: not with --host");
@@ -118,7 +118,7 @@ runtime::LaunchOptions OptionsOf(const Flags& f, std::vector<std::string> comman
   o.mpirun = f.Get("mpirun");
   o.clients = static_cast<int>(f.GetInt("clients").value());
   o.client_first = f.Has("client-first") ? static_cast<int>(f.GetInt("client-first").value()) : -1;
-  if (f.Has("emulate")) o.emulate = runtime::ParseEmulatedCluster(f.Get("emulate")).value();
+  if (f.Has("emulate")) o.emulate = ParseEmulatedCluster(f.Get("emulate")).value();
   return o;
 }
 

@@ -1909,5 +1909,31 @@ TEST(CostModel, InstalledAsTheDefaultEverySelectorAsksTheSimulator) {
   collective::SetDefaultCostModel(nullptr);
 }
 
+// The cluster `loom launch --emulate` builds: one process per node, the NICs of a node as one
+// (Open MPI stripes over the rails), each message paying the link's delay. A large ring
+// allreduce is bound by that NIC at TCP's efficiency; the delay shows in small calls.
+TEST(Emulated, ARingAllreduceIsBoundByEveryNicOfANodeAtTcpsEfficiency) {
+  StatusOr<Machine> m = Machine::Load("4x2:1gbit");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->nodes(), 4);
+  EXPECT_EQ(m->size(), 4);
+  EXPECT_EQ(m->nics(), 1);
+  const Simulator sim = Make("4x2:1gbit", 1);
+  StatusOr<CollectiveResult> r = sim.Simulate(Collective::kAllReduce, "ring", 64 << 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const double bound_us = 2 * 0.75 * (64 << 20) / (0.25e3 * kEmulatedTcpEfficiency);
+  EXPECT_GT(r->time_us, bound_us);
+  EXPECT_LT(r->time_us, 1.05 * bound_us);
+  EXPECT_NE(r->bottleneck.find("nic"), std::string::npos) << r->bottleneck;
+  const Simulator near = Make("4:10gbit", 1), far = Make("4:10gbit:delay=1ms", 1);
+  StatusOr<CollectiveResult> a = near.Simulate(Collective::kAllReduce, "ring", 8);
+  StatusOr<CollectiveResult> b = far.Simulate(Collective::kAllReduce, "ring", 8);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // A ring of 4 takes 2 (4 - 1) steps, each a message across a link.
+  EXPECT_NEAR(b->time_us - a->time_us, 6 * 1000, 100);
+  // A cluster spec naming a machine is still a cluster spec.
+  EXPECT_TRUE(Machine::Load("2x8:dgx1-v100:4x100Gb").ok());
+}
+
 }  // namespace
 }  // namespace loom::sim

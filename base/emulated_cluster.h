@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 
-namespace loom::runtime {
+namespace loom {
 
 struct EmulatedCluster {
   int nodes = 1;
@@ -35,4 +35,4 @@ StatusOr<EmulatedCluster> ParseEmulatedCluster(const std::string& text);
 // ParseEmulatedCluster(ToString(c)) == c.
 std::string ToString(const EmulatedCluster& cluster);
 
-}  // namespace loom::runtime
+}  // namespace loom

@@ -1,10 +1,10 @@
-#include "runtime/emulate_spec.h"
+#include "base/emulated_cluster.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <vector>
 
-namespace loom::runtime {
+namespace loom {
 namespace {
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -139,4 +139,4 @@ std::string ToString(const EmulatedCluster& c) {
   return s;
 }
 
-}  // namespace loom::runtime
+}  // namespace loom

@@ -1,6 +1,6 @@
 // ParseEmulatedCluster: `loom launch --emulate`'s spec into types, every malformed field an error
 // naming it, and the text form round-tripping.
-#include "runtime/emulate_spec.h"
+#include "base/emulated_cluster.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::runtime {
+namespace loom {
 namespace {
 
 TEST(EmulatedCluster, TheIssuesExampleAndEveryField) {
@@ -88,4 +88,4 @@ TEST(EmulatedCluster, EveryMalformedFieldIsAnErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace loom::runtime
+}  // namespace loom
