@@ -228,7 +228,8 @@ void PlaceOnNode(ChildSpec* spec, const EmulatedNetwork& net, int node, int proc
     if (e.rfind("LOOM_LOCAL_PROCESSES=", 0) == 0) e = StrCat("LOOM_LOCAL_PROCESSES=", processes);
   for (const std::string& e :
        {StrCat("LOOM_EMULATE_NODE=", node), StrCat("LOOM_EMULATE_NODES=", net.cluster().nodes),
-        StrCat("LOOM_EMULATE_NETNS=", net.NodeNetns(node))})
+        StrCat("LOOM_EMULATE_NETNS=", net.NodeNetns(node)),
+        StrCat("LOOM_EMULATE_SPEC=", ToString(net.cluster()))})
     spec->env.push_back(e);
 }
 

@@ -26,6 +26,16 @@ Status RunOnMpiWorld(int* argc, char*** argv, const collective::CommunicatorOpti
   return result.ok() ? finalized : result;
 }
 
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank) {
+  LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
+  *rank = collective::MpiWorldRank();
+  StatusOr<collective::NodeMap> nodes = collective::DetectMpiNodes();
+  Status finalized = collective::MpiFinalize();
+  if (!nodes.ok()) return nodes.status();
+  LOOM_RETURN_IF_ERROR(finalized);
+  return nodes;
+}
+
 StatusOr<double> TimeMpiAllreduce(const void* send, void* recv, size_t count,
                                   collective::DataType dtype, collective::ReduceOp op, int warmup,
                                   int iters) {

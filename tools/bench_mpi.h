@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "collective/communicator.h"
+#include "collective/nodes.h"
 
 namespace loom::cli {
 
@@ -14,6 +15,10 @@ bool UnderMpirun();
 // Initializes MPI, creates the world's communicator, runs fn on it, destroys it, finalizes MPI.
 Status RunOnMpiWorld(int* argc, char*** argv, const collective::CommunicatorOptions& options,
                      const std::function<Status(collective::Communicator&)>& fn);
+
+// Initializes MPI, gathers which ranks share a node and each node's NICs (collective::
+// DetectMpiNodes), finalizes MPI; `rank` gets this process's rank.
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank);
 
 // The peer beside Loom's rows (--peer-mpi): Open MPI's blocking MPI_Allreduce on MPI_COMM_WORLD,
 // out of place from `send` to `recv` (count elements each) as Loom's rows run, `warmup` untimed

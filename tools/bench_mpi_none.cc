@@ -15,6 +15,10 @@ Status RunOnMpiWorld(int*, char***, const collective::CommunicatorOptions&,
       "time); --transport mpi is unavailable");
 }
 
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int*) {
+  return Unimplemented("this loom was built without MPI; loom topo --mpi is unavailable");
+}
+
 StatusOr<double> TimeMpiAllreduce(const void*, void*, size_t, collective::DataType,
                                   collective::ReduceOp, int, int) {
   return Unimplemented("this loom was built without MPI; --peer-mpi is unavailable");

@@ -2,11 +2,13 @@
 // multi-trees and (with --selector) the cost model's table of algorithm estimates.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "collective/communicator.h"
 #include "collective/selector.h"
 #include "sim/cost_model.h"
+#include "tools/bench_mpi.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/gpu.h"
@@ -23,7 +25,7 @@ Flags TopoFlags() {
   std::string presets;
   for (const auto& p : Topology::PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
   return Flags(
-      "topo", "loom topo [--preset NAME | --file F | --detect] [--selector] [--exact]",
+      "topo", "loom topo [--preset NAME | --file F | --detect | --mpi] [--selector] [--exact]",
       "Prints a machine's link matrix (3 = double NVLink, 2 = NVLink, 1 = PCIe, 0 =\n"
       "none), the ring order, the reduction tree for every root (marked nvlink-only\n"
       "when every edge is NVLink) and the multi-trees (one per root, built with the link\n"
@@ -35,6 +37,11 @@ Flags TopoFlags() {
           {"detect", "",
            "this machine's GPUs (CUDA runtime + NVML NVLink counts; else nvidia-smi topo -m)", ""},
           {"uniform", "N", "N devices, all linked alike (the in-process default)", ""},
+          {"mpi", "",
+           "under mpirun (or loom launch --clients 1): the ranks' nodes and NICs, each rank "
+           "describing its host, and the link matrix Loom's MPI communicator builds from them "
+           "(rank 0 prints)",
+           ""},
           {"penalty", "X", "link penalty between multi-trees", "0.7"},
           {"selector", "", "also print the cost model's estimates and auto's choice", ""},
           {"cost-model", "M",
@@ -106,9 +113,10 @@ StatusOr<Topology> Detect() {
 }
 
 StatusOr<Topology> LoadTopology(const Flags& flags) {
-  const int sources =
-      flags.Has("preset") + flags.Has("file") + flags.Has("detect") + flags.Has("uniform");
-  if (sources > 1) return InvalidArgument("give only one of --preset, --file, --detect, --uniform");
+  const int sources = flags.Has("preset") + flags.Has("file") + flags.Has("detect") +
+                      flags.Has("uniform") + flags.Has("mpi");
+  if (sources > 1)
+    return InvalidArgument("give only one of --preset, --file, --detect, --uniform, --mpi");
   if (flags.Has("file")) return Topology::FromFile(flags.Get("file"));
   if (flags.Has("detect")) return Detect();
   if (flags.Has("uniform")) {
@@ -116,7 +124,8 @@ StatusOr<Topology> LoadTopology(const Flags& flags) {
     LOOM_ENFORCE(n >= 1 && n <= 64, "--uniform ", n, " is outside 1..64");
     return Topology::Uniform(static_cast<int>(n));
   }
-  if (sources == 0) return InvalidArgument("give --preset NAME, --file F, --detect or --uniform N");
+  if (sources == 0)
+    return InvalidArgument("give --preset NAME, --file F, --detect, --uniform N or --mpi");
   return Topology::Preset(flags.Get("preset"));
 }
 
@@ -128,8 +137,28 @@ std::string TreeLinks(const Topology& t, const Tree& tree) {
   return weakest >= 2 ? "nvlink-only" : weakest == 1 ? "uses-pcie" : "uses-missing-links";
 }
 
+// --mpi: every rank describes its host; rank 0 prints the nodes and returns their topology, the
+// other ranks nothing (nullopt).
+StatusOr<std::optional<Topology>> MpiTopology() {
+  int rank = 0;
+  LOOM_ASSIGN_OR_RETURN(collective::NodeMap nodes, DetectNodesOnMpiWorld(&rank));
+  if (rank != 0) return std::optional<Topology>();
+  std::printf("%s\n", collective::DescribeNodes(nodes).c_str());
+  if (nodes.nodes() == 1)
+    return std::optional<Topology>(Topology::Uniform(static_cast<int>(nodes.node_of_rank.size())));
+  return std::optional<Topology>(collective::NodeTopology(nodes));
+}
+
 Status Topo(const Flags& flags) {
-  LOOM_ASSIGN_OR_RETURN(Topology t, LoadTopology(flags));
+  std::optional<Topology> loaded;
+  if (flags.Switch("mpi")) {
+    LOOM_ASSIGN_OR_RETURN(loaded, MpiTopology());
+    if (!loaded) return Status::OK();
+  } else {
+    LOOM_ASSIGN_OR_RETURN(Topology from_flags, LoadTopology(flags));
+    loaded = std::move(from_flags);
+  }
+  const Topology& t = *loaded;
   LOOM_ASSIGN_OR_RETURN(double penalty, flags.GetDouble("penalty", 1e-6, 1));
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan, CommPlan::Create(t, penalty));
   const int n = t.size();

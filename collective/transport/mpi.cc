@@ -640,6 +640,31 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
   return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, sig, ub));
 }
 
+StatusOr<NodeMap> DetectMpiNodes() {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  constexpr int kBytes = 4096;  // a host's description: its name and a few NICs
+  std::string mine = EncodeHost(DetectLocalHost());
+  if (mine.size() >= kBytes) mine.resize(kBytes - 1);
+  mine.resize(kBytes, '\0');
+  std::vector<char> all(static_cast<size_t>(kBytes) * size);
+  {
+    MpiGuard guard;
+    if (MPI_Allgather(mine.data(), kBytes, MPI_CHAR, all.data(), kBytes, MPI_CHAR,
+                      MPI_COMM_WORLD) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Allgather of the ranks' hosts failed");
+  }
+  std::vector<HostInfo> hosts;
+  for (int r = 0; r < size; ++r) {
+    const char* text = all.data() + static_cast<size_t>(r) * kBytes;
+    StatusOr<HostInfo> host = DecodeHost(std::string(text, strnlen(text, kBytes)));
+    if (!host.ok()) return host.status().WithContext(StrCat("rank ", r, "'s host"));
+    hosts.push_back(std::move(host).value());
+  }
+  return BuildNodeMap(hosts);
+}
+
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
   return TransportDefaults(GetTransport(TransportId::kMpi));
 }
@@ -650,7 +675,13 @@ StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
   LOOM_ENFORCE(options.communicator.pipeline_chunk_bytes > 0, "pipeline chunk must be positive");
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, CreateMpiTransport());
   const int n = transport->nranks();
-  const Topology topology = options.topology ? *options.topology : Topology::Uniform(n);
+  Topology topology = Topology::Uniform(n);
+  if (options.topology) {
+    topology = *options.topology;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(NodeMap nodes, DetectMpiNodes());
+    if (nodes.nodes() > 1) topology = NodeTopology(nodes);
+  }
   LOOM_ENFORCE(topology.size() == n, "topology '", topology.name(), "' has ", topology.size(),
                " devices for ", n, " MPI ranks");
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan,

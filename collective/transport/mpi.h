@@ -28,6 +28,7 @@
 
 #include "base/status.h"
 #include "collective/communicator.h"
+#include "collective/nodes.h"
 
 namespace loom::collective {
 
@@ -46,6 +47,10 @@ const char* MpiThreadLevel();
 int MpiWorldRank();
 int MpiWorldSize();
 
+// Which ranks of MPI_COMM_WORLD share a node (by host name) and each node's NICs (collective:
+// every process calls it; nodes.h).
+StatusOr<NodeMap> DetectMpiNodes();
+
 // This process's endpoint of MPI_COMM_WORLD (collective over all ranks: every process calls it).
 StatusOr<std::unique_ptr<Transport>> CreateMpiTransport();
 
@@ -56,7 +61,8 @@ CommunicatorOptions DefaultMpiCommunicatorOptions();
 
 struct MpiCommunicatorOptions {
   CommunicatorOptions communicator = DefaultMpiCommunicatorOptions();
-  // The machine the ranks stand for; default: world-size devices, all linked alike.
+  // The machine the ranks stand for; default: world-size devices, all linked alike on one node,
+  // or NodeTopology of DetectMpiNodes when the ranks span several nodes.
   std::optional<Topology> topology;
   double tree_link_penalty = 0.7;
 };

@@ -183,3 +183,21 @@ def test_without_root_it_says_what_is_missing(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "needs CAP_NET_ADMIN and CAP_SYS_ADMIN" in proc.stderr, proc.stderr
     assert "run loom launch as root" in proc.stderr
+
+
+@needs_mpi
+def test_topo_sees_the_nodes_and_nics_of_an_mpi_world_across_nodes(emulation):
+    """`loom topo --mpi` under one MPI world across the emulated nodes: every rank describes
+    its host, and the nodes, their ranks and their NICs (at the emulated rate) come out, with a
+    link matrix that keeps each node's ranks together."""
+    proc = launch(["--emulate", "2x2:1gbit", "--workers", "4", "--clients", "1", "--no-prefix",
+                   "--", LOOM, "topo", "--mpi"], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "# 4 ranks on 2 nodes" in out, out
+    assert "0  node0  0,1  eth0=10.77.0.1@1Gb eth1=10.77.1.1@1Gb" in out, out
+    assert "1  node1  2,3  eth0=10.77.0.2@1Gb eth1=10.77.1.2@1Gb" in out, out
+    rows = [l.split() for l in out.splitlines()
+            if re.match(r"^\s+\d(\s+[-\d]){4}\s*$", l)]
+    assert rows[0][1:] == ["-", "2", "1", "1"], out
+    assert rows[2][1:] == ["1", "1", "-", "2"], out
