@@ -201,3 +201,36 @@ def test_topo_sees_the_nodes_and_nics_of_an_mpi_world_across_nodes(emulation):
             if re.match(r"^\s+\d(\s+[-\d]){4}\s*$", l)]
     assert rows[0][1:] == ["-", "2", "1", "1"], out
     assert rows[2][1:] == ["1", "1", "-", "2"], out
+
+
+@pytest.mark.parametrize("kind,workers,servers,clients", [
+    ("dist_sync", 2, 2, 0), ("dist_sync_mpi", 4, 2, 1)])
+def test_kvstore_training_across_nodes_equals_one_process(emulation, tmp_path, kind, workers,
+                                                          servers, clients):
+    """MXNet-style KVStores across two emulated nodes (servers on both; with dist_sync_mpi one
+    MPI client spanning them): every worker ends with the weights of one process running SGD
+    on the union of the batches (float64, 1e-12)."""
+    if clients and (not core.is_compiled_with_mpi() or shutil.which("mpirun") is None):
+        pytest.skip("Loom built without MPI or no mpirun on PATH")
+    from kvstore_sgd_worker import LR, batches, build
+    proc = launch(["--emulate", "2x1:1gbit", "--workers", str(workers), "--servers",
+                   str(servers), "--clients", str(clients), "--timeout", "150", "--",
+                   sys.executable, os.path.join(HERE, "kvstore_sgd_worker.py"), kind,
+                   str(tmp_path)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = [np.load(tmp_path / ("worker%d.npz" % r)) for r in range(workers)]
+    main, startup, _, params_grads = build()
+    with fluid.scope_guard(fluid.Scope()):
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.global_scope()
+        exe.run(startup)
+        names, grads = [p.name for p, _ in params_grads], [g.name for _, g in params_grads]
+        for x, y in batches(workers):
+            out = exe.run(main, feed={"x": x, "y": y}, fetch_list=grads)
+            for n, g in zip(names, out):
+                t = scope.find_var(n).get_tensor()
+                t.set(np.array(t) - LR * g, fluid.CPUPlace())
+        for n in names:
+            want = np.array(scope.find_var(n).get_tensor())
+            for r in range(workers):
+                np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
+                                           err_msg="%s of worker %d" % (n, r))

@@ -699,6 +699,33 @@ TEST_F(CliTest, PserverBundleTrainsThroughLaunchAndResumes) {
   ExpectError(Loom("run " + out + " --iters 1"), {"PADDLE_TRAINING_ROLE"});
 }
 
+// The same bundle on an emulated cluster of two nodes (one server and one trainer each): the
+// losses are those of the loopback job to the digit (sync training is deterministic), and the
+// servers' checkpoint resumes there too. Needs root.
+TEST_F(CliTest, PserverBundleTrainsAcrossEmulatedNodesAsOnLoopback) {
+  if (geteuid() != 0 || std::system("command -v ip > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "not root or no iproute2: no emulated cluster";
+  const std::string out = JoinPath(dir_, "ps_emu"), params = JoinPath(dir_, "ps_emu_params");
+  Result t = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --mode pserver --pservers 2 --trainers 2 --min-block-size 64");
+  ASSERT_EQ(t.code, 0) << t.err;
+  const std::string run = StrCat(" --workers 2 --servers 2 -- ", LOOM_CLI_PATH, " run ", out,
+                                 " --print-every 20 --iters 40");
+  Result local = Loom("launch" + run);
+  ASSERT_EQ(local.code, 0) << local.out << local.err;
+  Result emulated = Loom("launch --emulate 2x1:1gbit" + run + " --save-params " + params);
+  ASSERT_EQ(emulated.code, 0) << emulated.out << emulated.err;
+  EXPECT_NE(emulated.err.find("pserver 1 (10.77.0.2:6171)"), std::string::npos) << emulated.err;
+  for (const char* iter : {"1", "20", "40"}) {
+    ASSERT_GT(LossAt(local.out, iter), 0) << local.out;
+    EXPECT_EQ(LossAt(emulated.out, iter), LossAt(local.out, iter)) << "iteration " << iter;
+  }
+  Result resumed = Loom("launch --emulate 2x1:1gbit" + run + " --load-params " + params);
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumes from"), std::string::npos) << resumed.out;
+  EXPECT_LT(LossAt(resumed.out, "1"), LossAt(local.out, "1")) << resumed.out;
+}
+
 // The same bundle across the hosts of an Open MPI hostfile (here one: localhost), through mpirun:
 // servers named by host name bind the address it resolves to.
 TEST_F(CliTest, PserverBundleRunsThroughAHostfile) {
