@@ -252,22 +252,14 @@ StatusOr<std::vector<std::string>> EmulatedMpirunArgs(const LaunchOptions& o,
     if (!out) return IOError("cannot write '", hostfile, "': ", std::strerror(errno));
   }
   LOOM_ASSIGN_OR_RETURN(std::string self, SelfExecutable(o));
-  return std::vector<std::string>{"--hostfile",
-                                  hostfile,
-                                  "--map-by",
-                                  "slot",
-                                  "--mca",
-                                  "plm_rsh_agent",
-                                  StrCat(self, " launch --netns-agent ", getpid()),
-                                  "--mca",
-                                  "plm_rsh_no_tree_spawn",
-                                  "1",
-                                  "--mca",
-                                  "oob_tcp_if_include",
-                                  "10.77.0.0/24",
-                                  "--mca",
-                                  "btl_tcp_if_include",
-                                  "10.77.0.0/16"};
+  return std::vector<std::string>{
+      "--hostfile", hostfile, "--map-by", "slot", "--mca", "plm_rsh_agent",
+      StrCat(self, " launch --netns-agent ", getpid()), "--mca", "plm_rsh_no_tree_spawn", "1",
+      "--mca", "oob_tcp_if_include", "10.77.0.0/24", "--mca", "btl_tcp_if_include", "10.77.0.0/16",
+      // The nodes share this machine's cores, which a rank polling
+      // for messages takes from the others (Open MPI sees one slot
+      // per node and would poll).
+      "--mca", "mpi_yield_when_idle", "1"};
 }
 
 // Client c's mpirun: its workers are its MPI world; each rank runs `loom launch --rank-exec`,

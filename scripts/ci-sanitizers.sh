@@ -35,12 +35,12 @@ for stage in "${stages[@]}"; do
       ;;
     tsan)
       configure build-tsan thread
-      targets=(collective_test rpc_test kvstore_test runtime_test launcher_test)
+      targets=(collective_test rpc_test kvstore_test runtime_test launcher_test emulate_test)
       ninja -C build-tsan -j"$JOBS" "${targets[@]}" >build-tsan/ninja.log 2>&1 ||
         { tail -30 build-tsan/ninja.log; echo "ci-sanitizers: tsan build failed"; exit 1; }
       export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
       for t in collective/collective_test rpc/rpc_test kvstore/kvstore_test runtime/runtime_test \
-               runtime/launcher_test; do
+               runtime/launcher_test runtime/emulate_test; do
         (cd build-tsan && timeout 1200 "tests/$t" >>test.log 2>&1) ||
           { tail -40 build-tsan/test.log; echo "ci-sanitizers: tsan: tests/$t failed"; exit 1; }
       done

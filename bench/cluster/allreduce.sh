@@ -10,13 +10,13 @@
 # same processes, so per launch; median and range).
 #
 #   [SPEC=4x2:1gbit] [LAUNCHES=3] [ITERS=5] [WARMUP=2] [ROUNDS=3] [GLOO_SECONDS=1] \
-#     [MPI_YIELD=1] bash bench/cluster/allreduce.sh [BUILD_DIR=build]
+#     bash bench/cluster/allreduce.sh [BUILD_DIR=build]
 #
-# MPI_YIELD=1 (OMPI_MCA_mpi_yield_when_idle) makes Open MPI's ranks yield the core while they
-# wait, as mpirun does by itself when it knows a machine's cores are oversubscribed: the emulated
-# nodes share this machine's cores, but each node's hostfile line has one slot, so mpirun cannot
-# know. With MPI_YIELD=0 the ranks spin on the shared cores and every small MPI call pays for
-# the scheduler's time slices (milliseconds), which a real cluster's nodes do not.
+# Open MPI's ranks yield the core while they wait (mpi_yield_when_idle 1, which `loom launch
+# --emulate` passes to every client's mpirun): the emulated nodes share this machine's cores,
+# but each node's hostfile line has one slot, so mpirun cannot know. Ranks that spin on the
+# shared cores make every small MPI call pay for the scheduler's time slices (milliseconds),
+# which a real cluster's nodes do not (runs A, B and E of the record).
 #
 # Needs root (the emulated cluster), a build with MPI (bash scripts/build.sh) and, for the Gloo
 # rows, libgloo-dev at build time (without it they are left out). One process per node: the
@@ -30,7 +30,6 @@ SPEC=${SPEC:-4x2:1gbit}
 LAUNCHES=${LAUNCHES:-3}
 NODES=${SPEC%%[x:]*}
 WORKERS=${WORKERS:-$NODES}
-export OMPI_MCA_mpi_yield_when_idle=${MPI_YIELD:-1}
 JOB_S=${JOB_S:-600}  # a launch's deadline (loom launch --timeout); the launcher removes the cluster
 [ -x "$LOOM" ] || { echo "allreduce.sh: no $LOOM (bash scripts/build.sh)" >&2; exit 1; }
 OUT=$(mktemp -d)
@@ -39,7 +38,7 @@ trap 'rm -rf "$OUT"' EXIT
 BENCH=(--algo auto,ring,tree --peer-mpi -b 4 -e 64M -f 16 -n "${ITERS:-5}" -w "${WARMUP:-2}"
        --rounds "${ROUNDS:-3}")
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "spec: $SPEC, $WORKERS workers (one per node), $LAUNCHES launches, OMPI_MCA_mpi_yield_when_idle=$OMPI_MCA_mpi_yield_when_idle"
+echo "spec: $SPEC, $WORKERS workers (one per node), $LAUNCHES launches"
 echo "loom: $LOOM launch --emulate $SPEC --workers $WORKERS --clients 1 -- $LOOM bench collective ${BENCH[*]}"
 if [ -x "$GLOO" ]; then
   echo "gloo: $LOOM launch --emulate $SPEC --workers $WORKERS -- $GLOO DIR 4 64M 16 ${GLOO_SECONDS:-1} 60"
