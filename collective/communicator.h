@@ -138,6 +138,13 @@ constexpr size_t kInExchangeTotalBytes = 64 << 10;
 // 67.1), and the multi-tree led at 64 MiB.
 constexpr long long kMpiAutoDirectMinBytes = 128 << 10;
 constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
+// Over MPI ranks on several nodes (DetectMpiNodes), the windows above, measured between the
+// processes of one host, do not hold: a network is the bottleneck, not memory. On an emulated
+// cluster (4x2:1gbit, one rank per node; docs/CLUSTER.md) the ring led the direct algorithm from
+// 1 MiB (1 MiB 0.240 GB/s busbw against 0.178, 16 MiB 0.204 against 0.139) and the star was
+// last at 16 KiB (413 µs against the ring's 211): across nodes auto runs neither the star, the
+// direct algorithm nor MPI's own collectives, and the tree up to kMpiAutoTreeMaxBytes, the
+// cost model above (AcrossNodesMpiOptions).
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {
   kNo,     // only the signature; the algorithm runs after the round

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -96,11 +97,28 @@ NodeMap BuildNodeMap(const std::vector<HostInfo>& per_rank) {
 
 Topology NodeTopology(const NodeMap& map) {
   const int n = static_cast<int>(map.node_of_rank.size());
-  std::vector<std::vector<int>> weights(n, std::vector<int>(n, 0));
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b) weights[a][b] = map.node_of_rank[a] == map.node_of_rank[b] ? 2 : 1;
-  StatusOr<Topology> t = Topology::FromWeights(weights);
+  // A node's NICs together (MPI stripes a message over them); 0: unknown.
+  std::vector<double> nic_gbps(map.nodes(), 0);
+  for (int k = 0; k < map.nodes(); ++k)
+    for (const NicInfo& nic : map.hosts[k].nics) nic_gbps[k] += nic.gbps;
+  std::string weights, bandwidth, latency;
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      const int ka = map.node_of_rank[a], kb = map.node_of_rank[b];
+      const int w = a == b ? 0 : ka == kb ? 2 : 1;
+      Link link = Topology::LinkForWeight(w);
+      const double network = std::min(nic_gbps[ka], nic_gbps[kb]);
+      if (w == 1 && network > 0) link = Link{1, network, kNetworkLatencyUs};
+      const char* sep = b == 0 ? (a == 0 ? "[[" : "],[") : ",";
+      weights += StrCat(sep, w);
+      bandwidth += StrCat(sep, link.bandwidth_gbps);
+      latency += StrCat(sep, link.latency_us);
+    }
+  }
+  const std::string json =
+      StrCat("{\"name\": \"", map.nodes(), " nodes\", \"weights\": ", weights, "]], ",
+             "\"bandwidth_gbps\": ", bandwidth, "]], \"latency_us\": ", latency, "]]}");
+  StatusOr<Topology> t = Topology::ParseJson(json);
   return t.ok() ? *t : Topology::Uniform(n);
 }
 

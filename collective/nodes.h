@@ -48,7 +48,10 @@ NodeMap BuildNodeMap(const std::vector<HostInfo>& per_rank);
 
 // The link matrix of the ranks: ranks of one node linked as NVLink-class peers (weight 2: they
 // share memory), ranks of different nodes as PCIe-class (weight 1: a network between them), so
-// that rings and trees cross each node boundary as rarely as they can.
+// that rings and trees cross each node boundary as rarely as they can. A link between nodes
+// whose NIC speeds are known runs at the slower node's NICs together, with kNetworkLatencyUs:
+// what the cost model prices.
+inline constexpr double kNetworkLatencyUs = 50;
 Topology NodeTopology(const NodeMap& map);
 
 // A table: one line per node with its ranks and NICs.

@@ -381,7 +381,7 @@ class RankSweeper {
         n_(comm.nranks()),
         print_(rank_ == 0),
         placement_(placement),
-        selector_(comm.plan(), collective::SelectorOptionsOf(c.options)) {}
+        selector_(comm.plan(), collective::SelectorOptionsOf(comm.options())) {}
 
   Status Run() {
     PrintHeader();
@@ -611,8 +611,8 @@ class RankSweeper {
     const Algorithm a = s.algos[e];
     std::string name = AlgorithmName(a);
     if (a != Algorithm::kAuto) return name;
-    // What auto runs is what the communicator's selector picks (native only where the
-    // transport has it; a transport without schedules, NCCL, always runs native).
+    // What auto runs is what the communicator's selector picks, from its own options (native only
+    // where the transport has it; a transport without schedules, NCCL, always runs native).
     const Algorithm chosen =
         !c_.transport->schedules
             ? Algorithm::kNative

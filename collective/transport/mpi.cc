@@ -665,6 +665,15 @@ StatusOr<NodeMap> DetectMpiNodes() {
   return BuildNodeMap(hosts);
 }
 
+CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options) {
+  options.auto_star_max_ranks = 0;
+  options.auto_direct_min_bytes = -1;
+  options.auto_direct_max_bytes = -1;
+  options.auto_native_min_bytes = -1;
+  options.auto_native_max_bytes = -1;
+  return options;
+}
+
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
   return TransportDefaults(GetTransport(TransportId::kMpi));
 }
@@ -676,18 +685,24 @@ StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, CreateMpiTransport());
   const int n = transport->nranks();
   Topology topology = Topology::Uniform(n);
-  if (options.topology) {
-    topology = *options.topology;
-  } else {
-    LOOM_ASSIGN_OR_RETURN(NodeMap nodes, DetectMpiNodes());
-    if (nodes.nodes() > 1) topology = NodeTopology(nodes);
+  CommunicatorOptions communicator = options.communicator;
+  LOOM_ASSIGN_OR_RETURN(NodeMap nodes, DetectMpiNodes());
+  if (nodes.nodes() > 1) {
+    if (!options.topology) topology = NodeTopology(nodes);
+    const CommunicatorOptions host = DefaultMpiCommunicatorOptions();
+    if (communicator.auto_star_max_ranks == host.auto_star_max_ranks &&
+        communicator.auto_direct_min_bytes == host.auto_direct_min_bytes &&
+        communicator.auto_direct_max_bytes == host.auto_direct_max_bytes &&
+        communicator.auto_native_min_bytes == host.auto_native_min_bytes &&
+        communicator.auto_native_max_bytes == host.auto_native_max_bytes)
+      communicator = AcrossNodesMpiOptions(communicator);
   }
+  if (options.topology) topology = *options.topology;
   LOOM_ENFORCE(topology.size() == n, "topology '", topology.name(), "' has ", topology.size(),
                " devices for ", n, " MPI ranks");
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan,
                         CommPlan::Create(topology, options.tree_link_penalty));
-  return std::make_unique<Communicator>(std::move(transport), std::move(plan),
-                                        options.communicator);
+  return std::make_unique<Communicator>(std::move(transport), std::move(plan), communicator);
 }
 
 }  // namespace loom::collective

@@ -59,6 +59,12 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport();
 // over 4 ranks 2-3x faster than with 1 MiB pieces).
 CommunicatorOptions DefaultMpiCommunicatorOptions();
 
+// `options` for ranks that span several nodes: the star, the direct algorithm and MPI's native
+// collectives out of auto (communicator.h, "Over MPI ranks on several nodes"). Applied by
+// CreateMpiCommunicator when the ranks span several nodes and auto's windows are still
+// DefaultMpiCommunicatorOptions' (a caller who set them keeps them).
+CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options);
+
 struct MpiCommunicatorOptions {
   CommunicatorOptions communicator = DefaultMpiCommunicatorOptions();
   // The machine the ranks stand for; default: world-size devices, all linked alike on one node,

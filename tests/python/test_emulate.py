@@ -234,3 +234,19 @@ def test_kvstore_training_across_nodes_equals_one_process(emulation, tmp_path, k
             for r in range(workers):
                 np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
                                            err_msg="%s of worker %d" % (n, r))
+
+
+@needs_mpi
+def test_auto_across_nodes_leaves_out_what_was_tuned_for_one_host(emulation):
+    """Over MPI ranks on several nodes, auto runs neither the star, the direct algorithm nor
+    MPI's own collectives (tuned between the processes of one host), and every call is exact."""
+    proc = launch(["--emulate", "2x1:1gbit", "--workers", "4", "--clients", "1", "--no-prefix",
+                   "--", LOOM, "bench", "collective", "--algo", "auto", "-b", "16K", "-e", "4M",
+                   "-f", "4", "-n", "2", "-w", "1"], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l.split() for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", l)]
+    assert len(rows) == 5, proc.stdout
+    for row in rows:
+        assert row[4].startswith("auto:"), row
+        assert row[4] not in ("auto:star", "auto:direct", "auto:native"), proc.stdout
+        assert row[-1] == "0", proc.stdout  # #wrong
