@@ -204,8 +204,11 @@ struct CommunicatorOptions {
 struct CommPlan {
   Topology topology = Topology::Uniform(1);
   std::vector<int> ring_order;
-  std::vector<Tree> trees;         // trees[r]: the best tree rooted at r (algorithm kTree)
-  std::vector<Tree> multi_trees;   // multi_trees[r]: rooted at r, built with the link penalty
+  std::vector<Tree> trees;        // trees[r]: the best tree rooted at r (algorithm kTree)
+  std::vector<Tree> multi_trees;  // multi_trees[r]: rooted at r, built with the link penalty
+  // channels[c]: the ring of channel c, one per NIC (algorithm kChannels, channels.h); empty on
+  // a single machine.
+  std::vector<std::vector<int>> channels;
   std::vector<std::string> notes;  // what fell back to what (no tree over real links, ...)
 
   static StatusOr<std::shared_ptr<const CommPlan>> Create(const Topology& topology,
