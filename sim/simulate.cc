@@ -104,10 +104,10 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
 
 StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
                                        const SimOptions& options) {
-  LOOM_ENFORCE(machine.nodes() == 1, "a communicator's plan is for one machine, not a cluster of ",
-               machine.nodes(), " nodes");
   LOOM_ENFORCE(plan.topology.size() == machine.size(), "a plan for ", plan.topology.size(),
                " ranks on a machine of ", machine.size());
+  LOOM_ENFORCE(plan.topology.nodes() == machine.nodes(), "a plan for ", plan.topology.nodes(),
+               " nodes on a machine of ", machine.nodes());
   return Build(std::move(machine), options, &plan);
 }
 
@@ -124,7 +124,7 @@ StatusOr<Simulator> Simulator::Build(Machine machine, const SimOptions& options,
   sim.options_ = options;
   sim.machine_ = std::make_shared<const Machine>(std::move(machine));
   const Machine& m = *sim.machine_;
-  if (given != nullptr) {
+  if (given != nullptr && m.nodes() == 1) {
     sim.node_plan_ = sim.plan_ = std::make_shared<const CommPlan>(*given);
     return sim;
   }
@@ -143,6 +143,7 @@ StatusOr<Simulator> Simulator::Build(Machine machine, const SimOptions& options,
         collective::Topology leaders,
         collective::Topology::Cluster(collective::Topology::Uniform(1), m.nodes(), 1, nic));
     LOOM_ASSIGN_OR_RETURN(sim.leaders_plan_, ClusterPlan(leaders, {0}, false));
+    if (given != nullptr) sim.plan_ = std::make_shared<const CommPlan>(*given);
   }
   return sim;
 }

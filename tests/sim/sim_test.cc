@@ -1312,6 +1312,33 @@ TEST(Cluster, AutoStripesALargeAllReduceOverEveryNic) {
   EXPECT_EQ(one->algorithm.find("channels"), std::string::npos);
 }
 
+// A communicator's plan on a topology with nodes and NICs: the simulator the selector asks
+// replays it on a cluster of the node's machine with those NICs, and picks a striped schedule.
+TEST(Cluster, TheDefaultCostModelPricesATopologysNodesAndNics) {
+  StatusOr<collective::Topology> t = collective::Topology::Cluster(
+      collective::Topology::Preset("p3.16xlarge").value(), 2, 4, collective::Link{1, 12.5, 10});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  StatusOr<Machine> m = Machine::FromTopology(*t);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->nodes(), 2);
+  EXPECT_EQ(m->nics(), 4);
+  auto plan = collective::CommPlan::Create(*t).value();
+  ASSERT_EQ(plan->channels.size(), 4u);
+  ASSERT_TRUE(InstallDefaultCostModel().ok());
+  collective::SelectorOptions options;
+  options.tree_max_bytes = -1;
+  const collective::Selector selector(*plan, options);
+  collective::SetDefaultCostModel(nullptr);
+  const Algorithm a = selector.Choose(Collective::kAllReduce, 64 << 20, 1, false);
+  EXPECT_TRUE(a == Algorithm::kChannels || a == Algorithm::kRails) << AlgorithmName(a);
+  double ring = -1, striped = -1;
+  for (const collective::Estimate& e : selector.Estimates(Collective::kAllReduce, 64 << 20)) {
+    if (e.algorithm == Algorithm::kRing) ring = e.time_us;
+    if (e.algorithm == a) striped = e.time_us;
+  }
+  EXPECT_GT(ring, 1.3 * striped);  // both reduce at 8 GB/s; the ring sends through one NIC
+}
+
 TEST(Cluster, OversubscriptionSlowsCrossNodeTraffic) {
   const Simulator full = Make("4x8:dgx-a100:4x100Gb", 1);
   // Loom's schedules cross a node boundary on one NIC at a time: an uplink of 50 / 8 GB/s halves
