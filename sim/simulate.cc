@@ -25,6 +25,10 @@ constexpr int kMaxStarRanks = 256;
 // Direct sends n(n-1) messages per round: beyond this many devices a trace would hold millions.
 constexpr int kMaxDirectRanks = 256;
 constexpr int kMaxMultiTreeRanks = 64;
+// Channels in auto: beyond this many devices their 2(N-1) steps on every NIC's ring (K times the
+// ring's transfers to replay) lose to the rails' 2(per-1) + 2(nodes-1); `--algo channels` still
+// replays them.
+constexpr int kMaxAutoChannelsRanks = 512;
 
 void Halve(const std::vector<int>& order, int lo, int hi, int level, Tree& tree) {
   if (hi - lo <= 1) return;
@@ -895,6 +899,7 @@ StatusOr<CollectiveResult> Simulator::SimulateAuto(Collective kind, size_t bytes
     if ((name == "star" || name == "direct") && n > 64) continue;
     if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
     if ((name == "channels" || name == "rails") && machine_->nodes() == 1) continue;  // the ring
+    if (name == "channels" && n > kMaxAutoChannelsRanks) continue;
     if (name == "rails" && kind != Collective::kAllReduce) continue;
     if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
       continue;
