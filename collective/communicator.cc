@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "collective/algorithms/algorithms.h"
+#include "collective/channels.h"
 #include "collective/schedule.h"
 #include "collective/selector.h"
 #include "collective/spin.h"
@@ -121,6 +122,7 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
     plan->notes.push_back(
         StrCat("multi-trees: ", trees.status().message(), ": falling back to the trees above"));
   plan->multi_trees = trees.ok() ? std::move(trees).value() : plan->trees;
+  plan->channels = BuildChannelRings(topology);
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
@@ -809,6 +811,8 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
       case Algorithm::kMultiTree: return internal::RunMultiTree(s, a);
       case Algorithm::kStar: return internal::RunStar(s, a);
       case Algorithm::kDirect: return internal::RunDirect(s, a, direct_sends);
+      case Algorithm::kChannels: return internal::RunChannels(s, a);
+      case Algorithm::kRails: return internal::RunRails(s, a);
       case Algorithm::kNative: return RunNative(*transport_, a, deadline);
       default: return internal::UnsupportedAlgorithm(a);
     }

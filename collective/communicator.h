@@ -143,8 +143,10 @@ constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
 // cluster (4x2:1gbit, one rank per node; docs/CLUSTER.md) the ring led the direct algorithm from
 // 1 MiB (1 MiB 0.240 GB/s busbw against 0.178, 16 MiB 0.204 against 0.139) and the star was
 // last at 16 KiB (413 µs against the ring's 211): across nodes auto runs neither the star, the
-// direct algorithm nor MPI's own collectives, and the tree up to kMpiAutoTreeMaxBytes, the
-// cost model above (AcrossNodesMpiOptions).
+// direct algorithm nor MPI's own collectives, and the tree only up to 8 KiB, the cost model above
+// (AcrossNodesMpiOptions): from 16 KiB the ring led the tree (256 KiB: 0.237 GB/s against 0.135,
+// bench/cluster/allreduce.sh, medians of 3 launches).
+constexpr long long kMpiAcrossNodesTreeMaxBytes = 8 << 10;
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {
   kNo,     // only the signature; the algorithm runs after the round
@@ -211,8 +213,11 @@ struct CommunicatorOptions {
 struct CommPlan {
   Topology topology = Topology::Uniform(1);
   std::vector<int> ring_order;
-  std::vector<Tree> trees;         // trees[r]: the best tree rooted at r (algorithm kTree)
-  std::vector<Tree> multi_trees;   // multi_trees[r]: rooted at r, built with the link penalty
+  std::vector<Tree> trees;        // trees[r]: the best tree rooted at r (algorithm kTree)
+  std::vector<Tree> multi_trees;  // multi_trees[r]: rooted at r, built with the link penalty
+  // channels[c]: the ring of channel c, one per NIC (algorithm kChannels, channels.h); empty on
+  // a single machine.
+  std::vector<std::vector<int>> channels;
   std::vector<std::string> notes;  // what fell back to what (no tree over real links, ...)
 
   static StatusOr<std::shared_ptr<const CommPlan>> Create(const Topology& topology,

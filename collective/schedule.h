@@ -42,8 +42,12 @@ enum Phase : uint64_t {
   kBroadcastPhase = 2,
   kGatherPhase = 3,
   kScatterPhase = 4,
-  kData = 5
+  kData = 5,
+  // Channel c of kChannels: its reduce-scatter under kChannelPhases + 2c, its all-gather under
+  // kChannelPhases + 2c + 1 (c < kMaxChannels, so that every phase fits the tag's 8 bits).
+  kChannelPhases = 16
 };
+inline constexpr int kMaxChannels = 64;
 
 // The request lists of one Schedule after another (a communicator runs its calls one at a time):
 // a Schedule takes them, empty, and gives them back emptied with their capacity, so that a small

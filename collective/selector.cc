@@ -34,6 +34,34 @@ LinkBound TreesBound(const Topology& t, const std::vector<Tree>& trees) {
   return b;
 }
 
+// The rate (GB/s) of `rings` run side by side, each carrying an equal share of a call's bytes
+// around it: every directed link within a node and every direction of every NIC of a node (the
+// hops between nodes: out through the sender's NIC, in through the receiver's, at the link's
+// bandwidth) is one resource, and the busiest, bytes over bandwidth, sets the rate. One ring on
+// one machine: its weakest link.
+double RingsGbps(const Topology& t, const std::vector<std::vector<int>>& rings) {
+  const int n = t.size(), nics = std::max(1, t.nics());
+  std::map<std::tuple<int, int, int>, double> load;  // (kind, a, b) -> bytes / bandwidth
+  const double share = 1.0 / static_cast<double>(rings.size());
+  for (const std::vector<int>& ring : rings) {
+    for (int i = 0; i < n; ++i) {
+      const int a = ring[i], b = ring[(i + 1) % n];
+      const Link& link = t.link(a, b);
+      if (link.weight <= 0 || link.bandwidth_gbps <= 0) continue;
+      const double per_byte = share / link.bandwidth_gbps;
+      if (t.node_of(a) == t.node_of(b)) {
+        load[{0, a, b}] += per_byte;
+      } else {
+        load[{1, t.node_of(a), t.nic_of(a) % nics}] += per_byte;
+        load[{2, t.node_of(b), t.nic_of(b) % nics}] += per_byte;
+      }
+    }
+  }
+  double busiest = 0;
+  for (const auto& [key, l] : load) busiest = std::max(busiest, l);
+  return busiest > 0 ? 1.0 / busiest : Topology::LinkForWeight(1).bandwidth_gbps;
+}
+
 // Microseconds to move `bytes` at `gbps` GB/s.
 double Us(double bytes, double gbps) { return bytes / (gbps * 1e3); }
 
@@ -82,6 +110,11 @@ Selector::Selector(const CommPlan& plan, const SelectorOptions& options)
     ring.Add(t.link(plan.ring_order[i], plan.ring_order[(i + 1) % plan.ring_order.size()]));
   }
   ring.Finish();
+  channels_ = static_cast<int>(plan.channels.size());
+  nodes_ = t.nodes();
+  // On a cluster the ring's hops between nodes share the nodes' NICs: priced per NIC.
+  if (t.nodes() > 1 && n_ > 1) ring.gbps = RingsGbps(t, {plan.ring_order});
+  channels_gbps_ = channels_ > 0 ? RingsGbps(t, plan.channels) : ring.gbps;
   const LinkBound tree = TreesBound(t, plan.trees), multi = TreesBound(t, plan.multi_trees);
   LinkBound star;  // the star ignores links: every pair is used
   for (int a = 0; a < n_; ++a) {
@@ -149,6 +182,16 @@ double Selector::AllReduceTime(Algorithm algorithm, double s) const {
     case Algorithm::kRing:
       return 2 * (n - 1) * ring_us_ + 4 * (n - 1) * Pieces(s / n) * msg +
              Us(2 * (n - 1) / n * s, ring_gbps_) + Us((n - 1) / n * s, gamma);
+    case Algorithm::kChannels: {  // the ring's steps on every channel, each on its stripe
+      const double k = std::max(1, channels_);
+      return 2 * (n - 1) * ring_us_ + 4 * (n - 1) * k * Pieces(s / n / k) * msg +
+             Us(2 * (n - 1) / n * s, channels_gbps_) + Us((n - 1) / n * s, gamma);
+    }
+    case Algorithm::kRails: {  // a ring within the node, then one across the nodes per device
+      const double steps = channels_ > 0 ? nodes_ - 1 + n / nodes_ - 1 : n - 1;
+      return 2 * steps * ring_us_ + 4 * steps * Pieces(s / n) * msg +
+             Us(2 * (n - 1) / n * s, channels_gbps_) + Us((n - 1) / n * s, gamma);
+    }
     case Algorithm::kTree:
       return 2 * d * tree_us_ + 4 * d * Pieces(s) * msg + Us(2 * d * s * tb, tree_gbps_) +
              Us(d * s, gamma);
@@ -192,6 +235,11 @@ double Selector::GatherScatterTime(Algorithm algorithm, double s, bool reduces) 
   if (algorithm == Algorithm::kRing)
     return (n - 1) * ring_us_ + 2 * (n - 1) * Pieces(s / n) * msg +
            Us((n - 1) / n * s, ring_gbps_) + g * Us((n - 1) / n * s, gamma);
+  if (algorithm == Algorithm::kChannels) {
+    const double k = std::max(1, channels_);
+    return (n - 1) * ring_us_ + 2 * (n - 1) * k * Pieces(s / n / k) * msg +
+           Us((n - 1) / n * s, channels_gbps_) + g * Us((n - 1) / n * s, gamma);
+  }
   if (algorithm == Algorithm::kMultiTree && reduces)
     return d * multi_us_ + 2 * (n - 1) * Pieces(s / n) * msg +
            Us(2 * (n - 1) / n * s, multi_gbps_) + Us((n - 1) / n * s, gamma);
@@ -203,8 +251,10 @@ double Selector::GatherScatterTime(Algorithm algorithm, double s, bool reduces) 
 
 std::vector<Estimate> Selector::Estimates(Collective kind, size_t bytes, int inflight) const {
   std::vector<Estimate> out;
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar,
+                      Algorithm::kChannels, Algorithm::kRails}) {
+    // A single machine: both are the ring.
+    if ((a == Algorithm::kChannels || a == Algorithm::kRails) && channels_ == 0) continue;
     const double t = Time(kind, a, bytes, inflight);
     if (t >= 0) out.push_back({a, t});
   }
@@ -234,8 +284,10 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
     return n_ <= options_.star_max_ranks ? Algorithm::kStar : Algorithm::kTree;
   Algorithm best = Algorithm::kAuto;
   double best_time = std::numeric_limits<double>::infinity();
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar,
+                      Algorithm::kChannels, Algorithm::kRails}) {
+    // A single machine: both are the ring.
+    if ((a == Algorithm::kChannels || a == Algorithm::kRails) && channels_ == 0) continue;
     const double t = Time(kind, a, bytes, inflight);
     if (t < 0) continue;
     if (best == Algorithm::kAuto) best = a;            // the first that runs, if none is faster

@@ -1,7 +1,9 @@
 // Selector: the alpha-beta cost model behind Algorithm::kAuto. For one collective of `bytes`
-// bytes per rank over a CommPlan it estimates the time of ring, tree, multi_tree and star from
-// the topology's links (latency per hop, bandwidth of the weakest link each algorithm uses), a
-// per-message software cost and a reduction bandwidth, and picks the cheapest supported one.
+// bytes per rank over a CommPlan it estimates the time of ring, tree, multi_tree and star (and,
+// on a cluster topology, channels and rails) from the topology's links (latency per hop,
+// bandwidth of the weakest link each algorithm uses; on a cluster the ring's and the channels'
+// busiest resource, where every NIC direction of a node is one that all hops through it share),
+// a per-message software cost and a reduction bandwidth, and picks the cheapest supported one.
 //
 //   time = hops * link_latency + messages * message_us + bytes_on_busiest_link / link_bandwidth
 //          + bytes_reduced_by_busiest_rank / reduce_bandwidth
@@ -119,6 +121,10 @@ class Selector {
   SelectorOptions options_;
   // Weakest link (bandwidth GB/s) and slowest hop (µs) of the ring, the trees and the multi-trees.
   double ring_gbps_, ring_us_, tree_gbps_, tree_us_, multi_gbps_, multi_us_, star_gbps_, star_us_;
+  // Channel rings (CommPlan::channels; 0 on a single machine) and their rate with every node's
+  // NICs and links priced as shared resources.
+  int channels_ = 0, nodes_ = 1;
+  double channels_gbps_ = 0;
   int depth_;
   // Cost-model estimates per (collective, algorithm, size bucket), shared by copies.
   struct Cache;

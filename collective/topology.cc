@@ -84,6 +84,44 @@ StatusOr<Topology> Topology::FromWeights(const std::vector<std::vector<int>>& we
   return t;
 }
 
+Status Topology::SetNodes(int nodes, int nics) {
+  LOOM_ENFORCE(nodes >= 1 && n_ % nodes == 0, n_, " devices do not split into ", nodes,
+               " nodes of equal size");
+  LOOM_ENFORCE(nics >= 0 && (nodes == 1 || nics >= 1), "a cluster of ", nodes,
+               " nodes needs at least one NIC per node, got ", nics);
+  nodes_ = nodes;
+  nics_ = nics;
+  return Status::OK();
+}
+
+StatusOr<Topology> Topology::Cluster(const Topology& node, int nodes, int nics, Link nic) {
+  LOOM_ENFORCE(node.nodes() == 1, "a cluster's node '", node.name(), "' is itself a cluster");
+  LOOM_ENFORCE(nodes >= 1 && nics >= 1, "a cluster needs at least one node and one NIC, got ",
+               nodes, " nodes of ", nics, " NICs");
+  LOOM_ENFORCE(nic.bandwidth_gbps > 0 && nic.latency_us >= 0,
+               "a NIC needs a positive bandwidth and a latency >= 0");
+  if (nic.weight <= 0) nic.weight = 1;
+  const int per = node.size(), n = nodes * per;
+  Topology t(n, StrCat(nodes, "x", node.name(), ":", nics, "nics"));
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      t.SetLink(a, b, a / per == b / per ? node.link(a % per, b % per) : nic);
+    }
+  }
+  LOOM_RETURN_IF_ERROR(t.SetNodes(nodes, nics));
+  return t;
+}
+
+Topology Topology::NodeTopology() const {
+  if (nodes_ == 1) return *this;
+  const int per = devices_per_node();
+  Topology t(per, StrCat(name_, ":node"));
+  for (int a = 0; a < per; ++a) {
+    for (int b = a + 1; b < per; ++b) t.SetLink(a, b, link(a, b));
+  }
+  return t;
+}
+
 StatusOr<Topology> Topology::Parse(const std::string& text) {
   std::istringstream lines(text);
   std::string line;
@@ -201,8 +239,10 @@ StatusOr<Topology> Topology::ParseJson(const std::string& text) {
   LOOM_ENFORCE(doc.is_object(), "the topology must be a JSON object");
   for (auto it = doc.begin(); it != doc.end(); ++it) {
     const std::string& k = it.key();
-    LOOM_ENFORCE(k == "name" || k == "weights" || k == "bandwidth_gbps" || k == "latency_us",
-                 "unknown key \"", k, "\" (expected name, weights, bandwidth_gbps, latency_us)");
+    LOOM_ENFORCE(k == "name" || k == "weights" || k == "bandwidth_gbps" || k == "latency_us" ||
+                     k == "nodes" || k == "nics",
+                 "unknown key \"", k,
+                 "\" (expected name, weights, bandwidth_gbps, latency_us, nodes, nics)");
   }
   LOOM_ENFORCE(doc.contains("weights"), "missing \"weights\" (the n x n link matrix)");
   std::vector<std::vector<int>> weights;
@@ -213,6 +253,14 @@ StatusOr<Topology> Topology::ParseJson(const std::string& text) {
     LOOM_ENFORCE(doc["name"].is_string(), "\"name\" must be a string");
     t.name_ = doc["name"].get<std::string>();
   }
+  int layout[2] = {1, 0};  // nodes, nics
+  for (int i = 0; i < 2; ++i) {
+    const char* key = i == 0 ? "nodes" : "nics";
+    if (!doc.contains(key)) continue;
+    LOOM_ENFORCE(doc[key].is_number_integer(), "\"", key, "\" must be an integer");
+    layout[i] = doc[key].get<int>();
+  }
+  LOOM_RETURN_IF_ERROR(t.SetNodes(layout[0], layout[0] > 1 && layout[1] == 0 ? 1 : layout[1]));
   for (const char* key : {"bandwidth_gbps", "latency_us"}) {
     if (!doc.contains(key)) continue;
     std::vector<std::vector<double>> m;

@@ -52,6 +52,8 @@ const char* AlgorithmName(Algorithm algorithm) {
     case Algorithm::kStar: return "star";
     case Algorithm::kNative: return "native";
     case Algorithm::kDirect: return "direct";
+    case Algorithm::kChannels: return "channels";
+    case Algorithm::kRails: return "rails";
   }
   return "unknown";
 }
@@ -70,11 +72,13 @@ StatusOr<DataType> ParseDataType(const std::string& name) {
 
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
   for (Algorithm a : {Algorithm::kAuto, Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree,
-                      Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative}) {
+                      Algorithm::kStar, Algorithm::kDirect, Algorithm::kNative,
+                      Algorithm::kChannels, Algorithm::kRails}) {
     if (name == AlgorithmName(a)) return a;
   }
   return InvalidArgument("unknown collective algorithm '", name,
-                         "' (expected auto, ring, tree, multi_tree, star, direct or native)");
+                         "' (expected auto, ring, tree, multi_tree, star, direct, native, "
+                         "channels or rails)");
 }
 
 bool IsCollective(Collective c) {
@@ -127,9 +131,11 @@ bool AlgorithmSupports(Algorithm algorithm, Collective c) {
     case Algorithm::kRing: return IsCollective(c);
     case Algorithm::kTree:
     case Algorithm::kStar: return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast;
+    case Algorithm::kRails: return c == C::kAllReduce;
     case Algorithm::kMultiTree:
       return c == C::kAllReduce || c == C::kReduce || c == C::kBroadcast || c == C::kReduceScatter;
     case Algorithm::kDirect:
+    case Algorithm::kChannels:
       return c == C::kAllReduce || c == C::kAllGather || c == C::kReduceScatter;
     default: return false;
   }

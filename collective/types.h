@@ -21,7 +21,21 @@ enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64 };
 enum class ReduceOp { kSum, kProd, kMax, kMin, kAvg };
 
 // kAuto lets the communicator choose; kNative asks for the transport's own implementation.
-enum class Algorithm { kAuto, kRing, kTree, kMultiTree, kStar, kNative, kDirect };
+// kChannels: one ring per NIC across the nodes of a cluster, the buffer striped over them
+// (channels.h); kRails: a node-local reduce-scatter, a ring across the nodes per local device
+// (through that device's NIC), a node-local all-gather (allreduce). Both run the plain ring on a
+// single machine.
+enum class Algorithm {
+  kAuto,
+  kRing,
+  kTree,
+  kMultiTree,
+  kStar,
+  kNative,
+  kDirect,
+  kChannels,
+  kRails
+};
 
 // What a communicator call does: the five collectives, then point-to-point and the barrier.
 // The one spelling of a collective in Loom: the communicator's calls, the algorithms' schedules,

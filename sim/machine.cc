@@ -214,6 +214,16 @@ Machine Machine::NvSwitch(const std::string& name, int gpus, double gbps, double
 StatusOr<Machine> Machine::FromTopology(const Topology& topology) {
   const int n = topology.size();
   LOOM_ENFORCE(n >= 1, "a topology without devices");
+  if (topology.nodes() > 1) {
+    // A cluster: its nodes' machine, joined by NICs at the links between the nodes' rates.
+    LOOM_ASSIGN_OR_RETURN(Machine node, FromTopology(topology.NodeTopology()));
+    const collective::Link& between = topology.link(0, topology.devices_per_node());
+    ClusterSpec spec;
+    spec.nodes = topology.nodes();
+    spec.nics = topology.nics();
+    spec.nic = LinkClass{"nic", between.bandwidth_gbps, between.latency_us, "the topology", 1};
+    return ClusterOf(std::move(node), spec);
+  }
   Machine m;
   m.name_ = topology.name().empty() ? StrCat("topology of ", n) : topology.name();
   m.per_node_ = n;
@@ -772,7 +782,7 @@ StatusOr<Machine> Machine::Cluster(const ClusterSpec& spec) {
   if (want >= 0 && want != m.per_node_) {
     return InvalidArgument("cluster node '", node, "' has ", m.per_node_, " devices, not ", want);
   }
-  return JoinNodes(std::move(m), spec);
+  return ClusterOf(std::move(m), spec);
 }
 
 StatusOr<Machine> Machine::Emulated(const EmulatedCluster& c) {
@@ -788,12 +798,12 @@ StatusOr<Machine> Machine::Emulated(const EmulatedCluster& c) {
   spec.nic.efficiency = kEmulatedTcpEfficiency;
   spec.nic.name = ToString(c);
   spec.nic.source = "loom launch --emulate (docs/CLUSTER.md)";
-  LOOM_ASSIGN_OR_RETURN(Machine m, JoinNodes(std::move(node), spec));
+  LOOM_ASSIGN_OR_RETURN(Machine m, ClusterOf(std::move(node), spec));
   m.name_ = StrCat(ToString(c), " (emulated; one process per node)");
   return m;
 }
 
-StatusOr<Machine> Machine::JoinNodes(Machine m, const ClusterSpec& spec) {
+StatusOr<Machine> Machine::ClusterOf(Machine m, const ClusterSpec& spec) {
   LOOM_ENFORCE(spec.nodes >= 1 && spec.nics >= 1 && spec.nic.gbps > 0 && spec.oversubscription >= 1,
                "a cluster needs at least one node and one NIC of positive bandwidth");
   const std::vector<Resource> node_resources = m.resources_;

@@ -195,6 +195,8 @@ class Machine {
   // A machine preset (MachinePresetNames) or one of Topology's presets.
   static StatusOr<Machine> Preset(const std::string& name);
   static std::vector<std::string> MachinePresetNames();
+  // A topology with nodes (Topology::nodes() > 1) becomes a cluster of its node's machine with
+  // its NICs, each at the rate and latency of the topology's links between nodes.
   static StatusOr<Machine> FromTopology(const collective::Topology& topology);
   // `gpus` devices, each one port of `gbps` per direction into one non-blocking switch.
   static Machine NvSwitch(const std::string& name, int gpus, double gbps, double latency_us,
@@ -303,8 +305,8 @@ class Machine {
   Machine() = default;
   int AddResource(std::string name, double gbps, double efficiency = 1);
   Route NodeRoute(int a, int b, bool reduce) const;  // within one node, local device ids
-  // `spec.nodes` copies of the node machine m joined by the spec's NICs.
-  static StatusOr<Machine> JoinNodes(Machine m, const ClusterSpec& spec);
+  // `spec.nodes` copies of `node` (a single machine) with their NICs (spec.node is not read).
+  static StatusOr<Machine> ClusterOf(Machine node, const ClusterSpec& spec);
 
   std::string name_;
   int nodes_ = 1, per_node_ = 1;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "collective/channels.h"
 #include "collective/transport/inprocess.h"
 #include "collective/tree_builder.h"
 
@@ -24,6 +25,10 @@ constexpr int kMaxStarRanks = 256;
 // Direct sends n(n-1) messages per round: beyond this many devices a trace would hold millions.
 constexpr int kMaxDirectRanks = 256;
 constexpr int kMaxMultiTreeRanks = 64;
+// Channels in auto: beyond this many devices their 2(N-1) steps on every NIC's ring (K times the
+// ring's transfers to replay) lose to the rails' 2(per-1) + 2(nodes-1); `--algo channels` still
+// replays them.
+constexpr int kMaxAutoChannelsRanks = 512;
 
 void Halve(const std::vector<int>& order, int lo, int hi, int level, Tree& tree) {
   if (hi - lo <= 1) return;
@@ -46,21 +51,27 @@ Tree HalvingTree(const std::vector<int>& order, int root) {
   return tree;
 }
 
-// The plan of `nodes` x `per_node` devices: node-major ring through each node's ring order,
-// halving trees over it.
-std::shared_ptr<const CommPlan> ClusterPlan(int nodes, const std::vector<int>& node_ring,
-                                            bool multi_trees) {
+// The plan of a cluster (`topology`: nodes x the node's devices): node-major ring through each
+// node's ring order, halving trees over it, and the channel rings of the collective library
+// (one per NIC, collective/channels.h).
+StatusOr<std::shared_ptr<const CommPlan>> ClusterPlan(const collective::Topology& topology,
+                                                      const std::vector<int>& node_ring,
+                                                      bool multi_trees) {
+  const int nodes = topology.nodes();
   const int per = static_cast<int>(node_ring.size());
   const int n = nodes * per;
+  LOOM_ENFORCE(topology.size() == n, "a cluster plan of ", n, " devices for a topology of ",
+               topology.size());
   auto plan = std::make_shared<CommPlan>();
-  plan->topology = collective::Topology::Uniform(n, 1);
+  plan->topology = topology;
   for (int k = 0; k < nodes; ++k) {
     for (int d : node_ring) plan->ring_order.push_back(k * per + d);
   }
   for (int r = 0; r < n; ++r) plan->trees.push_back(HalvingTree(plan->ring_order, r));
   if (multi_trees) plan->multi_trees = plan->trees;
-  plan->notes.push_back("cluster plan: node-major ring, recursive-halving trees");
-  return plan;
+  plan->channels = collective::BuildChannelRings(topology);
+  plan->notes.push_back("cluster plan: node-major ring, recursive-halving trees, channel rings");
+  return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
 Algorithm LoomAlgorithm(const std::string& name) {
@@ -69,15 +80,17 @@ Algorithm LoomAlgorithm(const std::string& name) {
   if (name == "multi_tree") return Algorithm::kMultiTree;
   if (name == "star") return Algorithm::kStar;
   if (name == "direct") return Algorithm::kDirect;
+  if (name == "channels") return Algorithm::kChannels;
+  if (name == "rails") return Algorithm::kRails;
   return Algorithm::kAuto;
 }
 
 }  // namespace
 
 std::vector<std::string> SimAlgorithmNames() {
-  return {"ring",      "tree",           "multi_tree", "star",         "direct",
-          "exchange",  "split_exchange", "native",     "hierarchical", "auto",
-          "nccl_ring", "nccl_tree",      "nccl",       "ps",           "ps_mpi"};
+  return {"ring",      "tree",      "multi_tree",     "star",   "direct",       "channels",
+          "rails",     "exchange",  "split_exchange", "native", "hierarchical", "auto",
+          "nccl_ring", "nccl_tree", "nccl",           "ps",     "ps_mpi"};
 }
 
 double BusFactor(Collective kind, int n) {
@@ -95,10 +108,10 @@ StatusOr<Simulator> Simulator::Create(Machine machine, const SimOptions& options
 
 StatusOr<Simulator> Simulator::ForPlan(Machine machine, const CommPlan& plan,
                                        const SimOptions& options) {
-  LOOM_ENFORCE(machine.nodes() == 1, "a communicator's plan is for one machine, not a cluster of ",
-               machine.nodes(), " nodes");
   LOOM_ENFORCE(plan.topology.size() == machine.size(), "a plan for ", plan.topology.size(),
                " ranks on a machine of ", machine.size());
+  LOOM_ENFORCE(plan.topology.nodes() == machine.nodes(), "a plan for ", plan.topology.nodes(),
+               " nodes on a machine of ", machine.nodes());
   return Build(std::move(machine), options, &plan);
 }
 
@@ -115,7 +128,7 @@ StatusOr<Simulator> Simulator::Build(Machine machine, const SimOptions& options,
   sim.options_ = options;
   sim.machine_ = std::make_shared<const Machine>(std::move(machine));
   const Machine& m = *sim.machine_;
-  if (given != nullptr) {
+  if (given != nullptr && m.nodes() == 1) {
     sim.node_plan_ = sim.plan_ = std::make_shared<const CommPlan>(*given);
     return sim;
   }
@@ -123,8 +136,18 @@ StatusOr<Simulator> Simulator::Build(Machine machine, const SimOptions& options,
   if (m.nodes() == 1) {
     sim.plan_ = sim.node_plan_;
   } else {
-    sim.plan_ = ClusterPlan(m.nodes(), sim.node_plan_->ring_order, m.size() <= kMaxMultiTreeRanks);
-    sim.leaders_plan_ = ClusterPlan(m.nodes(), {0}, false);
+    // The plan's links between nodes stand for the NICs (the machine prices them itself).
+    const collective::Link nic = collective::Topology::LinkForWeight(1);
+    LOOM_ASSIGN_OR_RETURN(
+        collective::Topology cluster,
+        collective::Topology::Cluster(m.node_topology(), m.nodes(), m.nics(), nic));
+    LOOM_ASSIGN_OR_RETURN(sim.plan_, ClusterPlan(cluster, sim.node_plan_->ring_order,
+                                                 m.size() <= kMaxMultiTreeRanks));
+    LOOM_ASSIGN_OR_RETURN(
+        collective::Topology leaders,
+        collective::Topology::Cluster(collective::Topology::Uniform(1), m.nodes(), 1, nic));
+    LOOM_ASSIGN_OR_RETURN(sim.leaders_plan_, ClusterPlan(leaders, {0}, false));
+    if (given != nullptr) sim.plan_ = std::make_shared<const CommPlan>(*given);
   }
   return sim;
 }
@@ -875,6 +898,9 @@ StatusOr<CollectiveResult> Simulator::SimulateAuto(Collective kind, size_t bytes
     if (name == "exchange" || name == "split_exchange") continue;  // above
     if ((name == "star" || name == "direct") && n > 64) continue;
     if (name == "multi_tree" && (machine_->nodes() > 1 || n > kMaxMultiTreeRanks)) continue;
+    if ((name == "channels" || name == "rails") && machine_->nodes() == 1) continue;  // the ring
+    if (name == "channels" && n > kMaxAutoChannelsRanks) continue;
+    if (name == "rails" && kind != Collective::kAllReduce) continue;
     if (name == "hierarchical" && (machine_->nodes() == 1 || kind != Collective::kAllReduce))
       continue;
     StatusOr<CollectiveResult> r = Simulate(kind, name, bytes, root);

@@ -113,8 +113,8 @@ double BusFactor(collective::Collective kind, int n);
 class Simulator {
  public:
   static StatusOr<Simulator> Create(Machine machine, const SimOptions& options = {});
-  // One machine (not a cluster) with the plan a communicator already made for it (its ring
-  // order and trees), so that what is replayed is exactly what that communicator runs.
+  // A machine with the plan a communicator already made for it (its ring order, trees and, on a
+  // cluster, channels), so that what is replayed is exactly what that communicator runs.
   static StatusOr<Simulator> ForPlan(Machine machine, const collective::CommPlan& plan,
                                      const SimOptions& options = {});
 

@@ -219,9 +219,11 @@ StatusOr<Trace> Capture(const collective::CommPlan& plan, const CallSpec& call) 
           case Algorithm::kMultiTree: return collective::internal::RunMultiTree(s, a);
           case Algorithm::kStar: return collective::internal::RunStar(s, a);
           case Algorithm::kDirect: return collective::internal::RunDirect(s, a);
+          case Algorithm::kChannels: return collective::internal::RunChannels(s, a);
+          case Algorithm::kRails: return collective::internal::RunRails(s, a);
           default:
             return InvalidArgument("the simulator replays Loom's schedules (ring, tree, ",
-                                   "multi_tree, star, direct), not '",
+                                   "multi_tree, star, direct, channels, rails), not '",
                                    AlgorithmName(call.algorithm), "'");
         }
       });

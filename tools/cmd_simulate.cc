@@ -109,10 +109,11 @@ Flags SimulateFlags() {
       "loom simulate (--topology NAME|FILE | --cluster SPEC) [--op COLL] [--algo A[,A...]] "
       "[--sizes MIN:MAX] [--factor F]",
       "Predicts the time, algbw and busbw (nccl-tests' definitions) of a collective by\n"
-      "replaying the schedules Loom runs (ring, tree, multi_tree, star, hierarchical) over\n"
-      "a model of the machine's links: every link direction, NVSwitch port and NIC is a\n"
-      "resource its transfers share. The bottleneck column names the busiest resource and\n"
-      "how much of the call it was busy. Model and sources: docs/SIMULATOR.md.\n"
+      "replaying the schedules Loom runs (ring, tree, multi_tree, star, channels, rails,\n"
+      "hierarchical) over a model of the machine's links: every link direction, NVSwitch\n"
+      "port and NIC is a resource its transfers share. The bottleneck column names the\n"
+      "busiest resource and how much of the call it was busy. Model and sources:\n"
+      "docs/SIMULATOR.md.\n"
       "Machines: " +
           presets +
           ", or a topology file.\n"

@@ -13,6 +13,13 @@ namespace loom::collective::internal {
 // ring.cc: allreduce = reduce-scatter + all-gather around the ring; allgather; reducescatter;
 // reduce and broadcast as a pipelined chain along the ring.
 Status RunRing(Schedule& s, const CallArgs& args);
+// ring.cc: allreduce, allgather and reducescatter striped over the plan's channel rings (one
+// per NIC, CommPlan::channels), side by side; the plain ring where the plan has no channels.
+Status RunChannels(Schedule& s, const CallArgs& args);
+// ring.cc: allreduce as a node-local ring reduce-scatter, one ring per local device index across
+// the nodes (each leaving its node through that device's NIC) on the device's chunk, and a
+// node-local ring all-gather; the plain ring on a single machine.
+Status RunRails(Schedule& s, const CallArgs& args);
 // tree.cc: one topology tree (rooted at 0 for allreduce, at the root otherwise).
 Status RunTree(Schedule& s, const CallArgs& args);
 // multi_tree.cc: one tree per rank, tree r carrying the r-th slice of the buffer.

@@ -666,6 +666,7 @@ StatusOr<NodeMap> DetectMpiNodes() {
 }
 
 CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options) {
+  options.auto_tree_max_bytes = kMpiAcrossNodesTreeMaxBytes;
   options.auto_star_max_ranks = 0;
   options.auto_direct_min_bytes = -1;
   options.auto_direct_max_bytes = -1;

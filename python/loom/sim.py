@@ -64,7 +64,8 @@ def collectives(machine, sizes, op="allreduce", algorithm="auto", root=0, chunk_
     bottleneck_utilization and transfers. ``post_us``: software cost per posted message;
     ``call_us``: per call before its first message; ``algorithm``: ring, tree, multi_tree, star,
     direct, exchange, split_exchange, native (a host spec with ``native=pass``: the in-process
-    transport's one pass over shared memory; ``native=libnbc``: Open MPI's MPI_Iallreduce), hierarchical, auto, nccl_ring, nccl_tree or nccl.
+    transport's one pass over shared memory; ``native=libnbc``: Open MPI's MPI_Iallreduce),
+    channels, rails (clusters: every NIC), hierarchical, auto, nccl_ring, nccl_tree or nccl.
     ``mpi_exchange``: the ranks are processes under Loom's MPI communicator (every schedule first
     pays its signature round; auto runs the small allreduces inside that round, as
     ``exchange`` or ``split_exchange``, like ``loom simulate --mpi-exchange``). Errors (unknown

@@ -1271,6 +1271,74 @@ TEST(Cluster, HierarchicalCrossesEachNodesNicOncePerDirection) {
   EXPECT_LT(h->time_us, 1.3 * nic_bound);
 }
 
+// Channels: auto's large allreduce on a cluster of 4-NIC DGX-1s is the channel rings, whose
+// traffic between nodes leaves and enters every node through every NIC.
+TEST(Cluster, AutoStripesALargeAllReduceOverEveryNic) {
+  const Simulator sim = Make("8x8:dgx1-v100:4x100Gb", 1);
+  StatusOr<CollectiveResult> a = sim.Simulate(Collective::kAllReduce, "auto", 64 << 20);
+  StatusOr<CollectiveResult> ring = sim.Simulate(Collective::kAllReduce, "ring", 64 << 20);
+  StatusOr<CollectiveResult> nccl = sim.Simulate(Collective::kAllReduce, "nccl_ring", 64 << 20);
+  ASSERT_TRUE(a.ok() && ring.ok() && nccl.ok()) << a.status().ToString();
+  EXPECT_EQ(a->algorithm, "auto:channels");
+  EXPECT_LT(a->time_us, ring->time_us / 3);
+  EXPECT_LT(a->time_us, nccl->time_us);
+  const std::string picked = a->algorithm.substr(5);
+  StatusOr<Trace> trace = sim.TraceOf(Collective::kAllReduce, picked, 64 << 20);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const Machine& m = sim.machine();
+  std::map<std::string, uint64_t> nic_bytes;
+  for (int r = 0; r < trace->nranks(); ++r) {
+    for (const TraceOp& op : trace->ranks[r]) {
+      if (op.kind != TraceOp::kSend) continue;
+      for (int res : m.RouteOf(trace->device_of(r), trace->device_of(op.peer)).resources) {
+        const std::string& name = m.resources()[res].name;
+        if (name.find(".nic") != std::string::npos) nic_bytes[name] += op.bytes;
+      }
+    }
+  }
+  // 8 nodes x 4 NICs x (out, in), each carrying a quarter of a node's traffic.
+  ASSERT_EQ(nic_bytes.size(), 64u);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& [name, bytes] : nic_bytes) lo = std::min(lo, bytes), hi = std::max(hi, bytes);
+  EXPECT_LT(hi, lo * 1.01 + 4096);
+  EXPECT_NEAR(static_cast<double>(hi), 2.0 * 63 / 64 * (64 << 20) / 4, 0.01 * (64 << 20));
+  // The rails' rings use every NIC too; one machine keeps its choices (no channels there).
+  StatusOr<CollectiveResult> rails = sim.Simulate(Collective::kAllReduce, "rails", 64 << 20);
+  ASSERT_TRUE(rails.ok()) << rails.status().ToString();
+  EXPECT_LT(rails->time_us, ring->time_us);
+  StatusOr<CollectiveResult> one =
+      Make("dgx1-v100", 1).Simulate(Collective::kAllReduce, "auto", 64 << 20);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->algorithm.find("channels"), std::string::npos);
+}
+
+// A communicator's plan on a topology with nodes and NICs: the simulator the selector asks
+// replays it on a cluster of the node's machine with those NICs, and picks a striped schedule.
+TEST(Cluster, TheDefaultCostModelPricesATopologysNodesAndNics) {
+  StatusOr<collective::Topology> t = collective::Topology::Cluster(
+      collective::Topology::Preset("p3.16xlarge").value(), 2, 4, collective::Link{1, 12.5, 10});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  StatusOr<Machine> m = Machine::FromTopology(*t);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->nodes(), 2);
+  EXPECT_EQ(m->nics(), 4);
+  auto plan = collective::CommPlan::Create(*t).value();
+  ASSERT_EQ(plan->channels.size(), 4u);
+  ASSERT_TRUE(InstallDefaultCostModel().ok());
+  collective::SelectorOptions options;
+  options.tree_max_bytes = -1;
+  const collective::Selector selector(*plan, options);
+  collective::SetDefaultCostModel(nullptr);
+  const Algorithm a = selector.Choose(Collective::kAllReduce, 64 << 20, 1, false);
+  EXPECT_TRUE(a == Algorithm::kChannels || a == Algorithm::kRails) << AlgorithmName(a);
+  double ring = -1, striped = -1;
+  for (const collective::Estimate& e : selector.Estimates(Collective::kAllReduce, 64 << 20)) {
+    if (e.algorithm == Algorithm::kRing) ring = e.time_us;
+    if (e.algorithm == a) striped = e.time_us;
+  }
+  EXPECT_GT(ring, 1.3 * striped);  // both reduce at 8 GB/s; the ring sends through one NIC
+}
+
 TEST(Cluster, OversubscriptionSlowsCrossNodeTraffic) {
   const Simulator full = Make("4x8:dgx-a100:4x100Gb", 1);
   // Loom's schedules cross a node boundary on one NIC at a time: an uplink of 50 / 8 GB/s halves
