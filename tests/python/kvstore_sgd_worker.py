@@ -33,6 +33,22 @@ def batches(workers):
     return [(rng.randn(ROWS * workers, 4), rng.randn(ROWS * workers, 1)) for _ in range(STEPS)]
 
 
+def single_process(workers):
+    """The parameters of one process running plain SGD on the union of `workers` workers'
+    batches, by name: what every worker must end with."""
+    main_prog, startup, _, params_grads = build()
+    with fluid.scope_guard(fluid.Scope()):
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.global_scope()
+        exe.run(startup)
+        names, grads = [p.name for p, _ in params_grads], [g.name for _, g in params_grads]
+        for x, y in batches(workers):
+            out = exe.run(main_prog, feed={"x": x, "y": y}, fetch_list=grads)
+            for n, g in zip(names, out):
+                t = scope.find_var(n).get_tensor()
+                t.set(np.array(t) - LR * g, fluid.CPUPlace())
+        return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
 def main():
     kind, out_dir = sys.argv[1], sys.argv[2]
     kv = kvs.create(kind)

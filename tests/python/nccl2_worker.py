@@ -32,6 +32,20 @@ def batches(trainers):
     return [(rng.randn(ROWS * trainers, 4), rng.randn(ROWS * trainers, 1)) for _ in range(STEPS)]
 
 
+def single_process(trainers):
+    """The parameters of one process training on the union of `trainers` trainers' batches,
+    by name: what every trainer must end with."""
+    main_prog, startup, loss = build()
+    with fluid.scope_guard(fluid.Scope()):
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(startup)
+        for x, y in batches(trainers):
+            exe.run(main_prog, feed={"x": x, "y": y}, fetch_list=[loss])
+        scope = fluid.global_scope()
+        return {p.name: np.array(scope.find_var(p.name).get_tensor())
+                for p in main_prog.all_parameters()}
+
+
 def main():
     out_dir = sys.argv[1]
     trainer_id = int(os.environ["PADDLE_TRAINER_ID"])

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -77,24 +76,17 @@ def test_data_parallel_across_four_nodes_equals_one_process(emulation, tmp_path)
     """Fluid's nccl2 mode, four trainers on four emulated nodes, one MPI world whose mpirun
     reaches the other nodes through the namespace agent: every trainer ends with the weights of
     one process training on the union of the batches (float64, 1e-12)."""
-    from nccl2_worker import batches, build
+    from nccl2_worker import single_process
     proc = launch(["--emulate", "4x1:1gbit", "--workers", "4", "--clients", "1", "--timeout",
                    "150", "--", sys.executable, os.path.join(HERE, "nccl2_worker.py"),
                    str(tmp_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    main, startup, loss = build()
-    with fluid.scope_guard(fluid.Scope()):
-        exe = fluid.Executor(fluid.CPUPlace())
-        exe.run(startup)
-        for x, y in batches(4):
-            exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])
-        scope = fluid.global_scope()
-        for t in range(4):
-            got = np.load(tmp_path / ("trainer%d.npz" % t))
-            for n in got.files:
-                np.testing.assert_allclose(got[n], np.array(scope.find_var(n).get_tensor()),
-                                           rtol=1e-12, atol=1e-14,
-                                           err_msg="%s, trainer %d" % (n, t))
+    want = single_process(4)
+    for t in range(4):
+        got = np.load(tmp_path / ("trainer%d.npz" % t))
+        for n in got.files:
+            np.testing.assert_allclose(got[n], want[n], rtol=1e-12, atol=1e-14,
+                                       err_msg="%s, trainer %d" % (n, t))
 
 
 @needs_mpi
@@ -120,21 +112,42 @@ def test_hybrid_job_across_two_nodes_equals_one_process(emulation, tmp_path):
                                        err_msg="%s of worker %d" % (n, w))
 
 
+def started(args):
+    """A launcher as a Popen, stopped (SIGTERM: it removes its cluster, then SIGKILL) by
+    stop_launcher whatever the test found."""
+    return subprocess.Popen([LOOM, "launch"] + args, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop_launcher(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
 def test_a_failed_job_and_a_stopped_one_leave_no_namespace(emulation):
-    proc = subprocess.Popen([LOOM, "launch", "--emulate", "3:100mbit", "--workers", "3", "--",
-                             "sh", "-c", 'test "$LOOM_RANK" != 1 || exit 7; sleep 60'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=60)
+    proc = started(["--emulate", "3:100mbit", "--workers", "3", "--",
+                    "sh", "-c", 'test "$LOOM_RANK" != 1 || exit 7; sleep 60'])
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop_launcher(proc)
     assert proc.returncode == 1, out + err
     assert "worker 1 on node1 exited with code 7" in err
     assert namespaces_of(proc.pid) == []
     # SIGTERM to the launcher: the job is stopped, the cluster removed.
-    proc = subprocess.Popen([LOOM, "launch", "--emulate", "2:100mbit", "--workers", "2", "--",
-                             "sh", "-c", "echo up; sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().endswith("up\n")
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    proc = started(["--emulate", "2:100mbit", "--workers", "2", "--",
+                    "sh", "-c", "echo up; sleep 60"])
+    try:
+        assert proc.stdout.readline().endswith("up\n")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop_launcher(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert namespaces_of(proc.pid) == []
 
@@ -212,28 +225,17 @@ def test_kvstore_training_across_nodes_equals_one_process(emulation, tmp_path, k
     on the union of the batches (float64, 1e-12)."""
     if clients and (not core.is_compiled_with_mpi() or shutil.which("mpirun") is None):
         pytest.skip("Loom built without MPI or no mpirun on PATH")
-    from kvstore_sgd_worker import LR, batches, build
+    from kvstore_sgd_worker import single_process
     proc = launch(["--emulate", "2x1:1gbit", "--workers", str(workers), "--servers",
                    str(servers), "--clients", str(clients), "--timeout", "150", "--",
                    sys.executable, os.path.join(HERE, "kvstore_sgd_worker.py"), kind,
                    str(tmp_path)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = [np.load(tmp_path / ("worker%d.npz" % r)) for r in range(workers)]
-    main, startup, _, params_grads = build()
-    with fluid.scope_guard(fluid.Scope()):
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.global_scope()
-        exe.run(startup)
-        names, grads = [p.name for p, _ in params_grads], [g.name for _, g in params_grads]
-        for x, y in batches(workers):
-            out = exe.run(main, feed={"x": x, "y": y}, fetch_list=grads)
-            for n, g in zip(names, out):
-                t = scope.find_var(n).get_tensor()
-                t.set(np.array(t) - LR * g, fluid.CPUPlace())
-        for n in names:
-            want = np.array(scope.find_var(n).get_tensor())
-            for r in range(workers):
-                np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
-                                           err_msg="%s of worker %d" % (n, r))
+    for n, want in single_process(workers).items():
+        for r in range(workers):
+            np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
+                                       err_msg="%s of worker %d" % (n, r))
 
 
 @needs_mpi

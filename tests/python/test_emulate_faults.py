@@ -56,14 +56,13 @@ class Launch:
                                                                      "".join(self.lines)))
 
     def finish(self, timeout=60):
-        """Waits for the end (killing the launcher past the deadline); returns (rc, stderr, s)."""
+        """Waits for the end (stopping the launcher past the deadline); returns (rc, stderr, s)."""
         start = time.monotonic()
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            raise AssertionError("the job did not end within %d s:\n%s" % (timeout, err))
+            self.stop()
+            raise AssertionError("the job did not end within %d s" % timeout)
         self.lines.append(out)
         return self.proc.returncode, err, time.monotonic() - start
 

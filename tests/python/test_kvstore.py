@@ -226,7 +226,7 @@ def test_sync_training_through_a_store_equals_single_process_training(kind, work
     import subprocess
     import sys
     import loom as fluid
-    from kvstore_sgd_worker import LR, batches, build
+    from kvstore_sgd_worker import single_process
     if clients and not core.is_compiled_with_mpi():
         pytest.skip("Loom was built without MPI: the MPI-client stores are not tested")
     if clients and subprocess.run("command -v mpirun", shell=True).returncode != 0:
@@ -243,21 +243,10 @@ def test_sync_training_through_a_store_equals_single_process_training(kind, work
         capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = [np.load(tmp_path / ("worker%d.npz" % r)) for r in range(workers)]
-    main, startup, _, params_grads = build()
-    with fluid.scope_guard(fluid.Scope()):
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.global_scope()
-        exe.run(startup)
-        names, grads = [p.name for p, _ in params_grads], [g.name for _, g in params_grads]
-        for x, y in batches(workers):  # one process, the union batch, plain SGD
-            out = exe.run(main, feed={"x": x, "y": y}, fetch_list=grads)
-            for n, g in zip(names, out):
-                t = scope.find_var(n).get_tensor()
-                t.set(np.array(t) - LR * g, fluid.CPUPlace())
-        for n in names:
-            want = np.array(scope.find_var(n).get_tensor())
-            for r in range(workers):
-                np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
-                                           err_msg="%s of worker %d" % (n, r))
+    for n, want in single_process(workers).items():  # one process, the union batch, plain SGD
+        for r in range(workers):
+            np.testing.assert_allclose(got[r][n], want, rtol=1e-12, atol=1e-14,
+                                       err_msg="%s of worker %d" % (n, r))
 
 
 def test_a_client_rank_dying_ends_the_job_naming_it():

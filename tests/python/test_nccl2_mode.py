@@ -19,7 +19,7 @@ def test_nccl2_trainers_equal_single_process_training(tmp_path):
     if not core.is_compiled_with_mpi() or subprocess.run("command -v mpirun",
                                                          shell=True).returncode != 0:
         pytest.skip("no MPI: nccl2 mode's trainers are not tested")
-    from nccl2_worker import batches, build
+    from nccl2_worker import single_process
     build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
     loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
     path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
@@ -29,18 +29,12 @@ def test_nccl2_trainers_equal_single_process_training(tmp_path):
                           capture_output=True, text=True, timeout=180,
                           env=dict(os.environ, PYTHONPATH=path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    main, startup, loss = build()
-    with fluid.scope_guard(fluid.Scope()):
-        exe = fluid.Executor(fluid.CPUPlace())
-        exe.run(startup)
-        for x, y in batches(2):
-            exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss])
-        scope = fluid.global_scope()
-        for t in range(2):
-            got = np.load(tmp_path / ("trainer%d.npz" % t))
-            for n in got.files:
-                np.testing.assert_allclose(got[n], np.array(scope.find_var(n).get_tensor()),
-                                           rtol=1e-12, atol=1e-14, err_msg="%s, trainer %d" % (n, t))
+    want = single_process(2)
+    for t in range(2):
+        got = np.load(tmp_path / ("trainer%d.npz" % t))
+        for n in got.files:
+            np.testing.assert_allclose(got[n], want[n], rtol=1e-12, atol=1e-14,
+                                       err_msg="%s, trainer %d" % (n, t))
 
 
 def test_nccl2_mode_checks_its_arguments():
