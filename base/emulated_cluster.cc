@@ -4,19 +4,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/strings.h"
+
 namespace loom {
 namespace {
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t at = s.find(sep, start);
-    out.push_back(s.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return out;
-    start = at + 1;
-  }
-}
 
 // A number followed by a unit; false when there is no number or it is not finite.
 bool NumberAndUnit(const std::string& text, double* value, std::string* unit) {
@@ -92,7 +83,7 @@ std::string RateText(uint64_t bps) {
 }  // namespace
 
 StatusOr<EmulatedCluster> ParseEmulatedCluster(const std::string& text) {
-  const std::vector<std::string> fields = Split(text, ':');
+  const std::vector<std::string> fields = StrSplit(text, ':');
   if (fields.size() < 2)
     return InvalidArgument("--emulate '", text,
                            "': expected NODES[xNICS]:RATE[:delay=D][:loss=P][:jitter=J], e.g. "

@@ -10,20 +10,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "base/emulated_cluster.h"
+#include "base/strings.h"
 
 namespace loom::collective {
 namespace {
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) out.push_back(item);
-  return out;
-}
 
 // The interface's speed in GB/s: the emulated cluster's rate, else the kernel's, else 0.
 double SpeedGbps(const std::string& interface) {
@@ -63,13 +55,13 @@ std::string EncodeHost(const HostInfo& host) {
 }
 
 StatusOr<HostInfo> DecodeHost(const std::string& text) {
-  std::vector<std::string> fields = Split(text, '\t');
+  std::vector<std::string> fields = StrSplit(text, '\t');
   if (fields.empty() || fields[0].empty())
     return InvalidArgument("a host description without a host name: '", text, "'");
   HostInfo host;
   host.hostname = fields[0];
   for (size_t i = 1; i < fields.size(); ++i) {
-    std::vector<std::string> parts = Split(fields[i], ',');
+    std::vector<std::string> parts = StrSplit(fields[i], ',');
     char* end = nullptr;
     const double gbps = parts.size() == 3 ? std::strtod(parts[2].c_str(), &end) : -1;
     if (parts.size() != 3 || end == parts[2].c_str() || *end != '\0' || gbps < 0)
