@@ -238,6 +238,8 @@ class Communicator {
   int nranks() const { return nranks_; }
   const CommPlan& plan() const { return *plan_; }
   const CommunicatorOptions& options() const { return options_; }
+  // The transport the calls run over (its name(), what it offers; not for moving data).
+  const Transport& transport() const { return *transport_; }
 
   // Restricts the worker thread that runs this communicator's handed-off calls to `cpu` (see
   // base/cpu_affinity.h): a caller that pins its rank threads pins their workers beside them.

@@ -621,6 +621,7 @@ class RankSweeper {
     // whole or split (communicator.h).
     using collective::InExchange;
     const InExchange mode = c_.transport->processes && c_.transport->schedules &&
+                                    !comm_.transport().meets_with_signatures() &&
                                     c_.transport->device == collective::DeviceKind::kCpu
                                 ? collective::SignatureExchangeMode(c_.kind, s.count, c_.dtype, n_)
                                 : InExchange::kNo;
@@ -632,7 +633,7 @@ class RankSweeper {
   void PrintHeader() const {
     if (!print_) return;
     std::printf("# loom bench collective: %s, %d ranks (%s), inflight %d, iters %d, warmup %d%s\n",
-                CollectiveName(c_.kind), n_, c_.transport->display, c_.inflight, c_.iters,
+                CollectiveName(c_.kind), n_, comm_.transport().name(), c_.inflight, c_.iters,
                 c_.warmup, c_.in_place ? ", in place" : "");
     std::printf("%12s %12s %6s %6s %18s %11s %12s %12s %7s\n", "size(B)", "count", "type", "redop",
                 "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");

@@ -1,5 +1,6 @@
 #include "collective/transport/inprocess.h"
 #include "collective/spin.h"
+#include "collective/transport/meeting.h"
 
 #include <algorithm>
 #include <atomic>
@@ -64,43 +65,23 @@ struct Mailbox {
   std::vector<Pending> recvs;
 };
 
-// Where the ranks meet once per collective (Meet, RunNative). A group has kMeetSlots slots,
-// used round-robin by the call's sequence number (every rank meets in the same order: the
-// communicator issues the calls in order). A rank publishes its entry (signature, buffers and,
-// for small native calls, a copy of its input), then adds itself to the slot's state word; once
-// the count reaches n every entry is readable. Reuse needs no departure round: a rank meeting at
-// call s has returned from call s-1, which every rank had met, so every rank has returned from
-// s-2 and earlier and no longer reads their slots (kMeetSlots >= 2).
-constexpr uint64_t kMeetSlots = 4;
-constexpr size_t kMeetSignatureBytes = 128;
-// Native calls whose input is at most this many bytes per rank run from copies in the slot:
-// after the meeting every rank computes its own output from the copies, so the call is one
-// rendezvous, not a rendezvous and then a wait until every rank's buffers are written.
-constexpr size_t kMeetInlineBytes = kInProcessNativeInlineBytes;
+// The meeting (meeting.h): the slots live in this process's heap.
+using meeting::CopyInto;
+using meeting::GatherSignatures;
+using meeting::kAbandonedBit;
+using meeting::kCountMask;
+using meeting::kGenMask;
+using meeting::kMaxMeetRanks;
+using meeting::kMeetSignatureBytes;
+using meeting::kMeetSlots;
+using meeting::MeetControl;
+using meeting::MeetEntry;
+using meeting::Publish;
+using meeting::ReduceInto;
+using meeting::RunFromCopies;
+using meeting::RunsFromCopies;
 
-struct alignas(64) MeetEntry {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t signature_bytes = 0;  // 0 when this rank published no signature
-  bool copied = false;         // `data` holds the rank's input (small native calls)
-  unsigned char signature[kMeetSignatureBytes];
-  alignas(64) unsigned char data[kMeetInlineBytes];
-};
-
-// The state word: the call's generation (its sequence number, 43 bits), whether a rank gave up
-// waiting, and how many ranks have arrived.
-constexpr uint64_t kCountBits = 20;
-constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
-constexpr uint64_t kAbandonedBit = uint64_t{1} << kCountBits;
-constexpr uint64_t kGenShift = kCountBits + 1;
-constexpr uint64_t kGenMask = (uint64_t{1} << (64 - kGenShift)) - 1;
-constexpr uint64_t kMaxMeetRanks = kCountMask;
-
-struct MeetSlot {
-  alignas(64) std::atomic<uint64_t> state{~uint64_t{0}};  // no generation yet
-  // Large native calls: the next block of work to claim and the blocks whose results are written.
-  alignas(64) std::atomic<size_t> next_block{0};
-  alignas(64) std::atomic<size_t> blocks_done{0};
+struct MeetSlot : MeetControl {
   std::unique_ptr<MeetEntry[]> entries;
 };
 
@@ -516,151 +497,10 @@ class InProcessTransport final : public Transport {
   uint64_t native_calls_ = 0;
 };
 
-// A native collective's unit of work: this many bytes of each operand.
-constexpr size_t kNativeBlockBytes = kInProcessNativeBlockBytes;
-
 // Outputs at least this large (all ranks' together) are written with streaming stores: they
 // would not stay in the caches anyway, and a streaming store skips reading each line before
 // writing it (a third of an allreduce's memory traffic otherwise).
 constexpr size_t kStreamingMinBytes = kInProcessNativeStreamingBytes;
-
-// Writes one block to an output: streaming stores for outputs that will not stay in cache.
-void Store(char* out, const char* src, size_t bytes, bool streaming) {
-  if (streaming) {
-    StreamCopyBytes(out, src, bytes);
-  } else {
-    CopyBytes(out, src, bytes);
-  }
-}
-
-// Reduces one block of `inputs` (count elements each, at most kNativeBlockBytes) into a buffer
-// that stays in L1, finalizes it (avg) and writes it to every output: each input element is read
-// once and each output element written once, whatever the number of ranks.
-void ReduceInto(const Reduction& reduction, const std::vector<const char*>& inputs,
-                const std::vector<char*>& outputs, size_t count, int nranks, bool streaming) {
-  thread_local std::vector<unsigned char> acc;
-  const size_t bytes = count * DataTypeSize(reduction.dtype);
-  acc.resize(bytes);
-  if (inputs.size() == 1) {
-    CopyBytes(acc.data(), inputs[0], bytes);
-  } else {
-    collective::Reduce(reduction, acc.data(), inputs[0], inputs[1], count);
-    for (size_t i = 2; i < inputs.size(); ++i)
-      collective::Reduce(reduction, acc.data(), acc.data(), inputs[i], count);
-  }
-  collective::Finalize(reduction, acc.data(), count, nranks);
-  for (char* out : outputs) Store(out, reinterpret_cast<const char*>(acc.data()), bytes, streaming);
-}
-
-// Copies one block from src to every output; an output that is the source itself is skipped.
-void CopyInto(const char* src, const std::vector<char*>& outputs, size_t bytes, bool streaming) {
-  for (char* out : outputs) {
-    if (out != src) Store(out, src, bytes, streaming);
-  }
-}
-
-// Bytes of a native call's input on one rank (broadcast: the root's only).
-size_t NativeInputBytes(const NativeCollective& call, int rank, int n) {
-  const size_t bytes = call.count * DataTypeSize(call.dtype);
-  switch (call.kind) {
-    case Collective::kBroadcast: return rank == call.root ? bytes : 0;
-    case Collective::kReduceScatter: return bytes * n;
-    default: return bytes;
-  }
-}
-
-// Whether a native call runs from copies in the meeting slot. A pure function of the call, so
-// ranks whose signatures match decide alike.
-bool RunsFromCopies(const NativeCollective& call, int n) {
-  for (int r = 0; r < n; ++r) {
-    if (NativeInputBytes(call, r, n) > kMeetInlineBytes) return false;
-  }
-  return true;
-}
-
-// A small native call from the copies every rank left in the slot: this rank computes its own
-// output (reductions in rank order, so every rank gets the same bits).
-void RunFromCopies(const NativeCollective& call, const MeetEntry* entries, int rank, int n) {
-  if (call.count == 0) return;  // the buffers may be null
-  const size_t elem = DataTypeSize(call.dtype);
-  const size_t bytes = call.count * elem;
-  const Reduction reduction{call.dtype, call.op};
-  char* out = static_cast<char*>(call.recv);
-  std::vector<const char*> inputs(n);
-  auto copy_of = [&](int r, size_t offset) {
-    return reinterpret_cast<const char*>(entries[r].data) + offset;
-  };
-  switch (call.kind) {
-    case Collective::kAllReduce:
-    case Collective::kReduce:
-      if (call.kind == Collective::kReduce && rank != call.root) return;
-      for (int r = 0; r < n; ++r) inputs[r] = copy_of(r, 0);
-      ReduceInto(reduction, inputs, {out}, call.count, n, /*streaming=*/false);
-      return;
-    case Collective::kReduceScatter:
-      for (int r = 0; r < n; ++r) inputs[r] = copy_of(r, rank * bytes);
-      ReduceInto(reduction, inputs, {out}, call.count, n, /*streaming=*/false);
-      return;
-    case Collective::kAllGather:
-      for (int r = 0; r < n; ++r) CopyBytes(out + r * bytes, copy_of(r, 0), bytes);
-      return;
-    case Collective::kBroadcast: CopyBytes(out, copy_of(call.root, 0), bytes); return;
-    default:  // not a native collective (SupportsNative)
-      return;
-  }
-}
-
-// The in-process meeting and native collectives. Each rank publishes its entry in the call's
-// slot (Meeting) and waits until all have. Signatures are compared first. A small native call
-// (RunsFromCopies) is then computed by every rank from the copies in the slot, and the call is
-// over. A larger one works directly on every rank's memory: the ranks claim blocks of the whole
-// collective from a shared counter and wait until every block is written (a peer may be writing
-// into this rank's buffers until then; a rank that found no block left does not wait for the
-// others to be scheduled). Per block:
-//   allreduce:     reduce the block of all N inputs and write it into all N outputs: N·S bytes
-//                  read and N·S written in total, the minimum for any allreduce (the ring and
-//                  the tree move about 15·S for N = 4);
-//   reducescatter: reduce the block of all inputs into the output of the rank that owns it;
-//   reduce:        reduce the block of all inputs into the root's output;
-//   allgather:     copy the block of rank p's input into every output;
-//   broadcast:     copy the block of the root's input into every output.
-// Outputs too large for the caches are written with streaming stores.
-// The meeting ends at the deadline (a rank that never calls): the rank then marks the slot
-// abandoned, unless every rank arrived meanwhile, so that no late rank touches the buffers of
-// one that gave up (the count and the mark share one word). The wait for the blocks has no
-// deadline: it only waits for memory copies in progress.
-// This rank's entry: its buffers, its signature, and its input when the call runs from copies.
-void Publish(MeetEntry& mine, const NativeCollective* native, const void* signature,
-             size_t sig_bytes, bool from_copies, int rank, int n) {
-  mine.send = native ? native->send : nullptr;
-  mine.recv = native ? native->recv : nullptr;
-  mine.signature_bytes = signature ? sig_bytes : 0;
-  if (signature) std::memcpy(mine.signature, signature, sig_bytes);
-  mine.copied = from_copies;
-  if (from_copies) {
-    const size_t in = NativeInputBytes(*native, rank, n);
-    if (in > 0) CopyBytes(mine.data, native->send, in);
-  }
-}
-
-// Every rank's signature into all[r * sig_bytes] (zeros for a rank that published none of this
-// size); InvalidArgument unless they all equal rank 0's.
-Status GatherSignatures(const MeetEntry* entries, int n, size_t sig_bytes, void* all) {
-  bool same = true;
-  for (int r = 0; r < n; ++r) {
-    const MeetEntry& e = entries[r];
-    char* dst = static_cast<char*>(all) + r * sig_bytes;
-    if (e.signature_bytes != sig_bytes) {
-      same = false;
-      std::memset(dst, 0, sig_bytes);
-      continue;
-    }
-    std::memcpy(dst, e.signature, sig_bytes);
-    same &= std::memcmp(e.signature, entries[0].signature, sig_bytes) == 0;
-  }
-  if (!same) return InvalidArgument("the ranks' call signatures differ");
-  return Status::OK();
-}
 
 // One block of a large native call: elements [begin, begin + len) of part `part`, read from the
 // ranks' inputs and written into their outputs (the ways are described above RunSlot).
@@ -708,23 +548,19 @@ void RunNativeBlock(const NativeCollective& call, const MeetEntry* entries, int 
 
 // A large native call on every rank's memory: this rank claims blocks from the slot's counter
 // until none is left, then waits until every block is written (by whichever ranks did them).
-void RunNativeBlocks(const NativeCollective& call, MeetSlot& slot, Meeting& meeting, int n) {
+void RunNativeBlocks(const NativeCollective& call, MeetSlot& slot, Meeting& board, int n) {
   const MeetEntry* entries = slot.entries.get();
   const size_t elem = DataTypeSize(call.dtype);
-  // All ranks' outputs together, as the caches see them.
-  const size_t total_out = call.kind == Collective::kReduce      ? call.count * elem
-                           : call.kind == Collective::kAllGather ? call.count * elem * n * n
-                                                                 : call.count * elem * n;
-  const bool streaming = total_out >= kStreamingMinBytes;
-  // The work is cut into blocks of at most kNativeBlockBytes per operand, smaller where the
-  // call has fewer blocks than ranks that run at once (NativeBlockElements); part p of the
-  // collective (reducescatter: output block p; allgather: input of rank p; otherwise the whole
+  const bool streaming = meeting::NativeOutputBytes(call, n) >= kStreamingMinBytes;
+  // The work is cut into blocks of at most kInProcessNativeBlockBytes per operand, smaller
+  // where the call has fewer blocks than ranks that run at once (NativeBlockElements); part p of
+  // the collective (reducescatter: output block p; allgather: input of rank p; otherwise the whole
   // buffer) has `per_part` blocks. Ranks claim blocks from a shared counter until none is left,
   // so the ranks whose threads are running do the work and none waits for a descheduled peer's
   // share.
   const int parts =
       call.kind == Collective::kReduceScatter || call.kind == Collective::kAllGather ? n : 1;
-  const size_t block = NativeBlockElements(call.count, elem, parts, meeting.workers);
+  const size_t block = NativeBlockElements(call.count, elem, parts, board.workers);
   const size_t per_part = (call.count + block - 1) / block;
   const size_t blocks = per_part * parts;
   std::vector<const char*> inputs;
@@ -740,9 +576,9 @@ void RunNativeBlocks(const NativeCollective& call, MeetSlot& slot, Meeting& meet
   if (done_here > 0) {
     if (streaming) StreamCopyFence();
     if (slot.blocks_done.fetch_add(done_here, std::memory_order_acq_rel) + done_here == blocks)
-      meeting.Wake();
+      board.Wake();
   }
-  meeting.WaitUntil([&] { return slot.blocks_done.load(std::memory_order_acquire) == blocks; });
+  board.WaitUntil([&] { return slot.blocks_done.load(std::memory_order_acquire) == blocks; });
 }
 
 // The in-process meeting and native collectives. Each rank publishes its entry in the call's
@@ -791,58 +627,26 @@ Status InProcessTransport::RunSlot(const NativeCollective* native, const void* s
 }
 
 void InProcessTransport::Arrive(MeetSlot& slot, uint64_t gen) {
-  // A slot still holding an older generation was left by every rank (see Meeting).
-  uint64_t state = slot.state.load();
-  for (;;) {
-    uint64_t next;
-    if ((state >> kGenShift) != gen) {
-      slot.next_block.store(0, std::memory_order_relaxed);
-      slot.blocks_done.store(0, std::memory_order_relaxed);
-      next = (gen << kGenShift) | 1;
-    } else {
-      next = state + 1;
-    }
-    if (slot.state.compare_exchange_weak(state, next)) {
-      state = next;
-      break;
-    }
-  }
+  const uint64_t state = meeting::Arrive(slot, gen);
   if ((state & kCountMask) == static_cast<uint64_t>(nranks_)) hub_->meeting.Wake();
 }
 
 Status InProcessTransport::AwaitMeeting(MeetSlot& slot, bool with_signature, Deadline deadline) {
   const int n = nranks_;
-  Meeting& meeting = hub_->meeting;
-  auto complete = [&](uint64_t s) {
-    return (s & kCountMask) == static_cast<uint64_t>(n) && !(s & kAbandonedBit);
-  };
-  bool met = meeting.WaitUntil(
+  Meeting& board = hub_->meeting;
+  bool met = board.WaitUntil(
       [&] {
         const uint64_t s = slot.state.load();
-        return complete(s) || (s & kAbandonedBit) || hub_->aborted.load();
+        return meeting::MeetComplete(s, n) || (s & kAbandonedBit) || hub_->aborted.load();
       },
       deadline);
-  uint64_t state = slot.state.load();
-  if (complete(state)) return Status::OK();
-  // Give up (deadline or abort) unless every rank arrived meanwhile; the mark is set only while
-  // the count is short, so no rank can have started on the buffers.
-  while (!complete(state) && !(state & kAbandonedBit)) {
-    if (slot.state.compare_exchange_weak(state, state | kAbandonedBit)) {
-      meeting.Wake();
-      break;
-    }
-  }
-  if (complete(state)) return Status::OK();
-  const uint64_t arrived = state & kCountMask;
+  if (meeting::MeetComplete(slot.state.load(), n)) return Status::OK();
+  // Give up (deadline or abort) unless every rank arrived meanwhile.
+  const uint64_t state = meeting::Abandon(slot, n);
+  if (meeting::MeetComplete(state, n)) return Status::OK();
+  board.Wake();
   if (hub_->aborted.load()) return AbortCause();
-  if (!met)
-    return Timeout(with_signature ? "collective" : "native collective", ": only ", arrived, " of ",
-                   n, " ranks arrived");
-  // At a meeting a peer that gave up timed out waiting for the same missing rank.
-  if (with_signature)
-    return Timeout("collective: only ", arrived, " of ", n,
-                   " ranks arrived (another rank gave up waiting first)");
-  return FailedPrecondition("native collective: a peer gave up waiting for the others");
+  return meeting::MeetFailure(state, n, with_signature, /*timed_out=*/!met);
 }
 
 }  // namespace

@@ -64,10 +64,12 @@ inline constexpr size_t kInProcessNativeBlockBytes = size_t{16} << 10;
 
 // Elements per block of a native call of `count` elements of `elem` bytes per part, in `parts`
 // parts, where `workers` ranks run at once (the ranks, or fewer where they outnumber the cores):
-// kInProcessNativeBlockBytes, or less (in whole 64-byte lines) where the call has fewer blocks
-// than workers, so that every worker gets one.
-inline size_t NativeBlockElements(size_t count, size_t elem, int parts, int workers) {
-  const size_t full = std::max<size_t>(1, kInProcessNativeBlockBytes / elem);
+// `block_bytes` (the in-process transport's kInProcessNativeBlockBytes; shared memory between
+// processes: kShmNativeBlockBytes), or less (in whole 64-byte lines) where the call has fewer
+// blocks than workers, so that every worker gets one.
+inline size_t NativeBlockElements(size_t count, size_t elem, int parts, int workers,
+                                  size_t block_bytes = kInProcessNativeBlockBytes) {
+  const size_t full = std::max<size_t>(1, block_bytes / elem);
   const size_t per_part = (count + full - 1) / full;
   if (per_part * static_cast<size_t>(parts) >= static_cast<size_t>(workers) || count == 0)
     return full;

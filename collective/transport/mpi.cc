@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "collective/reduce.h"
+#include "collective/transport/shm.h"
 
 namespace loom::collective {
 namespace {
@@ -675,6 +677,81 @@ CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options) {
   return options;
 }
 
+CommunicatorOptions SharedMemoryMpiOptions(CommunicatorOptions options) {
+  const CommunicatorOptions in_process = TransportDefaults(GetTransport(TransportId::kInProcess));
+  options.auto_tree_max_bytes = in_process.auto_tree_max_bytes;
+  options.auto_star_max_ranks = in_process.auto_star_max_ranks;
+  options.auto_direct_min_bytes = in_process.auto_direct_min_bytes;
+  options.auto_direct_max_bytes = in_process.auto_direct_max_bytes;
+  options.auto_native_min_bytes = in_process.auto_native_min_bytes;
+  options.auto_native_max_bytes = in_process.auto_native_max_bytes;
+  return options;
+}
+
+StatusOr<std::unique_ptr<Transport>> ShareNodeMemory(std::unique_ptr<Transport> mpi,
+                                                     std::string* why_not) {
+  const int rank = mpi->rank(), n = mpi->nranks();
+  // Rank 0 creates the segment and sends its name (empty: it could not).
+  constexpr int kNameBytes = 256;
+  char name[kNameBytes] = {};
+  std::shared_ptr<ShmSegment> segment;
+  Status mine;
+  if (rank == 0) {
+    StatusOr<std::shared_ptr<ShmSegment>> created = CreateShmSegment(n);
+    if (created.ok()) {
+      segment = *created;
+      std::snprintf(name, sizeof(name), "%s", segment->name().c_str());
+    } else {
+      mine = created.status();
+    }
+  }
+  {
+    MpiGuard guard;
+    if (MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Bcast of the shared-memory segment's name failed");
+  }
+  if (name[0] != '\0' && rank != 0) {
+    StatusOr<std::shared_ptr<ShmSegment>> opened = OpenShmSegment(name, n);
+    if (opened.ok()) {
+      segment = *opened;
+    } else {
+      mine = opened.status();
+    }
+  }
+  if (segment != nullptr) segment->Register(rank);
+  // Once every rank has opened and registered, the name goes (the mappings stay) and each
+  // rank checks that it can read its peers' memory.
+  {
+    MpiGuard guard;
+    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Barrier after opening shared memory failed");
+  }
+  if (segment != nullptr) {
+    segment->Unlink();
+    if (mine.ok()) mine = segment->CheckPeers(rank);
+  } else if (mine.ok()) {
+    mine = FailedPrecondition("rank 0 could not create the shared-memory segment");
+  }
+  int ok = mine.ok() ? 1 : 0, all_ok = 0;
+  {
+    MpiGuard guard;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Allreduce of the shared-memory check failed");
+  }
+  if (!all_ok) {
+    if (why_not != nullptr)
+      *why_not = mine.ok() ? "another rank could not use shared memory"
+                           : StrCat("rank ", rank, ": ", mine.message());
+    return mpi;
+  }
+  return WrapSharedMemory(std::move(mpi), std::move(segment));
+}
+
+bool SharedMemoryWanted() {
+  const char* env = std::getenv("LOOM_MPI_SHM");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
   return TransportDefaults(GetTransport(TransportId::kMpi));
 }
@@ -688,15 +765,20 @@ StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
   Topology topology = Topology::Uniform(n);
   CommunicatorOptions communicator = options.communicator;
   LOOM_ASSIGN_OR_RETURN(NodeMap nodes, DetectMpiNodes());
+  // auto's windows are still the MPI defaults (a caller who set them keeps them).
+  const CommunicatorOptions host = DefaultMpiCommunicatorOptions();
+  const bool default_windows = communicator.auto_star_max_ranks == host.auto_star_max_ranks &&
+                               communicator.auto_direct_min_bytes == host.auto_direct_min_bytes &&
+                               communicator.auto_direct_max_bytes == host.auto_direct_max_bytes &&
+                               communicator.auto_native_min_bytes == host.auto_native_min_bytes &&
+                               communicator.auto_native_max_bytes == host.auto_native_max_bytes;
   if (nodes.nodes() > 1) {
     if (!options.topology) topology = NodeTopology(nodes);
-    const CommunicatorOptions host = DefaultMpiCommunicatorOptions();
-    if (communicator.auto_star_max_ranks == host.auto_star_max_ranks &&
-        communicator.auto_direct_min_bytes == host.auto_direct_min_bytes &&
-        communicator.auto_direct_max_bytes == host.auto_direct_max_bytes &&
-        communicator.auto_native_min_bytes == host.auto_native_min_bytes &&
-        communicator.auto_native_max_bytes == host.auto_native_max_bytes)
-      communicator = AcrossNodesMpiOptions(communicator);
+    if (default_windows) communicator = AcrossNodesMpiOptions(communicator);
+  } else if (n > 1 && options.shared_memory && SharedMemoryWanted()) {
+    std::string why_not;
+    LOOM_ASSIGN_OR_RETURN(transport, ShareNodeMemory(std::move(transport), &why_not));
+    if (why_not.empty() && default_windows) communicator = SharedMemoryMpiOptions(communicator);
   }
   if (options.topology) topology = *options.topology;
   LOOM_ENFORCE(topology.size() == n, "topology '", topology.name(), "' has ", topology.size(),

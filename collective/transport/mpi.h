@@ -65,8 +65,23 @@ CommunicatorOptions DefaultMpiCommunicatorOptions();
 // DefaultMpiCommunicatorOptions' (a caller who set them keeps them).
 CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options);
 
+// `options` for ranks that share a node's memory (shm.h): auto runs the native collectives
+// over shared memory at every size, as in-process auto does. Applied by CreateMpiCommunicator
+// when it wrapped the transport and auto's windows are still DefaultMpiCommunicatorOptions'.
+CommunicatorOptions SharedMemoryMpiOptions(CommunicatorOptions options);
+
+// When every rank of MPI_COMM_WORLD is on this node: `mpi` with its meeting and native
+// collectives in a shared-memory segment (shm.h; collective: every process calls it). Where a
+// rank cannot (no /dev/shm, cross-memory attach not permitted) every rank gets `mpi` back and
+// *why_not says why.
+StatusOr<std::unique_ptr<Transport>> ShareNodeMemory(std::unique_ptr<Transport> mpi,
+                                                     std::string* why_not);
+
 struct MpiCommunicatorOptions {
   CommunicatorOptions communicator = DefaultMpiCommunicatorOptions();
+  // Ranks that are all on one node meet and run their native collectives in shared memory
+  // (ShareNodeMemory), unless this is false or LOOM_MPI_SHM=0 is set.
+  bool shared_memory = true;
   // The machine the ranks stand for; default: world-size devices, all linked alike on one node,
   // or NodeTopology of DetectMpiNodes when the ranks span several nodes.
   std::optional<Topology> topology;

@@ -8,7 +8,7 @@ for op in allreduce broadcast reduce allgather reducescatter; do
   out=$("$MPIRUN" -np "$NP" --oversubscribe --allow-run-as-root "$LOOM" bench collective \
         --op "$op" --algo all -b 1K -e 256K -f 16 -n 2 -w 1 -d fp16)
   echo "$out"
-  echo "$out" | grep -q "$NP ranks (mpi)" || { echo "FAIL: $op did not run over MPI"; exit 1; }
+  echo "$out" | grep -Eq "$NP ranks \(mpi(\+shm)?\)" || { echo "FAIL: $op did not run over MPI"; exit 1; }
   echo "$out" | grep -q " native " || { echo "FAIL: $op has no native row"; exit 1; }
   echo "$out" | awk -v op="$op" '
     /^#/ || /size\(B\)/ || NF == 0 { next }

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -24,10 +25,14 @@ using testing::Expected;
 using testing::Input;
 
 // tagged: the signature round sends signatures as MPI tags (the default) or inside the messages.
-std::unique_ptr<Communicator> MakeComm(int timeout_ms = 60000, bool tagged = true) {
+// shared_memory: ranks of one node meet in shared memory (the default, unless LOOM_MPI_SHM=0;
+// ctest runs the binary both ways), or exchange their signatures over MPI.
+std::unique_ptr<Communicator> MakeComm(int timeout_ms = 60000, bool tagged = true,
+                                       bool shared_memory = true) {
   MpiCommunicatorOptions options;
   options.communicator.timeout = std::chrono::milliseconds(timeout_ms);
   options.communicator.tagged_signatures = tagged;
+  options.shared_memory = shared_memory;
   auto comm = CreateMpiCommunicator(options);
   EXPECT_TRUE(comm.ok()) << comm.status().ToString();
   return std::move(comm).value();
@@ -232,7 +237,7 @@ TEST(MpiSignatureTags, OpenMpiOffersTheTaggedChannel) {
 }
 
 TEST_P(MpiSignatures, CountMismatchNamesBothRanksAndKeepsTheCommunicatorUsable) {
-  auto comm = MakeComm(60000, GetParam());
+  auto comm = MakeComm(60000, GetParam(), /*shared_memory=*/false);
   const int rank = comm->rank(), n = comm->nranks();
   std::vector<float> buf(16, 1.0f);
   const size_t count = rank == 1 ? 12 : 10;
@@ -256,7 +261,7 @@ TEST_P(MpiSignatures, CountMismatchNamesBothRanksAndKeepsTheCommunicatorUsable) 
 // A small auto call travels with its signature: a mismatch in it, or against a call that
 // does not fit the exchange, is still named on every rank, and nothing is written.
 TEST_P(MpiSignatures, MismatchOfCallsInsideTheSignatureExchange) {
-  auto comm = MakeComm(60000, GetParam());
+  auto comm = MakeComm(60000, GetParam(), /*shared_memory=*/false);
   const int rank = comm->rank(), n = comm->nranks();
   for (size_t other : {size_t{12}, size_t{1000}}) {
     std::vector<float> buf(1000, 1.0f);
@@ -300,7 +305,7 @@ TEST_P(MpiSignatures, MismatchOfCallsInsideTheSignatureExchange) {
 // in and out of place, with the average; a mismatch against either is named on every rank and
 // nothing is written.
 TEST_P(MpiSignatures, SplitExchangeAndDirectAllReduce) {
-  auto comm = MakeComm(60000, GetParam());
+  auto comm = MakeComm(60000, GetParam(), /*shared_memory=*/false);
   const int rank = comm->rank(), n = comm->nranks();
   const DataType dtype = DataType::kFloat64;  // 256 elements fill one 2 KiB block
   const size_t full = 256 * static_cast<size_t>(n);
@@ -424,6 +429,55 @@ TEST(MpiCollectives, WaitRunsQueuedCallsOnTheWaitingThread) {
   }
 }
 
+bool SharedMemoryOn() {
+  const char* env = std::getenv("LOOM_MPI_SHM");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+// Ranks of one node meet in shared memory: the transport says so, auto runs the native
+// collectives at every size, and a mismatch is still named on every rank with nothing written,
+// whether the calls would run from copies in the meeting or in blocks across the processes.
+TEST(MpiSharedMemory, RanksOfOneNodeMeetInSharedMemory) {
+  auto comm = MakeComm();
+  const int rank = comm->rank(), n = comm->nranks();
+  if (!SharedMemoryOn()) {
+    EXPECT_STREQ(comm->transport().name(), "mpi");
+    GTEST_SKIP() << "LOOM_MPI_SHM=0";
+  }
+  ASSERT_STREQ(comm->transport().name(), "mpi+shm");
+  ASSERT_TRUE(comm->transport().meets_with_signatures());
+  const Selector selector(comm->plan(), SelectorOptionsOf(comm->options()));
+  for (size_t bytes : {size_t{4}, size_t{64} << 10, size_t{16} << 20})
+    EXPECT_EQ(selector.Choose(Collective::kAllReduce, bytes), Algorithm::kNative) << bytes;
+  for (size_t mine : {size_t{10}, size_t{100000}}) {
+    std::vector<float> buf(200000, 1.0f);
+    const size_t count = rank == 1 ? mine + 2 : mine;
+    Status s =
+        comm->AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(StrCat("rank 0 called AllReduce(count=", mine)), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find(StrCat("rank 1 called AllReduce(count=", mine + 2)),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(std::count(buf.begin(), buf.end(), 1.0f), static_cast<long>(buf.size()))
+        << "rank " << rank << " wrote into its buffer";
+  }
+  // The group stays in step, and a schedule over MPI's point-to-point messages runs beside the
+  // native calls.
+  std::vector<double> big((size_t{1} << 20) + 5, rank + 1.0);
+  ASSERT_TRUE(
+      comm->AllReduce(big.data(), big.data(), big.size(), DataType::kFloat64, ReduceOp::kSum)
+          .Wait()
+          .ok());
+  EXPECT_EQ(big.back(), n * (n + 1) / 2.0);
+  ASSERT_TRUE(comm->AllReduce(big.data(), big.data(), 1000, DataType::kFloat64, ReduceOp::kSum,
+                              CallOptions{Algorithm::kRing})
+                  .Wait()
+                  .ok());
+  EXPECT_EQ(big[999], n * n * (n + 1) / 2.0);
+}
+
 TEST(MpiErrors, RankThatNeverCallsEndsInTimeout) {
   auto comm = MakeComm(/*timeout_ms=*/500);
   const int rank = comm->rank(), n = comm->nranks();
@@ -441,7 +495,11 @@ TEST(MpiErrors, RankThatNeverCallsEndsInTimeout) {
       if (algorithm == Algorithm::kDirect) {
         EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
         EXPECT_NE(s.message().find("no progress within 500 ms"), std::string::npos) << s.message();
-        EXPECT_NE(s.message().find(StrCat("rank ", n - 1)), std::string::npos) << s.message();
+        // Over shared memory the meeting names the rank and its process.
+        EXPECT_NE(s.message().find(SharedMemoryOn() ? StrCat("rank ", n - 1, " (pid ")
+                                                    : StrCat("rank ", n - 1)),
+                  std::string::npos)
+            << s.message();
       }
     }
   }
