@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -620,7 +621,10 @@ Status MpiTransport::TaggedRound(uint32_t tag, TaggedPeer* peers, Deadline deadl
   return Status::OK();
 }
 
-StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
+namespace {
+
+// A transport over the ranks of `base` (collective over them).
+StatusOr<std::unique_ptr<Transport>> NewMpiTransport(MPI_Comm base) {
   LOOM_RETURN_IF_ERROR(CheckThreadLevel());
   MPI_Comm coll, p2p, sig;
   int* tag_ub = nullptr;
@@ -628,10 +632,9 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
   {
     MpiGuard guard;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &coll) != MPI_SUCCESS ||
-        MPI_Comm_dup(MPI_COMM_WORLD, &p2p) != MPI_SUCCESS ||
-        MPI_Comm_dup(MPI_COMM_WORLD, &sig) != MPI_SUCCESS) {
-      return Internal("MPI_Comm_dup of MPI_COMM_WORLD failed");
+    if (MPI_Comm_dup(base, &coll) != MPI_SUCCESS || MPI_Comm_dup(base, &p2p) != MPI_SUCCESS ||
+        MPI_Comm_dup(base, &sig) != MPI_SUCCESS) {
+      return Internal("MPI_Comm_dup of the ranks' communicator failed");
     }
     // Errors on our communicators come back as codes (and then as Status), not as an abort.
     MPI_Comm_set_errhandler(coll, MPI_ERRORS_RETURN);
@@ -640,6 +643,74 @@ StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
   }
   const int ub = found && tag_ub != nullptr ? *tag_ub : 32767;  // 32767: the standard's minimum
   return std::unique_ptr<Transport>(new MpiTransport(coll, p2p, sig, ub));
+}
+
+// The shared-memory segment of the ranks of `comm`, all on this node (collective over them):
+// null, with *why_not saying why, where any rank cannot use it.
+StatusOr<std::shared_ptr<ShmSegment>> ShareMemoryOn(MPI_Comm comm, std::string* why_not) {
+  int rank = 0, n = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &n);
+  // Rank 0 creates the segment and sends its name (empty: it could not).
+  constexpr int kNameBytes = 256;
+  char name[kNameBytes] = {};
+  std::shared_ptr<ShmSegment> segment;
+  Status mine;
+  if (rank == 0) {
+    StatusOr<std::shared_ptr<ShmSegment>> created = CreateShmSegment(n);
+    if (created.ok()) {
+      segment = *created;
+      std::snprintf(name, sizeof(name), "%s", segment->name().c_str());
+    } else {
+      mine = created.status();
+    }
+  }
+  {
+    MpiGuard guard;
+    if (MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, comm) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Bcast of the shared-memory segment's name failed");
+  }
+  if (name[0] != '\0' && rank != 0) {
+    StatusOr<std::shared_ptr<ShmSegment>> opened = OpenShmSegment(name, n);
+    if (opened.ok()) {
+      segment = *opened;
+    } else {
+      mine = opened.status();
+    }
+  }
+  if (segment != nullptr) segment->Register(rank);
+  // Once every rank has opened and registered, the name goes (the mappings stay) and each
+  // rank checks that it can read its peers' memory.
+  {
+    MpiGuard guard;
+    if (MPI_Barrier(comm) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Barrier after opening shared memory failed");
+  }
+  if (segment != nullptr) {
+    segment->Unlink();
+    if (mine.ok()) mine = segment->CheckPeers(rank);
+  } else if (mine.ok()) {
+    mine = FailedPrecondition("rank 0 could not create the shared-memory segment");
+  }
+  int ok = mine.ok() ? 1 : 0, all_ok = 0;
+  {
+    MpiGuard guard;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Allreduce of the shared-memory check failed");
+  }
+  if (!all_ok) {
+    if (why_not != nullptr)
+      *why_not = mine.ok() ? "another rank could not use shared memory"
+                           : StrCat("rank ", rank, ": ", mine.message());
+    return std::shared_ptr<ShmSegment>();
+  }
+  return segment;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Transport>> CreateMpiTransport() {
+  return NewMpiTransport(MPI_COMM_WORLD);
 }
 
 StatusOr<NodeMap> DetectMpiNodes() {
@@ -690,66 +761,78 @@ CommunicatorOptions SharedMemoryMpiOptions(CommunicatorOptions options) {
 
 StatusOr<std::unique_ptr<Transport>> ShareNodeMemory(std::unique_ptr<Transport> mpi,
                                                      std::string* why_not) {
-  const int rank = mpi->rank(), n = mpi->nranks();
-  // Rank 0 creates the segment and sends its name (empty: it could not).
-  constexpr int kNameBytes = 256;
-  char name[kNameBytes] = {};
-  std::shared_ptr<ShmSegment> segment;
-  Status mine;
-  if (rank == 0) {
-    StatusOr<std::shared_ptr<ShmSegment>> created = CreateShmSegment(n);
-    if (created.ok()) {
-      segment = *created;
-      std::snprintf(name, sizeof(name), "%s", segment->name().c_str());
-    } else {
-      mine = created.status();
-    }
-  }
-  {
-    MpiGuard guard;
-    if (MPI_Bcast(name, kNameBytes, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
-      return Internal("rank ", rank, ": MPI_Bcast of the shared-memory segment's name failed");
-  }
-  if (name[0] != '\0' && rank != 0) {
-    StatusOr<std::shared_ptr<ShmSegment>> opened = OpenShmSegment(name, n);
-    if (opened.ok()) {
-      segment = *opened;
-    } else {
-      mine = opened.status();
-    }
-  }
-  if (segment != nullptr) segment->Register(rank);
-  // Once every rank has opened and registered, the name goes (the mappings stay) and each
-  // rank checks that it can read its peers' memory.
-  {
-    MpiGuard guard;
-    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS)
-      return Internal("rank ", rank, ": MPI_Barrier after opening shared memory failed");
-  }
-  if (segment != nullptr) {
-    segment->Unlink();
-    if (mine.ok()) mine = segment->CheckPeers(rank);
-  } else if (mine.ok()) {
-    mine = FailedPrecondition("rank 0 could not create the shared-memory segment");
-  }
-  int ok = mine.ok() ? 1 : 0, all_ok = 0;
-  {
-    MpiGuard guard;
-    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
-      return Internal("rank ", rank, ": MPI_Allreduce of the shared-memory check failed");
-  }
-  if (!all_ok) {
-    if (why_not != nullptr)
-      *why_not = mine.ok() ? "another rank could not use shared memory"
-                           : StrCat("rank ", rank, ": ", mine.message());
-    return mpi;
-  }
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<ShmSegment> segment,
+                        ShareMemoryOn(MPI_COMM_WORLD, why_not));
+  if (segment == nullptr) return mpi;
   return WrapSharedMemory(std::move(mpi), std::move(segment));
 }
 
-bool SharedMemoryWanted() {
+namespace {
+
+// The node-hierarchical transport (shm.h, WrapNodeHierarchy) over `world` for ranks on
+// several nodes, the same number on each: a communicator of the node's ranks sets up their segment,
+// and one of the ranks with this local index on every node (in node order) carries the shards
+// across nodes. `world` back, with *why_not, where a node's ranks cannot share memory.
+StatusOr<std::unique_ptr<Transport>> ShareNodesMemory(std::unique_ptr<Transport> world,
+                                                      const NodeMap& nodes,
+                                                      const CommunicatorOptions& across,
+                                                      std::string* why_not) {
+  const int rank = world->rank();
+  const int node = nodes.node_of_rank[rank];
+  const std::vector<int>& mates = nodes.ranks[node];
+  const int local = static_cast<int>(std::find(mates.begin(), mates.end(), rank) - mates.begin());
+  MPI_Comm local_comm = MPI_COMM_NULL, cross_comm = MPI_COMM_NULL;
+  {
+    MpiGuard guard;
+    if (MPI_Comm_split(MPI_COMM_WORLD, node, local, &local_comm) != MPI_SUCCESS ||
+        MPI_Comm_split(MPI_COMM_WORLD, local, node, &cross_comm) != MPI_SUCCESS)
+      return Internal("rank ", rank, ": MPI_Comm_split into nodes failed");
+  }
+  auto free_comms = [&] {
+    MpiGuard guard;
+    if (local_comm != MPI_COMM_NULL) MPI_Comm_free(&local_comm);
+    if (cross_comm != MPI_COMM_NULL) MPI_Comm_free(&cross_comm);
+  };
+  StatusOr<std::shared_ptr<ShmSegment>> segment = ShareMemoryOn(local_comm, why_not);
+  // Every rank must agree: one node without shared memory keeps the whole world on MPI.
+  int ok = segment.ok() && *segment != nullptr ? 1 : 0, all_ok = 0;
+  {
+    MpiGuard guard;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
+  if (!segment.ok()) {
+    free_comms();
+    return segment.status();
+  }
+  if (!all_ok) {
+    if (why_not != nullptr && why_not->empty()) *why_not = "a node's ranks cannot share memory";
+    free_comms();
+    return world;
+  }
+  StatusOr<std::unique_ptr<Transport>> cross_transport = NewMpiTransport(cross_comm);
+  free_comms();  // the transports hold duplicates
+  if (!cross_transport.ok()) return cross_transport.status();
+  // The cross group has one rank per node: the nodes' own link matrix, priced at their NICs.
+  const NodeMap cross_nodes = BuildNodeMap(nodes.hosts);
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const CommPlan> plan,
+                        CommPlan::Create(NodeTopology(cross_nodes), 0.7));
+  auto cross =
+      std::make_unique<Communicator>(std::move(cross_transport).value(), std::move(plan), across);
+  return WrapNodeHierarchy(std::move(world), std::move(*segment), local, mates, std::move(cross));
+}
+
+}  // namespace
+
+// Whether every rank wants shared memory (`wanted` here, and LOOM_MPI_SHM is not 0): the
+// setup is collective, so one rank's no (mpirun may not pass the variable to other nodes)
+// keeps every rank on MPI. Collective over MPI_COMM_WORLD.
+StatusOr<bool> SharedMemoryWanted(bool wanted) {
   const char* env = std::getenv("LOOM_MPI_SHM");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  int mine = wanted && (env == nullptr || std::strcmp(env, "0") != 0) ? 1 : 0, all = 0;
+  MpiGuard guard;
+  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return Internal("MPI_Allreduce of the ranks' shared-memory choice failed");
+  return all == 1;
 }
 
 CommunicatorOptions DefaultMpiCommunicatorOptions() {
@@ -775,10 +858,28 @@ StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
   if (nodes.nodes() > 1) {
     if (!options.topology) topology = NodeTopology(nodes);
     if (default_windows) communicator = AcrossNodesMpiOptions(communicator);
-  } else if (n > 1 && options.shared_memory && SharedMemoryWanted()) {
-    std::string why_not;
-    LOOM_ASSIGN_OR_RETURN(transport, ShareNodeMemory(std::move(transport), &why_not));
-    if (why_not.empty() && default_windows) communicator = SharedMemoryMpiOptions(communicator);
+    // The same number of ranks on every node, more than one: the node-hierarchical allreduce.
+    const int per_node = static_cast<int>(nodes.ranks[0].size());
+    bool uniform = per_node > 1;
+    for (const std::vector<int>& mates : nodes.ranks)
+      uniform &= static_cast<int>(mates.size()) == per_node;
+    LOOM_ASSIGN_OR_RETURN(const bool wanted, SharedMemoryWanted(options.shared_memory));
+    if (uniform && wanted) {
+      std::string why_not;
+      LOOM_ASSIGN_OR_RETURN(transport,
+                            ShareNodesMemory(std::move(transport), nodes, communicator, &why_not));
+      if (why_not.empty() && default_windows) {
+        communicator.auto_native_min_bytes = 0;
+        communicator.auto_native_max_bytes = -1;
+      }
+    }
+  } else if (n > 1) {
+    LOOM_ASSIGN_OR_RETURN(const bool wanted, SharedMemoryWanted(options.shared_memory));
+    if (wanted) {
+      std::string why_not;
+      LOOM_ASSIGN_OR_RETURN(transport, ShareNodeMemory(std::move(transport), &why_not));
+      if (why_not.empty() && default_windows) communicator = SharedMemoryMpiOptions(communicator);
+    }
   }
   if (options.topology) topology = *options.topology;
   LOOM_ENFORCE(topology.size() == n, "topology '", topology.name(), "' has ", topology.size(),

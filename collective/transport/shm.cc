@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/copy.h"
+#include "collective/communicator.h"
 #include "collective/spin.h"
 #include "collective/transport/inprocess.h"
 #include "collective/transport/meeting.h"
@@ -238,25 +239,42 @@ Status ShmSegment::CheckPeers(int rank) const {
   return Status::OK();
 }
 
+// The ranks' phases of a native call. kCall: the call itself (ranks of one node). A node-
+// hierarchical allreduce (WrapNodeHierarchy) runs kReduceToOwners, the cross-node allreduce of
+// each rank's shard, then kSpreadFromOwners; shard p (`shard` elements, the last one shorter)
+// belongs to the node's local rank p.
+enum class Phase { kCall, kReduceToOwners, kSpreadFromOwners };
+
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(std::unique_ptr<Transport> inner, std::shared_ptr<ShmSegment> segment)
+  // `local_rank`: this rank's index in `segment` (the node's ranks); `world_of`: each local
+  // index's rank of `inner`; `cross`: null on one node, else the communicator of the ranks with
+  // this local index on every node.
+  ShmTransport(std::unique_ptr<Transport> inner, std::shared_ptr<ShmSegment> segment,
+               int local_rank, std::vector<int> world_of, std::unique_ptr<Communicator> cross)
       : inner_(std::move(inner)),
         segment_(std::move(segment)),
-        name_(StrCat(inner_->name(), "+shm")),
+        cross_(std::move(cross)),
+        name_(StrCat(inner_->name(), cross_ ? "+shm+nodes" : "+shm")),
         rank_(inner_->rank()),
         nranks_(inner_->nranks()),
-        spin_pauses_(SpinPausesFor(nranks_)),
-        workers_(WorkersFor(nranks_)),
-        staging_(new (std::align_val_t{64}) char[kShmNativeBlockBytes * nranks_]) {
-    const Layout layout(nranks_);
+        me_(local_rank),
+        local_(segment_->nranks()),
+        world_of_(std::move(world_of)),
+        spin_pauses_(SpinPausesFor(local_)),
+        workers_(WorkersFor(local_)),
+        staging_(new (std::align_val_t{64}) char[kShmNativeBlockBytes * local_]) {
+    const Layout layout(local_);
     char* base = static_cast<char*>(segment_->base_);
     header_ = reinterpret_cast<ShmHeader*>(base);
     procs_ = reinterpret_cast<ShmProc*>(base + layout.procs);
     controls_ = reinterpret_cast<MeetControl*>(base + layout.controls);
     entries_ = reinterpret_cast<MeetEntry*>(base + layout.entries);
   }
-  ~ShmTransport() override { operator delete[](staging_, std::align_val_t{64}); }
+  ~ShmTransport() override {
+    cross_.reset();
+    operator delete[](staging_, std::align_val_t{64});
+  }
 
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
@@ -293,13 +311,22 @@ class ShmTransport final : public Transport {
   bool one_rank_per_process() const override { return inner_->one_rank_per_process(); }
   bool host_buffers() const override { return true; }
 
-  bool SupportsNative(Collective, DataType) const override { return true; }
-  Status RunNative(const NativeCollective& call, Deadline deadline) override {
-    return RunSlot(&call, nullptr, 0, nullptr, deadline);
+  // One node: every native collective, and every call meets in the segment. Several nodes:
+  // the node-hierarchical allreduce; the signatures go over the wrapped transport.
+  bool SupportsNative(Collective kind, DataType) const override {
+    return cross_ == nullptr || kind == Collective::kAllReduce;
   }
-  bool meets_with_signatures() const override { return true; }
+  Status RunNative(const NativeCollective& call, Deadline deadline) override {
+    if (cross_ == nullptr) return RunSlot(&call, nullptr, 0, nullptr, deadline);
+    if (call.kind != Collective::kAllReduce)
+      return Unimplemented("native ", CollectiveName(call.kind),
+                           " across nodes (the node-hierarchical transport has allreduce only)");
+    return RunHierarchical(call, deadline);
+  }
+  bool meets_with_signatures() const override { return cross_ == nullptr; }
   Status Meet(const void* signature, size_t bytes, void* all, const NativeCollective* native,
               Deadline deadline) override {
+    if (cross_ != nullptr) return Transport::Meet(signature, bytes, all, native, deadline);
     return RunSlot(native, signature, bytes, all, deadline);
   }
 
@@ -325,42 +352,47 @@ class ShmTransport final : public Transport {
     return Status(static_cast<StatusCode>(header_->abort_code), header_->abort_text);
   }
 
-  // The ranks that have not arrived at the call of generation `gen`, each with its pid and
-  // whether its process is gone ("rank 2 (pid 41, exited), rank 3 (pid 42)").
+  // The node's ranks that have not arrived at the call of generation `gen`, each with its
+  // rank, pid and whether its process is gone ("rank 2 (pid 41, exited), rank 3 (pid 42)").
   std::string Missing(uint64_t gen) const {
     std::string out;
-    for (int p = 0; p < nranks_; ++p) {
+    for (int p = 0; p < local_; ++p) {
       if (procs_[p].arrived.load() >= gen + 1) continue;
       const int32_t pid = procs_[p].pid.load();
-      out += StrCat(out.empty() ? "" : ", ", "rank ", p, " (pid ", pid,
+      out += StrCat(out.empty() ? "" : ", ", "rank ", world_of_[p], " (pid ", pid,
                     ProcessGone(pid) ? ", exited)" : ")");
     }
     return out;
   }
 
   Status RunSlot(const NativeCollective* native, const void* signature, size_t sig_bytes, void* all,
-                 Deadline deadline);
+                 Deadline deadline, Phase phase = Phase::kCall, size_t shard = 0);
   Status RunBlocks(const NativeCollective& call, MeetControl& slot, const MeetEntry* entries,
-                   Deadline deadline);
-  Status RunBlock(const NativeCollective& call, const MeetEntry* entries, int part, size_t begin,
-                  size_t len, bool streaming);
+                   Deadline deadline, Phase phase, size_t shard);
+  Status RunBlock(const NativeCollective& call, const MeetEntry* entries, Phase phase, int part,
+                  size_t begin, size_t len, size_t shard, bool streaming);
+  Status RunHierarchical(const NativeCollective& call, Deadline deadline);
 
   std::unique_ptr<Transport> inner_;
   std::shared_ptr<ShmSegment> segment_;
+  std::unique_ptr<Communicator> cross_;
   std::string name_;
-  int rank_, nranks_;
+  int rank_, nranks_;  // in the wrapped transport's group
+  int me_, local_;     // in the segment (this node's ranks)
+  std::vector<int> world_of_;
   int spin_pauses_, workers_;
   ShmHeader* header_;
   ShmProc* procs_;
   MeetControl* controls_;
-  MeetEntry* entries_;  // kMeetSlots x nranks
-  char* staging_;       // nranks blocks of kShmNativeBlockBytes: peers' inputs and a result
+  MeetEntry* entries_;  // kMeetSlots x local_
+  char* staging_;       // local_ blocks of kShmNativeBlockBytes: peers' inputs and a result
   uint64_t calls_ = 0;
 };
 
 Status ShmTransport::RunSlot(const NativeCollective* native, const void* signature,
-                             size_t sig_bytes, void* all, Deadline deadline) {
-  const int n = nranks_;
+                             size_t sig_bytes, void* all, Deadline deadline, Phase phase,
+                             size_t shard) {
+  const int n = local_;
   const uint64_t seq = calls_++;
   const uint64_t gen = seq & meeting::kGenMask;
   MeetControl& slot = controls_[seq % kMeetSlots];
@@ -370,9 +402,9 @@ Status ShmTransport::RunSlot(const NativeCollective* native, const void* signatu
                     kMeetSignatureBytes, " a meeting holds");
   }
   if (aborted()) return AbortCause();
-  const bool from_copies = native && meeting::RunsFromCopies(*native, n);
-  meeting::Publish(entries[rank_], native, signature, sig_bytes, from_copies, rank_, n);
-  procs_[rank_].arrived.store(gen + 1);
+  const bool from_copies = native && phase == Phase::kCall && meeting::RunsFromCopies(*native, n);
+  meeting::Publish(entries[me_], native, signature, sig_bytes, from_copies, me_, n);
+  procs_[me_].arrived.store(gen + 1);
   meeting::Arrive(slot, gen);
   const bool met = WaitShared(
       [&] {
@@ -395,34 +427,47 @@ Status ShmTransport::RunSlot(const NativeCollective* native, const void* signatu
     if (native == nullptr) return Status::OK();
   }
   if (from_copies) {
-    meeting::RunFromCopies(*native, entries, rank_, n);
+    meeting::RunFromCopies(*native, entries, me_, n);
     return Status::OK();
   }
-  return RunBlocks(*native, slot, entries, deadline);
+  return RunBlocks(*native, slot, entries, deadline, phase, shard);
 }
 
 // A large native call (shm.h): this rank claims blocks until none is left, then waits until
 // every block is written by whichever ranks claimed them, or the group aborted.
 Status ShmTransport::RunBlocks(const NativeCollective& call, MeetControl& slot,
-                               const MeetEntry* entries, Deadline deadline) {
-  const int n = nranks_;
+                               const MeetEntry* entries, Deadline deadline, Phase phase,
+                               size_t shard) {
+  const int n = local_;
   const size_t elem = DataTypeSize(call.dtype);
   const bool streaming = meeting::NativeOutputBytes(call, n) >= kInProcessNativeStreamingBytes;
-  const int parts =
-      call.kind == Collective::kReduceScatter || call.kind == Collective::kAllGather ? n : 1;
-  const size_t block = NativeBlockElements(call.count, elem, parts, workers_, kShmNativeBlockBytes);
-  const size_t per_part = (call.count + block - 1) / block;
+  // Part p of the work: shard p of a hierarchical phase, output block p of a reducescatter,
+  // input p of an allgather, else the whole buffer; `part_count` elements each (a phase's last
+  // shards are shorter: their blocks past the end are empty).
+  const int parts = phase != Phase::kCall || call.kind == Collective::kReduceScatter ||
+                            call.kind == Collective::kAllGather
+                        ? n
+                        : 1;
+  const size_t part_count = phase != Phase::kCall ? shard : call.count;
+  const size_t block = NativeBlockElements(part_count, elem, parts, workers_, kShmNativeBlockBytes);
+  const size_t per_part = (part_count + block - 1) / block;
   const size_t blocks = per_part * parts;
   size_t done_here = 0;
   Status failure;
   for (size_t b = slot.next_block.fetch_add(1); b < blocks; b = slot.next_block.fetch_add(1)) {
     if (aborted()) break;
+    const int part = static_cast<int>(b / per_part);
     const size_t begin = (b % per_part) * block;
-    failure = RunBlock(call, entries, static_cast<int>(b / per_part), begin,
-                       std::min(block, call.count - begin), streaming);
-    if (!failure.ok()) {
-      SetAbort(failure);
-      return failure;
+    // Elements of the part that exist (a phase's shards end at the call's count).
+    const size_t first = phase != Phase::kCall ? part * shard : 0;
+    const size_t end = phase != Phase::kCall ? std::min(call.count, first + shard) : part_count;
+    const size_t len = first + begin < end ? std::min(block, end - first - begin) : 0;
+    if (len > 0) {
+      failure = RunBlock(call, entries, phase, part, begin, len, shard, streaming);
+      if (!failure.ok()) {
+        SetAbort(failure);
+        return failure;
+      }
     }
     ++done_here;
   }
@@ -430,7 +475,7 @@ Status ShmTransport::RunBlocks(const NativeCollective& call, MeetControl& slot,
     if (streaming) StreamCopyFence();
     slot.blocks_done.fetch_add(done_here, std::memory_order_acq_rel);
   }
-  const bool written = WaitShared(
+  WaitShared(
       [&] { return slot.blocks_done.load(std::memory_order_acquire) == blocks || aborted(); },
       deadline, spin_pauses_);
   if (slot.blocks_done.load(std::memory_order_acquire) == blocks) return Status::OK();
@@ -438,9 +483,9 @@ Status ShmTransport::RunBlocks(const NativeCollective& call, MeetControl& slot,
   std::string gone;
   for (int p = 0; p < n; ++p) {
     const int32_t pid = procs_[p].pid.load();
-    if (ProcessGone(pid)) gone += StrCat(gone.empty() ? "" : ", ", "rank ", p, " (pid ", pid, ")");
+    if (ProcessGone(pid))
+      gone += StrCat(gone.empty() ? "" : ", ", "rank ", world_of_[p], " (pid ", pid, ")");
   }
-  (void)written;
   return Timeout("native collective: ", blocks - slot.blocks_done.load(), " of ", blocks,
                  " blocks were not written by the deadline",
                  gone.empty() ? "" : StrCat("; exited: ", gone));
@@ -448,11 +493,11 @@ Status ShmTransport::RunBlocks(const NativeCollective& call, MeetControl& slot,
 
 // One block: reads the inputs it needs (this rank's in place, the others' into staging), and
 // writes the result into every output it belongs to.
-Status ShmTransport::RunBlock(const NativeCollective& call, const MeetEntry* entries, int part,
-                              size_t begin, size_t len, bool streaming) {
+Status ShmTransport::RunBlock(const NativeCollective& call, const MeetEntry* entries, Phase phase,
+                              int part, size_t begin, size_t len, size_t shard, bool streaming) {
   const size_t elem = DataTypeSize(call.dtype);
   const size_t bytes = len * elem;
-  const int n = nranks_;
+  const int n = local_;
   const Reduction reduction{call.dtype, call.op};
   auto in_at = [&](int p, size_t element) {
     return static_cast<const char*>(entries[p].send) + element * elem;
@@ -461,25 +506,48 @@ Status ShmTransport::RunBlock(const NativeCollective& call, const MeetEntry* ent
     return static_cast<char*>(entries[p].recv) + element * elem;
   };
   Status status;
-  // Rank p's input at `element`, readable here (nullptr after a failed copy: see status).
+  // Local rank p's input at `element`, readable here (nullptr after a failed copy: see status).
   auto input = [&](int p, size_t element) -> const char* {
-    if (p == rank_) return in_at(p, element);
+    if (p == me_) return in_at(p, element);
     char* staged = staging_ + static_cast<size_t>(p) * kShmNativeBlockBytes;
-    status = CrossCopy(/*read=*/true, p, procs_[p].pid.load(), staged, in_at(p, element), bytes);
+    status = CrossCopy(/*read=*/true, world_of_[p], procs_[p].pid.load(), staged, in_at(p, element),
+                       bytes);
     return status.ok() ? staged : nullptr;
   };
-  // Writes `src` into rank p's output at `element` (skipped where it is already there).
+  // Writes `src` into local rank p's output at `element` (skipped where it is already there).
   auto output = [&](int p, size_t element, const char* src) -> Status {
     char* out = out_at(p, element);
-    if (p == rank_) {
+    if (p == me_) {
       if (out != src) meeting::Store(out, src, bytes, streaming);
       return Status::OK();
     }
-    return CrossCopy(/*read=*/false, p, procs_[p].pid.load(), const_cast<char*>(src), out, bytes);
+    return CrossCopy(/*read=*/false, world_of_[p], procs_[p].pid.load(), const_cast<char*>(src),
+                     out, bytes);
   };
-  char* result = staging_ + static_cast<size_t>(rank_) * kShmNativeBlockBytes;
+  char* result = staging_ + static_cast<size_t>(me_) * kShmNativeBlockBytes;
   thread_local std::vector<const char*> inputs;
   inputs.clear();
+  if (phase == Phase::kReduceToOwners) {
+    // Shard `part` of every rank's input, reduced into its owner's output (no finalize: the
+    // caller scales an average once the nodes have summed).
+    const size_t at = part * shard + begin;
+    for (int p = 0; p < n; ++p) {
+      inputs.push_back(input(p, at));
+      LOOM_RETURN_IF_ERROR(status);
+    }
+    meeting::ReduceInto(reduction, inputs, {result}, len, n, /*streaming=*/false);
+    return output(part, at, result);
+  }
+  if (phase == Phase::kSpreadFromOwners) {
+    // The owner's finished shard (its output, published as its input) into every other rank.
+    const size_t at = part * shard + begin;
+    const char* src = input(part, at);
+    LOOM_RETURN_IF_ERROR(status);
+    for (int p = 0; p < n; ++p) {
+      if (p != part) LOOM_RETURN_IF_ERROR(output(p, at, src));
+    }
+    return Status::OK();
+  }
   switch (call.kind) {
     case Collective::kAllReduce:
     case Collective::kReduce:
@@ -515,12 +583,59 @@ Status ShmTransport::RunBlock(const NativeCollective& call, const MeetEntry* ent
   }
 }
 
+// The node-hierarchical allreduce (shm.h): shard p of the node's sum lands in local rank p's
+// output, each rank allreduces its shard with the ranks of its local index on the other nodes,
+// and the node's ranks copy the finished shards from their owners.
+Status ShmTransport::RunHierarchical(const NativeCollective& call, Deadline deadline) {
+  const size_t shard = (call.count + local_ - 1) / local_;
+  NativeCollective sum = call;
+  if (sum.op == ReduceOp::kAvg) sum.op = ReduceOp::kSum;
+  LOOM_RETURN_IF_ERROR(RunSlot(&sum, nullptr, 0, nullptr, deadline, Phase::kReduceToOwners, shard)
+                           .WithContext("reducing inside the node"));
+  const size_t first = std::min(call.count, me_ * shard);
+  const size_t len = std::min(shard, call.count - first);
+  if (len > 0) {
+    char* mine = static_cast<char*>(call.recv) + first * DataTypeSize(call.dtype);
+    Status across = cross_->AllReduce(mine, mine, len, call.dtype, sum.op).Wait();
+    if (!across.ok()) {
+      across = across.WithContext(StrCat("allreduce of local rank ", me_, "'s shard across nodes"));
+      SetAbort(across);
+      return across;
+    }
+  }
+  NativeCollective spread = sum;
+  spread.send = call.recv;
+  LOOM_RETURN_IF_ERROR(
+      RunSlot(&spread, nullptr, 0, nullptr, deadline, Phase::kSpreadFromOwners, shard)
+          .WithContext("spreading the result inside the node"));
+  if (call.op == ReduceOp::kAvg)
+    collective::Finalize(Reduction{call.dtype, call.op}, call.recv, call.count, nranks_);
+  return Status::OK();
+}
+
 std::unique_ptr<Transport> WrapSharedMemory(std::unique_ptr<Transport> inner,
                                             std::shared_ptr<ShmSegment> segment) {
   LOOM_CHECK(inner != nullptr && segment != nullptr && segment->nranks() == inner->nranks(),
              "shared-memory transport: the segment is for ", segment ? segment->nranks() : 0,
              " ranks");
-  return std::make_unique<ShmTransport>(std::move(inner), std::move(segment));
+  std::vector<int> world_of(inner->nranks());
+  for (int r = 0; r < inner->nranks(); ++r) world_of[r] = r;
+  const int rank = inner->rank();
+  return std::make_unique<ShmTransport>(std::move(inner), std::move(segment), rank,
+                                        std::move(world_of), nullptr);
+}
+
+std::unique_ptr<Transport> WrapNodeHierarchy(std::unique_ptr<Transport> inner,
+                                             std::shared_ptr<ShmSegment> segment, int local_rank,
+                                             std::vector<int> world_of,
+                                             std::unique_ptr<Communicator> cross) {
+  LOOM_CHECK(inner != nullptr && segment != nullptr && cross != nullptr &&
+                 static_cast<int>(world_of.size()) == segment->nranks() && local_rank >= 0 &&
+                 local_rank < segment->nranks() && world_of[local_rank] == inner->rank(),
+             "node-hierarchical transport: rank ", inner ? inner->rank() : -1,
+             " is not local rank ", local_rank, " of its node's segment");
+  return std::make_unique<ShmTransport>(std::move(inner), std::move(segment), local_rank,
+                                        std::move(world_of), std::move(cross));
 }
 
 }  // namespace loom::collective

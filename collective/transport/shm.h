@@ -32,7 +32,10 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "base/status.h"
+#include "collective/communicator.h"
 #include "collective/transport.h"
 
 namespace loom::collective {
@@ -89,5 +92,25 @@ inline constexpr size_t kShmNativeBlockBytes = size_t{128} << 10;
 // SupportsNative() answer true; everything else goes to `inner`.
 std::unique_ptr<Transport> WrapSharedMemory(std::unique_ptr<Transport> inner,
                                             std::shared_ptr<ShmSegment> segment);
+
+// Ranks on several nodes, the same number L > 1 on each: `inner` (every rank, one per process)
+// with the node-hierarchical allreduce as its native allreduce. `segment` holds this node's L
+// ranks (this rank registered as `local_rank`; world_of[i]: local rank i's rank in `inner`),
+// `cross` is the communicator of the ranks with this local index on every node (one per node,
+// in node order). An allreduce of S bytes then runs in three steps:
+//   1. inside the node (segment, blocks as above): shard p, S/L bytes, of the node's sum lands
+//      in local rank p's output;
+//   2. across nodes: every rank allreduces its shard with its peers of the same local index
+//      over `cross` (auto: rings, channels over the NICs), the L shards of a node at once;
+//   3. inside the node: every rank copies the finished shards from their owners.
+// Each node then sends and receives about 2 (G - 1) / G x S in step 2 (G nodes), spread over
+// its L ranks, where a flat ring through all G x L ranks also routes the node's inner steps
+// through MPI. Avg sums and divides at the end. Signatures still go over `inner` (every rank of
+// every node); the other collectives are not native here (SupportsNative), so auto runs them
+// over `inner`'s schedules.
+std::unique_ptr<Transport> WrapNodeHierarchy(std::unique_ptr<Transport> inner,
+                                             std::shared_ptr<ShmSegment> segment, int local_rank,
+                                             std::vector<int> world_of,
+                                             std::unique_ptr<Communicator> cross);
 
 }  // namespace loom::collective

@@ -241,14 +241,36 @@ def test_kvstore_training_across_nodes_equals_one_process(emulation, tmp_path, k
 @needs_mpi
 def test_auto_across_nodes_leaves_out_what_was_tuned_for_one_host(emulation):
     """Over MPI ranks on several nodes, auto runs neither the star, the direct algorithm nor
-    MPI's own collectives (tuned between the processes of one host), and every call is exact."""
+    MPI's own collectives (tuned between the processes of one host); with two ranks on each
+    node its native allreduce is the node-hierarchical one (shared memory inside each node,
+    the shards across), and every call is exact."""
     proc = launch(["--emulate", "2x1:1gbit", "--workers", "4", "--clients", "1", "--no-prefix",
                    "--", LOOM, "bench", "collective", "--algo", "auto", "-b", "16K", "-e", "4M",
                    "-f", "4", "-n", "2", "-w", "1"], timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 ranks (mpi+shm+nodes)" in proc.stdout, proc.stdout
     rows = [l.split() for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", l)]
     assert len(rows) == 5, proc.stdout
     for row in rows:
         assert row[4].startswith("auto:"), row
-        assert row[4] not in ("auto:star", "auto:direct", "auto:native"), proc.stdout
+        assert row[4] not in ("auto:star", "auto:direct"), proc.stdout
         assert row[-1] == "0", proc.stdout  # #wrong
+
+
+@needs_mpi
+@pytest.mark.parametrize("op", ["sum", "avg", "max", "prod"])
+def test_node_hierarchical_allreduce_is_exact(emulation, op):
+    """The node-hierarchical allreduce on 2 nodes x 2 ranks and on 2 nodes x 3 ranks: every
+    algorithm, native (hierarchical) among them, in float64 from 1 element to sizes whose
+    shards end mid-block, checked element by element against the reference on every rank."""
+    for workers in (4, 6):
+        proc = launch(["--emulate", "2x1:1gbit", "--workers", str(workers), "--clients", "1",
+                       "--no-prefix", "--", LOOM, "bench", "collective", "--algo", "all",
+                       "-d", "fp64", "--redop", op, "-b", "8", "-e", "3000000", "-f", "13",
+                       "-n", "2", "-w", "1"], timeout=240)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "%d ranks (mpi+shm+nodes)" % workers in proc.stdout, proc.stdout
+        rows = [l.split() for l in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", l)]
+        assert any(r[4] == "native" for r in rows), proc.stdout
+        for row in rows:
+            assert row[-1] == "0", proc.stdout  # #wrong
