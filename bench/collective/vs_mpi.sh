@@ -5,7 +5,8 @@
 # right after. The whole comparison is repeated LAUNCHES times (each mpirun places its processes
 # anew) and the table keeps the median of each cell, with auto's time over MPI_Allreduce's and
 # the range of that ratio over the launches (each launch's two times come from one process).
-# fp32 sum; microseconds per call.
+# fp32 sum; microseconds per call. Ranks of one node meet in shared memory (mpi+shm);
+# LOOM_MPI_SHM=0 measures the plain MPI path instead.
 #
 #   [LAUNCHES=5] [ROUNDS=5] bench/collective/vs_mpi.sh [BUILD_DIR=build]
 set -euo pipefail
