@@ -231,7 +231,10 @@ def _bench(loom, transport, ranks, op, algos, lo, hi, iters, warmup, factor, lau
     if in_place:
         cmd.append("--in-place")
     if transport == "mpi":
-        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root"] + cmd
+        # The host model replays MPI's messages and MPI_Iallreduce: the ranks stay off the
+        # shared-memory meeting they would use on one node (LOOM_MPI_SHM=0, passed with -x).
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--allow-run-as-root",
+               "-x", "LOOM_MPI_SHM=0"] + cmd
     else:
         cmd += ["--places", "cpu:%d" % ranks]
     # A launch in which the OS left two ranks on one CPU while another was free in most rounds
