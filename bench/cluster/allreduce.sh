@@ -9,7 +9,7 @@
 # node's line rate (NICS x RATE), and Loom auto's time over MPI_Allreduce's (both timed in the
 # same processes, so per launch; median and range).
 #
-#   [SPEC=4x2:1gbit] [LAUNCHES=3] [ITERS=5] [WARMUP=2] [ROUNDS=3] [GLOO_SECONDS=1] \
+#   [SPEC=4x2:1gbit] [WORKERS=NODES] [LAUNCHES=3] [ITERS=5] [WARMUP=2] [ROUNDS=3] [GLOO_SECONDS=1] \
 #     bash bench/cluster/allreduce.sh [BUILD_DIR=build]
 #
 # Open MPI's ranks yield the core while they wait (mpi_yield_when_idle 1, which `loom launch
@@ -38,7 +38,7 @@ trap 'rm -rf "$OUT"' EXIT
 BENCH=(--algo auto,ring,tree --peer-mpi -b 4 -e 64M -f 16 -n "${ITERS:-5}" -w "${WARMUP:-2}"
        --rounds "${ROUNDS:-3}")
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "spec: $SPEC, $WORKERS workers (one per node), $LAUNCHES launches"
+echo "spec: $SPEC, $WORKERS workers ($(( WORKERS / NODES )) per node), $LAUNCHES launches"
 echo "loom: $LOOM launch --emulate $SPEC --workers $WORKERS --clients 1 -- $LOOM bench collective ${BENCH[*]}"
 if [ -x "$GLOO" ]; then
   echo "gloo: $LOOM launch --emulate $SPEC --workers $WORKERS -- $GLOO DIR 4 64M 16 ${GLOO_SECONDS:-1} 60"
