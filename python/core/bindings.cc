@@ -563,6 +563,34 @@ void RegisterSaveLoad(py::module_& m) {
       },
       py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
   m.def(
+      "save_params_combined",
+      [](const ProgramDesc& p, const Scope& s, const std::string& path) {
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = SaveParamsCombined(p, s, path);
+        }
+        ThrowIfError(st);
+      },
+      py::arg("program"), py::arg("scope"), py::arg("path"),
+      "Writes the program's persistable variables to one file, sorted by name (Fluid's "
+      "save_combine; docs/FORMATS.md), atomically.");
+  m.def(
+      "load_params_combined",
+      [](const ProgramDesc& p, Scope& s, const std::string& path, const Place& place) {
+        ThrowIfError(LoadParamsCombined(p, &s, path, place));
+      },
+      py::arg("program"), py::arg("scope"), py::arg("path"), py::arg("place") = Place::CPU(),
+      "Reads what save_params_combined wrote, checking names, dtypes and dims first.");
+  m.def(
+      "read_params_combined",
+      [](const std::string& path) {
+        std::vector<std::pair<std::string, Tensor>> entries =
+            ValueOrThrow(ReadParamsCombined(path));
+        return entries;
+      },
+      py::arg("path"), "The (name, tensor) entries of a combined parameter file, in file order.");
+  m.def(
       "stage_directory", [](const std::string& dir) { return ValueOrThrow(StageDirectory(dir)); },
       py::arg("dir"),
       "A fresh staging directory beside dir to write dir's new contents into; "
