@@ -1,4 +1,5 @@
 // loom run DIR: trains a saved program bundle.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -425,7 +426,20 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
   runtime::TrainOptions train = setup.train;
   const std::string save = train.save_params;
   train.save_params.clear();
+  const auto start = std::chrono::steady_clock::now();
   LOOM_RETURN_IF_ERROR(runtime::Train(*runner, setup.feeds, train));
+  if (index != 0) {  // trainer 0 prints the progress; the others end with one line each
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string last;
+    if (!train.fetches.empty() && train.iters > 0) {
+      LOOM_ASSIGN_OR_RETURN(double value, runner->GlobalFirstValue());
+      last = StrCat("; ", train.fetches[0], " ", value, " at the last step (its own rows)");
+    }
+    std::printf("trainer %d done: %lld iterations in %.3f s%s\n", index,
+                static_cast<long long>(train.iters), secs, last.c_str());
+    std::fflush(stdout);
+  }
   if (!save.empty() && index == 0) {
     LOOM_RETURN_IF_ERROR(runner->SaveParams(save).status());
     LOOM_RETURN_IF_ERROR(
