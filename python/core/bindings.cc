@@ -520,8 +520,34 @@ void RegisterScope(py::module_& m) {
 
 // The one Executor: prepares and runs programs on a place.
 void RegisterExecutor(py::module_& m) {
+  py::class_<Timeline>(m, "Timeline",
+                       "Records the ops of the runs it is attached to (executor/timeline.h).")
+      .def(py::init<>())
+      .def("set_enabled", &Timeline::set_enabled)
+      .def("enabled", &Timeline::enabled)
+      .def("size", &Timeline::size)
+      .def("to_json", &Timeline::ToJson, "The chrome://tracing JSON of the events.")
+      .def(
+          "write", [](const Timeline& t, const std::string& path) { ThrowIfError(t.Write(path)); },
+          py::arg("path"), "Writes to_json() to path atomically.")
+      .def(
+          "events",
+          [](const Timeline& t) {
+            py::list out;
+            for (const Timeline::Event& e : t.events())
+              out.append(py::make_tuple(e.rank,
+                                        e.lane == Timeline::kCompute ? "compute" : "communication",
+                                        e.name, e.detail, e.begin_us, e.dur_us));
+            return out;
+          },
+          "[(rank, lane, op type, variables written, begin_us, dur_us)] in recording order.");
   py::class_<Executor>(m, "Executor")
       .def(py::init<Place>())
+      .def(
+          "set_timeline",
+          [](Executor& e, Timeline* timeline, int rank) { e.set_timeline(timeline, rank); },
+          py::arg("timeline").none(true), py::arg("rank") = 0, py::keep_alive<1, 2>(),
+          "Records the ops of later runs into timeline as rank `rank` (None: stop recording).")
       .def(
           "prepare",
           [](Executor& e, const ProgramDesc& p, int block) {
