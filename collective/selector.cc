@@ -261,27 +261,43 @@ std::vector<Estimate> Selector::Estimates(Collective kind, size_t bytes, int inf
   return out;
 }
 
-Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
-                           bool native_available) const {
-  // Called for every call kAuto issues: the estimates are computed only where a rule below
-  // needs them (the crossovers decide most calls alone), and without building a list.
+Algorithm Selector::ChooseByRule(Collective kind, size_t bytes, int inflight, bool native_available,
+                                 Rule* rule) const {
+  *rule = Rule::kNone;
   if (options_.force != Algorithm::kAuto && options_.force != Algorithm::kNative &&
       Time(kind, options_.force, bytes, inflight) >= 0) {
+    *rule = Rule::kForce;
     return options_.force;
   }
   const auto b = static_cast<long long>(bytes);
   if (kind == Collective::kAllReduce && options_.direct_min_bytes >= 0 &&
       b >= options_.direct_min_bytes &&
       (options_.direct_max_bytes < 0 || b <= options_.direct_max_bytes)) {
+    *rule = Rule::kDirect;
     return Algorithm::kDirect;
   }
   if (native_available && options_.native_min_bytes >= 0 && b >= options_.native_min_bytes &&
       (options_.native_max_bytes < 0 || b <= options_.native_max_bytes)) {
+    *rule = Rule::kNative;
     return Algorithm::kNative;
   }
   const bool crossover = kind == Collective::kAllReduce && options_.tree_max_bytes >= 0;
-  if (crossover && b <= options_.tree_max_bytes)
+  if (crossover && b <= options_.tree_max_bytes) {
+    *rule = Rule::kTreeBelowCrossover;
     return n_ <= options_.star_max_ranks ? Algorithm::kStar : Algorithm::kTree;
+  }
+  if (crossover) *rule = Rule::kNoTreeAboveCrossover;  // applies only if the tree is cheapest
+  return Algorithm::kAuto;
+}
+
+Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
+                           bool native_available) const {
+  // Called for every call kAuto issues: the estimates are computed only where a rule below
+  // needs them (the crossovers decide most calls alone), and without building a list.
+  Rule rule;
+  const Algorithm by_rule = ChooseByRule(kind, bytes, inflight, native_available, &rule);
+  if (by_rule != Algorithm::kAuto) return by_rule;
+  const bool no_tree = rule == Rule::kNoTreeAboveCrossover;
   Algorithm best = Algorithm::kAuto;
   double best_time = std::numeric_limits<double>::infinity();
   for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kMultiTree, Algorithm::kStar,
@@ -290,12 +306,57 @@ Algorithm Selector::Choose(Collective kind, size_t bytes, int inflight,
     if ((a == Algorithm::kChannels || a == Algorithm::kRails) && channels_ == 0) continue;
     const double t = Time(kind, a, bytes, inflight);
     if (t < 0) continue;
-    if (best == Algorithm::kAuto) best = a;            // the first that runs, if none is faster
-    if (crossover && a == Algorithm::kTree) continue;  // above the crossover
+    if (best == Algorithm::kAuto) best = a;          // the first that runs, if none is faster
+    if (no_tree && a == Algorithm::kTree) continue;  // above the crossover
     if (t < best_time) best = a, best_time = t;
   }
   return best == Algorithm::kAuto ? Algorithm::kRing : best;  // the ring runs every collective
 }
+
+namespace {
+
+const char* RuleName(Selector::Rule rule) {
+  switch (rule) {
+    case Selector::Rule::kForce: return "forced";
+    case Selector::Rule::kDirect: return "direct";
+    case Selector::Rule::kNative: return "native";
+    case Selector::Rule::kTreeBelowCrossover: return "crossover";
+    case Selector::Rule::kNoTreeAboveCrossover: return "above crossover";
+    case Selector::Rule::kNone: break;
+  }
+  return "estimates";
+}
+
+// Why a rule of Choose overrides the estimates, as the table's footnotes say it.
+std::string RuleReason(Selector::Rule rule, const SelectorOptions& o) {
+  switch (rule) {
+    case Selector::Rule::kForce: return StrCat("forced: the algorithm was given (--algo / force)");
+    case Selector::Rule::kDirect:
+      return StrCat("direct: allreduce from ", o.direct_min_bytes, " B",
+                    o.direct_max_bytes >= 0 ? StrCat(" to ", o.direct_max_bytes, " B") : "",
+                    " runs the direct algorithm, measured ahead of the schedules over this "
+                    "transport (auto_direct_min_bytes)");
+    case Selector::Rule::kNative:
+      return StrCat("native: from ", o.native_min_bytes, " B",
+                    o.native_max_bytes >= 0 ? StrCat(" to ", o.native_max_bytes, " B") : "",
+                    " the transport's own collective runs, measured ahead of the schedules "
+                    "(auto_native_min_bytes)");
+    case Selector::Rule::kTreeBelowCrossover:
+      return StrCat("crossover: allreduce up to tree_max_bytes = ", o.tree_max_bytes,
+                    " B takes the ", o.star_max_ranks > 0 ? "tree (or star)" : "tree",
+                    " whatever the estimates say: the crossover measured with loom bench "
+                    "collective (docs/COLLECTIVES.md, \"Measured crossover\"), where the tree ran "
+                    "at or ahead of the ring that the model predicts faster (a negative "
+                    "tree_max_bytes leaves the choice to the estimates)");
+    case Selector::Rule::kNoTreeAboveCrossover:
+      return StrCat("above crossover: above tree_max_bytes = ", o.tree_max_bytes,
+                    " B the tree is not chosen: there the measured bandwidth algorithms lead");
+    case Selector::Rule::kNone: break;
+  }
+  return "";
+}
+
+}  // namespace
 
 std::string Selector::Table(Collective kind, size_t min_bytes, size_t max_bytes,
                             int inflight) const {
@@ -311,15 +372,30 @@ std::string Selector::Table(Collective kind, size_t min_bytes, size_t max_bytes,
     out += buf;
   }
   out += "  auto\n";
+  std::vector<Rule> overriding;  // rules that made auto differ from the fastest estimate
   for (size_t bytes = std::max<size_t>(min_bytes, 1); bytes <= max_bytes; bytes *= 4) {
     std::snprintf(buf, sizeof buf, "%12zu", bytes);
     out += buf;
-    for (const Estimate& e : Estimates(kind, bytes, inflight)) {
+    const std::vector<Estimate> estimates = Estimates(kind, bytes, inflight);
+    const Estimate* fastest = nullptr;
+    for (const Estimate& e : estimates) {
       std::snprintf(buf, sizeof buf, "%12.1f", e.time_us);
       out += buf;
+      if (!fastest || e.time_us < fastest->time_us) fastest = &e;
     }
-    out += StrCat("  ", AlgorithmName(Choose(kind, bytes, inflight)), "\n");
+    const Algorithm chosen = Choose(kind, bytes, inflight);
+    out += StrCat("  ", AlgorithmName(chosen));
+    Rule rule;
+    ChooseByRule(kind, bytes, inflight, /*native_available=*/true, &rule);
+    if (fastest && chosen != fastest->algorithm && rule != Rule::kNone) {
+      out += StrCat(" (", RuleName(rule), "; fastest estimate ", AlgorithmName(fastest->algorithm),
+                    ")");
+      if (std::find(overriding.begin(), overriding.end(), rule) == overriding.end())
+        overriding.push_back(rule);
+    }
+    out += "\n";
   }
+  for (Rule rule : overriding) out += StrCat("# ", RuleReason(rule, options_), "\n");
   return out;
 }
 

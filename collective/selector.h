@@ -101,12 +101,28 @@ class Selector {
   Algorithm Choose(Collective kind, size_t bytes, int inflight = 1,
                    bool native_available = true) const;
   // A table: one row per size from `min_bytes` to `max_bytes` (x4), estimated µs per algorithm
-  // and the choice.
+  // and the choice. Where a rule made the choice differ from the fastest estimate, the row
+  // says "(RULE; fastest estimate ALGO)" and a footnote "# RULE: ..." says why that rule
+  // decides (the measured crossover, a forced algorithm, the direct or native window).
   std::string Table(Collective kind, size_t min_bytes, size_t max_bytes, int inflight = 1) const;
+
+  // The rules Choose applies before (or on top of) the estimates, in its order.
+  enum class Rule {
+    kNone = 0,
+    kForce = 1,                 // options.force
+    kDirect = 2,                // the direct window
+    kNative = 3,                // the native window
+    kTreeBelowCrossover = 4,    // allreduce up to tree_max_bytes: the tree (or star)
+    kNoTreeAboveCrossover = 5,  // allreduce above it: never the tree
+  };
 
   const SelectorOptions& options() const { return options_; }
 
  private:
+  // The algorithm a rule decides (kAuto: the estimates decide) and which rule applies
+  // (kNoTreeAboveCrossover comes with kAuto: it only removes the tree from the estimates).
+  Algorithm ChooseByRule(Collective kind, size_t bytes, int inflight, bool native_available,
+                         Rule* rule) const;
   double Time(Collective kind, Algorithm algorithm, size_t bytes, int inflight) const;
   // Time's parts: the cost model's time (cached per power-of-two bucket; < 0 when there is no
   // model or it cannot say), and the formulas' transfer time per kind (< 0: no such schedule).

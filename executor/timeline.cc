@@ -23,6 +23,11 @@ size_t Timeline::size() const {
   return events_.size();
 }
 
+std::vector<Timeline::Event> Timeline::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
 std::string Timeline::ToJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";

@@ -18,6 +18,15 @@ class Timeline {
   using Clock = std::chrono::steady_clock;
   enum Lane { kCompute = 0, kCommunication = 1 };
 
+  // One recorded op: its rank (pid), lane (tid), op type, the variables it wrote, and its span
+  // in microseconds since the timeline was made.
+  struct Event {
+    int rank;
+    Lane lane;
+    std::string name, detail;
+    double begin_us, dur_us;
+  };
+
   Timeline() : origin_(Clock::now()) {}
   // Events are recorded only while enabled (e.g. the last iterations of a run).
   void set_enabled(bool on) { enabled_ = on; }
@@ -25,17 +34,13 @@ class Timeline {
   void Add(int rank, Lane lane, const std::string& name, const std::string& detail,
            Clock::time_point begin, Clock::time_point end);
   size_t size() const;
+  // A copy of the events recorded so far, in the order they were added.
+  std::vector<Event> events() const;
   std::string ToJson() const;
   // Written atomically.
   Status Write(const std::string& path) const;
 
  private:
-  struct Event {
-    int rank;
-    Lane lane;
-    std::string name, detail;
-    double begin_us, dur_us;
-  };
   Clock::time_point origin_;
   bool enabled_ = true;
   mutable std::mutex mu_;

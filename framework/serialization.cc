@@ -392,11 +392,11 @@ StatusOr<std::map<std::string, CheckpointEntry>> ReadCheckpoint(const std::strin
   return entries;
 }
 
-}  // namespace
-
-Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("save_params: an empty directory name");
-  // Everything to save must exist before the directory is touched.
+// The persistable dense tensors of block 0 with their values in the scope, sorted by name; an
+// error names the first one without a value. Everything to save must exist before a file is
+// touched.
+StatusOr<std::vector<std::pair<std::string, const Tensor*>>> PersistablesToSave(
+    const ProgramDesc& program, const Scope& scope) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
     if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
@@ -406,6 +406,30 @@ Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::str
                                 "': it has no value in the scope (run the startup program first)");
     tensors.push_back({v.Name(), &var->Get<Tensor>()});
   }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return tensors;
+}
+
+// A loaded tensor against the program's declaration of it.
+Status CheckDeclared(const Tensor& t, const VarDesc& v, const std::string& source) {
+  if (t.dtype() != v.Dtype())
+    return InvalidArgument(source, ": parameter '", v.Name(), "' is ", DataTypeName(t.dtype()),
+                           ", the program declares ", DataTypeName(v.Dtype()));
+  if (!DimsCompatible(t.dims(), v.Dims()))
+    return InvalidArgument(source, ": parameter '", v.Name(), "' has dims ", t.dims().ToString(),
+                           ", the program declares ", v.Dims().ToString());
+  return Status::OK();
+}
+
+constexpr char kCombinedMagic[8] = {'L', 'O', 'O', 'M', 'P', 'R', 'M', 'S'};
+constexpr uint32_t kCombinedVersion = 1;
+
+}  // namespace
+
+Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir) {
+  if (dir.empty()) return InvalidArgument("save_params: an empty directory name");
+  LOOM_ASSIGN_OR_RETURN(auto tensors, PersistablesToSave(program, scope));
   // The whole directory is written beside the old one and swapped in (file_util.h): the
   // previous checkpoint stays loadable until this one is complete.
   return ReplaceDirectory(dir, [&](const std::string& staging) -> Status {
@@ -445,15 +469,105 @@ Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& d
       return Corruption(path, ": is not the file ", kCheckpointFile, " records (", bytes.size(),
                         " bytes, recorded ", it->second.bytes,
                         "): the directory mixes files of two saves; nothing was loaded");
-    if (t.dtype() != v.Dtype())
-      return InvalidArgument(path, ": parameter '", v.Name(), "' is ", DataTypeName(t.dtype()),
-                             ", the program declares ", DataTypeName(v.Dtype()));
-    if (!DimsCompatible(t.dims(), v.Dims()))
-      return InvalidArgument(path, ": parameter '", v.Name(), "' has dims ", t.dims().ToString(),
-                             ", the program declares ", v.Dims().ToString());
+    LOOM_RETURN_IF_ERROR(CheckDeclared(t, v, path));
     loaded.push_back({v.Name(), std::move(t)});
   }
   for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(t);
+  scope->AdvancePersistablesGeneration();
+  return Status::OK();
+}
+
+Status SaveParamsCombined(const ProgramDesc& program, const Scope& scope, const std::string& path) {
+  if (path.empty()) return InvalidArgument("save_combine: an empty file name");
+  LOOM_ASSIGN_OR_RETURN(auto tensors, PersistablesToSave(program, scope));
+  std::string out(kCombinedMagic, sizeof(kCombinedMagic));
+  Append<uint32_t>(&out, kCombinedVersion);
+  Append<uint32_t>(&out, static_cast<uint32_t>(tensors.size()));
+  for (const auto& [name, tensor] : tensors) {
+    Append<uint32_t>(&out, static_cast<uint32_t>(name.size()));
+    out += name;
+    const std::string bytes = SerializeTensor(*tensor);
+    Append<uint64_t>(&out, bytes.size());
+    out += bytes;
+  }
+  Append<uint32_t>(&out, static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(out.data()),
+                                                     static_cast<uInt>(out.size()))));
+  return WriteFileAtomic(path, out);
+}
+
+StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadParamsCombined(const std::string& path,
+                                                                         const Place& place) {
+  if (path.empty()) return InvalidArgument("load_combine: an empty file name");
+  if (IsDirectory(path))
+    return InvalidArgument("combined parameter file '", path,
+                           "' is a directory (a params/ directory is loaded without "
+                           "params_filename)");
+  if (!FileExists(path)) return NotFound("combined parameter file '", path, "' does not exist");
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  if (bytes.size() < sizeof(kCombinedMagic) ||
+      std::memcmp(bytes.data(), kCombinedMagic, sizeof(kCombinedMagic)) != 0)
+    return Corruption(path, ": not a Loom combined parameter file (bad magic)");
+  if (bytes.size() < sizeof(kCombinedMagic) + 12)
+    return Corruption(path, ": truncated (", bytes.size(), " bytes)");
+  const size_t crc_at = bytes.size() - 4;
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, bytes.data() + crc_at, 4);
+  const auto crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(crc_at)));
+  if (crc != stored_crc)
+    return Corruption(path, ": checksum mismatch (stored ", stored_crc, ", computed ", crc,
+                      "): the file is corrupt or truncated");
+  Reader r(bytes, path);
+  LOOM_RETURN_IF_ERROR(r.Skip(sizeof(kCombinedMagic), "magic"));
+  uint32_t version = 0, count = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&version, "version"));
+  if (version != kCombinedVersion)
+    return Corruption(path, ": unsupported combined format version ", version, " (expected ",
+                      kCombinedVersion, ")");
+  LOOM_RETURN_IF_ERROR(r.Read(&count, "count"));
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t name_size = 0;
+    LOOM_RETURN_IF_ERROR(r.Read(&name_size, "name size"));
+    const size_t name_at = r.pos();
+    LOOM_RETURN_IF_ERROR(r.Skip(name_size, "name"));
+    std::string name = bytes.substr(name_at, name_size);
+    if (!out.empty() && !(out.back().first < name))
+      return Corruption(path, ": entry ", i, " '", name,
+                        "' is out of order (entries are "
+                        "sorted by name)");
+    uint64_t size = 0;
+    LOOM_RETURN_IF_ERROR(r.Read(&size, "tensor size"));
+    const size_t at = r.pos();
+    LOOM_RETURN_IF_ERROR(r.Skip(size, "tensor"));
+    if (r.pos() > crc_at) return Corruption(path, ": truncated (entry '", name, "')");
+    LOOM_ASSIGN_OR_RETURN(
+        Tensor t,
+        DeserializeTensor(bytes.substr(at, size), StrCat(path, " (entry '", name, "')"), place));
+    out.push_back({std::move(name), std::move(t)});
+  }
+  if (r.pos() != crc_at)
+    return Corruption(path, ": ", crc_at - r.pos(), " bytes after the last of ", count, " entries");
+  return out;
+}
+
+Status LoadParamsCombined(const ProgramDesc& program, Scope* scope, const std::string& path,
+                          const Place& place) {
+  LOOM_ASSIGN_OR_RETURN(auto entries, ReadParamsCombined(path, place));
+  std::map<std::string, Tensor*> by_name;
+  for (auto& [name, t] : entries) by_name[name] = &t;
+  // Every entry is checked before the scope changes: a failed load leaves it as it was.
+  std::vector<std::pair<std::string, Tensor*>> loaded;
+  for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
+    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    auto it = by_name.find(v.Name());
+    if (it == by_name.end())
+      return NotFound("'", path, "' holds no parameter '", v.Name(), "' (", entries.size(),
+                      " saved); nothing was loaded");
+    LOOM_RETURN_IF_ERROR(CheckDeclared(*it->second, v, path));
+    loaded.push_back({v.Name(), it->second});
+  }
+  for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(*t);
   scope->AdvancePersistablesGeneration();
   return Status::OK();
 }

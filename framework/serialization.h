@@ -4,6 +4,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/program_desc.h"
 #include "framework/scope.h"
@@ -39,6 +41,18 @@ Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::str
 Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& dir,
                   const Place& place = Place::CPU());
 std::string ParamFileName(const std::string& var_name);
+
+// The same persistable variables in one file (Fluid's save_combine / load_combine; format
+// "LOOMPRMS" in docs/FORMATS.md): the variables sorted by name, each a name and a tensor record,
+// then a CRC-32 of the whole file. Written atomically. ReadParamsCombined returns the entries in
+// file order; LoadParamsCombined checks them against the program's VarDescs (a variable the
+// program needs and the file lacks is an error; extra entries are ignored) before it changes the
+// scope. Every error names the file.
+Status SaveParamsCombined(const ProgramDesc& program, const Scope& scope, const std::string& path);
+StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadParamsCombined(
+    const std::string& path, const Place& place = Place::CPU());
+Status LoadParamsCombined(const ProgramDesc& program, Scope* scope, const std::string& path,
+                          const Place& place = Place::CPU());
 
 // A digest of a CPU tensor's dtype, dims and bytes (CRC-32s; bit 63 always set, so 0 can stand
 // for "no tensor"): equal tensors give equal digests in every process, different ones differ

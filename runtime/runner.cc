@@ -8,6 +8,7 @@
 #include "collective/communicator.h"
 #include "framework/comm_var.h"
 #include "framework/cpu_threads.h"
+#include "framework/file_util.h"
 #include "framework/serialization.h"
 
 namespace loom::runtime {
@@ -162,9 +163,13 @@ Status Runner::Startup() {
   return RunLocal(true, {});
 }
 
-Status Runner::LoadParams(const std::string& dir) {
+Status Runner::LoadParams(const std::string& path) {
+  // A regular file is a combined parameter file (save_combine); anything else a directory.
+  const bool combined = FileExists(path) && !IsDirectory(path);
   for (size_t i = 0; i < ranks_.size(); ++i)
-    LOOM_RETURN_IF_ERROR(loom::LoadParams(mains_[i], ranks_[i].scope, dir, ranks_[i].place));
+    LOOM_RETURN_IF_ERROR(
+        combined ? loom::LoadParamsCombined(mains_[i], ranks_[i].scope, path, ranks_[i].place)
+                 : loom::LoadParams(mains_[i], ranks_[i].scope, path, ranks_[i].place));
   return Status::OK();
 }
 

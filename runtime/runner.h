@@ -60,8 +60,9 @@ class Runner {
 
   // Runs every local rank's startup program, concurrently (collectives meet across them).
   Status Startup();
-  // Loads main's persistable variables from dir into every local rank.
-  Status LoadParams(const std::string& dir);
+  // Loads main's persistable variables into every local rank from a parameter directory
+  // (save_params) or, when path is a regular file, a combined parameter file (save_combine).
+  Status LoadParams(const std::string& path);
   // Rank 0 saves main's persistable variables to dir; other processes write nothing. Returns
   // whether this process wrote.
   StatusOr<bool> SaveParams(const std::string& dir) const;

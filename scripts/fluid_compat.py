@@ -126,8 +126,8 @@ REASONS = [
     (set("merge_selected_rows get_tensor_from_selected_rows".split()),
      "SelectedRows: sparse gradients are computed dense"),
     (set("CUDAPinnedPlace cuda_pinned_places".split()), "pinned host memory: not built"),
-    (set("dataset DatasetFactory install_check profiler set_flags get_flags load_op_library "
-         "device_guard require_version".split()), "runtime facilities: not built yet"),
+    (set("dataset DatasetFactory load_op_library device_guard require_version".split()),
+     "runtime facilities: not built yet"),
     (set("PipelineOptimizer DGCMomentumOptimizer Dpsgd DpsgdOptimizer ModelAverage "
          "ExponentialMovingAverage LookaheadOptimizer RecomputeOptimizer".split()),
      "meta-optimizers: not built yet"),

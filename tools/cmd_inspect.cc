@@ -9,6 +9,7 @@
 #include "framework/verifier.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/model_dir.h"
 #include "tools/proto_text.h"
 
 namespace loom::cli {
@@ -16,10 +17,11 @@ namespace loom::cli {
 namespace {
 
 Flags InspectFlags() {
-  return Flags("inspect", "loom inspect FILE.pb [--dot OUT.dot] | loom inspect --ops",
+  return Flags("inspect", "loom inspect FILE.pb|DIR [--dot OUT.dot] | loom inspect --ops",
                "Prints a program readably (blocks, vars with dtype and dims, ops with slots,\n"
                "attributes and roles) and the result of the verifier. Text programs (.pbtxt)\n"
-               "are read too.",
+               "are read too. A directory (a bundle, or a model save_inference_model wrote)\n"
+               "means its main.pb, or the model_file its bundle.pbtxt names.",
                {
                    {"dot", "OUT.dot",
                     "also write the program as a Graphviz graph (only when it verifies)", ""},
@@ -165,7 +167,11 @@ Status Inspect(const Flags& flags) {
     std::fputs(PrintOps().c_str(), stdout);
     return Status::OK();
   }
-  const std::string& path = flags.positional()[0];
+  std::string path = flags.positional()[0];
+  if (IsDirectory(path)) {  // a bundle or a model save_inference_model wrote
+    LOOM_ASSIGN_OR_RETURN(ModelDir model, ResolveModelDir(path));
+    path = model.program;
+  }
   LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
   auto ends_with = [&path](const std::string& suffix) {
     return path.size() >= suffix.size() &&
@@ -202,7 +208,8 @@ int InspectCommand(int argc, char** argv) {
     if (ops && (file || f.Has("dot")))
       return InvalidArgument("--ops takes no FILE and no --dot (see loom inspect --help)");
     if (!ops && !file)
-      return InvalidArgument("nothing to inspect: give FILE.pb or --ops (see loom inspect --help)");
+      return InvalidArgument(
+          "nothing to inspect: give FILE.pb, DIR or --ops (see loom inspect --help)");
     return Status::OK();
   });
 }

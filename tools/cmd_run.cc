@@ -1,4 +1,5 @@
 // loom run DIR: trains a saved program bundle.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "runtime/train.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/model_dir.h"
 #include "tools/proto_text.h"
 
 namespace loom::cli {
@@ -28,6 +30,8 @@ Flags RunFlags() {
       "Runs DIR/startup.pb once (initializing parameters), then DIR/main.pb for --iters steps,\n"
       "feeding minibatches sliced along dim 0 from .npy files (wrapping around), and prints the\n"
       "fetched variables. Defaults for feeds, fetches and batch size come from DIR/bundle.pbtxt.\n"
+      "A DIR save_inference_model wrote runs its program (main.pb, or the model_file its\n"
+      "bundle.pbtxt names) from its saved parameters (DIR/params, or the params_file).\n"
       "A DIR written by `loom transpile` (DIR/manifest.pbtxt) trains on all its ranks at once:\n"
       "each step's global batch is split across the ranks and the loss is reported over it\n"
       "(ranks transpiled for CUDA places run on their GPUs, --place applies to CPU ranks).\n"
@@ -46,7 +50,10 @@ Flags RunFlags() {
           {"fetch", "NAME", "variable to fetch and print each step", "", true},
           {"print-every", "K", "print a progress line every K steps", "10"},
           {"place", "PLACE", StrCat("where to run: ", kPlaceSyntax), Place::CPU(0).ToString()},
-          {"load-params", "DIR", "load parameters from DIR instead of running startup.pb", ""},
+          {"load-params", "DIR",
+           "load parameters from DIR (or a combined parameter file) instead of running "
+           "startup.pb",
+           ""},
           {"save-params", "DIR", "save the persistable variables to DIR at the end", ""},
           {"timeline", "FILE",
            "write a chrome://tracing JSON of the last --timeline-iters steps "
@@ -88,9 +95,10 @@ Status CheckAllInputsProvided(const ProgramDesc& main, const std::vector<FeedDat
   return Status::OK();
 }
 
+// `program` names main's file in messages (DIR/main.pb, or the model_file of a model).
 Status PrepareFeeds(const std::string& dir, const Flags& flags,
                     const proto::BundleManifest& manifest, const ProgramDesc& main,
-                    std::vector<FeedData>* feeds) {
+                    const std::string& program, std::vector<FeedData>* feeds) {
   std::map<std::string, std::string> paths;
   for (const auto& f : manifest.feeds())
     if (f.has_file()) paths[f.name()] = JoinPath(dir, f.file());
@@ -103,13 +111,13 @@ Status PrepareFeeds(const std::string& dir, const Flags& flags,
   const BlockDesc& b = *main.GlobalBlock();
   for (const auto& [name, path] : paths) {
     VarDesc v = b.FindVar(name);
-    if (!v) return NotFound("feed '", name, "' is not a variable of main.pb");
+    if (!v) return NotFound("feed '", name, "' is not a variable of ", program);
     auto t = LoadNpy(path);
     if (!t.ok()) return t.status().WithContext(StrCat("feed '", name, "'"));
     Tensor data = std::move(t).value();
     if (data.dtype() != v.Dtype())
       return InvalidArgument("feed '", name, "' from ", path, " has dtype ",
-                             DataTypeName(data.dtype()), ", main.pb declares ",
+                             DataTypeName(data.dtype()), ", ", program, " declares ",
                              DataTypeName(v.Dtype()));
     DDim want = v.Dims();
     bool shape_ok = data.dims().size() == want.size() && data.dims().size() > 0;
@@ -117,7 +125,7 @@ Status PrepareFeeds(const std::string& dir, const Flags& flags,
       shape_ok = want[i] < 0 || want[i] == data.dims()[i];
     if (!shape_ok)
       return InvalidArgument("feed '", name, "' from ", path, " has dims ", data.dims().ToString(),
-                             ", main.pb declares ", want.ToString(), " (dim 0 is the batch)");
+                             ", ", program, " declares ", want.ToString(), " (dim 0 is the batch)");
     feeds->push_back(FeedData{name, std::move(data)});
   }
   for (size_t i = 1; i < feeds->size(); ++i)
@@ -131,6 +139,7 @@ Status PrepareFeeds(const std::string& dir, const Flags& flags,
 // The feeds, fetches and batch size of a run, from the flags and DIR/bundle.pbtxt.
 struct RunSetup {
   std::string dir;
+  std::string program;  // main's file, for messages
   Place place = Place::CPU();
   std::vector<FeedData> feeds;
   int64_t rows = 0;
@@ -138,8 +147,9 @@ struct RunSetup {
 };
 
 Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& main,
-                 RunSetup* setup) {
+                 const std::string& program, RunSetup* setup) {
   setup->dir = dir;
+  setup->program = program;
   runtime::TrainOptions& t = setup->train;
   LOOM_ASSIGN_OR_RETURN(t.iters, flags.GetInt("iters"));
   LOOM_ASSIGN_OR_RETURN(t.print_every, flags.GetInt("print-every"));
@@ -153,12 +163,12 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
   if (flags.Has("save-params")) t.save_params = flags.Get("save-params");
   proto::BundleManifest manifest;
   LOOM_RETURN_IF_ERROR(LoadManifest(dir, &manifest));
-  LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, &setup->feeds));
+  LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, program, &setup->feeds));
   t.fetches = flags.GetAll("fetch");
   if (t.fetches.empty()) t.fetches.assign(manifest.fetches().begin(), manifest.fetches().end());
   for (const auto& f : t.fetches)
     if (!main.GlobalBlock()->FindVar(f))
-      return NotFound("fetch '", f, "' is not a variable of main.pb");
+      return NotFound("fetch '", f, "' is not a variable of ", program);
   setup->rows = setup->feeds.empty() ? 0 : setup->feeds[0].data.dims()[0];
   t.batch = setup->rows;
   if (flags.Has("batch-size")) {
@@ -180,25 +190,37 @@ Status Initialize(const Flags& flags, runtime::Runner& runner, bool startup) {
   return Status::OK();
 }
 
-// DIR/main.pb (and startup.pb) on one place.
-Status RunOnePlace(const Flags& flags, const RunSetup& setup, ProgramDesc main) {
+// DIR/main.pb (and startup.pb) on one place; a model save_inference_model wrote (no startup.pb)
+// starts from its parameters.
+Status RunOnePlace(const Flags& flags, const RunSetup& setup, ProgramDesc main,
+                   const ModelDir& model) {
   const int64_t batch = setup.train.batch;
   for (const auto& f : setup.feeds) {
     DDim want = main.GlobalBlock()->FindVar(f.name).Dims();
     if (want[0] >= 0 && want[0] != batch)
       return InvalidArgument("batch size ", batch, " does not fit feed '", f.name,
-                             "': main.pb declares dims ", want.ToString(), " (pass --batch-size ",
-                             want[0], ")");
+                             "': ", setup.program, " declares dims ", want.ToString(),
+                             " (pass --batch-size ", want[0], ")");
   }
   runtime::RankProgram rank{ProgramDesc(), std::move(main), setup.place, nullptr};
   const bool load = flags.Has("load-params");
-  if (!load) {
+  const bool saved_params = !load && !model.has_startup && !model.params.empty();
+  if (!load && !saved_params) {
+    if (!model.has_startup)
+      return NotFound("'", setup.dir,
+                      "' has no startup.pb and no saved parameters (params/ or a "
+                      "params_file in bundle.pbtxt) to start ",
+                      setup.program, " from: pass --load-params");
     LOOM_ASSIGN_OR_RETURN(rank.startup, LoadProgram(JoinPath(setup.dir, "startup.pb")));
   }
   std::vector<runtime::RankProgram> ranks;
   ranks.push_back(std::move(rank));
   LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), 0, 1));
-  LOOM_RETURN_IF_ERROR(Initialize(flags, *runner, !load));
+  if (saved_params) {
+    LOOM_RETURN_IF_ERROR(runner->LoadParams(model.params));
+  } else {
+    LOOM_RETURN_IF_ERROR(Initialize(flags, *runner, !load));
+  }
   std::printf("loom run %s: %lld iterations, batch %lld of %lld rows, %s\n", setup.dir.c_str(),
               static_cast<long long>(setup.train.iters), static_cast<long long>(batch),
               static_cast<long long>(setup.rows), setup.place.ToString().c_str());
@@ -386,9 +408,10 @@ RpcTarget RpcTargetOf(const ProgramDesc& main) {
 // --save-params, trainer 0 also makes every server save its blocks (DIR/pserver_<id>).
 Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int trainers) {
   const std::string sub = JoinPath(dir, StrCat("trainer", index));
-  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(sub, "main.pb")));
+  const std::string main_path = JoinPath(sub, "main.pb");
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(main_path));
   RunSetup setup;
-  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, &setup));
+  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, main_path, &setup));
   RpcTarget target = RpcTargetOf(main);
   runtime::RankProgram rank{ProgramDesc(), std::move(main), setup.place, nullptr};
   LOOM_ASSIGN_OR_RETURN(rank.startup, LoadProgram(JoinPath(sub, "startup.pb")));
@@ -403,7 +426,20 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
   runtime::TrainOptions train = setup.train;
   const std::string save = train.save_params;
   train.save_params.clear();
+  const auto start = std::chrono::steady_clock::now();
   LOOM_RETURN_IF_ERROR(runtime::Train(*runner, setup.feeds, train));
+  if (index != 0) {  // trainer 0 prints the progress; the others end with one line each
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::string last;
+    if (!train.fetches.empty() && train.iters > 0) {
+      LOOM_ASSIGN_OR_RETURN(double value, runner->GlobalFirstValue());
+      last = StrCat("; ", train.fetches[0], " ", value, " at the last step (its own rows)");
+    }
+    std::printf("trainer %d done: %lld iterations in %.3f s%s\n", index,
+                static_cast<long long>(train.iters), secs, last.c_str());
+    std::fflush(stdout);
+  }
   if (!save.empty() && index == 0) {
     LOOM_RETURN_IF_ERROR(runner->SaveParams(save).status());
     LOOM_RETURN_IF_ERROR(
@@ -438,19 +474,20 @@ Status Run(const Flags& flags) {
     if (dp.nranks() < 1 || dp.nranks() > collective::kMaxWorldSize)
       return InvalidArgument(dp_path, ": nranks ", dp.nranks(), " is outside 1..",
                              collective::kMaxWorldSize);
-    LOOM_ASSIGN_OR_RETURN(ProgramDesc main0,
-                          LoadProgram(JoinPath(JoinPath(dir, "rank0"), "main.pb")));
+    const std::string main0_path = JoinPath(JoinPath(dir, "rank0"), "main.pb");
+    LOOM_ASSIGN_OR_RETURN(ProgramDesc main0, LoadProgram(main0_path));
     RunSetup setup;
-    LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, &setup));
+    LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main0, main0_path, &setup));
     auto transport = collective::FindTransport(ManifestTransport(dp));
     if (!transport.ok()) return transport.status().WithContext(dp_path);
     if (transport.value()->processes) return RunMpiRank(flags, setup, dp);
     return RunRanks(flags, setup, dp);
   }
-  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(JoinPath(dir, "main.pb")));
+  LOOM_ASSIGN_OR_RETURN(ModelDir model, ResolveModelDir(dir));
+  LOOM_ASSIGN_OR_RETURN(ProgramDesc main, LoadProgram(model.program));
   RunSetup setup;
-  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, &setup));
-  return RunOnePlace(flags, setup, std::move(main));
+  LOOM_RETURN_IF_ERROR(LoadSetup(flags, dir, main, model.program, &setup));
+  return RunOnePlace(flags, setup, std::move(main), model);
 }
 
 }  // namespace

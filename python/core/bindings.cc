@@ -520,8 +520,34 @@ void RegisterScope(py::module_& m) {
 
 // The one Executor: prepares and runs programs on a place.
 void RegisterExecutor(py::module_& m) {
+  py::class_<Timeline>(m, "Timeline",
+                       "Records the ops of the runs it is attached to (executor/timeline.h).")
+      .def(py::init<>())
+      .def("set_enabled", &Timeline::set_enabled)
+      .def("enabled", &Timeline::enabled)
+      .def("size", &Timeline::size)
+      .def("to_json", &Timeline::ToJson, "The chrome://tracing JSON of the events.")
+      .def(
+          "write", [](const Timeline& t, const std::string& path) { ThrowIfError(t.Write(path)); },
+          py::arg("path"), "Writes to_json() to path atomically.")
+      .def(
+          "events",
+          [](const Timeline& t) {
+            py::list out;
+            for (const Timeline::Event& e : t.events())
+              out.append(py::make_tuple(e.rank,
+                                        e.lane == Timeline::kCompute ? "compute" : "communication",
+                                        e.name, e.detail, e.begin_us, e.dur_us));
+            return out;
+          },
+          "[(rank, lane, op type, variables written, begin_us, dur_us)] in recording order.");
   py::class_<Executor>(m, "Executor")
       .def(py::init<Place>())
+      .def(
+          "set_timeline",
+          [](Executor& e, Timeline* timeline, int rank) { e.set_timeline(timeline, rank); },
+          py::arg("timeline").none(true), py::arg("rank") = 0, py::keep_alive<1, 2>(),
+          "Records the ops of later runs into timeline as rank `rank` (None: stop recording).")
       .def(
           "prepare",
           [](Executor& e, const ProgramDesc& p, int block) {
@@ -562,6 +588,34 @@ void RegisterSaveLoad(py::module_& m) {
         ThrowIfError(LoadParams(p, &s, dir, place));
       },
       py::arg("program"), py::arg("scope"), py::arg("dir"), py::arg("place") = Place::CPU());
+  m.def(
+      "save_params_combined",
+      [](const ProgramDesc& p, const Scope& s, const std::string& path) {
+        Status st;
+        {
+          py::gil_scoped_release release;
+          st = SaveParamsCombined(p, s, path);
+        }
+        ThrowIfError(st);
+      },
+      py::arg("program"), py::arg("scope"), py::arg("path"),
+      "Writes the program's persistable variables to one file, sorted by name (Fluid's "
+      "save_combine; docs/FORMATS.md), atomically.");
+  m.def(
+      "load_params_combined",
+      [](const ProgramDesc& p, Scope& s, const std::string& path, const Place& place) {
+        ThrowIfError(LoadParamsCombined(p, &s, path, place));
+      },
+      py::arg("program"), py::arg("scope"), py::arg("path"), py::arg("place") = Place::CPU(),
+      "Reads what save_params_combined wrote, checking names, dtypes and dims first.");
+  m.def(
+      "read_params_combined",
+      [](const std::string& path) {
+        std::vector<std::pair<std::string, Tensor>> entries =
+            ValueOrThrow(ReadParamsCombined(path));
+        return entries;
+      },
+      py::arg("path"), "The (name, tensor) entries of a combined parameter file, in file order.");
   m.def(
       "stage_directory", [](const std::string& dir) { return ValueOrThrow(StageDirectory(dir)); },
       py::arg("dir"),

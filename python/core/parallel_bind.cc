@@ -146,6 +146,10 @@ void RegisterRunner(py::module_& m) {
           "dim 0 across all ranks of the job (the first rows % N ranks get one row more); "
           "without, it is this process's one rank's own. Returns each local rank's fetched "
           "tensors.")
+      .def(
+          "set_timeline", [](runtime::Runner& r, Timeline* timeline) { r.set_timeline(timeline); },
+          py::arg("timeline").none(true), py::keep_alive<1, 2>(),
+          "Records every local rank's ops of later steps into timeline (None: stop).")
       .def_property_readonly("nranks", &runtime::Runner::nranks)
       .def_property_readonly("local_ranks", &runtime::Runner::local_ranks);
 }

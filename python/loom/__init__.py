@@ -16,6 +16,8 @@ from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
 from . import nets, metrics
+from . import install_check, profiler
+from ._flags import get_flags, set_flags
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers.io import _data as data
@@ -24,6 +26,9 @@ from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtenso
 from .io import save, load
 
 Tensor = core.Tensor
+# Fluid spells places as classes of its core module too (fluid.core.CPUPlace()).
+core.CPUPlace = CPUPlace
+core.CUDAPlace = CUDAPlace
 __version__ = core.__version__
 
 
@@ -44,7 +49,7 @@ __all__ = [
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler", "DistributeTranspiler",
     "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor",
     "save", "load", "LoDTensor", "create_lod_tensor", "create_random_int_lodtensor",
-    "memory_optimize", "release_memory"
+    "memory_optimize", "release_memory", "install_check", "profiler", "get_flags", "set_flags"
 ]
 
 

@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 
-from . import core
+from . import core, profiler
 from ._mpi import mpi_cleanup
 from .executor import Executor, _fetch_name
 from .framework import (Program, Variable, _check_place_count, cpu_places, cuda_places,
@@ -300,6 +300,7 @@ class CompiledProgram:
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
         try:
             # Under MPI the feed is this process's rank's own; else the global batch, split.
+            st.runner.set_timeline(profiler._timeline())
             out = st.runner.step(feed, fetch, split=not st.mpi)
             st.generation = scope.persistables_generation()
         except core.LoomError:

@@ -1,7 +1,7 @@
 """Executor and feeding (Fluid's ``fluid.Executor``); the scopes it runs in are scope.py's."""
 import numpy as np
 
-from . import core
+from . import core, profiler
 from .framework import Program, Variable, default_main_program
 from .scope import Scope, global_scope, scope_guard
 from .transpiler import rpc_ops
@@ -15,6 +15,42 @@ def _fetch_name(v):
     if isinstance(v, str):
         return v
     raise TypeError("fetch_list entries must be Variables or names, got %r" % (v,))
+
+
+def _rows(value):
+    """dim 0 of a fed array or tensor without a LoD; None when it has none or carries a LoD."""
+    if isinstance(value, core.Tensor):
+        if value.lod():
+            return None
+        shape = value.shape()
+    else:
+        shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) > 0 else None
+
+
+def check_batch_sizes(program, feed, where="Executor.run"):
+    """Feeds of variables declared with a batch dim (-1 first, no LoD) must have as many rows
+    as each other: the ops would otherwise fail late, deep inside (accuracy, cross_entropy),
+    with an error that names neither feed. Raises ValueError naming both feeds."""
+    block = program.global_block().desc
+    first = None
+    for name in sorted(feed):
+        if not block.has_var(name):
+            continue
+        var = block.find_var(name)
+        shape = var.shape()
+        if not shape or shape[0] != -1 or var.lod_level() != 0:
+            continue
+        rows = _rows(feed[name])
+        if rows is None:
+            continue
+        if first is None:
+            first = (name, rows)
+        elif rows != first[1]:
+            raise ValueError(
+                "%s: feeds '%s' (%d rows) and '%s' (%d rows) have different batch sizes; both "
+                "are declared with batch dim -1 and must have as many rows" %
+                (where, first[0], first[1], name, rows))
 
 
 class Executor:
@@ -70,7 +106,9 @@ class Executor:
             raise TypeError("Executor.run: feed must be a dict of name -> numpy array")
         fetch = [_fetch_name(v) for v in (fetch_list or [])]
         feed = {(k.name if isinstance(k, Variable) else k): v for k, v in feed.items()}
+        check_batch_sizes(program, feed)
         prepared = self._prepare(program)
+        self._exe.set_timeline(profiler._timeline())
         out = self._exe.run(prepared, scope or global_scope(), feed, fetch)
         if return_numpy:
             return [np.asarray(t) for t in out]  # views of the fetched host copies

@@ -274,6 +274,14 @@ class Block:
         return "Block(%d, %d ops)" % (self.idx, self.desc.op_size())
 
 
+class _CallableInt(int):
+    """An int that also answers a call with itself: keeps num_blocks() working beside Fluid's
+    num_blocks property."""
+
+    def __call__(self):
+        return int(self)
+
+
 class Program:
     """A program: blocks of ops and vars (Fluid's ``framework.Program``)."""
 
@@ -295,8 +303,11 @@ class Program:
     def current_block(self):
         return self.blocks[self.current_block_idx]
 
+    @property
     def num_blocks(self):
-        return len(self.blocks)
+        """The number of blocks (a property, as in Fluid; calling it, num_blocks(), works
+        too)."""
+        return _CallableInt(len(self.blocks))
 
     def _create_block(self, parent_idx=None):
         parent = self.current_block_idx if parent_idx is None else parent_idx

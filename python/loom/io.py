@@ -1,5 +1,6 @@
 """Saving and loading parameters, inference models and program bundles for `loom run`."""
 import os
+import shutil
 
 import numpy as np
 
@@ -16,12 +17,38 @@ def _program(main_program):
     return main_program if main_program is not None else default_main_program()
 
 
+def _combined_path(dirname, filename, what):
+    if not isinstance(filename, str) or not filename or os.sep in filename:
+        raise ValueError("%s: filename %r must be a plain file name inside dirname"
+                         % (what, filename))
+    if not dirname:
+        raise ValueError("%s: an empty directory name" % what)
+    return os.path.join(dirname, filename)
+
+
+def _save(desc, dirname, filename, what):
+    if filename is None:
+        core.save_params(desc, global_scope(), dirname)
+    else:
+        os.makedirs(dirname, exist_ok=True)
+        core.save_params_combined(desc, global_scope(), _combined_path(dirname, filename, what))
+
+
+def _load(desc, dirname, filename, place, what):
+    if filename is None:
+        core.load_params(desc, global_scope(), dirname, place)
+    else:
+        core.load_params_combined(desc, global_scope(), _combined_path(dirname, filename, what),
+                                  place)
+
+
 def save_params(executor, dirname, main_program=None, filename=None):
     """Writes every persistable variable (parameters and optimizer state) of the program to
     dirname, one LOOMTNSR file per variable (docs/FORMATS.md). The directory is written beside
     dirname and swapped in whole: an interrupted save leaves the checkpoint saved there before
-    (other files in dirname are kept)."""
-    core.save_params(_program(main_program).desc, global_scope(), dirname)
+    (other files in dirname are kept). With filename, all of them go into the one combined file
+    dirname/filename instead (Fluid's save_combine: sorted by name; written atomically)."""
+    _save(_program(main_program).desc, dirname, filename, "save_params")
 
 
 def save_persistables(executor, dirname, main_program=None, filename=None):
@@ -36,8 +63,9 @@ def save_persistables(executor, dirname, main_program=None, filename=None):
 
 
 def load_params(executor, dirname, main_program=None, filename=None):
-    """Reads what save_params wrote into the global scope, checking dims and dtypes."""
-    core.load_params(_program(main_program).desc, global_scope(), dirname, executor.place)
+    """Reads what save_params wrote (the combined file dirname/filename when filename is
+    given) into the global scope, checking dims and dtypes first."""
+    _load(_program(main_program).desc, dirname, filename, executor.place, "load_params")
 
 
 def load_persistables(executor, dirname, main_program=None, filename=None):
@@ -54,7 +82,8 @@ def _names(vs):
     return [v.name if isinstance(v, Variable) else v for v in vs]
 
 
-def _write_manifest(dirname, feeds, fetches, batch_size=None, description=None, feed_files=None):
+def _write_manifest(dirname, feeds, fetches, batch_size=None, description=None, feed_files=None,
+                    model_file=None, params_file=None):
     lines = []
     for name in feeds:
         f = (feed_files or {}).get(name)
@@ -65,6 +94,10 @@ def _write_manifest(dirname, feeds, fetches, batch_size=None, description=None, 
         lines.append("batch_size: %d" % int(batch_size))
     if description:
         lines.append('description: "%s"' % description.replace('"', "'"))
+    if model_file:
+        lines.append('model_file: "%s"' % model_file)
+    if params_file:
+        lines.append('params_file: "%s"' % params_file)
     tmp = os.path.join(dirname, "bundle.pbtxt.tmp.%d" % os.getpid())
     with open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -72,7 +105,7 @@ def _write_manifest(dirname, feeds, fetches, batch_size=None, description=None, 
 
 
 def _prune_to_targets(program, targets):
-    """Removes every op of block 0 that the targets do not depend on."""
+    """Removes every op of block 0 that the targets do not depend on (variables stay)."""
     block = program.global_block().desc
     needed = set(targets)
     for i in reversed(range(block.op_size())):
@@ -85,52 +118,178 @@ def _prune_to_targets(program, targets):
     return program
 
 
+def _sub_blocks(op):
+    """The indices of the blocks an op runs (its block and blocks attributes)."""
+    out = []
+    for name in op.attr_names():
+        kind = op.attr_type(name)
+        if kind == "block":
+            out.append(int(op.attr(name)))
+        elif kind == "blocks":
+            out.extend(int(i) for i in op.attr(name))
+    return out
+
+
+def _prune_for_inference(program, feeds, targets):
+    """Fluid's _prune_with_input + _inference_optimize on a test-mode clone: keeps the ops of
+    block 0 that the targets depend on (the feeds cut the graph: what computes a feed is not
+    kept), and only the variables those ops, the sub-blocks they run, the feeds and the targets
+    name. Blocks no kept op runs are emptied (block indices stay as they are)."""
+    desc = program.desc
+    block = desc.block(0)
+    needed, cut = set(targets), set(feeds)
+    for i in reversed(range(block.op_size())):
+        op = block.op(i)
+        if (needed - cut).intersection(op.output_arg_names()):
+            needed.update(op.input_arg_names())
+        else:
+            block.remove_op(i)
+    reached, todo = {0}, [0]
+    used = set(feeds) | set(targets)
+    while todo:
+        b = desc.block(todo.pop())
+        for i in range(b.op_size()):
+            op = b.op(i)
+            used.update(op.input_arg_names())
+            used.update(op.output_arg_names())
+            for sub in _sub_blocks(op):
+                if sub not in reached:
+                    reached.add(sub)
+                    todo.append(sub)
+    for v in block.all_vars():
+        if v.name() not in used:
+            block.remove_var(v.name())
+    for idx in range(1, desc.num_blocks()):
+        if idx not in reached:
+            b = desc.block(idx)
+            for i in reversed(range(b.op_size())):
+                b.remove_op(i)
+            for v in b.all_vars():
+                b.remove_var(v.name())
+    program._version += 1
+    return program
+
+
+def _check_file_name(what, name):
+    """model_filename / params_filename: one plain file name inside the model directory."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+        raise ValueError("save_inference_model: %s %r must be a plain file name inside the "
+                         "model directory" % (what, name))
+    if name in ("bundle.pbtxt", "params", "CHECKPOINT"):
+        raise ValueError("save_inference_model: %s %r is a name the model directory uses "
+                         "itself" % (what, name))
+    return name
+
+
 def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program=None,
                          model_filename=None, params_filename=None):
-    """Saves the forward part of the program that computes target_vars (test mode, pruned of
-    loss and optimizer ops) as DIR/main.pb, its parameters under DIR/params and a manifest
-    naming feeds and fetches. The directory is written beside DIR and swapped in whole: an
-    interrupted save leaves the model saved there before."""
+    """Saves the inference program that computes target_vars from the feeds (test mode; only
+    the ops the targets need, the feeds cutting the graph; only the variables those ops name:
+    no label, gradients or optimizer state) as DIR/main.pb (DIR/model_filename when given), the
+    parameters it reads under DIR/params (one file per parameter), or, with params_filename,
+    all of them in the one file DIR/params_filename (Fluid's save_combine, sorted by name;
+    docs/FORMATS.md), and a manifest DIR/bundle.pbtxt naming feeds, fetches and those files.
+    The directory is written beside DIR and swapped in whole: an interrupted save leaves the
+    model saved there before. Returns the target names."""
     source = _program(main_program)
     block = source.global_block()
-    for name in _names(feeded_var_names):
+    feeds, targets = _names(feeded_var_names), _names(target_vars)
+    for name in feeds:
         if not block.has_var(name):
             raise ValueError("save_inference_model: feed '%s' is not a variable of the program"
                              % name)
-    for name in _names(target_vars):
+    for name in targets:
         if not block.has_var(name):
             raise ValueError("save_inference_model: target '%s' is not a variable of the "
                              "program" % name)
     if not dirname:
         raise ValueError("save_inference_model: an empty directory name")
-    program = _prune_to_targets(source.clone(for_test=True), _names(target_vars))
+    model_file = _check_file_name("model_filename", model_filename) or "main.pb"
+    params_file = _check_file_name("params_filename", params_filename)
+    if params_file is not None and params_file == model_file:
+        raise ValueError("save_inference_model: model_filename and params_filename are both "
+                         "%r" % params_file)
+    program = _prune_for_inference(source.clone(for_test=True), feeds, targets)
     # Written whole beside dirname and swapped in: the model saved there before stays loadable
     # until this one is complete (files of the user's in dirname are kept).
     staging = core.stage_directory(dirname)
     try:
-        program.desc.save(os.path.join(staging, model_filename or "main.pb"))
-        core.save_params(program.desc, global_scope(), os.path.join(staging, "params"))
-        _write_manifest(staging, _names(feeded_var_names), _names(target_vars))
+        program.desc.save(os.path.join(staging, model_file))
+        if params_file is None:
+            core.save_params(program.desc, global_scope(), os.path.join(staging, "params"))
+        else:
+            core.save_params_combined(program.desc, global_scope(),
+                                      os.path.join(staging, params_file))
+        _write_manifest(staging, feeds, targets,
+                        model_file=model_file if model_filename else None,
+                        params_file=params_file)
         core.commit_directory(staging, dirname)
     except BaseException:
         core.discard_directory(staging)
         raise
-    return _names(target_vars)
+    # Files of an earlier save in the other layout are carried over by the swap; they would
+    # contradict the manifest.
+    stale = [os.path.join(dirname, "params")] if params_file is not None else []
+    for name in (["main.pb"] if model_filename else []):
+        if name != model_file:
+            stale.append(os.path.join(dirname, name))
+    for path in stale:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.remove(path)
+    return targets
 
 
-def load_inference_model(dirname, executor, model_filename=None, params_filename=None):
-    """Returns (program, feed names, fetch Variables) and loads the parameters."""
-    core.recover_directory(dirname)  # a save interrupted between its two renames
-    program = Program(core.ProgramDesc.load(os.path.join(dirname, model_filename or "main.pb")))
-    core.load_params(program.desc, global_scope(), os.path.join(dirname, "params"), executor.place)
-    feeds, fetches = [], []
-    with open(os.path.join(dirname, "bundle.pbtxt")) as f:
+def _read_manifest(dirname):
+    """(feeds, fetches, {other field: value}) of DIR/bundle.pbtxt."""
+    path = os.path.join(dirname, "bundle.pbtxt")
+    if not os.path.exists(path):
+        raise FileNotFoundError("load_inference_model: %s has no bundle.pbtxt: it was not "
+                                "written by save_inference_model" % dirname)
+    feeds, fetches, fields = [], [], {}
+    with open(path) as f:
         for line in f:
             line = line.strip()
             if line.startswith("feeds"):
                 feeds.append(line.split('"')[1])
             elif line.startswith("fetches"):
                 fetches.append(line.split('"')[1])
+            elif line.startswith(("model_file", "params_file")):
+                fields[line.split(":")[0]] = line.split('"')[1]
+    return feeds, fetches, fields
+
+
+def load_inference_model(dirname, executor, model_filename=None, params_filename=None):
+    """Returns (program, feed names, fetch Variables) of a model save_inference_model wrote
+    and loads its parameters into the global scope: from DIR/params, or from the combined file
+    DIR/params_filename. model_filename and params_filename must be the names the model was
+    saved with (an error says which names it was saved with)."""
+    if not os.path.isdir(dirname):
+        raise FileNotFoundError("load_inference_model: model directory '%s' does not exist"
+                                % dirname)
+    core.recover_directory(dirname)  # a save interrupted between its two renames
+    feeds, fetches, saved = _read_manifest(dirname)
+    model_file = model_filename or "main.pb"
+    model_path = os.path.join(dirname, model_file)
+    if not os.path.isfile(model_path):
+        hint = (" (it was saved with model_filename=%r)" % saved["model_file"]
+                if "model_file" in saved else "")
+        raise FileNotFoundError("load_inference_model: no model file %s%s"
+                                % (model_path, hint))
+    program = Program(core.ProgramDesc.load(model_path))
+    if params_filename is None:
+        if "params_file" in saved:
+            raise FileNotFoundError(
+                "load_inference_model: %s holds its parameters in the combined file %r; pass "
+                "params_filename=%r" % (dirname, saved["params_file"], saved["params_file"]))
+        core.load_params(program.desc, global_scope(), os.path.join(dirname, "params"),
+                         executor.place)
+    else:
+        core.load_params_combined(program.desc, global_scope(),
+                                  os.path.join(dirname, params_filename), executor.place)
     block = program.global_block()
     return program, feeds, [block.var(n) for n in fetches]
 
@@ -187,22 +346,19 @@ def _chosen(program, vars, predicate):
 
 def save_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None):
     """Writes the chosen variables (vars, or those of main_program for which predicate holds;
-    default: every persistable one) to dirname as save_params does."""
-    if filename is not None:
-        raise NotImplementedError("save_vars: filename (one combined file) is not supported; "
-                                  "each variable gets its own file")
-    core.save_params(_chosen(_program(main_program), vars, predicate).desc, global_scope(),
-                     dirname)
+    default: every persistable one) to dirname as save_params does (filename: one combined
+    file)."""
+    _save(_chosen(_program(main_program), vars, predicate).desc, dirname, filename,
+          "save_vars")
 
 
 def load_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None):
     """Reads the chosen variables (as save_vars chooses them) from dirname into the global
-    scope, checking dims and dtypes; a failed load changes nothing."""
-    if filename is not None:
-        raise NotImplementedError("load_vars: filename (one combined file) is not supported")
+    scope, checking dims and dtypes; a failed load changes nothing. filename: the combined file
+    save_vars wrote with it."""
     place = executor.place if executor is not None else core.Place.cpu(0)
-    core.load_params(_chosen(_program(main_program), vars, predicate).desc, global_scope(),
-                     dirname, place)
+    _load(_chosen(_program(main_program), vars, predicate).desc, dirname, filename, place,
+          "load_vars")
 
 
 def _is_param(v):

@@ -107,6 +107,47 @@ TEST(Selector, ChoiceIsAlwaysSupportedAndTableListsIt) {
   }
 }
 
+// The table never contradicts itself: auto's column is the fastest estimate of its row, or the
+// row names the rule that decided instead and a footnote says why.
+TEST(Selector, TableNamesTheRuleWhereAutoIsNotTheFastestEstimate) {
+  for (long long tree_max : {-1LL, 2LL << 20, 1LL << 30}) {
+    for (const char* preset : {"p3.16xlarge", "dgx1-p100"}) {
+      const auto plan = Plan(Topology::Preset(preset).value());
+      SelectorOptions o;
+      o.use_default_cost_model = false;  // the formulas: no simulator in this library
+      o.tree_max_bytes = tree_max;
+      Selector selector(*plan, o);
+      const std::string table = selector.Table(Collective::kAllReduce, 4 << 10, 64 << 20);
+      int overridden = 0;
+      for (size_t bytes = 4 << 10; bytes <= (64u << 20); bytes *= 4) {
+        const auto estimates = selector.Estimates(Collective::kAllReduce, bytes);
+        const Estimate* fastest = &estimates[0];
+        for (const Estimate& e : estimates)
+          if (e.time_us < fastest->time_us) fastest = &e;
+        const Algorithm chosen = selector.Choose(Collective::kAllReduce, bytes);
+        const std::string row = table.substr(table.find(StrCat(bytes, " ")));
+        const std::string line = row.substr(0, row.find('\n'));
+        if (chosen == fastest->algorithm) {
+          EXPECT_EQ(line.find("fastest estimate"), std::string::npos) << line;
+          continue;
+        }
+        ++overridden;
+        EXPECT_GE(tree_max, 0) << "without a crossover auto follows the estimates: " << line;
+        EXPECT_NE(line.find(StrCat("fastest estimate ", AlgorithmName(fastest->algorithm))),
+                  std::string::npos)
+            << line;
+        const std::string rule =
+            static_cast<long long>(bytes) <= tree_max ? "crossover" : "above crossover";
+        EXPECT_NE(line.find("(" + rule + ";"), std::string::npos) << line;
+        EXPECT_NE(table.find("\n# " + rule + ": "), std::string::npos) << table;
+      }
+      if (overridden == 0) EXPECT_EQ(table.find("\n# "), std::string::npos) << table;
+      // Forcing the tree up to 1 GiB contradicts the model's bandwidth algorithms at 64 MiB.
+      if (tree_max == (1LL << 30)) EXPECT_GT(overridden, 0) << table;
+    }
+  }
+}
+
 TEST(Selector, InflightLowersThePerCallEstimate) {
   const auto plan = Plan(Topology::Uniform(4));
   Selector selector(*plan);

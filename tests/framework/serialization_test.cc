@@ -146,6 +146,60 @@ TEST(ParamsTest, SaveAndLoadPersistables) {
   EXPECT_NE(bad.message().find("fc/w"), std::string::npos);
 }
 
+TEST(ParamsTest, CombinedFileRoundTripsSortedByName) {
+  ProgramDesc p;
+  BlockDesc* b = p.GlobalBlock();
+  for (const char* name : {"z_b", "a/w", "m"}) {
+    VarDesc v = b->Var(name);
+    v.SetDims({2, 3});
+    v.SetPersistable(true);
+  }
+  b->Var("tmp").SetDims({3});
+  Scope scope;
+  Tensor aw = Iota(proto::FP32, DDim{2, 3}), m = Iota(proto::FP32, DDim{2, 3});
+  m.data<float>()[0] = 42.f;
+  *scope.Var("a/w")->GetMutable<Tensor>() = aw;
+  *scope.Var("m")->GetMutable<Tensor>() = m;
+  *scope.Var("z_b")->GetMutable<Tensor>() = Iota(proto::FP32, DDim{2, 3});
+  const std::string path = JoinPath(TempDir(), "__params__");
+  ASSERT_TRUE(SaveParamsCombined(p, scope, path).ok());
+  auto entries = ReadParamsCombined(path);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries.value().size(), 3u);  // tmp is not persistable
+  EXPECT_EQ(entries.value()[0].first, "a/w");
+  EXPECT_EQ(entries.value()[1].first, "m");
+  EXPECT_EQ(entries.value()[2].first, "z_b");
+  Scope fresh;
+  Status st = LoadParamsCombined(p, &fresh, path);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(SameBytes(fresh.FindVar("m")->Get<Tensor>(), m));
+  EXPECT_TRUE(SameBytes(fresh.FindVar("a/w")->Get<Tensor>(), aw));
+
+  // Every flipped byte and every truncation is an error naming the file; nothing is loaded.
+  const std::string good = ReadFile(path).value();
+  const std::string bad_path = JoinPath(TempDir(), "bad_params");
+  for (size_t i = 0; i < good.size(); i += 7) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    ASSERT_TRUE(WriteFileAtomic(bad_path, bad).ok());
+    Scope untouched;
+    Status r = LoadParamsCombined(p, &untouched, bad_path);
+    ASSERT_FALSE(r.ok()) << "flipped byte " << i << " went unnoticed";
+    EXPECT_NE(r.message().find(bad_path), std::string::npos) << r.ToString();
+    EXPECT_EQ(untouched.FindVar("a/w"), nullptr);
+  }
+  ASSERT_TRUE(WriteFileAtomic(bad_path, good.substr(0, good.size() / 2)).ok());
+  EXPECT_NE(LoadParamsCombined(p, &fresh, bad_path).message().find(bad_path), std::string::npos);
+  Status missing = LoadParamsCombined(p, &fresh, path + ".missing");
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find(path + ".missing"), std::string::npos);
+  // A variable the program needs and the file lacks is named.
+  b->Var("extra").SetPersistable(true);
+  Status lacks = LoadParamsCombined(p, &fresh, path);
+  ASSERT_FALSE(lacks.ok());
+  EXPECT_NE(lacks.message().find("'extra'"), std::string::npos) << lacks.ToString();
+}
+
 TEST(FileTest, OnlyRegularFilesAreReplaced) {
   // A device is written into, never replaced by a regular file (as root, renaming over
   // /dev/null would replace it).

@@ -689,6 +689,12 @@ TEST_F(CliTest, PserverBundleTrainsThroughLaunchAndResumes) {
   EXPECT_LT(last, first / 2) << a.out;
   EXPECT_TRUE(FileExists(JoinPath(params, "pserver_0/CHECKPOINT")));
   EXPECT_TRUE(FileExists(JoinPath(params, "pserver_1/CHECKPOINT")));
+  // Trainer 0 prints the progress; trainer 1 ends with one line of its own.
+  std::smatch done;
+  ASSERT_TRUE(std::regex_search(
+      a.out, done, std::regex("trainer 1 done: 60 iterations in [0-9.]+ s; loss ([0-9.e+-]+)")))
+      << a.out;
+  EXPECT_LT(std::stod(done[1]), first) << a.out;
   Result b = Loom(launch + "--iters 1 --load-params " + params);
   ASSERT_EQ(b.code, 0) << b.out << b.err;
   EXPECT_NE(b.out.find("resumes from"), std::string::npos) << b.out;
