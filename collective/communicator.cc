@@ -126,9 +126,12 @@ StatusOr<std::shared_ptr<const CommPlan>> CommPlan::Create(const Topology& topol
   return std::shared_ptr<const CommPlan>(std::move(plan));
 }
 
-InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks) {
+InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks,
+                                 bool doubling) {
   const size_t elem = DataTypeSize(dtype), bytes = count * elem;
   const size_t peers = static_cast<size_t>(std::max(nranks - 1, 0));
+  if (doubling && kind == Collective::kAllReduce && nranks >= 4 && bytes <= kInExchangeBytes)
+    return InExchange::kDoubling;
   const bool kind_ok = kind == Collective::kAllReduce || kind == Collective::kReduce ||
                        kind == Collective::kBroadcast;
   if (kind_ok && bytes <= kInExchangeBytes && bytes * peers <= kInExchangeTotalBytes)
@@ -191,6 +194,7 @@ Signature SignatureOf(const CallArgs& a, uint64_t seq, uint64_t step) {
 // ExchangeSignatures): no other algorithm runs.
 constexpr int32_t kInExchange = 1000;
 constexpr int32_t kInSplitExchange = 1001;  // InExchange::kSplit
+constexpr int32_t kInDoubling = 1002;       // InExchange::kDoubling
 
 std::string Describe(const Signature& s) {
   const auto kind = static_cast<Collective>(s.kind);
@@ -205,6 +209,8 @@ std::string Describe(const Signature& s) {
     out += ", algorithm=auto (in the signature exchange)";
   } else if (s.algorithm == kInSplitExchange) {
     out += ", algorithm=auto (split in the signature exchange)";
+  } else if (s.algorithm == kInDoubling) {
+    out += ", algorithm=auto (recursive doubling with the signatures)";
   } else if (s.algorithm >= 0) {
     out += StrCat(", algorithm=", AlgorithmName(static_cast<Algorithm>(s.algorithm)));
   }
@@ -304,9 +310,100 @@ Status NameMismatch(internal::Schedule& s, const Signature& mine, Transport::Tag
                   ": the ranks' signature tags differ but their signatures agree");
 }
 
-InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t) {
+InExchange ExchangeMode(const CallArgs& a, bool from_auto, const Transport& t,
+                        const CommunicatorOptions& options) {
   if (!from_auto || !t.runs_schedules() || !t.host_buffers()) return InExchange::kNo;
-  return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks());
+  return SignatureExchangeMode(a.kind, a.count, a.dtype, t.nranks(), options.doubling_exchange);
+}
+
+// What one rank holds during a doubling exchange: the lowest and highest signature of the
+// ranks combined so far, and their data reduced so far.
+struct DoublingPacket {
+  Signature lo, hi;
+  unsigned char payload[kInExchangeBytes];
+};
+
+// A small allreduce by recursive doubling (InExchange::kDoubling; MPI's recursive doubling,
+// with the signatures' range riding along). With n = 2^k + rem ranks, the first 2 rem fold in
+// pairs (the even one hands its data to the odd one and gets the result back at the end), and
+// the 2^k that remain exchange with the rank whose index differs in bit 0, 1, ... k - 1. Each
+// pair reduces lower rank first, so every rank ends with the same bits. Every rank ends knowing
+// the lowest and highest signature of all ranks: when they differ, every rank runs the full
+// signature round, which names the calls, and no buffer is written.
+Status DoublingExchange(internal::Schedule& s, const CallArgs& a, const Signature& mine) {
+  const int n = s.nranks(), me = s.rank();
+  const size_t elem = DataTypeSize(a.dtype), bytes = a.count * elem;
+  const size_t len = 2 * sizeof(Signature) + bytes;
+  auto* acc = static_cast<DoublingPacket*>(s.HostScratch(3 * sizeof(DoublingPacket)));
+  DoublingPacket* in = acc + 1;
+  DoublingPacket* out = acc + 2;
+  acc->lo = acc->hi = mine;
+  if (bytes > 0) CopyBytes(acc->payload, a.send, bytes);
+  const Reduction red{a.dtype, a.op};
+  auto less = [](const Signature& x, const Signature& y) {
+    return std::memcmp(&x, &y, sizeof(Signature)) < 0;
+  };
+  // Folds `in` (from rank `from`) into acc; the data only while every signature agrees.
+  auto combine = [&](int from) {
+    const bool agree = in->lo == acc->lo && in->hi == acc->hi && acc->lo == acc->hi;
+    if (less(in->lo, acc->lo)) acc->lo = in->lo;
+    if (less(acc->hi, in->hi)) acc->hi = in->hi;
+    if (agree && a.count > 0) {
+      if (from < me) {
+        Reduce(red, acc->payload, in->payload, acc->payload, a.count);
+      } else {
+        Reduce(red, acc->payload, acc->payload, in->payload, a.count);
+      }
+    }
+  };
+  // One exchange with `peer`: acc goes out (a copy, as acc changes once the peer's arrives).
+  auto exchange = [&](int peer) -> Status {
+    std::memcpy(out, acc, len);
+    s.PostRecvUpTo(peer, internal::kSignature, in, sizeof(DoublingPacket));
+    s.PostSend(peer, internal::kSignature, out, len);
+    LOOM_RETURN_IF_ERROR(s.WaitAll());
+    combine(peer);
+    return Status::OK();
+  };
+  int pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  const int rem = n - pof2;
+  int newrank = me - rem;
+  if (me < 2 * rem) {
+    if (me % 2 == 0) {
+      s.PostSend(me + 1, internal::kSignature, acc, len);
+      LOOM_RETURN_IF_ERROR(s.WaitAll());
+      newrank = -1;
+    } else {
+      s.PostRecvUpTo(me - 1, internal::kSignature, in, sizeof(DoublingPacket));
+      LOOM_RETURN_IF_ERROR(s.WaitAll());
+      combine(me - 1);
+      newrank = me / 2;
+    }
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      const int peer_new = newrank ^ mask;
+      LOOM_RETURN_IF_ERROR(exchange(peer_new < rem ? peer_new * 2 + 1 : peer_new + rem));
+    }
+  }
+  if (me < 2 * rem) {
+    if (me % 2 == 1) {
+      s.PostSend(me - 1, internal::kSignature, acc, len);
+    } else {
+      s.PostRecvUpTo(me + 1, internal::kSignature, acc, sizeof(DoublingPacket));
+    }
+    LOOM_RETURN_IF_ERROR(s.WaitAll());
+  }
+  if (!(acc->lo == acc->hi)) {
+    // Every rank is here: the full round names the calls.
+    LOOM_RETURN_IF_ERROR(CheckSignatures(s, mine));
+    return Internal("collective #", mine.seq,
+                    ": the signatures' range differs but every rank's signature agrees");
+  }
+  if (bytes > 0) CopyBytes(a.recv, acc->payload, bytes);
+  Finalize(red, a.recv, a.count, n);
+  return Status::OK();
 }
 
 // What the parts of one signature round share (ExchangeSignatures).
@@ -785,8 +882,12 @@ Status Communicator::Run(const Call& call, Clock::time_point start) {
                                               SignatureOf(a, call.seq, call.step), deadline, &ran));
       if (ran) return Status::OK();
     } else if (transport_->runs_schedules() && transport_->host_buffers()) {
-      const InExchange mode = ExchangeMode(a, call.from_auto, *transport_);
+      const InExchange mode = ExchangeMode(a, call.from_auto, *transport_, options_);
       Signature mine = SignatureOf(a, call.seq, call.step);
+      if (mode == InExchange::kDoubling) {
+        mine.algorithm = kInDoubling;
+        return DoublingExchange(s, a, mine);
+      }
       if (mode == InExchange::kWhole) mine.algorithm = kInExchange;
       if (mode == InExchange::kSplit) mine.algorithm = kInSplitExchange;
       bool done = false;

@@ -149,11 +149,14 @@ constexpr long long kMpiAutoDirectMaxBytes = 16 << 20;
 constexpr long long kMpiAcrossNodesTreeMaxBytes = 8 << 10;
 // How a call that auto runs travels in the signature exchange (see above).
 enum class InExchange {
-  kNo,     // only the signature; the algorithm runs after the round
-  kWhole,  // the data with the signature, reduced by every rank: one round
-  kSplit,  // block r with the signature to rank r, then an allgather: two rounds
+  kNo,        // only the signature; the algorithm runs after the round
+  kWhole,     // the data with the signature, reduced by every rank: one round
+  kSplit,     // block r with the signature to rank r, then an allgather: two rounds
+  kDoubling,  // allreduce by recursive doubling with the signatures' range (doubling_exchange)
 };
-InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks);
+// `doubling`: CommunicatorOptions::doubling_exchange.
+InExchange SignatureExchangeMode(Collective kind, size_t count, DataType dtype, int nranks,
+                                 bool doubling = false);
 
 struct CommunicatorOptions {
   // How long one call may run before it ends in Timeout.
@@ -202,6 +205,15 @@ struct CommunicatorOptions {
   // full signatures travel only when the tags disagree (to name the calls); false: every
   // message carries the 48-byte signature (communicator.cc, ExchangeSignatures).
   bool tagged_signatures = true;
+  // Ranks on several nodes (AcrossNodesMpiOptions): a small auto allreduce (at most
+  // kInExchangeBytes, 4 ranks or more) runs by recursive doubling instead of in the all-to-all
+  // signature round (InExchange::kDoubling): ceil(log2 n) rounds of one message per rank, each
+  // carrying the data so far and the lowest and highest signature seen, where the all-to-all
+  // sends n - 1 messages per rank that all cross the network. Every rank learns whether every
+  // signature agreed; when not, a full signature round names the calls. A call of another
+  // mode against it (a larger call) ends in the ranks' timeouts, naming the rank each waited
+  // for, instead of the mismatch.
+  bool doubling_exchange = false;
   // kAuto's cost model instead of the selector's formulas (cost_model.h); null: the installed
   // default (selector.h, SetDefaultCostModel: the simulator in the loom CLI and the Python
   // module) when default_cost_model is set and one is installed, else the formulas.

@@ -620,14 +620,17 @@ class RankSweeper {
     // Ranks that do not meet (MPI) run small allreduce calls in the signature exchange,
     // whole or split (communicator.h).
     using collective::InExchange;
-    const InExchange mode = c_.transport->processes && c_.transport->schedules &&
-                                    !comm_.transport().meets_with_signatures() &&
-                                    c_.transport->device == collective::DeviceKind::kCpu
-                                ? collective::SignatureExchangeMode(c_.kind, s.count, c_.dtype, n_)
-                                : InExchange::kNo;
-    return name + (mode == InExchange::kWhole   ? std::string(":exchange")
-                   : mode == InExchange::kSplit ? std::string(":split_exchange")
-                                                : StrCat(":", AlgorithmName(chosen)));
+    const InExchange mode =
+        c_.transport->processes && c_.transport->schedules &&
+                !comm_.transport().meets_with_signatures() &&
+                c_.transport->device == collective::DeviceKind::kCpu
+            ? collective::SignatureExchangeMode(c_.kind, s.count, c_.dtype, n_,
+                                                comm_.options().doubling_exchange)
+            : InExchange::kNo;
+    return name + (mode == InExchange::kDoubling ? std::string(":doubling")
+                   : mode == InExchange::kWhole  ? std::string(":exchange")
+                   : mode == InExchange::kSplit  ? std::string(":split_exchange")
+                                                 : StrCat(":", AlgorithmName(chosen)));
   }
 
   void PrintHeader() const {

@@ -745,6 +745,7 @@ CommunicatorOptions AcrossNodesMpiOptions(CommunicatorOptions options) {
   options.auto_direct_max_bytes = -1;
   options.auto_native_min_bytes = -1;
   options.auto_native_max_bytes = -1;
+  options.doubling_exchange = true;
   return options;
 }
 
