@@ -22,7 +22,8 @@ StatusOr<ModelDir> ResolveModelDir(const std::string& dir) {
     if (!model_file.empty())
       return NotFound(manifest, " names model_file '", model_file, "', but ", m.program,
                       " does not exist");
-    return NotFound("'", dir, "' is a directory without main.pb: give a program file, a bundle "
+    return NotFound("'", dir,
+                    "' is a directory without main.pb: give a program file, a bundle "
                     "directory or a directory save_inference_model wrote");
   }
   const std::string& params_file = m.manifest.params_file();

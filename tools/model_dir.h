@@ -12,8 +12,8 @@
 namespace loom::cli {
 
 struct ModelDir {
-  std::string program;   // the program file: DIR/main.pb or DIR/<model_file>
-  std::string params;    // DIR/params, DIR/<params_file>, or empty when DIR holds neither
+  std::string program;       // the program file: DIR/main.pb or DIR/<model_file>
+  std::string params;        // DIR/params, DIR/<params_file>, or empty when DIR holds neither
   bool has_startup = false;  // DIR/startup.pb exists (a training bundle)
   proto::BundleManifest manifest;
 };
