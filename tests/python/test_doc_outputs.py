@@ -34,3 +34,23 @@ def test_a_stale_or_unmarked_block_is_named(tmp_path):
     proc = run("--update", str(doc))
     assert proc.returncode == 1  # the unmarked block is still an error
     assert "$ echo fresh\nfresh\n```" in doc.read_text()
+
+
+def test_every_flag_of_every_command_is_in_the_cli_manual():
+    """Each flag a command's --help prints appears in docs/CLI.md: the manual cannot fall behind
+    the tool's flags."""
+    import re
+    loom = os.path.join(BUILD, "tools", "loom")
+    manual = open(os.path.join(ROOT, "docs", "CLI.md")).read()
+    missing = []
+    for command in (["run"], ["inspect"], ["transpile"], ["topo"], ["bench", "collective"],
+                    ["bench", "copies"], ["simulate"], ["devices"], ["launch"]):
+        text = subprocess.run([loom] + command + ["--help"], capture_output=True, text=True,
+                              timeout=60)
+        out = text.stdout + text.stderr
+        flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out)) - {"--help"}
+        assert flags, "loom %s --help printed no flags: %s" % (" ".join(command), out)
+        for flag in sorted(flags):
+            if not re.search(re.escape(flag) + r"(?![a-z0-9-])", manual):
+                missing.append("loom %s %s" % (" ".join(command), flag))
+    assert not missing, "flags missing from docs/CLI.md: " + ", ".join(missing)
