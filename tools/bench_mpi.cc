@@ -26,10 +26,16 @@ Status RunOnMpiWorld(int* argc, char*** argv, const collective::CommunicatorOpti
   return result.ok() ? finalized : result;
 }
 
-StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank) {
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank, std::string* transport) {
   LOOM_RETURN_IF_ERROR(collective::MpiInit(nullptr, nullptr));
   *rank = collective::MpiWorldRank();
   StatusOr<collective::NodeMap> nodes = collective::DetectMpiNodes();
+  if (nodes.ok()) {
+    // What a communicator with the defaults runs over (its setup is collective too).
+    StatusOr<std::unique_ptr<collective::Communicator>> comm = collective::CreateMpiCommunicator();
+    if (!comm.ok()) nodes = comm.status();
+    if (comm.ok()) *transport = (*comm)->transport().name();
+  }
   Status finalized = collective::MpiFinalize();
   if (!nodes.ok()) return nodes.status();
   LOOM_RETURN_IF_ERROR(finalized);

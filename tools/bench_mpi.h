@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "collective/communicator.h"
 #include "collective/nodes.h"
@@ -18,7 +19,9 @@ Status RunOnMpiWorld(int* argc, char*** argv, const collective::CommunicatorOpti
 
 // Initializes MPI, gathers which ranks share a node and each node's NICs (collective::
 // DetectMpiNodes), finalizes MPI; `rank` gets this process's rank.
-StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank);
+// *transport: the name of the transport a default MPI communicator runs over there ("mpi",
+// "mpi+shm" on one node, "mpi+shm+nodes" with several ranks on each of several nodes).
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int* rank, std::string* transport);
 
 // The peer beside Loom's rows (--peer-mpi): Open MPI's blocking MPI_Allreduce on MPI_COMM_WORLD,
 // out of place from `send` to `recv` (count elements each) as Loom's rows run, `warmup` untimed

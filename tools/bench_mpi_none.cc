@@ -15,7 +15,7 @@ Status RunOnMpiWorld(int*, char***, const collective::CommunicatorOptions&,
       "time); --transport mpi is unavailable");
 }
 
-StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int*) {
+StatusOr<collective::NodeMap> DetectNodesOnMpiWorld(int*, std::string*) {
   return Unimplemented("this loom was built without MPI; loom topo --mpi is unavailable");
 }
 

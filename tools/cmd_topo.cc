@@ -141,9 +141,18 @@ std::string TreeLinks(const Topology& t, const Tree& tree) {
 // other ranks nothing (nullopt).
 StatusOr<std::optional<Topology>> MpiTopology() {
   int rank = 0;
-  LOOM_ASSIGN_OR_RETURN(collective::NodeMap nodes, DetectNodesOnMpiWorld(&rank));
+  std::string transport;
+  LOOM_ASSIGN_OR_RETURN(collective::NodeMap nodes, DetectNodesOnMpiWorld(&rank, &transport));
   if (rank != 0) return std::optional<Topology>();
-  std::printf("%s\n", collective::DescribeNodes(nodes).c_str());
+  std::printf("%s", collective::DescribeNodes(nodes).c_str());
+  const char* how = transport == "mpi+shm"
+                        ? "one node: the ranks meet and run their native collectives in shared "
+                          "memory; point-to-point over MPI"
+                    : transport == "mpi+shm+nodes"
+                        ? "the node-hierarchical allreduce: shared memory inside each node, "
+                          "one shard per rank across the nodes; the rest over MPI"
+                        : "MPI messages";
+  std::printf("# transport: %s (%s)\n\n", transport.c_str(), how);
   if (nodes.nodes() == 1)
     return std::optional<Topology>(Topology::Uniform(static_cast<int>(nodes.node_of_rank.size())));
   return std::optional<Topology>(collective::NodeTopology(nodes));

@@ -210,6 +210,7 @@ def test_topo_sees_the_nodes_and_nics_of_an_mpi_world_across_nodes(emulation):
     assert "# 4 ranks on 2 nodes" in out, out
     assert "0  node0  0,1  eth0=10.77.0.1@1Gb eth1=10.77.1.1@1Gb" in out, out
     assert "1  node1  2,3  eth0=10.77.0.2@1Gb eth1=10.77.1.2@1Gb" in out, out
+    assert "# transport: mpi+shm+nodes (the node-hierarchical allreduce" in out, out
     rows = [l.split() for l in out.splitlines()
             if re.match(r"^\s+\d(\s+[-\d]){4}\s*$", l)]
     assert rows[0][1:] == ["-", "2", "1", "1"], out
