@@ -385,6 +385,17 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
   for (const auto& name : fetches) {
     const Variable* v = local->FindVar(name);
     if (!v) return NotFound("fetch '", name, "' is not a variable of the program or the scope");
+    if (v->IsType<SelectedRows>()) {  // a sparse gradient is fetched dense
+      const SelectedRows& s = v->Get<SelectedRows>();
+      if (!s.value.initialized())
+        return FailedPrecondition("fetch '", name, "' has no value after the run");
+      SelectedRows host{s.rows, Tensor(), s.height};
+      TensorCopy(s.value, Place::CPU(), &host.value);
+      Tensor dense;
+      LOOM_RETURN_IF_ERROR(SelectedRowsToDense(host, &dense).WithContext("fetch '" + name + "'"));
+      if (fetched) fetched->push_back(std::move(dense));
+      continue;
+    }
     if (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized())
       return FailedPrecondition("fetch '", name, "' has no value after the run");
     if (fetched) {

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "framework/op_registry.h"
+#include "framework/verifier.h"
 
 namespace loom {
 
@@ -130,6 +131,7 @@ class BackwardBuilder {
     s.SetAttr("value", 1.0f);
     s.SetAttr("dtype", static_cast<int>(loss_var.Dtype()));
     s.SetRole(kOpRoleBackward | kOpRoleLoss);
+    const int first_grad_op = block_->OpSize();
     Emit(seed);
     DeclareGradVar(loss_grad, loss);
     contributions_[loss_grad] = {loss_grad};
@@ -138,6 +140,10 @@ class BackwardBuilder {
     for (auto& kv : std::map<std::string, std::vector<std::string>>(contributions_.begin(),
                                                                     contributions_.end()))
       FlushSum(kv.first);
+    // Gradients whose type follows their op (an embedding's sparse gradient, a sum of them),
+    // in program order, once every gradient is declared.
+    for (int i = first_grad_op; i < block_->OpSize(); ++i)
+      LOOM_RETURN_IF_ERROR(InferVarTypeAtCompileTime(block_, i));
 
     // Parameters: persistable float vars with gradients.
     std::vector<ParamGrad> result;

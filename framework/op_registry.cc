@@ -21,6 +21,18 @@ Tensor* KernelContext::Output(const std::string& slot, int i) const {
   return t;
 }
 
+const SelectedRows* KernelContext::InputSelectedRows(const std::string& slot, int i) const {
+  Variable* v = InputVariable(slot, i);
+  return v && v->IsType<SelectedRows>() ? &v->Get<SelectedRows>() : nullptr;
+}
+
+SelectedRows* KernelContext::OutputSelectedRows(const std::string& slot, int i) const {
+  Variable* v = OutputVariable(slot, i);
+  if (!v) return nullptr;
+  if (v->IsInitialized() && !v->IsType<SelectedRows>()) v->Clear();
+  return v->GetMutable<SelectedRows>();
+}
+
 proto::OpDesc MakeDefaultGradOp(const OpDesc& fwd) {
   proto::OpDesc grad;
   OpDesc g(&grad);
@@ -248,6 +260,11 @@ OpRegistrar& OpRegistrar::AttrsFrom(const std::string& forward_type) {
 
 OpRegistrar& OpRegistrar::InferShape(InferShapeFn fn) {
   info_->infer_shape = fn;
+  return *this;
+}
+
+OpRegistrar& OpRegistrar::InferVarType(InferVarTypeFn fn) {
+  info_->infer_var_type = fn;
   return *this;
 }
 

@@ -17,6 +17,7 @@
 #include "framework/device_context.h"
 #include "framework/place.h"
 #include "framework/program_desc.h"
+#include "framework/selected_rows.h"
 #include "framework/tensor.h"
 #include "framework/variable.h"
 
@@ -55,6 +56,12 @@ class InferShapeContext {
   virtual DataType InputDtype(const std::string& slot, int i = 0) const = 0;
   virtual void SetOutputDim(const std::string& slot, const DDim& dims, int i = 0) = 0;
   virtual void SetOutputDtype(const std::string& slot, DataType dtype, int i = 0) = 0;
+  // What a slot's variable holds: DENSE_TENSOR or SELECTED_ROWS (at compile time its VarDesc's
+  // type, at run time the object the variable holds; DENSE_TENSOR when absent or empty).
+  virtual proto::VarType::Type InputVarType(const std::string& slot, int i = 0) const = 0;
+  // Declares what an output holds (ops whose output type follows their inputs or attributes:
+  // an embedding's sparse gradient, sum). At run time it makes the variable hold that object.
+  virtual void SetOutputVarType(const std::string& slot, proto::VarType::Type type, int i = 0) = 0;
   // "op 'mul' (block 0, #3)"
   virtual std::string Where() const = 0;
 
@@ -79,6 +86,9 @@ class InferShapeContext {
 };
 
 using InferShapeFn = Status (*)(InferShapeContext* ctx);
+// Sets the variable types of an op's outputs from its inputs' types and attributes
+// (SetOutputVarType); runs before shape inference, at compile time and at run time.
+using InferVarTypeFn = Status (*)(InferShapeContext* ctx);
 
 // When a call left running by a kernel actually ran (for timelines).
 struct AsyncSpan {
@@ -122,6 +132,11 @@ class KernelContext {
 
   const Tensor& Input(const std::string& slot, int i = 0) const;
   Tensor* Output(const std::string& slot, int i = 0) const;
+  // The SelectedRows a slot's variable holds; null when it holds something else or is absent.
+  const SelectedRows* InputSelectedRows(const std::string& slot, int i = 0) const;
+  // Makes the slot's variable hold a SelectedRows (replacing a tensor) and returns it; null
+  // when the slot is absent.
+  SelectedRows* OutputSelectedRows(const std::string& slot, int i = 0) const;
   const Place& place() const { return device().place(); }
   template <typename T>
   const T& Attr(const std::string& name) const {
@@ -165,6 +180,7 @@ struct OpInfo {
   std::vector<AttrSpec> attrs;
   std::string attrs_from;
   InferShapeFn infer_shape = nullptr;
+  InferVarTypeFn infer_var_type = nullptr;
   GradMakerFn grad_maker = nullptr;
   // A control-flow op that runs its sub-block repeatedly (while): backward builds its gradient
   // block for one iteration, with the gradients of the variables it carries from one
@@ -249,6 +265,7 @@ class OpRegistrar {
   // translation unit.
   OpRegistrar& AttrsFrom(const std::string& forward_type);
   OpRegistrar& InferShape(InferShapeFn fn);
+  OpRegistrar& InferVarType(InferVarTypeFn fn);
   OpRegistrar& GradMaker(GradMakerFn fn);
   OpRegistrar& RepeatsSubBlock();
   OpRegistrar& SubBlocksAttr(const std::string& ints_attr);

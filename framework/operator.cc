@@ -78,7 +78,25 @@ Variable* Operator::OutputVariable(const std::string& slot, int i) const {
 Tensor* Operator::OutputOrNull(const std::string& slot, int i) const {
   const Slot* s = FindSlot(outputs_, slot);
   if (!s || i >= static_cast<int>(s->bound.size()) || !s->bound[i]) return nullptr;
-  return s->bound[i]->GetMutable<Tensor>();
+  Variable* v = s->bound[i];
+  if (v->IsInitialized() && !v->IsType<Tensor>()) return nullptr;  // a SelectedRows, ...
+  return v->GetMutable<Tensor>();
+}
+
+proto::VarType::Type Operator::InputVarType(const std::string& slot, int i) const {
+  Variable* v = InputVariable(slot, i);
+  return v && v->IsType<SelectedRows>() ? proto::VarType::SELECTED_ROWS
+                                        : proto::VarType::DENSE_TENSOR;
+}
+
+void Operator::SetOutputVarType(const std::string& slot, proto::VarType::Type type, int i) {
+  Variable* v = OutputVariable(slot, i);
+  if (!v) return;
+  if (type == proto::VarType::SELECTED_ROWS) {
+    OutputSelectedRows(slot, i);
+  } else if (type == proto::VarType::DENSE_TENSOR && v->IsType<SelectedRows>()) {
+    v->Clear();
+  }
 }
 
 DDim Operator::InputDim(const std::string& slot, int i) const {
@@ -133,6 +151,9 @@ Status Operator::SelectKernel(Place::Kind place, KernelFn* fn) {
   }
   if (slot && !slot->bound.empty() && slot->bound[0] && slot->bound[0]->IsType<Tensor>()) {
     dtype = slot->bound[0]->Get<Tensor>().dtype();
+  } else if (slot && !slot->bound.empty() && slot->bound[0] &&
+             slot->bound[0]->IsType<SelectedRows>()) {
+    dtype = slot->bound[0]->Get<SelectedRows>().value.dtype();
   } else if (auto it = attrs_.find("dtype"); it != attrs_.end()) {
     dtype = static_cast<DataType>(std::get<int>(it->second));
   }
@@ -177,6 +198,7 @@ Status Operator::Run(Scope* scope_ptr, const DeviceContext& dev, BlockRunner* ru
       const Variable* v = s.bound[i];
       if (!v) continue;
       bool other_object = v->IsInitialized() && !v->IsType<Tensor>();  // e.g. a communicator
+      if (v->IsType<SelectedRows>()) other_object = v->Get<SelectedRows>().value.initialized();
       if (!other_object && (!v->IsType<Tensor>() || !v->Get<Tensor>().initialized()))
         return FailedPrecondition(where_, ": input '", s.name, "' var '", s.vars[i],
                                   "' has no value (not fed, not loaded, and no earlier op "
@@ -186,6 +208,7 @@ Status Operator::Run(Scope* scope_ptr, const DeviceContext& dev, BlockRunner* ru
   // A kernel that cannot allocate, or a failed internal check, throws StatusError: reported
   // here as this op's error.
   try {
+    if (info_->infer_var_type) LOOM_RETURN_IF_ERROR(info_->infer_var_type(this));
     if (info_->infer_shape) LOOM_RETURN_IF_ERROR(info_->infer_shape(this));
     KernelFn kernel = nullptr;
     LOOM_RETURN_IF_ERROR(SelectKernel(dev.place().kind, &kernel));

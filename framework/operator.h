@@ -49,6 +49,8 @@ class Operator final : public InferShapeContext, public KernelContext {
   DataType InputDtype(const std::string& slot, int i) const override;
   void SetOutputDim(const std::string& slot, const DDim& dims, int i) override;
   void SetOutputDtype(const std::string& slot, DataType dtype, int i) override;
+  proto::VarType::Type InputVarType(const std::string& slot, int i) const override;
+  void SetOutputVarType(const std::string& slot, proto::VarType::Type type, int i) override;
   std::string Where() const override { return where_; }
   const Tensor* InputOrNull(const std::string& slot, int i) const override;
   Tensor* OutputOrNull(const std::string& slot, int i) const override;

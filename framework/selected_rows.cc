@@ -25,13 +25,13 @@ Status CheckSelectedRows(const SelectedRows& s, const std::string& where) {
                ": SelectedRows value needs at least one dim (one per row), has ",
                s.value.dims().ToString());
   LOOM_ENFORCE(s.value.dims()[0] == static_cast<int64_t>(s.rows.size()), where,
-               ": SelectedRows has ", s.rows.size(), " rows but its value has ",
-               s.value.dims()[0], " (value ", s.value.dims().ToString(), ")");
+               ": SelectedRows has ", s.rows.size(), " rows but its value has ", s.value.dims()[0],
+               " (value ", s.value.dims().ToString(), ")");
   LOOM_ENFORCE(s.rows.empty() || s.value.initialized(), where,
                ": SelectedRows value is not initialized");
   for (size_t i = 0; i < s.rows.size(); ++i)
-    LOOM_ENFORCE(s.rows[i] >= 0 && s.rows[i] < s.height, where, ": SelectedRows row ", i,
-                 " is id ", s.rows[i], ", outside [0, ", s.height, ")");
+    LOOM_ENFORCE(s.rows[i] >= 0 && s.rows[i] < s.height, where, ": SelectedRows row ", i, " is id ",
+                 s.rows[i], ", outside [0, ", s.height, ")");
   return Status::OK();
 }
 
@@ -46,12 +46,8 @@ void AddRow(const T* src, T* dst, int64_t w) {
 template <typename F>
 Status ForFloat(DataType t, const char* what, F&& f) {
   switch (t) {
-    case proto::FP32:
-      f(float{});
-      return Status::OK();
-    case proto::FP64:
-      f(double{});
-      return Status::OK();
+    case proto::FP32: f(float{}); return Status::OK();
+    case proto::FP64: f(double{}); return Status::OK();
     default:
       return Unimplemented(what, " of a SelectedRows of ", DataTypeName(t),
                            " (float32 and float64 only)");
@@ -62,9 +58,8 @@ Status ForFloat(DataType t, const char* what, F&& f) {
 
 Status MergeRows(const SelectedRows& s, SelectedRows* out) {
   LOOM_RETURN_IF_ERROR(CheckSelectedRows(s, "merge_selected_rows input"));
-  LOOM_ENFORCE(s.rows.empty() || s.value.place().is_cpu(),
-               "merge_selected_rows: the value is on ", s.value.place().ToString(),
-               "; MergeRows runs on the host");
+  LOOM_ENFORCE(s.rows.empty() || s.value.place().is_cpu(), "merge_selected_rows: the value is on ",
+               s.value.place().ToString(), "; MergeRows runs on the host");
   std::map<int64_t, int64_t> slot;  // id -> output row
   for (int64_t id : s.rows) slot.emplace(id, 0);
   int64_t n = 0;
@@ -96,8 +91,9 @@ Status MergeRows(const SelectedRows& s, SelectedRows* out) {
 
 Status SelectedRowsToDense(const SelectedRows& s, Tensor* dense) {
   LOOM_RETURN_IF_ERROR(CheckSelectedRows(s, "SelectedRows to dense"));
-  LOOM_ENFORCE(s.rows.empty() || s.value.place().is_cpu(), "SelectedRows to dense: the value is on ",
-               s.value.place().ToString(), "; this conversion runs on the host");
+  LOOM_ENFORCE(s.rows.empty() || s.value.place().is_cpu(),
+               "SelectedRows to dense: the value is on ", s.value.place().ToString(),
+               "; this conversion runs on the host");
   const int64_t w = s.RowWidth();
   Tensor d(s.value.dtype(), s.DenseDims());
   LOOM_RETURN_IF_ERROR(ForFloat(s.value.dtype(), "to dense", [&](auto zero) {

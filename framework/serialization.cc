@@ -57,6 +57,8 @@ class Reader {
 
 constexpr char kTensorMagic[8] = {'L', 'O', 'O', 'M', 'T', 'N', 'S', 'R'};
 constexpr uint32_t kTensorVersion = 1;
+constexpr char kRowsMagic[8] = {'L', 'O', 'O', 'M', 'S', 'R', 'O', 'W'};
+constexpr uint32_t kRowsVersion = 1;
 
 }  // namespace
 
@@ -175,6 +177,59 @@ StatusOr<Tensor> DeserializeTensor(const std::string& bytes, const std::string& 
   void* dst = t.mutable_data(place, dt);
   MemCopy(place, dst, Place::CPU(), bytes.data() + data_at, nbytes);
   return t;
+}
+
+std::string SerializeSelectedRows(const SelectedRows& s) {
+  std::string out(kRowsMagic, sizeof(kRowsMagic));
+  Append<uint32_t>(&out, kRowsVersion);
+  Append<uint64_t>(&out, s.rows.size());
+  for (int64_t id : s.rows) Append<int64_t>(&out, id);
+  Append<int64_t>(&out, s.height);
+  uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size())));
+  Append<uint32_t>(&out, crc);
+  out += SerializeTensor(s.value);
+  return out;
+}
+
+StatusOr<SelectedRows> DeserializeSelectedRows(const std::string& bytes, const std::string& source,
+                                               const Place& place) {
+  if (bytes.size() < sizeof(kRowsMagic) || std::memcmp(bytes.data(), kRowsMagic, 8) != 0)
+    return Corruption(source, ": not a Loom SelectedRows file (bad magic)");
+  Reader r(bytes, source);
+  LOOM_RETURN_IF_ERROR(r.Skip(8, "magic"));
+  uint32_t version = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&version, "version"));
+  if (version != kRowsVersion)
+    return Corruption(source, ": unsupported SelectedRows format version ", version, " (expected ",
+                      kRowsVersion, ")");
+  uint64_t n = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&n, "row count"));
+  if (n > (bytes.size() - r.pos()) / sizeof(int64_t))
+    return Corruption(source, ": truncated (", n, " row ids do not fit in the file)");
+  SelectedRows s;
+  s.rows.resize(n);
+  for (uint64_t i = 0; i < n; ++i) LOOM_RETURN_IF_ERROR(r.Read(&s.rows[i], "row id"));
+  LOOM_RETURN_IF_ERROR(r.Read(&s.height, "height"));
+  const size_t header = r.pos();
+  uint32_t crc = 0;
+  LOOM_RETURN_IF_ERROR(r.Read(&crc, "checksum"));
+  uint32_t want = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(header)));
+  if (crc != want) return Corruption(source, ": checksum mismatch in the row ids");
+  LOOM_ASSIGN_OR_RETURN(s.value, DeserializeTensor(bytes.substr(r.pos()), source, place));
+  LOOM_RETURN_IF_ERROR(CheckSelectedRows(s, source));
+  return s;
+}
+
+Status SaveSelectedRows(const SelectedRows& s, const std::string& path) {
+  LOOM_RETURN_IF_ERROR(CheckSelectedRows(s, StrCat("saving ", path)));
+  return WriteFileAtomic(path, SerializeSelectedRows(s));
+}
+
+StatusOr<SelectedRows> LoadSelectedRows(const std::string& path, const Place& place) {
+  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return DeserializeSelectedRows(bytes, path, place);
 }
 
 Status SaveTensor(const Tensor& t, const std::string& path) {

@@ -9,6 +9,7 @@
 
 #include "framework/program_desc.h"
 #include "framework/scope.h"
+#include "framework/selected_rows.h"
 #include "framework/tensor.h"
 
 namespace loom {
@@ -28,6 +29,15 @@ StatusOr<Tensor> DeserializeTensor(const std::string& bytes, const std::string& 
                                    const Place& place = Place::CPU());
 Status SaveTensor(const Tensor& t, const std::string& path);
 StatusOr<Tensor> LoadTensor(const std::string& path, const Place& place = Place::CPU());
+
+// SelectedRows ("LOOMSROW" format: magic, version, row count, the int64 ids, height, CRC-32,
+// then the value as one LOOMTNSR record). Loading checks the ids against the height and the
+// value's rows against the ids (CheckSelectedRows).
+std::string SerializeSelectedRows(const SelectedRows& s);
+StatusOr<SelectedRows> DeserializeSelectedRows(const std::string& bytes, const std::string& source,
+                                               const Place& place = Place::CPU());
+Status SaveSelectedRows(const SelectedRows& s, const std::string& path);
+StatusOr<SelectedRows> LoadSelectedRows(const std::string& path, const Place& place = Place::CPU());
 
 // NumPy .npy (versions 1.0-3.0, little-endian, C order; f2/f4/f8/i4/i8/b1; i8 and u1 read too).
 StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& source);

@@ -68,6 +68,18 @@ class CompileTimeContext final : public InferShapeContext {
     if (!v) v = block_->Var(name);
     v.SetDtype(dtype);
   }
+  proto::VarType::Type InputVarType(const std::string& slot, int i) const override {
+    VarDesc v = block_->FindVarRecursive(InputVarName(slot, i));
+    return v && v.Type() == proto::VarType::SELECTED_ROWS ? proto::VarType::SELECTED_ROWS
+                                                          : proto::VarType::DENSE_TENSOR;
+  }
+  void SetOutputVarType(const std::string& slot, proto::VarType::Type type, int i) override {
+    std::string name = OutputVarName(slot, i);
+    if (name.empty() || name == kEmptyVarName) return;
+    VarDesc v = block_->FindVarRecursive(name);
+    if (!v) v = block_->Var(name);
+    v.SetType(type);
+  }
   std::string Where() const override { return where_; }
   const Status& conflict() const { return conflict_; }
 
@@ -134,8 +146,10 @@ Status InferOp(BlockDesc* block, int op_index, std::set<int>* done) {
     if (bi && bi->idx > block->Idx() && bi->idx < program->NumBlocks())
       LOOM_RETURN_IF_ERROR(InferBlock(program->Block(bi->idx), done));
   }
-  if (!info->infer_shape) return Status::OK();
+  if (!info->infer_shape && !info->infer_var_type) return Status::OK();
   CompileTimeContext ctx(block, op, &attrs, where);
+  if (info->infer_var_type) LOOM_RETURN_IF_ERROR(info->infer_var_type(&ctx));
+  if (!info->infer_shape) return Status::OK();
   LOOM_RETURN_IF_ERROR(info->infer_shape(&ctx));
   return ctx.conflict();
 }
@@ -151,6 +165,16 @@ Status InferBlock(BlockDesc* block, std::set<int>* done) {
 Status InferShapeAtCompileTime(BlockDesc* block, int op_index) {
   std::set<int> done;
   return InferOp(block, op_index, &done);
+}
+
+Status InferVarTypeAtCompileTime(BlockDesc* block, int op_index) {
+  OpDesc op = block->Op(op_index);
+  const OpInfo* info = OpRegistry::Global().Find(op.Type());
+  if (!info || !info->infer_var_type) return Status::OK();
+  std::string where = OpLocation(op.Type(), block->Idx(), op_index);
+  LOOM_ASSIGN_OR_RETURN(AttributeMap attrs, info->ResolveAttrs(op, where));
+  CompileTimeContext ctx(block, op, &attrs, where);
+  return info->infer_var_type(&ctx);
 }
 
 Status InferShapes(BlockDesc* block) {
@@ -174,7 +198,9 @@ Status VerifyProgram(const ProgramDesc& program) {
       if (v.name().empty()) return InvalidArgument("block ", b, ": a var has an empty name");
       if (seen[v.name()]++)
         return InvalidArgument("block ", b, ": var '", v.name(), "' is declared twice");
-      if (v.type().type() == proto::VarType::DENSE_TENSOR && v.type().has_tensor()) {
+      if ((v.type().type() == proto::VarType::DENSE_TENSOR ||
+           v.type().type() == proto::VarType::SELECTED_ROWS) &&
+          v.type().has_tensor()) {
         if (!proto::DataType_IsValid(v.type().tensor().data_type()))
           return InvalidArgument("block ", b, ": var '", v.name(), "' has an invalid dtype");
         for (int64_t d : v.type().tensor().dims())
@@ -199,8 +225,8 @@ Status VerifyProgram(const ProgramDesc& program) {
       for (const auto& [name, value] : attrs) {
         std::vector<int> named;
         if (const auto* bi = std::get_if<BlockIndex>(&value)) named.push_back(bi->idx);
-        if (std::find(info->sub_block_list_attrs.begin(), info->sub_block_list_attrs.end(),
-                      name) != info->sub_block_list_attrs.end())
+        if (std::find(info->sub_block_list_attrs.begin(), info->sub_block_list_attrs.end(), name) !=
+            info->sub_block_list_attrs.end())
           named = std::get<std::vector<int>>(value);
         for (int idx : named)
           if (idx <= b || idx >= program.NumBlocks())

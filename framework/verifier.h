@@ -12,6 +12,10 @@ namespace loom {
 // error when an output var was declared with dims that disagree with the inferred ones.
 Status InferShapeAtCompileTime(BlockDesc* block, int op_index);
 
+// Runs only the op's variable-type inference (OpInfo::infer_var_type; e.g. an embedding's
+// gradient declared SELECTED_ROWS); backward runs it on every op it appends.
+Status InferVarTypeAtCompileTime(BlockDesc* block, int op_index);
+
 // Runs InferShapeAtCompileTime for every op of a block in order.
 Status InferShapes(BlockDesc* block);
 

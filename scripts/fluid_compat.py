@@ -123,8 +123,6 @@ REASONS = [
          "dygraph".split()), "dynamic graph mode: Loom is static-graph only"),
     (set("lstm dynamic_lstmp".split()), "not built yet (dynamic_lstm, LSTMCell and rnn are)"),
     (set("ChunkEvaluator".split()), "not built yet (the chunk_eval layer is)"),
-    (set("merge_selected_rows get_tensor_from_selected_rows".split()),
-     "SelectedRows: sparse gradients are computed dense"),
     (set("CUDAPinnedPlace cuda_pinned_places".split()), "pinned host memory: not built"),
     (set("dataset DatasetFactory load_op_library device_guard require_version".split()),
      "runtime facilities: not built yet"),

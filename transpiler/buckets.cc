@@ -21,7 +21,10 @@ std::vector<GradBucket> PlanBuckets(const ProgramDesc& main,
     current = GradBucket();
   };
   for (const auto& [producer, p] : order) {
-    const bool alone = limit_bytes <= 0 || p->bytes >= limit_bytes;
+    // A sparse gradient (SelectedRows) is exchanged as rows by its own call.
+    VarDesc g = block.FindVarRecursive(p->grad);
+    const bool sparse = g && g.Type() == proto::VarType::SELECTED_ROWS;
+    const bool alone = sparse || limit_bytes <= 0 || p->bytes >= limit_bytes;
     if (alone || (!current.params.empty() &&
                   (current.bytes + p->bytes > limit_bytes || current.dtype != p->dtype)))
       close();

@@ -23,7 +23,8 @@ struct GradBucket {
 
 // Buckets of the parameters' gradients in the order main's block 0 produces them (the last
 // backward op writing each): consecutive gradients of one dtype up to limit_bytes together, a
-// gradient of limit_bytes or more alone; limit_bytes <= 0: every gradient alone.
+// gradient of limit_bytes or more alone, a sparse one (SelectedRows) alone; limit_bytes <= 0:
+// every gradient alone.
 std::vector<GradBucket> PlanBuckets(const ProgramDesc& main,
                                     const std::vector<OptimizedParam>& params, int64_t limit_bytes);
 

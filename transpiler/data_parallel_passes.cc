@@ -34,11 +34,11 @@ namespace {
 std::string Fingerprint(const DataParallelState& s) {
   const auto& c = s.config;
   return ProgramFingerprint(
-      s.main, StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|",
-                     collective::AlgorithmName(c.algorithm), "|", c.fuse_grad_size_mb, "|",
-                     GradScaleName(c.grad_scale), "|", PlacementPolicyName(c.owner_policy), "|",
-                     collective::GetTransport(c.transport).name, "|", c.topology, "|",
-                     c.tree_max_bytes));
+      s.main,
+      StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", collective::AlgorithmName(c.algorithm),
+             "|", c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|",
+             PlacementPolicyName(c.owner_policy), "|", collective::GetTransport(c.transport).name,
+             "|", c.topology, "|", c.tree_max_bytes));
 }
 
 }  // namespace
@@ -60,6 +60,12 @@ StatusOr<bool> CheckProgram(DataParallelState& s) {
 }
 
 StatusOr<bool> FindGradients(DataParallelState& s) {
+  // Sparse gradients are exchanged as rows (sparse_allreduce) between CPU places; on CUDA
+  // places the gradient kernels write them dense.
+  bool cuda = s.config.transport == collective::TransportId::kNccl ||
+              s.config.transport == collective::TransportId::kCudaP2P;
+  for (const Place& p : s.config.places) cuda |= p.is_cuda();
+  if (cuda) LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main).status());
   LOOM_ASSIGN_OR_RETURN(s.grads, AnalyzeGradients(s.main));
   return false;
 }
@@ -197,6 +203,16 @@ void SyncBucket(DataParallelState& s, size_t b, const SlotList& weight, Insertio
   SlotList ins = {{"X", bucket.grads}, {"Comm", {kCommVar}}};
   ins.insert(ins.end(), weight.begin(), weight.end());
   const std::string reduce_type = s.config.grad_scale == GradScale::kAvg ? "avg" : "sum";
+  VarDesc g = block->FindVarRecursive(bucket.grads[0]);
+  if (g && g.Type() == proto::VarType::SELECTED_ROWS) {
+    // A sparse gradient: every rank gets the merged rows (owner mode too; only the owner's
+    // update reads them).
+    bucket.algorithm = "auto";
+    (*ops)[position].push_back(MakeOp("sparse_allreduce", ins, {{"Out", bucket.grads}},
+                                      {{"reduce_type", reduce_type}},
+                                      kOpRoleBackward | kOpRoleCommunication));
+    return;
+  }
   AttributeMap attrs = {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}};
   if (owner) attrs["root"] = s.owner.at(bucket.params[0]);
   (*ops)[position].push_back(MakeOp(CollectiveName(kind), ins, {{"Out", bucket.grads}}, attrs,

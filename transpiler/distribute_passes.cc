@@ -101,6 +101,7 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
 }
 
 StatusOr<bool> FindDistributeGradients(DistributeState& s) {
+  LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main).status());
   LOOM_ASSIGN_OR_RETURN(s.grads, AnalyzeGradients(s.main));
   for (const auto& p : s.grads.params)
     if (p.dtype != proto::FP32 && p.dtype != proto::FP64)

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "framework/op_role.h"
+#include "framework/verifier.h"
 
 namespace loom::transpiler {
 namespace {
@@ -93,6 +94,26 @@ int LastGradWriter(const BlockDesc& block, const std::string& grad, int end) {
     if ((op.Role() & kOpRoleBackward) && Writes(op, grad)) last = i;
   }
   return last;
+}
+
+StatusOr<bool> DensifySparseGradients(ProgramDesc* main) {
+  bool changed = false;
+  for (int b = 0; b < main->NumBlocks(); ++b) {
+    BlockDesc* block = main->Block(b);
+    for (int i = 0; i < block->OpSize(); ++i) {
+      OpDesc op = block->Op(i);
+      if (op.Type() != "lookup_table_grad" || !op.Attr<bool>("is_sparse", false)) continue;
+      op.SetAttr("is_sparse", false);
+      changed = true;
+    }
+  }
+  if (!changed) return false;
+  for (int b = 0; b < main->NumBlocks(); ++b) {
+    BlockDesc* block = main->Block(b);
+    for (int i = 0; i < block->OpSize(); ++i)
+      LOOM_RETURN_IF_ERROR(InferVarTypeAtCompileTime(block, i));
+  }
+  return true;
 }
 
 StatusOr<GradientAnalysis> AnalyzeGradients(const ProgramDesc& main) {

@@ -60,6 +60,12 @@ std::vector<std::string> ServedParams(const OpDesc& op);
 // each owner can add its own terms. Returns whether any op changed.
 StatusOr<bool> TagOptimizerOps(ProgramDesc* main, const GradientAnalysis& grads);
 
+// Makes every sparse gradient (SelectedRows: embeddings with is_sparse) of a program dense:
+// the gradient ops write dense tensors and the variable types that follow them (sums, scales,
+// merges) are inferred again. The transpilers exchange gradients as dense tensors; the
+// updates give the same parameters either way. Returns whether anything changed.
+StatusOr<bool> DensifySparseGradients(ProgramDesc* main);
+
 // A `sum` tagged by TagOptimizerOps as combining the terms of several parameters.
 bool IsPartialSum(const OpDesc& op);
 

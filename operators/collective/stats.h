@@ -12,6 +12,12 @@ struct CollectiveOpStats {
   std::atomic<int64_t> allreduce_calls{0};
   std::atomic<int64_t> fused_calls{0};      // buckets of >1 tensor sent as one call
   std::atomic<int64_t> unfused_buckets{0};  // buckets of >1 tensor sent tensor by tensor
+  // sparse_allreduce: calls, those that went dense, and the bytes a rank contributed to each
+  // kind of exchange (padded ids and values; the dense buffer).
+  std::atomic<int64_t> sparse_calls{0};
+  std::atomic<int64_t> sparse_dense_calls{0};
+  std::atomic<int64_t> sparse_row_bytes{0};
+  std::atomic<int64_t> sparse_dense_bytes{0};
 
   // The process-wide instance (defined in libloom, so every module sees the same one).
   static CollectiveOpStats& Get();
@@ -19,6 +25,10 @@ struct CollectiveOpStats {
     allreduce_calls = 0;
     fused_calls = 0;
     unfused_buckets = 0;
+    sparse_calls = 0;
+    sparse_dense_calls = 0;
+    sparse_row_bytes = 0;
+    sparse_dense_bytes = 0;
   }
 };
 

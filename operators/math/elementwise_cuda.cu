@@ -16,16 +16,34 @@ __global__ void ScaleK(const T* x, T* o, int64_t n, Acc<T> s, Acc<T> b) {
   LOOM_GRID_STRIDE(i, n) o[i] = static_cast<T>(s * static_cast<Acc<T>>(x[i]) + b);
 }
 
+// A SelectedRows X (a sparse gradient) scales its value into a SelectedRows Out.
 template <typename T>
 Status Scale(const KernelContext& ctx) {
-  const Tensor& x = ctx.Input("X");
   float s = ctx.Attr<float>("scale"), b = ctx.Attr<float>("bias");
+  if (const Tensor* st = ctx.InputOrNull("ScaleTensor")) {
+    if (st->numel() != 1 || (st->dtype() != proto::FP32 && st->dtype() != proto::FP64))
+      return ctx.Error("input 'ScaleTensor' must be one float32 or float64 element");
+    Tensor host;
+    cudaStreamSynchronize(Stream(ctx));  // its writer ran on the op's stream
+    TensorCopy(*st, Place::CPU(), &host);
+    s = host.dtype() == proto::FP32 ? host.data<float>()[0]
+                                    : static_cast<float>(host.data<double>()[0]);
+  }
   if (!ctx.Attr<bool>("bias_after_scale")) b *= s;
+  const SelectedRows* sx = ctx.InputSelectedRows("X");
+  SelectedRows sparse_out;
+  if (sx) {
+    sparse_out.rows = sx->rows;
+    sparse_out.height = sx->height;
+    sparse_out.value.Resize(sx->value.dims());
+  }
+  const Tensor& x = sx ? sx->value : ctx.Input("X");
   int64_t n = x.numel();
-  T* o = MutableDataOf<T>(ctx.Output("Out"), ctx.place());
-  if (n == 0) return Status::OK();
-  ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, static_cast<Acc<T>>(s),
-                                                     static_cast<Acc<T>>(b));
+  T* o = MutableDataOf<T>(sx ? &sparse_out.value : ctx.Output("Out"), ctx.place());
+  if (n > 0)
+    ScaleK<T><<<Blocks(n), kThreads, 0, Stream(ctx)>>>(DataOf<T>(x), o, n, static_cast<Acc<T>>(s),
+                                                       static_cast<Acc<T>>(b));
+  if (sx) *ctx.OutputSelectedRows("Out") = std::move(sparse_out);
   return LaunchStatus(ctx);
 }
 

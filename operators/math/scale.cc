@@ -1,4 +1,5 @@
-// scale: Out = scale * X + bias (bias before scaling when bias_after_scale is false).
+// scale: Out = scale * X + bias (bias before scaling when bias_after_scale is false). A
+// SelectedRows X gives a SelectedRows Out: the same rows, their values scaled (as Fluid).
 #include <cmath>
 #include <type_traits>
 
@@ -8,7 +9,7 @@ namespace loom::ops {
 namespace {
 
 template <typename T>
-void ScaleCompute(const Tensor& x, float scale, float bias, bool bias_after_scale, Tensor* out,
+void ScaleCompute(const Tensor& x, double scale, double bias, bool bias_after_scale, Tensor* out,
                   const Place& place) {
   const T* in = x.data<T>();
   T* o = out->mutable_data<T>(place);
@@ -39,9 +40,43 @@ Status ScaleInferShape(InferShapeContext* ctx) {
   return SameShapeInferShape(ctx);
 }
 
+Status ScaleVarType(InferShapeContext* ctx) {
+  ctx->SetOutputVarType("Out", ctx->InputVarType("X"));
+  return Status::OK();
+}
+
+// The scale: ScaleTensor's one element when given (host tensors; float64 kept whole), else
+// the attribute.
+StatusOr<double> ScaleOf(const KernelContext& ctx) {
+  const Tensor* s = ctx.InputOrNull("ScaleTensor");
+  if (!s) return ctx.Attr<float>("scale");
+  if (s->numel() != 1 || !s->place().is_cpu())
+    return ctx.Error("input 'ScaleTensor' must be one element on the host, it is ",
+                     s->dims().ToString(), " on ", s->place().ToString());
+  switch (s->dtype()) {
+    case proto::FP32: return s->data<float>()[0];
+    case proto::FP64: return s->data<double>()[0];
+    default:
+      return ctx.Error("input 'ScaleTensor' is ", DataTypeName(s->dtype()),
+                       ", must be float32 or float64");
+  }
+}
+
 template <typename T>
 Status ScaleKernel(const KernelContext& ctx) {
-  ScaleCompute<T>(ctx.Input("X"), ctx.Attr<float>("scale"), ctx.Attr<float>("bias"),
+  LOOM_ASSIGN_OR_RETURN(double scale, ScaleOf(ctx));
+  if (const SelectedRows* x = ctx.InputSelectedRows("X")) {
+    SelectedRows out;  // X and Out may be one variable
+    out.rows = x->rows;
+    out.height = x->height;
+    out.value.Resize(x->value.dims());
+    if (x->value.initialized())
+      ScaleCompute<T>(x->value, scale, ctx.Attr<float>("bias"), ctx.Attr<bool>("bias_after_scale"),
+                      &out.value, ctx.place());
+    *ctx.OutputSelectedRows("Out") = std::move(out);
+    return Status::OK();
+  }
+  ScaleCompute<T>(ctx.Input("X"), scale, ctx.Attr<float>("bias"),
                   ctx.Attr<bool>("bias_after_scale"), ctx.Output("Out"), ctx.place());
   return Status::OK();
 }
@@ -63,10 +98,12 @@ std::vector<proto::OpDesc> ScaleGradMaker(const OpDesc& fwd) {
 LOOM_REGISTER_OP(scale)
     .Doc("Out = scale * X + bias (or scale * (X + bias) when bias_after_scale is false).")
     .Input("X", "input tensor")
+    .Input("ScaleTensor", "one element on the host; when given, the multiplier", false, true)
     .Output("Out", "output tensor, same shape as X")
-    .Attr<float>("scale", 1.0f, "multiplier")
+    .Attr<float>("scale", 1.0f, "multiplier (unless ScaleTensor is given)")
     .Attr<float>("bias", 0.0f, "added offset")
     .Attr<bool>("bias_after_scale", true, "add bias after scaling (true) or before (false)")
+    .InferVarType(ScaleVarType)
     .InferShape(ScaleInferShape)
     .GradMaker(ScaleGradMaker)
     .Kernel(Place::kCPU, proto::FP32, ScaleKernel<float>)

@@ -1,6 +1,8 @@
 // lookup_table: embedding lookup. Out[i] = W[Ids[i]]; Ids is int64 (or int32) [N, 1] or [N]
 // (any rank; a trailing 1 is dropped), Out is Ids' dims (without the trailing 1) + [D].
-// Rows whose id equals padding_idx are zero and get no gradient. The gradient is dense.
+// Rows whose id equals padding_idx are zero and get no gradient. The gradient is dense, or with
+// is_sparse a SelectedRows: one row per looked-up id (repeats kept, padding ids dropped), so a
+// step costs the batch's rows, not the table's.
 #include <vector>
 
 #include "operators/nn/nn_util.h"
@@ -66,9 +68,37 @@ Status LookupTableKernel(const KernelContext& ctx) {
   return Status::OK();
 }
 
+// Sparse: W@GRAD = SelectedRows {rows: the ids that are not padding_idx, in order;
+// value[k] = Out@GRAD of the k-th of them}.
+template <typename T>
+Status LookupTableSparseGrad(const KernelContext& ctx, SelectedRows* dw) {
+  const Tensor& w = ctx.Input("W");
+  const int64_t rows = w.dims()[0], d = w.dims()[1];
+  std::vector<int64_t> ids;
+  LOOM_RETURN_IF_ERROR(ReadIds(ctx, ctx.Input("Ids"), rows, &ids));
+  const int64_t pad = ctx.Attr<int>("padding_idx");
+  const T* g = ctx.Input("Out@GRAD").data<T>();
+  dw->height = rows;
+  dw->rows.clear();
+  for (int64_t id : ids)
+    if (id != pad) dw->rows.push_back(id);
+  dw->value.Resize({static_cast<int64_t>(dw->rows.size()), d});
+  T* dst = dw->value.template mutable_data<T>(ctx.place());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == pad) continue;
+    std::copy(g + static_cast<int64_t>(i) * d, g + static_cast<int64_t>(i + 1) * d, dst);
+    dst += d;
+  }
+  return Status::OK();
+}
+
 // W@GRAD = 0, then W@GRAD[Ids[i]] += Out@GRAD[i] for every i whose id is not padding_idx.
 template <typename T>
 Status LookupTableGradKernel(const KernelContext& ctx) {
+  if (ctx.Attr<bool>("is_sparse")) {
+    SelectedRows* dw = ctx.OutputSelectedRows("W@GRAD");
+    return dw ? LookupTableSparseGrad<T>(ctx, dw) : Status::OK();
+  }
   Tensor* dwt = ctx.OutputOrNull("W@GRAD");
   if (!dwt) return Status::OK();
   const Tensor& w = ctx.Input("W");
@@ -93,7 +123,15 @@ std::vector<proto::OpDesc> LookupTableGradMaker(const OpDesc& fwd) {
 }
 
 Status LookupTableGradInferShape(InferShapeContext* ctx) {
+  // Sparse: the VarDesc describes the dense shape; at run time the SelectedRows has no dims.
   if (ctx->HasOutput("W@GRAD")) ctx->ShareDimAndDtype("W", "W@GRAD");
+  return Status::OK();
+}
+
+Status LookupTableGradVarType(InferShapeContext* ctx) {
+  if (ctx->HasOutput("W@GRAD"))
+    ctx->SetOutputVarType("W@GRAD", ctx->Attr<bool>("is_sparse") ? proto::VarType::SELECTED_ROWS
+                                                                 : proto::VarType::DENSE_TENSOR);
   return Status::OK();
 }
 
@@ -113,7 +151,10 @@ LOOM_REGISTER_OP(lookup_table)
     .Output("Out", "embeddings [N, D]")
     .Attr<int>("padding_idx", -1, "id whose rows are zero and get no gradient; -1 for none",
                PaddingIdxCheck())
-    .Attr<bool>("is_sparse", false, "accepted for compatibility; the gradient is always dense")
+    .Attr<bool>("is_sparse", false,
+                "the gradient of W is a SelectedRows of the looked-up rows, not a dense tensor")
+    .Attr<bool>("is_distributed", false,
+                "the table lives on the parameter servers (set by the distribute transpiler)")
     .KernelDtypeFrom("W")
     .InferShape(LookupTableInferShape)
     .GradMaker(LookupTableGradMaker)
@@ -121,13 +162,16 @@ LOOM_REGISTER_OP(lookup_table)
     .Kernel(Place::kCPU, proto::FP64, LookupTableKernel<double>);
 
 LOOM_REGISTER_OP(lookup_table_grad)
-    .Doc("W@GRAD of lookup_table: Out@GRAD rows scatter-added at Ids (dense).")
+    .Doc(
+        "W@GRAD of lookup_table: Out@GRAD rows scatter-added at Ids (dense), or with is_sparse "
+        "those rows as a SelectedRows")
     .Input("W", "forward W (for its dims)")
     .Input("Ids", "forward Ids")
     .Input("Out@GRAD", "gradient of Out")
     .Output("W@GRAD", "gradient of W", false, true)
     .AttrsFrom("lookup_table")
     .KernelDtypeFrom("W")
+    .InferVarType(LookupTableGradVarType)
     .InferShape(LookupTableGradInferShape)
     .Kernel(Place::kCPU, proto::FP32, LookupTableGradKernel<float>)
     .Kernel(Place::kCPU, proto::FP64, LookupTableGradKernel<double>);

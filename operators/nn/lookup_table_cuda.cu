@@ -1,7 +1,8 @@
 // CUDA kernels of lookup_table(+grad), fp32 and fp64, as operators/nn/lookup_table.cc:
 // Out[i] = W[Ids[i]] (int64 or int32 ids), zero rows for padding_idx; an id outside [0, V) is
 // an error (flagged by the kernel, reported after it). The dense W@GRAD scatter-adds the rows
-// of Out@GRAD with atomicAdd (the order of the additions to one row is not fixed).
+// of Out@GRAD with atomicAdd (the order of the additions to one row is not fixed), also with
+// is_sparse: on CUDA places the table's gradient is dense.
 #include "operators/cuda_util.cuh"
 
 namespace loom::ops::cuda {
@@ -39,6 +40,14 @@ __global__ void LookupGradK(const T* g, const int64_t* i64, const int32_t* i32, 
 
 template <typename T, bool kGrad>
 Status Lookup(const KernelContext& ctx) {
+  if (kGrad && ctx.Attr<bool>("is_sparse")) {
+    // On CUDA places the gradient stays dense (the update kernels there take dense
+    // gradients): the variable holds a tensor again, which every later op reads as dense.
+    if (Variable* v = ctx.OutputVariable("W@GRAD"); v && v->IsType<SelectedRows>()) {
+      v->Clear();
+      v->GetMutable<Tensor>()->Resize(ctx.Input("W").dims());
+    }
+  }
   Tensor* out = kGrad ? ctx.OutputOrNull("W@GRAD") : ctx.Output("Out");
   if (!out) return Status::OK();
   const Tensor& w = ctx.Input("W");

@@ -3,7 +3,7 @@
 // outputs are the input variables); the state lives in vars of its own, shaped like Param (or
 // one element for the beta powers), so the transpilers place it with the parameter. The rules
 // are Fluid 1.x's (python/loom/optimizer.py states each one; tests/python/test_optimizers_more.py
-// checks them against NumPy).
+// checks them against NumPy). Grad may be a SelectedRows (optimizer_checks.h's UpdateGrad).
 #include <cmath>
 
 #include "operators/common.h"
@@ -63,18 +63,21 @@ double Norm(const T* x, int64_t n) {
 
 // moment += g^2 (decayed: moment = decay moment + (1 - decay) g^2);
 // p -= lr g / (sqrt(moment) + eps).
+// A SelectedRows gradient: adagrad moves only its rows (a zero gradient changes neither the
+// moment nor the parameter), decayed adagrad every row (its moment decays everywhere).
 template <typename T, bool kDecayed>
 Status AdagradKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/kDecayed));
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* m = InPlace<T>(ctx, "Moment", "MomentOut");
   const T lr = Scalar<T>(ctx, "LearningRate"), eps = AttrT<T>(ctx, "epsilon");
   const T decay = kDecayed ? AttrT<T>(ctx, "decay") : T(1);
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = kDecayed ? decay * m[i] + (T(1) - decay) * g[i] * g[i] : m[i] + g[i] * g[i];
-    p[i] -= lr * g[i] / (std::sqrt(m[i]) + eps);
-  }
+  grad.ForEach(n, [&](int64_t i, T g) {
+    m[i] = kDecayed ? decay * m[i] + (T(1) - decay) * g * g : m[i] + g * g;
+    p[i] -= lr * g / (std::sqrt(m[i]) + eps);
+  });
   return Status::OK();
 }
 
@@ -83,7 +86,9 @@ Status AdagradKernel(const KernelContext& ctx) {
 template <typename T>
 Status RmspropKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* ms = InPlace<T>(ctx, "MeanSquare", "MeanSquareOut");
   T* mom = InPlace<T>(ctx, "Moment", "MomentOut");
@@ -112,7 +117,9 @@ Status RmspropKernel(const KernelContext& ctx) {
 template <typename T>
 Status AdamaxKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* m = InPlace<T>(ctx, "Moment", "MomentOut");
   T* u = InPlace<T>(ctx, "InfNorm", "InfNormOut");
@@ -133,7 +140,9 @@ Status AdamaxKernel(const KernelContext& ctx) {
 template <typename T>
 Status AdadeltaKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* g2 = InPlace<T>(ctx, "AvgSquaredGrad", "AvgSquaredGradOut");
   T* u2 = InPlace<T>(ctx, "AvgSquaredUpdate", "AvgSquaredUpdateOut");
@@ -152,7 +161,9 @@ Status AdadeltaKernel(const KernelContext& ctx) {
 template <typename T>
 Status LambKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* m = InPlace<T>(ctx, "Moment1", "Moment1Out");
   T* v = InPlace<T>(ctx, "Moment2", "Moment2Out");
@@ -180,7 +191,9 @@ Status LambKernel(const KernelContext& ctx) {
 template <typename T>
 Status LarsMomentumKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* v = InPlace<T>(ctx, "Velocity", "VelocityOut");
   const T lr = Scalar<T>(ctx, "LearningRate"), mu = AttrT<T>(ctx, "mu");
@@ -200,7 +213,9 @@ Status LarsMomentumKernel(const KernelContext& ctx) {
 template <typename T>
 Status FtrlKernel(const KernelContext& ctx) {
   const int64_t n = ctx.Input("Param").numel();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is densified: these updates move every row
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, ctx.Input("Param"), /*densify=*/true));
+  const T* g = grad.dense();
   T* p = InPlace<T>(ctx, "Param", "ParamOut");
   T* sq = InPlace<T>(ctx, "SquaredAccumulator", "SquaredAccumOut");
   T* lin = InPlace<T>(ctx, "LinearAccumulator", "LinearAccumOut");

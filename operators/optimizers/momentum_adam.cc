@@ -26,7 +26,9 @@ Status MomentumKernel(const KernelContext& ctx) {
   const Tensor& param = ctx.Input("Param");
   int64_t n = param.numel();
   const T* p = param.data<T>();
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;  // a sparse gradient is zero on the other rows, which still move
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, param, /*densify=*/true));
+  const T* g = grad.dense();
   const T* v = ctx.Input("Velocity").data<T>();
   T lr = ctx.Input("LearningRate").data<T>()[0];
   T mu = static_cast<T>(ctx.Attr<float>("mu"));
@@ -63,7 +65,12 @@ Status AdamKernel(const KernelContext& ctx) {
   const Tensor& param = ctx.Input("Param");
   int64_t n = param.numel();
   const T* p = param.data<T>();
-  const T* g = ctx.Input("Grad").data<T>();
+  const bool lazy = ctx.Attr<bool>("lazy_mode");
+  // Lazy with a sparse gradient: only its rows move (Fluid's lazy Adam over SelectedRows);
+  // otherwise every row moves, the untouched ones with a zero gradient.
+  UpdateGrad<T> grad;
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, param, /*densify=*/!lazy));
+  const T* g = grad.dense();
   const T* m1 = ctx.Input("Moment1").data<T>();
   const T* m2 = ctx.Input("Moment2").data<T>();
   T lr = ctx.Input("LearningRate").data<T>()[0];
@@ -82,16 +89,19 @@ Status AdamKernel(const KernelContext& ctx) {
   const T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
   const T eps_t = eps * std::sqrt(T(1) - b2p);
   const T decay = kDecoupledDecay ? T(1) - lr * coeff : T(1);
-  auto update = [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      T a = b1 * m1o[i] + (T(1) - b1) * g[i];
-      T b = b2 * m2o[i] + (T(1) - b2) * g[i] * g[i];
-      m1o[i] = a;
-      m2o[i] = b;
-      po[i] = po[i] * decay - lr_t * a / (std::sqrt(b) + eps_t);
-    }
+  auto update_one = [=](int64_t i, T gi) {
+    T a = b1 * m1o[i] + (T(1) - b1) * gi;
+    T b = b2 * m2o[i] + (T(1) - b2) * gi * gi;
+    m1o[i] = a;
+    m2o[i] = b;
+    po[i] = po[i] * decay - lr_t * a / (std::sqrt(b) + eps_t);
   };
-  if (ctx.Attr<bool>("lazy_mode") && param.dims().size() >= 2 && n > 0) {
+  auto update = [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) update_one(i, g[i]);
+  };
+  if (grad.sparse()) {
+    grad.ForEach(n, update_one);
+  } else if (lazy && param.dims().size() >= 2 && n > 0) {
     // Only the rows (dim 0) the gradient touches move, as Fluid's lazy Adam over a sparse
     // gradient: a row whose gradient is all zero keeps its parameter and moments.
     const int64_t rows = param.dims()[0], width = n / rows;

@@ -1,4 +1,5 @@
-// sgd: ParamOut = Param - LearningRate * Grad (in place when ParamOut is Param).
+// sgd: ParamOut = Param - LearningRate * Grad (in place when ParamOut is Param). A SelectedRows
+// Grad moves only its rows (the others have a zero gradient), as Fluid's sparse sgd.
 #include "operators/common.h"
 #include "operators/optimizers/optimizer_checks.h"
 
@@ -15,11 +16,13 @@ Status SgdInferShape(InferShapeContext* ctx) {
 template <typename T>
 Status SgdKernel(const KernelContext& ctx) {
   const Tensor& param = ctx.Input("Param");
-  const T* g = ctx.Input("Grad").data<T>();
+  UpdateGrad<T> grad;
+  LOOM_RETURN_IF_ERROR(grad.Read(ctx, param, /*densify=*/false));
   T lr = ctx.Input("LearningRate").data<T>()[0];
   const T* p = param.data<T>();
   T* out = ctx.Output("ParamOut")->mutable_data<T>(ctx.place());
-  for (int64_t i = 0, i_end = param.numel(); i < i_end; ++i) out[i] = p[i] - lr * g[i];
+  if (grad.sparse() && out != p) std::copy(p, p + param.numel(), out);
+  grad.ForEach(param.numel(), [&](int64_t i, T g) { out[i] = p[i] - lr * g; });
   return Status::OK();
 }
 

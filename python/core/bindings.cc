@@ -265,6 +265,7 @@ void RegisterTypes(py::module_& m) {
 
   py::enum_<proto::VarType::Type>(m, "VarType")
       .value("DENSE_TENSOR", proto::VarType::DENSE_TENSOR)
+      .value("SELECTED_ROWS", proto::VarType::SELECTED_ROWS)
       .value("FEED_MINIBATCH", proto::VarType::FEED_MINIBATCH)
       .value("FETCH_LIST", proto::VarType::FETCH_LIST)
       .value("STEP_SCOPES", proto::VarType::STEP_SCOPES)
@@ -509,10 +510,67 @@ void RegisterScope(py::module_& m) {
       .def("persistables_generation", &Scope::persistables_generation,
            "Advances each time a run or a load writes this scope's persistable variables.");
 
+  py::class_<SelectedRows>(m, "SelectedRows",
+                           "Some rows of a [height, ...] tensor: ids (rows()), their values "
+                           "(get_tensor(), one row per id) and height(); an embedding's sparse "
+                           "gradient.")
+      .def(py::init<>())
+      .def(
+          "rows", [](const SelectedRows& s) { return s.rows; }, "The ids, in order (may repeat).")
+      .def(
+          "set_rows", [](SelectedRows& s, const std::vector<int64_t>& r) { s.rows = r; },
+          "Sets the ids.")
+      .def(
+          "height", [](const SelectedRows& s) { return s.height; }, "The dense row count.")
+      .def(
+          "set_height", [](SelectedRows& s, int64_t h) { s.height = h; }, "Sets the height.")
+      .def(
+          "get_tensor", [](SelectedRows& s) { return &s.value; },
+          py::return_value_policy::reference_internal, "The value: one row per id.")
+      .def(
+          "to_dense",
+          [](const SelectedRows& s) {
+            SelectedRows host{s.rows, Tensor(), s.height};
+            if (s.value.initialized()) TensorCopy(s.value, Place::CPU(), &host.value);
+            Tensor dense;
+            ThrowIfError(SelectedRowsToDense(host, &dense));
+            return dense;
+          },
+          "A dense [height, ...] tensor with the values scattered (repeats added).")
+      .def(
+          "merged",
+          [](const SelectedRows& s) {
+            SelectedRows host{s.rows, Tensor(), s.height}, out;
+            if (s.value.initialized()) TensorCopy(s.value, Place::CPU(), &host.value);
+            ThrowIfError(MergeRows(host, &out));
+            return out;
+          },
+          "A copy with repeated ids summed: one row per id, ascending.")
+      .def("__repr__", [](const SelectedRows& s) { return SelectedRowsSummary(s); });
+
   py::class_<Variable>(m, "Variable")
       .def(
-          "get_tensor", [](Variable& v) { return v.GetMutable<Tensor>(); },
+          "get_tensor",
+          [](Variable& v) {
+            if (v.IsType<SelectedRows>())
+              Throw(
+                  InvalidArgument("the variable holds a SelectedRows (a sparse gradient): "
+                                  "use get_selected_rows()"));
+            return v.GetMutable<Tensor>();
+          },
           py::return_value_policy::reference_internal)
+      .def(
+          "get_selected_rows",
+          [](Variable& v) {
+            if (v.IsInitialized() && !v.IsType<SelectedRows>())
+              Throw(
+                  InvalidArgument("the variable holds a dense tensor, not a SelectedRows: "
+                                  "use get_tensor()"));
+            return v.GetMutable<SelectedRows>();
+          },
+          py::return_value_policy::reference_internal,
+          "The SelectedRows the variable holds (an embedding's sparse gradient).")
+      .def("is_selected_rows", [](const Variable& v) { return v.IsType<SelectedRows>(); })
       .def("is_initialized", &Variable::IsInitialized);
 
   py::class_<PreparedBlock>(m, "PreparedBlock");

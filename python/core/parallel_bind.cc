@@ -229,6 +229,10 @@ void RegisterMpi(py::module_& m) {
     d["allreduce_calls"] = s.allreduce_calls.load();
     d["fused_calls"] = s.fused_calls.load();
     d["unfused_buckets"] = s.unfused_buckets.load();
+    d["sparse_calls"] = s.sparse_calls.load();
+    d["sparse_dense_calls"] = s.sparse_dense_calls.load();
+    d["sparse_row_bytes"] = s.sparse_row_bytes.load();
+    d["sparse_dense_bytes"] = s.sparse_dense_bytes.load();
     return d;
   });
   m.def("reset_collective_op_stats", [] { ops::CollectiveOpStats::Get().Reset(); });

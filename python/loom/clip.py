@@ -1,5 +1,9 @@
 """Gradient clipping as ops appended before the optimizer's update ops."""
-from . import unique_name
+from . import core, unique_name
+
+
+def _is_sparse(var):
+    return var.desc.type() == core.VarType.SELECTED_ROWS
 
 
 class GradientClipByGlobalNorm:
@@ -22,7 +26,17 @@ class GradientClipByGlobalNorm:
         squares = []
         for g in grads:
             sq = tmp(dtype, [1])
-            block.append_op("squared_l2_norm", inputs={"X": g}, outputs={"Out": sq})
+            x = g
+            if _is_sparse(g):
+                # A sparse gradient's norm: its rows merged (repeated ids summed), as a tensor.
+                merged = block.create_var(name=unique_name.generate("global_norm.merged"),
+                                          dtype=dtype, shape=g.shape,
+                                          type=core.VarType.SELECTED_ROWS)
+                block.append_op("merge_selected_rows", inputs={"X": g}, outputs={"Out": merged})
+                x = tmp(dtype, [-1] + list(g.shape[1:]))
+                block.append_op("get_tensor_from_selected_rows", inputs={"X": merged},
+                                outputs={"Out": x})
+            block.append_op("squared_l2_norm", inputs={"X": x}, outputs={"Out": sq})
             squares.append(sq)
         total = tmp(dtype, [1])
         block.append_op("sum", inputs={"X": squares}, outputs={"Out": total})
@@ -36,7 +50,12 @@ class GradientClipByGlobalNorm:
         factor = tmp(dtype, [1])
         block.append_op("elementwise_div", inputs={"X": clip, "Y": bigger}, outputs={"Out": factor})
         for g in grads:
-            block.append_op("elementwise_mul", inputs={"X": g, "Y": factor}, outputs={"Out": g})
+            if _is_sparse(g):  # scales the rows, keeping the gradient sparse
+                block.append_op("scale", inputs={"X": g, "ScaleTensor": factor},
+                                outputs={"Out": g})
+            else:
+                block.append_op("elementwise_mul", inputs={"X": g, "Y": factor},
+                                outputs={"Out": g})
         return params_grads
 
 

@@ -71,6 +71,12 @@ class Variable:
         return self.desc.dtype()
 
     @property
+    def type(self):
+        """What the variable holds: a core.VarType (DENSE_TENSOR; SELECTED_ROWS for an
+        embedding's sparse gradient; LOD_TENSOR_ARRAY; ...)."""
+        return self.desc.type()
+
+    @property
     def lod_level(self):
         """Levels of LoD the variable carries (0: plain rows; docs/FORMATS.md)."""
         return self.desc.lod_level()

@@ -79,9 +79,10 @@ class Optimizer:
                 grad_clip.append_ops(block, params_grads)
             for param, grad in params_grads:
                 reg = getattr(param, "regularizer", None) or self.regularization
-                if reg is not None:
-                    reg.append_ops(block, param, grad)
-                op = self._append_update(block, param, grad, lr, program, startup)
+                # The decayed gradient: the gradient itself, or a new dense variable when the
+                # gradient is sparse; op_role_var still names the gradient backward wrote.
+                update_grad = grad if reg is None else reg.append_ops(block, param, grad)
+                op = self._append_update(block, param, update_grad, lr, program, startup)
                 op._set_attr("op_role_var", [param.name, grad.name])
                 ops.append(op)
         return ops
@@ -129,8 +130,9 @@ class AdamOptimizer(Optimizer):
                  regularization=None, name=None, lazy_mode=False, grad_clip=None):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
-        # lazy_mode: only rows (dim 0) with a nonzero gradient move (an embedding's looked-up
-        # rows), as Fluid's lazy Adam over a SelectedRows gradient.
+        # lazy_mode: only the rows a sparse gradient (an embedding with is_sparse=True) has
+        # move, as Fluid's lazy Adam over a SelectedRows; with a dense gradient, the rows
+        # (dim 0) whose gradient is nonzero.
         self._lazy = bool(lazy_mode)
 
     def _append_update(self, block, param, grad, lr, program, startup):

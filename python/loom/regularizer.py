@@ -1,4 +1,5 @@
 """Weight decay, applied by the optimizer as ops on the gradient."""
+from . import core, unique_name
 
 
 def _append_simple(block, op_type, inputs, attrs=None, dtype="float32", shape=None,
@@ -12,6 +13,17 @@ class WeightDecayRegularizer:
     pass
 
 
+def _decayed(block, grad, decay):
+    """grad + decay. A sparse gradient (SelectedRows) becomes a new dense one: every row decays,
+    as it does with the dense gradient, so both give the same parameters."""
+    out = grad
+    if grad.desc.type() == core.VarType.SELECTED_ROWS:
+        out = block.create_var(name=unique_name.generate(grad.name + ".decayed"),
+                               dtype=grad.dtype, shape=grad.shape)
+    block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": out})
+    return out
+
+
 class L2DecayRegularizer(WeightDecayRegularizer):
     """grad += coeff * param."""
 
@@ -21,8 +33,7 @@ class L2DecayRegularizer(WeightDecayRegularizer):
     def append_ops(self, block, param, grad):
         decay = _append_simple(block, "scale", {"X": param}, {"scale": self.coeff},
                                dtype=param.dtype, shape=param.shape)
-        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": grad})
-        return grad
+        return _decayed(block, grad, decay)
 
 
 class L1DecayRegularizer(WeightDecayRegularizer):
@@ -36,8 +47,7 @@ class L1DecayRegularizer(WeightDecayRegularizer):
                               shape=param.shape)
         decay = _append_simple(block, "scale", {"X": sign}, {"scale": self.coeff},
                                dtype=param.dtype, shape=param.shape)
-        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": grad})
-        return grad
+        return _decayed(block, grad, decay)
 
 
 L2Decay = L2DecayRegularizer

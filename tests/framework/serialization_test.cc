@@ -88,6 +88,61 @@ TEST(TensorFormatTest, DetectsTruncationAndGarbage) {
   EXPECT_NE(checksum.status().message().find("checksum"), std::string::npos);
 }
 
+SelectedRows SampleRows() {
+  SelectedRows s;
+  s.rows = {4, 1, 4, 0};
+  s.height = 6;
+  s.value = Tensor(proto::FP64, DDim{4, 2});
+  double* v = s.value.mutable_data<double>(Place::CPU());
+  for (int i = 0; i < 8; ++i) v[i] = 0.5 * i + 1;
+  return s;
+}
+
+TEST(SelectedRowsTest, MergeAndDense) {
+  SelectedRows s = SampleRows(), merged;
+  ASSERT_TRUE(MergeRows(s, &merged).ok());
+  EXPECT_EQ(merged.rows, (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_EQ(merged.value.dims(), (DDim{3, 2}));
+  const double* m = merged.value.data<double>();
+  // id 4 = rows 0 and 2 of the value: (1, 1.5) + (3, 3.5).
+  EXPECT_EQ(m[4], 4.0);
+  EXPECT_EQ(m[5], 5.0);
+  Tensor dense;
+  ASSERT_TRUE(SelectedRowsToDense(s, &dense).ok());
+  EXPECT_EQ(dense.dims(), (DDim{6, 2}));
+  EXPECT_EQ(dense.data<double>()[8], 4.0);
+  EXPECT_EQ(dense.data<double>()[4], 0.0);  // id 2: untouched
+  s.rows[3] = 6;
+  Status bad = MergeRows(s, &merged);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("outside [0, 6)"), std::string::npos) << bad.message();
+}
+
+TEST(SelectedRowsTest, FileRoundTripAndCorruption) {
+  SelectedRows s = SampleRows();
+  std::string path = TempDir() + "/rows.bin";
+  ASSERT_TRUE(SaveSelectedRows(s, path).ok());
+  auto back = LoadSelectedRows(path);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->rows, s.rows);
+  EXPECT_EQ(back->height, s.height);
+  EXPECT_EQ(TensorDigest(back->value), TensorDigest(s.value));
+  std::string good = SerializeSelectedRows(s);
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    EXPECT_FALSE(DeserializeSelectedRows(bad, "rows.bin").ok()) << "flipped byte " << i;
+  }
+  for (size_t n = 0; n < good.size(); ++n)
+    EXPECT_FALSE(DeserializeSelectedRows(good.substr(0, n), "rows.bin").ok()) << n;
+  // An id outside the height is refused when saving, not written.
+  SelectedRows out_of_range = s;
+  out_of_range.rows[0] = 99;
+  EXPECT_FALSE(SaveSelectedRows(out_of_range, path).ok());
+  EXPECT_TRUE(LoadSelectedRows(path).ok());  // the earlier file is intact
+  std::remove(path.c_str());
+}
+
 TEST(NpyTest, RejectsBadFiles) {
   EXPECT_FALSE(ParseNpy("hello", "a.npy").ok());
   std::string good = SerializeNpy(Iota(proto::FP32, DDim{2, 2}));

@@ -17,7 +17,8 @@ from .tensor import (cast, expand, fill_constant, one_hot, pad, reshape, slice, 
 
 __all__ = ["fc", "embedding", "conv2d", "conv2d_transpose", "pool2d", "batch_norm", "layer_norm",
            "instance_norm", "group_norm", "lrn", "l2_normalize", "dropout", "prelu", "maxout",
-           "pixel_shuffle", "multiplex", "label_smooth", "py_func"]
+           "pixel_shuffle", "multiplex", "label_smooth", "py_func", "merge_selected_rows",
+           "get_tensor_from_selected_rows"]
 
 
 def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, name=None):
@@ -61,6 +62,13 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
 
 def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None,
               param_attr=None, dtype="float32"):
+    """Looks up rows of a [size[0], size[1]] table: Out[i] = W[input[i]] (ids int64, [N, 1]
+    or [N]; a last dim of 1 is dropped). padding_idx's rows are zero and get no gradient.
+
+    is_sparse=True makes the table's gradient a SelectedRows: the looked-up rows only, so a
+    step costs the batch's rows, not the table's. SGD, Adagrad and Adam(lazy_mode=True) then
+    update only those rows; Momentum and non-lazy Adam still move every row (their state
+    decays everywhere), exactly as with the dense gradient."""
     helper = LayerHelper("embedding")
     w = helper.create_parameter(param_attr, list(size), dtype)
     out = helper.create_variable_for_type_inference(dtype)
@@ -70,13 +78,28 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     return out
 
 
+def merge_selected_rows(x, name=None):
+    """A SelectedRows x (a sparse gradient) with its repeated ids summed: one row per id, the
+    ids ascending."""
+    helper = LayerHelper("merge_selected_rows", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("merge_selected_rows", inputs={"X": x}, outputs={"Out": out})
+    return out
+
+
+def get_tensor_from_selected_rows(x, name=None):
+    """The value of a SelectedRows x as a dense tensor: one row per id of x, in x's order."""
+    helper = LayerHelper("get_tensor_from_selected_rows", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("get_tensor_from_selected_rows", inputs={"X": x}, outputs={"Out": out})
+    return out
+
+
 def _embedding_v2(input, size, is_sparse=False, is_distributed=False, padding_idx=None,
                   param_attr=None, dtype="float32"):
     """fluid.embedding (Fluid 1.6+): Out has input's dims plus one of size[1] (ids [N, 1] give
-    [N, 1, D]; fluid.layers.embedding drops a last dim of 1). The gradient of the table is
-    computed dense: with plain SGD only the looked-up rows change (as Fluid's sparse
-    SelectedRows update); optimizers with state (momentum, Adam) and weight decay move every
-    row, as Fluid's non-lazy modes do."""
+    [N, 1, D]; fluid.layers.embedding drops a last dim of 1). is_sparse as in
+    layers.embedding: the table's gradient is a SelectedRows of the looked-up rows."""
     # lookup_table drops a trailing 1 of Ids: a trailing 1 added here keeps every dim of
     # input, however many of them are unknown when building ([batch, time] ids).
     ids = unsqueeze(input, [len(input.shape)]) if len(input.shape) else input
