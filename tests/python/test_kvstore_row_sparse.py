@@ -177,3 +177,32 @@ def test_bad_input_is_a_clear_error_naming_the_key(kind):
         kv.init_sparse_table(11, (10, 2), initializer="zeros")
     with pytest.raises(ValueError, match="height >= 1"):
         kv.init_sparse_table(11, (0, 2))
+
+
+@pytest.mark.parametrize("kind,workers,servers,clients", [
+    ("dist_sync", 2, 2, 0), ("dist_async", 3, 2, 0), ("dist_sync", 2, 1, 0),
+    ("dist_sync_mpi", 4, 2, 2), ("dist_async_mpi", 3, 2, 2), ("dist_sync_mpi", 3, 0, 1)])
+def test_row_sparse_keys_under_loom_launch(kind, workers, servers, clients):
+    """Rows sharded over the servers by id: rank 0's init wins, sync pulls see the merge of every
+    worker's push (SGD with momentum, equal to a local store replaying every push, float64 to
+    1e-12), async ends equal after a barrier, untouched rows keep their value, a huge table's
+    rows are the same as a local table's, and mismatched calls are errors naming the key. With
+    --clients the workers are MPI clients (and with --servers 0, pure MPI)."""
+    import loom as fluid
+    if clients and not core.is_compiled_with_mpi():
+        pytest.skip("Loom was built without MPI: the MPI-client stores are not tested")
+    if clients and subprocess.run("command -v mpirun", shell=True).returncode != 0:
+        pytest.skip("mpirun is not installed: the MPI-client stores are not tested")
+    build = os.environ.get("LOOM_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build, "tools", "loom"))
+    path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    env = dict(os.environ, PYTHONPATH=path, LOOM_PS_CONNECT_TIMEOUT_MS="30000")
+    # `loom launch --timeout` ends every process it started when the job overruns; the outer
+    # timeout is the test's own deadline.
+    proc = subprocess.run([loom, "launch", "--workers", str(workers), "--servers", str(servers),
+                           "--clients", str(clients), "--timeout", "120", "--", sys.executable,
+                           os.path.join(HERE, "kvstore_row_sparse_worker.py"), kind],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for w in range(workers):
+        assert "[worker %d] worker %d ok" % (w, w) in proc.stdout, proc.stdout
