@@ -356,12 +356,18 @@ class KVStore:
         if out is None:
             raise ValueError("pull needs out= (the arrays to fill in place)")
         for k, outs in self._pairs(key, out, "pull"):
+            if any(isinstance(o, RowSparseArray) for o in outs):
+                raise TypeError("pull of key %r into a RowSparseArray: pull a row-sparse key with "
+                                "row_sparse_pull(key, out=..., row_ids=...)" % (k,))
             self._store.pull(k, outs, int(priority))
 
     def pushpull(self, key, value, out=None, priority=0):
         """push then pull; out defaults to the pushed arrays (filled in place)."""
         for (k, vs), (_, outs) in zip(self._pairs(key, value, "pushpull"),
                                      self._pairs(key, value if out is None else out, "pushpull")):
+            if any(isinstance(a, RowSparseArray) for a in vs + outs):
+                raise TypeError("pushpull of key %r with RowSparseArrays: push them, then "
+                                "row_sparse_pull (MXNet's pushpull is dense only)" % (k,))
             self._store.pushpull(k, vs, outs, int(priority))
 
     def set_optimizer(self, opt):

@@ -153,6 +153,10 @@ def test_bad_input_is_a_clear_error_naming_the_key(kind):
         kv.push(7, np.zeros((10, 2)))
     with pytest.raises(ValueError, match="key 7: the key is row_sparse"):
         kv.pull(7, out=np.zeros((10, 2)))
+    with pytest.raises(TypeError, match="key 7 into a RowSparseArray.*row_sparse_pull"):
+        kv.pull(7, out=rsp([], (10, 2)))
+    with pytest.raises(TypeError, match="pushpull of key 7 with RowSparseArrays"):
+        kv.pushpull(7, rsp([1], (10, 2)))
     with pytest.raises(TypeError, match="mixes row-sparse and dense"):
         kv.push(7, [rsp([1], (10, 2)), np.zeros((10, 2))])
     with pytest.raises(core.AlreadyExistsError, match="key 7 is initialized already"):
