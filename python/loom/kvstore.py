@@ -141,6 +141,7 @@ class RowSparseArray:
 
     @property
     def dtype(self):
+        """The data's numpy dtype (float32 or float64)."""
         return self.data.dtype
 
     def asnumpy(self):
@@ -160,12 +161,14 @@ class RowSparseArray:
         raise ValueError("unknown storage type %r (default, row_sparse)" % (stype,))
 
     def copy(self):
+        """A deep copy (data and indices copied)."""
         return RowSparseArray(self.data.copy(), self.indices.copy(), self.shape)
 
     def __repr__(self):
         return "<RowSparseArray %s %r, %d rows>" % (self.dtype, self.shape, len(self.indices))
 
     def _wire(self):
+        """(data, indices, height): what the C++ store takes."""
         return (self.data, self.indices, self.shape[0])
 
 
