@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "framework/file_util.h"
 
@@ -216,6 +217,34 @@ TEST(SparseTable, BadInputIsAnErrorNamingIt) {
       SparseTable::Create(Spec(proto::FP32, 10, {2}, RowInitializer::Gaussian(0, -1, 0))).ok());
   EXPECT_FALSE(RowInitializer::FromName("xavier", 0, 1, 0).ok());
   EXPECT_FALSE(RowInitializer::FromName("uniform", 0, std::nan(""), 0).ok());
+}
+
+// Every method may be called from any thread: concurrent applies and lookups of the same rows
+// lose no update.
+TEST(SparseTable, ConcurrentAppliesAndLookupsLoseNothing) {
+  auto t = SparseTable::Create(Spec(proto::FP64, -1, {4}, RowInitializer::Constant(0))).value();
+  auto sgd = MakeRowUpdater({"sgd", {{"learning_rate", 1}}}).value();
+  const int kThreads = 4, kRounds = 200;
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kThreads; ++k)
+    threads.emplace_back([&, k] {
+      const std::vector<int64_t> ids = {1, 2, 1000 + k};
+      const std::vector<double> ones(ids.size() * 4, 1.0);
+      std::vector<double> out(ids.size() * 4);
+      for (int r = 0; r < kRounds; ++r) {
+        ASSERT_TRUE(t->Apply(*sgd, ids.data(), ids.size(), ones.data(), 1, "t").ok());
+        ASSERT_TRUE(t->Lookup(ids.data(), ids.size(), out.data(), "t").ok());
+      }
+    });
+  for (auto& th : threads) th.join();
+  const std::vector<int64_t> ids = {1, 2, 1000, 1003};
+  std::vector<double> out(ids.size() * 4);
+  ASSERT_TRUE(t->Lookup(ids.data(), ids.size(), out.data(), "t").ok());
+  EXPECT_EQ(out[0], -kThreads * kRounds);
+  EXPECT_EQ(out[4], -kThreads * kRounds);
+  EXPECT_EQ(out[8], -kRounds);
+  EXPECT_EQ(out[12], -kRounds);
+  EXPECT_EQ(t->Size(), 2 + kThreads);
 }
 
 TEST(SparseTable, SaveLoadRoundTripsTheTouchedRows) {
