@@ -296,8 +296,12 @@ class KVStore:
             raise TypeError("init_sparse_table of key %r: initializer must be a "
                             "loom.kvstore.initializer description, got %r" % (key, init))
         shape = tuple(int(d) for d in shape)
-        if len(shape) < 1:
-            raise ValueError("init_sparse_table of key %r: shape needs at least one dim" % (key,))
+        if not 1 <= len(shape) <= 9:
+            raise ValueError("init_sparse_table of key %r: shape %r needs 1 to 9 dims"
+                             % (key, shape))
+        if not 1 <= shape[0] <= 2**63 - 1:
+            raise ValueError("init_sparse_table of key %r: height %d is not in [1, 2**63 - 1]"
+                             % (key, shape[0]))
         self._store.init_sparse_table(key, shape[0], list(shape[1:]), np.dtype(dtype).name,
                                       init.name, init.a, init.b, init.seed)
 

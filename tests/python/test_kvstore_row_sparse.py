@@ -179,8 +179,16 @@ def test_bad_input_is_a_clear_error_naming_the_key(kind):
         kv.init_sparse_table(11, (10, 2), dtype="int32")
     with pytest.raises(TypeError, match="initializer description"):
         kv.init_sparse_table(11, (10, 2), initializer="zeros")
-    with pytest.raises(ValueError, match="height >= 1"):
+    with pytest.raises(ValueError, match=r"height 0 is not in \[1, 2\*\*63 - 1\]"):
         kv.init_sparse_table(11, (0, 2))
+    with pytest.raises(ValueError, match="height 9223372036854775808"):
+        kv.init_sparse_table(11, (2**63, 2))
+    with pytest.raises(ValueError, match="1 to 9 dims"):
+        kv.init_sparse_table(11, (10,) + (1,) * 12)
+    with pytest.raises(ValueError, match="too large"):
+        kv.init_sparse_table(11, (10, 2**40, 2**40))
+    with pytest.raises(ValueError, match="height >= 1"):
+        kv._store.init_sparse_table(11, 0, [2], "float32", "constant", 0, 0, 0)
 
 
 @pytest.mark.parametrize("kind,workers,servers,clients", [
