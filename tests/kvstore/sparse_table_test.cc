@@ -119,8 +119,14 @@ TEST(SparseTable, ShardOfSpreadsConsecutiveIdsEvenly) {
   ASSERT_EQ(count.size(), 3u);
   for (const auto& [s, c] : count) EXPECT_NEAR(c, 10000, 500) << s;
   EXPECT_EQ(SparseTable::ShardOf(12345, 1), 0);
-  // Pinned values: the hash is part of the wire contract (FORMATS.md).
-  EXPECT_EQ(SparseTable::ShardOf(0, 1000), SparseTable::ShardOf(0, 1000));
+  // Pinned values, computed from FORMATS.md's description by an independent implementation: the
+  // sharding and the initial rows are a contract between processes and versions.
+  EXPECT_EQ(SparseTable::ShardOf(0, 1000), 535);
+  EXPECT_EQ(SparseTable::ShardOf(1, 1000), 465);
+  EXPECT_EQ(SparseTable::ShardOf(-1, 7), 0);
+  EXPECT_EQ(SparseTable::ShardOf(123456789, 3), 2);
+  EXPECT_EQ(SparseTable::InitialValue(RowInitializer::Uniform(-0.5, 1.5, 7), 42, 0),
+            1.1820028104928302);
 }
 
 // The row-wise optimizers compute the same bits as the dense ones on the rows they touch and
