@@ -14,6 +14,7 @@
 #include "loom/config.h"
 #include "rpc/client.h"
 #include "rpc/server.h"
+#include "rpc/sparse_rows.h"
 #if LOOM_MPI_ENABLED
 #include "collective/communicator.h"
 #include "collective/transport/mpi.h"
@@ -71,6 +72,94 @@ struct KeyMeta {
   int64_t pushes = 0;
 };
 
+// A row-sparse key: its rows live on every server, each id on server ShardOf(id, servers).
+struct SparseMeta {
+  SparseTableSpec spec;
+  std::string name;  // the table's name on every server
+  int64_t pushes = 0;
+};
+
+// The header fields of a row-sparse message of `n` rows of key `m`.
+rpc::Header SparseHeader(rpc::Header::Kind kind, const SparseMeta& m, int64_t n) {
+  rpc::Header h;
+  h.set_kind(kind);
+  h.set_name(m.name);
+  h.set_height(m.spec.height);
+  h.add_dims(n);
+  if (kind == rpc::Header::SPARSE_GET) {
+    h.set_dtype(rpc::kInt64Dtype);
+    h.set_nbytes(n * 8);
+    return h;
+  }
+  h.set_dtype(static_cast<int>(m.spec.dtype));
+  for (int64_t d : m.spec.row_dims) h.add_dims(d);
+  h.set_nbytes(n * m.spec.width() * static_cast<int64_t>(SizeOf(m.spec.dtype)));
+  return h;
+}
+
+// The rows of `s` (merged: unique ids) that each of `servers` holds: (ids, value) per server.
+std::vector<SelectedRows> SplitByServer(const SelectedRows& s, const SparseTableSpec& spec,
+                                        int servers) {
+  std::vector<std::vector<size_t>> pick(static_cast<size_t>(servers));
+  for (size_t i = 0; i < s.rows.size(); ++i)
+    pick[static_cast<size_t>(SparseTable::ShardOf(s.rows[i], servers))].push_back(i);
+  const size_t row_bytes = static_cast<size_t>(spec.width()) * SizeOf(spec.dtype);
+  std::vector<SelectedRows> out;
+  for (int v = 0; v < servers; ++v) {
+    std::vector<int64_t> ids;
+    for (size_t i : pick[static_cast<size_t>(v)]) ids.push_back(s.rows[i]);
+    SelectedRows part = NewRowSparse(spec, std::move(ids));
+    char* dst = static_cast<char*>(part.value.raw_data());
+    const char* src = static_cast<const char*>(s.value.raw_data());
+    for (size_t k = 0; k < pick[static_cast<size_t>(v)].size(); ++k)
+      CopyBytes(dst + k * row_bytes, src + pick[static_cast<size_t>(v)][k] * row_bytes, row_bytes);
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+// The two frames of a row-sparse value (its ids, its rows), kept alive until sent.
+std::vector<rpc::Payload> SparsePayloads(const SelectedRows& s) {
+  auto ids = std::make_shared<const std::vector<int64_t>>(s.rows);
+  return {rpc::RowIdsPayload(ids),
+          {s.value.raw_data(), s.value.nbytes(), std::shared_ptr<const void>(s.value.holder())}};
+}
+
+// out[i] = the rows of `all` (ascending unique ids, values) that ids[i] names.
+Status PickRows(const SelectedRows& all, const SparseTableSpec& spec,
+                const std::vector<std::vector<int64_t>>& ids,
+                const std::vector<SelectedRows*>& outs) {
+  const size_t row_bytes = static_cast<size_t>(spec.width()) * SizeOf(spec.dtype);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    SelectedRows out = NewRowSparse(spec, ids[ids.size() == 1 ? 0 : i]);
+    char* dst = static_cast<char*>(out.value.raw_data());
+    const char* src = static_cast<const char*>(all.value.raw_data());
+    for (size_t k = 0; k < out.rows.size(); ++k) {
+      auto it = std::lower_bound(all.rows.begin(), all.rows.end(), out.rows[k]);
+      if (it == all.rows.end() || *it != out.rows[k])
+        return Internal("row ", out.rows[k], " missing from a row-sparse pull");
+      CopyBytes(dst + k * row_bytes, src + (it - all.rows.begin()) * row_bytes, row_bytes);
+    }
+    *outs[i] = std::move(out);
+  }
+  return Status::OK();
+}
+
+// The unique ascending ids of every list, each list checked, and their union.
+StatusOr<std::vector<int64_t>> PullIds(const Key& key, const SparseTableSpec& spec,
+                                       const std::vector<std::vector<int64_t>>& row_ids,
+                                       std::vector<std::vector<int64_t>>* unique) {
+  std::vector<int64_t> all;
+  for (const auto& ids : row_ids) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> u, UniqueRowIds(key, spec, ids));
+    all.insert(all.end(), u.begin(), u.end());
+    unique->push_back(std::move(u));
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
+}
+
 class DistStore final : public KVStore {
  public:
   DistStore(std::string type, int rank, int workers, std::unique_ptr<rpc::Client> client,
@@ -87,7 +176,7 @@ class DistStore final : public KVStore {
 
   Status Init(const Key& key, const Tensor& value) override {
     LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
-    if (meta_.count(key))
+    if (meta_.count(key) || sparse_.count(key))
       return AlreadyExists("key ", key.ToString(),
                            " is initialized already; a key is "
                            "initialized once");
@@ -108,6 +197,7 @@ class DistStore final : public KVStore {
   }
 
   Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
+    LOOM_RETURN_IF_ERROR(CheckDense(key, "push"));
     LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Initialized(meta_, key, "push"));
     if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
     Tensor want(m->dtype, m->dims);
@@ -126,6 +216,7 @@ class DistStore final : public KVStore {
   }
 
   Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
+    LOOM_RETURN_IF_ERROR(CheckDense(key, "pull"));
     LOOM_ASSIGN_OR_RETURN(KeyMeta * m, Initialized(meta_, key, "pull"));
     if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
     Tensor want(m->dtype, m->dims);
@@ -178,6 +269,48 @@ class DistStore final : public KVStore {
     return Barrier();
   }
 
+  Status InitRowSparse(const Key& key, const SelectedRows& value) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    LOOM_RETURN_IF_ERROR(CheckNew(key));
+    LOOM_ASSIGN_OR_RETURN(SparseTableSpec spec, RowSparseSpecOf(key, value));
+    LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, spec, {value}));
+    return InitSparse(key, spec, merged);
+  }
+
+  Status InitSparseTable(const Key& key, const SparseTableSpec& spec) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    LOOM_RETURN_IF_ERROR(CheckNew(key));
+    LOOM_RETURN_IF_ERROR(CheckSparseTableSpec(key, spec));
+    return InitSparse(key, spec, NewRowSparse(spec, {}));
+  }
+
+  Status PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                       int priority) override {
+    LOOM_ASSIGN_OR_RETURN(SparseMeta * m, SparseKey(key, "row-sparse push"));
+    LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, m->spec, values));
+    ++m->pushes;
+    // Every server gets a push, empty or not: a sync round needs every worker's push.
+    const auto parts = SplitByServer(merged, m->spec, servers());
+    for (int v = 0; v < servers(); ++v) {
+      rpc::Header h = SparseHeader(rpc::Header::SPARSE_PUSH, *m,
+                                   static_cast<int64_t>(parts[static_cast<size_t>(v)].rows.size()));
+      h.set_step(m->pushes);
+      client_->PostOneWay(v, h, SparsePayloads(parts[static_cast<size_t>(v)]), priority);
+    }
+    return Status::OK();
+  }
+
+  Status RowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                       const std::vector<SelectedRows*>& outs, int priority) override {
+    LOOM_ASSIGN_OR_RETURN(SparseMeta * m, SparseKey(key, "row_sparse_pull"));
+    LOOM_RETURN_IF_ERROR(CheckRowSparsePull(key, row_ids, outs));
+    std::vector<std::vector<int64_t>> unique;
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> all, PullIds(key, m->spec, row_ids, &unique));
+    SelectedRows got;
+    LOOM_RETURN_IF_ERROR(PullRows(key, *m, all, &got));
+    return PickRows(got, m->spec, unique, outs);
+  }
+
   // Every server answers once every worker still working has reached this barrier; as a
   // server takes a worker's messages in order, each server has then taken every push sent
   // before it.
@@ -212,6 +345,95 @@ class DistStore final : public KVStore {
     return out;
   }
 
+  int servers() const { return static_cast<int>(client_->endpoints().size()); }
+
+  Status CheckNew(const Key& key) const {
+    if (meta_.count(key) || sparse_.count(key))
+      return AlreadyExists("key ", key.ToString(),
+                           " is initialized already; a key is initialized once");
+    return Status::OK();
+  }
+
+  Status CheckDense(const Key& key, const char* op) const {
+    if (sparse_.count(key))
+      return InvalidArgument(op, " of key ", key.ToString(), ": the key is row_sparse (",
+                             sparse_.at(key).spec.DimsString(),
+                             "); push row-sparse arrays and use row_sparse_pull");
+    return Status::OK();
+  }
+
+  StatusOr<SparseMeta*> SparseKey(const Key& key, const char* op) {
+    if (meta_.count(key))
+      return InvalidArgument(op, " of key ", key.ToString(), ": the key is dense (",
+                             DataTypeName(meta_.at(key).dtype), meta_.at(key).dims.ToString(),
+                             "); use push and pull");
+    return Initialized(sparse_, key, op);
+  }
+
+  // Rank 0 creates the key's table on every server with its share of `rows`; then a barrier.
+  Status InitSparse(const Key& key, const SparseTableSpec& spec, const SelectedRows& rows) {
+    SparseMeta m{spec, key.is_string ? "s:" + key.name : "i:" + std::to_string(key.id), 0};
+    if (rank_ == 0) {
+      const auto parts = SplitByServer(rows, spec, servers());
+      std::vector<rpc::Client::Ticket> tickets;
+      for (int v = 0; v < servers(); ++v) {
+        const SelectedRows& part = parts[static_cast<size_t>(v)];
+        rpc::Header h =
+            SparseHeader(rpc::Header::SPARSE_INIT, m, static_cast<int64_t>(part.rows.size()));
+        h.set_text(spec.init.name());
+        (*h.mutable_params())["a"] = spec.init.a;
+        (*h.mutable_params())["b"] = spec.init.b;
+        h.set_seed(spec.init.seed);
+        tickets.push_back(client_->Post(v, h, SparsePayloads(part)));
+      }
+      LOOM_RETURN_IF_ERROR(client_->WaitAll(tickets).status());
+    }
+    sparse_[key] = std::move(m);
+    return Barrier();
+  }
+
+  // Rows `ids` (unique, ascending) of a row-sparse key from the servers holding them.
+  Status PullRows(const Key& key, const SparseMeta& m, const std::vector<int64_t>& ids,
+                  SelectedRows* out) {
+    std::vector<std::vector<int64_t>> per(static_cast<size_t>(servers()));
+    for (int64_t id : ids)
+      per[static_cast<size_t>(SparseTable::ShardOf(id, servers()))].push_back(id);
+    std::vector<int> asked;
+    std::vector<rpc::Client::Ticket> tickets;
+    for (int v = 0; v < servers(); ++v) {
+      auto& mine = per[static_cast<size_t>(v)];
+      if (mine.empty()) continue;
+      rpc::Header h = SparseHeader(rpc::Header::SPARSE_GET, m, static_cast<int64_t>(mine.size()));
+      h.set_step(m.pushes);  // sync: after the merge of this worker's pushes
+      auto keep = std::make_shared<const std::vector<int64_t>>(mine);
+      tickets.push_back(client_->Post(v, h, std::vector<rpc::Payload>{rpc::RowIdsPayload(keep)}));
+      asked.push_back(v);
+    }
+    LOOM_ASSIGN_OR_RETURN(std::vector<rpc::Reply> replies, client_->WaitAll(tickets));
+    *out = NewRowSparse(m.spec, ids);
+    const size_t row_bytes = static_cast<size_t>(m.spec.width()) * SizeOf(m.spec.dtype);
+    for (size_t k = 0; k < asked.size(); ++k) {
+      const auto& mine = per[static_cast<size_t>(asked[k])];
+      Status st = rpc::CheckSparseReply(replies[k].header, replies[k].payloads, mine,
+                                        static_cast<int>(m.spec.dtype), m.spec.width());
+      if (!st.ok())
+        return st.WithContext(StrCat("row_sparse_pull of key ", key.ToString(), " from server ",
+                                     client_->endpoints()[static_cast<size_t>(asked[k])]));
+    }
+    // Each server's rows are ascending, as are the ids: merge them back in id order.
+    std::vector<size_t> next(asked.size(), 0);
+    char* dst = static_cast<char*>(out->value.raw_data());
+    std::map<int, size_t> slot;
+    for (size_t k = 0; k < asked.size(); ++k) slot[asked[k]] = k;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t k = slot[SparseTable::ShardOf(ids[i], servers())];
+      CopyBytes(dst + i * row_bytes,
+                static_cast<const char*>(replies[k].payloads[1].data()) + next[k]++ * row_bytes,
+                row_bytes);
+    }
+    return Status::OK();
+  }
+
   static rpc::Header ShardHeader(rpc::Header::Kind kind, const Shard& s, DataType dtype) {
     rpc::Header h;
     h.set_kind(kind);
@@ -232,6 +454,7 @@ class DistStore final : public KVStore {
   std::unique_ptr<rpc::Client> client_;
   int64_t bound_;
   std::map<Key, KeyMeta> meta_;
+  std::map<Key, SparseMeta> sparse_;
   int64_t barriers_ = 0;
   bool closed_ = false;
 };
@@ -245,6 +468,13 @@ struct Entry {
   // sync: each worker's pushes not merged yet, oldest first (the k-th push of every worker is
   // merged in round k)
   std::map<int, std::deque<zmq::message_t>> pending;
+};
+
+// A row-sparse key's shard of rows on this server.
+struct SparseEntry {
+  std::unique_ptr<SparseTable> table;
+  int64_t version = 0;
+  std::map<int, std::deque<SelectedRows>> pending;  // sync: as Entry's
 };
 
 class KVServer {
@@ -261,8 +491,8 @@ class KVServer {
       for (auto& r : server_->Poll(std::chrono::milliseconds(100))) LOOM_RETURN_IF_ERROR(Handle(r));
       LOOM_RETURN_IF_ERROR(CheckWorkers());
     }
-    std::fprintf(stderr, "loom kvstore %s: every worker closed; %zu keys served\n", name_.c_str(),
-                 entries_.size());
+    std::fprintf(stderr, "loom kvstore %s: every worker closed; %zu keys served (%zu row-sparse)\n",
+                 name_.c_str(), entries_.size() + sparse_.size(), sparse_.size());
     return Status::OK();
   }
 
@@ -285,10 +515,25 @@ class KVServer {
       case rpc::Header::INIT: st = OnInit(r); break;
       case rpc::Header::SEND: st = OnPush(r); break;
       case rpc::Header::GET: OnGet(r); return Status::OK();
+      case rpc::Header::SPARSE_INIT: st = OnSparseInit(r); break;
+      case rpc::Header::SPARSE_PUSH: st = OnSparsePush(r); break;
+      case rpc::Header::SPARSE_GET:
+        if (!sparse_.count(r.header.name())) {
+          server_->ReplyError(r, NotFound("no row-sparse key '", r.header.name(), "' on ", name_));
+          return Status::OK();
+        }
+        gets_.push_back(std::move(r));
+        AnswerWaiters();
+        return Status::OK();
       case rpc::Header::OPTIMIZER: {
-        auto u =
-            MakeUpdater({r.header.text(), {r.header.params().begin(), r.header.params().end()}});
-        if (u.ok()) updater_ = std::move(*u);
+        const OptimizerSpec spec{r.header.text(),
+                                 {r.header.params().begin(), r.header.params().end()}};
+        auto u = MakeUpdater(spec);
+        auto ru = MakeRowUpdater(spec);
+        if (u.ok() && ru.ok()) {
+          updater_ = std::move(*u);
+          row_updater_ = std::move(*ru);
+        }
         st = u.status();
         if (st.ok()) server_->Reply(r, {});
         break;
@@ -353,6 +598,83 @@ class KVServer {
     return Progress();
   }
 
+  Status OnSparseInit(rpc::Request& r) {
+    const rpc::Header& h = r.header;
+    if (sparse_.count(h.name()) || entries_.count(h.name()))
+      return AlreadyExists("key '", h.name(), "' is initialized already on ", name_);
+    SparseTableSpec spec;
+    spec.dtype = static_cast<DataType>(h.dtype());
+    spec.height = h.height();
+    for (int i = 1; i < h.dims_size(); ++i) spec.row_dims.push_back(h.dims(i));
+    auto param = [&](const char* k) {
+      auto it = h.params().find(k);
+      return it == h.params().end() ? 0.0 : it->second;
+    };
+    LOOM_ASSIGN_OR_RETURN(spec.init,
+                          RowInitializer::FromName(h.text(), param("a"), param("b"), h.seed()));
+    LOOM_ASSIGN_OR_RETURN(auto table, SparseTable::Create(spec));
+    LOOM_ASSIGN_OR_RETURN(SelectedRows rows, ReceivedRows(r, spec));
+    LOOM_RETURN_IF_ERROR(table->Assign(rows.rows.data(), static_cast<int64_t>(rows.rows.size()),
+                                       rows.value.raw_data(), "init of '" + h.name() + "'"));
+    sparse_[h.name()].table = std::move(table);
+    server_->Reply(r, {});
+    return Status::OK();
+  }
+
+  // The SelectedRows of a SPARSE_INIT / SPARSE_PUSH (Decode checked its frames and ids), checked
+  // against the key's spec.
+  StatusOr<SelectedRows> ReceivedRows(rpc::Request& r, const SparseTableSpec& spec) {
+    const rpc::Header& h = r.header;
+    DDim row_dims;
+    for (int i = 1; i < h.dims_size(); ++i) row_dims.push_back(h.dims(i));
+    if (h.dtype() != static_cast<int>(spec.dtype) || row_dims != spec.row_dims ||
+        h.height() != spec.height)
+      return InvalidArgument("row-sparse key '", h.name(), "' holds ", DataTypeName(spec.dtype),
+                             " ", spec.DimsString(), "; the message is of another dtype or shape");
+    SelectedRows s;
+    s.height = spec.height;
+    s.rows = rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size());
+    DDim dims({static_cast<int64_t>(s.rows.size())});
+    for (int64_t d : row_dims) dims.push_back(d);
+    s.value = FromPayload(spec.dtype, dims, std::move(r.payloads[1]));
+    return s;
+  }
+
+  Status OnSparsePush(rpc::Request& r) {
+    auto it = sparse_.find(r.header.name());
+    if (it == sparse_.end())
+      return NotFound("no row-sparse key '", r.header.name(), "' on ", name_);
+    SparseEntry& e = it->second;
+    LOOM_ASSIGN_OR_RETURN(SelectedRows rows, ReceivedRows(r, e.table->spec()));
+    if (!sync_) return ApplySparse(it->first, &e, {std::move(rows)});
+    auto& queue = e.pending[r.trainer_id];
+    const int64_t expected = e.version + 1 + static_cast<int64_t>(queue.size());
+    if (r.header.step() != expected)
+      return FailedPrecondition("row-sparse push ", r.header.step(), " of key '", r.header.name(),
+                                "' from worker ", r.trainer_id, ", expected push ", expected);
+    queue.push_back(std::move(rows));
+    return Progress();
+  }
+
+  // Merges the pushes (rows summed in worker order), then the optimizer updates the touched
+  // rows, or without one the merged rows become the shard's whole value.
+  Status ApplySparse(const std::string& name, SparseEntry* e,
+                     const std::vector<SelectedRows>& parts) {
+    SparseTable& t = *e->table;
+    LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(Key::Str(name), t.spec(), parts));
+    const std::string what = StrCat("push of '", name, "' on ", name_);
+    const auto n = static_cast<int64_t>(merged.rows.size());
+    if (row_updater_) {
+      LOOM_RETURN_IF_ERROR(t.Apply(*row_updater_, merged.rows.data(), n, merged.value.raw_data(),
+                                   static_cast<int>(parts.size()), what));
+    } else {
+      t.Clear();
+      LOOM_RETURN_IF_ERROR(t.Assign(merged.rows.data(), n, merged.value.raw_data(), what));
+    }
+    ++e->version;
+    return Status::OK();
+  }
+
   // Merges every shard whose live workers have all pushed, then answers what waited for it.
   Status Progress() {
     if (sync_) {
@@ -372,6 +694,19 @@ class KVServer {
           merged.mutable_data(Place::CPU(), e.value.dtype());
           LOOM_RETURN_IF_ERROR(SumValues(parts, &merged, {}));
           LOOM_RETURN_IF_ERROR(Apply(key, &e, merged, static_cast<int>(parts.size())));
+        }
+      }
+      for (auto& [key, e] : sparse_) {
+        for (;;) {
+          bool all = !live.empty();
+          for (int w : live) all = all && !e.pending[w].empty();
+          if (!all) break;
+          std::vector<SelectedRows> parts;
+          for (int w : live) {
+            parts.push_back(std::move(e.pending[w].front()));
+            e.pending[w].pop_front();
+          }
+          LOOM_RETURN_IF_ERROR(ApplySparse(key, &e, parts));
         }
       }
     }
@@ -401,12 +736,15 @@ class KVServer {
 
   bool Ready(const rpc::Request& r) const {
     if (!sync_) return true;
+    if (r.header.kind() == rpc::Header::SPARSE_GET)
+      return sparse_.at(r.header.name()).version >= r.header.step();
     for (const auto& t : r.header.tensors())
       if (entries_.at(t.name()).version < r.header.step()) return false;
     return true;
   }
 
   void Reply(const rpc::Request& r) {
+    if (r.header.kind() == rpc::Header::SPARSE_GET) return ReplySparse(r);
     rpc::Header h;
     std::vector<rpc::Payload> payloads;
     for (const auto& t : r.header.tensors()) {
@@ -419,6 +757,32 @@ class KVServer {
       payloads.push_back({v.raw_data(), v.nbytes(), nullptr});  // copied: values change any time
     }
     server_->Reply(r, std::move(h), payloads);
+  }
+
+  // The rows a SPARSE_GET asks for (created on first touch): tensors "rows" and "value".
+  void ReplySparse(const rpc::Request& r) {
+    SparseTable& t = *sparse_.at(r.header.name()).table;
+    auto ids = std::make_shared<const std::vector<int64_t>>(
+        rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size()));
+    SelectedRows rows = NewRowSparse(t.spec(), *ids);
+    Status st = t.Lookup(ids->data(), static_cast<int64_t>(ids->size()), rows.value.raw_data(),
+                         StrCat("row_sparse_pull of '", r.header.name(), "' on ", name_));
+    if (!st.ok()) return server_->ReplyError(r, st);
+    rpc::Header h;
+    auto* meta = h.add_tensors();
+    meta->set_name("rows");
+    meta->set_dtype(rpc::kInt64Dtype);
+    meta->add_dims(static_cast<int64_t>(ids->size()));
+    meta->set_nbytes(static_cast<int64_t>(ids->size() * 8));
+    meta = h.add_tensors();
+    meta->set_name("value");
+    meta->set_dtype(static_cast<int>(rows.value.dtype()));
+    for (int64_t d : rows.value.dims()) meta->add_dims(d);
+    meta->set_nbytes(static_cast<int64_t>(rows.value.nbytes()));
+    server_->Reply(r, std::move(h),
+                   {rpc::RowIdsPayload(ids),
+                    {rows.value.raw_data(), rows.value.nbytes(),
+                     std::shared_ptr<const void>(rows.value.holder())}});
   }
 
   void AnswerWaiters() {
@@ -479,7 +843,9 @@ class KVServer {
   rpc::Options options_;
   std::unique_ptr<rpc::Server> server_;
   std::unique_ptr<Updater> updater_;
+  std::unique_ptr<RowUpdater> row_updater_;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, SparseEntry> sparse_;
   std::set<int> closed_, dead_;
   std::map<int, int64_t> barrier_;
   std::vector<rpc::Request> gets_, barrier_waiters_;
@@ -557,7 +923,8 @@ class MpiClientStore final : public KVStore {
 
   Status Init(const Key& key, const Tensor& value) override {
     LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
-    if (meta_.count(key)) return AlreadyExists("key ", key.ToString(), " is initialized already");
+    if (meta_.count(key) || sparse_.count(key))
+      return AlreadyExists("key ", key.ToString(), " is initialized already");
     if (!value.initialized() || !value.place().is_cpu())
       return InvalidArgument("init of key ", key.ToString(), ": not an initialized CPU tensor");
     meta_[key] = Tensor(value.dtype(), value.dims());
@@ -573,7 +940,77 @@ class MpiClientStore final : public KVStore {
     return comm_->Barrier().Wait();
   }
 
+  Status InitRowSparse(const Key& key, const SelectedRows& value) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    if (meta_.count(key) || sparse_.count(key))
+      return AlreadyExists("key ", key.ToString(), " is initialized already");
+    LOOM_ASSIGN_OR_RETURN(SparseTableSpec spec, RowSparseSpecOf(key, value));
+    LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, spec, {value}));
+    if (replicated_) {  // every rank keeps the value: rank 0's, broadcast
+      LOOM_RETURN_IF_ERROR(BroadcastRows(&merged, spec, 0));
+      LOOM_RETURN_IF_ERROR(leader_->InitRowSparse(key, merged));
+    } else if (leader_) {
+      LOOM_RETURN_IF_ERROR(leader_->InitRowSparse(key, merged));
+    }
+    sparse_[key] = spec;
+    return comm_->Barrier().Wait();
+  }
+
+  Status InitSparseTable(const Key& key, const SparseTableSpec& spec) override {
+    LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+    if (meta_.count(key) || sparse_.count(key))
+      return AlreadyExists("key ", key.ToString(), " is initialized already");
+    LOOM_RETURN_IF_ERROR(CheckSparseTableSpec(key, spec));
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->InitSparseTable(key, spec));
+    sparse_[key] = spec;
+    return comm_->Barrier().Wait();
+  }
+
+  // The client's pushes are gathered on every rank (rank order), and rank 0 pushes them as one
+  // list (its store merges them); without servers every rank's store takes the same list.
+  Status PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                       int priority) override {
+    if (meta_.count(key))
+      return InvalidArgument("row-sparse push of key ", key.ToString(), ": the key is dense");
+    LOOM_ASSIGN_OR_RETURN(SparseTableSpec * spec, Initialized(sparse_, key, "row-sparse push"));
+    LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, *spec, values));
+    std::vector<SelectedRows> parts;
+    for (int r = 0; r < comm_->nranks(); ++r) {
+      SelectedRows part = r == comm_->rank() ? merged : SelectedRows{};
+      LOOM_RETURN_IF_ERROR(BroadcastRows(&part, *spec, r));
+      parts.push_back(std::move(part));
+    }
+    return leader_ ? leader_->PushRowSparse(key, parts, priority) : Status::OK();
+  }
+
+  // Rank 0 pulls the union of the client's ids and broadcasts the rows; each rank keeps its own.
+  Status RowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                       const std::vector<SelectedRows*>& outs, int priority) override {
+    if (meta_.count(key))
+      return InvalidArgument("row_sparse_pull of key ", key.ToString(), ": the key is dense");
+    LOOM_ASSIGN_OR_RETURN(SparseTableSpec * spec, Initialized(sparse_, key, "row_sparse_pull"));
+    LOOM_RETURN_IF_ERROR(CheckRowSparsePull(key, row_ids, outs));
+    if (replicated_) return leader_->RowSparsePull(key, row_ids, outs, priority);
+    std::vector<std::vector<int64_t>> unique;
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> mine, PullIds(key, *spec, row_ids, &unique));
+    std::vector<int64_t> all;
+    for (int r = 0; r < comm_->nranks(); ++r) {
+      SelectedRows ids = NewRowSparse(*spec, r == comm_->rank() ? mine : std::vector<int64_t>{});
+      LOOM_RETURN_IF_ERROR(BroadcastRows(&ids, *spec, r, /*ids_only=*/true));
+      all.insert(all.end(), ids.rows.begin(), ids.rows.end());
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    SelectedRows got = NewRowSparse(*spec, all);
+    if (leader_) LOOM_RETURN_IF_ERROR(leader_->RowSparsePull(key, {all}, {&got}, priority));
+    LOOM_RETURN_IF_ERROR(BroadcastRows(&got, *spec, 0));
+    return PickRows(got, *spec, unique, outs);
+  }
+
   Status Push(const Key& key, const std::vector<Tensor>& values, int priority) override {
+    if (sparse_.count(key))
+      return InvalidArgument("push of key ", key.ToString(),
+                             ": the key is row_sparse; push row-sparse arrays");
     LOOM_ASSIGN_OR_RETURN(Tensor * sum, Initialized(meta_, key, "push"));
     if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
     for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *sum, v, "a pushed value"));
@@ -583,6 +1020,9 @@ class MpiClientStore final : public KVStore {
   }
 
   Status Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) override {
+    if (sparse_.count(key))
+      return InvalidArgument("pull of key ", key.ToString(),
+                             ": the key is row_sparse; use row_sparse_pull");
     LOOM_ASSIGN_OR_RETURN(Tensor * value, Initialized(meta_, key, "pull"));
     if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
     for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *value, *o, "a pull output"));
@@ -629,13 +1069,36 @@ class MpiClientStore final : public KVStore {
   }
 
  private:
+  // Rank root's rows (ids, and unless ids_only the values) into every rank's *s.
+  Status BroadcastRows(SelectedRows* s, const SparseTableSpec& spec, int root,
+                       bool ids_only = false) {
+    int64_t n = static_cast<int64_t>(s->rows.size());
+    LOOM_RETURN_IF_ERROR(comm_->Broadcast(&n, &n, 1, collective::DataType::kInt64, root).Wait());
+    if (comm_->rank() != root) {
+      *s = NewRowSparse(spec, std::vector<int64_t>(static_cast<size_t>(n)));
+      s->height = spec.height;
+    }
+    if (n == 0) return Status::OK();
+    LOOM_RETURN_IF_ERROR(comm_
+                             ->Broadcast(s->rows.data(), s->rows.data(), static_cast<size_t>(n),
+                                         collective::DataType::kInt64, root)
+                             .Wait());
+    if (ids_only) return Status::OK();
+    LOOM_ASSIGN_OR_RETURN(collective::DataType dtype, CollectiveType(spec.dtype));
+    return comm_
+        ->Broadcast(s->value.raw_data(), s->value.raw_data(), static_cast<size_t>(s->value.numel()),
+                    dtype, root)
+        .Wait();
+  }
+
   int rank_, workers_;
   std::unique_ptr<collective::Communicator> comm_;
   // The client's rank 0: its connection to the servers. Without servers (pure MPI) every rank's
   // local store, kept identical: the same pushes (summed over the client) on every rank.
   std::unique_ptr<KVStore> leader_;
   bool replicated_;
-  std::map<Key, Tensor> meta_;  // each key's dtype and dims, and a buffer of them
+  std::map<Key, Tensor> meta_;             // each key's dtype and dims, and a buffer of them
+  std::map<Key, SparseTableSpec> sparse_;  // the row-sparse keys
   bool closed_ = false;
 };
 #endif

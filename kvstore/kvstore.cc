@@ -1,5 +1,6 @@
 #include "kvstore/kvstore.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -216,6 +217,7 @@ Status CheckValue(const Key& key, const Tensor& stored, const Tensor& v, const c
 
 Status InProcessStore::Init(const Key& key, const Tensor& value) {
   LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+  if (sparse_.count(key)) return CheckNew(key);
   if (store_.count(key))
     return AlreadyExists("key ", key.ToString(), " is initialized already (as ",
                          Describe(store_[key]), "); a key is initialized once");
@@ -226,6 +228,7 @@ Status InProcessStore::Init(const Key& key, const Tensor& value) {
 }
 
 Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, int priority) {
+  LOOM_RETURN_IF_ERROR(CheckDense(key, "push"));
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "push"));
   if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
   for (const auto& v : values) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, v, "a pushed value"));
@@ -237,6 +240,7 @@ Status InProcessStore::Push(const Key& key, const std::vector<Tensor>& values, i
 }
 
 Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, int priority) {
+  LOOM_RETURN_IF_ERROR(CheckDense(key, "pull"));
   LOOM_ASSIGN_OR_RETURN(Tensor * stored, Initialized(store_, key, "pull"));
   if (outs.empty()) return InvalidArgument("pull of key ", key.ToString(), " into no output");
   for (Tensor* o : outs) LOOM_RETURN_IF_ERROR(CheckValue(key, *stored, *o, "a pull output"));
@@ -246,6 +250,7 @@ Status InProcessStore::Pull(const Key& key, const std::vector<Tensor*>& outs, in
 
 Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& values,
                                 const std::vector<Tensor*>& outs, int priority) {
+  LOOM_RETURN_IF_ERROR(CheckDense(key, "pushpull"));
   if (updater_) {
     LOOM_RETURN_IF_ERROR(Push(key, values, priority));
     return Pull(key, outs, priority);
@@ -259,7 +264,234 @@ Status InProcessStore::PushPull(const Key& key, const std::vector<Tensor>& value
 
 Status InProcessStore::SetOptimizer(const OptimizerSpec& spec) {
   LOOM_ASSIGN_OR_RETURN(updater_, MakeUpdater(spec));
+  LOOM_ASSIGN_OR_RETURN(row_updater_, MakeRowUpdater(spec));
   return Status::OK();
+}
+
+Status InProcessStore::CheckDense(const Key& key, const char* op) const {
+  if (sparse_.count(key))
+    return InvalidArgument(op, " of key ", key.ToString(), ": the key is row_sparse (",
+                           sparse_.at(key)->spec().DimsString(),
+                           "); push row-sparse arrays and use row_sparse_pull");
+  return Status::OK();
+}
+
+Status InProcessStore::CheckNew(const Key& key) const {
+  if (store_.count(key))
+    return AlreadyExists("key ", key.ToString(), " is initialized already (as ",
+                         Describe(store_.at(key)), "); a key is initialized once");
+  if (sparse_.count(key))
+    return AlreadyExists("key ", key.ToString(), " is initialized already (as row_sparse ",
+                         sparse_.at(key)->spec().DimsString(), "); a key is initialized once");
+  return Status::OK();
+}
+
+Status InProcessStore::InitRowSparse(const Key& key, const SelectedRows& value) {
+  LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+  LOOM_RETURN_IF_ERROR(CheckNew(key));
+  LOOM_ASSIGN_OR_RETURN(SparseTableSpec spec, RowSparseSpecOf(key, value));
+  LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, spec, {value}));
+  LOOM_ASSIGN_OR_RETURN(auto table, SparseTable::Create(spec));
+  LOOM_RETURN_IF_ERROR(table->Assign(merged.rows.data(), static_cast<int64_t>(merged.rows.size()),
+                                     merged.value.raw_data(),
+                                     StrCat("init of key ", key.ToString())));
+  sparse_[key] = std::move(table);
+  return Status::OK();
+}
+
+Status InProcessStore::InitSparseTable(const Key& key, const SparseTableSpec& spec) {
+  LOOM_RETURN_IF_ERROR(CheckKeyKind(key));
+  LOOM_RETURN_IF_ERROR(CheckNew(key));
+  LOOM_RETURN_IF_ERROR(CheckSparseTableSpec(key, spec));
+  LOOM_ASSIGN_OR_RETURN(sparse_[key], SparseTable::Create(spec));
+  return Status::OK();
+}
+
+Status InProcessStore::PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                                     int priority) {
+  if (store_.count(key))
+    return InvalidArgument("row-sparse push of key ", key.ToString(), ": the key is dense (",
+                           Describe(store_.at(key)), "); push dense arrays");
+  LOOM_ASSIGN_OR_RETURN(auto* table, Initialized(sparse_, key, "row-sparse push"));
+  SparseTable& t = **table;
+  LOOM_ASSIGN_OR_RETURN(SelectedRows merged, MergeRowSparse(key, t.spec(), values));
+  const std::string what = StrCat("push of key ", key.ToString());
+  const auto n = static_cast<int64_t>(merged.rows.size());
+  if (row_updater_)
+    return t.Apply(*row_updater_, merged.rows.data(), n, merged.value.raw_data(),
+                   static_cast<int>(values.size()), what);
+  t.Clear();  // no optimizer: the merged rows are the key's whole value (MXNet's rule)
+  return t.Assign(merged.rows.data(), n, merged.value.raw_data(), what);
+}
+
+Status InProcessStore::RowSparsePull(const Key& key,
+                                     const std::vector<std::vector<int64_t>>& row_ids,
+                                     const std::vector<SelectedRows*>& outs, int priority) {
+  if (store_.count(key))
+    return InvalidArgument("row_sparse_pull of key ", key.ToString(), ": the key is dense (",
+                           Describe(store_.at(key)), "); use pull");
+  LOOM_ASSIGN_OR_RETURN(auto* table, Initialized(sparse_, key, "row_sparse_pull"));
+  SparseTable& t = **table;
+  LOOM_RETURN_IF_ERROR(CheckRowSparsePull(key, row_ids, outs));
+  const std::string what = StrCat("row_sparse_pull of key ", key.ToString());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                          UniqueRowIds(key, t.spec(), row_ids[row_ids.size() == 1 ? 0 : i]));
+    SelectedRows out = NewRowSparse(t.spec(), std::move(ids));
+    LOOM_RETURN_IF_ERROR(t.Lookup(out.rows.data(), static_cast<int64_t>(out.rows.size()),
+                                  out.value.raw_data(), what));
+    *outs[i] = std::move(out);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-sparse helpers
+
+namespace {
+Status NoRowSparse(const std::string& type, const Key& key) {
+  return Unimplemented("a ", type, " KVStore does not take row_sparse keys (key ", key.ToString(),
+                       ")");
+}
+}  // namespace
+
+Status KVStore::InitRowSparse(const Key& key, const SelectedRows& value) {
+  return NoRowSparse(type_, key);
+}
+
+Status KVStore::InitSparseTable(const Key& key, const SparseTableSpec& spec) {
+  return NoRowSparse(type_, key);
+}
+
+Status KVStore::PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                              int priority) {
+  return NoRowSparse(type_, key);
+}
+
+Status KVStore::RowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                              const std::vector<SelectedRows*>& outs, int priority) {
+  return NoRowSparse(type_, key);
+}
+
+StatusOr<SparseTableSpec> RowSparseSpecOf(const Key& key, const SelectedRows& value) {
+  const Tensor& v = value.value;
+  if (v.dims().size() < 1)
+    return InvalidArgument("init of key ", key.ToString(),
+                           ": a row-sparse value needs at least one dim (one per row)");
+  SparseTableSpec spec;
+  spec.dtype = v.dtype();
+  spec.height = value.height;
+  for (int i = 1; i < v.dims().size(); ++i) spec.row_dims.push_back(v.dims()[i]);
+  spec.init = RowInitializer::Constant(0);
+  LOOM_RETURN_IF_ERROR(CheckSparseTableSpec(key, spec));
+  return spec;
+}
+
+Status CheckSparseTableSpec(const Key& key, const SparseTableSpec& spec) {
+  if (spec.height < 1)
+    return InvalidArgument("init of key ", key.ToString(),
+                           ": a row-sparse key needs a height >= 1, got ", spec.height);
+  if (spec.dtype != proto::FP32 && spec.dtype != proto::FP64)
+    return InvalidArgument("init of key ", key.ToString(),
+                           ": a row-sparse key holds float32 or float64, not ",
+                           DataTypeName(spec.dtype));
+  for (int64_t d : spec.row_dims)
+    if (d < 1)
+      return InvalidArgument("init of key ", key.ToString(), ": row dims ",
+                             spec.row_dims.ToString(), " must be positive");
+  return spec.init.Check();
+}
+
+StatusOr<SelectedRows> MergeRowSparse(const Key& key, const SparseTableSpec& spec,
+                                      const std::vector<SelectedRows>& values) {
+  if (values.empty()) return InvalidArgument("push of key ", key.ToString(), " with no value");
+  const int64_t w = spec.width();
+  const size_t elem = SizeOf(spec.dtype);
+  std::map<int64_t, int64_t> slot;
+  for (size_t k = 0; k < values.size(); ++k) {
+    const SelectedRows& s = values[k];
+    const Tensor& v = s.value;
+    const std::string what = StrCat("row-sparse value ", k, " of key ", key.ToString());
+    if (v.dims().size() < 1 || v.dims()[0] != static_cast<int64_t>(s.rows.size()))
+      return InvalidArgument(what, " has ", s.rows.size(), " row ids but its data is ",
+                             v.dims().ToString());
+    DDim row_dims;
+    for (int i = 1; i < v.dims().size(); ++i) row_dims.push_back(v.dims()[i]);
+    if (v.dtype() != spec.dtype || row_dims != spec.row_dims || s.height != spec.height)
+      return InvalidArgument(what, " is ", DataTypeName(v.dtype()), " rows ", row_dims.ToString(),
+                             " of height ", s.height, "; the key holds ", DataTypeName(spec.dtype),
+                             " ", spec.DimsString());
+    if (!s.rows.empty() && (!v.initialized() || !v.place().is_cpu()))
+      return InvalidArgument(what, ": its data is not an initialized CPU tensor");
+    for (size_t i = 0; i < s.rows.size(); ++i) {
+      if (s.rows[i] < 0 || s.rows[i] >= spec.height)
+        return InvalidArgument(what, ": row id ", s.rows[i], " (entry ", i, ") is outside [0, ",
+                               spec.height, ")");
+      slot.emplace(s.rows[i], 0);
+    }
+  }
+  int64_t n = 0;
+  for (auto& kv : slot) kv.second = n++;
+  SelectedRows out;
+  out.height = spec.height;
+  out.rows.reserve(slot.size());
+  for (const auto& kv : slot) out.rows.push_back(kv.first);
+  DDim dims({n});
+  for (int64_t d : spec.row_dims) dims.push_back(d);
+  out.value = Tensor(spec.dtype, dims);
+  char* dst = static_cast<char*>(out.value.mutable_data(Place::CPU(), spec.dtype));
+  std::memset(dst, 0, static_cast<size_t>(n * w) * elem);
+  auto add = [&](auto zero) {
+    using T = decltype(zero);
+    T* o = reinterpret_cast<T*>(dst);
+    for (const SelectedRows& s : values) {  // list order, then row order: the same sum every run
+      const T* src = s.value.data<T>();
+      for (size_t i = 0; i < s.rows.size(); ++i) {
+        T* row = o + slot[s.rows[i]] * w;
+        const T* in = src + static_cast<int64_t>(i) * w;
+        for (int64_t j = 0; j < w; ++j) row[j] += in[j];
+      }
+    }
+  };
+  if (spec.dtype == proto::FP32)
+    add(float{});
+  else
+    add(double{});
+  return out;
+}
+
+StatusOr<std::vector<int64_t>> UniqueRowIds(const Key& key, const SparseTableSpec& spec,
+                                            const std::vector<int64_t>& ids) {
+  std::vector<int64_t> out = ids;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (!out.empty() && (out.front() < 0 || out.back() >= spec.height))
+    return InvalidArgument("row_sparse_pull of key ", key.ToString(), ": row id ",
+                           out.front() < 0 ? out.front() : out.back(), " is outside [0, ",
+                           spec.height, ")");
+  return out;
+}
+
+Status CheckRowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                          const std::vector<SelectedRows*>& outs) {
+  if (outs.empty())
+    return InvalidArgument("row_sparse_pull of key ", key.ToString(), " into no output");
+  if (row_ids.size() != 1 && row_ids.size() != outs.size())
+    return InvalidArgument("row_sparse_pull of key ", key.ToString(), ": ", row_ids.size(),
+                           " row_ids lists for ", outs.size(),
+                           " outputs (give one list, or one per output)");
+  return Status::OK();
+}
+
+SelectedRows NewRowSparse(const SparseTableSpec& spec, std::vector<int64_t> ids) {
+  SelectedRows out;
+  out.height = spec.height;
+  out.rows = std::move(ids);
+  DDim dims({static_cast<int64_t>(out.rows.size())});
+  for (int64_t d : spec.row_dims) dims.push_back(d);
+  out.value = Tensor(spec.dtype, dims);
+  out.value.mutable_data(Place::CPU(), spec.dtype);
+  return out;
 }
 
 }  // namespace loom::kvstore

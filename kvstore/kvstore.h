@@ -8,6 +8,14 @@
 //           in-process group of one rank per entry (ring / tree as the selector picks), and
 //           pulled to every entry
 //
+// Row-sparse keys (MXNet's row_sparse storage type) hold a SparseTable (sparse_table.h): a key
+// is dense or row-sparse from its init on, and each kind of call refuses the other kind. A push
+// of SelectedRows (one per device) merges them (rows summed, the union of ids) and then either
+// updates only the touched rows with the optimizer (MXNet's lazy update) or, without one, makes
+// the merged rows the key's whole value (every other row back to its initial value). A
+// row-sparse pull returns, per output, the unique ascending rows its row ids ask for. The
+// distributed stores shard a key's rows over the servers by SparseTable::ShardOf.
+//
 // Optimizers come as typed descriptions (a name and numeric hyper-parameters) checked against a
 // registry (updater.h), never as code.
 //
@@ -21,7 +29,9 @@
 
 #include "base/status.h"
 #include "collective/types.h"
+#include "framework/selected_rows.h"
 #include "framework/tensor.h"
+#include "kvstore/sparse_table.h"
 #include "kvstore/updater.h"
 
 namespace loom::kvstore {
@@ -59,6 +69,21 @@ class KVStore {
   virtual Status PushPull(const Key& key, const std::vector<Tensor>& values,
                           const std::vector<Tensor*>& outs, int priority);
   virtual Status SetOptimizer(const OptimizerSpec& spec) = 0;
+
+  // A row-sparse key whose value is `value` made dense: [height, ...] with value's rows (summed
+  // where an id repeats) and zeros elsewhere.
+  virtual Status InitRowSparse(const Key& key, const SelectedRows& value);
+  // A row-sparse key of spec.height rows (>= 1, up to 2^63 - 1) whose rows start as spec.init
+  // makes them; nothing is allocated until a row is touched.
+  virtual Status InitSparseTable(const Key& key, const SparseTableSpec& spec);
+  // values: one or more SelectedRows of the key's dtype and row dims, ids in [0, height).
+  virtual Status PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                               int priority);
+  // outs[i] = the unique ascending rows of row_ids[i] (ids may repeat, in any order); one
+  // row_ids list for every out, or one per out.
+  virtual Status RowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                               const std::vector<SelectedRows*>& outs, int priority);
+
   virtual Status Barrier() { return Status::OK(); }
   // Tells the servers this worker is done (distributed stores; no-op otherwise).
   virtual Status Close() { return Status::OK(); }
@@ -101,9 +126,18 @@ class InProcessStore : public KVStore {
   Status PushPull(const Key& key, const std::vector<Tensor>& values,
                   const std::vector<Tensor*>& outs, int priority) override;
   Status SetOptimizer(const OptimizerSpec& spec) override;
+  Status InitRowSparse(const Key& key, const SelectedRows& value) override;
+  Status InitSparseTable(const Key& key, const SparseTableSpec& spec) override;
+  Status PushRowSparse(const Key& key, const std::vector<SelectedRows>& values,
+                       int priority) override;
+  Status RowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                       const std::vector<SelectedRows*>& outs, int priority) override;
 
  protected:
   explicit InProcessStore(std::string type) : KVStore(std::move(type)) {}
+  // An error when the key is row-sparse (a dense call of a sparse key) or already initialized.
+  Status CheckDense(const Key& key, const char* op) const;
+  Status CheckNew(const Key& key) const;
   // merged = sum of values; also written to every extra out when given.
   virtual Status Merge(const std::vector<Tensor>& values, Tensor* merged,
                        const std::vector<Tensor*>& extra) = 0;
@@ -111,7 +145,9 @@ class InProcessStore : public KVStore {
  private:
   std::map<Key, Tensor> store_;
   std::unique_ptr<Updater> updater_;
+  std::unique_ptr<RowUpdater> row_updater_;
   Tensor merged_;  // scratch for pushes with an optimizer
+  std::map<Key, std::unique_ptr<SparseTable>> sparse_;
 };
 
 // The checks every store makes of a value against its key's: an initialized CPU tensor of the
@@ -123,5 +159,24 @@ StatusOr<collective::DataType> CollectiveType(DataType t);
 
 // out = sum of values (same dtype and dims), in one pass over memory; also written to extras.
 Status SumValues(const std::vector<Tensor>& values, Tensor* out, const std::vector<Tensor*>& extra);
+
+// Row-sparse helpers shared by the stores.
+//
+// The spec of a key InitRowSparse makes from its value (dtype, height, row dims, zeros).
+StatusOr<SparseTableSpec> RowSparseSpecOf(const Key& key, const SelectedRows& value);
+// A sparse table's spec as a KVStore takes it: height >= 1.
+Status CheckSparseTableSpec(const Key& key, const SparseTableSpec& spec);
+// Checks every value against the key's spec (CPU, dtype, row dims, height, ids in range) and
+// merges them: rows summed in list order, ids unique and ascending.
+StatusOr<SelectedRows> MergeRowSparse(const Key& key, const SparseTableSpec& spec,
+                                      const std::vector<SelectedRows>& values);
+// The ids of a pull, unique and ascending, checked against the key's height.
+StatusOr<std::vector<int64_t>> UniqueRowIds(const Key& key, const SparseTableSpec& spec,
+                                            const std::vector<int64_t>& ids);
+// Checks a pull's arguments: outs non-empty, row_ids one list or one per out.
+Status CheckRowSparsePull(const Key& key, const std::vector<std::vector<int64_t>>& row_ids,
+                          const std::vector<SelectedRows*>& outs);
+// out = rows `ids` of the key, value [ids.size()] + row dims, filled by `fill(ids, n, dst)`.
+SelectedRows NewRowSparse(const SparseTableSpec& spec, std::vector<int64_t> ids);
 
 }  // namespace loom::kvstore

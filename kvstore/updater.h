@@ -32,4 +32,21 @@ class Updater {
 // Unknown names, unknown or out-of-range hyper-parameters are errors naming them.
 StatusOr<std::unique_ptr<Updater>> MakeUpdater(const OptimizerSpec& spec);
 
+// The same optimizers applied row by row, for row-sparse keys (MXNet's lazy update): only the
+// rows a push touched change, and only their state. The arithmetic is the dense Updater's, so a
+// row updated here equals the same row updated densely. Rows are contiguous runs of `n`
+// elements; `state` holds state_slots() elements per weight element (sgd with momentum: its
+// velocity), zero for a row never updated before. Stateless and const: callable from any thread.
+class RowUpdater {
+ public:
+  virtual ~RowUpdater() = default;
+  virtual int state_slots() const = 0;
+  virtual void Update(const float* grad, int parts, float* weight, float* state,
+                      int64_t n) const = 0;
+  virtual void Update(const double* grad, int parts, double* weight, double* state,
+                      int64_t n) const = 0;
+};
+
+StatusOr<std::unique_ptr<RowUpdater>> MakeRowUpdater(const OptimizerSpec& spec);
+
 }  // namespace loom::kvstore

@@ -329,6 +329,11 @@ void Client::Wake() {
 }
 
 Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
+  return Post(server, std::move(header),
+              payload ? std::vector<Payload>{*payload} : std::vector<Payload>{});
+}
+
+Client::Ticket Client::Post(int server, Header header, std::vector<Payload> payloads) {
   auto ticket = std::make_shared<Pending>();
   ticket->what = KindName(header.kind());
   for (int i = 0; i < header.tensors_size() && i < 3; ++i)
@@ -344,8 +349,7 @@ Client::Ticket Client::Post(int server, Header header, const Payload* payload) {
   ticket->what += " to parameter server " + endpoints_[server];
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(
-        {server, std::move(header), payload != nullptr, payload ? *payload : Payload{}, ticket});
+    queue_.push_back({server, std::move(header), std::move(payloads), ticket});
   }
   Wake();
   return ticket;
@@ -368,11 +372,15 @@ StatusOr<Reply> Client::Wait(const Ticket& t) {
 }
 
 void Client::PostOneWay(int server, Header header, const Payload* payload, int priority) {
+  PostOneWay(server, std::move(header),
+             payload ? std::vector<Payload>{*payload} : std::vector<Payload>{}, priority);
+}
+
+void Client::PostOneWay(int server, Header header, std::vector<Payload> payloads, int priority) {
   if (server < 0 || server >= static_cast<int>(endpoints_.size())) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({server, std::move(header), payload != nullptr, payload ? *payload : Payload{},
-                      nullptr, priority});
+    queue_.push_back({server, std::move(header), std::move(payloads), nullptr, priority});
   }
   Wake();
 }
@@ -487,8 +495,7 @@ void Client::SendQueued() {
     o.header.set_id(id);
     o.header.set_trainer_id(trainer_id_);
     if (o.ticket) waiting_[o.server][id] = o.ticket;
-    auto frames =
-        Encode(o.header, o.has_payload ? std::vector<Payload>{o.payload} : std::vector<Payload>{});
+    auto frames = Encode(o.header, o.payloads);
     SendFrames(sockets_[o.server], frames);
   }
 }

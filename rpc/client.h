@@ -51,12 +51,15 @@ class Client {
 
   // Queues a request to server `server` (an index into endpoints()); its id is set here.
   Ticket Post(int server, Header header, const Payload* payload = nullptr);
+  // The same with several payload frames (a row-sparse value: its ids, then its rows).
+  Ticket Post(int server, Header header, std::vector<Payload> payloads);
   // Queues a message the server answers only when it refuses it: a refusal then fails every
   // later wait on that server (a server takes a trainer's messages in order, so the reply to a
   // later request means the earlier one-way messages were taken).
   // Among one-way SENDs queued together (between messages of other kinds, whose order the
   // protocol needs), a higher priority goes first (MXNet's push priority).
   void PostOneWay(int server, Header header, const Payload* payload = nullptr, int priority = 0);
+  void PostOneWay(int server, Header header, std::vector<Payload> payloads, int priority = 0);
   // The reply to a posted request; a server's ERROR reply is an error carrying its text.
   StatusOr<Reply> Wait(const Ticket& ticket);
   // The replies to several requests, in their order. Returns as soon as one fails, with the
@@ -74,8 +77,7 @@ class Client {
   struct Outgoing {
     int server;
     Header header;
-    bool has_payload;
-    Payload payload;
+    std::vector<Payload> payloads;
     Ticket ticket;
     int priority = 0;
   };

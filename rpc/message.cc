@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "rpc/sparse_rows.h"
+
 #include <limits>
 
 namespace loom::rpc {
@@ -32,6 +34,39 @@ Status CheckName(const std::string& name, const char* what) {
   return Status::OK();
 }
 
+// A row-sparse message's frames: SPARSE_INIT / SPARSE_PUSH carry the ids (dims[0] of them) and
+// the rows (fp32 or fp64, dims = [n] + row dims, each row dim positive); SPARSE_GET carries the
+// ids only (dims = [n]). Every one names a height >= 1.
+Status CheckSparseFrames(const Header& h, const std::vector<int64_t>& payload_bytes) {
+  const auto k = h.kind();
+  const size_t n = payload_bytes.size();
+  if (h.height() < 1)
+    return InvalidArgument("a ", KindName(k), " of height ", h.height(), " (< 1)");
+  if (h.dims_size() < 1) return InvalidArgument("a ", KindName(k), " without dims");
+  if (h.dims(0) < 0) return InvalidArgument("a ", KindName(k), " of ", h.dims(0), " rows");
+  if (h.dims(0) > std::numeric_limits<int64_t>::max() / 8)
+    return InvalidArgument("a ", KindName(k), " of too many rows");
+  if (k == Header::SPARSE_GET) {
+    if (n != 1) return InvalidArgument("a SPARSE_GET carries one payload (its ids), this one ", n);
+    if (h.dims_size() != 1) return InvalidArgument("a SPARSE_GET's dims are [n]");
+    if (payload_bytes[0] != h.dims(0) * 8)
+      return InvalidArgument("the ids frame has ", payload_bytes[0], " bytes for ", h.dims(0),
+                             " ids");
+    return Status::OK();
+  }
+  if (n != 2)
+    return InvalidArgument("a ", KindName(k), " carries two payloads (ids, rows), this one ", n);
+  if (h.dtype() != 5 && h.dtype() != 6)
+    return InvalidArgument("a ", KindName(k), " of dtype ", h.dtype(), " (float32 or float64)");
+  for (int i = 1; i < h.dims_size(); ++i)
+    if (h.dims(i) < 1) return InvalidArgument("row dim ", h.dims(i), " is not positive");
+  if (payload_bytes[0] != h.dims(0) * 8)
+    return InvalidArgument("the ids frame has ", payload_bytes[0], " bytes for ", h.dims(0),
+                           " rows");
+  Status st = CheckTensor(h.dtype(), h.dims(), h.nbytes(), payload_bytes[1]);
+  return st.ok() ? st : st.WithContext("the rows frame");
+}
+
 // The payload frames: a SEND carries exactly one (described by the header's own fields), a
 // REPLY one per `tensors` entry (or none), nothing else carries any.
 Status CheckPayloads(const Header& h, const std::vector<int64_t>& payload_bytes) {
@@ -41,6 +76,8 @@ Status CheckPayloads(const Header& h, const std::vector<int64_t>& payload_bytes)
     if (n != 1) return InvalidArgument("a ", KindName(k), " carries one payload, this one ", n);
     return CheckTensor(h.dtype(), h.dims(), h.nbytes(), payload_bytes[0]);
   }
+  if (k == Header::SPARSE_INIT || k == Header::SPARSE_PUSH || k == Header::SPARSE_GET)
+    return CheckSparseFrames(h, payload_bytes);
   if (n == 0) return Status::OK();
   if (k != Header::REPLY) return InvalidArgument("a ", KindName(k), " carries no payload");
   if (static_cast<size_t>(h.tensors_size()) != n)
@@ -73,7 +110,12 @@ Status CheckFields(const Header& h, const std::vector<int64_t>& payload_bytes) {
       if (h.mac().size() != 32) return InvalidArgument("AUTH proof is not 32 bytes");
       break;
     case Header::SEND:
-    case Header::INIT: return CheckName(h.name(), KindName(k));
+    case Header::INIT:
+    case Header::SPARSE_PUSH:
+    case Header::SPARSE_GET: return CheckName(h.name(), KindName(k));
+    case Header::SPARSE_INIT:
+      if (h.text().empty()) return InvalidArgument("SPARSE_INIT without a row initializer");
+      return CheckName(h.name(), KindName(k));
     case Header::OPTIMIZER:
       if (h.text().empty()) return InvalidArgument("OPTIMIZER without a name");
       break;
@@ -136,6 +178,11 @@ StatusOr<Message> Decode(std::vector<zmq::message_t>* frames) {
   Message m;
   LOOM_ASSIGN_OR_RETURN(m.header,
                         DecodeHeader((*frames)[0].data(), (*frames)[0].size(), payload_bytes));
+  const auto k = m.header.kind();
+  if (k == Header::SPARSE_INIT || k == Header::SPARSE_PUSH || k == Header::SPARSE_GET) {
+    Status st = CheckRowIds((*frames)[1].data(), (*frames)[1].size(), m.header.height());
+    if (!st.ok()) return st.WithContext(StrCat(KindName(k), " of '", m.header.name(), "'"));
+  }
   for (size_t i = 1; i < frames->size(); ++i) m.payloads.push_back(std::move((*frames)[i]));
   return m;
 }

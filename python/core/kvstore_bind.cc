@@ -35,6 +35,25 @@ std::vector<Tensor> Outputs(const std::vector<py::array>& arrays) {
   return ts;
 }
 
+// A row-sparse array from Python: (data [n, ...], indices int64 [n], height). The data is shared,
+// the indices copied.
+SelectedRows RowSparseOf(const py::tuple& t, const char* what) {
+  if (t.size() != 3) Throw(InvalidArgument(what, " must be (data, indices, height)"));
+  SelectedRows s;
+  s.value = TensorViewOfArray(t[0].cast<py::array>(), what);
+  auto idx = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(t[1]);
+  if (!idx || idx.ndim() != 1) Throw(InvalidArgument(what, ": indices must be a 1-d int64 array"));
+  s.rows.assign(idx.data(), idx.data() + idx.size());
+  s.height = t[2].cast<int64_t>();
+  return s;
+}
+
+DataType FloatType(const std::string& name) {
+  if (name == "float32") return proto::FP32;
+  if (name == "float64") return proto::FP64;
+  Throw(InvalidArgument("a row-sparse key holds float32 or float64, not ", name));
+}
+
 std::vector<Tensor*> Pointers(std::vector<Tensor>& ts) {
   std::vector<Tensor*> p;
   for (auto& t : ts) p.push_back(&t);
@@ -87,6 +106,63 @@ void RegisterKVStore(py::module_& m) {
              py::gil_scoped_release release;
              ThrowIfError(s.SetOptimizer({name, params}));
            })
+      .def("init_row_sparse",
+           [](KVStore& s, py::handle key, const py::tuple& value) {
+             auto k = KeyOf(key);
+             SelectedRows v = RowSparseOf(value, "a row-sparse init value");
+             py::gil_scoped_release release;
+             ThrowIfError(s.InitRowSparse(k, v));
+           })
+      .def(
+          "init_sparse_table",
+          [](KVStore& s, py::handle key, int64_t height, const std::vector<int64_t>& row_dims,
+             const std::string& dtype, const std::string& init, double a, double b, uint64_t seed) {
+            auto k = KeyOf(key);
+            kvstore::SparseTableSpec spec;
+            spec.dtype = FloatType(dtype);
+            spec.height = height;
+            spec.row_dims = DDim(row_dims);
+            spec.init = ValueOrThrow(kvstore::RowInitializer::FromName(init, a, b, seed));
+            py::gil_scoped_release release;
+            ThrowIfError(s.InitSparseTable(k, spec));
+          })
+      .def("push_row_sparse",
+           [](KVStore& s, py::handle key, const std::vector<py::tuple>& values, int priority) {
+             auto k = KeyOf(key);
+             std::vector<SelectedRows> in;
+             for (const auto& v : values) in.push_back(RowSparseOf(v, "a pushed row-sparse value"));
+             py::gil_scoped_release release;
+             ThrowIfError(s.PushRowSparse(k, in, priority));
+           })
+      .def(
+          "row_sparse_pull",
+          [](KVStore& s, py::handle key, const std::vector<std::vector<int64_t>>& row_ids, int outs,
+             int priority) {
+            auto k = KeyOf(key);
+            if (outs < 1) Throw(InvalidArgument("row_sparse_pull into ", outs, " outputs"));
+            std::vector<SelectedRows> got(static_cast<size_t>(outs));
+            std::vector<SelectedRows*> ptrs;
+            for (auto& g : got) ptrs.push_back(&g);
+            {
+              py::gil_scoped_release release;
+              ThrowIfError(s.RowSparsePull(k, row_ids, ptrs, priority));
+            }
+            py::list result;
+            for (const auto& g : got) {
+              py::array_t<int64_t> idx(static_cast<py::ssize_t>(g.rows.size()));
+              std::copy(g.rows.begin(), g.rows.end(), idx.mutable_data());
+              std::vector<py::ssize_t> shape(g.value.dims().begin(), g.value.dims().end());
+              py::array data =
+                  g.rows.empty()
+                      ? py::array(py::dtype(g.value.dtype() == proto::FP32 ? "float32" : "float64"),
+                                  shape)
+                      : ArrayFromTensor(g.value);
+              result.append(py::make_tuple(data, idx, g.height));
+            }
+            return result;
+          },
+          "[(data, indices, height)] per output: the unique ascending rows each row_ids list asks "
+          "for")
       .def("barrier",
            [](KVStore& s) {
              py::gil_scoped_release release;
