@@ -11,6 +11,11 @@ std::string InferShapeContext::DescribeInput(const std::string& slot, int i) con
 
 const Tensor& KernelContext::Input(const std::string& slot, int i) const {
   const Tensor* t = InputOrNull(slot, i);
+  if (!t && InputSelectedRows(slot, i))
+    throw StatusError(InvalidArgument(
+        Where(), ": input '", slot, "' (var '", InputVarName(slot, i),
+        "') is a SelectedRows (a sparse gradient) but this op needs a dense tensor; make it "
+        "dense with is_sparse=False, or read its rows with get_tensor_from_selected_rows"));
   LOOM_CHECK(t != nullptr, Where(), ": kernel reads absent input ", slot);
   return *t;
 }

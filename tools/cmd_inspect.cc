@@ -49,7 +49,11 @@ std::string PrintProgram(const ProgramDesc& p) {
     os << "block " << b << " (parent " << block.ParentIdx() << "): " << block.AllVars().size()
        << " vars, " << block.OpSize() << " ops\n";
     for (const VarDesc& v : block.AllVars()) {
-      os << "  var " << v.Name() << " : " << DataTypeName(v.Dtype()) << v.Dims().ToString();
+      os << "  var " << v.Name() << " : ";
+      // Dense tensors print as dtype[dims]; other kinds name themselves first.
+      if (v.Type() != proto::VarType::DENSE_TENSOR)
+        os << proto::VarType::Type_Name(v.Type()) << " ";
+      os << DataTypeName(v.Dtype()) << v.Dims().ToString();
       if (v.Persistable()) os << " persistable";
       if (v.IsParameter()) os << " parameter";
       if (v.StopGradient()) os << " stop_gradient";

@@ -213,6 +213,8 @@ CASES = {
     "cast": lambda v: layers.cast(v.x, "float64"),
     "fc": lambda v: layers.fc([v.x, v.x], 4, act="relu"),
     "embedding": lambda v: layers.embedding(v.ids, size=[10, 4], padding_idx=0),
+    "merge_selected_rows": lambda v: layers.merge_selected_rows(v.x),
+    "get_tensor_from_selected_rows": lambda v: layers.get_tensor_from_selected_rows(v.x),
     "conv2d": lambda v: layers.conv2d(v.img, 4, 3, padding=1, groups=1, act="relu"),
     "pool2d": lambda v: layers.pool2d(v.img, 2, "avg", 2, ceil_mode=True),
     "batch_norm": lambda v: layers.batch_norm(v.img, is_test=False),

@@ -1,6 +1,11 @@
 """SelectedRows: an embedding with is_sparse=True has a sparse gradient (the looked-up rows), and
 every optimizer, sum, scale, weight decay and clipping by global norm handle it. The sparse and
 the dense paths give the same parameters in float64 (1e-12)."""
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -8,6 +13,7 @@ import loom as fluid
 from loom import core
 
 ROWS, WIDTH = 50, 4
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _batches(seed, steps=4, batch=6):
@@ -250,3 +256,48 @@ def test_data_parallel_sparse_exchange_equals_one_device(mode, opt, rows):
               for s in compiled._states[id(scope)].scopes]
     np.testing.assert_allclose(tables[0], want, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(tables[0], tables[1])
+
+
+def test_a_sparse_gradient_where_a_dense_tensor_is_needed_names_the_op():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        ids = fluid.data("ids", [None, 1], dtype="int64")
+        emb = fluid.layers.embedding(ids, [ROWS, WIDTH], is_sparse=True, dtype="float64",
+                                     param_attr=fluid.ParamAttr(name="table"))
+        loss = fluid.layers.reduce_sum(emb)
+        fluid.backward.append_backward(loss)
+        g = main.global_block().var("table@GRAD")
+        fluid.layers.reduce_sum(g)  # reads the gradient as a tensor
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    with pytest.raises(Exception, match=r"reduce_sum.*table@GRAD.*is a SelectedRows"):
+        exe.run(main, feed={"ids": np.array([[1], [2]], "int64")}, scope=scope)
+
+
+@pytest.mark.skipif(not core.is_compiled_with_mpi() or shutil.which("mpirun") is None,
+                    reason="Loom built without MPI or no mpirun on PATH")
+@pytest.mark.parametrize("rows", [400, 3])
+def test_mpi_processes_exchange_sparse_gradients(tmp_path, rows):
+    """3 processes under mpirun, uneven shares of each batch (weighted by their rows): every
+    rank ends with one device's table, in float64."""
+    n, opt = 3, "lazy_adam"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), sys.executable,
+           os.path.join(HERE, "mpi_sparse_worker.py"), str(tmp_path), str(rows), opt]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    main, startup, loss = _dp_build(rows, opt)
+    exe = fluid.Executor(fluid.CPUPlace())
+    one = core.Scope()
+    exe.run(startup, scope=one)
+    for i, yy in _dp_data(rows):
+        exe.run(main, feed={"ids": i, "y": yy}, scope=one)
+    want = np.array(one.find_var("table").get_tensor())
+    tables = [np.load(os.path.join(tmp_path, "rank%d.npy" % r)) for r in range(n)]
+    for r in range(n):
+        np.testing.assert_allclose(tables[r], want, rtol=1e-12, atol=1e-12, err_msg="rank %d" % r)
+        np.testing.assert_array_equal(tables[r], tables[0])
+    calls, dense = np.load(os.path.join(tmp_path, "stats0.npy"))
+    assert calls == len(_dp_data(rows)) and (dense > 0) == (rows == 3)
