@@ -301,3 +301,28 @@ def test_mpi_processes_exchange_sparse_gradients(tmp_path, rows):
         np.testing.assert_array_equal(tables[r], tables[0])
     calls, dense = np.load(os.path.join(tmp_path, "stats0.npy"))
     assert calls == len(_dp_data(rows)) and (dense > 0) == (rows == 3)
+
+
+@pytest.mark.parametrize("bad_id", [ROWS, -1])
+def test_an_id_outside_the_table_names_the_op_and_the_id(bad_id):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        ids = fluid.data("ids", [None, 1], dtype="int64")
+        emb = fluid.layers.embedding(ids, [ROWS, WIDTH], is_sparse=True, dtype="float64",
+                                     param_attr=fluid.ParamAttr(name="table"))
+        fluid.optimizer.SGD(0.1).minimize(fluid.layers.reduce_sum(emb))
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = core.Scope()
+    exe.run(startup, scope=scope)
+    before = np.array(scope.find_var("table").get_tensor())
+    with pytest.raises(Exception, match=r"lookup_table.*id %d .*out of range" % bad_id):
+        exe.run(main, feed={"ids": np.array([[1], [bad_id]], "int64")}, scope=scope)
+    np.testing.assert_array_equal(np.array(scope.find_var("table").get_tensor()), before)
+
+
+def test_padding_idx_out_of_range_is_a_build_error():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        ids = fluid.data("ids", [None, 1], dtype="int64")
+        with pytest.raises(Exception, match="padding_idx"):
+            fluid.layers.embedding(ids, [ROWS, WIDTH], is_sparse=True, padding_idx=ROWS)
