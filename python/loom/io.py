@@ -79,6 +79,9 @@ def load_persistables(executor, dirname, main_program=None, filename=None):
 
 
 def _names(vs):
+    """Names of a Variable, a name, or a list of either (Fluid accepts all three)."""
+    if isinstance(vs, (Variable, str)):
+        vs = [vs]
     return [v.name if isinstance(v, Variable) else v for v in vs]
 
 

@@ -258,3 +258,16 @@ def test_cli_names_the_directory_and_the_missing_model_file(tmp_path):
         r = subprocess.run([loom_cli(), cmd, d], capture_output=True, text=True)
         assert r.returncode == 1, r.stderr
         assert "__model__" in r.stderr and "bundle.pbtxt" in r.stderr, r.stderr
+
+
+def test_a_single_target_and_a_single_feed_name(tmp_path):
+    """Fluid's book calls save_inference_model(dir, ["words"], prediction, exe) with one
+    Variable as the target (and Fluid also takes one feed name): both are wrapped in a list."""
+    scope = core.Scope()
+    main, prob, exe = trained(scope)
+    with fluid.scope_guard(scope):
+        got = fluid.io.save_inference_model(str(tmp_path / "one"), "img", prob, exe, main)
+        both = fluid.io.save_inference_model(str(tmp_path / "list"), ["img"], [prob], exe, main)
+    assert got == both == [prob.name]
+    assert set(saved_vars(str(tmp_path / "one" / "main.pb"))) == \
+        set(saved_vars(str(tmp_path / "list" / "main.pb")))
