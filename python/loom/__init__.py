@@ -29,6 +29,21 @@ Tensor = core.Tensor
 # Fluid spells places as classes of its core module too (fluid.core.CPUPlace()).
 core.CPUPlace = CPUPlace
 core.CUDAPlace = CUDAPlace
+# Helpers Fluid's own tests call on core.
+core.get_cuda_device_count = core.cuda_device_count
+
+
+def _is_float16_supported(place):
+    """Whether float16 kernels run on place: CUDA places of a GPU this process sees (Loom's
+    float16 kernels are CUDA kernels); never a CPU place."""
+    if not isinstance(place, core.Place):
+        raise TypeError("is_float16_supported: expected a place (CPUPlace() or CUDAPlace(i)), "
+                        "got %r" % (place,))
+    return place.is_gpu_place() and core.is_compiled_with_cuda() and \
+        place.device < core.cuda_device_count()
+
+
+core.is_float16_supported = _is_float16_supported
 __version__ = core.__version__
 
 

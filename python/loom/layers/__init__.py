@@ -49,6 +49,22 @@ from .static_rnn import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
 from .tensor_array import *  # noqa: F401,F403
 
+
+
+def _gone(name, replacement):
+    def gone(*args, **kwargs):
+        raise NotImplementedError("layers.%s is gone since Fluid 1.0 and Loom does not have it: "
+                                  "%s" % (name, replacement))
+    gone.__name__ = name
+    gone.__doc__ = "Removed (Fluid 1.0): raises, naming the replacement: %s" % replacement
+    return gone
+
+
+# Fluid 1.0-era APIs removed by design: calling them names what replaced them.
+ParallelDo = _gone("ParallelDo", "compile the program with fluid.CompiledProgram(main)"
+                   ".with_data_parallel(loss_name=..., places=...)")
+get_places = _gone("get_places", "use fluid.cpu_places(n) or fluid.cuda_places()")
+
 __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
            nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
            tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
