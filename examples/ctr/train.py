@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--eval", type=int, default=20000, help="held-out impressions for the AUC")
     ap.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
     ap.add_argument("--seed", type=int, default=1, help="the click-log stream")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="steps before the samples/s clock starts")
     ap.add_argument("--dense-gradients", action="store_true",
                     help="compute the tables' gradients dense (is_sparse=False), to compare")
     a = ap.parse_args()
@@ -107,6 +109,8 @@ def main():
     who = "trainer %d: " % trainer_id if role else ""
     t0, seen, window = time.time(), 0, ([], [])
     for step in range(1, a.steps + 1):
+        if step == a.warmup + 1:
+            t0, seen = time.time(), 0
         ids, label = logs.batch(a.batch)
         lv, pv = exe.run(prog, feed={"ids": hashed(ids, a.vocab), "label": label},
                          fetch_list=[loss, prob])
