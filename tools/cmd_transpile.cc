@@ -77,6 +77,10 @@ Flags TranspileFlags() {
            "sample"},
           {"owner-policy", "P", "owner mode: bytes (balanced), hash (of the name) or round_robin",
            "bytes"},
+          {"grad-compression", "C",
+           "none, or fp16: float32 gradients cross as float16 (half the bytes; allreduce mode, "
+           "CPU places)",
+           "none"},
           {"timeout-ms", "MS", "a collective that does not finish within MS fails", "30000"},
           {"topology", "PRESET", "topology preset of the places (see docs/COLLECTIVES.md)", ""},
           {"disable-pass", "NAME", "skip an optional pass", "", true},
@@ -198,8 +202,8 @@ Status Transpile(const Flags& flags) {
   }
   if (flags.Get("mode") == "pserver") return TranspilePserver(flags, in, out);
   transpiler::DataParallelConfig config;
-  LOOM_ASSIGN_OR_RETURN(config.places, ParsePlaceSet(flags.Get("places"),
-                                                     collective::kMaxWorldSize, "--places"));
+  LOOM_ASSIGN_OR_RETURN(config.places,
+                        ParsePlaceSet(flags.Get("places"), collective::kMaxWorldSize, "--places"));
   config.nranks = static_cast<int>(config.places.size());
   LOOM_ASSIGN_OR_RETURN(config.mode, transpiler::ParseSyncMode(flags.Get("mode")));
   LOOM_ASSIGN_OR_RETURN(config.grad_scale, transpiler::ParseGradScale(flags.Get("grad-scale")));
@@ -216,6 +220,8 @@ Status Transpile(const Flags& flags) {
       config.transport == collective::TransportId::kInProcess)
     config.transport = collective::TransportId::kNccl;
   LOOM_ASSIGN_OR_RETURN(config.fuse_grad_size_mb, flags.GetDouble("fuse-mb", 0, 1 << 20));
+  if (flags.Get("grad-compression") != "none")
+    config.grad_compression = flags.Get("grad-compression");
   LOOM_ASSIGN_OR_RETURN(int64_t timeout, flags.GetInt("timeout-ms"));
   if (timeout <= 0) return InvalidArgument("--timeout-ms must be > 0");
   config.timeout_ms = static_cast<int>(timeout);

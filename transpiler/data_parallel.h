@@ -38,6 +38,10 @@ struct DataParallelConfig {
   collective::Algorithm algorithm = collective::Algorithm::kAuto;
   double fuse_grad_size_mb = 32;  // 0: no fusion
   GradScale grad_scale = GradScale::kSample;
+  // Gradient compression: "" (none) or "fp16": float32 gradient buckets cross the wire as
+  // float16 (half the bytes; each hop adds in float32 and rounds to float16), allreduce mode
+  // on CPU places.
+  std::string grad_compression;
   PlacementPolicy owner_policy = PlacementPolicy::kBytes;
   std::string group = "loom_dp";  // name the ranks' communicators meet under
   // How the ranks meet: in-process (one process, a thread per rank: Executor::RunRanks), mpi

@@ -34,11 +34,11 @@ namespace {
 std::string Fingerprint(const DataParallelState& s) {
   const auto& c = s.config;
   return ProgramFingerprint(
-      s.main,
-      StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|", collective::AlgorithmName(c.algorithm),
-             "|", c.fuse_grad_size_mb, "|", GradScaleName(c.grad_scale), "|",
-             PlacementPolicyName(c.owner_policy), "|", collective::GetTransport(c.transport).name,
-             "|", c.topology, "|", c.tree_max_bytes));
+      s.main, StrCat("|", c.nranks, "|", SyncModeName(c.mode), "|",
+                     collective::AlgorithmName(c.algorithm), "|", c.fuse_grad_size_mb, "|",
+                     GradScaleName(c.grad_scale), "|", PlacementPolicyName(c.owner_policy), "|",
+                     collective::GetTransport(c.transport).name, "|", c.topology, "|",
+                     c.tree_max_bytes, c.grad_compression.empty() ? "" : "|" + c.grad_compression));
 }
 
 }  // namespace
@@ -54,6 +54,20 @@ StatusOr<bool> CheckProgram(DataParallelState& s) {
   LOOM_RETURN_IF_ERROR(CheckPlacesFit(c.places, c.nranks, s.chooser->transport()));
   if (c.fuse_grad_size_mb < 0)
     return InvalidArgument("fuse_grad_size_mb must be >= 0, got ", c.fuse_grad_size_mb);
+  if (!c.grad_compression.empty()) {
+    if (c.grad_compression == "bf16")
+      return Unimplemented("gradient compression bf16 is not built yet (fp16 is)");
+    if (c.grad_compression != "fp16")
+      return InvalidArgument("gradient compression must be fp16 (or empty: none), got '",
+                             c.grad_compression, "'");
+    if (c.mode != SyncMode::kAllReduce)
+      return InvalidArgument(
+          "gradient compression fp16 needs allreduce mode (owner mode "
+          "reduces gradients uncompressed)");
+    if (s.chooser->transport().device != collective::DeviceKind::kCpu)
+      return InvalidArgument("gradient compression fp16 runs on CPU places (transport '",
+                             s.chooser->transport().name, "' moves device memory)");
+  }
   s.fingerprint = Fingerprint(s);
   LOOM_RETURN_IF_ERROR(CheckSingleDeviceInput(s.startup, s.main));
   return false;
@@ -214,6 +228,8 @@ void SyncBucket(DataParallelState& s, size_t b, const SlotList& weight, Insertio
     return;
   }
   AttributeMap attrs = {{"reduce_type", reduce_type}, {"algorithm", bucket.algorithm}};
+  if (!s.config.grad_compression.empty() && bucket.dtype == proto::FP32)
+    attrs["wire_dtype"] = s.config.grad_compression;
   if (owner) attrs["root"] = s.owner.at(bucket.params[0]);
   (*ops)[position].push_back(MakeOp(CollectiveName(kind), ins, {{"Out", bucket.grads}}, attrs,
                                     kOpRoleBackward | kOpRoleCommunication));

@@ -149,6 +149,56 @@ void ComputeDone(const KernelContext& ctx) {
   if (!ctx.place().is_cpu()) ctx.device().Wait();
 }
 
+// Compressed exchange (wire_dtype fp16): each float32 segment [p, p + n) is scaled by the
+// weight, converted to float16 into a buffer of its own, allreduced as float16 (each hop adds
+// in float32 and rounds), and converted back into p when the call is waited for.
+Status CompressedAllReduce(const KernelContext& ctx, Communicator* comm, const CallOptions& call,
+                           collective::ReduceOp op,
+                           const std::vector<std::pair<float*, int64_t>>& segments,
+                           const Tensor* weight) {
+  auto buffers = std::make_shared<std::vector<std::vector<float16>>>(segments.size());
+  std::vector<Work> works;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    auto [p, n] = segments[k];
+    if (weight)
+      LOOM_RETURN_IF_ERROR(ScaleInPlace(p, n, proto::FP32, WeightOf(*weight), ctx.Where()));
+    std::vector<float16>& b = (*buffers)[k];
+    b.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) b[i] = float16(p[i]);
+    works.push_back(
+        comm->AllReduce(b.data(), b.data(), b.size(), collective::DataType::kFloat16, op, call));
+  }
+  CollectiveOpStats::Get().allreduce_calls += static_cast<int64_t>(segments.size());
+  CollectiveOpStats::Get().compressed_calls += static_cast<int64_t>(segments.size());
+  AsyncDone done = [works] {
+    for (const Work& w : works)
+      if (!w.IsCompleted()) return false;
+    return true;
+  };
+  ctx.SetAsync(
+      [works, buffers, segments](AsyncSpan* span) -> Status {
+        Status first;
+        for (size_t k = 0; k < works.size(); ++k) {
+          Status st = works[k].Wait();
+          if (first.ok() && !st.ok()) first = st;
+          if (span) {
+            auto [begin, end] = works[k].RunSpan();
+            if (k == 0 || begin < span->begin) span->begin = begin;
+            if (k == 0 || end > span->end) span->end = end;
+          }
+        }
+        if (!first.ok()) return first;
+        for (size_t k = 0; k < segments.size(); ++k) {
+          auto [p, n] = segments[k];
+          const std::vector<float16>& b = (*buffers)[k];
+          for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(b[i]);
+        }
+        return Status::OK();
+      },
+      std::move(done));
+  return Status::OK();
+}
+
 Status AllReduceKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(Communicator * comm, CommOf(ctx));
   LOOM_ASSIGN_OR_RETURN(CallOptions call, CallOptionsOf(ctx));
@@ -173,6 +223,19 @@ Status AllReduceKernel(const KernelContext& ctx) {
         static_cast<const char*>(xs[i - 1]->raw_data()) + xs[i - 1]->nbytes() != xs[i]->raw_data())
       contiguous = false;
     total += xs[i]->numel();
+  }
+  const std::string& wire = ctx.Attr<std::string>("wire_dtype");
+  if (!wire.empty()) {
+    if (xs[0]->dtype() != proto::FP32 || !ctx.place().is_cpu())
+      return ctx.Error("wire_dtype ", wire, " compresses float32 gradients on CPU places; X is ",
+                       DataTypeName(xs[0]->dtype()), " on ", ctx.place().ToString());
+    std::vector<std::pair<float*, int64_t>> segments;
+    if (contiguous) {
+      segments.push_back({xs[0]->data<float>(), total});
+    } else {
+      for (Tensor* x : xs) segments.push_back({x->data<float>(), x->numel()});
+    }
+    return CompressedAllReduce(ctx, comm, call, op, segments, weight);
   }
   std::vector<Work> works;
   if (contiguous) {
@@ -484,6 +547,14 @@ LOOM_REGISTER_OP(allreduce)
     .Attr<std::string>("reduce_type", "sum", "sum, prod, max, min or avg", ValidReduceType())
     .Attr<std::string>("algorithm", "auto", "ring, tree, multi_tree, star, native or auto",
                        ValidAlgorithm())
+    .Attr<std::string>("wire_dtype", "",
+                       "empty: X crosses as it is; fp16: float32 X crosses as float16 (half "
+                       "the bytes), converted back after the call (CPU places)",
+                       [](const std::string& v) {
+                         return v.empty() || v == "fp16"
+                                    ? Status::OK()
+                                    : InvalidArgument("must be empty or fp16, got '", v, "'");
+                       })
     .KernelDtypeFrom("X")
     .InferShape(InPlaceInferShape)
     .LOOM_COLLECTIVE_KERNELS(AllReduceKernel);

@@ -14,6 +14,7 @@ struct CollectiveOpStats {
   std::atomic<int64_t> unfused_buckets{0};  // buckets of >1 tensor sent tensor by tensor
   // sparse_allreduce: calls, those that went dense, and the bytes a rank contributed to each
   // kind of exchange (padded ids and values; the dense buffer).
+  std::atomic<int64_t> compressed_calls{0};  // allreduce calls of float32 sent as float16
   std::atomic<int64_t> sparse_calls{0};
   std::atomic<int64_t> sparse_dense_calls{0};
   std::atomic<int64_t> sparse_row_bytes{0};
@@ -25,6 +26,7 @@ struct CollectiveOpStats {
     allreduce_calls = 0;
     fused_calls = 0;
     unfused_buckets = 0;
+    compressed_calls = 0;
     sparse_calls = 0;
     sparse_dense_calls = 0;
     sparse_row_bytes = 0;

@@ -26,13 +26,15 @@ void RegisterTranspile(py::module_& m) {
          const std::string& algorithm, double fuse_mb, const std::string& grad_scale,
          const std::string& owner_policy, const std::string& group, bool keep_startup_init,
          int timeout_ms, const std::vector<std::string>& disabled_passes,
-         const std::string& transport, const std::vector<std::string>& places) {
+         const std::string& transport, const std::vector<std::string>& places,
+         const std::string& grad_compression) {
         transpiler::DataParallelConfig c;
         c.nranks = nranks;
         c.mode = ValueOrThrow(transpiler::ParseSyncMode(mode));
         c.algorithm = ValueOrThrow(collective::ParseAlgorithm(algorithm));
         c.fuse_grad_size_mb = fuse_mb;
         c.grad_scale = ValueOrThrow(transpiler::ParseGradScale(grad_scale));
+        c.grad_compression = grad_compression;
         c.owner_policy = ValueOrThrow(transpiler::ParsePlacementPolicy(owner_policy));
         c.group = group;
         c.keep_startup_init = keep_startup_init;
@@ -56,7 +58,7 @@ void RegisterTranspile(py::module_& m) {
       py::arg("group") = "loom_dp", py::arg("keep_startup_init") = true,
       py::arg("timeout_ms") = 30000, py::arg("disabled_passes") = std::vector<std::string>{},
       py::arg("transport") = collective::GetTransport(collective::TransportId::kInProcess).name,
-      py::arg("places") = std::vector<std::string>{},
+      py::arg("places") = std::vector<std::string>{}, py::arg("grad_compression") = "",
       "Transpiles a single-device (startup, main) for nranks places (names like 'cpu:0' or "
       "'cuda:1'; default cpu:0..): returns (per-rank startup programs, per-rank main programs, "
       "the manifest as text).");
@@ -229,6 +231,7 @@ void RegisterMpi(py::module_& m) {
     d["allreduce_calls"] = s.allreduce_calls.load();
     d["fused_calls"] = s.fused_calls.load();
     d["unfused_buckets"] = s.unfused_buckets.load();
+    d["compressed_calls"] = s.compressed_calls.load();
     d["sparse_calls"] = s.sparse_calls.load();
     d["sparse_dense_calls"] = s.sparse_dense_calls.load();
     d["sparse_row_bytes"] = s.sparse_row_bytes.load();

@@ -37,6 +37,9 @@ class BuildStrategy:
     addition; "native" is the transport's own: on CPU places one pass over shared memory, with
     transport "mpi" Open MPI's allreduce, on CUDA places NCCL's; "auto" picks per bucket).
     owner_policy: "bytes" (balanced) or "hash" for ReduceStrategy.Reduce (Loom's addition).
+    gradient_compression: None (default) or "fp16" (Loom's addition, Horovod's fp16
+    compression): float32 gradients cross between the places as float16, half the bytes; each
+    hop adds in float32 and rounds to float16. AllReduce strategy, CPU places.
     transport: "inprocess" (default: the places are threads of this process and each global
     feed is split across them) or "mpi" (Loom's addition, Horovod-style: one process per rank,
     started by ``mpirun -np N python3 train.py``; each process runs one place, feeds its own
@@ -63,6 +66,7 @@ class BuildStrategy:
         self.fuse_grad_size_in_MB = 32
         self.allreduce_algorithm = "auto"
         self.owner_policy = "bytes"
+        self.gradient_compression = None
         self.collective_timeout_ms = 30000
         self.transport = "inprocess"
         # Fluid's nccl2 (collective) mode: this process is trainer `trainer_id` of num_trainers,
@@ -162,7 +166,8 @@ class _RankState:
             algorithm=bs.allreduce_algorithm, fuse_grad_size_mb=fuse_mb,
             grad_scale=bs._grad_scale(), owner_policy=bs.owner_policy, group=group,
             keep_startup_init=False, timeout_ms=int(bs.collective_timeout_ms),
-            transport=transport_name, places=names)
+            transport=transport_name, places=names,
+            grad_compression=bs.gradient_compression or "")
         self.manifest = manifest
         self.mains = [mains[r] for r in ranks]  # the programs this process runs
         self.version = compiled._program._version

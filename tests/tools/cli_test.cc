@@ -633,6 +633,22 @@ TEST_F(CliTest, MisuseHostileTopologyFiles) {
   EXPECT_NE(c.out.find("falling back to the chain along the ring"), std::string::npos) << c.out;
 }
 
+TEST_F(CliTest, TranspileWithGradientCompressionTrains) {
+  std::string out = JoinPath(dir_, "dp_fp16");
+  Result t = Loom("transpile " + Bundle("softmax_classifier") + " -o " + out +
+                  " --places cpu:2 --grad-compression fp16");
+  ASSERT_EQ(t.code, 0) << t.err;
+  Result text = Loom("inspect " + JoinPath(out, "rank0/main.pb"));
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("wire_dtype=\"fp16\""), std::string::npos) << text.out;
+  Result r = Loom("run " + out + " --iters 30 --print-every 30");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("lower)"), std::string::npos) << r.out;
+  ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " +
+                   JoinPath(dir_, "dp_int8") + " --places cpu:2 --grad-compression int8"),
+              {"gradient compression must be fp16", "int8"});
+}
+
 TEST_F(CliTest, MisuseSizesTheMachineCannotHold) {
   ExpectError(Loom("bench collective -b 100G -e 100G"), {"host memory", "LOOM_HOST_MEMORY_MB"}, 2);
   ExpectError(Loom("transpile " + Bundle("softmax_classifier") + " -o " +
