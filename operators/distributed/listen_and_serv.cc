@@ -11,6 +11,12 @@
 //   GET            parameter blocks, answered in one reply; sync mode answers once the asked
 //                  step's update is done
 //   FETCH_BARRIER  the trainer has the step's parameters (taken; one way)
+//   SPARSE_PUSH    a trainer's gradient rows of a distributed lookup table (the ids this server
+//                  holds; one way): sync mode keeps them until the step, merged per trainer, and
+//                  applies the sum over trainers of samples_t / samples * rows_t with sgd after
+//                  the learning-rate block; async mode applies them at once
+//   SPARSE_GET     rows of a distributed table (made on first touch from the table's
+//                  initializer, seeded per id), answered as GET is (sync: after `step`)
 //   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
 //   COMPLETE       the trainer is done; sync mode computes later steps from the others
 // Sync mode takes a trainer's gradients and barrier of a step after the pending one (it may be
@@ -27,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,10 +41,13 @@
 #include "base/copy.h"
 #include "base/interrupt.h"
 #include "framework/file_util.h"
+#include "framework/selected_rows.h"
 #include "framework/serialization.h"
+#include "kvstore/sparse_table.h"
 #include "operators/common.h"
 #include "rpc/ps_client.h"
 #include "rpc/server.h"
+#include "rpc/sparse_rows.h"
 
 namespace loom::ops {
 namespace {
@@ -51,6 +61,31 @@ struct Block {
   Tensor* param_tensor = nullptr;
   Tensor* grad_tensor = nullptr;
   std::map<int, zmq::message_t> received;  // sync: trainer -> this step's gradient
+};
+
+// This server's shard of a distributed lookup table: the rows of the ids ShardOf gives it,
+// made on first touch, updated by sgd with the learning rate in variable `lr`.
+struct Table {
+  std::string name, lr;
+  std::unique_ptr<kvstore::SparseTable> rows;
+  std::map<int, SelectedRows> received;  // sync: trainer -> this step's rows (merged)
+};
+
+// Fluid's sgd row by row: w = w - lr * g in the table's dtype (operators/optimizers/sgd.cc).
+class SgdRows final : public kvstore::RowUpdater {
+ public:
+  explicit SgdRows(double lr) : lr_(lr) {}
+  int state_slots() const override { return 0; }
+  void Update(const float* g, int, float* w, float*, int64_t n) const override { Run(g, w, n); }
+  void Update(const double* g, int, double* w, double*, int64_t n) const override { Run(g, w, n); }
+
+ private:
+  template <typename T>
+  void Run(const T* g, T* w, int64_t n) const {
+    const T lr = static_cast<T>(lr_);
+    for (int64_t i = 0; i < n; ++i) w[i] = w[i] - lr * g[i];
+  }
+  double lr_;
 };
 
 class ParamServer {
@@ -69,6 +104,16 @@ class ParamServer {
   Status OnSend(rpc::Request& r);
   Status OnBarrier(rpc::Request& r);
   void OnGet(rpc::Request& r);
+  // Distributed tables: a trainer's gradient rows, and a prefetch of rows.
+  Status OnSparsePush(rpc::Request& r);
+  void OnSparseGet(rpc::Request& r);
+  void ReplyRows(const rpc::Request& r);
+  // The rows of r (Decode checked its frames), merged, checked against table t and this shard.
+  StatusOr<SelectedRows> ReadRows(const rpc::Request& r, const Table& t) const;
+  // Sync: table t's rows of the step, sum over trainers of samples_t / samples * rows_t (the
+  // dense path's weights), then sgd on them.
+  Status ApplyStep(Table& t, const std::set<int>& live, int64_t total);
+  Status ApplyRows(Table& t, const SelectedRows& grad);
   Status TryStep();
   Status RunStep();
   void AnswerWaiters();
@@ -87,6 +132,9 @@ class ParamServer {
   rpc::Options options_;
   std::vector<Block> blocks_;
   std::map<std::string, int> by_param_, by_grad_;
+  std::vector<Table> tables_;
+  std::map<std::string, int> by_table_;
+  int shard_ = 0, shards_ = 1;  // this server's index among the servers
   std::vector<int> lr_blocks_;
   Scope* scope_ = nullptr;
   int64_t step_done_ = 0;    // sync: the steps run
@@ -141,6 +189,43 @@ Status ParamServer::Init() {
     blocks_.push_back(std::move(b));
   }
   lr_blocks_ = ctx_.Attr<std::vector<int>>("lr_blocks");
+  const StrList& tables = ctx_.Attr<StrList>("sparse_tables");
+  const StrList& table_lr = ctx_.Attr<StrList>("sparse_lr");
+  const StrList& table_init = ctx_.Attr<StrList>("sparse_inits");
+  const auto& table_dtype = ctx_.Attr<std::vector<int>>("sparse_dtypes");
+  const auto& table_width = ctx_.Attr<std::vector<int64_t>>("sparse_widths");
+  const auto& table_seed = ctx_.Attr<std::vector<int64_t>>("sparse_seeds");
+  const auto& table_a = ctx_.Attr<std::vector<float>>("sparse_init_a");
+  const auto& table_b = ctx_.Attr<std::vector<float>>("sparse_init_b");
+  const size_t nt = tables.size();
+  if (table_lr.size() != nt || table_init.size() != nt || table_dtype.size() != nt ||
+      table_width.size() != nt || table_seed.size() != nt || table_a.size() != nt ||
+      table_b.size() != nt)
+    return ctx_.Error(nt, " sparse_tables, but the sparse_* attributes are not one per table");
+  shard_ = ctx_.Attr<int>("pserver_id");
+  shards_ = ctx_.Attr<int>("pservers");
+  if (nt > 0 && (shards_ < 1 || shard_ >= shards_))
+    return ctx_.Error("pserver_id ", shard_, " is not one of ", shards_, " servers");
+  for (size_t i = 0; i < nt; ++i) {
+    kvstore::SparseTableSpec spec;
+    spec.dtype = static_cast<DataType>(table_dtype[i]);
+    spec.height = -1;  // any id >= 0
+    spec.row_dims = DDim({table_width[i]});
+    auto init = kvstore::RowInitializer::FromName(table_init[i], table_a[i], table_b[i],
+                                                  static_cast<uint64_t>(table_seed[i]));
+    if (!init.ok())
+      return init.status().WithContext(StrCat(ctx_.Where(), ": table '", tables[i], "'"));
+    spec.init = *init;
+    auto rows = kvstore::SparseTable::Create(spec);
+    if (!rows.ok())
+      return rows.status().WithContext(StrCat(ctx_.Where(), ": table '", tables[i], "'"));
+    Table t;
+    t.name = tables[i];
+    t.lr = table_lr[i];
+    t.rows = std::move(*rows);
+    by_table_[t.name] = static_cast<int>(tables_.size());
+    tables_.push_back(std::move(t));
+  }
   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> ep,
                         rpc::ResolveEndpoints({ctx_.Attr<std::string>("endpoint")}));
   LOOM_ASSIGN_OR_RETURN(options_, rpc::OptionsFromEnv());
@@ -154,7 +239,8 @@ Status ParamServer::Init() {
   so.rpc = options_;
   so.trainers = trainers_;
   so.fingerprint = ctx_.Attr<std::string>("fingerprint");
-  so.max_payload_bytes = max_bytes;
+  // A table's pushes and prefetches are a batch's rows, unknown here: a bound, not a size.
+  so.max_payload_bytes = tables_.empty() ? max_bytes : std::max<size_t>(max_bytes, size_t{1} << 30);
   so.name = name_;
   for (const auto& name : ctx_.Attr<StrList>("shared_state")) {
     Variable* v = scope_->FindVar(name);
@@ -211,12 +297,16 @@ Status ParamServer::Serve() {
 
 bool ParamServer::Later(const rpc::Request& r) {
   const auto kind = r.header.kind();
-  // A GET's answer depends on the steps done only (one of a later step waits for it anyway);
+  // A GET's (or SPARSE_GET's) answer depends on the steps done only (one of a later step waits
+  // for it anyway);
   // a fetch barrier changes nothing.
-  if (kind == rpc::Header::GET || kind == rpc::Header::FETCH_BARRIER) return false;
+  if (kind == rpc::Header::GET || kind == rpc::Header::SPARSE_GET ||
+      kind == rpc::Header::FETCH_BARRIER)
+    return false;
   auto q = deferred_.find(r.trainer_id);
   if (q != deferred_.end() && !q->second.empty()) return true;  // keeps the trainer's order
-  return (kind == rpc::Header::SEND || kind == rpc::Header::BARRIER) &&
+  return (kind == rpc::Header::SEND || kind == rpc::Header::SPARSE_PUSH ||
+          kind == rpc::Header::BARRIER) &&
          r.header.step() > step_done_ + 1;
 }
 
@@ -226,7 +316,8 @@ Status ParamServer::HandleDeferred() {
     for (auto& [t, q] : deferred_) {
       while (!q.empty()) {
         const auto kind = q.front().header.kind();
-        if ((kind == rpc::Header::SEND || kind == rpc::Header::BARRIER) &&
+        if ((kind == rpc::Header::SEND || kind == rpc::Header::SPARSE_PUSH ||
+             kind == rpc::Header::BARRIER) &&
             q.front().header.step() > step_done_ + 1)
           break;  // still a later step
         rpc::Request r = std::move(q.front());
@@ -250,6 +341,8 @@ Status ParamServer::Handle(rpc::Request& r) {
     case rpc::Header::SEND: return OnSend(r);
     case rpc::Header::BARRIER: return OnBarrier(r);
     case rpc::Header::GET: OnGet(r); return Status::OK();
+    case rpc::Header::SPARSE_PUSH: return OnSparsePush(r);
+    case rpc::Header::SPARSE_GET: OnSparseGet(r); return Status::OK();
     case rpc::Header::FETCH_BARRIER:  // one way: the trainer has the step's parameters
       // Nothing waits on it: a server updates again only after every trainer's next barrier,
       // which each sends after its recv (rpc_ops.cc).
@@ -343,6 +436,10 @@ Status ParamServer::OnBarrier(rpc::Request& r) {
     if (bad.ok() && !b.received.count(t))
       bad = FailedPrecondition("trainer ", t, " ended step ", r.header.step(),
                                " without sending gradient block '", b.grad, "'");
+  for (const auto& table : tables_)
+    if (bad.ok() && !table.received.count(t))
+      bad = FailedPrecondition("trainer ", t, " ended step ", r.header.step(),
+                               " without sending the rows of table '", table.name, "'");
   if (!bad.ok()) {
     server_->ReplyError(r, bad);
     return Status::OK();
@@ -426,6 +523,10 @@ Status ParamServer::RunStep() {
     Status st = ctx_.RunBlock(b.optimize_block, scope_);
     if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
   }
+  for (auto& t : tables_) {
+    Status st = ApplyStep(t, live, total);
+    if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing table '", t.name, "'")));
+  }
   ++step_done_;
   step_begun_.reset();
   AnswerWaiters();
@@ -467,12 +568,190 @@ void ParamServer::OnGet(rpc::Request& r) {
 void ParamServer::AnswerWaiters() {
   std::vector<rpc::Request> keep;
   for (auto& r : gets_) {
-    if (r.header.step() <= step_done_)
+    if (r.header.step() <= step_done_ && r.header.kind() == rpc::Header::SPARSE_GET)
+      ReplyRows(r);
+    else if (r.header.step() <= step_done_)
       ReplyBlocks(r);
     else
       keep.push_back(std::move(r));
   }
   gets_.swap(keep);
+}
+
+StatusOr<SelectedRows> ParamServer::ReadRows(const rpc::Request& r, const Table& t) const {
+  const rpc::Header& h = r.header;
+  const int64_t width = t.rows->width();
+  if (h.dtype() != static_cast<int>(t.rows->dtype()) || h.dims_size() != 2 || h.dims(1) != width)
+    return InvalidArgument("rows of table '", t.name, "' of dtype ",
+                           DataTypeName(static_cast<DataType>(h.dtype())), " and width ",
+                           h.dims_size() > 1 ? h.dims(1) : -1, "; the table is ",
+                           DataTypeName(t.rows->dtype()), " rows of ", width);
+  SelectedRows in;
+  in.height = std::numeric_limits<int64_t>::max();
+  in.rows = rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size());
+  for (int64_t id : in.rows)
+    if (kvstore::SparseTable::ShardOf(id, shards_) != shard_)
+      return InvalidArgument("row ", id, " of table '", t.name, "' belongs to server ",
+                             kvstore::SparseTable::ShardOf(id, shards_), ", not to ", name_);
+  in.value = Tensor(t.rows->dtype(), DDim({static_cast<int64_t>(in.rows.size()), width}));
+  void* dst = in.value.mutable_data(Place::CPU(), t.rows->dtype());
+  if (r.payloads[1].size()) CopyBytes(dst, r.payloads[1].data(), r.payloads[1].size());
+  SelectedRows merged;
+  LOOM_RETURN_IF_ERROR(MergeRows(in, &merged));
+  return merged;
+}
+
+Status ParamServer::OnSparsePush(rpc::Request& r) {
+  const rpc::Header& h = r.header;
+  auto it = by_table_.find(h.name());
+  StatusOr<SelectedRows> rows = InvalidArgument("no distributed table '", h.name(), "' on ", name_);
+  if (it != by_table_.end()) {
+    rows = ReadRows(r, tables_[static_cast<size_t>(it->second)]);
+    if (rows.ok() && sync_ && h.step() != step_done_ + 1)
+      rows = FailedPrecondition("rows of table '", h.name(), "' of step ", h.step(),
+                                " while the server is at step ", step_done_ + 1);
+  }
+  if (!rows.ok()) {
+    ++refused_;
+    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
+                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(),
+                 rows.status().message().c_str());
+    server_->ReplyError(r, rows.status());
+    return Status::OK();
+  }
+  Table& t = tables_[static_cast<size_t>(it->second)];
+  if (sync_) {
+    t.received[r.trainer_id] = std::move(*rows);
+    return Status::OK();
+  }
+  // Async: this trainer's rows alone update the table now.
+  Status st = ApplyRows(t, *rows);
+  if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing table '", t.name, "'")));
+  ++applied_[r.trainer_id];
+  return Status::OK();
+}
+
+namespace {
+
+// out = rows of every part, weighted: sum over parts of w * rows (ids unique per part); the
+// parts are added in order, each id's row starting from w0 * g0 as the dense WeightedSum does.
+template <typename T>
+SelectedRows WeightedRows(const std::vector<std::pair<double, const SelectedRows*>>& parts,
+                          int64_t width, DataType dtype) {
+  std::map<int64_t, int64_t> slot;
+  for (const auto& [w, s] : parts)
+    for (int64_t id : s->rows) slot.emplace(id, 0);
+  SelectedRows out;
+  out.height = std::numeric_limits<int64_t>::max();
+  int64_t n = 0;
+  for (auto& kv : slot) {
+    kv.second = n++;
+    out.rows.push_back(kv.first);
+  }
+  out.value = Tensor(dtype, DDim({n, width}));
+  T* acc = out.value.mutable_data<T>(Place::CPU());
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  for (const auto& [w, s] : parts) {
+    const T wt = static_cast<T>(w);
+    const T* g = s->value.template data<T>();
+    for (size_t i = 0; i < s->rows.size(); ++i) {
+      const int64_t k = slot[s->rows[i]];
+      T* dst = acc + k * width;
+      const T* src = g + static_cast<int64_t>(i) * width;
+      if (!seen[static_cast<size_t>(k)]) {
+        for (int64_t j = 0; j < width; ++j) dst[j] = wt * src[j];
+        seen[static_cast<size_t>(k)] = true;
+      } else {
+        for (int64_t j = 0; j < width; ++j) dst[j] += wt * src[j];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ParamServer::ApplyStep(Table& t, const std::set<int>& live, int64_t total) {
+  std::vector<std::pair<double, const SelectedRows*>> parts;
+  for (int trainer : live) {  // in trainer order: the same sum on every run
+    auto it = t.received.find(trainer);
+    if (it == t.received.end()) continue;
+    double w = total > 0 ? static_cast<double>(samples_[trainer]) / total : 1.0 / live.size();
+    parts.push_back({w, &it->second});
+    ++applied_[trainer];
+  }
+  SelectedRows grad = t.rows->dtype() == proto::FP64
+                          ? WeightedRows<double>(parts, t.rows->width(), proto::FP64)
+                          : WeightedRows<float>(parts, t.rows->width(), proto::FP32);
+  t.received.clear();
+  return ApplyRows(t, grad);
+}
+
+Status ParamServer::ApplyRows(Table& t, const SelectedRows& grad) {
+  if (grad.rows.empty()) return Status::OK();
+  Variable* v = scope_->FindVar(t.lr);
+  if (!v || !v->IsType<Tensor>() || !v->Get<Tensor>().initialized() || v->Get<Tensor>().numel() < 1)
+    return NotFound("no learning rate '", t.lr, "' for table '", t.name, "'");
+  const Tensor& lr_t = v->Get<Tensor>();
+  double lr;
+  if (lr_t.dtype() == proto::FP32)
+    lr = lr_t.data<float>()[0];
+  else if (lr_t.dtype() == proto::FP64)
+    lr = lr_t.data<double>()[0];
+  else
+    return InvalidArgument("learning rate '", t.lr, "' is ", DataTypeName(lr_t.dtype()));
+  return t.rows->Apply(SgdRows(lr), grad.rows.data(), static_cast<int64_t>(grad.rows.size()),
+                       grad.value.raw_data(), 1, StrCat("table '", t.name, "'"));
+}
+
+void ParamServer::OnSparseGet(rpc::Request& r) {
+  auto it = by_table_.find(r.header.name());
+  if (it == by_table_.end()) {
+    server_->ReplyError(r,
+                        InvalidArgument("no distributed table '", r.header.name(), "' on ", name_));
+    return;
+  }
+  for (int64_t id : rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size()))
+    if (kvstore::SparseTable::ShardOf(id, shards_) != shard_) {
+      server_->ReplyError(
+          r, InvalidArgument("row ", id, " of table '", r.header.name(), "' belongs to server ",
+                             kvstore::SparseTable::ShardOf(id, shards_), ", not to ", name_));
+      return;
+    }
+  if (!sync_ || r.header.step() <= step_done_) return ReplyRows(r);
+  gets_.push_back(std::move(r));
+}
+
+// The rows a SPARSE_GET asks for (made on first touch): tensors "rows" and "value".
+void ParamServer::ReplyRows(const rpc::Request& r) {
+  Table& t = tables_[static_cast<size_t>(by_table_.at(r.header.name()))];
+  auto ids = std::make_shared<const std::vector<int64_t>>(
+      rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size()));
+  const int64_t n = static_cast<int64_t>(ids->size());
+  const size_t bytes = static_cast<size_t>(n * t.rows->width()) * SizeOf(t.rows->dtype());
+  auto value = std::make_shared<std::vector<char>>(bytes);
+  Status st = t.rows->Lookup(ids->data(), n, value->data(), StrCat("table '", t.name, "'"));
+  if (!st.ok()) {
+    server_->ReplyError(r, st);
+    return;
+  }
+  rpc::Header h;
+  h.set_kind(rpc::Header::REPLY);
+  h.set_step(step_done_);
+  auto* rows = h.add_tensors();
+  rows->set_name("rows");
+  rows->set_dtype(rpc::kInt64Dtype);
+  rows->add_dims(n);
+  rows->set_nbytes(n * 8);
+  auto* val = h.add_tensors();
+  val->set_name("value");
+  val->set_dtype(static_cast<int>(t.rows->dtype()));
+  val->add_dims(n);
+  val->add_dims(t.rows->width());
+  val->set_nbytes(static_cast<int64_t>(bytes));
+  server_->Reply(
+      r, std::move(h),
+      {rpc::RowIdsPayload(ids), {value->data(), bytes, std::shared_ptr<const void>(value)}});
 }
 
 Status ParamServer::CheckTrainers() {
@@ -564,6 +843,16 @@ LOOM_REGISTER_OP(listen_and_serv)
     .Attr<std::vector<int>>("lr_blocks", {}, "sub-block of the learning-rate schedule (0 or 1)")
     .Attr<StrList>("checkpoint_vars", {}, "persistables CHECKPOINT saves")
     .Attr<std::string>("fingerprint", "", "trainers must present the same")
+    .Attr<StrList>("sparse_tables", {},
+                   "distributed lookup tables: this server holds the rows ShardOf gives it")
+    .Attr<StrList>("sparse_lr", {}, "per table: the learning-rate variable of its sgd")
+    .Attr<std::vector<int>>("sparse_dtypes", {}, "per table: the DataType code of its rows")
+    .Attr<std::vector<int64_t>>("sparse_widths", {}, "per table: elements of one row")
+    .Attr<StrList>("sparse_inits", {}, "per table: constant, uniform or gaussian")
+    .Attr<std::vector<float>>("sparse_init_a", {}, "per table: value, low or mean")
+    .Attr<std::vector<float>>("sparse_init_b", {}, "per table: high or std")
+    .Attr<std::vector<int64_t>>("sparse_seeds", {}, "per table: its initializer's seed")
+    .Attr<int>("pservers", 1, "servers of the job (the tables are sharded over them)")
     .Attr<StrList>("shared_state", {},
                    "persistables other servers hold alike from the start: their digests go to "
                    "every trainer, which compares them across servers")

@@ -1,0 +1,295 @@
+// The trainer's ops of a distributed lookup table (Fluid's prefetch and sparse send): the table
+// lives only on the parameter servers, row `id` on server SparseTable::ShardOf(id, servers)
+// (kvstore/sparse_table.h). The distribute transpiler puts these ops where lookup_table,
+// lookup_table_grad and the table's sgd were:
+//   distributed_lookup_table       Out = the rows of the batch's ids: the unique ids (without
+//                                  padding_idx) asked of their servers, one SPARSE_GET per
+//                                  server, as of this trainer's last step (sync: after that
+//                                  step's update); padding rows are zero
+//   distributed_lookup_table_grad  W@GRAD = SelectedRows of Out@GRAD's rows at Ids (repeats kept,
+//                                  padding dropped), as lookup_table_grad with is_sparse, without
+//                                  reading the table
+//   send_sparse                    pushes a SelectedRows gradient: each server its rows (one
+//                                  SPARSE_PUSH per server, empty ones too: a sync step needs every
+//                                  trainer's push on every server), one way
+// Ids are any int64 >= 0 (the table's declared height is nominal): a negative id is an error
+// naming the op and the id, raised before anything is sent. Every wait ends (rpc/client.h).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "base/copy.h"
+#include "framework/selected_rows.h"
+#include "kvstore/sparse_table.h"
+#include "operators/common.h"
+#include "rpc/ps_client.h"
+#include "rpc/sparse_rows.h"
+
+namespace loom::ops {
+namespace {
+
+using StrList = std::vector<std::string>;
+
+// Rows of a distributed table carry this height on the wire: any id >= 0 is in range.
+constexpr int64_t kAnyId = std::numeric_limits<int64_t>::max();
+
+StatusOr<rpc::TrainerConnection*> Connection(const KernelContext& ctx) {
+  auto conn = rpc::ConnectTrainer(ctx.Attr<int>("trainer_id"), ctx.Attr<StrList>("endpoints"),
+                                  ctx.Attr<std::string>("fingerprint"));
+  if (!conn.ok()) return conn.status().WithContext(ctx.Where());
+  return conn;
+}
+
+// Ids as int64, each >= 0.
+Status ReadIds(const KernelContext& ctx, const Tensor& t, std::vector<int64_t>* out) {
+  if (t.dtype() != proto::INT64 && t.dtype() != proto::INT32)
+    return ctx.Error("Ids is ", DataTypeName(t.dtype()), ", must be int64 or int32");
+  if (!t.place().is_cpu()) return ctx.Error("Ids must be a CPU tensor");
+  out->resize(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t id = t.dtype() == proto::INT64 ? t.data<int64_t>()[i]
+                                                 : static_cast<int64_t>(t.data<int32_t>()[i]);
+    if (id < 0)
+      return ctx.Error("id ", id, " at position ", i, " of Ids is negative: distributed table '",
+                       ctx.Attr<std::string>("table_name"), "' takes ids >= 0");
+    (*out)[static_cast<size_t>(i)] = id;
+  }
+  return Status::OK();
+}
+
+rpc::Header TableHeader(const KernelContext& ctx, rpc::Header::Kind kind, int64_t n) {
+  rpc::Header h;
+  h.set_kind(kind);
+  h.set_name(ctx.Attr<std::string>("table_name"));
+  h.set_height(kAnyId);
+  h.add_dims(n);
+  return h;
+}
+
+// ---- distributed_lookup_table ----
+
+Status LookupInferShape(InferShapeContext* ctx) {
+  DDim ids = ctx->InputDim("Ids");
+  if (ids.size() < 1) return ctx->Error(ctx->DescribeInput("Ids"), " must have rank >= 1");
+  DDim out;
+  int keep = ids.size() >= 2 && ids[ids.size() - 1] == 1 ? ids.size() - 1 : ids.size();
+  for (int i = 0; i < keep; ++i) out.push_back(ids[i]);
+  out.push_back(ctx->Attr<int64_t>("width"));
+  ctx->SetOutputDim("Out", out);
+  ctx->SetOutputDtype("Out", static_cast<DataType>(ctx->Attr<int>("dtype")));
+  return Status::OK();
+}
+
+Status LookupKernel(const KernelContext& ctx) {
+  std::vector<int64_t> ids;
+  LOOM_RETURN_IF_ERROR(ReadIds(ctx, ctx.Input("Ids"), &ids));
+  const int64_t pad = ctx.Attr<int>("padding_idx");
+  const int64_t width = ctx.Attr<int64_t>("width");
+  const auto dtype = static_cast<DataType>(ctx.Attr<int>("dtype"));
+  const size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
+  LOOM_ASSIGN_OR_RETURN(rpc::TrainerConnection * conn, Connection(ctx));
+  const int servers = static_cast<int>(conn->client->endpoints().size());
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    step = conn->step;
+  }
+  // The unique ids, ascending, split by server.
+  std::vector<int64_t> unique;
+  for (int64_t id : ids)
+    if (id != pad) unique.push_back(id);
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  std::vector<std::vector<int64_t>> per(static_cast<size_t>(servers));
+  for (int64_t id : unique)
+    per[static_cast<size_t>(kvstore::SparseTable::ShardOf(id, servers))].push_back(id);
+  std::vector<int> asked;
+  std::vector<rpc::Client::Ticket> tickets;
+  for (int v = 0; v < servers; ++v) {
+    const auto& mine = per[static_cast<size_t>(v)];
+    if (mine.empty()) continue;
+    rpc::Header h = TableHeader(ctx, rpc::Header::SPARSE_GET, static_cast<int64_t>(mine.size()));
+    h.set_dtype(rpc::kInt64Dtype);
+    h.set_nbytes(static_cast<int64_t>(mine.size() * sizeof(int64_t)));
+    h.set_step(step);  // sync: after that step's update
+    auto keep = std::make_shared<const std::vector<int64_t>>(mine);
+    tickets.push_back(
+        conn->client->Post(v, h, std::vector<rpc::Payload>{rpc::RowIdsPayload(keep)}));
+    asked.push_back(v);
+  }
+  auto replies = conn->client->WaitAll(tickets);
+  if (!replies.ok()) return replies.status().WithContext(ctx.Where());
+  // Where each unique id's row landed: (reply, row).
+  std::unordered_map<int64_t, const char*> row_of;
+  row_of.reserve(unique.size());
+  std::vector<std::vector<char>> copies(asked.size());
+  for (size_t k = 0; k < asked.size(); ++k) {
+    const auto& mine = per[static_cast<size_t>(asked[k])];
+    rpc::Reply& r = (*replies)[k];
+    Status st = rpc::CheckSparseReply(r.header, r.payloads, mine, static_cast<int>(dtype), width);
+    if (!st.ok())
+      return st.WithContext(StrCat(ctx.Where(), ": the rows of table '",
+                                   ctx.Attr<std::string>("table_name"), "' from ",
+                                   conn->client->endpoints()[static_cast<size_t>(asked[k])]));
+    // Copied: a frame need not be aligned, and the reply goes away with this op.
+    copies[k].resize(r.payloads[1].size());
+    if (!copies[k].empty()) std::memcpy(copies[k].data(), r.payloads[1].data(), copies[k].size());
+    for (size_t j = 0; j < mine.size(); ++j) row_of[mine[j]] = copies[k].data() + j * row_bytes;
+  }
+  Tensor* out = ctx.Output("Out");
+  char* dst = static_cast<char*>(out->mutable_data(ctx.place(), dtype));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == pad)
+      std::memset(dst + i * row_bytes, 0, row_bytes);
+    else
+      std::memcpy(dst + i * row_bytes, row_of.at(ids[i]), row_bytes);
+  }
+  return Status::OK();
+}
+
+// ---- distributed_lookup_table_grad ----
+
+Status TableGradVarType(InferShapeContext* ctx) {
+  if (ctx->HasOutput("W@GRAD")) ctx->SetOutputVarType("W@GRAD", proto::VarType::SELECTED_ROWS);
+  return Status::OK();
+}
+
+Status TableGradInferShape(InferShapeContext* ctx) {
+  if (!ctx->HasOutput("W@GRAD")) return Status::OK();
+  ctx->SetOutputDim("W@GRAD", DDim({ctx->Attr<int64_t>("height"), ctx->Attr<int64_t>("width")}));
+  ctx->SetOutputDtype("W@GRAD", ctx->InputDtype("Out@GRAD"));
+  return Status::OK();
+}
+
+Status GradKernel(const KernelContext& ctx) {
+  SelectedRows* dw = ctx.OutputSelectedRows("W@GRAD");
+  if (!dw) return Status::OK();
+  std::vector<int64_t> ids;
+  LOOM_RETURN_IF_ERROR(ReadIds(ctx, ctx.Input("Ids"), &ids));
+  const Tensor& g = ctx.Input("Out@GRAD");
+  const int64_t width = ctx.Attr<int64_t>("width");
+  if (g.numel() != static_cast<int64_t>(ids.size()) * width)
+    return ctx.Error("Out@GRAD has ", g.numel(), " elements for ", ids.size(), " ids of width ",
+                     width);
+  const int64_t pad = ctx.Attr<int>("padding_idx");
+  const size_t row_bytes = static_cast<size_t>(width) * SizeOf(g.dtype());
+  // Nominal: a distributed table takes any id >= 0, so the height the SelectedRows claims is
+  // the largest one can be.
+  dw->height = kAnyId;
+  dw->rows.clear();
+  for (int64_t id : ids)
+    if (id != pad) dw->rows.push_back(id);
+  dw->value.Resize({static_cast<int64_t>(dw->rows.size()), width});
+  char* dst = static_cast<char*>(dw->value.mutable_data(ctx.place(), g.dtype()));
+  const char* src = static_cast<const char*>(g.raw_data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == pad) continue;
+    std::memcpy(dst, src + i * row_bytes, row_bytes);
+    dst += row_bytes;
+  }
+  return Status::OK();
+}
+
+// ---- send_sparse ----
+
+Status SendSparseKernel(const KernelContext& ctx) {
+  const SelectedRows* x = ctx.InputSelectedRows("X");
+  if (!x)
+    return ctx.Error("X ('", ctx.InputVarName("X"),
+                     "') holds no SelectedRows: send_sparse pushes a sparse gradient");
+  if (!x->value.place().is_cpu()) return ctx.Error("send_sparse needs a CPU SelectedRows");
+  for (size_t i = 0; i < x->rows.size(); ++i)
+    if (x->rows[i] < 0) return ctx.Error("row ", x->rows[i], " (entry ", i, ") of X is negative");
+  const int64_t width = x->RowWidth();
+  const DataType dtype = x->value.dtype();
+  const size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
+  LOOM_ASSIGN_OR_RETURN(rpc::TrainerConnection * conn, Connection(ctx));
+  const int servers = static_cast<int>(conn->client->endpoints().size());
+  int64_t step;
+  {
+    std::lock_guard<std::mutex> lock(conn->mu);
+    step = conn->step + 1;  // the step being computed
+  }
+  std::vector<std::vector<size_t>> pick(static_cast<size_t>(servers));
+  for (size_t i = 0; i < x->rows.size(); ++i)
+    pick[static_cast<size_t>(kvstore::SparseTable::ShardOf(x->rows[i], servers))].push_back(i);
+  const char* src = static_cast<const char*>(x->value.raw_data());
+  for (int v = 0; v < servers; ++v) {
+    const auto& mine = pick[static_cast<size_t>(v)];
+    auto ids = std::make_shared<std::vector<int64_t>>();
+    auto rows = std::make_shared<std::vector<char>>(mine.size() * row_bytes);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      ids->push_back(x->rows[mine[k]]);
+      std::memcpy(rows->data() + k * row_bytes, src + mine[k] * row_bytes, row_bytes);
+    }
+    rpc::Header h = TableHeader(ctx, rpc::Header::SPARSE_PUSH, static_cast<int64_t>(mine.size()));
+    h.set_dtype(static_cast<int>(dtype));
+    h.add_dims(width);
+    h.set_nbytes(static_cast<int64_t>(rows->size()));
+    h.set_step(step);
+    std::vector<rpc::Payload> payloads{
+        rpc::RowIdsPayload(std::move(ids)),
+        {rows->data(), rows->size(), std::shared_ptr<const void>(rows)}};
+    conn->client->PostOneWay(v, std::move(h), std::move(payloads));
+  }
+  return Status::OK();
+}
+
+const char* kEndpointsDoc =
+    "every parameter server of the job, in order: \"host:port\", or \"pserver:I\" for the I-th "
+    "entry of PADDLE_PSERVER_ENDPOINTS at run time";
+
+}  // namespace
+
+LOOM_REGISTER_OP(distributed_lookup_table)
+    .Ordered()
+    .Doc(
+        "Out[i] = row Ids[i] of a table held by the parameter servers (prefetched: one request "
+        "per server for the batch's unique ids); padding_idx rows are zero.")
+    .Input("Ids", "int64 (or int32) ids >= 0, [N, 1] or [N]")
+    .Output("Out", "embeddings [N, width]")
+    .RequiredAttr<std::string>("table_name", "the table's name on the servers")
+    .RequiredAttr<int64_t>("height", "the declared rows (nominal: any id >= 0 is accepted)")
+    .RequiredAttr<int64_t>("width", "elements of one row")
+    .RequiredAttr<int>("dtype", "DataType code of the rows")
+    .Attr<int>("padding_idx", -1, "id whose rows are zero; -1 for none")
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .InferShape(LookupInferShape)
+    .Kernel(Place::kCPU, proto::INT64, LookupKernel)
+    .Kernel(Place::kCPU, proto::INT32, LookupKernel)
+    .Kernel(Place::kCPU, proto::FP32, LookupKernel)
+    .Kernel(Place::kCPU, proto::FP64, LookupKernel);
+
+LOOM_REGISTER_OP(distributed_lookup_table_grad)
+    .Doc(
+        "W@GRAD of distributed_lookup_table: a SelectedRows of Out@GRAD's rows at Ids (repeats "
+        "kept, padding_idx dropped).")
+    .Input("Ids", "forward Ids")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("W@GRAD", "the table's sparse gradient", false, true)
+    .AttrsFrom("distributed_lookup_table")
+    .InferVarType(TableGradVarType)
+    .InferShape(TableGradInferShape)
+    .Kernel(Place::kCPU, proto::FP32, GradKernel)
+    .Kernel(Place::kCPU, proto::FP64, GradKernel)
+    .Kernel(Place::kCPU, proto::INT64, GradKernel)
+    .Kernel(Place::kCPU, proto::INT32, GradKernel);
+
+LOOM_REGISTER_OP(send_sparse)
+    .Ordered()
+    .Doc(
+        "Pushes a SelectedRows gradient of a distributed table: each server the rows it holds "
+        "(ShardOf), one way.")
+    .Input("X", "the table's gradient (SelectedRows)")
+    .RequiredAttr<std::string>("table_name", "the table's name on the servers")
+    .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
+    .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
+    .Attr<std::string>("fingerprint", "", "the transpile both sides come from")
+    .Kernel(Place::kCPU, proto::FP32, SendSparseKernel)
+    .Kernel(Place::kCPU, proto::FP64, SendSparseKernel);
+
+}  // namespace loom::ops

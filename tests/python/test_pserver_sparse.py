@@ -1,0 +1,261 @@
+"""Distributed lookup tables on the parameter servers (embedding(is_distributed=True)): the table
+lives only on the servers, sharded by id, rows made on first touch from the parameter's
+initializer (seeded per id); trainers prefetch their batch's rows and push sparse gradients.
+Sync mode equals single-process training on the union of the trainers' batches from the same
+initial rows, whatever the number of servers; async converges; a negative id is refused on the
+trainer before anything reaches a server."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import loom as fluid
+import loom.kvstore as kvs
+from pserver_util import free_ports, value
+
+VOCAB, WIDTH, LOW, HIGH, SEED = 40, 4, -0.5, 0.5, 3
+
+
+def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, width=WIDTH):
+    """ids -> embedding -> fc -> squared error: (main, startup, loss, emb out, dense params)."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 7
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        y = fluid.layers.data(name="y", shape=[1], dtype=dtype)
+        emb = fluid.layers.embedding(
+            ids, size=[vocab, width], is_sparse=sparse, is_distributed=distributed,
+            dtype=dtype, param_attr=fluid.ParamAttr(
+                name="emb_w", initializer=fluid.initializer.Uniform(LOW, HIGH, seed=SEED)))
+        p = fluid.layers.fc(emb, size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
+        fluid.optimizer.SGD(lr).minimize(loss)
+    dense = [q.name for q in main.all_parameters() if q.name != "emb_w"]
+    return main, startup, loss, emb, dense
+
+
+def initial_rows(ids, dtype="float64", width=WIDTH):
+    """The rows the servers make for `ids` (unique, ascending): the same initializer, seeded by
+    (seed, id), as a local KVStore's sparse table makes them."""
+    kv = kvs.create("local")
+    kv.init_sparse_table("t", (2**63 - 1, width), dtype=dtype,
+                         initializer=kvs.initializer.Uniform(LOW, HIGH, SEED))
+    return kv.row_sparse_pull("t", row_ids=np.asarray(ids, np.int64)).data
+
+
+def make_batches(steps, rows, seed=0, vocab=VOCAB, dtype="float64"):
+    rng = np.random.RandomState(seed)
+    return [(rng.randint(0, vocab, size=(rows, 1)).astype(np.int64),
+             rng.randn(rows, 1).astype(dtype)) for _ in range(steps)]
+
+
+def run_job(servers, trainers, feeds, sync=True, model=None, probe=None, timeout=60):
+    """Servers and trainers as threads of this process. feeds[k]: trainer k's (ids, y) batches.
+    probe: ids every trainer looks up after training (one more step), whose rows come back.
+    Returns (losses per trainer, trainer 0's initial dense params, final dense params, probed
+    rows, errors)."""
+    model = model or {}
+    eps = free_ports(servers)
+    errors, losses, init, final, probed = [], {}, {}, {}, {}
+
+    def transpiler(k):
+        main, startup, loss, emb, dense = build(**model)
+        t = fluid.DistributeTranspiler()
+        t.transpile(k, program=main, pservers=",".join(eps), trainers=trainers, sync_mode=sync,
+                    startup_program=startup)
+        return t, startup, loss, emb, dense
+
+    def server(i):
+        try:
+            t, _, _, _, _ = transpiler(0)
+            prog, pstart = t.get_pserver_programs(eps[i])
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(pstart, scope=scope)
+            exe.run(prog, scope=scope)
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            errors.append(("server %d" % i, e))
+
+    def trainer(k):
+        try:
+            t, startup, loss, emb, dense = transpiler(k)
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+            assert scope.find_var("emb_w") is None or not scope.find_var("emb_w").is_initialized()
+            if k == 0:
+                init.update({n: value(scope, n) for n in dense})
+            prog = t.get_trainer_program()
+            out = []
+            for ids, y in feeds[k]:
+                out.append(float(exe.run(prog, feed={"ids": ids, "y": y}, fetch_list=[loss],
+                                         scope=scope)[0][0]))
+            losses[k] = out
+            if k == 0:
+                final.update({n: value(scope, n) for n in dense})
+            if probe is not None:
+                ids = np.asarray(probe, np.int64).reshape(-1, 1)
+                y = np.zeros((len(ids), 1), feeds[k][0][1].dtype)
+                probed[k] = exe.run(prog, feed={"ids": ids, "y": y}, fetch_list=[emb],
+                                    scope=scope)[0]
+            exe.close()
+        except Exception as e:  # noqa: BLE001
+            errors.append(("trainer %d" % k, e))
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(servers)]
+    threads += [threading.Thread(target=trainer, args=(k,), daemon=True) for k in range(trainers)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+        assert not th.is_alive(), ("the job did not finish within %d s; errors so far: %r"
+                                   % (timeout, errors))
+    return losses, init, final, probed, errors
+
+
+def train_reference(init, steps, probe, model=None):
+    """One process, a local table (is_sparse) starting from the servers' rows for every id:
+    (final dense params, losses, rows of `probe` after training)."""
+    model = dict(model or {})
+    model["distributed"] = False
+    main, startup, loss, emb, dense = build(**model)
+    dtype = model.get("dtype", "float64")
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for n, v in init.items():
+        scope.find_var(n).get_tensor().set(v, fluid.CPUPlace())
+    table = initial_rows(np.arange(VOCAB), dtype)
+    scope.find_var("emb_w").get_tensor().set(table, fluid.CPUPlace())
+    losses = [float(exe.run(main, feed={"ids": ids, "y": y}, fetch_list=[loss],
+                            scope=scope)[0][0]) for ids, y in steps]
+    rows = value(scope, "emb_w")[np.asarray(probe)]
+    return {n: value(scope, n) for n in dense}, losses, rows
+
+
+def split(steps, trainers):
+    feeds = [[] for _ in range(trainers)]
+    for ids, y in steps:
+        n = len(ids)
+        bounds = [n * k // trainers for k in range(trainers + 1)]
+        for k in range(trainers):
+            feeds[k].append((ids[bounds[k]:bounds[k + 1]], y[bounds[k]:bounds[k + 1]]))
+    return feeds
+
+
+@pytest.mark.parametrize("servers,trainers", [(2, 2), (1, 2), (3, 2)])
+def test_sync_distributed_table_equals_single_process(servers, trainers):
+    steps = make_batches(4, 7)  # 7 rows: unequal shares, repeated ids
+    probe = np.arange(VOCAB)
+    losses, init, final, probed, errors = run_job(servers, trainers, split(steps, trainers),
+                                                  probe=probe)
+    assert not errors, errors
+    ref, ref_losses, ref_rows = train_reference(init, steps, probe)
+    for name, want in ref.items():
+        np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
+    for k in range(trainers):
+        np.testing.assert_allclose(probed[k], ref_rows, rtol=1e-12, atol=1e-12)
+    sizes = [len(f[0][0]) for f in split(steps, trainers)]
+    for step in range(len(steps)):
+        mixed = sum(losses[k][step] * sizes[k] for k in range(trainers)) / sum(sizes)
+        np.testing.assert_allclose(mixed, ref_losses[step], rtol=1e-12)
+
+
+def test_the_server_count_does_not_change_the_rows():
+    steps = make_batches(3, 8, seed=5)
+    probe = np.arange(VOCAB)
+    got = []
+    for servers in (1, 2):
+        _, _, final, probed, errors = run_job(servers, 2, split(steps, 2), probe=probe)
+        assert not errors, errors
+        got.append((final, probed[0]))
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    for name in got[0][0]:
+        np.testing.assert_array_equal(got[0][0][name], got[1][0][name])
+
+
+def test_ids_beyond_the_declared_height_are_rows_too():
+    """A distributed table's declared height is nominal: any int64 id >= 0 gets its row."""
+    big = np.array([[0], [10**12], [2**62 + 5], [10**12]], np.int64)
+    steps = [(big, np.ones((4, 1)))] * 2
+    probe = np.array([10**12, 2**62 + 5, 7])
+    _, _, _, probed, errors = run_job(2, 1, [steps], probe=probe)
+    assert not errors, errors
+    start = initial_rows(probe)  # probe ascending is [7, 1e12, 2**62+5]
+    np.testing.assert_array_equal(probed[0][2], start[0])  # id 7 never trained
+    assert not np.allclose(probed[0][0], start[1])  # trained
+
+
+def test_async_distributed_table_converges():
+    rng = np.random.RandomState(2)
+    target = rng.randn(VOCAB)
+    steps = []
+    for _ in range(40):
+        ids = rng.randint(0, VOCAB, size=(8, 1)).astype(np.int64)
+        steps.append((ids, target[ids[:, 0]].reshape(-1, 1)))
+    losses, _, _, _, errors = run_job(2, 2, split(steps, 2), sync=False, model={"lr": 0.3})
+    assert not errors, errors
+    for k in range(2):
+        assert np.mean(losses[k][-5:]) < 0.5 * np.mean(losses[k][:5]), losses[k]
+
+
+def test_a_negative_id_names_the_op_and_the_id_and_changes_nothing():
+    eps = free_ports(2)
+    main, startup, loss, emb, _ = build()
+    t = fluid.DistributeTranspiler()
+    t.transpile(0, program=main, pservers=",".join(eps), trainers=1, startup_program=startup)
+    errors, probed = [], {}
+
+    def server(i):
+        try:
+            prog, pstart = t.get_pserver_programs(eps[i])
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(pstart, scope=scope)
+            exe.run(prog, scope=scope)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=server, args=(i,), daemon=True) for i in range(2)]
+    for th in threads:
+        th.start()
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    prog = t.get_trainer_program()
+    bad = np.array([[3], [-7], [5]], np.int64)
+    with pytest.raises(Exception, match=r"distributed_lookup_table.*id -7 at position 1"):
+        exe.run(prog, feed={"ids": bad, "y": np.zeros((3, 1))}, fetch_list=[loss], scope=scope)
+    probe = np.array([[3], [5]], np.int64)
+    out = exe.run(prog, feed={"ids": probe, "y": np.zeros((2, 1))}, fetch_list=[emb],
+                  scope=scope)[0]
+    np.testing.assert_array_equal(out, initial_rows([3, 5]))  # nothing was applied
+    exe.close()
+    for th in threads:
+        th.join(30)
+        assert not th.is_alive()
+    assert not errors, errors
+
+
+def test_other_optimizers_are_refused_at_transpile_time():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(ids, size=[10, 2], is_distributed=True)
+        loss = fluid.layers.mean(emb)
+        fluid.optimizer.Momentum(0.1, momentum=0.9).minimize(loss)
+    t = fluid.DistributeTranspiler()
+    with pytest.raises(Exception, match=r"distributed lookup table .* 'momentum'.*sgd only"):
+        t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
+                    startup_program=startup)
+
+
+def test_an_initializer_servers_cannot_make_rows_from_is_named():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(
+            ids, size=[10, 2], is_distributed=True,
+            param_attr=fluid.ParamAttr(initializer=fluid.initializer.TruncatedNormal(0, 1)))
+        fluid.optimizer.SGD(0.1).minimize(fluid.layers.mean(emb))
+    t = fluid.DistributeTranspiler()
+    with pytest.raises(Exception, match=r"initialized by op 'truncated_gaussian_random'"):
+        t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
+                    startup_program=startup)
