@@ -259,3 +259,30 @@ def test_an_initializer_servers_cannot_make_rows_from_is_named():
     with pytest.raises(Exception, match=r"initialized by op 'truncated_gaussian_random'"):
         t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
                     startup_program=startup)
+
+
+def test_a_billion_row_table_trains_under_loom_launch():
+    """fluid.embedding(size=[10**9, 8], is_distributed=True) under `loom launch --workers 2
+    --servers 2`: it trains, and no process holds more than the rows it touched (a dense table
+    would be 32 GB per server)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
+    path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    proc = subprocess.run(
+        [loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "50", "--",
+         sys.executable, os.path.join(here, "pserver_sparse_worker.py"), "--steps", "5"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    peaks = re.findall(r"\[(worker|server) (\d)\] (?:trainer|server) peak_rss_kib (\d+)",
+                       proc.stdout)
+    assert len(peaks) == 4, proc.stdout
+    for role, rank, kib in peaks:
+        print("%s %s peak RSS %.1f MiB" % (role, rank, int(kib) / 1024))
+        assert int(kib) < 1024 * 1024, (role, rank, kib)  # far below 32 GB (and 1 GiB)
+    for w in range(2):
+        assert "[worker %d] step 4 loss" % w in proc.stdout, proc.stdout

@@ -1,0 +1,76 @@
+"""One process of a parameter-server job with a distributed lookup table of 10^9 rows
+(fluid.embedding(size=[10**9, 8], is_sparse=True, is_distributed=True)), as a Fluid script is
+written: the role and endpoints from Paddle's environment. Prints the process's peak resident
+memory (VmHWM) and, for trainers, each step's loss. Started by test_pserver_sparse.py:
+
+    loom launch --workers 2 --servers 2 -- python3 pserver_sparse_worker.py [--steps N] [--async]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loom as fluid  # noqa: E402
+
+ROWS, WIDTH = 10**9, 8
+
+
+def peak_rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
+def build():
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 7
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = fluid.data(name="ids", shape=[None, 1], dtype="int64")
+        y = fluid.data(name="y", shape=[None, 1], dtype="float32")
+        emb = fluid.embedding(input=ids, size=[ROWS, WIDTH], is_sparse=True,
+                              is_distributed=True)
+        p = fluid.layers.fc(fluid.layers.reshape(emb, [-1, WIDTH]), size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, loss
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--async", dest="sync", action="store_false")
+    a = ap.parse_args()
+    role = os.environ["PADDLE_TRAINING_ROLE"]
+    eps = os.environ["PADDLE_PSERVER_ENDPOINTS"]
+    trainers = int(os.environ["PADDLE_TRAINERS_NUM"])
+    trainer_id = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    main_prog, startup, loss = build()
+    t = fluid.DistributeTranspiler()
+    t.transpile(trainer_id, program=main_prog, pservers=eps, trainers=trainers,
+                sync_mode=a.sync, startup_program=startup)
+    exe = fluid.Executor(fluid.CPUPlace())
+    if role == "PSERVER":
+        prog, pstartup = t.get_pserver_programs(os.environ["PADDLE_CURRENT_ENDPOINT"])
+        exe.run(pstartup)
+        exe.run(prog)
+        print("server peak_rss_kib %d" % peak_rss_kib(), flush=True)
+        return
+    exe.run(startup)
+    prog = t.get_trainer_program()
+    rng = np.random.RandomState(100 + trainer_id)
+    for step in range(a.steps):
+        ids = rng.randint(0, ROWS, size=(a.batch, 1)).astype(np.int64)
+        y = rng.randn(a.batch, 1).astype(np.float32)
+        out = exe.run(prog, feed={"ids": ids, "y": y}, fetch_list=[loss])
+        print("step %d loss %.6f" % (step, float(out[0][0])), flush=True)
+    exe.close()
+    print("trainer peak_rss_kib %d" % peak_rss_kib(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
