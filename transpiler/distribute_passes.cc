@@ -202,6 +202,41 @@ Status TableInitializer(const ProgramDesc& startup, DistributedTable* t) {
                          "' is not initialized by the startup program");
 }
 
+// The is_sparse embeddings (not distributed) whose SelectedRows gradient can travel as rows:
+// one lookup_table_grad writes it and only the table's optimizer op reads it (a regularizer
+// or clipping that reads the gradient needs it dense on the trainer).
+std::set<std::string> SparseGradientTables(const ProgramDesc& main,
+                                           const std::set<std::string>& tables) {
+  std::map<std::string, std::string> grad_of;  // table -> its gradient
+  const BlockDesc* b0 = main.GlobalBlock();
+  for (int i = 0; i < b0->OpSize(); ++i) {
+    OpDesc op = b0->Op(i);
+    if (op.Type() != "lookup_table_grad" || !op.Attr<bool>("is_sparse", false) ||
+        !op.HasInput("W") || !op.HasOutput("W@GRAD") || tables.count(op.Input("W")[0]))
+      continue;
+    grad_of[op.Input("W")[0]] = op.Output("W@GRAD")[0];
+  }
+  std::set<std::string> out;
+  for (const auto& [table, grad] : grad_of) {
+    int writers = 0;
+    bool only_update = true;
+    for (int b = 0; b < main.NumBlocks(); ++b) {
+      const BlockDesc* block = main.Block(b);
+      for (int i = 0; i < block->OpSize(); ++i) {
+        OpDesc op = block->Op(i);
+        auto outs = op.OutputArgumentNames();
+        auto ins = op.InputArgumentNames();
+        if (std::find(outs.begin(), outs.end(), grad) != outs.end()) ++writers;
+        if (std::find(ins.begin(), ins.end(), grad) != ins.end() &&
+            !(b == 0 && IsUpdateOp(op) && UpdatedPair(op).first == table))
+          only_update = false;
+      }
+    }
+    if (writers == 1 && only_update) out.insert(table);
+  }
+  return out;
+}
+
 StatusOr<DistributedTable> DescribeTable(const DistributeState& s, const OptimizedParam& p) {
   DistributedTable t;
   t.param = p.param;
@@ -231,8 +266,15 @@ StatusOr<DistributedTable> DescribeTable(const DistributeState& s, const Optimiz
 StatusOr<bool> FindDistributeGradients(DistributeState& s) {
   const std::set<std::string> tables = DistributedTableNames(s.main);
   LOOM_RETURN_IF_ERROR(MakeTableGradientsSparse(&s.main, tables));
-  LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main, tables).status());
+  // Hybrid mode allreduces gradients in the client first: dense ones only.
+  std::set<std::string> sparse;
+  if (s.config.client_size == 1) sparse = SparseGradientTables(s.main, tables);
+  std::set<std::string> keep = tables;
+  keep.insert(sparse.begin(), sparse.end());
+  LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main, keep).status());
   LOOM_ASSIGN_OR_RETURN(s.grads, AnalyzeGradients(s.main));
+  for (const auto& p : s.grads.params)
+    if (sparse.count(p.param)) s.sparse_params.insert(p.param);
   std::vector<OptimizedParam> dense;
   for (const auto& p : s.grads.params) {
     if (!tables.count(p.param)) {
@@ -629,6 +671,16 @@ ProgramDesc TrainerMain(const DistributeState& s, const ProgramDesc& base, int t
       xs.push_back(b->grad_name);
       epmap.push_back(s.config.pservers[b->server]);
       names.push_back(b->grad_name);
+    }
+    if (s.sparse_params.count(p.param)) {  // its rows, to each block's owner
+      std::vector<int64_t> sections;
+      for (const auto* b : blocks) sections.push_back(b->row_end - b->row_begin);
+      AttributeMap attrs = RpcAttrs(s, trainer);
+      attrs["sections"] = sections;
+      attrs["epmap"] = epmap;
+      attrs["send_varnames"] = names;
+      ins[at].push_back(MakeOp("send_sparse", {{"X", {p.grad}}}, {}, attrs, kOpRoleRPC));
+      continue;
     }
     if (blocks.size() > 1) {
       std::vector<int64_t> sections;

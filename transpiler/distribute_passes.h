@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct DistributeState {
   PlacementPolicy policy = PlacementPolicy::kRoundRobin;
   std::vector<ParamBlock> blocks;        // by parameter (analysis order), then rows
   std::vector<DistributedTable> tables;  // not in grads.params: never sliced nor placed
+  // Parameters (of grads.params) whose gradient stays a SelectedRows: is_sparse embeddings whose
+  // gradient only their optimizer op reads. Trainers push its rows to the block owners.
+  std::set<std::string> sparse_params;
   const DistributedTable* TableOf(const std::string& param) const;
   std::vector<int64_t> server_bytes;
   double imbalance = 1.0;

@@ -11,7 +11,9 @@
 //                                  reading the table
 //   send_sparse                    pushes a SelectedRows gradient: each server its rows (one
 //                                  SPARSE_PUSH per server, empty ones too: a sync step needs every
-//                                  trainer's push on every server), one way
+//                                  trainer's push on every server), one way; in block mode (an
+//                                  is_sparse table sliced into blocks as dense parameters are)
+//                                  each block's owner gets the rows in the block, re-based
 // Ids are any int64 >= 0 (the table's declared height is nominal): a negative id is an error
 // naming the op and the id, raised before anything is sent. Every wait ends (rpc/client.h).
 #include <algorithm>
@@ -194,6 +196,46 @@ Status GradKernel(const KernelContext& ctx) {
 
 // ---- send_sparse ----
 
+// The rows of x each destination gets: pick[d] = entries of x, and the row each becomes there.
+// Table mode: destination ShardOf(id), ids as they are. Block mode (sections): destination b
+// holds rows [begin_b, begin_b + sections[b]) of the parameter, ids re-based to the block.
+struct Split {
+  std::vector<std::vector<size_t>> pick;
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> height;  // on the wire: ids lie in [0, height)
+};
+
+StatusOr<Split> SplitRows(const KernelContext& ctx, const SelectedRows& x, int servers) {
+  const auto& sections = ctx.Attr<std::vector<int64_t>>("sections");
+  Split out;
+  const size_t n = sections.empty() ? static_cast<size_t>(servers) : sections.size();
+  out.pick.resize(n);
+  out.ids.resize(n);
+  if (sections.empty()) {
+    out.height.assign(n, kAnyId);
+    for (size_t i = 0; i < x.rows.size(); ++i) {
+      const auto d = static_cast<size_t>(kvstore::SparseTable::ShardOf(x.rows[i], servers));
+      out.pick[d].push_back(i);
+      out.ids[d].push_back(x.rows[i]);
+    }
+    return out;
+  }
+  std::vector<int64_t> begin{0};
+  for (int64_t rows : sections) begin.push_back(begin.back() + rows);
+  out.height = sections;
+  for (size_t i = 0; i < x.rows.size(); ++i) {
+    const int64_t id = x.rows[i];
+    if (id >= begin.back())
+      return ctx.Error("row ", id, " (entry ", i, ") of X is outside the parameter's ",
+                       begin.back(), " rows");
+    const size_t b =
+        static_cast<size_t>(std::upper_bound(begin.begin(), begin.end(), id) - begin.begin() - 1);
+    out.pick[b].push_back(i);
+    out.ids[b].push_back(id - begin[b]);
+  }
+  return out;
+}
+
 Status SendSparseKernel(const KernelContext& ctx) {
   const SelectedRows* x = ctx.InputSelectedRows("X");
   if (!x)
@@ -206,33 +248,59 @@ Status SendSparseKernel(const KernelContext& ctx) {
   const DataType dtype = x->value.dtype();
   const size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);
   LOOM_ASSIGN_OR_RETURN(rpc::TrainerConnection * conn, Connection(ctx));
-  const int servers = static_cast<int>(conn->client->endpoints().size());
+  const StrList& endpoints = conn->client->endpoints();
+  const int servers = static_cast<int>(endpoints.size());
+  // Where each destination is, and its name there.
+  const auto& sections = ctx.Attr<std::vector<int64_t>>("sections");
+  std::vector<int> server;
+  StrList names;
+  if (sections.empty()) {
+    for (int v = 0; v < servers; ++v) {
+      server.push_back(v);
+      names.push_back(ctx.Attr<std::string>("table_name"));
+    }
+  } else {
+    const StrList& epmap = ctx.Attr<StrList>("epmap");
+    names = ctx.Attr<StrList>("send_varnames");
+    const StrList& listed = ctx.Attr<StrList>("endpoints");
+    if (epmap.size() != sections.size() || names.size() != sections.size())
+      return ctx.Error(sections.size(), " sections but ", epmap.size(), " epmap and ", names.size(),
+                       " send_varnames entries");
+    for (const auto& e : epmap) {
+      auto it = std::find(listed.begin(), listed.end(), e);
+      if (it == listed.end())
+        return ctx.Error("epmap names '", e, "', which is not one of the endpoints");
+      server.push_back(static_cast<int>(it - listed.begin()));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Split split, SplitRows(ctx, *x, servers));
   int64_t step;
   {
     std::lock_guard<std::mutex> lock(conn->mu);
     step = conn->step + 1;  // the step being computed
   }
-  std::vector<std::vector<size_t>> pick(static_cast<size_t>(servers));
-  for (size_t i = 0; i < x->rows.size(); ++i)
-    pick[static_cast<size_t>(kvstore::SparseTable::ShardOf(x->rows[i], servers))].push_back(i);
   const char* src = static_cast<const char*>(x->value.raw_data());
-  for (int v = 0; v < servers; ++v) {
-    const auto& mine = pick[static_cast<size_t>(v)];
-    auto ids = std::make_shared<std::vector<int64_t>>();
+  for (size_t d = 0; d < split.pick.size(); ++d) {
+    const auto& mine = split.pick[d];
+    auto ids = std::make_shared<const std::vector<int64_t>>(std::move(split.ids[d]));
     auto rows = std::make_shared<std::vector<char>>(mine.size() * row_bytes);
-    for (size_t k = 0; k < mine.size(); ++k) {
-      ids->push_back(x->rows[mine[k]]);
+    for (size_t k = 0; k < mine.size(); ++k)
       std::memcpy(rows->data() + k * row_bytes, src + mine[k] * row_bytes, row_bytes);
-    }
-    rpc::Header h = TableHeader(ctx, rpc::Header::SPARSE_PUSH, static_cast<int64_t>(mine.size()));
+    rpc::Header h;
+    h.set_kind(rpc::Header::SPARSE_PUSH);
+    h.set_name(names[d]);
+    h.set_height(split.height[d]);
+    h.add_dims(static_cast<int64_t>(mine.size()));
     h.set_dtype(static_cast<int>(dtype));
-    h.add_dims(width);
+    const std::vector<int64_t> dims = x->value.dims().vec();
+    for (size_t j = 1; j < dims.size(); ++j) h.add_dims(dims[j]);
     h.set_nbytes(static_cast<int64_t>(rows->size()));
     h.set_step(step);
     std::vector<rpc::Payload> payloads{
         rpc::RowIdsPayload(std::move(ids)),
         {rows->data(), rows->size(), std::shared_ptr<const void>(rows)}};
-    conn->client->PostOneWay(v, std::move(h), std::move(payloads));
+    // Empty pushes too: a sync step needs every trainer's push of every destination.
+    conn->client->PostOneWay(server[d], std::move(h), std::move(payloads));
   }
   return Status::OK();
 }
@@ -282,10 +350,15 @@ LOOM_REGISTER_OP(distributed_lookup_table_grad)
 LOOM_REGISTER_OP(send_sparse)
     .Ordered()
     .Doc(
-        "Pushes a SelectedRows gradient of a distributed table: each server the rows it holds "
-        "(ShardOf), one way.")
-    .Input("X", "the table's gradient (SelectedRows)")
-    .RequiredAttr<std::string>("table_name", "the table's name on the servers")
+        "Pushes a SelectedRows gradient, one way: of a distributed table, each server the rows "
+        "it holds (ShardOf); of a sliced parameter (sections), each block's owner its rows.")
+    .Input("X", "the gradient (SelectedRows)")
+    .Attr<std::string>("table_name", "", "table mode: the distributed table's name on the servers")
+    .Attr<std::vector<int64_t>>("sections", {},
+                                "block mode: rows of each block of a sliced parameter (each "
+                                "block gets its rows, re-based to the block)")
+    .Attr<StrList>("epmap", {}, "block mode: the server of each block")
+    .Attr<StrList>("send_varnames", {}, "block mode: each block's gradient name on its server")
     .RequiredAttr<StrList>("endpoints", kEndpointsDoc)
     .RequiredAttr<int>("trainer_id", "this trainer", NonNegative("trainer_id"))
     .Attr<std::string>("fingerprint", "", "the transpile both sides come from")

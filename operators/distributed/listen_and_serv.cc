@@ -59,8 +59,10 @@ struct Block {
   std::string param, grad;
   int optimize_block = -1;
   Tensor* param_tensor = nullptr;
-  Tensor* grad_tensor = nullptr;
   std::map<int, zmq::message_t> received;  // sync: trainer -> this step's gradient
+  // Sync: trainer -> this step's gradient rows (merged), for a parameter whose gradient is a
+  // SelectedRows (an is_sparse embedding): pushed as rows of the block, re-based.
+  std::map<int, SelectedRows> sparse_received;
 };
 
 // This server's shard of a distributed lookup table: the rows of the ids ShardOf gives it,
@@ -106,6 +108,7 @@ class ParamServer {
   void OnGet(rpc::Request& r);
   // Distributed tables: a trainer's gradient rows, and a prefetch of rows.
   Status OnSparsePush(rpc::Request& r);
+  Status OnSparseBlock(rpc::Request& r, Block& b);
   void OnSparseGet(rpc::Request& r);
   void ReplyRows(const rpc::Request& r);
   // The rows of r (Decode checked its frames), merged, checked against table t and this shard.
@@ -113,6 +116,8 @@ class ParamServer {
   // Sync: table t's rows of the step, sum over trainers of samples_t / samples * rows_t (the
   // dense path's weights), then sgd on them.
   Status ApplyStep(Table& t, const std::set<int>& live, int64_t total);
+  // Sync: block b's gradient = the same weighted sum of the trainers' rows, as a SelectedRows.
+  Status MergeSparseBlock(Block& b, const std::set<int>& live, int64_t total);
   Status ApplyRows(Table& t, const SelectedRows& grad);
   Status TryStep();
   Status RunStep();
@@ -161,6 +166,47 @@ Tensor* ScopeTensor(Scope* scope, const std::string& name) {
   return (v ? v : scope->Var(name))->GetMutable<Tensor>();
 }
 
+// A gradient block's variable as a dense tensor (it may hold a SelectedRows of an earlier
+// sparse push).
+Tensor* DenseGrad(Scope* scope, const std::string& name) {
+  Variable* v = scope->FindVar(name);
+  if (!v) v = scope->Var(name);
+  if (v->IsInitialized() && !v->IsType<Tensor>()) v->Clear();
+  return v->GetMutable<Tensor>();
+}
+
+void SetSparseGrad(Scope* scope, const std::string& name, SelectedRows rows) {
+  Variable* v = scope->FindVar(name);
+  if (!v) v = scope->Var(name);
+  if (v->IsInitialized() && !v->IsType<SelectedRows>()) v->Clear();
+  *v->GetMutable<SelectedRows>() = std::move(rows);
+}
+
+// The rows a SPARSE_PUSH carries (Decode checked its frames and that its ids lie in [0,
+// height)), merged (one row per id, ascending), checked to be `dtype` rows of `row_dims`
+// whose ids lie in [0, height).
+StatusOr<SelectedRows> PushedRows(const rpc::Request& r, DataType dtype, int64_t height,
+                                  const std::vector<int64_t>& row_dims, const std::string& what) {
+  const rpc::Header& h = r.header;
+  std::vector<int64_t> got(h.dims().begin() + 1, h.dims().end());
+  if (h.dtype() != static_cast<int>(dtype) || got != row_dims || h.height() != height)
+    return InvalidArgument(
+        "rows of ", what, " of dtype ", DataTypeName(static_cast<DataType>(h.dtype())),
+        ", row dims ", DDim(got).ToString(), " and height ", h.height(), "; it is ",
+        DataTypeName(dtype), " rows of ", DDim(row_dims).ToString(), " and height ", height);
+  SelectedRows in;
+  in.height = height;
+  in.rows = rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size());
+  std::vector<int64_t> dims{static_cast<int64_t>(in.rows.size())};
+  dims.insert(dims.end(), row_dims.begin(), row_dims.end());
+  in.value = Tensor(dtype, DDim(dims));
+  void* dst = in.value.mutable_data(Place::CPU(), dtype);
+  if (r.payloads[1].size()) CopyBytes(dst, r.payloads[1].data(), r.payloads[1].size());
+  SelectedRows merged;
+  LOOM_RETURN_IF_ERROR(MergeRows(in, &merged));
+  return merged;
+}
+
 Status ParamServer::Init() {
   scope_ = ctx_.scope();
   sync_ = ctx_.Attr<bool>("sync_mode");
@@ -179,7 +225,7 @@ Status ParamServer::Init() {
     b.grad = grads[i];
     b.optimize_block = opt[i];
     b.param_tensor = ScopeTensor(scope_, b.param);
-    b.grad_tensor = ScopeTensor(scope_, b.grad);
+    ScopeTensor(scope_, b.grad);
     if (!b.param_tensor->initialized())
       return ctx_.Error("parameter block '", b.param,
                         "' has no value: run the server's startup program first");
@@ -409,8 +455,9 @@ Status ParamServer::OnSend(rpc::Request& r) {
     return Status::OK();
   }
   // Async: this trainer's gradient alone updates the block now.
-  b.grad_tensor->Resize(b.param_tensor->dims());
-  void* dst = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
+  Tensor* grad = DenseGrad(scope_, b.grad);
+  grad->Resize(b.param_tensor->dims());
+  void* dst = grad->mutable_data(Place::CPU(), b.param_tensor->dtype());
   if (r.payloads[0].size()) CopyBytes(dst, r.payloads[0].data(), r.payloads[0].size());
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
@@ -433,7 +480,7 @@ Status ParamServer::OnBarrier(rpc::Request& r) {
     bad = FailedPrecondition("barrier of step ", r.header.step(), " while the server is at step ",
                              step_done_ + 1);
   for (const auto& b : blocks_)
-    if (bad.ok() && !b.received.count(t))
+    if (bad.ok() && !b.received.count(t) && !b.sparse_received.count(t))
       bad = FailedPrecondition("trainer ", t, " ended step ", r.header.step(),
                                " without sending gradient block '", b.grad, "'");
   for (const auto& table : tables_)
@@ -496,14 +543,20 @@ Status ParamServer::RunStep() {
   int64_t total = 0;
   for (int t : live) total += samples_[t];
   for (auto& b : blocks_) {
+    if (!b.sparse_received.empty()) {
+      Status st = MergeSparseBlock(b, live, total);
+      if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": merging '", b.grad, "'")));
+      continue;
+    }
     std::vector<std::pair<double, const void*>> parts;
     for (int t : live) {  // in trainer order: the same sum on every run
       double w = total > 0 ? static_cast<double>(samples_[t]) / total : 1.0 / live.size();
       parts.push_back({w, b.received[t].data()});
       ++applied_[t];
     }
-    b.grad_tensor->Resize(b.param_tensor->dims());
-    void* out = b.grad_tensor->mutable_data(Place::CPU(), b.param_tensor->dtype());
+    Tensor* grad = DenseGrad(scope_, b.grad);
+    grad->Resize(b.param_tensor->dims());
+    void* out = grad->mutable_data(Place::CPU(), b.param_tensor->dtype());
     int64_t n = b.param_tensor->numel();
     if (b.param_tensor->dtype() == proto::FP64)
       WeightedSum(parts, n, static_cast<double*>(out));
@@ -579,31 +632,50 @@ void ParamServer::AnswerWaiters() {
 }
 
 StatusOr<SelectedRows> ParamServer::ReadRows(const rpc::Request& r, const Table& t) const {
-  const rpc::Header& h = r.header;
-  const int64_t width = t.rows->width();
-  if (h.dtype() != static_cast<int>(t.rows->dtype()) || h.dims_size() != 2 || h.dims(1) != width)
-    return InvalidArgument("rows of table '", t.name, "' of dtype ",
-                           DataTypeName(static_cast<DataType>(h.dtype())), " and width ",
-                           h.dims_size() > 1 ? h.dims(1) : -1, "; the table is ",
-                           DataTypeName(t.rows->dtype()), " rows of ", width);
-  SelectedRows in;
-  in.height = std::numeric_limits<int64_t>::max();
-  in.rows = rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size());
-  for (int64_t id : in.rows)
+  for (int64_t id : rpc::ReadRowIds(r.payloads[0].data(), r.payloads[0].size()))
     if (kvstore::SparseTable::ShardOf(id, shards_) != shard_)
       return InvalidArgument("row ", id, " of table '", t.name, "' belongs to server ",
                              kvstore::SparseTable::ShardOf(id, shards_), ", not to ", name_);
-  in.value = Tensor(t.rows->dtype(), DDim({static_cast<int64_t>(in.rows.size()), width}));
-  void* dst = in.value.mutable_data(Place::CPU(), t.rows->dtype());
-  if (r.payloads[1].size()) CopyBytes(dst, r.payloads[1].data(), r.payloads[1].size());
-  SelectedRows merged;
-  LOOM_RETURN_IF_ERROR(MergeRows(in, &merged));
-  return merged;
+  return PushedRows(r, t.rows->dtype(), std::numeric_limits<int64_t>::max(), {t.rows->width()},
+                    StrCat("table '", t.name, "'"));
+}
+
+Status ParamServer::OnSparseBlock(rpc::Request& r, Block& b) {
+  const rpc::Header& h = r.header;
+  const Tensor& p = *b.param_tensor;
+  const std::vector<int64_t> dims = p.dims().vec();
+  StatusOr<SelectedRows> rows = InvalidArgument("parameter block '", b.param, "' is a scalar");
+  if (!dims.empty())
+    rows = PushedRows(r, p.dtype(), dims[0], std::vector<int64_t>(dims.begin() + 1, dims.end()),
+                      StrCat("gradient block '", b.grad, "'"));
+  if (rows.ok() && sync_ && h.step() != step_done_ + 1)
+    rows = FailedPrecondition("gradient rows of '", b.grad, "' of step ", h.step(),
+                              " while the server is at step ", step_done_ + 1);
+  if (!rows.ok()) {
+    ++refused_;
+    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
+                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(),
+                 rows.status().message().c_str());
+    server_->ReplyError(r, rows.status());
+    return Status::OK();
+  }
+  if (sync_) {
+    b.sparse_received[r.trainer_id] = std::move(*rows);
+    return Status::OK();
+  }
+  // Async: this trainer's rows alone are the gradient the optimize block applies now.
+  SetSparseGrad(scope_, b.grad, std::move(*rows));
+  Status st = ctx_.RunBlock(b.optimize_block, scope_);
+  if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
+  ++applied_[r.trainer_id];
+  return Status::OK();
 }
 
 Status ParamServer::OnSparsePush(rpc::Request& r) {
   const rpc::Header& h = r.header;
   auto it = by_table_.find(h.name());
+  if (it == by_table_.end() && by_grad_.count(h.name()))
+    return OnSparseBlock(r, blocks_[static_cast<size_t>(by_grad_.at(h.name()))]);
   StatusOr<SelectedRows> rows = InvalidArgument("no distributed table '", h.name(), "' on ", name_);
   if (it != by_table_.end()) {
     rows = ReadRows(r, tables_[static_cast<size_t>(it->second)]);
@@ -685,6 +757,35 @@ Status ParamServer::ApplyStep(Table& t, const std::set<int>& live, int64_t total
                           : WeightedRows<float>(parts, t.rows->width(), proto::FP32);
   t.received.clear();
   return ApplyRows(t, grad);
+}
+
+Status ParamServer::MergeSparseBlock(Block& b, const std::set<int>& live, int64_t total) {
+  std::vector<std::pair<double, const SelectedRows*>> parts;
+  for (int trainer : live) {  // in trainer order: the same sum on every run
+    auto it = b.sparse_received.find(trainer);
+    if (it == b.sparse_received.end()) continue;
+    double w = total > 0 ? static_cast<double>(samples_[trainer]) / total : 1.0 / live.size();
+    parts.push_back({w, &it->second});
+    ++applied_[trainer];
+  }
+  const Tensor& p = *b.param_tensor;
+  const int64_t rows = p.dims().size() ? p.dims()[0] : 1;
+  const int64_t width = rows > 0 ? p.numel() / rows : 0;
+  SelectedRows grad;
+  if (p.dtype() == proto::FP64)
+    grad = WeightedRows<double>(parts, width, proto::FP64);
+  else if (p.dtype() == proto::FP32)
+    grad = WeightedRows<float>(parts, width, proto::FP32);
+  else
+    return InvalidArgument("parameter block '", b.param, "' is ", DataTypeName(p.dtype()),
+                           "; servers update fp32 and fp64");
+  grad.height = rows;
+  DDim dims = p.dims();
+  dims[0] = static_cast<int64_t>(grad.rows.size());
+  grad.value.Resize(dims);
+  b.sparse_received.clear();
+  SetSparseGrad(scope_, b.grad, std::move(grad));
+  return Status::OK();
 }
 
 Status ParamServer::ApplyRows(Table& t, const SelectedRows& grad) {

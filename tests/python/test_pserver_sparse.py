@@ -17,7 +17,8 @@ from pserver_util import free_ports, value
 VOCAB, WIDTH, LOW, HIGH, SEED = 40, 4, -0.5, 0.5, 3
 
 
-def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, width=WIDTH):
+def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, width=WIDTH,
+          opt="sgd"):
     """ids -> embedding -> fc -> squared error: (main, startup, loss, emb out, dense params)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
@@ -30,8 +31,11 @@ def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, w
                 name="emb_w", initializer=fluid.initializer.Uniform(LOW, HIGH, seed=SEED)))
         p = fluid.layers.fc(emb, size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
-        fluid.optimizer.SGD(lr).minimize(loss)
-    dense = [q.name for q in main.all_parameters() if q.name != "emb_w"]
+        {"sgd": lambda: fluid.optimizer.SGD(lr),
+         "adagrad": lambda: fluid.optimizer.Adagrad(lr),
+         "adam": lambda: fluid.optimizer.Adam(0.05),
+         "momentum": lambda: fluid.optimizer.Momentum(lr, momentum=0.9)}[opt]().minimize(loss)
+    dense = [q.name for q in main.all_parameters() if distributed is False or q.name != "emb_w"]
     return main, startup, loss, emb, dense
 
 
@@ -50,7 +54,7 @@ def make_batches(steps, rows, seed=0, vocab=VOCAB, dtype="float64"):
              rng.randn(rows, 1).astype(dtype)) for _ in range(steps)]
 
 
-def run_job(servers, trainers, feeds, sync=True, model=None, probe=None, timeout=60):
+def run_job(servers, trainers, feeds, sync=True, model=None, probe=None, timeout=60, config=None):
     """Servers and trainers as threads of this process. feeds[k]: trainer k's (ids, y) batches.
     probe: ids every trainer looks up after training (one more step), whose rows come back.
     Returns (losses per trainer, trainer 0's initial dense params, final dense params, probed
@@ -61,7 +65,7 @@ def run_job(servers, trainers, feeds, sync=True, model=None, probe=None, timeout
 
     def transpiler(k):
         main, startup, loss, emb, dense = build(**model)
-        t = fluid.DistributeTranspiler()
+        t = fluid.DistributeTranspiler(config)
         t.transpile(k, program=main, pservers=",".join(eps), trainers=trainers, sync_mode=sync,
                     startup_program=startup)
         return t, startup, loss, emb, dense
@@ -81,7 +85,9 @@ def run_job(servers, trainers, feeds, sync=True, model=None, probe=None, timeout
             t, startup, loss, emb, dense = transpiler(k)
             exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
             exe.run(startup, scope=scope)
-            assert scope.find_var("emb_w") is None or not scope.find_var("emb_w").is_initialized()
+            if model.get("distributed", True):  # never on a trainer
+                assert (scope.find_var("emb_w") is None
+                        or not scope.find_var("emb_w").is_initialized())
             if k == 0:
                 init.update({n: value(scope, n) for n in dense})
             prog = t.get_trainer_program()
@@ -129,7 +135,7 @@ def train_reference(init, steps, probe, model=None):
     losses = [float(exe.run(main, feed={"ids": ids, "y": y}, fetch_list=[loss],
                             scope=scope)[0][0]) for ids, y in steps]
     rows = value(scope, "emb_w")[np.asarray(probe)]
-    return {n: value(scope, n) for n in dense}, losses, rows
+    return {n: value(scope, n) for n in dense if n != "emb_w"}, losses, rows
 
 
 def split(steps, trainers):
@@ -286,3 +292,58 @@ def test_a_billion_row_table_trains_under_loom_launch():
         assert int(kib) < 1024 * 1024, (role, rank, kib)  # far below 32 GB (and 1 GiB)
     for w in range(2):
         assert "[worker %d] step 4 loss" % w in proc.stdout, proc.stdout
+
+
+def sliced(min_block=4):
+    c = fluid.DistributeTranspilerConfig()
+    c.min_block_size = min_block
+    return c
+
+
+@pytest.mark.parametrize("servers,trainers,opt,sync", [
+    (2, 2, "sgd", True), (3, 2, "adagrad", True), (2, 3, "adam", True), (1, 2, "momentum", True),
+    (2, 2, "sgd", False)])
+def test_a_sparse_local_table_sends_rows_and_equals_the_dense_path(servers, trainers, opt, sync):
+    """is_sparse=True, is_distributed=False: the table is sliced as a dense parameter, but the
+    trainers push its gradient as rows to the block owners. Sync: equal to the dense-gradient
+    job and to one process, float64, to 1e-12. Async (one trainer's rows at a time): equal
+    to the dense-gradient job when trainers take turns (one trainer here)."""
+    steps = make_batches(4, 7, seed=9)
+    if not sync:
+        trainers = 1
+    feeds = split(steps, trainers)
+    results = []
+    for sparse in (True, False):
+        model = {"distributed": False, "sparse": sparse, "opt": opt}
+        losses, init, final, _, errors = run_job(servers, trainers, feeds, sync=sync,
+                                                 model=model, config=sliced())
+        assert not errors, errors
+        results.append((losses, init, final))
+    (losses, init, final), (dlosses, dinit, dfinal) = results
+    for name in final:
+        np.testing.assert_allclose(final[name], dfinal[name], rtol=1e-12, atol=1e-12,
+                                   err_msg=name)
+    if sync:
+        model = {"distributed": False, "sparse": True, "opt": opt}
+        main, startup, loss, _, params = build(**model)
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        for n, v in init.items():
+            scope.find_var(n).get_tensor().set(v, fluid.CPUPlace())
+        for ids, y in steps:
+            exe.run(main, feed={"ids": ids, "y": y}, fetch_list=[loss], scope=scope)
+        for name in params:
+            np.testing.assert_allclose(final[name], value(scope, name), rtol=1e-12, atol=1e-12,
+                                       err_msg=name)
+
+
+def test_a_sparse_local_table_is_pushed_as_rows():
+    """The trainer program pushes the table's gradient with send_sparse (no split_byref of a
+    dense gradient); a regularized table's gradient is read on the trainer, so it goes dense."""
+    main, startup, _, _, _ = build(distributed=False, sparse=True)
+    t = fluid.DistributeTranspiler(sliced())
+    t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=2,
+                startup_program=startup)
+    ops = [op.type for op in t.get_trainer_program().global_block().ops]
+    assert "send_sparse" in ops and "lookup_table_grad" in ops, ops
+    assert ops.count("split_byref") == 0, ops  # the fc weight [4, 1] is one block
