@@ -649,6 +649,8 @@ void RewriteTableOps(const DistributeState& s, int trainer, BlockDesc* block, In
                                   {{"W@GRAD", op.Output("W@GRAD")}}, attrs, role));
     }
   }
+  // No variable of the table either: a trainer's save_persistables must not look for it.
+  for (const auto& t : s.tables) block->RemoveVar(t.param);
   for (const auto& t : s.tables) {
     const int at = LastWriter(*block, t.grad, block->OpSize());
     if (at < 0) continue;
@@ -722,6 +724,7 @@ StatusOr<bool> BuildTrainerPrograms(DistributeState& s) {
   for (const auto& p : s.grads.params) served.insert(p.param);
   for (const auto& t : s.tables) served.insert(t.param);  // never on a trainer
   BlockDesc* sb = startup.GlobalBlock();
+  for (const auto& t : s.tables) sb->RemoveVar(t.param);
   for (int i = sb->OpSize() - 1; i >= 0; --i) {
     auto outs = sb->Op(i).OutputArgumentNames();
     if (!outs.empty() &&

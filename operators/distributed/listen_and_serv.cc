@@ -119,6 +119,8 @@ class ParamServer {
   // Sync: block b's gradient = the same weighted sum of the trainers' rows, as a SelectedRows.
   Status MergeSparseBlock(Block& b, const std::set<int>& live, int64_t total);
   Status ApplyRows(Table& t, const SelectedRows& grad);
+  // A table load_persistables left in the scope (kvstore::LoadedTableVar) becomes t's rows.
+  Status TakeLoadedTable(Table* t);
   Status TryStep();
   Status RunStep();
   void AnswerWaiters();
@@ -207,6 +209,39 @@ StatusOr<SelectedRows> PushedRows(const rpc::Request& r, DataType dtype, int64_t
   return merged;
 }
 
+Status ParamServer::TakeLoadedTable(Table* t) {
+  Variable* v = scope_->FindVar(kvstore::LoadedTableVar(t->name));
+  if (!v || !v->IsType<std::shared_ptr<kvstore::SparseTable>>()) return Status::OK();
+  std::shared_ptr<kvstore::SparseTable> loaded =
+      std::move(*v->GetMutable<std::shared_ptr<kvstore::SparseTable>>());
+  v->Clear();
+  if (!loaded) return Status::OK();
+  const auto& want = t->rows->spec();
+  const auto& got = loaded->spec();
+  if (got.dtype != want.dtype || got.width() != want.width() ||
+      got.init.ToString() != want.init.ToString())
+    return ctx_.Error("the checkpoint of table '", t->name, "' holds ", DataTypeName(got.dtype),
+                      " rows of ", got.width(), " from ", got.init.ToString(),
+                      "; the program's table is ", DataTypeName(want.dtype), " rows of ",
+                      want.width(), " from ", want.init.ToString());
+  for (int64_t id : loaded->Ids())
+    if (kvstore::SparseTable::ShardOf(id, shards_) != shard_)
+      return ctx_.Error("the checkpoint of table '", t->name, "' holds row ", id,
+                        ", which belongs to server ", kvstore::SparseTable::ShardOf(id, shards_),
+                        " of ", shards_, ", not to server ", shard_,
+                        " (was it saved with another number of servers?)");
+  // Copied row by row into a table of this program's spec (the file's may name the height).
+  std::vector<int64_t> ids = loaded->Ids();
+  std::vector<char> rows(ids.size() * static_cast<size_t>(want.width()) * SizeOf(want.dtype));
+  LOOM_RETURN_IF_ERROR(loaded->Lookup(ids.data(), static_cast<int64_t>(ids.size()), rows.data(),
+                                      StrCat("table '", t->name, "'")));
+  LOOM_RETURN_IF_ERROR(t->rows->Assign(ids.data(), static_cast<int64_t>(ids.size()), rows.data(),
+                                       StrCat("table '", t->name, "'")));
+  std::fprintf(stderr, "loom %s: table '%s' resumes with %zu rows\n", name_.c_str(),
+               t->name.c_str(), ids.size());
+  return Status::OK();
+}
+
 Status ParamServer::Init() {
   scope_ = ctx_.scope();
   sync_ = ctx_.Attr<bool>("sync_mode");
@@ -269,6 +304,7 @@ Status ParamServer::Init() {
     t.name = tables[i];
     t.lr = table_lr[i];
     t.rows = std::move(*rows);
+    LOOM_RETURN_IF_ERROR(TakeLoadedTable(&t));
     by_table_[t.name] = static_cast<int>(tables_.size());
     tables_.push_back(std::move(t));
   }
@@ -916,6 +952,9 @@ Status ParamServer::Checkpoint(const std::string& dir) {
   }
   std::string where = JoinPath(dir, StrCat("pserver_", ctx_.Attr<int>("pserver_id")));
   Status st = SaveParams(desc, *scope_, where);
+  // Each table's touched rows, in a file of its own beside them (written atomically).
+  for (const auto& t : tables_)
+    if (st.ok()) st = t.rows->Save(JoinPath(where, t.name + ".sptb"));
   if (st.ok())
     std::fprintf(stderr, "loom %s: saved step %lld to %s\n", name_.c_str(),
                  static_cast<long long>(step_done_), where.c_str());

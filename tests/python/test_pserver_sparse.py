@@ -267,23 +267,52 @@ def test_an_initializer_servers_cannot_make_rows_from_is_named():
                     startup_program=startup)
 
 
-def test_a_billion_row_table_trains_under_loom_launch():
-    """fluid.embedding(size=[10**9, 8], is_distributed=True) under `loom launch --workers 2
-    --servers 2`: it trains, and no process holds more than the rows it touched (a dense table
-    would be 32 GB per server)."""
+def _launch(*args, workers=2, servers=2):
     import os
-    import re
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
     loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
     path = os.path.dirname(os.path.dirname(os.path.abspath(fluid.__file__)))
+    # `loom launch --timeout` ends every process it started when the job overruns; the outer
+    # timeout is the test's own deadline.
     proc = subprocess.run(
-        [loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "50", "--",
-         sys.executable, os.path.join(here, "pserver_sparse_worker.py"), "--steps", "5"],
+        [loom, "launch", "--workers", str(workers), "--servers", str(servers), "--timeout",
+         "50", "--", sys.executable, os.path.join(here, "pserver_sparse_worker.py")]
+        + [str(a) for a in args],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def _losses(out):
+    import re
+    return sorted(re.findall(r"\[worker (\d)\] step (\d+) loss (\S+)", out))
+
+
+def test_servers_checkpoint_and_resume_a_distributed_table(tmp_path):
+    """save_persistables makes each server write its shard's touched rows (pserver_<id>/
+    <table>.sptb); servers that load_persistables it resume: the steps after the checkpoint
+    give the losses of a job that never stopped."""
+    ckpt = tmp_path / "ckpt"
+    common = ("--rows", 1000, "--batch", 16)
+    whole = _losses(_launch("--steps", 6, *common).stdout)
+    _launch("--steps", 3, "--checkpoint", ckpt, *common)
+    for i in range(2):
+        assert (ckpt / ("pserver_%d" % i) / "embedding_0.w_0.sptb").exists()
+    resumed = _losses(_launch("--steps", 3, "--first-step", 3, "--resume", ckpt,
+                              *common).stdout)
+    assert len(whole) == 12 and len(resumed) == 6, (whole, resumed)
+    assert resumed == [w for w in whole if int(w[1]) >= 3], (whole, resumed)
+
+
+def test_a_billion_row_table_trains_under_loom_launch():
+    """fluid.embedding(size=[10**9, 8], is_distributed=True) under `loom launch --workers 2
+    --servers 2`: it trains, and no process holds more than the rows it touched (a dense table
+    would be 32 GB per server)."""
+    import re
+    proc = _launch("--steps", 5)
     peaks = re.findall(r"\[(worker|server) (\d)\] (?:trainer|server) peak_rss_kib (\d+)",
                        proc.stdout)
     assert len(peaks) == 4, proc.stdout
