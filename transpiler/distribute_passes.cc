@@ -141,7 +141,7 @@ Status MakeTableGradientsSparse(ProgramDesc* main, const std::set<std::string>& 
   return Status::OK();
 }
 
-// Only the table's lookups, their gradients and its sgd op may read a distributed table: the
+// Only the table's lookups, their gradients and its update op may read a distributed table: the
 // trainers never hold it.
 Status CheckTableReaders(const ProgramDesc& main, const std::string& table) {
   for (int b = 0; b < main.NumBlocks(); ++b) {
@@ -155,7 +155,7 @@ Status CheckTableReaders(const ProgramDesc& main, const std::string& table) {
       return InvalidArgument(
           "distributed lookup table '", table, "' is read by ", OpLocation(op.Type(), b, i),
           ": only lookup_table ops with is_distributed=True (in block 0), their gradients and "
-          "the table's sgd op may read it (the table lives on the parameter servers only)");
+          "the table's update op may read it (the table lives on the parameter servers only)");
     }
   }
   return Status::OK();
@@ -251,11 +251,28 @@ StatusOr<DistributedTable> DescribeTable(const DistributeState& s, const Optimiz
   t.width = dims[1];
   const int at = FindUpdateOp(*block, p.param);
   const OpDesc update = block->Op(at);
-  if (update.Type() != "sgd")
+  if (update.Type() != "sgd" && update.Type() != "adagrad")
     return Unimplemented("distributed lookup table '", p.param, "' is updated by ",
                          OpLocation(update.Type(), 0, at),
-                         ": parameter servers update distributed tables with sgd only");
+                         ": parameter servers update distributed tables with sgd or adagrad only");
+  t.optimizer = update.Type();
   t.lr = update.Input("LearningRate")[0];
+  if (t.optimizer == "adagrad") {
+    t.epsilon = update.Attr<float>("epsilon", 1e-6f);
+    // The server's rows start their moment at 0: another initial accumulator is refused.
+    const std::string moment = update.Input("Moment")[0];
+    const BlockDesc* sb = s.startup.GlobalBlock();
+    for (int i = 0; i < sb->OpSize(); ++i) {
+      OpDesc op = sb->Op(i);
+      auto outs = op.OutputArgumentNames();
+      if (std::find(outs.begin(), outs.end(), moment) == outs.end()) continue;
+      if (op.Type() != "fill_constant" || op.Attr<float>("value", 0.0f) != 0.0f)
+        return Unimplemented("distributed lookup table '", p.param, "': adagrad's moment '", moment,
+                             "' starts from ", OpLocation(op.Type(), 0, i),
+                             "; servers start a row's moment at 0 "
+                             "(initial_accumulator_value=0)");
+    }
+  }
   LOOM_RETURN_IF_ERROR(CheckTableReaders(s.main, p.param));
   LOOM_RETURN_IF_ERROR(TableInitializer(s.startup, &t));
   return t;
@@ -510,7 +527,8 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
     BlockDesc* b0 = sb.main.GlobalBlock();
     // Every server holds a shard of every distributed table, and the learning rate its sgd
     // reads (the rows themselves are made on first touch, not by the startup).
-    StrList tables, table_lr, table_init;
+    StrList tables, table_lr, table_init, table_opt;
+    std::vector<float> table_eps;
     std::vector<int> table_dtype;
     std::vector<int64_t> table_width, table_seed;
     std::vector<float> table_a, table_b;
@@ -519,6 +537,8 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
       sb.init.insert(t.lr);
       tables.push_back(t.param);
       table_lr.push_back(t.lr);
+      table_opt.push_back(t.optimizer);
+      table_eps.push_back(t.epsilon);
       table_init.push_back(t.init);
       table_dtype.push_back(static_cast<int>(t.dtype));
       table_width.push_back(t.width);
@@ -544,6 +564,8 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
                 {"fingerprint", s.fingerprint},
                 {"sparse_tables", tables},
                 {"sparse_lr", table_lr},
+                {"sparse_optimizers", table_opt},
+                {"sparse_epsilons", table_eps},
                 {"sparse_dtypes", table_dtype},
                 {"sparse_widths", table_width},
                 {"sparse_inits", table_init},

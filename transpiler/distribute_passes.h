@@ -29,7 +29,9 @@ struct ParamBlock {
 // parameter's initializer. Trainers prefetch rows and push SelectedRows gradients.
 struct DistributedTable {
   std::string param, grad;
-  std::string lr;  // the LearningRate variable of its sgd op
+  std::string lr;                 // the LearningRate variable of its update op
+  std::string optimizer = "sgd";  // sgd | adagrad (its moment per row, starting at 0)
+  float epsilon = 0;              // adagrad's
   DataType dtype = proto::FP32;
   int64_t height = 0;  // the declared size[0]: nominal, any id >= 0 is accepted
   int64_t width = 0;

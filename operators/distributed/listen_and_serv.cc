@@ -13,8 +13,9 @@
 //   FETCH_BARRIER  the trainer has the step's parameters (taken; one way)
 //   SPARSE_PUSH    a trainer's gradient rows of a distributed lookup table (the ids this server
 //                  holds; one way): sync mode keeps them until the step, merged per trainer, and
-//                  applies the sum over trainers of samples_t / samples * rows_t with sgd after
-//                  the learning-rate block; async mode applies them at once
+//                  applies the sum over trainers of samples_t / samples * rows_t with sgd or
+//                  adagrad (a moment per row) after the learning-rate block; async mode applies
+//                  them at once
 //   SPARSE_GET     rows of a distributed table (made on first touch from the table's
 //                  initializer, seeded per id), answered as GET is (sync: after `step`)
 //   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
@@ -30,6 +31,7 @@
 // sends that error to every trainer waiting here); async mode logs it and serves the rest. A
 // trainer that never shows up within LOOM_PS_CONNECT_TIMEOUT_MS ends the server likewise.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -66,9 +68,11 @@ struct Block {
 };
 
 // This server's shard of a distributed lookup table: the rows of the ids ShardOf gives it,
-// made on first touch, updated by sgd with the learning rate in variable `lr`.
+// made on first touch, updated by sgd or adagrad with the learning rate in variable `lr`.
 struct Table {
   std::string name, lr;
+  std::string optimizer;  // sgd | adagrad
+  float epsilon = 0;
   std::unique_ptr<kvstore::SparseTable> rows;
   std::map<int, SelectedRows> received;  // sync: trainer -> this step's rows (merged)
 };
@@ -88,6 +92,32 @@ class SgdRows final : public kvstore::RowUpdater {
     for (int64_t i = 0; i < n; ++i) w[i] = w[i] - lr * g[i];
   }
   double lr_;
+};
+
+// Fluid's adagrad row by row (operators/optimizers/adaptive.cc): m += g^2; w -= lr * g /
+// (sqrt(m) + epsilon), in the table's dtype; m is the row's state, 0 for a new row.
+class AdagradRows final : public kvstore::RowUpdater {
+ public:
+  AdagradRows(double lr, float epsilon) : lr_(lr), epsilon_(epsilon) {}
+  int state_slots() const override { return 1; }
+  void Update(const float* g, int, float* w, float* m, int64_t n) const override {
+    Run(g, w, m, n);
+  }
+  void Update(const double* g, int, double* w, double* m, int64_t n) const override {
+    Run(g, w, m, n);
+  }
+
+ private:
+  template <typename T>
+  void Run(const T* g, T* w, T* m, int64_t n) const {
+    const T lr = static_cast<T>(lr_), eps = static_cast<T>(epsilon_);
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = m[i] + g[i] * g[i];
+      w[i] -= lr * g[i] / (std::sqrt(m[i]) + eps);
+    }
+  }
+  double lr_;
+  float epsilon_;
 };
 
 class ParamServer {
@@ -114,7 +144,7 @@ class ParamServer {
   // The rows of r (Decode checked its frames), merged, checked against table t and this shard.
   StatusOr<SelectedRows> ReadRows(const rpc::Request& r, const Table& t) const;
   // Sync: table t's rows of the step, sum over trainers of samples_t / samples * rows_t (the
-  // dense path's weights), then sgd on them.
+  // dense path's weights), then the optimizer on them.
   Status ApplyStep(Table& t, const std::set<int>& live, int64_t total);
   // Sync: block b's gradient = the same weighted sum of the trainers' rows, as a SelectedRows.
   Status MergeSparseBlock(Block& b, const std::set<int>& live, int64_t total);
@@ -272,6 +302,8 @@ Status ParamServer::Init() {
   lr_blocks_ = ctx_.Attr<std::vector<int>>("lr_blocks");
   const StrList& tables = ctx_.Attr<StrList>("sparse_tables");
   const StrList& table_lr = ctx_.Attr<StrList>("sparse_lr");
+  const StrList& table_opt = ctx_.Attr<StrList>("sparse_optimizers");
+  const auto& table_eps = ctx_.Attr<std::vector<float>>("sparse_epsilons");
   const StrList& table_init = ctx_.Attr<StrList>("sparse_inits");
   const auto& table_dtype = ctx_.Attr<std::vector<int>>("sparse_dtypes");
   const auto& table_width = ctx_.Attr<std::vector<int64_t>>("sparse_widths");
@@ -281,7 +313,7 @@ Status ParamServer::Init() {
   const size_t nt = tables.size();
   if (table_lr.size() != nt || table_init.size() != nt || table_dtype.size() != nt ||
       table_width.size() != nt || table_seed.size() != nt || table_a.size() != nt ||
-      table_b.size() != nt)
+      table_b.size() != nt || table_opt.size() != nt || table_eps.size() != nt)
     return ctx_.Error(nt, " sparse_tables, but the sparse_* attributes are not one per table");
   shard_ = ctx_.Attr<int>("pserver_id");
   shards_ = ctx_.Attr<int>("pservers");
@@ -303,6 +335,11 @@ Status ParamServer::Init() {
     Table t;
     t.name = tables[i];
     t.lr = table_lr[i];
+    t.optimizer = table_opt[i];
+    t.epsilon = table_eps[i];
+    if (t.optimizer != "sgd" && t.optimizer != "adagrad")
+      return ctx_.Error("table '", t.name, "' is updated by '", t.optimizer,
+                        "'; servers update distributed tables with sgd or adagrad");
     t.rows = std::move(*rows);
     LOOM_RETURN_IF_ERROR(TakeLoadedTable(&t));
     by_table_[t.name] = static_cast<int>(tables_.size());
@@ -837,8 +874,12 @@ Status ParamServer::ApplyRows(Table& t, const SelectedRows& grad) {
     lr = lr_t.data<double>()[0];
   else
     return InvalidArgument("learning rate '", t.lr, "' is ", DataTypeName(lr_t.dtype()));
-  return t.rows->Apply(SgdRows(lr), grad.rows.data(), static_cast<int64_t>(grad.rows.size()),
-                       grad.value.raw_data(), 1, StrCat("table '", t.name, "'"));
+  const int64_t n = static_cast<int64_t>(grad.rows.size());
+  const std::string what = StrCat("table '", t.name, "'");
+  if (t.optimizer == "adagrad")
+    return t.rows->Apply(AdagradRows(lr, t.epsilon), grad.rows.data(), n, grad.value.raw_data(), 1,
+                         what);
+  return t.rows->Apply(SgdRows(lr), grad.rows.data(), n, grad.value.raw_data(), 1, what);
 }
 
 void ParamServer::OnSparseGet(rpc::Request& r) {
@@ -953,8 +994,14 @@ Status ParamServer::Checkpoint(const std::string& dir) {
   std::string where = JoinPath(dir, StrCat("pserver_", ctx_.Attr<int>("pserver_id")));
   Status st = SaveParams(desc, *scope_, where);
   // Each table's touched rows, in a file of its own beside them (written atomically).
-  for (const auto& t : tables_)
+  for (const auto& t : tables_) {
     if (st.ok()) st = t.rows->Save(JoinPath(where, t.name + ".sptb"));
+    if (st.ok() && t.optimizer != "sgd")
+      std::fprintf(stderr,
+                   "loom %s: warning: table '%s' is saved without its %s state (a resumed "
+                   "table starts every row's moment at 0 again)\n",
+                   name_.c_str(), t.name.c_str(), t.optimizer.c_str());
+  }
   if (st.ok())
     std::fprintf(stderr, "loom %s: saved step %lld to %s\n", name_.c_str(),
                  static_cast<long long>(step_done_), where.c_str());
@@ -985,7 +1032,9 @@ LOOM_REGISTER_OP(listen_and_serv)
     .Attr<std::string>("fingerprint", "", "trainers must present the same")
     .Attr<StrList>("sparse_tables", {},
                    "distributed lookup tables: this server holds the rows ShardOf gives it")
-    .Attr<StrList>("sparse_lr", {}, "per table: the learning-rate variable of its sgd")
+    .Attr<StrList>("sparse_lr", {}, "per table: the learning-rate variable of its optimizer")
+    .Attr<StrList>("sparse_optimizers", {}, "per table: sgd or adagrad")
+    .Attr<std::vector<float>>("sparse_epsilons", {}, "per table: adagrad's epsilon")
     .Attr<std::vector<int>>("sparse_dtypes", {}, "per table: the DataType code of its rows")
     .Attr<std::vector<int64_t>>("sparse_widths", {}, "per table: elements of one row")
     .Attr<StrList>("sparse_inits", {}, "per table: constant, uniform or gaussian")

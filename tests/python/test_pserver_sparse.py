@@ -148,14 +148,16 @@ def split(steps, trainers):
     return feeds
 
 
-@pytest.mark.parametrize("servers,trainers", [(2, 2), (1, 2), (3, 2)])
-def test_sync_distributed_table_equals_single_process(servers, trainers):
+@pytest.mark.parametrize("servers,trainers,opt", [(2, 2, "sgd"), (1, 2, "sgd"), (3, 2, "sgd"),
+                                                  (2, 2, "adagrad"), (3, 3, "adagrad")])
+def test_sync_distributed_table_equals_single_process(servers, trainers, opt):
     steps = make_batches(4, 7)  # 7 rows: unequal shares, repeated ids
     probe = np.arange(VOCAB)
+    model = {"opt": opt}
     losses, init, final, probed, errors = run_job(servers, trainers, split(steps, trainers),
-                                                  probe=probe)
+                                                  probe=probe, model=model)
     assert not errors, errors
-    ref, ref_losses, ref_rows = train_reference(init, steps, probe)
+    ref, ref_losses, ref_rows = train_reference(init, steps, probe, model)
     for name, want in ref.items():
         np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
     for k in range(trainers):
@@ -248,7 +250,7 @@ def test_other_optimizers_are_refused_at_transpile_time():
         loss = fluid.layers.mean(emb)
         fluid.optimizer.Momentum(0.1, momentum=0.9).minimize(loss)
     t = fluid.DistributeTranspiler()
-    with pytest.raises(Exception, match=r"distributed lookup table .* 'momentum'.*sgd only"):
+    with pytest.raises(Exception, match=r"distributed lookup table .* 'momentum'.*sgd or adagrad"):
         t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
                     startup_program=startup)
 
@@ -376,3 +378,16 @@ def test_a_sparse_local_table_is_pushed_as_rows():
     ops = [op.type for op in t.get_trainer_program().global_block().ops]
     assert "send_sparse" in ops and "lookup_table_grad" in ops, ops
     assert ops.count("split_byref") == 0, ops  # the fc weight [4, 1] is one block
+
+
+def test_an_adagrad_accumulator_that_does_not_start_at_zero_is_refused():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(ids, size=[10, 2], is_distributed=True)
+        fluid.optimizer.Adagrad(0.1, initial_accumulator_value=0.1).minimize(
+            fluid.layers.mean(emb))
+    t = fluid.DistributeTranspiler()
+    with pytest.raises(Exception, match=r"adagrad's moment .* starts from op 'fill_constant'"):
+        t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
+                    startup_program=startup)
