@@ -237,13 +237,19 @@ StatusOr<Split> SplitRows(const KernelContext& ctx, const SelectedRows& x, int s
 }
 
 Status SendSparseKernel(const KernelContext& ctx) {
-  const SelectedRows* x = ctx.InputSelectedRows("X");
-  if (!x)
+  const SelectedRows* in = ctx.InputSelectedRows("X");
+  if (!in)
     return ctx.Error("X ('", ctx.InputVarName("X"),
                      "') holds no SelectedRows: send_sparse pushes a sparse gradient");
-  if (!x->value.place().is_cpu()) return ctx.Error("send_sparse needs a CPU SelectedRows");
-  for (size_t i = 0; i < x->rows.size(); ++i)
-    if (x->rows[i] < 0) return ctx.Error("row ", x->rows[i], " (entry ", i, ") of X is negative");
+  if (!in->value.place().is_cpu()) return ctx.Error("send_sparse needs a CPU SelectedRows");
+  for (size_t i = 0; i < in->rows.size(); ++i)
+    if (in->rows[i] < 0) return ctx.Error("row ", in->rows[i], " (entry ", i, ") of X is negative");
+  // Repeats summed first (as the server would, in the same order): a push then holds at most
+  // one row per id, so it is never larger than the rows it updates.
+  SelectedRows merged;
+  Status st = MergeRows(*in, &merged);
+  if (!st.ok()) return st.WithContext(ctx.Where());
+  const SelectedRows* x = &merged;
   const int64_t width = x->RowWidth();
   const DataType dtype = x->value.dtype();
   const size_t row_bytes = static_cast<size_t>(width) * SizeOf(dtype);

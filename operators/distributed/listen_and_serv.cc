@@ -358,8 +358,10 @@ Status ParamServer::Init() {
   so.rpc = options_;
   so.trainers = trainers_;
   so.fingerprint = ctx_.Attr<std::string>("fingerprint");
-  // A table's pushes and prefetches are a batch's rows, unknown here: a bound, not a size.
-  so.max_payload_bytes = tables_.empty() ? max_bytes : std::max<size_t>(max_bytes, size_t{1} << 30);
+  // A gradient block's rows come merged (at most one per row: its bytes, and 8 per id); a
+  // table's pushes and prefetches are a batch's rows, unknown here: a bound, not a size.
+  so.max_payload_bytes =
+      tables_.empty() ? 2 * max_bytes + 64 : std::max<size_t>(2 * max_bytes + 64, size_t{1} << 30);
   so.name = name_;
   for (const auto& name : ctx_.Attr<StrList>("shared_state")) {
     Variable* v = scope_->FindVar(name);

@@ -391,3 +391,17 @@ def test_an_adagrad_accumulator_that_does_not_start_at_zero_is_refused():
     with pytest.raises(Exception, match=r"adagrad's moment .* starts from op 'fill_constant'"):
         t.transpile(0, program=main, pservers="127.0.0.1:1,127.0.0.1:2", trainers=1,
                     startup_program=startup)
+
+
+def test_a_batch_with_more_ids_than_the_block_has_rows_is_pushed_merged():
+    """200 lookups of a 40-row table sliced in 2-3 blocks: each push holds at most one row per
+    id (merged on the trainer), so it fits what a server takes for the block."""
+    steps = make_batches(3, 200, seed=4)
+    results = []
+    for sparse in (True, False):
+        _, _, final, _, errors = run_job(3, 2, split(steps, 2), config=sliced(),
+                                         model={"distributed": False, "sparse": sparse})
+        assert not errors, errors
+        results.append(final)
+    for name in results[0]:
+        np.testing.assert_allclose(results[0][name], results[1][name], rtol=1e-12, atol=1e-12)
