@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -251,27 +252,58 @@ StatusOr<DistributedTable> DescribeTable(const DistributeState& s, const Optimiz
   t.width = dims[1];
   const int at = FindUpdateOp(*block, p.param);
   const OpDesc update = block->Op(at);
-  if (update.Type() != "sgd" && update.Type() != "adagrad")
+  const bool lazy_adam = update.Type() == "adam" && update.Attr<bool>("lazy_mode", false);
+  if (update.Type() != "sgd" && update.Type() != "adagrad" && !lazy_adam)
     return Unimplemented("distributed lookup table '", p.param, "' is updated by ",
                          OpLocation(update.Type(), 0, at),
-                         ": parameter servers update distributed tables with sgd or adagrad only");
+                         update.Type() == "adam" ? " without lazy_mode" : "",
+                         ": parameter servers update distributed tables with sgd, adagrad or "
+                         "adam(lazy_mode=True) only");
   t.optimizer = update.Type();
   t.lr = update.Input("LearningRate")[0];
-  if (t.optimizer == "adagrad") {
-    t.epsilon = update.Attr<float>("epsilon", 1e-6f);
-    // The server's rows start their moment at 0: another initial accumulator is refused.
-    const std::string moment = update.Input("Moment")[0];
+  // The value the startup fills an accumulator with (fill_constant only, its str_value when
+  // set, as the op reads it; 0 when none).
+  auto initial = [&](const std::string& slot, double* value) -> Status {
+    const std::string var = update.Input(slot)[0];
     const BlockDesc* sb = s.startup.GlobalBlock();
+    *value = 0;
     for (int i = 0; i < sb->OpSize(); ++i) {
       OpDesc op = sb->Op(i);
       auto outs = op.OutputArgumentNames();
-      if (std::find(outs.begin(), outs.end(), moment) == outs.end()) continue;
-      if (op.Type() != "fill_constant" || op.Attr<float>("value", 0.0f) != 0.0f)
-        return Unimplemented("distributed lookup table '", p.param, "': adagrad's moment '", moment,
-                             "' starts from ", OpLocation(op.Type(), 0, i),
-                             "; servers start a row's moment at 0 "
-                             "(initial_accumulator_value=0)");
+      if (std::find(outs.begin(), outs.end(), var) == outs.end()) continue;
+      if (op.Type() != "fill_constant")
+        return Unimplemented("distributed lookup table '", p.param, "': ", update.Type(), "'s ",
+                             slot, " '", var, "' starts from ", OpLocation(op.Type(), 0, i),
+                             "; servers take fill_constant accumulators only");
+      const std::string text = op.Attr<std::string>("str_value", "");
+      char* end = nullptr;
+      *value = text.empty() ? op.Attr<float>("value", 0.0f) : std::strtod(text.c_str(), &end);
+      if (!text.empty() && *end != '\0')
+        return InvalidArgument(OpLocation(op.Type(), 0, i), " of the startup program: str_value '",
+                               text, "' is not a number");
     }
+    return Status::OK();
+  };
+  std::vector<std::string> zero_moments;
+  if (t.optimizer == "adagrad") {
+    t.epsilon = update.Attr<float>("epsilon", 1e-6f);
+    zero_moments = {"Moment"};
+  } else if (t.optimizer == "adam") {
+    t.epsilon = update.Attr<float>("epsilon", 1e-8f);
+    t.beta1 = update.Attr<float>("beta1", 0.9f);
+    t.beta2 = update.Attr<float>("beta2", 0.999f);
+    LOOM_RETURN_IF_ERROR(initial("Beta1Pow", &t.beta1_pow));
+    LOOM_RETURN_IF_ERROR(initial("Beta2Pow", &t.beta2_pow));
+    zero_moments = {"Moment1", "Moment2"};
+  }
+  // The server's rows start their moments at 0: another initial accumulator is refused.
+  for (const auto& slot : zero_moments) {
+    double v = 0;
+    LOOM_RETURN_IF_ERROR(initial(slot, &v));
+    if (v != 0.0)
+      return Unimplemented("distributed lookup table '", p.param, "': ", t.optimizer, "'s ", slot,
+                           " '", update.Input(slot)[0], "' starts at ", v,
+                           "; servers start a row's moments at 0 (initial_accumulator_value=0)");
   }
   LOOM_RETURN_IF_ERROR(CheckTableReaders(s.main, p.param));
   LOOM_RETURN_IF_ERROR(TableInitializer(s.startup, &t));
@@ -363,6 +395,13 @@ StatusOr<bool> PlaceBlocks(DistributeState& s) {
 }
 
 namespace {
+
+// A double as text that reads back as the same double.
+std::string ExactText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
 
 // A server's programs under construction.
 struct ServerBuild {
@@ -528,7 +567,8 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
     // Every server holds a shard of every distributed table, and the learning rate its sgd
     // reads (the rows themselves are made on first touch, not by the startup).
     StrList tables, table_lr, table_init, table_opt;
-    std::vector<float> table_eps;
+    std::vector<float> table_eps, table_beta1, table_beta2;
+    StrList table_beta1_pow, table_beta2_pow;  // exact doubles ("%.17g")
     std::vector<int> table_dtype;
     std::vector<int64_t> table_width, table_seed;
     std::vector<float> table_a, table_b;
@@ -539,6 +579,10 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
       table_lr.push_back(t.lr);
       table_opt.push_back(t.optimizer);
       table_eps.push_back(t.epsilon);
+      table_beta1.push_back(t.beta1);
+      table_beta2.push_back(t.beta2);
+      table_beta1_pow.push_back(ExactText(t.beta1_pow));
+      table_beta2_pow.push_back(ExactText(t.beta2_pow));
       table_init.push_back(t.init);
       table_dtype.push_back(static_cast<int>(t.dtype));
       table_width.push_back(t.width);
@@ -566,6 +610,10 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
                 {"sparse_lr", table_lr},
                 {"sparse_optimizers", table_opt},
                 {"sparse_epsilons", table_eps},
+                {"sparse_beta1", table_beta1},
+                {"sparse_beta2", table_beta2},
+                {"sparse_beta1_pow", table_beta1_pow},
+                {"sparse_beta2_pow", table_beta2_pow},
                 {"sparse_dtypes", table_dtype},
                 {"sparse_widths", table_width},
                 {"sparse_inits", table_init},

@@ -29,9 +29,13 @@ struct ParamBlock {
 // parameter's initializer. Trainers prefetch rows and push SelectedRows gradients.
 struct DistributedTable {
   std::string param, grad;
-  std::string lr;                 // the LearningRate variable of its update op
-  std::string optimizer = "sgd";  // sgd | adagrad (its moment per row, starting at 0)
-  float epsilon = 0;              // adagrad's
+  std::string lr;  // the LearningRate variable of its update op
+  // sgd | adagrad (its moment per row, starting at 0) | adam (lazy: two moments per row,
+  // starting at 0; beta powers per table)
+  std::string optimizer = "sgd";
+  float epsilon = 0;                    // adagrad's, adam's
+  float beta1 = 0, beta2 = 0;           // adam's
+  double beta1_pow = 0, beta2_pow = 0;  // adam's, as fill_constant makes them
   DataType dtype = proto::FP32;
   int64_t height = 0;  // the declared size[0]: nominal, any id >= 0 is accepted
   int64_t width = 0;

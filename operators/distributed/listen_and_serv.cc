@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -71,8 +72,10 @@ struct Block {
 // made on first touch, updated by sgd or adagrad with the learning rate in variable `lr`.
 struct Table {
   std::string name, lr;
-  std::string optimizer;  // sgd | adagrad
+  std::string optimizer;  // sgd | adagrad | adam (lazy)
   float epsilon = 0;
+  float beta1 = 0, beta2 = 0;
+  double beta1_pow = 0, beta2_pow = 0;  // adam: beta^t, advanced once per update
   std::unique_ptr<kvstore::SparseTable> rows;
   std::map<int, SelectedRows> received;  // sync: trainer -> this step's rows (merged)
 };
@@ -119,6 +122,49 @@ class AdagradRows final : public kvstore::RowUpdater {
   double lr_;
   float epsilon_;
 };
+
+// Fluid's lazy adam row by row (operators/optimizers/momentum_adam.cc), in the table's dtype:
+// m1 = b1 m1 + (1 - b1) g; m2 = b2 m2 + (1 - b2) g^2; w -= lr_t m1 / (sqrt(m2) + eps_t) with
+// lr_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps_t = eps sqrt(1 - b2^t). The row's state is m1 then
+// m2, 0 for a new row.
+class AdamRows final : public kvstore::RowUpdater {
+ public:
+  AdamRows(double lr, const Table& t) : lr_(lr), t_(t) {}
+  int state_slots() const override { return 2; }
+  void Update(const float* g, int, float* w, float* s, int64_t n) const override {
+    Run(g, w, s, n);
+  }
+  void Update(const double* g, int, double* w, double* s, int64_t n) const override {
+    Run(g, w, s, n);
+  }
+
+ private:
+  template <typename T>
+  void Run(const T* g, T* w, T* s, int64_t n) const {
+    const T lr = static_cast<T>(lr_), b1 = static_cast<T>(t_.beta1), b2 = static_cast<T>(t_.beta2),
+            b1p = static_cast<T>(t_.beta1_pow), b2p = static_cast<T>(t_.beta2_pow),
+            eps = static_cast<T>(t_.epsilon);
+    const T lr_t = lr * std::sqrt(T(1) - b2p) / (T(1) - b1p);
+    const T eps_t = eps * std::sqrt(T(1) - b2p);
+    T* m1 = s;
+    T* m2 = s + n;
+    for (int64_t i = 0; i < n; ++i) {
+      T a = b1 * m1[i] + (T(1) - b1) * g[i];
+      T b = b2 * m2[i] + (T(1) - b2) * g[i] * g[i];
+      m1[i] = a;
+      m2[i] = b;
+      w[i] = w[i] - lr_t * a / (std::sqrt(b) + eps_t);
+    }
+  }
+  double lr_;
+  const Table& t_;
+};
+
+// beta^t * beta, rounded to the table's dtype as the adam op's Beta1PowOut is.
+double NextPow(double pow, float beta, DataType dtype) {
+  if (dtype == proto::FP32) return static_cast<float>(pow) * beta;
+  return pow * static_cast<double>(beta);
+}
 
 class ParamServer {
  public:
@@ -304,6 +350,10 @@ Status ParamServer::Init() {
   const StrList& table_lr = ctx_.Attr<StrList>("sparse_lr");
   const StrList& table_opt = ctx_.Attr<StrList>("sparse_optimizers");
   const auto& table_eps = ctx_.Attr<std::vector<float>>("sparse_epsilons");
+  const auto& table_beta1 = ctx_.Attr<std::vector<float>>("sparse_beta1");
+  const auto& table_beta2 = ctx_.Attr<std::vector<float>>("sparse_beta2");
+  const StrList& table_beta1_pow = ctx_.Attr<StrList>("sparse_beta1_pow");
+  const StrList& table_beta2_pow = ctx_.Attr<StrList>("sparse_beta2_pow");
   const StrList& table_init = ctx_.Attr<StrList>("sparse_inits");
   const auto& table_dtype = ctx_.Attr<std::vector<int>>("sparse_dtypes");
   const auto& table_width = ctx_.Attr<std::vector<int64_t>>("sparse_widths");
@@ -313,7 +363,9 @@ Status ParamServer::Init() {
   const size_t nt = tables.size();
   if (table_lr.size() != nt || table_init.size() != nt || table_dtype.size() != nt ||
       table_width.size() != nt || table_seed.size() != nt || table_a.size() != nt ||
-      table_b.size() != nt || table_opt.size() != nt || table_eps.size() != nt)
+      table_b.size() != nt || table_opt.size() != nt || table_eps.size() != nt ||
+      table_beta1.size() != nt || table_beta2.size() != nt || table_beta1_pow.size() != nt ||
+      table_beta2_pow.size() != nt)
     return ctx_.Error(nt, " sparse_tables, but the sparse_* attributes are not one per table");
   shard_ = ctx_.Attr<int>("pserver_id");
   shards_ = ctx_.Attr<int>("pservers");
@@ -337,9 +389,13 @@ Status ParamServer::Init() {
     t.lr = table_lr[i];
     t.optimizer = table_opt[i];
     t.epsilon = table_eps[i];
-    if (t.optimizer != "sgd" && t.optimizer != "adagrad")
+    t.beta1 = table_beta1[i];
+    t.beta2 = table_beta2[i];
+    t.beta1_pow = std::strtod(table_beta1_pow[i].c_str(), nullptr);
+    t.beta2_pow = std::strtod(table_beta2_pow[i].c_str(), nullptr);
+    if (t.optimizer != "sgd" && t.optimizer != "adagrad" && t.optimizer != "adam")
       return ctx_.Error("table '", t.name, "' is updated by '", t.optimizer,
-                        "'; servers update distributed tables with sgd or adagrad");
+                        "'; servers update distributed tables with sgd, adagrad or adam");
     t.rows = std::move(*rows);
     LOOM_RETURN_IF_ERROR(TakeLoadedTable(&t));
     by_table_[t.name] = static_cast<int>(tables_.size());
@@ -864,7 +920,7 @@ Status ParamServer::MergeSparseBlock(Block& b, const std::set<int>& live, int64_
 }
 
 Status ParamServer::ApplyRows(Table& t, const SelectedRows& grad) {
-  if (grad.rows.empty()) return Status::OK();
+  if (grad.rows.empty() && t.optimizer != "adam") return Status::OK();
   Variable* v = scope_->FindVar(t.lr);
   if (!v || !v->IsType<Tensor>() || !v->Get<Tensor>().initialized() || v->Get<Tensor>().numel() < 1)
     return NotFound("no learning rate '", t.lr, "' for table '", t.name, "'");
@@ -881,6 +937,14 @@ Status ParamServer::ApplyRows(Table& t, const SelectedRows& grad) {
   if (t.optimizer == "adagrad")
     return t.rows->Apply(AdagradRows(lr, t.epsilon), grad.rows.data(), n, grad.value.raw_data(), 1,
                          what);
+  if (t.optimizer == "adam") {  // the beta powers advance with every update, as the op's do
+    if (n > 0)
+      LOOM_RETURN_IF_ERROR(
+          t.rows->Apply(AdamRows(lr, t), grad.rows.data(), n, grad.value.raw_data(), 1, what));
+    t.beta1_pow = NextPow(t.beta1_pow, t.beta1, t.rows->dtype());
+    t.beta2_pow = NextPow(t.beta2_pow, t.beta2, t.rows->dtype());
+    return Status::OK();
+  }
   return t.rows->Apply(SgdRows(lr), grad.rows.data(), n, grad.value.raw_data(), 1, what);
 }
 
@@ -1035,8 +1099,14 @@ LOOM_REGISTER_OP(listen_and_serv)
     .Attr<StrList>("sparse_tables", {},
                    "distributed lookup tables: this server holds the rows ShardOf gives it")
     .Attr<StrList>("sparse_lr", {}, "per table: the learning-rate variable of its optimizer")
-    .Attr<StrList>("sparse_optimizers", {}, "per table: sgd or adagrad")
-    .Attr<std::vector<float>>("sparse_epsilons", {}, "per table: adagrad's epsilon")
+    .Attr<StrList>("sparse_optimizers", {}, "per table: sgd, adagrad or adam (lazy)")
+    .Attr<std::vector<float>>("sparse_epsilons", {}, "per table: adagrad's or adam's epsilon")
+    .Attr<std::vector<float>>("sparse_beta1", {}, "per table: adam's beta1")
+    .Attr<std::vector<float>>("sparse_beta2", {}, "per table: adam's beta2")
+    .Attr<StrList>("sparse_beta1_pow", {},
+                   "per table: adam's initial beta1 power (a double, exact as %.17g text)")
+    .Attr<StrList>("sparse_beta2_pow", {},
+                   "per table: adam's initial beta2 power (a double, exact as %.17g text)")
     .Attr<std::vector<int>>("sparse_dtypes", {}, "per table: the DataType code of its rows")
     .Attr<std::vector<int64_t>>("sparse_widths", {}, "per table: elements of one row")
     .Attr<StrList>("sparse_inits", {}, "per table: constant, uniform or gaussian")
