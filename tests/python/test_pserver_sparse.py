@@ -18,7 +18,7 @@ VOCAB, WIDTH, LOW, HIGH, SEED = 40, 4, -0.5, 0.5, 3
 
 
 def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, width=WIDTH,
-          opt="sgd"):
+          opt="sgd", padding_idx=None):
     """ids -> embedding -> fc -> squared error: (main, startup, loss, emb out, dense params)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
@@ -27,7 +27,7 @@ def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, w
         y = fluid.layers.data(name="y", shape=[1], dtype=dtype)
         emb = fluid.layers.embedding(
             ids, size=[vocab, width], is_sparse=sparse, is_distributed=distributed,
-            dtype=dtype, param_attr=fluid.ParamAttr(
+            padding_idx=padding_idx, dtype=dtype, param_attr=fluid.ParamAttr(
                 name="emb_w", initializer=fluid.initializer.Uniform(LOW, HIGH, seed=SEED)))
         p = fluid.layers.fc(emb, size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
@@ -408,3 +408,17 @@ def test_a_batch_with_more_ids_than_the_block_has_rows_is_pushed_merged():
         results.append(final)
     for name in results[0]:
         np.testing.assert_allclose(results[0][name], results[1][name], rtol=1e-12, atol=1e-12)
+
+
+def test_padding_rows_are_zero_and_get_no_gradient_on_a_distributed_table():
+    steps = [(np.where(ids % 5 == 0, 2, ids), y) for ids, y in make_batches(3, 9, seed=6)]
+    probe = np.arange(VOCAB)
+    model = {"padding_idx": 2}
+    losses, init, final, probed, errors = run_job(2, 2, split(steps, 2), probe=probe,
+                                                  model=model)
+    assert not errors, errors
+    ref, ref_losses, ref_rows = train_reference(init, steps, probe, model)
+    ref_rows[2] = 0  # the lookup of padding_idx reads zeros
+    np.testing.assert_allclose(probed[0], ref_rows, rtol=1e-12, atol=1e-12)
+    for name, want in ref.items():
+        np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
