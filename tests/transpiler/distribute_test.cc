@@ -425,6 +425,10 @@ TEST(DistributeTest, ADistributedTableLivesOnlyOnTheServers) {
   auto r = TranspileDistribute(n.startup, n.main, Config(2, 2));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   for (const auto& b : r->manifest.blocks()) EXPECT_NE(b.param(), "emb") << b.name();
+  ASSERT_EQ(r->manifest.tables_size(), 1);
+  EXPECT_EQ(r->manifest.tables(0).param(), "emb");
+  EXPECT_EQ(r->manifest.tables(0).height(), 1000000000);
+  EXPECT_EQ(r->manifest.tables(0).optimizer(), "sgd");
   for (size_t t = 0; t < 2; ++t) {
     auto types = OpTypes(*r->trainer_main[t].GlobalBlock());
     EXPECT_EQ(std::count(types.begin(), types.end(), "lookup_table"), 0);
