@@ -14,8 +14,9 @@
 //                                  trainer's push on every server), one way; in block mode (an
 //                                  is_sparse table sliced into blocks as dense parameters are)
 //                                  each block's owner gets the rows in the block, re-based
-// Ids are any int64 >= 0 (the table's declared height is nominal): a negative id is an error
-// naming the op and the id, raised before anything is sent. Every wait ends (rpc/client.h).
+// Ids are any int64 in [0, 2^63 - 1) (the table's declared height is nominal): another id is
+// an error naming the op and the id, raised before anything is sent. Every wait ends
+// (rpc/client.h).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -53,9 +54,10 @@ Status ReadIds(const KernelContext& ctx, const Tensor& t, std::vector<int64_t>* 
   for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t id = t.dtype() == proto::INT64 ? t.data<int64_t>()[i]
                                                  : static_cast<int64_t>(t.data<int32_t>()[i]);
-    if (id < 0)
-      return ctx.Error("id ", id, " at position ", i, " of Ids is negative: distributed table '",
-                       ctx.Attr<std::string>("table_name"), "' takes ids >= 0");
+    if (id < 0 || id == kAnyId)
+      return ctx.Error("id ", id, " at position ", i, " of Ids is ",
+                       id < 0 ? "negative" : "2^63 - 1", ": distributed table '",
+                       ctx.Attr<std::string>("table_name"), "' takes ids in [0, 2^63 - 1)");
     (*out)[static_cast<size_t>(i)] = id;
   }
   return Status::OK();
