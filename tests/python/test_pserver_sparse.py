@@ -18,7 +18,7 @@ VOCAB, WIDTH, LOW, HIGH, SEED = 40, 4, -0.5, 0.5, 3
 
 
 def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, width=WIDTH,
-          opt="sgd", padding_idx=None):
+          opt="sgd", padding_idx=None, decay=False):
     """ids -> embedding -> fc -> squared error: (main, startup, loss, emb out, dense params)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
@@ -31,6 +31,8 @@ def build(distributed=True, sparse=True, dtype="float64", lr=0.5, vocab=VOCAB, w
                 name="emb_w", initializer=fluid.initializer.Uniform(LOW, HIGH, seed=SEED)))
         p = fluid.layers.fc(emb, size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
+        if decay:
+            lr = fluid.layers.exponential_decay(lr, decay_steps=2, decay_rate=0.5)
         {"sgd": lambda: fluid.optimizer.SGD(lr),
          "adagrad": lambda: fluid.optimizer.Adagrad(lr),
          "adam": lambda: fluid.optimizer.Adam(0.05),
@@ -419,6 +421,22 @@ def test_padding_rows_are_zero_and_get_no_gradient_on_a_distributed_table():
     assert not errors, errors
     ref, ref_losses, ref_rows = train_reference(init, steps, probe, model)
     ref_rows[2] = 0  # the lookup of padding_idx reads zeros
+    np.testing.assert_allclose(probed[0], ref_rows, rtol=1e-12, atol=1e-12)
+    for name, want in ref.items():
+        np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("servers,opt", [(2, "sgd"), (3, "lazy_adam")])
+def test_a_learning_rate_schedule_drives_the_table_updates(servers, opt):
+    """The servers' learning-rate block runs before the table's rows are updated, as before the
+    dense optimize blocks: a decayed rate gives single-process rows (2x2 sync, to 1e-12)."""
+    steps = make_batches(5, 8, seed=12)
+    probe = np.arange(VOCAB)
+    model = {"opt": opt, "decay": True}
+    losses, init, final, probed, errors = run_job(servers, 2, split(steps, 2), probe=probe,
+                                                  model=model)
+    assert not errors, errors
+    ref, _, ref_rows = train_reference(init, steps, probe, model)
     np.testing.assert_allclose(probed[0], ref_rows, rtol=1e-12, atol=1e-12)
     for name, want in ref.items():
         np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
