@@ -11,14 +11,17 @@
 //   GET            parameter blocks, answered in one reply; sync mode answers once the asked
 //                  step's update is done
 //   FETCH_BARRIER  the trainer has the step's parameters (taken; one way)
-//   SPARSE_PUSH    a trainer's gradient rows of a distributed lookup table (the ids this server
-//                  holds; one way): sync mode keeps them until the step, merged per trainer, and
-//                  applies the sum over trainers of samples_t / samples * rows_t with sgd or
-//                  adagrad (a moment per row) after the learning-rate block; async mode applies
-//                  them at once
+//   SPARSE_PUSH    gradient rows (one way), merged per trainer; sync mode keeps them until the
+//                  step, then uses the sum over trainers of samples_t / samples * rows_t. Of a
+//                  distributed lookup table (the ids this server holds): applied with sgd,
+//                  adagrad or lazy adam (state per row) after the learning-rate block. Of a
+//                  gradient block (an is_sparse table's; ids re-based to the block): the block's
+//                  optimize sub-block runs with that SelectedRows as its gradient. Async mode
+//                  applies them at once
 //   SPARSE_GET     rows of a distributed table (made on first touch from the table's
 //                  initializer, seeded per id), answered as GET is (sync: after `step`)
-//   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically)
+//   CHECKPOINT     saves the server's persistables to DIR/pserver_<id> (atomically), and each
+//                  distributed table's touched rows to DIR/pserver_<id>/<table>.sptb
 //   COMPLETE       the trainer is done; sync mode computes later steps from the others
 // Sync mode takes a trainer's gradients and barrier of a step after the pending one (it may be
 // a step ahead of this server: nothing holds it back on a server that owns none of its blocks)
