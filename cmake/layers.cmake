@@ -36,7 +36,7 @@ loom_folder_api(rpc USES loom_base_api GENERATED ${LOOM_GENERATED}/rpc)
 loom_folder_api(framework USES loom_base_api loom_collective_api loom_config_api
                 GENERATED ${LOOM_GENERATED}/framework)
 loom_folder_api(executor USES loom_framework_api)
-loom_folder_api(operators USES loom_framework_api loom_collective_api loom_rpc_api)
+loom_folder_api(operators USES loom_framework_api loom_collective_api loom_rpc_api loom_kvstore_api)
 loom_folder_api(kvstore USES loom_framework_api loom_collective_api loom_rpc_api)
 loom_folder_api(transpiler USES loom_framework_api loom_collective_api)
 loom_folder_api(runtime USES loom_framework_api loom_executor_api loom_collective_api)

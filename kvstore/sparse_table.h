@@ -65,6 +65,13 @@ struct SparseTableSpec {
   std::string DimsString() const;
 };
 
+// The scope variable a parameter server (listen_and_serv) takes distributed table `table`
+// from when it starts: a std::shared_ptr<SparseTable> that load_persistables loaded from the
+// server's checkpoint.
+inline std::string LoadedTableVar(const std::string& table) {
+  return "@LOOM_LOADED_TABLE@" + table;
+}
+
 class SparseTable {
  public:
   // An error when the dtype is not fp32/fp64, a row dim is not positive, height < -1, or the

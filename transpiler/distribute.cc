@@ -72,6 +72,17 @@ void FillManifest(const DistributeState& s, const std::vector<PassRecord>& recor
   m->set_fingerprint(s.fingerprint);
   m->set_batch_var(s.grads.batch_var);
   for (const auto& op : s.lr_ops) m->add_lr_ops(op);
+  for (const auto& t : s.tables) {
+    auto* mt = m->add_tables();
+    mt->set_param(t.param);
+    mt->set_grad(t.grad);
+    mt->set_height(t.height);
+    mt->set_width(t.width);
+    mt->set_initializer(t.init);
+    mt->set_seed(t.seed);
+    mt->set_optimizer(t.optimizer);
+  }
+  for (const auto& p : s.sparse_params) m->add_sparse_grads(p);
   if (c.client_size > 1) {
     m->set_client_size(c.client_size);
     m->set_client_rank(c.client_rank);

@@ -13,6 +13,12 @@
 // single-device startup's own ops, then sliced); every trainer's startup fetches them, so all
 // trainers start from the servers' values.
 //
+// Distributed lookup tables (a lookup_table with is_distributed): never sliced, placed nor
+// allocated by a startup; every server holds the rows of the ids SparseTable::ShardOf gives it,
+// made on first touch from the parameter's initializer (uniform_random, gaussian_random or
+// fill_constant), seeded per id. Trainers prefetch their batch's rows (distributed_lookup_table)
+// and push the SelectedRows gradient by row (send_sparse); servers apply sgd to those rows.
+//
 // Hybrid mode (client_size > 1): every trainer is an MPI client of several processes; the
 // servers see one trainer per client (see DistributeConfig::client_size).
 #pragma once

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
 #include "framework/op_role.h"
+#include "framework/verifier.h"
 #include "transpiler/program_edit.h"
 
 namespace loom::transpiler {
@@ -26,6 +28,12 @@ std::vector<NamedProgram> DistributeState::Programs() const {
     out.push_back({StrCat("trainer", t, "/main"), &trainer_main[t]});
   }
   return out;
+}
+
+const DistributedTable* DistributeState::TableOf(const std::string& param) const {
+  for (const auto& t : tables)
+    if (t.param == param) return &t;
+  return nullptr;
 }
 
 std::vector<const ParamBlock*> DistributeState::BlocksOf(const std::string& param) const {
@@ -100,9 +108,239 @@ StatusOr<bool> CheckDistributeConfig(DistributeState& s) {
   return false;
 }
 
+namespace {
+
+// The tables a lookup_table with is_distributed reads in block 0.
+std::set<std::string> DistributedTableNames(const ProgramDesc& main) {
+  std::set<std::string> names;
+  const BlockDesc* block = main.GlobalBlock();
+  for (int i = 0; i < block->OpSize(); ++i) {
+    OpDesc op = block->Op(i);
+    if (op.Type() == "lookup_table" && op.Attr<bool>("is_distributed", false) && op.HasInput("W"))
+      names.insert(op.Input("W")[0]);
+  }
+  return names;
+}
+
+// A distributed table's gradient is pushed row by row: its lookup_table_grad ops write a
+// SelectedRows whatever is_sparse said.
+Status MakeTableGradientsSparse(ProgramDesc* main, const std::set<std::string>& tables) {
+  BlockDesc* block = main->GlobalBlock();
+  bool changed = false;
+  for (int i = 0; i < block->OpSize(); ++i) {
+    OpDesc op = block->Op(i);
+    if (op.Type() != "lookup_table_grad" || !op.HasInput("W") || !tables.count(op.Input("W")[0]))
+      continue;
+    if (!op.Attr<bool>("is_sparse", false)) {
+      op.SetAttr("is_sparse", true);
+      changed = true;
+    }
+  }
+  if (!changed) return Status::OK();
+  for (int i = 0; i < block->OpSize(); ++i)
+    LOOM_RETURN_IF_ERROR(InferVarTypeAtCompileTime(block, i));
+  return Status::OK();
+}
+
+// Only the table's lookups, their gradients and its update op may read a distributed table: the
+// trainers never hold it.
+Status CheckTableReaders(const ProgramDesc& main, const std::string& table) {
+  for (int b = 0; b < main.NumBlocks(); ++b) {
+    const BlockDesc* block = main.Block(b);
+    for (int i = 0; i < block->OpSize(); ++i) {
+      OpDesc op = block->Op(i);
+      auto in = op.InputArgumentNames();
+      if (std::find(in.begin(), in.end(), table) == in.end()) continue;
+      const bool lookup = op.Type() == "lookup_table" && op.Attr<bool>("is_distributed", false);
+      if (b == 0 && (lookup || op.Type() == "lookup_table_grad" || IsUpdateOp(op))) continue;
+      return InvalidArgument(
+          "distributed lookup table '", table, "' is read by ", OpLocation(op.Type(), b, i),
+          ": only lookup_table ops with is_distributed=True (in block 0), their gradients and "
+          "the table's update op may read it (the table lives on the parameter servers only)");
+    }
+  }
+  return Status::OK();
+}
+
+// 64-bit FNV-1a of a name: the seed of a table whose initializer has none (seed 0 draws a
+// fresh one on one device; every server must draw the same rows).
+int64_t NameSeed(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return static_cast<int64_t>(h & 0x7fffffffffffffffull);
+}
+
+// The row initializer of a table, from the single-device startup's op that writes it.
+Status TableInitializer(const ProgramDesc& startup, DistributedTable* t) {
+  const BlockDesc* block = startup.GlobalBlock();
+  for (int i = block->OpSize() - 1; i >= 0; --i) {
+    OpDesc op = block->Op(i);
+    auto outs = op.OutputArgumentNames();
+    if (std::find(outs.begin(), outs.end(), t->param) == outs.end()) continue;
+    const std::string& type = op.Type();
+    if (type == "uniform_random") {
+      t->init = "uniform";
+      t->init_a = op.Attr<float>("min", -1.0f);
+      t->init_b = op.Attr<float>("max", 1.0f);
+    } else if (type == "gaussian_random") {
+      t->init = "gaussian";
+      t->init_a = op.Attr<float>("mean", 0.0f);
+      t->init_b = op.Attr<float>("std", 1.0f);
+    } else if (type == "fill_constant") {
+      t->init = "constant";
+      t->init_a = op.Attr<float>("value", 0.0f);
+    } else {
+      return Unimplemented("distributed lookup table '", t->param, "' is initialized by ",
+                           OpLocation(type, 0, i),
+                           " of the startup program: servers create a table's rows from "
+                           "uniform_random, gaussian_random or fill_constant");
+    }
+    const int seed = op.Attr<int>("seed", 0);
+    t->seed = seed != 0 ? seed : NameSeed(t->param);
+    return Status::OK();
+  }
+  return InvalidArgument("distributed lookup table '", t->param,
+                         "' is not initialized by the startup program");
+}
+
+// The is_sparse embeddings (not distributed) whose SelectedRows gradient can travel as rows:
+// one lookup_table_grad writes it and only the table's optimizer op reads it (a regularizer
+// or clipping that reads the gradient needs it dense on the trainer).
+std::set<std::string> SparseGradientTables(const ProgramDesc& main,
+                                           const std::set<std::string>& tables) {
+  std::map<std::string, std::string> grad_of;  // table -> its gradient
+  const BlockDesc* b0 = main.GlobalBlock();
+  for (int i = 0; i < b0->OpSize(); ++i) {
+    OpDesc op = b0->Op(i);
+    if (op.Type() != "lookup_table_grad" || !op.Attr<bool>("is_sparse", false) ||
+        !op.HasInput("W") || !op.HasOutput("W@GRAD") || tables.count(op.Input("W")[0]))
+      continue;
+    grad_of[op.Input("W")[0]] = op.Output("W@GRAD")[0];
+  }
+  std::set<std::string> out;
+  for (const auto& [table, grad] : grad_of) {
+    int writers = 0;
+    bool only_update = true;
+    for (int b = 0; b < main.NumBlocks(); ++b) {
+      const BlockDesc* block = main.Block(b);
+      for (int i = 0; i < block->OpSize(); ++i) {
+        OpDesc op = block->Op(i);
+        auto outs = op.OutputArgumentNames();
+        auto ins = op.InputArgumentNames();
+        if (std::find(outs.begin(), outs.end(), grad) != outs.end()) ++writers;
+        if (std::find(ins.begin(), ins.end(), grad) != ins.end() &&
+            !(b == 0 && IsUpdateOp(op) && UpdatedPair(op).first == table))
+          only_update = false;
+      }
+    }
+    if (writers == 1 && only_update) out.insert(table);
+  }
+  return out;
+}
+
+StatusOr<DistributedTable> DescribeTable(const DistributeState& s, const OptimizedParam& p) {
+  DistributedTable t;
+  t.param = p.param;
+  t.grad = p.grad;
+  t.dtype = p.dtype;
+  const BlockDesc* block = s.main.GlobalBlock();
+  const DDim dims = block->FindVar(p.param).Dims();
+  if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1)
+    return InvalidArgument("distributed lookup table '", p.param, "' has dims ", dims.ToString(),
+                           ": a table is [rows, width]");
+  t.height = dims[0];
+  t.width = dims[1];
+  const int at = FindUpdateOp(*block, p.param);
+  const OpDesc update = block->Op(at);
+  const bool lazy_adam = update.Type() == "adam" && update.Attr<bool>("lazy_mode", false);
+  if (update.Type() != "sgd" && update.Type() != "adagrad" && !lazy_adam)
+    return Unimplemented("distributed lookup table '", p.param, "' is updated by ",
+                         OpLocation(update.Type(), 0, at),
+                         update.Type() == "adam" ? " without lazy_mode" : "",
+                         ": parameter servers update distributed tables with sgd, adagrad or "
+                         "adam(lazy_mode=True) only");
+  t.optimizer = update.Type();
+  t.lr = update.Input("LearningRate")[0];
+  // The value the startup fills an accumulator with (fill_constant only, its str_value when
+  // set, as the op reads it; 0 when none).
+  auto initial = [&](const std::string& slot, double* value) -> Status {
+    const std::string var = update.Input(slot)[0];
+    const BlockDesc* sb = s.startup.GlobalBlock();
+    *value = 0;
+    for (int i = 0; i < sb->OpSize(); ++i) {
+      OpDesc op = sb->Op(i);
+      auto outs = op.OutputArgumentNames();
+      if (std::find(outs.begin(), outs.end(), var) == outs.end()) continue;
+      if (op.Type() != "fill_constant")
+        return Unimplemented("distributed lookup table '", p.param, "': ", update.Type(), "'s ",
+                             slot, " '", var, "' starts from ", OpLocation(op.Type(), 0, i),
+                             "; servers take fill_constant accumulators only");
+      const std::string text = op.Attr<std::string>("str_value", "");
+      char* end = nullptr;
+      *value = text.empty() ? op.Attr<float>("value", 0.0f) : std::strtod(text.c_str(), &end);
+      if (!text.empty() && *end != '\0')
+        return InvalidArgument(OpLocation(op.Type(), 0, i), " of the startup program: str_value '",
+                               text, "' is not a number");
+    }
+    return Status::OK();
+  };
+  std::vector<std::string> zero_moments;
+  if (t.optimizer == "adagrad") {
+    t.epsilon = update.Attr<float>("epsilon", 1e-6f);
+    zero_moments = {"Moment"};
+  } else if (t.optimizer == "adam") {
+    t.epsilon = update.Attr<float>("epsilon", 1e-8f);
+    t.beta1 = update.Attr<float>("beta1", 0.9f);
+    t.beta2 = update.Attr<float>("beta2", 0.999f);
+    LOOM_RETURN_IF_ERROR(initial("Beta1Pow", &t.beta1_pow));
+    LOOM_RETURN_IF_ERROR(initial("Beta2Pow", &t.beta2_pow));
+    zero_moments = {"Moment1", "Moment2"};
+  }
+  // The server's rows start their moments at 0: another initial accumulator is refused.
+  for (const auto& slot : zero_moments) {
+    double v = 0;
+    LOOM_RETURN_IF_ERROR(initial(slot, &v));
+    if (v != 0.0)
+      return Unimplemented("distributed lookup table '", p.param, "': ", t.optimizer, "'s ", slot,
+                           " '", update.Input(slot)[0], "' starts at ", v,
+                           "; servers start a row's moments at 0 (initial_accumulator_value=0)");
+  }
+  LOOM_RETURN_IF_ERROR(CheckTableReaders(s.main, p.param));
+  LOOM_RETURN_IF_ERROR(TableInitializer(s.startup, &t));
+  return t;
+}
+
+}  // namespace
+
 StatusOr<bool> FindDistributeGradients(DistributeState& s) {
-  LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main).status());
+  const std::set<std::string> tables = DistributedTableNames(s.main);
+  LOOM_RETURN_IF_ERROR(MakeTableGradientsSparse(&s.main, tables));
+  // Hybrid mode allreduces gradients in the client first: dense ones only.
+  std::set<std::string> sparse;
+  if (s.config.client_size == 1) sparse = SparseGradientTables(s.main, tables);
+  std::set<std::string> keep = tables;
+  keep.insert(sparse.begin(), sparse.end());
+  LOOM_RETURN_IF_ERROR(DensifySparseGradients(&s.main, keep).status());
   LOOM_ASSIGN_OR_RETURN(s.grads, AnalyzeGradients(s.main));
+  for (const auto& p : s.grads.params)
+    if (sparse.count(p.param)) s.sparse_params.insert(p.param);
+  std::vector<OptimizedParam> dense;
+  for (const auto& p : s.grads.params) {
+    if (!tables.count(p.param)) {
+      dense.push_back(p);
+      continue;
+    }
+    if (s.config.client_size > 1)
+      return Unimplemented("distributed lookup table '", p.param,
+                           "': hybrid mode (client size > 1) exchanges dense gradients only");
+    LOOM_ASSIGN_OR_RETURN(DistributedTable t, DescribeTable(s, p));
+    s.tables.push_back(std::move(t));
+  }
+  for (const auto& name : tables)
+    if (!s.TableOf(name))
+      return Unimplemented("distributed lookup table '", name,
+                           "' has no optimizer op: servers serve trained tables only");
+  s.grads.params = std::move(dense);
   for (const auto& p : s.grads.params)
     if (p.dtype != proto::FP32 && p.dtype != proto::FP64)
       return Unimplemented("parameter '", p.param, "' is ", DataTypeName(p.dtype),
@@ -157,6 +395,13 @@ StatusOr<bool> PlaceBlocks(DistributeState& s) {
 }
 
 namespace {
+
+// A double as text that reads back as the same double.
+std::string ExactText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
 
 // A server's programs under construction.
 struct ServerBuild {
@@ -319,6 +564,32 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
       opt_blocks.push_back(sb.main.NumBlocks() - 1);
     }
     BlockDesc* b0 = sb.main.GlobalBlock();
+    // Every server holds a shard of every distributed table, and the learning rate its sgd
+    // reads (the rows themselves are made on first touch, not by the startup).
+    StrList tables, table_lr, table_init, table_opt;
+    std::vector<float> table_eps, table_beta1, table_beta2;
+    StrList table_beta1_pow, table_beta2_pow;  // exact doubles ("%.17g")
+    std::vector<int> table_dtype;
+    std::vector<int64_t> table_width, table_seed;
+    std::vector<float> table_a, table_b;
+    for (const auto& t : s.tables) {
+      if (!b0->HasVar(t.lr)) DeclareLike(b0, s.main.GlobalBlock()->FindVar(t.lr));
+      sb.init.insert(t.lr);
+      tables.push_back(t.param);
+      table_lr.push_back(t.lr);
+      table_opt.push_back(t.optimizer);
+      table_eps.push_back(t.epsilon);
+      table_beta1.push_back(t.beta1);
+      table_beta2.push_back(t.beta2);
+      table_beta1_pow.push_back(ExactText(t.beta1_pow));
+      table_beta2_pow.push_back(ExactText(t.beta2_pow));
+      table_init.push_back(t.init);
+      table_dtype.push_back(static_cast<int>(t.dtype));
+      table_width.push_back(t.width);
+      table_seed.push_back(t.seed);
+      table_a.push_back(t.init_a);
+      table_b.push_back(t.init_b);
+    }
     StrList persist;
     for (const VarDesc& v : b0->AllVars())
       if (v.Persistable() && v.Type() == proto::VarType::DENSE_TENSOR) persist.push_back(v.Name());
@@ -334,7 +605,22 @@ StatusOr<bool> BuildServerPrograms(DistributeState& s) {
                 {"optimize_blocks", opt_blocks},
                 {"lr_blocks", lr_block >= 0 ? std::vector<int>{lr_block} : std::vector<int>{}},
                 {"checkpoint_vars", persist},
-                {"fingerprint", s.fingerprint}},
+                {"fingerprint", s.fingerprint},
+                {"sparse_tables", tables},
+                {"sparse_lr", table_lr},
+                {"sparse_optimizers", table_opt},
+                {"sparse_epsilons", table_eps},
+                {"sparse_beta1", table_beta1},
+                {"sparse_beta2", table_beta2},
+                {"sparse_beta1_pow", table_beta1_pow},
+                {"sparse_beta2_pow", table_beta2_pow},
+                {"sparse_dtypes", table_dtype},
+                {"sparse_widths", table_width},
+                {"sparse_inits", table_init},
+                {"sparse_init_a", table_a},
+                {"sparse_init_b", table_b},
+                {"sparse_seeds", table_seed},
+                {"pservers", servers}},
                kOpRoleRPC));
     BuildServerStartup(s, &sb);
     s.pserver_main.push_back(std::move(sb.main));
@@ -406,10 +692,49 @@ std::vector<proto::OpDesc> FetchParams(const DistributeState& s, int trainer, Bl
   return ops;
 }
 
+// A distributed table's lookups become prefetches from the servers, its gradient ops write the
+// SelectedRows without reading the table, and each gradient is pushed to the servers by row
+// (send_sparse) right after its last writer.
+void RewriteTableOps(const DistributeState& s, int trainer, BlockDesc* block, Insertions* ins) {
+  if (s.tables.empty()) return;
+  for (int i = 0; i < block->OpSize(); ++i) {
+    OpDesc op = block->Op(i);
+    if ((op.Type() != "lookup_table" && op.Type() != "lookup_table_grad") || !op.HasInput("W"))
+      continue;
+    const DistributedTable* t = s.TableOf(op.Input("W")[0]);
+    if (!t) continue;
+    AttributeMap attrs = RpcAttrs(s, trainer);
+    attrs["table_name"] = t->param;
+    attrs["height"] = t->height;
+    attrs["width"] = t->width;
+    attrs["dtype"] = static_cast<int>(t->dtype);
+    attrs["padding_idx"] = op.Attr<int>("padding_idx", -1);
+    const int role = op.Role();
+    if (op.Type() == "lookup_table") {
+      op.proto()->CopyFrom(MakeOp("distributed_lookup_table", {{"Ids", op.Input("Ids")}},
+                                  {{"Out", op.Output("Out")}}, attrs, role));
+    } else {
+      op.proto()->CopyFrom(MakeOp("distributed_lookup_table_grad",
+                                  {{"Ids", op.Input("Ids")}, {"Out@GRAD", op.Input("Out@GRAD")}},
+                                  {{"W@GRAD", op.Output("W@GRAD")}}, attrs, role));
+    }
+  }
+  // No variable of the table either: a trainer's save_persistables must not look for it.
+  for (const auto& t : s.tables) block->RemoveVar(t.param);
+  for (const auto& t : s.tables) {
+    const int at = LastWriter(*block, t.grad, block->OpSize());
+    if (at < 0) continue;
+    AttributeMap attrs = RpcAttrs(s, trainer);
+    attrs["table_name"] = t.param;
+    (*ins)[at].push_back(MakeOp("send_sparse", {{"X", {t.grad}}}, {}, attrs, kOpRoleRPC));
+  }
+}
+
 ProgramDesc TrainerMain(const DistributeState& s, const ProgramDesc& base, int trainer) {
   ProgramDesc main = base;
   BlockDesc* block = main.GlobalBlock();
   Insertions ins;
+  RewriteTableOps(s, trainer, block, &ins);
   for (const auto& p : s.grads.params) {
     int at = LastWriter(*block, p.grad, block->OpSize());
     auto blocks = s.BlocksOf(p.param);
@@ -418,6 +743,16 @@ ProgramDesc TrainerMain(const DistributeState& s, const ProgramDesc& base, int t
       xs.push_back(b->grad_name);
       epmap.push_back(s.config.pservers[b->server]);
       names.push_back(b->grad_name);
+    }
+    if (s.sparse_params.count(p.param)) {  // its rows, to each block's owner
+      std::vector<int64_t> sections;
+      for (const auto* b : blocks) sections.push_back(b->row_end - b->row_begin);
+      AttributeMap attrs = RpcAttrs(s, trainer);
+      attrs["sections"] = sections;
+      attrs["epmap"] = epmap;
+      attrs["send_varnames"] = names;
+      ins[at].push_back(MakeOp("send_sparse", {{"X", {p.grad}}}, {}, attrs, kOpRoleRPC));
+      continue;
     }
     if (blocks.size() > 1) {
       std::vector<int64_t> sections;
@@ -457,7 +792,9 @@ StatusOr<bool> BuildTrainerPrograms(DistributeState& s) {
   // The startup initializes no parameter: the servers' values are fetched instead.
   std::set<std::string> served;
   for (const auto& p : s.grads.params) served.insert(p.param);
+  for (const auto& t : s.tables) served.insert(t.param);  // never on a trainer
   BlockDesc* sb = startup.GlobalBlock();
+  for (const auto& t : s.tables) sb->RemoveVar(t.param);
   for (int i = sb->OpSize() - 1; i >= 0; --i) {
     auto outs = sb->Op(i).OutputArgumentNames();
     if (!outs.empty() &&

@@ -96,13 +96,14 @@ int LastGradWriter(const BlockDesc& block, const std::string& grad, int end) {
   return last;
 }
 
-StatusOr<bool> DensifySparseGradients(ProgramDesc* main) {
+StatusOr<bool> DensifySparseGradients(ProgramDesc* main, const std::set<std::string>& keep) {
   bool changed = false;
   for (int b = 0; b < main->NumBlocks(); ++b) {
     BlockDesc* block = main->Block(b);
     for (int i = 0; i < block->OpSize(); ++i) {
       OpDesc op = block->Op(i);
       if (op.Type() != "lookup_table_grad" || !op.Attr<bool>("is_sparse", false)) continue;
+      if (op.HasInput("W") && keep.count(op.Input("W")[0])) continue;
       op.SetAttr("is_sparse", false);
       changed = true;
     }

@@ -5,6 +5,7 @@
 // index found here is valid only until the block is edited.
 #pragma once
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,8 +64,9 @@ StatusOr<bool> TagOptimizerOps(ProgramDesc* main, const GradientAnalysis& grads)
 // Makes every sparse gradient (SelectedRows: embeddings with is_sparse) of a program dense:
 // the gradient ops write dense tensors and the variable types that follow them (sums, scales,
 // merges) are inferred again. The transpilers exchange gradients as dense tensors; the
-// updates give the same parameters either way. Returns whether anything changed.
-StatusOr<bool> DensifySparseGradients(ProgramDesc* main);
+// updates give the same parameters either way. Returns whether anything changed. The
+// gradients of the tables in `keep` (lookup_table_grad ops whose W is one of them) stay sparse.
+StatusOr<bool> DensifySparseGradients(ProgramDesc* main, const std::set<std::string>& keep = {});
 
 // A `sum` tagged by TagOptimizerOps as combining the terms of several parameters.
 bool IsPartialSum(const OpDesc& op);

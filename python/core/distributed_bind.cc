@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include "base/job_env.h"
+#include "framework/scope.h"
+#include "kvstore/sparse_table.h"
 #include "python/core/common.h"
 #include "rpc/ps_client.h"
 #include "transpiler/distribute.h"
@@ -84,6 +86,20 @@ void RegisterDistributed(py::module_& m) {
       },
       py::arg("trainer_id"), py::arg("endpoints"), py::arg("fingerprint"), py::arg("dir"),
       "Makes every server save its blocks and optimizer state under dir/pserver_<id>.");
+  m.def(
+      "load_sparse_table",
+      [](Scope& scope, const std::string& table, const std::string& path) {
+        auto loaded = [&] {
+          py::gil_scoped_release release;
+          return kvstore::SparseTable::Load(path);
+        }();
+        ThrowIfError(loaded.status());
+        *scope.Var(kvstore::LoadedTableVar(table))
+             ->GetMutable<std::shared_ptr<kvstore::SparseTable>>() = std::move(*loaded);
+      },
+      py::arg("scope"), py::arg("table"), py::arg("path"),
+      "Loads a server's shard of distributed table `table` (a LOOMSPTB file) into the scope, "
+      "where listen_and_serv takes it when it starts.");
 }
 
 }  // namespace loom::python

@@ -54,7 +54,8 @@ def save_params(executor, dirname, main_program=None, filename=None):
 def save_persistables(executor, dirname, main_program=None, filename=None):
     """save_params; for a parameter-server trainer's program (call it on trainer 0 between
     steps) every server also saves its blocks and optimizer state to dirname/pserver_<id>,
-    atomically (Fluid's checkpoint_notify)."""
+    atomically (Fluid's checkpoint_notify), and the touched rows of its shard of every
+    distributed lookup table (dirname/pserver_<id>/<table>.sptb)."""
     program = _program(main_program)
     rpc = rpc_ops(program)
     if rpc is not None:
@@ -70,12 +71,26 @@ def load_params(executor, dirname, main_program=None, filename=None):
 
 def load_persistables(executor, dirname, main_program=None, filename=None):
     """load_params; for a parameter server's program (after its startup, before it serves)
-    what that server saved to dirname/pserver_<id>, so a restarted server resumes."""
+    what that server saved to dirname/pserver_<id> (with its shard of every distributed lookup
+    table's touched rows, <table>.sptb), so a restarted server resumes."""
     program = _program(main_program)
     sid = pserver_id(program)
     if sid is not None:
         dirname = os.path.join(dirname, "pserver_%d" % sid)
     load_params(executor, dirname, program, filename)
+    for table in _distributed_tables(program):  # the server's shard of each table's rows
+        path = os.path.join(dirname, table + ".sptb")
+        if os.path.exists(path):
+            core.load_sparse_table(global_scope(), table, path)
+
+
+def _distributed_tables(program):
+    block = program.desc.block(0)
+    for i in range(block.op_size()):
+        op = block.op(i)
+        if op.type() == "listen_and_serv":
+            return list(op.attr("sparse_tables"))
+    return []
 
 
 def _names(vs):

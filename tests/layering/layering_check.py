@@ -33,7 +33,7 @@ ALLOWED = {
     "rpc": {"base"},
     "framework": {"base", "collective"},
     "executor": {"base", "framework", "collective"},
-    "operators": {"base", "framework", "collective", "rpc"},
+    "operators": {"base", "framework", "collective", "rpc", "kvstore"},
     "kvstore": {"base", "framework", "collective", "rpc"},
     "transpiler": {"base", "framework", "collective"},
     "runtime": {"base", "framework", "executor", "collective"},

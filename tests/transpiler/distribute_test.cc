@@ -388,3 +388,92 @@ TEST(DistributeTest, MessagesOfALaterStepWaitForTheStepInsteadOfBeingRefused) {
 
 }  // namespace
 }  // namespace loom::transpiler
+
+namespace loom::transpiler {
+namespace {
+
+// ids -> lookup_table of a [rows, 8] table -> fc -> softmax cross-entropy, SGD.
+Net EmbeddingNet(bool distributed, int64_t rows = 1000000000) {
+  Net n;
+  examples::ProgramBuilder b(&n.main, &n.startup, 5);
+  b.Data("ids", {1}, proto::INT64);
+  b.Data("label", {1}, proto::INT64);
+  const std::vector<int64_t> dims{rows, 8};
+  for (ProgramDesc* p : {&n.main, &n.startup}) {
+    VarDesc v = p->GlobalBlock()->Var("emb");
+    v.SetDims(DDim(dims));
+    v.SetPersistable(true);
+    v.SetIsParameter(true);
+  }
+  n.startup.GlobalBlock()->AppendOp("uniform_random", {}, {{"Out", {"emb"}}},
+                                    {{"shape", dims},
+                                     {"min", -0.5f},
+                                     {"max", 0.5f},
+                                     {"seed", 3},
+                                     {"dtype", static_cast<int>(proto::FP32)}});
+  std::string e = b.Op("lookup_table", {{"W", {"emb"}}, {"Ids", {"ids"}}}, "Out",
+                       {{"is_sparse", true}, {"is_distributed", distributed}})
+                      .value();
+  std::string logits = b.FC(e, 3, "", "fc_0").value();
+  std::string loss = b.SoftmaxCrossEntropyLoss(logits, "label").value();
+  EXPECT_TRUE(b.MinimizeWithSGD(loss, 0.1f).ok());
+  return n;
+}
+
+TEST(DistributeTest, ADistributedTableLivesOnlyOnTheServers) {
+  Net n = EmbeddingNet(true);
+  auto r = TranspileDistribute(n.startup, n.main, Config(2, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& b : r->manifest.blocks()) EXPECT_NE(b.param(), "emb") << b.name();
+  ASSERT_EQ(r->manifest.tables_size(), 1);
+  EXPECT_EQ(r->manifest.tables(0).param(), "emb");
+  EXPECT_EQ(r->manifest.tables(0).height(), 1000000000);
+  EXPECT_EQ(r->manifest.tables(0).optimizer(), "sgd");
+  for (size_t t = 0; t < 2; ++t) {
+    auto types = OpTypes(*r->trainer_main[t].GlobalBlock());
+    EXPECT_EQ(std::count(types.begin(), types.end(), "lookup_table"), 0);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "distributed_lookup_table"), 1);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "distributed_lookup_table_grad"), 1);
+    EXPECT_EQ(std::count(types.begin(), types.end(), "send_sparse"), 1);
+    // Never declared, initialized or received on a trainer.
+    EXPECT_FALSE(r->trainer_main[t].GlobalBlock()->HasVar("emb"));
+    EXPECT_FALSE(r->trainer_startup[t].GlobalBlock()->HasVar("emb"));
+  }
+  for (size_t s = 0; s < 2; ++s) {
+    const BlockDesc& b0 = *r->pserver_main[s].GlobalBlock();
+    EXPECT_FALSE(b0.HasVar("emb"));
+    EXPECT_FALSE(r->pserver_startup[s].GlobalBlock()->HasVar("emb"));
+    OpDesc serve = b0.Op(b0.OpSize() - 1);
+    ASSERT_EQ(serve.Type(), "listen_and_serv");
+    EXPECT_EQ(serve.Attr<std::vector<std::string>>("sparse_tables", {}),
+              std::vector<std::string>{"emb"});
+    EXPECT_EQ(serve.Attr<std::vector<std::string>>("sparse_inits", {}),
+              std::vector<std::string>{"uniform"});
+    EXPECT_EQ(serve.Attr<std::vector<int64_t>>("sparse_seeds", {}), std::vector<int64_t>{3});
+    EXPECT_EQ(serve.Attr<std::vector<int64_t>>("sparse_widths", {}), std::vector<int64_t>{8});
+    EXPECT_EQ(serve.Attr<int>("pservers", 0), 2);
+  }
+}
+
+TEST(DistributeTest, AnIsSparseTableIsSlicedAndItsRowsPushedToTheBlockOwners) {
+  Net n = EmbeddingNet(false, 40);
+  auto r = TranspileDistribute(n.startup, n.main, Config(2, 2));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const BlockDesc& b = *r->trainer_main[0].GlobalBlock();
+  bool pushed = false;
+  for (int i = 0; i < b.OpSize(); ++i) {
+    OpDesc op = b.Op(i);
+    if (op.Type() != "send_sparse") continue;
+    pushed = true;
+    EXPECT_EQ(op.Input("X")[0], "emb@GRAD");
+    EXPECT_EQ(op.Attr<std::vector<int64_t>>("sections", {}), (std::vector<int64_t>{20, 20}));
+    EXPECT_EQ(op.Attr<std::vector<std::string>>("send_varnames", {}),
+              (std::vector<std::string>{"emb@GRAD.block0", "emb@GRAD.block1"}));
+  }
+  EXPECT_TRUE(pushed);
+  auto types = OpTypes(b);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "lookup_table"), 1);
+}
+
+}  // namespace
+}  // namespace loom::transpiler

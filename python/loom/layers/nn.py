@@ -74,7 +74,8 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     out = helper.create_variable_for_type_inference(dtype)
     pad = -1 if padding_idx is None else (padding_idx if padding_idx >= 0 else size[0] + padding_idx)
     helper.append_op("lookup_table", inputs={"Ids": input, "W": w}, outputs={"Out": out},
-                     attrs={"padding_idx": pad, "is_sparse": is_sparse})
+                     attrs={"padding_idx": pad, "is_sparse": is_sparse,
+                            "is_distributed": is_distributed})
     return out
 
 
