@@ -9,11 +9,16 @@ Data parallel over CPU places (the sparse gradients are exchanged as rows):
 Parameter servers, 2 trainers x 2 servers (roles and endpoints from loom launch):
     build/tools/loom launch --workers 2 --servers 2 -- \\
         /usr/bin/python3 examples/ctr/train.py --steps 300
+The same with the tables over the whole 10^9 id space, kept only on the servers (rows made on
+first touch):
+    build/tools/loom launch --workers 2 --servers 2 -- \\
+        /usr/bin/python3 examples/ctr/train.py --steps 300 --distributed
 
 The model: every impression has FIELDS ids. The wide part adds one learned weight per id; the
 deep part looks up an 8-wide embedding per id, concatenates them and runs a 3-layer MLP; the
 logit is their sum. Ids are hashed into --vocab rows (the table is a dense tensor of that many
-rows). Training prints a progress line every --log-every steps (loss, AUC of the last steps,
+rows; with --distributed the tables live on the servers, 10^9 rows by default: the ids as
+they are). Training prints a progress line every --log-every steps (loss, AUC of the last steps,
 samples/s) and ends with the AUC on held-out impressions.
 """
 import argparse
@@ -24,12 +29,12 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from click_logs import FIELDS, ClickLogs, auc  # noqa: E402
+from click_logs import FIELDS, ID_SPACE, ClickLogs, auc  # noqa: E402
 
 import loom as fluid  # noqa: E402
 
 
-def build(vocab, width, hidden, lr, optimizer, fields=FIELDS, sparse=True):
+def build(vocab, width, hidden, lr, optimizer, fields=FIELDS, sparse=True, distributed=False):
     """(main, startup, test program, loss, probability) of the wide & deep model."""
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
@@ -37,10 +42,12 @@ def build(vocab, width, hidden, lr, optimizer, fields=FIELDS, sparse=True):
         label = fluid.data("label", [None, 1], dtype="float32")
         init = fluid.initializer.Uniform(-0.05, 0.05, seed=7)
         wide = fluid.layers.embedding(ids, [vocab, 1], is_sparse=sparse,
+                                      is_distributed=distributed,
                                       param_attr=fluid.ParamAttr(name="wide", initializer=init))
         wide = fluid.layers.reduce_sum(fluid.layers.reshape(wide, [-1, fields]), dim=1,
                                        keep_dim=True)
         deep = fluid.layers.embedding(ids, [vocab, width], is_sparse=sparse,
+                                      is_distributed=distributed,
                                       param_attr=fluid.ParamAttr(name="deep", initializer=init))
         h = fluid.layers.reshape(deep, [-1, fields * width])
         for i, n in enumerate(hidden):
@@ -67,7 +74,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=300, help="training steps (per trainer)")
     ap.add_argument("--batch", type=int, default=256, help="impressions per step (per trainer)")
-    ap.add_argument("--vocab", type=int, default=1000000, help="rows of the embedding tables")
+    ap.add_argument("--vocab", type=int, default=None,
+                    help="rows of the embedding tables, the ids hashed into them (default "
+                         "10^6; with --distributed 10^9, the whole id space)")
     ap.add_argument("--width", type=int, default=8, help="embedding width of the deep part")
     ap.add_argument("--hidden", default="64,32", help="sizes of the deep part's hidden layers")
     ap.add_argument("--optimizer", default="adagrad", choices=["sgd", "adagrad", "lazy_adam"])
@@ -78,16 +87,24 @@ def main():
     ap.add_argument("--seed", type=int, default=1, help="the click-log stream")
     ap.add_argument("--warmup", type=int, default=0,
                     help="steps before the samples/s clock starts")
+    ap.add_argument("--distributed", action="store_true",
+                    help="the tables live on the parameter servers, rows made on first touch")
     ap.add_argument("--dense-gradients", action="store_true",
                     help="compute the tables' gradients dense (is_sparse=False), to compare")
     a = ap.parse_args()
     hidden = [int(n) for n in a.hidden.split(",") if n]
     role = os.environ.get("PADDLE_TRAINING_ROLE", "")
+    if a.distributed and not role:
+        ap.error("--distributed keeps the tables on parameter servers: run it under "
+                 "loom launch --workers N --servers S")
+    if a.vocab is None:
+        a.vocab = ID_SPACE if a.distributed else 1000000
     trainer_id = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
     trainers = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
 
     main_prog, startup, test, loss, prob = build(a.vocab, a.width, hidden, a.lr, a.optimizer,
-                                                 sparse=not a.dense_gradients)
+                                                 sparse=not a.dense_gradients,
+                                                 distributed=a.distributed)
     exe = fluid.Executor(fluid.CPUPlace())
     prog = main_prog
     if role:  # a parameter-server job started by loom launch
@@ -100,6 +117,9 @@ def main():
             exe.run(pserver)
             return
         prog = t.get_trainer_program()
+        # The test program of a trainer: its forward pass, with the parameters of its last step
+        # (a distributed table's rows are prefetched from the servers).
+        test = prog.clone(for_test=True)
     exe.run(startup)
     if a.places > 1:
         prog = fluid.CompiledProgram(main_prog).with_data_parallel(

@@ -262,6 +262,7 @@ void RegisterTypes(py::module_& m) {
   m.attr("kOpRoleOptimize") = static_cast<int>(kOpRoleOptimize);
   m.attr("kOpRoleLoss") = static_cast<int>(kOpRoleLoss);
   m.attr("kOpRoleLRSched") = static_cast<int>(kOpRoleLRSched);
+  m.attr("kOpRoleRPC") = static_cast<int>(kOpRoleRPC);
 
   py::enum_<proto::VarType::Type>(m, "VarType")
       .value("DENSE_TENSOR", proto::VarType::DENSE_TENSOR)

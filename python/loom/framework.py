@@ -346,8 +346,11 @@ class Program:
                 yield v
 
     def clone(self, for_test=False):
-        """A deep copy. With for_test=True, ops after the forward pass (backward, optimizer) are
-        dropped and ops with an `is_test` attribute are switched to test mode."""
+        """A deep copy. With for_test=True, ops after the forward pass (backward, optimizer, and
+        a transpiled trainer's sends, barriers and receives) are dropped and ops with an
+        `is_test` attribute are switched to test mode. A test clone of a parameter-server
+        trainer program evaluates with the parameters of its last step (distributed lookup
+        tables still prefetch their rows)."""
         p = Program(self.desc.clone())
         for b_old, b_new in zip(self.blocks, p.blocks):
             b_new._params = {k: Parameter(b_new, k, v.trainable, v.optimize_attr, v.regularizer)
@@ -358,7 +361,8 @@ class Program:
             for i in reversed(range(gb.desc.op_size())):
                 op = gb.desc.op(i)
                 role = op.attr("op_role") if op.has_attr("op_role") else 0
-                if role & (core.kOpRoleBackward | core.kOpRoleOptimize | core.kOpRoleLRSched):
+                if role & (core.kOpRoleBackward | core.kOpRoleOptimize | core.kOpRoleLRSched |
+                           core.kOpRoleRPC):
                     gb.desc.remove_op(i)
             # Test mode everywhere, sub-blocks (branches, loop bodies) included. Gradient
             # blocks stay, unreferenced.

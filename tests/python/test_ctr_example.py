@@ -60,6 +60,11 @@ def held_out(out):
     return got
 
 
+def test_distributed_needs_servers():
+    with pytest.raises(AssertionError, match="parameter servers"):
+        run([sys.executable, os.path.join(CTR, "train.py"), "--distributed"])
+
+
 @pytest.mark.parametrize("places", [1, 2])
 def test_example_learns(places):
     out = run([sys.executable, os.path.join(CTR, "train.py"), "--steps", "150",
@@ -68,12 +73,14 @@ def test_example_learns(places):
     assert held_out(out)[0] > 0.7, out
 
 
-def test_example_under_loom_launch_with_two_servers():
+@pytest.mark.parametrize("table", [["--vocab", "50000"], ["--distributed"]])
+def test_example_under_loom_launch_with_two_servers(table):
+    """A sliced table, and a 10^9-row distributed one that lives on the servers."""
     build = os.environ.get("LOOM_BUILD_DIR", os.path.join(HERE, "..", "..", "build"))
     loom = os.path.abspath(os.path.join(build, "tools", "loom"))
     out = run([loom, "launch", "--workers", "2", "--servers", "2", "--timeout", "180", "--",
                sys.executable, os.path.join(CTR, "train.py"), "--steps", "60",
-               "--log-every", "30", "--vocab", "50000"])
+               "--log-every", "30"] + table)
     aucs = held_out(out)
     assert len(aucs) == 2 and aucs[0] == aucs[1], out  # both trainers hold the servers' model
     assert aucs[0] > 0.65, out
