@@ -40,9 +40,14 @@ void Complete(const Client::Ticket& t, Status status, Reply reply = {}) {
 }
 
 void SendFrames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames) {
-  for (size_t i = 0; i < frames.size(); ++i)
+  int64_t bytes = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    bytes += static_cast<int64_t>(frames[i].size());  // before send empties the frame
     socket.send(frames[i],
                 i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  ClientTraffic::Get().bytes_sent += bytes;
+  ClientTraffic::Get().messages_sent += 1;
 }
 
 // Every frame of the next message, or none when nothing is waiting.
@@ -51,13 +56,16 @@ std::vector<zmq::message_t> RecvFrames(zmq::socket_t& socket) {
   zmq::message_t m;
   if (!socket.recv(m, zmq::recv_flags::dontwait)) return frames;
   bool more = m.more();
+  int64_t bytes = static_cast<int64_t>(m.size());
   frames.push_back(std::move(m));
   while (more) {
     zmq::message_t next;
     (void)socket.recv(next, zmq::recv_flags::none);
     more = next.more();
+    bytes += static_cast<int64_t>(next.size());
     frames.push_back(std::move(next));
   }
+  ClientTraffic::Get().bytes_received += bytes;
   return frames;
 }
 
@@ -562,6 +570,11 @@ void Client::FailServer(int s, const Status& why) {
   }
   for (auto& [id, t] : waiting_[s]) Complete(t, why);
   waiting_[s].clear();
+}
+
+ClientTraffic& ClientTraffic::Get() {
+  static ClientTraffic traffic;
+  return traffic;
 }
 
 }  // namespace loom::rpc

@@ -24,6 +24,22 @@
 
 namespace loom::rpc {
 
+// What this process's clients moved over their sockets: every frame counted (headers,
+// payloads, heartbeats, handshakes), process-wide. Tests and benchmarks read it to check the
+// bytes a training step costs.
+struct ClientTraffic {
+  std::atomic<int64_t> bytes_sent{0};
+  std::atomic<int64_t> bytes_received{0};
+  std::atomic<int64_t> messages_sent{0};
+
+  static ClientTraffic& Get();
+  void Reset() {
+    bytes_sent = 0;
+    bytes_received = 0;
+    messages_sent = 0;
+  }
+};
+
 struct Reply {
   Header header;
   std::vector<zmq::message_t> payloads;  // one per tensor of header.tensors()

@@ -7,12 +7,28 @@
 #include "framework/scope.h"
 #include "kvstore/sparse_table.h"
 #include "python/core/common.h"
+#include "rpc/client.h"
 #include "rpc/ps_client.h"
 #include "transpiler/distribute.h"
 
 namespace loom::python {
 
 void RegisterDistributed(py::module_& m) {
+  m.def(
+      "rpc_traffic",
+      [] {
+        auto& t = rpc::ClientTraffic::Get();
+        py::dict d;
+        d["bytes_sent"] = t.bytes_sent.load();
+        d["bytes_received"] = t.bytes_received.load();
+        d["messages_sent"] = t.messages_sent.load();
+        return d;
+      },
+      "Bytes and messages this process's parameter-server clients sent and received (every "
+      "frame: headers, payloads, heartbeats), since the start or reset_rpc_traffic().");
+  m.def(
+      "reset_rpc_traffic", [] { rpc::ClientTraffic::Get().Reset(); },
+      "Sets rpc_traffic()'s counters to zero.");
   m.def(
       "job_env",
       [] {

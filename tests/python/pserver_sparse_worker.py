@@ -8,7 +8,9 @@ memory (VmHWM) and, for trainers, each step's loss. Started by test_pserver_spar
 
 --checkpoint: trainer 0 saves the job (fluid.io.save_persistables) after its steps; --resume:
 servers load it (fluid.io.load_persistables) before serving, and trainers skip the first K
-batches.
+batches. --table sparse|dense makes the table an ordinary sliced one (is_sparse True or False)
+instead of a distributed one. --report-bytes: trainers print, per step, the bytes their
+clients sent and received (core.rpc_traffic()) and the batch's unique ids.
 """
 import argparse
 import os
@@ -30,14 +32,14 @@ def peak_rss_kib():
     return -1
 
 
-def build(rows=ROWS):
+def build(rows=ROWS, table="distributed"):
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
         ids = fluid.data(name="ids", shape=[None, 1], dtype="int64")
         y = fluid.data(name="y", shape=[None, 1], dtype="float32")
-        emb = fluid.embedding(input=ids, size=[rows, WIDTH], is_sparse=True,
-                              is_distributed=True)
+        emb = fluid.embedding(input=ids, size=[rows, WIDTH], is_sparse=table != "dense",
+                              is_distributed=table == "distributed")
         p = fluid.layers.fc(fluid.layers.reshape(emb, [-1, WIDTH]), size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
         fluid.optimizer.SGD(0.1).minimize(loss)
@@ -53,12 +55,14 @@ def main():
     ap.add_argument("--first-step", type=int, default=0)
     ap.add_argument("--checkpoint", default="")
     ap.add_argument("--resume", default="")
+    ap.add_argument("--table", default="distributed", choices=["distributed", "sparse", "dense"])
+    ap.add_argument("--report-bytes", action="store_true")
     a = ap.parse_args()
     role = os.environ["PADDLE_TRAINING_ROLE"]
     eps = os.environ["PADDLE_PSERVER_ENDPOINTS"]
     trainers = int(os.environ["PADDLE_TRAINERS_NUM"])
     trainer_id = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    main_prog, startup, loss = build(a.rows)
+    main_prog, startup, loss = build(a.rows, a.table)
     t = fluid.DistributeTranspiler()
     t.transpile(trainer_id, program=main_prog, pservers=eps, trainers=trainers,
                 sync_mode=a.sync, startup_program=startup)
@@ -79,8 +83,13 @@ def main():
         y = rng.randn(a.batch, 1).astype(np.float32)
         if step < a.first_step:
             continue
+        fluid.core.reset_rpc_traffic()
         out = exe.run(prog, feed={"ids": ids, "y": y}, fetch_list=[loss])
         print("step %d loss %.9g" % (step, float(out[0][0])), flush=True)
+        if a.report_bytes:
+            t = fluid.core.rpc_traffic()
+            print("step %d bytes_sent %d bytes_received %d unique %d" % (
+                step, t["bytes_sent"], t["bytes_received"], len(np.unique(ids))), flush=True)
     if a.checkpoint and trainer_id == 0:
         fluid.io.save_persistables(exe, a.checkpoint, prog)
     exe.close()

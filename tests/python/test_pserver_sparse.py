@@ -440,3 +440,29 @@ def test_a_learning_rate_schedule_drives_the_table_updates(servers, opt):
     np.testing.assert_allclose(probed[0], ref_rows, rtol=1e-12, atol=1e-12)
     for name, want in ref.items():
         np.testing.assert_allclose(final[name], want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def _step_bytes(out):
+    """(bytes_sent, bytes_received, unique ids) of every trainer step after the first (which
+    also carries the connection's handshakes)."""
+    import re
+    rows = re.findall(r"\[worker \d\] step (\d+) bytes_sent (\d+) bytes_received (\d+) "
+                      r"unique (\d+)", out)
+    return [(int(s), int(r), int(u)) for step, s, r, u in rows if int(step) > 0]
+
+
+def test_bytes_per_step_follow_the_touched_rows():
+    """A trainer of a 10^9-row distributed table sends, per step, at most twice the bytes of its
+    batch's rows plus the dense parameters (ids, row gradients, the dense gradient and the
+    messages' headers); with a 10^6-row table it sends over 10x less than the dense path."""
+    row_bytes, dense_bytes = 8 * 4, (8 + 1) * 4  # a table row; the fc weight and bias
+    steps = _step_bytes(_launch("--steps", 4, "--report-bytes").stdout)
+    assert len(steps) == 2 * 3
+    for sent, received, unique in steps:
+        assert sent <= 2 * (unique * row_bytes + dense_bytes), (sent, unique)
+        assert received <= 2 * (unique * row_bytes + dense_bytes), (received, unique)
+    common = ("--rows", 10**6, "--steps", 2, "--report-bytes")
+    distributed = _step_bytes(_launch(*common).stdout)
+    dense = _step_bytes(_launch("--table", "dense", *common).stdout)
+    assert min(s for s, _, _ in dense) >= 10 * max(s for s, _, _ in distributed), (dense,
+                                                                                   distributed)
