@@ -30,4 +30,9 @@ std::function<Status(const int&)> ValidDtype() {
   };
 }
 
+Status SameVarType(InferShapeContext* ctx) {
+  ctx->SetOutputVarType("Out", ctx->InputVarType("X"));
+  return Status::OK();
+}
+
 }  // namespace loom::ops

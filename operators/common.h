@@ -28,4 +28,22 @@ Status DispatchNumeric(DataType dtype, const std::string& where, F&& f) {
 // Check for attribute "dtype": a valid DataType code.
 std::function<Status(const int&)> ValidDtype();
 
+// Out takes X's variable type (a SelectedRows X gives a SelectedRows Out): the InferVarType
+// of ops that also run on sparse gradients row by row (scale, clip, clip_by_norm).
+Status SameVarType(InferShapeContext* ctx);
+
+// When X holds a SelectedRows (a sparse gradient): merges its repeated ids (MergeRows), calls
+// f(value) on the merged value tensor (host, one row per id), writes the result to Out as a
+// SelectedRows and returns true. Returns false when X holds a tensor (the caller's dense path).
+template <typename F>
+StatusOr<bool> ApplyToMergedRows(const KernelContext& ctx, F&& f) {
+  const SelectedRows* x = ctx.InputSelectedRows("X");
+  if (!x) return false;
+  SelectedRows merged;  // X and Out may be one variable
+  LOOM_RETURN_IF_ERROR(MergeRows(*x, &merged).WithContext(ctx.Where()));
+  LOOM_RETURN_IF_ERROR(f(&merged.value));
+  *ctx.OutputSelectedRows("Out") = std::move(merged);
+  return true;
+}
+
 }  // namespace loom::ops

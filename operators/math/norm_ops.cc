@@ -92,8 +92,22 @@ Status CosSimGradKernel(const KernelContext& ctx) {
 }
 
 // ---- clip_by_norm ----
+// A SelectedRows X: its rows merged, then scaled by the norm of the merged rows (the norm of
+// the dense gradient it stands for); Out is a SelectedRows.
 template <typename T>
 Status ClipByNormKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(bool sparse, ApplyToMergedRows(ctx, [&](Tensor* v) {
+                          T* x = v->data<T>();
+                          const int64_t n = v->numel();
+                          double s = 0;
+                          for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+                          const double norm = std::sqrt(s), max_norm = ctx.Attr<float>("max_norm");
+                          if (norm > max_norm)
+                            for (int64_t i = 0; i < n; ++i)
+                              x[i] = x[i] * static_cast<T>(max_norm / norm);
+                          return Status::OK();
+                        }));
+  if (sparse) return Status::OK();
   const Tensor& xt = ctx.Input("X");
   const T* x = xt.data<T>();
   const int64_t n = xt.numel();
@@ -141,10 +155,13 @@ LOOM_REGISTER_OP(cos_sim_grad)
     .LOOM_FLOAT_KERNELS(CosSimGradKernel);
 
 LOOM_REGISTER_OP(clip_by_norm)
-    .Doc("Out = X * max_norm / ||X|| when the L2 norm ||X|| exceeds max_norm, else X.")
+    .Doc(
+        "Out = X * max_norm / ||X|| when the L2 norm ||X|| exceeds max_norm, else X (a "
+        "SelectedRows X: its merged rows, scaled by their norm)")
     .Input("X", "input")
     .Output("Out", "X scaled to a norm of at most max_norm")
     .Attr<float>("max_norm", 1.0f, "the largest norm kept")
+    .InferVarType(SameVarType)
     .InferShape(SameShapeInferShape)
     .LOOM_FLOAT_KERNELS(ClipByNormKernel);
 

@@ -40,11 +40,6 @@ Status ScaleInferShape(InferShapeContext* ctx) {
   return SameShapeInferShape(ctx);
 }
 
-Status ScaleVarType(InferShapeContext* ctx) {
-  ctx->SetOutputVarType("Out", ctx->InputVarType("X"));
-  return Status::OK();
-}
-
 // The scale: ScaleTensor's one element when given (host tensors; float64 kept whole), else
 // the attribute.
 StatusOr<double> ScaleOf(const KernelContext& ctx) {
@@ -103,7 +98,7 @@ LOOM_REGISTER_OP(scale)
     .Attr<float>("scale", 1.0f, "multiplier (unless ScaleTensor is given)")
     .Attr<float>("bias", 0.0f, "added offset")
     .Attr<bool>("bias_after_scale", true, "add bias after scaling (true) or before (false)")
-    .InferVarType(ScaleVarType)
+    .InferVarType(SameVarType)
     .InferShape(ScaleInferShape)
     .GradMaker(ScaleGradMaker)
     .Kernel(Place::kCPU, proto::FP32, ScaleKernel<float>)

@@ -112,6 +112,19 @@ std::vector<proto::OpDesc> UnaryGradMaker(const OpDesc& fwd) {
   return {g};
 }
 
+// A SelectedRows X (a sparse gradient): its rows merged, then clipped (as Fluid's clip of a
+// SelectedRows; the rows it does not hold stay absent).
+template <typename T>
+Status ClipKernel(const KernelContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(bool sparse, ApplyToMergedRows(ctx, [&](Tensor* v) {
+                          const UnaryAttrs a = ReadUnaryAttrs(ctx.Attrs());
+                          T* x = v->data<T>();
+                          for (int64_t i = 0, n = v->numel(); i < n; ++i) x[i] = Clip<T>(x[i], a);
+                          return Status::OK();
+                        }));
+  return sparse ? Status::OK() : Forward<T, Clip<T>>(ctx);
+}
+
 Status ClipCheck(InferShapeContext* ctx) {
   if (ctx->Attr<float>("min") > ctx->Attr<float>("max"))
     return ctx->Error("attribute min (", ctx->Attr<float>("min"), ") > max (",
@@ -178,15 +191,16 @@ LOOM_REGISTER_OP(leaky_relu_grad)
     .Kernel(Place::kCPU, proto::FP64, Backward<double, LeakyReluD<double>>);
 
 LOOM_REGISTER_OP(clip)
-    .Doc("Out = min(max(X, min), max).")
+    .Doc("Out = min(max(X, min), max) (a SelectedRows X: its merged rows clipped).")
     .Input("X", "input")
     .Output("Out", "output, same dims as X")
     .RequiredAttr<float>("min", "lower bound")
     .RequiredAttr<float>("max", "upper bound")
+    .InferVarType(SameVarType)
     .InferShape(ClipCheck)
     .GradMaker(UnaryGradMaker)
-    .Kernel(Place::kCPU, proto::FP32, Forward<float, Clip<float>>)
-    .Kernel(Place::kCPU, proto::FP64, Forward<double, Clip<double>>);
+    .Kernel(Place::kCPU, proto::FP32, ClipKernel<float>)
+    .Kernel(Place::kCPU, proto::FP64, ClipKernel<double>);
 LOOM_REGISTER_OP(clip_grad)
     .Doc("gradient of clip: passes where min <= X <= max")
     .Input("X", "forward input")

@@ -87,6 +87,10 @@ OPTIMIZERS = {
         0.1, grad_clip=fluid.clip.GradientClipByGlobalNorm(0.05)),
     "adam_clip": lambda: fluid.optimizer.Adam(
         0.05, grad_clip=fluid.clip.GradientClipByGlobalNorm(0.05)),
+    "sgd_clip_value": lambda: fluid.optimizer.SGD(
+        0.1, grad_clip=fluid.clip.GradientClipByValue(0.01)),
+    "adagrad_clip_norm": lambda: fluid.optimizer.Adagrad(
+        0.1, grad_clip=fluid.clip.GradientClipByNorm(0.02)),
 }
 
 
