@@ -110,6 +110,9 @@ class ParamServer {
   Status CheckTrainers();
   Status Checkpoint(const std::string& dir);
   Status Fail(const Status& why);
+  // Refuses a message: counts it, logs it naming the trainer, and replies with the error; the
+  // server goes on serving.
+  Status Refuse(rpc::Request& r, const Status& why);
   void ReplyBlocks(const rpc::Request& r);
   std::set<int> Live() const;
   std::string Name() const { return name_; }
@@ -479,13 +482,7 @@ Status ParamServer::OnSend(rpc::Request& r) {
       bad = FailedPrecondition("gradient of step ", h.step(), " while the server is at step ",
                                step_done_ + 1);
   }
-  if (!bad.ok()) {
-    ++refused_;
-    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
-                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(), bad.message().c_str());
-    server_->ReplyError(r, bad);
-    return Status::OK();
-  }
+  if (!bad.ok()) return Refuse(r, bad);
   // A gradient is answered only when refused (the trainer sends it one way).
   Block& b = blocks_[it->second];
   if (sync_) {
@@ -689,14 +686,7 @@ Status ParamServer::OnSparseBlock(rpc::Request& r, Block& b) {
   if (rows.ok() && sync_ && h.step() != step_done_ + 1)
     rows = FailedPrecondition("gradient rows of '", b.grad, "' of step ", h.step(),
                               " while the server is at step ", step_done_ + 1);
-  if (!rows.ok()) {
-    ++refused_;
-    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
-                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(),
-                 rows.status().message().c_str());
-    server_->ReplyError(r, rows.status());
-    return Status::OK();
-  }
+  if (!rows.ok()) return Refuse(r, rows.status());
   if (sync_) {
     b.sparse_received[r.trainer_id] = std::move(*rows);
     return Status::OK();
@@ -706,6 +696,14 @@ Status ParamServer::OnSparseBlock(rpc::Request& r, Block& b) {
   Status st = ctx_.RunBlock(b.optimize_block, scope_);
   if (!st.ok()) return Fail(st.WithContext(StrCat(name_, ": optimizing '", b.param, "'")));
   ++applied_[r.trainer_id];
+  return Status::OK();
+}
+
+Status ParamServer::Refuse(rpc::Request& r, const Status& why) {
+  ++refused_;
+  std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
+               r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(), why.message().c_str());
+  server_->ReplyError(r, why);
   return Status::OK();
 }
 
@@ -721,14 +719,7 @@ Status ParamServer::OnSparsePush(rpc::Request& r) {
       rows = FailedPrecondition("rows of table '", h.name(), "' of step ", h.step(),
                                 " while the server is at step ", step_done_ + 1);
   }
-  if (!rows.ok()) {
-    ++refused_;
-    std::fprintf(stderr, "loom %s: refused a message from trainer %d (%s): %s\n", name_.c_str(),
-                 r.trainer_id, server_->PeerAddress(r.trainer_id).c_str(),
-                 rows.status().message().c_str());
-    server_->ReplyError(r, rows.status());
-    return Status::OK();
-  }
+  if (!rows.ok()) return Refuse(r, rows.status());
   Table& t = tables_[static_cast<size_t>(it->second)];
   if (sync_) {
     t.received[r.trainer_id] = std::move(*rows);
