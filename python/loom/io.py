@@ -7,7 +7,7 @@ import numpy as np
 from . import core
 from .data_loader import DataLoader, PyReader  # noqa: F401
 from .reader import (batch, buffered, cache, chain, compose, firstn, map_readers,  # noqa: F401
-                     shuffle, xmap_readers)
+                     multiprocess_reader, shuffle, xmap_readers)
 from .framework import Program, Variable, default_main_program
 from .scope import global_scope
 from .transpiler import pserver_id, rpc_ops

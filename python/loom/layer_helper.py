@@ -115,9 +115,11 @@ class LayerHelper:
         if not startup_block.has_var(name):
             sp = startup_block.create_parameter(name, shape, dtype, attr.trainable)
             init(sp, startup_block)
-        return self.main_program.global_block().create_parameter(
+        param = self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             optimize_attr={"learning_rate": attr.learning_rate})
+        param.do_model_average = getattr(attr, "do_model_average", True)
+        return param
 
     def create_variable_for_type_inference(self, dtype="float32", stop_gradient=False):
         return self.block.create_var(name=unique_name.generate(self.name + ".tmp"), dtype=dtype,

@@ -4,13 +4,15 @@ from .initializer import Initializer
 
 class ParamAttr:
     def __init__(self, name=None, initializer=None, learning_rate=1.0, regularizer=None,
-                 trainable=True, gradient_clip=None, do_model_average=False):
+                 trainable=True, gradient_clip=None, do_model_average=True):
         self.name = name
         self.initializer = initializer
         self.learning_rate = learning_rate
         self.regularizer = regularizer
         self.trainable = trainable
         self.gradient_clip = gradient_clip
+        # ModelAverage and ExponentialMovingAverage average this parameter unless False.
+        self.do_model_average = do_model_average
 
     @staticmethod
     def _to_attr(arg):

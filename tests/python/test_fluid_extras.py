@@ -1,0 +1,306 @@
+"""Fluid names around training: ModelAverage, ExponentialMovingAverage, LookaheadOptimizer and
+Dpsgd against NumPy references (float64), fluid.average.WeightedAverage,
+metrics.ChunkEvaluator, require_version, io.multiprocess_reader and the py_reader layers."""
+import os
+
+import numpy as np
+import pytest
+
+import loom as fluid
+
+RNG = np.random.RandomState(7)
+X = RNG.rand(16, 4)
+Y = X @ np.array([[1.0], [-2.0], [0.5], [3.0]]) + 0.25
+LR = 0.1
+
+
+def _linear(opt_fn, seed=1):
+    main, start = fluid.Program(), fluid.Program()
+    main.random_seed = start.random_seed = seed
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="float64")
+        pred = fluid.layers.fc(x, 1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        extra = opt_fn(loss)
+    return main, start, loss, extra
+
+
+def _train(opt_fn, steps, seed=1):
+    """Losses, the (w, b) after each step, the initial (w, b), and the optimizer extra."""
+    main, start, loss, extra = _linear(opt_fn, seed)
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        get = lambda n: np.array(scope.find_var(n).get_tensor())  # noqa: E731
+        init = (get("fc_0.w_0"), get("fc_0.b_0"))
+        losses, traj = [], []
+        for _ in range(steps):
+            losses.append(float(exe.run(main, feed={"x": X, "y": Y}, fetch_list=[loss])[0]))
+            traj.append((get("fc_0.w_0"), get("fc_0.b_0")))
+        averaged = None
+        if extra is not None:
+            with extra.apply(exe):
+                averaged = (get("fc_0.w_0"), get("fc_0.b_0"))
+            # restored on exit
+            last = traj[-1] if traj else init
+            assert np.array_equal(get("fc_0.w_0"), last[0])
+            assert np.array_equal(get("fc_0.b_0"), last[1])
+    return losses, traj, init, averaged
+
+
+def _grads(w, b):
+    r = X @ w + b - Y
+    return 2.0 / len(X) * X.T @ r, 2.0 / len(X) * r.sum(0)
+
+
+def test_exponential_moving_average_matches_numpy():
+    def opt(loss):
+        fluid.optimizer.SGD(LR).minimize(loss)
+        ema = fluid.optimizer.ExponentialMovingAverage(0.9)
+        ema.update()
+        return ema
+    steps = 9
+    losses, traj, _, averaged = _train(opt, steps)
+    assert losses[-1] < losses[0]
+    ema_w, ema_b = np.zeros_like(traj[0][0]), np.zeros_like(traj[0][1])
+    for w, b in traj:
+        ema_w = ema_w * 0.9 + w * (1 - 0.9)
+        ema_b = ema_b * 0.9 + b * (1 - 0.9)
+    d = np.float64(np.float32(0.9))  # the decay is held in float32, as Fluid's
+    ema_w32 = np.zeros_like(traj[0][0])
+    for w, _ in traj:
+        ema_w32 = ema_w32 * d + w * (1 - d)
+    np.testing.assert_allclose(averaged[0], ema_w32 / (1 - d ** steps), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(averaged[0], ema_w / (1 - 0.9 ** steps), rtol=1e-6)
+
+
+def test_exponential_moving_average_before_any_step_leaves_params():
+    def opt(loss):
+        fluid.optimizer.SGD(LR).minimize(loss)
+        ema = fluid.optimizer.ExponentialMovingAverage(0.99)
+        ema.update()
+        return ema
+    _, _, init, averaged = _train(opt, 0)
+    np.testing.assert_array_equal(averaged[0], init[0])
+
+
+def _model_average_reference(traj, rate, min_w, max_w):
+    s1 = s2 = s3 = 0.0
+    n_acc = old_n = n_up = 0
+    for w, _ in traj:
+        n_up += 1
+        n_acc += 1
+        s1 = s1 + w
+        if n_up % 16384 == 0:
+            s2, s1 = s2 + s1, 0.0
+        if n_acc >= min_w and n_acc >= min(max_w, n_up * rate):
+            s3, s1, s2 = s1 + s2, 0.0, 0.0
+            old_n, n_acc = n_acc, 0
+    return (s1 + s2 + s3) / (n_acc + old_n)
+
+
+@pytest.mark.parametrize("rate,min_w,max_w,steps", [(0.5, 2, 4, 11), (0.15, 3, 10, 20),
+                                                     (1.0, 1, 1, 5), (0.3, 10, 20, 7)])
+def test_model_average_matches_numpy(rate, min_w, max_w, steps):
+    def opt(loss):
+        fluid.optimizer.SGD(LR).minimize(loss)
+        return fluid.optimizer.ModelAverage(rate, min_average_window=min_w,
+                                            max_average_window=max_w)
+    _, traj, _, averaged = _train(opt, steps)
+    np.testing.assert_allclose(averaged[0], _model_average_reference(traj, rate, min_w, max_w),
+                               rtol=0, atol=1e-12)
+
+
+def test_model_average_skips_params_marked_off():
+    def opt(loss):
+        fluid.optimizer.SGD(LR).minimize(loss)
+        return fluid.optimizer.ModelAverage(0.5, 2, 4)
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype="float64")
+        pred = fluid.layers.fc(x, 1, param_attr=fluid.ParamAttr(do_model_average=False))
+        ma = opt(fluid.layers.mean(pred))
+    assert set(ma._state) == {"fc_0.b_0"}
+    with pytest.raises(ValueError, match="min_average_window"):
+        fluid.optimizer.ModelAverage(0.5, 5, 2)
+
+
+@pytest.mark.parametrize("alpha,k", [(0.5, 3), (0.8, 1), (0.2, 5)])
+def test_lookahead_matches_numpy(alpha, k):
+    steps = 11
+    losses, traj, init, _ = _train(
+        lambda loss: fluid.optimizer.LookaheadOptimizer(fluid.optimizer.SGD(LR), alpha, k)
+        .minimize(loss) and None, steps)
+    w, b = init
+    slow_w, slow_b = w.copy(), b.copy()
+    # the scale op's attribute is float32, as Fluid's
+    a, ca = np.float64(np.float32(alpha)), np.float64(np.float32(1.0 - alpha))
+    for t in range(1, steps + 1):
+        gw, gb = _grads(w, b)
+        w, b = w - LR * gw, b - LR * gb
+        if t % k == 0:
+            slow_w = w * a + slow_w * ca
+            slow_b = b * a + slow_b * ca
+            w, b = slow_w.copy(), slow_b.copy()
+        np.testing.assert_allclose(traj[t - 1][0], w, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(traj[t - 1][1], b, rtol=0, atol=1e-12)
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="k must be"):
+        fluid.optimizer.LookaheadOptimizer(fluid.optimizer.SGD(LR), 0.5, 0)
+
+
+def test_dpsgd_without_noise_is_clipped_sgd():
+    clip = 0.5
+    steps = 6
+    _, traj, init, _ = _train(
+        lambda loss: fluid.optimizer.Dpsgd(LR, clip=clip, batch_size=16.0, sigma=0.0)
+        .minimize(loss) and None, steps)
+    w, b = init
+    for t in range(steps):
+        gw, gb = _grads(w, b)
+        w = w - LR * gw / max(1.0, np.linalg.norm(gw) / clip)
+        b = b - LR * gb / max(1.0, np.linalg.norm(gb) / clip)
+        np.testing.assert_allclose(traj[t][0], w, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(traj[t][1], b, rtol=0, atol=1e-12)
+
+
+def test_dpsgd_noise_follows_the_seed():
+    def opt(loss):
+        fluid.optimizer.Dpsgd(LR, clip=1.0, batch_size=4.0, sigma=0.5).minimize(loss)
+    runs = [_train(opt, 4, seed)[1][-1][0] for seed in (3, 3, 4)]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+    with pytest.raises(ValueError, match="clip"):
+        fluid.optimizer.Dpsgd(LR, clip=0.0)
+
+
+def test_weighted_average():
+    avg = fluid.average.WeightedAverage()
+    for v, w in [(1.0, 2), (4.0, 1), (np.float32(2.5), 3)]:
+        avg.add(value=v, weight=w)
+    assert avg.eval() == pytest.approx((2 + 4 + 7.5) / 6)
+    avg.reset()
+    with pytest.raises(ValueError, match="nothing was added"):
+        avg.eval()
+    avg.add(np.array([1.0, 3.0]), 1)
+    avg.add(np.array([3.0, 5.0]), 3)
+    np.testing.assert_allclose(avg.eval(), [2.5, 4.5])
+    with pytest.raises(ValueError, match="weight"):
+        avg.add(np.array([1.0, 1.0]), -1)
+    with pytest.raises(ValueError, match="shape"):
+        avg.add(np.array([1.0, 1.0, 1.0]), 1)
+
+
+def test_chunk_evaluator_against_chunk_eval_counts():
+    m = fluid.metrics.ChunkEvaluator()
+    assert m.eval() == (0.0, 0.0, 0.0)
+    m.update(np.array([10]), np.array([12]), np.array([8]))
+    m.update(5, 4, 3)
+    p, r, f1 = m.eval()
+    assert p == pytest.approx(11 / 15) and r == pytest.approx(11 / 16)
+    assert f1 == pytest.approx(2 * p * r / (p + r))
+    m.reset()
+    assert m.num_infer_chunks == 0
+    with pytest.raises(ValueError, match="correct chunks"):
+        m.update(2, 5, 3)
+    with pytest.raises(ValueError, match="negative"):
+        m.update(-1, 5, 0)
+
+
+def test_require_version():
+    fluid.require_version("1.6.0")
+    fluid.require_version("1.0", "1.8.0")
+    with pytest.raises(Exception, match="needs the Fluid API 1.9"):
+        fluid.require_version("1.9")
+    with pytest.raises(Exception, match="to 1.7"):
+        fluid.require_version("1.0", "1.7")
+    with pytest.raises(TypeError, match="min_version"):
+        fluid.require_version(1.6)
+    with pytest.raises(ValueError, match="'1.x'"):
+        fluid.require_version("1.x")
+
+
+def _numbers(k, n):
+    def read():
+        for i in range(n):
+            yield (k, i)
+    return read
+
+
+def test_multiprocess_reader_yields_every_sample_in_reader_order():
+    got = list(fluid.io.multiprocess_reader([_numbers(0, 50), _numbers(1, 30),
+                                             _numbers(2, 0)], queue_size=8)())
+    assert sorted(got) == sorted([(0, i) for i in range(50)] + [(1, i) for i in range(30)])
+    for k in (0, 1):
+        assert [i for kk, i in got if kk == k] == sorted(i for kk, i in got if kk == k)
+
+
+def test_multiprocess_reader_errors_name_the_reader():
+    def bad():
+        yield (1,)
+        raise KeyError("boom")
+
+    def dies():
+        yield (1,)
+        os._exit(3)
+    with pytest.raises(RuntimeError, match=r"readers\[1\] raised KeyError"):
+        list(fluid.io.multiprocess_reader([_numbers(0, 3), bad])())
+    with pytest.raises(RuntimeError, match=r"readers\[0\] exited with code 3"):
+        list(fluid.io.multiprocess_reader([dies])())
+    with pytest.raises(ValueError, match="non-empty list"):
+        fluid.io.multiprocess_reader([])
+
+
+def _batches(n):
+    rng = np.random.RandomState(0)
+    for _ in range(n):
+        xb = rng.rand(8, 4).astype("float32")
+        yield [xb, (xb @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32"))]
+
+
+@pytest.mark.parametrize("by_data", [False, True])
+def test_py_reader_trains_until_eof(by_data):
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        if by_data:
+            xv = fluid.layers.data("x", [4])
+            yv = fluid.layers.data("y", [1])
+            reader = fluid.layers.create_py_reader_by_data(capacity=4, feed_list=[xv, yv])
+        else:
+            reader = fluid.layers.py_reader(capacity=4, shapes=[[-1, 4], [-1, 1]],
+                                            dtypes=["float32", "float32"])
+        x, y = fluid.layers.read_file(reader)
+        if by_data:
+            assert (x.name, y.name) == ("x", "y")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(x, 1), y))
+        fluid.optimizer.SGD(0.05).minimize(loss)
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    reader.decorate_tensor_provider(lambda: _batches(10))
+    firsts, counts = [], []
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        for _ in range(3):
+            reader.start()
+            n = 0
+            try:
+                while True:
+                    v = float(exe.run(main, fetch_list=[loss])[0])
+                    if n == 0:
+                        firsts.append(v)
+                    n += 1
+            except fluid.core.EOFException:
+                reader.reset()
+            counts.append(n)
+    assert counts == [10, 10, 10]
+    assert firsts[2] < firsts[0]
+
+
+def test_py_reader_bad_arguments():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(ValueError, match="2 dtypes for 1 shapes"):
+            fluid.layers.py_reader(4, [[-1, 2]], ["float32", "int64"])
+        with pytest.raises(ValueError, match="capacity"):
+            fluid.layers.py_reader(0, [[-1, 2]], ["float32"])
+        with pytest.raises(TypeError, match="read_file"):
+            fluid.layers.read_file(object())
