@@ -304,3 +304,66 @@ def test_py_reader_bad_arguments():
             fluid.layers.py_reader(0, [[-1, 2]], ["float32"])
         with pytest.raises(TypeError, match="read_file"):
             fluid.layers.read_file(object())
+
+
+def _ifelse_build(x, c):
+    ie = fluid.layers.IfElse(c)
+    with ie.true_block():
+        xt = ie.input(x)
+        ie.output(fluid.layers.fc(xt, 3, param_attr="wt", bias_attr="bt"))
+    with ie.false_block():
+        xf = ie.input(x)
+        ie.output(fluid.layers.tanh(fluid.layers.fc(xf, 3, param_attr="wf", bias_attr="bf")))
+    out, = ie()
+    return out
+
+
+@pytest.mark.parametrize("mask", ["mixed", "all_true", "all_false"])
+def test_ifelse_forward_and_gradients(mask):
+    from op_test import OpTest
+    rng = np.random.RandomState(3)
+    x = rng.randn(7, 4)
+    c = {"mixed": x[:, :1] > 0, "all_true": np.ones((7, 1), bool),
+         "all_false": np.zeros((7, 1), bool)}[mask]
+    params = {"wt": rng.randn(4, 3), "bt": rng.randn(3), "wf": rng.randn(4, 3),
+              "bf": rng.randn(3)}
+    t = OpTest(lambda x, c: fluid.layers.reshape(_ifelse_build(x, c), [7, 3]),
+               {"x": x, "c": c}, params=params,
+               no_grad=("c",))
+    expect = np.where(c, x @ params["wt"] + params["bt"], np.tanh(x @ params["wf"] + params["bf"]))
+    t.check_forward(expect, rtol=0, atol=1e-12)
+    t.check_grad()
+
+
+def test_ifelse_trains_and_checks_its_use():
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="float64")
+        c = fluid.layers.greater_than(fluid.layers.slice(x, [1], [0], [1]),
+                                      fluid.layers.fill_constant([1], "float64", 0.5))
+        ie = fluid.layers.IfElse(c)
+        with ie.true_block():
+            ie.output(fluid.layers.fc(ie.input(x), 1))
+        with ie.false_block():
+            ie.output(fluid.layers.fc(ie.input(x), 1))
+        pred, = ie()
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.SGD(0.2).minimize(loss)
+        with pytest.raises(RuntimeError, match="inside true_block"):
+            ie.input(x)
+        with pytest.raises(TypeError, match="must be bool"):
+            fluid.layers.IfElse(x)
+        bad = fluid.layers.IfElse(c)
+        with bad.true_block():
+            bad.output(bad.input(x))
+        with pytest.raises(RuntimeError, match="false_block"):
+            bad()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    yv = np.where(X[:, :1] > 0.5, X @ np.ones((4, 1)), -X @ np.ones((4, 1)))
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        losses = [float(exe.run(main, feed={"x": X, "y": yv}, fetch_list=[loss])[0])
+                  for _ in range(30)]
+    assert losses[-1] < 0.2 * losses[0]
