@@ -10,7 +10,7 @@ from .framework import (Program, Block, Variable, Parameter, program_guard, name
                         cpu_places, cuda_places, is_compiled_with_cuda)
 from .executor import Executor
 from .scope import Scope, global_scope, scope_guard
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor

@@ -5,7 +5,7 @@ import weakref
 from . import unique_name
 from .framework import default_main_program, default_startup_program
 from .initializer import ConstantInitializer, XavierInitializer
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 
 
 # Parameter sharing across the unrolled steps of a recurrence (rnn, dynamic_decode). Fluid
@@ -104,6 +104,9 @@ class LayerHelper:
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
+        if isinstance(attr, WeightNormParamAttr):
+            return self._weight_norm_parameter(attr, shape, dtype, is_bias, default_initializer,
+                                               suffix)
         if any(int(s) <= 0 for s in shape):
             raise ValueError("%s: parameter shape must be positive, got %s" %
                              (self.name, list(shape)))
@@ -120,6 +123,49 @@ class LayerHelper:
             optimize_attr={"learning_rate": attr.learning_rate})
         param.do_model_average = getattr(attr, "do_model_average", True)
         return param
+
+    def _weight_norm_parameter(self, attr, shape, dtype, is_bias, default_initializer, suffix):
+        """w = g * v / ||v|| (WeightNormParamAttr): v and g are the parameters; w, computed in
+        the main program, is what the layer uses."""
+        from . import layers
+        shape = [int(s) for s in shape]
+        dim = attr.dim
+        if dim is not None:
+            if not -len(shape) <= dim < len(shape):
+                raise ValueError("%s: WeightNormParamAttr dim %d is out of range for a "
+                                 "parameter of shape %s" % (self.name, dim, shape))
+            dim %= len(shape)
+        others = [d for d in range(len(shape)) if d != dim]
+        base = attr.name or "%s.%s_0" % (self.name, suffix or ("b" if is_bias else "w"))
+
+        def sub(name, initializer):
+            return ParamAttr(name=name, initializer=initializer,
+                             learning_rate=attr.learning_rate, regularizer=attr.regularizer,
+                             trainable=attr.trainable, do_model_average=attr.do_model_average)
+        v = self.create_parameter(sub(base + "_v", attr.initializer), shape, dtype, is_bias,
+                                  default_initializer)
+
+        def norm(x):
+            sq = layers.reduce_sum(layers.square(x), dim=others or None, keep_dim=False)
+            return layers.reshape(layers.sqrt(sq), [-1])
+        g_shape = [shape[dim]] if dim is not None else [1]
+        startup = self.startup_program
+        if not startup.global_block().has_var(base + "_g"):
+            # g starts at ||v||: ops of the startup program, after v's initializer.
+            from .framework import program_guard
+            from .initializer import Initializer
+
+            class _NormOfV(Initializer):
+                def __call__(self, var, block):
+                    with program_guard(startup, startup):
+                        sv = startup.global_block().var(v.name)
+                        layers.assign(norm(sv), var)
+            init = _NormOfV()
+        else:
+            init = ConstantInitializer(1.0)  # already made (shared): not used
+        g = self.create_parameter(sub(base + "_g", init), g_shape, dtype, is_bias)
+        scale = layers.elementwise_div(g, norm(v))
+        return layers.elementwise_mul(v, scale, axis=dim if dim is not None else -1)
 
     def create_variable_for_type_inference(self, dtype="float32", stop_gradient=False):
         return self.block.create_var(name=unique_name.generate(self.name + ".tmp"), dtype=dtype,

@@ -367,3 +367,45 @@ def test_ifelse_trains_and_checks_its_use():
         losses = [float(exe.run(main, feed={"x": X, "y": yv}, fetch_list=[loss])[0])
                   for _ in range(30)]
     assert losses[-1] < 0.2 * losses[0]
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1])
+def test_weight_norm_param_attr(dim):
+    from op_test import OpTest
+    rng = np.random.RandomState(5)
+    x = rng.randn(5, 4)
+    v = rng.randn(4, 3)
+    g = rng.rand(1 if dim is None else v.shape[dim]) + 0.5
+    t = OpTest(lambda x: fluid.layers.fc(
+        x, 3, param_attr=fluid.WeightNormParamAttr(dim=dim, name="wn"), bias_attr=False),
+        {"x": x}, params={"wn_v": v, "wn_g": g})
+    if dim is None:
+        w = g[0] * v / np.sqrt((v ** 2).sum())
+    else:
+        d = dim % 2
+        w = v * np.expand_dims(g / np.sqrt((v ** 2).sum(axis=1 - d)), 1 - d)
+    t.check_forward(x @ w, rtol=0, atol=1e-12)
+    t.check_grad()
+
+
+def test_weight_norm_starts_at_v_and_trains():
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="float64")
+        pred = fluid.layers.fc(x, 1, param_attr=fluid.WeightNormParamAttr(dim=1, name="w"))
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+        names = {p.name for p in main.all_parameters()}
+        with pytest.raises(ValueError, match="dim 3 is out of range"):
+            fluid.layers.fc(x, 1, param_attr=fluid.WeightNormParamAttr(dim=3))
+    assert {"w_v", "w_g"} <= names and "w" not in names
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        v = np.array(scope.find_var("w_v").get_tensor())
+        g = np.array(scope.find_var("w_g").get_tensor())
+        np.testing.assert_allclose(g, np.sqrt((v ** 2).sum(0)), rtol=1e-12)
+        losses = [float(exe.run(main, feed={"x": X, "y": Y}, fetch_list=[loss])[0])
+                  for _ in range(80)]
+    assert losses[-1] < 0.5 * losses[0]
