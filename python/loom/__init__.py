@@ -15,7 +15,8 @@ from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
-from . import nets, metrics, average
+from . import nets, metrics, average, dataset
+from .dataset import DatasetFactory
 from . import install_check, profiler
 from ._flags import get_flags, set_flags
 from . import transpiler

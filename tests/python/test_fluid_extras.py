@@ -409,3 +409,114 @@ def test_weight_norm_starts_at_v_and_trains():
         losses = [float(exe.run(main, feed={"x": X, "y": Y}, fetch_list=[loss])[0])
                   for _ in range(80)]
     assert losses[-1] < 0.5 * losses[0]
+
+
+def _write_multislot(tmp_path, files=2, lines=10, seed=0):
+    rng = np.random.RandomState(seed)
+    paths, samples = [], []
+    for f in range(files):
+        rows = []
+        for _ in range(lines):
+            ids = rng.randint(0, 50, rng.randint(1, 5))
+            dense = rng.rand(3)
+            label = int(ids.sum() % 2)
+            rows.append("%d %s 3 %s 1 %d" % (len(ids), " ".join(map(str, ids)),
+                                             " ".join("%.6f" % d for d in dense), label))
+            samples.append((ids, np.array(["%.6f" % d for d in dense], float), label))
+        p = tmp_path / ("part-%d" % f)
+        p.write_text("\n".join(rows) + "\n")
+        paths.append(str(p))
+    return paths, samples
+
+
+def _ctr_program():
+    main, start = fluid.Program(), fluid.Program()
+    main.random_seed = start.random_seed = 9
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        ids = fluid.layers.data("ids", [1], dtype="int64", lod_level=1)
+        dense = fluid.layers.data("dense", [3], dtype="float32")
+        label = fluid.layers.data("label", [1], dtype="int64")
+        emb = fluid.layers.embedding(ids, size=[50, 4])
+        pooled = fluid.layers.sequence_pool(emb, "sum")
+        logits = fluid.layers.fc(fluid.layers.concat([pooled, dense], axis=1), 2)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, start, [ids, dense, label], loss
+
+
+@pytest.mark.parametrize("kind", ["QueueDataset", "InMemoryDataset"])
+def test_train_from_dataset_equals_feeding_the_batches(tmp_path, kind, capsys):
+    paths, samples = _write_multislot(tmp_path)
+    main, start, slots, loss = _ctr_program()
+    ds = fluid.DatasetFactory().create_dataset(kind)
+    ds.set_use_var(slots)
+    ds.set_batch_size(4)
+    ds.set_thread(2)
+    ds.set_filelist(paths)
+    if kind == "InMemoryDataset":
+        ds.load_into_memory()
+        assert ds.get_memory_data_size() == len(samples)
+    exe = fluid.Executor(fluid.CPUPlace())
+    s1, s2 = fluid.Scope(), fluid.Scope()
+    with fluid.scope_guard(s1):
+        exe.run(start)
+        for _ in range(2):
+            assert exe.train_from_dataset(main, ds, fetch_list=[loss], fetch_info=["loss"],
+                                          print_period=2) == 5
+    assert "train_from_dataset step 4: loss" in capsys.readouterr().out
+    feeder = fluid.DataFeeder(slots)
+    with fluid.scope_guard(s2):
+        exe.run(start)
+        for _ in range(2):
+            for b in range(0, len(samples), 4):
+                batch = [(ids.reshape(-1, 1), dense.astype("float32"), [lab])
+                         for ids, dense, lab in samples[b:b + 4]]
+                exe.run(main, feed=feeder.feed(batch), fetch_list=[loss])
+    for name in ("fc_0.w_0", "embedding_0.w_0"):
+        np.testing.assert_array_equal(np.array(s1.find_var(name).get_tensor()),
+                                      np.array(s2.find_var(name).get_tensor()))
+
+
+def test_in_memory_dataset_shuffle_is_seeded(tmp_path):
+    paths, samples = _write_multislot(tmp_path, files=1, lines=30)
+    main, start, slots, loss = _ctr_program()
+    orders = []
+    for _ in range(2):
+        ds = fluid.DatasetFactory().create_dataset("InMemoryDataset")
+        ds.set_use_var(slots)
+        ds.set_filelist(paths)
+        ds.set_shuffle_seed(5)
+        ds.preload_into_memory()
+        ds.wait_preload_done()
+        ds.local_shuffle()
+        orders.append([tuple(s[0].ravel()) for s in ds._samples])
+    assert orders[0] == orders[1]
+    assert orders[0] != [tuple(s[0]) for s in samples]
+    assert sorted(orders[0]) == sorted(tuple(s[0]) for s in samples)
+
+
+def test_dataset_errors_name_the_file_and_line(tmp_path):
+    main, start, slots, loss = _ctr_program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    bad = tmp_path / "bad"
+    bad.write_text("2 1 2 3 0.1 0.2 0.3 1 0\n2 1 2 2 0.1 0.2 1 0\n")
+    ds = fluid.DatasetFactory().create_dataset("QueueDataset")
+    ds.set_use_var(slots)
+    ds.set_filelist([str(bad)])
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(start)
+        with pytest.raises(ValueError, match=r"bad line 2, slot 'dense': 2 values for a dense "
+                                             r"slot of 3"):
+            exe.train_from_dataset(main, ds)
+        ds.set_pipe_command("exit 7")
+        with pytest.raises(RuntimeError, match="exited with 7"):
+            exe.train_from_dataset(main, ds)
+    with pytest.raises(ValueError, match="unknown dataset"):
+        fluid.DatasetFactory().create_dataset("Nope")
+    with pytest.raises(RuntimeError, match="set_filelist"):
+        empty = fluid.DatasetFactory().create_dataset()
+        empty.set_use_var(slots)
+        list(empty._feeds())
+    with pytest.raises(RuntimeError, match="load_into_memory"):
+        mem = fluid.DatasetFactory().create_dataset("InMemoryDataset")
+        mem.local_shuffle()
