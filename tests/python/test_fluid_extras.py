@@ -520,3 +520,29 @@ def test_dataset_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(RuntimeError, match="load_into_memory"):
         mem = fluid.DatasetFactory().create_dataset("InMemoryDataset")
         mem.local_shuffle()
+
+
+@pytest.mark.parametrize("fmt", ["loom", "npy"])
+def test_layers_load_reads_at_run_time(tmp_path, fmt):
+    value = np.arange(12, dtype="float64").reshape(3, 4) / 7
+    path = str(tmp_path / ("t.npy" if fmt == "npy" else "t.tensor"))
+    if fmt == "npy":
+        np.save(path, value)
+    else:
+        t = fluid.core.Tensor()
+        t.set(value, fluid.CPUPlace())
+        fluid.core.save_tensor(t, path)
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        out = fluid.layers.create_tensor("float64")
+        fluid.layers.load(out, path)
+        doubled = fluid.layers.scale(out, 2.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    got, twice = exe.run(main, fetch_list=[out, doubled])
+    np.testing.assert_array_equal(got, value)
+    np.testing.assert_allclose(twice, 2 * value)
+    bad = fluid.Program()
+    with fluid.program_guard(bad, fluid.Program()):
+        fluid.layers.load(fluid.layers.create_tensor("float32"), str(tmp_path / "missing"))
+    with pytest.raises(Exception, match="cannot load .*missing"):
+        exe.run(bad)

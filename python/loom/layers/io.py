@@ -3,7 +3,7 @@ non-iterable readers ``py_reader`` / ``create_py_reader_by_data`` and ``read_fil
 from .. import unique_name
 from ..framework import Variable, default_main_program
 
-__all__ = ["data", "double_buffer", "py_reader", "create_py_reader_by_data", "read_file"]
+__all__ = ["data", "double_buffer", "py_reader", "create_py_reader_by_data", "read_file", "load"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None,
@@ -136,3 +136,19 @@ def read_file(reader):
         raise TypeError("read_file: expected a reader from layers.py_reader or "
                         "create_py_reader_by_data, got %r" % (reader,))
     return vs[0] if len(vs) == 1 else list(vs)
+
+
+def load(out, file_path, load_as_fp16=None):
+    """Appends a load op: when the program runs, out takes the tensor stored in file_path (a
+    file written by core.save_tensor / io.save_vars, or a NumPy .npy), with the file's dims
+    and dtype. load_as_fp16 is not supported (Loom has no float16 CPU kernels)."""
+    if not isinstance(out, Variable):
+        raise TypeError("layers.load: out must be a Variable, got %r" % (out,))
+    if not isinstance(file_path, str) or not file_path:
+        raise ValueError("layers.load: file_path must be a non-empty string, got %r"
+                         % (file_path,))
+    if load_as_fp16:
+        raise NotImplementedError("layers.load: load_as_fp16 is not supported (no float16 "
+                                  "CPU kernels); load float32 and cast on a CUDA place")
+    default_main_program().current_block().append_op(
+        "load", outputs={"Out": out}, attrs={"file_path": file_path})
