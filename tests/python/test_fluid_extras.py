@@ -546,3 +546,79 @@ def test_layers_load_reads_at_run_time(tmp_path, fmt):
         fluid.layers.load(fluid.layers.create_tensor("float32"), str(tmp_path / "missing"))
     with pytest.raises(Exception, match="cannot load .*missing"):
         exe.run(bad)
+
+
+def _np_lstm(x, h0, c0, w, b, reverse):
+    """x [batch, T, in]; gates [i, j, f, o] of [x, h] w + b, no forget bias."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    h, c = h0, c0
+    outs = [None] * x.shape[1]
+    for t in (reversed(range(x.shape[1])) if reverse else range(x.shape[1])):
+        g = np.concatenate([x[:, t], h], 1) @ w + b
+        i, j, f, o = np.split(g, 4, 1)
+        c = c * sig(f) + sig(i) * np.tanh(j)
+        h = np.tanh(c) * sig(o)
+        outs[t] = h
+    return np.stack(outs, 1), h, c
+
+
+@pytest.mark.parametrize("layers,bidirec", [(1, False), (2, True)])
+def test_lstm_matches_numpy_and_gradients(layers, bidirec):
+    from op_test import OpTest
+    rng = np.random.RandomState(11)
+    batch, T, ins, hid = 2, 3, 3, 2
+    dirs = 2 if bidirec else 1
+    x = rng.randn(batch, T, ins)
+    h0 = rng.randn(layers * dirs, batch, hid) * 0.5
+    c0 = rng.randn(layers * dirs, batch, hid) * 0.5
+    params, weights = {}, {}
+    for layer in range(layers):
+        width = (ins if layer == 0 else hid * dirs) + hid
+        for d in range(dirs):
+            tag = "l%d_%s" % (layer, "bw" if d else "fw")
+            weights[tag] = (rng.randn(width, 4 * hid) * 0.5, rng.randn(4 * hid) * 0.5)
+            params["%s.w" % tag], params["%s.b" % tag] = weights[tag]
+
+    def build(x, h0, c0):
+        out, h, c = fluid.layers.lstm(x, h0, c0, T, hid, layers, is_bidirec=bidirec,
+                                      name="lstm")
+        return [out, h, c]
+    t = OpTest(build, {"x": x, "h0": h0, "c0": c0}, params=params)
+    inp, hs, cs = x, [], []
+    for layer in range(layers):
+        outs = []
+        for d in range(dirs):
+            k = layer * dirs + d
+            w, b = weights["l%d_%s" % (layer, "bw" if d else "fw")]
+            o, h, c = _np_lstm(inp, h0[k], c0[k], w, b, reverse=bool(d))
+            outs.append(o)
+            hs.append(h)
+            cs.append(c)
+        inp = np.concatenate(outs, 2)
+    t.check_forward([inp, np.stack(hs), np.stack(cs)], rtol=0, atol=1e-12)
+    t.check_grad()
+
+
+def test_lstm_language_model_trains():
+    main, start = fluid.Program(), fluid.Program()
+    main.random_seed = start.random_seed = 3
+    batch, T, vocab = 4, 6, 12
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        words = fluid.layers.data("w", [batch, T], dtype="int64", append_batch_size=False)
+        nxt = fluid.layers.data("n", [batch * T, 1], dtype="int64", append_batch_size=False)
+        emb = fluid.embedding(words, size=[vocab, 8])
+        h0 = fluid.layers.fill_constant([2, batch, 16], "float32", 0.0)
+        out, _, _ = fluid.layers.lstm(emb, h0, h0, T, 16, 2, dropout_prob=0.1)
+        logits = fluid.layers.fc(fluid.layers.reshape(out, [-1, 16]), vocab)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, nxt))
+        fluid.optimizer.Adam(0.02).minimize(loss)
+        with pytest.raises(ValueError, match="init_h must be"):
+            fluid.layers.lstm(emb, fluid.layers.fill_constant([3, batch, 16], "float32", 0.0),
+                              h0, T, 16, 2)
+    seq = np.arange(batch * (T + 1)).reshape(batch, T + 1) % vocab
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        losses = [float(exe.run(main, feed={"w": seq[:, :T], "n": seq[:, 1:].reshape(-1, 1)},
+                                fetch_list=[loss])[0]) for _ in range(40)]
+    assert losses[-1] < 0.3 * losses[0]
