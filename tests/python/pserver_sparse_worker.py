@@ -36,7 +36,7 @@ def peak_rss_kib():
     return -1
 
 
-def build(rows=ROWS, table="distributed"):
+def build(rows=ROWS, table="distributed", opt="sgd"):
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 7
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
@@ -47,7 +47,9 @@ def build(rows=ROWS, table="distributed"):
         p = fluid.layers.fc(fluid.layers.reshape(emb, [-1, WIDTH]), size=1)
         PREDICTION[:] = [p.name]
         loss = fluid.layers.mean(fluid.layers.square_error_cost(p, y))
-        fluid.optimizer.SGD(0.1).minimize(loss)
+        {"sgd": lambda: fluid.optimizer.SGD(0.1),
+         "adagrad": lambda: fluid.optimizer.Adagrad(0.1),
+         "adam": lambda: fluid.optimizer.Adam(0.05, lazy_mode=True)}[opt]().minimize(loss)
     return main, startup, loss
 
 
@@ -63,12 +65,13 @@ def main():
     ap.add_argument("--table", default="distributed", choices=["distributed", "sparse", "dense"])
     ap.add_argument("--report-bytes", action="store_true")
     ap.add_argument("--export", default="")
+    ap.add_argument("--opt", default="sgd", choices=["sgd", "adagrad", "adam"])
     a = ap.parse_args()
     role = os.environ["PADDLE_TRAINING_ROLE"]
     eps = os.environ["PADDLE_PSERVER_ENDPOINTS"]
     trainers = int(os.environ["PADDLE_TRAINERS_NUM"])
     trainer_id = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    main_prog, startup, loss = build(a.rows, a.table)
+    main_prog, startup, loss = build(a.rows, a.table, a.opt)
     t = fluid.DistributeTranspiler()
     t.transpile(trainer_id, program=main_prog, pservers=eps, trainers=trainers,
                 sync_mode=a.sync, startup_program=startup)

@@ -298,12 +298,14 @@ def _losses(out):
     return sorted(re.findall(r"\[worker (\d)\] step (\d+) loss (\S+)", out))
 
 
-def test_servers_checkpoint_and_resume_a_distributed_table(tmp_path):
+@pytest.mark.parametrize("opt", ["sgd", "adagrad", "adam"])
+def test_servers_checkpoint_and_resume_a_distributed_table(tmp_path, opt):
     """save_persistables makes each server write its shard's touched rows (pserver_<id>/
-    <table>.sptb); servers that load_persistables it resume: the steps after the checkpoint
-    give the losses of a job that never stopped."""
+    <table>.sptb) with their optimizer state (Adagrad's accumulators, Adam's moments and beta
+    powers); servers that load_persistables it resume: the steps after the checkpoint give the
+    losses of a job that never stopped."""
     ckpt = tmp_path / "ckpt"
-    common = ("--rows", 1000, "--batch", 16)
+    common = ("--rows", 1000, "--batch", 16, "--opt", opt)
     whole = _losses(_launch("--steps", 6, *common).stdout)
     _launch("--steps", 3, "--checkpoint", ckpt, *common)
     for i in range(2):
