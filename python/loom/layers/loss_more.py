@@ -1,0 +1,3 @@
+"""More losses of Fluid 1.8."""
+
+__all__ = []
