@@ -138,3 +138,207 @@ def test_unique_with_counts_errors():
         build_only(lambda: L.unique_with_counts(fluid.data("x", [2, 3], "int64")))
     with pytest.raises(TypeError, match="unique_with_counts: dtype must be int32 or int64"):
         build_only(lambda: L.unique_with_counts(fluid.data("x", [3], "int64"), "float32"))
+
+
+# ---- LoD helpers ----
+
+def lod_tensor(array, lengths):
+    return fluid.create_lod_tensor(np.asarray(array), [list(lengths)], fluid.CPUPlace())
+
+
+def lod_grad_check(build, x, lengths, eps=1e-6, rtol=1e-6, atol=1e-8):
+    """The gradient of sum(build(x) * w), for an output of x's rows and a fixed random w, with
+    respect to the LoD input x against central differences."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = fluid.data("x", [None] + list(x.shape[1:]), "float64", lod_level=1)
+        xv.stop_gradient = False
+        out = build(xv)
+        w = fluid.data("w", [None] + [int(s) for s in out.shape[1:]], "float64")
+        loss = L.reduce_sum(L.elementwise_mul(out, w))
+        fluid.backward.append_backward(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    wv = np.random.RandomState(7).uniform(0.5, 1.5, (x.shape[0],) + tuple(out.shape[1:]))
+
+    def fetch(xa, what):
+        return exe.run(main, feed={"x": lod_tensor(xa, lengths), "w": wv}, fetch_list=[what],
+                       scope=scope)[0]
+    numeric = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+        vals = []
+        for d in (eps, -eps):
+            p = x.copy()
+            p[idx] += d
+            vals.append(float(np.asarray(fetch(p, loss)).sum()))
+        numeric[idx] = (vals[0] - vals[1]) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(fetch(x, "x@GRAD")), numeric, rtol=rtol, atol=atol)
+
+
+# ---- edit_distance ----
+
+def levenshtein(a, b):
+    d = np.arange(len(b) + 1)
+    for i in range(1, len(a) + 1):
+        prev, d[0] = d.copy(), i
+        for j in range(1, len(b) + 1):
+            d[j] = min(prev[j] + 1, d[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+    return d[len(b)]
+
+
+HYPS = [[1, 2, 3, 4], [5, 0, 6], [7]]
+REFS = [[1, 3, 4, 9], [5, 6, 0, 0, 8], [0, 7]]
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+@pytest.mark.parametrize("ignored", [None, [0]])
+def test_edit_distance_lod(normalized, ignored):
+    def build():
+        return L.edit_distance(fluid.data("h", [None, 1], "int64", lod_level=1),
+                               fluid.data("r", [None, 1], "int64", lod_level=1),
+                               normalized=normalized, ignored_tokens=ignored)
+    flat = lambda seqs: np.array(sum(seqs, []), "int64").reshape(-1, 1)  # noqa: E731
+    dist, num = run(build, {"h": lod_tensor(flat(HYPS), map(len, HYPS)),
+                            "r": lod_tensor(flat(REFS), map(len, REFS))})
+    drop = set(ignored or [])
+    want = []
+    for h, r in zip(HYPS, REFS):
+        h, r = [t for t in h if t not in drop], [t for t in r if t not in drop]
+        want.append(levenshtein(h, r) / (len(r) if normalized else 1.0))
+    np.testing.assert_allclose(np.array(dist).ravel(), want, rtol=1e-6)
+    assert np.array(dist).shape == (3, 1) and np.array(dist).dtype == np.float32
+    assert np.array(num).tolist() == [3]
+
+
+def test_edit_distance_padded_and_errors():
+    h = np.array([[1, 2, 3, 4, 0], [5, 0, 6, 0, 0]], "int64")
+    r = np.array([[1, 3, 4, 9, 0], [5, 6, 0, 0, 8]], "int64")
+    hl, rl = np.array([4, 3], "int64"), np.array([4, 5], "int64")
+
+    def build():
+        return L.edit_distance(fluid.data("h", [2, 5], "int64"), fluid.data("r", [2, 5], "int64"),
+                               normalized=False, input_length=fluid.data("hl", [2], "int64"),
+                               label_length=fluid.data("rl", [2], "int64"))
+    dist, num = run(build, {"h": h, "r": r, "hl": hl, "rl": rl})
+    want = [levenshtein(h[i, :hl[i]].tolist(), r[i, :rl[i]].tolist()) for i in range(2)]
+    np.testing.assert_allclose(np.array(dist).ravel(), want)
+    assert np.array(num).tolist() == [2]
+    with pytest.raises(TypeError, match="edit_distance: input 'h' must be int64"):
+        build_only(lambda: L.edit_distance(fluid.data("h", [2, 1], "int32"),
+                                           fluid.data("r", [2, 1], "int64")))
+    with pytest.raises(ValueError, match="edit_distance: input_length and label_length go"):
+        build_only(lambda: L.edit_distance(fluid.data("h", [2, 5], "int64"),
+                                           fluid.data("r", [2, 5], "int64"),
+                                           input_length=fluid.data("hl", [2], "int64")))
+    with pytest.raises(ValueError, match="reference sequence 1 is empty"):
+        run(lambda: L.edit_distance(fluid.data("h", [None, 1], "int64", lod_level=1),
+                                    fluid.data("r", [None, 1], "int64", lod_level=1)),
+            {"h": lod_tensor(np.ones((2, 1), "int64"), [1, 1]),
+             "r": lod_tensor(np.ones((1, 1), "int64"), [1, 0])})
+
+
+# ---- row_conv ----
+
+def np_row_conv(x, w, lengths):
+    out = np.zeros_like(x)
+    start = 0
+    for n in lengths:
+        for t in range(n):
+            for j in range(min(w.shape[0], n - t)):
+                out[start + t] += x[start + t + j] * w[j]
+        start += n
+    return out
+
+
+def test_row_conv_padded_forward_and_grad():
+    x = rand(2, 4, 3)
+    w = rand(3, 3, seed=1)
+    t = OpTest(lambda x: L.row_conv(x, 2), {"x": x}, params={"w_0": w})
+    t.check_forward(np_row_conv(x.reshape(8, 3), w, [4, 4]).reshape(2, 4, 3))
+    t.check_grad()
+
+
+def test_row_conv_lod_forward_and_grad():
+    lengths = [3, 1, 4]
+    x = rand(8, 2)
+    init = fluid.initializer.NumpyArrayInitializer(rand(3, 2, seed=2))
+    build = lambda x: L.row_conv(x, 2, param_attr=fluid.ParamAttr(initializer=init))  # noqa
+    out, = run(lambda: build(fluid.data("x", [None, 2], "float64", lod_level=1)),
+               {"x": lod_tensor(x, lengths)})
+    np.testing.assert_allclose(np.array(out), np_row_conv(x, rand(3, 2, seed=2), lengths),
+                               rtol=1e-6)
+    assert out.recursive_sequence_lengths() == [lengths]
+    lod_grad_check(build, x, lengths)
+
+
+def test_row_conv_errors():
+    with pytest.raises(ValueError, match="row_conv: future_context_size must be an int >= 0"):
+        build_only(lambda: L.row_conv(fluid.data("x", [None, 3], lod_level=1), -1))
+    with pytest.raises(ValueError, match="row_conv: input 'x' must be"):
+        build_only(lambda: L.row_conv(fluid.data("x", [3]), 1))
+    with pytest.raises(ValueError, match="row_conv.*input X has no LoD"):
+        run(lambda: L.row_conv(fluid.data("x", [None, 3]), 1), {"x": np.ones((2, 3), "float32")})
+
+
+# ---- ctc_greedy_decoder ----
+
+def test_ctc_greedy_decoder_lod_and_padded():
+    # arg max per step: [1, 1, 0, 2, 2, 1] | [0, 0] | [3, 3, 0, 3]
+    labels = [1, 1, 0, 2, 2, 1, 0, 0, 3, 3, 0, 3]
+    probs = np.full((12, 4), 0.1, "float32")
+    probs[np.arange(12), labels] = 0.7
+    out, = run(lambda: L.ctc_greedy_decoder(fluid.data("p", [None, 4], lod_level=1), blank=0),
+               {"p": lod_tensor(probs, [6, 2, 4])})
+    assert np.array(out).ravel().tolist() == [1, 2, 1, 3, 3]
+    assert out.recursive_sequence_lengths() == [[3, 0, 2]]
+    empty, = run(lambda: L.ctc_greedy_decoder(fluid.data("p", [None, 4], lod_level=1), blank=0),
+                 {"p": lod_tensor(probs[6:8], [2])})
+    assert np.array(empty).tolist() == [[-1]]
+
+    padded = np.zeros((3, 6, 4), "float32")
+    padded[0] = probs[:6]
+    padded[1, :2] = probs[6:8]
+    padded[2, :4] = probs[8:]
+    out, length = run(lambda: L.ctc_greedy_decoder(
+        fluid.data("p", [3, 6, 4]), blank=0, input_length=fluid.data("l", [3, 1], "int64"),
+        padding_value=-5), {"p": padded, "l": np.array([[6], [2], [4]], "int64")})
+    assert np.array(out).tolist() == [[1, 2, 1, -5, -5, -5], [-5] * 6, [3, 3, -5, -5, -5, -5]]
+    assert np.array(length).tolist() == [[3], [0], [2]]
+    with pytest.raises(ValueError, match="ctc_greedy_decoder: blank must be an int >= 0"):
+        build_only(lambda: L.ctc_greedy_decoder(fluid.data("p", [None, 4], lod_level=1), -1))
+    with pytest.raises(ValueError, match="ctc_greedy_decoder: with input_length"):
+        build_only(lambda: L.ctc_greedy_decoder(fluid.data("p", [None, 4], lod_level=1), 0,
+                                                input_length=fluid.data("l", [3], "int64")))
+
+
+# ---- im2sequence ----
+
+def np_im2sequence(x, k, s, p):
+    n, c, h, w = x.shape
+    xp = np.zeros((n, c, h + p[0] + p[2], w + p[1] + p[3]))
+    xp[:, :, p[0]:p[0] + h, p[1]:p[1] + w] = x
+    oh, ow = (xp.shape[2] - k[0]) // s[0] + 1, (xp.shape[3] - k[1]) // s[1] + 1
+    rows = [xp[i, :, y * s[0]:y * s[0] + k[0], z * s[1]:z * s[1] + k[1]].ravel()
+            for i in range(n) for y in range(oh) for z in range(ow)]
+    return np.array(rows), oh * ow
+
+
+def test_im2sequence_forward_and_grad():
+    x = rand(2, 2, 4, 5)
+    t = OpTest(lambda x: L.im2sequence(x, filter_size=[2, 3], stride=[2, 1], padding=[1, 0, 0, 1]),
+               {"x": x})
+    want, per_image = np_im2sequence(x, [2, 3], [2, 1], [1, 0, 0, 1])
+    t.check_forward(want)
+    t.check_grad()
+    out, = run(lambda: L.im2sequence(fluid.data("x", [2, 2, 4, 5], "float64"), 2, 1, 1),
+               {"x": x})
+    np.testing.assert_allclose(np.array(out), np_im2sequence(x, [2, 2], [1, 1], [1] * 4)[0])
+    assert out.recursive_sequence_lengths() == [[30, 30]]
+    with pytest.raises(ValueError, match="im2sequence: input 'x' must be NCHW"):
+        build_only(lambda: L.im2sequence(fluid.data("x", [2, 4, 5]), 2))
+    with pytest.raises(ValueError, match="im2sequence.*kernels 5x5 do not fit"):
+        build_only(lambda: L.im2sequence(fluid.data("x", [2, 1, 4, 4]), 5))
+    with pytest.raises(NotImplementedError, match="im2sequence: input_image_size"):
+        build_only(lambda: L.im2sequence(fluid.data("x", [2, 1, 4, 4]), 2,
+                                         input_image_size=fluid.data("y", [2, 2])))
