@@ -342,3 +342,277 @@ def test_im2sequence_forward_and_grad():
     with pytest.raises(NotImplementedError, match="im2sequence: input_image_size"):
         build_only(lambda: L.im2sequence(fluid.data("x", [2, 1, 4, 4]), 2,
                                          input_image_size=fluid.data("y", [2, 2])))
+
+
+# ---- shard_index / hash / sampling_id ----
+
+def test_shard_index():
+    x = np.array([[1], [6], [12], [19]], "int64")
+    out, = run(lambda: L.shard_index(fluid.data("x", [4, 1], "int64"), 20, 2, 1, -3), {"x": x})
+    assert np.array(out).ravel().tolist() == [-3, -3, 2, 9]  # shard 1 holds ids 10..19
+    with pytest.raises(ValueError, match="shard_index: shard_id must be in \\[0, nshards = 2\\)"):
+        build_only(lambda: L.shard_index(fluid.data("x", [4, 1], "int64"), 20, 2, 2))
+    with pytest.raises(TypeError, match="shard_index: input 'x' must be int32 or int64"):
+        build_only(lambda: L.shard_index(fluid.data("x", [4, 1]), 20, 2, 0))
+    with pytest.raises(ValueError, match="id 25 at 1 is outside \\[0, index_num = 20\\)"):
+        run(lambda: L.shard_index(fluid.data("x", [2, 1], "int64"), 20, 2, 0),
+            {"x": np.array([[1], [25]], "int64")})
+
+
+M64 = (1 << 64) - 1
+P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                      0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+
+
+def xxh64(data, seed):
+    """A plain Python XXH64, checked below against published digests."""
+    rotl = lambda v, r: ((v << r) | (v >> (64 - r))) & M64  # noqa: E731
+    rnd = lambda acc, v: rotl((acc + v * P2) & M64, 31) * P1 & M64  # noqa: E731
+    u64 = lambda i: int.from_bytes(data[i:i + 8], "little")  # noqa: E731
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + P1 + P2) & M64, (seed + P2) & M64, seed, (seed - P1) & M64]
+        while i + 32 <= n:
+            v = [rnd(v[k], u64(i + 8 * k)) for k in range(4)]
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M64
+        for k in range(4):
+            h = ((h ^ rnd(0, v[k])) * P1 + P4) & M64
+    else:
+        h = (seed + P5) & M64
+    h = (h + n) & M64
+    while i + 8 <= n:
+        h = (rotl(h ^ rnd(0, u64(i)), 27) * P1 + P4) & M64
+        i += 8
+    if i + 4 <= n:
+        h = (rotl(h ^ (int.from_bytes(data[i:i + 4], "little") * P1 & M64), 23) * P2 + P3) & M64
+        i += 4
+    while i < n:
+        h = rotl(h ^ (data[i] * P5 & M64), 11) * P1 & M64
+        i += 1
+    h = (h ^ (h >> 33)) * P2 & M64
+    h = (h ^ (h >> 29)) * P3 & M64
+    return h ^ (h >> 32)
+
+
+def test_xxh64_reference_digests():
+    assert xxh64(b"", 0) == 0xEF46DB3751D8E999
+    assert xxh64(b"abc", 0) == 0x44BC2CF5AD770999
+    assert xxh64(b"Nobody inspects the spammish repetition", 0) == 0xFBCEA83C8A378BF1
+
+
+@pytest.mark.parametrize("dtype,width", [("int32", 1), ("int32", 3), ("int64", 4),
+                                         ("int64", 5)])
+def test_hash(dtype, width):
+    x = np.random.RandomState(width).randint(0, 1 << 30, (4, width)).astype(dtype)
+    out, = run(lambda: L.hash(fluid.data("x", [4, width], dtype), hash_size=1000, num_hash=3),
+               {"x": x})
+    want = [[[xxh64(x[r].tobytes(), k) % 1000] for k in range(3)] for r in range(4)]
+    assert np.array(out).tolist() == want
+    with pytest.raises(ValueError, match="hash: hash_size must be an int >= 1"):
+        build_only(lambda: L.hash(fluid.data("x", [4, 1], "int64"), 0))
+    with pytest.raises(TypeError, match="hash: input 'x' must be int32 or int64"):
+        build_only(lambda: L.hash(fluid.data("x", [4, 1]), 10))
+
+
+def test_sampling_id():
+    onehot = np.eye(4, dtype="float32")[[2, 0, 3, 1]]
+    out, = run(lambda: L.sampling_id(fluid.data("x", [4, 4]), seed=3), {"x": onehot})
+    assert np.array(out).tolist() == [2, 0, 3, 1]
+    probs = np.tile(np.array([[0.25, 0.75]], "float32"), (4000, 1))
+    out, = run(lambda: L.sampling_id(fluid.data("x", [4000, 2]), seed=5), {"x": probs})
+    assert 0.72 < np.array(out).mean() < 0.78
+    with pytest.raises(ValueError, match="sampling_id: min .* must be below max"):
+        build_only(lambda: L.sampling_id(fluid.data("x", [4, 4]), min=1.0, max=0.5))
+
+
+# ---- add_position_encoding / bilinear_tensor_product ----
+
+def np_position_encoding(x, alpha, beta, lengths):
+    out = np.array(x, dtype=np.float64)
+    half = x.shape[-1] // 2
+    start = 0
+    for n in lengths:
+        for t in range(n):
+            k = np.arange(half)
+            val = t / np.power(10000.0, k / (half - 1))
+            out[start + t, :half] = alpha * x[start + t, :half] + beta * np.sin(val)
+            out[start + t, half:] = alpha * x[start + t, half:] + beta * np.cos(val)
+        start += n
+    return out
+
+
+def test_add_position_encoding_forward_and_grad():
+    x = rand(2, 5, 6)
+    t = OpTest(lambda x: L.add_position_encoding(x, alpha=0.5, beta=2.0), {"x": x})
+    t.check_forward(np_position_encoding(x.reshape(10, 6), 0.5, 2.0, [5, 5]).reshape(2, 5, 6),
+                    rtol=1e-6)
+    t.check_grad()
+    xl = rand(7, 4, seed=3)
+    out, = run(lambda: L.add_position_encoding(fluid.data("x", [None, 4], "float64",
+                                                          lod_level=1), 1.0, 1.0),
+               {"x": lod_tensor(xl, [3, 4])})
+    np.testing.assert_allclose(np.array(out), np_position_encoding(xl, 1.0, 1.0, [3, 4]),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="add_position_encoding.*must be even"):
+        build_only(lambda: L.add_position_encoding(fluid.data("x", [2, 5, 3]), 1.0, 1.0))
+
+
+def test_bilinear_tensor_product_forward_and_grad():
+    x, y = rand(3, 4), rand(3, 2, seed=1)
+    w, b = rand(5, 4, 2, seed=2), rand(1, 5, seed=3)
+    t = OpTest(lambda x, y: L.bilinear_tensor_product(x, y, 5), {"x": x, "y": y},
+               params={"w_0": w, "b_0": b})
+    t.check_forward(np.einsum("bm,imn,bn->bi", x, w, y) + b)
+    t.check_grad()
+    with pytest.raises(ValueError, match="bilinear_tensor_product: size must be an int >= 1"):
+        build_only(lambda: L.bilinear_tensor_product(fluid.data("x", [3, 4]),
+                                                     fluid.data("y", [3, 2]), 0))
+    with pytest.raises(ValueError, match="bilinear_tensor_product.*same batch size"):
+        build_only(lambda: L.bilinear_tensor_product(fluid.data("x", [3, 4]),
+                                                     fluid.data("y", [2, 2]), 2))
+
+
+# ---- losses ----
+
+def test_bpr_loss_forward_and_grad():
+    x = rand(4, 5)
+    label = np.array([[0], [3], [4], [1]], "int64")
+    t = OpTest(lambda x, label: L.bpr_loss(x, label), {"x": x, "label": label})
+    want = np.zeros((4, 1))
+    for i in range(4):
+        p = x[i, label[i, 0]]
+        want[i] = sum(-np.log(1 / (1 + np.exp(-(p - x[i, j]))))
+                      for j in range(5) if j != label[i, 0]) / 4
+    t.check_forward(want, rtol=1e-6)
+    t.check_grad()
+    with pytest.raises(TypeError, match="bpr_loss: label 'l' must be int32 / int64"):
+        build_only(lambda: L.bpr_loss(fluid.data("x", [4, 5]), fluid.data("l", [4, 1])))
+
+
+def test_dice_loss_forward_and_grad():
+    x = np.random.RandomState(0).uniform(0.1, 1, (3, 4, 3))
+    label = np.random.RandomState(1).randint(0, 3, (3, 4, 1)).astype("int64")
+    t = OpTest(lambda x, label: L.dice_loss(x, label), {"x": x, "label": label})
+    oh = np.eye(3)[label[..., 0]]
+    inse = (x * oh).sum(axis=(1, 2))
+    want = np.mean(1 - 2 * inse / (x.sum(axis=(1, 2)) + oh.sum(axis=(1, 2)) + 1e-5))
+    t.check_forward(np.array([want]), rtol=1e-6)
+    t.check_grad()
+    with pytest.raises(ValueError, match="dice_loss: label .* last dim of 1"):
+        build_only(lambda: L.dice_loss(fluid.data("x", [3, 4]), fluid.data("l", [3, 4], "int64")))
+
+
+def np_npair(anchor, positive, labels, l2_reg):
+    same = (labels.reshape(-1, 1) == labels.reshape(1, -1)).astype(np.float64)
+    same /= same.sum(axis=1, keepdims=True)
+    l2 = ((anchor ** 2).sum(1).mean() + (positive ** 2).sum(1).mean()) * 0.25 * l2_reg
+    sim = anchor @ positive.T
+    logp = sim - sim.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    ce = -(same * logp).sum(1)
+    return l2 + (same * ce[:, None]).sum(0).mean()
+
+
+def test_npair_loss_forward_and_grad():
+    a, p = rand(4, 3), rand(4, 3, seed=1)
+    labels = np.array([1, 2, 1, 0], "int64")
+    t = OpTest(lambda a, p, labels: L.npair_loss(a, p, labels, l2_reg=0.01),
+               {"a": a, "p": p, "labels": labels})
+    t.check_forward(np.array([np_npair(a, p, labels, 0.01)]), rtol=1e-6)
+    t.check_grad()
+
+
+def test_center_loss_forward_update_and_grad():
+    x = rand(4, 3)
+    label = np.array([[0], [2], [0], [1]], "int64")
+    centers = rand(3, 3, seed=1)
+    init = fluid.initializer.NumpyArrayInitializer(centers)
+    t = OpTest(lambda x, label: L.center_loss(x, label, 3, 0.1, fluid.ParamAttr(initializer=init),
+                                              update_center=False), {"x": x, "label": label})
+    t.check_forward(0.5 * ((x - centers[label[:, 0]]) ** 2).sum(1, keepdims=True), rtol=1e-6)
+    t.check_grad()
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        loss = L.center_loss(fluid.data("x", [4, 3], "float64"),
+                             fluid.data("label", [4, 1], "int64"), 3, 0.1,
+                             fluid.ParamAttr(name="centers", initializer=init))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"x": x, "label": label}, fetch_list=[loss], scope=scope)
+    got = np.array(scope.find_var("centers").get_tensor())
+    want = centers.copy()
+    for c in range(3):
+        rows = label[:, 0] == c
+        want[c] += 0.1 * (x[rows] - centers[c]).sum(0) / (1 + rows.sum())
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(TypeError, match="center_loss: label 'l' must be int32 / int64"):
+        build_only(lambda: L.center_loss(fluid.data("x", [4, 3]), fluid.data("l", [4, 1]), 3,
+                                         0.1, None))
+
+
+def test_teacher_student_sigmoid_loss_forward_and_grad():
+    x = np.array([[0.3], [-1.2], [2.0], [0.7], [-0.4], [1.5]])
+    label = np.array([[-2.0], [-1.0], [0.3], [0.0], [1.6], [1.0]])
+    t = OpTest(lambda x, label: L.teacher_student_sigmoid_loss(x, label),
+               {"x": x, "label": label}, no_grad=["label"])
+    ce = lambda x, z: np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))  # noqa: E731
+    want = np.where(label < -1, ce(x, 0), np.where(label < 0, ce(x, 1), np.where(
+        label < 1, ce(x, 0) + ce(x, label), ce(x, 1) + ce(x, label - 1))))
+    t.check_forward(want, rtol=1e-7)
+    t.check_grad()
+    with pytest.raises(ValueError, match="teacher_student_sigmoid_loss.*\\[batch, 1\\]"):
+        build_only(lambda: L.teacher_student_sigmoid_loss(fluid.data("x", [4, 2]),
+                                                          fluid.data("l", [4, 2])))
+
+
+def test_mean_iou():
+    pred = np.array([0, 1, 1, 2, 2, 2], "int32")
+    label = np.array([0, 1, 2, 2, 0, 2], "int32")
+    miou, wrong, correct = run(lambda: L.mean_iou(fluid.data("p", [6], "int32"),
+                                                  fluid.data("l", [6], "int32"), 4),
+                               {"p": pred, "l": label})
+    # class 0: correct 1, wrong 1; class 1: 1, 1; class 2: 2, 2; class 3 absent.
+    assert np.array(correct).tolist() == [1, 1, 2, 0]
+    assert np.array(wrong).tolist() == [1, 1, 2, 0]
+    np.testing.assert_allclose(np.array(miou), [0.5])
+    with pytest.raises(TypeError, match="mean_iou: input 'p' and label 'l' must be int32"):
+        build_only(lambda: L.mean_iou(fluid.data("p", [6]), fluid.data("l", [6], "int32"), 4))
+
+
+def test_fsp_matrix_forward_and_grad():
+    x, y = rand(2, 3, 2, 4), rand(2, 2, 2, 4, seed=1)
+    t = OpTest(lambda x, y: L.fsp_matrix(x, y), {"x": x, "y": y})
+    t.check_forward(np.einsum("nchw,ndhw->ncd", x, y) / 8)
+    t.check_grad()
+    with pytest.raises(ValueError, match="fsp_matrix: x and y must be .* same H, W"):
+        build_only(lambda: L.fsp_matrix(fluid.data("x", [2, 3, 2, 4]),
+                                        fluid.data("y", [2, 3, 4, 2])))
+
+
+# ---- training through the new layers ----
+
+def test_training_decreases_loss():
+    rng = np.random.RandomState(0)
+    x = rng.randn(16, 4, 6).astype("float32")
+    label = rng.randint(0, 3, (16, 1)).astype("int64")
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 3
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = fluid.data("x", [16, 4, 6])
+        lv = fluid.data("label", [16, 1], "int64")
+        h = L.row_conv(L.add_position_encoding(xv, 1.0, 0.1), 1)
+        a = L.reshape(L.strided_slice(h, [1], [0], [4], [2]), [16, 12])  # rows 0 and 2
+        b = L.reshape(L.strided_slice(h, [1], [3], [-1], [-2]), [16, 12])  # rows 3 and 1
+        score = L.bilinear_tensor_product(a, b, 3)
+        index = L.fill_constant([2, 1], "int64", 0)
+        score = L.scatter_nd_add(score, index, L.fill_constant([2, 3], "float32", 0.5))
+        loss = L.mean(L.elementwise_add(L.bpr_loss(score, lv), L.center_loss(
+            score, lv, 3, 0.5, None)))
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed={"x": x, "label": label}, fetch_list=[loss],
+                            scope=scope)[0][0]) for _ in range(30)]
+    assert losses[-1] < 0.7 * losses[0], losses
