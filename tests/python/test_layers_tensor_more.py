@@ -6,6 +6,7 @@ import pytest
 
 import loom as fluid
 from op_test import OpTest
+from test_layer_attrs import check, set_attrs  # noqa: F401 (set_attrs is a fixture)
 
 L = fluid.layers
 
@@ -616,3 +617,205 @@ def test_training_decreases_loss():
     losses = [float(exe.run(main, feed={"x": x, "label": label}, fetch_list=[loss],
                             scope=scope)[0][0]) for _ in range(30)]
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+# ---- sequence_scatter / lod_append / continuous_value_model / similarity_focus /
+# filter_by_instag ----
+
+def grads_of(build, feed, names):
+    """Forward outputs and the gradients of loss = sum(out * w) (w fed as "w", out's shape)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        out = build()
+        w = fluid.data("w", [None] + [int(s) for s in out.shape[1:]], out.dtype)
+        fluid.backward.append_backward(L.reduce_sum(L.elementwise_mul(out, w)))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=[out] + [n + "@GRAD" for n in names], scope=scope,
+                   return_numpy=False)
+
+
+def test_sequence_scatter_forward_and_grad():
+    x = rand(3, 6)
+    ids = np.array([[0], [5], [0], [2], [3], [1]], "int64")
+    up = rand(6, 1, seed=1)
+    lengths = [3, 2, 1]
+    w = rand(3, 6, seed=2)
+
+    def build():
+        xv = fluid.data("x", [3, 6], "float64")
+        uv = fluid.data("u", [None, 1], "float64", lod_level=1)
+        xv.stop_gradient = uv.stop_gradient = False
+        return L.sequence_scatter(xv, fluid.data("ids", [None, 1], "int64", lod_level=1), uv)
+    out, dx, du = grads_of(build, {"x": x, "ids": lod_tensor(ids, lengths),
+                                   "u": lod_tensor(up, lengths), "w": w}, ["x", "u"])
+    want = x.copy()
+    rows = np.repeat(np.arange(3), lengths)
+    for j in range(6):
+        want[rows[j], ids[j, 0]] += up[j, 0]
+    np.testing.assert_allclose(np.array(out), want)
+    # The op is linear: d/dx = w, d/du[j] = w at the place update j went.
+    np.testing.assert_allclose(np.array(dx), w)
+    np.testing.assert_allclose(np.array(du).ravel(), w[rows, ids[:, 0]])
+    with pytest.raises(ValueError, match="Ids\\[1\\] = 9 is outside row 0 of X"):
+        run(build, {"x": x, "ids": lod_tensor(np.array([[0], [9]], "int64"), [2, 0, 0]),
+                    "u": lod_tensor(up[:2], [2, 0, 0])})
+    with pytest.raises(TypeError, match="sequence_scatter: index 'i' must be int32 or int64"):
+        build_only(lambda: L.sequence_scatter(fluid.data("x", [3, 6]), fluid.data("i", [6, 1]),
+                                              fluid.data("u", [6, 1])))
+
+
+def test_lod_append():
+    x = np.arange(5, dtype="float32").reshape(5, 1)
+    out, = run(lambda: L.lod_append(fluid.data("x", [None, 1], lod_level=1), [0, 1, 2, 3, 4, 5]),
+               {"x": lod_tensor(x, [2, 3])})
+    assert out.recursive_sequence_lengths() == [[2, 3], [1, 1, 1, 1, 1]]
+    np.testing.assert_array_equal(np.array(out), x)
+    plain, = run(lambda: L.lod_append(fluid.data("x", [5, 1]), [0, 2, 5]), {"x": x})
+    assert plain.recursive_sequence_lengths() == [[2, 3]]
+    with pytest.raises(TypeError, match="lod_append: level must be a non-empty list"):
+        build_only(lambda: L.lod_append(fluid.data("x", [5, 1]), 3))
+
+
+@pytest.mark.parametrize("use_cvm", [True, False])
+def test_continuous_value_model(use_cvm):
+    x = np.abs(rand(4, 5)) * 3
+    cvm = np.abs(rand(4, 2, seed=1))
+    w = rand(4, 5 if use_cvm else 3, seed=2)
+
+    def build():
+        xv = fluid.data("x", [4, 5], "float64")
+        xv.stop_gradient = False
+        return L.continuous_value_model(xv, fluid.data("cvm", [4, 2], "float64"), use_cvm)
+    out, dx = grads_of(build, {"x": x, "cvm": cvm, "w": w}, ["x"])
+    if use_cvm:
+        want = x.copy()
+        want[:, 0] = np.log(x[:, 0] + 1)
+        want[:, 1] = np.log(x[:, 1] + 1) - want[:, 0]
+    else:
+        want = x[:, 2:]
+    np.testing.assert_allclose(np.array(out), want)
+    # The feature columns take Y@GRAD (= w); the show / click columns take cvm, as in Fluid.
+    np.testing.assert_allclose(np.array(dx), np.hstack([cvm, w[:, 2:] if use_cvm else w]))
+    with pytest.raises(ValueError, match="continuous_value_model: input 'x' must be"):
+        build_only(lambda: L.continuous_value_model(fluid.data("x", [4, 1]),
+                                                    fluid.data("c", [4, 2])))
+
+
+def np_similarity_focus(x, axis, indexes):
+    out = np.zeros_like(x)
+    for n in range(x.shape[0]):
+        for i in indexes:
+            s = np.take(x[n], i, axis=axis - 1)
+            rows, cols = set(), set()
+            for e in np.argsort(-s, axis=None, kind="stable"):
+                r, c = divmod(int(e), s.shape[1])
+                if r in rows or c in cols:
+                    continue
+                rows.add(r)
+                cols.add(c)
+                idx = [r, c]
+                idx.insert(axis - 1, slice(None))
+                out[n][tuple(idx)] = 1
+                if len(rows) == min(s.shape):
+                    break
+    return out
+
+
+@pytest.mark.parametrize("axis,indexes", [(1, [0]), (1, [0, 2]), (2, [1]), (3, [0, 3])])
+def test_similarity_focus(axis, indexes):
+    x = rand(2, 3, 4, 5)
+    out, = run(lambda: L.similarity_focus(fluid.data("x", [2, 3, 4, 5], "float64"), axis,
+                                          indexes), {"x": x})
+    np.testing.assert_array_equal(np.array(out), np_similarity_focus(x, axis, indexes))
+    with pytest.raises(ValueError, match="similarity_focus: axis must be 1, 2 or 3"):
+        build_only(lambda: L.similarity_focus(fluid.data("x", [2, 3, 4, 5]), 0, [0]))
+    with pytest.raises(ValueError, match="similarity_focus.*index 7 of indexes is outside"):
+        build_only(lambda: L.similarity_focus(fluid.data("x", [2, 3, 4, 5]), 1, [7]))
+
+
+def test_filter_by_instag_forward_grad_and_empty():
+    ins = rand(6, 2)
+    lengths = [2, 1, 3]  # three instances
+    tags = np.array([[1], [5], [2], [3], [5]], "int64")  # tags per instance: {1, 5}, {2}, {3, 5}
+    w = rand(5, 2, seed=1)
+
+    def build(filter_len):
+        iv = fluid.data("ins", [None, 2], "float64", lod_level=1)
+        iv.stop_gradient = False
+        out, weight = L.filter_by_instag(
+            iv, fluid.data("tags", [None, 1], "int64", lod_level=1),
+            fluid.data("f", [filter_len], "int64"), True, out_val_if_empty=7)
+        return out
+    feed = {"ins": lod_tensor(ins, lengths), "tags": lod_tensor(tags, [2, 1, 2]),
+            "f": np.array([5], "int64"), "w": w}
+    out, dins = grads_of(lambda: build(1), feed, ["ins"])
+    np.testing.assert_allclose(np.array(out), ins[[0, 1, 3, 4, 5]])
+    assert out.recursive_sequence_lengths() == [[2, 3]]
+    want = np.zeros_like(ins)
+    want[[0, 1, 3, 4, 5]] = w
+    np.testing.assert_allclose(np.array(dins), want)
+
+    def build_both():
+        out, weight = L.filter_by_instag(
+            fluid.data("ins", [None, 2], "float64", lod_level=1),
+            fluid.data("tags", [None, 1], "int64", lod_level=1), fluid.data("f", [1], "int64"),
+            True, out_val_if_empty=7)
+        return out, weight
+    feed.pop("w")
+    out, weight = run(build_both, dict(feed, f=np.array([9], "int64")))
+    assert np.array(out).tolist() == [[7.0, 7.0]] and np.array(weight).tolist() == [[0.0]]
+    rows, weight = run(lambda: L.filter_by_instag(
+        fluid.data("ins", [3, 2], "float64"), fluid.data("tags", [3, 1], "int64"),
+        fluid.data("f", [1], "int64"), False), {"ins": ins[:3], "tags": tags[:3],
+                                                "f": np.array([2], "int64")})
+    np.testing.assert_allclose(np.array(rows), ins[2:3])
+    assert np.array(weight).tolist() == [[1.0]]
+    with pytest.raises(TypeError, match="filter_by_instag: ins_tag 't' must be int64"):
+        build_only(lambda: L.filter_by_instag(fluid.data("i", [3, 2]), fluid.data("t", [3, 1]),
+                                              fluid.data("f", [1], "int64"), False))
+
+
+# ---- the attributes the new layers and their grad ops set match the op registry ----
+
+def test_new_layers_attrs_match_the_registry(set_attrs):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data("x", [4, 6])
+        x.stop_gradient = False
+        img = fluid.data("img", [2, 3, 4, 4])
+        img.stop_gradient = False
+        seq = fluid.data("seq", [None, 6], lod_level=1)
+        seq.stop_gradient = False
+        ids = fluid.data("ids", [4, 1], "int64")
+        lod_ids = fluid.data("lod_ids", [None, 1], "int64", lod_level=1)
+        terms = [
+            L.strided_slice(x, [1], [5], [0], [-2]),
+            L.scatter_nd_add(x, ids, fluid.data("u", [4, 6])),
+            L.scatter_nd(ids, x, [5, 6]),
+            L.row_conv(seq, 2),
+            L.im2sequence(img, 2, 1, 1),
+            L.add_position_encoding(seq, 0.5, 0.5),
+            L.bilinear_tensor_product(x, x, 3),
+            L.bpr_loss(x, ids),
+            L.dice_loss(L.softmax(x), ids),
+            L.npair_loss(x, x, fluid.data("nl", [4], "int64")),
+            L.center_loss(x, ids, 3, 0.1, None),
+            L.teacher_student_sigmoid_loss(L.reduce_sum(x, dim=1, keep_dim=True),
+                                           fluid.data("tl", [4, 1])),
+            L.fsp_matrix(img, img),
+            L.sequence_scatter(x, lod_ids, fluid.data("su", [None, 1], lod_level=1)),
+            L.continuous_value_model(x, fluid.data("cvm", [4, 2])),
+            L.filter_by_instag(seq, lod_ids, fluid.data("f", [1], "int64"), True)[0],
+            L.lod_append(seq, [0, 1]),
+        ]
+        fluid.backward.append_backward(L.sums([L.reduce_sum(t) for t in terms]))
+        L.unique_with_counts(fluid.data("u1", [5], "int64"))
+        L.edit_distance(lod_ids, lod_ids, ignored_tokens=[0])
+        L.ctc_greedy_decoder(seq, 0)
+        L.shard_index(ids, 20, 2, 1)
+        L.hash(ids, 100, 2)
+        L.sampling_id(x, seed=1)
+        L.mean_iou(ids, ids, 3)
+        L.similarity_focus(img, 1, [0])
+    check(set_attrs, [("main", main), ("startup", startup)], "the new layers")

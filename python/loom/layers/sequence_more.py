@@ -1,12 +1,14 @@
-"""More sequence layers of Fluid 1.8: edit_distance, row_conv, ctc_greedy_decoder and
-im2sequence."""
-from ..framework import convert_dtype
+"""More sequence layers of Fluid 1.8: edit_distance, row_conv, ctc_greedy_decoder,
+im2sequence, sequence_scatter, lod_append, and the CTR layers continuous_value_model and
+filter_by_instag."""
+from ..framework import Variable, convert_dtype
 from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
 from .common import _check_var
 from .tensor import squeeze, topk
 
-__all__ = ["edit_distance", "row_conv", "ctc_greedy_decoder", "im2sequence"]
+__all__ = ["edit_distance", "row_conv", "ctc_greedy_decoder", "im2sequence", "sequence_scatter",
+           "lod_append", "continuous_value_model", "filter_by_instag"]
 
 
 def _check_int64(x, what, layer):
@@ -123,3 +125,79 @@ def im2sequence(input, filter_size=1, stride=1, padding=0, input_image_size=None
     helper.append_op("im2sequence", inputs={"X": input}, outputs={"Out": out},
                      attrs={"kernels": filter_size, "strides": stride, "paddings": padding})
     return out
+
+
+def sequence_scatter(input, index, updates, name=None):
+    """input [rows, width] with updates[j] added at input[i, index[j]] for every j of sequence
+    i of index; index (int) and updates are LoD tensors [K, 1] with one sequence per row of
+    input."""
+    _check_var(input, "input", "sequence_scatter")
+    _check_var(index, "index", "sequence_scatter")
+    _check_var(updates, "updates", "sequence_scatter")
+    if convert_dtype(index.dtype) not in (convert_dtype("int32"), convert_dtype("int64")):
+        raise TypeError("sequence_scatter: index '%s' must be int32 or int64" % index.name)
+    helper = LayerHelper("sequence_scatter", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("sequence_scatter", inputs={"X": input, "Ids": index, "Updates": updates},
+                     outputs={"Out": out})
+    return out
+
+
+def lod_append(x, level):
+    """x with level added as the last level of its LoD: level holds offsets (a list, or an
+    int Variable of them; a Variable with a LoD gives its last level), and x's old last level
+    then groups the new sequences."""
+    _check_var(x, "x", "lod_append")
+    helper = LayerHelper("lod_reset")
+    inputs = {"X": x}
+    attrs = {"append": True}
+    if isinstance(level, Variable):
+        inputs["Y"] = level
+    elif isinstance(level, (list, tuple)) and all(isinstance(v, int) for v in level) and level:
+        attrs["target_lod"] = [int(v) for v in level]
+    else:
+        raise TypeError("lod_append: level must be a non-empty list of int offsets or a "
+                        "Variable, got %r" % (level,))
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("lod_reset", inputs=inputs, outputs={"Out": out}, attrs=attrs)
+    return out
+
+
+def continuous_value_model(input, cvm, use_cvm=True):
+    """CTR features input [batch, D] whose first two columns count shows and clicks: with
+    use_cvm those become log(show + 1) and log(click + 1) - log(show + 1), else they are
+    dropped ([batch, D - 2]). The gradient of the two columns is cvm [batch, 2] (as Fluid's)."""
+    _check_var(input, "input", "continuous_value_model")
+    _check_var(cvm, "cvm", "continuous_value_model")
+    if len(input.shape) != 2 or 0 <= input.shape[1] < 2:
+        raise ValueError("continuous_value_model: input '%s' must be [batch, D] with D >= 2, "
+                         "got %r" % (input.name, list(input.shape)))
+    helper = LayerHelper("cvm")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("cvm", inputs={"X": input, "CVM": cvm}, outputs={"Y": out},
+                     attrs={"use_cvm": bool(use_cvm)})
+    return out
+
+
+def filter_by_instag(ins, ins_tag, filter_tag, is_lod, out_val_if_empty=0):
+    """[the instances of ins (its sequences when is_lod, else its rows) with a tag of
+    filter_tag among their tags in ins_tag (int64, a LoD tensor with a sequence per instance
+    or a row per instance), float32 [kept, 1] loss weights (ones)]. When none is kept: one row
+    of out_val_if_empty and a weight of 0."""
+    for what, v in (("ins", ins), ("ins_tag", ins_tag), ("filter_tag", filter_tag)):
+        _check_var(v, what, "filter_by_instag")
+    for what, v in (("ins_tag", ins_tag), ("filter_tag", filter_tag)):
+        if convert_dtype(v.dtype) != convert_dtype("int64"):
+            raise TypeError("filter_by_instag: %s '%s' must be int64" % (what, v.name))
+    if not isinstance(out_val_if_empty, int):
+        raise TypeError("filter_by_instag: out_val_if_empty must be an int, got %r"
+                        % (out_val_if_empty,))
+    helper = LayerHelper("filter_by_instag")
+    out = helper.create_variable_for_type_inference(ins.dtype)
+    weight = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    index_map = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("filter_by_instag",
+                     inputs={"Ins": ins, "Ins_tag": ins_tag, "Filter_tag": filter_tag},
+                     outputs={"Out": out, "LossWeight": weight, "IndexMap": index_map},
+                     attrs={"is_lod": bool(is_lod), "out_val_if_empty": out_val_if_empty})
+    return [out, weight]

@@ -1,5 +1,6 @@
 """More tensor layers of Fluid 1.8: strided slices, n-d scatters, unique with counts, id
-sharding and hashing, sampling, the position encoding and the bilinear tensor product."""
+sharding and hashing, sampling, the position encoding, the bilinear tensor product and
+similarity_focus."""
 from ..framework import Variable, convert_dtype
 from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
@@ -7,7 +8,8 @@ from .common import _check_var
 from .tensor import fill_constant
 
 __all__ = ["strided_slice", "scatter_nd_add", "scatter_nd", "unique_with_counts", "shard_index",
-           "hash", "sampling_id", "add_position_encoding", "bilinear_tensor_product"]
+           "hash", "sampling_id", "add_position_encoding", "bilinear_tensor_product",
+           "similarity_focus"]
 
 
 def _int_list(value, what, layer):
@@ -181,3 +183,23 @@ def bilinear_tensor_product(x, y, size, act=None, name=None, param_attr=None, bi
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("bilinear_tensor_product", inputs=inputs, outputs={"Out": out})
     return _act(out, act)
+
+
+def similarity_focus(input, axis, indexes, name=None):
+    """A 0/1 mask of input [N, A, B, C]: for every batch entry and every channel i of indexes
+    along axis (1, 2 or 3), the largest elements of input's slice i taken greedily one per row
+    and column, marked along all of axis; the masks of the indexes are OR-ed."""
+    _check_var(input, "input", "similarity_focus")
+    if len(input.shape) != 4:
+        raise ValueError("similarity_focus: input '%s' must be 4-D [N, A, B, C], got %r"
+                         % (input.name, list(input.shape)))
+    if axis not in (1, 2, 3):
+        raise ValueError("similarity_focus: axis must be 1, 2 or 3, got %r" % (axis,))
+    indexes = _int_list(indexes, "indexes", "similarity_focus")
+    if not indexes:
+        raise ValueError("similarity_focus: indexes must not be empty")
+    helper = LayerHelper("similarity_focus", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("similarity_focus", inputs={"X": input}, outputs={"Out": out},
+                     attrs={"axis": axis, "indexes": indexes})
+    return out
