@@ -6,17 +6,11 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "operators/shape/shape_util.h"
+#include "operators/shape/strided_slice_geom.h"
 
 namespace loom::ops {
-namespace {
 
-// Per sliced dim: the first index taken, how many and the (signed) step between them.
-struct StridedAxis {
-  int64_t first = 0;
-  int64_t count = 0;
-  int64_t step = 1;
-};
+namespace {
 
 // The selection on a dim of `size` elements; returns false when start and end point against
 // the stride (an empty selection that Fluid rejects).
@@ -38,6 +32,40 @@ bool ResolveStridedAxis(int64_t size, int64_t start, int64_t end, int64_t stride
   return true;
 }
 
+}  // namespace
+
+int ResolveStrided(const DDim& in, const std::vector<int>& axes, const std::vector<int>& starts,
+                   const std::vector<int>& ends, const std::vector<int>& strides,
+                   std::vector<StridedAxis>* sel) {
+  sel->assign(in.size(), StridedAxis{});
+  for (int d = 0; d < in.size(); ++d) (*sel)[d] = StridedAxis{0, in[d], 1};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int d = NormalizeAxis(axes[i], in.size());
+    if (in[d] < 0) {
+      (*sel)[d].count = -1;
+      continue;
+    }
+    if (!ResolveStridedAxis(in[d], starts[i], ends[i], strides[i], &(*sel)[d]))
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
+StridedView MakeStridedView(const DDim& in, const std::vector<StridedAxis>& sel) {
+  std::vector<int64_t> xs = Strides(in);
+  StridedView v;
+  v.dims = in;
+  v.steps.resize(in.size());
+  for (int d = 0; d < in.size(); ++d) {
+    v.dims[d] = sel[d].count;
+    v.base += sel[d].first * xs[d];
+    v.steps[d] = sel[d].step * xs[d];
+  }
+  return v;
+}
+
+namespace {
+
 struct StridedAttrs {
   const std::vector<int>& axes;
   const std::vector<int>& starts;
@@ -52,21 +80,8 @@ StridedAttrs ReadStridedAttrs(const Ctx& ctx) {
       ctx.template Attr<std::vector<int>>("ends"), ctx.template Attr<std::vector<int>>("strides")};
 }
 
-// Per dim of `in` (all of them): the selection; unsliced dims are taken whole. A dim of -1
-// (unknown at compile time) gives count -1. Returns the index of the bad triple, or -1.
-int ResolveStrided(const DDim& in, const StridedAttrs& a, std::vector<StridedAxis>* sel) {
-  sel->assign(in.size(), StridedAxis{});
-  for (int d = 0; d < in.size(); ++d) (*sel)[d] = StridedAxis{0, in[d], 1};
-  for (size_t i = 0; i < a.axes.size(); ++i) {
-    const int d = NormalizeAxis(a.axes[i], in.size());
-    if (in[d] < 0) {
-      (*sel)[d].count = -1;
-      continue;
-    }
-    if (!ResolveStridedAxis(in[d], a.starts[i], a.ends[i], a.strides[i], &(*sel)[d]))
-      return static_cast<int>(i);
-  }
-  return -1;
+int Resolve(const DDim& in, const StridedAttrs& a, std::vector<StridedAxis>* sel) {
+  return ResolveStrided(in, a.axes, a.starts, a.ends, a.strides, sel);
 }
 
 Status StridedSliceInferShape(InferShapeContext* ctx) {
@@ -91,7 +106,7 @@ Status StridedSliceInferShape(InferShapeContext* ctx) {
                         a.axes[i], ")");
   }
   std::vector<StridedAxis> sel;
-  const int bad = ResolveStrided(in, a, &sel);
+  const int bad = Resolve(in, a, &sel);
   if (bad >= 0)
     return ctx->Error("on axis ", a.axes[bad], " start ", a.starts[bad], " and end ", a.ends[bad],
                       " select nothing with stride ", a.strides[bad], " (dim ",
@@ -104,36 +119,20 @@ Status StridedSliceInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-// The box of the selection: dims, the offset of its first element and per-dim strides in x.
-struct StridedView {
-  DDim dims;
-  int64_t base = 0;
-  std::vector<int64_t> steps;
-};
-
-StatusOr<StridedView> MakeStridedView(const KernelContext& ctx, const DDim& x) {
+StatusOr<StridedView> ViewOf(const KernelContext& ctx, const DDim& x) {
   std::vector<StridedAxis> sel;
   StridedAttrs a = ReadStridedAttrs(ctx);
-  const int bad = ResolveStrided(x, a, &sel);
+  const int bad = Resolve(x, a, &sel);
   if (bad >= 0)
     return ctx.Error("on axis ", a.axes[bad], " start ", a.starts[bad], " and end ", a.ends[bad],
                      " select nothing with stride ", a.strides[bad], " (Input ", x.ToString(), ")");
-  std::vector<int64_t> xs = Strides(x);
-  StridedView v;
-  v.dims = x;
-  v.steps.resize(x.size());
-  for (int d = 0; d < x.size(); ++d) {
-    v.dims[d] = sel[d].count;
-    v.base += sel[d].first * xs[d];
-    v.steps[d] = sel[d].step * xs[d];
-  }
-  return v;
+  return MakeStridedView(x, sel);
 }
 
 template <typename T>
 Status StridedSliceKernel(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("Input");
-  LOOM_ASSIGN_OR_RETURN(StridedView v, MakeStridedView(ctx, x.dims()));
+  LOOM_ASSIGN_OR_RETURN(StridedView v, ViewOf(ctx, x.dims()));
   Tensor* out = ctx.Output("Out");
   out->Resize(v.dims);
   T* o = out->mutable_data<T>(ctx.place());
@@ -149,7 +148,7 @@ Status StridedSliceGradKernel(const KernelContext& ctx) {
   Tensor* dx = ctx.OutputOrNull("Input@GRAD");
   if (!dx) return Status::OK();
   const DDim x = ctx.Input("Input").dims();
-  LOOM_ASSIGN_OR_RETURN(StridedView v, MakeStridedView(ctx, x));
+  LOOM_ASSIGN_OR_RETURN(StridedView v, ViewOf(ctx, x));
   dx->Resize(x);
   T* d = dx->mutable_data<T>(ctx.place());
   std::fill(d, d + dx->numel(), T(0));
