@@ -22,7 +22,7 @@ Status FilterByInstagInferShape(InferShapeContext* ctx) {
   ctx->SetOutputDim("Out", DDim({-1, ins[1]}));
   ctx->SetOutputDtype("Out", ctx->InputDtype("Ins"));
   ctx->SetOutputDim("LossWeight", DDim({-1, 1}));
-  ctx->SetOutputDtype("LossWeight", proto::FP32);
+  ctx->SetOutputDtype("LossWeight", proto::FP64);
   ctx->SetOutputDim("IndexMap", DDim({-1, 3}));
   ctx->SetOutputDtype("IndexMap", proto::INT64);
   return Status::OK();
@@ -74,7 +74,7 @@ Status FilterByInstagKernel(const KernelContext& ctx) {
     std::fill(o, o + d, static_cast<T>(ctx.Attr<int64_t>("out_val_if_empty")));
     if (ctx.Attr<bool>("is_lod")) out->set_lod({{0, 1}});
     weight->Resize(DDim({1, 1}));
-    *weight->mutable_data<float>(ctx.place()) = 0.0f;
+    *weight->mutable_data<double>(ctx.place()) = 0.0;
     index_map->Resize(DDim({1, 3}));
     std::fill_n(index_map->mutable_data<int64_t>(ctx.place()), 3, int64_t{0});
     return Status::OK();
@@ -85,7 +85,7 @@ Status FilterByInstagKernel(const KernelContext& ctx) {
     std::copy_n(ins.data<T>() + map[3 * k + 1] * d, map[3 * k + 2] * d, o + map[3 * k] * d);
   if (ctx.Attr<bool>("is_lod")) out->set_lod({out_off});
   weight->Resize(DDim({kept, 1}));
-  std::fill_n(weight->mutable_data<float>(ctx.place()), kept, 1.0f);
+  std::fill_n(weight->mutable_data<double>(ctx.place()), kept, 1.0);
   index_map->Resize(DDim({kept, 3}));
   std::copy(map.begin(), map.end(), index_map->mutable_data<int64_t>(ctx.place()));
   return Status::OK();
@@ -104,7 +104,7 @@ Status FilterByInstagGradKernel(const KernelContext& ctx) {
   dx->Resize(ins.dims());
   T* o = dx->mutable_data<T>(ctx.place());
   std::fill(o, o + ins.numel(), T(0));
-  const bool empty = weight.numel() == 1 && weight.data<float>()[0] == 0.0f;
+  const bool empty = weight.numel() == 1 && weight.data<double>()[0] == 0.0;
   if (!empty) {
     const int64_t* m = map.data<int64_t>();
     for (int64_t k = 0; k < map.dims()[0]; ++k)
@@ -126,7 +126,7 @@ LOOM_REGISTER_OP(filter_by_instag)
     .Input("Ins_tag", "int64 tags per instance: a LoD tensor [tags, 1], or one row each")
     .Input("Filter_tag", "int64 [n] the tags to keep")
     .Output("Out", "the kept instances")
-    .Output("LossWeight", "float32 [kept, 1]")
+    .Output("LossWeight", "float64 [kept, 1] (as Fluid's)")
     .Output("IndexMap", "int64 [kept, 3]")
     .Attr<bool>("is_lod", true, "instances are Ins's sequences (else its rows)")
     .Attr<int64_t>("out_val_if_empty", 0, "Out's value when nothing is kept")

@@ -770,7 +770,7 @@ def test_filter_by_instag_forward_grad_and_empty():
         fluid.data("f", [1], "int64"), False), {"ins": ins[:3], "tags": tags[:3],
                                                 "f": np.array([2], "int64")})
     np.testing.assert_allclose(np.array(rows), ins[2:3])
-    assert np.array(weight).tolist() == [[1.0]]
+    assert np.array(weight).tolist() == [[1.0]] and np.array(weight).dtype == np.float64
     with pytest.raises(TypeError, match="filter_by_instag: ins_tag 't' must be int64"):
         build_only(lambda: L.filter_by_instag(fluid.data("i", [3, 2]), fluid.data("t", [3, 1]),
                                               fluid.data("f", [1], "int64"), False))

@@ -182,7 +182,7 @@ def continuous_value_model(input, cvm, use_cvm=True):
 def filter_by_instag(ins, ins_tag, filter_tag, is_lod, out_val_if_empty=0):
     """[the instances of ins (its sequences when is_lod, else its rows) with a tag of
     filter_tag among their tags in ins_tag (int64, a LoD tensor with a sequence per instance
-    or a row per instance), float32 [kept, 1] loss weights (ones)]. When none is kept: one row
+    or a row per instance), float64 [kept, 1] loss weights (ones)]. When none is kept: one row
     of out_val_if_empty and a weight of 0."""
     for what, v in (("ins", ins), ("ins_tag", ins_tag), ("filter_tag", filter_tag)):
         _check_var(v, what, "filter_by_instag")
@@ -194,7 +194,7 @@ def filter_by_instag(ins, ins_tag, filter_tag, is_lod, out_val_if_empty=0):
                         % (out_val_if_empty,))
     helper = LayerHelper("filter_by_instag")
     out = helper.create_variable_for_type_inference(ins.dtype)
-    weight = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    weight = helper.create_variable_for_type_inference("float64", stop_gradient=True)
     index_map = helper.create_variable_for_type_inference("int64", stop_gradient=True)
     helper.append_op("filter_by_instag",
                      inputs={"Ins": ins, "Ins_tag": ins_tag, "Filter_tag": filter_tag},
