@@ -466,6 +466,10 @@ def test_bilinear_tensor_product_forward_and_grad():
                params={"w_0": w, "b_0": b})
     t.check_forward(np.einsum("bm,imn,bn->bi", x, w, y) + b)
     t.check_grad()
+    t = OpTest(lambda x, y: L.bilinear_tensor_product(x, y, 5, act="tanh", bias_attr=False),
+               {"x": x, "y": y}, params={"w_0": w})
+    t.check_forward(np.tanh(np.einsum("bm,imn,bn->bi", x, w, y)))
+    t.check_grad()
     with pytest.raises(ValueError, match="bilinear_tensor_product: size must be an int >= 1"):
         build_only(lambda: L.bilinear_tensor_product(fluid.data("x", [3, 4]),
                                                      fluid.data("y", [3, 2]), 0))
@@ -819,3 +823,30 @@ def test_new_layers_attrs_match_the_registry(set_attrs):
         L.mean_iou(ids, ids, 3)
         L.similarity_focus(img, 1, [0])
     check(set_attrs, [("main", main), ("startup", startup)], "the new layers")
+
+
+def test_training_through_sequence_layers_decreases_loss():
+    rng = np.random.RandomState(1)
+    img = rng.rand(8, 1, 4, 4).astype("float32")
+    label = (img.mean(axis=(1, 2, 3)) > 0.5).astype("int64").reshape(8, 1)
+    soft = np.where(label == 1, 1.5, 0.5).astype("float32")  # click and teacher scores
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        iv = fluid.data("img", [8, 1, 4, 4])
+        lv = fluid.data("label", [8, 1], "int64")
+        sv = fluid.data("soft", [8, 1])
+        patches = L.im2sequence(iv, filter_size=2, stride=2)  # 4 rows per image
+        h = L.row_conv(L.fc(patches, 6, act="tanh"), 1)
+        pooled = L.sequence_pool(h, "average")
+        probs = L.fc(pooled, 2, act="softmax")
+        logit = L.fc(pooled, 1)
+        loss = L.elementwise_add(L.dice_loss(probs, lv), L.mean(
+            L.teacher_student_sigmoid_loss(logit, sv)))
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"img": img, "label": label, "soft": soft}
+    losses = [float(np.array(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0]).sum())
+              for _ in range(40)]
+    assert losses[-1] < 0.8 * losses[0], losses
