@@ -2,6 +2,7 @@
 import numpy as np
 
 from . import core, profiler
+from .dataset import DatasetBase
 from .framework import Program, Variable, default_main_program
 from .scope import Scope, global_scope, scope_guard
 from .transpiler import rpc_ops
@@ -116,7 +117,6 @@ class Executor:
 
     def _run_dataset(self, what, program, dataset, scope, fetch_list, fetch_info,
                      print_period):
-        from .dataset import DatasetBase
         if dataset is None or not isinstance(dataset, DatasetBase):
             raise TypeError("%s: dataset must be made by fluid.DatasetFactory, got %r"
                             % (what, dataset))

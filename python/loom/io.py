@@ -1,6 +1,7 @@
 """Saving and loading parameters, inference models and program bundles for `loom run`."""
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
@@ -277,7 +278,6 @@ def _exported_tables(program, source, dirname, params_file):
     saved with the parameters), and its distributed_lookup_table op becomes a
     lookup_sparse_table op that serves an id the table never touched the row the servers would
     have made for it. Returns the tables' names (variables put into the global scope)."""
-    import tempfile
     block = program.desc.block(0)
     ops = [block.op(i) for i in range(block.op_size())
            if block.op(i).type() == "distributed_lookup_table"]

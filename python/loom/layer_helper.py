@@ -4,7 +4,7 @@ import weakref
 
 from . import unique_name
 from .framework import default_main_program, default_startup_program
-from .initializer import ConstantInitializer, XavierInitializer
+from .initializer import ConstantInitializer, Initializer, XavierInitializer
 from .param_attr import ParamAttr, WeightNormParamAttr
 
 
@@ -127,7 +127,6 @@ class LayerHelper:
     def _weight_norm_parameter(self, attr, shape, dtype, is_bias, default_initializer, suffix):
         """w = g * v / ||v|| (WeightNormParamAttr): v and g are the parameters; w, computed in
         the main program, is what the layer uses."""
-        from . import layers
         shape = [int(s) for s in shape]
         dim = attr.dim
         if dim is not None:
@@ -145,27 +144,33 @@ class LayerHelper:
         v = self.create_parameter(sub(base + "_v", attr.initializer), shape, dtype, is_bias,
                                   default_initializer)
 
-        def norm(x):
-            sq = layers.reduce_sum(layers.square(x), dim=others or None, keep_dim=False)
-            return layers.reshape(layers.sqrt(sq), [-1])
+        def op(block, type, inputs, attrs=None, out=None):
+            out = out or block.create_var(name=unique_name.generate(self.name + ".wn"),
+                                          dtype=dtype)
+            block.append_op(type, inputs=inputs, outputs={"Out": out}, attrs=attrs or {})
+            return out
+
+        def norm(block, x):  # ||x|| over `others`, shaped [g's length]
+            sq = op(block, "square", {"X": x})
+            total = op(block, "reduce_sum", {"X": sq},
+                       {"dim": others or [0], "keep_dim": False, "reduce_all": not others})
+            return op(block, "reshape", {"X": op(block, "sqrt", {"X": total})}, {"shape": [-1]})
         g_shape = [shape[dim]] if dim is not None else [1]
         startup = self.startup_program
         if not startup.global_block().has_var(base + "_g"):
-            # g starts at ||v||: ops of the startup program, after v's initializer.
-            from .framework import program_guard
-            from .initializer import Initializer
-
             class _NormOfV(Initializer):
+                """g starts at ||v||: ops of the startup program, after v's initializer."""
+
                 def __call__(self, var, block):
-                    with program_guard(startup, startup):
-                        sv = startup.global_block().var(v.name)
-                        layers.assign(norm(sv), var)
+                    op(block, "assign", {"X": norm(block, block.var(v.name))}, out=var)
             init = _NormOfV()
         else:
             init = ConstantInitializer(1.0)  # already made (shared): not used
         g = self.create_parameter(sub(base + "_g", init), g_shape, dtype, is_bias)
-        scale = layers.elementwise_div(g, norm(v))
-        return layers.elementwise_mul(v, scale, axis=dim if dim is not None else -1)
+        block = self.block
+        scale = op(block, "elementwise_div", {"X": g, "Y": norm(block, v)}, {"axis": -1})
+        return op(block, "elementwise_mul", {"X": v, "Y": scale},
+                  {"axis": dim if dim is not None else -1})
 
     def create_variable_for_type_inference(self, dtype="float32", stop_gradient=False):
         return self.block.create_var(name=unique_name.generate(self.name + ".tmp"), dtype=dtype,

@@ -1,10 +1,12 @@
 """Optimizers: ``opt.minimize(loss)`` appends backward and one update op per parameter.
 Every update op gets op_role = optimize and op_role_var = [param, grad]."""
-from . import clip, core, unique_name
+import contextlib
+
+from . import clip, core, layers, unique_name
 from .backward import append_backward
-from .framework import (Variable, _fill_value_attrs, _op_role_guard, convert_dtype,
-                        default_startup_program)
-from .layers.tensor import cast
+from .framework import (Program, Variable, _fill_value_attrs, _op_role_guard, convert_dtype,
+                        default_main_program, default_startup_program, program_guard)
+from .layers.tensor import assign, cast
 
 
 class Optimizer:
@@ -389,8 +391,6 @@ class _ParamSwap:
 
     def _build_swap(self, params, fill):
         """fill(block, param_var) appends the ops that write the averaged value into param."""
-        from .framework import Program, program_guard
-        from .layers.tensor import assign
         self._backups = {}
         self.apply_program, self.restore_program = Program(), Program()
         with program_guard(self.apply_program, Program()):
@@ -415,7 +415,6 @@ class _ParamSwap:
     def apply(self, executor, need_restore=True):
         """A context manager: inside it the parameters hold the averaged values (evaluate or
         save the model there); on exit they are restored unless need_restore=False."""
-        import contextlib
 
         @contextlib.contextmanager
         def applied():
@@ -444,7 +443,6 @@ class ModelAverage(Optimizer, _ParamSwap):
     def __init__(self, average_window_rate, min_average_window=10000, max_average_window=10000,
                  regularization=None, name=None):
         super().__init__(0.0, regularization, name)
-        from .framework import default_main_program
         if not float(average_window_rate) >= 0:
             raise ValueError("ModelAverage: average_window_rate must be >= 0, got %r"
                              % (average_window_rate,))
@@ -485,7 +483,6 @@ class ModelAverage(Optimizer, _ParamSwap):
                            "max_average_window": self.max_average_window})
 
         def fill(block, pv):
-            from . import layers
             s1, s2, s3, n1, n2, _ = [block.create_var(name=v.name, shape=v.shape,
                                                       dtype=v.dtype, persistable=True)
                                      for v in self._state[pv.name]]
@@ -515,8 +512,6 @@ class ExponentialMovingAverage(_ParamSwap):
     out."""
 
     def __init__(self, decay=0.999, thres_steps=None, name=None):
-        from . import layers
-        from .framework import default_main_program
         if not 0.0 <= float(decay) <= 1.0:
             raise ValueError("ExponentialMovingAverage: decay must be in [0, 1], got %r"
                              % (decay,))
@@ -566,8 +561,6 @@ class ExponentialMovingAverage(_ParamSwap):
 
     def update(self):
         """Appends the moving-average ops to the main program (once, after minimize)."""
-        from . import layers
-        from .framework import default_main_program
         if self._updated:
             raise RuntimeError("ExponentialMovingAverage.update() was already called")
         self._updated = True
@@ -606,7 +599,6 @@ class LookaheadOptimizer:
         self.k = k
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
-        from . import layers
         out = self.inner_optimizer.minimize(loss, startup_program, parameter_list, no_grad_set)
         startup = startup_program or default_startup_program()
         program = loss.block.program

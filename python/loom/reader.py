@@ -1,5 +1,6 @@
 """Reader decorators (Fluid's ``paddle.batch`` / ``paddle.reader.shuffle``). A reader is a
 function returning an iterator over samples."""
+import multiprocessing as mp
 import queue
 import random
 import threading
@@ -163,7 +164,6 @@ def multiprocess_reader(readers, use_pipe=True, queue_size=1000):
     samples travel pickled through a multiprocessing queue of queue_size (use_pipe is
     accepted: both of Fluid's transports give the same samples). A reader that raises, or a
     process that dies, ends the iteration with an error naming the reader's index."""
-    import multiprocessing as mp
     if not isinstance(readers, (list, tuple)) or not readers:
         raise ValueError("multiprocess_reader: readers must be a non-empty list of readers, "
                          "got %r" % (readers,))

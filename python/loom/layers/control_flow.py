@@ -15,6 +15,7 @@ from ..layer_helper import LayerHelper
 from .common import _check_var
 from .tensor import (argsort, assign, concat, create_global_var, fill_constant, gather, reshape,
                      where)
+from .tensor import slice as slice_
 
 __all__ = ["less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
            "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
@@ -484,7 +485,6 @@ class IfElse:
             raise ValueError("IfElse: cond '%s' must be [N, 1] or [N], got %s"
                              % (cond.name, shape))
         self.helper = LayerHelper("ifelse", name=name)
-        from .tensor import slice as slice_
         self._index = {}
         for branch, c in ((True, cond), (False, logical_not(cond))):
             coords = where(c)  # [K, rank]: the row is the first coordinate
