@@ -507,3 +507,39 @@ def test_an_inference_model_exports_a_distributed_table(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     printed = "{%s, ...}" % ", ".join("%g" % v for v in online.ravel()[:4])
     assert printed in out.stdout, (out.stdout, online)
+
+
+def test_loom_run_servers_resume_a_distributed_table(tmp_path):
+    """A bundle with a distributed table, transpiled by `loom transpile --mode pserver` and run
+    by `loom run` under `loom launch`: --save-params makes the servers write their shards, and
+    servers started with --load-params take them back (the rows, with their state)."""
+    import os
+    import subprocess
+    import numpy as np
+    from pserver_sparse_worker import build
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
+    main, startup, loss = build(rows=10**6, opt="adagrad")
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, 10**6, size=(64, 1)).astype("int64")
+    y = rng.randn(64, 1).astype("float32")
+    bundle, out, params = tmp_path / "bundle", tmp_path / "ps", tmp_path / "params"
+    fluid.io.save_program_bundle(str(bundle), main, startup, ["ids", "y"], [loss.name],
+                                 data={"ids": ids, "y": y}, batch_size=16)
+
+    def run(*args, timeout=60):
+        p = subprocess.run([loom] + [str(a) for a in args], capture_output=True, text=True,
+                           timeout=timeout)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p
+    run("transpile", bundle, "-o", out, "--mode", "pserver", "--pservers", 2, "--trainers", 2)
+    launch = ["launch", "--workers", 2, "--servers", 2, "--timeout", 50, "--", loom, "run", out,
+              "--print-every", 1]
+    run(*launch, "--iters", 4, "--save-params", params)
+    assert (params / "pserver_0" / "embedding_0.w_0.sptb").exists()
+    resumed = run(*launch, "--iters", 1, "--load-params", params)
+    import re
+    counts = [int(n) for n in re.findall(r"table 'embedding_0.w_0' resumes with (\d+) rows",
+                                         resumed.stdout + resumed.stderr)]
+    assert len(counts) == 2 and sum(counts) > 0, resumed.stdout + resumed.stderr
