@@ -5,6 +5,10 @@
     ...
 """
 from . import core
+
+_refused = core.take_op_registration_errors()
+if _refused:  # two ops of libloom under one type: a build error, reported on import
+    raise ImportError("loom: " + "; ".join(_refused))
 from .framework import (Program, Block, Variable, Parameter, program_guard, name_scope,
                         default_main_program, default_startup_program, CPUPlace, CUDAPlace,
                         cpu_places, cuda_places, is_compiled_with_cuda)
@@ -17,7 +21,8 @@ from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, Paralle
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
 from . import nets, metrics, average, dataset
 from .dataset import DatasetFactory
-from . import install_check, profiler
+from . import install_check, profiler, sysconfig
+from .sysconfig import load_op_library
 from ._flags import get_flags, set_flags
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
