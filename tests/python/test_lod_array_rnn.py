@@ -124,3 +124,84 @@ def test_seq2seq_with_unknown_time_trains():
         feed = {"src": ids, "trg_in": shifted, "label": ids, "n": lens.astype("int64")}
         losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10]), losses
+
+
+# ---- dynamic_decode with a max step count known only at run time (a while loop)
+
+V, E, K, START, END = 7, 4, 3, 0, 1
+
+
+class TanhCell(L.RNNCell):
+    def __init__(self, p):
+        self.p, self.w = p, None
+
+    def call(self, inputs, states):
+        if self.w is None:
+            init = fluid.initializer.NumpyArrayInitializer
+            self.w = L.create_parameter([E, H], "float64", name="cell_w",
+                                        default_initializer=init(self.p["w"]))
+            self.u = L.create_parameter([H, H], "float64", name="cell_u",
+                                        default_initializer=init(self.p["u"]))
+        h = L.tanh(L.elementwise_add(L.matmul(inputs, self.w), L.matmul(states, self.u)))
+        return h, h
+
+
+def decode(p, h0, steps):
+    """steps: an int (unrolled), 'var' (a fed int64 Variable holding 6) or None."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        h = fluid.data("h0", [None, H], dtype="float64")
+        init = fluid.initializer.NumpyArrayInitializer
+        emb_w = L.create_parameter([V, E], "float64", name="emb",
+                                   default_initializer=init(p["emb"]))
+        out_w = L.create_parameter([H, V], "float64", name="out",
+                                   default_initializer=init(p["o"]))
+        decoder = L.BeamSearchDecoder(
+            TanhCell(p), START, END, K, embedding_fn=lambda ids: L.gather(emb_w, L.reshape(
+                ids, [-1])), output_fn=lambda x: L.matmul(x, out_w))
+        limit = fluid.data("limit", [1], dtype="int64") if steps == "var" else steps
+        ids, final, lens = L.dynamic_decode(decoder, inits=h, max_step_num=limit,
+                                            return_length=True)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        feed = {"h0": h0}
+        if steps == "var":
+            feed["limit"] = np.array([6], "int64")
+        return exe.run(main, feed=feed, fetch_list=[ids, final.log_probs, lens])
+
+
+def decode_weights(seed, end_bias):
+    rng = np.random.RandomState(seed)
+    p = {"emb": rng.randn(V, E), "w": rng.randn(E, H), "u": rng.randn(H, H) * 0.5,
+         "o": rng.randn(H, V) * 1.5}
+    if end_bias:  # h > 0 always, and the end token's logit grows with it: every beam ends
+        p.update(emb=abs(p["emb"]), w=abs(p["w"]), u=abs(p["u"]))
+        p["o"][:, END] = abs(p["o"][:, END]) + end_bias
+    return {k: v.astype(np.float32).astype(np.float64) for k, v in p.items()}
+
+
+def test_dynamic_decode_with_a_variable_step_limit_equals_unrolled():
+    p = decode_weights(11, 0.0)
+    h0 = np.random.RandomState(12).randn(B, H)
+    want = decode(p, h0, 6)
+    got = decode(p, h0, "var")
+    assert got[0].shape == want[0].shape == (B, 6, K)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_dynamic_decode_without_limit_stops_when_all_finished():
+    p = decode_weights(13, 0.5)
+    h0 = abs(np.random.RandomState(14).randn(B, H))
+    got = decode(p, h0, None)
+    steps = got[0].shape[1]
+    assert got[2].max() == steps and steps < 40  # the last beam ended at the last step
+    want = decode(p, h0, steps)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_array_equal(got[2], want[2])
+    with pytest.raises(TypeError, match="dynamic_decode: max_step_num"):
+        with fluid.program_guard(fluid.Program(), fluid.Program()):
+            L.dynamic_decode(None, max_step_num=fluid.data("f", [1], dtype="float32"))
