@@ -622,3 +622,121 @@ def test_lstm_language_model_trains():
         losses = [float(exe.run(main, feed={"w": seq[:, :T], "n": seq[:, 1:].reshape(-1, 1)},
                                 fetch_list=[loss])[0]) for _ in range(40)]
     assert losses[-1] < 0.3 * losses[0]
+
+
+def _np_lstmp(x, lengths, w, w_proj, b, reverse, peep, h0=None, c0=None, cell_clip=None,
+              proj_clip=None):
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    d, p = w_proj.shape
+    projs, cells = np.zeros((len(x), p)), np.zeros((len(x), d))
+    start = 0
+    for s, n in enumerate(lengths):
+        r = np.tanh(h0[s] @ w_proj) if h0 is not None else np.zeros(p)
+        c = c0[s] if c0 is not None else np.zeros(d)
+        rows = range(start, start + n)
+        for t in (reversed(rows) if reverse else rows):
+            g = x[t] + r @ w + b[0, :4 * d]
+            cand, i, f, o = np.split(g, 4)
+            if peep:
+                i = i + b[0, 4 * d:5 * d] * c
+                f = f + b[0, 5 * d:6 * d] * c
+            c = sig(f) * c + sig(i) * np.tanh(cand)
+            if cell_clip is not None:
+                c = np.clip(c, -cell_clip, cell_clip)
+            if peep:
+                o = o + b[0, 6 * d:7 * d] * c
+            h = sig(o) * np.tanh(c)
+            r = np.tanh(h @ w_proj)
+            if proj_clip is not None:
+                r = np.clip(r, -proj_clip, proj_clip)
+            projs[t], cells[t] = r, c
+        start += n
+    return projs, cells
+
+
+@pytest.mark.parametrize("reverse,peep,init,clips", [(False, True, False, None),
+                                                     (True, True, True, None),
+                                                     (False, False, True, (0.5, 0.3))])
+def test_dynamic_lstmp_matches_numpy_and_gradients(reverse, peep, init, clips):
+    rng = np.random.RandomState(2)
+    d, p, lengths = 2, 3, [3, 1, 2]
+    x = rng.randn(sum(lengths), 4 * d)
+    w, w_proj = rng.randn(p, 4 * d) * 0.5, rng.randn(d, p) * 0.5
+    b = rng.randn(1, (7 if peep else 4) * d) * 0.5
+    h0 = rng.randn(3, d) * 0.5 if init else None
+    c0 = rng.randn(3, d) * 0.5 if init else None
+    cell_clip, proj_clip = clips or (None, None)
+    main, start = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        xv = fluid.data("x", [None, 4 * d], "float64", lod_level=1)
+        xv.stop_gradient = False
+        extra = {}
+        if init:
+            extra = {"h_0": fluid.data("h0", [3, d], "float64"),
+                     "c_0": fluid.data("c0", [3, d], "float64")}
+        proj, cell = fluid.layers.dynamic_lstmp(
+            xv, 4 * d, p, param_attr="lstmp_w", bias_attr="lstmp_b", use_peepholes=peep,
+            is_reverse=reverse, dtype="float64", cell_clip=cell_clip, proj_clip=proj_clip,
+            **extra)
+        wv = fluid.data("wsum", [None, p], "float64")
+        loss = fluid.layers.reduce_sum(fluid.layers.elementwise_mul(proj, wv))
+        fluid.backward.append_backward(loss)
+    assert {p_.name for p_ in main.all_parameters()} == {"lstmp_w", "lstmp_w_proj", "lstmp_b"}
+    wp_name = "lstmp_w_proj"
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    weights = rng.uniform(0.5, 1.5, (sum(lengths), p))
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        for n, v in (("lstmp_w", w), (wp_name, w_proj), ("lstmp_b", b)):
+            scope.find_var(n).get_tensor().set(v, fluid.CPUPlace())
+
+        def run(xa, fetch):
+            feed = {"x": fluid.create_lod_tensor(xa, [lengths], fluid.CPUPlace()),
+                    "wsum": weights}
+            if init:
+                feed.update(h0=h0, c0=c0)
+            return exe.run(main, feed=feed, fetch_list=fetch)
+        got_p, got_c, gx = run(x, [proj, cell, "x@GRAD"])
+        ref_p, ref_c = _np_lstmp(x, lengths, w, w_proj, b, reverse, peep, h0, c0, cell_clip,
+                                 proj_clip)
+        np.testing.assert_allclose(got_p, ref_p, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got_c, ref_c, rtol=0, atol=1e-12)
+        numeric = np.zeros_like(x)
+        for idx in np.ndindex(*x.shape):
+            vals = []
+            for e in (1e-6, -1e-6):
+                xp = x.copy()
+                xp[idx] += e
+                vals.append(float(run(xp, [loss])[0]))
+            numeric[idx] = (vals[0] - vals[1]) / 2e-6
+        np.testing.assert_allclose(gx, numeric, rtol=1e-6, atol=1e-8)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        xv = fluid.data("x", [None, 8], "float32", lod_level=1)
+        with pytest.raises(ValueError, match="proj_activation 'softmax'"):
+            fluid.layers.dynamic_lstmp(xv, 8, 3, proj_activation="softmax")
+        with pytest.raises(ValueError, match="size must be 4"):
+            fluid.layers.dynamic_lstmp(xv, 6, 3)
+
+
+def test_dynamic_lstmp_trains():
+    main, start = fluid.Program(), fluid.Program()
+    main.random_seed = start.random_seed = 5
+    rng = np.random.RandomState(0)
+    lengths = [4, 2, 5, 3]
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        ids = fluid.data("ids", [None, 1], "int64", lod_level=1)
+        y = fluid.data("y", [None, 1], "float32")
+        emb = fluid.embedding(ids, size=[20, 16])
+        proj, _ = fluid.layers.dynamic_lstmp(fluid.layers.fc(emb, 16), 16, 6)
+        last = fluid.layers.sequence_last_step(proj)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(last, 1), y))
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    seqs = rng.randint(0, 20, (sum(lengths), 1)).astype("int64")
+    target = np.array([[1.0], [-1.0], [0.5], [0.0]], "float32")
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        losses = [float(exe.run(main, feed={
+            "ids": fluid.create_lod_tensor(seqs, [lengths], fluid.CPUPlace()), "y": target},
+            fetch_list=[loss])[0]) for _ in range(30)]
+    assert losses[-1] < 0.1 * losses[0]

@@ -23,13 +23,16 @@ from .common import _check_var
 from .control_flow import _outer_reads_writes, greater_than, increment, less_than
 from .math import (elementwise_add, elementwise_mul, elementwise_sub, matmul, reduce_sum,
                    scale)
-from .nn import fc
+from .activation import relu
+from .math import clip
+from .nn import dropout, fc
+from .sequence import sequence_pad, sequence_unpad
 from .tensor import (assign, cast, concat, expand, fill_constant, fill_constant_batch_size_like,
-                     gather, scatter, shape, slice, split, squeeze, stack, transpose, unsqueeze,
-                     zeros_like)
+                     gather, reshape, scatter, shape, slice, split, squeeze, stack, transpose,
+                     unsqueeze, zeros_like)
 
 __all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn", "dynamic_lstm", "dynamic_gru",
-           "gru_unit", "lstm_unit", "lstm"]
+           "gru_unit", "lstm_unit", "lstm", "dynamic_lstmp"]
 
 
 class RNNCell:
@@ -415,8 +418,6 @@ def lstm(input, init_h, init_c, max_len, hidden_size, num_layers, dropout_prob=0
     concatenated), with dropout of dropout_prob between layers unless is_test. Weights are
     one [in + hidden, 4 * hidden] matrix and one bias per layer and direction, named
     NAME.l{layer}_{fw|bw}.w / .b (cuDNN's two biases add up to one)."""
-    from .nn import dropout
-    from .tensor import reshape, stack
     shape = list(input.shape)
     if len(shape) != 3:
         raise ValueError("lstm: input must be [batch, max_len, input_size], got %s" % shape)
@@ -460,3 +461,98 @@ def lstm(input, init_h, init_c, max_len, hidden_size, num_layers, dropout_prob=0
             last_c.append(c)
         x = outs[0] if dirs == 1 else concat(outs, axis=2)
     return x, stack(last_h, axis=0), stack(last_c, axis=0)
+
+
+_ACTS = {"sigmoid": sigmoid, "tanh": tanh, "relu": relu, "identity": lambda x: x}
+
+
+class _LstmpCell(RNNCell):
+    """One step of dynamic_lstmp over padded rows: input [batch, 4 D] (gates c~, i, f, o
+    already projected), states [r (projection, P), c (cell, D)]; the output is [r, c]
+    concatenated (both are returned per row)."""
+
+    def __init__(self, w, w_proj, bias, d, peepholes, acts, cell_clip, proj_clip):
+        self.w, self.w_proj, self.bias, self.d = w, w_proj, bias, d
+        self.peepholes = peepholes
+        self.gate, self.cell, self.cand, self.proj = acts
+        self.cell_clip, self.proj_clip = cell_clip, proj_clip
+
+    def call(self, inputs, states):
+        r, c = states
+        d = self.d
+        gates = elementwise_add(inputs, matmul(r, self.w))
+        gates = elementwise_add(gates, reshape(slice(self.bias, [1], [0], [4 * d]), [-1]))
+        cand, i, f, o = split(gates, 4, dim=1)
+        if self.peepholes:
+            w_ic, w_fc, w_oc = [reshape(slice(self.bias, [1], [k * d], [(k + 1) * d]), [-1])
+                                for k in (4, 5, 6)]
+            i = elementwise_add(i, elementwise_mul(c, w_ic))
+            f = elementwise_add(f, elementwise_mul(c, w_fc))
+        new_c = elementwise_add(elementwise_mul(self.gate(f), c),
+                                elementwise_mul(self.gate(i), self.cand(cand)))
+        if self.cell_clip is not None:
+            new_c = clip(new_c, -self.cell_clip, self.cell_clip)
+        if self.peepholes:
+            o = elementwise_add(o, elementwise_mul(new_c, w_oc))
+        h = elementwise_mul(self.gate(o), self.cell(new_c))
+        new_r = self.proj(matmul(h, self.w_proj))
+        if self.proj_clip is not None:
+            new_r = clip(new_r, -self.proj_clip, self.proj_clip)
+        return concat([new_r, new_c], axis=1), [new_r, new_c]
+
+
+def dynamic_lstmp(input, size, proj_size, param_attr=None, bias_attr=None, use_peepholes=True,
+                  is_reverse=False, gate_activation="sigmoid", cell_activation="tanh",
+                  candidate_activation="tanh", proj_activation="tanh", dtype="float32",
+                  name=None, h_0=None, c_0=None, cell_clip=None, proj_clip=None):
+    """Fluid's LSTM with a recurrent projection (LSTMP, Sak et al. 2014) over LoD sequences:
+    input [rows, size] holds the four gates' projected inputs (gates c~, i, f, o), size = 4 * D;
+    each step r_t = proj_act(h_t W_proj) ([D, proj_size]) is what the gates see next
+    (W: [proj_size, 4 D]); with use_peepholes the bias is [1, 7 D] (4 D biases, then W_ic,
+    W_fc, W_oc). A named param_attr names W; W_proj is then NAME_proj. cell_clip / proj_clip
+    clip c_t and r_t. h_0 ([sequences, D]) starts r at
+    proj_act(h_0 W_proj), c_0 ([sequences, D]) the cell. Returns (projection [rows,
+    proj_size], cell [rows, D]) with input's LoD. Built from rnn over the padded batch
+    (sequence_length freezes each sequence past its end), so its gradients are rnn's."""
+    if int(size) % 4 or int(size) <= 0:
+        raise ValueError("dynamic_lstmp: size must be 4 * hidden width, got %r" % (size,))
+    if int(proj_size) <= 0:
+        raise ValueError("dynamic_lstmp: proj_size must be positive, got %r" % (proj_size,))
+    if len(input.shape) != 2 or (input.shape[1] > 0 and input.shape[1] != int(size)):
+        raise ValueError("dynamic_lstmp: input must be [rows, size=%d], got %r"
+                         % (size, list(input.shape)))
+    acts = []
+    for what, a in (("gate_activation", gate_activation), ("cell_activation", cell_activation),
+                    ("candidate_activation", candidate_activation),
+                    ("proj_activation", proj_activation)):
+        if a not in _ACTS:
+            raise ValueError("dynamic_lstmp: %s %r is not one of %s"
+                             % (what, a, ", ".join(sorted(_ACTS))))
+        acts.append(_ACTS[a])
+    d, p = int(size) // 4, int(proj_size)
+    helper = LayerHelper("lstmp", name=name)
+    w = helper.create_parameter(param_attr, [p, 4 * d], dtype)
+    proj_attr = ParamAttr._to_attr(param_attr)
+    if proj_attr and proj_attr.name:  # a named weight: the projection is NAME_proj
+        proj_attr = ParamAttr(name=proj_attr.name + "_proj", initializer=proj_attr.initializer,
+                              learning_rate=proj_attr.learning_rate,
+                              regularizer=proj_attr.regularizer, trainable=proj_attr.trainable)
+    w_proj = helper.create_parameter(proj_attr, [d, p], dtype, suffix="w_proj")
+    b = helper.create_parameter(bias_attr, [1, (7 if use_peepholes else 4) * d], dtype,
+                                is_bias=True)
+    if b is None:
+        raise ValueError("dynamic_lstmp: bias_attr=False is not supported (as Fluid's)")
+    padded, length = sequence_pad(input, fill_constant([1], dtype, 0.0))
+    cell = _LstmpCell(w, w_proj, b, d, use_peepholes, acts,
+                      None if cell_clip is None else float(cell_clip),
+                      None if proj_clip is None else float(proj_clip))
+    batch_ref = reshape(slice(padded, [1], [0], [1]), [-1, int(size)])
+    r0 = acts[3](matmul(h_0, w_proj)) if h_0 is not None else \
+        fill_constant_batch_size_like(batch_ref, [-1, p], dtype, 0.0)
+    c0 = c_0 if c_0 is not None else fill_constant_batch_size_like(batch_ref, [-1, d], dtype,
+                                                                     0.0)
+    out, _ = rnn(cell, padded, initial_states=[r0, c0], sequence_length=length,
+                 is_reverse=bool(is_reverse))
+    both = sequence_unpad(out, length)
+    proj, cell_out = split(both, [p, d], dim=1)
+    return proj, cell_out
