@@ -13,6 +13,9 @@ before it:
     math            element-wise ops of two inputs, products, reductions, scale, clip
     nn              fc, embedding, convolutions, pooling, normalizations, dropout, py_func, ...
     loss            cross entropies and other losses
+    large_vocab     losses over sampled or tree-coded classes: nce, hsigmoid,
+                    sampled_softmax_with_cross_entropy
+    norm_more       data_norm, spectral_norm and the auc metric layer
     metric          accuracy, chunk_eval
     sequence        layers over LoD sequences, the linear-chain CRF
     io              feed variables (data)
@@ -30,19 +33,21 @@ its operators (``a + b``, ``a < b``, ...) when the package is imported.
 from .. import core  # noqa: F401
 from ..framework import Variable, convert_dtype, default_main_program, dtype_name  # noqa: F401
 from ..layer_helper import LayerHelper  # noqa: F401
-from . import (activation, control_flow, decode, dynamic_rnn, io, learning_rate_scheduler, loss,
-               math, math_op_patch, metric, nn, recurrent, sequence, static_rnn, tensor,
-               tensor_array)
+from . import (activation, control_flow, decode, dynamic_rnn, io, large_vocab,
+               learning_rate_scheduler, loss, math, math_op_patch, metric, nn, norm_more,
+               recurrent, sequence, static_rnn, tensor, tensor_array)
 from .activation import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403
 from .decode import *  # noqa: F401,F403
 from .dynamic_rnn import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
+from .large_vocab import *  # noqa: F401,F403
 from .learning_rate_scheduler import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .math import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
+from .norm_more import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
 from .static_rnn import *  # noqa: F401,F403
@@ -68,6 +73,7 @@ get_places = _gone("get_places", "use fluid.cpu_places(n) or fluid.cuda_places()
 __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
            nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
            tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
-           decode.__all__ + learning_rate_scheduler.__all__)
+           decode.__all__ + learning_rate_scheduler.__all__ + large_vocab.__all__ +
+           norm_more.__all__)
 
 math_op_patch.monkey_patch_variable()

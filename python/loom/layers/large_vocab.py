@@ -1,0 +1,81 @@
+"""Losses over large vocabularies that touch only some classes per row: nce, hsigmoid and
+sampled_softmax_with_cross_entropy (Fluid 1.8's signatures and math)."""
+import numpy as np
+
+from ..framework import dtype_name
+from ..layer_helper import LayerHelper
+from .common import _check_var
+from .tensor import assign
+
+__all__ = ["nce"]
+
+_SAMPLERS = {"uniform": 0, "log_uniform": 1, "custom_dist": 2}
+
+
+def _dtype(x):
+    return dtype_name(x.dtype)
+
+
+def nce(input, label, num_total_classes, sample_weight=None, param_attr=None, bias_attr=None,
+        num_neg_samples=None, name=None, sampler="uniform", custom_dist=None, seed=0,
+        is_sparse=False):
+    """Noise-contrastive estimation loss [N, 1] of input [N, D] against label [N, num_true]
+    (int64): per row, a logistic loss of the true classes against num_neg_samples (default
+    10) classes drawn by sampler ('uniform', 'log_uniform' or 'custom_dist' with the
+    probabilities custom_dist), each logit corrected by log(num_neg_samples * Q(class)); the
+    row's sum, times sample_weight, divided by num_neg_samples + 1. A non-zero seed draws the
+    same classes on every run. is_sparse makes the weight and bias gradients SelectedRows of
+    the sampled rows."""
+    _check_var(input, "input", "nce")
+    _check_var(label, "label", "nce")
+    if _dtype(input) not in ("float32", "float64"):
+        raise TypeError("nce: input must be float32 or float64, got %s" % _dtype(input))
+    if _dtype(label) != "int64":
+        raise TypeError("nce: label must be int64, got %s" % _dtype(label))
+    if len(input.shape) != 2:
+        raise ValueError("nce: input must be 2-D [batch, dim], got shape %s" % list(input.shape))
+    if len(label.shape) != 2:
+        raise ValueError("nce: label must be 2-D [batch, num_true], got shape %s"
+                         % list(label.shape))
+    if not isinstance(num_total_classes, (int, np.integer)) or num_total_classes < 1:
+        raise ValueError("nce: num_total_classes must be a positive int, got %r"
+                         % (num_total_classes,))
+    num_neg_samples = 10 if num_neg_samples is None else int(num_neg_samples)
+    if num_neg_samples < 1:
+        raise ValueError("nce: num_neg_samples must be >= 1, got %d" % num_neg_samples)
+    if sampler not in _SAMPLERS:
+        raise ValueError("nce: sampler must be 'uniform', 'log_uniform' or 'custom_dist', got %r"
+                         % (sampler,))
+    if sample_weight is not None:
+        _check_var(sample_weight, "sample_weight", "nce")
+    helper = LayerHelper("nce", name=name)
+    dim = int(input.shape[1])
+    dtype = _dtype(input)
+    w = helper.create_parameter(param_attr, [int(num_total_classes), dim], dtype)
+    inputs = {"Input": input, "Label": label, "Weight": w}
+    b = helper.create_parameter(bias_attr, [int(num_total_classes), 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = b
+    if sample_weight is not None:
+        inputs["SampleWeight"] = sample_weight
+    if sampler == "custom_dist":
+        if custom_dist is None:
+            raise ValueError("nce: sampler='custom_dist' needs custom_dist (the probabilities)")
+        probs = np.asarray(custom_dist, dtype="float64").ravel()
+        if len(probs) != num_total_classes:
+            raise ValueError("nce: custom_dist holds %d probabilities, num_total_classes is %d"
+                             % (len(probs), num_total_classes))
+        if (probs < 0).any() or probs.sum() <= 0:
+            raise ValueError("nce: custom_dist must be non-negative with a positive sum")
+        inputs["CustomDistProbs"] = assign(probs.astype("float32"))
+    cost = helper.create_variable_for_type_inference(dtype)
+    sample_logits = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    sample_labels = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("nce", inputs=inputs,
+                     outputs={"Cost": cost, "SampleLogits": sample_logits,
+                              "SampleLabels": sample_labels},
+                     attrs={"num_total_classes": int(num_total_classes),
+                            "num_neg_samples": num_neg_samples, "seed": int(seed),
+                            "sampler": _SAMPLERS[sampler], "is_sparse": bool(is_sparse),
+                            "remote_prefetch": bool(is_sparse)})
+    return cost / float(num_neg_samples + 1)

@@ -1,0 +1,159 @@
+"""Large-vocabulary losses (nce, hsigmoid, sampled_softmax_with_cross_entropy), data_norm,
+spectral_norm and the auc layer: NumPy references, finite-difference gradients (float64, fixed
+sampling seeds), argument errors, and small word-prediction models that train."""
+import numpy as np
+import pytest
+
+import loom as fluid
+from loom import core
+from op_test import OpTest
+
+
+def _op(program, op_type):
+    return [op for op in program.global_block().ops if op.type == op_type][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# nce
+
+def _nce_q(sampler, classes, c, probs=None):
+    if sampler == "uniform":
+        return 1.0 / classes
+    if sampler == "log_uniform":
+        return np.log((c + 2.0) / (c + 1.0)) / np.log(classes)
+    return probs[c]
+
+
+def _nce_ref(x, w, b, labels, num_true, neg, sampler, classes, probs=None, sw=None):
+    n, cols = labels.shape
+    cost = np.zeros((n, 1))
+    for i in range(n):
+        for j in range(cols):
+            c = labels[i, j]
+            o = 1.0 / (1.0 + np.exp(-(x[i] @ w[c] + (b[c, 0] if b is not None else 0.0))))
+            q = _nce_q(sampler, classes, c, probs) * neg
+            cost[i, 0] += -np.log(o / (o + q)) if j < num_true else -np.log(q / (o + q))
+        cost[i, 0] *= 1.0 if sw is None else sw[i]
+    return cost / (neg + 1)
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "log_uniform", "custom_dist"])
+def test_nce_forward_matches_numpy_and_is_deterministic(sampler):
+    rng = np.random.RandomState(1)
+    n, d, classes, neg, num_true = 4, 3, 7, 5, 2
+    x = rng.randn(n, d)
+    labels = rng.randint(0, classes, (n, num_true)).astype("int64")
+    w = rng.randn(classes, d) * 0.5
+    b = rng.randn(classes, 1) * 0.1
+    probs = rng.rand(classes) + 0.1
+    probs /= probs.sum()
+    sw = rng.rand(n, 1) + 0.5
+    ot = OpTest(lambda x, label, sw: fluid.layers.nce(
+        x, label, classes, sample_weight=sw, num_neg_samples=neg, sampler=sampler,
+        custom_dist=probs if sampler == "custom_dist" else None, seed=11),
+        {"x": x, "label": labels, "sw": sw}, params={"w_0": w, "b_0": b})
+    name = _op(ot.main, "nce").output("SampleLabels")[0]
+    cost, samples = ot._run([ot.outs[0], name])
+    cost2, samples2 = ot._run([ot.outs[0], name])
+    np.testing.assert_array_equal(samples, samples2)
+    np.testing.assert_array_equal(cost, cost2)
+    assert samples.shape == (n, num_true + neg)
+    np.testing.assert_array_equal(samples[:, :num_true], labels)
+    assert samples.min() >= 0 and samples.max() < classes
+    # The probabilities are float32 in the program, as Fluid's.
+    ref_probs = probs.astype("float32").astype("float64")
+    np.testing.assert_allclose(cost, _nce_ref(x, w, b, samples, num_true, neg, sampler, classes,
+                                              ref_probs, sw.ravel()), rtol=1e-10)
+
+
+def test_nce_samplers_follow_their_distributions():
+    classes, neg = 6, 2000
+    x = np.zeros((1, 2))
+    label = np.zeros((1, 1), "int64")
+    probs = np.array([0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    for sampler, expected in [("uniform", np.full(classes, 1.0 / classes)),
+                              ("custom_dist", probs)]:
+        ot = OpTest(lambda x, label: fluid.layers.nce(
+            x, label, classes, num_neg_samples=neg, sampler=sampler, custom_dist=probs, seed=3),
+            {"x": x, "label": label})
+        (samples,) = ot._run([_op(ot.main, "nce").output("SampleLabels")[0]])
+        freq = np.bincount(samples[0, 1:], minlength=classes) / float(neg)
+        np.testing.assert_allclose(freq, expected, atol=0.04)
+    ot = OpTest(lambda x, label: fluid.layers.nce(
+        x, label, classes, num_neg_samples=neg, sampler="log_uniform", seed=3),
+        {"x": x, "label": label})
+    (samples,) = ot._run([_op(ot.main, "nce").output("SampleLabels")[0]])
+    freq = np.bincount(samples[0, 1:], minlength=classes)
+    assert freq[0] > freq[1] > freq[3]  # small ids are frequent
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "log_uniform"])
+def test_nce_gradient(sampler):
+    rng = np.random.RandomState(2)
+    n, d, classes = 3, 4, 9
+    x = rng.randn(n, d)
+    labels = rng.randint(0, classes, (n, 1)).astype("int64")
+    ot = OpTest(lambda x, label: fluid.layers.nce(x, label, classes, num_neg_samples=4,
+                                                  sampler=sampler, seed=5),
+                {"x": x, "label": labels},
+                params={"w_0": rng.randn(classes, d) * 0.5, "b_0": rng.randn(classes, 1) * 0.1})
+    ot.check_grad(rtol=1e-5, atol=1e-8)
+
+
+def test_nce_gradient_with_sample_weight_and_no_bias():
+    rng = np.random.RandomState(3)
+    n, d, classes = 3, 2, 5
+    probs = np.array([0.3, 0.3, 0.2, 0.1, 0.1])
+    ot = OpTest(lambda x, label, sw: fluid.layers.nce(
+        x, label, classes, sample_weight=sw, bias_attr=False, num_neg_samples=3,
+        sampler="custom_dist", custom_dist=probs, seed=9),
+        {"x": rng.randn(n, d), "label": rng.randint(0, classes, (n, 2)).astype("int64"),
+         "sw": rng.rand(n) + 0.5}, params={"w_0": rng.randn(classes, d) * 0.5}, no_grad=["sw"])
+    assert not [p for p in ot.main.global_block().all_parameters() if p.name.endswith("b_0")]
+    ot.check_grad(rtol=1e-5, atol=1e-8)
+
+
+def test_nce_errors():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data("x", [4])
+        label = fluid.layers.data("label", [1], dtype="int64")
+        flabel = fluid.layers.data("flabel", [1])
+        with pytest.raises(ValueError, match="nce: sampler"):
+            fluid.layers.nce(x, label, 10, sampler="zipf")
+        with pytest.raises(ValueError, match="nce: sampler='custom_dist' needs custom_dist"):
+            fluid.layers.nce(x, label, 10, sampler="custom_dist")
+        with pytest.raises(ValueError, match="nce: custom_dist holds 3"):
+            fluid.layers.nce(x, label, 10, sampler="custom_dist", custom_dist=[0.2, 0.3, 0.5])
+        with pytest.raises(TypeError, match="nce: label must be int64"):
+            fluid.layers.nce(x, flabel, 10)
+        with pytest.raises(ValueError, match="nce: num_neg_samples"):
+            fluid.layers.nce(x, label, 10, num_neg_samples=0)
+        with pytest.raises(TypeError, match="nce: input must be a Variable"):
+            fluid.layers.nce(np.zeros((2, 4)), label, 10)
+
+
+def _word_model(loss_fn, vocab=40, steps=30, sparse=False, lr=0.5):
+    """Predicts the next word (3 * w + 1 mod vocab) of a word; returns the losses of the steps."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        word = fluid.layers.data("word", [1], dtype="int64")
+        nxt = fluid.layers.data("next", [1], dtype="int64")
+        emb = fluid.layers.embedding(word, [vocab, 16], is_sparse=sparse)
+        h = fluid.layers.fc(emb, 16, act="tanh")
+        loss = fluid.layers.mean(loss_fn(h, nxt, vocab))
+        fluid.optimizer.SGD(lr).minimize(loss)
+    rng = np.random.RandomState(0)
+    words = rng.randint(0, vocab, (64, 1)).astype("int64")
+    feed = {"word": words, "next": (3 * words + 1) % vocab}
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    return [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
+            for _ in range(steps)]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nce_trains_a_word_model(sparse):
+    losses = _word_model(lambda h, y, v: fluid.layers.nce(h, y, v, num_neg_samples=5, seed=1,
+                                                          is_sparse=sparse), sparse=sparse, lr=5.0)
+    assert losses[-1] < 0.8 * losses[0], losses
