@@ -157,3 +157,153 @@ def test_nce_trains_a_word_model(sparse):
     losses = _word_model(lambda h, y, v: fluid.layers.nce(h, y, v, num_neg_samples=5, seed=1,
                                                           is_sparse=sparse), sparse=sparse, lr=5.0)
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+# ---------------------------------------------------------------------------------------------
+# hsigmoid
+
+def _hsigmoid_ref(x, w, b, paths, length):
+    """paths: per row, a list of (node, bit)."""
+    n = x.shape[0]
+    pre = np.zeros((n, length))
+    out = np.zeros((n, 1))
+    for i in range(n):
+        for j, (node, bit) in enumerate(paths[i]):
+            pre[i, j] = np.clip(x[i] @ w[node] + (b[node, 0] if b is not None else 0.0), -40, 40)
+            out[i, 0] -= bit * pre[i, j]
+    soft = np.log1p(np.exp(pre))
+    return out + soft.sum(1, keepdims=True), soft
+
+
+def _default_paths(labels, num_classes):
+    paths = []
+    for c in labels.ravel():
+        code = int(c) + num_classes
+        length = code.bit_length() - 1
+        paths.append([((code >> (j + 1)) - 1, (code >> j) & 1) for j in range(length)])
+    return paths
+
+
+def test_hsigmoid_default_tree_matches_numpy_and_gradient():
+    rng = np.random.RandomState(4)
+    n, d, classes = 5, 3, 6
+    x = rng.randn(n, d)
+    labels = np.array([[0], [5], [3], [2], [4]], "int64")
+    w = rng.randn(classes - 1, d) * 0.5
+    b = rng.randn(classes - 1, 1) * 0.1
+    ot = OpTest(lambda x, label: fluid.layers.hsigmoid(x, label, classes),
+                {"x": x, "label": labels}, params={"w_0": w, "b_0": b})
+    length = (classes - 1).bit_length()
+    out, pre = _hsigmoid_ref(x, w, b, _default_paths(labels, classes), length)
+    ot.check_forward(out, rtol=1e-10)
+    (got_pre,) = ot._run([_op(ot.main, "hierarchical_sigmoid").output("PreOut")[0]])
+    np.testing.assert_allclose(got_pre, pre, rtol=1e-10)
+    ot.check_grad(rtol=1e-6, atol=1e-8)
+
+
+def test_hsigmoid_default_tree_is_a_distribution():
+    # sum over classes of exp(-loss) is 1 (up to the log 2 per unused position of PreOut).
+    rng = np.random.RandomState(5)
+    classes, d = 7, 4
+    x = np.repeat(rng.randn(1, d), classes, axis=0)
+    labels = np.arange(classes, dtype="int64").reshape(-1, 1)
+    ot = OpTest(lambda x, label: fluid.layers.hsigmoid(x, label, classes),
+                {"x": x, "label": labels})
+    (out,) = ot.forward()
+    length = (classes - 1).bit_length()
+    pad = np.array([length - len(p) for p in _default_paths(labels, classes)])
+    np.testing.assert_allclose(np.exp(-(out.ravel() - pad * np.log(2.0))).sum(), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_hsigmoid_custom_tree_matches_numpy_and_gradient(sparse):
+    rng = np.random.RandomState(6)
+    n, d, nodes = 4, 3, 5
+    x = rng.randn(n, d)
+    table = np.array([[0, 1, 3, -1], [0, 2, -1, -1], [4, 1, 2, 3], [0, -1, -1, -1]], "int64")
+    code = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [1, 1, 0, 1], [1, 0, 0, 0]], "int64")
+    w = rng.randn(nodes, d) * 0.5
+    b = rng.randn(nodes, 1) * 0.1
+    ot = OpTest(lambda x, label, table, code: fluid.layers.hsigmoid(
+        x, label, nodes, path_table=table, path_code=code, is_custom=True, is_sparse=sparse),
+        {"x": x, "label": np.zeros((n, 1), "int64"), "table": table, "code": code},
+        params={"w_0": w, "b_0": b})
+    paths = [[(t, c) for t, c in zip(tr, cr) if t >= 0] for tr, cr in zip(table, code)]
+    for i in range(n):  # a path ends at its first negative id
+        k = list(table[i]).index(-1) if -1 in table[i] else 4
+        paths[i] = paths[i][:k]
+    out, _ = _hsigmoid_ref(x, w, b, paths, 4)
+    ot.check_forward(out, rtol=1e-10)
+    if not sparse:
+        ot.check_grad(rtol=1e-6, atol=1e-8)
+    else:
+        # The sparse weight gradient is checked through training; x's gradient is dense.
+        (dx,) = ot._run(["x@GRAD"])
+        assert dx.shape == x.shape
+
+
+def test_hsigmoid_errors():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data("x", [4])
+        label = fluid.layers.data("label", [1], dtype="int64")
+        table = fluid.layers.data("table", [3], dtype="int64")
+        with pytest.raises(ValueError, match="hsigmoid: num_classes must be >= 2"):
+            fluid.layers.hsigmoid(x, label, 1)
+        with pytest.raises(ValueError, match="hsigmoid: path_table and path_code are for a"):
+            fluid.layers.hsigmoid(x, label, 5, path_table=table)
+        with pytest.raises(ValueError, match="hsigmoid: path_code must be given"):
+            fluid.layers.hsigmoid(x, label, 5, path_table=table, is_custom=True)
+        with pytest.raises(ValueError, match="hsigmoid: path_table must be given"):
+            fluid.layers.hsigmoid(x, label, 5, path_code=table, is_custom=True)
+        with pytest.raises(TypeError, match="hsigmoid: label must be int64"):
+            fluid.layers.hsigmoid(x, x, 5)
+
+
+def test_hsigmoid_label_out_of_range_names_it():
+    ot = OpTest(lambda x, label: fluid.layers.hsigmoid(x, label, 4),
+                {"x": np.ones((2, 3)), "label": np.array([[1], [4]], "int64")})
+    with pytest.raises(Exception, match="label 4 of row 1 is out of range"):
+        ot.forward()
+
+
+def test_hsigmoid_trains_a_word_model():
+    losses = _word_model(lambda h, y, v: fluid.layers.hsigmoid(h, y, v))
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_hsigmoid_sparse_custom_tree_trains_as_dense():
+    """A custom tree equal to the default one: the sparse and dense weight gradients give the
+    same SGD steps, and the loss falls."""
+    vocab, n, d = 12, 16, 4
+    rng = np.random.RandomState(7)
+    labels = rng.randint(0, vocab, (n, 1)).astype("int64")
+    length = (vocab - 1).bit_length()
+    table = -np.ones((n, length), "int64")
+    code = np.zeros((n, length), "int64")
+    for i, path in enumerate(_default_paths(labels, vocab)):
+        for j, (node, bit) in enumerate(path):
+            table[i, j], code[i, j] = node, bit
+    feed = {"x": rng.randn(n, d).astype("float32"), "label": labels, "table": table,
+            "code": code}
+    runs = []
+    for sparse in (False, True):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [d])
+            label = fluid.layers.data("label", [1], dtype="int64")
+            t = fluid.layers.data("table", [length], dtype="int64")
+            c = fluid.layers.data("code", [length], dtype="int64")
+            h = fluid.layers.fc(x, 8, act="tanh", param_attr=fluid.ParamAttr(
+                initializer=fluid.initializer.ConstantInitializer(0.1)))
+            loss = fluid.layers.mean(fluid.layers.hsigmoid(
+                h, label, vocab - 1, path_table=t, path_code=c, is_custom=True,
+                is_sparse=sparse, param_attr=fluid.ParamAttr(
+                    initializer=fluid.initializer.ConstantInitializer(0.05))))
+            fluid.optimizer.SGD(0.5).minimize(loss)
+        scope = core.Scope()
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(startup, scope=scope)
+        runs.append([float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
+                     for _ in range(10)])
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)
+    assert runs[1][-1] < 0.9 * runs[1][0], runs[1]

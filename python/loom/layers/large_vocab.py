@@ -7,7 +7,7 @@ from ..layer_helper import LayerHelper
 from .common import _check_var
 from .tensor import assign
 
-__all__ = ["nce"]
+__all__ = ["nce", "hsigmoid"]
 
 _SAMPLERS = {"uniform": 0, "log_uniform": 1, "custom_dist": 2}
 
@@ -79,3 +79,58 @@ def nce(input, label, num_total_classes, sample_weight=None, param_attr=None, bi
                             "sampler": _SAMPLERS[sampler], "is_sparse": bool(is_sparse),
                             "remote_prefetch": bool(is_sparse)})
     return cost / float(num_neg_samples + 1)
+
+
+def hsigmoid(input, label, num_classes, param_attr=None, bias_attr=None, name=None,
+             path_table=None, path_code=None, is_custom=False, is_sparse=False):
+    """Hierarchical sigmoid loss [N, 1] of input [N, D] for label [N, 1] (int64): the sum of
+    logistic losses at the inner nodes of the label's path in a binary tree. The default tree
+    is the complete binary tree of num_classes leaves (num_classes - 1 inner nodes: weights
+    [num_classes - 1, D]); is_custom=True takes each row's path from path_table (inner-node
+    ids, ended by -1) and path_code (the bits), with weights [num_classes, D]. is_sparse
+    (custom trees only, as in Fluid) makes the weight gradient a SelectedRows."""
+    _check_var(input, "input", "hsigmoid")
+    _check_var(label, "label", "hsigmoid")
+    if _dtype(input) not in ("float32", "float64"):
+        raise TypeError("hsigmoid: input must be float32 or float64, got %s" % _dtype(input))
+    if _dtype(label) != "int64":
+        raise TypeError("hsigmoid: label must be int64, got %s" % _dtype(label))
+    if len(input.shape) != 2:
+        raise ValueError("hsigmoid: input must be 2-D [batch, dim], got shape %s"
+                         % list(input.shape))
+    if not is_custom:
+        if num_classes is None or int(num_classes) < 2:
+            raise ValueError("hsigmoid: num_classes must be >= 2 with the default tree, got %r"
+                             % (num_classes,))
+        if path_table is not None or path_code is not None:
+            raise ValueError("hsigmoid: path_table and path_code are for a custom tree "
+                             "(is_custom=True); the default tree takes only num_classes")
+        is_sparse = False  # Fluid: sparse updates only with a custom tree
+    else:
+        if path_code is None:
+            raise ValueError("hsigmoid: path_code must be given with a custom tree")
+        if path_table is None:
+            raise ValueError("hsigmoid: path_table must be given with a custom tree")
+        if num_classes is None or int(num_classes) < 1:
+            raise ValueError("hsigmoid: num_classes must be given with a custom tree")
+        _check_var(path_table, "path_table", "hsigmoid")
+        _check_var(path_code, "path_code", "hsigmoid")
+    helper = LayerHelper("hierarchical_sigmoid", name=name)
+    dtype = _dtype(input)
+    dim = int(input.shape[1])
+    nodes = int(num_classes) if is_custom else int(num_classes) - 1
+    w = helper.create_parameter(param_attr, [nodes, dim], dtype)
+    inputs = {"X": input, "W": w, "Label": label}
+    if is_custom:
+        inputs["PathTable"] = path_table
+        inputs["PathCode"] = path_code
+    b = helper.create_parameter(bias_attr, [nodes, 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = b
+    out = helper.create_variable_for_type_inference(dtype)
+    pre_out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("hierarchical_sigmoid", inputs=inputs,
+                     outputs={"Out": out, "PreOut": pre_out},
+                     attrs={"num_classes": int(num_classes), "is_sparse": bool(is_sparse),
+                            "remote_prefetch": bool(is_sparse)})
+    return out
