@@ -307,3 +307,105 @@ def test_hsigmoid_sparse_custom_tree_trains_as_dense():
                      for _ in range(10)])
     np.testing.assert_allclose(runs[0], runs[1], rtol=1e-5)
     assert runs[1][-1] < 0.9 * runs[1][0], runs[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# sampled_softmax_with_cross_entropy
+
+def _sampled_softmax_ref(logits, labels, samples, probs, remove_hits):
+    n, t = labels.shape
+    sl = np.take_along_axis(logits, samples, axis=1) - np.log(probs)
+    if remove_hits:
+        for i in range(n):
+            for j in range(t, samples.shape[1]):
+                if samples[i, j] in labels[i]:
+                    sl[i, j] -= 1e20
+    sl = sl - sl.max(1, keepdims=True)
+    logp = sl - np.log(np.exp(sl).sum(1, keepdims=True))
+    return -logp[:, :t].sum(1, keepdims=True) / t
+
+
+@pytest.mark.parametrize("num_true", [1, 2])
+def test_sampled_softmax_customized_samples_matches_numpy_and_gradient(num_true):
+    rng = np.random.RandomState(8)
+    n, k, s = 4, 9, 3
+    logits = rng.randn(n, k)
+    labels = np.stack([rng.choice(k, num_true, replace=False) for _ in range(n)]).astype("int64")
+    negatives = np.array([1, 4, 7])
+    samples = np.concatenate([labels, np.tile(negatives, (n, 1))], 1).astype("int64")
+    probs = rng.rand(n, num_true + s) * 0.5 + 0.1
+    ot = OpTest(lambda logits, label, samples, probs:
+                fluid.layers.sampled_softmax_with_cross_entropy(
+                    logits, label, s, num_true=num_true, use_customized_samples=True,
+                    customized_samples=samples, customized_probabilities=probs),
+                {"logits": logits, "label": labels, "samples": samples, "probs": probs},
+                no_grad=["probs"])
+    ot.check_forward(_sampled_softmax_ref(logits, labels, samples, probs, True), rtol=1e-10)
+    ot.check_grad(rtol=1e-6, atol=1e-8)
+
+
+def test_sampled_softmax_sampling_matches_numpy_and_gradient():
+    rng = np.random.RandomState(9)
+    n, k, s = 5, 20, 6
+    logits = rng.randn(n, k)
+    labels = rng.randint(0, k, (n, 1)).astype("int64")
+    labels[0, 0] = 0  # class 0 is the likeliest sample: an accidental hit is likely
+    ot = OpTest(lambda logits, label: fluid.layers.sampled_softmax_with_cross_entropy(
+        logits, label, s, seed=13), {"logits": logits, "label": labels})
+    op = _op(ot.main, "sample_logits")
+    loss, samples, probs = ot._run([ot.outs[0], op.output("Samples")[0],
+                                    op.output("Probabilities")[0]])
+    loss2, samples2 = ot._run([ot.outs[0], op.output("Samples")[0]])
+    np.testing.assert_array_equal(samples, samples2)
+    np.testing.assert_array_equal(samples[:, :1], labels)
+    neg = samples[:, 1:]
+    assert (neg == neg[0]).all() and len(set(neg[0])) == s  # shared by the rows, distinct
+    assert neg.min() >= 0 and neg.max() < k - 1
+    np.testing.assert_allclose(loss, _sampled_softmax_ref(logits, labels, samples, probs, True),
+                               rtol=1e-10)
+    # Q: log-uniform over [0, k - 1), adjusted for the draws made (at least s).
+    q = np.log((samples + 2.0) / (samples + 1.0)) / np.log(k)
+    assert any(np.allclose(probs, q * s if t == s else -np.expm1(t * np.log1p(-q)), rtol=1e-9)
+               for t in range(s, 1000))
+    ot.check_grad(rtol=1e-6, atol=1e-8)
+
+
+def test_sampled_softmax_without_removing_hits():
+    logits = np.random.RandomState(10).randn(2, 5)
+    labels = np.array([[1], [2]], "int64")
+    samples = np.array([[1, 1, 3], [2, 0, 2]], "int64")
+    probs = np.full((2, 3), 0.3)
+    for remove in (True, False):
+        ot = OpTest(lambda logits, label, samples, probs:
+                    fluid.layers.sampled_softmax_with_cross_entropy(
+                        logits, label, 2, remove_accidental_hits=remove,
+                        use_customized_samples=True, customized_samples=samples,
+                        customized_probabilities=probs),
+                    {"logits": logits, "label": labels, "samples": samples, "probs": probs},
+                    no_grad=["probs"])
+        ot.check_forward(_sampled_softmax_ref(logits, labels, samples, probs, remove),
+                         rtol=1e-10)
+        ot.check_grad(rtol=1e-6, atol=1e-8)
+
+
+def test_sampled_softmax_errors():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        logits = fluid.layers.data("logits", [10])
+        label = fluid.layers.data("label", [1], dtype="int64")
+        with pytest.raises(ValueError, match="num_samples \\(10\\) must be at most"):
+            fluid.layers.sampled_softmax_with_cross_entropy(logits, label, 10)
+        with pytest.raises(ValueError, match="num_true \\(2\\) must be label's second dim"):
+            fluid.layers.sampled_softmax_with_cross_entropy(logits, label, 3, num_true=2)
+        with pytest.raises(ValueError, match="use_customized_samples needs"):
+            fluid.layers.sampled_softmax_with_cross_entropy(logits, label, 3,
+                                                            use_customized_samples=True)
+        with pytest.raises(TypeError, match="label must be int64"):
+            fluid.layers.sampled_softmax_with_cross_entropy(logits, logits, 3)
+
+
+def test_sampled_softmax_trains_a_word_model():
+    def loss_fn(h, y, vocab):
+        logits = fluid.layers.fc(h, vocab)
+        return fluid.layers.sampled_softmax_with_cross_entropy(logits, y, 10, seed=4)
+    losses = _word_model(loss_fn)
+    assert losses[-1] < 0.8 * losses[0], losses

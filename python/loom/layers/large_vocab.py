@@ -5,9 +5,11 @@ import numpy as np
 from ..framework import dtype_name
 from ..layer_helper import LayerHelper
 from .common import _check_var
-from .tensor import assign
+from .loss import softmax_with_cross_entropy
+from .math import reduce_sum
+from .tensor import assign, cast, one_hot, reshape
 
-__all__ = ["nce", "hsigmoid"]
+__all__ = ["nce", "hsigmoid", "sampled_softmax_with_cross_entropy"]
 
 _SAMPLERS = {"uniform": 0, "log_uniform": 1, "custom_dist": 2}
 
@@ -134,3 +136,73 @@ def hsigmoid(input, label, num_classes, param_attr=None, bias_attr=None, name=No
                      attrs={"num_classes": int(num_classes), "is_sparse": bool(is_sparse),
                             "remote_prefetch": bool(is_sparse)})
     return out
+
+
+def sampled_softmax_with_cross_entropy(logits, label, num_samples, num_true=1,
+                                       remove_accidental_hits=True, use_customized_samples=False,
+                                       customized_samples=None, customized_probabilities=None,
+                                       seed=0):
+    """Sampled softmax loss [N, 1] of logits [N, K] for label [N, num_true] (int64): the
+    softmax cross entropy over each row's true classes and num_samples classes drawn once
+    per batch (log-uniform, distinct) or given as customized_samples [N, num_true +
+    num_samples] with customized_probabilities, each logit less log of its probability of
+    being drawn. remove_accidental_hits lowers a sampled class that is one of the row's
+    labels by 1e20. The loss is divided by num_true, as in Fluid."""
+    _check_var(logits, "logits", "sampled_softmax_with_cross_entropy")
+    _check_var(label, "label", "sampled_softmax_with_cross_entropy")
+    if _dtype(logits) not in ("float32", "float64"):
+        raise TypeError("sampled_softmax_with_cross_entropy: logits must be float32 or float64, "
+                        "got %s" % _dtype(logits))
+    if _dtype(label) != "int64":
+        raise TypeError("sampled_softmax_with_cross_entropy: label must be int64, got %s"
+                        % _dtype(label))
+    if len(logits.shape) != 2 or len(label.shape) != 2:
+        raise ValueError("sampled_softmax_with_cross_entropy: logits must be [N, K] and label "
+                         "[N, num_true], got shapes %s and %s"
+                         % (list(logits.shape), list(label.shape)))
+    num_samples, num_true = int(num_samples), int(num_true)
+    if num_samples < 1:
+        raise ValueError("sampled_softmax_with_cross_entropy: num_samples must be >= 1, got %d"
+                         % num_samples)
+    if num_true < 1 or (label.shape[1] >= 0 and label.shape[1] != num_true):
+        raise ValueError("sampled_softmax_with_cross_entropy: num_true (%d) must be label's "
+                         "second dim (%d)" % (num_true, label.shape[1]))
+    k = int(logits.shape[1])
+    if not use_customized_samples and k > 0 and num_samples > k - 1:
+        raise ValueError("sampled_softmax_with_cross_entropy: num_samples (%d) must be at most "
+                         "the number of classes less one (%d)" % (num_samples, k - 1))
+    helper = LayerHelper("sample_logits")
+    dtype = _dtype(logits)
+    inputs = {"Logits": logits, "Labels": label}
+    if use_customized_samples:
+        if customized_samples is None or customized_probabilities is None:
+            raise ValueError("sampled_softmax_with_cross_entropy: use_customized_samples needs "
+                             "customized_samples and customized_probabilities")
+        _check_var(customized_samples, "customized_samples",
+                   "sampled_softmax_with_cross_entropy")
+        _check_var(customized_probabilities, "customized_probabilities",
+                   "sampled_softmax_with_cross_entropy")
+        inputs["CustomizedSamples"] = customized_samples
+        inputs["CustomizedProbabilities"] = customized_probabilities
+    samples = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    probabilities = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    sampled_logits = helper.create_variable_for_type_inference(dtype)
+    sampled_label = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("sample_logits", inputs=inputs,
+                     outputs={"Samples": samples, "Probabilities": probabilities,
+                              "SampledLogits": sampled_logits, "SampledLabels": sampled_label},
+                     attrs={"use_customized_samples": bool(use_customized_samples),
+                            "uniq": True, "remove_accidental_hits": bool(remove_accidental_hits),
+                            "num_samples": num_samples, "seed": int(seed)})
+    depth = num_true + num_samples
+    if num_true == 1:
+        soft_label = one_hot(sampled_label, depth)
+    else:  # the true columns 0 .. num_true - 1 each get a 1
+        rows = one_hot(reshape(sampled_label, [-1, 1]), depth)
+        soft_label = reduce_sum(reshape(rows, [-1, num_true, depth]), dim=1)
+    if dtype != "float32":
+        soft_label = cast(soft_label, dtype)
+    soft_label.stop_gradient = True
+    loss = softmax_with_cross_entropy(sampled_logits, soft_label, soft_label=True,
+                                      numeric_stable_mode=False)
+    return loss / float(num_true)
