@@ -409,3 +409,61 @@ def test_sampled_softmax_trains_a_word_model():
         return fluid.layers.sampled_softmax_with_cross_entropy(logits, y, 10, seed=4)
     losses = _word_model(loss_fn)
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+# ---------------------------------------------------------------------------------------------
+# auc
+
+def test_auc_layer_matches_metrics_auc_and_slides():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        pred = fluid.layers.data("pred", [2], dtype="float64")
+        label = fluid.layers.data("label", [1], dtype="int64")
+        auc_out, batch_auc, stats = fluid.layers.auc(pred, label, num_thresholds=200,
+                                                     slide_steps=2)
+    assert all(v.persistable for v in stats)
+    assert auc_out.shape == (1,) or list(auc_out.shape) == [1]
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    rng = np.random.RandomState(11)
+    metric = fluid.metrics.Auc("auc", num_thresholds=200)
+    batches = []
+    for step in range(4):
+        p1 = rng.rand(30)
+        lab = (rng.rand(30) < p1).astype("int64").reshape(-1, 1)
+        pred_v = np.stack([1 - p1, p1], 1)
+        batches.append((pred_v, lab))
+        a, b = exe.run(main, feed={"pred": pred_v, "label": lab}, fetch_list=[auc_out, batch_auc],
+                       scope=scope)
+        metric.update(pred_v, lab)
+        np.testing.assert_allclose(a, [metric.eval()], rtol=1e-12)
+        window = fluid.metrics.Auc("w", num_thresholds=200)
+        for pv, lv in batches[-2:]:
+            window.update(pv, lv)
+        np.testing.assert_allclose(b, [window.eval()], rtol=1e-12)
+    # The global stats are the metric's bucket counts.
+    stat_pos = np.array(scope.find_var(stats[2].name).get_tensor())
+    np.testing.assert_array_equal(stat_pos.ravel(), metric._stat_pos)
+
+
+def test_auc_exact_on_separable_and_errors():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        pred = fluid.layers.data("pred", [1])
+        label = fluid.layers.data("label", [1], dtype="int64")
+        auc_out, batch_auc, _ = fluid.layers.auc(pred, label, slide_steps=0)
+        with pytest.raises(NotImplementedError, match="auc: only curve='ROC'"):
+            fluid.layers.auc(pred, label, curve="PR")
+        with pytest.raises(TypeError, match="auc: label must be int64"):
+            fluid.layers.auc(pred, pred)
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    feed = {"pred": np.array([[0.1], [0.2], [0.8], [0.9]], "float32"),
+            "label": np.array([[0], [0], [1], [1]], "int64")}
+    a, b = exe.run(main, feed=feed, fetch_list=[auc_out, batch_auc], scope=scope)
+    assert a[0] == 1.0 and b[0] == 1.0
+    feed["pred"] = np.array([[0.1], [1.5], [0.8], [0.9]], "float32")
+    with pytest.raises(Exception, match="prediction 1.5 of row 1 is not a probability"):
+        exe.run(main, feed=feed, fetch_list=[auc_out], scope=scope)
