@@ -467,3 +467,80 @@ def test_auc_exact_on_separable_and_errors():
     feed["pred"] = np.array([[0.1], [1.5], [0.8], [0.9]], "float32")
     with pytest.raises(Exception, match="prediction 1.5 of row 1 is not a probability"):
         exe.run(main, feed=feed, fetch_list=[auc_out], scope=scope)
+
+
+# ---------------------------------------------------------------------------------------------
+# data_norm
+
+def test_data_norm_matches_numpy_and_gradients():
+    rng = np.random.RandomState(12)
+    n, c = 5, 3
+    x = rng.randn(n, c) * 2 + 1
+    size = rng.rand(c) * 10 + 5
+    total = rng.randn(c) * 3
+    sq = rng.rand(c) * 20 + 5
+    ot = OpTest(lambda x: fluid.layers.data_norm(x, epsilon=1e-4), {"x": x},
+                params={"batch_size": size, "batch_sum": total, "batch_square_sum": sq})
+    means, scales = total / size, np.sqrt(size / sq)
+    ot.check_forward((x - means) * scales, rtol=1e-12)
+    # The statistics' "gradients" are the batch's statistics, as Fluid's.
+    names = [p.name for p in ot.main.global_block().all_parameters()]
+    grads = dict(zip(names, ot._run([nm + "@GRAD" for nm in names])))
+    g = {nm.split(".")[-1]: v for nm, v in grads.items()}
+    np.testing.assert_allclose(g["batch_size"], np.full(c, n))
+    np.testing.assert_allclose(g["batch_sum"], x.sum(0), rtol=1e-12)
+    eps = float(np.float32(1e-4))  # a float32 attribute, as in Fluid
+    np.testing.assert_allclose(g["batch_square_sum"], ((x - means) ** 2).sum(0) + n * eps,
+                               rtol=1e-12)
+    # X's gradient by finite differences (the statistics are not X's functions).
+    ot.params = {}
+    ot.param_names = {}
+    ot.check_grad()
+
+
+def test_data_norm_defaults_names_and_errors():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [3])
+        fluid.layers.data_norm(x, name="dn", param_attr={"batch_size": 100.0, "batch_sum": 50.0,
+                                                         "batch_square": 400.0})
+        with pytest.raises(ValueError, match="data_norm: data_layout"):
+            fluid.layers.data_norm(x, data_layout="NDHW")
+        with pytest.raises(NotImplementedError, match="data_norm: slot_dim"):
+            fluid.layers.data_norm(x, slot_dim=2)
+        with pytest.raises(ValueError, match="data_norm: input must be 2-D"):
+            fluid.layers.data_norm(fluid.layers.data("img", [1, 2, 2]))
+    names = sorted(p.name for p in main.global_block().all_parameters())
+    assert names == ["dn.batch_size", "dn.batch_square_sum", "dn.batch_sum"]
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    (y,) = exe.run(main, feed={"x": np.full((2, 3), 0.5, "float32")},
+                   fetch_list=[main.global_block().ops[-1].output("Y")[0]], scope=scope)
+    np.testing.assert_allclose(y, np.zeros((2, 3)), atol=1e-7)  # mean 0.5, scale 0.5
+
+
+def test_data_norm_trains():
+    """The statistics' gradients are Fluid's batch statistics, meant for a summary update on
+    parameter servers, not for SGD: the fc layers around data_norm train through its input
+    gradient while the statistics stay as initialized."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        y = fluid.layers.data("y", [1])
+        h = fluid.layers.fc(x, 8)
+        h = fluid.layers.data_norm(h, param_attr={"batch_size": 100.0, "batch_square": 400.0})
+        pred = fluid.layers.fc(h, 1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fc_params = [p.name for p in main.global_block().all_parameters()
+                     if not p.name.startswith("data_norm")]
+        fluid.optimizer.SGD(0.05).minimize(loss, parameter_list=fc_params)
+    rng = np.random.RandomState(13)
+    xs = (rng.randn(32, 4) * 3 + 2).astype("float32")
+    feed = {"x": xs, "y": (xs @ np.array([[0.5], [-1.0], [0.3], [0.2]])).astype("float32")}
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
+              for _ in range(20)]
+    assert losses[-1] < 0.5 * losses[0], losses

@@ -2,11 +2,14 @@
 spectral_norm and auc (Fluid 1.8's signatures and math)."""
 from .. import unique_name
 from ..framework import dtype_name
+from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
+from ..param_attr import ParamAttr
+from .activation import _act, _check_act
 from .common import _check_var
 from .tensor import create_global_var
 
-__all__ = ["auc"]
+__all__ = ["auc", "data_norm"]
 
 
 def auc(input, label, curve="ROC", num_thresholds=2 ** 12 - 1, topk=1, slide_steps=1):
@@ -50,3 +53,55 @@ def auc(input, label, curve="ROC", num_thresholds=2 ** 12 - 1, topk=1, slide_ste
                          attrs={"curve": curve, "num_thresholds": num_thresholds,
                                 "slide_steps": steps})
     return auc_out, batch_auc_out, stats
+
+
+def data_norm(input, act=None, epsilon=1e-05, param_attr=None, data_layout="NCHW",
+              in_place=False, name=None, moving_mean_name=None, moving_variance_name=None,
+              do_model_average_for_mean_and_var=True, slot_dim=-1, sync_stats=False,
+              summary_decay_rate=0.9999999):
+    """Normalizes input [N, C] by accumulated statistics, as Fluid's data_norm: three
+    parameters [C] named <name>.batch_size, <name>.batch_sum and <name>.batch_square_sum
+    (initial values 1e4, 0 and 1e4, or param_attr's dict keys batch_size, batch_sum,
+    batch_square), and Y = (input - batch_sum / batch_size) * sqrt(batch_size /
+    batch_square_sum). Their gradients are the batch's own statistics (N, the sums, the
+    squared deviations plus N * epsilon), which the optimizer folds in. in_place is accepted
+    (the result is a new variable either way)."""
+    _check_var(input, "input", "data_norm")
+    dtype = dtype_name(input.dtype)
+    if dtype not in ("float32", "float64"):
+        raise TypeError("data_norm: input must be float32 or float64, got %s" % dtype)
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError("data_norm: data_layout must be 'NCHW' or 'NHWC', got %r"
+                         % (data_layout,))
+    if len(input.shape) != 2:
+        raise ValueError("data_norm: input must be 2-D [batch, channels], got shape %s"
+                         % list(input.shape))
+    if slot_dim is not None and int(slot_dim) > 0:
+        raise NotImplementedError("data_norm: slot_dim > 0 (per-slot show/click handling) is "
+                                  "not supported")
+    if act is not None:
+        _check_act(act)
+    helper = LayerHelper("data_norm", name=name)
+    channels = int(input.shape[1])
+    defaults = {"batch_size": 1e4, "batch_sum": 0.0, "batch_square": 1e4}
+    if isinstance(param_attr, dict):
+        for k in defaults:
+            defaults[k] = float(param_attr.get(k, defaults[k]))
+    params = {}
+    for slot, key, suffix in [("BatchSize", "batch_size", "batch_size"),
+                              ("BatchSum", "batch_sum", "batch_sum"),
+                              ("BatchSquareSum", "batch_square", "batch_square_sum")]:
+        params[slot] = helper.create_parameter(
+            ParamAttr(name="%s.%s" % (helper.name, suffix),
+                      initializer=ConstantInitializer(defaults[key])), [channels], dtype)
+    means = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    scales = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(dtype)
+    inputs = {"X": input}
+    inputs.update(params)
+    helper.append_op("data_norm", inputs=inputs,
+                     outputs={"Y": out, "Means": means, "Scales": scales},
+                     attrs={"epsilon": float(epsilon), "data_layout": data_layout,
+                            "sync_stats": bool(sync_stats),
+                            "summary_decay_rate": float(summary_decay_rate)})
+    return _act(out, act)
