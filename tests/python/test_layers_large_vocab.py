@@ -544,3 +544,75 @@ def test_data_norm_trains():
     losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
               for _ in range(20)]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+# ---------------------------------------------------------------------------------------------
+# spectral_norm
+
+def _spectral_ref(w, u, v, dim, iters, eps):
+    mat = np.moveaxis(w, dim, 0).reshape(w.shape[dim], -1)
+    for _ in range(iters):
+        v = mat.T @ u
+        v = v / (np.linalg.norm(v) + eps)
+        u = mat @ v
+        u = u / (np.linalg.norm(u) + eps)
+    return w / (u @ mat @ v)
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 3), 0), ((3, 4, 2), 1), ((2, 3, 2, 2), 0)])
+def test_spectral_norm_matches_numpy(shape, dim):
+    rng = np.random.RandomState(14)
+    w = rng.randn(*shape)
+    h = shape[dim]
+    u, v = rng.randn(h), rng.randn(w.size // h)
+    ot = OpTest(lambda w: fluid.layers.spectral_norm(w, dim=dim, power_iters=3, eps=1e-12),
+                {"w": w}, params={"u_0": u, "v_0": v})
+    ot.check_forward(_spectral_ref(w, u, v, dim, 3, 1e-12), rtol=1e-10)
+    # Many iterations reach the largest singular value.
+    ot50 = OpTest(lambda w: fluid.layers.spectral_norm(w, dim=dim, power_iters=50),
+                  {"w": w}, params={"u_0": u, "v_0": v})
+    mat = np.moveaxis(w, dim, 0).reshape(h, -1)
+    np.testing.assert_allclose(ot50.forward()[0], w / np.linalg.svd(mat, compute_uv=False)[0],
+                               rtol=1e-8)
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 3), 0), ((3, 4, 2), 1)])
+def test_spectral_norm_gradient(shape, dim):
+    # With power_iters = 0, u and v do not depend on the weight: the gradient Fluid defines
+    # (u and v held fixed) is then the exact one.
+    rng = np.random.RandomState(15)
+    w = rng.randn(*shape)
+    h = shape[dim]
+    ot = OpTest(lambda w: fluid.layers.spectral_norm(w, dim=dim, power_iters=0),
+                {"w": w}, params={"u_0": rng.randn(h), "v_0": rng.randn(w.size // h)})
+    ot.params, ot.param_names = {}, {}  # u and v are not trained
+    ot.check_grad(rtol=1e-6, atol=1e-8)
+
+
+def test_spectral_norm_errors_and_training():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        w = fluid.layers.create_parameter([4, 3], "float32")
+        with pytest.raises(ValueError, match="spectral_norm: dim must be 0 or 1"):
+            fluid.layers.spectral_norm(w, dim=2)
+        with pytest.raises(ValueError, match="spectral_norm: power_iters"):
+            fluid.layers.spectral_norm(w, power_iters=-1)
+        with pytest.raises(ValueError, match="spectral_norm: weight must have rank 2 to 5"):
+            fluid.layers.spectral_norm(fluid.layers.create_parameter([4], "float32"))
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [4])
+        y = fluid.layers.data("y", [1])
+        w = fluid.layers.create_parameter([4, 1], "float32", name="sn_w")
+        pred = fluid.layers.scale(fluid.layers.matmul(x, fluid.layers.spectral_norm(w)), 2.0)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        _, params_grads = fluid.optimizer.SGD(0.1).minimize(loss)
+    assert [p.name for p, _ in params_grads] == ["sn_w"]  # u and v are not trained
+    rng = np.random.RandomState(16)
+    xs = rng.randn(32, 4).astype("float32")
+    feed = {"x": xs, "y": (xs @ np.array([[1.2], [-0.8], [0.4], [0.9]])).astype("float32")}
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
+              for _ in range(15)]
+    assert losses[-1] < 0.8 * losses[0], losses

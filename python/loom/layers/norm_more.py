@@ -2,14 +2,14 @@
 spectral_norm and auc (Fluid 1.8's signatures and math)."""
 from .. import unique_name
 from ..framework import dtype_name
-from ..initializer import ConstantInitializer
+from ..initializer import ConstantInitializer, NormalInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 from .activation import _act, _check_act
 from .common import _check_var
 from .tensor import create_global_var
 
-__all__ = ["auc", "data_norm"]
+__all__ = ["auc", "data_norm", "spectral_norm"]
 
 
 def auc(input, label, curve="ROC", num_thresholds=2 ** 12 - 1, topk=1, slide_steps=1):
@@ -105,3 +105,41 @@ def data_norm(input, act=None, epsilon=1e-05, param_attr=None, data_layout="NCHW
                             "sync_stats": bool(sync_stats),
                             "summary_decay_rate": float(summary_decay_rate)})
     return _act(out, act)
+
+
+def spectral_norm(weight, dim=0, power_iters=1, eps=1e-12, name=None):
+    """weight divided by its largest singular value, as Fluid's spectral_norm: weight (rank 2
+    to 5) is seen as a matrix whose rows are its dim `dim` (0 or 1); power_iters rounds of
+    power iteration from the vectors u [h] and v [w] (parameters drawn from N(0, 1), never
+    updated) estimate sigma = u^T W v. The gradient holds u and v fixed."""
+    _check_var(weight, "weight", "spectral_norm")
+    dtype = dtype_name(weight.dtype)
+    if dtype not in ("float32", "float64"):
+        raise TypeError("spectral_norm: weight must be float32 or float64, got %s" % dtype)
+    shape = [int(s) for s in weight.shape]
+    if not 2 <= len(shape) <= 5:
+        raise ValueError("spectral_norm: weight must have rank 2 to 5, got shape %s" % shape)
+    if dim not in (0, 1):
+        raise ValueError("spectral_norm: dim must be 0 or 1, got %r" % (dim,))
+    if int(power_iters) < 0:
+        raise ValueError("spectral_norm: power_iters must be >= 0, got %r" % (power_iters,))
+    if any(s <= 0 for s in shape):
+        raise ValueError("spectral_norm: weight's dims must be known, got shape %s" % shape)
+    helper = LayerHelper("spectral_norm", name=name)
+    h = shape[dim]
+    w = 1
+    for s in shape:
+        w *= s
+    w //= h
+    u = helper.create_parameter(ParamAttr(trainable=False), [h], dtype,
+                                default_initializer=NormalInitializer(0.0, 1.0), suffix="u")
+    v = helper.create_parameter(ParamAttr(trainable=False), [w], dtype,
+                                default_initializer=NormalInitializer(0.0, 1.0), suffix="v")
+    u.stop_gradient = True
+    v.stop_gradient = True
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op("spectral_norm", inputs={"Weight": weight, "U": u, "V": v},
+                     outputs={"Out": out},
+                     attrs={"dim": int(dim), "power_iters": int(power_iters),
+                            "eps": float(eps)})
+    return out
