@@ -616,3 +616,67 @@ def test_spectral_norm_errors_and_training():
     losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
               for _ in range(15)]
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+# ---------------------------------------------------------------------------------------------
+# BuildStrategy.sync_batch_norm
+
+def _bn_model():
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [2, 3, 3], dtype="float64")
+        y = fluid.layers.data("y", [1], dtype="int64")
+        c = fluid.layers.conv2d(x, num_filters=3, filter_size=3, padding=1)
+        c = fluid.layers.batch_norm(c, act="relu", moving_mean_name="bn_mean",
+                                    moving_variance_name="bn_var")
+        h = fluid.layers.batch_norm(fluid.layers.fc(c, 5), act="tanh")
+        logits = fluid.layers.fc(h, 3)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        fluid.optimizer.SGD(0.2).minimize(loss)
+    return main, startup, loss
+
+
+def _bn_state(main, scope):
+    names = sorted(p.name for p in main.global_block().all_parameters()) + ["bn_mean", "bn_var"]
+    return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
+@pytest.mark.parametrize("places,rows,scale", [(2, 12, None), (3, 13, None), (3, 12, 0)])
+def test_sync_batch_norm_equals_one_batch_norm_over_the_global_batch(places, rows, scale):
+    rng = np.random.RandomState(17)
+    data = [(rng.randn(rows, 2, 3, 3), rng.randint(0, 3, (rows, 1)).astype("int64"))
+            for _ in range(4)]
+    main, startup, loss = _bn_model()
+    scope = core.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    init = _bn_state(main, scope)
+    for x, y in data:
+        exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    expected = _bn_state(main, scope)
+
+    results = {}
+    for sync in (True, False):
+        main, startup, loss = _bn_model()
+        scope = core.Scope()
+        exe.run(startup, scope=scope)
+        for n, v in init.items():
+            scope.find_var(n).get_tensor().set(v, fluid.CPUPlace())
+        bs = fluid.BuildStrategy()
+        bs.sync_batch_norm = sync
+        bs.gradient_scale_strategy = scale
+        compiled = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(places))
+        for x, y in data:
+            exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+        state = compiled._states[id(scope)]
+        types = [state.mains[0].block(0).op(i).type()
+                 for i in range(state.mains[0].block(0).op_size())]
+        assert ("sync_batch_norm" in types) == sync and ("batch_norm" in types) != sync
+        results[sync] = [_bn_state(main, s) for s in state.scopes]
+    for rank in results[True]:
+        for n, v in expected.items():
+            np.testing.assert_allclose(rank[n], v, rtol=1e-10, atol=1e-12, err_msg=n)
+    # Without synchronization each place normalizes with its own batch's statistics.
+    assert not np.allclose(results[False][0]["bn_mean"], expected["bn_mean"], rtol=1e-6)
