@@ -130,6 +130,10 @@ Status SampleLogitsKernel(const KernelContext& ctx) {
         return ctx.Error("CustomizedSamples[", m / cols, ", ", m % cols, "] = ", samples[m],
                          " is out of range [0, ", k, ")");
   } else {
+    // Distinct draws from [0, K - 1): more than K - 1 of them would never end.
+    if (cols - t > k - 1)
+      return ctx.Error("num_samples (", cols - t, ") must be at most ", k - 1, " for Logits of ", k,
+                       " classes");
     DrawSamples<T>(ctx, n, k, t, samples, probs);
   }
   const bool remove_hits = ctx.Attr<bool>("remove_accidental_hits");

@@ -159,6 +159,38 @@ def test_nce_trains_a_word_model(sparse):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+def test_nce_sparse_gradients_train_as_dense():
+    """is_sparse: the weight and bias gradients as SelectedRows give the same SGD steps."""
+    vocab, n, d = 15, 8, 4
+    rng = np.random.RandomState(18)
+    feed = {"x": rng.randn(n, d).astype("float32"),
+            "label": rng.randint(0, vocab, (n, 1)).astype("int64")}
+    runs = []
+    for sparse in (False, True):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data("x", [d])
+            label = fluid.layers.data("label", [1], dtype="int64")
+            loss = fluid.layers.mean(fluid.layers.nce(
+                x, label, vocab, num_neg_samples=4, sampler="log_uniform", seed=2,
+                is_sparse=sparse, param_attr=fluid.ParamAttr(
+                    initializer=fluid.initializer.ConstantInitializer(0.1))))
+            fluid.optimizer.SGD(1.0).minimize(loss)
+        if sparse:
+            op = _op(main, "nce_grad")
+            assert op.attr("is_sparse")
+        scope = core.Scope()
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(startup, scope=scope)
+        losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].ravel()[0])
+                  for _ in range(8)]
+        w = np.array(scope.find_var("nce_0.w_0").get_tensor())
+        runs.append((losses, w))
+    np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-5)
+    np.testing.assert_allclose(runs[0][1], runs[1][1], rtol=1e-5, atol=1e-7)
+    assert runs[1][0][-1] < runs[1][0][0]
+
+
 # ---------------------------------------------------------------------------------------------
 # hsigmoid
 
