@@ -712,3 +712,20 @@ def test_sync_batch_norm_equals_one_batch_norm_over_the_global_batch(places, row
             np.testing.assert_allclose(rank[n], v, rtol=1e-10, atol=1e-12, err_msg=n)
     # Without synchronization each place normalizes with its own batch's statistics.
     assert not np.allclose(results[False][0]["bn_mean"], expected["bn_mean"], rtol=1e-6)
+
+
+def test_names_are_layers_and_bad_paths_are_named():
+    for name in ["nce", "hsigmoid", "sampled_softmax_with_cross_entropy", "auc", "data_norm",
+                 "spectral_norm"]:
+        assert name in fluid.layers.__all__ and callable(getattr(fluid.layers, name))
+    table = np.array([[0, 7, -1]], "int64")
+    ot = OpTest(lambda x, label, table, code: fluid.layers.hsigmoid(
+        x, label, 4, path_table=table, path_code=code, is_custom=True),
+        {"x": np.ones((1, 2)), "label": np.zeros((1, 1), "int64"), "table": table,
+         "code": np.zeros((1, 3), "int64")})
+    with pytest.raises(Exception, match=r"PathTable\[0, 1\] = 7 is out of range \[0, 4\)"):
+        ot.forward()
+    ot = OpTest(lambda x, label: fluid.layers.nce(x, label, 5, seed=1),
+                {"x": np.ones((2, 3)), "label": np.array([[1], [5]], "int64")})
+    with pytest.raises(Exception, match="label 5 of row 1 is out of range"):
+        ot.forward()
