@@ -23,7 +23,7 @@ from .tensor import (cast, concat, fill_constant, fill_constant_batch_size_like,
                      squeeze, stack)
 
 __all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn", "dynamic_lstm", "dynamic_gru",
-           "gru_unit", "lstm_unit"]
+           "gru_unit", "lstm_unit", "lstm"]
 
 
 class RNNCell:
@@ -319,3 +319,60 @@ def lstm_unit(x_t, hidden_t_prev, cell_t_prev, forget_bias=0.0, param_attr=None,
     helper.append_op("lstm_unit", inputs={"X": pre, "C_prev": cell_t_prev},
                      outputs={"C": c, "H": h}, attrs={"forget_bias": float(forget_bias)})
     return h, c
+
+
+def lstm(input, init_h, init_c, max_len, hidden_size, num_layers, dropout_prob=0.0,
+         is_bidirec=False, is_test=False, name=None, default_initializer=None, seed=-1):
+    """Fluid's cuDNN-style multi-layer LSTM over padded batches: input [batch, max_len,
+    input_size]; init_h and init_c [num_layers * directions, batch, hidden_size]. Returns
+    (rnn_out [batch, max_len, hidden_size * directions], last_h, last_c), the last two shaped
+    like init_h. Each layer (and direction, with is_bidirec) is an LSTMCell without forget
+    bias (cuDNN's gates) run by rnn; layer l + 1 reads layer l's outputs (both directions
+    concatenated), with dropout of dropout_prob between layers unless is_test. Weights are
+    one [in + hidden, 4 * hidden] matrix and one bias per layer and direction, named
+    NAME.l{layer}_{fw|bw}.w / .b (cuDNN's two biases add up to one)."""
+    from .nn import dropout
+    from .tensor import reshape, stack
+    shape = list(input.shape)
+    if len(shape) != 3:
+        raise ValueError("lstm: input must be [batch, max_len, input_size], got %s" % shape)
+    if int(hidden_size) <= 0 or int(num_layers) <= 0:
+        raise ValueError("lstm: hidden_size and num_layers must be positive, got %r and %r"
+                         % (hidden_size, num_layers))
+    if shape[1] > 0 and int(max_len) != shape[1]:
+        raise ValueError("lstm: max_len %d differs from the time dim of input %s"
+                         % (max_len, shape))
+    if not 0.0 <= float(dropout_prob) < 1.0:
+        raise ValueError("lstm: dropout_prob must be in [0, 1), got %r" % (dropout_prob,))
+    dirs = 2 if is_bidirec else 1
+    for what, v in (("init_h", init_h), ("init_c", init_c)):
+        vs = list(v.shape)
+        if len(vs) != 3 or vs[0] not in (-1, num_layers * dirs) or \
+                vs[2] not in (-1, int(hidden_size)):
+            raise ValueError("lstm: %s must be [num_layers * directions = %d, batch, "
+                             "hidden_size = %d], got %s" % (what, num_layers * dirs,
+                                                            hidden_size, vs))
+    prefix = name or unique_name.generate("lstm")
+    attr = ParamAttr(initializer=default_initializer) if default_initializer else None
+
+    def initial(v, k):
+        return reshape(slice(v, [0], [k], [k + 1]), [-1, int(hidden_size)])
+    x = input
+    last_h, last_c = [], []
+    for layer in range(int(num_layers)):
+        if layer > 0 and dropout_prob > 0 and not is_test:
+            x = dropout(x, float(dropout_prob), seed=None if seed == -1 else seed,
+                        dropout_implementation="upscale_in_train")
+        outs = []
+        for d in range(dirs):
+            k = layer * dirs + d
+            cell = LSTMCell(int(hidden_size), param_attr=attr, bias_attr=None, forget_bias=0.0,
+                            dtype=input.dtype,
+                            name="%s.l%d_%s" % (prefix, layer, "bw" if d else "fw"))
+            out, (h, c) = rnn(cell, x, initial_states=[initial(init_h, k), initial(init_c, k)],
+                              is_reverse=bool(d))
+            outs.append(out)
+            last_h.append(h)
+            last_c.append(c)
+        x = outs[0] if dirs == 1 else concat(outs, axis=2)
+    return x, stack(last_h, axis=0), stack(last_c, axis=0)
