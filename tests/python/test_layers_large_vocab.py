@@ -674,8 +674,9 @@ def _bn_state(main, scope):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
 
 
-@pytest.mark.parametrize("places,rows,scale", [(2, 12, None), (3, 13, None), (3, 12, 0)])
-def test_sync_batch_norm_equals_one_batch_norm_over_the_global_batch(places, rows, scale):
+@pytest.mark.parametrize("places,rows,scale,owner", [(2, 12, None, False), (3, 13, None, False),
+                                                     (3, 12, 0, False), (2, 9, None, True)])
+def test_sync_batch_norm_equals_one_batch_norm_over_the_global_batch(places, rows, scale, owner):
     rng = np.random.RandomState(17)
     data = [(rng.randn(rows, 2, 3, 3), rng.randint(0, 3, (rows, 1)).astype("int64"))
             for _ in range(4)]
@@ -698,6 +699,8 @@ def test_sync_batch_norm_equals_one_batch_norm_over_the_global_batch(places, row
         bs = fluid.BuildStrategy()
         bs.sync_batch_norm = sync
         bs.gradient_scale_strategy = scale
+        if owner:
+            bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
         compiled = fluid.CompiledProgram(main).with_data_parallel(
             loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(places))
         for x, y in data:
