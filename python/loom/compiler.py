@@ -48,6 +48,10 @@ class BuildStrategy:
     are threads with one GPU each, meeting over NCCL (NCCL's own collectives); transport
     "cuda_p2p" (Loom's addition) runs Loom's ring/tree/multi_tree/star schedules on the GPUs
     instead (peer copies and reduction kernels; the trees follow the GPUs' links).
+    sync_batch_norm: False (default) or True: the training-mode batch_norm ops of the main
+    block normalize with the statistics of the whole batch over all places (sync_batch_norm
+    ops, which allreduce them), so the forward pass and the gradients are those of one
+    batch_norm over the global batch. CPU places.
     """
 
     class ReduceStrategy:
@@ -74,6 +78,7 @@ class BuildStrategy:
         # with `loom launch --workers N --clients 1` or mpirun -np N).
         self.num_trainers = 1
         self.trainer_id = 0
+        self.sync_batch_norm = False
 
     def _mode(self):
         if self.reduce_strategy == BuildStrategy.ReduceStrategy.AllReduce:
@@ -169,6 +174,12 @@ class _RankState:
             transport=transport_name, places=names,
             grad_compression=bs.gradient_compression or "")
         self.manifest = manifest
+        if getattr(bs, "sync_batch_norm", False):
+            if not places[0].is_cpu_place():
+                raise NotImplementedError("BuildStrategy.sync_batch_norm: CPU places only, got %r"
+                                          % (compiled._places,))
+            for r in ranks:
+                _sync_batch_norms(mains[r])
         self.mains = [mains[r] for r in ranks]  # the programs this process runs
         self.version = compiled._program._version
         self.scopes = [scope] + [core.Scope() for _ in ranks[1:]]
@@ -187,6 +198,30 @@ class _RankState:
         # comm_init and the broadcast of every parameter from rank 0.
         self.runner.startup()
         self.generation = scope.persistables_generation()
+
+
+def _sync_batch_norms(main):
+    """BuildStrategy.sync_batch_norm: the training-mode batch_norm ops of a rank's main block
+    (and their grad ops) become sync_batch_norm ops over the rank's communicator; the grad ops
+    also read the rank's sample weight when the gradients are weighed by it."""
+    block = main.block(0)
+    ops = [block.op(i) for i in range(block.op_size())]
+    comm = weight = None
+    for op in ops:
+        if op.type() == "sample_weight":
+            weight = op.output("Out")[0]
+        if comm is None and "Comm" in op.input_names():
+            comm = op.input("Comm")[0]
+    if comm is None:
+        return
+    for op in ops:
+        if op.type() not in ("batch_norm", "batch_norm_grad") or op.attr("is_test"):
+            continue
+        grad = op.type() == "batch_norm_grad"
+        op.set_type("sync_batch_norm_grad" if grad else "sync_batch_norm")
+        op.set_input("Comm", [comm])
+        if grad and weight is not None:
+            op.set_input("Weight", [weight])
 
 
 def _merge_place_feeds(feeds, mpi):

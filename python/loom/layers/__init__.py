@@ -15,6 +15,9 @@ before it:
     nn              fc, embedding, convolutions, pooling, normalizations, dropout, py_func, ...
     loss            cross entropies and other losses
     loss_more       bpr_loss, dice_loss, npair_loss, center_loss, mean_iou, fsp_matrix, ...
+    large_vocab     losses over sampled or tree-coded classes: nce, hsigmoid,
+                    sampled_softmax_with_cross_entropy
+    norm_more       data_norm, spectral_norm and the auc metric layer
     metric          accuracy, chunk_eval
     sequence        layers over LoD sequences, the linear-chain CRF
     sequence_more   edit_distance, row_conv, ctc_greedy_decoder, im2sequence, ...
@@ -33,20 +36,23 @@ its operators (``a + b``, ``a < b``, ...) when the package is imported.
 from .. import core  # noqa: F401
 from ..framework import Variable, convert_dtype, default_main_program, dtype_name  # noqa: F401
 from ..layer_helper import LayerHelper  # noqa: F401
-from . import (activation, control_flow, decode, dynamic_rnn, io, learning_rate_scheduler, loss,
-               loss_more, math, math_op_patch, metric, nn, recurrent, sequence, sequence_more,
-               static_rnn, tensor, tensor_array, tensor_more)
+from . import (activation, control_flow, decode, dynamic_rnn, io, large_vocab,
+               learning_rate_scheduler, loss, loss_more, math, math_op_patch, metric, nn,
+               norm_more, recurrent, sequence, sequence_more, static_rnn, tensor, tensor_array,
+               tensor_more)
 from .activation import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403
 from .decode import *  # noqa: F401,F403
 from .dynamic_rnn import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
+from .large_vocab import *  # noqa: F401,F403
 from .learning_rate_scheduler import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
 from .math import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
+from .norm_more import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
 from .sequence_more import *  # noqa: F401,F403
@@ -75,6 +81,6 @@ __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__a
            nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
            tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
            decode.__all__ + learning_rate_scheduler.__all__ + tensor_more.__all__ +
-           loss_more.__all__ + sequence_more.__all__)
+           loss_more.__all__ + sequence_more.__all__ + large_vocab.__all__ + norm_more.__all__)
 
 math_op_patch.monkey_patch_variable()
