@@ -119,16 +119,14 @@ DETECTION = set("""prior_box density_prior_box multi_box_head bipartite_match ta
     psroi_pool prroi_pool deformable_roi_pooling DetectionMAP""".split())
 REASONS = [
     (DETECTION, "object detection: outside the book's models"),
-    (set("in_dygraph_mode enable_dygraph disable_dygraph enable_imperative disable_imperative "
-         "dygraph".split()), "dynamic graph mode: Loom is static-graph only"),
-    (set("lstm dynamic_lstmp".split()), "not built yet (dynamic_lstm, LSTMCell and rnn are)"),
-    (set("ChunkEvaluator".split()), "not built yet (the chunk_eval layer is)"),
+    (set("enable_dygraph enable_imperative dygraph".split()),
+     "dynamic graph mode: Loom is static-graph only (in_dygraph_mode() is False)"),
     (set("CUDAPinnedPlace cuda_pinned_places".split()), "pinned host memory: not built"),
-    (set("dataset DatasetFactory load_op_library device_guard require_version".split()),
-     "runtime facilities: not built yet"),
-    (set("PipelineOptimizer DGCMomentumOptimizer Dpsgd DpsgdOptimizer ModelAverage "
-         "ExponentialMovingAverage LookaheadOptimizer RecomputeOptimizer".split()),
-     "meta-optimizers: not built yet"),
+    (set(["device_guard"]), "op placement across devices in one program: not built (every op "
+                            "runs on the executor's place)"),
+    (set("PipelineOptimizer DGCMomentumOptimizer RecomputeOptimizer".split()),
+     "meta-optimizers: not built yet (Recompute needs an executor that frees activations "
+     "early)"),
 ]
 
 MODULES = {"fluid": loom, "layers": loom.layers, "nets": loom.nets, "io": loom.io,

@@ -21,6 +21,7 @@ from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, Paralle
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
 from . import nets, metrics, average, dataset
 from .dataset import DatasetFactory
+from .average import WeightedAverage
 from . import install_check, profiler, sysconfig
 from .sysconfig import load_op_library
 from ._flags import get_flags, set_flags
@@ -100,8 +101,24 @@ __all__ = [
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler", "DistributeTranspiler",
     "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor",
     "save", "load", "LoDTensor", "create_lod_tensor", "create_random_int_lodtensor",
-    "memory_optimize", "release_memory", "install_check", "profiler", "get_flags", "set_flags"
+    "memory_optimize", "release_memory", "install_check", "profiler", "get_flags", "set_flags",
+    "WeightNormParamAttr", "WeightedAverage", "DatasetFactory", "dataset", "average",
+    "require_version", "load_op_library", "sysconfig", "in_dygraph_mode", "disable_dygraph",
+    "disable_imperative"
 ]
+
+
+def in_dygraph_mode():
+    """False: Loom builds static programs only (Fluid scripts branch on this)."""
+    return False
+
+
+def disable_dygraph():
+    """Fluid's switch to static-graph mode: Loom is always in it, so there is nothing to do.
+    (enable_dygraph does not exist: Loom has no dynamic graph mode.)"""
+
+
+disable_imperative = disable_dygraph
 
 
 def memory_optimize(input_program, skip_opt_set=None, print_log=False, level=0,

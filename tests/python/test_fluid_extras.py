@@ -740,3 +740,14 @@ def test_dynamic_lstmp_trains():
             "ids": fluid.create_lod_tensor(seqs, [lengths], fluid.CPUPlace()), "y": target},
             fetch_list=[loss])[0]) for _ in range(30)]
     assert losses[-1] < 0.1 * losses[0]
+
+
+def test_static_mode_names():
+    assert fluid.in_dygraph_mode() is False
+    fluid.disable_dygraph()
+    fluid.disable_imperative()
+    assert fluid.in_dygraph_mode() is False
+    assert not hasattr(fluid, "enable_dygraph")
+    avg = fluid.WeightedAverage()
+    avg.add(2.0, 1)
+    assert avg.eval() == 2.0
