@@ -9,6 +9,7 @@ import pytest
 
 import loom as fluid
 from op_test import OpTest
+from test_layer_attrs import check, set_attrs  # noqa: F401 (set_attrs is a fixture)
 
 L = fluid.layers
 
@@ -292,6 +293,21 @@ def test_padded_length_errors():
         run([4, 4], [3, 1])
     with pytest.raises(ValueError, match="warpctc.*LabelLength has 3 lengths for a batch of 2"):
         run([4, 4], [1, 1, 1])
+
+
+def test_attrs_match_the_registry(set_attrs):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data("x", [None, 4], "float32", lod_level=1)
+        x.stop_gradient = False
+        loss = L.warpctc(x, fluid.data("l", [None, 1], "int32", lod_level=1), blank=3,
+                         norm_by_times=True)
+        L.warpctc(fluid.data("p", [5, 2, 4]), fluid.data("pl", [2, 3], "int32"),
+                  input_length=fluid.data("n", [2], "int64"),
+                  label_length=fluid.data("m", [2], "int64"))
+        fluid.backward.append_backward(L.mean(loss))
+    assert "warpctc_grad" in [op.type for op in main.global_block().ops]
+    check(set_attrs, [("main", main), ("startup", startup)], "layers.warpctc")
 
 
 # ---- training ----
