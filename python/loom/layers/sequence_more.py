@@ -1,6 +1,6 @@
 """More sequence layers of Fluid 1.8: edit_distance, row_conv, ctc_greedy_decoder,
-im2sequence, sequence_scatter, lod_append, and the CTR layers continuous_value_model and
-filter_by_instag."""
+im2sequence, sequence_scatter, lod_append, the CTC loss warpctc, and the CTR layers
+continuous_value_model and filter_by_instag."""
 from ..framework import Variable, convert_dtype
 from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
@@ -8,7 +8,7 @@ from .common import _check_var
 from .tensor import squeeze, topk
 
 __all__ = ["edit_distance", "row_conv", "ctc_greedy_decoder", "im2sequence", "sequence_scatter",
-           "lod_append", "continuous_value_model", "filter_by_instag"]
+           "lod_append", "continuous_value_model", "filter_by_instag", "warpctc"]
 
 
 def _check_int64(x, what, layer):
@@ -201,3 +201,44 @@ def filter_by_instag(ins, ins_tag, filter_tag, is_lod, out_val_if_empty=0):
                      outputs={"Out": out, "LossWeight": weight, "IndexMap": index_map},
                      attrs={"is_lod": bool(is_lod), "out_val_if_empty": out_val_if_empty})
     return [out, weight]
+
+
+def warpctc(input, label, blank=0, norm_by_times=False, input_length=None, label_length=None):
+    """The CTC loss (Graves et al. 2006) of each sequence: -log P(label | input), [sequences, 1],
+    with softmax over input's last axis applied inside. input holds unscaled logits over
+    num_classes + 1 classes (blank among them): a LoD tensor [rows, num_classes + 1] with label
+    an int LoD tensor [label rows, 1]; or, given input_length and label_length (int64 [batch]),
+    padded time-major [max_logit_length, batch, num_classes + 1] with label [batch,
+    max_label_length]. norm_by_times divides each sequence's gradient (not its loss) by its
+    length. As in Fluid (warp-ctc), a label that no alignment fits (its length plus its repeated
+    neighbours exceeds the input's length) gives a loss of 0 and no gradient."""
+    _check_var(input, "input", "warpctc")
+    _check_var(label, "label", "warpctc")
+    if convert_dtype(input.dtype) not in (convert_dtype("float32"), convert_dtype("float64")):
+        raise TypeError("warpctc: input '%s' must be float32 or float64 logits" % input.name)
+    if convert_dtype(label.dtype) not in (convert_dtype("int32"), convert_dtype("int64")):
+        raise TypeError("warpctc: label '%s' must be int32 or int64 class ids" % label.name)
+    if not isinstance(blank, int) or isinstance(blank, bool) or blank < 0:
+        raise ValueError("warpctc: blank must be an int >= 0, got %r" % (blank,))
+    if (input_length is None) != (label_length is None):
+        raise ValueError("warpctc: input_length and label_length go together (both or neither)")
+    inputs = {"Logits": input, "Label": label}
+    if input_length is None:
+        if len(input.shape) != 2:
+            raise ValueError("warpctc: input '%s' must be a LoD tensor [rows, num_classes + 1] "
+                             "(or padded [max_logit_length, batch, num_classes + 1] with "
+                             "input_length), got %r" % (input.name, list(input.shape)))
+    else:
+        _check_int64(input_length, "input_length", "warpctc")
+        _check_int64(label_length, "label_length", "warpctc")
+        if len(input.shape) != 3:
+            raise ValueError("warpctc: with input_length, input '%s' must be padded "
+                             "[max_logit_length, batch, num_classes + 1], got %r"
+                             % (input.name, list(input.shape)))
+        inputs.update(LogitsLength=input_length, LabelLength=label_length)
+    helper = LayerHelper("warpctc")
+    loss = helper.create_variable_for_type_inference(input.dtype)
+    grad = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("warpctc", inputs=inputs, outputs={"WarpCTCGrad": grad, "Loss": loss},
+                     attrs={"blank": blank, "norm_by_times": bool(norm_by_times)})
+    return loss
