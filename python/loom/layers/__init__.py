@@ -12,6 +12,8 @@ before it:
                     Switch, increment, Print
     math            element-wise ops of two inputs, products, reductions, scale, clip
     nn              fc, embedding, convolutions, pooling, normalizations, dropout, py_func, ...
+    vision          pad2d, image resizing, adaptive pooling, conv3d / pool3d, channel
+                    rearrangements (space_to_depth, shuffle_channel, temporal_shift, unfold)
     loss            cross entropies and other losses
     metric          accuracy, chunk_eval
     sequence        layers over LoD sequences, the linear-chain CRF
@@ -32,7 +34,7 @@ from ..framework import Variable, convert_dtype, default_main_program, dtype_nam
 from ..layer_helper import LayerHelper  # noqa: F401
 from . import (activation, control_flow, decode, dynamic_rnn, io, learning_rate_scheduler, loss,
                math, math_op_patch, metric, nn, recurrent, sequence, static_rnn, tensor,
-               tensor_array)
+               tensor_array, vision)
 from .activation import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403
 from .decode import *  # noqa: F401,F403
@@ -48,6 +50,7 @@ from .sequence import *  # noqa: F401,F403
 from .static_rnn import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
 from .tensor_array import *  # noqa: F401,F403
+from .vision import *  # noqa: F401,F403
 
 
 
@@ -66,8 +69,8 @@ ParallelDo = _gone("ParallelDo", "compile the program with fluid.CompiledProgram
 get_places = _gone("get_places", "use fluid.cpu_places(n) or fluid.cuda_places()")
 
 __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
-           nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
-           tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
+           nn.__all__ + vision.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ +
+           io.__all__ + tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
            decode.__all__ + learning_rate_scheduler.__all__)
 
 math_op_patch.monkey_patch_variable()

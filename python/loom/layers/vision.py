@@ -1,0 +1,460 @@
+"""Image and volume layers: pad2d, resizing (image_resize and its bilinear / nearest / trilinear
+forms, image_resize_short), adaptive pooling, conv3d / conv3d_transpose / pool3d on NCDHW
+volumes, and the channel rearrangements affine_channel, space_to_depth, shuffle_channel,
+temporal_shift and unfold.
+
+Layers with their own ops (pad2d, the resizes, the poolings, the 3-D convolutions) build one op;
+the channel rearrangements are exact compositions of reshape / transpose / slice / concat and the
+element-wise ops. A channels-last data_format the op does not take is handled by transposing to
+channels-first and back."""
+import numpy as np
+
+from ..framework import Variable
+from ..initializer import MSRAInitializer
+from ..layer_helper import LayerHelper
+from .activation import _act, _check_act
+from .common import _check_var
+from .math import elementwise_add, elementwise_mul
+from .tensor import assign, cast, concat, pad, reshape, slice, transpose
+
+__all__ = ["pad2d", "image_resize", "resize_bilinear", "resize_nearest", "resize_trilinear",
+           "image_resize_short", "adaptive_pool2d", "adaptive_pool3d", "pool3d", "conv3d",
+           "conv3d_transpose", "affine_channel", "space_to_depth", "shuffle_channel",
+           "temporal_shift", "unfold"]
+
+
+def _ints(v, n, what, layer):
+    """v as a list of n ints (an int repeats)."""
+    if isinstance(v, (int, np.integer)):
+        return [int(v)] * n
+    if not isinstance(v, (list, tuple)) or len(v) != n:
+        raise ValueError("%s: %s must be an int or %d ints, got %r" % (layer, what, n, v))
+    return [int(x) for x in v]
+
+
+def _one_op(op_type, x, attrs, name=None, in_slot="X", out_slot="Out", extra_inputs=None):
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    inputs = {in_slot: x}
+    inputs.update(extra_inputs or {})
+    helper.append_op(op_type, inputs=inputs, outputs={out_slot: out}, attrs=attrs)
+    return out
+
+
+# ---- padding ---------------------------------------------------------------------------------
+
+def pad2d(input, paddings=[0, 0, 0, 0], mode="constant", pad_value=0.0, data_format="NCHW",
+          name=None):
+    """input [N, C, H, W] (or NHWC) padded by paddings = [top, bottom, left, right]: with
+    pad_value (mode 'constant'), the mirror image without the border pixel ('reflect') or the
+    border pixel repeated ('edge')."""
+    _check_var(input, "input", "pad2d")
+    if isinstance(paddings, Variable):
+        raise NotImplementedError("pad2d: paddings must be 4 ints; a Variable is not supported")
+    paddings = _ints(paddings, 4, "paddings", "pad2d")
+    if any(p < 0 for p in paddings):
+        raise ValueError("pad2d: paddings must be >= 0, got %r" % (paddings,))
+    if mode not in ("constant", "reflect", "edge"):
+        raise ValueError("pad2d: mode must be 'constant', 'reflect' or 'edge', got %r" % (mode,))
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError("pad2d: data_format must be 'NCHW' or 'NHWC', got %r" % (data_format,))
+    if len(input.shape) != 4:
+        raise ValueError("pad2d: input must be 4-D, got shape %r" % (list(input.shape),))
+    return _one_op("pad2d", input, {"paddings": paddings, "mode": mode,
+                                    "pad_value": float(pad_value), "data_format": data_format},
+                   name=name)
+
+
+# ---- resizing --------------------------------------------------------------------------------
+
+_RESAMPLE_OPS = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
+                 "TRILINEAR": "trilinear_interp"}
+
+
+def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEAR",
+                 actual_shape=None, align_corners=True, align_mode=1, data_format="NCHW"):
+    """input resized on its spatial axes to out_shape ([H, W], or [D, H, W] for TRILINEAR), or
+    by scale when out_shape is None (out = int(in * scale)). Fluid's index rules: with
+    align_corners the corner pixels of input and output coincide; otherwise align_mode 0
+    samples at pixel centres and align_mode 1 at ratio * index."""
+    layer = "image_resize"
+    _check_var(input, "input", layer)
+    if resample not in _RESAMPLE_OPS:
+        raise ValueError("%s: resample must be 'BILINEAR', 'TRILINEAR' or 'NEAREST', got %r"
+                         % (layer, resample))
+    rank = 3 if resample == "TRILINEAR" else 2
+    formats = ("NCDHW", "NDHWC") if rank == 3 else ("NCHW", "NHWC")
+    if data_format not in formats:
+        raise ValueError("%s: data_format must be %r or %r for %s, got %r"
+                         % (layer, formats[0], formats[1], resample, data_format))
+    if len(input.shape) != rank + 2:
+        raise ValueError("%s: %s needs a %d-D input, got shape %r"
+                         % (layer, resample, rank + 2, list(input.shape)))
+    if actual_shape is not None:
+        raise NotImplementedError("%s: actual_shape (a shape known only at run time) is not "
+                                  "supported; give out_shape as ints or scale" % layer)
+    if not isinstance(align_corners, bool):
+        raise TypeError("%s: align_corners must be a bool, got %r" % (layer, align_corners))
+    if align_mode not in (0, 1):
+        raise ValueError("%s: align_mode must be 0 or 1, got %r" % (layer, align_mode))
+    if out_shape is None and scale is None:
+        raise ValueError("%s: give out_shape or scale (one of them must not be None)" % layer)
+    attrs = {"align_corners": align_corners, "align_mode": int(align_mode),
+             "data_layout": data_format, "scale": 0.0}
+    if out_shape is not None:
+        if isinstance(out_shape, Variable):
+            raise NotImplementedError("%s: out_shape must be a list of ints; a Variable is not "
+                                      "supported" % layer)
+        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != rank:
+            raise ValueError("%s: out_shape must be a list of %d ints for %s, got %r"
+                             % (layer, rank, resample, out_shape))
+        out_shape = [int(v) for v in out_shape]
+        if any(v <= 0 for v in out_shape):
+            raise ValueError("%s: out_shape must be positive, got %r" % (layer, out_shape))
+        for key, v in zip(["out_d", "out_h", "out_w"][3 - rank:], out_shape):
+            attrs[key] = v
+    else:
+        if isinstance(scale, Variable):
+            raise NotImplementedError("%s: scale must be a number; a Variable is not supported"
+                                      % layer)
+        if float(scale) <= 0:
+            raise ValueError("%s: scale must be > 0, got %r" % (layer, scale))
+        attrs["scale"] = float(scale)
+    return _one_op(_RESAMPLE_OPS[resample], input, attrs, name=name)
+
+
+def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=None,
+                    align_corners=True, align_mode=1, data_format="NCHW"):
+    """image_resize with resample='BILINEAR'."""
+    return image_resize(input, out_shape, scale, name, "BILINEAR", actual_shape, align_corners,
+                        align_mode, data_format)
+
+
+def resize_trilinear(input, out_shape=None, scale=None, name=None, actual_shape=None,
+                     align_corners=True, align_mode=1, data_format="NCDHW"):
+    """image_resize with resample='TRILINEAR' (5-D input)."""
+    return image_resize(input, out_shape, scale, name, "TRILINEAR", actual_shape, align_corners,
+                        align_mode, data_format)
+
+
+def resize_nearest(input, out_shape=None, scale=None, name=None, actual_shape=None,
+                   align_corners=True, data_format="NCHW"):
+    """image_resize with resample='NEAREST'."""
+    return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape, align_corners,
+                        1, data_format)
+
+
+def image_resize_short(input, out_short_len, resample="BILINEAR"):
+    """input [N, C, H, W] resized so that its shorter side is out_short_len, keeping the aspect
+    ratio (the longer side rounded to the nearest int)."""
+    _check_var(input, "input", "image_resize_short")
+    if len(input.shape) != 4:
+        raise ValueError("image_resize_short: input must be 4-D [N, C, H, W], got shape %r"
+                         % (list(input.shape),))
+    hw = [int(d) for d in input.shape[2:4]]
+    if any(d <= 0 for d in hw):
+        raise ValueError("image_resize_short: input height and width must be static, got %r"
+                         % (hw,))
+    short = hw.index(min(hw))
+    out = list(hw)
+    out[short] = int(out_short_len)
+    out[1 - short] = int(float(hw[1 - short]) * (float(out_short_len) / float(hw[short])) + 0.5)
+    return image_resize(input, out_shape=out, resample=resample)
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+def _adaptive_pool(rank, input, pool_size, pool_type, require_index, name):
+    layer = "adaptive_pool%dd" % rank
+    _check_var(input, "input", layer)
+    if pool_type not in ("max", "avg"):
+        raise ValueError("%s: pool_type must be 'max' or 'avg', got %r" % (layer, pool_type))
+    if require_index:
+        raise NotImplementedError("%s: require_index=True (the argmax mask) is not supported"
+                                  % layer)
+    if len(input.shape) != rank + 2:
+        raise ValueError("%s: input must be %d-D, got shape %r"
+                         % (layer, rank + 2, list(input.shape)))
+    size = _ints(pool_size, rank, "pool_size", layer)
+    if any(s < 1 for s in size):
+        raise ValueError("%s: pool_size must be >= 1, got %r" % (layer, size))
+    return _one_op(layer, input, {"pooling_type": pool_type, "pool_size": size}, name=name)
+
+
+def adaptive_pool2d(input, pool_size, pool_type="max", require_index=False, name=None):
+    """input [N, C, H, W] pooled to [N, C, pool_size[0], pool_size[1]]: output i of an axis
+    pools input [floor(i * H / Ho), ceil((i + 1) * H / Ho))."""
+    return _adaptive_pool(2, input, pool_size, pool_type, require_index, name)
+
+
+def adaptive_pool3d(input, pool_size, pool_type="max", require_index=False, name=None):
+    """input [N, C, D, H, W] pooled to [N, C] + pool_size, windows as in adaptive_pool2d."""
+    return _adaptive_pool(3, input, pool_size, pool_type, require_index, name)
+
+
+def _to_channels_first(x, data_format, layer):
+    if data_format == "NCDHW":
+        return x
+    if data_format == "NDHWC":
+        return transpose(x, [0, 4, 1, 2, 3])
+    raise ValueError("%s: data_format must be 'NCDHW' or 'NDHWC', got %r" % (layer, data_format))
+
+
+def _from_channels_first(x, data_format):
+    return transpose(x, [0, 2, 3, 4, 1]) if data_format == "NDHWC" else x
+
+
+def _volume_padding(padding, layer):
+    if isinstance(padding, str):
+        if padding.upper() == "VALID":
+            return [0, 0, 0]
+        raise NotImplementedError("%s: padding %r is not supported (give ints or 'VALID')"
+                                  % (layer, padding))
+    if isinstance(padding, (list, tuple)) and len(padding) == 6:
+        pairs = [[int(padding[2 * a]), int(padding[2 * a + 1])] for a in range(3)]
+        if any(b != e for b, e in pairs):
+            raise NotImplementedError("%s: asymmetric padding %r is not supported"
+                                      % (layer, padding))
+        return [b for b, _ in pairs]
+    return _ints(padding, 3, "padding", layer)
+
+
+def pool3d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0,
+           global_pooling=False, use_cudnn=True, ceil_mode=False, name=None, exclusive=True,
+           data_format="NCDHW"):
+    """Max or average pooling over D, H and W of input [N, C, D, H, W] (or NDHWC)."""
+    layer = "pool3d"
+    _check_var(input, "input", layer)
+    if pool_type not in ("max", "avg"):
+        raise ValueError("%s: pool_type must be 'max' or 'avg', got %r" % (layer, pool_type))
+    if len(input.shape) != 5:
+        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
+    x = _to_channels_first(input, data_format, layer)
+    ksize = _ints(pool_size, 3, "pool_size", layer)
+    if not global_pooling and any(k < 1 for k in ksize):
+        raise ValueError("%s: pool_size must be >= 1 without global_pooling, got %r"
+                         % (layer, pool_size))
+    out = _one_op("pool3d", x, {"pooling_type": pool_type, "ksize": ksize,
+                                "strides": _ints(pool_stride, 3, "pool_stride", layer),
+                                "paddings": _volume_padding(pool_padding, layer),
+                                "global_pooling": bool(global_pooling),
+                                "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive)},
+                  name=name)
+    return _from_channels_first(out, data_format)
+
+
+# ---- 3-D convolutions ------------------------------------------------------------------------
+
+def _add_bias(helper, out, bias_attr, num_filters):
+    b = helper.create_parameter(bias_attr, [num_filters], out.dtype, is_bias=True)
+    if b is None:
+        return out
+    biased = helper.create_variable_for_type_inference(out.dtype)
+    helper.append_op("elementwise_add", inputs={"X": out, "Y": b}, outputs={"Out": biased},
+                     attrs={"axis": 1})
+    return biased
+
+
+def conv3d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None,
+           param_attr=None, bias_attr=None, use_cudnn=True, act=None, name=None,
+           data_format="NCDHW"):
+    """3-D convolution of input [N, C, D, H, W] (or NDHWC) with num_filters filters [C / groups,
+    kd, kh, kw] (He-initialized), plus a bias per filter and act."""
+    layer = "conv3d"
+    _check_act(act)
+    _check_var(input, "input", layer)
+    if len(input.shape) != 5:
+        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
+    x = _to_channels_first(input, data_format, layer)
+    helper = LayerHelper(layer, name=name)
+    groups = groups or 1
+    channels = x.shape[1]
+    if channels <= 0 or channels % groups or num_filters % groups:
+        raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
+                         "%d" % (layer, channels, num_filters, groups))
+    k = _ints(filter_size, 3, "filter_size", layer)
+    w = helper.create_parameter(param_attr, [num_filters, channels // groups] + k, x.dtype,
+                                default_initializer=MSRAInitializer())
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("conv3d", inputs={"Input": x, "Filter": w}, outputs={"Output": out},
+                     attrs={"strides": _ints(stride, 3, "stride", layer),
+                            "paddings": _volume_padding(padding, layer),
+                            "dilations": _ints(dilation, 3, "dilation", layer),
+                            "groups": groups})
+    out = _add_bias(helper, out, bias_attr, num_filters)
+    return _from_channels_first(_act(out, act), data_format)
+
+
+def conv3d_transpose(input, num_filters, output_size=None, filter_size=None, padding=0, stride=1,
+                     dilation=1, groups=None, param_attr=None, bias_attr=None, use_cudnn=True,
+                     act=None, name=None, data_format="NCDHW"):
+    """The transpose of conv3d: filter [C, num_filters / groups, kd, kh, kw]; with output_size
+    and no filter_size the filter is sized to reach output_size."""
+    layer = "conv3d_transpose"
+    _check_act(act)
+    _check_var(input, "input", layer)
+    if len(input.shape) != 5:
+        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
+    x = _to_channels_first(input, data_format, layer)
+    helper = LayerHelper(layer, name=name)
+    groups = groups or 1
+    channels = x.shape[1]
+    if channels <= 0 or channels % groups or num_filters % groups:
+        raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
+                         "%d" % (layer, channels, num_filters, groups))
+    stride = _ints(stride, 3, "stride", layer)
+    padding = _volume_padding(padding, layer)
+    dilation = _ints(dilation, 3, "dilation", layer)
+    size = None if output_size is None else _ints(output_size, 3, "output_size", layer)
+    if filter_size is None:
+        if size is None:
+            raise ValueError("%s: give filter_size or output_size" % layer)
+        dhw = x.shape[2:5]
+        if any(d < 0 for d in dhw):
+            raise ValueError("%s: filter_size is needed when the input's spatial dims are not "
+                             "static" % layer)
+        filter_size = [(size[a] - (dhw[a] - 1) * stride[a] + 2 * padding[a] - 1) // dilation[a]
+                       + 1 for a in range(3)]
+    k = _ints(filter_size, 3, "filter_size", layer)
+    w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, x.dtype)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("conv3d_transpose", inputs={"Input": x, "Filter": w},
+                     outputs={"Output": out},
+                     attrs={"strides": stride, "paddings": padding, "dilations": dilation,
+                            "groups": groups, "output_size": size or []})
+    out = _add_bias(helper, out, bias_attr, num_filters)
+    return _from_channels_first(_act(out, act), data_format)
+
+
+# ---- channel rearrangements ------------------------------------------------------------------
+
+def affine_channel(x, scale=None, bias=None, data_layout="NCHW", name=None, act=None):
+    """x * scale + bias per channel: scale and bias are [C] Variables, C on axis 1 (NCHW) or the
+    last axis (NHWC)."""
+    layer = "affine_channel"
+    _check_var(x, "x", layer)
+    _check_act(act)
+    _check_var(scale, "scale", layer)
+    _check_var(bias, "bias", layer)
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError("%s: data_layout must be 'NCHW' or 'NHWC', got %r"
+                         % (layer, data_layout))
+    axis = 1 if data_layout == "NCHW" else len(x.shape) - 1
+    c = x.shape[axis]
+    for what, v in (("scale", scale), ("bias", bias)):
+        if len(v.shape) != 1 or (c > 0 and v.shape[0] > 0 and v.shape[0] != c):
+            raise ValueError("%s: %s must be 1-D [%d] (the channels of x), got shape %r"
+                             % (layer, what, c, list(v.shape)))
+    out = elementwise_add(elementwise_mul(x, scale, axis=axis), bias, axis=axis, name=name)
+    return _act(out, act)
+
+
+def _static_chw(x, layer):
+    if len(x.shape) != 4:
+        raise ValueError("%s: x must be 4-D [N, C, H, W], got shape %r" % (layer, list(x.shape)))
+    c, h, w = [int(d) for d in x.shape[1:]]
+    if c <= 0 or h <= 0 or w <= 0:
+        raise ValueError("%s: x needs static C, H and W, got shape %r" % (layer, list(x.shape)))
+    return c, h, w
+
+
+def space_to_depth(x, blocksize, name=None):
+    """Fluid's space_to_depth: [N, C, H, W] -> [N, C * b^2, H / b, W / b]. As in Fluid, the
+    values are laid out as x[n, (dy * b + dx) * C' + c, i, j] -> row-major position [n, c,
+    i * b + dy, j * b + dx] of a [N, C' = C / b^2, H * b, W * b] array, read in the output shape."""
+    layer = "space_to_depth"
+    _check_var(x, "x", layer)
+    b = int(blocksize)
+    if b < 1:
+        raise ValueError("%s: blocksize must be >= 1, got %r" % (layer, blocksize))
+    c, h, w = _static_chw(x, layer)
+    if c % (b * b) or h % b or w % b:
+        raise ValueError("%s: channels %d must be divisible by blocksize^2 = %d and height %d, "
+                         "width %d by blocksize %d" % (layer, c, b * b, h, w, b))
+    y = reshape(x, [-1, b, b, c // (b * b), h, w])
+    y = transpose(y, [0, 3, 4, 1, 5, 2])
+    return reshape(y, [-1, c * b * b, h // b, w // b], name=name)
+
+
+def shuffle_channel(x, group, name=None):
+    """[N, C, H, W] with its channels viewed as [group, C / group] and transposed."""
+    layer = "shuffle_channel"
+    _check_var(x, "x", layer)
+    c, h, w = _static_chw(x, layer)
+    g = int(group)
+    if g < 1 or c % g:
+        raise ValueError("%s: channels %d must be divisible by group %r" % (layer, c, group))
+    y = reshape(x, [-1, g, c // g, h, w])
+    y = transpose(y, [0, 2, 1, 3, 4])
+    return reshape(y, [-1, c, h, w], name=name)
+
+
+def temporal_shift(x, seg_num, shift_ratio=0.25, name=None):
+    """x [N * seg_num, C, H, W], seen as [N, T = seg_num, C, H, W]: the first int(C *
+    shift_ratio) channels take their values from the previous time step, the next ones up to
+    int(2 * C * shift_ratio) from the following step (zeros past either end), the rest stay."""
+    layer = "temporal_shift"
+    _check_var(x, "x", layer)
+    c, h, w = _static_chw(x, layer)
+    t = int(seg_num)
+    if t < 1:
+        raise ValueError("%s: seg_num must be >= 1, got %r" % (layer, seg_num))
+    if not 0 <= shift_ratio <= 0.5:
+        raise ValueError("%s: shift_ratio must be in [0, 0.5], got %r" % (layer, shift_ratio))
+    if x.shape[0] > 0 and x.shape[0] % t:
+        raise ValueError("%s: the batch %d is not divisible by seg_num %d"
+                         % (layer, x.shape[0], t))
+    c1, c2 = int(c * shift_ratio), int(c * 2 * shift_ratio)
+    y = reshape(x, [-1, t, c, h, w])
+    parts = []
+    if c1 > 0:  # from step t - 1: pad one step in front, drop the last
+        back = slice(y, axes=[1, 2], starts=[0, 0], ends=[t - 1, c1])
+        parts.append(pad(back, [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]))
+    if c2 > c1:  # from step t + 1: drop the first, pad one step behind
+        ahead = slice(y, axes=[1, 2], starts=[1, c1], ends=[t, c2])
+        parts.append(pad(ahead, [0, 0, 0, 1, 0, 0, 0, 0, 0, 0]))
+    if c > c2:
+        parts.append(slice(y, axes=[2], starts=[c2], ends=[c]))
+    y = concat(parts, axis=2) if len(parts) > 1 else parts[0]
+    return reshape(y, [-1, c, h, w], name=name)
+
+
+def unfold(x, kernel_sizes, strides=1, paddings=0, dilations=1, name=None):
+    """im2col: x [N, C, H, W] -> [N, C * kh * kw, L], column l holding the (dilated) kh x kw
+    window of output position l (row-major over the Ho x Wo positions). paddings: one int, [ph,
+    pw] or [top, left, bottom, right]."""
+    layer = "unfold"
+    _check_var(x, "x", layer)
+    c, h, w = _static_chw(x, layer)
+    k = _ints(kernel_sizes, 2, "kernel_sizes", layer)
+    s = _ints(strides, 2, "strides", layer)
+    d = _ints(dilations, 2, "dilations", layer)
+    if isinstance(paddings, (list, tuple)) and len(paddings) == 4:
+        p = [int(v) for v in paddings]
+    else:
+        p2 = _ints(paddings, 2, "paddings", layer)
+        p = [p2[0], p2[1], p2[0], p2[1]]
+    if min(k) < 1 or min(s) < 1 or min(d) < 1 or min(p) < 0:
+        raise ValueError("%s: kernel_sizes, strides and dilations must be >= 1 and paddings >= "
+                         "0, got %r, %r, %r, %r" % (layer, k, s, d, p))
+    if p != [p[0], p[1], p[0], p[1]]:
+        x = pad2d(x, [p[0], p[2], p[1], p[3]])
+        conv_pad = [0, 0]
+    else:
+        conv_pad = [p[0], p[1]]
+    # A grouped convolution with one-hot filters copies each window element to its own output
+    # channel exactly (x * 1 plus zeros).
+    kk = k[0] * k[1]
+    onehot = np.zeros([c * kk, 1, k[0], k[1]], dtype="float32")
+    for ch in range(c):
+        for i in range(kk):
+            onehot[ch * kk + i, 0, i // k[1], i % k[1]] = 1.0
+    filt = assign(onehot)
+    if x.dtype != filt.dtype:
+        filt = cast(filt, x.dtype)
+    filt.stop_gradient = True
+    helper = LayerHelper(layer, name=name)
+    cols = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("conv2d", inputs={"Input": x, "Filter": filt}, outputs={"Output": cols},
+                     attrs={"strides": s, "paddings": conv_pad, "dilations": d, "groups": c})
+    return reshape(cols, [-1, c * kk, int(cols.shape[2]) * int(cols.shape[3])])
