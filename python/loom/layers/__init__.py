@@ -69,8 +69,8 @@ ParallelDo = _gone("ParallelDo", "compile the program with fluid.CompiledProgram
 get_places = _gone("get_places", "use fluid.cpu_places(n) or fluid.cuda_places()")
 
 __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
-           nn.__all__ + vision.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ +
-           io.__all__ + tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
-           decode.__all__ + learning_rate_scheduler.__all__)
+           nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
+           tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
+           decode.__all__ + learning_rate_scheduler.__all__ + vision.__all__)
 
 math_op_patch.monkey_patch_variable()

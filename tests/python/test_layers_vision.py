@@ -1,0 +1,489 @@
+"""The image and volume layers of loom/layers/vision.py: forward against NumPy references and
+gradients against finite differences (float64, tests/python/op_test.py), argument errors, and a
+small CNN that trains through several of them."""
+import numpy as np
+import pytest
+
+import loom as fluid
+from op_test import OpTest
+
+L = fluid.layers
+
+
+def rand(*shape, lo=-1.0, hi=1.0, seed=0):
+    return np.random.RandomState(seed + len(shape)).uniform(lo, hi, shape).astype("float64")
+
+
+def distinct(*shape, seed=0):
+    """Distinct values (no ties for max pooling, even after a finite-difference nudge)."""
+    n = int(np.prod(shape))
+    return (np.random.RandomState(seed).permutation(n) * 0.01 - 0.3).reshape(shape)
+
+
+def build_fails(build, shape, match, dtype="float32"):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = L.data("x", list(shape), append_batch_size=False, dtype=dtype)
+        with pytest.raises((ValueError, TypeError, NotImplementedError, RuntimeError),
+                           match=match):
+            build(x)
+
+
+# ---- pad2d -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+def test_pad2d(mode, data_format):
+    x = rand(2, 3, 4, 5, seed=1)
+    pads = [1, 2, 3, 0]
+    if data_format == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        width = ((0, 0), (1, 2), (3, 0), (0, 0))
+    else:
+        width = ((0, 0), (0, 0), (1, 2), (3, 0))
+    kw = {"constant_values": 0.5} if mode == "constant" else {}
+    ref = np.pad(x, width, mode=mode, **kw)
+    t = OpTest(lambda x: L.pad2d(x, pads, mode=mode, pad_value=0.5, data_format=data_format),
+               {"x": x})
+    t.check_forward(ref)
+    t.check_grad()
+
+
+def test_pad2d_errors():
+    build_fails(lambda x: L.pad2d(x, [1, 1, 1]), [1, 1, 3, 3], "pad2d: paddings")
+    build_fails(lambda x: L.pad2d(x, [1, 1, 1, 1], mode="wrap"), [1, 1, 3, 3], "pad2d: mode")
+    build_fails(lambda x: L.pad2d(x, [1, 1, 1, 1], data_format="CHWN"), [1, 1, 3, 3],
+                "pad2d: data_format")
+    build_fails(lambda x: L.pad2d(x, [-1, 0, 0, 0]), [1, 1, 3, 3], "pad2d: paddings")
+    build_fails(lambda x: L.pad2d(x, [3, 0, 0, 0], mode="reflect"), [1, 1, 3, 3],
+                "reflect mode needs paddings smaller")
+    build_fails(lambda x: L.pad2d(x, [1, 1, 1, 1]), [3, 3, 3], "pad2d: input must be 4-D")
+
+
+# ---- resizing --------------------------------------------------------------------------------
+
+def axis_taps(n_in, n_out, linear, align_corners, align_mode):
+    """Fluid's source pixels and weights along one axis: a list of [(index, weight), ...]."""
+    if n_out > 1:
+        ratio = np.float32((n_in - 1) / (n_out - 1)) if align_corners else \
+            np.float32(n_in / n_out)
+    else:
+        ratio = np.float32(0.0)
+    taps = []
+    for o in range(n_out):
+        if not linear:
+            scaled = np.float32(ratio * np.float32(o))
+            taps.append([(int(scaled + 0.5) if align_corners else int(scaled), 1.0)])
+            continue
+        half = align_mode == 0 and not align_corners
+        centre = float(ratio) * (o + 0.5) - 0.5
+        scaled = np.float32(ratio * np.float32(o))
+        lo = max(int(centre) if half else int(scaled), 0)
+        hi = min(lo + 1, n_in - 1)
+        src = np.float32(max(np.float32(centre), 0.0)) if half else scaled
+        frac = float(np.float32(src - np.float32(lo)))
+        taps.append([(lo, float(np.float32(1.0) - np.float32(frac))), (hi, frac)])
+    return taps
+
+
+def resize_ref(x, out_sizes, linear, align_corners, align_mode):
+    """x [N, C, *spatial] (2 or 3 spatial dims) resized with separable taps."""
+    spatial = x.shape[2:]
+    taps = [axis_taps(spatial[a], out_sizes[a], linear, align_corners, align_mode)
+            for a in range(len(spatial))]
+    out = x
+    for a in range(len(spatial)):  # one axis at a time: the interpolation is separable
+        ax = 2 + a
+        moved = np.moveaxis(out, ax, -1)
+        res = np.zeros(moved.shape[:-1] + (out_sizes[a],))
+        for o, tl in enumerate(taps[a]):
+            for i, w in tl:
+                res[..., o] += moved[..., i] * w
+        out = np.moveaxis(res, -1, ax)
+    return out
+
+
+@pytest.mark.parametrize("align_corners,align_mode", [(True, 1), (False, 0), (False, 1)])
+@pytest.mark.parametrize("out_shape", [(5, 7), (3, 2)])
+def test_resize_bilinear(align_corners, align_mode, out_shape):
+    x = rand(2, 2, 3, 4, seed=2)
+    t = OpTest(lambda x: L.resize_bilinear(x, out_shape=list(out_shape),
+                                           align_corners=align_corners, align_mode=align_mode),
+               {"x": x})
+    t.check_forward(resize_ref(x, out_shape, True, align_corners, align_mode), rtol=1e-6,
+                    atol=1e-7)
+    t.check_grad()
+
+
+def test_resize_bilinear_known_values_and_scale():
+    x = np.array([[[[0.0, 2.0], [4.0, 6.0]]]])
+    t = OpTest(lambda x: L.resize_bilinear(x, out_shape=[3, 3]), {"x": x})
+    t.check_forward(np.array([[[[0, 1, 2], [2, 3, 4], [4, 5, 6]]]], dtype="float64"))
+    s = OpTest(lambda x: L.image_resize(x, scale=1.5), {"x": x})
+    s.check_forward(np.array([[[[0, 1, 2], [2, 3, 4], [4, 5, 6]]]], dtype="float64"))
+
+
+def test_resize_bilinear_nhwc():
+    x = rand(2, 3, 4, 2, seed=3)  # NHWC
+    ref = resize_ref(x.transpose(0, 3, 1, 2), (5, 3), True, False, 0).transpose(0, 2, 3, 1)
+    t = OpTest(lambda x: L.resize_bilinear(x, out_shape=[5, 3], align_corners=False,
+                                           align_mode=0, data_format="NHWC"), {"x": x})
+    t.check_forward(ref, rtol=1e-6, atol=1e-7)
+    t.check_grad()
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_resize_nearest(align_corners):
+    x = rand(2, 2, 3, 4, seed=4)
+    t = OpTest(lambda x: L.resize_nearest(x, out_shape=[5, 6], align_corners=align_corners),
+               {"x": x})
+    t.check_forward(resize_ref(x, (5, 6), False, align_corners, 1))
+    t.check_grad()
+    # Downsampling by 2 without align_corners picks every other pixel.
+    d = OpTest(lambda x: L.resize_nearest(x, scale=0.5, align_corners=False),
+               {"x": rand(1, 1, 4, 4, seed=5)})
+    d.check_forward(rand(1, 1, 4, 4, seed=5)[:, :, ::2, ::2])
+
+
+@pytest.mark.parametrize("align_corners,align_mode", [(True, 1), (False, 0)])
+def test_resize_trilinear(align_corners, align_mode):
+    x = rand(1, 2, 2, 3, 2, seed=6)
+    t = OpTest(lambda x: L.resize_trilinear(x, out_shape=[3, 4, 3], align_corners=align_corners,
+                                            align_mode=align_mode), {"x": x})
+    t.check_forward(resize_ref(x, (3, 4, 3), True, align_corners, align_mode), rtol=1e-6,
+                    atol=1e-7)
+    t.check_grad()
+
+
+def test_image_resize_short():
+    x = rand(1, 2, 4, 6, seed=7)
+    t = OpTest(lambda x: L.image_resize_short(x, 2), {"x": x})
+    (out,) = t.forward()
+    assert out.shape == (1, 2, 2, 3)
+    t.check_forward(resize_ref(x, (2, 3), True, True, 1), rtol=1e-6, atol=1e-7)
+
+
+def test_resize_errors():
+    shape = [1, 1, 4, 4]
+    build_fails(lambda x: L.image_resize(x), shape, "give out_shape or scale")
+    build_fails(lambda x: L.image_resize(x, [2, 2], resample="BICUBIC"), shape, "resample")
+    build_fails(lambda x: L.image_resize(x, [2, 2, 2]), shape, "out_shape must be a list of 2")
+    build_fails(lambda x: L.resize_bilinear(x, [2, 2], actual_shape=x), shape, "actual_shape")
+    build_fails(lambda x: L.resize_bilinear(x, [2, 2], align_mode=2), shape, "align_mode")
+    build_fails(lambda x: L.resize_bilinear(x, scale=-1.0), shape, "scale must be > 0")
+    build_fails(lambda x: L.resize_bilinear(x, [2, 2], data_format="NCDHW"), shape,
+                "data_format")
+    build_fails(lambda x: L.resize_trilinear(x, [2, 2, 2]), shape, "TRILINEAR needs a 5-D")
+    build_fails(lambda x: L.resize_nearest(x, scale=0.1), shape, "empty")
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+
+def adaptive_ref(x, size, pool_type):
+    spatial = x.shape[2:]
+    out = np.zeros(x.shape[:2] + tuple(size))
+    for idx in np.ndindex(*size):
+        sl = tuple(slice(i * n // s, -(-(i + 1) * n // s)) for i, n, s in zip(idx, spatial, size))
+        win = x[(Ellipsis,) + sl].reshape(x.shape[:2] + (-1,))
+        out[(Ellipsis,) + idx] = win.max(-1) if pool_type == "max" else win.mean(-1)
+    return out
+
+
+@pytest.mark.parametrize("pool_type", ["max", "avg"])
+def test_adaptive_pool2d(pool_type):
+    x = distinct(2, 2, 5, 7, seed=8)
+    t = OpTest(lambda x: L.adaptive_pool2d(x, [3, 4], pool_type), {"x": x})
+    t.check_forward(adaptive_ref(x, (3, 4), pool_type))
+    t.check_grad(eps=1e-4)
+
+
+@pytest.mark.parametrize("pool_type", ["max", "avg"])
+def test_adaptive_pool3d(pool_type):
+    x = distinct(1, 2, 3, 5, 4, seed=9)
+    t = OpTest(lambda x: L.adaptive_pool3d(x, [2, 3, 2], pool_type), {"x": x})
+    t.check_forward(adaptive_ref(x, (2, 3, 2), pool_type))
+    t.check_grad(eps=1e-4)
+
+
+def pool3d_ref(x, k, s, p, pool_type, exclusive=True, ceil_mode=False):
+    n, c, *sp = x.shape
+    outs = []
+    for a in range(3):
+        span = sp[a] + 2 * p[a] - k[a]
+        outs.append((-(-span // s[a]) if ceil_mode else span // s[a]) + 1)
+    out = np.zeros((n, c) + tuple(outs))
+    for idx in np.ndindex(*outs):
+        lo = [i * s[a] - p[a] for a, i in enumerate(idx)]
+        sl = tuple(slice(max(lo[a], 0), min(lo[a] + k[a], sp[a])) for a in range(3))
+        win = x[(Ellipsis,) + sl].reshape(n, c, -1)
+        if pool_type == "max":
+            out[(Ellipsis,) + idx] = win.max(-1)
+        else:
+            out[(Ellipsis,) + idx] = win.sum(-1) / (win.shape[-1] if exclusive else np.prod(k))
+    return out
+
+
+@pytest.mark.parametrize("pool_type", ["max", "avg"])
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_pool3d(pool_type, exclusive):
+    x = distinct(2, 2, 4, 5, 4, seed=10)
+    t = OpTest(lambda x: L.pool3d(x, [2, 3, 2], pool_type, [2, 1, 2], [1, 1, 0],
+                                  exclusive=exclusive), {"x": x})
+    t.check_forward(pool3d_ref(x, [2, 3, 2], [2, 1, 2], [1, 1, 0], pool_type, exclusive))
+    t.check_grad(eps=1e-4)
+
+
+def test_pool3d_global_ceil_and_ndhwc():
+    x = distinct(1, 2, 3, 4, 5, seed=11)
+    g = OpTest(lambda x: L.pool3d(x, pool_type="avg", global_pooling=True), {"x": x})
+    g.check_forward(x.mean(axis=(2, 3, 4), keepdims=True))
+    c = OpTest(lambda x: L.pool3d(x, 2, "max", 2, ceil_mode=True), {"x": x})
+    c.check_forward(pool3d_ref(x, [2] * 3, [2] * 3, [0] * 3, "max", ceil_mode=True))
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1))
+    h = OpTest(lambda x: L.pool3d(x, 2, "avg", 1, data_format="NDHWC"), {"x": xl})
+    h.check_forward(pool3d_ref(x, [2] * 3, [1] * 3, [0] * 3, "avg").transpose(0, 2, 3, 4, 1))
+    h.check_grad()
+
+
+def test_pool_errors():
+    build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], require_index=True), [1, 1, 4, 4],
+                "require_index")
+    build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], "min"), [1, 1, 4, 4], "pool_type")
+    build_fails(lambda x: L.adaptive_pool2d(x, [2, 2, 2]), [1, 1, 4, 4], "pool_size")
+    build_fails(lambda x: L.adaptive_pool3d(x, 2), [1, 1, 4, 4], "input must be 5-D")
+    build_fails(lambda x: L.pool3d(x, 2), [1, 1, 4, 4], "input must be 5-D")
+    build_fails(lambda x: L.pool3d(x, 5), [1, 1, 4, 4, 4], "empty")
+    build_fails(lambda x: L.pool3d(x, 2, pool_padding="SAME"), [1, 1, 4, 4, 4], "SAME")
+    build_fails(lambda x: L.pool3d(x, 2, data_format="NHWC"), [1, 1, 4, 4, 4], "data_format")
+
+
+# ---- 3-D convolutions ------------------------------------------------------------------------
+
+def conv3d_ref(x, w, s, p, d, groups):
+    n, c = x.shape[:2]
+    m, cg = w.shape[:2]
+    k = w.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((q, q) for q in p))
+    outs = [(x.shape[2 + a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a] + 1 for a in range(3)]
+    out = np.zeros((n, m) + tuple(outs))
+    mg = m // groups
+    for o in range(m):
+        g = o // mg
+        for idx in np.ndindex(*outs):
+            sl = tuple(slice(idx[a] * s[a], idx[a] * s[a] + d[a] * (k[a] - 1) + 1, d[a])
+                       for a in range(3))
+            patch = xp[(slice(None), slice(g * cg, (g + 1) * cg)) + sl]
+            out[(slice(None), o) + idx] = (patch * w[o]).sum(axis=(1, 2, 3, 4))
+    return out
+
+
+@pytest.mark.parametrize("stride,pad,dil,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 1, 2, 1)])
+def test_conv3d(stride, pad, dil, groups):
+    x = rand(2, 2, 4, 5, 4, seed=12)
+    w = rand(4, 2 // groups, 2, 3, 2, seed=13)
+    b = rand(4, seed=14)
+    t = OpTest(lambda x: L.conv3d(x, 4, [2, 3, 2], stride=stride, padding=pad, dilation=dil,
+                                  groups=groups), {"x": x}, params={"w_0": w, "b_0": b})
+    ref = conv3d_ref(x, w, [stride] * 3, [pad] * 3, [dil] * 3, groups) + b.reshape(1, 4, 1, 1, 1)
+    t.check_forward(ref, rtol=1e-9, atol=1e-10)
+    t.check_grad()
+
+
+def test_conv3d_ndhwc():
+    x = rand(1, 3, 4, 3, 2, seed=15)  # NDHWC
+    w = rand(2, 2, 2, 2, 2, seed=16)
+    t = OpTest(lambda x: L.conv3d(x, 2, 2, data_format="NDHWC", bias_attr=False), {"x": x},
+               params={"w_0": w})
+    ref = conv3d_ref(x.transpose(0, 4, 1, 2, 3), w, [1] * 3, [0] * 3, [1] * 3, 1)
+    t.check_forward(ref.transpose(0, 2, 3, 4, 1), rtol=1e-9, atol=1e-10)
+
+
+def conv3d_transpose_ref(x, w, s, p, d, groups, out_size=None):
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    k = w.shape[2:]
+    full = [(x.shape[2 + a] - 1) * s[a] + d[a] * (k[a] - 1) + 1 for a in range(3)]
+    size = [full[a] - 2 * p[a] for a in range(3)] if out_size is None else out_size
+    big = np.zeros((n, mg * groups) + tuple(max(full[a], size[a] + 2 * p[a]) for a in range(3)))
+    cg = c // groups
+    for ci in range(c):
+        g = ci // cg
+        for idx in np.ndindex(*x.shape[2:]):
+            for kk in np.ndindex(*k):
+                pos = tuple(idx[a] * s[a] + kk[a] * d[a] for a in range(3))
+                big[(slice(None), slice(g * mg, (g + 1) * mg)) + pos] += \
+                    x[(slice(None), ci) + idx][:, None] * w[(ci, slice(None)) + kk]
+    return big[(Ellipsis,) + tuple(slice(p[a], p[a] + size[a]) for a in range(3))]
+
+
+@pytest.mark.parametrize("stride,pad,dil,groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 0, 2, 1)])
+def test_conv3d_transpose(stride, pad, dil, groups):
+    x = rand(2, 2, 3, 2, 3, seed=17)
+    w = rand(2, 4 // groups, 2, 2, 3, seed=18)
+    t = OpTest(lambda x: L.conv3d_transpose(x, 4, filter_size=[2, 2, 3], stride=stride,
+                                            padding=pad, dilation=dil, groups=groups,
+                                            bias_attr=False), {"x": x}, params={"w_0": w})
+    t.check_forward(conv3d_transpose_ref(x, w, [stride] * 3, [pad] * 3, [dil] * 3, groups),
+                    rtol=1e-9, atol=1e-10)
+    t.check_grad()
+
+
+def test_conv3d_transpose_output_size():
+    x = rand(1, 2, 2, 2, 2, seed=19)
+    w = rand(2, 3, 2, 2, 2, seed=20)
+    t = OpTest(lambda x: L.conv3d_transpose(x, 3, output_size=[5, 4, 5], filter_size=2,
+                                            stride=2, bias_attr=False), {"x": x},
+               params={"w_0": w})
+    t.check_forward(conv3d_transpose_ref(x, w, [2] * 3, [0] * 3, [1] * 3, 1, [5, 4, 5]),
+                    rtol=1e-9, atol=1e-10)
+    t.check_grad()
+
+
+def test_conv3d_errors():
+    build_fails(lambda x: L.conv3d(x, 4, 3), [1, 2, 4, 4], "conv3d: input must be 5-D")
+    build_fails(lambda x: L.conv3d(x, 3, 2, groups=2), [1, 2, 4, 4, 4], "divisible by groups")
+    build_fails(lambda x: L.conv3d(x, 2, [2, 2]), [1, 2, 4, 4, 4], "filter_size")
+    build_fails(lambda x: L.conv3d(x, 2, 5), [1, 2, 4, 4, 4], "empty")
+    build_fails(lambda x: L.conv3d(x, 2, 2, act="nope"), [1, 2, 4, 4, 4], "activation")
+    build_fails(lambda x: L.conv3d_transpose(x, 2), [1, 2, 4, 4, 4],
+                "give filter_size or output_size")
+    build_fails(lambda x: L.conv3d_transpose(x, 2, output_size=[9, 9, 9], filter_size=2),
+                [1, 2, 4, 4, 4], "output_size")
+
+
+# ---- channel rearrangements ------------------------------------------------------------------
+
+def test_affine_channel():
+    x = rand(2, 3, 2, 2, seed=21)
+    scale, bias = rand(3, seed=22), rand(3, seed=23)
+    t = OpTest(lambda x, s, b: L.affine_channel(x, s, b), {"x": x, "s": scale, "b": bias})
+    t.check_forward(x * scale.reshape(1, 3, 1, 1) + bias.reshape(1, 3, 1, 1))
+    t.check_grad()
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    h = OpTest(lambda x, s, b: L.affine_channel(x, s, b, data_layout="NHWC", act="relu"),
+               {"x": xl, "s": scale, "b": bias})
+    h.check_forward(np.maximum(xl * scale + bias, 0))
+
+
+def space_to_depth_ref(x, b):
+    """Fluid's index rule, element by element."""
+    n, c, h, w = x.shape
+    out = np.zeros(x.size)
+    oc = c // (b * b)
+    for idx in np.ndindex(*x.shape):
+        bb, k, j, i = idx
+        c2, offset = k % oc, k // oc
+        w2, h2 = i * b + offset % b, j * b + offset // b
+        out[w2 + w * b * (h2 + h * b * (c2 + oc * bb))] = x[idx]
+    return out.reshape(n, c * b * b, h // b, w // b)
+
+
+def test_space_to_depth():
+    x = rand(2, 8, 4, 6, seed=24)
+    t = OpTest(lambda x: L.space_to_depth(x, 2), {"x": x})
+    t.check_forward(space_to_depth_ref(x, 2))
+    t.check_grad()
+
+
+def test_shuffle_channel():
+    x = rand(2, 6, 2, 3, seed=25)
+    t = OpTest(lambda x: L.shuffle_channel(x, 3), {"x": x})
+    t.check_forward(x.reshape(2, 3, 2, 2, 3).transpose(0, 2, 1, 3, 4).reshape(2, 6, 2, 3))
+    t.check_grad()
+
+
+def temporal_shift_ref(x, seg_num, ratio):
+    nt, c, h, w = x.shape
+    y = x.reshape(nt // seg_num, seg_num, c, h, w)
+    out = np.zeros_like(y)
+    c1, c2 = int(c * ratio), int(c * 2 * ratio)
+    for t in range(seg_num):
+        for ch in range(c):
+            src = t - 1 if ch < c1 else t + 1 if ch < c2 else t
+            if 0 <= src < seg_num:
+                out[:, t, ch] = y[:, src, ch]
+    return out.reshape(x.shape)
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.2, 0.5])
+def test_temporal_shift(ratio):
+    x = rand(6, 4, 2, 2, seed=26)
+    t = OpTest(lambda x: L.temporal_shift(x, 3, ratio), {"x": x})
+    t.check_forward(temporal_shift_ref(x, 3, ratio))
+    t.check_grad()
+
+
+def unfold_ref(x, k, s, p, d):
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
+    oh = (h + p[0] + p[2] - (d[0] * (k[0] - 1) + 1)) // s[0] + 1
+    ow = (w + p[1] + p[3] - (d[1] * (k[1] - 1) + 1)) // s[1] + 1
+    out = np.zeros((n, c * k[0] * k[1], oh * ow))
+    for ch in range(c):
+        for ki in range(k[0]):
+            for kj in range(k[1]):
+                row = (ch * k[0] + ki) * k[1] + kj
+                for i in range(oh):
+                    for j in range(ow):
+                        out[:, row, i * ow + j] = xp[:, ch, i * s[0] + ki * d[0],
+                                                     j * s[1] + kj * d[1]]
+    return out
+
+
+@pytest.mark.parametrize("k,s,p,d", [([2, 2], 1, 0, 1), ([2, 3], [2, 1], [1, 0, 0, 1], 1),
+                                     ([2, 2], 1, 1, 2)])
+def test_unfold(k, s, p, d):
+    x = rand(2, 2, 4, 5, seed=27)
+    t = OpTest(lambda x: L.unfold(x, k, s, p, d), {"x": x})
+    s2 = [s, s] if isinstance(s, int) else s
+    p4 = p if isinstance(p, list) else [p] * 4
+    t.check_forward(unfold_ref(x, k, s2, p4, [d, d]))
+    t.check_grad()
+
+
+def test_rearrangement_errors():
+    build_fails(lambda x: L.space_to_depth(x, 2), [1, 6, 4, 4], "space_to_depth: channels 6")
+    build_fails(lambda x: L.space_to_depth(x, 2), [1, 4, 4], "space_to_depth: x must be 4-D")
+    build_fails(lambda x: L.shuffle_channel(x, 4), [1, 6, 2, 2], "shuffle_channel: channels 6")
+    build_fails(lambda x: L.temporal_shift(x, 4), [6, 4, 2, 2], "temporal_shift: the batch 6")
+    build_fails(lambda x: L.temporal_shift(x, 3, 0.7), [6, 4, 2, 2], "shift_ratio")
+    build_fails(lambda x: L.affine_channel(x, None, None), [1, 3, 2, 2],
+                "affine_channel: scale must be a Variable")
+    build_fails(lambda x: L.unfold(x, [2, 2, 2]), [1, 3, 4, 4], "unfold: kernel_sizes")
+
+
+# ---- training --------------------------------------------------------------------------------
+
+def test_small_cnn_trains_through_vision_layers():
+    rng = np.random.RandomState(0)
+    images = rng.uniform(-1, 1, (16, 2, 6, 6)).astype("float32")
+    labels = (images[:, 0].mean(axis=(1, 2)) > images[:, 1].mean(axis=(1, 2))).astype("int64")
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        img = L.data("img", [2, 6, 6])
+        label = L.data("label", [1], dtype="int64")
+        scale = L.create_parameter([2], "float32",
+                                   default_initializer=fluid.initializer.Constant(1.0))
+        bias = L.create_parameter([2], "float32", is_bias=True)
+        h = L.affine_channel(img, scale, bias)
+        h = L.pad2d(h, [1, 1, 1, 1], mode="reflect")
+        h = L.resize_bilinear(h, out_shape=[6, 6], align_corners=False, align_mode=0)
+        vol = L.reshape(h, [-1, 1, 2, 6, 6])
+        vol = L.conv3d(vol, 4, [2, 3, 3], padding=[0, 1, 1], act="relu")
+        vol = L.pool3d(vol, [1, 2, 2], "max", [1, 2, 2])
+        h = L.reshape(vol, [-1, 4, 3, 3])
+        h = L.shuffle_channel(h, 2)
+        h = L.adaptive_pool2d(h, [2, 2], "avg")
+        logits = L.fc(h, 2)
+        loss = L.mean(L.softmax_with_cross_entropy(logits, label))
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    losses = []
+    for _ in range(12):
+        (lv,) = exe.run(main, feed={"img": images, "label": labels.reshape(-1, 1)},
+                        fetch_list=[loss], scope=scope)
+        losses.append(float(np.asarray(lv).ravel()[0]))
+    assert np.all(np.isfinite(losses))
+    assert losses[-1] < 0.8 * losses[0], losses
