@@ -452,6 +452,86 @@ def test_rearrangement_errors():
     build_fails(lambda x: L.unfold(x, [2, 2, 2]), [1, 3, 4, 4], "unfold: kernel_sizes")
 
 
+# ---- spatial transformer and cropping --------------------------------------------------------
+
+def affine_grid_ref(theta, h, w):
+    xs, ys = np.linspace(-1, 1, w), np.linspace(-1, 1, h)
+    base = np.stack([np.tile(xs, (h, 1)), np.tile(ys[:, None], (1, w)), np.ones((h, w))], -1)
+    return np.einsum("hwj,nkj->nhwk", base, theta)
+
+
+def test_affine_grid():
+    theta = rand(2, 2, 3, seed=28)
+    t = OpTest(lambda th: L.affine_grid(th, [2, 3, 4, 5]), {"th": theta})
+    t.check_forward(affine_grid_ref(theta, 4, 5), rtol=1e-12, atol=1e-12)
+    t.check_grad()
+
+
+def grid_sampler_ref(x, grid):
+    n, c, h, w = x.shape
+    ho, wo = grid.shape[1:3]
+    out = np.zeros((n, c, ho, wo))
+    for b, i, j in np.ndindex(n, ho, wo):
+        px = (grid[b, i, j, 0] + 1) / 2 * (w - 1)
+        py = (grid[b, i, j, 1] + 1) / 2 * (h - 1)
+        x0, y0 = int(np.floor(px)), int(np.floor(py))
+        for yy, xx in ((y0, x0), (y0, x0 + 1), (y0 + 1, x0), (y0 + 1, x0 + 1)):
+            if 0 <= yy < h and 0 <= xx < w:
+                out[b, :, i, j] += x[b, :, yy, xx] * (1 - abs(px - xx)) * (1 - abs(py - yy))
+    return out
+
+
+def test_grid_sampler():
+    x = rand(2, 2, 3, 4, seed=29)
+    grid = rand(2, 3, 2, 2, lo=-1.2, hi=1.2, seed=30)
+    t = OpTest(lambda x, g: L.grid_sampler(x, g), {"x": x, "g": grid})
+    t.check_forward(grid_sampler_ref(x, grid), rtol=1e-10, atol=1e-12)
+    t.check_grad()
+
+
+def test_affine_grid_then_grid_sampler_identity():
+    # The identity transform samples every pixel exactly.
+    x = rand(1, 2, 3, 4, seed=31)
+    theta = np.array([[[1.0, 0, 0], [0, 1.0, 0]]])
+    t = OpTest(lambda x, th: L.grid_sampler(x, L.affine_grid(th, [1, 2, 3, 4])),
+               {"x": x, "th": theta})
+    t.check_forward(x, rtol=1e-12, atol=1e-12)
+
+
+def test_random_crop():
+    x = np.arange(2 * 3 * 5 * 6, dtype="float32").reshape(2, 3, 5, 6)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = L.data("x", [2, 3, 5, 6], append_batch_size=False)
+        out = L.random_crop(xv, [3, 4], seed=7)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    runs = [exe.run(main, feed={"x": x}, fetch_list=[out], scope=scope)[0] for _ in range(4)]
+    offsets = set()
+    for got in runs:
+        assert got.shape == (2, 3, 3, 4)
+        for b, c in np.ndindex(2, 3):
+            a0, b0 = divmod(int(got[b, c, 0, 0] - x[b, c, 0, 0]), 6)
+            np.testing.assert_array_equal(got[b, c], x[b, c, a0:a0 + 3, b0:b0 + 4])
+            offsets.add((a0, b0))
+    assert len(offsets) > 1  # instances and runs draw their own offsets
+    # The same seed from a fresh start repeats the crops.
+    scope2 = fluid.core.Scope()
+    exe.run(startup, scope=scope2)
+    again = exe.run(main, feed={"x": x}, fetch_list=[out], scope=scope2)[0]
+    np.testing.assert_array_equal(again, runs[0])
+
+
+def test_transformer_and_crop_errors():
+    build_fails(lambda t: L.affine_grid(t, [1, 1, 4]), [1, 2, 3], "affine_grid: out_shape")
+    build_fails(lambda t: L.affine_grid(t, [1, 1, 4, 4]), [1, 3, 3], "affine_grid: theta")
+    build_fails(lambda t: L.affine_grid(t, [1, 1, 1, 4]), [1, 2, 3], "at least 2")
+    build_fails(lambda x: L.grid_sampler(x, x), [1, 2, 3, 4], "grid_sampler: grid")
+    build_fails(lambda x: L.random_crop(x, [6, 2]), [1, 5, 6], "random_crop: shape")
+    build_fails(lambda x: L.random_crop(x, [2], seed="s"), [1, 5, 6], "random_crop: seed")
+
+
 # ---- training --------------------------------------------------------------------------------
 
 def test_small_cnn_trains_through_vision_layers():

@@ -1,7 +1,7 @@
 """Image and volume layers: pad2d, resizing (image_resize and its bilinear / nearest / trilinear
 forms, image_resize_short), adaptive pooling, conv3d / conv3d_transpose / pool3d on NCDHW
 volumes, and the channel rearrangements affine_channel, space_to_depth, shuffle_channel,
-temporal_shift and unfold.
+temporal_shift and unfold; affine_grid and grid_sampler (a spatial transformer); random_crop.
 
 Layers with their own ops (pad2d, the resizes, the poolings, the 3-D convolutions) build one op;
 the channel rearrangements are exact compositions of reshape / transpose / slice / concat and the
@@ -9,18 +9,19 @@ element-wise ops. A channels-last data_format the op does not take is handled by
 channels-first and back."""
 import numpy as np
 
+from .. import unique_name
 from ..framework import Variable
 from ..initializer import MSRAInitializer
 from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
 from .common import _check_var
 from .math import elementwise_add, elementwise_mul
-from .tensor import assign, cast, concat, pad, reshape, slice, transpose
+from .tensor import assign, cast, concat, create_global_var, pad, reshape, slice, transpose
 
 __all__ = ["pad2d", "image_resize", "resize_bilinear", "resize_nearest", "resize_trilinear",
            "image_resize_short", "adaptive_pool2d", "adaptive_pool3d", "pool3d", "conv3d",
            "conv3d_transpose", "affine_channel", "space_to_depth", "shuffle_channel",
-           "temporal_shift", "unfold"]
+           "temporal_shift", "unfold", "affine_grid", "grid_sampler", "random_crop"]
 
 
 def _ints(v, n, what, layer):
@@ -458,3 +459,68 @@ def unfold(x, kernel_sizes, strides=1, paddings=0, dilations=1, name=None):
     helper.append_op("conv2d", inputs={"Input": x, "Filter": filt}, outputs={"Output": cols},
                      attrs={"strides": s, "paddings": conv_pad, "dilations": d, "groups": c})
     return reshape(cols, [-1, c * kk, int(cols.shape[2]) * int(cols.shape[3])])
+
+
+# ---- spatial transformer and cropping --------------------------------------------------------
+
+def affine_grid(theta, out_shape, name=None):
+    """The sampling grid [N, H, W, 2] of out_shape = [N, C, H, W]: theta [N, 2, 3] applied to
+    (x, y, 1) with x and y spanning [-1, 1] over W and H points (corners included)."""
+    layer = "affine_grid"
+    _check_var(theta, "theta", layer)
+    if isinstance(out_shape, Variable):
+        raise NotImplementedError("%s: out_shape must be 4 ints; a Variable is not supported"
+                                  % layer)
+    if not isinstance(out_shape, (list, tuple)) or len(out_shape) != 4:
+        raise ValueError("%s: out_shape must be [N, C, H, W], got %r" % (layer, out_shape))
+    if len(theta.shape) != 3 or list(theta.shape[1:]) != [2, 3]:
+        raise ValueError("%s: theta must be [N, 2, 3], got shape %r" % (layer, list(theta.shape)))
+    return _one_op(layer, theta, {"output_shape": [int(v) for v in out_shape]}, name=name,
+                   in_slot="Theta", out_slot="Output")
+
+
+def grid_sampler(x, grid, name=None):
+    """x [N, C, H, W] sampled bilinearly at grid [N, Ho, Wo, 2] (x, y in [-1, 1] spanning the
+    corner pixels; neighbours outside the image count as zero) -> [N, C, Ho, Wo]."""
+    layer = "grid_sampler"
+    _check_var(x, "x", layer)
+    _check_var(grid, "grid", layer)
+    if len(x.shape) != 4:
+        raise ValueError("%s: x must be 4-D [N, C, H, W], got shape %r" % (layer, list(x.shape)))
+    if len(grid.shape) != 4 or grid.shape[3] != 2:
+        raise ValueError("%s: grid must be [N, Ho, Wo, 2], got shape %r"
+                         % (layer, list(grid.shape)))
+    return _one_op(layer, x, {}, name=name, out_slot="Output", extra_inputs={"Grid": grid})
+
+
+def random_crop(x, shape, seed=None):
+    """x with its last len(shape) dims cropped to shape at a random offset per instance. seed:
+    an int (a persistable seed variable is made and advanced on every run), an int64 [1]
+    Variable used the same way, or None (a random int)."""
+    layer = "random_crop"
+    _check_var(x, "x", layer)
+    if not isinstance(shape, (list, tuple)) or not shape:
+        raise ValueError("%s: shape must be a non-empty list of ints, got %r" % (layer, shape))
+    shape = [int(v) for v in shape]
+    if len(shape) > len(x.shape):
+        raise ValueError("%s: shape %r has more dims than x %r" % (layer, shape, list(x.shape)))
+    for s, d in zip(shape, x.shape[len(x.shape) - len(shape):]):
+        if s < 1 or (d >= 0 and s > d):
+            raise ValueError("%s: shape %r must fit in the trailing dims of x %r"
+                             % (layer, shape, list(x.shape)))
+    if seed is None:
+        seed = int(np.random.randint(1, 65536))
+    startup_seed = 0
+    if isinstance(seed, (int, np.integer)):
+        startup_seed = int(seed)
+        seed = create_global_var([1], startup_seed, "int64", persistable=True,
+                                 name=unique_name.generate("random_crop_seed"))
+    elif not isinstance(seed, Variable):
+        raise TypeError("%s: seed must be an int, an int64 Variable or None, got %r"
+                        % (layer, seed))
+    helper = LayerHelper(layer)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    out.stop_gradient = True
+    helper.append_op(layer, inputs={"X": x, "Seed": seed}, outputs={"Out": out, "SeedOut": seed},
+                     attrs={"shape": shape, "startup_seed": startup_seed})
+    return out
