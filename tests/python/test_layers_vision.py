@@ -532,6 +532,30 @@ def test_transformer_and_crop_errors():
     build_fails(lambda x: L.random_crop(x, [2], seed="s"), [1, 5, 6], "random_crop: seed")
 
 
+def test_layers_take_an_unknown_batch():
+    rng = np.random.RandomState(32)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = L.data("x", [8, 4, 6])
+        v = L.data("v", [2, 4, 4, 4])
+        outs = [L.space_to_depth(x, 2), L.temporal_shift(x, 2), L.temporal_shift(x, 1),
+                L.unfold(x, [2, 2]), L.shuffle_channel(x, 2), L.resize_nearest(x, scale=2.0),
+                L.adaptive_pool2d(x, 3, "avg"), L.pad2d(x, [1, 1, 1, 1], "edge"),
+                L.conv3d(v, 2, 3), L.conv3d_transpose(v, 2, filter_size=2), L.pool3d(v, 2),
+                L.adaptive_pool3d(v, 2), L.resize_trilinear(v, [3, 3, 3])]
+    assert all(o.shape[0] == -1 for o in outs)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    xv = rng.rand(4, 8, 4, 6).astype("float32")
+    got = exe.run(main, feed={"x": xv, "v": rng.rand(3, 2, 4, 4, 4).astype("float32")},
+                  fetch_list=outs, scope=scope)
+    assert [g.shape[0] for g in got] == [4] * 8 + [3] * 5
+    np.testing.assert_array_equal(got[0], space_to_depth_ref(xv, 2))
+    np.testing.assert_array_equal(got[1], temporal_shift_ref(xv, 2, 0.25))
+    np.testing.assert_array_equal(got[2], temporal_shift_ref(xv, 1, 0.25))
+
+
 # ---- training --------------------------------------------------------------------------------
 
 def test_small_cnn_trains_through_vision_layers():

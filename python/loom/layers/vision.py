@@ -16,7 +16,8 @@ from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
 from .common import _check_var
 from .math import elementwise_add, elementwise_mul
-from .tensor import assign, cast, concat, create_global_var, pad, reshape, slice, transpose
+from .math import scale as _scale
+from .tensor import assign, cast, concat, create_global_var, reshape, slice, transpose
 
 __all__ = ["pad2d", "image_resize", "resize_bilinear", "resize_nearest", "resize_trilinear",
            "image_resize_short", "adaptive_pool2d", "adaptive_pool3d", "pool3d", "conv3d",
@@ -407,13 +408,22 @@ def temporal_shift(x, seg_num, shift_ratio=0.25, name=None):
                          % (layer, x.shape[0], t))
     c1, c2 = int(c * shift_ratio), int(c * 2 * shift_ratio)
     y = reshape(x, [-1, t, c, h, w])
+
+    def shifted(c0, c1, start, before):
+        # Steps [start, start + t - 1) of channels [c0, c1), one zero step added before or
+        # after: padded as the height of [N, 1, t - 1, (c1 - c0) * h * w] (batch may be unknown).
+        part = slice(y, axes=[1, 2], starts=[start, c0], ends=[start + t - 1, c1])
+        flat = reshape(part, [-1, 1, t - 1, (c1 - c0) * h * w])
+        flat = pad2d(flat, [1, 0, 0, 0] if before else [0, 1, 0, 0])
+        return reshape(flat, [-1, t, c1 - c0, h, w])
+
     parts = []
-    if c1 > 0:  # from step t - 1: pad one step in front, drop the last
-        back = slice(y, axes=[1, 2], starts=[0, 0], ends=[t - 1, c1])
-        parts.append(pad(back, [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]))
-    if c2 > c1:  # from step t + 1: drop the first, pad one step behind
-        ahead = slice(y, axes=[1, 2], starts=[1, c1], ends=[t, c2])
-        parts.append(pad(ahead, [0, 0, 0, 1, 0, 0, 0, 0, 0, 0]))
+    if c1 > 0 and t > 1:  # from step t - 1: one zero step in front, the last dropped
+        parts.append(shifted(0, c1, 0, True))
+    if c2 > c1 and t > 1:  # from step t + 1: the first dropped, one zero step behind
+        parts.append(shifted(c1, c2, 1, False))
+    if t == 1 and c2 > 0:  # a single step: the shifted channels read past the ends
+        parts.append(_scale(slice(y, axes=[2], starts=[0], ends=[c2]), 0.0))
     if c > c2:
         parts.append(slice(y, axes=[2], starts=[c2], ends=[c]))
     y = concat(parts, axis=2) if len(parts) > 1 else parts[0]
