@@ -556,6 +556,64 @@ def test_layers_take_an_unknown_batch():
     np.testing.assert_array_equal(got[2], temporal_shift_ref(xv, 1, 0.25))
 
 
+# ---- CUDA kernels against the CPU ones -------------------------------------------------------
+
+CUDA_CASES = {
+    "pad2d_reflect": (lambda x: L.pad2d(x, [1, 2, 2, 1], mode="reflect"), (2, 3, 5, 6)),
+    "pad2d_edge_nhwc": (lambda x: L.pad2d(x, [1, 0, 2, 1], "edge", data_format="NHWC"),
+                        (2, 5, 6, 3)),
+    "pad2d_constant": (lambda x: L.pad2d(x, [2, 1, 0, 3], pad_value=0.5), (2, 3, 4, 4)),
+    "bilinear_half_pixel": (lambda x: L.resize_bilinear(x, [7, 9], align_corners=False,
+                                                        align_mode=0), (2, 3, 4, 5)),
+    "bilinear_nhwc": (lambda x: L.resize_bilinear(x, [3, 7], data_format="NHWC"), (2, 4, 5, 3)),
+    "nearest": (lambda x: L.resize_nearest(x, [7, 3]), (2, 3, 4, 5)),
+    "trilinear": (lambda x: L.resize_trilinear(x, [3, 5, 4], align_corners=False),
+                  (1, 2, 2, 3, 3)),
+    "pool3d_max": (lambda x: L.pool3d(x, [2, 3, 2], "max", [1, 2, 1], [1, 1, 0]),
+                   (2, 2, 4, 5, 4)),
+    "pool3d_avg_ceil": (lambda x: L.pool3d(x, 2, "avg", 2, ceil_mode=True, exclusive=False),
+                        (2, 2, 3, 5, 4)),
+    "adaptive_pool2d_avg": (lambda x: L.adaptive_pool2d(x, [3, 4], "avg"), (2, 3, 5, 7)),
+    "adaptive_pool3d_max": (lambda x: L.adaptive_pool3d(x, [2, 3, 2], "max"), (1, 2, 3, 5, 4)),
+    "conv3d_groups": (lambda x: L.conv3d(x, 4, [2, 3, 2], stride=2, padding=1, groups=2),
+                      (2, 4, 5, 6, 5)),
+    "conv3d_dilated": (lambda x: L.conv3d(x, 3, 2, padding=1, dilation=2), (2, 2, 4, 4, 5)),
+    "conv3d_transpose": (lambda x: L.conv3d_transpose(x, 4, filter_size=[2, 3, 2], stride=2,
+                                                      padding=1, groups=2), (2, 4, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CUDA_CASES))
+def test_cuda_kernels_match_cpu(case):
+    core = fluid.core
+    if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device: the vision CUDA kernels are compiled, not run")
+    build, shape = CUDA_CASES[case]
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = L.data("x", list(shape), append_batch_size=False, dtype="float64",
+                   stop_gradient=False)
+        out = build(x)
+        w = L.data("w", list(out.shape), append_batch_size=False, dtype="float64")
+        loss = L.reduce_sum(L.elementwise_mul(out, w))
+        pairs = fluid.append_backward(loss)
+    rng = np.random.RandomState(33)
+    feed = {"x": distinct(*shape, seed=34), "w": rng.uniform(0.5, 1.5, out.shape)}
+    cpu_scope = core.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=cpu_scope)
+    fetch = [out, "x@GRAD"] + [g for _, g in pairs]
+    results = []
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        scope = core.Scope()
+        for p, _ in pairs:
+            scope.var(p.name).get_tensor().set(
+                np.array(cpu_scope.find_var(p.name).get_tensor()), place)
+        results.append(fluid.Executor(place).run(main, feed=feed, fetch_list=fetch, scope=scope))
+    names = ["out", "x@GRAD"] + [g.name for _, g in pairs]
+    for name, a, b in zip(names, *results):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11, err_msg=name)
+
+
 # ---- training --------------------------------------------------------------------------------
 
 def test_small_cnn_trains_through_vision_layers():
