@@ -580,6 +580,10 @@ CUDA_CASES = {
     "conv3d_dilated": (lambda x: L.conv3d(x, 3, 2, padding=1, dilation=2), (2, 2, 4, 4, 5)),
     "conv3d_transpose": (lambda x: L.conv3d_transpose(x, 4, filter_size=[2, 3, 2], stride=2,
                                                       padding=1, groups=2), (2, 4, 3, 3, 3)),
+    "affine_grid": (lambda x: L.affine_grid(x, [2, 1, 4, 5]), (2, 2, 3)),
+    # The grid is read from x's first two channels, so both gradient paths reach x.
+    "grid_sampler": (lambda x: L.grid_sampler(x, L.transpose(
+        L.slice(x, axes=[1], starts=[0], ends=[2]), [0, 2, 3, 1])), (2, 3, 4, 5)),
 }
 
 
