@@ -450,6 +450,8 @@ def test_rearrangement_errors():
     build_fails(lambda x: L.affine_channel(x, None, None), [1, 3, 2, 2],
                 "affine_channel: scale must be a Variable")
     build_fails(lambda x: L.unfold(x, [2, 2, 2]), [1, 3, 4, 4], "unfold: kernel_sizes")
+    build_fails(lambda x: L.unfold(x, [3, 3], dilations=2), [1, 3, 4, 4],
+                "unfold: the padded input")
 
 
 # ---- spatial transformer and cropping --------------------------------------------------------

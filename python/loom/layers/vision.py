@@ -110,6 +110,9 @@ def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEA
         if not isinstance(out_shape, (list, tuple)) or len(out_shape) != rank:
             raise ValueError("%s: out_shape must be a list of %d ints for %s, got %r"
                              % (layer, rank, resample, out_shape))
+        if any(isinstance(v, Variable) for v in out_shape):
+            raise NotImplementedError("%s: out_shape must hold ints; Variables in it are not "
+                                      "supported" % layer)
         out_shape = [int(v) for v in out_shape]
         if any(v <= 0 for v in out_shape):
             raise ValueError("%s: out_shape must be positive, got %r" % (layer, out_shape))
@@ -448,6 +451,12 @@ def unfold(x, kernel_sizes, strides=1, paddings=0, dilations=1, name=None):
     if min(k) < 1 or min(s) < 1 or min(d) < 1 or min(p) < 0:
         raise ValueError("%s: kernel_sizes, strides and dilations must be >= 1 and paddings >= "
                          "0, got %r, %r, %r, %r" % (layer, k, s, d, p))
+    span = [(h, p[0] + p[2]), (w, p[1] + p[3])]
+    out_hw = [(n + pads - (d[a] * (k[a] - 1) + 1)) // s[a] + 1 for a, (n, pads) in enumerate(span)]
+    if min(out_hw) < 1:
+        raise ValueError("%s: the padded input %r is smaller than the dilated kernel %r"
+                         % (layer, [n + pads for n, pads in span],
+                            [d[a] * (k[a] - 1) + 1 for a in range(2)]))
     if p != [p[0], p[1], p[0], p[1]]:
         x = pad2d(x, [p[0], p[2], p[1], p[3]])
         conv_pad = [0, 0]
