@@ -278,21 +278,26 @@ __device__ PoolWindow PoolWindowAt(const Pool3DGeom& g, int64_t idx) {
   return win;
 }
 
+// mask (may be null; max only): the offset in its plane of the element each output took.
 template <typename T>
-__global__ void PoolK(Pool3DGeom g, const T* x, T* out) {
+__global__ void PoolK(Pool3DGeom g, const T* x, T* out, int32_t* mask) {
   const int64_t iv = g.in[0] * g.in[1] * g.in[2];
   LOOM_GRID_STRIDE(idx, g.planes * g.out[0] * g.out[1] * g.out[2]) {
     const PoolWindow win = PoolWindowAt(g, idx);
     const T* xp = x + win.plane * iv;
     T acc = 0;
     bool any = false;
+    int64_t at = -1;
     for (int64_t d = win.lo[0]; d < win.hi[0]; ++d)
       for (int64_t h = win.lo[1]; h < win.hi[1]; ++h)
         for (int64_t w = win.lo[2]; w < win.hi[2]; ++w) {
-          const T v = xp[(d * g.in[1] + h) * g.in[2] + w];
+          const int64_t i = (d * g.in[1] + h) * g.in[2] + w;
+          const T v = xp[i];
+          if (!any || v > acc) at = i;
           acc = !any ? v : (g.max ? (v > acc ? v : acc) : acc + v);
           any = true;
         }
+    if (mask) mask[idx] = static_cast<int32_t>(at);
     if (!any)
       acc = T(0);  // a window entirely in the padding (ceil_mode)
     else if (!g.max)
@@ -338,7 +343,9 @@ Status Pool(const KernelContext& ctx) {
   T* o = MutableDataOf<T>(out, ctx.place());
   if (out->numel() == 0) return Status::OK();
   Pool3DGeom g = MakePoolGeom(ctx, x.dims(), out->dims(), kAdaptive);
-  PoolK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(g, DataOf<T>(x), o);
+  Tensor* mask = kAdaptive ? ctx.OutputOrNull("Mask") : nullptr;
+  int32_t* m = mask ? mask->mutable_data<int32_t>(ctx.place()) : nullptr;
+  PoolK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(g, DataOf<T>(x), o, m);
   return LaunchStatus(ctx);
 }
 

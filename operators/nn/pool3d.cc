@@ -4,7 +4,9 @@
 // adaptive_pool2d / adaptive_pool3d: output o of an axis of input extent in and output extent
 // out pools [floor(o * in / out), ceil((o + 1) * in / out)); averages divide by the window volume.
 // All three run one kernel over [planes, D, H, W] (D = 1 for 2-D) from per-axis window tables.
-// The max gradient goes to the first element of the window (row-major) equal to the output.
+// The max gradient goes to the first element of the window (row-major) equal to the output; the
+// adaptive ops can also output that element's offset in its plane (Mask, Fluid's
+// require_index).
 #include <algorithm>
 #include <limits>
 
@@ -120,6 +122,12 @@ Status AdaptivePoolInferShape(InferShapeContext* ctx, int rank) {
   for (int a = 0; a < rank; ++a) out[2 + a] = size[a];
   ctx->SetOutputDim("Out", out);
   ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+  if (ctx->HasOutput("Mask")) {
+    if (ctx->Attr<std::string>("pooling_type") != "max")
+      return ctx->Error("output Mask (the argmax) needs pooling_type 'max'");
+    ctx->SetOutputDim("Mask", out);
+    ctx->SetOutputDtype("Mask", proto::INT32);
+  }
   return Status::OK();
 }
 
@@ -153,8 +161,9 @@ int64_t PlanesPerRange(const Pool3DGeom& g) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(g.in[0] * g.in[1] * g.in[2], 1));
 }
 
+// mask (may be null; max only): the offset in its plane of the element each output took.
 template <typename T>
-void PoolForward(const Pool3DGeom& g, const T* x, T* out) {
+void PoolForward(const Pool3DGeom& g, const T* x, T* out, int32_t* mask) {
   const int64_t in_sp = g.in[0] * g.in[1] * g.in[2], out_sp = g.out[0] * g.out[1] * g.out[2];
   ParallelFor(g.planes, PlanesPerRange(g), [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
@@ -163,14 +172,17 @@ void PoolForward(const Pool3DGeom& g, const T* x, T* out) {
       ForEachWindow(g, [&](int64_t o, int64_t d0, int64_t d1, int64_t h0, int64_t h1, int64_t w0,
                            int64_t w1) {
         T acc = g.max ? std::numeric_limits<T>::lowest() : T(0);
-        int64_t count = 0;
+        int64_t count = 0, at = -1;
         for (int64_t d = d0; d < d1; ++d)
           for (int64_t h = h0; h < h1; ++h)
             for (int64_t w = w0; w < w1; ++w) {
-              const T v = xp[(d * g.in[1] + h) * g.in[2] + w];
+              const int64_t i = (d * g.in[1] + h) * g.in[2] + w;
+              const T v = xp[i];
+              if (g.max && (at < 0 || acc < v)) at = i;
               acc = g.max ? std::max(acc, v) : acc + v;
               ++count;
             }
+        if (mask) mask[pl * out_sp + o] = static_cast<int32_t>(at);
         if (count == 0)
           acc = T(0);  // a window entirely in the padding (ceil_mode)
         else if (!g.max)
@@ -217,11 +229,14 @@ void PoolBackward(const Pool3DGeom& g, const T* x, const T* out, const T* dout, 
   });
 }
 
-template <typename T, Pool3DGeom (*kGeom)(const KernelContext&, const DDim&)>
+// kMask: the op has the optional Mask output (the adaptive poolings).
+template <typename T, Pool3DGeom (*kGeom)(const KernelContext&, const DDim&), bool kMask>
 Status PoolKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
   Pool3DGeom g = kGeom(ctx, xt.dims());
-  PoolForward(g, xt.data<T>(), ctx.Output("Out")->mutable_data<T>(ctx.place()));
+  Tensor* mask = kMask ? ctx.OutputOrNull("Mask") : nullptr;
+  PoolForward(g, xt.data<T>(), ctx.Output("Out")->mutable_data<T>(ctx.place()),
+              mask ? mask->mutable_data<int32_t>(ctx.place()) : nullptr);
   return Status::OK();
 }
 
@@ -271,8 +286,8 @@ LOOM_REGISTER_OP(pool3d)
                 "avg divides by the window volume inside the input instead of kd * kh * kw")
     .InferShape(Pool3DInferShape)
     .GradMaker(PoolGradMaker)
-    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakePool3DGeom>)
-    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakePool3DGeom>);
+    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakePool3DGeom, false>)
+    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakePool3DGeom, false>);
 
 LOOM_REGISTER_OP(pool3d_grad)
     .Doc("X@GRAD of pool3d: max routes Out@GRAD to the selected element, avg spreads it.")
@@ -291,12 +306,14 @@ LOOM_REGISTER_OP(adaptive_pool2d)
         "[floor(o * H / Ho), ceil((o + 1) * H / Ho)) per axis.")
     .Input("X", "input [N, C, H, W]")
     .Output("Out", "pooled [N, C, Ho, Wo]")
+    .Output("Mask", "int32, Out's dims: the offset in its input plane of the element each max took",
+            false, true)
     .Attr<std::string>("pooling_type", "max", "'max' or 'avg'", nn::OneOf({"max", "avg"}))
     .RequiredAttr<std::vector<int>>("pool_size", "output [Ho, Wo]")
     .InferShape(AdaptivePool2DInferShape)
     .GradMaker(PoolGradMaker)
-    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakeAdaptiveGeom>)
-    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakeAdaptiveGeom>);
+    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakeAdaptiveGeom, true>)
+    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakeAdaptiveGeom, true>);
 
 LOOM_REGISTER_OP(adaptive_pool2d_grad)
     .Doc("X@GRAD of adaptive_pool2d.")
@@ -315,12 +332,14 @@ LOOM_REGISTER_OP(adaptive_pool3d)
         "[floor(o * D / Do), ceil((o + 1) * D / Do)) per axis.")
     .Input("X", "input [N, C, D, H, W]")
     .Output("Out", "pooled [N, C, Do, Ho, Wo]")
+    .Output("Mask", "int32, Out's dims: the offset in its input plane of the element each max took",
+            false, true)
     .Attr<std::string>("pooling_type", "max", "'max' or 'avg'", nn::OneOf({"max", "avg"}))
     .RequiredAttr<std::vector<int>>("pool_size", "output [Do, Ho, Wo]")
     .InferShape(AdaptivePool3DInferShape)
     .GradMaker(PoolGradMaker)
-    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakeAdaptiveGeom>)
-    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakeAdaptiveGeom>);
+    .Kernel(Place::kCPU, proto::FP32, PoolKernel<float, MakeAdaptiveGeom, true>)
+    .Kernel(Place::kCPU, proto::FP64, PoolKernel<double, MakeAdaptiveGeom, true>);
 
 LOOM_REGISTER_OP(adaptive_pool3d_grad)
     .Doc("X@GRAD of adaptive_pool3d.")

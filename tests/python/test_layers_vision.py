@@ -205,6 +205,28 @@ def test_adaptive_pool3d(pool_type):
     t.check_grad(eps=1e-4)
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_adaptive_pool_require_index(rank):
+    shape = (2, 2, 5, 7) if rank == 2 else (1, 2, 3, 5, 4)
+    size = [3, 4] if rank == 2 else [2, 3, 2]
+    x = distinct(*shape, seed=35)
+    pool = L.adaptive_pool2d if rank == 2 else L.adaptive_pool3d
+    held = {}
+
+    def build(x):
+        out, held["mask"] = pool(x, size, require_index=True)
+        return out
+
+    t = OpTest(build, {"x": x})
+    out, mask = t._run([t.outs[0], held["mask"]])
+    np.testing.assert_array_equal(out, adaptive_ref(x, size, "max"))
+    assert mask.dtype == np.int32
+    flat = x.reshape(shape[:2] + (-1,))
+    picked = np.take_along_axis(flat, mask.reshape(shape[:2] + (-1,)).astype(np.int64), -1)
+    np.testing.assert_array_equal(picked.reshape(out.shape), out)
+    t.check_grad(eps=1e-4)
+
+
 def pool3d_ref(x, k, s, p, pool_type, exclusive=True, ceil_mode=False):
     n, c, *sp = x.shape
     outs = []
@@ -246,8 +268,8 @@ def test_pool3d_global_ceil_and_ndhwc():
 
 
 def test_pool_errors():
-    build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], require_index=True), [1, 1, 4, 4],
-                "require_index")
+    build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], "avg", require_index=True),
+                [1, 1, 4, 4], "require_index=True needs pool_type 'max'")
     build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], "min"), [1, 1, 4, 4], "pool_type")
     build_fails(lambda x: L.adaptive_pool2d(x, [2, 2, 2]), [1, 1, 4, 4], "pool_size")
     build_fails(lambda x: L.adaptive_pool3d(x, 2), [1, 1, 4, 4], "input must be 5-D")

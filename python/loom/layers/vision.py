@@ -174,26 +174,36 @@ def _adaptive_pool(rank, input, pool_size, pool_type, require_index, name):
     _check_var(input, "input", layer)
     if pool_type not in ("max", "avg"):
         raise ValueError("%s: pool_type must be 'max' or 'avg', got %r" % (layer, pool_type))
-    if require_index:
-        raise NotImplementedError("%s: require_index=True (the argmax mask) is not supported"
-                                  % layer)
+    if require_index and pool_type != "max":
+        raise ValueError("%s: require_index=True needs pool_type 'max', got %r"
+                         % (layer, pool_type))
     if len(input.shape) != rank + 2:
         raise ValueError("%s: input must be %d-D, got shape %r"
                          % (layer, rank + 2, list(input.shape)))
     size = _ints(pool_size, rank, "pool_size", layer)
     if any(s < 1 for s in size):
         raise ValueError("%s: pool_size must be >= 1, got %r" % (layer, size))
-    return _one_op(layer, input, {"pooling_type": pool_type, "pool_size": size}, name=name)
+    helper = LayerHelper(layer, name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    outputs = {"Out": out}
+    if require_index:
+        mask = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+        outputs["Mask"] = mask
+    helper.append_op(layer, inputs={"X": input}, outputs=outputs,
+                     attrs={"pooling_type": pool_type, "pool_size": size})
+    return (out, mask) if require_index else out
 
 
 def adaptive_pool2d(input, pool_size, pool_type="max", require_index=False, name=None):
     """input [N, C, H, W] pooled to [N, C, pool_size[0], pool_size[1]]: output i of an axis
-    pools input [floor(i * H / Ho), ceil((i + 1) * H / Ho))."""
+    pools input [floor(i * H / Ho), ceil((i + 1) * H / Ho)). With require_index (max only),
+    returns (out, mask): mask (int32) holds the offset h * W + w of each max in its plane."""
     return _adaptive_pool(2, input, pool_size, pool_type, require_index, name)
 
 
 def adaptive_pool3d(input, pool_size, pool_type="max", require_index=False, name=None):
-    """input [N, C, D, H, W] pooled to [N, C] + pool_size, windows as in adaptive_pool2d."""
+    """input [N, C, D, H, W] pooled to [N, C] + pool_size, windows as in adaptive_pool2d; the
+    mask of require_index holds offsets d * H * W + h * W + w."""
     return _adaptive_pool(3, input, pool_size, pool_type, require_index, name)
 
 
