@@ -1,4 +1,4 @@
-// conv3d and conv3d_transpose on NCDHW volumes, direct loops on the CPU.
+// conv3d and conv3d_transpose on NCDHW volumes; on the CPU a column buffer (vol2col) and GEMMs.
 // conv3d: Output [N, M, Do, Ho, Wo] with Output[n, m, o] = sum over the input channels c of m's
 // group and the kernel offsets k of Input[n, c, o * s - p + k * dil] * Filter[m, c, k] (zero
 // outside the input); Do = (D + 2 p - dil (kd - 1) - 1) / s + 1 per axis.
@@ -6,8 +6,8 @@
 // (Filter [C, M / groups, kd, kh, kw]), so the three kernels below (forward, data gradient,
 // filter gradient) serve both ops.
 #include <algorithm>
+#include <vector>
 
-#include "framework/parallel.h"
 #include "operators/nn/nn_util.h"
 
 namespace loom::ops {
@@ -58,58 +58,72 @@ void ForEachTap(const Conv3DGeom& g, F&& f) {
       }
 }
 
+// The convolutions run as GEMMs over a column buffer per (sample, group):
+// col[cc * kv + k][o] = x[cc][input position of output o under kernel offset k] (0 outside), a
+// [cg * kv, ov] matrix, so that y_group [mg, ov] = w_group [mg, cg * kv] · col.
+
+// col = the columns of the cg channels starting at x.
+template <typename T>
+void Vol2Col(const Conv3DGeom& g, const T* x, T* col) {
+  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
+  std::fill(col, col + g.cg * kv * ov, T(0));
+  for (int64_t cc = 0; cc < g.cg; ++cc) {
+    const T* xp = x + cc * iv;
+    T* cp = col + cc * kv * ov;
+    ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { cp[ki * ov + yi] = xp[xi]; });
+  }
+}
+
+// dx (the cg channels starting there) += the adjoint of Vol2Col applied to col.
+template <typename T>
+void Col2VolAdd(const Conv3DGeom& g, const T* col, T* dx) {
+  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
+  for (int64_t cc = 0; cc < g.cg; ++cc) {
+    T* dxp = dx + cc * iv;
+    const T* cp = col + cc * kv * ov;
+    ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { dxp[xi] += cp[ki * ov + yi]; });
+  }
+}
+
+// Calls f(sample, group, col buffer) for every (sample, group) in turn: the GEMMs use BLAS's own
+// threads (as conv2d's do), so no GEMM is issued from inside a ParallelFor.
+template <typename T, typename F>
+void ForEachSampleGroup(const Conv3DGeom& g, F&& f) {
+  std::vector<T> col(g.cg * g.KVolume() * g.OutVolume());
+  for (int64_t b = 0; b < g.n; ++b)
+    for (int64_t grp = 0; grp < g.groups; ++grp) f(b, grp, col.data());
+}
+
 // y = conv(x, w).
 template <typename T>
 void Conv3DForward(const Conv3DGeom& g, const T* x, const T* w, T* y) {
-  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
-  ParallelFor(g.n * g.m, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / g.m, m = r % g.m, grp = m / g.mg;
-      T* yp = y + r * ov;
-      std::fill(yp, yp + ov, T(0));
-      for (int64_t cc = 0; cc < g.cg; ++cc) {
-        const T* xp = x + (b * g.c + grp * g.cg + cc) * iv;
-        const T* wp = w + (m * g.cg + cc) * kv;
-        ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { yp[yi] += xp[xi] * wp[ki]; });
-      }
-    }
+  const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
+  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
+    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, col);
+    Gemm(false, false, g.mg, ov, k, w + grp * g.mg * k, col, y + (b * g.m + grp * g.mg) * ov);
   });
 }
 
 // dx = the input gradient of y = conv(x, w) for y's gradient dy.
 template <typename T>
 void Conv3DBackwardData(const Conv3DGeom& g, const T* dy, const T* w, T* dx) {
-  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
-  ParallelFor(g.n * g.c, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / g.c, c = r % g.c, grp = c / g.cg, cc = c % g.cg;
-      T* dxp = dx + r * iv;
-      std::fill(dxp, dxp + iv, T(0));
-      for (int64_t mm = 0; mm < g.mg; ++mm) {
-        const int64_t m = grp * g.mg + mm;
-        const T* dyp = dy + (b * g.m + m) * ov;
-        const T* wp = w + (m * g.cg + cc) * kv;
-        ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { dxp[xi] += dyp[yi] * wp[ki]; });
-      }
-    }
+  const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
+  std::fill(dx, dx + g.n * g.c * iv, T(0));
+  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
+    Gemm(true, false, k, ov, g.mg, w + grp * g.mg * k, dy + (b * g.m + grp * g.mg) * ov, col);
+    Col2VolAdd(g, col, dx + (b * g.c + grp * g.cg) * iv);
   });
 }
 
-// dw = the filter gradient of y = conv(x, w) for y's gradient dy.
+// dw = the filter gradient of y = conv(x, w) for y's gradient dy (a sum over the samples).
 template <typename T>
 void Conv3DBackwardFilter(const Conv3DGeom& g, const T* x, const T* dy, T* dw) {
-  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
-  ParallelFor(g.m * g.cg, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t m = r / g.cg, cc = r % g.cg, grp = m / g.mg;
-      T* dwp = dw + r * kv;
-      std::fill(dwp, dwp + kv, T(0));
-      for (int64_t b = 0; b < g.n; ++b) {
-        const T* xp = x + (b * g.c + grp * g.cg + cc) * iv;
-        const T* dyp = dy + (b * g.m + m) * ov;
-        ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { dwp[ki] += xp[xi] * dyp[yi]; });
-      }
-    }
+  const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
+  std::fill(dw, dw + g.m * k, T(0));
+  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
+    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, col);
+    Gemm(false, true, g.mg, k, ov, dy + (b * g.m + grp * g.mg) * ov, col, dw + grp * g.mg * k,
+         true);
   });
 }
 
