@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "operators/nn/nn_util.h"
+#include "operators/nn/pads3d.h"
 
 namespace loom::ops {
 namespace {
@@ -23,14 +24,15 @@ struct Conv3DGeom {
   int64_t KVolume() const { return k[0] * k[1] * k[2]; }
 };
 
-int64_t ConvOutSize(int64_t in, int64_t k, int64_t p, int64_t s, int64_t dil) {
+// pads: the padding before plus the padding after.
+int64_t ConvOutSize(int64_t in, int64_t k, int64_t pads, int64_t s, int64_t dil) {
   if (in < 0) return -1;
-  return (in + 2 * p - dil * (k - 1) - 1) / s + 1;
+  return (in + pads - dil * (k - 1) - 1) / s + 1;
 }
 
-int64_t TransposeOutSize(int64_t in, int64_t k, int64_t p, int64_t s, int64_t dil, int want) {
+int64_t TransposeOutSize(int64_t in, int64_t k, int64_t pads, int64_t s, int64_t dil, int want) {
   if (in < 0) return -1;
-  const int64_t o = (in - 1) * s - 2 * p + dil * (k - 1) + 1;
+  const int64_t o = (in - 1) * s - pads + dil * (k - 1) + 1;
   return want > 0 ? want : o;
 }
 
@@ -129,9 +131,10 @@ void Conv3DBackwardFilter(const Conv3DGeom& g, const T* x, const T* dy, T* dw) {
 
 struct ConvAttrs {
   const std::vector<int>& strides;
-  const std::vector<int>& paddings;
+  const std::vector<int>& paddings;  // 3 or 6 values (operators/nn/pads3d.h)
   const std::vector<int>& dilations;
   int groups;
+  int64_t PadSum(int axis) const { return PadBefore(paddings, axis) + PadAfter(paddings, axis); }
 };
 
 template <typename Ctx>
@@ -165,11 +168,11 @@ Status Conv3DInferShape(InferShapeContext* ctx) {
   DDim out{in[0], f[0], -1, -1, -1};
   for (int ax = 0; ax < 3; ++ax) {
     const int64_t o =
-        ConvOutSize(in[2 + ax], f[2 + ax], a.paddings[ax], a.strides[ax], a.dilations[ax]);
+        ConvOutSize(in[2 + ax], f[2 + ax], a.PadSum(ax), a.strides[ax], a.dilations[ax]);
     if (in[2 + ax] >= 0 && o < 1)
       return ctx->Error(
           "spatial dim ", ax, " of the output would be empty: ", ctx->DescribeInput("Input"),
-          " padded by ", a.paddings[ax], " is ", in[2 + ax] + 2 * a.paddings[ax],
+          " padded by ", a.PadSum(ax), " is ", in[2 + ax] + a.PadSum(ax),
           " long, less than the dilated kernel ", a.dilations[ax] * (f[2 + ax] - 1) + 1, " of ",
           ctx->DescribeInput("Filter"));
     out[2 + ax] = o;
@@ -186,8 +189,8 @@ Conv3DGeom MakeConvGeom(const KernelContext& ctx, const DDim& in, const DDim& f)
   g.cg = g.c / g.groups, g.mg = g.m / g.groups;
   for (int ax = 0; ax < 3; ++ax) {
     g.in[ax] = in[2 + ax], g.k[ax] = f[2 + ax];
-    g.s[ax] = a.strides[ax], g.p[ax] = a.paddings[ax], g.dil[ax] = a.dilations[ax];
-    g.out[ax] = ConvOutSize(g.in[ax], g.k[ax], g.p[ax], g.s[ax], g.dil[ax]);
+    g.s[ax] = a.strides[ax], g.p[ax] = PadBefore(a.paddings, ax), g.dil[ax] = a.dilations[ax];
+    g.out[ax] = ConvOutSize(g.in[ax], g.k[ax], a.PadSum(ax), g.s[ax], g.dil[ax]);
   }
   return g;
 }
@@ -240,16 +243,16 @@ Status Conv3DTransposeInferShape(InferShapeContext* ctx) {
   for (int ax = 0; ax < 3; ++ax) {
     const int w = want.empty() ? 0 : want[ax];
     const int64_t o =
-        TransposeOutSize(in[2 + ax], f[2 + ax], a.paddings[ax], a.strides[ax], a.dilations[ax], 0);
+        TransposeOutSize(in[2 + ax], f[2 + ax], a.PadSum(ax), a.strides[ax], a.dilations[ax], 0);
     if (o >= 0 && o < 1)
       return ctx->Error("spatial dim ", ax, " of the output would be ", o, " (input ", in[2 + ax],
-                        ", kernel ", f[2 + ax], ", padding ", a.paddings[ax], ")");
+                        ", kernel ", f[2 + ax], ", padding ", a.PadSum(ax), " in all)");
     if (o >= 0 && w > 0 && (w < o || w >= o + a.strides[ax]))
       return ctx->Error("output_size[", ax, "] = ", w, " is not in [", o, ", ", o + a.strides[ax],
                         ") for ", ctx->DescribeInput("Input"), " and ",
                         ctx->DescribeInput("Filter"), " (stride ", a.strides[ax], ")");
     out[2 + ax] =
-        TransposeOutSize(in[2 + ax], f[2 + ax], a.paddings[ax], a.strides[ax], a.dilations[ax], w);
+        TransposeOutSize(in[2 + ax], f[2 + ax], a.PadSum(ax), a.strides[ax], a.dilations[ax], w);
   }
   ctx->SetOutputDim("Output", out);
   ctx->SetOutputDtype("Output", ctx->InputDtype("Input"));
@@ -267,9 +270,9 @@ Conv3DGeom MakeTransposeGeom(const KernelContext& ctx, const DDim& in, const DDi
   g.cg = g.c / g.groups, g.mg = g.m / g.groups;
   for (int ax = 0; ax < 3; ++ax) {
     g.k[ax] = f[2 + ax];
-    g.s[ax] = a.strides[ax], g.p[ax] = a.paddings[ax], g.dil[ax] = a.dilations[ax];
+    g.s[ax] = a.strides[ax], g.p[ax] = PadBefore(a.paddings, ax), g.dil[ax] = a.dilations[ax];
     g.out[ax] = in[2 + ax];
-    g.in[ax] = TransposeOutSize(in[2 + ax], g.k[ax], g.p[ax], g.s[ax], g.dil[ax],
+    g.in[ax] = TransposeOutSize(in[2 + ax], g.k[ax], a.PadSum(ax), g.s[ax], g.dil[ax],
                                 want.empty() ? 0 : want[ax]);
   }
   return g;
@@ -310,14 +313,16 @@ std::vector<proto::OpDesc> ConvGradMaker(const OpDesc& fwd) {
 LOOM_REGISTER_OP(conv3d)
     .Doc(
         "Output [N, M, Do, Ho, Wo] = the grouped, dilated 3-D convolution of Input [N, C, D, H, "
-        "W] with Filter [M, C / groups, kd, kh, kw]; Do = (D + 2 * paddings[0] - dilations[0] * "
+        "W] with Filter [M, C / groups, kd, kh, kw]; Do = (D + the padding before and after - "
+        "dilations[0] * "
         "(kd - 1) - 1) / strides[0] + 1.")
     .Input("Input", "input volumes [N, C, D, H, W]")
     .Input("Filter", "filters [M, C / groups, kd, kh, kw]")
     .Output("Output", "output feature volumes [N, M, Do, Ho, Wo]")
     .Attr<std::vector<int>>("strides", {1, 1, 1}, "stride along D, H and W", nn::IntsOf(3, 1))
-    .Attr<std::vector<int>>("paddings", {0, 0, 0}, "zero padding on each side of D, H and W",
-                            nn::IntsOf(3, 0))
+    .Attr<std::vector<int>>("paddings", {0, 0, 0},
+                            "zero padding on each side of D, H and W, or [before, after] of each",
+                            Pads3D())
     .Attr<std::vector<int>>("dilations", {1, 1, 1}, "kernel dilation along D, H and W",
                             nn::IntsOf(3, 1))
     .Attr<int>("groups", 1, "channel groups; input and output channels split evenly",
@@ -345,13 +350,16 @@ LOOM_REGISTER_OP(conv3d_transpose)
     .Doc(
         "Output [N, M, Do, Ho, Wo] = the transposed 3-D convolution (the input gradient of "
         "conv3d) of Input [N, C, D, H, W] with Filter [C, M / groups, kd, kh, kw]; Do = (D - 1) "
-        "* strides[0] - 2 * paddings[0] + dilations[0] * (kd - 1) + 1, or output_size[0].")
+        "* strides[0] - the padding before and after + dilations[0] * (kd - 1) + 1, or "
+        "output_size[0].")
     .Input("Input", "input volumes [N, C, D, H, W]")
     .Input("Filter", "filters [C, M / groups, kd, kh, kw]")
     .Output("Output", "output feature volumes [N, M, Do, Ho, Wo]")
     .Attr<std::vector<int>>("strides", {1, 1, 1}, "stride along D, H and W", nn::IntsOf(3, 1))
-    .Attr<std::vector<int>>("paddings", {0, 0, 0}, "padding removed from each side of D, H, W",
-                            nn::IntsOf(3, 0))
+    .Attr<std::vector<int>>("paddings", {0, 0, 0},
+                            "padding removed from each side of D, H and W, or [before, after] of "
+                            "each",
+                            Pads3D())
     .Attr<std::vector<int>>("dilations", {1, 1, 1}, "kernel dilation along D, H and W",
                             nn::IntsOf(3, 1))
     .Attr<int>("groups", 1, "channel groups",

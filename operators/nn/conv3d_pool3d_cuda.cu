@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/pads3d.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -135,7 +136,7 @@ Conv3DGeom MakeGeom(const KernelContext& ctx, const DDim& x, const DDim& y, cons
   g.cg = g.c / groups, g.mg = g.m / groups;
   for (int a = 0; a < 3; ++a) {
     g.in[a] = x[2 + a], g.out[a] = y[2 + a], g.k[a] = f[2 + a];
-    g.s[a] = strides[a], g.p[a] = pads[a], g.dil[a] = dils[a];
+    g.s[a] = strides[a], g.p[a] = PadBefore(pads, a), g.dil[a] = dils[a];
   }
   return g;
 }
@@ -253,7 +254,7 @@ Pool3DGeom MakePoolGeom(const KernelContext& ctx, const DDim& x, const DDim& y, 
     for (int a = 0; a < 3; ++a) {
       g.k[a] = global ? g.in[a] : ksize[a];
       g.s[a] = global ? 1 : strides[a];
-      g.p[a] = global ? 0 : pads[a];
+      g.p[a] = global ? 0 : PadBefore(pads, a);
     }
     if (!ctx.Attr<bool>("exclusive")) g.fixed_divisor = g.k[0] * g.k[1] * g.k[2];
   }

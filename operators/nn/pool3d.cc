@@ -12,7 +12,7 @@
 
 #include "framework/parallel.h"
 #include "operators/nn/nn_util.h"
-#include "operators/nn/pool_geom.h"
+#include "operators/nn/pads3d.h"
 
 namespace loom::ops {
 namespace {
@@ -48,9 +48,10 @@ AxisWindows AdaptiveWindows(int64_t in, int64_t out) {
   return w;
 }
 
-// Output extents of pool3d along D, H, W for input dims x (-1 where unknown).
+// The window in effect along D, H, W for input dims x: kernel k, stride s, padding before p0 and
+// after p1 (global pooling overrides the attributes).
 void Pool3DWindow(const AttributeMap& attrs, const DDim& x, int64_t k[3], int64_t s[3],
-                  int64_t p[3]) {
+                  int64_t p0[3], int64_t p1[3]) {
   const auto& ksize = GetAttr<std::vector<int>>(attrs, "ksize");
   const auto& strides = GetAttr<std::vector<int>>(attrs, "strides");
   const auto& pads = GetAttr<std::vector<int>>(attrs, "paddings");
@@ -58,8 +59,17 @@ void Pool3DWindow(const AttributeMap& attrs, const DDim& x, int64_t k[3], int64_
   for (int a = 0; a < 3; ++a) {
     k[a] = global ? x[2 + a] : ksize[a];
     s[a] = global ? 1 : strides[a];
-    p[a] = global ? 0 : pads[a];
+    p0[a] = global ? 0 : PadBefore(pads, a);
+    p1[a] = global ? 0 : PadAfter(pads, a);
   }
+}
+
+// Output extent along one axis (-1 when the input extent is unknown, 0 when empty).
+int64_t Pool3DOutSize(int64_t in, int64_t k, int64_t p0, int64_t p1, int64_t s, bool ceil_mode) {
+  if (in < 0) return -1;
+  const int64_t span = in + p0 + p1 - k;
+  if (span < 0) return 0;
+  return (ceil_mode ? (span + s - 1) / s : span / s) + 1;
 }
 
 Status Pool3DInferShape(InferShapeContext* ctx) {
@@ -67,8 +77,8 @@ Status Pool3DInferShape(InferShapeContext* ctx) {
   if (x.size() != 5) return ctx->Error(ctx->DescribeInput("X"), " must be 5-D [N, C, D, H, W]");
   const bool global = ctx->Attr<bool>("global_pooling");
   const bool ceil_mode = ctx->Attr<bool>("ceil_mode");
-  int64_t k[3], s[3], p[3];
-  Pool3DWindow(ctx->Attrs(), x, k, s, p);
+  int64_t k[3], s[3], p0[3], p1[3];
+  Pool3DWindow(ctx->Attrs(), x, k, s, p0, p1);
   DDim out{x[0], x[1], -1, -1, -1};
   for (int a = 0; a < 3; ++a) {
     if (global) {
@@ -76,14 +86,14 @@ Status Pool3DInferShape(InferShapeContext* ctx) {
       continue;
     }
     if (k[a] < 1) return ctx->Error("ksize[", a, "] must be >= 1, got ", k[a]);
-    if (p[a] >= k[a])
-      return ctx->Error("paddings[", a, "] (", p[a], ") must be smaller than ksize[", a, "] (",
-                        k[a], ")");
-    const int64_t o = PoolOutSize(x[2 + a], k[a], p[a], s[a], ceil_mode);
+    if (p0[a] >= k[a] || p1[a] >= k[a])
+      return ctx->Error("the paddings of spatial dim ", a, " (", p0[a], ", ", p1[a],
+                        ") must be smaller than ksize[", a, "] (", k[a], ")");
+    const int64_t o = Pool3DOutSize(x[2 + a], k[a], p0[a], p1[a], s[a], ceil_mode);
     if (o == 0)
       return ctx->Error("spatial dim ", a,
                         " of the output would be empty: ", ctx->DescribeInput("X"), " padded by ",
-                        p[a], " on each side is ", x[2 + a] + 2 * p[a],
+                        p0[a], " and ", p1[a], " is ", x[2 + a] + p0[a] + p1[a],
                         " long, smaller than ksize[", a, "] = ", k[a]);
     out[2 + a] = o;
   }
@@ -93,16 +103,16 @@ Status Pool3DInferShape(InferShapeContext* ctx) {
 }
 
 Pool3DGeom MakePool3DGeom(const KernelContext& ctx, const DDim& x) {
-  int64_t k[3], s[3], p[3];
-  Pool3DWindow(ctx.Attrs(), x, k, s, p);
+  int64_t k[3], s[3], p0[3], p1[3];
+  Pool3DWindow(ctx.Attrs(), x, k, s, p0, p1);
   const bool global = ctx.Attr<bool>("global_pooling");
   const bool ceil_mode = ctx.Attr<bool>("ceil_mode");
   Pool3DGeom g;
   g.planes = x[0] * x[1];
   for (int a = 0; a < 3; ++a) {
     g.in[a] = x[2 + a];
-    g.out[a] = global ? 1 : PoolOutSize(g.in[a], k[a], p[a], s[a], ceil_mode);
-    g.axis[a] = SlidingWindows(g.in[a], g.out[a], k[a], s[a], p[a]);
+    g.out[a] = global ? 1 : Pool3DOutSize(g.in[a], k[a], p0[a], p1[a], s[a], ceil_mode);
+    g.axis[a] = SlidingWindows(g.in[a], g.out[a], k[a], s[a], p0[a]);
   }
   g.max = ctx.Attr<std::string>("pooling_type") == "max";
   g.fixed_divisor = ctx.Attr<bool>("exclusive") ? 0 : k[0] * k[1] * k[2];
@@ -268,7 +278,8 @@ Status AdaptivePool3DInferShape(InferShapeContext* ctx) { return AdaptivePoolInf
 LOOM_REGISTER_OP(pool3d)
     .Doc(
         "Out = max or average over sliding windows of the D, H and W axes of X [N, C, D, H, W]; "
-        "Out is [N, C, Do, Ho, Wo], Do = (D + 2 * paddings[0] - ksize[0]) / strides[0] + 1 "
+        "Out is [N, C, Do, Ho, Wo], Do = (D + the padding before and after - ksize[0]) / "
+        "strides[0] + 1 "
         "(rounded up with ceil_mode).")
     .Input("X", "input [N, C, D, H, W]")
     .Output("Out", "pooled [N, C, Do, Ho, Wo]")
@@ -277,8 +288,9 @@ LOOM_REGISTER_OP(pool3d)
                             "window size along D, H and W (any value with global_pooling)",
                             nn::IntsOfSize(3))
     .Attr<std::vector<int>>("strides", {1, 1, 1}, "stride along D, H and W", nn::IntsOf(3, 1))
-    .Attr<std::vector<int>>("paddings", {0, 0, 0}, "padding on each side of D, H, W",
-                            nn::IntsOf(3, 0))
+    .Attr<std::vector<int>>("paddings", {0, 0, 0},
+                            "padding on each side of D, H and W, or [before, after] of each",
+                            Pads3D())
     .Attr<bool>("global_pooling", false,
                 "pool each whole volume (ignores ksize, strides and paddings)")
     .Attr<bool>("ceil_mode", false, "round the output size up instead of down")

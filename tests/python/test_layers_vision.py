@@ -227,11 +227,12 @@ def test_adaptive_pool_require_index(rank):
     t.check_grad(eps=1e-4)
 
 
-def pool3d_ref(x, k, s, p, pool_type, exclusive=True, ceil_mode=False):
+def pool3d_ref(x, k, s, p, pool_type, exclusive=True, ceil_mode=False, p_after=None):
     n, c, *sp = x.shape
+    p_after = p if p_after is None else p_after
     outs = []
     for a in range(3):
-        span = sp[a] + 2 * p[a] - k[a]
+        span = sp[a] + p[a] + p_after[a] - k[a]
         outs.append((-(-span // s[a]) if ceil_mode else span // s[a]) + 1)
     out = np.zeros((n, c) + tuple(outs))
     for idx in np.ndindex(*outs):
@@ -267,6 +268,23 @@ def test_pool3d_global_ceil_and_ndhwc():
     h.check_grad()
 
 
+@pytest.mark.parametrize("pool_type", ["max", "avg"])
+def test_pool3d_asymmetric_and_same_padding(pool_type):
+    x = distinct(1, 2, 5, 4, 6, seed=36)
+    t = OpTest(lambda x: L.pool3d(x, [2, 3, 2], pool_type, [2, 1, 2], [1, 0, 0, 2, 1, 1],
+                                  exclusive=False), {"x": x})
+    t.check_forward(pool3d_ref(x, [2, 3, 2], [2, 1, 2], [1, 0, 1], pool_type, False,
+                               p_after=[0, 2, 1]))
+    t.check_grad(eps=1e-4)
+    # 'SAME': out = ceil(in / stride), total padding (out - 1) * stride + k - in (at least 0):
+    # D 5 -> 3, total 2 (1, 1); H 4 -> 4, total 2 (1, 1); W 6 -> 2, total -1 (0, 0).
+    same = OpTest(lambda x: L.pool3d(x, [3, 3, 2], pool_type, [2, 1, 3], "SAME"), {"x": x})
+    ref = pool3d_ref(x, [3, 3, 2], [2, 1, 3], [1, 1, 0], pool_type, p_after=[1, 1, 0])
+    assert ref.shape[2:] == (3, 4, 2)
+    same.check_forward(ref)
+    same.check_grad(eps=1e-4)
+
+
 def test_pool_errors():
     build_fails(lambda x: L.adaptive_pool2d(x, [2, 2], "avg", require_index=True),
                 [1, 1, 4, 4], "require_index=True needs pool_type 'max'")
@@ -275,7 +293,12 @@ def test_pool_errors():
     build_fails(lambda x: L.adaptive_pool3d(x, 2), [1, 1, 4, 4], "input must be 5-D")
     build_fails(lambda x: L.pool3d(x, 2), [1, 1, 4, 4], "input must be 5-D")
     build_fails(lambda x: L.pool3d(x, 5), [1, 1, 4, 4, 4], "empty")
-    build_fails(lambda x: L.pool3d(x, 2, pool_padding="SAME"), [1, 1, 4, 4, 4], "SAME")
+    build_fails(lambda x: L.pool3d(x, 2, pool_padding="FULL"), [1, 1, 4, 4, 4],
+                "pool3d: padding must be")
+    build_fails(lambda x: L.pool3d(x, 2, pool_padding="VALID", ceil_mode=True), [1, 1, 4, 4, 4],
+                "ceil_mode")
+    build_fails(lambda x: L.pool3d(x, 2, pool_padding=[2, 0, 0, 0, 0, 0]), [1, 1, 4, 4, 4],
+                "must be smaller than ksize")
     build_fails(lambda x: L.pool3d(x, 2, data_format="NHWC"), [1, 1, 4, 4, 4], "data_format")
 
 
@@ -308,6 +331,38 @@ def test_conv3d(stride, pad, dil, groups):
                                   groups=groups), {"x": x}, params={"w_0": w, "b_0": b})
     ref = conv3d_ref(x, w, [stride] * 3, [pad] * 3, [dil] * 3, groups) + b.reshape(1, 4, 1, 1, 1)
     t.check_forward(ref, rtol=1e-9, atol=1e-10)
+    t.check_grad()
+
+
+def test_conv3d_asymmetric_same_and_pair_padding():
+    x = rand(1, 2, 4, 5, 3, seed=37)
+    w = rand(3, 2, 2, 3, 2, seed=38)
+    pads = [1, 0, 0, 2, 1, 1]  # [front, back, top, bottom, left, right]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 0), (0, 2), (1, 1)))
+    ref = conv3d_ref(xp, w, [2, 1, 1], [0] * 3, [1] * 3, 1)
+    for padding in (pads, [[0, 0], [0, 0], [1, 0], [0, 2], [1, 1]]):
+        t = OpTest(lambda x: L.conv3d(x, 3, [2, 3, 2], stride=[2, 1, 1], padding=padding,
+                                      bias_attr=False), {"x": x}, params={"w_0": w})
+        t.check_forward(ref, rtol=1e-9, atol=1e-10)
+    t.check_grad()
+    # 'SAME' (dilation forced to 1): out = ceil(in / stride), the odd padding after.
+    s = OpTest(lambda x: L.conv3d(x, 3, [2, 3, 2], stride=[2, 1, 1], padding="SAME",
+                                  dilation=2, bias_attr=False), {"x": x}, params={"w_0": w})
+    xs = np.pad(x, ((0, 0), (0, 0), (0, 0), (1, 1), (0, 1)))
+    ref = conv3d_ref(xs, w, [2, 1, 1], [0] * 3, [1] * 3, 1)
+    assert ref.shape[2:] == (2, 5, 3)
+    s.check_forward(ref, rtol=1e-9, atol=1e-10)
+    s.check_grad()
+
+
+def test_conv3d_transpose_asymmetric_padding():
+    x = rand(1, 2, 2, 3, 2, seed=39)
+    w = rand(2, 3, 2, 2, 3, seed=40)
+    t = OpTest(lambda x: L.conv3d_transpose(x, 3, filter_size=[2, 2, 3], stride=2,
+                                            padding=[1, 0, 0, 1, 1, 2], bias_attr=False),
+               {"x": x}, params={"w_0": w})
+    full = conv3d_transpose_ref(x, w, [2] * 3, [0] * 3, [1] * 3, 1)
+    t.check_forward(full[:, :, 1:, :-1, 1:-2], rtol=1e-9, atol=1e-10)
     t.check_grad()
 
 

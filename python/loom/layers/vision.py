@@ -219,19 +219,50 @@ def _from_channels_first(x, data_format):
     return transpose(x, [0, 2, 3, 4, 1]) if data_format == "NDHWC" else x
 
 
-def _volume_padding(padding, layer):
+def _volume_padding(padding, layer, data_format="NCDHW", x=None, k=None, s=None):
+    """The 'paddings' attribute of a 3-D op for Fluid's padding argument: an int, 3 ints, 6 ints
+    [front, back, top, bottom, left, right], 5 [before, after] pairs in data_format's order (0 on
+    the batch and channel dims), 'VALID' (none) or 'SAME' (out = ceil(in / stride); the extra
+    before = half the total rounded down; needs x (channels-first), kernel k and strides s).
+    Returns 3 values when every axis is symmetric, else 6, and whether it was 'SAME'."""
     if isinstance(padding, str):
-        if padding.upper() == "VALID":
-            return [0, 0, 0]
-        raise NotImplementedError("%s: padding %r is not supported (give ints or 'VALID')"
-                                  % (layer, padding))
-    if isinstance(padding, (list, tuple)) and len(padding) == 6:
-        pairs = [[int(padding[2 * a]), int(padding[2 * a + 1])] for a in range(3)]
-        if any(b != e for b, e in pairs):
-            raise NotImplementedError("%s: asymmetric padding %r is not supported"
-                                      % (layer, padding))
-        return [b for b, _ in pairs]
-    return _ints(padding, 3, "padding", layer)
+        mode = padding.upper()
+        if mode == "VALID":
+            return [0, 0, 0], False
+        if mode != "SAME":
+            raise ValueError("%s: padding must be ints, pairs, 'SAME' or 'VALID', got %r"
+                             % (layer, padding))
+        spatial = [int(d) for d in x.shape[2:5]]
+        if any(d < 0 for d in spatial):
+            raise ValueError("%s: padding 'SAME' needs static spatial dims, got %r"
+                             % (layer, spatial))
+        pads = []
+        for n, kk, ss in zip(spatial, k, s):
+            total = max((-(-n // ss) - 1) * ss + kk - n, 0)
+            pads += [total // 2, total - total // 2]
+        same = True
+    elif (isinstance(padding, (list, tuple)) and len(padding) == 5
+          and all(isinstance(v, (list, tuple)) for v in padding)):
+        pairs = [[int(b), int(e)] for b, e in padding]
+        outer = [0, 1] if data_format == "NCDHW" else [0, 4]
+        if any(pairs[i] != [0, 0] for i in outer):
+            raise ValueError("%s: padding pairs %r pad the batch or channel dim"
+                             % (layer, padding))
+        pads = [v for i, pair in enumerate(pairs) if i not in outer for v in pair]
+        same = False
+    elif isinstance(padding, (list, tuple)) and len(padding) == 6:
+        pads, same = [int(v) for v in padding], False
+    else:
+        return _ints(padding, 3, "padding", layer), False
+    if any(v < 0 for v in pads):
+        raise ValueError("%s: padding must be >= 0, got %r" % (layer, padding))
+    if all(pads[2 * a] == pads[2 * a + 1] for a in range(3)):
+        pads = pads[0::2]
+    return pads, same
+
+
+def _pad_sum(pads, axis):
+    return 2 * pads[axis] if len(pads) == 3 else pads[2 * axis] + pads[2 * axis + 1]
 
 
 def pool3d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0,
@@ -249,9 +280,12 @@ def pool3d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0,
     if not global_pooling and any(k < 1 for k in ksize):
         raise ValueError("%s: pool_size must be >= 1 without global_pooling, got %r"
                          % (layer, pool_size))
+    strides = _ints(pool_stride, 3, "pool_stride", layer)
+    if isinstance(pool_padding, str) and pool_padding.upper() == "VALID" and ceil_mode:
+        raise ValueError("%s: pool_padding 'VALID' needs ceil_mode=False" % layer)
+    pads, _ = _volume_padding(pool_padding, layer, data_format, x, ksize, strides)
     out = _one_op("pool3d", x, {"pooling_type": pool_type, "ksize": ksize,
-                                "strides": _ints(pool_stride, 3, "pool_stride", layer),
-                                "paddings": _volume_padding(pool_padding, layer),
+                                "strides": strides, "paddings": pads,
                                 "global_pooling": bool(global_pooling),
                                 "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive)},
                   name=name)
@@ -288,13 +322,16 @@ def conv3d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
         raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
                          "%d" % (layer, channels, num_filters, groups))
     k = _ints(filter_size, 3, "filter_size", layer)
+    stride = _ints(stride, 3, "stride", layer)
+    dilation = _ints(dilation, 3, "dilation", layer)
+    pads, same = _volume_padding(padding, layer, data_format, x, k, stride)
+    if same:  # as in Fluid, 'SAME' convolves undilated
+        dilation = [1, 1, 1]
     w = helper.create_parameter(param_attr, [num_filters, channels // groups] + k, x.dtype,
                                 default_initializer=MSRAInitializer())
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("conv3d", inputs={"Input": x, "Filter": w}, outputs={"Output": out},
-                     attrs={"strides": _ints(stride, 3, "stride", layer),
-                            "paddings": _volume_padding(padding, layer),
-                            "dilations": _ints(dilation, 3, "dilation", layer),
+                     attrs={"strides": stride, "paddings": pads, "dilations": dilation,
                             "groups": groups})
     out = _add_bias(helper, out, bias_attr, num_filters)
     return _from_channels_first(_act(out, act), data_format)
@@ -318,19 +355,24 @@ def conv3d_transpose(input, num_filters, output_size=None, filter_size=None, pad
         raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
                          "%d" % (layer, channels, num_filters, groups))
     stride = _ints(stride, 3, "stride", layer)
-    padding = _volume_padding(padding, layer)
     dilation = _ints(dilation, 3, "dilation", layer)
     size = None if output_size is None else _ints(output_size, 3, "output_size", layer)
     if filter_size is None:
         if size is None:
             raise ValueError("%s: give filter_size or output_size" % layer)
+        if isinstance(padding, str) and padding.upper() == "SAME":
+            raise ValueError("%s: padding 'SAME' needs filter_size" % layer)
+        padding, _ = _volume_padding(padding, layer, data_format)
         dhw = x.shape[2:5]
         if any(d < 0 for d in dhw):
             raise ValueError("%s: filter_size is needed when the input's spatial dims are not "
                              "static" % layer)
-        filter_size = [(size[a] - (dhw[a] - 1) * stride[a] + 2 * padding[a] - 1) // dilation[a]
-                       + 1 for a in range(3)]
+        filter_size = [(size[a] - (dhw[a] - 1) * stride[a] + _pad_sum(padding, a) - 1)
+                       // dilation[a] + 1 for a in range(3)]
     k = _ints(filter_size, 3, "filter_size", layer)
+    padding, same = _volume_padding(padding, layer, data_format, x, k, stride)
+    if same:
+        dilation = [1, 1, 1]
     w = helper.create_parameter(param_attr, [channels, num_filters // groups] + k, x.dtype)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("conv3d_transpose", inputs={"Input": x, "Filter": w},
