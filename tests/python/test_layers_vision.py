@@ -659,6 +659,11 @@ CUDA_CASES = {
     "conv3d_dilated": (lambda x: L.conv3d(x, 3, 2, padding=1, dilation=2), (2, 2, 4, 4, 5)),
     "conv3d_transpose": (lambda x: L.conv3d_transpose(x, 4, filter_size=[2, 3, 2], stride=2,
                                                       padding=1, groups=2), (2, 4, 3, 3, 3)),
+    "conv3d_asymmetric": (lambda x: L.conv3d(x, 2, [2, 3, 2], padding=[1, 0, 0, 2, 1, 1]),
+                          (2, 2, 4, 5, 3)),
+    "conv3d_transpose_asymmetric": (lambda x: L.conv3d_transpose(
+        x, 3, filter_size=[2, 2, 3], stride=2, padding=[1, 0, 0, 1, 1, 2]), (1, 2, 2, 3, 2)),
+    "pool3d_same": (lambda x: L.pool3d(x, 3, "avg", 2, "SAME"), (1, 2, 5, 4, 6)),
     "affine_grid": (lambda x: L.affine_grid(x, [2, 1, 4, 5]), (2, 2, 3)),
     # The grid is read from x's first two channels, so both gradient paths reach x.
     "grid_sampler": (lambda x: L.grid_sampler(x, L.transpose(
