@@ -155,6 +155,16 @@ def test_resize_trilinear(align_corners, align_mode):
     t.check_grad()
 
 
+def test_image_resize_takes_either_spelling_of_the_layout():
+    x = rand(1, 2, 2, 3, 2, seed=41)
+    ref = resize_ref(x, (3, 4, 3), True, True, 1)
+    t = OpTest(lambda x: L.image_resize(x, [3, 4, 3], resample="TRILINEAR"), {"x": x})
+    t.check_forward(ref, rtol=1e-6, atol=1e-7)
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1))
+    h = OpTest(lambda x: L.resize_trilinear(x, [3, 4, 3], data_format="NHWC"), {"x": xl})
+    h.check_forward(ref.transpose(0, 2, 3, 4, 1), rtol=1e-6, atol=1e-7)
+
+
 def test_image_resize_short():
     x = rand(1, 2, 4, 6, seed=7)
     t = OpTest(lambda x: L.image_resize_short(x, 2), {"x": x})
@@ -171,7 +181,7 @@ def test_resize_errors():
     build_fails(lambda x: L.resize_bilinear(x, [2, 2], actual_shape=x), shape, "actual_shape")
     build_fails(lambda x: L.resize_bilinear(x, [2, 2], align_mode=2), shape, "align_mode")
     build_fails(lambda x: L.resize_bilinear(x, scale=-1.0), shape, "scale must be > 0")
-    build_fails(lambda x: L.resize_bilinear(x, [2, 2], data_format="NCDHW"), shape,
+    build_fails(lambda x: L.resize_bilinear(x, [2, 2], data_format="CHWN"), shape,
                 "data_format")
     build_fails(lambda x: L.resize_trilinear(x, [2, 2, 2]), shape, "TRILINEAR needs a 5-D")
     build_fails(lambda x: L.resize_nearest(x, scale=0.1), shape, "empty")

@@ -85,10 +85,12 @@ def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEA
         raise ValueError("%s: resample must be 'BILINEAR', 'TRILINEAR' or 'NEAREST', got %r"
                          % (layer, resample))
     rank = 3 if resample == "TRILINEAR" else 2
-    formats = ("NCDHW", "NDHWC") if rank == 3 else ("NCHW", "NHWC")
-    if data_format not in formats:
-        raise ValueError("%s: data_format must be %r or %r for %s, got %r"
-                         % (layer, formats[0], formats[1], resample, data_format))
+    # As in Fluid, the 4-D and 5-D spellings both say where the channels are.
+    if data_format not in ("NCHW", "NHWC", "NCDHW", "NDHWC"):
+        raise ValueError("%s: data_format must be 'NCHW', 'NHWC', 'NCDHW' or 'NDHWC', got %r"
+                         % (layer, data_format))
+    channels_last = data_format in ("NHWC", "NDHWC")
+    layout = ["NCHW", "NHWC", "NCDHW", "NDHWC"][2 * (rank == 3) + channels_last]
     if len(input.shape) != rank + 2:
         raise ValueError("%s: %s needs a %d-D input, got shape %r"
                          % (layer, resample, rank + 2, list(input.shape)))
@@ -102,7 +104,7 @@ def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEA
     if out_shape is None and scale is None:
         raise ValueError("%s: give out_shape or scale (one of them must not be None)" % layer)
     attrs = {"align_corners": align_corners, "align_mode": int(align_mode),
-             "data_layout": data_format, "scale": 0.0}
+             "data_layout": layout, "scale": 0.0}
     if out_shape is not None:
         if isinstance(out_shape, Variable):
             raise NotImplementedError("%s: out_shape must be a list of ints; a Variable is not "
