@@ -712,6 +712,25 @@ def test_cuda_kernels_match_cpu(case):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11, err_msg=name)
 
 
+def test_random_crop_on_cuda_crops_as_on_cpu():
+    core = fluid.core
+    if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device: the random_crop CUDA kernel is compiled, not run")
+    x = np.arange(2 * 3 * 5 * 6, dtype="float32").reshape(2, 3, 5, 6)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = L.data("x", [2, 3, 5, 6], append_batch_size=False)
+        out = L.random_crop(xv, [3, 4], seed=11)
+    runs = []
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        exe, scope = fluid.Executor(place), core.Scope()
+        exe.run(startup, scope=scope)
+        runs.append([exe.run(main, feed={"x": x}, fetch_list=[out], scope=scope)[0]
+                     for _ in range(3)])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(b, a)
+
+
 # ---- training --------------------------------------------------------------------------------
 
 def test_small_cnn_trains_through_vision_layers():
