@@ -36,73 +36,95 @@ int64_t TransposeOutSize(int64_t in, int64_t k, int64_t pads, int64_t s, int64_t
   return want > 0 ? want : o;
 }
 
-// Calls f(x_offset_in_plane, y_offset_in_plane, k_offset) for every (output, kernel) pair whose
-// input position lies inside the input.
-template <typename F>
-void ForEachTap(const Conv3DGeom& g, F&& f) {
-  for (int64_t kd = 0; kd < g.k[0]; ++kd)
-    for (int64_t kh = 0; kh < g.k[1]; ++kh)
-      for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-        const int64_t ko = (kd * g.k[1] + kh) * g.k[2] + kw;
-        for (int64_t od = 0; od < g.out[0]; ++od) {
-          const int64_t id = od * g.s[0] - g.p[0] + kd * g.dil[0];
-          if (id < 0 || id >= g.in[0]) continue;
-          for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-            const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.dil[1];
-            if (ih < 0 || ih >= g.in[1]) continue;
-            for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-              const int64_t iw = ow * g.s[2] - g.p[2] + kw * g.dil[2];
-              if (iw < 0 || iw >= g.in[2]) continue;
-              f((id * g.in[1] + ih) * g.in[2] + iw, (od * g.out[1] + oh) * g.out[2] + ow, ko);
-            }
-          }
-        }
-      }
+// The convolutions run as GEMMs over column buffers, per (sample, group) and per chunk of output
+// positions [p0, p1): col[(cc * kd + i) * kh * kw + ...][p - p0] = x[cc][the input position that
+// kernel offset (i, j, l) puts under output position p] (0 outside), so that the group's outputs
+// at those positions are w_group [mg, cg * kv] · col. Chunks keep a buffer within kColBudget
+// elements, however large the volume.
+constexpr int64_t kColBudget = int64_t{1} << 22;
+
+int64_t PositionsPerChunk(const Conv3DGeom& g) {
+  const int64_t rows = std::max<int64_t>(g.cg * g.KVolume(), 1);
+  return std::clamp<int64_t>(kColBudget / rows, 1, std::max<int64_t>(g.OutVolume(), 1));
 }
 
-// The convolutions run as GEMMs over a column buffer per (sample, group):
-// col[cc * kv + k][o] = x[cc][input position of output o under kernel offset k] (0 outside), a
-// [cg * kv, ov] matrix, so that y_group [mg, ov] = w_group [mg, cg * kv] · col.
+// Calls f(row of col, offset of x in its channel or -1) for every column entry of positions
+// [p0, p1), row by row.
+template <typename F>
+void ForEachColumnEntry(const Conv3DGeom& g, int64_t p0, int64_t p1, F&& f) {
+  const int64_t np = p1 - p0, plane = g.out[1] * g.out[2];
+  for (int64_t cc = 0; cc < g.cg; ++cc)
+    for (int64_t kd = 0; kd < g.k[0]; ++kd)
+      for (int64_t kh = 0; kh < g.k[1]; ++kh)
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const int64_t row = ((cc * g.k[0] + kd) * g.k[1] + kh) * g.k[2] + kw;
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t od = p / plane, oh = (p / g.out[2]) % g.out[1], ow = p % g.out[2];
+            const int64_t id = od * g.s[0] - g.p[0] + kd * g.dil[0];
+            const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.dil[1];
+            const int64_t iw = ow * g.s[2] - g.p[2] + kw * g.dil[2];
+            const bool inside =
+                id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
+            f(row * np + (p - p0),
+              inside ? cc * g.InVolume() + (id * g.in[1] + ih) * g.in[2] + iw : -1);
+          }
+        }
+}
 
-// col = the columns of the cg channels starting at x.
+// col = the columns of positions [p0, p1) of the cg channels starting at x.
 template <typename T>
-void Vol2Col(const Conv3DGeom& g, const T* x, T* col) {
-  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
-  std::fill(col, col + g.cg * kv * ov, T(0));
-  for (int64_t cc = 0; cc < g.cg; ++cc) {
-    const T* xp = x + cc * iv;
-    T* cp = col + cc * kv * ov;
-    ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { cp[ki * ov + yi] = xp[xi]; });
-  }
+void Vol2Col(const Conv3DGeom& g, const T* x, int64_t p0, int64_t p1, T* col) {
+  ForEachColumnEntry(g, p0, p1, [&](int64_t c, int64_t i) { col[c] = i >= 0 ? x[i] : T(0); });
 }
 
 // dx (the cg channels starting there) += the adjoint of Vol2Col applied to col.
 template <typename T>
-void Col2VolAdd(const Conv3DGeom& g, const T* col, T* dx) {
-  const int64_t iv = g.InVolume(), ov = g.OutVolume(), kv = g.KVolume();
-  for (int64_t cc = 0; cc < g.cg; ++cc) {
-    T* dxp = dx + cc * iv;
-    const T* cp = col + cc * kv * ov;
-    ForEachTap(g, [&](int64_t xi, int64_t yi, int64_t ki) { dxp[xi] += cp[ki * ov + yi]; });
-  }
+void Col2VolAdd(const Conv3DGeom& g, const T* col, int64_t p0, int64_t p1, T* dx) {
+  ForEachColumnEntry(g, p0, p1, [&](int64_t c, int64_t i) {
+    if (i >= 0) dx[i] += col[c];
+  });
 }
 
-// Calls f(sample, group, col buffer) for every (sample, group) in turn: the GEMMs use BLAS's own
-// threads (as conv2d's do), so no GEMM is issued from inside a ParallelFor.
+// Buffers of one chunk: the columns and the group's rows of y (or dy) at the chunk's positions.
+template <typename T>
+struct ChunkBuffers {
+  std::vector<T> col, rows;
+  explicit ChunkBuffers(const Conv3DGeom& g, int64_t chunk)
+      : col(g.cg * g.KVolume() * chunk), rows(g.mg * chunk) {}
+};
+
+// Calls f(sample, group, p0, p1, buffers) for every (sample, group, chunk) in turn: the GEMMs
+// use BLAS's own threads (as conv2d's do), so no GEMM is issued from inside a ParallelFor.
 template <typename T, typename F>
-void ForEachSampleGroup(const Conv3DGeom& g, F&& f) {
-  std::vector<T> col(g.cg * g.KVolume() * g.OutVolume());
+void ForEachChunk(const Conv3DGeom& g, F&& f) {
+  const int64_t ov = g.OutVolume(), chunk = PositionsPerChunk(g);
+  ChunkBuffers<T> buf(g, chunk);
   for (int64_t b = 0; b < g.n; ++b)
-    for (int64_t grp = 0; grp < g.groups; ++grp) f(b, grp, col.data());
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      for (int64_t p0 = 0; p0 < ov; p0 += chunk) f(b, grp, p0, std::min(p0 + chunk, ov), &buf);
+}
+
+// rows[r][p - p0] <-> y[r][p] for the mg rows of y starting at y (ov apart).
+template <typename T>
+void GatherRows(const T* y, int64_t mg, int64_t ov, int64_t p0, int64_t p1, T* rows) {
+  for (int64_t r = 0; r < mg; ++r)
+    std::copy(y + r * ov + p0, y + r * ov + p1, rows + r * (p1 - p0));
+}
+
+template <typename T>
+void ScatterRows(const T* rows, int64_t mg, int64_t ov, int64_t p0, int64_t p1, T* y) {
+  for (int64_t r = 0; r < mg; ++r)
+    std::copy(rows + r * (p1 - p0), rows + (r + 1) * (p1 - p0), y + r * ov + p0);
 }
 
 // y = conv(x, w).
 template <typename T>
 void Conv3DForward(const Conv3DGeom& g, const T* x, const T* w, T* y) {
   const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
-  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
-    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, col);
-    Gemm(false, false, g.mg, ov, k, w + grp * g.mg * k, col, y + (b * g.m + grp * g.mg) * ov);
+  ForEachChunk<T>(g, [&](int64_t b, int64_t grp, int64_t p0, int64_t p1, ChunkBuffers<T>* buf) {
+    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, p0, p1, buf->col.data());
+    Gemm(false, false, g.mg, p1 - p0, k, w + grp * g.mg * k, buf->col.data(), buf->rows.data());
+    ScatterRows(buf->rows.data(), g.mg, ov, p0, p1, y + (b * g.m + grp * g.mg) * ov);
   });
 }
 
@@ -111,20 +133,22 @@ template <typename T>
 void Conv3DBackwardData(const Conv3DGeom& g, const T* dy, const T* w, T* dx) {
   const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
   std::fill(dx, dx + g.n * g.c * iv, T(0));
-  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
-    Gemm(true, false, k, ov, g.mg, w + grp * g.mg * k, dy + (b * g.m + grp * g.mg) * ov, col);
-    Col2VolAdd(g, col, dx + (b * g.c + grp * g.cg) * iv);
+  ForEachChunk<T>(g, [&](int64_t b, int64_t grp, int64_t p0, int64_t p1, ChunkBuffers<T>* buf) {
+    GatherRows(dy + (b * g.m + grp * g.mg) * ov, g.mg, ov, p0, p1, buf->rows.data());
+    Gemm(true, false, k, p1 - p0, g.mg, w + grp * g.mg * k, buf->rows.data(), buf->col.data());
+    Col2VolAdd(g, buf->col.data(), p0, p1, dx + (b * g.c + grp * g.cg) * iv);
   });
 }
 
-// dw = the filter gradient of y = conv(x, w) for y's gradient dy (a sum over the samples).
+// dw = the filter gradient of y = conv(x, w) for y's gradient dy (a sum over samples and chunks).
 template <typename T>
 void Conv3DBackwardFilter(const Conv3DGeom& g, const T* x, const T* dy, T* dw) {
   const int64_t iv = g.InVolume(), ov = g.OutVolume(), k = g.cg * g.KVolume();
   std::fill(dw, dw + g.m * k, T(0));
-  ForEachSampleGroup<T>(g, [&](int64_t b, int64_t grp, T* col) {
-    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, col);
-    Gemm(false, true, g.mg, k, ov, dy + (b * g.m + grp * g.mg) * ov, col, dw + grp * g.mg * k,
+  ForEachChunk<T>(g, [&](int64_t b, int64_t grp, int64_t p0, int64_t p1, ChunkBuffers<T>* buf) {
+    Vol2Col(g, x + (b * g.c + grp * g.cg) * iv, p0, p1, buf->col.data());
+    GatherRows(dy + (b * g.m + grp * g.mg) * ov, g.mg, ov, p0, p1, buf->rows.data());
+    Gemm(false, true, g.mg, k, p1 - p0, buf->rows.data(), buf->col.data(), dw + grp * g.mg * k,
          true);
   });
 }
