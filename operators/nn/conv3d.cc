@@ -52,21 +52,26 @@ int64_t PositionsPerChunk(const Conv3DGeom& g) {
 // [p0, p1), row by row.
 template <typename F>
 void ForEachColumnEntry(const Conv3DGeom& g, int64_t p0, int64_t p1, F&& f) {
-  const int64_t np = p1 - p0, plane = g.out[1] * g.out[2];
+  const int64_t np = p1 - p0, plane = g.out[1] * g.out[2], iv = g.InVolume();
+  const int64_t od0 = p0 / plane, oh0 = (p0 / g.out[2]) % g.out[1], ow0 = p0 % g.out[2];
   for (int64_t cc = 0; cc < g.cg; ++cc)
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
           const int64_t row = ((cc * g.k[0] + kd) * g.k[1] + kh) * g.k[2] + kw;
-          for (int64_t p = p0; p < p1; ++p) {
-            const int64_t od = p / plane, oh = (p / g.out[2]) % g.out[1], ow = p % g.out[2];
-            const int64_t id = od * g.s[0] - g.p[0] + kd * g.dil[0];
-            const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.dil[1];
-            const int64_t iw = ow * g.s[2] - g.p[2] + kw * g.dil[2];
+          const int64_t d_off = kd * g.dil[0] - g.p[0], h_off = kh * g.dil[1] - g.p[1];
+          const int64_t w_off = kw * g.dil[2] - g.p[2];
+          int64_t od = od0, oh = oh0, ow = ow0;  // walks the positions p0, p0 + 1, ...
+          for (int64_t c = 0; c < np; ++c) {
+            const int64_t id = od * g.s[0] + d_off, ih = oh * g.s[1] + h_off;
+            const int64_t iw = ow * g.s[2] + w_off;
             const bool inside =
                 id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1] && iw >= 0 && iw < g.in[2];
-            f(row * np + (p - p0),
-              inside ? cc * g.InVolume() + (id * g.in[1] + ih) * g.in[2] + iw : -1);
+            f(row * np + c, inside ? cc * iv + (id * g.in[1] + ih) * g.in[2] + iw : -1);
+            if (++ow == g.out[2]) {
+              ow = 0;
+              if (++oh == g.out[1]) oh = 0, ++od;
+            }
           }
         }
 }
