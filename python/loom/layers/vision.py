@@ -16,8 +16,8 @@ from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
 from .common import _check_var
 from .math import elementwise_add, elementwise_mul
-from .math import scale as _scale
-from .tensor import assign, cast, concat, create_global_var, reshape, slice, transpose
+from .tensor import (assign, cast, concat, create_global_var, fill_constant_batch_size_like,
+                     reshape, slice, transpose)
 
 __all__ = ["pad2d", "image_resize", "resize_bilinear", "resize_nearest", "resize_trilinear",
            "image_resize_short", "adaptive_pool2d", "adaptive_pool3d", "pool3d", "conv3d",
@@ -480,7 +480,7 @@ def temporal_shift(x, seg_num, shift_ratio=0.25, name=None):
     if c2 > c1 and t > 1:  # from step t + 1: the first dropped, one zero step behind
         parts.append(shifted(c1, c2, 1, False))
     if t == 1 and c2 > 0:  # a single step: the shifted channels read past the ends
-        parts.append(_scale(slice(y, axes=[2], starts=[0], ends=[c2]), 0.0))
+        parts.append(fill_constant_batch_size_like(y, [-1, 1, c2, h, w], x.dtype, 0.0))
     if c > c2:
         parts.append(slice(y, axes=[2], starts=[c2], ends=[c]))
     y = concat(parts, axis=2) if len(parts) > 1 else parts[0]
