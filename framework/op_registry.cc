@@ -1,6 +1,11 @@
 #include "framework/op_registry.h"
 
 #include <algorithm>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "framework/op_registration_errors.h"
 
 namespace loom {
 
@@ -228,10 +233,46 @@ const std::vector<AttrSpec>& AcceptedAttrs() {
   return *attrs;
 }
 
-OpRegistrar::OpRegistrar(const char* type) : info_(OpRegistry::Global().GetOrCreate(type)) {
-  LOOM_CHECK(!info_->has_maker, "op '", type, "' registered twice");
-  info_->has_maker = true;
+namespace {
+
+// Registrations refused (an op type registered twice: a library of custom ops that reuses a
+// type), kept until TakeOpRegistrationErrors. A refused registrar fills an entry of its own
+// that nothing looks up, so the op registered first stays as it was.
+struct RefusedRegistrations {
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::deque<OpInfo> entries;
+};
+
+RefusedRegistrations& Refused() {
+  static auto* r = new RefusedRegistrations;  // outlives every static registrar
+  return *r;
 }
+
+OpInfo* Register(const char* type) {
+  OpInfo* info = OpRegistry::Global().GetOrCreate(type);
+  if (!info->has_maker) {
+    info->has_maker = true;
+    return info;
+  }
+  RefusedRegistrations& r = Refused();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.errors.push_back(StrCat("op '", type, "' registered twice (the second registration is "
+                            "ignored)"));
+  r.entries.emplace_back();
+  r.entries.back().type = type;
+  return &r.entries.back();
+}
+
+}  // namespace
+
+std::vector<std::string> TakeOpRegistrationErrors() {
+  RefusedRegistrations& r = Refused();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return std::exchange(r.errors, {});
+}
+
+OpRegistrar::OpRegistrar(const char* type) : info_(Register(type)) {}
 
 OpRegistrar& OpRegistrar::Doc(const std::string& doc) {
   info_->doc = doc;

@@ -450,20 +450,59 @@ StatusOr<std::map<std::string, CheckpointEntry>> ReadCheckpoint(const std::strin
 // The persistable dense tensors of block 0 with their values in the scope, sorted by name; an
 // error names the first one without a value. Everything to save must exist before a file is
 // touched.
-StatusOr<std::vector<std::pair<std::string, const Tensor*>>> PersistablesToSave(
-    const ProgramDesc& program, const Scope& scope) {
+// The persistables a save writes, sorted by name: dense tensors, and SelectedRows (the rows of
+// a sparse table an inference model exports).
+struct ToSave {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
+  std::vector<std::pair<std::string, const SelectedRows*>> rows;
+};
+
+StatusOr<ToSave> PersistablesToSave(const ProgramDesc& program, const Scope& scope) {
+  ToSave out;
   for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
-    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    if (!v.Persistable()) continue;
     const Variable* var = scope.FindVar(v.Name());
+    if (v.Type() == proto::VarType::SELECTED_ROWS) {
+      if (!var || !var->IsType<SelectedRows>())
+        return FailedPrecondition("cannot save sparse table '", v.Name(),
+                                  "': the scope holds no SelectedRows of that name");
+      out.rows.push_back({v.Name(), &var->Get<SelectedRows>()});
+      continue;
+    }
+    if (v.Type() != proto::VarType::DENSE_TENSOR) continue;
     if (!var || !var->IsType<Tensor>() || !var->Get<Tensor>().initialized())
       return FailedPrecondition("cannot save parameter '", v.Name(),
                                 "': it has no value in the scope (run the startup program first)");
-    tensors.push_back({v.Name(), &var->Get<Tensor>()});
+    out.tensors.push_back({v.Name(), &var->Get<Tensor>()});
   }
-  std::sort(tensors.begin(), tensors.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  return tensors;
+  auto by_name = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::sort(out.tensors.begin(), out.tensors.end(), by_name);
+  std::sort(out.rows.begin(), out.rows.end(), by_name);
+  return out;
+}
+
+// A loaded SelectedRows against the program's declaration [height, width...] of it.
+Status CheckDeclaredRows(const SelectedRows& s, const VarDesc& v, const std::string& source) {
+  if (s.value.dtype() != v.Dtype())
+    return InvalidArgument(source, ": sparse table '", v.Name(), "' is ",
+                           DataTypeName(s.value.dtype()), ", the program declares ",
+                           DataTypeName(v.Dtype()));
+  DDim want = v.Dims(), got = s.value.dims();
+  bool ok = want.size() == got.size();
+  for (int i = 1; ok && i < want.size(); ++i) ok = want[i] < 0 || want[i] == got[i];
+  if (!ok)
+    return InvalidArgument(source, ": sparse table '", v.Name(), "' has rows of dims ",
+                           got.ToString(), ", the program declares ", want.ToString());
+  return Status::OK();
+}
+
+Status RefuseSparseInCombined(const ProgramDesc& program, const std::string& path) {
+  for (const VarDesc& v : program.GlobalBlock()->AllVars())
+    if (v.Persistable() && v.Type() == proto::VarType::SELECTED_ROWS)
+      return InvalidArgument("combined parameter file '", path, "': the program has sparse "
+                             "table '", v.Name(), "', which only a params directory holds "
+                             "(save without params_filename)");
+  return Status::OK();
 }
 
 // A loaded tensor against the program's declaration of it.
@@ -484,18 +523,24 @@ constexpr uint32_t kCombinedVersion = 1;
 
 Status SaveParams(const ProgramDesc& program, const Scope& scope, const std::string& dir) {
   if (dir.empty()) return InvalidArgument("save_params: an empty directory name");
-  LOOM_ASSIGN_OR_RETURN(auto tensors, PersistablesToSave(program, scope));
+  LOOM_ASSIGN_OR_RETURN(ToSave to_save, PersistablesToSave(program, scope));
   // The whole directory is written beside the old one and swapped in (file_util.h): the
   // previous checkpoint stays loadable until this one is complete.
   return ReplaceDirectory(dir, [&](const std::string& staging) -> Status {
     std::string text = std::string(kCheckpointHeader) + "\n";
-    for (const auto& [name, tensor] : tensors) {
+    auto write = [&](const std::string& name, const std::string& bytes) -> Status {
       const std::string file = ParamFileName(name);
-      const std::string bytes = SerializeTensor(*tensor);
       LOOM_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(staging, file), bytes));
       char crc[16];
       std::snprintf(crc, sizeof(crc), "%08x", Crc32Of(bytes));
       text += StrCat(name, "\t", file, "\t", bytes.size(), " ", crc, "\n");
+      return Status::OK();
+    };
+    for (const auto& [name, tensor] : to_save.tensors)
+      LOOM_RETURN_IF_ERROR(write(name, SerializeTensor(*tensor)));
+    for (const auto& [name, rows] : to_save.rows) {
+      LOOM_RETURN_IF_ERROR(CheckSelectedRows(*rows, StrCat("saving sparse table '", name, "'")));
+      LOOM_RETURN_IF_ERROR(write(name, SerializeSelectedRows(*rows)));
     }
     return WriteFileAtomic(JoinPath(staging, kCheckpointFile), text);
   });
@@ -509,32 +554,49 @@ Status LoadParams(const ProgramDesc& program, Scope* scope, const std::string& d
   LOOM_ASSIGN_OR_RETURN(auto entries, ReadCheckpoint(dir));
   // Every file is read and checked before the scope changes: a failed load leaves it as it was.
   std::vector<std::pair<std::string, Tensor>> loaded;
+  std::vector<std::pair<std::string, SelectedRows>> loaded_rows;
   for (const VarDesc& v : program.GlobalBlock()->AllVars()) {
-    if (!v.Persistable() || v.Type() != proto::VarType::DENSE_TENSOR) continue;
+    const bool sparse = v.Type() == proto::VarType::SELECTED_ROWS;
+    if (!v.Persistable() || (v.Type() != proto::VarType::DENSE_TENSOR && !sparse)) continue;
     auto it = entries.find(v.Name());
     if (it == entries.end())
-      return NotFound("'", dir, "' holds no parameter '", v.Name(), "' (", entries.size(),
-                      " saved); nothing was loaded");
+      return NotFound("'", dir, "' holds no ", sparse ? "sparse table" : "parameter", " '",
+                      v.Name(), "' (", entries.size(), " saved); nothing was loaded");
     const std::string path = JoinPath(dir, it->second.file);
     LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     // The file's own checksum first (a damaged file), then the checkpoint's record of it (a
     // sound file from another save).
-    LOOM_ASSIGN_OR_RETURN(Tensor t, DeserializeTensor(bytes, path, place));
+    Tensor t;
+    SelectedRows rows;
+    if (sparse) {
+      LOOM_ASSIGN_OR_RETURN(rows, DeserializeSelectedRows(bytes, path, place));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(t, DeserializeTensor(bytes, path, place));
+    }
     if (bytes.size() != it->second.bytes || Crc32Of(bytes) != it->second.crc)
       return Corruption(path, ": is not the file ", kCheckpointFile, " records (", bytes.size(),
                         " bytes, recorded ", it->second.bytes,
                         "): the directory mixes files of two saves; nothing was loaded");
-    LOOM_RETURN_IF_ERROR(CheckDeclared(t, v, path));
-    loaded.push_back({v.Name(), std::move(t)});
+    if (sparse) {
+      LOOM_RETURN_IF_ERROR(CheckDeclaredRows(rows, v, path));
+      loaded_rows.push_back({v.Name(), std::move(rows)});
+    } else {
+      LOOM_RETURN_IF_ERROR(CheckDeclared(t, v, path));
+      loaded.push_back({v.Name(), std::move(t)});
+    }
   }
   for (auto& [name, t] : loaded) *scope->Var(name)->GetMutable<Tensor>() = std::move(t);
+  for (auto& [name, r] : loaded_rows)
+    *scope->Var(name)->GetMutable<SelectedRows>() = std::move(r);
   scope->AdvancePersistablesGeneration();
   return Status::OK();
 }
 
 Status SaveParamsCombined(const ProgramDesc& program, const Scope& scope, const std::string& path) {
   if (path.empty()) return InvalidArgument("save_combine: an empty file name");
-  LOOM_ASSIGN_OR_RETURN(auto tensors, PersistablesToSave(program, scope));
+  LOOM_RETURN_IF_ERROR(RefuseSparseInCombined(program, path));
+  LOOM_ASSIGN_OR_RETURN(ToSave to_save, PersistablesToSave(program, scope));
+  const auto& tensors = to_save.tensors;
   std::string out(kCombinedMagic, sizeof(kCombinedMagic));
   Append<uint32_t>(&out, kCombinedVersion);
   Append<uint32_t>(&out, static_cast<uint32_t>(tensors.size()));
@@ -608,6 +670,7 @@ StatusOr<std::vector<std::pair<std::string, Tensor>>> ReadParamsCombined(const s
 
 Status LoadParamsCombined(const ProgramDesc& program, Scope* scope, const std::string& path,
                           const Place& place) {
+  LOOM_RETURN_IF_ERROR(RefuseSparseInCombined(program, path));
   LOOM_ASSIGN_OR_RETURN(auto entries, ReadParamsCombined(path, place));
   std::map<std::string, Tensor*> by_name;
   for (auto& [name, t] : entries) by_name[name] = &t;

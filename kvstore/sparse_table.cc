@@ -12,7 +12,7 @@ namespace loom::kvstore {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'O', 'O', 'M', 'S', 'P', 'T', 'B'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: rows only; 2: + optimizer state and scalars
 constexpr int64_t kMaxRowElems = int64_t{1} << 40;
 
 uint64_t SplitMix64(uint64_t x) {
@@ -27,8 +27,12 @@ double Unit(uint64_t row_key, uint64_t counter) {
   return static_cast<double>(SplitMix64(row_key ^ SplitMix64(counter)) >> 11) * 0x1.0p-53;
 }
 
-uint64_t Fnv1a(const char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
+// 64-bit FNV-1a. Version 1 files were written with the offset basis 1469598103934665603;
+// version 2 files use the standard 14695981039346656037 (FORMATS.md).
+constexpr uint64_t kFnvBasisV1 = 1469598103934665603ull;
+constexpr uint64_t kFnvBasis = 14695981039346656037ull;
+uint64_t Fnv1a(const char* p, size_t n, uint64_t basis = kFnvBasis) {
+  uint64_t h = basis;
   for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
   return h;
 }
@@ -53,6 +57,7 @@ class Reader {
   }
   size_t pos() const { return pos_; }
   size_t left() const { return s_.size() - pos_; }
+  void Skip(size_t n) { pos_ += n; }  // n <= left()
 
  private:
   const std::string& s_;
@@ -279,6 +284,16 @@ Status SparseTable::Save(const std::string& path) const {
     Put<int64_t>(&out, static_cast<int64_t>(rows.size()));
     for (const auto& r : rows) Put<int64_t>(&out, r.first);
     for (const auto& r : rows) out.append(data_.data() + r.second * row_bytes_, row_bytes_);
+    Put<int32_t>(&out, state_slots_);
+    const size_t state_bytes = row_bytes_ * static_cast<size_t>(state_slots_);
+    for (const auto& r : rows)
+      if (state_bytes) out.append(state_.data() + r.second * state_bytes, state_bytes);
+    Put<int32_t>(&out, static_cast<int32_t>(scalars_.size()));
+    for (const auto& [name, value] : scalars_) {
+      Put<uint32_t>(&out, static_cast<uint32_t>(name.size()));
+      out += name;
+      Put<double>(&out, value);
+    }
   }
   Put<uint64_t>(&out, Fnv1a(out.data(), out.size()));
   Status st = WriteFileAtomic(path, out);
@@ -292,7 +307,9 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Load(const std::string& path
     return Corruption(where, " does not start with LOOMSPTB (not a sparse table)");
   uint64_t sum;
   std::memcpy(&sum, s.data() + s.size() - 8, 8);
-  if (Fnv1a(s.data(), s.size() - 8) != sum)
+  uint32_t file_version = 0;
+  if (s.size() >= sizeof(kMagic) + 12) std::memcpy(&file_version, s.data() + sizeof(kMagic), 4);
+  if (Fnv1a(s.data(), s.size() - 8, file_version == 1 ? kFnvBasisV1 : kFnvBasis) != sum)
     return Corruption(where, " fails its checksum (truncated or corrupt)");
   const std::string body = s.substr(0, s.size() - 8);
   Reader r(body, path);
@@ -302,8 +319,8 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Load(const std::string& path
   int32_t dtype, rank, kind;
   SparseTableSpec spec;
   LOOM_RETURN_IF_ERROR(r.Get(&version, "version"));
-  if (version != kVersion)
-    return Corruption(where, " is version ", version, "; this Loom reads version ", kVersion);
+  if (version != 1 && version != kVersion)
+    return Corruption(where, " is version ", version, "; this Loom reads versions 1 to ", kVersion);
   LOOM_RETURN_IF_ERROR(r.Get(&dtype, "dtype"));
   LOOM_RETURN_IF_ERROR(r.Get(&spec.height, "height"));
   LOOM_RETURN_IF_ERROR(r.Get(&rank, "rank"));
@@ -329,8 +346,8 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Load(const std::string& path
   LOOM_RETURN_IF_ERROR(r.Get(&n, "row count"));
   const uint64_t per_row = 8 + t->row_bytes_;
   if (n < 0 || static_cast<uint64_t>(n) > r.left() / per_row ||
-      static_cast<uint64_t>(n) * per_row != r.left())
-    return Corruption(where, ": ", n, " rows of ", t->row_bytes_, " bytes do not fill the ",
+      (version == 1 && static_cast<uint64_t>(n) * per_row != r.left()))
+    return Corruption(where, ": ", n, " rows of ", t->row_bytes_, " bytes do not fit the ",
                       r.left(), " bytes left");
   std::vector<int64_t> ids(static_cast<size_t>(n));
   if (n) std::memcpy(ids.data(), body.data() + r.pos(), static_cast<size_t>(n) * 8);
@@ -340,10 +357,80 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Load(const std::string& path
     if (i > 0 && ids[i] <= ids[i - 1])
       return Corruption(where, ": row ids are not strictly ascending at entry ", i);
   }
+  const size_t rows_at = r.pos() + static_cast<size_t>(n) * 8;
+  const size_t rows_bytes = static_cast<size_t>(n) * t->row_bytes_;
+  int32_t slots = 0;
+  std::map<std::string, double> scalars;
+  size_t state_at = rows_at + rows_bytes;
+  if (version >= 2) {
+    std::string rest = body.substr(state_at);
+    Reader tail(rest, path);
+    LOOM_RETURN_IF_ERROR(tail.Get(&slots, "state slot count"));
+    if (slots < 0 || slots > 8) return Corruption(where, ": ", slots, " optimizer state slots");
+    const uint64_t state_bytes = static_cast<uint64_t>(n) * t->row_bytes_ * slots;
+    if (state_bytes > tail.left())
+      return Corruption(where, ": ", slots, " state slots of ", n, " rows do not fit the ",
+                        tail.left(), " bytes left");
+    state_at += 4;
+    std::string after = rest.substr(4 + state_bytes);
+    Reader sc(after, path);
+    int32_t count = 0;
+    LOOM_RETURN_IF_ERROR(sc.Get(&count, "scalar count"));
+    if (count < 0 || count > 64) return Corruption(where, ": ", count, " scalars");
+    for (int32_t i = 0; i < count; ++i) {
+      uint32_t len = 0;
+      LOOM_RETURN_IF_ERROR(sc.Get(&len, "scalar name"));
+      if (len > sc.left()) return Corruption(where, " ends inside scalar ", i, "'s name");
+      std::string name = after.substr(sc.pos(), len);
+      sc.Skip(len);
+      double value = 0;
+      LOOM_RETURN_IF_ERROR(sc.Get(&value, "scalar value"));
+      scalars[name] = value;
+    }
+    if (sc.left() != 0) return Corruption(where, ": ", sc.left(), " bytes after the scalars");
+  }
   std::lock_guard<std::mutex> lock(t->mu_);
-  t->data_.assign(body.data() + r.pos() + n * 8, body.data() + body.size());
+  t->data_.assign(body.data() + rows_at, body.data() + rows_at + rows_bytes);
+  t->state_slots_ = slots;
+  if (slots)
+    t->state_.assign(body.data() + state_at,
+                     body.data() + state_at + rows_bytes * static_cast<size_t>(slots));
+  t->scalars_ = std::move(scalars);
   for (int64_t i = 0; i < n; ++i) t->rows_.emplace(ids[i], i);
   return t;
+}
+
+void SparseTable::SetScalar(const std::string& name, double value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  scalars_[name] = value;
+}
+
+bool SparseTable::GetScalar(const std::string& name, double* value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = scalars_.find(name);
+  if (it == scalars_.end()) return false;
+  *value = it->second;
+  return true;
+}
+
+Status SparseTable::TakeRowsOf(SparseTable* other) {
+  if (other == this) return Status::OK();
+  if (other->dtype() != dtype() || other->width() != width())
+    return InvalidArgument("a table of ", DataTypeName(dtype()), " rows of ", width(),
+                           " cannot take the rows of a table of ", DataTypeName(other->dtype()),
+                           " rows of ", other->width());
+  std::scoped_lock lock(mu_, other->mu_);
+  rows_ = std::move(other->rows_);
+  data_ = std::move(other->data_);
+  state_ = std::move(other->state_);
+  state_slots_ = other->state_slots_;
+  scalars_ = std::move(other->scalars_);
+  other->rows_.clear();
+  other->data_.clear();
+  other->state_.clear();
+  other->state_slots_ = 0;
+  other->scalars_.clear();
+  return Status::OK();
 }
 
 }  // namespace loom::kvstore

@@ -13,11 +13,13 @@
 //   optimizers    RowUpdater (updater.h) per touched row: MXNet's lazy update (rows not pushed
 //                 keep their value and state)
 //
-// A table is saved as its touched rows (docs/FORMATS.md, "Sparse tables"); optimizer state is
-// not saved. Thread safety: every method may be called from any thread (one mutex).
+// A table is saved as its touched rows, with their optimizer state and the updater's scalars
+// (docs/FORMATS.md, "Sparse tables"), so a resumed table continues exactly. Thread safety: every
+// method may be called from any thread (one mutex).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -102,7 +104,15 @@ class SparseTable {
   // The touched ids, ascending.
   std::vector<int64_t> Ids() const;
 
-  // Writes the touched rows atomically (temp file + rename).
+  // Named numbers an updater keeps for the whole table (Adam's beta powers), saved with it.
+  void SetScalar(const std::string& name, double value);
+  bool GetScalar(const std::string& name, double* value) const;
+  // This table takes other's rows, optimizer state and scalars (other is left empty); both
+  // must have the same dtype and row width.
+  Status TakeRowsOf(SparseTable* other);
+
+  // Writes the touched rows, their optimizer state and the scalars atomically (temp file +
+  // rename). Load reads this and version 1 files (rows only).
   Status Save(const std::string& path) const;
   static StatusOr<std::unique_ptr<SparseTable>> Load(const std::string& path);
 
@@ -124,6 +134,7 @@ class SparseTable {
   std::vector<char> data_;                     // rows_.size() rows of row_bytes_
   std::vector<char> state_;                    // optimizer state, state_slots rows per row
   int state_slots_ = 0;
+  std::map<std::string, double> scalars_;
 };
 
 }  // namespace loom::kvstore

@@ -11,6 +11,7 @@
 #include "executor/executor.h"
 #include "framework/file_util.h"
 #include "framework/serialization.h"
+#include "kvstore/sparse_table.h"
 #include "loom/config.h"
 #include "rpc/ps_client.h"
 #include "runtime/runner.h"
@@ -41,7 +42,8 @@ Flags RunFlags() {
       "(PADDLE_TRAINING_ROLE=PSERVER|TRAINER, PADDLE_PSERVER_ID, PADDLE_TRAINER_ID):\n"
       "  loom launch --workers T --servers S -- loom run DIR\n"
       "each trainer trains on its share of every global minibatch; a server serves until every\n"
-      "trainer is done. There --load-params DIR makes a server resume from DIR/pserver_<id> and\n"
+      "trainer is done. There --load-params DIR makes a server resume from DIR/pserver_<id> (with\n"
+      "its shards of distributed lookup tables) and\n"
       "--save-params DIR makes trainer 0 save and every server write DIR/pserver_<id>.",
       {
           {"iters", "N", "number of training steps", "100"},
@@ -364,6 +366,25 @@ StatusOr<PsRole> PsRoleFromEnv(const proto::DistributeManifest& m) {
                             "' is none of the job's servers; set PADDLE_PSERVER_ID");
 }
 
+// The shard of each distributed lookup table a server saved beside its parameters
+// (FROM/<table>.sptb), put where listen_and_serv takes it when it starts (as Python's
+// io.load_persistables does). A table the checkpoint lacks starts empty.
+Status LoadTableShards(const ProgramDesc& main, Scope* scope, const std::string& from) {
+  const BlockDesc& b = *main.GlobalBlock();
+  for (int i = 0; i < b.OpSize(); ++i) {
+    OpDesc op = b.Op(i);
+    if (op.Type() != "listen_and_serv") continue;
+    for (const auto& table : op.Attr<std::vector<std::string>>("sparse_tables", {})) {
+      const std::string path = JoinPath(from, table + ".sptb");
+      if (!FileExists(path)) continue;
+      LOOM_ASSIGN_OR_RETURN(auto loaded, kvstore::SparseTable::Load(path));
+      *scope->Var(kvstore::LoadedTableVar(table))
+           ->GetMutable<std::shared_ptr<kvstore::SparseTable>>() = std::move(loaded);
+    }
+  }
+  return Status::OK();
+}
+
 // A server: its startup (or --load-params DIR: what it saved to DIR/pserver_<id>), then
 // listen_and_serv until every trainer has closed.
 Status RunPserver(const Flags& flags, const std::string& dir, int index) {
@@ -376,6 +397,7 @@ Status RunPserver(const Flags& flags, const std::string& dir, int index) {
   if (flags.Has("load-params")) {
     std::string from = JoinPath(flags.Get("load-params"), StrCat("pserver_", index));
     LOOM_RETURN_IF_ERROR(LoadParams(main, &scope, from, Place::CPU()));
+    LOOM_RETURN_IF_ERROR(LoadTableShards(main, &scope, from));
     std::printf("loom run %s: server %d resumes from %s\n", dir.c_str(), index, from.c_str());
   }
   std::printf("loom run %s: parameter server %d serving\n", dir.c_str(), index);

@@ -216,15 +216,17 @@ Status ParamServer::TakeLoadedTable(Table* t) {
                         ", which belongs to server ", kvstore::SparseTable::ShardOf(id, shards_),
                         " of ", shards_, ", not to server ", shard_,
                         " (was it saved with another number of servers?)");
-  // Copied row by row into a table of this program's spec (the file's may name the height).
-  std::vector<int64_t> ids = loaded->Ids();
-  std::vector<char> rows(ids.size() * static_cast<size_t>(want.width()) * SizeOf(want.dtype));
-  LOOM_RETURN_IF_ERROR(loaded->Lookup(ids.data(), static_cast<int64_t>(ids.size()), rows.data(),
-                                      StrCat("table '", t->name, "'")));
-  LOOM_RETURN_IF_ERROR(t->rows->Assign(ids.data(), static_cast<int64_t>(ids.size()), rows.data(),
-                                       StrCat("table '", t->name, "'")));
+  // The rows, their optimizer state and the updater's scalars move into the table of this
+  // program's spec (the file's may name the height).
+  const size_t rows = loaded->Ids().size();
+  LOOM_RETURN_IF_ERROR(t->rows->TakeRowsOf(loaded.get()));
+  double pow1 = 0, pow2 = 0;
+  if (t->rows->GetScalar("beta1_pow", &pow1) && t->rows->GetScalar("beta2_pow", &pow2)) {
+    t->beta1_pow = pow1;
+    t->beta2_pow = pow2;
+  }
   std::fprintf(stderr, "loom %s: table '%s' resumes with %zu rows\n", name_.c_str(),
-               t->name.c_str(), ids.size());
+               t->name.c_str(), rows);
   return Status::OK();
 }
 
@@ -900,12 +902,11 @@ Status ParamServer::Checkpoint(const std::string& dir) {
   Status st = SaveParams(desc, *scope_, where);
   // Each table's touched rows, in a file of its own beside them (written atomically).
   for (const auto& t : tables_) {
+    if (t.optimizer == "adam") {  // with the rows' moments, so a resumed Adam continues exactly
+      t.rows->SetScalar("beta1_pow", t.beta1_pow);
+      t.rows->SetScalar("beta2_pow", t.beta2_pow);
+    }
     if (st.ok()) st = t.rows->Save(JoinPath(where, t.name + ".sptb"));
-    if (st.ok() && t.optimizer != "sgd")
-      std::fprintf(stderr,
-                   "loom %s: warning: table '%s' is saved without its %s state (a resumed "
-                   "table starts every row's moment at 0 again)\n",
-                   name_.c_str(), t.name.c_str(), t.optimizer.c_str());
   }
   if (st.ok())
     std::fprintf(stderr, "loom %s: saved step %lld to %s\n", name_.c_str(),

@@ -288,6 +288,11 @@ Status LodResetKernel(const KernelContext& ctx) {
     if (t.empty()) return ctx.Error("give Y or target_lod");
     lod = {std::vector<int64_t>(t.begin(), t.end())};
   }
+  if (ctx.Attr<bool>("append")) {  // lod_append: the new offsets become X's last level
+    LoD full = x.lod();
+    full.push_back(lod.back());
+    lod = std::move(full);
+  }
   LOOM_RETURN_IF_ERROR(CheckLoD(lod, x.dims().size() ? x.dims()[0] : 0, ctx.Where()));
   Tensor* out = ctx.Output("Out");
   *out = x;
@@ -467,12 +472,15 @@ LOOM_REGISTER_OP(sequence_enumerate)
     .Kernel(Place::kCPU, proto::INT32, EnumerateKernel<int32_t>);
 
 LOOM_REGISTER_OP(lod_reset)
-    .Doc("Out = X with the LoD of Y (every level; or Y's values as offsets), or target_lod.")
+    .Doc(
+        "Out = X with the LoD of Y (every level; or Y's values as offsets), or target_lod; with "
+        "append, X's LoD with those offsets added as a last level.")
     .Input("X", "the tensor")
     .Input("Y", "a LoD tensor, or int offsets", false, true)
     .Output("Out", "X's values with the new LoD")
     .Attr<std::vector<int>>("target_lod", {}, "offsets, when Y is absent")
-    .Attr<bool>("append", false, "accepted: the LoD is replaced")
+    .Attr<bool>("append", false,
+                "keep X's LoD and add the new offsets (Y's last level) as its last level")
     .SetsLoD()
     .InferShape([](InferShapeContext* ctx) {
       ctx->ShareDimAndDtype("X", "Out");

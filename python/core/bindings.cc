@@ -6,6 +6,7 @@
 #include "executor/executor.h"
 #include "framework/backward.h"
 #include "framework/file_util.h"
+#include "framework/op_registration_errors.h"
 #include "framework/op_registry.h"
 #include "framework/serialization.h"
 #include "framework/verifier.h"
@@ -449,6 +450,8 @@ void RegisterProgramFunctions(py::module_& m) {
   m.def(
       "registered_ops", [] { return OpRegistry::Global().Types(); },
       "The types of every registered op, sorted.");
+  m.def("take_op_registration_errors", &TakeOpRegistrationErrors,
+        "Registrations refused since the last call (an op type registered twice), cleared.");
   m.def(
       "op_info",
       [](const std::string& type) {

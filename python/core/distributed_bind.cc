@@ -6,6 +6,7 @@
 #include "base/job_env.h"
 #include "framework/scope.h"
 #include "kvstore/sparse_table.h"
+#include "operators/distributed/lookup_sparse_table.h"
 #include "python/core/common.h"
 #include "rpc/client.h"
 #include "rpc/ps_client.h"
@@ -116,6 +117,21 @@ void RegisterDistributed(py::module_& m) {
       py::arg("scope"), py::arg("table"), py::arg("path"),
       "Loads a server's shard of distributed table `table` (a LOOMSPTB file) into the scope, "
       "where listen_and_serv takes it when it starts.");
+  m.def(
+      "merge_table_shards",
+      [](Scope& scope, const std::string& var, const std::vector<std::string>& paths) {
+        auto merged = [&] {
+          py::gil_scoped_release release;
+          return ops::MergeTableShards(paths);
+        }();
+        ThrowIfError(merged.status());
+        *scope.Var(var)->GetMutable<SelectedRows>() = std::move(merged->rows);
+        return ops::InitializerAttr(merged->init);
+      },
+      py::arg("scope"), py::arg("var"), py::arg("paths"),
+      "Merges the shard files of a distributed table (one LOOMSPTB per server) into a "
+      "SelectedRows variable `var` of the scope; returns the lookup_sparse_table op's "
+      "row_initializer attribute.");
 }
 
 }  // namespace loom::python

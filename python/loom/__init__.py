@@ -5,18 +5,24 @@
     ...
 """
 from . import core
+
+_refused = core.take_op_registration_errors()
+if _refused:  # two ops of libloom under one type: a build error, reported on import
+    raise ImportError("loom: " + "; ".join(_refused))
 from .framework import (Program, Block, Variable, Parameter, program_guard, name_scope,
                         default_main_program, default_startup_program, CPUPlace, CUDAPlace,
                         cpu_places, cuda_places, is_compiled_with_cuda)
 from .executor import Executor
 from .scope import Scope, global_scope, scope_guard
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 from .backward import append_backward, gradients
 from .data_feeder import DataFeeder
 from .compiler import CompiledProgram, BuildStrategy, ExecutionStrategy, ParallelExecutor
 from . import clip, initializer, layers, optimizer, io, reader, regularizer, unique_name
-from . import nets, metrics
-from . import install_check, profiler
+from . import nets, metrics, average, dataset
+from .dataset import DatasetFactory
+from . import install_check, profiler, sysconfig
+from .sysconfig import load_op_library
 from ._flags import get_flags, set_flags
 from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
@@ -45,6 +51,36 @@ def _is_float16_supported(place):
 
 core.is_float16_supported = _is_float16_supported
 __version__ = core.__version__
+# The Fluid API Loom implements: the version require_version compares against.
+FLUID_API_VERSION = "1.8.0"
+
+
+def _version_tuple(v, what):
+    if not isinstance(v, str):
+        raise TypeError("require_version: %s must be a string, got %r" % (what, v))
+    parts = v.split(".")
+    if not 1 <= len(parts) <= 4 or not all(p.isdigit() for p in parts):
+        raise ValueError("require_version: %s %r is not a version like '1.6' or '1.6.0'"
+                         % (what, v))
+    return tuple(int(p) for p in parts) + (0,) * (4 - len(parts))
+
+
+def require_version(min_version, max_version=None):
+    """Fails unless the Fluid API Loom implements (FLUID_API_VERSION, 1.8.0) lies in
+    [min_version, max_version]: scripts written for Fluid state the version they need, and
+    Loom answers for the Fluid API it provides. Versions are strings of up to four dot
+    separated numbers; a bad one is a TypeError or ValueError naming it."""
+    lo = _version_tuple(min_version, "min_version")
+    hi = None if max_version is None else _version_tuple(max_version, "max_version")
+    if hi is not None and hi < lo:
+        raise ValueError("require_version: max_version %s is below min_version %s"
+                         % (max_version, min_version))
+    have = _version_tuple(FLUID_API_VERSION, "FLUID_API_VERSION")
+    if have < lo or (hi is not None and have > hi):
+        raise Exception("require_version: this program needs the Fluid API %s%s, and Loom "
+                        "implements Fluid %s" % (
+                            min_version, "" if hi is None else " to %s" % max_version,
+                            FLUID_API_VERSION))
 
 
 def one_hot(input, depth, allow_out_of_range=False):

@@ -2,6 +2,7 @@
 import numpy as np
 
 from . import core, profiler
+from .dataset import DatasetBase
 from .framework import Program, Variable, default_main_program
 from .scope import Scope, global_scope, scope_guard
 from .transpiler import rpc_ops
@@ -113,6 +114,48 @@ class Executor:
         if return_numpy:
             return [np.asarray(t) for t in out]  # views of the fetched host copies
         return out
+
+    def _run_dataset(self, what, program, dataset, scope, fetch_list, fetch_info,
+                     print_period):
+        if dataset is None or not isinstance(dataset, DatasetBase):
+            raise TypeError("%s: dataset must be made by fluid.DatasetFactory, got %r"
+                            % (what, dataset))
+        fetch_list = list(fetch_list or [])
+        fetch_info = list(fetch_info or [_fetch_name(v) for v in fetch_list])
+        if len(fetch_info) != len(fetch_list):
+            raise ValueError("%s: %d fetch_info names for %d fetches" % (what, len(fetch_info),
+                                                                        len(fetch_list)))
+        if int(print_period) <= 0:
+            raise ValueError("%s: print_period must be positive, got %r" % (what,
+                                                                          print_period))
+        step = 0
+        for feed in dataset._feeds():
+            out = self.run(program, feed=feed, fetch_list=fetch_list, scope=scope)
+            step += 1
+            if fetch_list and step % int(print_period) == 0:
+                print("%s step %d: %s" % (what, step, ", ".join(
+                    "%s %s" % (n, np.asarray(v).ravel()[:8]) for n, v in zip(fetch_info, out))),
+                    flush=True)
+        return step
+
+    def train_from_dataset(self, program=None, dataset=None, scope=None, thread=0, debug=False,
+                           fetch_list=None, fetch_info=None, print_period=100,
+                           fetch_handler=None):
+        """Runs program once per batch of dataset (fluid.DatasetFactory), in file order, and
+        prints the fetch_list values (labelled by fetch_info) every print_period batches.
+        Returns the number of batches run. thread and debug are accepted: the dataset's
+        set_thread threads parse the files; the steps run in order on this executor's
+        place, so the result equals feeding the same batches to run()."""
+        return self._run_dataset("train_from_dataset", program, dataset, scope, fetch_list,
+                                 fetch_info, print_period)
+
+    def infer_from_dataset(self, program=None, dataset=None, scope=None, thread=0, debug=False,
+                           fetch_list=None, fetch_info=None, print_period=100,
+                           fetch_handler=None):
+        """train_from_dataset for an inference program (one without backward and optimizer,
+        e.g. a for_test clone)."""
+        return self._run_dataset("infer_from_dataset", program, dataset, scope, fetch_list,
+                                 fetch_info, print_period)
 
     def close(self):
         """Releases the prepared programs. A parameter-server trainer tells its servers it is

@@ -111,6 +111,7 @@ class Parameter(Variable):
         self.trainable = trainable
         self.optimize_attr = optimize_attr or {"learning_rate": 1.0}
         self.regularizer = regularizer
+        self.do_model_average = True  # ModelAverage / ExponentialMovingAverage average it
 
 
 class Operator:
@@ -355,6 +356,8 @@ class Program:
         for b_old, b_new in zip(self.blocks, p.blocks):
             b_new._params = {k: Parameter(b_new, k, v.trainable, v.optimize_attr, v.regularizer)
                              for k, v in b_old._params.items()}
+            for k, v in b_old._params.items():
+                b_new._params[k].do_model_average = v.do_model_average
         p.random_seed = self.random_seed
         if for_test:
             gb = p.global_block()

@@ -1,13 +1,14 @@
 """Saving and loading parameters, inference models and program bundles for `loom run`."""
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
 from . import core
 from .data_loader import DataLoader, PyReader  # noqa: F401
 from .reader import (batch, buffered, cache, chain, compose, firstn, map_readers,  # noqa: F401
-                     shuffle, xmap_readers)
+                     multiprocess_reader, shuffle, xmap_readers)
 from .framework import Program, Variable, default_main_program
 from .scope import global_scope
 from .transpiler import pserver_id, rpc_ops
@@ -230,6 +231,7 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
         raise ValueError("save_inference_model: model_filename and params_filename are both "
                          "%r" % params_file)
     program = _prune_for_inference(source.clone(for_test=True), feeds, targets)
+    tables = _exported_tables(program, source, dirname, params_file)
     # Written whole beside dirname and swapped in: the model saved there before stays loadable
     # until this one is complete (files of the user's in dirname are kept).
     staging = core.stage_directory(dirname)
@@ -247,6 +249,9 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     except BaseException:
         core.discard_directory(staging)
         raise
+    finally:
+        for table in tables:  # the merged rows were in the scope only to be saved
+            global_scope().erase_local_var(table)
     # Files of an earlier save in the other layout are carried over by the swap; they would
     # contradict the manifest.
     stale = [os.path.join(dirname, "params")] if params_file is not None else []
@@ -259,6 +264,73 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
         elif os.path.exists(path):
             os.remove(path)
     return targets
+
+
+# distributed_lookup_table attributes the exported lookup_sparse_table does not take.
+_TABLE_ONLY_ATTRS = ("table_name", "height", "width", "dtype", "endpoints", "trainer_id",
+                     "fingerprint")
+
+
+def _exported_tables(program, source, dirname, params_file):
+    """Makes the pruned inference program of a parameter-server trainer stand alone: each
+    distributed lookup table's rows come from its servers (they write their shards, as for a
+    checkpoint, and the shards are merged into a SelectedRows variable of the table's name,
+    saved with the parameters), and its distributed_lookup_table op becomes a
+    lookup_sparse_table op that serves an id the table never touched the row the servers would
+    have made for it. Returns the tables' names (variables put into the global scope)."""
+    block = program.desc.block(0)
+    ops = [block.op(i) for i in range(block.op_size())
+           if block.op(i).type() == "distributed_lookup_table"]
+    if not ops:
+        return []
+    if params_file is not None:
+        raise ValueError("save_inference_model: the program reads distributed lookup table "
+                         "'%s', which is saved as rows in a params directory: save without "
+                         "params_filename" % ops[0].attr("table_name"))
+    rpc = rpc_ops(source)
+    if rpc is None:
+        raise ValueError("save_inference_model: the program has distributed lookup tables but "
+                         "no parameter-server ops: pass the transpiled trainer program")
+    trainer_id, endpoints, fingerprint = rpc
+    parent = os.path.dirname(os.path.abspath(dirname)) or "."
+    scratch = tempfile.mkdtemp(prefix=".tables-", dir=parent)
+    exported = []
+    try:
+        core.ps_checkpoint(trainer_id, endpoints, fingerprint, scratch)
+        by_table = {}
+        for op in ops:
+            table = op.attr("table_name")
+            if table not in by_table:
+                shards = [os.path.join(scratch, "pserver_%d" % i, table + ".sptb")
+                          for i in range(len(endpoints))]
+                shards = [p for p in shards if os.path.exists(p)]
+                if not shards:
+                    raise RuntimeError("save_inference_model: no server wrote table '%s' "
+                                       "(looked under %s)" % (table, scratch))
+                if global_scope().find_var(table) is not None:
+                    raise RuntimeError("save_inference_model: the scope already has a variable "
+                                       "'%s', the name of the distributed table to export"
+                                       % table)
+                by_table[table] = core.merge_table_shards(global_scope(), table, shards)
+                exported.append(table)
+                var = block.var(table)
+                var.set_type(core.VarType.SELECTED_ROWS)
+                var.set_dtype(core.DataType(op.attr("dtype")))
+                var.set_shape([op.attr("height"), op.attr("width")])
+                var.set_persistable(True)
+            op.set_type("lookup_sparse_table")
+            op.set_input("W", [table])
+            for name in _TABLE_ONLY_ATTRS:
+                if op.has_attr(name):
+                    op.remove_attr(name)
+            op.set_attr("row_initializer", by_table[table])
+    except BaseException:
+        for table in exported:
+            global_scope().erase_local_var(table)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return exported
 
 
 def _read_manifest(dirname):

@@ -4,8 +4,8 @@ import weakref
 
 from . import unique_name
 from .framework import default_main_program, default_startup_program
-from .initializer import ConstantInitializer, XavierInitializer
-from .param_attr import ParamAttr
+from .initializer import ConstantInitializer, Initializer, XavierInitializer
+from .param_attr import ParamAttr, WeightNormParamAttr
 
 
 # Parameter sharing across the unrolled steps of a recurrence (rnn, dynamic_decode). Fluid
@@ -104,6 +104,9 @@ class LayerHelper:
         attr = ParamAttr._to_attr(attr)
         if attr is False:
             return None
+        if isinstance(attr, WeightNormParamAttr):
+            return self._weight_norm_parameter(attr, shape, dtype, is_bias, default_initializer,
+                                               suffix)
         if any(int(s) <= 0 for s in shape):
             raise ValueError("%s: parameter shape must be positive, got %s" %
                              (self.name, list(shape)))
@@ -115,9 +118,59 @@ class LayerHelper:
         if not startup_block.has_var(name):
             sp = startup_block.create_parameter(name, shape, dtype, attr.trainable)
             init(sp, startup_block)
-        return self.main_program.global_block().create_parameter(
+        param = self.main_program.global_block().create_parameter(
             name, shape, dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             optimize_attr={"learning_rate": attr.learning_rate})
+        param.do_model_average = getattr(attr, "do_model_average", True)
+        return param
+
+    def _weight_norm_parameter(self, attr, shape, dtype, is_bias, default_initializer, suffix):
+        """w = g * v / ||v|| (WeightNormParamAttr): v and g are the parameters; w, computed in
+        the main program, is what the layer uses."""
+        shape = [int(s) for s in shape]
+        dim = attr.dim
+        if dim is not None:
+            if not -len(shape) <= dim < len(shape):
+                raise ValueError("%s: WeightNormParamAttr dim %d is out of range for a "
+                                 "parameter of shape %s" % (self.name, dim, shape))
+            dim %= len(shape)
+        others = [d for d in range(len(shape)) if d != dim]
+        base = attr.name or "%s.%s_0" % (self.name, suffix or ("b" if is_bias else "w"))
+
+        def sub(name, initializer):
+            return ParamAttr(name=name, initializer=initializer,
+                             learning_rate=attr.learning_rate, regularizer=attr.regularizer,
+                             trainable=attr.trainable, do_model_average=attr.do_model_average)
+        v = self.create_parameter(sub(base + "_v", attr.initializer), shape, dtype, is_bias,
+                                  default_initializer)
+
+        def op(block, type, inputs, attrs=None, out=None):
+            out = out or block.create_var(name=unique_name.generate(self.name + ".wn"),
+                                          dtype=dtype)
+            block.append_op(type, inputs=inputs, outputs={"Out": out}, attrs=attrs or {})
+            return out
+
+        def norm(block, x):  # ||x|| over `others`, shaped [g's length]
+            sq = op(block, "square", {"X": x})
+            total = op(block, "reduce_sum", {"X": sq},
+                       {"dim": others or [0], "keep_dim": False, "reduce_all": not others})
+            return op(block, "reshape", {"X": op(block, "sqrt", {"X": total})}, {"shape": [-1]})
+        g_shape = [shape[dim]] if dim is not None else [1]
+        startup = self.startup_program
+        if not startup.global_block().has_var(base + "_g"):
+            class _NormOfV(Initializer):
+                """g starts at ||v||: ops of the startup program, after v's initializer."""
+
+                def __call__(self, var, block):
+                    op(block, "assign", {"X": norm(block, block.var(v.name))}, out=var)
+            init = _NormOfV()
+        else:
+            init = ConstantInitializer(1.0)  # already made (shared): not used
+        g = self.create_parameter(sub(base + "_g", init), g_shape, dtype, is_bias)
+        block = self.block
+        scale = op(block, "elementwise_div", {"X": g, "Y": norm(block, v)}, {"axis": -1})
+        return op(block, "elementwise_mul", {"X": v, "Y": scale},
+                  {"axis": dim if dim is not None else -1})
 
     def create_variable_for_type_inference(self, dtype="float32", stop_gradient=False):
         return self.block.create_var(name=unique_name.generate(self.name + ".tmp"), dtype=dtype,

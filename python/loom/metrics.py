@@ -110,6 +110,49 @@ class Accuracy(MetricBase):
         return self.value / self.weight
 
 
+class ChunkEvaluator(MetricBase):
+    """Precision, recall and F1 of chunks (named entities, phrases) from the three counts the
+    chunk_eval layer returns per batch: update(num_infer_chunks, num_label_chunks,
+    num_correct_chunks), then eval() -> (precision, recall, f1) over every batch so far."""
+
+    def __init__(self, name=None):
+        super().__init__(name)
+        self.num_infer_chunks = 0
+        self.num_label_chunks = 0
+        self.num_correct_chunks = 0
+
+    @staticmethod
+    def _count(value, what):
+        a = np.asarray(value)
+        if a.size != 1:
+            raise ValueError("ChunkEvaluator.update: %s must be one count, got shape %s"
+                             % (what, list(a.shape)))
+        n = int(a.ravel()[0])
+        if n < 0:
+            raise ValueError("ChunkEvaluator.update: %s is negative (%d)" % (what, n))
+        return n
+
+    def update(self, num_infer_chunks, num_label_chunks, num_correct_chunks):
+        infer = self._count(num_infer_chunks, "num_infer_chunks")
+        label = self._count(num_label_chunks, "num_label_chunks")
+        correct = self._count(num_correct_chunks, "num_correct_chunks")
+        if correct > min(infer, label):
+            raise ValueError("ChunkEvaluator.update: %d correct chunks of %d inferred and %d "
+                             "labeled" % (correct, infer, label))
+        self.num_infer_chunks += infer
+        self.num_label_chunks += label
+        self.num_correct_chunks += correct
+
+    def eval(self):
+        precision = (float(self.num_correct_chunks) / self.num_infer_chunks
+                     if self.num_infer_chunks else 0.0)
+        recall = (float(self.num_correct_chunks) / self.num_label_chunks
+                  if self.num_label_chunks else 0.0)
+        f1 = (2 * precision * recall / (precision + recall)
+              if self.num_correct_chunks else 0.0)
+        return precision, recall, f1
+
+
 class EditDistance(MetricBase):
     """Mean edit distance and instance error rate from (distances, sequence count) per batch."""
 

@@ -1,10 +1,12 @@
 """Optimizers: ``opt.minimize(loss)`` appends backward and one update op per parameter.
 Every update op gets op_role = optimize and op_role_var = [param, grad]."""
-from . import clip, core, unique_name
+import contextlib
+
+from . import clip, core, layers, unique_name
 from .backward import append_backward
-from .framework import (Variable, _fill_value_attrs, _op_role_guard, convert_dtype,
-                        default_startup_program)
-from .layers.tensor import cast
+from .framework import (Program, Variable, _fill_value_attrs, _op_role_guard, convert_dtype,
+                        default_main_program, default_startup_program, program_guard)
+from .layers.tensor import assign, cast
 
 
 class Optimizer:
@@ -337,3 +339,292 @@ Adadelta = AdadeltaOptimizer
 Lamb = LambOptimizer
 LarsMomentum = LarsMomentumOptimizer
 Ftrl = FtrlOptimizer
+
+
+class DpsgdOptimizer(Optimizer):
+    """Differentially private SGD (Fluid's Dpsgd): each parameter's gradient is clipped to L2
+    norm `clip`, Gaussian noise of standard deviation `sigma`, divided by `batch_size`, is
+    added per element, and param -= lr * that. The noise of each step is a pure function of
+    the program's random_seed (or `seed`) and the step, so a seeded program trains the same
+    way on every run; seed 0 with random_seed 0 draws fresh noise."""
+
+    def __init__(self, learning_rate=0.001, clip=0.9, batch_size=0.999, sigma=1e-8,
+                 regularization=None, name=None, grad_clip=None, seed=None):
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        for what, v, lo in (("clip", clip, 0.0), ("batch_size", batch_size, 0.0)):
+            if not float(v) > lo:
+                raise ValueError("Dpsgd: %s must be > 0, got %r" % (what, v))
+        if not float(sigma) >= 0:
+            raise ValueError("Dpsgd: sigma must be >= 0, got %r" % (sigma,))
+        self._clip, self._batch_size, self._sigma = float(clip), float(batch_size), float(sigma)
+        self._seed = seed
+
+    def _append_update(self, block, param, grad, lr, program, startup):
+        step = self._create_global_var(program, startup, "%s_%s_step" % (param.name, self._name),
+                                       0, dtype="int64")
+        seed = self._seed if self._seed is not None else program.random_seed
+        return block.append_op(
+            "dpsgd", inputs={"Param": param, "Grad": grad, "LearningRate": lr, "Step": step},
+            outputs={"ParamOut": param, "StepOut": step},
+            attrs={"clip": self._clip, "batch_size": self._batch_size, "sigma": self._sigma,
+                   "seed": int(seed or 0)})
+
+
+Dpsgd = DpsgdOptimizer
+
+
+def _current_block():
+    """The block ops are appended to now (a Switch case's sub-block inside one)."""
+    from .framework import default_main_program
+    return default_main_program().current_block()
+
+
+def _averaged_params(program):
+    return [p for p in program.global_block().all_parameters()
+            if getattr(p, "do_model_average", True) is not False]
+
+
+class _ParamSwap:
+    """Programs that put averaged values into the parameters (apply) and put them back
+    (restore), run by the executor on the scope training uses: the apply / restore of
+    ModelAverage and ExponentialMovingAverage."""
+
+    def _build_swap(self, params, fill):
+        """fill(block, param_var) appends the ops that write the averaged value into param."""
+        self._backups = {}
+        self.apply_program, self.restore_program = Program(), Program()
+        with program_guard(self.apply_program, Program()):
+            block = self.apply_program.global_block()
+            for p in params:
+                pv = block.create_var(name=p.name, shape=p.shape, dtype=p.dtype,
+                                      persistable=True)
+                backup = block.create_var(name=unique_name.generate(p.name + ".avg_backup"),
+                                          shape=p.shape, dtype=p.dtype, persistable=True)
+                self._backups[p.name] = backup.name
+                assign(pv, backup)
+                fill(block, pv)
+        with program_guard(self.restore_program, Program()):
+            block = self.restore_program.global_block()
+            for p in params:
+                pv = block.create_var(name=p.name, shape=p.shape, dtype=p.dtype,
+                                      persistable=True)
+                backup = block.create_var(name=self._backups[p.name], shape=p.shape,
+                                          dtype=p.dtype, persistable=True)
+                assign(backup, pv)
+
+    def apply(self, executor, need_restore=True):
+        """A context manager: inside it the parameters hold the averaged values (evaluate or
+        save the model there); on exit they are restored unless need_restore=False."""
+
+        @contextlib.contextmanager
+        def applied():
+            executor.run(self.apply_program)
+            try:
+                yield
+            finally:
+                if need_restore:
+                    self.restore(executor)
+        return applied()
+
+    def restore(self, executor):
+        """Puts back the parameters apply() replaced."""
+        executor.run(self.restore_program)
+
+
+class ModelAverage(Optimizer, _ParamSwap):
+    """Fluid's ModelAverage: the average of each parameter over a sliding window of recent
+    steps, for evaluation. Build it after minimize(); each training step then adds the
+    parameters to running sums (the average_accumulates op). The window holds between
+    min_average_window and max_average_window steps, and about average_window_rate times the
+    steps so far; apply(exe) puts (current window + the one before) / their step count into
+    the parameters, restore(exe) puts the trained values back. Parameters whose ParamAttr has
+    do_model_average=False are left out."""
+
+    def __init__(self, average_window_rate, min_average_window=10000, max_average_window=10000,
+                 regularization=None, name=None):
+        super().__init__(0.0, regularization, name)
+        if not float(average_window_rate) >= 0:
+            raise ValueError("ModelAverage: average_window_rate must be >= 0, got %r"
+                             % (average_window_rate,))
+        if not 0 < int(min_average_window) <= int(max_average_window):
+            raise ValueError("ModelAverage: need 0 < min_average_window <= max_average_window, "
+                             "got %r and %r" % (min_average_window, max_average_window))
+        self.average_window = float(average_window_rate)
+        self.min_average_window = int(min_average_window)
+        self.max_average_window = int(max_average_window)
+        program = default_main_program()
+        startup = default_startup_program()
+        params = _averaged_params(program)
+        if not params:
+            raise ValueError("ModelAverage: the main program has no parameter to average")
+        block = program.global_block()
+        self._state = {}
+        with _op_role_guard(program, core.kOpRoleOptimize):
+            for p in params:
+                sums = [self._add_accumulator(program, startup, "sum_%d" % i, p)
+                        for i in (1, 2, 3)]
+                counts = [self._create_global_var(program, startup,
+                                                  "%s_%s_%s" % (p.name, self._name, kind), 0,
+                                                  dtype="int64")
+                          for kind in ("num_accumulates", "old_num_accumulates",
+                                       "num_updates")]
+                self._state[p.name] = sums + counts
+                block.append_op(
+                    "average_accumulates",
+                    inputs={"param": p, "in_sum_1": sums[0], "in_sum_2": sums[1],
+                            "in_sum_3": sums[2], "in_num_accumulates": counts[0],
+                            "in_old_num_accumulates": counts[1], "in_num_updates": counts[2]},
+                    outputs={"out_sum_1": sums[0], "out_sum_2": sums[1], "out_sum_3": sums[2],
+                             "out_num_accumulates": counts[0],
+                             "out_old_num_accumulates": counts[1],
+                             "out_num_updates": counts[2]},
+                    attrs={"average_window": self.average_window,
+                           "min_average_window": self.min_average_window,
+                           "max_average_window": self.max_average_window})
+
+        def fill(block, pv):
+            s1, s2, s3, n1, n2, _ = [block.create_var(name=v.name, shape=v.shape,
+                                                      dtype=v.dtype, persistable=True)
+                                     for v in self._state[pv.name]]
+            count = layers.elementwise_add(n1, n2)
+            # Before the first step there is nothing to average: the parameter stays.
+            with layers.Switch() as switch:
+                with switch.case(layers.greater_than(
+                        count, layers.fill_constant([1], "int64", 0))):
+                    block_now = _current_block()
+                    block_now.append_op("elementwise_div",
+                                        inputs={"X": layers.sums([s1, s2, s3]),
+                                                "Y": cast(count, pv.dtype)},
+                                        outputs={"Out": pv.name}, attrs={"axis": -1})
+        self._build_swap(params, fill)
+
+    def minimize(self, *args, **kwargs):
+        raise RuntimeError("ModelAverage is not an optimizer to minimize with: build it after "
+                           "the optimizer's minimize(), then use apply(exe) / restore(exe)")
+
+
+class ExponentialMovingAverage(_ParamSwap):
+    """Fluid's ExponentialMovingAverage: ema = decay * ema + (1 - decay) * param after each step
+    (update() appends those ops to the main program: call it after minimize()). With
+    thres_steps (a step Variable) the decay is min(decay, (1 + t) / (10 + t)). apply(exe) puts
+    the bias-corrected average ema / (1 - decay^steps) into the parameters, restore(exe) puts
+    the trained values back. Parameters whose ParamAttr has do_model_average=False are left
+    out."""
+
+    def __init__(self, decay=0.999, thres_steps=None, name=None):
+        if not 0.0 <= float(decay) <= 1.0:
+            raise ValueError("ExponentialMovingAverage: decay must be in [0, 1], got %r"
+                             % (decay,))
+        if thres_steps is not None and not isinstance(thres_steps, Variable):
+            raise TypeError("ExponentialMovingAverage: thres_steps must be a Variable (the "
+                            "global step), got %r" % (thres_steps,))
+        self._decay = float(decay)
+        self._name = name or ""
+        program = default_main_program()
+        self._params = _averaged_params(program)
+        if not self._params:
+            raise ValueError("ExponentialMovingAverage: the main program has no parameter")
+        self._counter = unique_name.generate("@EMA_STEP_COUNTER@")
+        self._decay_var = layers.create_global_var(
+            [1], self._decay, "float32", persistable=True,
+            name=unique_name.generate(self._name + "scheduled_ema_decay_rate"))
+        if thres_steps is not None:
+            with _op_role_guard(program, core.kOpRoleLRSched):
+                t = cast(thres_steps, "float32")
+                decay_t = layers.elementwise_div(layers.scale(t, 1.0, 1.0),
+                                                 layers.scale(t, 1.0, 10.0))
+                layers.assign(layers.elementwise_min(
+                    decay_t, layers.fill_constant([1], "float32", self._decay)),
+                    self._decay_var)
+        self._emas = {p.name: layers.create_global_var(
+            p.shape, 0.0, p.dtype, persistable=True,
+            name=unique_name.generate(self._name + p.name + "_ema")) for p in self._params}
+        self._updated = False
+
+        def fill(block, pv):
+            ema = block.create_var(name=self._emas[pv.name].name, shape=pv.shape,
+                                   dtype=pv.dtype, persistable=True)
+            decay = block.create_var(name=self._decay_var.name, shape=[1], dtype="float32",
+                                     persistable=True)
+            step = block.create_var(name=self._counter, shape=[1], dtype="int64",
+                                    persistable=True)
+            # Before the first update the average is empty: the parameter stays.
+            with layers.Switch() as switch:
+                with switch.case(layers.greater_than(
+                        step, layers.fill_constant([1], "int64", 0))):
+                    corr = layers.scale(layers.elementwise_pow(cast(decay, pv.dtype),
+                                                               cast(step, pv.dtype)), -1.0, 1.0)
+                    _current_block().append_op(
+                        "elementwise_div", inputs={"X": ema, "Y": corr},
+                        outputs={"Out": pv.name}, attrs={"axis": -1})
+        self._build_swap(self._params, fill)
+
+    def update(self):
+        """Appends the moving-average ops to the main program (once, after minimize)."""
+        if self._updated:
+            raise RuntimeError("ExponentialMovingAverage.update() was already called")
+        self._updated = True
+        program = default_main_program()
+        with _op_role_guard(program, core.kOpRoleOptimize):
+            layers.autoincreased_step_counter(self._counter, begin=1, step=1)
+            decays = {}
+            for p in self._params:
+                dt = convert_dtype(p.dtype)
+                if dt not in decays:
+                    decays[dt] = cast(self._decay_var, p.dtype)
+                d = decays[dt]
+                ema = self._emas[p.name]
+                # ema + (1 - decay) * (param - ema) would round differently from Fluid's form
+                new = layers.elementwise_add(
+                    layers.elementwise_mul(ema, d),
+                    layers.elementwise_mul(p, layers.scale(d, -1.0, 1.0)))
+                layers.assign(new, ema)
+
+
+class LookaheadOptimizer:
+    """Lookahead (Zhang et al. 2019, Fluid's LookaheadOptimizer): the inner optimizer moves
+    the fast weights every step; every k steps the slow weights move alpha of the way to them,
+    slow += alpha * (fast - slow), and the fast weights restart from the slow ones."""
+
+    def __init__(self, inner_optimizer, alpha=0.5, k=5):
+        if inner_optimizer is None or not hasattr(inner_optimizer, "minimize"):
+            raise ValueError("LookaheadOptimizer: inner_optimizer must be an optimizer, got %r"
+                             % (inner_optimizer,))
+        if not 0.0 <= float(alpha) <= 1.0:
+            raise ValueError("LookaheadOptimizer: alpha must be in [0, 1], got %r" % (alpha,))
+        if not isinstance(k, int) or k <= 0:
+            raise ValueError("LookaheadOptimizer: k must be a positive int, got %r" % (k,))
+        self.inner_optimizer = inner_optimizer
+        self.alpha = float(alpha)
+        self.k = k
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        out = self.inner_optimizer.minimize(loss, startup_program, parameter_list, no_grad_set)
+        startup = startup_program or default_startup_program()
+        program = loss.block.program
+        main = program.global_block()
+        sblock = startup.global_block()
+        params = [p for p in main.all_parameters() if p.trainable]
+        slow = {}
+        for p in params:
+            name = p.name + "@SLOW"
+            slow[p.name] = main.create_var(name=name, shape=p.shape, dtype=p.dtype,
+                                           persistable=True, stop_gradient=True)
+            sv = sblock.create_var(name=name, shape=p.shape, dtype=p.dtype, persistable=True)
+            sblock.append_op("assign", inputs={"X": p.name}, outputs={"Out": sv})
+        with _op_role_guard(program, core.kOpRoleOptimize):
+            step = layers.create_global_var([1], 0, "int64", persistable=True,
+                                            name=unique_name.generate("lookahead_step"))
+            layers.increment(step, 1.0)
+            k = layers.fill_constant([1], "int64", self.k)
+            sync = layers.equal(layers.elementwise_mod(step, k),
+                                layers.fill_constant([1], "int64", 0))
+            with layers.Switch() as switch:
+                with switch.case(sync):
+                    for p in params:
+                        s = slow[p.name]
+                        new = layers.elementwise_add(layers.scale(p, self.alpha),
+                                                     layers.scale(s, 1.0 - self.alpha))
+                        layers.assign(new, s)
+                        layers.assign(new, p)
+        return out

@@ -1,5 +1,6 @@
 """Reader decorators (Fluid's ``paddle.batch`` / ``paddle.reader.shuffle``). A reader is a
 function returning an iterator over samples."""
+import multiprocessing as mp
 import queue
 import random
 import threading
@@ -145,3 +146,73 @@ def cache(reader):
             done.append(True)
         yield from samples
     return cached
+
+
+def _reader_process(index, reader, out):
+    """Runs in a child process: every sample of reader, then ("end", index) or ("error", ...)."""
+    try:
+        for sample in reader():
+            out.put(("sample", sample))
+        out.put(("end", index))
+    except BaseException as e:  # the parent re-raises it, naming the reader
+        out.put(("error", index, "%s: %s" % (type(e).__name__, e)))
+
+
+def multiprocess_reader(readers, use_pipe=True, queue_size=1000):
+    """Reads every reader of the list in its own process (fork) and yields their samples as
+    they come, interleaved: samples of one reader keep their order, readers do not. The
+    samples travel pickled through a multiprocessing queue of queue_size (use_pipe is
+    accepted: both of Fluid's transports give the same samples). A reader that raises, or a
+    process that dies, ends the iteration with an error naming the reader's index."""
+    if not isinstance(readers, (list, tuple)) or not readers:
+        raise ValueError("multiprocess_reader: readers must be a non-empty list of readers, "
+                         "got %r" % (readers,))
+    for i, r in enumerate(readers):
+        if not callable(r):
+            raise TypeError("multiprocess_reader: readers[%d] is not callable (%r)" % (i, r))
+    if int(queue_size) <= 0:
+        raise ValueError("multiprocess_reader: queue_size must be positive, got %r"
+                         % (queue_size,))
+
+    def read():
+        ctx = mp.get_context("fork")
+        out = ctx.Queue(int(queue_size))
+        procs = [ctx.Process(target=_reader_process, args=(i, r, out), daemon=True)
+                 for i, r in enumerate(readers)]
+        for p in procs:
+            p.start()
+        running = set(range(len(procs)))
+        try:
+            while running:
+                try:
+                    msg = out.get(timeout=0.5)
+                except queue.Empty:
+                    for i in sorted(running):
+                        # A process that exited without its end message died (killed, or
+                        # os._exit); a last message may still be in flight: look once more.
+                        if not procs[i].is_alive():
+                            try:
+                                msg = out.get(timeout=1.0)
+                            except queue.Empty:
+                                raise RuntimeError(
+                                    "multiprocess_reader: the process of readers[%d] exited "
+                                    "with code %s before its reader ended"
+                                    % (i, procs[i].exitcode)) from None
+                            break
+                    else:
+                        continue
+                if msg[0] == "sample":
+                    yield msg[1]
+                elif msg[0] == "end":
+                    running.discard(msg[1])
+                else:
+                    raise RuntimeError("multiprocess_reader: readers[%d] raised %s"
+                                       % (msg[1], msg[2]))
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(timeout=5)
+            out.close()
+    return read

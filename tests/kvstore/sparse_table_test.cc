@@ -3,6 +3,7 @@
 #include "kvstore/sparse_table.h"
 
 #include <gtest/gtest.h>
+#include <cstring>
 
 #include <cmath>
 #include <cstdio>
@@ -281,6 +282,93 @@ TEST(SparseTable, SaveLoadRoundTripsTheTouchedRows) {
     EXPECT_EQ(a, b);
     std::remove(path.c_str());
   }
+}
+
+// 64-bit FNV-1a with version 1's offset basis (FORMATS.md).
+uint64_t Fnv1aV1(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Adagrad per row: state += g^2; w -= 0.5 g / sqrt(state + 1e-6). One state slot.
+class AdagradRows : public RowUpdater {
+ public:
+  int state_slots() const override { return 1; }
+  void Update(const float* g, int, float* w, float* st, int64_t n) const override {
+    Run(g, w, st, n);
+  }
+  void Update(const double* g, int, double* w, double* st, int64_t n) const override {
+    Run(g, w, st, n);
+  }
+
+ private:
+  template <typename T>
+  static void Run(const T* g, T* w, T* st, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      st[i] += g[i] * g[i];
+      w[i] -= T(0.5) * g[i] / std::sqrt(st[i] + T(1e-6));
+    }
+  }
+};
+
+TEST(SparseTable, SaveLoadKeepsOptimizerStateAndScalars) {
+  auto t =
+      SparseTable::Create(Spec(proto::FP64, -1, {3}, RowInitializer::Uniform(-1, 1, 4))).value();
+  AdagradRows updater;
+  const RowUpdater* adagrad = &updater;
+  const std::vector<int64_t> ids = {7, 2, 40};
+  std::vector<double> g = {1, -2, 3, 0.5, 0.25, -1, 2, 2, 2};
+  ASSERT_TRUE(t->Apply(*adagrad, ids.data(), 3, g.data(), 1, "t").ok());
+  t->SetScalar("beta1_pow", 0.729);
+  const std::string path = TempPath("state");
+  ASSERT_TRUE(t->Save(path).ok());
+  auto back = SparseTable::Load(path).value();
+  double pow = 0;
+  ASSERT_TRUE(back->GetScalar("beta1_pow", &pow));
+  EXPECT_EQ(pow, 0.729);
+  EXPECT_FALSE(back->GetScalar("beta2_pow", &pow));
+  // The same next update on both: the accumulators came back, so the rows stay equal.
+  ASSERT_TRUE(t->Apply(*adagrad, ids.data(), 3, g.data(), 1, "t").ok());
+  ASSERT_TRUE(back->Apply(*adagrad, ids.data(), 3, g.data(), 1, "t").ok());
+  std::vector<double> a(9), b(9);
+  ASSERT_TRUE(t->Lookup(ids.data(), 3, a.data(), "t").ok());
+  ASSERT_TRUE(back->Lookup(ids.data(), 3, b.data(), "t").ok());
+  EXPECT_EQ(a, b);
+  // TakeRowsOf moves rows, state and scalars; the source is left empty.
+  auto other =
+      SparseTable::Create(Spec(proto::FP64, 100, {3}, RowInitializer::Uniform(-1, 1, 4))).value();
+  ASSERT_TRUE(other->TakeRowsOf(back.get()).ok());
+  EXPECT_EQ(back->Size(), 0);
+  EXPECT_EQ(other->Ids(), t->Ids());
+  ASSERT_TRUE(other->GetScalar("beta1_pow", &pow));
+  ASSERT_TRUE(t->Apply(*adagrad, ids.data(), 3, g.data(), 1, "t").ok());
+  ASSERT_TRUE(other->Apply(*adagrad, ids.data(), 3, g.data(), 1, "t").ok());
+  ASSERT_TRUE(t->Lookup(ids.data(), 3, a.data(), "t").ok());
+  ASSERT_TRUE(other->Lookup(ids.data(), 3, b.data(), "t").ok());
+  EXPECT_EQ(a, b);
+  auto narrow =
+      SparseTable::Create(Spec(proto::FP64, -1, {2}, RowInitializer::Constant(0))).value();
+  EXPECT_FALSE(narrow->TakeRowsOf(t.get()).ok());
+  // A version 1 file (rows only, before state was saved) still loads, without state.
+  std::string v2 = ReadFile(path).value();
+  std::string v1 = v2.substr(0, v2.size() - 8);
+  uint64_t stored = 0, standard = 14695981039346656037ull;  // version 2: the standard FNV-1a
+  std::memcpy(&stored, v2.data() + v2.size() - 8, 8);
+  for (unsigned char c : v1) standard = (standard ^ c) * 1099511628211ull;
+  EXPECT_EQ(stored, standard);
+  const uint32_t one = 1;
+  std::memcpy(&v1[8], &one, 4);
+  const size_t tail = 4 + 3 * 3 * 8 + 4 + (4 + 9 + 8);  // slots, state, scalar count, scalar
+  v1 = v1.substr(0, v1.size() - tail);
+  const uint64_t sum = Fnv1aV1(v1);
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  ASSERT_TRUE(WriteFileAtomic(path, v1).ok());
+  auto old = SparseTable::Load(path);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ((*old)->Size(), 3);
+  EXPECT_FALSE((*old)->GetScalar("beta1_pow", &pow));
+  std::remove(path.c_str());
 }
 
 TEST(SparseTable, CorruptFilesAreErrorsNamingTheFile) {

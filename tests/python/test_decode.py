@@ -196,7 +196,7 @@ def test_bad_arguments_are_named():
         dec = L.BeamSearchDecoder(cell, 0, 1, 2, embedding_fn=lambda i: L.cast(
             L.unsqueeze(i, [2]), "float32"))
         with pytest.raises(ValueError, match="max_step_num"):
-            L.dynamic_decode(dec, inits=h)
+            L.dynamic_decode(dec, inits=h, max_step_num=0)
         dec = L.BeamSearchDecoder(cell, 0, 9, 2, embedding_fn=lambda i: L.cast(
             L.unsqueeze(i, [2]), "float32"), output_fn=lambda x: L.fc(x, 5))
         with pytest.raises(ValueError, match="end_token 9 is outside the 5-word output"):

@@ -298,12 +298,14 @@ def _losses(out):
     return sorted(re.findall(r"\[worker (\d)\] step (\d+) loss (\S+)", out))
 
 
-def test_servers_checkpoint_and_resume_a_distributed_table(tmp_path):
+@pytest.mark.parametrize("opt", ["sgd", "adagrad", "adam"])
+def test_servers_checkpoint_and_resume_a_distributed_table(tmp_path, opt):
     """save_persistables makes each server write its shard's touched rows (pserver_<id>/
-    <table>.sptb); servers that load_persistables it resume: the steps after the checkpoint
-    give the losses of a job that never stopped."""
+    <table>.sptb) with their optimizer state (Adagrad's accumulators, Adam's moments and beta
+    powers); servers that load_persistables it resume: the steps after the checkpoint give the
+    losses of a job that never stopped."""
     ckpt = tmp_path / "ckpt"
-    common = ("--rows", 1000, "--batch", 16)
+    common = ("--rows", 1000, "--batch", 16, "--opt", opt)
     whole = _losses(_launch("--steps", 6, *common).stdout)
     _launch("--steps", 3, "--checkpoint", ckpt, *common)
     for i in range(2):
@@ -466,3 +468,78 @@ def test_bytes_per_step_follow_the_touched_rows():
     dense = _step_bytes(_launch("--table", "dense", *common).stdout)
     assert min(s for s, _, _ in dense) >= 10 * max(s for s, _, _ in distributed), (dense,
                                                                                    distributed)
+
+
+def test_an_inference_model_exports_a_distributed_table(tmp_path):
+    """save_inference_model of a trainer's program with a distributed table: the servers'
+    touched rows are saved with the model and its lookup serves an id the servers never made
+    the row they would have made. The loaded model gives the live job's predictions exactly,
+    for trained ids and ids first seen after the export."""
+    import numpy as np
+    export = tmp_path / "export"
+    export.mkdir()
+    rng = np.random.RandomState(100)  # trainer 0's first batch: trained ids
+    trained = rng.randint(0, 1000, size=(16, 1))[:6]
+    probe = np.concatenate([trained, [[5 * 10**8], [123456789012], [999]]]).astype("int64")
+    np.save(export / "probe.npy", probe)
+    _launch("--steps", 3, "--rows", 10**9, "--batch", 16, "--export", export)
+    online = np.load(export / "online.npy")
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        program, feeds, fetches = fluid.io.load_inference_model(str(export / "model"), exe)
+        types = [program.global_block().desc.op(i).type()
+                 for i in range(program.global_block().desc.op_size())]
+        assert "lookup_sparse_table" in types and "distributed_lookup_table" not in types
+        got = exe.run(program, feed={feeds[0]: probe}, fetch_list=fetches)[0]
+        rows = scope.find_var("embedding_0.w_0").get_selected_rows()
+        assert 0 < len(rows.rows()) <= 2 * 3 * 16 and 5 * 10**8 not in rows.rows()
+    np.testing.assert_array_equal(got, online)
+    # `loom run` serves the same model from the command line
+    import os
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    out = subprocess.run(
+        [os.path.join(build_dir, "tools", "loom"), "run", str(export / "model"), "--iters", "1",
+         "--feed", "ids=%s" % (export / "probe.npy"), "--print-every", "1"],
+        capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    printed = "{%s, ...}" % ", ".join("%g" % v for v in online.ravel()[:4])
+    assert printed in out.stdout, (out.stdout, online)
+
+
+def test_loom_run_servers_resume_a_distributed_table(tmp_path):
+    """A bundle with a distributed table, transpiled by `loom transpile --mode pserver` and run
+    by `loom run` under `loom launch`: --save-params makes the servers write their shards, and
+    servers started with --load-params take them back (the rows, with their state)."""
+    import os
+    import subprocess
+    import numpy as np
+    from pserver_sparse_worker import build
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_dir = os.environ.get("LOOM_BUILD_DIR", os.path.join(here, "..", "..", "build"))
+    loom = os.path.abspath(os.path.join(build_dir, "tools", "loom"))
+    main, startup, loss = build(rows=10**6, opt="adagrad")
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, 10**6, size=(64, 1)).astype("int64")
+    y = rng.randn(64, 1).astype("float32")
+    bundle, out, params = tmp_path / "bundle", tmp_path / "ps", tmp_path / "params"
+    fluid.io.save_program_bundle(str(bundle), main, startup, ["ids", "y"], [loss.name],
+                                 data={"ids": ids, "y": y}, batch_size=16)
+
+    def run(*args, timeout=60):
+        p = subprocess.run([loom] + [str(a) for a in args], capture_output=True, text=True,
+                           timeout=timeout)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p
+    run("transpile", bundle, "-o", out, "--mode", "pserver", "--pservers", 2, "--trainers", 2)
+    launch = ["launch", "--workers", 2, "--servers", 2, "--timeout", 50, "--", loom, "run", out,
+              "--print-every", 1]
+    run(*launch, "--iters", 4, "--save-params", params)
+    assert (params / "pserver_0" / "embedding_0.w_0.sptb").exists()
+    resumed = run(*launch, "--iters", 1, "--load-params", params)
+    import re
+    counts = [int(n) for n in re.findall(r"table 'embedding_0.w_0' resumes with (\d+) rows",
+                                         resumed.stdout + resumed.stderr)]
+    assert len(counts) == 2 and sum(counts) > 0, resumed.stdout + resumed.stderr

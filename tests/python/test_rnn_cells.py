@@ -99,9 +99,11 @@ def test_a_gru_rnn_learns_to_count():
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10]), (losses[:5], losses[-5:])
 
 
-def test_rnn_needs_a_static_time_dim():
+def test_rnn_over_an_unknown_time_dim_is_a_while_loop():
+    # checked against the unrolled rnn in test_lod_array_rnn.py
     main = fluid.Program()
     with fluid.program_guard(main):
         inp = fluid.data("x", [None, None, 2])
-        with pytest.raises(ValueError, match="time dimension of inputs must be static"):
-            L.rnn(L.GRUCell(3), inp)
+        out, _ = L.rnn(L.GRUCell(3), inp)
+    assert [op.type for op in main.global_block().ops].count("while") == 1
+    assert list(out.shape) == [-1, -1, 3]

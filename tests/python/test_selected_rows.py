@@ -330,3 +330,46 @@ def test_padding_idx_out_of_range_is_a_build_error():
         ids = fluid.data("ids", [None, 1], dtype="int64")
         with pytest.raises(Exception, match="padding_idx"):
             fluid.layers.embedding(ids, [ROWS, WIDTH], is_sparse=True, padding_idx=ROWS)
+
+
+def _sparse_table_program():
+    p = fluid.Program()
+    v = p.global_block().desc.var("table")
+    v.set_type(core.VarType.SELECTED_ROWS)
+    v.set_dtype(core.DataType.FP64)
+    v.set_shape([1000, 3])
+    v.set_persistable(True)
+    w = p.global_block().desc.var("w")
+    w.set_dtype(core.DataType.FP64)
+    w.set_shape([2])
+    w.set_persistable(True)
+    return p
+
+
+def test_params_directories_hold_sparse_tables(tmp_path):
+    """A persistable SELECTED_ROWS variable (an exported table) is saved with the parameters
+    as a LOOMSROW file, loaded back whole, and a damaged file or a combined file is refused
+    naming the table."""
+    prog = _sparse_table_program()
+    scope = core.Scope()
+    s = scope.var("table").get_selected_rows()
+    s.set_rows([2, 7, 900])
+    s.set_height(1000)
+    s.get_tensor().set(np.arange(9, dtype="float64").reshape(3, 3), fluid.CPUPlace())
+    scope.var("w").get_tensor().set(np.array([1.5, 2.5]), fluid.CPUPlace())
+    d = str(tmp_path / "params")
+    core.save_params(prog.desc, scope, d)
+    back = core.Scope()
+    core.load_params(prog.desc, back, d, fluid.CPUPlace())
+    r = back.find_var("table").get_selected_rows()
+    assert r.rows() == [2, 7, 900] and r.height() == 1000
+    np.testing.assert_array_equal(np.array(r.get_tensor()), np.arange(9).reshape(3, 3))
+    np.testing.assert_array_equal(np.array(back.find_var("w").get_tensor()), [1.5, 2.5])
+    path = os.path.join(d, "table")
+    data = bytearray(open(path, "rb").read())
+    data[-12] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(Exception, match="table"):
+        core.load_params(prog.desc, core.Scope(), d, fluid.CPUPlace())
+    with pytest.raises(Exception, match="sparse table 'table'.*without params_filename"):
+        core.save_params_combined(prog.desc, scope, str(tmp_path / "all.params"))

@@ -3,12 +3,14 @@
 // listen_and_serv refusing a wrong-shape gradient without touching its parameters.
 #include <unistd.h>
 
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "executor/executor.h"
 #include "framework/file_util.h"
 #include "framework/op_role.h"
+#include "kvstore/sparse_table.h"
 #include "rpc/client.h"
 #include "rpc/ps_client.h"
 #include "tests/transpiler/docs_table.h"
@@ -393,7 +395,7 @@ namespace loom::transpiler {
 namespace {
 
 // ids -> lookup_table of a [rows, 8] table -> fc -> softmax cross-entropy, SGD.
-Net EmbeddingNet(bool distributed, int64_t rows = 1000000000) {
+Net EmbeddingNet(bool distributed, int64_t rows = 1000000000, std::string* loss_name = nullptr) {
   Net n;
   examples::ProgramBuilder b(&n.main, &n.startup, 5);
   b.Data("ids", {1}, proto::INT64);
@@ -416,6 +418,7 @@ Net EmbeddingNet(bool distributed, int64_t rows = 1000000000) {
                       .value();
   std::string logits = b.FC(e, 3, "", "fc_0").value();
   std::string loss = b.SoftmaxCrossEntropyLoss(logits, "label").value();
+  if (loss_name) *loss_name = loss;
   EXPECT_TRUE(b.MinimizeWithSGD(loss, 0.1f).ok());
   return n;
 }
@@ -473,6 +476,93 @@ TEST(DistributeTest, AnIsSparseTableIsSlicedAndItsRowsPushedToTheBlockOwners) {
   EXPECT_TRUE(pushed);
   auto types = OpTypes(b);
   EXPECT_EQ(std::count(types.begin(), types.end(), "lookup_table"), 1);
+}
+
+}  // namespace
+}  // namespace loom::transpiler
+
+namespace loom::transpiler {
+namespace {
+
+// A whole sync job over a distributed table in one process (two server threads, two trainer
+// threads): trainers prefetch rows, push row gradients and train; trainer 0 makes the servers
+// checkpoint their shards; the shards hold only the rows the batches touched, and both
+// trainers' losses fall. The threads and sockets of the table path, for the sanitizers.
+TEST(DistributeTest, ADistributedTableJobTrainsAndCheckpointsInProcess) {
+  std::string loss;
+  Net n = EmbeddingNet(true, 1000000000, &loss);
+  DistributeConfig c = Config(2, 2);
+  const int base = 21000 + getpid() % 20000;
+  c.pservers = {StrCat("127.0.0.1:", base), StrCat("127.0.0.1:", base + 1)};
+  auto transpiled = TranspileDistribute(n.startup, n.main, c);
+  ASSERT_TRUE(transpiled.ok()) << transpiled.status().ToString();
+  const DistributeResult& r = *transpiled;
+  setenv("LOOM_PS_SECRET", "unit", 1);
+  setenv("LOOM_PS_CONNECT_TIMEOUT_MS", "10000", 1);
+  Scope server_scope[2];
+  Executor server_exe[2];
+  Status served[2];
+  std::vector<std::thread> servers;
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_TRUE(server_exe[s].Run(r.pserver_startup[s], &server_scope[s]).ok());
+    servers.emplace_back(
+        [&, s] { served[s] = server_exe[s].Run(r.pserver_main[s], &server_scope[s]); });
+  }
+  const std::string ckpt = JoinPath(testing::TempDir(), StrCat("dist_table_", getpid()));
+  constexpr int kSteps = 4, kBatch = 8;
+  std::vector<float> first(2), last(2);
+  Status trained[2];
+  std::set<int64_t> touched[2];
+  auto trainer = [&](int t) {
+    Executor exe;
+    Scope scope;
+    trained[t] = exe.Run(r.trainer_startup[t], &scope);
+    auto prepared = exe.Prepare(r.trainer_main[t]);
+    if (!prepared.ok()) trained[t] = prepared.status();
+    for (int step = 0; step < kSteps && trained[t].ok(); ++step) {
+      Tensor ids, label;
+      ids.Resize(DDim({kBatch, 1}));
+      label.Resize(DDim({kBatch, 1}));
+      int64_t* id = ids.mutable_data<int64_t>(Place::CPU());
+      int64_t* lab = label.mutable_data<int64_t>(Place::CPU());
+      for (int i = 0; i < kBatch; ++i) {
+        id[i] = (t * 1000003 + i * 7919) % 1000000000;  // the same batch every step
+        lab[i] = i % 3;
+        touched[t].insert(id[i]);
+      }
+      std::vector<Tensor> fetched;
+      trained[t] =
+          exe.Run(prepared->get(), &scope, {{"ids", ids}, {"label", label}}, {loss}, &fetched);
+      if (trained[t].ok()) (step == 0 ? first : last)[t] = fetched[0].data<float>()[0];
+    }
+    if (t == 0 && trained[t].ok())
+      trained[t] = rpc::CheckpointServers(0, c.pservers, r.manifest.fingerprint(), ckpt);
+    Status closed = rpc::CloseTrainer(t, c.pservers);
+    if (trained[t].ok()) trained[t] = closed;
+  };
+  std::thread t1(trainer, 1);
+  trainer(0);
+  t1.join();
+  for (auto& s : servers) s.join();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_TRUE(trained[t].ok()) << "trainer " << t << ": " << trained[t].ToString();
+    EXPECT_LT(last[t], first[t]) << "trainer " << t;
+  }
+  for (int s = 0; s < 2; ++s) EXPECT_TRUE(served[s].ok()) << served[s].ToString();
+  int64_t rows = 0;
+  for (int s = 0; s < 2; ++s) {
+    auto shard = kvstore::SparseTable::Load(JoinPath(ckpt, StrCat("pserver_", s, "/emb.sptb")));
+    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    for (int64_t id : (*shard)->Ids()) {
+      EXPECT_EQ(kvstore::SparseTable::ShardOf(id, 2), s);
+      EXPECT_TRUE(touched[0].count(id) || touched[1].count(id)) << id;
+    }
+    rows += (*shard)->Size();
+  }
+  std::set<int64_t> all(touched[0]);
+  all.insert(touched[1].begin(), touched[1].end());
+  EXPECT_EQ(rows, static_cast<int64_t>(all.size()));
+  std::filesystem::remove_all(ckpt);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ before it:
     common          argument checks and the one-op layer (private helpers)
     activation      activations and other element-wise functions of one input
     tensor          constants, parameters, casts, shapes, indexing, ranges
+    tensor_more     strided_slice, scatter_nd(_add), unique_with_counts, shard_index, hash, ...
     control_flow    comparisons, logical ops, cond / case / switch_case / while_loop, While,
                     Switch, increment, Print
     math            element-wise ops of two inputs, products, reductions, scale, clip
@@ -15,8 +16,10 @@ before it:
     vision          pad2d, image resizing, adaptive pooling, conv3d / pool3d, channel
                     rearrangements (space_to_depth, shuffle_channel, temporal_shift, unfold)
     loss            cross entropies and other losses
+    loss_more       bpr_loss, dice_loss, npair_loss, center_loss, mean_iou, fsp_matrix, ...
     metric          accuracy, chunk_eval
     sequence        layers over LoD sequences, the linear-chain CRF
+    sequence_more   edit_distance, row_conv, ctc_greedy_decoder, im2sequence, ...
     io              feed variables (data)
     tensor_array    tensor arrays and LoD beam search
     recurrent       dynamic_lstm / dynamic_gru, gru_unit / lstm_unit, RNNCell and rnn / birnn
@@ -33,8 +36,8 @@ from .. import core  # noqa: F401
 from ..framework import Variable, convert_dtype, default_main_program, dtype_name  # noqa: F401
 from ..layer_helper import LayerHelper  # noqa: F401
 from . import (activation, control_flow, decode, dynamic_rnn, io, learning_rate_scheduler, loss,
-               math, math_op_patch, metric, nn, recurrent, sequence, static_rnn, tensor,
-               tensor_array, vision)
+               loss_more, math, math_op_patch, metric, nn, recurrent, sequence, sequence_more,
+               static_rnn, tensor, tensor_array, tensor_more, vision)
 from .activation import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403
 from .decode import *  # noqa: F401,F403
@@ -42,14 +45,17 @@ from .dynamic_rnn import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .learning_rate_scheduler import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .loss_more import *  # noqa: F401,F403
 from .math import *  # noqa: F401,F403
 from .metric import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .recurrent import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
+from .sequence_more import *  # noqa: F401,F403
 from .static_rnn import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
 from .tensor_array import *  # noqa: F401,F403
+from .tensor_more import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
 
 
@@ -71,6 +77,7 @@ get_places = _gone("get_places", "use fluid.cpu_places(n) or fluid.cuda_places()
 __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__all__ +
            nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
            tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
-           decode.__all__ + learning_rate_scheduler.__all__ + vision.__all__)
+           decode.__all__ + learning_rate_scheduler.__all__ + tensor_more.__all__ +
+           loss_more.__all__ + sequence_more.__all__ + vision.__all__)
 
 math_op_patch.monkey_patch_variable()

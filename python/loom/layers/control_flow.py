@@ -13,11 +13,14 @@ from .. import core, unique_name
 from ..framework import Variable, default_main_program, dtype_name
 from ..layer_helper import LayerHelper
 from .common import _check_var
-from .tensor import assign, create_global_var, fill_constant
+from .tensor import (argsort, assign, concat, create_global_var, fill_constant, gather, reshape,
+                     where)
+from .tensor import slice as slice_
 
 __all__ = ["less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
            "logical_and", "logical_or", "logical_xor", "logical_not", "cond", "case", "switch_case",
-           "while_loop", "While", "Switch", "increment", "autoincreased_step_counter", "Print"]
+           "while_loop", "While", "Switch", "IfElse", "increment", "autoincreased_step_counter",
+           "Print"]
 
 
 def _binary_bool(op_type, x, y, cond, axis=-1):
@@ -448,6 +451,112 @@ class Switch:
         else:
             pred = logical_not(self._taken)
         yield from self._branch(pred)
+
+
+class IfElse:
+    """Fluid 1.x's IfElse: the rows of a batch where `cond` ([N, 1] or [N] bool) holds go
+    through the true block, the others through the false block, and ie() merges the blocks'
+    outputs back into one batch in the original row order.
+
+        ie = fluid.layers.IfElse(fluid.layers.less_than(label, limit))
+        with ie.true_block():
+            x = ie.input(image)          # the rows where cond holds
+            ie.output(fluid.layers.fc(x, 10))
+        with ie.false_block():
+            x = ie.input(image)          # the other rows
+            ie.output(fluid.layers.fc(x, 10, act="relu"))
+        out, = ie()
+
+    Both blocks are built in the enclosing block over the selected rows (gather by the
+    indices of cond; the merge gathers the concatenated outputs back by the inverse
+    permutation), so their gradients flow like any layer's; a block that selects no row runs
+    its ops on zero rows. Each block must output as many variables as the other, with the
+    same trailing dims."""
+
+    OUT, IN_TRUE, IN_FALSE = 0, 1, 2
+
+    def __init__(self, cond, name=None):
+        _check_var(cond, "cond", "IfElse")
+        if cond.dtype != core.DataType.BOOL:
+            raise TypeError("IfElse: cond '%s' must be bool, got %s"
+                            % (cond.name, dtype_name(cond.dtype)))
+        shape = list(cond.shape)
+        if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+            raise ValueError("IfElse: cond '%s' must be [N, 1] or [N], got %s"
+                             % (cond.name, shape))
+        self.helper = LayerHelper("ifelse", name=name)
+        self._index = {}
+        for branch, c in ((True, cond), (False, logical_not(cond))):
+            coords = where(c)  # [K, rank]: the row is the first coordinate
+            if len(shape) == 2:
+                coords = slice_(coords, [1], [0], [1])
+            self._index[branch] = reshape(coords, [-1])
+        self._status = self.OUT
+        self._outputs = {True: None, False: None}
+        self._inputs = {True: {}, False: {}}
+
+    @contextlib.contextmanager
+    def _block(self, branch):
+        if self._status != self.OUT:
+            raise RuntimeError("IfElse: a block cannot be opened inside another")
+        if self._outputs[branch] is not None:
+            raise RuntimeError("IfElse: the %s block was already built"
+                               % ("true" if branch else "false"))
+        self._status = self.IN_TRUE if branch else self.IN_FALSE
+        self._outputs[branch] = []
+        try:
+            yield
+        finally:
+            self._status = self.OUT
+
+    def true_block(self):
+        """The block of the rows where cond holds."""
+        return self._block(True)
+
+    def false_block(self):
+        """The block of the other rows."""
+        return self._block(False)
+
+    def _branch(self, what):
+        if self._status == self.OUT:
+            raise RuntimeError("IfElse.%s must be called inside true_block() or false_block()"
+                               % what)
+        return self._status == self.IN_TRUE
+
+    def input(self, x):
+        """x's rows of the current block (x has the batch's N rows)."""
+        branch = self._branch("input")
+        _check_var(x, "x", "IfElse.input")
+        cache = self._inputs[branch]
+        if x.name not in cache:
+            cache[x.name] = gather(x, self._index[branch])
+        return cache[x.name]
+
+    def output(self, *outs):
+        """The current block's outputs (one row per row of its inputs)."""
+        branch = self._branch("output")
+        for o in outs:
+            _check_var(o, "output", "IfElse.output")
+        self._outputs[branch].extend(outs)
+
+    def __call__(self):
+        if self._status != self.OUT:
+            raise RuntimeError("IfElse() must be called after both blocks are closed")
+        t, f = self._outputs[True], self._outputs[False]
+        if t is None or f is None:
+            raise RuntimeError("IfElse(): build both true_block() and false_block() first")
+        if len(t) != len(f):
+            raise ValueError("IfElse: the true block has %d outputs, the false block %d"
+                             % (len(t), len(f)))
+        _, inverse = argsort(concat([self._index[True], self._index[False]]))
+        merged = []
+        for i, (a, b) in enumerate(zip(t, f)):
+            if list(a.shape)[1:] != list(b.shape)[1:] or a.dtype != b.dtype:
+                raise ValueError("IfElse: output %d is %s %s in the true block and %s %s in "
+                                 "the false block" % (i, dtype_name(a.dtype), list(a.shape),
+                                                      dtype_name(b.dtype), list(b.shape)))
+            merged.append(gather(concat([a, b]), inverse))
+        return merged
 
 
 def increment(x, value=1.0, in_place=True):

@@ -5,7 +5,10 @@
     ids, states = fluid.layers.dynamic_decode(decoder, inits=encoder_final_states,
                                               max_step_num=20)      # ids: [batch, time, beam]
 
-As layers.rnn, dynamic_decode unrolls the loop when the program is built: `max_step_num` steps,
+With max_step_num None (or a Variable), dynamic_decode runs Fluid's while loop: decoder.step is
+called once, in the loop body, and the loop ends when every sequence has finished (or after
+max_step_num steps); each step's outputs are kept in tensor arrays. With an int max_step_num,
+as layers.rnn, dynamic_decode unrolls the loop when the program is built: `max_step_num` steps,
 each the decoder's ops again, sharing the parameters the first step made (the cell's, and
 those of embedding_fn and output_fn, also called by initialize). Fluid stops its while loop once
 every beam has finished; the unrolled loop always runs `max_step_num` steps, and a beam that
@@ -16,12 +19,15 @@ import collections
 
 import numpy as np
 
-from ..framework import dtype_name
+from .. import core, unique_name
+from ..framework import Variable, default_main_program, dtype_name
 from ..layer_helper import LayerHelper, call_sharing_parameters
 from .activation import log_softmax
-from .control_flow import equal, logical_or
+from .control_flow import (_outer_reads_writes, equal, increment, less_than, logical_and,
+                           logical_not, logical_or)
 from .math import (cumsum, elementwise_add, elementwise_floordiv, elementwise_max, elementwise_mod,
-                   elementwise_mul, elementwise_sub, scale)
+                   elementwise_mul, elementwise_sub, reduce_all, scale)
+from .tensor_array import array_write, create_array, tensor_array_to_tensor
 from .tensor import (assign, cast, expand, fill_constant, fill_constant_batch_size_like, gather,
                      reshape, stack, topk, transpose, unsqueeze, zeros_like)
 
@@ -199,6 +205,97 @@ class BeamSearchDecoder(Decoder):
         return gather_tree(outputs.predicted_ids, outputs.parent_ids), final_states
 
 
+def _leaves(x):
+    if isinstance(x, (list, tuple)):
+        return [leaf for item in x for leaf in _leaves(item)]
+    return [x]
+
+
+def _rebuild(template, leaves):
+    """template's nesting (lists, tuples, namedtuples) over the next items of iterator
+    leaves."""
+    if isinstance(template, (list, tuple)):
+        items = [_rebuild(t, leaves) for t in template]
+        if isinstance(template, tuple) and hasattr(template, "_fields"):
+            return type(template)(*items)
+        return type(template)(items)
+    return next(leaves)
+
+
+def _decode_while(decoder, inits, max_step_num, output_time_major, impute_finished, is_test,
+                  return_length, **kwargs):
+    """dynamic_decode as Fluid runs it: one while loop whose body calls decoder.step once, until
+    every sequence has finished (or max_step_num steps, a Variable, have run). Each step's
+    outputs go to tensor arrays, stacked over time after the loop. Arrays carry no gradient:
+    this is for decoding (inference)."""
+    program = default_main_program()
+    parent = program.current_block()
+    helper = LayerHelper("dynamic_decode")
+    beam = isinstance(decoder, BeamSearchDecoder)
+    inputs, states, finished = decoder.initialize(inits)
+    lengths = cast(zeros_like(cast(finished, "float32")), "int64")
+    # the loop state, as copies the body overwrites
+    in_vars = [assign(v) for v in _leaves(inputs)]
+    st_vars = [assign(v) for v in _leaves(states)]
+    fin_var, len_var = assign(finished), assign(lengths)
+    counter = fill_constant([1], "int64", 0)
+    limit = cast(max_step_num, "int64") if max_step_num is not None else None
+
+    def go_on(fin, step):
+        more = logical_not(reduce_all(fin))
+        return more if limit is None else logical_and(more, less_than(step, limit))
+
+    cond = go_on(fin_var, counter)
+    arrays = []
+    body = program._create_block()
+    try:
+        state_now = _rebuild(states, iter(st_vars))
+        outputs, next_states, next_inputs, next_finished = call_sharing_parameters(
+            decoder.step, counter, _rebuild(inputs, iter(in_vars)), state_now, **kwargs)
+        done = cast(fin_var, "float32")
+        new_len = elementwise_add(len_var, cast(scale(done, -1.0, bias=1.0), "int64"))
+        new_states = _leaves(next_states)
+        if impute_finished and not beam:
+            keep = reshape(done, [-1])
+            new_states = [elementwise_add(elementwise_mul(
+                elementwise_sub(o, n), cast(keep, n.dtype), axis=0), n)
+                for n, o in zip(new_states, st_vars)]
+        new_fin = next_finished if beam else logical_or(fin_var, next_finished)
+        saved = program.current_block_idx
+        program.current_block_idx = parent.idx
+        try:
+            arrays = [create_array(dtype_name(o.dtype)) for o in _leaves(outputs)]
+        finally:
+            program.current_block_idx = saved
+        for o, a in zip(_leaves(outputs), arrays):
+            array_write(o, counter, array=a)
+        for new, var in list(zip(_leaves(next_inputs), in_vars)) + list(
+                zip(new_states, st_vars)) + [(new_fin, fin_var), (new_len, len_var)]:
+            assign(new, var)
+        increment(counter, 1.0)
+        assign(go_on(fin_var, counter), cond)
+    finally:
+        program._rollback()
+    reads, writes = _outer_reads_writes(body)
+    scopes = parent.create_var(name=unique_name.generate(helper.name + ".steps"),
+                               type=core.VarType.STEP_SCOPES, stop_gradient=True)
+    parent.append_op("while", inputs={"X": reads, "Condition": cond},
+                     outputs={"Out": writes, "StepScopes": scopes},
+                     attrs={"sub_block": body.idx, "is_test": bool(is_test),
+                            "max_iterations": 1000000})
+    stacked = _rebuild(outputs, iter(
+        [tensor_array_to_tensor(a, axis=0, use_stack=True)[0] for a in arrays]))
+    final_states = _rebuild(states, iter(st_vars))
+    lengths = final_states.lengths if beam else len_var
+    final_outputs, final_states = decoder.finalize(stacked, final_states, lengths)
+    if not output_time_major:
+        final_outputs = _like(final_outputs, [
+            transpose(x, [1, 0] + list(range(2, len(x.shape)))) for x in _flat(final_outputs)])
+    if return_length:
+        return final_outputs, final_states, lengths
+    return final_outputs, final_states
+
+
 def dynamic_decode(decoder, inits=None, max_step_num=None, output_time_major=False,
                    impute_finished=False, is_test=False, return_length=False, **kwargs):
     """Runs decoder.step max_step_num times (unrolled when built) from
@@ -206,10 +303,17 @@ def dynamic_decode(decoder, inits=None, max_step_num=None, output_time_major=Fal
     return_length, each sequence's length (steps until it finished, the end token counted).
     Outputs are [batch, time, ...] unless output_time_major. kwargs reach every step (and
     the cell). With impute_finished, a finished sequence's states stop changing."""
-    if max_step_num is None or int(max_step_num) < 1:
-        raise ValueError("dynamic_decode: max_step_num must be a positive int (Loom unrolls "
-                         "the decoding loop when building the program), got %r"
-                         % (max_step_num,))
+    if max_step_num is None or isinstance(max_step_num, Variable):
+        if max_step_num is not None and (
+                max_step_num.dtype not in (core.DataType.INT32, core.DataType.INT64)):
+            raise TypeError("dynamic_decode: max_step_num '%s' must be an int32 or int64 "
+                            "Variable, got %s" % (max_step_num.name,
+                                                  dtype_name(max_step_num.dtype)))
+        return _decode_while(decoder, inits, max_step_num, output_time_major, impute_finished,
+                             is_test, return_length, **kwargs)
+    if int(max_step_num) < 1:
+        raise ValueError("dynamic_decode: max_step_num must be a positive int, a Variable or "
+                         "None, got %r" % (max_step_num,))
     inputs, states, finished = decoder.initialize(inits)
     lengths = cast(zeros_like(cast(finished, "float32")), "int64")
     steps = []

@@ -8,22 +8,28 @@ dynamic_gru, each one op) and their single steps (lstm_unit, gru_unit).
 `inputs` is a padded batch [batch, time, ...] (or [time, batch, ...] with time_major). Loom
 unrolls the recurrence over the static time dimension when the program is built: every step is
 the cell's ops again, sharing the parameters the first step made (a user cell's fc included),
-so backward needs nothing special. With sequence_length ([batch] int64), a sequence's states
-stop changing past its length and its outputs there are zeros, as Fluid's. The time dimension
-must be static (known when building).
+so backward needs nothing special. When the time dimension is unknown when building (-1, e.g.
+inputs [-1, -1, H]), rnn builds one `while` op instead: the cell is called once, in the loop
+body, and the loop runs as many steps as the inputs have at run time (gradients flow through
+the while's gradient). With sequence_length ([batch] int64), a sequence's states stop
+changing past its length and its outputs there are zeros, as Fluid's.
 """
-from .. import unique_name
+from .. import core, unique_name
+from ..framework import default_main_program
 from ..layer_helper import LayerHelper, call_sharing_parameters
 from ..param_attr import ParamAttr
 from .activation import sigmoid, tanh
-from .control_flow import greater_than
-from .math import elementwise_add, elementwise_mul, elementwise_sub, matmul, scale
+from .common import _check_var
+from .control_flow import _outer_reads_writes, greater_than, increment, less_than
+from .math import (elementwise_add, elementwise_mul, elementwise_sub, matmul, reduce_sum,
+                   scale)
 from .nn import fc
-from .tensor import (cast, concat, fill_constant, fill_constant_batch_size_like, slice, split,
-                     squeeze, stack)
+from .tensor import (assign, cast, concat, expand, fill_constant, fill_constant_batch_size_like,
+                     gather, scatter, shape, slice, split, squeeze, stack, transpose, unsqueeze,
+                     zeros_like)
 
 __all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn", "dynamic_lstm", "dynamic_gru",
-           "gru_unit", "lstm_unit"]
+           "gru_unit", "lstm_unit", "lstm"]
 
 
 class RNNCell:
@@ -161,16 +167,26 @@ def _pack(template, flat):
 
 def rnn(cell, inputs, initial_states=None, sequence_length=None, time_major=False,
         is_reverse=False, **kwargs):
-    """Runs cell over the time dimension of inputs (unrolled when built); returns (outputs
-    [batch, time, ...] (or time-major), final states)."""
+    """Runs cell over the time dimension of inputs (unrolled when built if that dimension is
+    static, else a while loop); returns (outputs [batch, time, ...] (or time-major), final
+    states)."""
+    _check_var(inputs, "inputs", "rnn")
+    if len(inputs.shape) < 2:
+        raise ValueError("rnn: inputs must be [batch, time, ...] (or [time, batch, ...] with "
+                         "time_major), got shape %r" % (list(inputs.shape),))
+    if sequence_length is not None:
+        _check_var(sequence_length, "sequence_length", "rnn")
     t_axis = 0 if time_major else 1
     steps = inputs.shape[t_axis]
-    if steps is None or steps <= 0:
-        raise ValueError("rnn: the time dimension of inputs must be static, got shape %r"
-                         % (list(inputs.shape),))
     b_axis = 1 if time_major else 0
     states = initial_states if initial_states is not None else \
         cell.get_initial_states(inputs, dtype=inputs.dtype, batch_dim_idx=b_axis)
+    if steps is None or steps < 0:
+        return _rnn_while(cell, inputs, states, sequence_length, time_major, is_reverse,
+                          **kwargs)
+    if steps == 0:
+        raise ValueError("rnn: the time dimension of inputs is 0, got shape %r"
+                         % (list(inputs.shape),))
     mask_src = None
     if sequence_length is not None:
         mask_src = cast(sequence_length, inputs.dtype)
@@ -192,6 +208,74 @@ def rnn(cell, inputs, initial_states=None, sequence_length=None, time_major=Fals
         outputs[t] = out
         states = new_states
     return stack(outputs, axis=t_axis), states
+
+
+def _rnn_while(cell, inputs, states, sequence_length, time_major, is_reverse, **kwargs):
+    """rnn over a time dimension known only at run time: one ``while`` op whose body calls the
+    cell once (one set of parameters) per step t = i (or T - 1 - i when is_reverse). Step t
+    reads row t of the time-major inputs (gather) and writes its output into row t of a
+    [T, batch, ...] accumulator (scatter): both have gradients, so training differentiates
+    through the loop (the while's gradient runs the step's gradient block last step first)."""
+    program = default_main_program()
+    parent = program.current_block()
+    helper = LayerHelper("rnn")
+    rank = len(inputs.shape)
+    tm = inputs if time_major else transpose(inputs, [1, 0] + list(range(2, rank)))
+    num_steps = cast(slice(shape(tm), axes=[0], starts=[0], ends=[1]), "int64")
+    last = elementwise_sub(num_steps, fill_constant([1], "int64", 1))
+    length = cast(sequence_length, "int64") if sequence_length is not None else None
+    # the loop overwrites its state: start from copies, the caller's values stay as they were
+    flat_init = _flatten(states)
+    carried = [assign(s) for s in flat_init]
+    counter = fill_constant([1], "int64", 0)
+    cond = less_than(counter, num_steps)
+    body = program._create_block()
+    try:
+        t = elementwise_sub(last, counter) if is_reverse else counter
+        x = squeeze(gather(tm, t), [0])
+        out, new_states = cell(x, _pack(states, carried), **kwargs)
+        flat_new = _flatten(new_states)
+        if len(flat_new) != len(carried):
+            raise ValueError("rnn: the cell returns %d state(s) for %d initial state(s)"
+                             % (len(flat_new), len(carried)))
+        _check_var(out, "the cell's output", "rnn")
+        rest = [int(d) for d in out.shape[1:]]
+        if any(d < 0 for d in rest):
+            raise ValueError("rnn: only the batch dim of the cell's output may be unknown when "
+                             "the time dimension is, got shape %r" % (list(out.shape),))
+        if length is not None:
+            keep = cast(greater_than(length, t), inputs.dtype)  # [batch]: t < length
+            flat_new = [elementwise_add(elementwise_mul(elementwise_sub(n, o), keep, axis=0), o)
+                        for n, o in zip(flat_new, carried)]
+            out = elementwise_mul(out, keep, axis=0)
+        # the accumulator: zeros [T, batch] + rest, built before the loop
+        saved = program.current_block_idx
+        program.current_block_idx = parent.idx
+        try:
+            tb = zeros_like(tm)
+            if rank > 2:
+                tb = reduce_sum(tb, dim=list(range(2, rank)))
+            tb = cast(tb, out.dtype)
+            acc = expand(unsqueeze(tb, list(range(2, 2 + len(rest)))), [1, 1] + rest) \
+                if rest else tb
+        finally:
+            program.current_block_idx = saved
+        for n, o in zip(flat_new, carried):
+            assign(n, o)
+        assign(scatter(acc, t, unsqueeze(out, [0])), acc)
+        increment(counter, 1.0)
+        less_than(counter, num_steps, cond=cond)
+    finally:
+        program._rollback()
+    reads, writes = _outer_reads_writes(body)
+    steps = parent.create_var(name=unique_name.generate(helper.name + ".steps"),
+                              type=core.VarType.STEP_SCOPES, stop_gradient=True)
+    parent.append_op("while", inputs={"X": reads, "Condition": cond},
+                     outputs={"Out": writes, "StepScopes": steps},
+                     attrs={"sub_block": body.idx, "is_test": False,
+                            "max_iterations": 1 << 40})
+    outputs = acc if time_major else transpose(acc, [1, 0] + list(range(2, len(acc.shape))))
+    return outputs, _pack(states, carried)
 
 
 def birnn(cell_fw, cell_bw, inputs, initial_states=None, sequence_length=None,
@@ -319,3 +403,60 @@ def lstm_unit(x_t, hidden_t_prev, cell_t_prev, forget_bias=0.0, param_attr=None,
     helper.append_op("lstm_unit", inputs={"X": pre, "C_prev": cell_t_prev},
                      outputs={"C": c, "H": h}, attrs={"forget_bias": float(forget_bias)})
     return h, c
+
+
+def lstm(input, init_h, init_c, max_len, hidden_size, num_layers, dropout_prob=0.0,
+         is_bidirec=False, is_test=False, name=None, default_initializer=None, seed=-1):
+    """Fluid's cuDNN-style multi-layer LSTM over padded batches: input [batch, max_len,
+    input_size]; init_h and init_c [num_layers * directions, batch, hidden_size]. Returns
+    (rnn_out [batch, max_len, hidden_size * directions], last_h, last_c), the last two shaped
+    like init_h. Each layer (and direction, with is_bidirec) is an LSTMCell without forget
+    bias (cuDNN's gates) run by rnn; layer l + 1 reads layer l's outputs (both directions
+    concatenated), with dropout of dropout_prob between layers unless is_test. Weights are
+    one [in + hidden, 4 * hidden] matrix and one bias per layer and direction, named
+    NAME.l{layer}_{fw|bw}.w / .b (cuDNN's two biases add up to one)."""
+    from .nn import dropout
+    from .tensor import reshape, stack
+    shape = list(input.shape)
+    if len(shape) != 3:
+        raise ValueError("lstm: input must be [batch, max_len, input_size], got %s" % shape)
+    if int(hidden_size) <= 0 or int(num_layers) <= 0:
+        raise ValueError("lstm: hidden_size and num_layers must be positive, got %r and %r"
+                         % (hidden_size, num_layers))
+    if shape[1] > 0 and int(max_len) != shape[1]:
+        raise ValueError("lstm: max_len %d differs from the time dim of input %s"
+                         % (max_len, shape))
+    if not 0.0 <= float(dropout_prob) < 1.0:
+        raise ValueError("lstm: dropout_prob must be in [0, 1), got %r" % (dropout_prob,))
+    dirs = 2 if is_bidirec else 1
+    for what, v in (("init_h", init_h), ("init_c", init_c)):
+        vs = list(v.shape)
+        if len(vs) != 3 or vs[0] not in (-1, num_layers * dirs) or \
+                vs[2] not in (-1, int(hidden_size)):
+            raise ValueError("lstm: %s must be [num_layers * directions = %d, batch, "
+                             "hidden_size = %d], got %s" % (what, num_layers * dirs,
+                                                            hidden_size, vs))
+    prefix = name or unique_name.generate("lstm")
+    attr = ParamAttr(initializer=default_initializer) if default_initializer else None
+
+    def initial(v, k):
+        return reshape(slice(v, [0], [k], [k + 1]), [-1, int(hidden_size)])
+    x = input
+    last_h, last_c = [], []
+    for layer in range(int(num_layers)):
+        if layer > 0 and dropout_prob > 0 and not is_test:
+            x = dropout(x, float(dropout_prob), seed=None if seed == -1 else seed,
+                        dropout_implementation="upscale_in_train")
+        outs = []
+        for d in range(dirs):
+            k = layer * dirs + d
+            cell = LSTMCell(int(hidden_size), param_attr=attr, bias_attr=None, forget_bias=0.0,
+                            dtype=input.dtype,
+                            name="%s.l%d_%s" % (prefix, layer, "bw" if d else "fw"))
+            out, (h, c) = rnn(cell, x, initial_states=[initial(init_h, k), initial(init_c, k)],
+                              is_reverse=bool(d))
+            outs.append(out)
+            last_h.append(h)
+            last_c.append(c)
+        x = outs[0] if dirs == 1 else concat(outs, axis=2)
+    return x, stack(last_h, axis=0), stack(last_c, axis=0)
