@@ -738,6 +738,7 @@ def test_small_cnn_trains_through_vision_layers():
     images = rng.uniform(-1, 1, (16, 2, 6, 6)).astype("float32")
     labels = (images[:, 0].mean(axis=(1, 2)) > images[:, 1].mean(axis=(1, 2))).astype("int64")
     main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         img = L.data("img", [2, 6, 6])
         label = L.data("label", [1], dtype="int64")
@@ -762,6 +763,42 @@ def test_small_cnn_trains_through_vision_layers():
     losses = []
     for _ in range(12):
         (lv,) = exe.run(main, feed={"img": images, "label": labels.reshape(-1, 1)},
+                        fetch_list=[loss], scope=scope)
+        losses.append(float(np.asarray(lv).ravel()[0]))
+    assert np.all(np.isfinite(losses))
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_spatial_transformer_and_volume_decoder_train():
+    # A learned affine_grid / grid_sampler warp, temporal_shift, space_to_depth and unfold in
+    # front of a classifier, and a conv3d_transpose decoder with a reconstruction loss.
+    rng = np.random.RandomState(1)
+    images = rng.uniform(-1, 1, (8, 4, 6, 6)).astype("float32")
+    labels = (images[:, :2].mean(axis=(1, 2, 3)) > images[:, 2:].mean(axis=(1, 2, 3)))
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        img = L.data("img", [4, 6, 6])
+        label = L.data("label", [1], dtype="int64")
+        theta = L.reshape(L.fc(L.flatten(img), 6, act="tanh"), [-1, 2, 3])
+        warped = L.grid_sampler(img, L.affine_grid(theta, [8, 4, 6, 6]))
+        h = L.temporal_shift(warped, 2)
+        h = L.space_to_depth(h, 2)  # [N, 16, 3, 3]
+        cols = L.unfold(h, [2, 2])  # [N, 64, 4]
+        logits = L.fc(cols, 2)
+        cls_loss = L.mean(L.softmax_with_cross_entropy(logits, label))
+        vol = L.reshape(h, [-1, 4, 4, 3, 3])
+        recon = L.conv3d_transpose(vol, 1, filter_size=[1, 2, 2], stride=[1, 2, 2])  # 4x6x6
+        target = L.reshape(img, [-1, 1, 4, 6, 6])
+        rec_loss = L.mean(L.square(L.elementwise_sub(recon, target)))
+        loss = L.elementwise_add(cls_loss, rec_loss)
+        fluid.optimizer.Adam(0.02).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    losses = []
+    for _ in range(15):
+        (lv,) = exe.run(main, feed={"img": images, "label": labels.reshape(-1, 1).astype("int64")},
                         fetch_list=[loss], scope=scope)
         losses.append(float(np.asarray(lv).ravel()[0]))
     assert np.all(np.isfinite(losses))
