@@ -5,7 +5,8 @@
 //   linear    with align_mode 0 and not align_corners the source is s = max(ratio * (o + 0.5) -
 //             0.5, 0), else s = ratio * o; output o mixes lo = int(s) (clamped >= 0) and hi =
 //             min(lo + 1, in - 1) with weights 1 - (s - lo) and s - lo.
-// Ratios and weights are float, as in Fluid, so float64 runs pick the same source pixels.
+// Ratios and weights are float, as in Fluid, so float64 runs pick the same source pixels. The
+// output size: operators/nn/interp_size.h (an OutSize input sets it when the op runs).
 // A resized image is the sum over the taps of each axis (one tap nearest, two linear) of
 // x[taps] * weight_d * weight_h * weight_w; the gradient scatters Out@GRAD back with the same
 // weights.
@@ -13,6 +14,7 @@
 #include <array>
 
 #include "framework/parallel.h"
+#include "operators/nn/interp_size.h"
 #include "operators/nn/nn_util.h"
 
 namespace loom::ops {
@@ -79,30 +81,6 @@ struct InterpGeom {
   AxisTaps axis[3];
 };
 
-bool ChannelsLast(const std::string& layout) { return layout == "NHWC" || layout == "NDHWC"; }
-
-// Output spatial extents for input spatial extents `in` (rank 2 or 3; -1 unknown).
-std::vector<int64_t> InterpOutSize(const std::vector<int64_t>& in, float scale,
-                                   const std::vector<int>& want) {
-  std::vector<int64_t> out(in.size());
-  for (size_t a = 0; a < in.size(); ++a) {
-    if (scale > 0)
-      out[a] = in[a] < 0 ? -1 : static_cast<int64_t>(static_cast<float>(in[a]) * scale);
-    else
-      out[a] = want[a];
-  }
-  return out;
-}
-
-template <typename Ctx>
-std::vector<int> WantedSize(const Ctx& ctx, int rank) {
-  std::vector<int> want;
-  if (rank == 3) want.push_back(ctx.template Attr<int>("out_d"));
-  want.push_back(ctx.template Attr<int>("out_h"));
-  want.push_back(ctx.template Attr<int>("out_w"));
-  return want;
-}
-
 Status InterpInferShape(InferShapeContext* ctx, int rank) {
   DDim x = ctx->InputDim("X");
   if (x.size() != rank + 2) return ctx->Error(ctx->DescribeInput("X"), " must be ", rank + 2, "-D");
@@ -112,6 +90,20 @@ Status InterpInferShape(InferShapeContext* ctx, int rank) {
   for (int a = 0; a < rank; ++a) in.push_back(x[first + a]);
   const float scale = ctx->Attr<float>("scale");
   std::vector<int> want = WantedSize(*ctx, rank);
+  DDim od = x;
+  if (ctx->HasInput("OutSize")) {
+    // The size is read when the op runs: the positive out_* attributes, if any, say what it
+    // will be; otherwise the spatial dims are unknown until then.
+    DDim sd = ctx->InputDim("OutSize");
+    if (sd.size() != 1 || (sd[0] >= 0 && sd[0] != rank))
+      return ctx->Error(ctx->DescribeInput("OutSize"), " must be 1-D [", rank, "]");
+    if (ctx->InputDtype("OutSize") != proto::INT32)
+      return ctx->Error(ctx->DescribeInput("OutSize"), " must be int32");
+    for (int a = 0; a < rank; ++a) od[first + a] = !ctx->IsRuntime() && want[a] > 0 ? want[a] : -1;
+    ctx->SetOutputDim("Out", od);
+    ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+    return Status::OK();
+  }
   if (scale <= 0)
     for (int a = 0; a < rank; ++a)
       if (want[a] <= 0)
@@ -122,23 +114,20 @@ Status InterpInferShape(InferShapeContext* ctx, int rank) {
     if (out[a] == 0)
       return ctx->Error("scale ", scale, " leaves spatial dim ", a, " of ", ctx->DescribeInput("X"),
                         " empty");
-  DDim od = x;
   for (int a = 0; a < rank; ++a) od[first + a] = out[a];
   ctx->SetOutputDim("Out", od);
   ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
   return Status::OK();
 }
 
-InterpGeom MakeInterpGeom(const KernelContext& ctx, const DDim& x, InterpKind kind) {
+// x: the input dims; y: the output dims (both in the op's layout).
+InterpGeom MakeInterpGeom(const KernelContext& ctx, const DDim& x, const DDim& y, InterpKind kind) {
   const int rank = x.size() - 2;
   InterpGeom g;
   g.channels_last = ChannelsLast(ctx.Attr<std::string>("data_layout"));
   const int first = g.channels_last ? 1 : 2;
   g.n = x[0];
   g.c = g.channels_last ? x[x.size() - 1] : x[1];
-  std::vector<int64_t> in;
-  for (int a = 0; a < rank; ++a) in.push_back(x[first + a]);
-  std::vector<int64_t> out = InterpOutSize(in, ctx.Attr<float>("scale"), WantedSize(ctx, rank));
   const bool align_corners = ctx.Attr<bool>("align_corners");
   const int align_mode = ctx.Attr<int>("align_mode");
   const int skip = 3 - rank;
@@ -148,8 +137,8 @@ InterpGeom MakeInterpGeom(const KernelContext& ctx, const DDim& x, InterpKind ki
       g.axis[a] = UnitAxis();
       continue;
     }
-    g.in[a] = in[a - skip];
-    g.out[a] = out[a - skip];
+    g.in[a] = x[first + a - skip];
+    g.out[a] = y[first + a - skip];
     g.axis[a] = MakeAxisTaps(g.in[a], g.out[a], kind, align_corners, align_mode);
   }
   return g;
@@ -191,9 +180,11 @@ void ForEachTap(const InterpGeom& g, int64_t b, F&& f) {
 template <typename T, InterpKind kKind>
 Status InterpKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
-  InterpGeom g = MakeInterpGeom(ctx, xt.dims(), kKind);
+  LOOM_ASSIGN_OR_RETURN(DDim y, InterpOutDims(ctx, xt.dims()));
+  InterpGeom g = MakeInterpGeom(ctx, xt.dims(), y, kKind);
   const T* x = xt.data<T>();
   Tensor* outt = ctx.Output("Out");
+  outt->Resize(y);
   T* out = outt->mutable_data<T>(ctx.place());
   std::fill(out, out + outt->numel(), T(0));
   ParallelFor(g.n, 1, [&](int64_t b0, int64_t b1) {
@@ -210,8 +201,9 @@ Status InterpGradKernel(const KernelContext& ctx) {
   Tensor* dxt = ctx.OutputOrNull("X@GRAD");
   if (!dxt) return Status::OK();
   const Tensor& xt = ctx.Input("X");
-  InterpGeom g = MakeInterpGeom(ctx, xt.dims(), kKind);
-  const T* dout = ctx.Input("Out@GRAD").data<T>();
+  const Tensor& dout_t = ctx.Input("Out@GRAD");
+  InterpGeom g = MakeInterpGeom(ctx, xt.dims(), dout_t.dims(), kKind);
+  const T* dout = dout_t.data<T>();
   T* dx = dxt->mutable_data<T>(ctx.place());
   std::fill(dx, dx + dxt->numel(), T(0));
   ParallelFor(g.n, 1, [&](int64_t b0, int64_t b1) {
@@ -256,6 +248,10 @@ Status Interp3DInferShape(InferShapeContext* ctx) { return InterpInferShape(ctx,
 LOOM_REGISTER_OP(bilinear_interp)
     .Doc("Out = X [N, C, H, W] resized on H and W by bilinear interpolation (Fluid's rules).")
     .Input("X", "input [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC)")
+    .Input("OutSize",
+           "optional int32 [spatial rank]: the output size, read when the op runs (overrides "
+           "out_* and scale)",
+           false, true)
     .Output("Out", "resized input")
     .LOOM_INTERP_ATTRS(std::vector<std::string>({"NCHW", "NHWC"}))
     .InferShape(Interp2DInferShape)
@@ -276,6 +272,10 @@ LOOM_REGISTER_OP(bilinear_interp_grad)
 LOOM_REGISTER_OP(nearest_interp)
     .Doc("Out = X [N, C, H, W] resized on H and W by nearest-neighbour sampling (Fluid's rules).")
     .Input("X", "input [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC)")
+    .Input("OutSize",
+           "optional int32 [spatial rank]: the output size, read when the op runs (overrides "
+           "out_* and scale)",
+           false, true)
     .Output("Out", "resized input")
     .LOOM_INTERP_ATTRS(std::vector<std::string>({"NCHW", "NHWC"}))
     .InferShape(Interp2DInferShape)
@@ -296,6 +296,10 @@ LOOM_REGISTER_OP(nearest_interp_grad)
 LOOM_REGISTER_OP(trilinear_interp)
     .Doc("Out = X [N, C, D, H, W] resized on D, H and W by trilinear interpolation.")
     .Input("X", "input [N, C, D, H, W] (NCDHW) or [N, D, H, W, C] (NDHWC)")
+    .Input("OutSize",
+           "optional int32 [spatial rank]: the output size, read when the op runs (overrides "
+           "out_* and scale)",
+           false, true)
     .Output("Out", "resized input")
     .Attr<int>("out_d", -1, "output depth (used when scale <= 0)")
     .LOOM_INTERP_ATTRS(std::vector<std::string>({"NCDHW", "NDHWC"}))

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/interp_size.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -218,10 +219,12 @@ __global__ void InterpGradK(InterpGeom g, const T* dout, T* dx) {
 template <typename T, bool kLinear>
 Status Interp(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
+  LOOM_ASSIGN_OR_RETURN(DDim y, InterpOutDims(ctx, x.dims()));
   Tensor* out = ctx.Output("Out");
+  out->Resize(y);
   T* o = MutableDataOf<T>(out, ctx.place());
   if (out->numel() == 0) return Status::OK();
-  InterpGeom g = MakeInterpGeom(ctx, x.dims(), out->dims(), kLinear);
+  InterpGeom g = MakeInterpGeom(ctx, x.dims(), y, kLinear);
   InterpK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(g, DataOf<T>(x), o);
   return LaunchStatus(ctx);
 }

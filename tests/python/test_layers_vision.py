@@ -155,6 +155,60 @@ def test_resize_trilinear(align_corners, align_mode):
     t.check_grad()
 
 
+@pytest.mark.parametrize("how", ["out_shape", "actual_shape"])
+def test_resize_to_a_size_read_at_run_time(how):
+    x = rand(2, 2, 3, 4, seed=42)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = L.data("x", [2, 2, 3, 4], append_batch_size=False, dtype="float64",
+                    stop_gradient=False)
+        size = L.data("size", [2], append_batch_size=False, dtype="int32")
+        if how == "out_shape":
+            out = L.resize_bilinear(xv, out_shape=size, align_corners=False, align_mode=0)
+            assert list(out.shape) == [2, 2, -1, -1]
+        else:
+            out = L.resize_bilinear(xv, out_shape=[3, 3], actual_shape=size,
+                                    align_corners=False, align_mode=0)
+            assert list(out.shape) == [2, 2, 3, 3]
+        loss = L.reduce_sum(L.square(out))
+        fluid.backward.append_backward(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    for hw in ([5, 7], [2, 3]):
+        got, dx = exe.run(main, feed={"x": x, "size": np.array(hw, dtype="int32")},
+                          fetch_list=[out, "x@GRAD"], scope=scope)
+        ref = resize_ref(x, tuple(hw), True, False, 0)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+        # d sum(out^2) / dx = the adjoint of the resize applied to 2 out, basis vector by vector.
+        expect = np.zeros_like(x)
+        for idx in np.ndindex(*x.shape):
+            e = np.zeros_like(x)
+            e[idx] = 1.0
+            expect[idx] = (2 * ref * resize_ref(e, tuple(hw), True, False, 0)).sum()
+        np.testing.assert_allclose(dx, expect, rtol=1e-6, atol=1e-7)
+
+
+def test_resize_size_variable_errors():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = L.data("x", [1, 1, 4, 4], append_batch_size=False)
+        fsize = L.data("fsize", [2], append_batch_size=False, dtype="float32")
+        isize = L.data("isize", [3], append_batch_size=False, dtype="int32")
+        with pytest.raises(ValueError, match="out_shape must be an int32 Variable of shape"):
+            L.resize_bilinear(x, out_shape=fsize)
+        with pytest.raises(ValueError, match="actual_shape must be an int32 Variable of shape"):
+            L.resize_bilinear(x, [2, 2], actual_shape=isize)
+        with pytest.raises(TypeError, match="actual_shape must be a Variable"):
+            L.resize_bilinear(x, [2, 2], actual_shape=[3, 3])
+        size = L.data("size", [2], append_batch_size=False, dtype="int32")
+        out = L.resize_nearest(x, out_shape=size)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(Exception, match="OutSize must be positive"):
+        exe.run(main, feed={"x": np.zeros((1, 1, 4, 4), "float32"),
+                            "size": np.array([0, 2], dtype="int32")}, fetch_list=[out])
+
+
 def test_image_resize_takes_either_spelling_of_the_layout():
     x = rand(1, 2, 2, 3, 2, seed=41)
     ref = resize_ref(x, (3, 4, 3), True, True, 1)
@@ -178,7 +232,8 @@ def test_resize_errors():
     build_fails(lambda x: L.image_resize(x), shape, "give out_shape or scale")
     build_fails(lambda x: L.image_resize(x, [2, 2], resample="BICUBIC"), shape, "resample")
     build_fails(lambda x: L.image_resize(x, [2, 2, 2]), shape, "out_shape must be a list of 2")
-    build_fails(lambda x: L.resize_bilinear(x, [2, 2], actual_shape=x), shape, "actual_shape")
+    build_fails(lambda x: L.resize_bilinear(x, [2, 2], actual_shape=x), shape,
+                "actual_shape must be an int32 Variable")
     build_fails(lambda x: L.resize_bilinear(x, [2, 2], align_mode=2), shape, "align_mode")
     build_fails(lambda x: L.resize_bilinear(x, scale=-1.0), shape, "scale must be > 0")
     build_fails(lambda x: L.resize_bilinear(x, [2, 2], data_format="CHWN"), shape,

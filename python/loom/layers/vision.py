@@ -10,7 +10,7 @@ channels-first and back."""
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable
+from ..framework import Variable, dtype_name
 from ..initializer import MSRAInitializer
 from ..layer_helper import LayerHelper
 from .activation import _act, _check_act
@@ -76,9 +76,11 @@ _RESAMPLE_OPS = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
 def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEAR",
                  actual_shape=None, align_corners=True, align_mode=1, data_format="NCHW"):
     """input resized on its spatial axes to out_shape ([H, W], or [D, H, W] for TRILINEAR), or
-    by scale when out_shape is None (out = int(in * scale)). Fluid's index rules: with
-    align_corners the corner pixels of input and output coincide; otherwise align_mode 0
-    samples at pixel centres and align_mode 1 at ratio * index."""
+    by scale when out_shape is None (out = int(in * scale)). out_shape may be an int32
+    Variable, and actual_shape (an int32 Variable) overrides out_shape and scale when the
+    program runs; both are then read at run time. Fluid's index rules: with align_corners the
+    corner pixels of input and output coincide; otherwise align_mode 0 samples at pixel centres
+    and align_mode 1 at ratio * index."""
     layer = "image_resize"
     _check_var(input, "input", layer)
     if resample not in _RESAMPLE_OPS:
@@ -94,9 +96,9 @@ def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEA
     if len(input.shape) != rank + 2:
         raise ValueError("%s: %s needs a %d-D input, got shape %r"
                          % (layer, resample, rank + 2, list(input.shape)))
+    size_var = None  # an int32 [rank] Variable read when the op runs (the op's OutSize)
     if actual_shape is not None:
-        raise NotImplementedError("%s: actual_shape (a shape known only at run time) is not "
-                                  "supported; give out_shape as ints or scale" % layer)
+        size_var = _size_variable(actual_shape, "actual_shape", rank, layer)
     if not isinstance(align_corners, bool):
         raise TypeError("%s: align_corners must be a bool, got %r" % (layer, align_corners))
     if align_mode not in (0, 1):
@@ -105,29 +107,38 @@ def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEA
         raise ValueError("%s: give out_shape or scale (one of them must not be None)" % layer)
     attrs = {"align_corners": align_corners, "align_mode": int(align_mode),
              "data_layout": layout, "scale": 0.0}
-    if out_shape is not None:
-        if isinstance(out_shape, Variable):
-            raise NotImplementedError("%s: out_shape must be a list of ints; a Variable is not "
-                                      "supported" % layer)
+    if isinstance(out_shape, Variable):
+        size_var = size_var or _size_variable(out_shape, "out_shape", rank, layer)
+    elif out_shape is not None:
         if not isinstance(out_shape, (list, tuple)) or len(out_shape) != rank:
             raise ValueError("%s: out_shape must be a list of %d ints for %s, got %r"
                              % (layer, rank, resample, out_shape))
         if any(isinstance(v, Variable) for v in out_shape):
-            raise NotImplementedError("%s: out_shape must hold ints; Variables in it are not "
-                                      "supported" % layer)
+            raise NotImplementedError("%s: out_shape must be ints or one int32 Variable; "
+                                      "Variables inside the list are not supported" % layer)
         out_shape = [int(v) for v in out_shape]
         if any(v <= 0 for v in out_shape):
             raise ValueError("%s: out_shape must be positive, got %r" % (layer, out_shape))
         for key, v in zip(["out_d", "out_h", "out_w"][3 - rank:], out_shape):
             attrs[key] = v
-    else:
+    elif size_var is None:
         if isinstance(scale, Variable):
             raise NotImplementedError("%s: scale must be a number; a Variable is not supported"
                                       % layer)
         if float(scale) <= 0:
             raise ValueError("%s: scale must be > 0, got %r" % (layer, scale))
         attrs["scale"] = float(scale)
-    return _one_op(_RESAMPLE_OPS[resample], input, attrs, name=name)
+    extra = {"OutSize": size_var} if size_var is not None else None
+    return _one_op(_RESAMPLE_OPS[resample], input, attrs, name=name, extra_inputs=extra)
+
+
+def _size_variable(v, what, rank, layer):
+    if not isinstance(v, Variable):
+        raise TypeError("%s: %s must be a Variable, got %r" % (layer, what, v))
+    if dtype_name(v.dtype) != "int32" or len(v.shape) != 1 or v.shape[0] not in (-1, rank):
+        raise ValueError("%s: %s must be an int32 Variable of shape [%d], got %s %r"
+                         % (layer, what, rank, dtype_name(v.dtype), list(v.shape)))
+    return v
 
 
 def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=None,
