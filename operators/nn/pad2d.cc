@@ -3,11 +3,14 @@
 //   constant  outside the image -> pad_value
 //   reflect   mirrored about the border pixel, which is not repeated (pads must be < the extent)
 //   edge      the nearest border pixel
-// pad2d_grad adds Out@GRAD of each output pixel into the input pixel it read.
+// pad2d_grad adds Out@GRAD of each output pixel into the input pixel it read. The paddings may
+// come from an int32 [4] Paddings input read when the op runs (operators/nn/pad2d_paddings.h).
 #include <algorithm>
+#include <array>
 
 #include "framework/parallel.h"
 #include "operators/nn/nn_util.h"
+#include "operators/nn/pad2d_paddings.h"
 
 namespace loom::ops {
 namespace {
@@ -27,8 +30,8 @@ struct Pad2DGeom {
   PadMode mode;
 };
 
-Pad2DGeom MakePad2DGeom(const KernelContext& ctx, const DDim& x) {
-  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
+Pad2DGeom MakePad2DGeom(const KernelContext& ctx, const DDim& x,
+                        const std::array<int64_t, 4>& pads) {
   Pad2DGeom g;
   g.nhwc = ctx.Attr<std::string>("data_format") == "NHWC";
   g.n = x[0];
@@ -88,6 +91,15 @@ Status Pad2DInferShape(InferShapeContext* ctx) {
   const int hax = nhwc ? 1 : 2;
   const bool reflect = ctx->Attr<std::string>("mode") == "reflect";
   DDim out = x;
+  if (ctx->HasInput("Paddings")) {  // read when the op runs: H and W unknown until then
+    DDim pd = ctx->InputDim("Paddings");
+    if (pd.size() != 1 || (pd[0] >= 0 && pd[0] != 4) || ctx->InputDtype("Paddings") != proto::INT32)
+      return ctx->Error(ctx->DescribeInput("Paddings"), " must be int32 [4]");
+    out[hax] = out[hax + 1] = -1;
+    ctx->SetOutputDim("Out", out);
+    ctx->SetOutputDtype("Out", ctx->InputDtype("X"));
+    return Status::OK();
+  }
   for (int a = 0; a < 2; ++a) {
     const int64_t in = x[hax + a];
     const int before = pads[2 * a], after = pads[2 * a + 1];
@@ -108,10 +120,13 @@ Status Pad2DInferShape(InferShapeContext* ctx) {
 template <typename T>
 Status Pad2DKernel(const KernelContext& ctx) {
   const Tensor& xt = ctx.Input("X");
-  Pad2DGeom g = MakePad2DGeom(ctx, xt.dims());
+  LOOM_ASSIGN_OR_RETURN(auto pads, Pad2DPaddings(ctx, xt.dims()));
+  Pad2DGeom g = MakePad2DGeom(ctx, xt.dims(), pads);
   const T value = static_cast<T>(ctx.Attr<float>("pad_value"));
   const T* x = xt.data<T>();
-  T* out = ctx.Output("Out")->mutable_data<T>(ctx.place());
+  Tensor* outt = ctx.Output("Out");
+  outt->Resize(g.nhwc ? DDim{g.n, g.ho, g.wo, g.c} : DDim{g.n, g.c, g.ho, g.wo});
+  T* out = outt->mutable_data<T>(ctx.place());
   ParallelFor(g.n, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       ForEachPixel(g, b, [&](int64_t o, int64_t i) { out[o] = i >= 0 ? x[i] : value; });
@@ -124,7 +139,8 @@ Status Pad2DGradKernel(const KernelContext& ctx) {
   Tensor* dxt = ctx.OutputOrNull("X@GRAD");
   if (!dxt) return Status::OK();
   const Tensor& xt = ctx.Input("X");
-  Pad2DGeom g = MakePad2DGeom(ctx, xt.dims());
+  LOOM_ASSIGN_OR_RETURN(auto pads, Pad2DPaddings(ctx, xt.dims()));
+  Pad2DGeom g = MakePad2DGeom(ctx, xt.dims(), pads);
   const T* dout = ctx.Input("Out@GRAD").data<T>();
   T* dx = dxt->mutable_data<T>(ctx.place());
   std::fill(dx, dx + dxt->numel(), T(0));
@@ -143,7 +159,7 @@ Status Pad2DGradInferShape(InferShapeContext* ctx) {
 }
 
 std::vector<proto::OpDesc> Pad2DGradMaker(const OpDesc& fwd) {
-  return {nn::MakeGradOp(fwd, {"X", "Out@GRAD"}, {"X"})};
+  return {nn::MakeGradOp(fwd, {"X", "Paddings", "Out@GRAD"}, {"X"})};
 }
 
 }  // namespace
@@ -154,6 +170,10 @@ LOOM_REGISTER_OP(pad2d)
         "(constant), the mirror image without the border pixel (reflect) or the border pixel "
         "(edge).")
     .Input("X", "input [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC)")
+    .Input("Paddings",
+           "optional int32 [4]: [top, bottom, left, right], read when the op runs (overrides "
+           "the attribute)",
+           false, true)
     .Output("Out", "padded input, H + top + bottom high and W + left + right wide")
     .Attr<std::vector<int>>("paddings", {0, 0, 0, 0}, "[top, bottom, left, right]",
                             nn::IntsOf(4, 0))
@@ -169,6 +189,7 @@ LOOM_REGISTER_OP(pad2d)
 LOOM_REGISTER_OP(pad2d_grad)
     .Doc("X@GRAD of pad2d: Out@GRAD of each output pixel added into the input pixel it read.")
     .Input("X", "forward input (for its dims)")
+    .Input("Paddings", "the forward op's Paddings, when it has them", false, true)
     .Input("Out@GRAD", "gradient of Out")
     .Output("X@GRAD", "gradient of X", false, true)
     .AttrsFrom("pad2d")

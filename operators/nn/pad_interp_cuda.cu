@@ -3,11 +3,13 @@
 // operators/nn/interp.cc). Forward: one thread per output element gathering its source pixels.
 // Gradient: one thread per output element adding Out@GRAD into the pixels it read (atomicAdd:
 // several outputs may read one pixel).
+#include <array>
 #include <string>
 #include <vector>
 
 #include "operators/cuda_util.cuh"
 #include "operators/nn/interp_size.h"
+#include "operators/nn/pad2d_paddings.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -20,8 +22,8 @@ struct Pad2DGeom {
   int mode;  // 0 constant, 1 reflect, 2 edge
 };
 
-Pad2DGeom MakePad2DGeom(const KernelContext& ctx, const DDim& x) {
-  const auto& pads = ctx.Attr<std::vector<int>>("paddings");
+Pad2DGeom MakePad2DGeom(const KernelContext& ctx, const DDim& x,
+                        const std::array<int64_t, 4>& pads) {
   const std::string& mode = ctx.Attr<std::string>("mode");
   Pad2DGeom g;
   g.nhwc = ctx.Attr<std::string>("data_format") == "NHWC";
@@ -81,8 +83,10 @@ __global__ void Pad2DGradK(Pad2DGeom g, const T* dout, T* dx) {
 template <typename T>
 Status Pad2D(const KernelContext& ctx) {
   const Tensor& x = ctx.Input("X");
-  Pad2DGeom g = MakePad2DGeom(ctx, x.dims());
+  LOOM_ASSIGN_OR_RETURN(auto pads, Pad2DPaddings(ctx, x.dims()));
+  Pad2DGeom g = MakePad2DGeom(ctx, x.dims(), pads);
   Tensor* out = ctx.Output("Out");
+  out->Resize(g.nhwc ? DDim{g.n, g.ho, g.wo, g.c} : DDim{g.n, g.c, g.ho, g.wo});
   T* o = MutableDataOf<T>(out, ctx.place());
   if (out->numel() == 0) return Status::OK();
   Pad2DK<T><<<Blocks(out->numel()), kThreads, 0, Stream(ctx)>>>(
@@ -94,7 +98,9 @@ template <typename T>
 Status Pad2DGrad(const KernelContext& ctx) {
   Tensor* dxt = ctx.OutputOrNull("X@GRAD");
   if (!dxt) return Status::OK();
-  Pad2DGeom g = MakePad2DGeom(ctx, ctx.Input("X").dims());
+  const DDim x = ctx.Input("X").dims();
+  LOOM_ASSIGN_OR_RETURN(auto pads, Pad2DPaddings(ctx, x));
+  Pad2DGeom g = MakePad2DGeom(ctx, x, pads);
   T* dx = MutableDataOf<T>(dxt, ctx.place());
   if (dxt->numel() == 0) return Status::OK();
   cudaMemsetAsync(dx, 0, dxt->nbytes(), Stream(ctx));

@@ -49,6 +49,40 @@ def test_pad2d(mode, data_format):
     t.check_grad()
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad2d_paddings_read_at_run_time(mode):
+    x = rand(2, 3, 4, 5, seed=43)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        xv = L.data("x", [2, 3, 4, 5], append_batch_size=False, dtype="float64",
+                    stop_gradient=False)
+        pads = L.data("pads", [4], append_batch_size=False, dtype="int32")
+        out = L.pad2d(xv, pads, mode=mode, pad_value=0.5)
+        assert list(out.shape) == [2, 3, -1, -1]
+        loss = L.reduce_sum(L.square(out))
+        fluid.backward.append_backward(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    kw = {"constant_values": 0.5} if mode == "constant" else {}
+    for p in ([1, 2, 3, 0], [0, 3, 1, 1]):
+        got, dx = exe.run(main, feed={"x": x, "pads": np.array(p, dtype="int32")},
+                          fetch_list=[out, "x@GRAD"], scope=scope)
+        ref = np.pad(x, ((0, 0), (0, 0), (p[0], p[1]), (p[2], p[3])), mode=mode, **kw)
+        np.testing.assert_array_equal(got, ref)
+        # d sum(out^2) / dx: 2 out summed over the output pixels that read each input pixel.
+        idx = np.pad(np.arange(x.size).reshape(x.shape), ((0, 0), (0, 0), (p[0], p[1]),
+                                                          (p[2], p[3])), mode=mode,
+                     **({"constant_values": -1} if mode == "constant" else {}))
+        expect = np.zeros(x.size)
+        np.add.at(expect, idx[idx >= 0], 2 * ref[idx >= 0])
+        np.testing.assert_allclose(dx, expect.reshape(x.shape), rtol=1e-12)
+    if mode == "reflect":
+        with pytest.raises(Exception, match="below the extent 4"):
+            exe.run(main, feed={"x": x, "pads": np.array([4, 0, 0, 0], dtype="int32")},
+                    fetch_list=[out], scope=scope)
+
+
 def test_pad2d_errors():
     build_fails(lambda x: L.pad2d(x, [1, 1, 1]), [1, 1, 3, 3], "pad2d: paddings")
     build_fails(lambda x: L.pad2d(x, [1, 1, 1, 1], mode="wrap"), [1, 1, 3, 3], "pad2d: mode")
@@ -201,6 +235,8 @@ def test_resize_size_variable_errors():
             L.resize_bilinear(x, [2, 2], actual_shape=isize)
         with pytest.raises(TypeError, match="actual_shape must be a Variable"):
             L.resize_bilinear(x, [2, 2], actual_shape=[3, 3])
+        with pytest.raises(ValueError, match="pad2d: paddings must be an int32 Variable"):
+            L.pad2d(x, fsize)
         size = L.data("size", [2], append_batch_size=False, dtype="int32")
         out = L.resize_nearest(x, out_shape=size)
     exe = fluid.Executor(fluid.CPUPlace())

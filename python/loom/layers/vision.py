@@ -47,12 +47,14 @@ def _one_op(op_type, x, attrs, name=None, in_slot="X", out_slot="Out", extra_inp
 
 def pad2d(input, paddings=[0, 0, 0, 0], mode="constant", pad_value=0.0, data_format="NCHW",
           name=None):
-    """input [N, C, H, W] (or NHWC) padded by paddings = [top, bottom, left, right]: with
-    pad_value (mode 'constant'), the mirror image without the border pixel ('reflect') or the
-    border pixel repeated ('edge')."""
+    """input [N, C, H, W] (or NHWC) padded by paddings = [top, bottom, left, right] (4 ints, or
+    an int32 [4] Variable read when the program runs): with pad_value (mode 'constant'), the
+    mirror image without the border pixel ('reflect') or the border pixel repeated ('edge')."""
     _check_var(input, "input", "pad2d")
-    if isinstance(paddings, Variable):
-        raise NotImplementedError("pad2d: paddings must be 4 ints; a Variable is not supported")
+    size_var = None
+    if isinstance(paddings, Variable):  # read when the program runs
+        size_var = _size_variable(paddings, "paddings", 4, "pad2d")
+        paddings = [0, 0, 0, 0]
     paddings = _ints(paddings, 4, "paddings", "pad2d")
     if any(p < 0 for p in paddings):
         raise ValueError("pad2d: paddings must be >= 0, got %r" % (paddings,))
@@ -64,7 +66,7 @@ def pad2d(input, paddings=[0, 0, 0, 0], mode="constant", pad_value=0.0, data_for
         raise ValueError("pad2d: input must be 4-D, got shape %r" % (list(input.shape),))
     return _one_op("pad2d", input, {"paddings": paddings, "mode": mode,
                                     "pad_value": float(pad_value), "data_format": data_format},
-                   name=name)
+                   name=name, extra_inputs={"Paddings": size_var} if size_var else None)
 
 
 # ---- resizing --------------------------------------------------------------------------------
