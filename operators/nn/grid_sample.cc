@@ -1,6 +1,7 @@
 // The two halves of a spatial transformer, as in Fluid 1.8 (corners aligned):
 // affine_grid: Output [N, H, W, 2] with Output[n, h, w] = Theta[n] (2 x 3) applied to (x_w, y_h,
-//   1), where x_w = -1 + 2 w / (W - 1) and y_h = -1 + 2 h / (H - 1) span [-1, 1].
+//   1), where x_w = -1 + 2 w / (W - 1) and y_h = -1 + 2 h / (H - 1) span [-1, 1]; H and W come
+//   from output_shape or an OutputShape input read when the op runs (affine_grid_size.h).
 // grid_sampler: Output [N, C, Ho, Wo] samples X [N, C, H, W] bilinearly at Grid [N, Ho, Wo, 2]
 //   = (x, y) in [-1, 1], the pixel position being ((x + 1) / 2 (W - 1), (y + 1) / 2 (H - 1)).
 //   Neighbours outside the image count as zero. Gradients flow to X and to Grid.
@@ -8,6 +9,7 @@
 #include <cmath>
 
 #include "framework/parallel.h"
+#include "operators/nn/affine_grid_size.h"
 #include "operators/nn/nn_util.h"
 
 namespace loom::ops {
@@ -26,6 +28,15 @@ Status AffineGridInferShape(InferShapeContext* ctx) {
   DDim theta = ctx->InputDim("Theta");
   if (theta.size() != 3 || (theta[1] >= 0 && theta[1] != 2) || (theta[2] >= 0 && theta[2] != 3))
     return ctx->Error(ctx->DescribeInput("Theta"), " must be [N, 2, 3]");
+  if (ctx->HasInput("OutputShape")) {  // read when the op runs: H and W unknown until then
+    DDim sd = ctx->InputDim("OutputShape");
+    if (sd.size() != 1 || (sd[0] >= 0 && sd[0] != 4) ||
+        ctx->InputDtype("OutputShape") != proto::INT32)
+      return ctx->Error(ctx->DescribeInput("OutputShape"), " must be int32 [4]");
+    ctx->SetOutputDim("Output", DDim{theta[0], -1, -1, 2});
+    ctx->SetOutputDtype("Output", ctx->InputDtype("Theta"));
+    return Status::OK();
+  }
   const auto& shape = ctx->Attr<std::vector<int>>("output_shape");
   if (shape.size() != 4)
     return ctx->Error("output_shape must be [N, C, H, W], got ", nn::IntsToString(shape));
@@ -40,11 +51,13 @@ Status AffineGridInferShape(InferShapeContext* ctx) {
 template <typename T>
 Status AffineGridKernel(const KernelContext& ctx) {
   const Tensor& theta_t = ctx.Input("Theta");
-  const auto& shape = ctx.Attr<std::vector<int>>("output_shape");
-  const int64_t n = theta_t.dims()[0], h = shape[2], w = shape[3];
+  LOOM_ASSIGN_OR_RETURN(auto hw, AffineGridSize(ctx));
+  const int64_t n = theta_t.dims()[0], h = hw.first, w = hw.second;
   const std::vector<T> xs = UnitSpan<T>(w), ys = UnitSpan<T>(h);
   const T* theta = theta_t.data<T>();
-  T* out = ctx.Output("Output")->mutable_data<T>(ctx.place());
+  Tensor* outt = ctx.Output("Output");
+  outt->Resize(DDim{n, h, w, 2});
+  T* out = outt->mutable_data<T>(ctx.place());
   for (int64_t b = 0; b < n; ++b) {
     const T* t = theta + b * 6;
     for (int64_t i = 0; i < h; ++i)
@@ -60,8 +73,8 @@ template <typename T>
 Status AffineGridGradKernel(const KernelContext& ctx) {
   Tensor* dtheta_t = ctx.OutputOrNull("Theta@GRAD");
   if (!dtheta_t) return Status::OK();
-  const auto& shape = ctx.Attr<std::vector<int>>("output_shape");
-  const int64_t n = ctx.Input("Theta").dims()[0], h = shape[2], w = shape[3];
+  const DDim grid = ctx.Input("Output@GRAD").dims();  // [N, H, W, 2]
+  const int64_t n = ctx.Input("Theta").dims()[0], h = grid[1], w = grid[2];
   const std::vector<T> xs = UnitSpan<T>(w), ys = UnitSpan<T>(h);
   const T* dout = ctx.Input("Output@GRAD").data<T>();
   T* dtheta = dtheta_t->mutable_data<T>(ctx.place());
@@ -231,8 +244,12 @@ LOOM_REGISTER_OP(affine_grid)
         "Output [N, H, W, 2] = Theta [N, 2, 3] applied to (x, y, 1) on a grid spanning [-1, 1] "
         "in H x W steps (corners included).")
     .Input("Theta", "affine transforms [N, 2, 3]")
+    .Input("OutputShape",
+           "optional int32 [4]: [N, C, H, W], read when the op runs (overrides output_shape)",
+           false, true)
     .Output("Output", "sampling grid [N, H, W, 2] of (x, y)")
-    .RequiredAttr<std::vector<int>>("output_shape", "[N, C, H, W] of the image to sample")
+    .Attr<std::vector<int>>("output_shape", {},
+                            "[N, C, H, W] of the image to sample (without OutputShape)")
     .InferShape(AffineGridInferShape)
     .GradMaker(AffineGridGradMaker)
     .Kernel(Place::kCPU, proto::FP32, AffineGridKernel<float>)

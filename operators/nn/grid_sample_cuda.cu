@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "operators/cuda_util.cuh"
+#include "operators/nn/affine_grid_size.h"
 
 namespace loom::ops::cuda {
 namespace {
@@ -44,9 +45,11 @@ __global__ void AffineGridGradK(int64_t n, int64_t h, int64_t w, const T* dout, 
 template <typename T>
 Status AffineGrid(const KernelContext& ctx) {
   const Tensor& theta = ctx.Input("Theta");
-  const auto& shape = ctx.Attr<std::vector<int>>("output_shape");
-  const int64_t n = theta.dims()[0], h = shape[2], w = shape[3];
-  T* out = MutableDataOf<T>(ctx.Output("Output"), ctx.place());
+  LOOM_ASSIGN_OR_RETURN(auto hw, AffineGridSize(ctx));
+  const int64_t n = theta.dims()[0], h = hw.first, w = hw.second;
+  Tensor* outt = ctx.Output("Output");
+  outt->Resize(DDim{n, h, w, 2});
+  T* out = MutableDataOf<T>(outt, ctx.place());
   if (n * h * w == 0) return Status::OK();
   AffineGridK<T><<<Blocks(n * h * w), kThreads, 0, Stream(ctx)>>>(n, h, w, DataOf<T>(theta), out);
   return LaunchStatus(ctx);
@@ -56,8 +59,8 @@ template <typename T>
 Status AffineGridGrad(const KernelContext& ctx) {
   Tensor* dtheta = ctx.OutputOrNull("Theta@GRAD");
   if (!dtheta) return Status::OK();
-  const auto& shape = ctx.Attr<std::vector<int>>("output_shape");
-  const int64_t n = ctx.Input("Theta").dims()[0], h = shape[2], w = shape[3];
+  const DDim grid = ctx.Input("Output@GRAD").dims();  // [N, H, W, 2]
+  const int64_t n = ctx.Input("Theta").dims()[0], h = grid[1], w = grid[2];
   T* d = MutableDataOf<T>(dtheta, ctx.place());
   if (n == 0) return Status::OK();
   AffineGridGradK<T><<<Blocks(n * 6), kThreads, 0, Stream(ctx)>>>(

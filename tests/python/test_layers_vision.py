@@ -647,6 +647,32 @@ def test_affine_grid():
     t.check_grad()
 
 
+def test_affine_grid_shape_read_at_run_time():
+    theta = rand(2, 2, 3, seed=44)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        th = L.data("th", [2, 2, 3], append_batch_size=False, dtype="float64",
+                    stop_gradient=False)
+        shape = L.data("shape", [4], append_batch_size=False, dtype="int32")
+        grid = L.affine_grid(th, shape)
+        assert list(grid.shape) == [2, -1, -1, 2]
+        loss = L.reduce_sum(grid)
+        fluid.backward.append_backward(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    exe.run(startup, scope=scope)
+    for h, w in ((4, 5), (3, 2)):
+        got, dth = exe.run(main, feed={"th": theta, "shape": np.array([2, 1, h, w], "int32")},
+                           fetch_list=[grid, "th@GRAD"], scope=scope)
+        np.testing.assert_allclose(got, affine_grid_ref(theta, h, w), rtol=1e-12, atol=1e-12)
+        xs, ys = np.linspace(-1, 1, w), np.linspace(-1, 1, h)
+        row = [h * xs.sum(), w * ys.sum(), h * w]  # d sum / d theta[n, k, :]
+        np.testing.assert_allclose(dth, np.tile(row, (2, 2, 1)), rtol=1e-12, atol=1e-12)
+    with pytest.raises(Exception, match="at least 2"):
+        exe.run(main, feed={"th": theta, "shape": np.array([2, 1, 1, 3], "int32")},
+                fetch_list=[grid], scope=scope)
+
+
 def grid_sampler_ref(x, grid):
     n, c, h, w = x.shape
     ho, wo = grid.shape[1:3]

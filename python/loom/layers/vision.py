@@ -550,17 +550,19 @@ def unfold(x, kernel_sizes, strides=1, paddings=0, dilations=1, name=None):
 # ---- spatial transformer and cropping --------------------------------------------------------
 
 def affine_grid(theta, out_shape, name=None):
-    """The sampling grid [N, H, W, 2] of out_shape = [N, C, H, W]: theta [N, 2, 3] applied to
-    (x, y, 1) with x and y spanning [-1, 1] over W and H points (corners included)."""
+    """The sampling grid [N, H, W, 2] of out_shape = [N, C, H, W] (4 ints, or an int32 [4]
+    Variable read when the program runs): theta [N, 2, 3] applied to (x, y, 1) with x and y
+    spanning [-1, 1] over W and H points (corners included)."""
     layer = "affine_grid"
     _check_var(theta, "theta", layer)
-    if isinstance(out_shape, Variable):
-        raise NotImplementedError("%s: out_shape must be 4 ints; a Variable is not supported"
-                                  % layer)
-    if not isinstance(out_shape, (list, tuple)) or len(out_shape) != 4:
-        raise ValueError("%s: out_shape must be [N, C, H, W], got %r" % (layer, out_shape))
     if len(theta.shape) != 3 or list(theta.shape[1:]) != [2, 3]:
         raise ValueError("%s: theta must be [N, 2, 3], got shape %r" % (layer, list(theta.shape)))
+    if isinstance(out_shape, Variable):  # read when the program runs
+        shape_var = _size_variable(out_shape, "out_shape", 4, layer)
+        return _one_op(layer, theta, {}, name=name, in_slot="Theta", out_slot="Output",
+                       extra_inputs={"OutputShape": shape_var})
+    if not isinstance(out_shape, (list, tuple)) or len(out_shape) != 4:
+        raise ValueError("%s: out_shape must be [N, C, H, W], got %r" % (layer, out_shape))
     return _one_op(layer, theta, {"output_shape": [int(v) for v in out_shape]}, name=name,
                    in_slot="Theta", out_slot="Output")
 
