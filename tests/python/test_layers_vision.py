@@ -829,6 +829,40 @@ def test_cuda_kernels_match_cpu(case):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11, err_msg=name)
 
 
+RUNTIME_SIZE_CASES = {
+    "resize_out_size": (lambda x, s: L.resize_bilinear(x, out_shape=s, align_corners=False,
+                                                       align_mode=0), (2, 3, 4, 5), [7, 3]),
+    "nearest_actual_shape": (lambda x, s: L.resize_nearest(x, [2, 2], actual_shape=s),
+                             (2, 3, 4, 5), [5, 9]),
+    "pad2d_paddings": (lambda x, s: L.pad2d(x, s, mode="reflect"), (2, 3, 4, 5), [1, 3, 2, 0]),
+    "affine_grid_shape": (lambda x, s: L.affine_grid(x, s), (2, 2, 3), [2, 1, 4, 3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUNTIME_SIZE_CASES))
+def test_cuda_sizes_read_at_run_time_match_cpu(case):
+    core = fluid.core
+    if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device: the vision CUDA kernels are compiled, not run")
+    build, shape, size = RUNTIME_SIZE_CASES[case]
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = L.data("x", list(shape), append_batch_size=False, dtype="float64",
+                   stop_gradient=False)
+        sv = L.data("s", [len(size)], append_batch_size=False, dtype="int32")
+        out = build(x, sv)
+        loss = L.reduce_sum(L.square(out))
+        fluid.append_backward(loss)
+    feed = {"x": distinct(*shape, seed=45), "s": np.array(size, dtype="int32")}
+    results = []
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        exe, scope = fluid.Executor(place), core.Scope()
+        exe.run(startup, scope=scope)
+        results.append(exe.run(main, feed=feed, fetch_list=[out, "x@GRAD"], scope=scope))
+    for name, a, b in zip(["out", "x@GRAD"], *results):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11, err_msg=name)
+
+
 def test_random_crop_on_cuda_crops_as_on_cpu():
     core = fluid.core
     if not core.is_compiled_with_cuda() or core.cuda_device_count() == 0:
