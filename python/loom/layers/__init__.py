@@ -13,6 +13,8 @@ before it:
                     Switch, increment, Print
     math            element-wise ops of two inputs, products, reductions, scale, clip
     nn              fc, embedding, convolutions, pooling, normalizations, dropout, py_func, ...
+    vision          pad2d, image resizing, adaptive pooling, conv3d / pool3d, channel
+                    rearrangements (space_to_depth, shuffle_channel, temporal_shift, unfold)
     loss            cross entropies and other losses
     loss_more       bpr_loss, dice_loss, npair_loss, center_loss, mean_iou, fsp_matrix, ...
     large_vocab     losses over sampled or tree-coded classes: nce, hsigmoid,
@@ -39,7 +41,7 @@ from ..layer_helper import LayerHelper  # noqa: F401
 from . import (activation, control_flow, decode, dynamic_rnn, io, large_vocab,
                learning_rate_scheduler, loss, loss_more, math, math_op_patch, metric, nn,
                norm_more, recurrent, sequence, sequence_more, static_rnn, tensor, tensor_array,
-               tensor_more)
+               tensor_more, vision)
 from .activation import *  # noqa: F401,F403
 from .control_flow import *  # noqa: F401,F403
 from .decode import *  # noqa: F401,F403
@@ -60,6 +62,7 @@ from .static_rnn import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
 from .tensor_array import *  # noqa: F401,F403
 from .tensor_more import *  # noqa: F401,F403
+from .vision import *  # noqa: F401,F403
 
 
 
@@ -81,6 +84,7 @@ __all__ = (activation.__all__ + tensor.__all__ + control_flow.__all__ + math.__a
            nn.__all__ + loss.__all__ + metric.__all__ + sequence.__all__ + io.__all__ +
            tensor_array.__all__ + recurrent.__all__ + static_rnn.__all__ + dynamic_rnn.__all__ +
            decode.__all__ + learning_rate_scheduler.__all__ + tensor_more.__all__ +
-           loss_more.__all__ + sequence_more.__all__ + large_vocab.__all__ + norm_more.__all__)
+           loss_more.__all__ + sequence_more.__all__ + large_vocab.__all__ + norm_more.__all__ +
+           vision.__all__)
 
 math_op_patch.monkey_patch_variable()
