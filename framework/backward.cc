@@ -293,7 +293,9 @@ class BackwardBuilder {
             std::find(ins.begin(), ins.end(), out) == ins.end())
           continue;
         VarDesc v = fwd_->FindVarRecursive(out);
-        if (!v || !IsFloatingPoint(v.Dtype())) continue;
+        // an array's gradient threads through the iterations inside while_grad
+        if (!v || !IsFloatingPoint(v.Dtype()) || v.Type() == proto::VarType::LOD_TENSOR_ARRAY)
+          continue;
         proto::OpDesc zeros;
         OpDesc z(&zeros);
         z.SetType("fill_zeros_like");
@@ -485,6 +487,7 @@ class BackwardBuilder {
     if (f) {
       v.SetDtype(f.Dtype());
       v.SetDims(f.Dims());
+      if (f.Type() == proto::VarType::LOD_TENSOR_ARRAY) v.SetType(f.Type());
     }
   }
 
@@ -495,6 +498,8 @@ class BackwardBuilder {
     if (f) {
       g.SetDtype(f.Dtype());
       g.SetDims(f.Dims());
+      // the gradient of an array is an array (lod_array_ops.cc)
+      if (f.Type() == proto::VarType::LOD_TENSOR_ARRAY) g.SetType(f.Type());
     }
   }
 
