@@ -415,3 +415,14 @@ def test_classic_lod_array_rnn_trains():
                 "y": (sums > 0).astype("int64").reshape(-1, 1)}
         losses.append(float(exe.run(main, feed=feed, fetch_list=[loss])[0]))
     assert np.mean(losses[-10:]) < 0.6 * np.mean(losses[:10]), losses
+
+
+def test_lod_tensor_array_host_class():
+    arr = fluid.LoDTensorArray()
+    arr.append(np.arange(6.0).reshape(3, 2))
+    arr.append(fluid.create_lod_tensor(np.ones((3, 1)), [[1, 2]], fluid.CPUPlace()))
+    assert len(arr) == 2
+    np.testing.assert_array_equal(np.array(arr[0]), np.arange(6.0).reshape(3, 2))
+    assert arr[1].recursive_sequence_lengths() == [[1, 2]]
+    with pytest.raises(TypeError, match="LoDTensorArray.append"):
+        arr.append([1, 2])
