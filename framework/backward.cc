@@ -293,12 +293,12 @@ class BackwardBuilder {
             std::find(ins.begin(), ins.end(), out) == ins.end())
           continue;
         VarDesc v = fwd_->FindVarRecursive(out);
-        // an array's gradient threads through the iterations inside while_grad
-        if (!v || !IsFloatingPoint(v.Dtype()) || v.Type() == proto::VarType::LOD_TENSOR_ARRAY)
-          continue;
+        if (!v || !IsFloatingPoint(v.Dtype())) continue;
         proto::OpDesc zeros;
         OpDesc z(&zeros);
-        z.SetType("fill_zeros_like");
+        // an array's zero gradient: an empty array (missing elements read as zeros)
+        z.SetType(v.Type() == proto::VarType::LOD_TENSOR_ARRAY ? "empty_array_like"
+                                                               : "fill_zeros_like");
         z.SetInput("X", {out});
         z.SetOutput("Out", {g});
         z.SetRole(kOpRoleBackward);

@@ -481,6 +481,12 @@ Status ReadGradKernel(const KernelContext& ctx) {
 
 Status NoShape(InferShapeContext*) { return Status::OK(); }
 
+// Out = an empty array: the zero gradient of an array (its elements read as zeros).
+Status EmptyArrayKernel(const KernelContext& ctx) {
+  MutableArray(ctx.OutputVariable("Out"))->clear();
+  return Status::OK();
+}
+
 Status XGradLikeX(InferShapeContext* ctx) {
   if (ctx->IsRuntime() || ctx->OutputSize("X@GRAD") == 0) return Status::OK();
   ctx->ShareDimAndDtype("X", "X@GRAD");
@@ -638,6 +644,13 @@ LOOM_REGISTER_OP(reorder_lod_tensor_by_rank_grad)
     .InferShape(XGradLikeX)
     .KernelDtypeFrom("X")
     .LOOM_LOD_ARRAY_KERNELS(ReorderGradKernel);
+
+LOOM_REGISTER_OP(empty_array_like)
+    .Doc("Out = an empty array (the zero gradient of array X: missing elements read as zeros).")
+    .Input("X", "LOD_TENSOR_ARRAY variable")
+    .Output("Out", "LOD_TENSOR_ARRAY variable")
+    .InferShape(NoShape)
+    .LOOM_LOD_ARRAY_KERNELS(EmptyArrayKernel);
 
 LOOM_REGISTER_OP(write_to_array_grad)
     .Doc("X@GRAD = element I of the array gradient Out@GRAD (zeros when it has none).")

@@ -426,3 +426,48 @@ def test_lod_tensor_array_host_class():
     assert arr[1].recursive_sequence_lengths() == [[1, 2]]
     with pytest.raises(TypeError, match="LoDTensorArray.append"):
         arr.append([1, 2])
+
+
+def classic_rnn_memory_array(x, ctx, p, next_index_of_its_own=True):
+    """The memory kept in an array too (Fluid's own DynamicRNN layout): read at step i,
+    written at i + 1."""
+    words = L.fc(x, D, param_attr=named("wi", p["wi"]), bias_attr=False)
+    boot = L.fc(ctx, H, param_attr=named("wb", p["wb"]), bias_attr=False)
+    table = L.lod_rank_table(words)
+    steps = L.lod_tensor_to_array(words, table)
+    n = L.max_sequence_len(table)
+    mems = L.array_write(L.reorder_lod_tensor_by_rank(boot, table),
+                         i=L.fill_constant([1], "int64", 0))
+    outs = L.create_array(words.dtype)
+    i = L.fill_constant([1], "int64", 0)
+    cond = L.less_than(i, n)
+    loop = L.While(cond)
+    with loop.block():
+        prev = L.shrink_memory(L.array_read(mems, i), i, table)
+        h = L.fc([L.array_read(steps, i), prev], H, act="tanh",
+                 param_attr=[named("wx", p["wx"]), named("wh", p["wh"])],
+                 bias_attr=named("b", p["b"]))
+        L.array_write(h, i, outs)
+        if next_index_of_its_own:
+            nxt = L.increment(i, in_place=False)
+            L.array_write(h, nxt, mems)
+            L.assign(nxt, i)
+        else:  # Fluid's order: the write's gradient would read the step it began with
+            L.increment(i)
+            L.array_write(h, i, mems)
+        L.less_than(i, n, cond=cond)
+    return L.array_to_lod_tensor(outs, table)
+
+
+def test_memory_in_an_array_equals_dynamic_rnn():
+    p = {k: v.astype(np.float32).astype(np.float64) for k, v in rnn_weights(30).items()}
+    x, ctx = lod_rows(31, D), np.random.RandomState(32).randn(len(LOD), C)
+    got = run_lod_rnn(classic_rnn_memory_array, p, x, ctx)
+    want = run_lod_rnn(drnn_reference, p, x, ctx)
+    np.testing.assert_allclose(np.array(got[1]), np.array(want[1]), rtol=1e-12, atol=1e-13)
+    for g, w, name in zip(got[2:], want[2:], GRADS):
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+    with pytest.raises(Exception, match="the gradient of op 'write_to_array'.*overwrites "
+                                        "earlier in the loop body"):
+        run_lod_rnn(lambda a, b, q: classic_rnn_memory_array(a, b, q, False), p, x, ctx)
