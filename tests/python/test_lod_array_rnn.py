@@ -471,3 +471,27 @@ def test_memory_in_an_array_equals_dynamic_rnn():
     with pytest.raises(Exception, match="the gradient of op 'write_to_array'.*overwrites "
                                         "earlier in the loop body"):
         run_lod_rnn(lambda a, b, q: classic_rnn_memory_array(a, b, q, False), p, x, ctx)
+
+
+def test_fetching_an_array_gives_a_lod_tensor_array():
+    x = lod_rows(40, D)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        xv = fluid.data("x", [None, D], dtype="float64", lod_level=1)
+        table = L.lod_rank_table(xv)
+        arr = L.lod_tensor_to_array(xv, table)
+        empty = L.create_array("float32")
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"x": fluid.create_lod_tensor(x, [LOD], fluid.CPUPlace())}
+    got, nothing, back = exe.run(main, feed=feed, fetch_list=[arr, empty, arr],
+                                 return_numpy=False)
+    assert isinstance(got, fluid.LoDTensorArray) and len(got) == max(LOD)
+    assert len(nothing) == 0
+    as_numpy = exe.run(main, feed=feed, fetch_list=[arr])[0]
+    order = sorted(range(len(LOD)), key=lambda k: -LOD[k])
+    starts = np.concatenate([[0], np.cumsum(LOD)[:-1]])
+    for t in range(max(LOD)):
+        want = x[[starts[k] + t for k in order if LOD[k] > t]]
+        np.testing.assert_array_equal(np.array(got[t]), want)
+        np.testing.assert_array_equal(np.array(back[t]), want)
+        np.testing.assert_array_equal(as_numpy[t], want)
