@@ -6,6 +6,7 @@ import pytest
 
 import loom as fluid
 from loom import layers as L
+from op_test import OpTest
 
 B, T, D, H = 3, 5, 4, 3
 LENS = [5, 2, 4]
@@ -495,3 +496,22 @@ def test_fetching_an_array_gives_a_lod_tensor_array():
         np.testing.assert_array_equal(np.array(got[t]), want)
         np.testing.assert_array_equal(np.array(back[t]), want)
         np.testing.assert_array_equal(as_numpy[t], want)
+
+
+TABLE = np.array([[1, 5], [3, 3], [0, 2], [2, 1]], "int64")  # the rank table of LOD
+
+
+def test_reorder_lod_tensor_by_rank_op():
+    x = np.random.RandomState(50).randn(len(LOD), H)
+    t = OpTest(lambda x, t: L.reorder_lod_tensor_by_rank(x, t), {"x": x, "t": TABLE})
+    t.check_forward(x[TABLE[:, 0]])
+    t.check_grad()
+
+
+@pytest.mark.parametrize("step,running", [(0, 4), (2, 2), (4, 1)])
+def test_shrink_memory_op(step, running):
+    x = np.random.RandomState(51).randn(len(LOD), H)
+    t = OpTest(lambda x, i, t: L.reshape(L.shrink_memory(x, i, t), [running, H]),
+               {"x": x, "i": np.array([step], "int64"), "t": TABLE})
+    t.check_forward(x[:running])
+    t.check_grad()
