@@ -416,6 +416,14 @@ class BackwardBuilder {
                                "enclosing block is also read inside it); give it its own "
                                "variable inside the sub-block");
         auto& list = contributions_[name];
+        if (!list.empty()) {
+          VarDesc fv = fwd_->FindVarRecursive(ForwardName(name));
+          if (fv && fv.Type() == proto::VarType::LOD_TENSOR_ARRAY)
+            return Unimplemented("AppendBackward: ", fwd_where, " adds to the gradient of array '",
+                                 fv.Name(), "', which another op of block ", fwd_->Idx(),
+                                 " also reads: array gradients are not summed; read each "
+                                 "element once and reuse the tensor");
+        }
         if (list.empty() && !retired_.count(name)) {
           list.push_back(name);
           first_writer_[name] = op_index;

@@ -515,3 +515,14 @@ def test_shrink_memory_op(step, running):
                {"x": x, "i": np.array([step], "int64"), "t": TABLE})
     t.check_forward(x[:running])
     t.check_grad()
+
+
+def test_an_array_read_twice_is_a_named_backward_error():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.data("x", [None, D], dtype="float64")
+        w = L.create_parameter([D, D], "float64")
+        zero = L.fill_constant([1], "int64", 0)
+        arr = L.array_write(L.matmul(x, w), zero)
+        loss = L.reduce_sum(L.elementwise_add(L.array_read(arr, zero), L.array_read(arr, zero)))
+        with pytest.raises(Exception, match="array gradients are not summed"):
+            fluid.backward.append_backward(loss)
