@@ -526,3 +526,26 @@ def test_an_array_read_twice_is_a_named_backward_error():
         loss = L.reduce_sum(L.elementwise_add(L.array_read(arr, zero), L.array_read(arr, zero)))
         with pytest.raises(Exception, match="array gradients are not summed"):
             fluid.backward.append_backward(loss)
+
+
+def test_birnn_with_unknown_time_equals_unrolled():
+    x = np.random.RandomState(60).randn(B, T, D)
+
+    def run(time_dim):
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 3
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            xv = fluid.data("x", [None, time_dim, D], dtype="float64")
+            n = fluid.data("n", [B], dtype="int64")
+            out, _ = L.birnn(L.GRUCell(H, dtype="float64", name="fw"),
+                             L.GRUCell(H, dtype="float64", name="bw"), xv, sequence_length=n)
+            loss = L.reduce_sum(L.square(out))
+            fluid.backward.append_backward(loss)
+        exe = fluid.Executor(fluid.CPUPlace())
+        with fluid.scope_guard(fluid.Scope()):
+            exe.run(startup)
+            return exe.run(main, feed={"x": x, "n": np.array(LENS, "int64")},
+                           fetch_list=[out, "fw.gate_w@GRAD", "bw.cand_w@GRAD"])
+
+    for g, w in zip(run(None), run(T)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
