@@ -200,7 +200,11 @@ class BackwardBuilder {
     // leave its outputs as they were, so it ends nothing (its alternatives all read them).
     const OpInfo* fwd_info = OpRegistry::Global().Find(fwd.Type());
     bool conditional = fwd.HasAttr("sub_block") && !(fwd_info && fwd_info->repeats_sub_block);
-    if (!conditional)
+    // Outside a loop body, writing one element of an array leaves the others: their gradient
+    // goes on to the earlier writes (in a loop body, the array's gradient from later
+    // iterations comes in as a seed, and the block's own contribution starts afresh).
+    const bool element_write = fwd.Type() == "write_to_array" && !loop_;
+    if (!conditional && !element_write)
       for (const auto& out : fwd.OutputArgumentNames()) kill_.push_back(GradVarName(out));
     if (!has_out_grad || !wants_in_grad) {
       Kill();

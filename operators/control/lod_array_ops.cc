@@ -481,6 +481,47 @@ Status ReadGradKernel(const KernelContext& ctx) {
 
 Status NoShape(InferShapeContext*) { return Status::OK(); }
 
+// tensor_array_to_tensor's gradient: X@GRAD[k] = element k's part of Out@GRAD along axis
+// (stacked: the slice k, without the axis), shaped as the forward element k.
+Status ArrayToTensorGradKernel(const KernelContext& ctx) {
+  Variable* v = ctx.OutputVariable("X@GRAD");
+  if (!v) return Status::OK();
+  LOOM_ASSIGN_OR_RETURN(const TensorArray* x, ArrayInput(ctx, "X"));
+  const int axis = ctx.Attr<int>("axis");
+  const bool stack = ctx.Attr<bool>("use_stack");
+  Tensor g = OnHost(ctx, ctx.Input("Out@GRAD"));
+  const std::vector<int64_t> gd(g.dims().begin(), g.dims().end());
+  if (axis < 0 || axis >= static_cast<int>(gd.size()))
+    return ctx.Error("axis ", axis, " is not a dim of Out@GRAD ", g.dims().ToString());
+  int64_t outer = 1, inner = static_cast<int64_t>(SizeOf(g.dtype()));
+  for (int d = 0; d < axis; ++d) outer *= gd[d];
+  for (size_t d = axis + 1; d < gd.size(); ++d) inner *= gd[d];
+  const int64_t total = gd[axis];
+  TensorArray* out = MutableArray(v);
+  out->assign(x->size(), Tensor());
+  int64_t at = 0;
+  for (size_t k = 0; k < x->size(); ++k) {
+    const Tensor& e = (*x)[k];
+    const int64_t along = stack ? 1 : e.dims()[axis];
+    if (at + along > total)
+      return ctx.Error("Out@GRAD ", g.dims().ToString(), " is shorter along axis ", axis,
+                       " than the elements of X");
+    Tensor part;
+    part.Resize(e.dims());
+    char* dst = static_cast<char*>(part.mutable_data(Place::CPU(), g.dtype()));
+    const char* src = static_cast<const char*>(g.raw_data());
+    for (int64_t r = 0; r < outer; ++r)
+      std::memcpy(dst + r * along * inner, src + (r * total + at) * inner,
+                  static_cast<size_t>(along * inner));
+    at += along;
+    if (ctx.place().is_cpu())
+      (*out)[k] = std::move(part);
+    else
+      TensorCopy(part, ctx.place(), &(*out)[k]);
+  }
+  return Status::OK();
+}
+
 // Out = an empty array: the zero gradient of an array (its elements read as zeros).
 Status EmptyArrayKernel(const KernelContext& ctx) {
   MutableArray(ctx.OutputVariable("Out"))->clear();
@@ -645,6 +686,16 @@ LOOM_REGISTER_OP(reorder_lod_tensor_by_rank_grad)
     .KernelDtypeFrom("X")
     .LOOM_LOD_ARRAY_KERNELS(ReorderGradKernel);
 
+LOOM_REGISTER_OP(tensor_array_to_tensor_grad)
+    .Doc("X@GRAD (an array) = Out@GRAD split back into X's elements along axis.")
+    .Input("X", "forward X")
+    .Input("Out@GRAD", "gradient of Out")
+    .Output("X@GRAD", "gradient of X (an array)", false, true)
+    .AttrsFrom("tensor_array_to_tensor")
+    .InferShape(NoShape)
+    .KernelDtypeFrom("Out@GRAD")
+    .LOOM_LOD_ARRAY_KERNELS(ArrayToTensorGradKernel);
+
 LOOM_REGISTER_OP(empty_array_like)
     .Doc("Out = an empty array (the zero gradient of array X: missing elements read as zeros).")
     .Input("X", "LOD_TENSOR_ARRAY variable")
@@ -677,6 +728,14 @@ LOOM_REGISTER_OP(read_from_array_grad)
 // The gradients of tensor_array.cc's write and read.
 std::vector<proto::OpDesc> WriteToArrayGradMaker(const OpDesc& fwd) {
   return {Grad(fwd, "write_to_array_grad", {"X", "I"})};
+}
+
+std::vector<proto::OpDesc> ArrayToTensorGradMaker(const OpDesc& fwd) {
+  proto::OpDesc g = Grad(fwd, "tensor_array_to_tensor_grad", {"X"});
+  OpDesc op(&g);
+  for (const char* a : {"axis", "use_stack"})
+    if (auto v = fwd.GetAttr(a); v.ok()) op.SetAttr(a, v.value());
+  return {g};
 }
 
 std::vector<proto::OpDesc> ReadFromArrayGradMaker(const OpDesc& fwd) {

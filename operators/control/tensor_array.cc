@@ -212,6 +212,7 @@ Status ToTensorKernel(const KernelContext& ctx) {
 // Their gradients (lod_array_ops.cc): an array's gradient is an array.
 std::vector<proto::OpDesc> WriteToArrayGradMaker(const OpDesc& fwd);
 std::vector<proto::OpDesc> ReadFromArrayGradMaker(const OpDesc& fwd);
+std::vector<proto::OpDesc> ArrayToTensorGradMaker(const OpDesc& fwd);
 
 #define LOOM_ARRAY_KERNELS(place, fn)         \
   .Kernel(Place::place, proto::FP32, fn)      \
@@ -269,6 +270,7 @@ LOOM_REGISTER_OP(tensor_array_to_tensor)
     .Attr<int>("axis", 1, "the axis to concatenate (or stack) along")
     .Attr<bool>("use_stack", false, "stack the elements along a new axis instead")
     .SetsLoD()
+    .GradMaker(ArrayToTensorGradMaker)
     .InferShape(ToTensorInferShape) LOOM_ARRAY_KERNELS(kCPU, ToTensorKernel)
         LOOM_ARRAY_CUDA_KERNELS(ToTensorKernel);
 

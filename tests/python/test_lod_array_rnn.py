@@ -549,3 +549,19 @@ def test_birnn_with_unknown_time_equals_unrolled():
 
     for g, w in zip(run(None), run(T)):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("use_stack", [False, True])
+def test_tensor_array_to_tensor_gradient(use_stack):
+    rng = np.random.RandomState(70)
+    a, b = rng.randn(2, 3), rng.randn(2, 3) if use_stack else rng.randn(2, 1)
+
+    def build(a, b):
+        arr = L.array_write(a, L.fill_constant([1], "int64", 0))
+        L.array_write(b, L.fill_constant([1], "int64", 1), array=arr)
+        out = L.tensor_array_to_tensor(arr, axis=1, use_stack=use_stack)[0]
+        return L.reshape(out, [2, 2, 3] if use_stack else [2, 4])
+
+    t = OpTest(build, {"a": a, "b": b})
+    t.check_forward(np.stack([a, b], axis=1) if use_stack else np.concatenate([a, b], axis=1))
+    t.check_grad()
