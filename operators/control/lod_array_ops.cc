@@ -12,7 +12,11 @@
 // by length, longest first (stable: equal lengths keep x's order); every element of the arrays
 // and every shrunk memory lists the sequences in that order. Every op here has a gradient, so a
 // while loop over these arrays trains: the gradient of an array is an array (elements missing
-// where no gradient reached, read as zeros), and read_from_array_grad adds into it.
+// where no gradient reached, read as zeros), and read_from_array_grad adds into it. Also here:
+// the gradients of tensor_array.cc's write_to_array, read_from_array and
+// tensor_array_to_tensor, and empty_array_like (an array's zero gradient, which backward
+// seeds a loop-carried array with; while_grad threads one gradient array through the
+// iterations). X with a one-level LoD only (Fluid also splits nested sequences).
 #include <algorithm>
 #include <cstring>
 
