@@ -565,3 +565,55 @@ def test_tensor_array_to_tensor_gradient(use_stack):
     t = OpTest(build, {"a": a, "b": b})
     t.check_forward(np.stack([a, b], axis=1) if use_stack else np.concatenate([a, b], axis=1))
     t.check_grad()
+
+
+class GreedyDecoder(L.Decoder):
+    """A user decoder through dynamic_decode's generic path (finished, lengths, impute)."""
+
+    def __init__(self, cell, embed, project):
+        self.cell, self.embed, self.project = cell, embed, project
+
+    def initialize(self, inits):
+        start = L.fill_constant_batch_size_like(inits, [-1], "int64", START)
+        finished = L.cast(L.fill_constant_batch_size_like(inits, [-1], "float32", 0.0), "bool")
+        return self.embed(start), inits, finished
+
+    def step(self, time, inputs, states, **kwargs):
+        out, new_states = self.cell(inputs, states)
+        tok = L.argmax(self.project(out), axis=1)
+        done = L.equal(tok, L.fill_constant([1], "int64", END))
+        return tok, new_states, self.embed(tok), done
+
+
+@pytest.mark.parametrize("impute", [False, True])
+def test_user_decoder_while_loop_equals_unrolled(impute):
+    p = decode_weights(80, 0.0)
+    p["o"][:, END] += 1.0
+    h0 = np.random.RandomState(81).randn(B, H)
+
+    def run(steps):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            h = fluid.data("h0", [None, H], dtype="float64")
+            init = fluid.initializer.NumpyArrayInitializer
+            emb_w = L.create_parameter([V, E], "float64", name="emb",
+                                       default_initializer=init(p["emb"]))
+            out_w = L.create_parameter([H, V], "float64", name="out",
+                                       default_initializer=init(p["o"]))
+            dec = GreedyDecoder(TanhCell(p), lambda ids: L.gather(emb_w, ids),
+                                lambda x: L.matmul(x, out_w))
+            limit = fluid.data("limit", [1], dtype="int64") if steps == "var" else steps
+            toks, final, lens = L.dynamic_decode(dec, inits=h, max_step_num=limit,
+                                                 impute_finished=impute, return_length=True)
+        exe = fluid.Executor(fluid.CPUPlace())
+        with fluid.scope_guard(fluid.Scope()):
+            exe.run(startup)
+            feed = {"h0": h0}
+            if steps == "var":
+                feed["limit"] = np.array([5], "int64")
+            return exe.run(main, feed=feed, fetch_list=[toks, final, lens])
+
+    got, want = run("var"), run(5)
+    assert got[0].shape == (B, 5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
