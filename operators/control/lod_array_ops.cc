@@ -16,7 +16,7 @@
 // the gradients of tensor_array.cc's write_to_array, read_from_array and
 // tensor_array_to_tensor, and empty_array_like (an array's zero gradient, which backward
 // seeds a loop-carried array with; while_grad threads one gradient array through the
-// iterations). X with a one-level LoD only (Fluid also splits nested sequences).
+// iterations). reorder_lod_tensor_by_rank takes X with at most one LoD level.
 #include <algorithm>
 #include <cstring>
 
@@ -80,11 +80,6 @@ DDim WithRows(const DDim& d, int64_t rows) {
   std::vector<int64_t> v(d.begin(), d.end());
   v[0] = rows;
   return DDim(v);
-}
-
-void CopyRow(const Tensor& src, int64_t from, Tensor* dst, int64_t to, int64_t bytes) {
-  std::memcpy(static_cast<char*>(dst->raw_data()) + to * bytes,
-              static_cast<const char*>(src.raw_data()) + from * bytes, static_cast<size_t>(bytes));
 }
 
 // A host tensor of `rows` rows shaped and typed like `like` (zeros).
@@ -164,43 +159,175 @@ Status MaxLenKernel(const KernelContext& ctx) {
 }
 
 // ---- lod_tensor_to_array and array_to_lod_tensor, and their gradients ----
+//
+// A sequence of x (level 0 of its LoD) is a list of steps ("units"): its rows when x has one
+// LoD level, its sub-sequences (with everything below them) when it has more. Element t of
+// the array holds unit t of every sequence still running, in table order, and the LoD of
+// those units' levels below.
 
-// Splits x (rows grouped by offsets) into per-step elements, placed on `place`.
-void SplitToArray(const Tensor& x, const std::vector<int64_t>& off,
-                  const std::vector<RankItem>& items, const Place& place, TensorArray* out) {
-  const int64_t steps = items.empty() ? 0 : items[0].length;
-  const int64_t bytes = RowBytes(x);
-  out->assign(static_cast<size_t>(steps), Tensor());
+// Unit u of a tensor whose LoD levels below its units are `sub` (empty: a unit is a row):
+// its row range, appending the lengths of its own levels to lens (one list per level).
+std::pair<int64_t, int64_t> UnitSpan(const LoD& sub, int64_t u,
+                                     std::vector<std::vector<int64_t>>* lens) {
+  int64_t b = u, e = u + 1;
+  for (size_t l = 0; l < sub.size(); ++l) {
+    for (int64_t j = b; j < e; ++j) (*lens)[l].push_back(sub[l][j + 1] - sub[l][j]);
+    b = sub[l][static_cast<size_t>(b)];
+    e = sub[l][static_cast<size_t>(e)];
+  }
+  return {b, e};
+}
+
+// Where each unit lies in the whole LoD tensor and in its array element.
+struct Piece {
+  size_t step;
+  int64_t elem_row, whole_row, rows;
+};
+struct Layout {
+  std::vector<Piece> pieces;
+  std::vector<int64_t> elem_rows;  // rows of each element
+  std::vector<LoD> elem_lod;       // LoD of each element
+  int64_t whole_rows = 0;
+  LoD whole_lod;
+};
+
+int64_t Steps(const std::vector<RankItem>& items) { return items.empty() ? 0 : items[0].length; }
+
+// The layout of lod_tensor_to_array(x): from x's LoD.
+StatusOr<Layout> SplitLayout(const KernelContext& ctx, const Tensor& x,
+                             const std::vector<RankItem>& items) {
+  if (x.lod().empty())
+    return ctx.Error("X (var '", ctx.InputVarName("X"), "') has no LoD: nothing to split");
+  const auto& off = x.lod()[0];
+  if (off.size() != items.size() + 1)
+    return ctx.Error("X (var '", ctx.InputVarName("X"), "') has ", off.size() - 1,
+                     " sequence(s), the rank table ", items.size());
+  for (const auto& it : items)
+    if (it.index < 0 || it.index >= static_cast<int64_t>(items.size()) ||
+        off[static_cast<size_t>(it.index) + 1] - off[static_cast<size_t>(it.index)] != it.length)
+      return ctx.Error("the rank table (var '", ctx.InputVarName("RankTable"),
+                       "') does not describe the sequences of X (var '", ctx.InputVarName("X"),
+                       "'): build it from X's LoD");
+  const LoD sub(x.lod().begin() + 1, x.lod().end());
+  Layout lay;
+  const int64_t steps = Steps(items);
   for (int64_t t = 0; t < steps; ++t) {
+    std::vector<std::vector<int64_t>> lens(sub.size());
+    int64_t at = 0;
+    for (size_t k = 0; k < Running(items, t); ++k) {
+      auto [b, e] = UnitSpan(sub, off[static_cast<size_t>(items[k].index)] + t, &lens);
+      lay.pieces.push_back({static_cast<size_t>(t), at, b, e - b});
+      at += e - b;
+    }
+    lay.elem_rows.push_back(at);
+    lay.elem_lod.push_back(sub.empty() ? LoD{} : LengthsToLoD(lens));
+  }
+  lay.whole_rows = x.dims()[0];
+  lay.whole_lod = x.lod();
+  return lay;
+}
+
+// The layout of array_to_lod_tensor(a): from the elements' LoD and the table.
+StatusOr<Layout> MergeLayout(const KernelContext& ctx, const TensorArray& a,
+                             const std::vector<RankItem>& items) {
+  const int64_t steps = Steps(items);
+  const std::string name = ctx.InputVarName("X");
+  if (steps == 0)
+    return ctx.Error("the rank table (var '", ctx.InputVarName("RankTable"),
+                     "') has no step: nothing to assemble");
+  if (static_cast<int64_t>(a.size()) < steps)
+    return ctx.Error("array X (var '", name, "') has ", a.size(),
+                     " element(s); the rank table's longest sequence has ", steps, " step(s)");
+  const size_t levels = a.front().lod().size();
+  for (int64_t t = 0; t < steps; ++t) {
+    const Tensor& e = a[static_cast<size_t>(t)];
+    if (!e.initialized())
+      return ctx.Error("element ", t, " of array X (var '", name, "') was never written");
     const size_t n = Running(items, t);
-    Tensor e = HostLike(x, static_cast<int64_t>(n));
-    for (size_t k = 0; k < n; ++k)
-      CopyRow(x, off[static_cast<size_t>(items[k].index)] + t, &e, static_cast<int64_t>(k), bytes);
-    if (place.is_cpu())
-      (*out)[static_cast<size_t>(t)] = std::move(e);
+    const int64_t units = e.lod().empty() ? (e.dims().size() ? e.dims()[0] : 0)
+                                          : static_cast<int64_t>(e.lod()[0].size()) - 1;
+    if (e.lod().size() != levels || units != static_cast<int64_t>(n))
+      return ctx.Error("element ", t, " of array X (var '", name, "') holds ", units,
+                       " step(s) with a ", e.lod().size(), "-level LoD; ", n,
+                       " sequence(s) run at step ", t, " (element 0 has ", levels, " level(s))");
+  }
+  std::vector<size_t> rank(items.size());
+  for (size_t k = 0; k < items.size(); ++k) rank[static_cast<size_t>(items[k].index)] = k;
+  std::vector<std::vector<int64_t>> lens(levels + 1);
+  Layout lay;
+  for (int64_t t = 0; t < steps; ++t) {
+    lay.elem_rows.push_back(a[static_cast<size_t>(t)].dims()[0]);
+    lay.elem_lod.push_back(a[static_cast<size_t>(t)].lod());
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t len = items[rank[i]].length;
+    lens[0].push_back(len);
+    for (int64_t t = 0; t < len; ++t) {
+      const Tensor& e = a[static_cast<size_t>(t)];
+      std::vector<std::vector<int64_t>> own(levels);
+      auto [b, end] = UnitSpan(e.lod(), static_cast<int64_t>(rank[i]), &own);
+      for (size_t l = 0; l < levels; ++l)
+        lens[l + 1].insert(lens[l + 1].end(), own[l].begin(), own[l].end());
+      lay.pieces.push_back({static_cast<size_t>(t), b, lay.whole_rows, end - b});
+      lay.whole_rows += end - b;
+    }
+  }
+  lay.whole_lod = LengthsToLoD(lens);
+  return lay;
+}
+
+// Copies the pieces from the whole tensor into elements (to_elements) or back.
+void CopyPieces(const Layout& lay, const Tensor& whole_or_null, std::vector<Tensor>* elems,
+                Tensor* whole, bool to_elements) {
+  for (const Piece& p : lay.pieces) {
+    Tensor& e = (*elems)[p.step];
+    if (!e.initialized()) continue;  // no gradient reached this element
+    const int64_t bytes = RowBytes(e);
+    if (to_elements)
+      std::memcpy(static_cast<char*>(e.raw_data()) + p.elem_row * bytes,
+                  static_cast<const char*>(whole_or_null.raw_data()) + p.whole_row * bytes,
+                  static_cast<size_t>(p.rows * bytes));
     else
-      TensorCopy(e, place, &(*out)[static_cast<size_t>(t)]);
+      std::memcpy(static_cast<char*>(whole->raw_data()) + p.whole_row * bytes,
+                  static_cast<const char*>(e.raw_data()) + p.elem_row * bytes,
+                  static_cast<size_t>(p.rows * bytes));
   }
 }
 
-// The inverse: rows back in sequence order into `out` (rows = off.back()); missing or empty
-// elements leave zeros. Returns an error message naming a bad element, or "".
-std::string MergeFromArray(const KernelContext& ctx, const TensorArray& a,
-                           const std::vector<int64_t>& off, const std::vector<RankItem>& items,
-                           Tensor* out) {
-  const int64_t bytes = RowBytes(*out);
-  const int64_t steps = items.empty() ? 0 : items[0].length;
-  for (int64_t t = 0; t < steps && t < static_cast<int64_t>(a.size()); ++t) {
-    const Tensor& e0 = a[static_cast<size_t>(t)];
-    if (!e0.initialized()) continue;
-    const size_t n = Running(items, t);
-    if (e0.dims().size() == 0 || e0.dims()[0] != static_cast<int64_t>(n) || RowBytes(e0) != bytes)
-      return StrCat("element ", t, " is ", e0.dims().ToString(), ", expected ", n, " row(s) of ",
-                    out->dims().ToString(), "'s width");
-    Tensor e = OnHost(ctx, e0);
-    for (size_t k = 0; k < n; ++k)
-      CopyRow(e, static_cast<int64_t>(k), out, off[static_cast<size_t>(items[k].index)] + t, bytes);
+// Elements shaped by the layout, filled from `whole`, placed on `place`.
+void SplitByLayout(const Layout& lay, const Tensor& whole, const Place& place, TensorArray* out) {
+  std::vector<Tensor> elems;
+  for (size_t t = 0; t < lay.elem_rows.size(); ++t) {
+    elems.push_back(HostLike(whole, lay.elem_rows[t]));
+    elems.back().set_lod(lay.elem_lod[t]);
   }
+  CopyPieces(lay, whole, &elems, nullptr, true);
+  out->assign(elems.size(), Tensor());
+  for (size_t t = 0; t < elems.size(); ++t) {
+    if (place.is_cpu()) {
+      (*out)[t] = std::move(elems[t]);
+    } else {
+      TensorCopy(elems[t], place, &(*out)[t]);
+      (*out)[t].set_lod(lay.elem_lod[t]);
+    }
+  }
+}
+
+// The whole tensor (rows lay.whole_rows, like `like`) from the elements of a (missing ones:
+// zeros). Returns "" or what is wrong with an element.
+std::string MergeByLayout(const KernelContext& ctx, const Layout& lay, const TensorArray& a,
+                          const Tensor& like, Tensor* whole) {
+  *whole = HostLike(like, lay.whole_rows);
+  std::vector<Tensor> elems(lay.elem_rows.size());
+  for (size_t t = 0; t < elems.size() && t < a.size(); ++t) {
+    if (!a[t].initialized()) continue;
+    if (a[t].dims().size() == 0 || a[t].dims()[0] != lay.elem_rows[t] ||
+        RowBytes(a[t]) != RowBytes(like))
+      return StrCat("element ", t, " is ", a[t].dims().ToString(), ", expected ", lay.elem_rows[t],
+                    " row(s) of ", like.dims().ToString(), "'s width");
+    elems[t] = OnHost(ctx, a[t]);
+  }
+  CopyPieces(lay, Tensor(), &elems, whole, false);
   return "";
 }
 
@@ -212,14 +339,8 @@ Status ToArrayInferShape(InferShapeContext* ctx) {
 Status ToArrayKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(auto items, ReadTable(ctx, "RankTable"));
   Tensor x = OnHost(ctx, ctx.Input("X"));
-  LOOM_ASSIGN_OR_RETURN(auto off, TopOffsets(ctx, x, "X", items.size()));
-  for (const auto& it : items)
-    if (it.index < 0 || it.index >= static_cast<int64_t>(items.size()) ||
-        off[static_cast<size_t>(it.index) + 1] - off[static_cast<size_t>(it.index)] != it.length)
-      return ctx.Error("the rank table (var '", ctx.InputVarName("RankTable"),
-                       "') does not describe the sequences of X (var '", ctx.InputVarName("X"),
-                       "'): build it from X's LoD");
-  SplitToArray(x, off, items, ctx.place(), MutableArray(ctx.OutputVariable("Out")));
+  LOOM_ASSIGN_OR_RETURN(Layout lay, SplitLayout(ctx, x, items));
+  SplitByLayout(lay, x, ctx.place(), MutableArray(ctx.OutputVariable("Out")));
   return Status::OK();
 }
 
@@ -229,15 +350,14 @@ Status ToArrayGradKernel(const KernelContext& ctx) {
   if (!dx) return Status::OK();
   LOOM_ASSIGN_OR_RETURN(auto items, ReadTable(ctx, "RankTable"));
   const Tensor& x = ctx.Input("X");
-  LOOM_ASSIGN_OR_RETURN(auto off, TopOffsets(ctx, x, "X", items.size()));
+  LOOM_ASSIGN_OR_RETURN(Layout lay, SplitLayout(ctx, x, items));
   Tensor g = HostLike(x, x.dims()[0]);
   const Variable* v = ctx.InputVariable("Out@GRAD");
   if (v && v->IsType<TensorArray>()) {
-    std::string bad = MergeFromArray(ctx, v->Get<TensorArray>(), off, items, &g);
+    std::string bad = MergeByLayout(ctx, lay, v->Get<TensorArray>(), x, &g);
     if (!bad.empty())
       return ctx.Error("Out@GRAD (var '", ctx.InputVarName("Out@GRAD"), "'): ", bad);
   }
-  g.set_lod(x.lod());
   TensorCopy(g, ctx.place(), dx);
   dx->set_lod(x.lod());
   return Status::OK();
@@ -251,52 +371,31 @@ Status FromArrayInferShape(InferShapeContext* ctx) {
   return Status::OK();
 }
 
-// The offsets of the sequences in index order, from the table's lengths.
-std::vector<int64_t> OffsetsOf(const std::vector<RankItem>& items) {
-  std::vector<int64_t> len(items.size(), 0);
-  for (const auto& it : items)
-    if (it.index >= 0 && it.index < static_cast<int64_t>(items.size()))
-      len[static_cast<size_t>(it.index)] = it.length;
-  std::vector<int64_t> off{0};
-  for (int64_t l : len) off.push_back(off.back() + l);
-  return off;
-}
-
 Status FromArrayKernel(const KernelContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(auto items, ReadTable(ctx, "RankTable"));
   LOOM_ASSIGN_OR_RETURN(const TensorArray* a, ArrayInput(ctx, "X"));
-  const int64_t steps = items.empty() ? 0 : items[0].length;
-  if (static_cast<int64_t>(a->size()) < steps || (steps > 0 && !a->front().initialized()))
-    return ctx.Error("array X (var '", ctx.InputVarName("X"), "') has ", a->size(),
-                     " element(s); the rank table's longest sequence has ", steps, " step(s)");
-  if (steps == 0)
-    return ctx.Error("the rank table (var '", ctx.InputVarName("RankTable"),
-                     "') has no step: nothing to assemble");
-  for (int64_t t = 0; t < steps; ++t)
-    if (!(*a)[static_cast<size_t>(t)].initialized())
-      return ctx.Error("element ", t, " of array X (var '", ctx.InputVarName("X"),
-                       "') was never written");
-  const std::vector<int64_t> off = OffsetsOf(items);
-  Tensor out = HostLike(a->front(), off.back());
-  std::string bad = MergeFromArray(ctx, *a, off, items, &out);
+  LOOM_ASSIGN_OR_RETURN(Layout lay, MergeLayout(ctx, *a, items));
+  Tensor out;
+  std::string bad = MergeByLayout(ctx, lay, *a, a->front(), &out);
   if (!bad.empty()) return ctx.Error("array X (var '", ctx.InputVarName("X"), "'): ", bad);
   Tensor* o = ctx.Output("Out");
   TensorCopy(out, ctx.place(), o);
-  o->set_lod({off});
+  o->set_lod(lay.whole_lod);
   return Status::OK();
 }
 
-// X@GRAD (an array) = Out@GRAD split as lod_tensor_to_array splits.
+// X@GRAD (an array) = Out@GRAD split as the forward elements were assembled.
 Status FromArrayGradKernel(const KernelContext& ctx) {
   Variable* v = ctx.OutputVariable("X@GRAD");
   if (!v) return Status::OK();
   LOOM_ASSIGN_OR_RETURN(auto items, ReadTable(ctx, "RankTable"));
+  LOOM_ASSIGN_OR_RETURN(const TensorArray* a, ArrayInput(ctx, "X"));
+  LOOM_ASSIGN_OR_RETURN(Layout lay, MergeLayout(ctx, *a, items));
   Tensor g = OnHost(ctx, ctx.Input("Out@GRAD"));
-  const std::vector<int64_t> off = OffsetsOf(items);
-  if (g.dims().size() == 0 || g.dims()[0] != off.back())
+  if (g.dims().size() == 0 || g.dims()[0] != lay.whole_rows)
     return ctx.Error("Out@GRAD (var '", ctx.InputVarName("Out@GRAD"), "') is ", g.dims().ToString(),
-                     ", the rank table's sequences have ", off.back(), " row(s)");
-  SplitToArray(g, off, items, ctx.place(), MutableArray(v));
+                     ", the forward output has ", lay.whole_rows, " row(s)");
+  SplitByLayout(lay, g, ctx.place(), MutableArray(v));
   return Status::OK();
 }
 

@@ -617,3 +617,38 @@ def test_user_decoder_while_loop_equals_unrolled(impute):
     assert got[0].shape == (B, 5)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_nested_sequences_split_by_sub_sequence():
+    # 3 sequences of 2, 1 and 3 sub-sequences (rows 1, 2 | 3 | 1, 1, 2): step t of a
+    # sequence is its sub-sequence t, which keeps its own LoD in the element
+    outer, inner = [2, 1, 3], [1, 2, 3, 1, 1, 2]
+    rng = np.random.RandomState(90)
+    x, r = rng.randn(sum(inner), D), rng.randn(sum(inner), D)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        xv = fluid.data("x", [None, D], dtype="float64", lod_level=2)
+        xv.stop_gradient = False
+        rv = fluid.data("r", [None, D], dtype="float64", lod_level=2)
+        table = L.lod_rank_table(xv)
+        arr = L.lod_tensor_to_array(xv, table)
+        back = L.array_to_lod_tensor(arr, table)
+        loss = L.reduce_sum(L.elementwise_mul(back, rv))
+        fluid.backward.append_backward(loss)
+    place = fluid.CPUPlace()
+    got_arr, got_back, dx = fluid.Executor(place).run(
+        main, feed={"x": fluid.create_lod_tensor(x, [outer, inner], place),
+                    "r": fluid.create_lod_tensor(r, [outer, inner], place)},
+        fetch_list=[arr, back, xv.name + "@GRAD"], return_numpy=False)
+    units = np.concatenate([[0], np.cumsum(inner)])  # rows of each sub-sequence
+    first = np.concatenate([[0], np.cumsum(outer)])  # first sub-sequence of each sequence
+    order = [2, 0, 1]
+    assert len(got_arr) == 3
+    for t in range(3):
+        us = [first[i] + t for i in order if outer[i] > t]
+        want = np.concatenate([x[units[u]:units[u + 1]] for u in us])
+        np.testing.assert_array_equal(np.array(got_arr[t]), want)
+        assert got_arr[t].recursive_sequence_lengths() == [[inner[u] for u in us]]
+    np.testing.assert_array_equal(np.array(got_back), x)
+    assert got_back.recursive_sequence_lengths() == [outer, inner]
+    np.testing.assert_array_equal(np.array(dx), r)

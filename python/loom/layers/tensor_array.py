@@ -232,8 +232,9 @@ def max_sequence_len(rank_table):
 
 
 def lod_tensor_to_array(x, table):
-    """Splits the one-level LoD tensor ``x`` by time step: element t of the returned array
-    holds row t of every sequence longer than t, in ``table``'s order (longest first)."""
+    """Splits the LoD tensor ``x`` by time step: element t of the returned array holds step t
+    of every sequence longer than t, in ``table``'s order (longest first). A step is a row,
+    or (x with nested sequences) a sub-sequence, which keeps its LoD in the element."""
     _check_var(x, "x", "lod_tensor_to_array")
     _check_rank_table(table, "table", "lod_tensor_to_array")
     helper = LayerHelper("lod_tensor_to_array")
