@@ -1,5 +1,7 @@
 #include "executor/executor.h"
 
+#include "framework/tensor_array.h"
+
 #include <algorithm>
 #include <future>
 #include <queue>
@@ -403,6 +405,21 @@ Status Executor::Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds
       TensorCopy(v->Get<Tensor>(), Place::CPU(), &host);
       fetched->push_back(std::move(host));
     }
+  }
+  return Status::OK();
+}
+
+Status Executor::FetchArray(PreparedBlock* prepared, Scope* scope, const std::string& name,
+                            std::vector<Tensor>* elements) {
+  const Variable* v = LocalScope(prepared, scope)->FindVar(name);
+  if (!v) return NotFound("fetch '", name, "' is not a variable of the program or the scope");
+  elements->clear();
+  if (!v->IsInitialized()) return Status::OK();  // never written: empty
+  if (!v->IsType<TensorArray>()) return InvalidArgument("fetch '", name, "' is not an array");
+  GetDeviceContext(place_)->Wait();
+  for (const Tensor& e : v->Get<TensorArray>()) {
+    elements->emplace_back();
+    if (e.initialized()) TensorCopy(e, Place::CPU(), &elements->back());
   }
   return Status::OK();
 }

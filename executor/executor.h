@@ -100,6 +100,10 @@ class Executor final : public BlockRunner {
   // fetched (when not null) receives host copies of the fetch vars, in order.
   Status Run(PreparedBlock* prepared, Scope* scope, const FeedMap& feeds = {},
              const std::vector<std::string>& fetches = {}, std::vector<Tensor>* fetched = nullptr);
+  // Host copies of the elements of tensor array `name` as the last Run of `prepared` in
+  // `scope` left it (Run fetches tensors only).
+  Status FetchArray(PreparedBlock* prepared, Scope* scope, const std::string& name,
+                    std::vector<Tensor>* elements);
   // Prepares and runs block 0 once.
   Status Run(const ProgramDesc& program, Scope* scope, const FeedMap& feeds = {},
              const std::vector<std::string>& fetches = {}, std::vector<Tensor>* fetched = nullptr);

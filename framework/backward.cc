@@ -200,7 +200,11 @@ class BackwardBuilder {
     // leave its outputs as they were, so it ends nothing (its alternatives all read them).
     const OpInfo* fwd_info = OpRegistry::Global().Find(fwd.Type());
     bool conditional = fwd.HasAttr("sub_block") && !(fwd_info && fwd_info->repeats_sub_block);
-    if (!conditional)
+    // Outside a loop body, writing one element of an array leaves the others: their gradient
+    // goes on to the earlier writes (in a loop body, the array's gradient from later
+    // iterations comes in as a seed, and the block's own contribution starts afresh).
+    const bool element_write = fwd.Type() == "write_to_array" && !loop_;
+    if (!conditional && !element_write)
       for (const auto& out : fwd.OutputArgumentNames()) kill_.push_back(GradVarName(out));
     if (!has_out_grad || !wants_in_grad) {
       Kill();
@@ -296,7 +300,9 @@ class BackwardBuilder {
         if (!v || !IsFloatingPoint(v.Dtype())) continue;
         proto::OpDesc zeros;
         OpDesc z(&zeros);
-        z.SetType("fill_zeros_like");
+        // an array's zero gradient: an empty array (missing elements read as zeros)
+        z.SetType(v.Type() == proto::VarType::LOD_TENSOR_ARRAY ? "empty_array_like"
+                                                               : "fill_zeros_like");
         z.SetInput("X", {out});
         z.SetOutput("Out", {g});
         z.SetRole(kOpRoleBackward);
@@ -414,6 +420,14 @@ class BackwardBuilder {
                                "enclosing block is also read inside it); give it its own "
                                "variable inside the sub-block");
         auto& list = contributions_[name];
+        if (!list.empty()) {
+          VarDesc fv = fwd_->FindVarRecursive(ForwardName(name));
+          if (fv && fv.Type() == proto::VarType::LOD_TENSOR_ARRAY)
+            return Unimplemented("AppendBackward: ", fwd_where, " adds to the gradient of array '",
+                                 fv.Name(), "', which another op of block ", fwd_->Idx(),
+                                 " also reads: array gradients are not summed; read each "
+                                 "element once and reuse the tensor");
+        }
         if (list.empty() && !retired_.count(name)) {
           list.push_back(name);
           first_writer_[name] = op_index;
@@ -485,6 +499,7 @@ class BackwardBuilder {
     if (f) {
       v.SetDtype(f.Dtype());
       v.SetDims(f.Dims());
+      if (f.Type() == proto::VarType::LOD_TENSOR_ARRAY) v.SetType(f.Type());
     }
   }
 
@@ -495,6 +510,8 @@ class BackwardBuilder {
     if (f) {
       g.SetDtype(f.Dtype());
       g.SetDims(f.Dims());
+      // the gradient of an array is an array (lod_array_ops.cc)
+      if (f.Type() == proto::VarType::LOD_TENSOR_ARRAY) g.SetType(f.Type());
     }
   }
 

@@ -5,8 +5,9 @@
 // (the next iteration of a loop) never changes an element. The index is a one-element int64
 // (or int32) tensor, as a loop counter is.
 //
-// Arrays carry no gradient: they serve decoding loops (beam search) and collecting a loop's
-// outputs; training loops differentiate through while_loop, StaticRNN, DynamicRNN or rnn.
+// The gradient of an array is an array (lod_array_ops.cc): write_to_array's gradient reads
+// element I of it, read_from_array's adds into element I, so a while loop that reads and
+// writes arrays trains.
 #include <algorithm>
 
 #include "framework/tensor_array.h"
@@ -208,6 +209,11 @@ Status ToTensorKernel(const KernelContext& ctx) {
 
 }  // namespace
 
+// Their gradients (lod_array_ops.cc): an array's gradient is an array.
+std::vector<proto::OpDesc> WriteToArrayGradMaker(const OpDesc& fwd);
+std::vector<proto::OpDesc> ReadFromArrayGradMaker(const OpDesc& fwd);
+std::vector<proto::OpDesc> ArrayToTensorGradMaker(const OpDesc& fwd);
+
 #define LOOM_ARRAY_KERNELS(place, fn)         \
   .Kernel(Place::place, proto::FP32, fn)      \
       .Kernel(Place::place, proto::FP64, fn)  \
@@ -226,6 +232,7 @@ LOOM_REGISTER_OP(write_to_array)
     .Input("X", "the tensor to store")
     .Input("I", "one-element int64 index (on the CPU)")
     .Output("Out", "LOD_TENSOR_ARRAY variable")
+    .GradMaker(WriteToArrayGradMaker)
     .InferShape(WriteInferShape) LOOM_ARRAY_KERNELS(kCPU, WriteToArrayKernel)
         LOOM_ARRAY_CUDA_KERNELS(WriteToArrayKernel);
 
@@ -235,6 +242,7 @@ LOOM_REGISTER_OP(read_from_array)
     .Input("I", "one-element int64 index (on the CPU)")
     .Output("Out", "the element")
     .SetsLoD()
+    .GradMaker(ReadFromArrayGradMaker)
     .InferShape(ReadInferShape) LOOM_ARRAY_KERNELS(kCPU, ReadFromArrayKernel)
         LOOM_ARRAY_CUDA_KERNELS(ReadFromArrayKernel);
 
@@ -262,6 +270,7 @@ LOOM_REGISTER_OP(tensor_array_to_tensor)
     .Attr<int>("axis", 1, "the axis to concatenate (or stack) along")
     .Attr<bool>("use_stack", false, "stack the elements along a new axis instead")
     .SetsLoD()
+    .GradMaker(ArrayToTensorGradMaker)
     .InferShape(ToTensorInferShape) LOOM_ARRAY_KERNELS(kCPU, ToTensorKernel)
         LOOM_ARRAY_CUDA_KERNELS(ToTensorKernel);
 

@@ -17,6 +17,7 @@
 
 #include "framework/backward.h"
 #include "framework/scope.h"
+#include "framework/tensor_array.h"
 #include "loom/config.h"
 #include "operators/common.h"
 #include "operators/control/control_util.h"
@@ -137,12 +138,33 @@ Status WhileGrad(const KernelContext& ctx) {
   // The gradients flowing into the last iteration's outputs, by output name; the gradient
   // block reads them under "<name>@GRAD@SEED".
   std::map<std::string, Tensor> seeds;
+  // Arrays: one gradient array threads through the iterations, last first: each iteration's
+  // gradient block starts from what the later ones left (reads of element t add into it,
+  // writes of element t read it), so an array read or written in the loop needs no per-step
+  // copies. array_seeds: the gradients of the arrays the loop writes.
+  std::map<std::string, TensorArray> array_seeds, array_grads;
   for (int i = 0; i < ctx.InputSize("Out@GRAD"); ++i) {
     std::string g = ctx.InputVarName("Out@GRAD", i);
     size_t at = g.rfind(kGradSuffix);
     if (at == std::string::npos) return ctx.Error("Out@GRAD entry '", g, "' is not a gradient");
+    const Variable* gv = ctx.InputVariable("Out@GRAD", i);
+    if (gv && gv->IsType<TensorArray>()) {
+      array_seeds[g.substr(0, at)] = gv->Get<TensorArray>();
+      continue;
+    }
     seeds[g.substr(0, at)] = ctx.Input("Out@GRAD", i);
   }
+  std::set<std::string> array_xs;
+  for (int i = 0; i < static_cast<int>(xs.size()); ++i) {
+    const Variable* v = ctx.InputVariable("X", i);
+    if (v && v->IsType<TensorArray>()) array_xs.insert(xs[i]);
+  }
+  for (const auto& x : array_xs)
+    if (array_seeds.count(x)) array_grads[x] = array_seeds[x];
+  auto mutable_array = [](Variable* v) {
+    if (!v->IsType<TensorArray>()) v->Clear();  // an empty tensor the shape pass made
+    return v->GetMutable<TensorArray>();
+  };
   std::map<std::string, Tensor> sums;       // non-carried inputs: summed over the iterations
   std::map<std::string, Tensor> carried_g;  // carried inputs: the gradient of iteration t's start
   for (int t = steps - 1; t >= 0; --t) {
@@ -157,7 +179,17 @@ Status WhileGrad(const KernelContext& ctx) {
         ZerosOnPlace(ctx, value, seed);  // overwritten later: no gradient reaches it
       }
     }
+    for (const auto& [name, value] : array_seeds) {
+      auto it = array_grads.find(name);
+      *mutable_array(s->Var(GradVarName(name) + kSeedSuffix)) =
+          it != array_grads.end() ? it->second : value;
+    }
+    for (const auto& [name, value] : array_grads) *mutable_array(s->Var(GradVarName(name))) = value;
     LOOM_RETURN_IF_ERROR(ctx.RunBlock(block, s));
+    for (const auto& x : array_xs) {
+      const Variable* g = s->FindLocalVar(GradVarName(x));
+      if (g && g->IsType<TensorArray>()) array_grads[x] = g->Get<TensorArray>();
+    }
     carried_g.clear();
     for (const auto& x : xs) {
       const Tensor* g = LocalTensor(s, GradVarName(x));
@@ -172,9 +204,13 @@ Status WhileGrad(const KernelContext& ctx) {
     }
   }
   for (int i = 0; i < ctx.OutputSize("X@GRAD"); ++i) {
+    const std::string& x = xs.at(i);
+    if (array_xs.count(x)) {
+      if (Variable* v = ctx.OutputVariable("X@GRAD", i)) *mutable_array(v) = array_grads[x];
+      continue;
+    }
     Tensor* out = ctx.OutputOrNull("X@GRAD", i);
     if (!out) continue;
-    const std::string& x = xs.at(i);
     const Tensor* value = nullptr;
     if (carried.count(x)) {
       if (carried_g.count(x))

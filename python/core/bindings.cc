@@ -621,14 +621,34 @@ void RegisterExecutor(py::module_& m) {
           [](Executor& e, PreparedBlock& prepared, Scope& scope, const py::dict& feed,
              const std::vector<std::string>& fetch) {
             FeedMap feeds = FeedsFromPy(feed, e.place());
+            // Tensor arrays among the fetches come back as lists of tensors.
+            std::vector<std::string> tensors;
+            std::vector<bool> is_array;
+            const BlockDesc* block = prepared.program().Block(prepared.block_id());
+            for (const auto& name : fetch) {
+              VarDesc v = block->FindVarRecursive(name);
+              is_array.push_back(v && v.Type() == proto::VarType::LOD_TENSOR_ARRAY);
+              if (!is_array.back()) tensors.push_back(name);
+            }
             std::vector<Tensor> out;
+            std::vector<std::vector<Tensor>> arrays(fetch.size());
             Status st;
             {
               py::gil_scoped_release release;
-              st = e.Run(&prepared, &scope, feeds, fetch, &out);
+              st = e.Run(&prepared, &scope, feeds, tensors, &out);
+              for (size_t k = 0; st.ok() && k < fetch.size(); ++k)
+                if (is_array[k]) st = e.FetchArray(&prepared, &scope, fetch[k], &arrays[k]);
             }
             ThrowIfError(st);
-            return out;
+            py::list result;
+            size_t next = 0;
+            for (size_t k = 0; k < fetch.size(); ++k) {
+              if (is_array[k])
+                result.append(py::cast(std::move(arrays[k])));
+              else
+                result.append(py::cast(std::move(out[next++])));
+            }
+            return result;
           },
           py::arg("prepared"), py::arg("scope"), py::arg("feed") = py::dict(),
           py::arg("fetch_list") = std::vector<std::string>{});

@@ -29,7 +29,7 @@ from . import transpiler
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .layers.io import _data as data
 from .layers.nn import _embedding_v2 as embedding
-from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor
+from .lod_tensor import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
 from .io import save, load
 
 Tensor = core.Tensor
@@ -100,7 +100,8 @@ __all__ = [
     "optimizer", "io", "reader", "regularizer", "unique_name", "clip", "CompiledProgram",
     "BuildStrategy", "ExecutionStrategy", "ParallelExecutor", "transpiler", "DistributeTranspiler",
     "DistributeTranspilerConfig", "data", "embedding", "nets", "metrics", "one_hot", "Tensor",
-    "save", "load", "LoDTensor", "create_lod_tensor", "create_random_int_lodtensor",
+    "save", "load", "LoDTensor", "LoDTensorArray", "create_lod_tensor",
+    "create_random_int_lodtensor",
     "memory_optimize", "release_memory", "install_check", "profiler", "get_flags", "set_flags",
     "WeightNormParamAttr", "WeightedAverage", "DatasetFactory", "dataset", "average",
     "require_version", "load_op_library", "sysconfig", "in_dygraph_mode", "disable_dygraph",

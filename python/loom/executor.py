@@ -4,6 +4,7 @@ import numpy as np
 from . import core, profiler
 from .dataset import DatasetBase
 from .framework import Program, Variable, default_main_program
+from .lod_tensor import LoDTensorArray
 from .scope import Scope, global_scope, scope_guard
 from .transpiler import rpc_ops
 
@@ -111,9 +112,11 @@ class Executor:
         prepared = self._prepare(program)
         self._exe.set_timeline(profiler._timeline())
         out = self._exe.run(prepared, scope or global_scope(), feed, fetch)
+        # a fetched tensor array is a list of tensors: a LoDTensorArray (a list of numpy arrays)
         if return_numpy:
-            return [np.asarray(t) for t in out]  # views of the fetched host copies
-        return out
+            return [[np.asarray(e) for e in t] if isinstance(t, list) else np.asarray(t)
+                    for t in out]  # views of the fetched host copies
+        return [LoDTensorArray(t) if isinstance(t, list) else t for t in out]
 
     def _run_dataset(self, what, program, dataset, scope, fetch_list, fetch_info,
                      print_period):

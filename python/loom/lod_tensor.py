@@ -59,3 +59,22 @@ def create_random_int_lodtensor(recursive_seq_lens, base_shape, place, low, high
     rows = sum(recursive_seq_lens[-1]) if recursive_seq_lens else 0
     data = np.random.randint(low, high + 1, size=[rows] + list(base_shape)).astype("int64")
     return create_lod_tensor(data, recursive_seq_lens, place)
+
+
+class LoDTensorArray(list):
+    """Fluid's LoDTensorArray on the host: a list of LoDTensors (what a LOD_TENSOR_ARRAY
+    variable holds in a program; see layers.create_array). ``append`` takes a LoDTensor or a
+    numpy array (copied into a LoDTensor on the CPU)."""
+
+    def __init__(self, tensors=()):
+        super().__init__()
+        for t in tensors:
+            self.append(t)
+
+    def append(self, tensor):
+        if not isinstance(tensor, core.Tensor):
+            if not isinstance(tensor, np.ndarray):
+                raise TypeError("LoDTensorArray.append: expects a LoDTensor or a numpy array, "
+                                "got %r" % (type(tensor).__name__,))
+            tensor = create_lod_tensor(tensor, [], core.CPUPlace())
+        super().append(tensor)

@@ -15,21 +15,19 @@ the while's gradient). With sequence_length ([batch] int64), a sequence's states
 changing past its length and its outputs there are zeros, as Fluid's.
 """
 from .. import core, unique_name
-from ..framework import default_main_program
+from ..framework import default_main_program, dtype_name
 from ..layer_helper import LayerHelper, call_sharing_parameters
 from ..param_attr import ParamAttr
 from .activation import sigmoid, tanh
 from .common import _check_var
 from .control_flow import _outer_reads_writes, greater_than, increment, less_than
-from .math import (elementwise_add, elementwise_mul, elementwise_sub, matmul, reduce_sum,
-                   scale)
 from .activation import relu
-from .math import clip
+from .math import clip, elementwise_add, elementwise_mul, elementwise_sub, matmul, scale
 from .nn import dropout, fc
 from .sequence import sequence_pad, sequence_unpad
-from .tensor import (assign, cast, concat, expand, fill_constant, fill_constant_batch_size_like,
-                     gather, reshape, scatter, shape, slice, split, squeeze, stack, transpose,
-                     unsqueeze, zeros_like)
+from .tensor import (assign, cast, concat, fill_constant, fill_constant_batch_size_like, gather,
+                     reshape, shape, slice, split, squeeze, stack, transpose)
+from .tensor_array import array_write, create_array, tensor_array_to_tensor
 
 __all__ = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "birnn", "dynamic_lstm", "dynamic_gru",
            "gru_unit", "lstm_unit", "lstm", "dynamic_lstmp"]
@@ -216,9 +214,10 @@ def rnn(cell, inputs, initial_states=None, sequence_length=None, time_major=Fals
 def _rnn_while(cell, inputs, states, sequence_length, time_major, is_reverse, **kwargs):
     """rnn over a time dimension known only at run time: one ``while`` op whose body calls the
     cell once (one set of parameters) per step t = i (or T - 1 - i when is_reverse). Step t
-    reads row t of the time-major inputs (gather) and writes its output into row t of a
-    [T, batch, ...] accumulator (scatter): both have gradients, so training differentiates
-    through the loop (the while's gradient runs the step's gradient block last step first)."""
+    reads row t of the time-major inputs (gather) and writes its output to element t of a
+    tensor array, stacked to [T, batch, ...] after the loop: both have gradients, so training
+    differentiates through the loop (the while's gradient runs the step's gradient block last
+    step first), and only the states are copied per step for it."""
     program = default_main_program()
     parent = program.current_block()
     helper = LayerHelper("rnn")
@@ -251,21 +250,17 @@ def _rnn_while(cell, inputs, states, sequence_length, time_major, is_reverse, **
             flat_new = [elementwise_add(elementwise_mul(elementwise_sub(n, o), keep, axis=0), o)
                         for n, o in zip(flat_new, carried)]
             out = elementwise_mul(out, keep, axis=0)
-        # the accumulator: zeros [T, batch] + rest, built before the loop
+        # the outputs: one array element per step (the array's gradient flows back through
+        # the loop), stacked to [T, batch, ...] after it
         saved = program.current_block_idx
         program.current_block_idx = parent.idx
         try:
-            tb = zeros_like(tm)
-            if rank > 2:
-                tb = reduce_sum(tb, dim=list(range(2, rank)))
-            tb = cast(tb, out.dtype)
-            acc = expand(unsqueeze(tb, list(range(2, 2 + len(rest)))), [1, 1] + rest) \
-                if rest else tb
+            outs = create_array(dtype_name(out.dtype))
         finally:
             program.current_block_idx = saved
         for n, o in zip(flat_new, carried):
             assign(n, o)
-        assign(scatter(acc, t, unsqueeze(out, [0])), acc)
+        array_write(out, t, array=outs)
         increment(counter, 1.0)
         less_than(counter, num_steps, cond=cond)
     finally:
@@ -277,8 +272,11 @@ def _rnn_while(cell, inputs, states, sequence_length, time_major, is_reverse, **
                      outputs={"Out": writes, "StepScopes": steps},
                      attrs={"sub_block": body.idx, "is_test": False,
                             "max_iterations": 1 << 40})
-    outputs = acc if time_major else transpose(acc, [1, 0] + list(range(2, len(acc.shape))))
-    return outputs, _pack(states, carried)
+    stacked = tensor_array_to_tensor(outs, axis=0, use_stack=True)[0]
+    stacked.desc.set_shape([-1, -1] + rest)
+    if not time_major:
+        stacked = transpose(stacked, [1, 0] + list(range(2, 2 + len(rest))))
+    return stacked, _pack(states, carried)
 
 
 def birnn(cell_fw, cell_bw, inputs, initial_states=None, sequence_length=None,

@@ -23,9 +23,29 @@ sentences::
                            layers.logical_not(layers.is_empty(sel_ids)), out=cond)
     sentence_ids, sentence_scores = layers.beam_search_decode(ids, scores, beam_size, end_id)
 
-Every run of a program starts its arrays empty. Arrays carry no gradient (decoding, and
-collecting a loop's outputs); training loops differentiate through ``while_loop``, ``rnn``,
-``StaticRNN`` or ``DynamicRNN``. The beam search rules are in operators/nn/beam_search.cc and
+Every run of a program starts its arrays empty. The gradient of an array is an array, so a
+``While`` loop that reads and writes arrays trains; Fluid 1.x's hand-written dynamic RNN::
+
+    table = layers.lod_rank_table(x)              # x's sequences, longest first
+    steps = layers.lod_tensor_to_array(x, table)  # element t: word t of the sequences running
+    n = layers.max_sequence_len(table)
+    mem = layers.reorder_lod_tensor_by_rank(boot, table)  # per-sequence rows, table order
+    outs = layers.create_array("float32")
+    i = layers.fill_constant([1], "int64", 0)
+    cond = layers.less_than(i, n)
+    loop = layers.While(cond)
+    with loop.block():
+        word = layers.array_read(steps, i)
+        prev = layers.shrink_memory(mem, i, table)  # the rows of the sequences still running
+        h = layers.fc([word, prev], size, act="tanh")
+        layers.array_write(h, i, outs)
+        layers.assign(h, mem)
+        layers.increment(i)
+        layers.less_than(i, n, cond=cond)
+    out = layers.array_to_lod_tensor(outs, table)  # x's rows and order, x's LoD
+
+A rank table is an int64 tensor [sequences, 2] of (index, length) rows (Fluid's
+LOD_RANK_TABLE variable). The beam search rules are in operators/nn/beam_search.cc and
 docs/PYTHON.md.
 """
 from .. import core, unique_name
@@ -34,7 +54,9 @@ from ..layer_helper import LayerHelper
 from .common import _check_var
 
 __all__ = ["create_array", "array_write", "array_read", "array_length", "is_empty",
-           "tensor_array_to_tensor", "beam_search", "beam_search_decode"]
+           "tensor_array_to_tensor", "beam_search", "beam_search_decode", "lod_rank_table",
+           "max_sequence_len", "lod_tensor_to_array", "array_to_lod_tensor", "shrink_memory",
+           "reorder_lod_tensor_by_rank"]
 
 
 def _check_array(a, layer):
@@ -49,7 +71,7 @@ def create_array(dtype, name=None):
     helper = LayerHelper("array", name=name)
     return helper.block.create_var(name=name or unique_name.generate("array"),
                                    dtype=convert_dtype(dtype),
-                                   type=core.VarType.LOD_TENSOR_ARRAY, stop_gradient=True)
+                                   type=core.VarType.LOD_TENSOR_ARRAY)
 
 
 def array_write(x, i, array=None):
@@ -177,3 +199,86 @@ def beam_search_decode(ids, scores, beam_size, end_id, name=None):
                      outputs={"SentenceIds": sentence_ids, "SentenceScores": sentence_scores},
                      attrs={"beam_size": int(beam_size), "end_id": int(end_id)})
     return sentence_ids, sentence_scores
+
+
+def _check_rank_table(t, what, layer):
+    _check_var(t, what, layer)
+    if t.dtype != core.DataType.INT64 or len(t.shape) != 2 or t.shape[1] != 2:
+        raise TypeError("%s: %s '%s' is not a rank table (make it with layers.lod_rank_table)"
+                        % (layer, what, t.name))
+
+
+def lod_rank_table(x, level=0):
+    """The rank table of ``x``'s LoD level ``level``: its sequences, longest first (equal
+    lengths keep x's order), as an int64 [sequences, 2] tensor of (index, length) rows."""
+    _check_var(x, "x", "lod_rank_table")
+    if int(level) < 0:
+        raise ValueError("lod_rank_table: level must be >= 0, got %r" % (level,))
+    helper = LayerHelper("lod_rank_table")
+    table = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("lod_rank_table", inputs={"X": x}, outputs={"Out": table},
+                     attrs={"level": int(level)})
+    return table
+
+
+def max_sequence_len(rank_table):
+    """The length of the longest sequence of ``rank_table``, as a one-element int64."""
+    _check_rank_table(rank_table, "rank_table", "max_sequence_len")
+    helper = LayerHelper("max_sequence_len")
+    out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("max_sequence_len", inputs={"RankTable": rank_table},
+                     outputs={"Out": out})
+    return out
+
+
+def lod_tensor_to_array(x, table):
+    """Splits the LoD tensor ``x`` by time step: element t of the returned array holds step t
+    of every sequence longer than t, in ``table``'s order (longest first). A step is a row,
+    or (x with nested sequences) a sub-sequence, which keeps its LoD in the element."""
+    _check_var(x, "x", "lod_tensor_to_array")
+    _check_rank_table(table, "table", "lod_tensor_to_array")
+    helper = LayerHelper("lod_tensor_to_array")
+    array = helper.block.create_var(name=unique_name.generate("lod_tensor_to_array"),
+                                    dtype=x.dtype, type=core.VarType.LOD_TENSOR_ARRAY)
+    if x.shape:
+        array.desc.set_shape([-1] + [int(d) for d in x.shape[1:]])
+    helper.append_op("lod_tensor_to_array", inputs={"X": x, "RankTable": table},
+                     outputs={"Out": array})
+    return array
+
+
+def array_to_lod_tensor(x, table):
+    """The inverse of ``lod_tensor_to_array``: the rows of array ``x``'s elements back in
+    sequence order, as a LoD tensor with the sequences ``table`` describes."""
+    _check_array(x, "array_to_lod_tensor")
+    _check_rank_table(table, "table", "array_to_lod_tensor")
+    helper = LayerHelper("array_to_lod_tensor")
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("array_to_lod_tensor", inputs={"X": x, "RankTable": table},
+                     outputs={"Out": out})
+    return out
+
+
+def shrink_memory(x, i, table):
+    """The first rows of ``x``: one per sequence of ``table`` still running at step ``i``
+    (longer than i), as the table orders them — a memory as the batch shrinks."""
+    _check_var(x, "x", "shrink_memory")
+    _check_var(i, "i", "shrink_memory")
+    _check_rank_table(table, "table", "shrink_memory")
+    helper = LayerHelper("shrink_memory")
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("shrink_rnn_memory", inputs={"X": x, "I": i, "RankTable": table},
+                     outputs={"Out": out})
+    return out
+
+
+def reorder_lod_tensor_by_rank(x, rank_table):
+    """``x``'s sequences (its rows when it has no LoD; one per table entry) in
+    ``rank_table``'s order: sequence k of the result is x's sequence rank_table[k].index."""
+    _check_var(x, "x", "reorder_lod_tensor_by_rank")
+    _check_rank_table(rank_table, "rank_table", "reorder_lod_tensor_by_rank")
+    helper = LayerHelper("reorder_lod_tensor_by_rank")
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("reorder_lod_tensor_by_rank", inputs={"X": x, "RankTable": rank_table},
+                     outputs={"Out": out})
+    return out
