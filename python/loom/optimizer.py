@@ -431,7 +431,7 @@ class _ParamSwap:
         executor.run(self.restore_program)
 
 
-class ModelAverage(Optimizer, _ParamSwap):
+class ModelAverage(_ParamSwap):
     """Fluid's ModelAverage: the average of each parameter over a sliding window of recent
     steps, for evaluation. Build it after minimize(); each training step then adds the
     parameters to running sums (the average_accumulates op). The window holds between
@@ -442,7 +442,7 @@ class ModelAverage(Optimizer, _ParamSwap):
 
     def __init__(self, average_window_rate, min_average_window=10000, max_average_window=10000,
                  regularization=None, name=None):
-        super().__init__(0.0, regularization, name)
+        state = Optimizer(0.0, name=name or "modelaverage")  # makes the accumulators
         if not float(average_window_rate) >= 0:
             raise ValueError("ModelAverage: average_window_rate must be >= 0, got %r"
                              % (average_window_rate,))
@@ -461,11 +461,11 @@ class ModelAverage(Optimizer, _ParamSwap):
         self._state = {}
         with _op_role_guard(program, core.kOpRoleOptimize):
             for p in params:
-                sums = [self._add_accumulator(program, startup, "sum_%d" % i, p)
+                sums = [state._add_accumulator(program, startup, "sum_%d" % i, p)
                         for i in (1, 2, 3)]
-                counts = [self._create_global_var(program, startup,
-                                                  "%s_%s_%s" % (p.name, self._name, kind), 0,
-                                                  dtype="int64")
+                counts = [state._create_global_var(program, startup,
+                                                   "%s_%s_%s" % (p.name, state._name, kind), 0,
+                                                   dtype="int64")
                           for kind in ("num_accumulates", "old_num_accumulates",
                                        "num_updates")]
                 self._state[p.name] = sums + counts
@@ -498,9 +498,6 @@ class ModelAverage(Optimizer, _ParamSwap):
                                         outputs={"Out": pv.name}, attrs={"axis": -1})
         self._build_swap(params, fill)
 
-    def minimize(self, *args, **kwargs):
-        raise RuntimeError("ModelAverage is not an optimizer to minimize with: build it after "
-                           "the optimizer's minimize(), then use apply(exe) / restore(exe)")
 
 
 class ExponentialMovingAverage(_ParamSwap):

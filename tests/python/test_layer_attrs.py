@@ -32,6 +32,9 @@ SKIP = {
     "Decoder": "an interface (BeamSearchDecoder has a case)",
     "create_tensor": "declares a variable to assign to later; builds no op",
     "double_buffer": "accepted; returns its reader and builds no op",
+    "py_reader": "declares the reader's feed variables; builds no op",
+    "create_py_reader_by_data": "wraps existing feed variables; builds no op",
+    "read_file": "returns a reader's variables; builds no op",
 }
 
 
@@ -200,7 +203,25 @@ def _beam_search(v):
     layers.dynamic_decode(dec, inits=layers.fc(v.x, 4), max_step_num=2, return_length=True)
 
 
+def _ifelse(v):
+    ie = layers.IfElse(layers.less_than(layers.slice(v.x, [1], [0], [1]),
+                                        layers.fill_constant([1], "float32", 0.5)))
+    with ie.true_block():
+        ie.output(layers.fc(ie.input(v.x), 3))
+    with ie.false_block():
+        ie.output(layers.scale(layers.fc(ie.input(v.x), 3), 2.0))
+    ie()
+
+
 CASES = {
+    "IfElse": _ifelse,
+    "load": lambda v: layers.load(layers.create_tensor("float32"), "/no/such/file.npy"),
+    "lstm": lambda v: layers.lstm(layers.reshape(v.x, [-1, 2, 4]),
+                                  layers.fill_constant([4, 3, 5], "float32", 0.0),
+                                  layers.fill_constant([4, 3, 5], "float32", 0.0), 2, 5, 2,
+                                  dropout_prob=0.2, is_bidirec=True),
+    "dynamic_lstmp": lambda v: layers.dynamic_lstmp(layers.fc(v.seq, 16), 16, 3,
+                                                    cell_clip=1.0, proj_clip=2.0),
     "fill_constant": lambda v: layers.fill_constant([2, 3], "float32", 1.5),
     "create_global_var": lambda v: layers.create_global_var([1], 0, "int64", persistable=True),
     "create_parameter": lambda v: layers.create_parameter([3, 4], "float32", name="cp_w"),
@@ -509,6 +530,7 @@ OPTIMIZER_ARGS = {
     optimizer.LambOptimizer: dict(learning_rate=0.01, lamb_weight_decay=0.02),
     optimizer.LarsMomentumOptimizer: dict(learning_rate=0.1, momentum=0.9, lars_coeff=0.01),
     optimizer.FtrlOptimizer: dict(learning_rate=0.1, l1=0.01, l2=0.01, lr_power=-0.6),
+    optimizer.DpsgdOptimizer: dict(learning_rate=0.1, clip=1.0, batch_size=8.0, sigma=0.5),
 }
 
 
@@ -550,6 +572,29 @@ def test_optimizer_attrs_match_the_registry(opt_class, set_attrs):
     assert "conv2d_grad" in grad_ops and "conditional_block_grad" in grad_ops, grad_ops
     check(set_attrs, [("main", main), ("startup", startup), ("test clone", test)],
           opt_class.__name__)
+
+
+@pytest.mark.parametrize("which", ["ModelAverage", "ExponentialMovingAverage", "Lookahead"])
+def test_averaging_optimizer_attrs_match_the_registry(which, set_attrs):
+    def net(v):
+        loss = _training_net(v)
+        if which == "Lookahead":
+            optimizer.LookaheadOptimizer(optimizer.SGD(0.1), alpha=0.5, k=3).minimize(loss)
+            return
+        optimizer.SGD(0.1).minimize(loss)
+        if which == "ModelAverage":
+            net.extra = optimizer.ModelAverage(0.15, min_average_window=2,
+                                               max_average_window=10)
+        else:
+            net.extra = optimizer.ExponentialMovingAverage(0.99, thres_steps=layers.fill_constant(
+                [1], "int64", 3))
+            net.extra.update()
+
+    main, startup = build(net, set_attrs)
+    programs = [("main", main), ("startup", startup)]
+    if which != "Lookahead":
+        programs += [("apply", net.extra.apply_program), ("restore", net.extra.restore_program)]
+    check(set_attrs, programs, which)
 
 
 @pytest.mark.parametrize("init_class", _classes(initializer, initializer.Initializer),
