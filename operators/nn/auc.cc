@@ -4,8 +4,8 @@
 // down, over (positives * negatives); 0 while either count is 0.
 // slide_steps = 0: StatPos / StatNeg are [num_thresholds + 1] counts over every batch seen.
 // slide_steps = s > 0: they hold s windows of counts, one per recent batch, then their sum,
-// then (StatPos only) the number of batches seen: [(s + 1) * (num_thresholds + 1) + 1]; each batch replaces
-// the oldest window, and the AUC is that of the sum (the last s batches).
+// then (StatPos only) the number of batches seen: [(s + 1) * (num_thresholds + 1) + 1]; each
+// batch replaces the oldest window, and the AUC is that of the sum (the last s batches).
 // The stat outputs are the stat inputs' variables (persistable, updated in place).
 #include <vector>
 

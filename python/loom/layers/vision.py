@@ -319,23 +319,30 @@ def _add_bias(helper, out, bias_attr, num_filters):
     return biased
 
 
+def _conv3d_setup(layer, input, num_filters, groups, act, data_format, name):
+    """The checks conv3d and conv3d_transpose share: (input in NCDHW, helper, groups, input
+    channels)."""
+    _check_act(act)
+    _check_var(input, "input", layer)
+    if len(input.shape) != 5:
+        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
+    x = _to_channels_first(input, data_format, layer)
+    groups = groups or 1
+    channels = x.shape[1]
+    if channels <= 0 or channels % groups or num_filters % groups:
+        raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
+                         "%d" % (layer, channels, num_filters, groups))
+    return x, LayerHelper(layer, name=name), groups, channels
+
+
 def conv3d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None,
            param_attr=None, bias_attr=None, use_cudnn=True, act=None, name=None,
            data_format="NCDHW"):
     """3-D convolution of input [N, C, D, H, W] (or NDHWC) with num_filters filters [C / groups,
     kd, kh, kw] (He-initialized), plus a bias per filter and act."""
     layer = "conv3d"
-    _check_act(act)
-    _check_var(input, "input", layer)
-    if len(input.shape) != 5:
-        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
-    x = _to_channels_first(input, data_format, layer)
-    helper = LayerHelper(layer, name=name)
-    groups = groups or 1
-    channels = x.shape[1]
-    if channels <= 0 or channels % groups or num_filters % groups:
-        raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
-                         "%d" % (layer, channels, num_filters, groups))
+    x, helper, groups, channels = _conv3d_setup(layer, input, num_filters, groups, act,
+                                                data_format, name)
     k = _ints(filter_size, 3, "filter_size", layer)
     stride = _ints(stride, 3, "stride", layer)
     dilation = _ints(dilation, 3, "dilation", layer)
@@ -358,17 +365,8 @@ def conv3d_transpose(input, num_filters, output_size=None, filter_size=None, pad
     """The transpose of conv3d: filter [C, num_filters / groups, kd, kh, kw]; with output_size
     and no filter_size the filter is sized to reach output_size."""
     layer = "conv3d_transpose"
-    _check_act(act)
-    _check_var(input, "input", layer)
-    if len(input.shape) != 5:
-        raise ValueError("%s: input must be 5-D, got shape %r" % (layer, list(input.shape)))
-    x = _to_channels_first(input, data_format, layer)
-    helper = LayerHelper(layer, name=name)
-    groups = groups or 1
-    channels = x.shape[1]
-    if channels <= 0 or channels % groups or num_filters % groups:
-        raise ValueError("%s: input channels %d and num_filters %d must be divisible by groups "
-                         "%d" % (layer, channels, num_filters, groups))
+    x, helper, groups, channels = _conv3d_setup(layer, input, num_filters, groups, act,
+                                                data_format, name)
     stride = _ints(stride, 3, "stride", layer)
     dilation = _ints(dilation, 3, "dilation", layer)
     size = None if output_size is None else _ints(output_size, 3, "output_size", layer)
