@@ -1,10 +1,14 @@
 #include "runtime/train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "base/copy.h"
+#include "framework/file_util.h"
 
 namespace loom::runtime {
 namespace {
@@ -32,13 +36,13 @@ class Progress {
   void Step(int64_t it, const std::vector<Tensor>& out, double value) {
     if (!out.empty()) {
       last_ = value;
-      if (it == 1) first_ = last_;
+      if (std::isnan(first_)) first_ = last_;
     }
-    const int64_t every = o_.print_every;
-    if (it % every != 0 && it != o_.iters && it != 1) return;
+    const int64_t every = o_.print_every, start = o_.first_step + 1;
+    if (it % every != 0 && it != o_.iters && it != start) return;
     auto now = Clock::now();
     double secs = std::chrono::duration<double>(now - window_).count();
-    int64_t span = it == 1 ? 1 : (it % every == 0 ? every : it % every);
+    int64_t span = it == start ? 1 : (it % every == 0 ? every : it % every);
     std::string line = StrCat("iter ", it, "/", o_.iters);
     for (size_t k = 0; k < out.size(); ++k)
       line += StrCat("  ", o_.fetches[k], " ",
@@ -84,8 +88,50 @@ Tensor Minibatch(const Tensor& data, int64_t offset, int64_t batch) {
   return out;
 }
 
+StatusOr<std::vector<std::pair<int64_t, std::string>>> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  if (!IsDirectory(dir)) return out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    char* end = nullptr;
+    const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+    if (*end || step <= 0 || !FileExists(JoinPath(e.path().string(), "CHECKPOINT"))) continue;
+    out.push_back({step, e.path().string()});
+  }
+  if (ec) return IOError("cannot list checkpoint directory '", dir, "': ", ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Rank 0's persistables to dir/step-<it>, then the oldest complete checkpoints beyond keep go.
+Status SaveScheduledCheckpoint(Runner& runner, const TrainOptions& o, int64_t it) {
+  const std::string path = JoinPath(o.checkpoint_dir, StrCat("step-", it));
+  LOOM_ASSIGN_OR_RETURN(bool wrote, runner.SaveParams(path));
+  if (!wrote) return Status::OK();
+  std::fprintf(o.out, "checkpoint: step %lld saved to %s\n", static_cast<long long>(it),
+               path.c_str());
+  LOOM_ASSIGN_OR_RETURN(auto all, ListCheckpoints(o.checkpoint_dir));
+  for (size_t i = 0; i + static_cast<size_t>(o.keep_checkpoints) < all.size(); ++i)
+    LOOM_RETURN_IF_ERROR(RemoveTree(all[i].second));
+  return Status::OK();
+}
+
+}  // namespace
+
 Status Train(Runner& runner, const std::vector<FeedData>& feeds, const TrainOptions& o) {
   if (o.iters < 0) return InvalidArgument("iterations must be >= 0, got ", o.iters);
+  if (o.checkpoint_every < 0 || (o.checkpoint_every > 0 && o.checkpoint_dir.empty()))
+    return InvalidArgument("checkpoint_every ", o.checkpoint_every,
+                           " needs a checkpoint directory (and must be >= 0)");
+  if (o.keep_checkpoints < 1)
+    return InvalidArgument("keep_checkpoints must be >= 1, got ", o.keep_checkpoints);
+  if (o.first_step < 0 || o.first_step > o.iters)
+    return InvalidArgument("resumed at step ", o.first_step, ", beyond the ", o.iters,
+                           " iterations");
   if (o.print_every <= 0) return InvalidArgument("print_every must be > 0, got ", o.print_every);
   if (o.timeline_iters < 1)
     return InvalidArgument("timeline_iters must be >= 1, got ", o.timeline_iters);
@@ -108,8 +154,10 @@ Status Train(Runner& runner, const std::vector<FeedData>& feeds, const TrainOpti
   Timeline timeline;
   if (!o.timeline.empty() && prints) runner.set_timeline(&timeline);
   Progress progress(o);
-  int64_t offset = 0;
-  for (int64_t it = 1; it <= o.iters; ++it) {
+  // A resumed run reads on from where step first_step's minibatch ended.
+  int64_t offset =
+      rows > 0 ? static_cast<int64_t>((static_cast<__int128>(o.first_step) * o.batch) % rows) : 0;
+  for (int64_t it = o.first_step + 1; it <= o.iters; ++it) {
     timeline.set_enabled(it > o.iters - o.timeline_iters);
     FeedMap feed;
     for (const auto& f : feeds) feed[f.name] = Minibatch(f.data, offset, o.batch);
@@ -118,6 +166,8 @@ Status Train(Runner& runner, const std::vector<FeedData>& feeds, const TrainOpti
     if (!st.ok()) return st.WithContext(StrCat("iteration ", it));
     LOOM_ASSIGN_OR_RETURN(double value, runner.GlobalFirstValue());
     if (prints) progress.Step(it, runner.fetched(0), value);
+    if (o.checkpoint_every > 0 && it % o.checkpoint_every == 0)
+      LOOM_RETURN_IF_ERROR(SaveScheduledCheckpoint(runner, o, it));
   }
   runner.set_timeline(nullptr);
   if (prints) {

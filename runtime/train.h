@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -27,8 +28,21 @@ struct TrainOptions {
   std::string timeline;  // a chrome://tracing JSON of the last timeline_iters steps; empty: none
   int64_t timeline_iters = 5;
   std::string save_params;  // rank 0's persistables at the end; empty: not saved
-  FILE* out = stdout;       // progress (written by the process running rank 0 only)
+  // Checkpoints on a schedule: every checkpoint_every steps rank 0's persistables go to
+  // checkpoint_dir/step-<N> (written whole and swapped in, as SaveParams does); only the newest
+  // keep_checkpoints complete ones are kept. 0: none.
+  int64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  int64_t keep_checkpoints = 3;
+  // Resumed from a checkpoint of step first_step (the parameters already loaded): the steps
+  // first_step + 1 .. iters run, reading the minibatches those steps read.
+  int64_t first_step = 0;
+  FILE* out = stdout;  // progress (written by the process running rank 0 only)
 };
+
+// The complete checkpoints under dir (step-<N> directories holding their CHECKPOINT file), as
+// (N, path), ascending by N. A directory that does not exist holds none.
+StatusOr<std::vector<std::pair<int64_t, std::string>>> ListCheckpoints(const std::string& dir);
 
 // Rows [offset, offset + batch) of data, wrapping around past the end (a copy then; a view
 // otherwise). Requires 0 <= offset < rows and 1 <= batch <= rows.

@@ -57,6 +57,14 @@ Flags RunFlags() {
            "startup.pb",
            ""},
           {"save-params", "DIR", "save the persistable variables to DIR at the end", ""},
+          {"checkpoint-every", "N",
+           "save the persistable variables every N steps to --checkpoint-dir/step-<N>", "0"},
+          {"checkpoint-dir", "DIR", "where --checkpoint-every saves and --resume looks", ""},
+          {"keep-checkpoints", "K", "keep the newest K complete checkpoints", "3"},
+          {"resume", "",
+           "start from the newest complete checkpoint in --checkpoint-dir (its step's "
+           "parameters; the steps after it run)",
+           ""},
           {"timeline", "FILE",
            "write a chrome://tracing JSON of the last --timeline-iters steps "
            "(ops per rank on compute and communication threads)",
@@ -163,6 +171,16 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
   if (t.timeline_iters < 1)
     return InvalidArgument("--timeline-iters must be >= 1, got ", t.timeline_iters);
   if (flags.Has("save-params")) t.save_params = flags.Get("save-params");
+  LOOM_ASSIGN_OR_RETURN(t.checkpoint_every, flags.GetInt("checkpoint-every"));
+  LOOM_ASSIGN_OR_RETURN(t.keep_checkpoints, flags.GetInt("keep-checkpoints"));
+  if (flags.Has("checkpoint-dir")) t.checkpoint_dir = flags.Get("checkpoint-dir");
+  if (t.checkpoint_every < 0)
+    return InvalidArgument("--checkpoint-every must be >= 0, got ", t.checkpoint_every);
+  if (t.keep_checkpoints < 1)
+    return InvalidArgument("--keep-checkpoints must be >= 1, got ", t.keep_checkpoints);
+  if ((t.checkpoint_every > 0 || flags.Switch("resume")) && t.checkpoint_dir.empty())
+    return InvalidArgument(t.checkpoint_every > 0 ? "--checkpoint-every" : "--resume",
+                           " needs --checkpoint-dir DIR");
   proto::BundleManifest manifest;
   LOOM_RETURN_IF_ERROR(LoadManifest(dir, &manifest));
   LOOM_RETURN_IF_ERROR(PrepareFeeds(dir, flags, manifest, main, program, &setup->feeds));
@@ -186,10 +204,22 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
 
 // Parameters from --load-params, or (without it, or with several ranks, which also meet in
 // startup: comm_init, broadcasts) the startup programs.
-Status Initialize(const Flags& flags, runtime::Runner& runner, bool startup) {
+// Startup (or --load-params); with --resume then the newest complete checkpoint of
+// --checkpoint-dir. Returns the step that checkpoint ends (0: from the start).
+StatusOr<int64_t> Initialize(const Flags& flags, runtime::Runner& runner, bool startup) {
   if (startup) LOOM_RETURN_IF_ERROR(runner.Startup().WithContext("startup.pb"));
   if (flags.Has("load-params")) LOOM_RETURN_IF_ERROR(runner.LoadParams(flags.Get("load-params")));
-  return Status::OK();
+  if (!flags.Switch("resume")) return int64_t{0};
+  const std::string dir = flags.Get("checkpoint-dir");
+  LOOM_ASSIGN_OR_RETURN(auto all, runtime::ListCheckpoints(dir));
+  if (all.empty())
+    return NotFound("--resume: '", dir, "' holds no complete checkpoint (step-<N>/ with its ",
+                    "CHECKPOINT)");
+  LOOM_RETURN_IF_ERROR(runner.LoadParams(all.back().second));
+  if (runner.first_rank() == 0)
+    std::printf("resumed from %s (step %lld)\n", all.back().second.c_str(),
+                static_cast<long long>(all.back().first));
+  return all.back().first;
 }
 
 // DIR/main.pb (and startup.pb) on one place; a model save_inference_model wrote (no startup.pb)
@@ -218,15 +248,17 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, ProgramDesc main,
   std::vector<runtime::RankProgram> ranks;
   ranks.push_back(std::move(rank));
   LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), 0, 1));
-  if (saved_params) {
+  runtime::TrainOptions train = setup.train;
+  if (saved_params && !flags.Switch("resume")) {
     LOOM_RETURN_IF_ERROR(runner->LoadParams(model.params));
   } else {
-    LOOM_RETURN_IF_ERROR(Initialize(flags, *runner, !load));
+    if (saved_params) LOOM_RETURN_IF_ERROR(runner->LoadParams(model.params));
+    LOOM_ASSIGN_OR_RETURN(train.first_step, Initialize(flags, *runner, !load && !saved_params));
   }
   std::printf("loom run %s: %lld iterations, batch %lld of %lld rows, %s\n", setup.dir.c_str(),
               static_cast<long long>(setup.train.iters), static_cast<long long>(batch),
               static_cast<long long>(setup.rows), setup.place.ToString().c_str());
-  return runtime::Train(*runner, setup.feeds, setup.train);
+  return runtime::Train(*runner, setup.feeds, train);
 }
 
 // The manifest's transport; manifests written before the field existed are in-process.
@@ -269,12 +301,13 @@ Status RunRanks(const Flags& flags, const RunSetup& setup, const proto::DataPara
     ranks.push_back(std::move(p));
   }
   LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), 0, n));
-  LOOM_RETURN_IF_ERROR(Initialize(flags, *runner, true));
+  runtime::TrainOptions train = setup.train;
+  LOOM_ASSIGN_OR_RETURN(train.first_step, Initialize(flags, *runner, true));
   std::printf("loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks (%s, %s)\n",
               setup.dir.c_str(), static_cast<long long>(setup.train.iters),
               static_cast<long long>(setup.train.batch), static_cast<long long>(setup.rows), n,
               dp.mode().c_str(), where.c_str());
-  return runtime::Train(*runner, setup.feeds, setup.train);
+  return runtime::Train(*runner, setup.feeds, train);
 }
 
 // A DIR transpiled for transport mpi, in this process (one of the mpirun ranks): this process is
@@ -300,7 +333,8 @@ Status RunMpiRank(const Flags& flags, const RunSetup& setup,
     LOOM_ASSIGN_OR_RETURN(runtime::RankProgram p, LoadRank(setup.dir, rank, setup.place));
     ranks.push_back(std::move(p));
     LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), rank, n));
-    LOOM_RETURN_IF_ERROR(Initialize(flags, *runner, true));
+    runtime::TrainOptions train = setup.train;
+    LOOM_ASSIGN_OR_RETURN(train.first_step, Initialize(flags, *runner, true));
     if (rank == 0)
       std::printf(
           "loom run %s: %lld iterations, global batch %lld of %lld rows, %d ranks "
@@ -308,7 +342,7 @@ Status RunMpiRank(const Flags& flags, const RunSetup& setup,
           setup.dir.c_str(), static_cast<long long>(setup.train.iters),
           static_cast<long long>(setup.train.batch), static_cast<long long>(setup.rows), n,
           dp.mode().c_str(), runner->threads_per_rank());
-    return runtime::Train(*runner, setup.feeds, setup.train);
+    return runtime::Train(*runner, setup.feeds, train);
   };
   Status st = run();
   if (!st.ok()) {
@@ -446,6 +480,11 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
               dir.c_str(), index, trainers, static_cast<long long>(setup.train.iters),
               static_cast<long long>(setup.train.batch), static_cast<long long>(setup.rows));
   runtime::TrainOptions train = setup.train;
+  if (train.checkpoint_every > 0 || flags.Switch("resume"))
+    return Unimplemented(dir,
+                         ": --checkpoint-every and --resume are for data-parallel and "
+                         "single-place bundles; a parameter-server job checkpoints with "
+                         "--save-params / --load-params");
   const std::string save = train.save_params;
   train.save_params.clear();
   const auto start = std::chrono::steady_clock::now();

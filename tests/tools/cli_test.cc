@@ -88,6 +88,40 @@ double LossAt(const std::string& out, const std::string& iter) {
   return std::stod(m[1]);
 }
 
+// --checkpoint-every saves step-<N> directories, keeping the newest --keep-checkpoints; a
+// run with --resume starts from the newest complete one and reaches the losses of a run that
+// never stopped (the parameters and optimizer state are all persistables).
+TEST_F(CliTest, ScheduledCheckpointsResumeWhereTheRunStopped) {
+  const std::string ckpt = JoinPath(dir_, "scheduled");
+  const std::string run = "run " + Bundle("softmax_classifier") + " --print-every 4 ";
+  Result whole = Loom(run + "--iters 20");
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  Result first = Loom(run + "--iters 12 --checkpoint-every 4 --keep-checkpoints 2 " +
+                      "--checkpoint-dir " + ckpt);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("checkpoint: step 12 saved"), std::string::npos) << first.out;
+  EXPECT_FALSE(IsDirectory(JoinPath(ckpt, "step-4")));  // beyond the newest two
+  EXPECT_TRUE(FileExists(JoinPath(ckpt, "step-8/CHECKPOINT")));
+  EXPECT_TRUE(FileExists(JoinPath(ckpt, "step-12/CHECKPOINT")));
+  // An incomplete directory (no CHECKPOINT: a save that died) is never picked.
+  ASSERT_TRUE(MakeDirs(JoinPath(ckpt, "step-16")).ok());
+  Result resumed = Loom(run + "--iters 20 --resume --checkpoint-dir " + ckpt);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("step-12 (step 12)"), std::string::npos) << resumed.out;
+  EXPECT_LT(LossAt(resumed.out, "12"), 0) << "step 12 ran again: " << resumed.out;
+  for (const char* it : {"16", "20"}) {
+    ASSERT_GT(LossAt(whole.out, it), 0) << whole.out;
+    EXPECT_EQ(LossAt(resumed.out, it), LossAt(whole.out, it)) << it << "\n" << resumed.out;
+  }
+  ExpectError(Loom(run + "--iters 2 --resume"), {"--resume needs --checkpoint-dir"});
+  ExpectError(Loom(run + "--iters 2 --checkpoint-every 1"),
+              {"--checkpoint-every needs --checkpoint-dir"});
+  ExpectError(Loom(run + "--iters 2 --resume --checkpoint-dir " + JoinPath(dir_, "none")),
+              {"holds no complete checkpoint"});
+  ExpectError(Loom(run + "--iters 2 --keep-checkpoints 0 --checkpoint-dir " + ckpt),
+              {"--keep-checkpoints must be >= 1"});
+}
+
 TEST_F(CliTest, SoftmaxClassifierLossFallsTenfold) {
   Result r = Loom("run " + Bundle("softmax_classifier") + " --iters 200 --print-every 50");
   ASSERT_EQ(r.code, 0) << r.err;
