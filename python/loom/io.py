@@ -64,6 +64,54 @@ def save_persistables(executor, dirname, main_program=None, filename=None):
     save_params(executor, dirname, program, filename)
 
 
+def checkpoints(checkpoint_dir):
+    """The complete checkpoints under checkpoint_dir, [(step, path)] ascending: the step-<N>
+    directories holding their CHECKPOINT file (what save_checkpoint and `loom run
+    --checkpoint-every` write)."""
+    out = []
+    if not os.path.isdir(checkpoint_dir):
+        return out
+    for name in os.listdir(checkpoint_dir):
+        if not name.startswith("step-") or not name[5:].isdigit() or int(name[5:]) <= 0:
+            continue
+        path = os.path.join(checkpoint_dir, name)
+        if os.path.isfile(os.path.join(path, "CHECKPOINT")):
+            out.append((int(name[5:]), path))
+    return sorted(out)
+
+
+def save_checkpoint(executor, checkpoint_dir, step, main_program=None, max_num_checkpoints=3):
+    """Saves the program's persistables (parameters and optimizer state; for a
+    parameter-server trainer's program the servers' too, as save_persistables) to
+    checkpoint_dir/step-<step>, written whole and swapped in, then removes the oldest complete
+    checkpoints beyond max_num_checkpoints. Returns the checkpoint's path. The layout is
+    `loom run --checkpoint-every`'s, so either resumes the other's checkpoints."""
+    if not isinstance(step, int) or step <= 0:
+        raise ValueError("save_checkpoint: step must be a positive int, got %r" % (step,))
+    if not isinstance(max_num_checkpoints, int) or max_num_checkpoints < 1:
+        raise ValueError("save_checkpoint: max_num_checkpoints must be >= 1, got %r"
+                         % (max_num_checkpoints,))
+    path = os.path.join(checkpoint_dir, "step-%d" % step)
+    save_persistables(executor, path, main_program)
+    done = checkpoints(checkpoint_dir)
+    for _, old in done[:max(0, len(done) - max_num_checkpoints)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def load_latest_checkpoint(executor, checkpoint_dir, main_program=None):
+    """Loads the newest complete checkpoint of checkpoint_dir into the global scope (as
+    load_persistables: a server program takes its pserver_<id> part) and returns its step; 0
+    when there is none (start from the beginning). A directory without its CHECKPOINT file (a
+    save that was killed) is never taken."""
+    done = checkpoints(checkpoint_dir)
+    if not done:
+        return 0
+    step, path = done[-1]
+    load_persistables(executor, path, main_program)
+    return step
+
+
 def load_params(executor, dirname, main_program=None, filename=None):
     """Reads what save_params wrote (the combined file dirname/filename when filename is
     given) into the global scope, checking dims and dtypes first."""

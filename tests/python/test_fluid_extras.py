@@ -751,3 +751,32 @@ def test_static_mode_names():
     avg = fluid.WeightedAverage()
     avg.add(2.0, 1)
     assert avg.eval() == 2.0
+
+
+def test_checkpoints_on_a_schedule_resume_exactly(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+
+    def run(first, last, resume):
+        main, start, loss, _ = _linear(lambda l: fluid.optimizer.Adam(0.1).minimize(l) and None)
+        scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+        losses = {}
+        with fluid.scope_guard(scope):
+            exe.run(start)
+            step = fluid.io.load_latest_checkpoint(exe, ckpt, main) if resume else 0
+            assert step == first
+            for s in range(step + 1, last + 1):
+                losses[s] = float(exe.run(main, feed={"x": X, "y": Y}, fetch_list=[loss])[0])
+                if s % 3 == 0:
+                    fluid.io.save_checkpoint(exe, ckpt, s, main, max_num_checkpoints=2)
+        return losses
+    whole = run(0, 12, resume=False)
+    assert [s for s, _ in fluid.io.checkpoints(ckpt)] == [9, 12]
+    import shutil
+    shutil.rmtree(ckpt)
+    run(0, 7, resume=False)  # stopped after step 7: checkpoints of steps 3 and 6
+    os.makedirs(os.path.join(ckpt, "step-9"))  # a save that died: no CHECKPOINT
+    resumed = run(6, 12, resume=True)
+    for s in range(7, 13):
+        assert resumed[s] == whole[s], (s, resumed[s], whole[s])
+    with pytest.raises(ValueError, match="step must be a positive int"):
+        fluid.io.save_checkpoint(fluid.Executor(fluid.CPUPlace()), ckpt, 0)
