@@ -174,6 +174,9 @@ StatusOr<std::vector<std::string>> MpirunArgv(const LaunchOptions& o,
   std::vector<std::string> argv = {mpirun, "--allow-run-as-root", "--oversubscribe"};
   argv.insert(argv.end(), mpirun_args.begin(), mpirun_args.end());
   for (const char* a : {"-x", "LOOM_PS_SECRET"}) argv.push_back(a);
+  // The checkpoint schedule loom launch --checkpoint-* set for the job (tools/cmd_launch.cc).
+  for (const char* name : kCheckpointVariables)
+    if (std::getenv(name) != nullptr) argv.insert(argv.end(), {"-x", name});
   for (const std::string& a :
        {self, std::string("launch"), std::string("--rank-exec"), std::string("--workers"),
         std::to_string(o.workers), std::string("--servers"), std::to_string(o.servers),

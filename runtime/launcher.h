@@ -47,6 +47,13 @@ struct LaunchOptions {
 
 inline constexpr int kDefaultBasePort = 6170;
 
+// The checkpoint schedule of a job (loom launch --checkpoint-dir, --checkpoint-every,
+// --keep-checkpoints, --resume), handed to every process in its environment: `loom run` takes
+// them as the defaults of its flags of the same names, Python's io.save_checkpoint /
+// load_latest_checkpoint take LOOM_CHECKPOINT_DIR when given no directory.
+inline constexpr const char* kCheckpointVariables[] = {
+    "LOOM_CHECKPOINT_DIR", "LOOM_CHECKPOINT_EVERY", "LOOM_KEEP_CHECKPOINTS", "LOOM_RESUME"};
+
 // Runs the job to its end and returns the launcher's exit code: 0 when every process exited 0,
 // 1 when one failed (or the job timed out, or servers outlived --server-wait), 128 + the signal
 // when the launcher was stopped by SIGINT or SIGTERM. It prints one line saying why on stderr

@@ -50,6 +50,16 @@ Flags LaunchFlags() {
            "(its own MPI world) of N/C workers (dist_sync_mpi / dist_async_mpi KVStores); 0: none",
            "0"},
           {"mpirun", "PROG", "with --hostfile or --clients: the mpirun to run", "mpirun"},
+          {"checkpoint-dir", "DIR",
+           "the job's checkpoints: every process gets LOOM_CHECKPOINT_DIR=DIR (loom run's "
+           "--checkpoint-dir default; Python's io.save_checkpoint / load_latest_checkpoint)",
+           ""},
+          {"checkpoint-every", "N", "every process gets LOOM_CHECKPOINT_EVERY=N", ""},
+          {"keep-checkpoints", "K", "every process gets LOOM_KEEP_CHECKPOINTS=K", ""},
+          {"resume", "",
+           "every process gets LOOM_RESUME=1: resume from the newest complete checkpoint of "
+           "--checkpoint-dir",
+           ""},
           {"client-first", "W", "internal: the first worker of this client, for --rank-exec", ""},
           {"rank-exec", "", "internal: one rank under the mpirun of --hostfile", ""},
           {"netns-agent", "PID", "internal: mpirun's agent into an emulated node (first flag)", ""},
@@ -89,6 +99,14 @@ Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words
                  "--emulate runs every node on this machine: not with --hostfile");
     LOOM_ENFORCE(!f.Has("host"), "--emulate gives each node its own address: not with --host");
   }
+  for (const char* name : {"checkpoint-every", "keep-checkpoints"})
+    if (f.Has(name)) {
+      LOOM_ASSIGN_OR_RETURN(int64_t v, f.GetInt(name));
+      LOOM_ENFORCE(v >= 1, "--", name, " must be >= 1, got ", v);
+    }
+  LOOM_ENFORCE(f.Has("checkpoint-dir") ||
+                   !(f.Has("checkpoint-every") || f.Has("keep-checkpoints") || f.Switch("resume")),
+               "--checkpoint-every, --keep-checkpoints and --resume need --checkpoint-dir DIR");
   LOOM_ENFORCE(f.Switch("rank-exec") == f.Has("endpoints"),
                "--rank-exec and --endpoints go together (loom launch --hostfile passes both)");
   return Status::OK();
@@ -141,6 +159,14 @@ int LaunchCommand(int argc, char** argv) {
   int exit_code = kExitOk;
   auto body = [&](const Flags& f) -> Status {
     runtime::LaunchOptions options = OptionsOf(f, command);
+    // The checkpoint schedule reaches every process through the environment it inherits.
+    const std::pair<const char*, const char*> schedule[] = {
+        {"checkpoint-dir", "LOOM_CHECKPOINT_DIR"},
+        {"checkpoint-every", "LOOM_CHECKPOINT_EVERY"},
+        {"keep-checkpoints", "LOOM_KEEP_CHECKPOINTS"}};
+    for (const auto& [flag, var] : schedule)
+      if (f.Has(flag)) setenv(var, f.Get(flag).c_str(), 1);
+    if (f.Switch("resume")) setenv("LOOM_RESUME", "1", 1);
     StatusOr<int> code = f.Switch("rank-exec")
                              ? runtime::RankExec(options, SplitList(f.Get("endpoints")))
                              : runtime::Launch(options);

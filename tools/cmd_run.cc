@@ -156,6 +156,27 @@ struct RunSetup {
   runtime::TrainOptions train;
 };
 
+// The checkpoint flags, defaulting to the schedule loom launch --checkpoint-* gave the job.
+std::string CheckpointDir(const Flags& flags) {
+  if (flags.Has("checkpoint-dir")) return flags.Get("checkpoint-dir");
+  const char* env = std::getenv("LOOM_CHECKPOINT_DIR");
+  return env ? env : "";
+}
+
+bool Resume(const Flags& flags) {
+  const char* env = std::getenv("LOOM_RESUME");
+  return flags.Switch("resume") || (env != nullptr && std::string(env) == "1");
+}
+
+StatusOr<int64_t> IntFlagOrEnv(const Flags& flags, const std::string& flag, const char* var) {
+  const char* env = std::getenv(var);
+  if (flags.Has(flag) || env == nullptr || *env == '\0') return flags.GetInt(flag);
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  if (*end) return InvalidArgument(var, "='", env, "' is not an integer");
+  return static_cast<int64_t>(v);
+}
+
 Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& main,
                  const std::string& program, RunSetup* setup) {
   setup->dir = dir;
@@ -171,14 +192,17 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
   if (t.timeline_iters < 1)
     return InvalidArgument("--timeline-iters must be >= 1, got ", t.timeline_iters);
   if (flags.Has("save-params")) t.save_params = flags.Get("save-params");
-  LOOM_ASSIGN_OR_RETURN(t.checkpoint_every, flags.GetInt("checkpoint-every"));
-  LOOM_ASSIGN_OR_RETURN(t.keep_checkpoints, flags.GetInt("keep-checkpoints"));
-  if (flags.Has("checkpoint-dir")) t.checkpoint_dir = flags.Get("checkpoint-dir");
+  // Under loom launch --checkpoint-*, the job's schedule is the default (LOOM_CHECKPOINT_*).
+  LOOM_ASSIGN_OR_RETURN(t.checkpoint_every,
+                        IntFlagOrEnv(flags, "checkpoint-every", "LOOM_CHECKPOINT_EVERY"));
+  LOOM_ASSIGN_OR_RETURN(t.keep_checkpoints,
+                        IntFlagOrEnv(flags, "keep-checkpoints", "LOOM_KEEP_CHECKPOINTS"));
+  t.checkpoint_dir = CheckpointDir(flags);
   if (t.checkpoint_every < 0)
     return InvalidArgument("--checkpoint-every must be >= 0, got ", t.checkpoint_every);
   if (t.keep_checkpoints < 1)
     return InvalidArgument("--keep-checkpoints must be >= 1, got ", t.keep_checkpoints);
-  if ((t.checkpoint_every > 0 || flags.Switch("resume")) && t.checkpoint_dir.empty())
+  if ((t.checkpoint_every > 0 || Resume(flags)) && t.checkpoint_dir.empty())
     return InvalidArgument(t.checkpoint_every > 0 ? "--checkpoint-every" : "--resume",
                            " needs --checkpoint-dir DIR");
   proto::BundleManifest manifest;
@@ -209,8 +233,8 @@ Status LoadSetup(const Flags& flags, const std::string& dir, const ProgramDesc& 
 StatusOr<int64_t> Initialize(const Flags& flags, runtime::Runner& runner, bool startup) {
   if (startup) LOOM_RETURN_IF_ERROR(runner.Startup().WithContext("startup.pb"));
   if (flags.Has("load-params")) LOOM_RETURN_IF_ERROR(runner.LoadParams(flags.Get("load-params")));
-  if (!flags.Switch("resume")) return int64_t{0};
-  const std::string dir = flags.Get("checkpoint-dir");
+  if (!Resume(flags)) return int64_t{0};
+  const std::string dir = CheckpointDir(flags);
   LOOM_ASSIGN_OR_RETURN(auto all, runtime::ListCheckpoints(dir));
   if (all.empty())
     return NotFound("--resume: '", dir, "' holds no complete checkpoint (step-<N>/ with its ",
@@ -249,7 +273,7 @@ Status RunOnePlace(const Flags& flags, const RunSetup& setup, ProgramDesc main,
   ranks.push_back(std::move(rank));
   LOOM_ASSIGN_OR_RETURN(auto runner, runtime::Runner::Create(std::move(ranks), 0, 1));
   runtime::TrainOptions train = setup.train;
-  if (saved_params && !flags.Switch("resume")) {
+  if (saved_params && !Resume(flags)) {
     LOOM_RETURN_IF_ERROR(runner->LoadParams(model.params));
   } else {
     if (saved_params) LOOM_RETURN_IF_ERROR(runner->LoadParams(model.params));
@@ -480,7 +504,7 @@ Status RunPsTrainer(const Flags& flags, const std::string& dir, int index, int t
               dir.c_str(), index, trainers, static_cast<long long>(setup.train.iters),
               static_cast<long long>(setup.train.batch), static_cast<long long>(setup.rows));
   runtime::TrainOptions train = setup.train;
-  if (train.checkpoint_every > 0 || flags.Switch("resume"))
+  if (train.checkpoint_every > 0 || Resume(flags))
     return Unimplemented(dir,
                          ": --checkpoint-every and --resume are for data-parallel and "
                          "single-place bundles; a parameter-server job checkpoints with "

@@ -64,6 +64,15 @@ def save_persistables(executor, dirname, main_program=None, filename=None):
     save_params(executor, dirname, program, filename)
 
 
+def _checkpoint_dir(checkpoint_dir, what):
+    """checkpoint_dir, or the job's (loom launch --checkpoint-dir: LOOM_CHECKPOINT_DIR)."""
+    d = checkpoint_dir or os.environ.get("LOOM_CHECKPOINT_DIR", "")
+    if not d:
+        raise ValueError("%s: no checkpoint directory (pass one, or run under loom launch "
+                         "--checkpoint-dir DIR)" % what)
+    return d
+
+
 def checkpoints(checkpoint_dir):
     """The complete checkpoints under checkpoint_dir, [(step, path)] ascending: the step-<N>
     directories holding their CHECKPOINT file (what save_checkpoint and `loom run
@@ -85,7 +94,9 @@ def save_checkpoint(executor, checkpoint_dir, step, main_program=None, max_num_c
     parameter-server trainer's program the servers' too, as save_persistables) to
     checkpoint_dir/step-<step>, written whole and swapped in, then removes the oldest complete
     checkpoints beyond max_num_checkpoints. Returns the checkpoint's path. The layout is
-    `loom run --checkpoint-every`'s, so either resumes the other's checkpoints."""
+    `loom run --checkpoint-every`'s, so either resumes the other's checkpoints. checkpoint_dir
+    None: the job's (loom launch --checkpoint-dir)."""
+    checkpoint_dir = _checkpoint_dir(checkpoint_dir, "save_checkpoint")
     if not isinstance(step, int) or step <= 0:
         raise ValueError("save_checkpoint: step must be a positive int, got %r" % (step,))
     if not isinstance(max_num_checkpoints, int) or max_num_checkpoints < 1:
@@ -99,12 +110,13 @@ def save_checkpoint(executor, checkpoint_dir, step, main_program=None, max_num_c
     return path
 
 
-def load_latest_checkpoint(executor, checkpoint_dir, main_program=None):
+def load_latest_checkpoint(executor, checkpoint_dir=None, main_program=None):
     """Loads the newest complete checkpoint of checkpoint_dir into the global scope (as
     load_persistables: a server program takes its pserver_<id> part) and returns its step; 0
     when there is none (start from the beginning). A directory without its CHECKPOINT file (a
-    save that was killed) is never taken."""
-    done = checkpoints(checkpoint_dir)
+    save that was killed) is never taken. checkpoint_dir None: the job's (loom launch
+    --checkpoint-dir)."""
+    done = checkpoints(_checkpoint_dir(checkpoint_dir, "load_latest_checkpoint"))
     if not done:
         return 0
     step, path = done[-1]

@@ -780,3 +780,17 @@ def test_checkpoints_on_a_schedule_resume_exactly(tmp_path):
         assert resumed[s] == whole[s], (s, resumed[s], whole[s])
     with pytest.raises(ValueError, match="step must be a positive int"):
         fluid.io.save_checkpoint(fluid.Executor(fluid.CPUPlace()), ckpt, 0)
+
+
+def test_checkpoint_dir_defaults_to_the_jobs(tmp_path, monkeypatch):
+    main, start, loss, _ = _linear(lambda l: fluid.optimizer.SGD(0.1).minimize(l) and None)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(start)
+        monkeypatch.delenv("LOOM_CHECKPOINT_DIR", raising=False)
+        with pytest.raises(ValueError, match="no checkpoint directory"):
+            fluid.io.save_checkpoint(exe, None, 1, main)
+        monkeypatch.setenv("LOOM_CHECKPOINT_DIR", str(tmp_path / "job"))
+        path = fluid.io.save_checkpoint(exe, None, 5, main)
+        assert path == str(tmp_path / "job" / "step-5")
+        assert fluid.io.load_latest_checkpoint(exe, main_program=main) == 5

@@ -525,3 +525,43 @@ TEST_F(LaunchTest, AFailingRankOfAClientStopsTheJobNamingTheClient) {
 }
 
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// loom launch --checkpoint-dir / --checkpoint-every / --resume hand the job its checkpoint
+// schedule: loom run under it saves on that schedule, and a relaunch with --resume continues
+// from the newest checkpoint with the losses of a run that never stopped.
+TEST_F(LaunchTest, TheCheckpointScheduleReachesLoomRun) {
+  const std::string bundles = dir_ + "/bundles", ckpt = dir_ + "/schedule";
+  ASSERT_EQ(
+      std::system((std::string(LOOM_MAKE_EXAMPLES_PATH) + " " + bundles + " > /dev/null").c_str()),
+      0);
+  const std::string bundle = bundles + "/softmax_classifier";
+  auto loss_at = [](const std::string& out, const std::string& it) {
+    std::smatch m;
+    std::regex re("iter " + it + "/\\d+  loss ([0-9.e+-]+)");
+    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1.0;
+  };
+  Result whole =
+      Launch({"--", LOOM_CLI_PATH, "run", bundle, "--iters", "20", "--print-every", "4"});
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  Result first = Launch({"--checkpoint-dir", ckpt, "--checkpoint-every", "4", "--", LOOM_CLI_PATH,
+                         "run", bundle, "--iters", "10", "--print-every", "4"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_TRUE(std::ifstream(ckpt + "/step-8/CHECKPOINT").good()) << first.out;
+  Result resumed = Launch({"--checkpoint-dir", ckpt, "--resume", "--", LOOM_CLI_PATH, "run", bundle,
+                           "--iters", "20", "--print-every", "4"});
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("step-8 (step 8)"), std::string::npos) << resumed.out;
+  for (const char* it : {"12", "20"}) {
+    ASSERT_GT(loss_at(whole.out, it), 0) << whole.out;
+    EXPECT_EQ(loss_at(resumed.out, it), loss_at(whole.out, it)) << it << "\n" << resumed.out;
+  }
+  Result bad = Launch({"--resume", "--", "true"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("need --checkpoint-dir"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace loom
