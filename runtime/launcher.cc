@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "runtime/emulate.h"
+#include "runtime/slurm.h"
 #include "runtime/supervisor.h"
 
 namespace loom::runtime {
@@ -466,6 +467,32 @@ StatusOr<int> ClientRankExec(const LaunchOptions& o, const std::vector<std::stri
 }
 
 }  // namespace
+
+StatusOr<int> SlurmRankExec(const LaunchOptions& o) {
+  LOOM_RETURN_IF_ERROR(Validate(o));
+  LOOM_ASSIGN_OR_RETURN(SlurmStep step, SlurmStepFromEnv());
+  const int nprocs = o.servers + o.workers;
+  LOOM_ENFORCE(static_cast<int>(step.task_hosts.size()) == nprocs, "the Slurm step has ",
+               step.task_hosts.size(), " tasks, --servers and --workers make ", nprocs,
+               " (srun --ntasks ", nprocs, ")");
+  const char* secret = std::getenv("LOOM_PS_SECRET");
+  if (secret == nullptr || *secret == '\0')
+    return FailedPrecondition(
+        "LOOM_PS_SECRET is unset: every task of the step must share it "
+        "(loom launch --slurm outside srun sets it for the tasks it "
+        "starts; with your own srun, export one first)");
+  const int base = o.base_port > 0 ? o.base_port : kDefaultBasePort;
+  std::vector<std::string> endpoints;
+  for (size_t r = 0; r < step.task_hosts.size(); ++r)
+    endpoints.push_back(StrCat(step.task_hosts[r], ":", base + step.local_index[r]));
+  JobLayout layout;
+  layout.servers.assign(endpoints.begin(), endpoints.begin() + o.servers);
+  layout.workers.assign(endpoints.begin() + o.servers, endpoints.end());
+  layout.secret = secret;
+  const bool server = step.rank < o.servers;
+  return RunRank(RoleSpec(layout, server, server ? step.rank : step.rank - o.servers, o.command),
+                 o);
+}
 
 StatusOr<int> RankExec(const LaunchOptions& o, const std::vector<std::string>& endpoints) {
   LOOM_RETURN_IF_ERROR(Validate(o));

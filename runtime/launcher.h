@@ -68,6 +68,12 @@ StatusOr<int> Launch(const LaunchOptions& options);
 // client's mpirun (options.client_first >= 0) every rank is a worker: client_first + its rank.
 StatusOr<int> RankExec(const LaunchOptions& options, const std::vector<std::string>& endpoints);
 
+// One task of a Slurm job step (loom launch --slurm under srun, runtime/slurm.h): its rank from
+// SLURM_PROCID (ranks 0..S-1 the servers), every endpoint from the step's nodes (port base_port,
+// or kDefaultBasePort, + the task's index on its node); runs options.command as RankExec does.
+// LOOM_PS_SECRET must be set (the same for every task).
+StatusOr<int> SlurmRankExec(const LaunchOptions& options);
+
 // `loom launch --netns-agent PID HOST CMD...`: how the mpirun of an emulated job reaches a node
 // (Open MPI's plm_rsh_agent, in ssh's place): enters the network namespace of the node of launcher
 // PID whose address is HOST, names the node, and runs CMD's words through /bin/sh -c, as sshd

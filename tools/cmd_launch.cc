@@ -1,6 +1,9 @@
 // loom launch --workers N --servers S [flags] -- CMD ARGS...: starts a parameter-server job of
 // S servers and N workers, each running CMD with Paddle's launch environment (runtime/launcher.h).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,6 +53,11 @@ Flags LaunchFlags() {
            "(its own MPI world) of N/C workers (dist_sync_mpi / dist_async_mpi KVStores); 0: none",
            "0"},
           {"mpirun", "PROG", "with --hostfile or --clients: the mpirun to run", "mpirun"},
+          {"slurm", "",
+           "run under Slurm: inside an allocation start the S+N tasks with srun; as a task "
+           "of srun (SLURM_PROCID set) run this task's role, its rank and every endpoint "
+           "from Slurm's variables (port --port, default 6170, + its index on its node)",
+           ""},
           {"checkpoint-dir", "DIR",
            "the job's checkpoints: every process gets LOOM_CHECKPOINT_DIR=DIR (loom run's "
            "--checkpoint-dir default; Python's io.save_checkpoint / load_latest_checkpoint)",
@@ -107,6 +115,15 @@ Status CheckLaunchFlags(const Flags& f, bool has_separator, size_t command_words
   LOOM_ENFORCE(f.Has("checkpoint-dir") ||
                    !(f.Has("checkpoint-every") || f.Has("keep-checkpoints") || f.Switch("resume")),
                "--checkpoint-every, --keep-checkpoints and --resume need --checkpoint-dir DIR");
+  if (f.Switch("slurm")) {
+    LOOM_ENFORCE(!f.Has("hostfile") && !f.Has("emulate") && !f.Has("host") &&
+                     f.GetInt("clients").value() == 0,
+                 "--slurm takes the hosts from Slurm: not with --hostfile, --emulate, --host or "
+                 "--clients");
+    LOOM_ENFORCE(std::getenv("SLURM_PROCID") != nullptr || std::getenv("SLURM_JOB_ID") != nullptr,
+                 "--slurm: not inside a Slurm allocation or step (SLURM_JOB_ID and SLURM_PROCID "
+                 "are unset): run it from sbatch or salloc");
+  }
   LOOM_ENFORCE(f.Switch("rank-exec") == f.Has("endpoints"),
                "--rank-exec and --endpoints go together (loom launch --hostfile passes both)");
   return Status::OK();
@@ -140,6 +157,34 @@ runtime::LaunchOptions OptionsOf(const Flags& f, std::vector<std::string> comman
   return o;
 }
 
+// Inside a Slurm allocation: srun starts S+N tasks of this same command, each a task of the
+// step (--slurm with SLURM_PROCID set), all sharing one secret. Replaces this process.
+Status SrunTheJob(const Flags& f, const std::vector<std::string>& command) {
+  LOOM_ASSIGN_OR_RETURN(std::string secret, runtime::JobSecret());
+  setenv("LOOM_PS_SECRET", secret.c_str(), 1);
+  const int64_t tasks = f.GetInt("workers").value() + f.GetInt("servers").value();
+  std::vector<std::string> argv = {"srun", StrCat("--ntasks=", tasks), "--kill-on-bad-exit=1",
+                                   "/proc/self/exe"};
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) argv[3] = std::string(self, static_cast<size_t>(n));
+  for (const char* flag : {"workers", "servers", "port", "grace", "checkpoint-dir",
+                           "checkpoint-every", "keep-checkpoints"})
+    if (f.Has(flag)) argv.insert(argv.end(), {StrCat("--", flag), f.Get(flag)});
+  argv.insert(argv.begin() + 4, "launch");
+  for (const char* sw : {"no-prefix", "resume"})
+    if (f.Switch(sw)) argv.push_back(StrCat("--", sw));
+  argv.insert(argv.end(), {"--slurm", "--"});
+  argv.insert(argv.end(), command.begin(), command.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::fflush(nullptr);
+  execvp("srun", cargv.data());
+  return FailedPrecondition("--slurm: cannot run srun (", std::strerror(errno),
+                            "): is Slurm installed on this node?");
+}
+
 }  // namespace
 
 int LaunchCommand(int argc, char** argv) {
@@ -167,7 +212,10 @@ int LaunchCommand(int argc, char** argv) {
     for (const auto& [flag, var] : schedule)
       if (f.Has(flag)) setenv(var, f.Get(flag).c_str(), 1);
     if (f.Switch("resume")) setenv("LOOM_RESUME", "1", 1);
-    StatusOr<int> code = f.Switch("rank-exec")
+    if (f.Switch("slurm") && std::getenv("SLURM_PROCID") == nullptr)
+      return SrunTheJob(f, command);  // returns only when srun cannot start
+    StatusOr<int> code = f.Switch("slurm") ? runtime::SlurmRankExec(options)
+                         : f.Switch("rank-exec")
                              ? runtime::RankExec(options, SplitList(f.Get("endpoints")))
                              : runtime::Launch(options);
     if (!code.ok()) return code.status();

@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "runtime/launcher.h"
+#include "runtime/slurm.h"
 
 namespace loom {
 namespace {
@@ -561,6 +562,74 @@ TEST_F(LaunchTest, TheCheckpointScheduleReachesLoomRun) {
   Result bad = Launch({"--resume", "--", "true"});
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("need --checkpoint-dir"), std::string::npos) << bad.err;
+}
+
+// A task of srun (SLURM_PROCID set): its role, rank and every endpoint come from Slurm's
+// variables (block distribution; port 6170 + the task's index on its node).
+TEST_F(LaunchTest, ASlurmTaskTakesItsRoleFromSlurm) {
+  const std::vector<std::string> slurm = {"SLURM_PROCID=2", "SLURM_NTASKS=3",
+                                          "SLURM_JOB_NODELIST=node[1-2]",
+                                          "SLURM_TASKS_PER_NODE=2,1", "LOOM_PS_SECRET=shared"};
+  const std::string show =
+      "echo \"$PADDLE_TRAINING_ROLE $PADDLE_TRAINER_ID $PADDLE_PSERVER_ENDPOINTS "
+      "$PADDLE_CURRENT_ENDPOINT $PADDLE_TRAINER_ENDPOINTS\"";
+  Result r =
+      Launch({"--slurm", "--workers", "2", "--servers", "1", "--no-prefix", "--", "sh", "-c", show},
+             slurm);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "TRAINER 1 node1:6170 node2:6170 node1:6171,node2:6170\n");
+  // The step's task count must be the job's.
+  Result wrong = Launch({"--slurm", "--workers", "1", "--", "true"}, slurm);
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_NE(wrong.err.find("the Slurm step has 3 tasks"), std::string::npos) << wrong.err;
+  Result outside = Launch({"--slurm", "--", "true"});
+  EXPECT_EQ(outside.code, 2);
+  EXPECT_NE(outside.err.find("not inside a Slurm allocation"), std::string::npos) << outside.err;
+}
+
+// Inside an allocation (SLURM_JOB_ID set, no SLURM_PROCID) loom launch --slurm starts the tasks
+// through srun (here a stand-in that starts them as Slurm would on one node).
+TEST_F(LaunchTest, InsideAnAllocationTheTasksStartThroughSrun) {
+  const std::string bin = dir_ + "/bin";
+  ASSERT_EQ(std::system(("mkdir -p " + bin).c_str()), 0);
+  std::ofstream(bin + "/srun") << "#!/bin/sh\n"
+                                  "n=0\n"
+                                  "while [ $# -gt 0 ]; do case \"$1\" in\n"
+                                  "  --ntasks=*) n=${1#--ntasks=}; shift ;;\n"
+                                  "  -*) shift ;;\n"
+                                  "  *) break ;;\n"
+                                  "esac; done\n"
+                                  "i=0\n"
+                                  "while [ $i -lt $n ]; do\n"
+                                  "  SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_JOB_NODELIST=localhost "
+                                  "SLURM_TASKS_PER_NODE=$n \"$@\" &\n"
+                                  "  i=$((i + 1))\n"
+                                  "done\n"
+                                  "wait\n";
+  ASSERT_EQ(std::system(("chmod +x " + bin + "/srun").c_str()), 0);
+  const std::string path = "PATH=" + bin + ":" + std::getenv("PATH");
+  Result r = Launch({"--slurm", "--workers", "2", "--no-prefix", "--", "sh", "-c",
+                     "echo \"worker $PADDLE_TRAINER_ID of $PADDLE_TRAINERS_NUM at "
+                     "$PADDLE_CURRENT_ENDPOINT\""},
+                    {"SLURM_JOB_ID=7", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("worker 0 of 2 at localhost:6170"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worker 1 of 2 at localhost:6171"), std::string::npos) << r.out;
+}
+
+TEST(Slurm, HostListsAndTaskCountsExpandAsSlurmWritesThem) {
+  auto hosts = runtime::ExpandHostlist("node[01-03,7],gpu5,rack[1-2]x");
+  ASSERT_TRUE(hosts.ok()) << hosts.status().ToString();
+  EXPECT_EQ(*hosts, (std::vector<std::string>{"node01", "node02", "node03", "node7", "gpu5",
+                                              "rack1x", "rack2x"}));
+  auto counts = runtime::ExpandTasksPerNode("2(x3),1");
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*counts, (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_FALSE(runtime::ExpandHostlist("node[1-3").ok());
+  EXPECT_FALSE(runtime::ExpandHostlist("node[3-1]").ok());
+  EXPECT_FALSE(runtime::ExpandHostlist("a,,b").ok());
+  EXPECT_FALSE(runtime::ExpandTasksPerNode("2(x3").ok());
+  EXPECT_FALSE(runtime::ExpandTasksPerNode("two").ok());
 }
 
 }  // namespace
